@@ -1,0 +1,57 @@
+//! Label, annotation, taint, finalizer and environment-variable names: the contract between
+//! the operator, the benchmark pods and the nodes.
+
+/// Field manager of every server-side apply the operator makes.
+pub const MANAGER: &str = "fabric-operator";
+
+/// Label on runs and pods: the name of the FabricTest they belong to.
+pub const LABEL_TEST: &str = "gpufabric.io/test";
+/// Label on pods: the name of the FabricTestRun they belong to.
+pub const LABEL_RUN: &str = "gpufabric.io/run";
+/// Label on pods: the node the pod measures.
+pub const LABEL_NODE: &str = "gpufabric.io/node";
+/// Label on pods: what the pod does (`node-check`, `node-pair`, `multi-node`).
+pub const LABEL_ROLE: &str = "gpufabric.io/role";
+/// Label on runs: why the run exists (`schedule`, `manual`, `confirmation`, `creation`).
+pub const LABEL_TRIGGER: &str = "gpufabric.io/trigger";
+
+/// Annotation on a FabricTest: when present, the operator starts a run now and removes it.
+pub const ANNOTATION_RUN_NOW: &str = "gpufabric.io/run-now";
+/// Annotation on a Node: JSON record of what this operator did to the node (who, why,
+/// which run, when, and which of cordon/taint/label it applied). Its presence is the only
+/// proof of ownership: the operator never undoes a change this record does not name.
+pub const ANNOTATION_QUARANTINE: &str = "gpufabric.io/quarantine";
+
+/// Label the operator sets on a node in `Label` (and stronger) quarantine modes.
+pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";
+/// Taint key the operator adds in `Taint` mode (effect NoSchedule). Benchmark pods
+/// tolerate it so a quarantined node can still be retested and released.
+pub const TAINT_QUARANTINED: &str = "gpufabric.io/quarantined";
+
+/// Finalizer on a FabricTest: release what this test quarantined before it goes.
+pub const FINALIZER: &str = "gpufabric.io/release-quarantine";
+
+/// Node label with the GPU product (set by NVIDIA's GPU feature discovery).
+pub const LABEL_GPU_PRODUCT: &str = "nvidia.com/gpu.product";
+/// Node label with the GPU count (set by NVIDIA's GPU feature discovery).
+pub const LABEL_GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// Extended resource name of NVIDIA GPUs.
+pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
+
+/// Agent env: the node the pod runs on (downward API `spec.nodeName`).
+pub const ENV_NODE_NAME: &str = "FABRIC_NODE_NAME";
+/// Agent env: the run the pod belongs to.
+pub const ENV_RUN: &str = "FABRIC_RUN";
+/// Agent env: where to write the compact result (default `/dev/termination-log`).
+pub const ENV_TERMINATION_LOG: &str = "FABRIC_TERMINATION_LOG";
+/// Agent env: `ip:port` of the rank-0 pod of a multi-node group.
+pub const ENV_RENDEZVOUS: &str = "FABRIC_RENDEZVOUS";
+/// Agent env: path of the simulated fleet description (sim backend only).
+pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
+/// Agent env: backend override (`cuda` or `sim`).
+pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
+
+/// Default path of the termination message.
+pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+/// Kubernetes' limit on a termination message, in bytes.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;

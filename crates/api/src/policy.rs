@@ -1,0 +1,144 @@
+//! What counts as failing (thresholds) and what to do about it (quarantine policy).
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::{Deserialize, Serialize};
+
+/// Explicit expectations. Each one, when set, wins over the built-in GPU profile and the
+/// fleet comparison for its metric. Bandwidths are in GB/s (10^9 bytes per second).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Thresholds {
+    /// Floor on the peak all_reduce bus bandwidth of a node (GB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub nccl_bus_bw_gbps: Option<f64>,
+    /// Ceiling on the fitted all_reduce latency of a node (microseconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub nccl_latency_us: Option<f64>,
+    /// Floor on one-way copy bandwidth of every GPU pair (GB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub pair_bandwidth_gbps: Option<f64>,
+    /// Floor on bidirectional copy bandwidth of every GPU pair, both directions summed (GB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub pair_bidir_bandwidth_gbps: Option<f64>,
+    /// Floor on host-to-device and device-to-host bandwidth per GPU (GB/s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub host_bandwidth_gbps: Option<f64>,
+    /// Floor on DDP weak-scaling efficiency at the largest GPU count (0..1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub ddp_scaling_efficiency: Option<f64>,
+    /// A GPU whose DDP compute time exceeds the node median by this ratio is a straggler.
+    #[schemars(range(min = 1.0))]
+    pub straggler_ratio: f64,
+    /// Smallest relative gap from the fleet median that can make a node an outlier.
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub fleet_min_relative_gap: f64,
+    /// Robust z-score (median absolute deviations, scaled) beyond which a node is an outlier.
+    #[schemars(range(min = 0.0))]
+    pub fleet_outlier_score: f64,
+    /// Fewest comparable nodes (same GPU product and count) for a fleet comparison.
+    #[schemars(range(min = 2))]
+    pub fleet_min_nodes: u32,
+    /// Ceiling on GPU temperature (degrees Celsius).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub max_temperature_c: Option<f64>,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            nccl_bus_bw_gbps: None,
+            nccl_latency_us: None,
+            pair_bandwidth_gbps: None,
+            pair_bidir_bandwidth_gbps: None,
+            host_bandwidth_gbps: None,
+            ddp_scaling_efficiency: None,
+            straggler_ratio: 1.10,
+            fleet_min_relative_gap: 0.10,
+            fleet_outlier_score: 3.5,
+            fleet_min_nodes: 4,
+            max_temperature_c: None,
+        }
+    }
+}
+
+/// What the operator does to a node found at fault.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum QuarantineMode {
+    /// Findings and "would quarantine" in status only; no node is changed.
+    #[default]
+    Observe,
+    /// Label the node `gpufabric.io/quarantined=true`.
+    Label,
+    /// Label and cordon (spec.unschedulable) the node.
+    Cordon,
+    /// Label and taint the node `gpufabric.io/quarantined:NoSchedule`.
+    Taint,
+}
+
+/// Quarantine policy. All safety rules are enforced by the operator in one place.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "type(self.maxQuarantined) == int ? self.maxQuarantined >= 0 : self.maxQuarantined.matches('^(100|[1-9]?[0-9])%$')", "message": "quarantine.maxQuarantined must be a count >= 0 or a percent from 0% to 100%"}]))]
+pub struct QuarantinePolicy {
+    /// Observe (default), Label, Cordon or Taint.
+    pub mode: QuarantineMode,
+    /// Most nodes this FabricTest may hold in quarantine at once: a count, or a percent of
+    /// the selected nodes (rounded down, but at least 1 unless 0%).
+    pub max_quarantined: IntOrString,
+    /// Consecutive failing runs before a node is quarantined.
+    #[schemars(range(min = 1))]
+    pub failures_to_quarantine: u32,
+    /// Consecutive passing runs before a quarantined node is released.
+    #[schemars(range(min = 1))]
+    pub passes_to_release: u32,
+    /// Retest failing nodes at once in a confirmation run; quarantine only if they fail again.
+    pub confirm_retest: bool,
+    /// Release the nodes this test quarantined when the FabricTest is deleted.
+    pub release_on_delete: bool,
+}
+
+impl Default for QuarantinePolicy {
+    fn default() -> Self {
+        QuarantinePolicy {
+            mode: QuarantineMode::Observe,
+            max_quarantined: IntOrString::String("10%".into()),
+            failures_to_quarantine: 1,
+            passes_to_release: 3,
+            confirm_retest: true,
+            release_on_delete: true,
+        }
+    }
+}
+
+impl QuarantinePolicy {
+    /// The budget in nodes for a test that selects `selected` nodes, or an error for a
+    /// malformed value. Percent rounds down but never below 1 (unless it is 0%).
+    pub fn budget(&self, selected: usize) -> Result<usize, String> {
+        match &self.max_quarantined {
+            IntOrString::Int(n) if *n >= 0 => Ok(*n as usize),
+            IntOrString::Int(n) => Err(format!("maxQuarantined is negative ({n})")),
+            IntOrString::String(s) => {
+                let pct = s
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .filter(|p| *p <= 100)
+                    .ok_or_else(|| {
+                        format!("maxQuarantined {s:?} is not a percent from 0% to 100%")
+                    })?;
+                if pct == 0 {
+                    return Ok(0);
+                }
+                Ok((selected * pct as usize / 100).max(1))
+            }
+        }
+    }
+}

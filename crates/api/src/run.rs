@@ -1,0 +1,219 @@
+//! `FabricTestRun`: one execution of a FabricTest, with a frozen copy of what to run, the
+//! nodes it resolved, per-node results and findings. Like a Job under a CronJob.
+
+use crate::findings::Finding;
+use crate::policy::{QuarantinePolicy, Thresholds};
+use crate::suite::Suite;
+use crate::test::AgentSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One run of a FabricTest.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[kube(
+    group = "gpufabric.io",
+    version = "v1alpha1",
+    kind = "FabricTestRun",
+    namespaced,
+    shortname = "ftr",
+    category = "gpufabric",
+    status = "FabricTestRunStatus",
+    doc = "One run of a FabricTest: the frozen suite and policy, the nodes it tested, their results and the findings.",
+    printcolumn(
+        name = "Test",
+        type_ = "string",
+        json_path = ".spec.test",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Trigger",
+        type_ = "string",
+        json_path = ".spec.trigger",
+        priority = 1
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodeCount"),
+    printcolumn(name = "Passed", type_ = "integer", json_path = ".status.passed"),
+    printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
+    printcolumn(name = "Started", type_ = "date", json_path = ".status.startTime"),
+    printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FabricTestRunSpec {
+    /// Name of the FabricTest (same namespace) this run belongs to.
+    pub test: String,
+    /// Why this run exists.
+    pub trigger: Trigger,
+    /// The schedule time this run stands for (scheduled runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_time: Option<Time>,
+    /// Node selector copied from the test.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Explicit nodes: copied from the test, or the suspects of a confirmation run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<String>>,
+    /// Frozen copy of the test's suite.
+    #[serde(default)]
+    pub suite: Suite,
+    /// Frozen copy of the test's thresholds.
+    #[serde(default)]
+    pub thresholds: Thresholds,
+    /// Frozen copy of the test's quarantine policy.
+    #[serde(default)]
+    pub quarantine: QuarantinePolicy,
+    /// Frozen copy of the test's agent settings.
+    #[serde(default)]
+    pub agent: AgentSpec,
+}
+
+/// Why a run exists.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum Trigger {
+    /// The test has no schedule: one run when it was created.
+    Creation,
+    /// The cron schedule was due.
+    Schedule,
+    /// The `gpufabric.io/run-now` annotation.
+    Manual,
+    /// A retest of the suspects of an earlier run before quarantining them.
+    Confirmation,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Creation => "creation",
+            Trigger::Schedule => "schedule",
+            Trigger::Manual => "manual",
+            Trigger::Confirmation => "confirmation",
+        }
+    }
+}
+
+/// Phase of a run.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, schemars::JsonSchema,
+)]
+pub enum RunPhase {
+    /// Created; nodes not yet resolved.
+    #[default]
+    Pending,
+    /// Pods created; waiting for results.
+    Running,
+    /// Every node produced a result (some may have failed their checks).
+    Succeeded,
+    /// The run could not be carried out (no nodes, invalid spec, deadline passed).
+    Failed,
+}
+
+impl RunPhase {
+    pub fn is_finished(self) -> bool {
+        matches!(self, RunPhase::Succeeded | RunPhase::Failed)
+    }
+}
+
+/// Verdict on one node.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, schemars::JsonSchema,
+)]
+pub enum NodeVerdict {
+    /// Not measured yet.
+    #[default]
+    Pending,
+    /// Pod running.
+    Running,
+    /// Measured; nothing critical found.
+    Passed,
+    /// Measured; at least one critical finding.
+    Failed,
+    /// No usable result: the agent crashed, or its result was missing or malformed.
+    Errored,
+    /// The pod ran past its deadline, or the run ended first.
+    Timeout,
+}
+
+impl NodeVerdict {
+    pub fn is_final(self) -> bool {
+        !matches!(self, NodeVerdict::Pending | NodeVerdict::Running)
+    }
+    /// Failed, errored and timed-out nodes all count against a node's health.
+    pub fn is_bad(self) -> bool {
+        matches!(
+            self,
+            NodeVerdict::Failed | NodeVerdict::Errored | NodeVerdict::Timeout
+        )
+    }
+}
+
+/// Result of one node in a run (compact: the full measurements stay in the pod).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRunResult {
+    pub node: String,
+    pub verdict: NodeVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// GPU product and count measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// Why the node errored or timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Peak all_reduce bus bandwidth (GB/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_reduce_bus_bw_gbps: Option<f64>,
+    /// Lowest one-way GPU-pair copy bandwidth (GB/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_pair_gbps: Option<f64>,
+    /// DDP scaling efficiency at the largest GPU count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_efficiency: Option<f64>,
+    /// Critical findings on this node.
+    #[serde(default)]
+    pub findings: u32,
+}
+
+/// Observed state of a run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FabricTestRunStatus {
+    #[serde(default)]
+    pub phase: RunPhase,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Wall time of the run, e.g. "4m12s".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    #[serde(default)]
+    pub node_count: u32,
+    #[serde(default)]
+    pub passed: u32,
+    #[serde(default)]
+    pub failed: u32,
+    #[serde(default)]
+    pub errored: u32,
+    /// Per-node results; the node list is frozen when the run starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub nodes: Vec<NodeRunResult>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
+    /// Why the run failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}

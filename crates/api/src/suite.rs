@@ -1,0 +1,374 @@
+//! What a run measures: the NCCL sweep, GPU-pair copies, node pairs, the DDP probe and the
+//! NVML health snapshot, with the defaults that make an empty `suite` complete.
+
+use serde::{Deserialize, Serialize};
+
+/// The benchmarks a run executes. Every part has defaults, so `suite: {}` (or no suite)
+/// runs the default node check.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Suite {
+    /// NCCL collective sweep over all GPUs of a node.
+    pub nccl_sweep: NcclSweep,
+    /// Copy-engine bandwidth between every GPU pair of a node, and host<->device per GPU.
+    pub gpu_pairs: GpuPairs,
+    /// Bandwidth between pairs of nodes (one GPU pair each way through the network).
+    pub node_pairs: NodePairs,
+    /// A synthetic data-parallel training step, weak-scaled over GPU counts.
+    pub ddp_probe: DdpProbe,
+    /// NVML health snapshot: NVLink, PCIe, XID, ECC, remapped rows, throttling.
+    pub health: HealthCheck,
+}
+
+/// NCCL collectives, named as in the NCCL API.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    Broadcast,
+    Reduce,
+    /// All-to-all through grouped send/recv, as nccl-tests' `alltoall`.
+    AllToAll,
+    /// Ring of send/recv pairs, as nccl-tests' `sendrecv`.
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective, in the order the sweep runs them.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// The name nccl-tests gives the collective (`all_reduce`, `alltoall`, ...).
+    pub fn nccl_tests_name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all_reduce",
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllToAll => "alltoall",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// The API name (`allReduce`, ...).
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "allReduce",
+            Collective::AllGather => "allGather",
+            Collective::ReduceScatter => "reduceScatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllToAll => "allToAll",
+            Collective::SendRecv => "sendRecv",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor for `n` ranks (doc/PERFORMANCE.md): busbw = algbw * factor.
+    pub fn busbw_factor(self, n: usize) -> f64 {
+        let n = n.max(1) as f64;
+        match self {
+            Collective::AllReduce => 2.0 * (n - 1.0) / n,
+            Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
+                (n - 1.0) / n
+            }
+            Collective::Broadcast | Collective::Reduce | Collective::SendRecv => 1.0,
+        }
+    }
+}
+
+impl std::fmt::Display for Collective {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.api_name())
+    }
+}
+
+/// Element type of the NCCL sweep buffers.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum DataType {
+    Int8,
+    Uint8,
+    Int32,
+    Uint32,
+    Int64,
+    Uint64,
+    Float16,
+    #[default]
+    Float32,
+    Float64,
+    Bfloat16,
+}
+
+impl DataType {
+    /// Size of one element in bytes.
+    pub fn size(self) -> u64 {
+        match self {
+            DataType::Int8 | DataType::Uint8 => 1,
+            DataType::Float16 | DataType::Bfloat16 => 2,
+            DataType::Int32 | DataType::Uint32 | DataType::Float32 => 4,
+            DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
+        }
+    }
+
+    /// The name nccl-tests prints in its `type` column.
+    pub fn nccl_tests_name(self) -> &'static str {
+        match self {
+            DataType::Int8 => "int8",
+            DataType::Uint8 => "uint8",
+            DataType::Int32 => "int32",
+            DataType::Uint32 => "uint32",
+            DataType::Int64 => "int64",
+            DataType::Uint64 => "uint64",
+            DataType::Float16 => "half",
+            DataType::Float32 => "float",
+            DataType::Float64 => "double",
+            DataType::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
+/// NCCL collective sweep over all GPUs of a node, as nccl-tests runs it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "self.minBytes <= self.maxBytes", "message": "ncclSweep.minBytes must not be larger than ncclSweep.maxBytes"}]))]
+pub struct NcclSweep {
+    /// Run the sweep.
+    pub enabled: bool,
+    /// Collectives to sweep (default: all seven).
+    #[schemars(length(min = 1))]
+    pub collectives: Vec<Collective>,
+    /// Smallest message size in bytes.
+    #[schemars(range(min = 1))]
+    pub min_bytes: u64,
+    /// Largest message size in bytes.
+    #[schemars(range(min = 1))]
+    pub max_bytes: u64,
+    /// Each size is the previous one times this factor (at least 2).
+    #[schemars(range(min = 2))]
+    pub step_factor: u32,
+    /// Untimed iterations before each size.
+    pub warmup_iters: u32,
+    /// Timed iterations per size.
+    #[schemars(range(min = 1))]
+    pub iters: u32,
+    /// Element type.
+    pub data_type: DataType,
+}
+
+impl Default for NcclSweep {
+    fn default() -> Self {
+        NcclSweep {
+            enabled: true,
+            collectives: Collective::ALL.to_vec(),
+            min_bytes: 8,
+            max_bytes: 1 << 30,
+            step_factor: 2,
+            warmup_iters: 5,
+            iters: 20,
+            data_type: DataType::Float32,
+        }
+    }
+}
+
+impl NcclSweep {
+    /// Message sizes of the sweep: min, min*f, ... up to max (max included when it is a step).
+    /// nccl-tests rounds each size down to a whole number of elements; so does this.
+    pub fn sizes(&self) -> Vec<u64> {
+        let elem = self.data_type.size();
+        let factor = u64::from(self.step_factor.max(2));
+        let mut sizes = Vec::new();
+        let mut size = self.min_bytes.max(1);
+        while size <= self.max_bytes {
+            let rounded = (size / elem).max(1) * elem;
+            if sizes.last() != Some(&rounded) {
+                sizes.push(rounded);
+            }
+            match size.checked_mul(factor) {
+                Some(next) => size = next,
+                None => break,
+            }
+        }
+        sizes
+    }
+}
+
+/// Copy-engine bandwidth between GPU pairs of one node.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GpuPairs {
+    /// Run the pair matrix.
+    pub enabled: bool,
+    /// Bytes per copy.
+    #[schemars(range(min = 1))]
+    pub bytes: u64,
+    /// Also measure both directions at once for each pair.
+    pub bidirectional: bool,
+    /// Also measure host-to-device and device-to-host per GPU (pinned host memory).
+    pub host_copies: bool,
+}
+
+impl Default for GpuPairs {
+    fn default() -> Self {
+        GpuPairs {
+            enabled: true,
+            bytes: 256 << 20,
+            bidirectional: true,
+            host_copies: true,
+        }
+    }
+}
+
+/// How nodes are paired for node-pair tests.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Pairing {
+    /// Node i with node i+1 (one round each way).
+    #[default]
+    Ring,
+    /// A random perfect matching per round.
+    Random,
+    /// Every pair of nodes (n*(n-1)/2 tests; small fleets only).
+    All,
+}
+
+/// Network bandwidth between pairs of nodes.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NodePairs {
+    /// Run node-pair tests.
+    pub enabled: bool,
+    /// How to pair nodes.
+    pub pairing: Pairing,
+    /// Message size in bytes.
+    #[schemars(range(min = 1))]
+    pub bytes: u64,
+}
+
+impl Default for NodePairs {
+    fn default() -> Self {
+        NodePairs {
+            enabled: false,
+            pairing: Pairing::Ring,
+            bytes: 1 << 30,
+        }
+    }
+}
+
+/// A synthetic data-parallel training step (MLP, bf16 GEMMs, bucketed gradient all-reduce
+/// overlapped with backward), weak-scaled over GPU counts.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "self.firstBucketBytes <= self.bucketBytes", "message": "ddpProbe.firstBucketBytes must not be larger than ddpProbe.bucketBytes"}]))]
+pub struct DdpProbe {
+    /// Run the probe.
+    pub enabled: bool,
+    /// Width of each square Linear layer.
+    #[schemars(range(min = 1, max = 65536))]
+    pub hidden: u32,
+    /// Number of Linear layers.
+    #[schemars(range(min = 1, max = 256))]
+    pub layers: u32,
+    /// Samples per GPU per step (weak scaling keeps this fixed).
+    #[schemars(range(min = 1))]
+    pub batch_per_gpu: u32,
+    /// GPU counts to scale over; absent means 1, 2, 4, ... up to all GPUs of the node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1), inner(range(min = 1)))]
+    pub gpu_counts: Option<Vec<u32>>,
+    /// Size of the first gradient bucket (PyTorch DDP: 1 MiB).
+    #[schemars(range(min = 1))]
+    pub first_bucket_bytes: u64,
+    /// Size of the other gradient buckets (PyTorch DDP: 25 MiB).
+    #[schemars(range(min = 1))]
+    pub bucket_bytes: u64,
+    /// Untimed steps before measuring.
+    pub warmup_steps: u32,
+    /// Timed steps.
+    #[schemars(range(min = 1))]
+    pub steps: u32,
+}
+
+impl Default for DdpProbe {
+    fn default() -> Self {
+        DdpProbe {
+            enabled: true,
+            hidden: 8192,
+            layers: 8,
+            batch_per_gpu: 4096,
+            gpu_counts: None,
+            first_bucket_bytes: 1 << 20,
+            bucket_bytes: 25 << 20,
+            warmup_steps: 3,
+            steps: 10,
+        }
+    }
+}
+
+impl DdpProbe {
+    /// The GPU counts to measure on a node with `gpus` GPUs: the configured ones that fit,
+    /// or 1, 2, 4, ... and always `gpus` itself.
+    pub fn counts_for(&self, gpus: u32) -> Vec<u32> {
+        let mut counts: Vec<u32> = match &self.gpu_counts {
+            Some(list) => list
+                .iter()
+                .copied()
+                .filter(|&c| c >= 1 && c <= gpus)
+                .collect(),
+            None => {
+                let mut v = Vec::new();
+                let mut c = 1;
+                while c < gpus {
+                    v.push(c);
+                    c *= 2;
+                }
+                if gpus >= 1 {
+                    v.push(gpus);
+                }
+                v
+            }
+        };
+        counts.sort_unstable();
+        counts.dedup();
+        counts
+    }
+}
+
+/// NVML health snapshot.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HealthCheck {
+    /// Take the snapshot.
+    pub enabled: bool,
+}
+
+impl Default for HealthCheck {
+    fn default() -> Self {
+        HealthCheck { enabled: true }
+    }
+}

@@ -1,0 +1,288 @@
+//! `FabricTest`: what to test, where, when, and what to do with failures; and its status,
+//! a summary of the latest run and of each node's health over runs.
+
+use crate::policy::{QuarantinePolicy, Thresholds};
+use crate::run::{NodeVerdict, RunPhase, Trigger};
+use crate::suite::Suite;
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Image the benchmark pods run when `agent.image` is not set.
+pub const DEFAULT_AGENT_IMAGE: &str = concat!(
+    "ghcr.io/gpufabric/fabric-agent:v",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// RE2 pattern (CEL `matches`) of a 5-field cron expression or a macro, as CronJob takes it.
+/// Ranges are checked per field, so `61 * * * *` is rejected by the API server itself.
+macro_rules! cron_pattern {
+    () => {
+        concat!(
+    "^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|",
+    // minute
+    "([*]|[0-5]?[0-9])(-([0-5]?[0-9]))?(/[0-9]+)?(,([*]|[0-5]?[0-9])(-([0-5]?[0-9]))?(/[0-9]+)?)*",
+    " +",
+    // hour
+    "([*]|[01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?(/[0-9]+)?(,([*]|[01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?(/[0-9]+)?)*",
+    " +",
+    // day of month
+    "([*?]|[1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?(/[0-9]+)?(,([*?]|[1-9]|[12][0-9]|3[01])(-([1-9]|[12][0-9]|3[01]))?(/[0-9]+)?)*",
+    " +",
+    // month
+    "([*]|[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-([1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?(/[0-9]+)?(,([*]|[1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))(-([1-9]|1[0-2]|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)))?(/[0-9]+)?)*",
+    " +",
+    // day of week
+    "([*?]|[0-7]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-7]|(?i:sun|mon|tue|wed|thu|fri|sat)))?(/[0-9]+)?(,([*?]|[0-7]|(?i:sun|mon|tue|wed|thu|fri|sat))(-([0-7]|(?i:sun|mon|tue|wed|thu|fri|sat)))?(/[0-9]+)?)*",
+    ")$"
+)
+    };
+}
+
+/// The schedule pattern, for tests and tools.
+pub const CRON_PATTERN: &str = cron_pattern!();
+
+/// Message of the schedule rule, shared by the CRD schema and `validate()`.
+pub const CRON_MESSAGE: &str = "schedule must be a cron expression of 5 fields (minute hour day-of-month month day-of-week), for example \"0 2 * * *\", or one of @hourly, @daily, @weekly, @monthly, @yearly";
+
+const SCHEDULE_RULE: &str = concat!("self.matches('", cron_pattern!(), "')");
+
+/// A test of the GPU fabric of the selected nodes, run on a schedule or once.
+#[derive(CustomResource, schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gpufabric.io",
+    version = "v1alpha1",
+    kind = "FabricTest",
+    namespaced,
+    shortname = "ft",
+    category = "gpufabric",
+    status = "FabricTestStatus",
+    doc = "A scheduled test of the GPU fabric (NCCL, GPU pairs, DDP scaling, NVML health) of the selected nodes, and what to do with the nodes that fail.",
+    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+    printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
+    printcolumn(
+        name = "Last Run",
+        type_ = "string",
+        json_path = ".status.lastRun.name"
+    ),
+    printcolumn(
+        name = "Passed",
+        type_ = "integer",
+        json_path = ".status.lastRun.passed"
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.lastRun.failed"
+    ),
+    printcolumn(
+        name = "Quarantined",
+        type_ = "integer",
+        json_path = ".status.quarantinedCount"
+    ),
+    printcolumn(
+        name = "Next Run",
+        type_ = "date",
+        json_path = ".status.nextScheduleTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FabricTestSpec {
+    /// Cron schedule (5 fields, or @daily etc.). Absent: one run when the test is created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 128))]
+    #[schemars(extend("x-kubernetes-validations" = [{"rule": SCHEDULE_RULE, "message": CRON_MESSAGE}]))]
+    pub schedule: Option<String>,
+    /// IANA time zone of the schedule (default: UTC), e.g. "Europe/Berlin".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub time_zone: Option<String>,
+    /// Stop starting new runs (a run in progress finishes).
+    pub suspend: bool,
+    /// Labels the nodes must have. Empty selects every node with `nvidia.com/gpu`.
+    pub node_selector: BTreeMap<String, String>,
+    /// Explicit node names; when set, only these nodes (that also match the selector) run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub nodes: Option<Vec<String>>,
+    /// What to do when a run is due while another is active (as CronJob).
+    pub concurrency_policy: ConcurrencyPolicy,
+    /// A run that could not start within this many seconds of its time is skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub starting_deadline_seconds: Option<i64>,
+    /// The benchmarks to run.
+    pub suite: Suite,
+    /// Explicit expectations; absent metrics use GPU profiles and the fleet.
+    pub thresholds: Thresholds,
+    /// What to do with nodes at fault.
+    pub quarantine: QuarantinePolicy,
+    /// How the benchmark pods run.
+    pub agent: AgentSpec,
+    /// Finished successful runs to keep.
+    pub successful_runs_history_limit: u32,
+    /// Finished failed runs to keep.
+    pub failed_runs_history_limit: u32,
+}
+
+impl Default for FabricTestSpec {
+    /// Every default filled in: what serde produces from `{}`. Keeps 3 successful and 1
+    /// failed run, like CronJob.
+    fn default() -> Self {
+        FabricTestSpec {
+            schedule: None,
+            time_zone: None,
+            suspend: false,
+            node_selector: BTreeMap::new(),
+            nodes: None,
+            concurrency_policy: ConcurrencyPolicy::Forbid,
+            starting_deadline_seconds: None,
+            suite: Suite::default(),
+            thresholds: Thresholds::default(),
+            quarantine: QuarantinePolicy::default(),
+            agent: AgentSpec::default(),
+            successful_runs_history_limit: 3,
+            failed_runs_history_limit: 1,
+        }
+    }
+}
+
+/// CronJob's concurrency policies.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum ConcurrencyPolicy {
+    /// Skip a due run while one is active.
+    #[default]
+    Forbid,
+    /// Stop the active run and start the new one.
+    Replace,
+    /// Run them side by side.
+    Allow,
+}
+
+/// Image pull policy of the benchmark pods.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum PullPolicy {
+    Always,
+    #[default]
+    IfNotPresent,
+    Never,
+}
+
+/// How the benchmark pods run.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentSpec {
+    /// Agent image.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    pub image_pull_policy: PullPolicy,
+    /// Resources of the agent container besides the GPUs (which are always all of the node's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Extra environment (e.g. NCCL_DEBUG, NCCL_IB_HCA).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Extra tolerations (the operator's own quarantine taint is always tolerated).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Run the pods in the host network namespace (needed for some RDMA setups).
+    pub host_network: bool,
+    /// Deadline of each benchmark pod (activeDeadlineSeconds) and of the run's phases.
+    #[schemars(range(min = 10, max = 86400))]
+    pub timeout_seconds: u32,
+}
+
+impl Default for AgentSpec {
+    fn default() -> Self {
+        AgentSpec {
+            image: DEFAULT_AGENT_IMAGE.to_string(),
+            image_pull_policy: PullPolicy::IfNotPresent,
+            resources: None,
+            env: Vec::new(),
+            tolerations: Vec::new(),
+            host_network: false,
+            timeout_seconds: 900,
+        }
+    }
+}
+
+/// Observed state of a FabricTest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FabricTestStatus {
+    /// Ready (the test is valid and scheduled) and Degraded (nodes failing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// Name of the run in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_run: Option<String>,
+    /// The latest finished run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<RunSummary>,
+    /// Health of each node over runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub nodes: Vec<NodeHealth>,
+    /// Nodes this test holds in quarantine now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined_nodes: Vec<String>,
+    #[serde(default)]
+    pub quarantined_count: u32,
+}
+
+/// Summary of a finished run.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub name: String,
+    pub phase: RunPhase,
+    pub trigger: Trigger,
+    pub passed: u32,
+    pub failed: u32,
+    pub errored: u32,
+    pub findings: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}
+
+/// A node's health over runs of this test.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeHealth {
+    pub node: String,
+    /// Verdict of the latest run that tested the node.
+    pub verdict: NodeVerdict,
+    pub consecutive_failures: u32,
+    pub consecutive_passes: u32,
+    /// Quarantined by this test now.
+    #[serde(default)]
+    pub quarantined: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined_since: Option<Time>,
+    /// Failing enough to be quarantined, but the mode is Observe or the budget is spent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<String>,
+    /// The most severe finding of the latest run, as a sentence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_finding: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<String>,
+}

@@ -1,0 +1,259 @@
+//! `validate()`: every rule of the CRD schema again (so a test created before a schema change
+//! still gets a clear error), plus what the schema cannot express (cron ranges, time zones,
+//! duplicate collectives). The operator calls it before it acts on a FabricTest.
+
+use crate::policy::Thresholds;
+use crate::test::{CRON_MESSAGE, FabricTestSpec};
+use croner::Cron;
+use croner::parser::{CronParser, Seconds, Year};
+use std::collections::BTreeSet;
+
+/// One problem with a FabricTest spec: the field (as a JSON path under `spec`) and what is
+/// wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+/// All problems found in a spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid FabricTest: {}", .problems.iter().map(|p| format!("{}: {}", p.field, p.message)).collect::<Vec<_>>().join("; "))]
+pub struct ValidationError {
+    pub problems: Vec<Problem>,
+}
+
+/// Parses a schedule the way the operator runs it: 5 fields (no seconds, no year) or a
+/// macro such as `@daily`.
+pub fn parse_schedule(schedule: &str) -> Result<Cron, String> {
+    let trimmed = schedule.trim();
+    if !trimmed.starts_with('@') && trimmed.split_whitespace().count() != 5 {
+        return Err(format!("{CRON_MESSAGE} (got {schedule:?})"));
+    }
+    CronParser::builder()
+        .seconds(Seconds::Disallowed)
+        .year(Year::Disallowed)
+        .build()
+        .parse(trimmed)
+        .map_err(|e| format!("{CRON_MESSAGE} (got {schedule:?}: {e})"))
+}
+
+/// Parses a time zone name (IANA, e.g. "Europe/Berlin"); absent means UTC.
+pub fn parse_time_zone(tz: Option<&str>) -> Result<chrono_tz::Tz, String> {
+    match tz {
+        None => Ok(chrono_tz::UTC),
+        Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
+            format!("timeZone {name:?} is not a known IANA time zone (for example \"UTC\" or \"Europe/Berlin\")")
+        }),
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn check(&mut self, ok: bool, field: &str, message: impl FnOnce() -> String) {
+        if !ok {
+            self.problems.push(Problem {
+                field: field.to_string(),
+                message: message(),
+            });
+        }
+    }
+}
+
+/// Checks a FabricTest spec. Returns every problem at once, each with its field.
+pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
+    let mut c = Checker {
+        problems: Vec::new(),
+    };
+
+    if let Some(schedule) = &spec.schedule
+        && let Err(e) = parse_schedule(schedule)
+    {
+        c.check(false, "schedule", || e);
+    }
+    if let Err(e) = parse_time_zone(spec.time_zone.as_deref()) {
+        c.check(false, "timeZone", || e);
+    }
+    if let Some(nodes) = &spec.nodes {
+        c.check(!nodes.is_empty(), "nodes", || {
+            "nodes must not be empty when set; remove it to use the nodeSelector alone".into()
+        });
+        c.check(nodes.iter().all(|n| !n.trim().is_empty()), "nodes", || {
+            "node names must not be empty".into()
+        });
+    }
+    if let Some(d) = spec.starting_deadline_seconds {
+        c.check(d >= 1, "startingDeadlineSeconds", || {
+            format!("must be at least 1 (got {d})")
+        });
+    }
+
+    let nccl = &spec.suite.nccl_sweep;
+    c.check(
+        !nccl.collectives.is_empty(),
+        "suite.ncclSweep.collectives",
+        || "must name at least one collective".into(),
+    );
+    let unique: BTreeSet<_> = nccl.collectives.iter().collect();
+    c.check(
+        unique.len() == nccl.collectives.len(),
+        "suite.ncclSweep.collectives",
+        || "names a collective twice".into(),
+    );
+    c.check(nccl.min_bytes >= 1, "suite.ncclSweep.minBytes", || {
+        "must be at least 1".into()
+    });
+    c.check(
+        nccl.min_bytes <= nccl.max_bytes,
+        "suite.ncclSweep.minBytes",
+        || {
+            format!(
+                "ncclSweep.minBytes must not be larger than ncclSweep.maxBytes ({} > {})",
+                nccl.min_bytes, nccl.max_bytes
+            )
+        },
+    );
+    c.check(nccl.step_factor >= 2, "suite.ncclSweep.stepFactor", || {
+        format!("must be at least 2 (got {})", nccl.step_factor)
+    });
+    c.check(nccl.iters >= 1, "suite.ncclSweep.iters", || {
+        "must be at least 1".into()
+    });
+
+    let pairs = &spec.suite.gpu_pairs;
+    c.check(pairs.bytes >= 1, "suite.gpuPairs.bytes", || {
+        "must be at least 1".into()
+    });
+    c.check(
+        spec.suite.node_pairs.bytes >= 1,
+        "suite.nodePairs.bytes",
+        || "must be at least 1".into(),
+    );
+
+    let ddp = &spec.suite.ddp_probe;
+    c.check(ddp.hidden >= 1, "suite.ddpProbe.hidden", || {
+        "must be at least 1".into()
+    });
+    c.check(ddp.layers >= 1, "suite.ddpProbe.layers", || {
+        "must be at least 1".into()
+    });
+    c.check(ddp.batch_per_gpu >= 1, "suite.ddpProbe.batchPerGpu", || {
+        "must be at least 1".into()
+    });
+    c.check(ddp.steps >= 1, "suite.ddpProbe.steps", || {
+        "must be at least 1".into()
+    });
+    if let Some(counts) = &ddp.gpu_counts {
+        c.check(!counts.is_empty(), "suite.ddpProbe.gpuCounts", || {
+            "must list at least one GPU count; remove it for 1, 2, 4, ... all GPUs".into()
+        });
+        c.check(
+            counts.iter().all(|&n| n >= 1),
+            "suite.ddpProbe.gpuCounts",
+            || "every GPU count must be at least 1".into(),
+        );
+    }
+    c.check(
+        ddp.first_bucket_bytes >= 1,
+        "suite.ddpProbe.firstBucketBytes",
+        || "must be at least 1".into(),
+    );
+    c.check(
+        ddp.first_bucket_bytes <= ddp.bucket_bytes,
+        "suite.ddpProbe.firstBucketBytes",
+        || "ddpProbe.firstBucketBytes must not be larger than ddpProbe.bucketBytes".into(),
+    );
+
+    check_thresholds(&mut c, &spec.thresholds);
+
+    let q = &spec.quarantine;
+    if let Err(e) = q.budget(0) {
+        c.check(false, "quarantine.maxQuarantined", || {
+            format!(
+                "quarantine.maxQuarantined must be a count >= 0 or a percent from 0% to 100% ({e})"
+            )
+        });
+    }
+    c.check(
+        q.failures_to_quarantine >= 1,
+        "quarantine.failuresToQuarantine",
+        || "must be at least 1".into(),
+    );
+    c.check(
+        q.passes_to_release >= 1,
+        "quarantine.passesToRelease",
+        || "must be at least 1".into(),
+    );
+
+    let agent = &spec.agent;
+    c.check(!agent.image.trim().is_empty(), "agent.image", || {
+        "must not be empty".into()
+    });
+    c.check(
+        (10..=86400).contains(&agent.timeout_seconds),
+        "agent.timeoutSeconds",
+        || {
+            format!(
+                "must be between 10 and 86400 (got {})",
+                agent.timeout_seconds
+            )
+        },
+    );
+
+    if c.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationError {
+            problems: c.problems,
+        })
+    }
+}
+
+fn check_thresholds(c: &mut Checker, t: &Thresholds) {
+    let floors = [
+        ("thresholds.ncclBusBwGbps", t.nccl_bus_bw_gbps),
+        ("thresholds.ncclLatencyUs", t.nccl_latency_us),
+        ("thresholds.pairBandwidthGbps", t.pair_bandwidth_gbps),
+        (
+            "thresholds.pairBidirBandwidthGbps",
+            t.pair_bidir_bandwidth_gbps,
+        ),
+        ("thresholds.hostBandwidthGbps", t.host_bandwidth_gbps),
+        ("thresholds.maxTemperatureC", t.max_temperature_c),
+    ];
+    for (field, value) in floors {
+        if let Some(v) = value {
+            c.check(v.is_finite() && v >= 0.0, field, || {
+                format!("must be a number >= 0 (got {v})")
+            });
+        }
+    }
+    if let Some(e) = t.ddp_scaling_efficiency {
+        c.check(
+            (0.0..=1.0).contains(&e),
+            "thresholds.ddpScalingEfficiency",
+            || format!("must be between 0 and 1 (got {e})"),
+        );
+    }
+    c.check(
+        t.straggler_ratio.is_finite() && t.straggler_ratio >= 1.0,
+        "thresholds.stragglerRatio",
+        || format!("must be at least 1.0 (got {})", t.straggler_ratio),
+    );
+    c.check(
+        (0.0..=1.0).contains(&t.fleet_min_relative_gap),
+        "thresholds.fleetMinRelativeGap",
+        || format!("must be between 0 and 1 (got {})", t.fleet_min_relative_gap),
+    );
+    c.check(
+        t.fleet_outlier_score.is_finite() && t.fleet_outlier_score >= 0.0,
+        "thresholds.fleetOutlierScore",
+        || format!("must be a number >= 0 (got {})", t.fleet_outlier_score),
+    );
+    c.check(t.fleet_min_nodes >= 2, "thresholds.fleetMinNodes", || {
+        format!("must be at least 2 (got {})", t.fleet_min_nodes)
+    });
+}

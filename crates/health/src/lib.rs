@@ -1,0 +1,1 @@
+//! Pure functions: result documents + policy -> findings and per-node verdicts. No I/O.
