@@ -1,0 +1,163 @@
+//! The simulated fleet description: nodes, their GPUs and product, and the faults injected
+//! into them. The process-kubelet registers these nodes; the agent's sim backend reads the
+//! same file and produces faulty results on exactly the nodes (GPUs, GPU pairs) named here.
+
+use gpufabric_api::result::{Phase, Transport};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A simulated fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Fleet {
+    /// Seed of the measurement noise; the same seed gives the same documents.
+    #[serde(default)]
+    pub seed: u64,
+    pub nodes: Vec<FleetNode>,
+}
+
+/// One simulated node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FleetNode {
+    pub name: String,
+    /// GPU product as the `nvidia.com/gpu.product` label writes it, e.g. `NVIDIA-H100-80GB-HBM3`.
+    pub product: String,
+    pub gpus: u32,
+    /// Extra node labels.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
+}
+
+/// A fault injected into a simulated node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase", deny_unknown_fields)]
+pub enum Fault {
+    /// Copies and NCCL traffic between two GPUs run at `factor` of normal bandwidth.
+    #[serde(rename_all = "camelCase")]
+    SlowPair { gpus: [u32; 2], factor: f64 },
+    /// One GPU computes `factor` times slower (e.g. 1.3).
+    #[serde(rename_all = "camelCase")]
+    Straggler { gpu: u32, factor: f64 },
+    /// `links` NVLink links of a GPU are down.
+    #[serde(rename_all = "camelCase")]
+    DeadLink { gpu: u32, links: u32 },
+    /// The node's network runs at `factor` of normal bandwidth (node-pair tests).
+    #[serde(rename_all = "camelCase")]
+    SlowNic { factor: f64 },
+    /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
+    #[serde(rename_all = "camelCase")]
+    Hang {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<Phase>,
+    },
+    /// The agent dies (exit code, default 134 as for SIGABRT) without a result.
+    #[serde(rename_all = "camelCase")]
+    Crash {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
+    /// The agent writes a broken result document (truncated JSON).
+    Garbage,
+    /// The driver reports an XID on a GPU.
+    #[serde(rename_all = "camelCase")]
+    Xid { gpu: u32, code: u64 },
+    /// Uncorrectable ECC errors on a GPU.
+    #[serde(rename_all = "camelCase")]
+    Ecc { gpu: u32, count: u64 },
+    /// A GPU's PCIe link trained below its maximum.
+    #[serde(rename_all = "camelCase")]
+    PcieDegraded {
+        gpu: u32,
+        generation: u32,
+        width: u32,
+    },
+    /// NCCL falls back from NVLink to another transport between two GPUs.
+    #[serde(rename_all = "camelCase")]
+    TransportFallback {
+        gpus: [u32; 2],
+        transport: Transport,
+    },
+}
+
+/// Errors reading a fleet description.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("reading fleet file {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("fleet file {path} is not a valid fleet description: {detail}")]
+    Parse { path: String, detail: String },
+    #[error("fleet file {path}: {detail}")]
+    Invalid { path: String, detail: String },
+}
+
+impl Fleet {
+    /// Reads a fleet description (YAML or JSON) and checks it: unique node names, GPU
+    /// indices of faults within the node's GPUs, factors in (0, 1] for slow faults and
+    /// >= 1 for stragglers.
+    pub fn load(path: &Path) -> Result<Fleet, FleetError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| FleetError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        let fleet: Fleet = serde_yaml::from_str(&text).map_err(|e| FleetError::Parse {
+            path: p.clone(),
+            detail: e.to_string(),
+        })?;
+        fleet
+            .check()
+            .map_err(|detail| FleetError::Invalid { path: p, detail })?;
+        Ok(fleet)
+    }
+
+    /// Checks the description; returns what is wrong.
+    pub fn check(&self) -> Result<(), String> {
+        let mut names = std::collections::BTreeSet::new();
+        for node in &self.nodes {
+            if !names.insert(node.name.as_str()) {
+                return Err(format!("node {} appears twice", node.name));
+            }
+            if node.gpus == 0 {
+                return Err(format!("node {} has no GPUs", node.name));
+            }
+            for fault in &node.faults {
+                let gpu_ok = |g: u32| g < node.gpus;
+                let ok = match fault {
+                    Fault::SlowPair {
+                        gpus: [a, b],
+                        factor,
+                    } => gpu_ok(*a) && gpu_ok(*b) && a != b && *factor > 0.0 && *factor <= 1.0,
+                    Fault::TransportFallback { gpus: [a, b], .. } => {
+                        gpu_ok(*a) && gpu_ok(*b) && a != b
+                    }
+                    Fault::Straggler { gpu, factor } => gpu_ok(*gpu) && *factor >= 1.0,
+                    Fault::DeadLink { gpu, .. }
+                    | Fault::Xid { gpu, .. }
+                    | Fault::Ecc { gpu, .. }
+                    | Fault::PcieDegraded { gpu, .. } => gpu_ok(*gpu),
+                    Fault::SlowNic { factor } => *factor > 0.0 && *factor <= 1.0,
+                    Fault::Hang { .. } | Fault::Crash { .. } | Fault::Garbage => true,
+                };
+                if !ok {
+                    return Err(format!(
+                        "node {}: fault {fault:?} names a GPU the node does not have or a factor out of range",
+                        node.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The node with this name.
+    pub fn node(&self, name: &str) -> Option<&FleetNode> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+}
