@@ -1,6 +1,7 @@
 //! GPU fabric measurements (NCCL sweep, GPU-pair copies, DDP probe, NVML health) behind a
 //! cuda and a sim backend; no Kubernetes.
 
+pub mod cuda;
 pub mod fleet;
 
 use gpufabric_api::suite::Suite;
