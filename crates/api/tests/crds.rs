@@ -16,6 +16,12 @@ fn committed_crds_match_generated() {
             committed == generated,
             "crds/{file} is stale or missing: regenerate it with `cargo run -p gpufabric-operator -- crdgen --out crds` and commit the result"
         );
+        let chart = crds_dir().join("../charts/gpufabric/crds").join(file);
+        let in_chart = std::fs::read_to_string(&chart).unwrap_or_default();
+        assert!(
+            in_chart == generated,
+            "charts/gpufabric/crds/{file} differs from the generated CRD: `cargo run -p gpufabric-operator -- crdgen --out charts/gpufabric/crds`"
+        );
     }
 }
 

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The project's test command: builds the binaries the integration tests run (fabric-agent,
+# fabric-operator, fabric-kubelet), then every test of the workspace. Integration tests start a
+# real kube-apiserver and etcd from tests/cluster/build.sh's cache (built on first use).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
+    GPUFABRIC_CLUSTER_BIN="$(tests/cluster/build.sh)"
+    export GPUFABRIC_CLUSTER_BIN
+fi
+cargo build --workspace --bins --locked
+cargo test --workspace --locked "$@"
