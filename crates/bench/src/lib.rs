@@ -3,6 +3,7 @@
 
 pub mod cuda;
 pub mod fleet;
+pub mod stats;
 
 use gpufabric_api::suite::Suite;
 use std::time::Duration;
