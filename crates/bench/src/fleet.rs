@@ -49,10 +49,14 @@ pub enum Fault {
     #[serde(rename_all = "camelCase")]
     SlowNic { factor: f64 },
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
+    /// With `stuck: true` the whole agent hangs beyond any watchdog, so that only the
+    /// pod's deadline (`activeDeadlineSeconds`) ends it.
     #[serde(rename_all = "camelCase")]
     Hang {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         phase: Option<Phase>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stuck: bool,
     },
     /// The agent dies (exit code, default 134 as for SIGABRT) without a result.
     #[serde(rename_all = "camelCase")]

@@ -3,6 +3,7 @@
 
 pub mod cuda;
 pub mod fleet;
+pub mod sim;
 pub mod stats;
 
 use gpufabric_api::suite::Suite;
@@ -22,6 +23,52 @@ pub struct CheckOptions {
     /// Watchdog per phase: a collective or copy that does not finish in time is aborted
     /// and reported as a `timeout` phase error.
     pub phase_timeout: Duration,
+}
+
+impl CheckOptions {
+    /// The suite as it will run: with `quick`, a smoke-test version of it (sizes up to
+    /// 64 MiB at factor 4 or more, 1 warm-up and 5 timed iterations per size, 64 MiB pair
+    /// copies, 1 warm-up and 3 timed DDP steps); otherwise the suite unchanged. Both
+    /// backends apply the same reduction.
+    pub fn effective_suite(&self) -> Suite {
+        let mut suite = self.suite.clone();
+        if self.quick {
+            let n = &mut suite.nccl_sweep;
+            n.max_bytes = n.max_bytes.min(64 << 20).max(n.min_bytes);
+            n.step_factor = n.step_factor.max(4);
+            n.warmup_iters = n.warmup_iters.min(1);
+            n.iters = n.iters.clamp(1, 5);
+            suite.gpu_pairs.bytes = suite.gpu_pairs.bytes.min(64 << 20);
+            suite.ddp_probe.warmup_steps = suite.ddp_probe.warmup_steps.min(1);
+            suite.ddp_probe.steps = suite.ddp_probe.steps.clamp(1, 3);
+        }
+        suite
+    }
+}
+
+/// RFC 3339 UTC timestamp (seconds precision) of a system time, e.g. `2026-11-21T06:01:02Z`.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// Receives one line of progress (the agent prints it on stderr).
@@ -52,5 +99,44 @@ impl CheckError {
             CheckError::InvalidInput(_) => 2,
             CheckError::Other(_) => 13,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn rfc3339_writes_utc_calendar_time() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        // 2024-02-29T12:34:56Z, a leap day.
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_210_096)),
+            "2024-02-29T12:34:56Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_798_761_599)),
+            "2026-12-31T23:59:59Z"
+        );
+    }
+
+    #[test]
+    fn quick_shrinks_the_suite_and_full_keeps_it() {
+        let mut opts = CheckOptions {
+            node: "n".into(),
+            suite: Suite::default(),
+            quick: false,
+            expect_gpus: None,
+            phase_timeout: Duration::from_secs(60),
+        };
+        assert_eq!(opts.effective_suite(), Suite::default());
+        opts.quick = true;
+        let q = opts.effective_suite();
+        assert!(q.nccl_sweep.sizes().len() < Suite::default().nccl_sweep.sizes().len());
+        assert_eq!(q.nccl_sweep.max_bytes, 64 << 20);
+        assert_eq!(q.nccl_sweep.iters, 5);
+        assert_eq!(q.ddp_probe.steps, 3);
+        assert_eq!(q.gpu_pairs.bytes, 64 << 20);
     }
 }
