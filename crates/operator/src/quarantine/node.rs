@@ -1,0 +1,620 @@
+//! Pure decisions on one Node: who owns which quarantine change, and the single guarded
+//! patch that quarantines or releases it. No client here; `super` applies the steps.
+
+use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, TAINT_QUARANTINED};
+use gpufabric_api::policy::QuarantineMode;
+use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::test::NodeHealth;
+use gpufabric_health::quarantine::NodeFacts;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Map, Value, json};
+
+/// Effect of the operator's own taint.
+pub const TAINT_EFFECT: &str = "NoSchedule";
+
+/// What a Node shows about quarantine, seen from one FabricTest.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NodeObservation {
+    /// Node name.
+    pub node: String,
+    /// The Node object exists.
+    pub exists: bool,
+    /// The Node object has a deletionTimestamp.
+    pub being_deleted: bool,
+    /// The quarantine record on the node, when it has a readable one.
+    pub record: Option<QuarantineRecord>,
+    /// Why the annotation `gpufabric.io/quarantine` could not be read, when it could not.
+    /// Such a node is left alone entirely.
+    pub record_error: Option<String>,
+    /// The record names this test.
+    pub quarantined_by_us: bool,
+    /// The record names another FabricTest (`<namespace>/<name>`): not ours to touch.
+    pub quarantined_by_other_test: Option<String>,
+    /// `spec.unschedulable` is true.
+    pub unschedulable: bool,
+    /// Unschedulable, and no record says this operator cordoned it.
+    pub cordoned_by_others: bool,
+    /// Carries a taint with the key `gpufabric.io/quarantined` that no record says this
+    /// operator added. Other taints (e.g. `nvidia.com/gpu:NoSchedule`, which GPU pools
+    /// commonly carry) are not quarantine and do not count.
+    pub tainted_by_others: bool,
+    /// Carries the label `gpufabric.io/quarantined` that no record says this operator set.
+    pub labeled_by_others: bool,
+}
+
+impl NodeObservation {
+    /// Observe `node` (None: the Node object does not exist) as the test `test_key`
+    /// (`<namespace>/<name>`) sees it.
+    pub fn of(name: &str, node: Option<&Node>, test_key: &str) -> Self {
+        let Some(node) = node else {
+            return NodeObservation {
+                node: name.to_string(),
+                ..Default::default()
+            };
+        };
+        let (record, record_error) =
+            match QuarantineRecord::from_annotations(node.metadata.annotations.as_ref()) {
+                Ok(r) => (r, None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+        // A record of any test (or an unreadable one) explains only the changes it names.
+        let cordoned_by_record = record.as_ref().is_some_and(|r| r.cordoned);
+        let tainted_by_record = record.as_ref().is_some_and(|r| r.tainted);
+        let labeled_by_record = record.as_ref().is_some_and(|r| r.labeled);
+        let unschedulable = is_unschedulable(node);
+        let quarantined_by_us = record.as_ref().is_some_and(|r| r.is_owned_by(test_key));
+        let quarantined_by_other_test = record
+            .as_ref()
+            .filter(|r| !r.is_owned_by(test_key))
+            .map(|r| r.test.clone());
+        NodeObservation {
+            node: name.to_string(),
+            exists: true,
+            being_deleted: node.metadata.deletion_timestamp.is_some(),
+            quarantined_by_us,
+            quarantined_by_other_test,
+            unschedulable,
+            cordoned_by_others: unschedulable && !cordoned_by_record,
+            tainted_by_others: has_our_taint_key(node) && !tainted_by_record,
+            labeled_by_others: node
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(LABEL_QUARANTINED))
+                && !labeled_by_record,
+            record,
+            record_error,
+        }
+    }
+
+    /// Why this test must leave the node alone, if it must: an unreadable record, a
+    /// quarantine by another FabricTest, a cordon or our taint key put there by someone
+    /// else, or a node that is gone or being deleted.
+    pub fn why_left_alone(&self) -> Option<String> {
+        if !self.exists {
+            return Some("the node does not exist".into());
+        }
+        if self.being_deleted {
+            return Some("the node is being deleted".into());
+        }
+        if let Some(e) = &self.record_error {
+            return Some(e.clone());
+        }
+        if let Some(t) = &self.quarantined_by_other_test {
+            return Some(format!(
+                "left alone: quarantined by FabricTest {t}, not by this test"
+            ));
+        }
+        if self.cordoned_by_others {
+            return Some(
+                "left alone: the node was cordoned by someone else (not by this operator)".into(),
+            );
+        }
+        if self.tainted_by_others {
+            return Some(format!(
+                "left alone: the node carries the taint {TAINT_QUARANTINED} put there by someone else"
+            ));
+        }
+        None
+    }
+
+    /// The planner's facts for this node. Everything that makes the node not ours to
+    /// touch (another test's record, an unreadable record, a cordon or our taint key by
+    /// someone else) is reported as `cordoned_by_others`/`tainted_by_others`, so the
+    /// planner holds the node back instead of planning an action the executor would refuse.
+    pub fn facts(&self, health: NodeHealth, tested: bool) -> NodeFacts {
+        NodeFacts {
+            node: self.node.clone(),
+            health,
+            quarantined_by_us: self.quarantined_by_us,
+            cordoned_by_others: self.cordoned_by_others
+                || self.quarantined_by_other_test.is_some()
+                || self.record_error.is_some(),
+            tainted_by_others: self.tainted_by_others,
+            exists: self.exists,
+            tested,
+        }
+    }
+}
+
+/// What to do to one node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Send this JSON merge patch. It carries the resourceVersion it was computed from, so
+    /// the API server rejects it (409 Conflict) if the node changed in between.
+    Patch {
+        patch: Value,
+        /// The record the node has after the patch (None: removed).
+        record: Option<QuarantineRecord>,
+        /// The changes made, for Events and logs: "label", "cordon", "taint", "record".
+        changes: Vec<&'static str>,
+    },
+    /// The node is already as wanted (e.g. already quarantined by this test).
+    Nothing(String),
+    /// Not ours to touch; the reason says why.
+    Refuse(String),
+}
+
+/// The step that quarantines `node` for the test `test_key` in `mode`. Only what is
+/// missing is changed, and the record says exactly what that was.
+pub fn quarantine_step(
+    node: &Node,
+    test_key: &str,
+    mode: QuarantineMode,
+    run: &str,
+    reason: &str,
+    now: Time,
+) -> Step {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let obs = NodeObservation::of(&name, Some(node), test_key);
+    if let Some(r) = obs.record.as_ref().filter(|r| r.is_owned_by(test_key)) {
+        return Step::Nothing(format!(
+            "already quarantined by this test since {} (run {})",
+            r.since.0, r.run
+        ));
+    }
+    if let Some(why) = obs.why_left_alone() {
+        return Step::Refuse(why);
+    }
+    let Some(rv) = node.metadata.resource_version.clone() else {
+        return Step::Refuse("the node has no resourceVersion; cannot change it safely".into());
+    };
+    let label_present = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_QUARANTINED));
+    let (label, cordon, taint) = match mode {
+        QuarantineMode::Observe => {
+            return Step::Nothing("the quarantine mode is Observe: no node is changed".into());
+        }
+        QuarantineMode::Label => {
+            if label_present {
+                return Step::Refuse(format!(
+                    "left alone: the node already has the label {LABEL_QUARANTINED}, set by someone else"
+                ));
+            }
+            (true, false, false)
+        }
+        QuarantineMode::Cordon => (!label_present, true, false),
+        QuarantineMode::Taint => (!label_present, false, true),
+    };
+    let record = QuarantineRecord {
+        test: test_key.to_string(),
+        run: run.to_string(),
+        reason: QuarantineRecord::short_reason(reason),
+        since: now,
+        mode,
+        cordoned: cordon,
+        tainted: taint,
+        labeled: label,
+    };
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), json!(rv));
+    metadata.insert(
+        "annotations".into(),
+        json!({ ANNOTATION_QUARANTINE: record.to_annotation() }),
+    );
+    let mut changes = vec!["record"];
+    if label {
+        metadata.insert("labels".into(), json!({ LABEL_QUARANTINED: "true" }));
+        changes.push("label");
+    }
+    let mut patch = Map::new();
+    patch.insert("metadata".into(), Value::Object(metadata));
+    let mut spec = Map::new();
+    if cordon {
+        spec.insert("unschedulable".into(), json!(true));
+        changes.push("cordon");
+    }
+    if taint {
+        let mut taints = taints_of(node);
+        taints.push(Taint {
+            key: TAINT_QUARANTINED.to_string(),
+            value: Some("true".to_string()),
+            effect: TAINT_EFFECT.to_string(),
+            time_added: None,
+        });
+        spec.insert("taints".into(), taints_json(&taints));
+        changes.push("taint");
+    }
+    if !spec.is_empty() {
+        patch.insert("spec".into(), Value::Object(spec));
+    }
+    Step::Patch {
+        patch: Value::Object(patch),
+        record: Some(record),
+        changes,
+    }
+}
+
+/// The step that releases `node` from the test `test_key`: it undoes exactly the changes
+/// the record names, and removes the record. Nothing to do when there is no record;
+/// refused when the record is unreadable or names another test.
+///
+/// A change the record names but that is already gone (a person uncordoned the node) is
+/// not touched again. A cordon the record names is undone even if someone else also
+/// "cordoned" the node afterwards: a cordon is one bit, and a second `kubectl cordon` of a
+/// cordoned node leaves no trace to tell them apart.
+pub fn release_step(node: &Node, test_key: &str) -> Step {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let obs = NodeObservation::of(&name, Some(node), test_key);
+    if let Some(e) = obs.record_error {
+        return Step::Refuse(e);
+    }
+    let Some(record) = obs.record else {
+        return Step::Nothing("already released: the node has no quarantine record".into());
+    };
+    if !record.is_owned_by(test_key) {
+        return Step::Refuse(format!(
+            "not released: quarantined by FabricTest {}, not by this test",
+            record.test
+        ));
+    }
+    let Some(rv) = node.metadata.resource_version.clone() else {
+        return Step::Refuse("the node has no resourceVersion; cannot change it safely".into());
+    };
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), json!(rv));
+    metadata.insert(
+        "annotations".into(),
+        json!({ ANNOTATION_QUARANTINE: Value::Null }),
+    );
+    let mut changes = vec!["record"];
+    let label_present = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_QUARANTINED));
+    if record.labeled && label_present {
+        metadata.insert("labels".into(), json!({ LABEL_QUARANTINED: Value::Null }));
+        changes.push("label");
+    }
+    let mut patch = Map::new();
+    patch.insert("metadata".into(), Value::Object(metadata));
+    let mut spec = Map::new();
+    if record.cordoned && is_unschedulable(node) {
+        spec.insert("unschedulable".into(), Value::Null);
+        changes.push("cordon");
+    }
+    if record.tainted {
+        let before = taints_of(node);
+        let mut removed = false;
+        let after: Vec<Taint> = before
+            .into_iter()
+            .filter(|t| {
+                let ours = !removed && is_our_taint(t);
+                removed |= ours;
+                !ours
+            })
+            .collect();
+        if removed {
+            spec.insert("taints".into(), taints_json(&after));
+            changes.push("taint");
+        }
+    }
+    if !spec.is_empty() {
+        patch.insert("spec".into(), Value::Object(spec));
+    }
+    Step::Patch {
+        patch: Value::Object(patch),
+        record: None,
+        changes,
+    }
+}
+
+/// `spec.unschedulable` is true.
+pub fn is_unschedulable(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// The node's taints (empty when none).
+pub fn taints_of(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+/// The taint this operator adds: key `gpufabric.io/quarantined`, effect NoSchedule.
+pub fn is_our_taint(t: &Taint) -> bool {
+    t.key == TAINT_QUARANTINED && t.effect == TAINT_EFFECT
+}
+
+fn has_our_taint_key(node: &Node) -> bool {
+    taints_of(node).iter().any(|t| t.key == TAINT_QUARANTINED)
+}
+
+/// Taints as a merge-patch value: the whole list (merge patch replaces lists), or null.
+fn taints_json(taints: &[Taint]) -> Value {
+    if taints.is_empty() {
+        Value::Null
+    } else {
+        serde_json::to_value(taints).unwrap_or(Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    const US: &str = "gpu/nightly";
+
+    fn now() -> Time {
+        Time("2026-11-21T02:00:00Z".parse().expect("timestamp"))
+    }
+
+    fn node() -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: Some("42".into()),
+                labels: Some(BTreeMap::from([(
+                    "nvidia.com/gpu.product".to_string(),
+                    "NVIDIA-H200".to_string(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: "nvidia.com/gpu".into(),
+                    effect: "NoSchedule".into(),
+                    value: Some("present".into()),
+                    time_added: None,
+                }]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// Apply a merge patch the way the API server does (RFC 7386), for checking steps.
+    fn merge(target: &mut Value, patch: &Value) {
+        if let Value::Object(p) = patch {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        } else {
+            *target = patch.clone();
+        }
+    }
+
+    fn apply(node: &Node, step: &Step) -> Node {
+        let Step::Patch { patch, .. } = step else {
+            panic!("expected a patch, got {step:?}");
+        };
+        let mut v = serde_json::to_value(node).expect("node serializes");
+        merge(&mut v, patch);
+        let mut out: Node = serde_json::from_value(v).expect("patched node parses");
+        out.metadata.resource_version = Some("43".into());
+        out
+    }
+
+    fn quarantine(node: &Node, mode: QuarantineMode) -> Step {
+        quarantine_step(node, US, mode, "nightly-1", "GPU 3 straggler", now())
+    }
+
+    #[test]
+    fn cordon_mode_labels_cordons_and_records_exactly_that() {
+        let n = node();
+        let step = quarantine(&n, QuarantineMode::Cordon);
+        let Step::Patch {
+            patch,
+            record,
+            changes,
+        } = &step
+        else {
+            panic!("{step:?}")
+        };
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(changes, &vec!["record", "label", "cordon"]);
+        let r = record.as_ref().expect("record");
+        assert!(r.cordoned && r.labeled && !r.tainted);
+        let after = apply(&n, &step);
+        assert!(is_unschedulable(&after));
+        assert_eq!(
+            taints_of(&after),
+            taints_of(&n),
+            "cordon mode adds no taint"
+        );
+        let obs = NodeObservation::of("n1", Some(&after), US);
+        assert!(obs.quarantined_by_us && !obs.cordoned_by_others && !obs.labeled_by_others);
+    }
+
+    #[test]
+    fn taint_mode_adds_only_our_taint_and_release_removes_only_it() {
+        let n = node();
+        let q = quarantine(&n, QuarantineMode::Taint);
+        let after = apply(&n, &q);
+        let taints = taints_of(&after);
+        assert_eq!(taints.len(), 2);
+        assert_eq!(taints[0].key, "nvidia.com/gpu");
+        assert!(is_our_taint(&taints[1]));
+        assert!(!is_unschedulable(&after));
+        let released = apply(&after, &release_step(&after, US));
+        assert_eq!(taints_of(&released), taints_of(&n));
+        assert_eq!(released.metadata.labels, n.metadata.labels);
+        assert!(released.metadata.annotations.unwrap_or_default().is_empty());
+    }
+
+    #[test]
+    fn a_node_cordoned_by_someone_else_is_never_claimed() {
+        let mut n = node();
+        n.spec.as_mut().expect("spec").unschedulable = Some(true);
+        for mode in [
+            QuarantineMode::Label,
+            QuarantineMode::Cordon,
+            QuarantineMode::Taint,
+        ] {
+            match quarantine(&n, mode) {
+                Step::Refuse(why) => assert!(why.contains("cordoned by someone else"), "{why}"),
+                other => panic!("{mode:?}: {other:?}"),
+            }
+        }
+        let obs = NodeObservation::of("n1", Some(&n), US);
+        assert!(obs.cordoned_by_others);
+        assert!(
+            obs.facts(NodeHealth::default_for("n1"), true)
+                .cordoned_by_others
+        );
+    }
+
+    #[test]
+    fn release_leaves_a_cordon_the_record_does_not_name() {
+        // Quarantined in Label mode, then a person cordoned the node.
+        let n = node();
+        let mut after = apply(&n, &quarantine(&n, QuarantineMode::Label));
+        after.spec.as_mut().expect("spec").unschedulable = Some(true);
+        let released = apply(&after, &release_step(&after, US));
+        assert!(is_unschedulable(&released), "the person's cordon stays");
+        assert!(
+            !released
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .contains_key(LABEL_QUARANTINED)
+        );
+    }
+
+    #[test]
+    fn another_tests_quarantine_is_neither_claimed_nor_released() {
+        let n = node();
+        let theirs = apply(
+            &n,
+            &quarantine_step(&n, "team-b/other", QuarantineMode::Cordon, "r", "x", now()),
+        );
+        match release_step(&theirs, US) {
+            Step::Refuse(why) => assert!(why.contains("team-b/other"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            quarantine(&theirs, QuarantineMode::Cordon),
+            Step::Refuse(_)
+        ));
+        let obs = NodeObservation::of("n1", Some(&theirs), US);
+        assert_eq!(
+            obs.quarantined_by_other_test.as_deref(),
+            Some("team-b/other")
+        );
+        assert!(!obs.quarantined_by_us);
+        assert!(
+            obs.facts(NodeHealth::default_for("n1"), true)
+                .cordoned_by_others
+        );
+    }
+
+    #[test]
+    fn an_unreadable_record_leaves_the_node_alone() {
+        let mut n = node();
+        n.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_QUARANTINE.to_string(),
+            "{not json".to_string(),
+        )]));
+        assert!(matches!(
+            quarantine(&n, QuarantineMode::Cordon),
+            Step::Refuse(_)
+        ));
+        assert!(matches!(release_step(&n, US), Step::Refuse(_)));
+        let obs = NodeObservation::of("n1", Some(&n), US);
+        assert!(obs.record_error.is_some());
+        assert!(
+            obs.facts(NodeHealth::default_for("n1"), true)
+                .cordoned_by_others
+        );
+    }
+
+    #[test]
+    fn a_foreign_quarantine_taint_is_kept_and_blocks_quarantine() {
+        let mut n = node();
+        n.spec
+            .as_mut()
+            .and_then(|s| s.taints.as_mut())
+            .expect("taints")
+            .push(Taint {
+                key: TAINT_QUARANTINED.into(),
+                effect: "NoSchedule".into(),
+                value: None,
+                time_added: None,
+            });
+        assert!(matches!(
+            quarantine(&n, QuarantineMode::Taint),
+            Step::Refuse(_)
+        ));
+        assert!(NodeObservation::of("n1", Some(&n), US).tainted_by_others);
+    }
+
+    #[test]
+    fn quarantining_twice_changes_nothing() {
+        let n = node();
+        let after = apply(&n, &quarantine(&n, QuarantineMode::Cordon));
+        assert!(matches!(
+            quarantine(&after, QuarantineMode::Cordon),
+            Step::Nothing(_)
+        ));
+    }
+
+    #[test]
+    fn a_missing_node_is_reported_not_acted_on() {
+        let obs = NodeObservation::of("gone", None, US);
+        assert!(!obs.exists);
+        assert_eq!(
+            obs.why_left_alone().as_deref(),
+            Some("the node does not exist")
+        );
+    }
+
+    trait DefaultFor {
+        fn default_for(node: &str) -> Self;
+    }
+    impl DefaultFor for NodeHealth {
+        fn default_for(node: &str) -> Self {
+            NodeHealth {
+                node: node.into(),
+                verdict: Default::default(),
+                consecutive_failures: 1,
+                consecutive_passes: 0,
+                quarantined: false,
+                quarantined_since: None,
+                held_back: None,
+                last_finding: None,
+                last_run: None,
+            }
+        }
+    }
+}
