@@ -1,0 +1,92 @@
+//! `fabric-agent inject`: real faults on real GPUs, to run beside a `node-check` and see
+//! that the check finds them (a slow GPU pair, a straggler GPU).
+
+use anyhow::Context;
+use gpufabric_bench::cuda::inject;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Arguments of `fabric-agent inject`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct InjectArgs {
+    #[command(subcommand)]
+    pub fault: Fault,
+}
+
+/// The fault to inject.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Fault {
+    /// Continuous copy traffic between two GPUs (both ways): that pair's copies slow down.
+    SlowPair {
+        /// The two GPUs, e.g. `3,5`.
+        #[arg(long, value_delimiter = ',', num_args = 1..)]
+        gpus: Vec<u32>,
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+    /// Continuous bf16 GEMMs on one GPU: its share of any other work slows down.
+    Straggler {
+        /// The GPU to load.
+        #[arg(long)]
+        gpu: u32,
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
+}
+
+/// The two GPUs of a slow pair, or why the list is not a pair.
+pub fn pair_of(gpus: &[u32]) -> anyhow::Result<(u32, u32)> {
+    match gpus {
+        [a, b] if a != b => Ok((*a, *b)),
+        [a, b] => anyhow::bail!("--gpus names GPU {a} twice; a slow pair needs two GPUs ({b})"),
+        _ => anyhow::bail!(
+            "--gpus needs exactly two GPU indices, like --gpus 3,5 (got {})",
+            gpus.len()
+        ),
+    }
+}
+
+/// Runs the injector until its time is up (or the process is killed).
+pub fn run(args: InjectArgs) -> anyhow::Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    match args.fault {
+        Fault::SlowPair { gpus, seconds } => {
+            let (a, b) = pair_of(&gpus)?;
+            tracing::info!(a, b, seconds, "injecting a slow GPU pair");
+            let r = inject::slow_pair(a, b, Duration::from_secs(seconds), &stop)
+                .with_context(|| format!("slow pair {a},{b}"))?;
+            tracing::info!(
+                seconds = r.seconds,
+                gbps = r.work / r.seconds.max(1e-9) / 1e9,
+                "slow pair done"
+            );
+        }
+        Fault::Straggler { gpu, seconds } => {
+            tracing::info!(gpu, seconds, "injecting a straggler GPU");
+            let r = inject::straggler(gpu, Duration::from_secs(seconds), &stop)
+                .with_context(|| format!("straggler on GPU {gpu}"))?;
+            tracing::info!(
+                seconds = r.seconds,
+                tflops = r.work / r.seconds.max(1e-9) / 1e12,
+                "straggler done"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_pair_needs_two_distinct_gpus() {
+        assert_eq!(pair_of(&[3, 5]).ok(), Some((3, 5)));
+        assert!(pair_of(&[3]).is_err());
+        assert!(pair_of(&[3, 3]).is_err());
+        assert!(pair_of(&[1, 2, 3]).is_err());
+    }
+}

@@ -1,0 +1,672 @@
+//! The DDP scaling probe: an MLP step (bf16 cuBLAS GEMMs, fp32 accumulate and fp32
+//! gradients as under PyTorch autocast) with gradient buckets all-reduced on a second
+//! stream as soon as backward has produced them, weak-scaled over GPU counts.
+
+use super::gpu::{DevBuf, Event, Gpu, GpuError, GpuResult, HostBuf, Stream};
+use super::nccl::{Comms, Watchdog, group, ncheck, sync_all};
+use cudarc::cublas::sys as bsys;
+use cudarc::nccl::sys as nsys;
+use gpufabric_api::result::{DdpPoint, DdpResult};
+use std::ffi::c_void;
+use std::time::Duration;
+
+/// Probe shape and schedule.
+pub struct DdpSettings {
+    pub hidden: usize,
+    pub layers: usize,
+    pub batch: usize,
+    pub first_bucket_bytes: u64,
+    pub bucket_bytes: u64,
+    pub warmup: u32,
+    pub steps: u32,
+    pub counts: Vec<u32>,
+    pub timeout: Duration,
+}
+
+/// A gradient bucket: a byte range of the flat fp32 gradient buffer and the lowest layer
+/// index whose gradients it holds (it is ready once that layer's backward is done).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bucket {
+    pub offset: u64,
+    pub bytes: u64,
+    pub ready_after_layer: usize,
+}
+
+/// PyTorch DDP's bucket assignment for `layers` Linear(hidden, hidden) layers: parameters
+/// in reverse registration order (bias then weight of the last layer first), each bucket
+/// closed once it reaches its cap (the first cap for the first bucket). The gradient
+/// buffer is laid out in that same order, so each bucket is contiguous.
+pub fn buckets(hidden: u64, layers: usize, first_cap: u64, cap: u64) -> Vec<Bucket> {
+    let mut out = Vec::new();
+    let (mut start, mut size, mut lowest) = (0u64, 0u64, usize::MAX);
+    let mut offset = 0u64;
+    for l in (0..layers).rev() {
+        for p in [hidden * 4, hidden * hidden * 4] {
+            size += p;
+            offset += p;
+            lowest = lowest.min(l);
+            let limit = if out.is_empty() { first_cap } else { cap };
+            if size >= limit {
+                out.push(Bucket {
+                    offset: start,
+                    bytes: size,
+                    ready_after_layer: lowest,
+                });
+                start = offset;
+                size = 0;
+                lowest = usize::MAX;
+            }
+        }
+    }
+    if size > 0 {
+        out.push(Bucket {
+            offset: start,
+            bytes: size,
+            ready_after_layer: lowest,
+        });
+    }
+    out
+}
+
+/// Byte offset of layer `l`'s weight gradient in the flat buffer (reverse layer order,
+/// bias before weight).
+fn wgrad_offset(hidden: u64, layers: usize, l: usize) -> u64 {
+    let per_layer = hidden * 4 + hidden * hidden * 4;
+    (layers - 1 - l) as u64 * per_layer + hidden * 4
+}
+
+fn bcheck(call: &'static str, s: bsys::cublasStatus_t) -> GpuResult<()> {
+    if s == bsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(GpuError::Call {
+            call,
+            detail: format!("{s:?}"),
+        })
+    }
+}
+
+/// Whether libcublas can be opened.
+pub fn cublas_present() -> bool {
+    // SAFETY: only opens the library.
+    unsafe { bsys::is_culib_present() }
+}
+
+struct Blas {
+    raw: bsys::cublasHandle_t,
+}
+
+impl Blas {
+    fn new(gpu: &Gpu, stream: &Stream) -> GpuResult<Blas> {
+        gpu.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed in Drop.
+        bcheck("cublasCreate", unsafe { bsys::cublasCreate_v2(&mut raw) })?;
+        let b = Blas { raw };
+        // SAFETY: live handle and stream.
+        bcheck("cublasSetStream", unsafe {
+            bsys::cublasSetStream_v2(b.raw, stream.raw as bsys::cudaStream_t)
+        })?;
+        Ok(b)
+    }
+
+    /// C(m x n, fp32 or bf16) = op(A) op(B), bf16 inputs, fp32 accumulate; column-major.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &self,
+        ta: bool,
+        tb: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: u64,
+        lda: usize,
+        b: u64,
+        ldb: usize,
+        c: u64,
+        ldc: usize,
+        c_fp32: bool,
+    ) -> GpuResult<()> {
+        let alpha = 1.0f32;
+        let beta = 0.0f32;
+        let op = |t| {
+            if t {
+                bsys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                bsys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let ct = if c_fp32 {
+            bsys::cudaDataType::CUDA_R_32F
+        } else {
+            bsys::cudaDataType::CUDA_R_16BF
+        };
+        // SAFETY: the pointers are device buffers sized for these shapes by the caller.
+        bcheck("cublasGemmEx", unsafe {
+            bsys::cublasGemmEx(
+                self.raw,
+                op(ta),
+                op(tb),
+                m as i32,
+                n as i32,
+                k as i32,
+                &alpha as *const f32 as *const c_void,
+                a as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                lda as i32,
+                b as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                ldb as i32,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                ct,
+                ldc as i32,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: destroys the handle created in new().
+        unsafe { bsys::cublasDestroy_v2(self.raw) };
+    }
+}
+
+/// Everything one GPU of the probe holds.
+struct Replica<'g> {
+    gpu: &'g Gpu,
+    compute: Stream,
+    comm: Stream,
+    blas: Blas,
+    weights: DevBuf,
+    acts: DevBuf,
+    dy: [DevBuf; 2],
+    grads: DevBuf,
+    ready: Vec<Event>,
+    comm_done: Event,
+    t0: Event,
+    t1: Event,
+    step_start: Vec<Event>,
+    step_end: Vec<Event>,
+}
+
+/// Pseudo-random bf16 values uniform in (-scale, scale), as little-endian bytes.
+fn bf16_random(buf: &mut [u8], scale: f32, seed: u64) {
+    let n = buf.len() / 2;
+    let chunk = (n / 16).max(1 << 16);
+    std::thread::scope(|s| {
+        for (ci, part) in buf[..n * 2].chunks_mut(chunk * 2).enumerate() {
+            s.spawn(move || {
+                for (j, cell) in part.chunks_exact_mut(2).enumerate() {
+                    let w = super::gpu::pattern_word(seed, (ci * chunk + j) as u64);
+                    let u = (w >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                    let v = (2.0 * u - 1.0) * scale;
+                    let bits = (v.to_bits() >> 16) as u16;
+                    cell.copy_from_slice(&bits.to_le_bytes());
+                }
+            });
+        }
+    });
+}
+
+impl<'g> Replica<'g> {
+    fn new(
+        gpu: &'g Gpu,
+        set: &DdpSettings,
+        nbuckets: usize,
+        host: &mut HostBuf,
+    ) -> GpuResult<Self> {
+        let (h, l, b) = (set.hidden, set.layers, set.batch);
+        let compute = Stream::new(gpu)?;
+        let comm = Stream::new(gpu)?;
+        let blas = Blas::new(gpu, &compute)?;
+        let wbytes = h * h * 2;
+        let abytes = b * h * 2;
+        let weights = DevBuf::new(gpu, wbytes * l)?;
+        let acts = DevBuf::new(gpu, abytes * (l + 1))?;
+        let dy = [DevBuf::new(gpu, abytes)?, DevBuf::new(gpu, abytes)?];
+        let grads = DevBuf::new(gpu, l * (h * 4 + h * h * 4))?;
+        // Weights: one random layer, copied to all layers (U(-sqrt(3/h), sqrt(3/h)) keeps the
+        // activations' scale through the stack); inputs and output gradient random too.
+        let wscale = (3.0 / h as f32).sqrt();
+        bf16_random(&mut host.as_mut_slice()[..wbytes], wscale, 11);
+        for i in 0..l {
+            compute.memcpy_htod(weights.at(i * wbytes), host, wbytes)?;
+        }
+        compute.sync()?;
+        bf16_random(
+            &mut host.as_mut_slice()[..abytes],
+            1.0,
+            12 + u64::from(gpu.index),
+        );
+        compute.memcpy_htod(acts.ptr, host, abytes)?;
+        compute.sync()?;
+        bf16_random(&mut host.as_mut_slice()[..abytes], 1e-3, 13);
+        compute.memcpy_htod(dy[0].ptr, host, abytes)?;
+        compute.memset_d32(grads.ptr, 0, grads.bytes / 4)?;
+        compute.sync()?;
+        let steps = set.steps.max(1) as usize;
+        Ok(Replica {
+            gpu,
+            compute,
+            comm,
+            blas,
+            weights,
+            acts,
+            dy,
+            grads,
+            ready: (0..nbuckets)
+                .map(|_| Event::new(gpu))
+                .collect::<GpuResult<_>>()?,
+            comm_done: Event::new(gpu)?,
+            t0: Event::new(gpu)?,
+            t1: Event::new(gpu)?,
+            step_start: (0..steps)
+                .map(|_| Event::new(gpu))
+                .collect::<GpuResult<_>>()?,
+            step_end: (0..steps)
+                .map(|_| Event::new(gpu))
+                .collect::<GpuResult<_>>()?,
+        })
+    }
+
+    /// Forward and backward on the compute stream; `ready[b]` is recorded once bucket b's
+    /// gradients are written.
+    fn compute_step(
+        &self,
+        set: &DdpSettings,
+        bks: &[Bucket],
+        timed: Option<usize>,
+    ) -> GpuResult<()> {
+        self.gpu.bind()?;
+        let (h, l, b) = (set.hidden, set.layers, set.batch);
+        let wbytes = (h * h * 2) as u64;
+        let abytes = (b * h * 2) as u64;
+        let w = |i: usize| self.weights.ptr + i as u64 * wbytes;
+        let x = |i: usize| self.acts.ptr + i as u64 * abytes;
+        if let Some(s) = timed {
+            self.step_start[s].record(&self.compute)?;
+        }
+        // Forward: X_{i+1} (h x b, column-major) = W_i^T-as-stored * X_i.
+        for i in 0..l {
+            self.blas
+                .gemm(true, false, h, b, h, w(i), h, x(i), h, x(i + 1), h, false)?;
+        }
+        // Backward, last layer first: dgrad (not for the first layer), then wgrad into the
+        // flat fp32 gradient buffer; a bucket is ready after its lowest layer.
+        let mut cur = 0usize;
+        for i in (0..l).rev() {
+            let dy = self.dy[cur].ptr;
+            if i > 0 {
+                self.blas.gemm(
+                    false,
+                    false,
+                    h,
+                    b,
+                    h,
+                    w(i),
+                    h,
+                    dy,
+                    h,
+                    self.dy[1 - cur].ptr,
+                    h,
+                    false,
+                )?;
+            }
+            let gw = self.grads.ptr + wgrad_offset(h as u64, l, i);
+            self.blas
+                .gemm(false, true, h, h, b, x(i), h, dy, h, gw, h, true)?;
+            for (k, bk) in bks.iter().enumerate() {
+                if bk.ready_after_layer == i {
+                    self.ready[k].record(&self.compute)?;
+                }
+            }
+            cur = 1 - cur;
+        }
+        if let Some(s) = timed {
+            self.step_end[s].record(&self.compute)?;
+        }
+        Ok(())
+    }
+}
+
+fn allreduce_bucket(
+    reps: &[Replica],
+    comms: &Comms,
+    bk: &Bucket,
+    k: Option<usize>,
+) -> GpuResult<()> {
+    for r in reps {
+        if let Some(k) = k {
+            r.comm.wait(&r.ready[k])?;
+        }
+    }
+    group(|| {
+        for (i, r) in reps.iter().enumerate() {
+            let p = (r.grads.ptr + bk.offset) as *mut c_void;
+            // SAFETY: the bucket lies inside the gradient buffer; in-place all-reduce.
+            ncheck("ncclAllReduce", unsafe {
+                nsys::ncclAllReduce(
+                    p,
+                    p,
+                    (bk.bytes / 4) as usize,
+                    nsys::ncclDataType_t::ncclFloat32,
+                    nsys::ncclRedOp_t::ncclSum,
+                    comms.raw[i],
+                    r.comm.raw as nsys::cudaStream_t,
+                )
+            })?;
+        }
+        Ok(())
+    })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Overlapped,
+    ComputeOnly,
+    CommOnly,
+}
+
+/// Runs `steps` steps in `mode`; returns the mean step time (ms, slowest GPU).
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    reps: &[Replica],
+    comms: &mut Comms,
+    wd: &Watchdog,
+    set: &DdpSettings,
+    bks: &[Bucket],
+    mode: Mode,
+    steps: u32,
+    timed: bool,
+) -> GpuResult<f64> {
+    for r in reps {
+        r.t0.record(&r.compute)?;
+    }
+    for s in 0..steps as usize {
+        if mode != Mode::CommOnly {
+            for r in reps {
+                // The next step starts once the previous step's gradients are reduced.
+                if mode == Mode::Overlapped && s > 0 {
+                    r.compute.wait(&r.comm_done)?;
+                }
+                r.compute_step(set, bks, timed.then_some(s))?;
+            }
+        }
+        if mode != Mode::ComputeOnly {
+            for r in reps {
+                if mode == Mode::CommOnly {
+                    // Comm alone still runs step after step on its own stream.
+                    r.gpu.bind()?;
+                }
+            }
+            for (k, bk) in bks.iter().enumerate() {
+                allreduce_bucket(reps, comms, bk, (mode == Mode::Overlapped).then_some(k))?;
+            }
+            for r in reps {
+                r.comm_done.record(&r.comm)?;
+            }
+        }
+    }
+    for r in reps {
+        if mode != Mode::ComputeOnly {
+            r.compute.wait(&r.comm_done)?;
+        }
+        r.t1.record(&r.compute)?;
+    }
+    let streams: Vec<&Stream> = reps.iter().flat_map(|r| [&r.compute, &r.comm]).collect();
+    sync_all(&streams, comms, wd, "ddp probe step", set.timeout)?;
+    let mut ms: f64 = 0.0;
+    for r in reps {
+        ms = ms.max(r.t0.elapsed_ms(&r.t1)?);
+    }
+    Ok(ms / f64::from(steps.max(1)))
+}
+
+/// Runs n x n x n bf16 GEMMs on `gpu` until `duration` passes or `stop` is set; returns the
+/// floating-point operations done. Used to make a real straggler.
+pub fn busy_gemms(
+    gpu: &Gpu,
+    n: usize,
+    duration: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> GpuResult<f64> {
+    let stream = Stream::new(gpu)?;
+    let blas = Blas::new(gpu, &stream)?;
+    let bytes = n * n * 2;
+    let a = DevBuf::new(gpu, bytes)?;
+    let b = DevBuf::new(gpu, bytes)?;
+    let c = DevBuf::new(gpu, bytes)?;
+    let mut host = HostBuf::new(gpu, bytes)?;
+    bf16_random(host.as_mut_slice(), 1.0, 21);
+    stream.memcpy_htod(a.ptr, &host, bytes)?;
+    stream.memcpy_htod(b.ptr, &host, bytes)?;
+    stream.sync()?;
+    let started = std::time::Instant::now();
+    let mut flops = 0.0;
+    while started.elapsed() < duration && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        gpu.bind()?;
+        for _ in 0..8 {
+            blas.gemm(false, false, n, n, n, a.ptr, n, b.ptr, n, c.ptr, n, false)?;
+        }
+        stream.sync()?;
+        flops += 8.0 * 2.0 * (n as f64).powi(3);
+    }
+    Ok(flops)
+}
+
+/// FLOPs of one step on one GPU: forward, wgrad for every layer, dgrad for all but the first.
+pub fn step_flops(hidden: u64, layers: u64, batch: u64) -> f64 {
+    let gemm = 2.0 * batch as f64 * (hidden * hidden) as f64;
+    gemm * (3 * layers - 1) as f64
+}
+
+/// Measures every GPU count of the probe.
+pub fn probe(
+    gpus: &[Gpu],
+    set: &DdpSettings,
+    wd: &Watchdog,
+    progress: &dyn Fn(&str),
+) -> GpuResult<DdpResult> {
+    let bks = buckets(
+        set.hidden as u64,
+        set.layers,
+        set.first_bucket_bytes,
+        set.bucket_bytes,
+    );
+    let Some(first) = gpus.first() else {
+        return Err(GpuError::Call {
+            call: "ddp probe",
+            detail: "no GPU".into(),
+        });
+    };
+    let mut host = HostBuf::new(
+        first,
+        (set.hidden * set.hidden * 2).max(set.batch * set.hidden * 2),
+    )?;
+    let mut reps = Vec::new();
+    let max_count = set.counts.iter().copied().max().unwrap_or(1) as usize;
+    for g in gpus.iter().take(max_count) {
+        reps.push(Replica::new(g, set, bks.len(), &mut host)?);
+    }
+    let flops = step_flops(set.hidden as u64, set.layers as u64, set.batch as u64);
+    let mut points: Vec<DdpPoint> = Vec::new();
+    for &count in &set.counts {
+        let count = count as usize;
+        if count == 0 || count > reps.len() {
+            continue;
+        }
+        let sub = &reps[..count];
+        let devs: Vec<i32> = sub.iter().map(|r| r.gpu.index as i32).collect();
+        let mut comms = Comms::init(&devs)?;
+        run_steps(
+            sub,
+            &mut comms,
+            wd,
+            set,
+            &bks,
+            Mode::Overlapped,
+            set.warmup.max(1),
+            false,
+        )?;
+        let step_ms = run_steps(
+            sub,
+            &mut comms,
+            wd,
+            set,
+            &bks,
+            Mode::Overlapped,
+            set.steps,
+            true,
+        )?;
+        let mut compute_ms = Vec::new();
+        for r in sub {
+            let mut total = 0.0;
+            for s in 0..set.steps.max(1) as usize {
+                total += r.step_start[s].elapsed_ms(&r.step_end[s])?;
+            }
+            compute_ms.push(total / f64::from(set.steps.max(1)));
+        }
+        let alone_steps = set.steps.clamp(1, 5);
+        let compute_alone = run_steps(
+            sub,
+            &mut comms,
+            wd,
+            set,
+            &bks,
+            Mode::ComputeOnly,
+            alone_steps,
+            false,
+        )?;
+        let comm_alone = run_steps(
+            sub,
+            &mut comms,
+            wd,
+            set,
+            &bks,
+            Mode::CommOnly,
+            alone_steps,
+            false,
+        )?;
+        drop(comms);
+        let exposed = (step_ms - compute_alone).max(0.0);
+        let samples_per_s = (count * set.batch) as f64 / (step_ms / 1e3);
+        let base = points
+            .first()
+            .map(|p| p.samples_per_s / f64::from(p.gpus))
+            .unwrap_or(samples_per_s / count as f64);
+        let eff = if base > 0.0 {
+            samples_per_s / count as f64 / base
+        } else {
+            0.0
+        };
+        let overlap = if comm_alone > 0.0 && count > 1 {
+            (1.0 - exposed / comm_alone).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        let point = DdpPoint {
+            gpus: count as u32,
+            step_ms,
+            samples_per_s,
+            scaling_efficiency: eff,
+            comm_fraction: if step_ms > 0.0 {
+                exposed / step_ms
+            } else {
+                0.0
+            },
+            overlap_efficiency: overlap,
+            tflops_per_gpu: flops / (step_ms / 1e3) / 1e12,
+            compute_ms,
+            gpu_indices: sub.iter().map(|r| r.gpu.index).collect(),
+        };
+        progress(&format!(
+            "ddp {} GPU(s): step {:.2} ms, {:.0} samples/s, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms, {:.0} TFLOP/s per GPU, compute per GPU {:?} ms",
+            count,
+            step_ms,
+            samples_per_s,
+            eff * 100.0,
+            compute_alone,
+            comm_alone,
+            exposed,
+            point.tflops_per_gpu,
+            point
+                .compute_ms
+                .iter()
+                .map(|v| (v * 100.0).round() / 100.0)
+                .collect::<Vec<_>>()
+        ));
+        points.push(point);
+    }
+    Ok(DdpResult {
+        hidden: set.hidden as u32,
+        layers: set.layers as u32,
+        batch_per_gpu: set.batch as u32,
+        buckets: bks.iter().map(|b| b.bytes).collect(),
+        points,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_follow_pytorch_ddp_for_the_default_mlp() {
+        // 8 x Linear(8192, 8192): each weight (256 MiB fp32) overflows any cap, so each
+        // layer's bias and weight form one bucket, last layer first.
+        let bks = buckets(8192, 8, 1 << 20, 25 << 20);
+        assert_eq!(bks.len(), 8);
+        let layer = 8192 * 4 + 8192 * 8192 * 4;
+        for (k, b) in bks.iter().enumerate() {
+            assert_eq!(b.bytes, layer);
+            assert_eq!(b.offset, k as u64 * layer);
+            assert_eq!(b.ready_after_layer, 7 - k);
+        }
+    }
+
+    #[test]
+    fn small_layers_share_buckets_and_the_first_bucket_is_smaller() {
+        // 64 x 64 layers: 16 KiB weight + 256 B bias each. First cap 20 KiB, then 40 KiB.
+        let bks = buckets(64, 10, 20 << 10, 40 << 10);
+        let total: u64 = bks.iter().map(|b| b.bytes).sum();
+        assert_eq!(total, 10 * (64 * 4 + 64 * 64 * 4));
+        assert!(
+            bks[0].bytes >= 20 << 10 && bks[0].bytes < 40 << 10,
+            "{bks:?}"
+        );
+        assert!(bks[1].bytes >= 40 << 10, "{bks:?}");
+        // Contiguous, in order, each ready after the lowest layer it holds.
+        let mut off = 0;
+        for b in &bks {
+            assert_eq!(b.offset, off);
+            off += b.bytes;
+        }
+        assert_eq!(bks.last().map(|b| b.ready_after_layer), Some(0));
+        assert_eq!(bks[0].ready_after_layer, 8);
+    }
+
+    #[test]
+    fn weight_gradients_land_inside_their_layers_bucket() {
+        let bks = buckets(8192, 8, 1 << 20, 25 << 20);
+        for l in 0..8 {
+            let off = wgrad_offset(8192, 8, l);
+            let b = bks
+                .iter()
+                .find(|b| b.ready_after_layer == l)
+                .expect("a bucket for each layer");
+            assert!(off >= b.offset && off + 8192 * 8192 * 4 <= b.offset + b.bytes);
+        }
+    }
+
+    #[test]
+    fn step_flops_count_three_gemms_per_layer_less_one() {
+        assert_eq!(
+            step_flops(8192, 8, 4096),
+            2.0 * 4096.0 * 8192.0 * 8192.0 * 23.0
+        );
+    }
+}

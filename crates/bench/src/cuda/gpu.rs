@@ -1,0 +1,501 @@
+//! Thin, owned wrappers over the CUDA driver API (contexts, memory, streams, events) with
+//! errors as values; everything the measurements need and nothing more.
+
+use cudarc::driver::sys;
+use std::ffi::{CStr, c_void};
+use std::time::{Duration, Instant};
+
+/// A failed CUDA, NCCL or cuBLAS call, or a wait that ran past its deadline.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("{call} failed: {detail}")]
+    Call { call: &'static str, detail: String },
+    #[error("{0} did not finish within {1:?}")]
+    Timeout(String, Duration),
+}
+
+pub type GpuResult<T> = Result<T, GpuError>;
+
+/// Turns a driver status into a result.
+pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
+    if status == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut text: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorString writes a pointer to a static string or leaves it null.
+    unsafe { sys::cuGetErrorString(status, &mut text) };
+    let detail = if text.is_null() {
+        format!("{status:?}")
+    } else {
+        // SAFETY: non-null results of cuGetErrorString are NUL-terminated static strings.
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Err(GpuError::Call { call, detail })
+}
+
+/// Whether the driver library can be opened at all.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the shared library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// Initialises the driver and counts devices.
+pub fn init_and_count() -> GpuResult<u32> {
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        check("cuInit", sys::cuInit(0))?;
+        let mut n = 0i32;
+        check("cuDeviceGetCount", sys::cuDeviceGetCount(&mut n))?;
+        Ok(n.max(0) as u32)
+    }
+}
+
+/// Driver version as "13.0".
+pub fn driver_cuda_version() -> Option<String> {
+    let mut v = 0i32;
+    // SAFETY: valid out-pointer.
+    let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
+    ok.then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+/// One device with its primary context.
+pub struct Gpu {
+    pub index: u32,
+    pub dev: sys::CUdevice,
+    pub ctx: sys::CUcontext,
+}
+
+// SAFETY: CUDA contexts may be made current on any thread.
+unsafe impl Send for Gpu {}
+// SAFETY: all uses go through driver calls, which are thread safe.
+unsafe impl Sync for Gpu {}
+
+impl Gpu {
+    pub fn open(index: u32) -> GpuResult<Gpu> {
+        let mut dev: sys::CUdevice = 0;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: valid out-pointers; the primary context is released in Drop.
+        unsafe {
+            check("cuDeviceGet", sys::cuDeviceGet(&mut dev, index as i32))?;
+            check(
+                "cuDevicePrimaryCtxRetain",
+                sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            )?;
+        }
+        let gpu = Gpu { index, dev, ctx };
+        gpu.bind()?;
+        Ok(gpu)
+    }
+
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> GpuResult<()> {
+        // SAFETY: ctx is a retained primary context.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+
+    pub fn name(&self) -> String {
+        let mut buf = [0 as std::ffi::c_char; 256];
+        // SAFETY: the buffer is 256 bytes as declared.
+        let st = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), 256, self.dev) };
+        if st != sys::CUresult::CUDA_SUCCESS {
+            return "unknown".into();
+        }
+        // SAFETY: cuDeviceGetName writes a NUL-terminated string into the buffer.
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    pub fn pci_bus_id(&self) -> Option<String> {
+        let mut buf = [0 as std::ffi::c_char; 64];
+        // SAFETY: the buffer is 64 bytes as declared.
+        let st = unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, self.dev) };
+        if st != sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        // SAFETY: NUL-terminated by the driver.
+        Some(
+            unsafe { CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned(),
+        )
+    }
+
+    pub fn total_mem(&self) -> u64 {
+        let mut bytes = 0usize;
+        // SAFETY: valid out-pointer.
+        unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, self.dev) };
+        bytes as u64
+    }
+
+    /// Enables peer access from this GPU's context to `peer`'s memory (idempotent).
+    pub fn enable_peer(&self, peer: &Gpu) -> GpuResult<()> {
+        let mut can = 0i32;
+        // SAFETY: valid devices and out-pointer.
+        unsafe {
+            check(
+                "cuDeviceCanAccessPeer",
+                sys::cuDeviceCanAccessPeer(&mut can, self.dev, peer.dev),
+            )?;
+        }
+        if can == 0 {
+            return Err(GpuError::Call {
+                call: "cuDeviceCanAccessPeer",
+                detail: format!("GPU {} cannot access GPU {}", self.index, peer.index),
+            });
+        }
+        self.bind()?;
+        // SAFETY: peer.ctx is a retained context.
+        let st = unsafe { sys::cuCtxEnablePeerAccess(peer.ctx, 0) };
+        if st == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        check("cuCtxEnablePeerAccess", st)
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: releases the reference taken in open().
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
+    }
+}
+
+/// Device memory, freed on drop.
+pub struct DevBuf {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+    ctx: sys::CUcontext,
+}
+
+// SAFETY: a device pointer is a plain address usable from any thread.
+unsafe impl Send for DevBuf {}
+// SAFETY: as above; the buffer's contents are only touched by device work.
+unsafe impl Sync for DevBuf {}
+
+impl DevBuf {
+    pub fn new(gpu: &Gpu, bytes: usize) -> GpuResult<DevBuf> {
+        gpu.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; freed in Drop.
+        check("cuMemAlloc", unsafe {
+            sys::cuMemAlloc_v2(&mut ptr, bytes.max(1))
+        })?;
+        Ok(DevBuf {
+            ptr,
+            bytes,
+            ctx: gpu.ctx,
+        })
+    }
+
+    pub fn void(&self) -> *mut c_void {
+        self.ptr as *mut c_void
+    }
+
+    /// Address `offset` bytes into the buffer.
+    pub fn at(&self, offset: usize) -> sys::CUdeviceptr {
+        self.ptr + offset as u64
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: frees memory allocated in new(); the context is retained by a Gpu that
+        // outlives the buffer in every caller.
+        unsafe {
+            sys::cuCtxSetCurrent(self.ctx);
+            sys::cuMemFree_v2(self.ptr);
+        }
+    }
+}
+
+/// Page-locked host memory, freed on drop.
+pub struct HostBuf {
+    ptr: *mut u8,
+    pub bytes: usize,
+}
+
+// SAFETY: plain host memory owned by this value.
+unsafe impl Send for HostBuf {}
+// SAFETY: shared access is read-only through as_slice.
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    pub fn new(gpu: &Gpu, bytes: usize) -> GpuResult<HostBuf> {
+        gpu.bind()?;
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: portable pinned allocation, freed in Drop.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(&mut ptr, bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        Ok(HostBuf {
+            ptr: ptr as *mut u8,
+            bytes,
+        })
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr points to `bytes` bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, uniquely borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+    pub fn void(&self) -> *mut c_void {
+        self.ptr as *mut c_void
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: frees the allocation made in new().
+        unsafe { sys::cuMemFreeHost(self.ptr as *mut c_void) };
+    }
+}
+
+/// A non-blocking stream on one GPU.
+pub struct Stream {
+    pub raw: sys::CUstream,
+}
+
+// SAFETY: streams may be used from any thread.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    pub fn new(gpu: &Gpu) -> GpuResult<Stream> {
+        gpu.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed in Drop.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Stream { raw })
+    }
+
+    pub fn wait(&self, event: &Event) -> GpuResult<()> {
+        // SAFETY: both handles are live.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.raw, event.raw, 0)
+        })
+    }
+
+    /// Waits for the stream by polling, so a hung stream returns a timeout instead of
+    /// blocking forever; `abort` is checked between polls.
+    pub fn sync_until(
+        &self,
+        what: &str,
+        deadline: Instant,
+        abort: &dyn Fn() -> bool,
+    ) -> GpuResult<()> {
+        let mut sleep = Duration::from_micros(20);
+        loop {
+            // SAFETY: live stream.
+            let st = unsafe { sys::cuStreamQuery(self.raw) };
+            if st == sys::CUresult::CUDA_SUCCESS {
+                return Ok(());
+            }
+            if st != sys::CUresult::CUDA_ERROR_NOT_READY {
+                return check("cuStreamQuery", st);
+            }
+            if abort() || Instant::now() >= deadline {
+                return Err(GpuError::Timeout(
+                    what.to_string(),
+                    deadline.saturating_duration_since(Instant::now()),
+                ));
+            }
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    pub fn sync(&self) -> GpuResult<()> {
+        // SAFETY: live stream.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.raw)
+        })
+    }
+
+    pub fn memcpy_dtod(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> GpuResult<()> {
+        // SAFETY: callers pass addresses of live buffers of at least `bytes`.
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.raw)
+        })
+    }
+
+    pub fn memcpy_htod(&self, dst: sys::CUdeviceptr, src: &HostBuf, bytes: usize) -> GpuResult<()> {
+        let bytes = bytes.min(src.bytes);
+        // SAFETY: src is pinned and holds at least `bytes`; dst is a live device buffer.
+        check("cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst, src.void(), bytes, self.raw)
+        })
+    }
+
+    pub fn memcpy_dtoh(
+        &self,
+        dst: &mut HostBuf,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> GpuResult<()> {
+        let bytes = bytes.min(dst.bytes);
+        // SAFETY: dst is pinned and holds at least `bytes`.
+        check("cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.void(), src, bytes, self.raw)
+        })
+    }
+
+    pub fn memset_d32(&self, dst: sys::CUdeviceptr, value: u32, words: usize) -> GpuResult<()> {
+        // SAFETY: dst holds at least `words` 32-bit words.
+        check("cuMemsetD32Async", unsafe {
+            sys::cuMemsetD32Async(dst, value, words, self.raw)
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: destroys the stream created in new().
+        unsafe { sys::cuStreamDestroy_v2(self.raw) };
+    }
+}
+
+/// A timing event.
+pub struct Event {
+    pub raw: sys::CUevent,
+}
+
+// SAFETY: events may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(gpu: &Gpu) -> GpuResult<Event> {
+        gpu.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed in Drop.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DEFAULT as u32)
+        })?;
+        Ok(Event { raw })
+    }
+    pub fn record(&self, stream: &Stream) -> GpuResult<()> {
+        // SAFETY: live handles.
+        check("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.raw, stream.raw)
+        })
+    }
+    /// Milliseconds from `self` to `end` (both recorded and complete).
+    pub fn elapsed_ms(&self, end: &Event) -> GpuResult<f64> {
+        let mut ms = 0f32;
+        // SAFETY: live events, valid out-pointer.
+        check("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw)
+        })?;
+        Ok(f64::from(ms))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: destroys the event created in new().
+        unsafe { sys::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+/// Deterministic 64-bit pattern word (splitmix64 of seed and index).
+pub fn pattern_word(seed: u64, i: u64) -> u64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(i.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        .wrapping_add(0x94D0_49BB_1331_11EB);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Fills `buf` with the pattern of `seed`, using several threads.
+pub fn fill_pattern(buf: &mut [u8], seed: u64) {
+    let words = buf.len() / 8;
+    let chunk_words = (words / 16).max(1 << 16);
+    let (head, tail) = buf.split_at_mut(words * 8);
+    std::thread::scope(|s| {
+        for (ci, chunk) in head.chunks_mut(chunk_words * 8).enumerate() {
+            s.spawn(move || {
+                let base = (ci * chunk_words) as u64;
+                for (j, w) in chunk.chunks_exact_mut(8).enumerate() {
+                    w.copy_from_slice(&pattern_word(seed, base + j as u64).to_le_bytes());
+                }
+            });
+        }
+    });
+    for (k, b) in tail.iter_mut().enumerate() {
+        *b = (pattern_word(seed, words as u64 + k as u64) & 0xff) as u8;
+    }
+}
+
+/// Counts 8-byte words of `buf` that differ from the pattern of `seed` (several threads).
+pub fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
+    let words = buf.len() / 8;
+    let chunk_words = (words / 16).max(1 << 16);
+    let head = &buf[..words * 8];
+    let mut bad: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = head
+            .chunks(chunk_words * 8)
+            .enumerate()
+            .map(|(ci, chunk)| {
+                s.spawn(move || {
+                    let base = (ci * chunk_words) as u64;
+                    chunk
+                        .chunks_exact(8)
+                        .enumerate()
+                        .filter(|(j, w)| {
+                            let mut a = [0u8; 8];
+                            a.copy_from_slice(w);
+                            u64::from_le_bytes(a) != pattern_word(seed, base + *j as u64)
+                        })
+                        .count() as u64
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(u64::MAX))
+            .sum()
+    });
+    for (k, b) in buf[words * 8..].iter().enumerate() {
+        if *b != (pattern_word(seed, words as u64 + k as u64) & 0xff) as u8 {
+            bad += 1;
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_check_finds_exactly_the_corrupted_words() {
+        let mut buf = vec![0u8; 8 * 300_000 + 3];
+        fill_pattern(&mut buf, 7);
+        assert_eq!(count_pattern_mismatch(&buf, 7), 0);
+        buf[8 * 12345] ^= 1;
+        buf[8 * 299_999 + 7] ^= 0x80;
+        let last = buf.len() - 1;
+        buf[last] ^= 1;
+        assert_eq!(count_pattern_mismatch(&buf, 7), 3);
+        assert!(
+            count_pattern_mismatch(&buf, 8) > 290_000,
+            "another seed is another pattern"
+        );
+    }
+}
