@@ -37,6 +37,9 @@ impl NodeInput {
 }
 
 /// What came back from a node.
+// A run holds one outcome per node, most of them measured: boxing the result would only
+// add an allocation per node.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeOutcome {
     Measured(CompactResult),
@@ -1046,15 +1049,17 @@ fn check_pairs(
         let mut slow: BTreeMap<(u32, u32), (f64, ExpectationSource)> = BTreeMap::new();
         let node_mad = fleet::mad(&all, node_median);
         for (pair, v) in &set.values {
-            if let Some((floor, source)) = set.floor
-                && *v < floor
-            {
-                slow.insert(*pair, (floor, source));
-            } else if !explicit(set.metric)
+            // Against the node's other pairs first (the sharpest evidence for one link),
+            // then the profile floor; an explicit threshold alone when the spec sets one.
+            if !explicit(set.metric)
                 && all.len() >= rule.min_count
                 && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
             {
                 slow.insert(*pair, (node_median, ExpectationSource::Node));
+            } else if let Some((floor, source)) = set.floor
+                && *v < floor
+            {
+                slow.insert(*pair, (floor, source));
             }
         }
         slow.retain(|(a, b), _| {
@@ -1462,3 +1467,6 @@ fn findings_exist(stats: &[(NodeStats, Vec<Finding>)], node: &str, key: &SeriesK
             f.metric == key.metric && f.collective == key.collective && f.subject.gpu == key.gpu
         })
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,8 +19,8 @@
 //! - Phase errors: a watchdog timeout is a Timeout finding, a failure an Errored finding
 //!   (both Critical); a phase that could not run here is an Errored Info finding.
 //! - GPU pairs: a pair well below the node's other pairs (same outlier rule as the fleet,
-//!   against the median of the node's pairs), or below a threshold or profile floor, is
-//!   Slow. The smallest subject at fault is named: every pair of one GPU slow blames the
+//!   against the median of the node's pairs, at least 3 pairs), or else below the profile
+//!   floor, is Slow; when the spec sets a pair threshold, that threshold alone judges. The smallest subject at fault is named: every pair of one GPU slow blames the
 //!   GPU, every pair of the node slow blames the node, else each pair.
 //! - Stragglers: a GPU whose DDP compute time exceeds `stragglerRatio` x the node's median.
 //! - A node with a critical finding on a GPU or GPU pair gets no node-wide fleet finding:
