@@ -1,0 +1,57 @@
+//! `fabric-kubelet`: the process-kubelet as a program, for the demo and for manual runs
+//! against a local control plane (see `gpufabric_tests::kubelet`).
+
+use anyhow::Context;
+use clap::Parser;
+use gpufabric_tests::fleet::SimFleet;
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use std::path::PathBuf;
+
+/// Registers the simulated GPU nodes of a fleet file and runs the pods bound to them as
+/// local processes, until Ctrl-C.
+#[derive(Parser, Debug)]
+#[command(name = "fabric-kubelet", version, about)]
+struct Cli {
+    /// Kubeconfig of the cluster (admin credentials).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// Fleet description (YAML), as `gpufabric_bench::fleet::Fleet` reads it.
+    #[arg(long)]
+    fleet: PathBuf,
+    /// Directory holding `fabric-agent` (default: this program's dir).
+    #[arg(long)]
+    agent_bin_dir: Option<PathBuf>,
+    /// Where pod dirs (logs, termination messages) go (default: a temp dir).
+    #[arg(long)]
+    root_dir: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let fleet = SimFleet::load(&cli.fleet)?;
+    let kc = kube::config::Kubeconfig::read_from(&cli.kubeconfig)
+        .with_context(|| format!("reading {}", cli.kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .with_context(|| format!("loading {}", cli.kubeconfig.display()))?;
+    let client = kube::Client::try_from(config)?;
+    let mut opts = KubeletOptions::default();
+    if let Some(d) = cli.agent_bin_dir {
+        opts.agent_bin_dir = d;
+    }
+    opts.root_dir = cli.root_dir;
+    let mut kubelet = Kubelet::start(client, &fleet, opts).await?;
+    tracing::info!(
+        nodes = kubelet.node_names().len(),
+        "fabric-kubelet running; Ctrl-C stops it"
+    );
+    tokio::signal::ctrl_c().await?;
+    kubelet.shutdown();
+    Ok(())
+}

@@ -1,0 +1,566 @@
+//! The test harness itself, against a real kube-apiserver: the control plane starts, the
+//! CRDs' validation is what users get, the process-kubelet runs pods as a kubelet does,
+//! and nothing is left running when a test fails or is killed.
+
+use gpufabric_api::{FabricTest, keys};
+use gpufabric_tests::cluster::{Cluster, DIR_PREFIX};
+use gpufabric_tests::fleet::{H100, H200, SimFleet};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use gpufabric_tests::process::{pid_alive, processes_mentioning};
+use gpufabric_tests::{wait, workspace_root};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(90);
+const NS: &str = "harness";
+
+async fn start() -> Cluster {
+    gpufabric_tests::init_tracing();
+    let cluster = Cluster::start().await.expect("local control plane starts");
+    eprintln!(
+        "control plane up in {:.1}s at {}",
+        cluster.startup_time().as_secs_f64(),
+        cluster.server()
+    );
+    cluster
+}
+
+/// A cluster with two simulated nodes (`node-01` H100, `node-02` H200), a kubelet, and
+/// the `harness` namespace.
+async fn start_with_nodes() -> (Cluster, SimFleet, Kubelet) {
+    let cluster = start().await;
+    let mut fleet = SimFleet::uniform("node", 2, H100, 8);
+    fleet.nodes[1].product = H200.to_string();
+    let fleet = SimFleet::write(fleet).expect("fleet file");
+    let kubelet = Kubelet::start(cluster.client(), &fleet, KubeletOptions::default())
+        .await
+        .expect("kubelet starts");
+    cluster.create_namespace(NS).await.expect("namespace");
+    (cluster, fleet, kubelet)
+}
+
+fn shell_pod(name: &str, node: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "main",
+                "image": "busybox",
+                "command": ["sh", "-c", script],
+                "env": [
+                    {"name": "LITERAL", "value": "lit"},
+                    {"name": "EXPANDED", "value": "$(LITERAL)-x"},
+                    {"name": keys::ENV_NODE_NAME, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                    {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                    {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                ],
+            }],
+        },
+    }))
+    .expect("valid pod")
+}
+
+async fn create_pod(cluster: &Cluster, pod: &Pod) -> Api<Pod> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), NS);
+    pods.create(&PostParams::default(), pod)
+        .await
+        .expect("pod created");
+    pods
+}
+
+fn phase(p: Option<&Pod>) -> String {
+    p.and_then(|p| p.status.as_ref()?.phase.clone())
+        .unwrap_or_default()
+}
+
+async fn wait_phase(pods: &Api<Pod>, name: &str, want: &'static [&'static str]) -> Pod {
+    wait::for_object(pods, name, T, |p: Option<&Pod>| {
+        want.contains(&phase(p).as_str())
+    })
+    .await
+    .expect("pod reaches the phase")
+    .expect("pod exists")
+}
+
+fn terminated(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStateTerminated {
+    pod.status
+        .as_ref()
+        .and_then(|s| {
+            s.container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .terminated
+                .clone()
+        })
+        .expect("container terminated state")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_is_up_reports_v1_33_and_crds_are_established() {
+    let cluster = start().await;
+    let version = cluster
+        .client()
+        .apiserver_version()
+        .await
+        .expect("/version answers");
+    assert!(
+        version.git_version.starts_with("v1.33."),
+        "gitVersion {}",
+        version.git_version
+    );
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "33")
+    );
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client());
+    for name in ["fabrictests.gpufabric.io", "fabrictestruns.gpufabric.io"] {
+        let crd = crds.get(name).await.expect("CRD installed");
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        assert!(established, "{name} is Established");
+    }
+    // kubectl from the same build talks to it with the admin kubeconfig.
+    let out = cluster
+        .kubectl()
+        .args(["get", "fabrictests", "-A", "-o", "name"])
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl get fabrictests: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Each invalid FabricTest and the message the API server answers with.
+fn invalid_cases() -> Vec<(&'static str, serde_json::Value, String)> {
+    let ge = |field: &str, v: i64, min: i64| {
+        format!(
+            "{field}: Invalid value: {v}: {field} in body should be greater than or equal to {min}"
+        )
+    };
+    vec![
+        (
+            "malformed cron",
+            json!({"schedule": "not a cron"}),
+            format!(
+                "spec.schedule: Invalid value: \"string\": {}",
+                gpufabric_api::test::CRON_MESSAGE
+            ),
+        ),
+        (
+            "cron minute out of range",
+            json!({"schedule": "61 * * * *"}),
+            format!(
+                "spec.schedule: Invalid value: \"string\": {}",
+                gpufabric_api::test::CRON_MESSAGE
+            ),
+        ),
+        (
+            "minBytes > maxBytes",
+            json!({"suite": {"ncclSweep": {"minBytes": 1048576, "maxBytes": 1024}}}),
+            "spec.suite.ncclSweep: Invalid value: \"object\": ncclSweep.minBytes must not be larger than ncclSweep.maxBytes".to_string(),
+        ),
+        (
+            "unknown collective",
+            json!({"suite": {"ncclSweep": {"collectives": ["allReduce", "allScatter"]}}}),
+            "spec.suite.ncclSweep.collectives[1]: Unsupported value: \"allScatter\": supported values: \"allReduce\", \"allGather\", \"reduceScatter\", \"broadcast\", \"reduce\", \"allToAll\", \"sendRecv\"".to_string(),
+        ),
+        (
+            "maxQuarantined 150%",
+            json!({"quarantine": {"maxQuarantined": "150%"}}),
+            "spec.quarantine: Invalid value: \"object\": quarantine.maxQuarantined must be a count >= 0 or a percent from 0% to 100%".to_string(),
+        ),
+        (
+            "negative count",
+            json!({"suite": {"ncclSweep": {"iters": -1}}}),
+            ge("spec.suite.ncclSweep.iters", -1, 1),
+        ),
+        (
+            "zero iters",
+            json!({"suite": {"ncclSweep": {"iters": 0}}}),
+            ge("spec.suite.ncclSweep.iters", 0, 1),
+        ),
+        (
+            "zero layers",
+            json!({"suite": {"ddpProbe": {"layers": 0}}}),
+            ge("spec.suite.ddpProbe.layers", 0, 1),
+        ),
+        (
+            "empty gpuCounts",
+            json!({"suite": {"ddpProbe": {"gpuCounts": []}}}),
+            "spec.suite.ddpProbe.gpuCounts: Invalid value: 0: spec.suite.ddpProbe.gpuCounts in body should have at least 1 items".to_string(),
+        ),
+        (
+            "stepFactor 1",
+            json!({"suite": {"ncclSweep": {"stepFactor": 1}}}),
+            ge("spec.suite.ncclSweep.stepFactor", 1, 2),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_rejects_each_invalid_fabric_test_with_its_message() {
+    let cluster = start().await;
+    cluster.create_namespace(NS).await.expect("namespace");
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        NS,
+        &kube::api::ApiResource::erase::<FabricTest>(&()),
+    );
+    let mut wrong = Vec::new();
+    for (i, (case, spec, message)) in invalid_cases().into_iter().enumerate() {
+        let name = format!("invalid-{i}");
+        let obj = json!({
+            "apiVersion": "gpufabric.io/v1alpha1",
+            "kind": "FabricTest",
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        let obj: DynamicObject = serde_json::from_value(obj).expect("object");
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => wrong.push(format!("{case}: accepted")),
+            Err(kube::Error::Api(status)) => {
+                let expected = format!("FabricTest.gpufabric.io \"{name}\" is invalid: {message}");
+                if status.code != 422 || status.message != expected {
+                    wrong.push(format!(
+                        "{case}: got {} {:?}\n   expected {expected:?}",
+                        status.code, status.message
+                    ));
+                }
+            }
+            Err(e) => wrong.push(format!("{case}: {e}")),
+        }
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_server_accepts_the_examples_and_fills_in_defaults() {
+    let cluster = start().await;
+    cluster
+        .create_namespace("gpufabric")
+        .await
+        .expect("namespace");
+    let api: Api<FabricTest> = Api::namespaced(cluster.client(), "gpufabric");
+    for file in ["minimal.yaml", "nightly.yaml", "full.yaml"] {
+        let path = workspace_root().join("deploy/examples").join(file);
+        let text = std::fs::read_to_string(&path).expect("example readable");
+        let ft: FabricTest = serde_yaml::from_str(&text).expect("example parses");
+        let name = ft.metadata.name.clone().expect("example has a name");
+        // Send what the file says, not what serde fills in, so the server does the defaulting.
+        let raw: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
+        let dynamic: Api<DynamicObject> = Api::namespaced_with(
+            cluster.client(),
+            "gpufabric",
+            &kube::api::ApiResource::erase::<FabricTest>(&()),
+        );
+        dynamic
+            .create(&PostParams::default(), &raw)
+            .await
+            .unwrap_or_else(|e| panic!("{file} is accepted: {e}"));
+        let stored = api.get(&name).await.expect("stored");
+        if file == "minimal.yaml" {
+            // Everything the example leaves out comes back with the server's defaults.
+            let s = &stored.spec;
+            assert_eq!(s.suite.nccl_sweep.iters, 20);
+            assert_eq!(s.suite.nccl_sweep.step_factor, 2);
+            assert_eq!(s.suite.nccl_sweep.max_bytes, 1 << 30);
+            assert_eq!(s.agent.timeout_seconds, 900);
+            assert_eq!(s.successful_runs_history_limit, 3);
+            assert_eq!(s.failed_runs_history_limit, 1);
+            let stored_raw = dynamic.get(&name).await.expect("stored");
+            assert!(
+                stored_raw.data["spec"]["suite"]["ncclSweep"]["iters"] == json!(20),
+                "the server wrote the default into the object: {}",
+                stored_raw.data["spec"]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_registers_ready_gpu_nodes_with_leases() {
+    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let node = nodes.get("node-02").await.expect("node registered");
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(keys::LABEL_GPU_PRODUCT).map(String::as_str),
+        Some(H200)
+    );
+    assert_eq!(
+        labels.get(keys::LABEL_GPU_COUNT).map(String::as_str),
+        Some("8")
+    );
+    assert_eq!(
+        labels.get("kubernetes.io/hostname").map(String::as_str),
+        Some("node-02")
+    );
+    assert_eq!(labels.get("pool").map(String::as_str), Some("training"));
+    let status = node.status.clone().expect("node status");
+    for res in [status.capacity.clone(), status.allocatable.clone()] {
+        let res = res.expect("resources");
+        assert_eq!(res.get(keys::RESOURCE_GPU).map(|q| q.0.as_str()), Some("8"));
+        assert!(res.contains_key("cpu") && res.contains_key("memory") && res.contains_key("pods"));
+    }
+    let ready = |n: Option<&Node>| -> Option<String> {
+        n?.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(ready(Some(&node)).as_deref(), Some("True"));
+    let leases: Api<Lease> = Api::namespaced(cluster.client(), "kube-node-lease");
+    let lease = leases.get("node-02").await.expect("lease exists");
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some("node-02")
+    );
+
+    kubelet
+        .set_node_ready("node-01", false)
+        .await
+        .expect("set NotReady");
+    wait::for_object(&nodes, "node-01", T, |n| {
+        ready(n).as_deref() == Some("False")
+    })
+    .await
+    .expect("node-01 NotReady");
+    kubelet
+        .set_node_ready("node-01", true)
+        .await
+        .expect("set Ready");
+    wait::for_object(&nodes, "node-01", T, |n| {
+        ready(n).as_deref() == Some("True")
+    })
+    .await
+    .expect("node-01 Ready again");
+
+    kubelet.remove_node("node-02").await.expect("remove");
+    wait::for_deletion(&nodes, "node-02", T)
+        .await
+        .expect("node-02 gone");
+    assert_eq!(kubelet.node_names(), vec!["node-01".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_runs_its_command_and_succeeds_with_its_termination_message() {
+    let (cluster, fleet, _kubelet) = start_with_nodes().await;
+    let script = r#"printf '%s|%s|%s|%s|%s|%s' "$FABRIC_NODE_NAME" "$POD_NAME" "$POD_NAMESPACE" "$POD_IP" "$EXPANDED" "$FABRIC_SIM_FLEET" > "$FABRIC_TERMINATION_LOG""#;
+    let pods = create_pod(&cluster, &shell_pod("ok", "node-01", script)).await;
+    let pod = wait_phase(&pods, "ok", &["Succeeded", "Failed"]).await;
+    assert_eq!(phase(Some(&pod)), "Succeeded");
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .expect("pod IP");
+    assert!(ip.starts_with("127."), "pod IP {ip} is a loopback address");
+    let t = terminated(&pod);
+    assert_eq!(t.exit_code, 0);
+    assert_eq!(t.reason.as_deref(), Some("Completed"));
+    let expected = format!("node-01|ok|{NS}|{ip}|lit-x|{}", fleet.path().display());
+    assert_eq!(t.message.as_deref(), Some(expected.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_command_ends_failed_with_its_exit_code_and_pod_ips_differ() {
+    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
+    let pods = create_pod(
+        &cluster,
+        &shell_pod(
+            "bad",
+            "node-02",
+            "echo broken > \"$FABRIC_TERMINATION_LOG\"; exit 3",
+        ),
+    )
+    .await;
+    create_pod(&cluster, &shell_pod("good", "node-02", "true")).await;
+    let pod = wait_phase(&pods, "bad", &["Succeeded", "Failed"]).await;
+    assert_eq!(phase(Some(&pod)), "Failed");
+    let t = terminated(&pod);
+    assert_eq!(t.exit_code, 3);
+    assert_eq!(t.reason.as_deref(), Some("Error"));
+    assert_eq!(t.message.as_deref(), Some("broken\n"));
+    let good = wait_phase(&pods, "good", &["Succeeded"]).await;
+    let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
+    assert_ne!(ip(&pod), ip(&good), "each pod gets its own IP");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_deadline_ends_a_sleeping_pod_with_deadline_exceeded() {
+    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let mut pod = shell_pod("slow", "node-01", "sleep 300");
+    pod.spec.as_mut().expect("spec").active_deadline_seconds = Some(2);
+    let pods = create_pod(&cluster, &pod).await;
+    wait_phase(&pods, "slow", &["Running"]).await;
+    let pid = kubelet.pod_pid(NS, "slow").expect("process runs");
+    let pod = wait_phase(&pods, "slow", &["Succeeded", "Failed"]).await;
+    let status = pod.status.clone().expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert!(!pid_alive(pid), "the sleeping process {pid} was killed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_pod_kills_its_process_and_the_pod_disappears() {
+    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let pods = create_pod(&cluster, &shell_pod("victim", "node-01", "sleep 300")).await;
+    wait_phase(&pods, "victim", &["Running"]).await;
+    let pid = kubelet.pod_pid(NS, "victim").expect("process runs");
+    assert!(pid_alive(pid));
+    // A graceful delete (the default 30 s grace period): the kubelet must confirm it.
+    pods.delete("victim", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait::for_deletion(&pods, "victim", T)
+        .await
+        .expect("pod object disappears");
+    assert!(!pid_alive(pid), "process {pid} is gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collector_deletes_owned_pods_through_the_kubelet() {
+    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let owners: Api<ConfigMap> = Api::namespaced(cluster.client(), NS);
+    let owner = owners
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "owner"}})).expect("cm"),
+        )
+        .await
+        .expect("owner created");
+    let mut pod = shell_pod("owned", "node-02", "sleep 300");
+    pod.metadata.owner_references = Some(vec![
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.metadata.uid.clone().expect("uid"),
+        }))
+        .expect("owner reference"),
+    ]);
+    let pods = create_pod(&cluster, &pod).await;
+    wait_phase(&pods, "owned", &["Running"]).await;
+    let pid = kubelet.pod_pid(NS, "owned").expect("process runs");
+    owners
+        .delete("owner", &DeleteParams::background())
+        .await
+        .expect("owner deleted");
+    wait::for_deletion(&pods, "owned", T)
+        .await
+        .expect("the controller-manager's garbage collector deletes the pod");
+    assert!(!pid_alive(pid), "process {pid} is gone");
+}
+
+/// Which of the two child modes below a child process of this test binary runs.
+const CHILD_ENV: &str = "GPUFABRIC_HARNESS_CHILD";
+
+/// Not a test of its own: the child process of the two tests below. It starts a cluster,
+/// a kubelet and a sleeping pod, prints the cluster dir and the pod's pid, then panics
+/// (`panic`) or waits to be killed (`wait`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by the tests below"]
+async fn child_starts_a_cluster_then_panics_or_waits() {
+    let mode = std::env::var(CHILD_ENV).expect("run by the parent test");
+    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let pods = create_pod(&cluster, &shell_pod("sleeper", "node-01", "sleep 300")).await;
+    wait_phase(&pods, "sleeper", &["Running"]).await;
+    let pid = kubelet.pod_pid(NS, "sleeper").expect("pod process");
+    println!("CHILD dir={} pid={pid}", cluster.dir().display());
+    if mode == "panic" {
+        panic!("panicking on purpose with a cluster running");
+    }
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// Runs the child test in `mode`; returns the child, its cluster dir and the pod's pid
+/// once the child has printed them.
+fn spawn_child(mode: &str) -> (std::process::Child, String, u32) {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "child_starts_a_cluster_then_panics_or_waits",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("child starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut found = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("child output");
+        if let Some(rest) = line.strip_prefix("CHILD dir=") {
+            let (dir, pid) = rest.split_once(" pid=").expect("dir and pid");
+            found = Some((dir.to_string(), pid.parse().expect("pid")));
+            break;
+        }
+    }
+    let (dir, pid) = found.expect("child printed its cluster dir");
+    assert!(dir.contains(DIR_PREFIX));
+    (child, dir, pid)
+}
+
+fn assert_nothing_left(dir: &str, pod_pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = processes_mentioning(dir);
+        if left.is_empty() && !pid_alive(pod_pid) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running: {left:?}, pod process alive: {}",
+            pid_alive(pod_pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_panicking_test_leaves_no_processes_behind() {
+    let (mut child, dir, pid) = spawn_child("panic");
+    let status = child.wait().expect("child ends");
+    assert!(!status.success(), "the child test panicked");
+    assert_nothing_left(&dir, pid);
+    assert!(
+        !std::path::Path::new(&dir).exists(),
+        "the cluster dir {dir} was removed"
+    );
+}
+
+#[test]
+fn a_killed_test_process_leaves_no_processes_behind() {
+    let (mut child, dir, pid) = spawn_child("wait");
+    assert!(!processes_mentioning(&dir).is_empty(), "the cluster runs");
+    // SIGKILL: no Drop runs; PR_SET_PDEATHSIG takes the processes down.
+    child.kill().expect("kill the child");
+    let _ = child.wait();
+    assert_nothing_left(&dir, pid);
+    let _ = std::fs::remove_dir_all(&dir);
+}
