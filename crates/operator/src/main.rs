@@ -14,6 +14,26 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the controllers against a cluster.
+    ///
+    /// Connects with --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
+    /// service account. Watches FabricTests (and their runs and pods) in --namespace, or in
+    /// every namespace. Serves /metrics, /live and /ready on --admin-addr. Stops cleanly on
+    /// SIGINT or SIGTERM; a restarted operator resumes every run from the API server.
+    Run {
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long, value_name = "PATH")]
+        kubeconfig: Option<PathBuf>,
+        /// Watch only this namespace (default: all namespaces).
+        #[arg(long, short = 'n', value_name = "NS")]
+        namespace: Option<String>,
+        /// Address of the admin server (/metrics, /live, /ready); "off" disables it.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        admin_addr: String,
+        /// Log as JSON lines instead of text.
+        #[arg(long)]
+        log_json: bool,
+    },
     /// Write the CustomResourceDefinitions (FabricTest, FabricTestRun) as YAML.
     ///
     /// With --out DIR, one file per CRD (what `crds/` holds; CI fails when it is stale);
@@ -29,7 +49,61 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crdgen { out } => crdgen(out),
+        Command::Run {
+            kubeconfig,
+            namespace,
+            admin_addr,
+            log_json,
+        } => {
+            init_tracing(log_json);
+            let admin_addr = match admin_addr.as_str() {
+                "off" | "" => None,
+                a => Some(a.parse().with_context(|| {
+                    format!("--admin-addr {a:?} is not an address like 127.0.0.1:8080")
+                })?),
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let client = client(kubeconfig).await?;
+                gpufabric_operator::run(
+                    client,
+                    gpufabric_operator::controller_options(namespace, admin_addr),
+                )
+                .await
+                .context("running the controllers")
+            })
+        }
     }
+}
+
+fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube=warn,tower=warn,hyper=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found ($KUBECONFIG, ~/.kube/config) and not running in a cluster; pass --kubeconfig PATH")?,
+    };
+    kube::Client::try_from(config).context("creating the Kubernetes client")
 }
 
 fn crdgen(out: Option<PathBuf>) -> anyhow::Result<()> {

@@ -1,0 +1,47 @@
+//! What every reconcile shares: the client, the metrics, the event recorder, and the caches
+//! (Nodes, benchmark Pods, FabricTestRuns) kept current by watches.
+
+use crate::metrics::Metrics;
+use gpufabric_api::run::FabricTestRun;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+use std::sync::Arc;
+
+/// Shared state of the controllers.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub metrics: Arc<Metrics>,
+    /// Publishes Kubernetes Events (see [`crate::events`]).
+    pub recorder: Recorder,
+    /// Every Node (managed fields and image lists stripped).
+    pub nodes: Store<Node>,
+    /// Benchmark pods (those with the `gpufabric.io/run` label).
+    pub pods: Store<Pod>,
+    /// Every FabricTestRun in the watched namespaces.
+    pub runs: Store<FabricTestRun>,
+    /// The namespace watched, or None for all.
+    pub namespace: Option<String>,
+}
+
+impl Context {
+    /// Reference to a run's owning FabricTest, for events on the test.
+    pub fn test_ref_of(run: &FabricTestRun) -> Option<ObjectReference> {
+        let owner = run
+            .metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|o| o.kind == "FabricTest" && o.controller == Some(true))?;
+        Some(ObjectReference {
+            api_version: Some(owner.api_version.clone()),
+            kind: Some(owner.kind.clone()),
+            name: Some(owner.name.clone()),
+            namespace: run.metadata.namespace.clone(),
+            uid: Some(owner.uid.clone()),
+            ..Default::default()
+        })
+    }
+}

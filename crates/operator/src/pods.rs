@@ -1,0 +1,356 @@
+//! The benchmark pod of one node in a run, built without a client: pinned to the node,
+//! every GPU requested, no API credentials, a deadline, and the result in the termination
+//! message.
+
+use crate::names;
+use gpufabric_api::keys;
+use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::test::PullPolicy;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
+    Toleration,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+
+/// Value of the `gpufabric.io/role` label on node-check pods.
+pub const ROLE_NODE_CHECK: &str = "node-check";
+/// Name of the agent container.
+pub const CONTAINER: &str = "agent";
+/// Agent env: the suite to run, as JSON (the frozen copy in the run).
+pub const ENV_SUITE: &str = "FABRIC_SUITE";
+/// Where the agent writes the compact result (the kubelet's default path).
+pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+
+/// Why a pod could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("run has no name or uid yet; it must be read from the API server")]
+    RunNotPersisted,
+    #[error("node {0} has no allocatable nvidia.com/gpu")]
+    NoGpus(String),
+}
+
+/// The owner reference that makes a run the controller of its pods (the garbage collector
+/// deletes them with the run).
+pub fn owner_reference(run: &FabricTestRun) -> Result<OwnerReference, BuildError> {
+    run.controller_owner_ref(&())
+        .ok_or(BuildError::RunNotPersisted)
+}
+
+/// The node-check pod for `node`, which has `gpus` allocatable GPUs.
+pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod, BuildError> {
+    if gpus == 0 {
+        return Err(BuildError::NoGpus(node.to_string()));
+    }
+    let run_name = run.meta().name.clone().ok_or(BuildError::RunNotPersisted)?;
+    let owner = owner_reference(run)?;
+    let spec = &run.spec;
+    let agent = &spec.agent;
+
+    let labels = BTreeMap::from([
+        (keys::LABEL_TEST.to_string(), names::label_value(&spec.test)),
+        (keys::LABEL_RUN.to_string(), names::label_value(&run_name)),
+        (keys::LABEL_NODE.to_string(), names::label_value(node)),
+        (keys::LABEL_ROLE.to_string(), ROLE_NODE_CHECK.to_string()),
+        (
+            "app.kubernetes.io/name".to_string(),
+            "fabric-agent".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            keys::MANAGER.to_string(),
+        ),
+    ]);
+
+    let mut env: Vec<EnvVar> = agent.env.clone();
+    // Ours come last and replace user entries of the same name.
+    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, ENV_SUITE];
+    env.retain(|e| !ours.contains(&e.name.as_str()));
+    env.push(EnvVar {
+        name: keys::ENV_NODE_NAME.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "spec.nodeName".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    env.push(EnvVar {
+        name: keys::ENV_RUN.into(),
+        value: Some(run_name.clone()),
+        ..Default::default()
+    });
+    env.push(EnvVar {
+        name: ENV_SUITE.into(),
+        // Serialising the plain suite struct cannot fail.
+        value: Some(serde_json::to_string(&spec.suite).unwrap_or_default()),
+        ..Default::default()
+    });
+
+    let mut resources: ResourceRequirements = agent.resources.clone().unwrap_or_default();
+    let gpu = Quantity(gpus.to_string());
+    resources
+        .limits
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keys::RESOURCE_GPU.into(), gpu.clone());
+    resources
+        .requests
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keys::RESOURCE_GPU.into(), gpu);
+
+    let mut tolerations = vec![
+        Toleration {
+            key: Some(keys::TAINT_QUARANTINED.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        },
+        // A quarantined node may be cordoned by this operator and is still tested.
+        Toleration {
+            key: Some("node.kubernetes.io/unschedulable".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        },
+    ];
+    tolerations.extend(agent.tolerations.iter().cloned());
+
+    let pull_policy = match agent.image_pull_policy {
+        PullPolicy::Always => "Always",
+        PullPolicy::IfNotPresent => "IfNotPresent",
+        PullPolicy::Never => "Never",
+    };
+
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(names::pod_name(&run_name, node)),
+            namespace: run.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(node.to_string()),
+            restart_policy: Some("Never".into()),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            active_deadline_seconds: Some(i64::from(agent.timeout_seconds)),
+            host_network: agent.host_network.then_some(true),
+            dns_policy: agent
+                .host_network
+                .then(|| "ClusterFirstWithHostNet".to_string()),
+            tolerations: Some(tolerations),
+            termination_grace_period_seconds: Some(10),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(agent.image.clone()),
+                image_pull_policy: Some(pull_policy.into()),
+                command: Some(agent_command(gpus)),
+                env: Some(env),
+                resources: Some(resources),
+                termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
+                termination_message_policy: Some("File".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// The agent command line. The suite travels in `FABRIC_SUITE`.
+pub fn agent_command(_gpus: u32) -> Vec<String> {
+    vec!["fabric-agent".into(), "node-check".into()]
+}
+
+/// Allocatable GPUs of a node (`nvidia.com/gpu`), 0 when absent or unreadable.
+pub fn allocatable_gpus(node: &k8s_openapi::api::core::v1::Node) -> u32 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(keys::RESOURCE_GPU))
+        .and_then(|q| q.0.trim().parse::<u32>().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::run::{FabricTestRunSpec, Trigger};
+    use gpufabric_api::test::AgentSpec;
+
+    fn run() -> FabricTestRun {
+        let mut agent = AgentSpec {
+            timeout_seconds: 600,
+            ..Default::default()
+        };
+        agent.env.push(EnvVar {
+            name: "NCCL_DEBUG".into(),
+            value: Some("INFO".into()),
+            ..Default::default()
+        });
+        agent.env.push(EnvVar {
+            name: keys::ENV_RUN.into(),
+            value: Some("spoofed".into()),
+            ..Default::default()
+        });
+        agent.tolerations.push(Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("gpu".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        });
+        let mut r = FabricTestRun::new(
+            "nightly-29000000",
+            FabricTestRunSpec {
+                test: "nightly".into(),
+                trigger: Trigger::Schedule,
+                scheduled_time: None,
+                node_selector: Default::default(),
+                nodes: None,
+                suite: Default::default(),
+                thresholds: Default::default(),
+                quarantine: Default::default(),
+                agent,
+            },
+        );
+        r.metadata.namespace = Some("gpu-tests".into());
+        r.metadata.uid = Some("run-uid".into());
+        r
+    }
+
+    fn container(p: &Pod) -> &Container {
+        &p.spec.as_ref().expect("spec").containers[0]
+    }
+
+    #[test]
+    fn pod_is_pinned_to_its_node_and_requests_every_gpu() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.node_name.as_deref(), Some("gpu-1"));
+        let res = container(&p).resources.as_ref().expect("resources");
+        assert_eq!(
+            res.limits.as_ref().expect("limits")["nvidia.com/gpu"].0,
+            "8"
+        );
+        assert_eq!(
+            res.requests.as_ref().expect("requests")["nvidia.com/gpu"].0,
+            "8"
+        );
+        assert_eq!(p.metadata.name.as_deref(), Some("nightly-29000000-gpu-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("gpu-tests"));
+    }
+
+    #[test]
+    fn pod_holds_no_credentials_has_a_deadline_and_never_restarts() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.active_deadline_seconds, Some(600));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        let c = container(&p);
+        assert_eq!(c.termination_message_policy.as_deref(), Some("File"));
+        assert_eq!(
+            c.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
+    }
+
+    #[test]
+    fn pod_tolerates_our_quarantine_taint_and_the_users_tolerations() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let tol = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.clone())
+            .expect("tolerations");
+        assert!(
+            tol.iter()
+                .any(|t| t.key.as_deref() == Some("gpufabric.io/quarantined")
+                    && t.operator.as_deref() == Some("Exists"))
+        );
+        assert!(tol.iter().any(|t| t.key.as_deref() == Some("dedicated")));
+    }
+
+    #[test]
+    fn pod_is_owned_by_the_run_and_labelled() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let owners = p.metadata.owner_references.as_ref().expect("owners");
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "FabricTestRun");
+        assert_eq!(owners[0].uid, "run-uid");
+        assert_eq!(owners[0].controller, Some(true));
+        let labels = p.metadata.labels.as_ref().expect("labels");
+        assert_eq!(labels["gpufabric.io/test"], "nightly");
+        assert_eq!(labels["gpufabric.io/run"], "nightly-29000000");
+        assert_eq!(labels["gpufabric.io/node"], "gpu-1");
+        assert_eq!(labels["gpufabric.io/role"], "node-check");
+    }
+
+    #[test]
+    fn pod_env_has_node_run_and_suite_and_users_cannot_override_ours() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let env = container(&p).env.clone().expect("env");
+        let get = |n: &str| env.iter().filter(|e| e.name == n).collect::<Vec<_>>();
+        assert_eq!(get("NCCL_DEBUG")[0].value.as_deref(), Some("INFO"));
+        let run_env = get("FABRIC_RUN");
+        assert_eq!(run_env.len(), 1);
+        assert_eq!(run_env[0].value.as_deref(), Some("nightly-29000000"));
+        let node = get("FABRIC_NODE_NAME");
+        assert_eq!(
+            node[0]
+                .value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .map(|f| f.field_path.as_str()),
+            Some("spec.nodeName")
+        );
+        let suite = get("FABRIC_SUITE")[0].value.clone().expect("suite json");
+        let parsed: gpufabric_api::Suite = serde_json::from_str(&suite).expect("suite parses");
+        assert_eq!(parsed, gpufabric_api::Suite::default());
+        let cmd = container(&p).command.clone().expect("command");
+        assert_eq!(
+            &cmd[..2],
+            &["fabric-agent".to_string(), "node-check".to_string()]
+        );
+    }
+
+    #[test]
+    fn pod_names_are_deterministic_and_bounded() {
+        let node = format!("{}.example.com", "n".repeat(70));
+        let a = node_check_pod(&run(), &node, 4).expect("builds");
+        let b = node_check_pod(&run(), &node, 4).expect("builds");
+        let name = a.metadata.name.clone().expect("name");
+        assert!(name.len() <= 63);
+        assert_eq!(a.metadata.name, b.metadata.name);
+        let label = &a.metadata.labels.as_ref().expect("labels")["gpufabric.io/node"];
+        assert!(label.len() <= 63);
+    }
+
+    #[test]
+    fn a_node_without_gpus_gets_no_pod() {
+        assert!(node_check_pod(&run(), "cpu-1", 0).is_err());
+    }
+
+    #[test]
+    fn host_network_and_image_come_from_the_agent_spec() {
+        let mut r = run();
+        r.spec.agent.host_network = true;
+        r.spec.agent.image = "registry.local/fabric-agent:dev".into();
+        r.spec.agent.image_pull_policy = PullPolicy::Always;
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.host_network, Some(true));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirstWithHostNet"));
+        assert_eq!(
+            container(&p).image.as_deref(),
+            Some("registry.local/fabric-agent:dev")
+        );
+        assert_eq!(container(&p).image_pull_policy.as_deref(), Some("Always"));
+    }
+}
