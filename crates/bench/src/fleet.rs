@@ -165,3 +165,94 @@ impl Fleet {
         self.nodes.iter().find(|n| n.name == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(name: &str) -> Fleet {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fleets")
+            .join(name);
+        Fleet::load(&path).unwrap_or_else(|e| panic!("{name} loads: {e}"))
+    }
+
+    #[test]
+    fn demo_fleet_has_sixteen_training_nodes_and_two_faulty_ones() {
+        let fleet = sample("demo-16.yaml");
+        assert_eq!(fleet.nodes.len(), 16);
+        assert!(
+            fleet.nodes.iter().all(
+                |n| n.gpus == 8 && n.labels.get("pool").map(String::as_str) == Some("training")
+            )
+        );
+        let products: std::collections::BTreeMap<&str, usize> =
+            fleet.nodes.iter().fold(Default::default(), |mut m, n| {
+                *m.entry(n.product.as_str()).or_default() += 1;
+                m
+            });
+        assert_eq!(products.get("NVIDIA-H100-80GB-HBM3"), Some(&8));
+        assert_eq!(products.get("NVIDIA-H200"), Some(&8));
+        let faulty: Vec<&str> = fleet
+            .nodes
+            .iter()
+            .filter(|n| !n.faults.is_empty())
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(faulty, vec!["h100-03", "h200-05"]);
+    }
+
+    #[test]
+    fn faults_fleet_names_every_fault_kind() {
+        let fleet = sample("faults.yaml");
+        let hang = fleet.node("stuck").map(|n| n.faults.clone());
+        assert_eq!(
+            hang,
+            Some(vec![Fault::Hang {
+                phase: None,
+                stuck: true
+            }])
+        );
+        assert_eq!(
+            fleet.node("hang").map(|n| n.faults.clone()),
+            Some(vec![Fault::Hang {
+                phase: None,
+                stuck: false
+            }])
+        );
+        assert!(fleet.nodes.len() >= 11);
+    }
+
+    #[test]
+    fn hang_without_stuck_keeps_the_old_format() {
+        let f = Fault::Hang {
+            phase: Some(Phase::GpuPairs),
+            stuck: false,
+        };
+        let yaml = serde_yaml::to_string(&f).expect("serialises");
+        assert!(!yaml.contains("stuck"), "{yaml}");
+        let back: Fault = serde_yaml::from_str(&yaml).expect("parses");
+        assert_eq!(back, f);
+    }
+
+    #[test]
+    fn bad_fleets_are_refused_with_the_reason() {
+        let dir = std::env::temp_dir().join(format!("fleet-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("bad.yaml");
+        std::fs::write(
+            &path,
+            "nodes:\n  - {name: a, product: X, gpus: 2, faults: [{kind: straggler, gpu: 5, factor: 2}]}\n",
+        )
+        .expect("write");
+        let err = Fleet::load(&path).expect_err("GPU 5 of 2");
+        assert!(matches!(err, FleetError::Invalid { .. }), "{err}");
+        std::fs::write(
+            &path,
+            "nodes:\n  - {name: a, product: X, gpus: 2, color: red}\n",
+        )
+        .expect("write");
+        assert!(matches!(Fleet::load(&path), Err(FleetError::Parse { .. })));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

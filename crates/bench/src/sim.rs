@@ -466,6 +466,11 @@ pub fn row_shape(c: Collective, requested: u64, elem: u64, n: u64) -> (u64, u64)
     }
 }
 
+/// Whether a collective has an in-place run (not alltoall and sendrecv, as in nccl-tests).
+pub fn has_in_place(c: Collective) -> bool {
+    !matches!(c, Collective::AllToAll | Collective::SendRecv)
+}
+
 fn nccl_phase(m: &NodeModel, sweep: &NcclSweep, progress: Progress) -> NcclSweepResult {
     let ranks: Vec<u32> = (0..m.gpus()).collect();
     let n = m.gpus();
@@ -487,6 +492,8 @@ fn nccl_phase(m: &NodeModel, sweep: &NcclSweep, progress: Progress) -> NcclSweep
                 (0.004 + 0.03 * (-(bytes as f64) / (1u64 << 20) as f64).exp()) * iters_scale;
             let t = model * rng.jitter(sigma).max(0.5);
             let ti = model * rng.jitter(sigma).max(0.5);
+            // nccl-tests' alltoall and sendrecv (and the cuda backend) have no in-place run.
+            let ti = if has_in_place(c) { ti } else { 0.0 };
             rows.push(SweepRow {
                 bytes,
                 count,
@@ -1310,6 +1317,13 @@ mod tests {
         assert_eq!(rows.last().map(|r| r.bytes), Some(1 << 20));
         // all_gather's count is per rank: 1024 bytes of float over 8 ranks = 32.
         assert_eq!(rows[0].count, 32);
+        assert!(rows.iter().all(|r| r.in_place_time_us > 0.0));
+        let sendrecv = &nccl.collectives[1].rows;
+        assert!(
+            sendrecv
+                .iter()
+                .all(|r| r.in_place_time_us == 0.0 && r.in_place_busbw == 0.0)
+        );
         let p = doc.pairs.as_ref().expect("pairs");
         assert!(p.bidirectional.is_empty() && p.host_to_device.is_empty());
         let counts: Vec<u32> = doc
