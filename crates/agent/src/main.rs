@@ -1,2 +1,183 @@
 //! `fabric-agent`: runs the GPU fabric checks on one node and writes the result document.
-fn main() {}
+
+mod args;
+mod inject;
+mod output;
+mod tables;
+
+use anyhow::Context;
+use args::{BackendArg, NodeCheckArgs};
+use clap::{Parser, Subcommand};
+use gpufabric_bench::fleet::Fleet;
+use gpufabric_bench::sim::{self, ProcessFault};
+use gpufabric_bench::{CheckError, CheckOptions};
+use std::process::ExitCode;
+
+/// Tests the GPU fabric of this node: NCCL collective sweep, GPU-pair copy bandwidth, a
+/// DDP scaling probe and an NVML health snapshot. Prints human tables, then the full
+/// result document as JSON on the last line of stdout.
+#[derive(Parser, Debug)]
+#[command(name = "fabric-agent", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Measure every GPU of this node and write the result document.
+    ///
+    /// Runs, in order: the NVML health snapshot, the NCCL sweep (nccl-tests' sizes, columns
+    /// and busbw), the GPU-pair copy matrix (like nvbandwidth) and the DDP scaling probe.
+    /// Prints tables, then the full document as one JSON line (the last line of stdout);
+    /// writes the compact document (<= 4096 bytes) to $FABRIC_TERMINATION_LOG, or to
+    /// /dev/termination-log when that file exists and is writable.
+    ///
+    /// Exit codes: 0 measured (whatever the results), 2 invalid input, 10 no GPU,
+    /// 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure.
+    ///
+    /// Examples:
+    ///   fabric-agent node-check
+    ///   fabric-agent node-check --quick --collectives allReduce -b 8 -e 1G --json out.json
+    ///   fabric-agent node-check --backend sim --fleet crates/bench/fleets/demo-16.yaml --node h100-00
+    #[command(verbatim_doc_comment)]
+    NodeCheck(Box<NodeCheckArgs>),
+    /// Inject a real fault on this node's GPUs (a slow GPU pair, a straggler GPU) for a
+    /// while, to see that a node-check run beside it finds it.
+    ///
+    /// Example:
+    ///   fabric-agent inject slow-pair --gpus 3,5 --seconds 120
+    #[command(verbatim_doc_comment)]
+    Inject(inject::InjectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let result = match cli.command {
+        Command::NodeCheck(args) => node_check(*args),
+        Command::Inject(args) => inject::run(args).map(|()| 0),
+    };
+    match result {
+        Ok(code) => exit_code(code),
+        Err(e) => {
+            eprintln!("fabric-agent: error: {e:#}");
+            let code = e
+                .downcast_ref::<CheckError>()
+                .map(CheckError::exit_code)
+                .unwrap_or(1);
+            if let Some(hint) = e.downcast_ref::<CheckError>().and_then(hint) {
+                eprintln!("fabric-agent: {hint}");
+            }
+            exit_code(code)
+        }
+    }
+}
+
+fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// What to do about an error that stops the check.
+fn hint(e: &CheckError) -> Option<&'static str> {
+    match e {
+        CheckError::NoGpu(_) | CheckError::LibraryMissing { .. } => Some(
+            "run on a node with NVIDIA GPUs and their driver (the pod needs nvidia.com/gpu), \
+             or use `--backend sim --fleet FILE` on a machine without GPUs",
+        ),
+        CheckError::TooFewGpus { .. } => {
+            Some("request every GPU of the node, or lower --expect-gpus")
+        }
+        _ => None,
+    }
+}
+
+fn invalid(e: anyhow::Error) -> anyhow::Error {
+    anyhow::Error::new(CheckError::InvalidInput(format!("{e:#}")))
+}
+
+/// The node name: the flag or `FABRIC_NODE_NAME`, else the host name.
+fn node_name(arg: Option<String>) -> anyhow::Result<String> {
+    if let Some(n) = arg.filter(|n| !n.trim().is_empty()) {
+        return Ok(n.trim().to_string());
+    }
+    for path in ["/proc/sys/kernel/hostname", "/etc/hostname"] {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.trim().is_empty()
+        {
+            return Ok(text.trim().to_string());
+        }
+    }
+    if let Ok(h) = std::env::var("HOSTNAME")
+        && !h.trim().is_empty()
+    {
+        return Ok(h.trim().to_string());
+    }
+    Err(invalid(anyhow::anyhow!(
+        "cannot tell the node name; pass --node NAME or set FABRIC_NODE_NAME"
+    )))
+}
+
+fn progress(line: &str) {
+    eprintln!("[fabric-agent] {line}");
+}
+
+fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
+    let suite = args.suite().map_err(invalid)?;
+    let node = node_name(args.node.clone())?;
+    let opts = CheckOptions {
+        node: node.clone(),
+        suite,
+        quick: args.quick,
+        expect_gpus: args.expect_gpus,
+        phase_timeout: args.phase_timeout,
+    };
+    let mut garbage = false;
+    let doc = match args.backend {
+        BackendArg::Cuda => {
+            progress(&format!("node-check on {node} with the cuda backend"));
+            gpufabric_bench::cuda::node_check(&opts, &progress)?
+        }
+        BackendArg::Sim => {
+            let path = args.fleet.as_ref().ok_or_else(|| {
+                invalid(anyhow::anyhow!(
+                    "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET"
+                ))
+            })?;
+            let fleet = Fleet::load(path).map_err(|e| invalid(e.into()))?;
+            let Some(fleet_node) = fleet.node(&node) else {
+                let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+                return Err(invalid(anyhow::anyhow!(
+                    "node {node:?} is not in fleet file {} (it has: {}); pass --node with one of them",
+                    path.display(),
+                    known.join(", ")
+                )));
+            };
+            match sim::process_fault(fleet_node) {
+                Some(ProcessFault::Crash { exit_code }) => {
+                    eprintln!(
+                        "fabric-agent: simulated crash of node {node} (fault in {}): exiting with code {exit_code}",
+                        path.display()
+                    );
+                    return Ok(exit_code);
+                }
+                Some(ProcessFault::Garbage) => garbage = true,
+                None => {}
+            }
+            let seed = args.seed.unwrap_or(fleet.seed);
+            progress(&format!(
+                "node-check on {node} with the sim backend (fleet {}, seed {seed})",
+                path.display()
+            ));
+            sim::node_check(&opts, fleet_node, seed, &progress)?
+        }
+    };
+    output::emit(&doc, args.json.as_deref(), garbage).context("writing the result")?;
+    Ok(0)
+}

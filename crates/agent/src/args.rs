@@ -1,0 +1,285 @@
+//! Command-line arguments of `fabric-agent node-check` and how they become a suite.
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use gpufabric_api::keys;
+use gpufabric_api::suite::{Collective, Suite};
+use std::path::PathBuf;
+
+/// Which backend measures.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendArg {
+    /// Real GPUs through CUDA, NCCL, cuBLAS and NVML.
+    Cuda,
+    /// A model of a node described in a fleet file (for machines without GPUs).
+    Sim,
+}
+
+/// Arguments of `fabric-agent node-check`.
+#[derive(Args, Debug, Clone)]
+pub struct NodeCheckArgs {
+    /// Backend. `sim` is only used when asked for by name.
+    #[arg(long, value_enum, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
+    pub backend: BackendArg,
+
+    /// Suite file (YAML or JSON, the `suite` of a FabricTest); flags below override it.
+    #[arg(long, value_name = "FILE")]
+    pub suite: Option<PathBuf>,
+
+    /// Collectives to sweep, comma-separated (allReduce or all_reduce, allGather,
+    /// reduceScatter, broadcast, reduce, allToAll, sendRecv).
+    #[arg(long, value_delimiter = ',', value_parser = parse_collective, value_name = "LIST")]
+    pub collectives: Option<Vec<Collective>>,
+
+    /// Smallest NCCL message size (8, 1K, 16M, 1G).
+    #[arg(long, short = 'b', value_parser = parse_size, value_name = "SIZE")]
+    pub min_bytes: Option<u64>,
+
+    /// Largest NCCL message size (8, 1K, 16M, 1G).
+    #[arg(long, short = 'e', value_parser = parse_size, value_name = "SIZE")]
+    pub max_bytes: Option<u64>,
+
+    /// Each size is the previous one times this factor.
+    #[arg(long, short = 'f', value_name = "N")]
+    pub step_factor: Option<u32>,
+
+    /// Untimed iterations before each size.
+    #[arg(long, short = 'w', value_name = "N")]
+    pub warmup_iters: Option<u32>,
+
+    /// Timed iterations per size.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub iters: Option<u32>,
+
+    /// Bytes per GPU-pair copy (8, 1K, 16M, 1G).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub pair_bytes: Option<u64>,
+
+    /// Skip the NCCL sweep.
+    #[arg(long)]
+    pub no_nccl: bool,
+
+    /// Skip the GPU-pair copy matrix.
+    #[arg(long)]
+    pub no_pairs: bool,
+
+    /// Skip the DDP scaling probe.
+    #[arg(long)]
+    pub no_ddp: bool,
+
+    /// Skip the NVML health snapshot.
+    #[arg(long)]
+    pub no_health: bool,
+
+    /// GPU counts of the DDP probe, comma-separated (default 1, 2, 4, ... all).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub ddp_gpu_counts: Option<Vec<u32>>,
+
+    /// A fast smoke check: sizes up to 64 MiB, few iterations and steps.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Also write the full result document (pretty JSON) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+
+    /// Node name in the document (and, with `sim`, the node of the fleet to simulate).
+    /// Default: the host name.
+    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Fleet description (YAML or JSON) the `sim` backend simulates; required for `sim`.
+    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
+    pub fleet: Option<PathBuf>,
+
+    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Fail (exit 12) when fewer GPUs than this are visible.
+    #[arg(long, value_name = "N")]
+    pub expect_gpus: Option<u32>,
+
+    /// Watchdog per phase, in seconds: a phase that does not finish in time is aborted and
+    /// recorded as a `timeout` error.
+    #[arg(long, default_value = "600", value_parser = parse_seconds, value_name = "SECS")]
+    pub phase_timeout: std::time::Duration,
+}
+
+/// Parses a byte size with an optional binary suffix: `8`, `1K`, `16M`, `1G` (also `KiB`,
+/// `MB` and lower case; every suffix is a power of 1024, as in nccl-tests).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "{text:?} is not a size; write a number with an optional K, M or G suffix, like 16M"
+        ));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|e| format!("{text:?} is not a size: {e}"))?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown size suffix {other:?}; use K, M or G (powers of 1024)"
+            ));
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// Parses a positive number of seconds (fractions allowed).
+pub fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
+    let s: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(s.is_finite() && s > 0.0) {
+        return Err(format!("{text:?}: the timeout must be more than 0 seconds"));
+    }
+    Ok(std::time::Duration::from_secs_f64(s))
+}
+
+/// Parses a collective by its API name or nccl-tests name, in any case.
+pub fn parse_collective(text: &str) -> Result<Collective, String> {
+    let key: String = text
+        .trim()
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .collect::<String>()
+        .to_ascii_lowercase();
+    Collective::ALL
+        .into_iter()
+        .find(|c| c.api_name().to_ascii_lowercase() == key)
+        .ok_or_else(|| {
+            format!(
+                "unknown collective {text:?}; one of {}",
+                Collective::ALL
+                    .iter()
+                    .map(|c| c.api_name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
+}
+
+impl NodeCheckArgs {
+    /// The suite: the file (or the defaults), then the flags.
+    pub fn suite(&self) -> anyhow::Result<Suite> {
+        let mut suite = match &self.suite {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading suite file {}", path.display()))?;
+                serde_yaml::from_str::<Suite>(&text).with_context(|| {
+                    format!(
+                        "suite file {} is not a valid suite (the `suite` of a FabricTest, YAML or JSON)",
+                        path.display()
+                    )
+                })?
+            }
+            None => Suite::default(),
+        };
+        let n = &mut suite.nccl_sweep;
+        if let Some(c) = &self.collectives {
+            n.collectives = c.clone();
+        }
+        if let Some(v) = self.min_bytes {
+            n.min_bytes = v;
+        }
+        if let Some(v) = self.max_bytes {
+            n.max_bytes = v;
+        }
+        if let Some(v) = self.step_factor {
+            n.step_factor = v;
+        }
+        if let Some(v) = self.warmup_iters {
+            n.warmup_iters = v;
+        }
+        if let Some(v) = self.iters {
+            n.iters = v;
+        }
+        if let Some(v) = self.pair_bytes {
+            suite.gpu_pairs.bytes = v;
+        }
+        if let Some(v) = &self.ddp_gpu_counts {
+            suite.ddp_probe.gpu_counts = Some(v.clone());
+        }
+        suite.nccl_sweep.enabled &= !self.no_nccl;
+        suite.gpu_pairs.enabled &= !self.no_pairs;
+        suite.ddp_probe.enabled &= !self.no_ddp;
+        suite.health.enabled &= !self.no_health;
+        check_suite(&suite)?;
+        Ok(suite)
+    }
+}
+
+/// The rules a FabricTest's suite must follow, applied to the suite given on the command line.
+fn check_suite(suite: &Suite) -> anyhow::Result<()> {
+    let spec = gpufabric_api::FabricTestSpec {
+        suite: suite.clone(),
+        ..Default::default()
+    };
+    if let Err(e) = gpufabric_api::validate(&spec) {
+        let problems: Vec<String> = e
+            .problems
+            .iter()
+            .filter(|p| p.field.starts_with("suite"))
+            .map(|p| format!("{}: {}", p.field, p.message))
+            .collect();
+        if !problems.is_empty() {
+            bail!("invalid suite: {}", problems.join("; "));
+        }
+    }
+    if let Some(counts) = &suite.ddp_probe.gpu_counts
+        && counts.contains(&0)
+    {
+        bail!("invalid suite: ddp GPU counts must be at least 1");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("1K"), Ok(1024));
+        assert_eq!(parse_size("16M"), Ok(16 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2gib"), Ok(2 << 30));
+        assert_eq!(parse_size("64KB"), Ok(64 << 10));
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999999T").is_err());
+    }
+
+    #[test]
+    fn collectives_parse_by_either_name() {
+        assert_eq!(parse_collective("allReduce"), Ok(Collective::AllReduce));
+        assert_eq!(parse_collective("all_reduce"), Ok(Collective::AllReduce));
+        assert_eq!(parse_collective("alltoall"), Ok(Collective::AllToAll));
+        assert_eq!(parse_collective("sendrecv"), Ok(Collective::SendRecv));
+        assert!(parse_collective("allscatter").is_err());
+    }
+
+    #[test]
+    fn timeouts_must_be_positive() {
+        assert_eq!(
+            parse_seconds("0.5"),
+            Ok(std::time::Duration::from_millis(500))
+        );
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}
