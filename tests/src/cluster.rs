@@ -61,6 +61,8 @@ pub struct ClusterOptions {
     pub install_crds: bool,
     /// Keep the temp dir after drop. Default: `$GPUFABRIC_KEEP_CLUSTER == 1`.
     pub keep_dir: bool,
+    /// Directory of the control-plane binaries. Default: [`bin_dir()`].
+    pub bin_dir: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -69,6 +71,7 @@ impl Default for ClusterOptions {
             controller_manager: true,
             install_crds: true,
             keep_dir: std::env::var(ENV_KEEP).is_ok_and(|v| v == "1"),
+            bin_dir: None,
         }
     }
 }
@@ -131,6 +134,10 @@ pub fn bin_dir() -> Result<PathBuf> {
             PathBuf::from(stdout)
         }
     };
+    check_bin_dir(dir)
+}
+
+fn check_bin_dir(dir: PathBuf) -> Result<PathBuf> {
     let missing: Vec<&str> = BINARIES
         .iter()
         .copied()
@@ -272,7 +279,10 @@ impl Cluster {
     /// [`Cluster::start`] with options.
     pub async fn start_with(opts: ClusterOptions) -> Result<Cluster> {
         let t0 = Instant::now();
-        let bin = bin_dir()?;
+        let bin = match &opts.bin_dir {
+            Some(d) => check_bin_dir(d.clone())?,
+            None => bin_dir()?,
+        };
         let dir = tempfile::Builder::new()
             .prefix(DIR_PREFIX)
             .tempdir()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 ///
 /// PR_SET_PDEATHSIG follows the spawning *thread*: spawn from a thread that lives as
 /// long as the child should (a test's thread, a runtime worker), not from a blocking pool.
-pub(crate) fn harden(cmd: &mut Command) {
+pub fn harden(cmd: &mut Command) {
     cmd.process_group(0);
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe

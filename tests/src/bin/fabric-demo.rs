@@ -1,1 +1,570 @@
-fn main() {}
+//! `fabric-demo`: the whole system on one machine without GPUs: a real control plane, 16
+//! simulated GPU nodes (one slow GPU link, one straggler GPU), the process-kubelet, the
+//! operator, and a FabricTest run whose findings and quarantined nodes it prints.
+//!
+//! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build]`
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use gpufabric_api::{FabricTest, FabricTestRun, keys};
+use gpufabric_tests::cluster::{Cluster, ClusterOptions, ENV_BIN, log_tail};
+use gpufabric_tests::fleet::SimFleet;
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
+use gpufabric_tests::workspace_root;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NAMESPACE: &str = "gpufabric";
+
+/// Runs the GPU fabric operator end to end against a local control plane and a simulated
+/// fleet, and prints what it found.
+#[derive(Parser, Debug)]
+#[command(name = "fabric-demo", version, about)]
+struct Cli {
+    /// Tear everything down after the run instead of waiting for Ctrl-C.
+    #[arg(long)]
+    once: bool,
+    /// Fleet description (default: crates/bench/fleets/demo-16.yaml, else a built-in
+    /// 16-node fleet).
+    #[arg(long)]
+    fleet: Option<PathBuf>,
+    /// Do not build anything: use the control-plane binaries of `tests/cluster/build.sh
+    /// --print-bin-dir` (or $GPUFABRIC_CLUSTER_BIN) and fabric-agent/fabric-operator
+    /// next to this program.
+    #[arg(long)]
+    no_build: bool,
+    /// Longest wait for the run to finish, in seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+}
+
+fn step(msg: impl AsRef<str>) {
+    println!("==> {}", msg.as_ref());
+}
+
+fn info(msg: impl AsRef<str>) {
+    println!("    {}", msg.as_ref());
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "warn,gpufabric_tests=warn,kube_client::client::builder=off".into()
+            }),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let t0 = Instant::now();
+    let bins = default_agent_bin_dir();
+
+    let control_plane = if cli.no_build { None } else { build(&bins)? };
+
+    step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
+    let cluster = Cluster::start_with(ClusterOptions {
+        bin_dir: control_plane,
+        ..Default::default()
+    })
+    .await
+    .context("starting the control plane")?;
+    info(format!(
+        "up in {:.1}s at {}, dir {}",
+        cluster.startup_time().as_secs_f64(),
+        cluster.server(),
+        cluster.dir().display()
+    ));
+
+    let fleet = match cli.fleet.clone().or_else(SimFleet::shipped_demo_file) {
+        Some(path) => SimFleet::load(&path)?,
+        None => SimFleet::write_to(SimFleet::demo(), cluster.dir().join("fleet.yaml"))?,
+    };
+    let faulty: Vec<String> = fleet
+        .fleet()
+        .nodes
+        .iter()
+        .filter(|n| !n.faults.is_empty())
+        .map(|n| format!("{} {:?}", n.name, n.faults))
+        .collect();
+    step(format!(
+        "registering {} simulated GPU nodes from {}",
+        fleet.fleet().nodes.len(),
+        fleet.path().display()
+    ));
+    for f in &faulty {
+        info(format!("injected fault: {f}"));
+    }
+    let kubelet = Kubelet::start(
+        cluster.client(),
+        &fleet,
+        KubeletOptions {
+            agent_bin_dir: bins.clone(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let n = wait_nodes_ready(&nodes, kubelet.node_names().len()).await?;
+    kubectl(
+        &cluster,
+        &[
+            "get",
+            "nodes",
+            "-L",
+            keys::LABEL_GPU_PRODUCT,
+            "-L",
+            keys::LABEL_GPU_COUNT,
+        ],
+    );
+    step(format!("control plane up with {n} GPU nodes"));
+
+    let operator_bin = bins.join("fabric-operator");
+    let agent_bin = bins.join("fabric-agent");
+    let mut operator = None;
+    if !agent_bin.is_file() {
+        info(format!(
+            "{} not found: benchmark pods would fail to start",
+            agent_bin.display()
+        ));
+    }
+    if operator_bin.is_file() {
+        match start_operator(&cluster, &operator_bin).await {
+            Ok(child) => operator = Some(child),
+            Err(e) => info(format!("the operator did not start: {e:#}")),
+        }
+    } else {
+        info(format!("{} not found", operator_bin.display()));
+    }
+
+    match &mut operator {
+        Some(op) => {
+            run_nightly(&cluster, cli.timeout, op).await?;
+        }
+        None => {
+            step("what comes next");
+            info(
+                "build the operator (cargo build -p gpufabric-operator gpufabric-agent) and re-run,",
+            );
+            info(format!(
+                "or run it yourself: fabric-operator run --kubeconfig {}",
+                cluster.kubeconfig_path().display()
+            ));
+            info(
+                "then: kubectl apply -f deploy/examples/nightly.yaml (namespace gpufabric), annotated gpufabric.io/run-now",
+            );
+        }
+    }
+
+    step(format!("done in {:.0}s", t0.elapsed().as_secs_f64()));
+    if !cli.once {
+        println!();
+        println!("export KUBECONFIG={}", cluster.kubeconfig_path().display());
+        println!("export PATH={}:$PATH", cluster.bin_dir().display());
+        info("the cluster keeps running; Ctrl-C tears it down");
+        tokio::signal::ctrl_c().await?;
+    }
+    step("tearing down");
+    if let Some(mut op) = operator {
+        stop(&mut op);
+    }
+    drop(kubelet);
+    drop(cluster);
+    Ok(())
+}
+
+/// Builds the control-plane binaries and the two programs of this workspace.
+/// Returns the control-plane bin dir when it built (or found) it.
+fn build(bins: &Path) -> anyhow::Result<Option<PathBuf>> {
+    step("building (or reusing) the control-plane binaries: tests/cluster/build.sh");
+    let mut control_plane = None;
+    if std::env::var_os(ENV_BIN).is_none() {
+        let out = Command::new("bash")
+            .arg(workspace_root().join("tests/cluster/build.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running tests/cluster/build.sh")?;
+        if !out.status.success() {
+            bail!("tests/cluster/build.sh failed");
+        }
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        info(format!("binaries in {dir}"));
+        control_plane = Some(PathBuf::from(dir));
+    }
+    for pkg in ["gpufabric-agent", "gpufabric-operator"] {
+        step(format!("cargo build -p {pkg}"));
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-q", "-p", pkg])
+            .current_dir(workspace_root())
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            _ => info(format!(
+                "building {pkg} failed; using what is in {} if anything",
+                bins.display()
+            )),
+        }
+    }
+    Ok(control_plane)
+}
+
+async fn wait_nodes_ready(nodes: &Api<Node>, want: usize) -> anyhow::Result<usize> {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = nodes.list(&ListParams::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if ready >= want {
+            return Ok(ready);
+        }
+        if Instant::now() > end {
+            bail!("only {ready} of {want} nodes Ready after 60s");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn kubectl(cluster: &Cluster, args: &[&str]) {
+    match cluster.kubectl().args(args).output() {
+        Ok(out) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            let err = String::from_utf8_lossy(&out.stderr);
+            if !err.trim().is_empty() {
+                print!("{err}");
+            }
+        }
+        Err(e) => info(format!("kubectl: {e}")),
+    }
+}
+
+async fn start_operator(cluster: &Cluster, bin: &Path) -> anyhow::Result<std::process::Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = cluster.dir().join("fabric-operator.log");
+    step(format!(
+        "starting the operator: fabric-operator run --kubeconfig {} (log {})",
+        cluster.kubeconfig_path().display(),
+        log.display()
+    ));
+    let out = std::fs::File::create(&log)?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--kubeconfig"])
+        .arg(cluster.kubeconfig_path())
+        .args(["--admin-addr", &format!("127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    gpufabric_tests::process::harden(&mut cmd);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    // Give it a moment to fail fast (bad flags, no such subcommand).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if let Some(status) = child.try_wait()? {
+        bail!(
+            "exited with {status}; last lines of {}:\n{}",
+            log.display(),
+            log_tail(&log, 20)
+        );
+    }
+    info(format!(
+        "running (pid {}), metrics on http://127.0.0.1:{port}/metrics",
+        child.id()
+    ));
+    Ok(child)
+}
+
+fn stop(child: &mut std::process::Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn run_nightly(
+    cluster: &Cluster,
+    timeout: u64,
+    operator: &mut std::process::Child,
+) -> anyhow::Result<()> {
+    cluster.create_namespace(NAMESPACE).await?;
+    let path = workspace_root().join("deploy/examples/nightly.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut obj: DynamicObject = serde_yaml::from_str(&text)?;
+    let name = obj
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_else(|| "nightly".into());
+    obj.metadata.namespace = Some(NAMESPACE.into());
+    obj.metadata.annotations.get_or_insert_default().insert(
+        keys::ANNOTATION_RUN_NOW.into(),
+        chrono::Utc::now().to_rfc3339(),
+    );
+    let spec = obj
+        .data
+        .get_mut("spec")
+        .and_then(|s| s.as_object_mut())
+        .context("nightly.yaml has no spec")?;
+    spec.insert(
+        "nodeSelector".into(),
+        serde_json::json!({"pool": "training"}),
+    );
+    spec.insert(
+        "agent".into(),
+        serde_json::json!({
+            "env": [{"name": keys::ENV_BACKEND, "value": "sim"}],
+            "timeoutSeconds": 120,
+        }),
+    );
+    let dynamic: Api<DynamicObject> = Api::namespaced_with(
+        cluster.client(),
+        NAMESPACE,
+        &kube::api::ApiResource::erase::<FabricTest>(&()),
+    );
+    step(format!(
+        "applying deploy/examples/nightly.yaml as {NAMESPACE}/{name} with {}, FABRIC_BACKEND=sim, nodeSelector pool=training",
+        keys::ANNOTATION_RUN_NOW
+    ));
+    dynamic.create(&PostParams::default(), &obj).await?;
+
+    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NAMESPACE);
+    let runs: Api<FabricTestRun> = Api::namespaced(cluster.client(), NAMESPACE);
+    let lp = ListParams::default().labels(&format!("{}={name}", keys::LABEL_TEST));
+    step("waiting for the run(s) to finish");
+    let end = Instant::now() + Duration::from_secs(timeout);
+    let mut last_line = String::new();
+    let mut settled_since: Option<Instant> = None;
+    loop {
+        if let Ok(Some(status)) = operator.try_wait() {
+            bail!("the operator exited with {status}");
+        }
+        let list = runs.list(&lp).await?;
+        let ft = tests.get(&name).await?;
+        let active = ft.status.as_ref().and_then(|s| s.active_run.clone());
+        let mut parts = Vec::new();
+        for r in &list.items {
+            let st = r.status.clone().unwrap_or_default();
+            parts.push(format!(
+                "{} ({}) {:?}: {}/{} nodes passed, {} failed, {} errored",
+                r.metadata.name.clone().unwrap_or_default(),
+                r.spec.trigger.as_str(),
+                st.phase,
+                st.passed,
+                st.node_count,
+                st.failed,
+                st.errored
+            ));
+        }
+        let line = if parts.is_empty() {
+            "no run yet".to_string()
+        } else {
+            parts.join("; ")
+        };
+        if line != last_line {
+            info(&line);
+            last_line = line;
+        }
+        let all_done = !list.items.is_empty()
+            && active.is_none()
+            && list
+                .items
+                .iter()
+                .all(|r| r.status.as_ref().is_some_and(|s| s.phase.is_finished()));
+        // A finished run may be followed by a confirmation run: wait until nothing changes.
+        match (all_done, settled_since) {
+            (true, Some(t)) if t.elapsed() > Duration::from_secs(5) => break,
+            (true, None) => settled_since = Some(Instant::now()),
+            (false, _) => settled_since = None,
+            _ => {}
+        }
+        if Instant::now() > end {
+            info(format!(
+                "no finished run after {timeout}s; showing what there is"
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    step("kubectl get ft,ftr -n gpufabric -o wide");
+    kubectl(cluster, &["get", "ft,ftr", "-n", NAMESPACE, "-o", "wide"]);
+    for r in runs.list(&lp).await?.items {
+        let st = r.status.clone().unwrap_or_default();
+        step(format!(
+            "run {} ({}): per-node results",
+            r.metadata.name.clone().unwrap_or_default(),
+            r.spec.trigger.as_str()
+        ));
+        let mut rows = vec![vec![
+            "NODE".to_string(),
+            "VERDICT".into(),
+            "PRODUCT".into(),
+            "ALLREDUCE GB/s".into(),
+            "MIN PAIR GB/s".into(),
+            "DDP EFF".into(),
+            "FINDINGS".into(),
+            "REASON".into(),
+        ]];
+        for n in &st.nodes {
+            rows.push(vec![
+                n.node.clone(),
+                format!("{:?}", n.verdict),
+                n.product.clone().unwrap_or_default(),
+                fmt_opt(n.all_reduce_bus_bw_gbps, 1),
+                fmt_opt(n.min_pair_gbps, 1),
+                fmt_opt(n.ddp_efficiency, 3),
+                n.findings.to_string(),
+                n.reason.clone().unwrap_or_default(),
+            ]);
+        }
+        print_table(&rows);
+        step(format!("findings ({})", st.findings.len()));
+        let mut rows = vec![vec![
+            "SEVERITY".to_string(),
+            "NODE".into(),
+            "SUBJECT".into(),
+            "METRIC".into(),
+            "MEASURED".into(),
+            "EXPECTED".into(),
+            "DEVIATION".into(),
+            "MESSAGE".into(),
+        ]];
+        for f in &st.findings {
+            let subject = match (f.subject.gpu, f.subject.peer_gpu, &f.subject.peer_node) {
+                (Some(a), Some(b), _) => format!("gpu {a}<->{b}"),
+                (Some(a), None, _) => format!("gpu {a}"),
+                (_, _, Some(peer)) => format!("<-> {peer}"),
+                _ => "node".into(),
+            };
+            let unit = f.unit.clone().unwrap_or_default();
+            rows.push(vec![
+                wire(&f.severity),
+                f.subject.node.clone(),
+                subject,
+                wire(&f.metric),
+                format!("{} {unit}", fmt_opt(f.measured, 2)),
+                format!("{} {unit}", fmt_opt(f.expected, 2)),
+                f.deviation
+                    .map(|d| format!("{:+.0}%", d * 100.0))
+                    .unwrap_or_default(),
+                f.message.clone(),
+            ]);
+        }
+        print_table(&rows);
+    }
+    step("quarantined nodes");
+    let ft = tests.get(&name).await?;
+    let quarantined = ft
+        .status
+        .as_ref()
+        .map(|s| s.quarantined_nodes.clone())
+        .unwrap_or_default();
+    info(format!(
+        "{} holds {} node(s) in quarantine: {}",
+        name,
+        quarantined.len(),
+        if quarantined.is_empty() {
+            "none".to_string()
+        } else {
+            quarantined.join(", ")
+        }
+    ));
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "CORDONED".into(),
+        "QUARANTINE LABEL".into(),
+        "TAINTED".into(),
+    ]];
+    for n in nodes.list(&ListParams::default()).await?.items {
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        let cordoned = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == keys::TAINT_QUARANTINED));
+        let label = labels.get(keys::LABEL_QUARANTINED).cloned();
+        if cordoned || tainted || label.is_some() {
+            rows.push(vec![
+                n.metadata.name.clone().unwrap_or_default(),
+                cordoned.to_string(),
+                label.unwrap_or_default(),
+                tainted.to_string(),
+            ]);
+        }
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
+    v.map(|v| format!("{v:.decimals$}"))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// The name a value has on the wire (its serde form), e.g. `critical` or `allReduceBusBw`.
+fn wire<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
+}
+
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i + 1 == r.len() {
+                    s.clone()
+                } else {
+                    format!("{s:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+    if rows.len() <= 1 {
+        println!("(none)");
+    }
+}

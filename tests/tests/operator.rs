@@ -1,0 +1,751 @@
+//! The operator against a real kube-apiserver, with the process-kubelet running the real
+//! `fabric-agent` (sim backend): runs start when they should, results land in the status,
+//! crashes and hangs are reported as such, a restarted operator resumes, and the history
+//! limits clean up. The operator runs as the real `fabric-operator` binary.
+//!
+//! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`.
+
+use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, Trigger};
+use gpufabric_api::{FabricTest, keys};
+use gpufabric_bench::fleet::{Fault, Fleet};
+use gpufabric_tests::cluster::Cluster;
+use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
+use gpufabric_tests::wait;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NS: &str = "gpu-tests";
+
+/// One cluster at a time: the machine has few cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The `fabric-operator` binary as a child process.
+struct Operator {
+    child: Option<Child>,
+    log: PathBuf,
+    admin: String,
+    kubeconfig: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Operator {
+    fn start(cluster: &Cluster, log: PathBuf) -> Operator {
+        let mut op = Operator {
+            child: None,
+            log,
+            admin: String::new(),
+            kubeconfig: cluster.kubeconfig_path().to_path_buf(),
+        };
+        op.restart();
+        op
+    }
+
+    fn restart(&mut self) {
+        let bin = default_agent_bin_dir().join("fabric-operator");
+        assert!(
+            bin.is_file(),
+            "{} is missing: run `cargo build -p gpufabric-operator` first",
+            bin.display()
+        );
+        self.admin = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("operator log");
+        let child = Command::new(bin)
+            .args(["run", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--admin-addr", &self.admin])
+            .env("RUST_LOG", "info,gpufabric_operator=debug,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("fabric-operator starts");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: the operator gets no chance to clean up, as in a crash or an OOM kill.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    fn log_tail(&self) -> String {
+        gpufabric_tests::cluster::log_tail(&self.log, 60)
+    }
+
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&self.admin).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await.ok()?;
+        let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, buf))
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct Env {
+    kubelet_root: PathBuf,
+    cluster: Cluster,
+    _kubelet: Kubelet,
+    operator: Operator,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(fleet: Fleet) -> Env {
+    gpufabric_tests::init_tracing();
+    let cluster = Cluster::start().await.expect("local control plane starts");
+    let fleet = SimFleet::write(fleet).expect("fleet file");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let opts = KubeletOptions {
+        root_dir: Some(dir.path().join("kubelet")),
+        ..Default::default()
+    };
+    let kubelet = Kubelet::start(cluster.client(), &fleet, opts)
+        .await
+        .expect("kubelet starts");
+    cluster.create_namespace(NS).await.expect("namespace");
+    let operator = Operator::start(&cluster, dir.path().join("operator.log"));
+    Env {
+        kubelet_root: dir.path().join("kubelet"),
+        cluster,
+        _kubelet: kubelet,
+        operator,
+        _dir: dir,
+    }
+}
+
+impl Env {
+    /// The last lines of every benchmark pod's log, for failure messages.
+    fn pod_logs(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(&self.kubelet_root).into_iter().flatten().flatten() {
+            let log = entry.path().join("container.log");
+            out.push_str(&format!(
+                "--- {}\n{}\n",
+                entry.file_name().to_string_lossy(),
+                gpufabric_tests::cluster::log_tail(&log, 5)
+            ));
+        }
+        out
+    }
+}
+
+/// A small, fast suite on the sim backend.
+fn test_spec(extra: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({
+        "nodeSelector": {"pool": "training"},
+        "suite": {
+            "ncclSweep": {"collectives": ["allReduce"], "minBytes": 8, "maxBytes": 1048576, "warmupIters": 1, "iters": 2},
+            "gpuPairs": {"bytes": 1048576},
+            "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
+        },
+        "agent": {
+            "image": "fabric-agent:test",
+            "timeoutSeconds": 60,
+            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+        }
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    spec
+}
+
+async fn create_test(cluster: &Cluster, name: &str, spec: serde_json::Value) -> Api<FabricTest> {
+    let api: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
+    let t: FabricTest = serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTest",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .expect("valid FabricTest");
+    api.create(&PostParams::default(), &t)
+        .await
+        .expect("FabricTest created");
+    api
+}
+
+async fn runs_of(cluster: &Cluster, test: &str) -> Vec<FabricTestRun> {
+    let api: Api<FabricTestRun> = Api::namespaced(cluster.client(), NS);
+    let mut runs = api
+        .list(&ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST)))
+        .await
+        .expect("list runs")
+        .items;
+    runs.sort_by_key(|r| r.creation_timestamp());
+    runs
+}
+
+async fn pods_of(cluster: &Cluster, run: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(cluster.client(), NS);
+    api.list(&ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN)))
+        .await
+        .expect("list pods")
+        .items
+}
+
+fn finished(r: &FabricTestRun) -> bool {
+    r.status.as_ref().is_some_and(|s| s.phase.is_finished())
+}
+
+/// Waits until the run `name` has finished and returns it.
+async fn wait_finished(env: &Env, name: &str, timeout: Duration) -> FabricTestRun {
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    match wait::for_object(&api, name, timeout, |r| r.is_some_and(finished)).await {
+        Ok(Some(r)) => r,
+        other => panic!(
+            "run {name} did not finish: {other:?}\noperator log:\n{}",
+            env.operator.log_tail()
+        ),
+    }
+}
+
+/// Waits until `test` has at least `n` runs, and returns them (oldest first).
+async fn wait_runs(env: &Env, test: &str, n: usize, timeout: Duration) -> Vec<FabricTestRun> {
+    let r = wait::poll(
+        &format!("{n} runs of {test}"),
+        timeout,
+        Duration::from_millis(500),
+        || async {
+            let runs = runs_of(&env.cluster, test).await;
+            Ok((runs.len() >= n).then_some(runs))
+        },
+    )
+    .await;
+    match r {
+        Ok(runs) => runs,
+        Err(e) => panic!("{e}\noperator log:\n{}", env.operator.log_tail()),
+    }
+}
+
+fn verdicts(run: &FabricTestRun) -> BTreeMap<String, NodeVerdict> {
+    run.status
+        .as_ref()
+        .map(|s| {
+            s.nodes
+                .iter()
+                .map(|n| (n.node.clone(), n.verdict))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn fleet(n: usize) -> Fleet {
+    SimFleet::uniform("gpu", n, H100, 8)
+}
+
+#[tokio::test]
+async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
+    let _serial = SERIAL.lock().await;
+    let mut f = fleet(3);
+    f.nodes[2].faults.push(Fault::Crash { exit_code: None });
+    let env = setup(f).await;
+    let tests = create_test(&env.cluster, "once", test_spec(json!({}))).await;
+
+    let runs = wait_runs(&env, "once", 1, Duration::from_secs(60)).await;
+    assert_eq!(runs[0].spec.trigger, Trigger::Creation);
+    let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(90)).await;
+    let status = run.status.clone().expect("status");
+    assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
+    assert_eq!(status.node_count, 3);
+    let v = verdicts(&run);
+    assert_eq!(v["gpu-01"], NodeVerdict::Passed, "{status:?}\n{}", env.pod_logs());
+    assert_eq!(v["gpu-02"], NodeVerdict::Passed, "{status:?}");
+    // A crashing agent is Errored, with the exit code in the reason.
+    assert_eq!(v["gpu-03"], NodeVerdict::Errored, "{status:?}");
+    let crashed = status
+        .nodes
+        .iter()
+        .find(|n| n.node == "gpu-03")
+        .expect("gpu-03");
+    assert!(
+        crashed
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("exit code")),
+        "{crashed:?}"
+    );
+    let good = status
+        .nodes
+        .iter()
+        .find(|n| n.node == "gpu-01")
+        .expect("gpu-01");
+    assert!(
+        good.all_reduce_bus_bw_gbps.is_some_and(|b| b > 0.0),
+        "{good:?}"
+    );
+    assert_eq!(good.gpus, Some(8));
+    assert_eq!((status.passed, status.errored), (2, 1));
+    assert!(status.duration.is_some() && status.completion_time.is_some());
+
+    // The pods: pinned, every GPU, no credentials, owned by the run.
+    let pods = pods_of(&env.cluster, &run.name_any()).await;
+    assert_eq!(pods.len(), 3);
+    for p in &pods {
+        let spec = p.spec.as_ref().expect("spec");
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert!(
+            spec.node_name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("gpu-"))
+        );
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.clone())
+            .expect("limits");
+        assert_eq!(limits["nvidia.com/gpu"].0, "8");
+        assert_eq!(p.owner_references()[0].uid, run.uid().expect("uid"));
+    }
+
+    // The test's status folds the run in: last run, per-node history, Degraded.
+    let t = wait::for_object(&tests, "once", Duration::from_secs(30), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .and_then(|s| s.last_run.as_ref())
+            .is_some()
+    })
+    .await
+    .expect("test status")
+    .expect("test exists");
+    let ts = t.status.expect("status");
+    let last = ts.last_run.expect("last run");
+    assert_eq!(last.name, run.name_any());
+    assert_eq!((last.passed, last.errored), (2, 1));
+    let h = ts
+        .nodes
+        .iter()
+        .find(|n| n.node == "gpu-03")
+        .expect("history of gpu-03");
+    assert_eq!(h.consecutive_failures, 1);
+    assert!(
+        ts.conditions
+            .iter()
+            .any(|c| c.type_ == "Degraded" && c.status == "True")
+    );
+    assert!(
+        ts.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
+
+    // Once: no second run comes by itself.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(runs_of(&env.cluster, "once").await.len(), 1);
+
+    // run-now starts a Manual run and the annotation is removed.
+    let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "true"}}});
+    tests
+        .patch("once", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    let runs = wait_runs(&env, "once", 2, Duration::from_secs(30)).await;
+    let manual = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Manual)
+        .expect("a manual run");
+    wait_finished(&env, &manual.name_any(), Duration::from_secs(90)).await;
+    let t = tests.get("once").await.expect("test");
+    assert!(
+        !t.annotations().contains_key(keys::ANNOTATION_RUN_NOW),
+        "annotation removed"
+    );
+
+    // Observability: ready, metrics, events.
+    let (code, _) = env.operator.get("/ready").await.expect("admin answers");
+    assert_eq!(code, 200);
+    let (_, metrics) = env.operator.get("/metrics").await.expect("metrics");
+    assert!(
+        metrics.contains("gpufabric_runs_started_total{trigger=\"creation\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gpufabric_runs_succeeded_total 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("gpufabric_reconcile_duration_seconds_count{controller=\"fabrictestrun\"}"),
+        "{metrics}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cluster.client(), NS);
+    let reasons: BTreeSet<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.contains("RunStarted") && reasons.contains("NodesFailed"),
+        "{reasons:?}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_spec_is_reported_and_starts_no_run() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(fleet(1)).await;
+    // The CRD schema cannot see that 30 February never comes, nor an unknown time zone.
+    let tests = create_test(
+        &env.cluster,
+        "bad",
+        test_spec(json!({"schedule": "0 2 * * *", "timeZone": "Mars/Olympus"})),
+    )
+    .await;
+    let t = wait::for_object(&tests, "bad", Duration::from_secs(30), |t| {
+        t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False")
+        })
+    })
+    .await
+    .expect("Ready=False")
+    .expect("exists");
+    let ready = t
+        .status
+        .expect("status")
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
+    assert_eq!(ready.reason, "InvalidSpec");
+    assert!(ready.message.contains("Mars/Olympus"), "{}", ready.message);
+    assert!(runs_of(&env.cluster, "bad").await.is_empty());
+}
+
+#[tokio::test]
+async fn a_hanging_agent_times_out_at_the_pod_deadline() {
+    let _serial = SERIAL.lock().await;
+    let mut f = fleet(2);
+    f.nodes[1].faults.push(Fault::Hang {
+        phase: None,
+        stuck: true,
+    });
+    let env = setup(f).await;
+    create_test(
+        &env.cluster,
+        "hang",
+        test_spec(json!({"agent": {
+            "image": "fabric-agent:test",
+            "timeoutSeconds": 10,
+            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+        }})),
+    )
+    .await;
+    let runs = wait_runs(&env, "hang", 1, Duration::from_secs(60)).await;
+    let started = Instant::now();
+    let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(90)).await;
+    let status = run.status.clone().expect("status");
+    let v = verdicts(&run);
+    assert_eq!(v["gpu-01"], NodeVerdict::Passed, "{status:?}");
+    assert_eq!(v["gpu-02"], NodeVerdict::Timeout, "{status:?}");
+    let hung = status
+        .nodes
+        .iter()
+        .find(|n| n.node == "gpu-02")
+        .expect("gpu-02");
+    assert!(
+        hung.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("deadline")),
+        "{hung:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "ended near the 10 s deadline"
+    );
+    assert!(
+        status
+            .findings
+            .iter()
+            .any(|f| f.subject.node == "gpu-02" && f.kind == gpufabric_api::FindingKind::Timeout),
+        "{:?}",
+        status.findings
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_results() {
+    let _serial = SERIAL.lock().await;
+    let mut f = fleet(12);
+    // One node hangs until its 10 s deadline, so the run is still going when the operator dies.
+    f.nodes[11].faults.push(Fault::Hang {
+        phase: None,
+        stuck: true,
+    });
+    let mut env = setup(f).await;
+    create_test(
+        &env.cluster,
+        "restart",
+        test_spec(json!({"agent": {
+            "image": "fabric-agent:test",
+            "timeoutSeconds": 10,
+            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+        }})),
+    )
+    .await;
+    let runs = wait_runs(&env, "restart", 1, Duration::from_secs(60)).await;
+    let run_name = runs[0].name_any();
+    // Kill the operator once every pod exists and some have finished.
+    let before = wait::poll(
+        "all 12 pods",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let pods = pods_of(&env.cluster, &run_name).await;
+            let done = pods
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+                .count();
+            Ok((pods.len() == 12 && done >= 1).then_some(pods))
+        },
+    )
+    .await
+    .expect("pods created");
+    let pid = env.operator.pid();
+    env.operator.kill();
+    eprintln!("killed the operator (pid {pid:?}) mid-run");
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let mid = api.get(&run_name).await.expect("run");
+    assert!(
+        !finished(&mid),
+        "the run was still going when the operator died"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    env.operator.restart();
+
+    let run = wait_finished(&env, &run_name, Duration::from_secs(90)).await;
+    let status = run.status.clone().expect("status");
+    assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
+    let after = pods_of(&env.cluster, &run_name).await;
+    assert_eq!(after.len(), 12, "no duplicate pods");
+    let uids = |p: &[Pod]| {
+        p.iter()
+            .map(|p| (p.name_any(), p.uid()))
+            .collect::<BTreeMap<_, _>>()
+    };
+    assert_eq!(uids(&before), uids(&after), "the same pods, none recreated");
+    let v = verdicts(&run);
+    assert_eq!(v.len(), 12);
+    assert_eq!(
+        v.values().filter(|v| **v == NodeVerdict::Passed).count(),
+        11,
+        "{status:?}"
+    );
+    assert_eq!(v["gpu-12"], NodeVerdict::Timeout);
+    assert_eq!(
+        runs_of(&env.cluster, "restart").await.len(),
+        1,
+        "no second run"
+    );
+}
+
+#[tokio::test]
+async fn history_limits_delete_old_runs_and_their_pods() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(fleet(2)).await;
+    let tests = create_test(
+        &env.cluster,
+        "hist",
+        test_spec(json!({"successfulRunsHistoryLimit": 1})),
+    )
+    .await;
+    let first = wait_runs(&env, "hist", 1, Duration::from_secs(60)).await[0].name_any();
+    wait_finished(&env, &first, Duration::from_secs(90)).await;
+    for i in 0..2 {
+        let patch =
+            json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: format!("{i}")}}});
+        tests
+            .patch("hist", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate");
+        let runs = wait::poll(
+            "a new manual run",
+            Duration::from_secs(60),
+            Duration::from_millis(300),
+            || async {
+                let t = tests
+                    .get("hist")
+                    .await
+                    .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
+                let runs = runs_of(&env.cluster, "hist").await;
+                let manual = runs
+                    .iter()
+                    .filter(|r| r.spec.trigger == Trigger::Manual)
+                    .count();
+                Ok(
+                    (!t.annotations().contains_key(keys::ANNOTATION_RUN_NOW) && manual > i)
+                        .then_some(runs),
+                )
+            },
+        )
+        .await
+        .expect("manual run");
+        let newest = runs
+            .iter()
+            .filter(|r| r.spec.trigger == Trigger::Manual)
+            .last()
+            .expect("manual")
+            .name_any();
+        wait_finished(&env, &newest, Duration::from_secs(90)).await;
+    }
+    // Only the newest successful run stays; the others and their pods go.
+    let left = wait::poll(
+        "one run left",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let runs = runs_of(&env.cluster, "hist").await;
+            Ok((runs.len() == 1).then_some(runs))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail()));
+    assert_eq!(left[0].spec.trigger, Trigger::Manual);
+    let pods = wait::poll(
+        "pods of deleted runs gone",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || async {
+            let api: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
+            let pods = api
+                .list(&ListParams::default().labels(keys::LABEL_RUN))
+                .await
+                .expect("pods")
+                .items;
+            Ok(pods
+                .iter()
+                .all(|p| p.labels().get(keys::LABEL_RUN) == Some(&left[0].name_any()))
+                .then_some(pods))
+        },
+    )
+    .await
+    .expect("garbage collected");
+    assert_eq!(pods.len(), 2);
+    let first_gone: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    assert!(first_gone.get_opt(&first).await.expect("get").is_none());
+}
+
+#[tokio::test]
+async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
+    let _serial = SERIAL.lock().await;
+    let mut f = fleet(2);
+    f.nodes[1].faults.push(Fault::Hang {
+        phase: None,
+        stuck: true,
+    });
+    let env = setup(f).await;
+    // Every minute; each run lasts ~70 s (one node hangs to its deadline), so the next
+    // minute comes while a run is active.
+    let tests = create_test(
+        &env.cluster,
+        "cron",
+        test_spec(json!({
+            "schedule": "* * * * *",
+            "concurrencyPolicy": "Forbid",
+            "agent": {
+                "image": "fabric-agent:test",
+                "timeoutSeconds": 70,
+                "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+            }
+        })),
+    )
+    .await;
+    let t = wait::for_object(&tests, "cron", Duration::from_secs(30), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.next_schedule_time.is_some())
+    })
+    .await
+    .expect("next schedule time")
+    .expect("exists");
+    let next = t.status.and_then(|s| s.next_schedule_time).expect("next");
+    let first = wait_runs(&env, "cron", 1, Duration::from_secs(75)).await;
+    let r1 = &first[0];
+    assert_eq!(r1.spec.trigger, Trigger::Schedule);
+    assert_eq!(
+        r1.spec.scheduled_time.as_ref(),
+        Some(&next),
+        "fires at the time it announced"
+    );
+    // Watch two minutes: never two active runs at once.
+    let end = Instant::now() + Duration::from_secs(100);
+    let mut max_active = 0;
+    while Instant::now() < end {
+        let runs = runs_of(&env.cluster, "cron").await;
+        let active = runs.iter().filter(|r| !finished(r)).count();
+        max_active = max_active.max(active);
+        if runs.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(max_active, 1, "Forbid: one active run at a time");
+    let runs = runs_of(&env.cluster, "cron").await;
+    assert!(
+        runs.len() >= 2,
+        "the schedule went on after the first run: {}",
+        env.operator.log_tail()
+    );
+    let r1_done = runs[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone())
+        .expect("first run finished before the second started");
+    let r2_created = runs[1]
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("created");
+    assert!(
+        r2_created.0 >= r1_done.0,
+        "second run started after the first ended"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cluster.client(), NS);
+    let skipped = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .iter()
+        .any(|e| e.reason.as_deref() == Some("RunAlreadyActive"));
+    assert!(
+        skipped,
+        "a RunAlreadyActive event says why the due run did not start"
+    );
+}
