@@ -1,0 +1,404 @@
+//! The `fabric-agent` binary end to end: sim node checks against fleet files, the outputs
+//! the operator reads (last stdout line, termination message), fault behaviour and exit codes.
+
+use gpufabric_api::result::{ErrorKind, Phase};
+use gpufabric_api::{CompactResult, ResultDocument};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const FLEET: &str = r#"
+seed: 11
+nodes:
+  - name: clean
+    product: NVIDIA-H100-80GB-HBM3
+    gpus: 8
+  - name: slow-pair
+    product: NVIDIA-H100-80GB-HBM3
+    gpus: 8
+    faults: [{kind: slowPair, gpus: [2, 5], factor: 0.4}]
+  - name: crash
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: crash, exitCode: 42}]
+  - name: garbage
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: garbage}]
+  - name: hang
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: hang}]
+  - name: stuck
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: hang, phase: health, stuck: true}]
+"#;
+
+struct Env {
+    dir: tempfile::TempDir,
+    fleet: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fleet = dir.path().join("fleet.yaml");
+        std::fs::write(&fleet, FLEET).expect("write fleet");
+        Env { dir, fleet }
+    }
+
+    fn term(&self) -> PathBuf {
+        self.dir.path().join("termination-log")
+    }
+
+    /// The agent with a clean environment and the termination message in the temp dir.
+    fn agent(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
+        for var in [
+            "FABRIC_BACKEND",
+            "FABRIC_SIM_FLEET",
+            "FABRIC_NODE_NAME",
+            "FABRIC_TERMINATION_LOG",
+            "RUST_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("FABRIC_TERMINATION_LOG", self.term());
+        cmd
+    }
+
+    fn sim(&self, node: &str, extra: &[&str]) -> Output {
+        let mut cmd = self.agent();
+        cmd.args(["node-check", "--backend", "sim", "--fleet"])
+            .arg(&self.fleet)
+            .args(["--node", node])
+            .args(extra);
+        cmd.output().expect("agent runs")
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn last_line(o: &Output) -> String {
+    stdout(o).lines().last().unwrap_or_default().to_string()
+}
+
+fn doc_of(o: &Output) -> ResultDocument {
+    ResultDocument::parse(&last_line(o)).expect("last stdout line is the full document")
+}
+
+#[test]
+fn sim_node_check_prints_tables_then_the_document_as_the_last_line() {
+    let env = Env::new();
+    let out = env.sim("slow-pair", &[]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    for needle in [
+        "# all_reduce_perf: 8 ranks, float",
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong",
+        "# Avg bus bandwidth    :",
+        "# Fit time = alpha + bytes",
+        "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)",
+        "memcpy CE GPU(row) <-> GPU(column) bidirectional bandwidth",
+        "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)",
+        "# DDP probe:",
+        "# Health (NVML)",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    let doc = doc_of(&out);
+    assert_eq!(doc.node, "slow-pair");
+    assert_eq!(doc.gpus.len(), 8);
+    let pairs = doc.pairs.as_ref().expect("pair matrix");
+    let slowest = pairs
+        .unidirectional
+        .iter()
+        .min_by(|a, b| a.gbps.total_cmp(&b.gbps))
+        .expect("pairs");
+    assert_eq!(
+        (slowest.src.min(slowest.dst), slowest.src.max(slowest.dst)),
+        (2, 5)
+    );
+    // Progress goes to stderr, one line per phase at least.
+    let err = stderr(&out);
+    for phase in ["health:", "ncclSweep:", "gpuPairs:", "ddpProbe:"] {
+        assert!(err.contains(phase), "no {phase} progress in {err}");
+    }
+}
+
+#[test]
+fn termination_message_is_a_compact_document_within_4096_bytes() {
+    let env = Env::new();
+    let out = env.sim("clean", &[]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let text = std::fs::read_to_string(env.term()).expect("termination message written");
+    assert!(text.len() <= 4096, "{} bytes", text.len());
+    let compact = CompactResult::parse(&text).expect("operator reads it");
+    assert_eq!(compact.n, "clean");
+    assert_eq!(compact.g, 8);
+    assert_eq!(compact.nc.len(), 7);
+    assert_eq!(compact.pu.len(), 64);
+    assert!(compact.e.is_empty());
+    assert_eq!(compact, CompactResult::from(&doc_of(&out)));
+}
+
+#[test]
+fn json_flag_writes_the_same_document() {
+    let env = Env::new();
+    let path = env.dir.path().join("out.json");
+    let out = env.sim("clean", &["--json", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let file = ResultDocument::parse(&std::fs::read_to_string(&path).expect("json written"))
+        .expect("parses");
+    assert_eq!(file, doc_of(&out));
+}
+
+#[test]
+fn crash_fault_exits_with_its_code_and_writes_nothing() {
+    let env = Env::new();
+    let path = env.dir.path().join("out.json");
+    let out = env.sim("crash", &["--json", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(42));
+    assert!(!env.term().exists(), "no termination message");
+    assert!(!path.exists(), "no json file");
+    assert!(ResultDocument::parse(&last_line(&out)).is_err());
+    assert!(stderr(&out).contains("crash"), "{}", stderr(&out));
+}
+
+#[test]
+fn garbage_fault_writes_documents_the_operator_refuses() {
+    let env = Env::new();
+    let out = env.sim("garbage", &[]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let text = std::fs::read_to_string(env.term()).expect("termination message written");
+    assert!(!text.is_empty());
+    assert!(CompactResult::parse(&text).is_err(), "{text}");
+    assert!(ResultDocument::parse(&last_line(&out)).is_err());
+}
+
+#[test]
+fn hang_fault_ends_in_a_timeout_error_of_that_phase() {
+    let env = Env::new();
+    let t0 = Instant::now();
+    let out = env.sim("hang", &["--phase-timeout", "0.3", "--quick"]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(t0.elapsed() >= Duration::from_millis(300));
+    let doc = doc_of(&out);
+    assert_eq!(doc.errors.len(), 1, "{:?}", doc.errors);
+    assert_eq!(doc.errors[0].phase, Phase::NcclSweep);
+    assert_eq!(doc.errors[0].kind, ErrorKind::Timeout);
+    assert!(doc.nccl.is_none());
+    let compact =
+        CompactResult::parse(&std::fs::read_to_string(env.term()).expect("written")).expect("ok");
+    assert_eq!(compact.e.len(), 1);
+    assert_eq!(compact.e[0].kind, ErrorKind::Timeout);
+}
+
+#[test]
+fn stuck_fault_hangs_past_the_watchdog_until_killed() {
+    let env = Env::new();
+    let mut child = env
+        .agent()
+        .args(["node-check", "--backend", "sim", "--fleet"])
+        .arg(&env.fleet)
+        .args(["--node", "stuck", "--phase-timeout", "0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("agent starts");
+    std::thread::sleep(Duration::from_millis(1500));
+    let still_running = child.try_wait().expect("poll").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        still_running,
+        "a stuck agent must outlive its phase timeout"
+    );
+    assert!(!env.term().exists());
+}
+
+#[test]
+fn cuda_backend_without_gpus_exits_with_a_clear_code_and_message() {
+    if Path::new("/dev/nvidiactl").exists() {
+        eprintln!("skipped: this machine has NVIDIA GPUs");
+        return;
+    }
+    let env = Env::new();
+    let out = env
+        .agent()
+        .args(["node-check", "--node", "x"])
+        .output()
+        .expect("agent runs");
+    let code = out.status.code();
+    assert!(
+        code == Some(10) || code == Some(11),
+        "code {code:?}: {}",
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    assert!(err.contains("fabric-agent: error:"), "{err}");
+    assert!(err.contains("--backend sim"), "a hint on what to do: {err}");
+    assert!(!env.term().exists());
+}
+
+#[test]
+fn unknown_node_is_refused_with_exit_2_and_the_known_names() {
+    let env = Env::new();
+    let out = env.sim("nope", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("\"nope\" is not in fleet file"), "{err}");
+    assert!(err.contains("clean"), "{err}");
+}
+
+#[test]
+fn sim_needs_a_fleet_file() {
+    let env = Env::new();
+    let out = env
+        .agent()
+        .args(["node-check", "--backend", "sim", "--node", "clean"])
+        .output()
+        .expect("agent runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("FABRIC_SIM_FLEET"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn backend_fleet_and_node_come_from_the_environment() {
+    let env = Env::new();
+    let out = env
+        .agent()
+        .arg("node-check")
+        .env("FABRIC_BACKEND", "sim")
+        .env("FABRIC_SIM_FLEET", &env.fleet)
+        .env("FABRIC_NODE_NAME", "clean")
+        .arg("--quick")
+        .output()
+        .expect("agent runs");
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(doc_of(&out).node, "clean");
+}
+
+#[test]
+fn flags_override_the_suite() {
+    let env = Env::new();
+    let suite = env.dir.path().join("suite.yaml");
+    std::fs::write(
+        &suite,
+        "ncclSweep:\n  collectives: [broadcast, allGather]\n  maxBytes: 1048576\nddpProbe:\n  enabled: false\n",
+    )
+    .expect("write suite");
+    let out = env.sim(
+        "clean",
+        &[
+            "--suite",
+            suite.to_str().expect("utf-8"),
+            "--collectives",
+            "all_reduce,sendRecv",
+            "-b",
+            "1K",
+            "--max-bytes",
+            "16M",
+            "--no-health",
+            "--pair-bytes",
+            "32M",
+        ],
+    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let doc = doc_of(&out);
+    let nccl = doc.nccl.as_ref().expect("nccl");
+    let names: Vec<_> = nccl
+        .collectives
+        .iter()
+        .map(|c| c.collective.api_name())
+        .collect();
+    assert_eq!(names, vec!["allReduce", "sendRecv"]);
+    let rows = &nccl.collectives[0].rows;
+    assert_eq!(rows.first().map(|r| r.bytes), Some(1024));
+    assert_eq!(rows.last().map(|r| r.bytes), Some(16 << 20));
+    assert!(doc.ddp.is_none(), "the file disabled the probe");
+    assert!(doc.health.is_none());
+    assert_eq!(doc.pairs.as_ref().map(|p| p.bytes), Some(32 << 20));
+}
+
+#[test]
+fn invalid_suite_values_exit_2() {
+    let env = Env::new();
+    let out = env.sim("clean", &["-b", "1G", "-e", "1M"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("minBytes"), "{}", stderr(&out));
+    let out = env.sim("clean", &["-b", "12Q"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("suffix"), "{}", stderr(&out));
+}
+
+#[test]
+fn same_seed_gives_the_same_measurements() {
+    let env = Env::new();
+    let strip = |mut d: ResultDocument| {
+        d.started_at.clear();
+        d.duration_s = 0.0;
+        d
+    };
+    let a = strip(doc_of(&env.sim("clean", &["--quick"])));
+    let b = strip(doc_of(&env.sim("clean", &["--quick"])));
+    let c = strip(doc_of(&env.sim("clean", &["--quick", "--seed", "99"])));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn help_explains_node_check_with_an_example() {
+    let env = Env::new();
+    let out = env
+        .agent()
+        .args(["node-check", "--help"])
+        .output()
+        .expect("agent runs");
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.contains("Examples:"), "{text}");
+    assert!(text.contains("--backend sim --fleet"), "{text}");
+    assert!(text.contains("Exit codes"), "{text}");
+    let out = env
+        .agent()
+        .args(["inject", "--help"])
+        .output()
+        .expect("agent runs");
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("Example"), "{}", stdout(&out));
+}
+
+#[test]
+fn demo_fleet_runs_every_node_quickly() {
+    let env = Env::new();
+    let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/fleets/demo-16.yaml");
+    for node in ["h100-00", "h100-03", "h200-05"] {
+        let t0 = Instant::now();
+        let out = env
+            .agent()
+            .args(["node-check", "--backend", "sim", "--fleet"])
+            .arg(&fleet)
+            .args(["--node", node])
+            .output()
+            .expect("agent runs");
+        assert!(out.status.success(), "{node}: {}", stderr(&out));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{node} took {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(doc_of(&out).node, node);
+    }
+}
