@@ -1,0 +1,299 @@
+//! Property tests of the quarantine planner over random sequences of runs: random failing
+//! sets, foreign cordons and taints, deleted nodes, policies and budgets, with each plan
+//! applied to a model of the cluster before the next run.
+
+use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
+use gpufabric_api::run::{NodeVerdict, Trigger};
+use gpufabric_api::test::NodeHealth;
+use gpufabric_health::history::advance;
+use gpufabric_health::quarantine::{Hold, NodeFacts, plan};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+
+/// One run of the sequence.
+#[derive(Clone, Debug)]
+struct Step {
+    /// When the previous plan asked for a confirmation run, run it (else a scheduled run).
+    confirm_next: bool,
+    failing: u16,
+    foreign_cordon: u16,
+    foreign_taint: u16,
+    gone: u16,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        any::<bool>(),
+        any::<u16>(),
+        (any::<u16>(), any::<u16>(), any::<u16>()),
+        (any::<u16>(), any::<u16>(), any::<u16>()),
+        (any::<u16>(), any::<u16>(), any::<u16>(), any::<u16>()),
+    )
+        .prop_map(|(confirm_next, failing, c, t, g)| Step {
+            confirm_next,
+            failing,
+            // About one node in eight cordoned or tainted by someone else, one in sixteen gone.
+            foreign_cordon: c.0 & c.1 & c.2,
+            foreign_taint: t.0 & t.1 & t.2,
+            gone: g.0 & g.1 & g.2 & g.3,
+        })
+}
+
+fn mode() -> impl Strategy<Value = QuarantineMode> {
+    prop_oneof![
+        Just(QuarantineMode::Observe),
+        Just(QuarantineMode::Label),
+        Just(QuarantineMode::Cordon),
+        Just(QuarantineMode::Taint),
+    ]
+}
+
+fn policy() -> impl Strategy<Value = QuarantinePolicy> {
+    (
+        mode(),
+        prop_oneof![
+            (0i32..6).prop_map(IntOrString::Int),
+            (0u32..=100).prop_map(|p| IntOrString::String(format!("{p}%"))),
+        ],
+        1u32..4,
+        1u32..4,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(mode, max_quarantined, f, p, confirm_retest)| QuarantinePolicy {
+                mode,
+                max_quarantined,
+                failures_to_quarantine: f,
+                passes_to_release: p,
+                confirm_retest,
+                release_on_delete: true,
+            },
+        )
+}
+
+/// The cluster as the executor would leave it.
+#[derive(Clone, Debug)]
+struct Model {
+    health: Vec<Option<NodeHealth>>,
+    ours: Vec<bool>,
+    /// Consecutive bad verdicts, counted independently of `history`.
+    bad_streak: Vec<u32>,
+    /// Bad streak at the moment each node was last sent to confirmation, if it was.
+    confirmed_at: Vec<Option<u32>>,
+}
+
+fn name(i: usize) -> String {
+    format!("node-{i:02}")
+}
+
+fn bit(mask: u16, i: usize) -> bool {
+    mask & (1 << i) != 0
+}
+
+fn simulate(n: usize, pol: &QuarantinePolicy, steps: &[Step]) -> Result<(), TestCaseError> {
+    let budget = pol.budget(n).unwrap_or(0);
+    let mut m = Model {
+        health: vec![None; n],
+        ours: vec![false; n],
+        bad_streak: vec![0; n],
+        confirmed_at: vec![None; n],
+    };
+    let mut last_confirm: BTreeSet<usize> = BTreeSet::new();
+    for (k, s) in steps.iter().enumerate() {
+        let trigger = if s.confirm_next && !last_confirm.is_empty() {
+            Trigger::Confirmation
+        } else {
+            Trigger::Schedule
+        };
+        let run = format!("run-{k}");
+        let mut facts = Vec::new();
+        for i in 0..n {
+            let exists = !bit(s.gone, i);
+            let tested = exists && (trigger != Trigger::Confirmation || last_confirm.contains(&i));
+            if tested {
+                let verdict = if bit(s.failing, i) {
+                    NodeVerdict::Failed
+                } else {
+                    NodeVerdict::Passed
+                };
+                m.health[i] = Some(advance(m.health[i].as_ref(), &name(i), verdict, None, &run));
+                m.bad_streak[i] = if verdict.is_bad() {
+                    m.bad_streak[i] + 1
+                } else {
+                    0
+                };
+            }
+            let Some(health) = m.health[i].clone() else {
+                // Never tested and not ours: the operator has no record of it.
+                continue;
+            };
+            facts.push(NodeFacts {
+                node: name(i),
+                health,
+                quarantined_by_us: m.ours[i],
+                cordoned_by_others: exists && bit(s.foreign_cordon, i),
+                tainted_by_others: exists && bit(s.foreign_taint, i),
+                exists,
+                tested,
+            });
+        }
+        let p = plan(&facts, pol, n, trigger);
+        let quarantine: BTreeSet<&String> = p.quarantine.iter().collect();
+        let release: BTreeSet<&String> = p.release.iter().collect();
+
+        // (c) never both, never twice.
+        prop_assert!(quarantine.is_disjoint(&release), "step {k}: {p:?}");
+        prop_assert_eq!(quarantine.len(), p.quarantine.len());
+        prop_assert_eq!(release.len(), p.release.len());
+        for f in &facts {
+            let held = p.held_back.iter().filter(|(h, _)| *h == f.node).count();
+            let acted =
+                usize::from(quarantine.contains(&f.node)) + usize::from(release.contains(&f.node));
+            prop_assert!(
+                held + acted <= 1,
+                "step {k}: {} acted on and held: {p:?}",
+                f.node
+            );
+        }
+        for f in &facts {
+            let i: usize = f.node[5..]
+                .parse()
+                .map_err(|_| TestCaseError::fail("node name"))?;
+            let foreign = f.cordoned_by_others || f.tainted_by_others;
+            // (b) a node cordoned or tainted by others is neither quarantined nor released.
+            if foreign {
+                prop_assert!(
+                    !quarantine.contains(&f.node),
+                    "step {k}: quarantined foreign {}",
+                    f.node
+                );
+                prop_assert!(
+                    !release.contains(&f.node),
+                    "step {k}: released foreign {}",
+                    f.node
+                );
+            }
+            if quarantine.contains(&f.node) {
+                prop_assert!(!m.ours[i] && f.exists && f.tested);
+                prop_assert!(pol.mode != QuarantineMode::Observe);
+                // (d) only after failures_to_quarantine consecutive failures ...
+                prop_assert!(
+                    m.bad_streak[i] >= pol.failures_to_quarantine,
+                    "step {k}: {} streak {}",
+                    f.node,
+                    m.bad_streak[i]
+                );
+                // ... and, with confirm_retest, only on a confirmation run that the node
+                // was sent to, having failed again since.
+                if pol.confirm_retest {
+                    prop_assert_eq!(trigger, Trigger::Confirmation);
+                    prop_assert!(last_confirm.contains(&i));
+                    let at =
+                        m.confirmed_at[i].ok_or_else(|| TestCaseError::fail("never confirmed"))?;
+                    prop_assert!(
+                        m.bad_streak[i] > at,
+                        "step {k}: {} not failed again",
+                        f.node
+                    );
+                }
+            }
+            if release.contains(&f.node) {
+                prop_assert!(m.ours[i]);
+                prop_assert!(
+                    !f.exists
+                        || (f.health.consecutive_passes >= pol.passes_to_release
+                            && pol.mode != QuarantineMode::Observe),
+                    "step {k}: released {} early",
+                    f.node
+                );
+            }
+        }
+        if pol.mode == QuarantineMode::Observe {
+            prop_assert!(p.quarantine.is_empty() && p.confirm.is_empty());
+        }
+        for node in &p.confirm {
+            prop_assert_eq!(
+                p.held_back.iter().find(|(n, _)| n == node).map(|(_, h)| *h),
+                Some(Hold::AwaitingConfirmation)
+            );
+        }
+
+        // Apply the plan.
+        for node in &p.release {
+            let i: usize = node[5..]
+                .parse()
+                .map_err(|_| TestCaseError::fail("node name"))?;
+            m.ours[i] = false;
+        }
+        for node in &p.quarantine {
+            let i: usize = node[5..]
+                .parse()
+                .map_err(|_| TestCaseError::fail("node name"))?;
+            m.ours[i] = true;
+        }
+        last_confirm = BTreeSet::new();
+        for node in &p.confirm {
+            let i: usize = node[5..]
+                .parse()
+                .map_err(|_| TestCaseError::fail("node name"))?;
+            m.confirmed_at[i] = Some(m.bad_streak[i]);
+            last_confirm.insert(i);
+        }
+        // (a) the budget holds once the plan is applied.
+        let held = m.ours.iter().filter(|o| **o).count();
+        prop_assert!(
+            held <= budget,
+            "step {k}: {held} quarantined, budget {budget}"
+        );
+        prop_assert_eq!(held, p.quarantined_after);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn planner_keeps_budget_ownership_and_hysteresis_over_random_runs(
+        n in 1usize..=16,
+        pol in policy(),
+        steps in prop::collection::vec(step(), 1..40),
+    ) {
+        simulate(n, &pol, &steps)?;
+    }
+
+    /// When the policy changes between runs (a smaller budget, another mode), the planner
+    /// never adds a quarantine while the nodes it holds are at or over the new budget.
+    #[test]
+    fn planner_never_adds_quarantines_at_or_over_a_changed_budget(
+        n in 1usize..=16,
+        ours in any::<u16>(),
+        failing in any::<u16>(),
+        pol in policy(),
+    ) {
+        let facts: Vec<NodeFacts> = (0..n)
+            .map(|i| {
+                let v = if bit(failing, i) { NodeVerdict::Failed } else { NodeVerdict::Passed };
+                NodeFacts {
+                    node: name(i),
+                    health: advance(None, &name(i), v, None, "r"),
+                    quarantined_by_us: bit(ours, i),
+                    cordoned_by_others: false,
+                    tainted_by_others: false,
+                    exists: true,
+                    tested: true,
+                }
+            })
+            .collect();
+        let budget = pol.budget(n).unwrap_or(0);
+        let before = facts.iter().filter(|f| f.quarantined_by_us).count();
+        let p = plan(&facts, &pol, n, Trigger::Confirmation);
+        let after = before - p.release.len() + p.quarantine.len();
+        prop_assert_eq!(after, p.quarantined_after);
+        prop_assert!(after <= budget.max(before - p.release.len()));
+        if before - p.release.len() >= budget {
+            prop_assert!(p.quarantine.is_empty());
+        }
+    }
+}
