@@ -55,23 +55,23 @@ pub fn run(args: InjectArgs) -> anyhow::Result<()> {
     match args.fault {
         Fault::SlowPair { gpus, seconds } => {
             let (a, b) = pair_of(&gpus)?;
-            tracing::info!(a, b, seconds, "injecting a slow GPU pair");
+            eprintln!("fabric-agent: injecting a slow GPU pair {a},{b} for {seconds} s");
             let r = inject::slow_pair(a, b, Duration::from_secs(seconds), &stop)
                 .with_context(|| format!("slow pair {a},{b}"))?;
-            tracing::info!(
-                seconds = r.seconds,
-                gbps = r.work / r.seconds.max(1e-9) / 1e9,
-                "slow pair done"
+            eprintln!(
+                "fabric-agent: slow pair {a},{b} done: {:.0} s, {:.1} GB/s of background copies",
+                r.seconds,
+                r.work / r.seconds.max(1e-9) / 1e9
             );
         }
         Fault::Straggler { gpu, seconds } => {
-            tracing::info!(gpu, seconds, "injecting a straggler GPU");
+            eprintln!("fabric-agent: injecting a straggler on GPU {gpu} for {seconds} s");
             let r = inject::straggler(gpu, Duration::from_secs(seconds), &stop)
                 .with_context(|| format!("straggler on GPU {gpu}"))?;
-            tracing::info!(
-                seconds = r.seconds,
-                tflops = r.work / r.seconds.max(1e-9) / 1e12,
-                "straggler done"
+            eprintln!(
+                "fabric-agent: straggler on GPU {gpu} done: {:.0} s, {:.0} TFLOP/s of background GEMMs",
+                r.seconds,
+                r.work / r.seconds.max(1e-9) / 1e12
             );
         }
     }

@@ -385,6 +385,7 @@ fn run_steps(
 ) -> GpuResult<f64> {
     for r in reps {
         r.t0.record(&r.compute)?;
+        r.comm.wait(&r.t0)?;
     }
     for s in 0..steps as usize {
         if mode != Mode::CommOnly {
@@ -397,12 +398,6 @@ fn run_steps(
             }
         }
         if mode != Mode::ComputeOnly {
-            for r in reps {
-                if mode == Mode::CommOnly {
-                    // Comm alone still runs step after step on its own stream.
-                    r.gpu.bind()?;
-                }
-            }
             for (k, bk) in bks.iter().enumerate() {
                 allreduce_bucket(reps, comms, bk, (mode == Mode::Overlapped).then_some(k))?;
             }

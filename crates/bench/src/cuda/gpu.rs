@@ -308,7 +308,7 @@ impl Stream {
                 ));
             }
             std::thread::sleep(sleep);
-            sleep = (sleep * 2).min(Duration::from_millis(2));
+            sleep = (sleep * 2).min(Duration::from_micros(500));
         }
     }
 

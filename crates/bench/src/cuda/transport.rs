@@ -26,7 +26,8 @@ fn classify(via: &str) -> Via {
     }
 }
 
-/// Parses the GPU pairs (device indices in brackets, unordered, a < b) and the transport
+/// Parses the GPU pairs (ranks, unordered, a < b; in this single-process check rank r is
+/// GPU r) and the transport
 /// NCCL used between them. Where one pair shows several transports the worst wins (NET
 /// over SHM over P2P).
 pub fn parse(log: &str) -> BTreeMap<(u32, u32), Via> {
@@ -67,18 +68,29 @@ pub fn parse(log: &str) -> BTreeMap<(u32, u32), Via> {
     out
 }
 
-/// The number inside the last `[...]` of `s`.
+/// The rank before the last `[...]` of `s` (`0[0]`, or `0[1b000]` in older NCCL, whose
+/// brackets hold a bus id).
 fn last_bracket(s: &str) -> Option<u32> {
     let open = s.rfind('[')?;
-    let close = s[open..].find(']')? + open;
-    s[open + 1..close].trim().parse().ok()
+    rank_before(&s[..open])
 }
 
-/// The number inside the first `[...]` of `s`.
+/// The rank before the first `[...]` of `s`.
 fn first_bracket(s: &str) -> Option<u32> {
     let open = s.find('[')?;
-    let close = s[open..].find(']')? + open;
-    s[open + 1..close].trim().parse().ok()
+    rank_before(&s[..open])
+}
+
+fn rank_before(s: &str) -> Option<u32> {
+    let digits: String = s
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits.parse().ok()
 }
 
 /// Turns parsed pairs into result entries; `nvlink(a, b)` says whether the two GPUs are
@@ -146,6 +158,12 @@ host:123:456 [0] NCCL INFO Channel 00/1 : 0[0] -> 2[2] via P2P/CUMEM
         assert_eq!(get(1, 2), Some(Transport::Pcie));
         assert_eq!(get(2, 3), Some(Transport::Shm));
         assert_eq!(get(0, 3), Some(Transport::Net));
+    }
+
+    #[test]
+    fn older_nccl_bus_ids_in_brackets_still_give_ranks() {
+        let p = parse("x NCCL INFO Channel 00/0 : 2[1b000] -> 3[1c000] via P2P/IPC/read\n");
+        assert_eq!(p.get(&(2, 3)), Some(&Via::P2p));
     }
 
     #[test]

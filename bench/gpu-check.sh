@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs the cuda backend of fabric-agent on a multi-GPU host and writes logs and result
+# documents under $OUT (default ./gpu-check-out).
+#
+#   bench/gpu-check.sh measure   versions, node-check --quick, node-check (default suite),
+#                                PyTorch DDP reference (bench/ddp_reference.py)
+#   bench/gpu-check.sh inject    a real slow pair and a real straggler beside node-check,
+#                                then five clean runs
+#   bench/gpu-check.sh all       both
+#
+# The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
+# NCCL and cuBLAS are taken from PyTorch's wheels (nvidia-nccl-*, nvidia-cublas-*).
+# NVLink multicast (NVLS) stays off: shared hosts can be put out of service by it.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+STAGE=${1:-all}
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+LOG=$OUT/gpu-check.log
+exec > >(tee -a "$LOG") 2>&1
+
+AGENT=${AGENT:-}
+for cand in .device/fabric-agent target/release/fabric-agent; do
+  [ -z "$AGENT" ] && [ -x "$cand" ] && AGENT=$cand
+done
+[ -z "$AGENT" ] && { echo "no fabric-agent binary found"; exit 1; }
+
+# Libraries from the Python wheels: cudarc looks for libnccl.so and libcublas.so(.13).
+LIBS=/tmp/fabric-libs
+mkdir -p $LIBS
+SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
+for pat in libnccl.so libcublas.so libcublasLt.so; do
+  f=$(find "$SP/nvidia" -name "$pat.[0-9]*" 2>/dev/null | sort | head -1)
+  if [ -n "$f" ]; then
+    ln -sf "$f" "$LIBS/$pat"
+    LD_LIBRARY_PATH=$(dirname "$f"):${LD_LIBRARY_PATH:-}
+  fi
+done
+export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+
+banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+
+versions() {
+  banner versions
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv
+  nvidia-smi topo -m
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version(), "gpus", torch.cuda.device_count())'
+  ls -l $LIBS
+  uname -r; nproc
+}
+
+check() { # name, extra args...
+  local name=$1; shift
+  banner "node-check $name: $*"
+  local t0=$(date +%s.%N)
+  timeout 200 "$AGENT" node-check --phase-timeout 120 --json "$OUT/$name.json" "$@" > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
+  local rc=$?
+  local t1=$(date +%s.%N)
+  echo "rc=$rc wall=$(python3 -c "print(round($t1-$t0,1))") s"
+  grep -v '^{' "$OUT/$name.stdout" | tail -60
+  tail -5 "$OUT/$name.stderr"
+  rm -f "$OUT/$name.stdout"
+}
+
+measure() {
+  versions
+  banner "no-GPU path: the agent must say why, not panic"
+  CUDA_VISIBLE_DEVICES= timeout 60 "$AGENT" node-check --quick > /dev/null 2> "$OUT/nogpu.stderr"; echo "rc=$?"; tail -3 "$OUT/nogpu.stderr"; rm -f "$OUT/nogpu.stderr"
+  check quick --quick
+  cat "$OUT/quick.stderr" >> "$LOG"; rm -f "$OUT/quick.stderr"
+  check full
+  cat "$OUT/full.stderr" >> "$LOG"; rm -f "$OUT/full.stderr"
+  banner "PyTorch DDP reference"
+  timeout 400 python3 bench/ddp_reference.py > "$OUT/ddp_reference.out" 2>&1
+  echo "rc=$?"; grep -v '^{' "$OUT/ddp_reference.out" | tail -20
+  tail -1 "$OUT/ddp_reference.out" > "$OUT/ddp_reference.json"; rm -f "$OUT/ddp_reference.out"
+}
+
+inject() {
+  local n; n=$(nvidia-smi -L | wc -l)
+  local a=1 b=$((n - 1)) s=2
+  [ "$n" -lt 3 ] && { a=0; b=1; s=1; }
+  banner "slow pair $a,$b injected"
+  "$AGENT" inject slow-pair --gpus $a,$b --seconds 90 &
+  local pid=$!
+  sleep 6
+  check slowpair --no-nccl --no-ddp --no-health
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  cat "$OUT/slowpair.stderr" >> "$LOG"; rm -f "$OUT/slowpair.stderr"
+  banner "straggler GPU $s injected"
+  "$AGENT" inject straggler --gpu $s --seconds 120 &
+  pid=$!
+  sleep 6
+  check straggler --no-nccl --no-pairs --no-health
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  cat "$OUT/straggler.stderr" >> "$LOG"; rm -f "$OUT/straggler.stderr"
+  banner "five clean runs"
+  : > "$OUT/clean.jsonl"
+  for i in 1 2 3 4 5; do
+    check clean$i --no-nccl --no-health
+    python3 -c "import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))" "$OUT/clean$i.json" >> "$OUT/clean.jsonl"
+    cat "$OUT/clean$i.stderr" >> "$LOG"; rm -f "$OUT/clean$i.stderr" "$OUT/clean$i.json"
+  done
+}
+
+case $STAGE in
+  measure) measure ;;
+  inject) inject ;;
+  all) measure; inject ;;
+  *) echo "usage: $0 measure|inject|all"; exit 2 ;;
+esac
+banner summary
+python3 bench/summarize.py "$OUT"
