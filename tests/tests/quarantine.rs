@@ -461,7 +461,11 @@ async fn taint_mode_adds_exactly_our_taint_and_release_removes_only_ours() {
     // node.kubernetes.io/not-ready to new nodes), plus ours at the end.
     let theirs = taints_of(&before);
     assert_eq!(taints.len(), theirs.len() + 1, "{taints:?}");
-    assert_eq!(taints[..theirs.len()], theirs[..], "foreign taints kept as they were");
+    assert_eq!(
+        taints[..theirs.len()],
+        theirs[..],
+        "foreign taints kept as they were"
+    );
     let last = &taints[theirs.len()];
     assert_eq!(
         (last.key.as_str(), last.effect.as_str()),
