@@ -7,14 +7,45 @@ use gpufabric_api::keys;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The termination-message path: `$FABRIC_TERMINATION_LOG` when set, else
-/// `/dev/termination-log` when it exists (Kubernetes creates it in every container).
-pub fn termination_path() -> Option<PathBuf> {
+/// Where the termination message goes: `$FABRIC_TERMINATION_LOG` when set (an error to
+/// write it is reported), else `/dev/termination-log` when it exists and is writable
+/// (Kubernetes creates it in every container; elsewhere it is quietly skipped).
+enum Termination {
+    Explicit(PathBuf),
+    Default(PathBuf),
+}
+
+fn termination_target() -> Option<Termination> {
     match std::env::var_os(keys::ENV_TERMINATION_LOG) {
-        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        Some(p) if !p.is_empty() => Some(Termination::Explicit(PathBuf::from(p))),
         _ => {
             let p = Path::new(keys::DEFAULT_TERMINATION_LOG);
-            p.exists().then(|| p.to_path_buf())
+            p.exists().then(|| Termination::Default(p.to_path_buf()))
+        }
+    }
+}
+
+fn write_termination(text: &str) {
+    match termination_target() {
+        None => {}
+        Some(Termination::Explicit(path)) => {
+            if let Err(e) = std::fs::write(&path, text) {
+                eprintln!(
+                    "fabric-agent: warning: could not write the termination message to {}: {e}",
+                    path.display()
+                );
+            }
+        }
+        Some(Termination::Default(path)) => {
+            // Open without creating: only an existing, writable file is used.
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(text.as_bytes()));
+            if let Err(e) = written {
+                tracing::debug!(path = %path.display(), error = %e, "termination log not writable; skipped");
+            }
         }
     }
 }
@@ -41,17 +72,7 @@ pub fn emit(doc: &ResultDocument, json: Option<&Path>, garbage: bool) -> anyhow:
         compact = truncated(&compact);
         pretty = truncated(&pretty);
     }
-    if let Some(path) = termination_path() {
-        match std::fs::write(&path, &compact) {
-            Ok(()) => {
-                tracing::debug!(path = %path.display(), bytes = compact.len(), "termination message written")
-            }
-            Err(e) => eprintln!(
-                "fabric-agent: warning: could not write the termination message to {}: {e}",
-                path.display()
-            ),
-        }
-    }
+    write_termination(&compact);
     if let Some(path) = json {
         std::fs::write(path, pretty.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
