@@ -304,10 +304,10 @@ impl Cluster {
             client: placeholder_client()?,
             startup: Duration::ZERO,
         };
-        if opts.keep_dir {
-            if let Some(d) = cluster.dir.take() {
-                let _ = d.keep();
-            }
+        if opts.keep_dir
+            && let Some(d) = cluster.dir.take()
+        {
+            let _ = d.keep();
         }
         let pki = pki::write(&dir_path)?;
         let etcd_port = cluster.start_etcd(&bin, &dir_path).await?;

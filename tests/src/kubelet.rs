@@ -529,15 +529,11 @@ async fn heartbeat_loop(inner: Arc<Inner>) {
             .map(|n| (n.spec.name.clone(), n.ready))
             .collect();
         for (name, ready) in names {
-            if ready {
-                if let Err(e) = inner.renew_lease(&name).await {
-                    tracing::warn!(node = %name, error = %e, "lease renewal failed");
-                }
+            if ready && let Err(e) = inner.renew_lease(&name).await {
+                tracing::warn!(node = %name, error = %e, "lease renewal failed");
             }
-            if refresh_status {
-                if let Err(e) = inner.patch_node_status(&name).await {
-                    tracing::warn!(node = %name, error = %e, "node status update failed");
-                }
+            if refresh_status && let Err(e) = inner.patch_node_status(&name).await {
+                tracing::warn!(node = %name, error = %e, "node status update failed");
             }
         }
     }
