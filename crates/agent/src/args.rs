@@ -26,6 +26,16 @@ pub struct NodeCheckArgs {
     #[arg(long, value_name = "FILE")]
     pub suite: Option<PathBuf>,
 
+    /// The suite inline, as JSON or YAML (the operator passes the FabricTest's whole suite
+    /// in `FABRIC_SUITE`); `--suite FILE` wins over it, flags below override both.
+    #[arg(
+        long,
+        env = "FABRIC_SUITE",
+        value_name = "JSON",
+        hide_env_values = true
+    )]
+    pub suite_json: Option<String>,
+
     /// Collectives to sweep, comma-separated (allReduce or all_reduce, allGather,
     /// reduceScatter, broadcast, reduce, allToAll, sendRecv).
     #[arg(long, value_delimiter = ',', value_parser = parse_collective, value_name = "LIST")]
@@ -185,7 +195,12 @@ impl NodeCheckArgs {
                     )
                 })?
             }
-            None => Suite::default(),
+            None => match self.suite_json.as_deref().filter(|t| !t.trim().is_empty()) {
+                Some(text) => serde_yaml::from_str::<Suite>(text).context(
+                    "the inline suite (--suite-json or FABRIC_SUITE) is not a valid suite",
+                )?,
+                None => Suite::default(),
+            },
         };
         let n = &mut suite.nccl_sweep;
         if let Some(c) = &self.collectives {

@@ -60,6 +60,7 @@ impl Env {
             "FABRIC_SIM_FLEET",
             "FABRIC_NODE_NAME",
             "FABRIC_TERMINATION_LOG",
+            "FABRIC_SUITE",
             "RUST_LOG",
         ] {
             cmd.env_remove(var);
@@ -330,6 +331,46 @@ fn flags_override_the_suite() {
     assert!(doc.ddp.is_none(), "the file disabled the probe");
     assert!(doc.health.is_none());
     assert_eq!(doc.pairs.as_ref().map(|p| p.bytes), Some(32 << 20));
+}
+
+#[test]
+fn inline_suite_from_the_environment_sets_what_no_flag_covers() {
+    let env = Env::new();
+    let out = env
+        .agent()
+        .args(["node-check", "--backend", "sim", "--fleet"])
+        .arg(&env.fleet)
+        .args(["--node", "clean", "--collectives", "broadcast"])
+        .env(
+            "FABRIC_SUITE",
+            r#"{"ncclSweep":{"collectives":["allReduce"],"maxBytes":4096},"ddpProbe":{"hidden":1024,"layers":2},"gpuPairs":{"bidirectional":false}}"#,
+        )
+        .output()
+        .expect("agent runs");
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let doc = doc_of(&out);
+    let nccl = doc.nccl.as_ref().expect("nccl");
+    assert_eq!(nccl.collectives.len(), 1);
+    assert_eq!(nccl.collectives[0].collective.api_name(), "broadcast");
+    assert_eq!(nccl.collectives[0].rows.last().map(|r| r.bytes), Some(4096));
+    let ddp = doc.ddp.as_ref().expect("ddp");
+    assert_eq!((ddp.hidden, ddp.layers), (1024, 2));
+    assert!(
+        doc.pairs
+            .as_ref()
+            .is_some_and(|p| p.bidirectional.is_empty())
+    );
+
+    let bad = env
+        .agent()
+        .args(["node-check", "--backend", "sim", "--fleet"])
+        .arg(&env.fleet)
+        .args(["--node", "clean"])
+        .env("FABRIC_SUITE", "{not json")
+        .output()
+        .expect("agent runs");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("FABRIC_SUITE"), "{}", stderr(&bad));
 }
 
 #[test]
