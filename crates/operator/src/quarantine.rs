@@ -12,6 +12,9 @@
 //! 2. Build each node's `NodeFacts` with [`NodeObservation::facts`] (health from
 //!    `gpufabric_health::history::advance`, `tested` = the node was in this run), and call
 //!    `gpufabric_health::quarantine::plan(&facts, &test.spec.quarantine, selected, trigger)`.
+//!    `selected` is the number of nodes the *test* selects, not the nodes of this run: a
+//!    confirmation run tests only its suspects, and "25%" of 2 suspects is 1 node where
+//!    25% of the 16 selected nodes is 4.
 //! 3. Call [`execute`] with the plan and the reasons (node -> the most severe finding as a
 //!    sentence). It re-reads every node it changes, so facts a few seconds old are safe.
 //! 4. Write [`Outcome::apply_to_status`] into the FabricTest status.
