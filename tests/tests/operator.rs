@@ -116,6 +116,7 @@ struct Env {
     kubelet_root: PathBuf,
     cluster: Cluster,
     _kubelet: Kubelet,
+    _fleet: SimFleet,
     operator: Operator,
     _dir: tempfile::TempDir,
 }
@@ -138,6 +139,7 @@ async fn setup(fleet: Fleet) -> Env {
         kubelet_root: dir.path().join("kubelet"),
         cluster,
         _kubelet: kubelet,
+        _fleet: fleet,
         operator,
         _dir: dir,
     }
@@ -147,7 +149,11 @@ impl Env {
     /// The last lines of every benchmark pod's log, for failure messages.
     fn pod_logs(&self) -> String {
         let mut out = String::new();
-        for entry in std::fs::read_dir(&self.kubelet_root).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(&self.kubelet_root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let log = entry.path().join("container.log");
             out.push_str(&format!(
                 "--- {}\n{}\n",
@@ -164,8 +170,7 @@ fn test_spec(extra: serde_json::Value) -> serde_json::Value {
     let mut spec = json!({
         "nodeSelector": {"pool": "training"},
         "suite": {
-            "ncclSweep": {"collectives": ["allReduce"], "minBytes": 8, "maxBytes": 1048576, "warmupIters": 1, "iters": 2},
-            "gpuPairs": {"bytes": 1048576},
+            "ncclSweep": {"collectives": ["allReduce", "allGather"]},
             "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
         },
         "agent": {
@@ -281,7 +286,12 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
     assert_eq!(status.node_count, 3);
     let v = verdicts(&run);
-    assert_eq!(v["gpu-01"], NodeVerdict::Passed, "{status:?}\n{}", env.pod_logs());
+    assert_eq!(
+        v["gpu-01"],
+        NodeVerdict::Passed,
+        "{status:?}\n{}",
+        env.pod_logs()
+    );
     assert_eq!(v["gpu-02"], NodeVerdict::Passed, "{status:?}");
     // A crashing agent is Errored, with the exit code in the reason.
     assert_eq!(v["gpu-03"], NodeVerdict::Errored, "{status:?}");

@@ -5,6 +5,7 @@
 use crate::names;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::suite::Suite;
 use gpufabric_api::test::PullPolicy;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
@@ -149,7 +150,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 name: CONTAINER.into(),
                 image: Some(agent.image.clone()),
                 image_pull_policy: Some(pull_policy.into()),
-                command: Some(agent_command(gpus)),
+                command: Some(agent_command(&spec.suite, gpus, agent.timeout_seconds)),
                 env: Some(env),
                 resources: Some(resources),
                 termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
@@ -162,9 +163,57 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
     })
 }
 
-/// The agent command line. The suite travels in `FABRIC_SUITE`.
-pub fn agent_command(_gpus: u32) -> Vec<String> {
-    vec!["fabric-agent".into(), "node-check".into()]
+/// The agent command line: `fabric-agent node-check` with the suite as the agent's flags
+/// (the whole suite also travels as JSON in `FABRIC_SUITE`), the GPU count the node must
+/// show, and a per-phase watchdog of three quarters of the pod deadline, so that a hung
+/// phase is reported by the agent (with the other phases' results) before the pod is killed.
+pub fn agent_command(suite: &Suite, gpus: u32, timeout_seconds: u32) -> Vec<String> {
+    let mut c: Vec<String> = vec!["fabric-agent".into(), "node-check".into()];
+    let mut flag = |name: &str, value: String| {
+        c.push(name.into());
+        c.push(value);
+    };
+    let n = &suite.nccl_sweep;
+    flag(
+        "--collectives",
+        n.collectives
+            .iter()
+            .map(|x| x.api_name())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    flag("--min-bytes", n.min_bytes.to_string());
+    flag("--max-bytes", n.max_bytes.to_string());
+    flag("--step-factor", n.step_factor.to_string());
+    flag("--warmup-iters", n.warmup_iters.to_string());
+    flag("--iters", n.iters.to_string());
+    flag("--pair-bytes", suite.gpu_pairs.bytes.to_string());
+    if let Some(counts) = &suite.ddp_probe.gpu_counts {
+        flag(
+            "--ddp-gpu-counts",
+            counts
+                .iter()
+                .map(|g| g.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+    flag("--expect-gpus", gpus.to_string());
+    flag(
+        "--phase-timeout",
+        (u64::from(timeout_seconds) * 3 / 4).max(5).to_string(),
+    );
+    for (enabled, skip) in [
+        (n.enabled, "--no-nccl"),
+        (suite.gpu_pairs.enabled, "--no-pairs"),
+        (suite.ddp_probe.enabled, "--no-ddp"),
+        (suite.health.enabled, "--no-health"),
+    ] {
+        if !enabled {
+            c.push(skip.into());
+        }
+    }
+    c
 }
 
 /// Allocatable GPUs of a node (`nvidia.com/gpu`), 0 when absent or unreadable.
@@ -330,6 +379,28 @@ mod tests {
         assert_eq!(a.metadata.name, b.metadata.name);
         let label = &a.metadata.labels.as_ref().expect("labels")["gpufabric.io/node"];
         assert!(label.len() <= 63);
+    }
+
+    #[test]
+    fn suite_becomes_agent_flags() {
+        let mut r = run();
+        r.spec.suite.nccl_sweep.collectives = vec![gpufabric_api::Collective::AllReduce];
+        r.spec.suite.nccl_sweep.max_bytes = 1 << 20;
+        r.spec.suite.ddp_probe.enabled = false;
+        r.spec.suite.ddp_probe.gpu_counts = Some(vec![1, 8]);
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let cmd = container(&p).command.clone().expect("command").join(" ");
+        for want in [
+            "--collectives allReduce",
+            "--max-bytes 1048576",
+            "--expect-gpus 8",
+            "--phase-timeout 450",
+            "--ddp-gpu-counts 1,8",
+            "--no-ddp",
+        ] {
+            assert!(cmd.contains(want), "{want} missing from {cmd}");
+        }
+        assert!(!cmd.contains("--no-nccl"), "{cmd}");
     }
 
     #[test]
