@@ -391,7 +391,67 @@ fn judge_node(
     check_pairs(node, r, t, exp.as_ref(), &mut stats, out);
     check_host(node, r, t, exp.as_ref(), &mut stats, out);
     check_ddp(node, r, t, &mut stats, out);
+    drop_explained_slowness(out);
     stats
+}
+
+/// Drops Slow findings that a hardware finding of the same part already explains: pairs of
+/// a GPU with NVLink links down or NCCL falling back from NVLink, pairs that fell back
+/// themselves, host bandwidth of a GPU whose PCIe link is degraded. Those faults are
+/// findings of their own kinds and are never reported as Slow as well.
+fn drop_explained_slowness(out: &mut Vec<Finding>) {
+    let critical = |f: &&Finding, kinds: &[FindingKind]| {
+        f.severity == Severity::Critical && kinds.contains(&f.kind)
+    };
+    let link_gpus: BTreeSet<u32> = out
+        .iter()
+        .filter(|f| {
+            critical(
+                f,
+                &[FindingKind::NvlinkDown, FindingKind::TransportFallback],
+            )
+        })
+        .filter(|f| f.subject.kind == SubjectKind::Gpu)
+        .filter_map(|f| f.subject.gpu)
+        .collect();
+    let link_pairs: BTreeSet<(u32, u32)> = out
+        .iter()
+        .filter(|f| critical(f, &[FindingKind::TransportFallback]))
+        .filter(|f| f.subject.kind == SubjectKind::GpuPair)
+        .filter_map(|f| f.subject.gpu.zip(f.subject.peer_gpu))
+        .collect();
+    let link_node = out.iter().any(|f| {
+        critical(&f, &[FindingKind::TransportFallback]) && f.subject.kind == SubjectKind::Node
+    });
+    let pcie_gpus: BTreeSet<u32> = out
+        .iter()
+        .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
+        .filter_map(|f| f.subject.gpu)
+        .collect();
+    out.retain(|f| {
+        if f.kind != FindingKind::Slow {
+            return true;
+        }
+        let s = &f.subject;
+        let explained = match f.metric {
+            Metric::PairBandwidth | Metric::PairBidirBandwidth => match (s.kind, s.gpu, s.peer_gpu)
+            {
+                (SubjectKind::Gpu, Some(g), _) => link_gpus.contains(&g),
+                (SubjectKind::GpuPair, Some(a), Some(b)) => {
+                    link_gpus.contains(&a)
+                        || link_gpus.contains(&b)
+                        || link_pairs.contains(&(a.min(b), a.max(b)))
+                }
+                (SubjectKind::Node, _, _) => link_node,
+                _ => false,
+            },
+            Metric::H2dBandwidth | Metric::D2hBandwidth => {
+                s.gpu.is_some_and(|g| pcie_gpus.contains(&g))
+            }
+            _ => false,
+        };
+        !explained
+    });
 }
 
 fn check_identity(
@@ -531,9 +591,9 @@ fn check_health(
                 0.0,
                 "errors",
                 ExpectationSource::Rule,
-                Severity::Critical,
+                Severity::Info,
                 format!(
-                    "GPU {gpu} on {node} counted {} NVLink replay, recovery or CRC errors; a link is marginal: check nvidia-smi nvlink -e -i {gpu} and reseat the GPU.",
+                    "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
                     h.le
                 ),
             ));
@@ -593,23 +653,57 @@ fn check_health(
             ));
         }
         let (gen_now, gen_max, width_now, width_max) = h.pc;
-        if width_now < width_max || gen_now < gen_max {
-            let (measured, expected, unit) = if width_now < width_max {
-                (width_now, width_max, "lanes")
+        if width_now < width_max {
+            out.push(evidence(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                f64::from(width_now),
+                f64::from(width_max),
+                "lanes",
+                ExpectationSource::Rule,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
+                ),
+            ));
+        } else if gen_now < gen_max {
+            // NVML reports the current generation, which an idle GPU lowers to save power:
+            // only host copies slower than the maximum link could carry confirm a fault.
+            let best_host = [r.hd.get(i), r.dh.get(i)]
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|v| *v > 0.0)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+            let link = profiles::pcie_x16_gbps(gen_max)
+                .map(|g| g * f64::from(width_max) / 16.0 * profiles::FLOOR_FRACTION);
+            let confirmed = matches!((best_host, link), (Some(b), Some(l)) if b < l);
+            let (severity, why) = if confirmed {
+                (
+                    Severity::Critical,
+                    format!(
+                        "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
+                        num(best_host.unwrap_or(0.0))
+                    ),
+                )
             } else {
-                (gen_now, gen_max, "generation")
+                (
+                    Severity::Info,
+                    "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
+                )
             };
             out.push(evidence(
                 FindingKind::PcieDegraded,
                 subject(),
                 Metric::PcieLink,
-                f64::from(measured),
-                f64::from(expected),
-                unit,
+                f64::from(gen_now),
+                f64::from(gen_max),
+                "generation",
                 ExpectationSource::Rule,
-                Severity::Critical,
+                severity,
                 format!(
-                    "GPU {gpu} on {node} runs its PCIe link at Gen{gen_now} x{width_now}, below its maximum Gen{gen_max} x{width_max}; reseat the GPU or its riser and check the slot."
+                    "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
                 ),
             ));
         } else if let Some(e) = exp
@@ -1381,6 +1475,15 @@ fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds) -> Vec<Fin
         })
         .map(|(s, _)| s.node.as_str())
         .collect();
+    let pcie_explained: BTreeSet<(&str, u32)> = stats
+        .iter()
+        .flat_map(|(s, fs)| {
+            fs.iter()
+                .filter(|f| f.severity == Severity::Critical && f.kind == FindingKind::PcieDegraded)
+                .filter_map(|f| f.subject.gpu)
+                .map(move |g| (s.node.as_str(), g))
+        })
+        .collect();
     let mut groups: BTreeMap<&(String, u32), Vec<&NodeStats>> = BTreeMap::new();
     for (s, _) in stats {
         if !s.group.0.is_empty() {
@@ -1410,6 +1513,11 @@ fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds) -> Vec<Fin
                     continue;
                 }
                 if key.gpu.is_none() && explained.contains(s.node.as_str()) {
+                    continue;
+                }
+                if let Some(g) = key.gpu
+                    && pcie_explained.contains(&(s.node.as_str(), g))
+                {
                     continue;
                 }
                 let (what, unit) = series_words(&key);

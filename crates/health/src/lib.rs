@@ -16,6 +16,16 @@
 //!   Timeout, Errored), never Slow; so are hardware faults (NVLink links down or erroring,
 //!   XID, uncorrectable ECC, row remap, degraded PCIe), wrong results, NCCL falling back
 //!   from NVLink, and a GPU count below what the node advertises.
+//! - Severity of hardware findings: NVLink links down, XID, uncorrectable ECC, row remap
+//!   (failed or pending), PCIe width below maximum, NCCL falling back from NVLink where both
+//!   GPUs have NVLink, and wrong results are Critical. NVLink error counters are Info: NVML
+//!   counts them since the driver loaded, so a count says nothing about this run. A PCIe
+//!   generation below maximum is Critical only when the GPU's host copies are below half of
+//!   what its maximum link carries (NVML reports the current generation, which an idle GPU
+//!   lowers); else Info.
+//! - Slowness a hardware finding explains is not reported again as Slow: the pairs of a GPU
+//!   with NVLink down or falling back, a pair that fell back, the host bandwidth of a GPU
+//!   with a degraded PCIe link.
 //! - Phase errors: a watchdog timeout is a Timeout finding, a failure an Errored finding
 //!   (both Critical); a phase that could not run here is an Errored Info finding.
 //! - GPU pairs: a pair well below the node's other pairs (same outlier rule as the fleet,
