@@ -17,7 +17,13 @@ use std::process::ExitCode;
 /// DDP scaling probe and an NVML health snapshot. Prints human tables, then the full
 /// result document as JSON on the last line of stdout.
 #[derive(Parser, Debug)]
-#[command(name = "fabric-agent", version, about, long_about)]
+#[command(
+    name = "fabric-agent",
+    version,
+    about,
+    long_about,
+    after_help = "Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/bench/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
