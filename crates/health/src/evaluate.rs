@@ -148,7 +148,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                 NodeVerdict::Errored
             }
             NodeOutcome::TimedOut { reason } => {
-                findings.push(finding(
+                findings.push(ruled(finding(
                     FindingKind::Timeout,
                     Subject::node(&input.node),
                     Metric::AgentExit,
@@ -157,11 +157,11 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                         "The check on {} did not finish in time: {reason}. A hung collective or copy points at NVLink or the GPU; raise agent.timeoutSeconds only if the suite is simply long.",
                         input.node
                     ),
-                ));
+                )));
                 NodeVerdict::Timeout
             }
             NodeOutcome::Errored { reason } => {
-                findings.push(finding(
+                findings.push(ruled(finding(
                     FindingKind::Errored,
                     Subject::node(&input.node),
                     Metric::AgentExit,
@@ -170,7 +170,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                         "The result of {} could not be used: {reason}. Read the full result on the last line of the pod log.",
                         input.node
                     ),
-                ));
+                )));
                 NodeVerdict::Errored
             }
         };
@@ -257,6 +257,13 @@ fn evidence(
         unit: Some(unit.to_string()),
         source: Some(source),
         ..finding(kind, subject, metric, severity, message)
+    }
+}
+
+fn ruled(f: Finding) -> Finding {
+    Finding {
+        source: Some(ExpectationSource::Rule),
+        ..f
     }
 }
 
@@ -395,10 +402,11 @@ fn judge_node(
     stats
 }
 
-/// Drops Slow findings that a hardware finding of the same part already explains: pairs of
-/// a GPU with NVLink links down or NCCL falling back from NVLink, pairs that fell back
-/// themselves, host bandwidth of a GPU whose PCIe link is degraded. Those faults are
-/// findings of their own kinds and are never reported as Slow as well.
+/// Drops Slow findings that a finding of a smaller or more specific part already explains:
+/// pairs of a GPU with NVLink links down or NCCL falling back from NVLink, pairs that fell
+/// back themselves, host bandwidth of a GPU whose PCIe link is degraded (those faults are
+/// findings of their own kinds and are never reported as Slow as well), and node-wide
+/// collective or DDP slowness on a node with a critical finding on a GPU or GPU pair.
 fn drop_explained_slowness(out: &mut Vec<Finding>) {
     let critical = |f: &&Finding, kinds: &[FindingKind]| {
         f.severity == Severity::Critical && kinds.contains(&f.kind)
@@ -428,12 +436,26 @@ fn drop_explained_slowness(out: &mut Vec<Finding>) {
         .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
         .filter_map(|f| f.subject.gpu)
         .collect();
+    let part_at_fault = out.iter().any(|f| {
+        f.severity == Severity::Critical
+            && matches!(f.subject.kind, SubjectKind::Gpu | SubjectKind::GpuPair)
+    });
     out.retain(|f| {
         if f.kind != FindingKind::Slow {
             return true;
         }
         let s = &f.subject;
         let explained = match f.metric {
+            // Node-wide collectives and DDP are as slow as their slowest GPU or link: when
+            // one is named, the node-wide symptom is not (unless the spec set the floor).
+            Metric::NcclBusBw
+            | Metric::NcclLatency
+            | Metric::DdpScalingEfficiency
+            | Metric::DdpComputeTime => {
+                s.kind == SubjectKind::Node
+                    && part_at_fault
+                    && f.source != Some(ExpectationSource::Threshold)
+            }
             Metric::PairBandwidth | Metric::PairBidirBandwidth => match (s.kind, s.gpu, s.peer_gpu)
             {
                 (SubjectKind::Gpu, Some(g), _) => link_gpus.contains(&g),

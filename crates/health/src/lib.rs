@@ -33,8 +33,9 @@
 //!   floor, is Slow; when the spec sets a pair threshold, that threshold alone judges. The smallest subject at fault is named: every pair of one GPU slow blames the
 //!   GPU, every pair of the node slow blames the node, else each pair.
 //! - Stragglers: a GPU whose DDP compute time exceeds `stragglerRatio` x the node's median.
-//! - A node with a critical finding on a GPU or GPU pair gets no node-wide fleet finding:
-//!   its slow collectives are explained by the part already named.
+//! - A node with a critical finding on a GPU or GPU pair gets no node-wide Slow finding on
+//!   collectives or DDP from the profile or the fleet (an explicit threshold still
+//!   reports): its slow collectives are explained by the part already named.
 //! - Throttle reasons are Info (they never fail a node); temperature fails a node only
 //!   above an explicit ceiling.
 //! - Findings are sorted by node, subject, metric.

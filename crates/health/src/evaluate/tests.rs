@@ -855,3 +855,25 @@ fn a_pair_that_fell_back_from_nvlink_is_not_also_slow() {
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     assert_eq!(e.findings[0].kind, FindingKind::TransportFallback);
 }
+
+#[test]
+fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_threshold() {
+    let mut r = healthy("n", 1, 0.01);
+    slow_pair(&mut r, 2, 5, 0.4);
+    all_reduce(&mut r).pk = 150.0;
+    let e = run(vec![r.clone()]);
+    assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
+    assert_eq!(e.findings[0].subject, Subject::gpu_pair("n", 2, 5));
+    let t = Thresholds {
+        nccl_bus_bw_gbps: Some(300.0),
+        ..Thresholds::default()
+    };
+    let e = evaluate(&[NodeInput::measured(r)], &t);
+    assert_eq!(e.findings.len(), 2, "{:#?}", e.findings);
+    assert!(
+        e.findings
+            .iter()
+            .any(|f| f.source == Some(ExpectationSource::Threshold)
+                && f.subject == Subject::node("n"))
+    );
+}
