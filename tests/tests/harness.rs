@@ -565,3 +565,75 @@ fn a_killed_test_process_leaves_no_processes_behind() {
     assert_nothing_left(&dir, pid);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_binaries_fail_with_a_message_to_run_build_sh() {
+    let empty = tempfile::tempdir().expect("temp dir");
+    let err = Cluster::start_with(gpufabric_tests::cluster::ClusterOptions {
+        bin_dir: Some(empty.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await
+    .expect_err("no binaries, no cluster");
+    let msg = err.to_string();
+    assert!(msg.contains("tests/cluster/build.sh"), "{msg}");
+    assert!(msg.contains("kube-apiserver"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_program_ends_failed_with_start_error() {
+    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
+    let mut pod = shell_pod("nothing", "node-01", "");
+    pod.spec.as_mut().expect("spec").containers[0].command =
+        Some(vec!["/opt/no-such-program-here".into()]);
+    let pods = create_pod(&cluster, &pod).await;
+    let pod = wait_phase(&pods, "nothing", &["Succeeded", "Failed"]).await;
+    assert_eq!(phase(Some(&pod)), "Failed");
+    let t = terminated(&pod);
+    assert_eq!(
+        (t.exit_code, t.reason.as_deref()),
+        (128, Some("StartError"))
+    );
+    assert!(
+        t.message
+            .as_deref()
+            .is_some_and(|m| m.contains("no-such-program-here")),
+        "{:?}",
+        t.message
+    );
+}
+
+/// The controller-manager's node lifecycle controller marks a node whose kubelet stops
+/// reporting NotReady and taints it after its grace period (50 s in v1.33); the
+/// process-kubelet's Lease heartbeats must keep every node Ready and untainted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
+    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
+    let nodes: Api<Node> = Api::all(cluster.client());
+    // The not-ready taint that node registration gets must go once the node is Ready.
+    let untainted = |n: Option<&Node>| {
+        n.and_then(|n| n.spec.as_ref())
+            .is_some_and(|s| s.taints.as_ref().is_none_or(|t| t.is_empty()))
+    };
+    for name in ["node-01", "node-02"] {
+        wait::for_object(&nodes, name, T, untainted)
+            .await
+            .expect("registration taint removed");
+    }
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    for node in nodes.list(&Default::default()).await.expect("nodes").items {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone());
+        assert_eq!(ready.as_deref(), Some("True"), "{name} Ready");
+        assert!(
+            untainted(Some(&node)),
+            "{name} untainted: {:?}",
+            node.spec.and_then(|s| s.taints)
+        );
+    }
+}
