@@ -25,24 +25,54 @@ pub struct CheckOptions {
     pub phase_timeout: Duration,
 }
 
+/// What `quick` does, the same for both backends: NCCL sizes up to 64 MiB, every third
+/// size of the sweep (and the last), at most 2 warm-up and 5 timed iterations; the DDP
+/// probe at 1 GPU and all GPUs only, 1 warm-up and at most 3 timed steps.
 impl CheckOptions {
-    /// The suite as it will run: with `quick`, a smoke-test version of it (sizes up to
-    /// 64 MiB at factor 4 or more, 1 warm-up and 5 timed iterations per size, 64 MiB pair
-    /// copies, 1 warm-up and 3 timed DDP steps); otherwise the suite unchanged. Both
-    /// backends apply the same reduction.
-    pub fn effective_suite(&self) -> Suite {
-        let mut suite = self.suite.clone();
+    /// NCCL message sizes to run.
+    pub fn sweep_sizes(&self) -> Vec<u64> {
+        let mut sizes = self.suite.nccl_sweep.sizes();
         if self.quick {
-            let n = &mut suite.nccl_sweep;
-            n.max_bytes = n.max_bytes.min(64 << 20).max(n.min_bytes);
-            n.step_factor = n.step_factor.max(4);
-            n.warmup_iters = n.warmup_iters.min(1);
-            n.iters = n.iters.clamp(1, 5);
-            suite.gpu_pairs.bytes = suite.gpu_pairs.bytes.min(64 << 20);
-            suite.ddp_probe.warmup_steps = suite.ddp_probe.warmup_steps.min(1);
-            suite.ddp_probe.steps = suite.ddp_probe.steps.clamp(1, 3);
+            sizes.retain(|&s| s <= 64 << 20);
+            let last = sizes.last().copied();
+            sizes = sizes
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| i % 3 == 0 || Some(**s) == last)
+                .map(|(_, s)| *s)
+                .collect();
         }
-        suite
+        sizes
+    }
+
+    /// Warm-up and timed iterations per NCCL size.
+    pub fn sweep_iters(&self) -> (u32, u32) {
+        let n = &self.suite.nccl_sweep;
+        if self.quick {
+            (n.warmup_iters.min(2), n.iters.clamp(1, 5))
+        } else {
+            (n.warmup_iters, n.iters.max(1))
+        }
+    }
+
+    /// GPU counts of the DDP probe on a node of `gpus` GPUs.
+    pub fn ddp_counts(&self, gpus: u32) -> Vec<u32> {
+        let mut counts = self.suite.ddp_probe.counts_for(gpus);
+        if self.quick {
+            let last = counts.last().copied();
+            counts.retain(|&c| c == 1 || Some(c) == last);
+        }
+        counts
+    }
+
+    /// Warm-up and timed steps of the DDP probe.
+    pub fn ddp_steps(&self) -> (u32, u32) {
+        let d = &self.suite.ddp_probe;
+        if self.quick {
+            (1, d.steps.clamp(1, 3))
+        } else {
+            (d.warmup_steps, d.steps.max(1))
+        }
     }
 }
 
@@ -122,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn quick_shrinks_the_suite_and_full_keeps_it() {
+    fn quick_shrinks_the_check_and_full_keeps_the_suite() {
         let mut opts = CheckOptions {
             node: "n".into(),
             suite: Suite::default(),
@@ -130,13 +160,19 @@ mod tests {
             expect_gpus: None,
             phase_timeout: Duration::from_secs(60),
         };
-        assert_eq!(opts.effective_suite(), Suite::default());
+        assert_eq!(opts.sweep_sizes(), Suite::default().nccl_sweep.sizes());
+        assert_eq!(opts.sweep_iters(), (5, 20));
+        assert_eq!(opts.ddp_counts(8), vec![1, 2, 4, 8]);
+        assert_eq!(opts.ddp_steps(), (3, 10));
         opts.quick = true;
-        let q = opts.effective_suite();
-        assert!(q.nccl_sweep.sizes().len() < Suite::default().nccl_sweep.sizes().len());
-        assert_eq!(q.nccl_sweep.max_bytes, 64 << 20);
-        assert_eq!(q.nccl_sweep.iters, 5);
-        assert_eq!(q.ddp_probe.steps, 3);
-        assert_eq!(q.gpu_pairs.bytes, 64 << 20);
+        // 8 B .. 64 MiB by 2 is 24 sizes; every third (8, 64, 512, ...) and the last.
+        let sizes = opts.sweep_sizes();
+        assert_eq!(sizes.first(), Some(&8));
+        assert_eq!(sizes.get(1), Some(&64));
+        assert_eq!(sizes.last(), Some(&(64 << 20)));
+        assert_eq!(sizes.len(), 9);
+        assert_eq!(opts.sweep_iters(), (2, 5));
+        assert_eq!(opts.ddp_counts(8), vec![1, 8]);
+        assert_eq!(opts.ddp_steps(), (1, 3));
     }
 }

@@ -25,7 +25,7 @@ use gpufabric_api::result::{
     HealthSnapshot, HostBandwidth, NcclSweepResult, PairBandwidth, PairMatrix, Phase, PhaseError,
     SweepRow, Transport, TransportInfo, Versions,
 };
-use gpufabric_api::suite::{Collective, DdpProbe, NcclSweep, Suite};
+use gpufabric_api::suite::{Collective, DdpProbe, Suite};
 use std::time::{Duration, Instant, SystemTime};
 
 /// What a healthy GPU of one product measures in the model. Figures are per GPU on an
@@ -471,17 +471,23 @@ pub fn has_in_place(c: Collective) -> bool {
     !matches!(c, Collective::AllToAll | Collective::SendRecv)
 }
 
-fn nccl_phase(m: &NodeModel, sweep: &NcclSweep, progress: Progress) -> NcclSweepResult {
+fn nccl_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) -> NcclSweepResult {
+    let sweep = &opts.suite.nccl_sweep;
     let ranks: Vec<u32> = (0..m.gpus()).collect();
     let n = m.gpus();
     let elem = sweep.data_type.size();
+    let sizes = opts.sweep_sizes();
     // Timing noise shrinks with the number of timed iterations (20 is the default).
-    let iters_scale = (20.0 / f64::from(sweep.iters.max(1))).sqrt();
+    let iters_scale = (20.0 / f64::from(opts.sweep_iters().1)).sqrt();
     let mut collectives = Vec::new();
-    for &c in &sweep.collectives {
+    // In the order the cuda backend runs them, whatever order the suite lists them in.
+    let wanted = Collective::ALL
+        .into_iter()
+        .filter(|c| sweep.collectives.contains(c));
+    for c in wanted {
         let mut rng = m.rng(&format!("nccl/{}", c.api_name()));
         let mut rows: Vec<SweepRow> = Vec::new();
-        for size in sweep.sizes() {
+        for &size in &sizes {
             let (bytes, count) = row_shape(c, size, elem, u64::from(n));
             if rows.last().is_some_and(|r| r.bytes == bytes) {
                 continue;
@@ -632,17 +638,18 @@ fn gemms_per_step(layers: u32) -> u32 {
     3 * layers - 1
 }
 
-fn ddp_phase(m: &NodeModel, probe: &DdpProbe, progress: Progress) -> DdpResult {
+fn ddp_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) -> DdpResult {
+    let probe: &DdpProbe = &opts.suite.ddp_probe;
     let layers = probe.layers.max(1);
     let hidden = u64::from(probe.hidden.max(1));
     let batch = u64::from(probe.batch_per_gpu.max(1));
     let gemm_flops = 2.0 * batch as f64 * (hidden * hidden) as f64;
     let flops = gemm_flops * f64::from(gemms_per_step(layers));
     let buckets = ddp_buckets(hidden, layers, probe.first_bucket_bytes, probe.bucket_bytes);
-    let steps_scale = (10.0 / f64::from(probe.steps.max(1))).sqrt();
+    let steps_scale = (10.0 / f64::from(opts.ddp_steps().1)).sqrt();
     let mut rng = m.rng("ddp");
     let mut points: Vec<DdpPoint> = Vec::new();
-    for count in probe.counts_for(m.gpus()) {
+    for count in opts.ddp_counts(m.gpus()) {
         let idx: Vec<u32> = (0..count).collect();
         // Compute per GPU alone, then under overlap (NCCL kernels take some SMs: 3%).
         let alone: Vec<f64> = idx
@@ -858,7 +865,7 @@ pub fn node_check(
     if m.product.name == GENERIC_PCIE.name {
         tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
     }
-    let suite = opts.effective_suite();
+    let suite = &opts.suite;
     let timeout = opts.phase_timeout;
     let _span = tracing::info_span!("sim_node_check", node = %node.name).entered();
     progress(&format!(
@@ -924,15 +931,15 @@ pub fn node_check(
     }
     if suite.nccl_sweep.enabled {
         match run_phase(&m, Phase::NcclSweep, timeout, progress, || {
-            nccl_phase(&m, &suite.nccl_sweep, progress)
+            nccl_phase(&m, opts, progress)
         }) {
             Ok(n) => doc.nccl = Some(n),
             Err(e) => doc.errors.push(e),
         }
     }
-    if suite.gpu_pairs.enabled && node.gpus >= 2 {
+    if suite.gpu_pairs.enabled {
         match run_phase(&m, Phase::GpuPairs, timeout, progress, || {
-            pairs_phase(&m, &suite, progress)
+            pairs_phase(&m, suite, progress)
         }) {
             Ok(p) => doc.pairs = Some(p),
             Err(e) => doc.errors.push(e),
@@ -940,7 +947,7 @@ pub fn node_check(
     }
     if suite.ddp_probe.enabled {
         match run_phase(&m, Phase::DdpProbe, timeout, progress, || {
-            ddp_phase(&m, &suite.ddp_probe, progress)
+            ddp_phase(&m, opts, progress)
         }) {
             Ok(d) => doc.ddp = Some(d),
             Err(e) => doc.errors.push(e),
@@ -1354,6 +1361,22 @@ mod tests {
         let quick = node_check(&o, &h100(vec![]), 7, &|_| {}).expect("sim check");
         let rows = |d: &ResultDocument| d.nccl.as_ref().map(|n| n.collectives[0].rows.len());
         assert!(rows(&quick) < rows(&full));
+    }
+
+    #[test]
+    fn single_gpu_node_has_host_copies_and_no_pairs() {
+        let doc = check(&node("NVIDIA-H100-80GB-HBM3", 1, vec![]));
+        let p = doc.pairs.as_ref().expect("pairs");
+        assert!(p.unidirectional.is_empty() && p.bidirectional.is_empty());
+        assert_eq!(p.host_to_device.len(), 1);
+        assert!(doc.transports.is_empty());
+        let ddp = doc.ddp.as_ref().expect("ddp");
+        assert_eq!(ddp.points.len(), 1);
+        assert_eq!(ddp.points[0].comm_fraction, 0.0);
+        // One rank moves nothing over a bus: all_reduce busbw is 0 by nccl-tests' factor.
+        assert_eq!(all_reduce_peak(&doc), 0.0);
+        let compact = CompactResult::parse(&doc.compact_within(4096)).expect("parses");
+        assert_eq!(compact.g, 1);
     }
 
     #[test]
