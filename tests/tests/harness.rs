@@ -637,3 +637,37 @@ async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
+    let cluster = start().await;
+    let fleet = SimFleet::write(SimFleet::uniform("bin", 3, H100, 4)).expect("fleet");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-kubelet"));
+    cmd.arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .arg("--fleet")
+        .arg(fleet.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    gpufabric_tests::process::harden(&mut cmd);
+    let mut kubelet = cmd.spawn().expect("fabric-kubelet starts");
+    let nodes: Api<Node> = Api::all(cluster.client());
+    wait::for_object(&nodes, "bin-03", T, |n: Option<&Node>| n.is_some())
+        .await
+        .expect("last node registered");
+    cluster.create_namespace(NS).await.expect("namespace");
+    let pods = create_pod(
+        &cluster,
+        &shell_pod(
+            "via-binary",
+            "bin-02",
+            "echo -n done > \"$FABRIC_TERMINATION_LOG\"",
+        ),
+    )
+    .await;
+    let pod = wait_phase(&pods, "via-binary", &["Succeeded", "Failed"]).await;
+    let _ = kubelet.kill();
+    let _ = kubelet.wait();
+    assert_eq!(phase(Some(&pod)), "Succeeded");
+    assert_eq!(terminated(&pod).message.as_deref(), Some("done"));
+}
