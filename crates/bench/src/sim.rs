@@ -1274,6 +1274,25 @@ mod tests {
     }
 
     #[test]
+    fn hang_in_setup_leaves_only_the_timeout() {
+        let n = h100(vec![Fault::Hang {
+            phase: Some(Phase::Setup),
+            stuck: false,
+        }]);
+        let mut o = opts();
+        o.phase_timeout = Duration::from_millis(50);
+        let doc = node_check(&o, &n, 7, &|_| {}).expect("sim check");
+        assert_eq!(doc.gpus.len(), 8);
+        assert!(doc.nccl.is_none() && doc.pairs.is_none() && doc.ddp.is_none());
+        assert!(doc.health.is_none() && doc.transports.is_empty());
+        assert_eq!(doc.errors.len(), 1);
+        assert_eq!(
+            (doc.errors[0].phase, doc.errors[0].kind),
+            (Phase::Setup, ErrorKind::Timeout)
+        );
+    }
+
+    #[test]
     fn slow_nic_leaves_the_node_check_untouched() {
         let clean = without_clock(check(&h100(vec![])));
         let doc = without_clock(check(&h100(vec![Fault::SlowNic { factor: 0.5 }])));
