@@ -108,6 +108,10 @@ fn kind_rank(kind: FindingKind) -> u8 {
     }
 }
 
+/// Most GPUs a result may claim; more means the document is corrupt (and per-pair work
+/// would grow with the square of the claim).
+pub const MAX_GPUS_PER_NODE: u32 = 64;
+
 /// Judges every node of a run. See the crate docs for the rules.
 pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     let mut findings = Vec::new();
@@ -115,6 +119,19 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     let mut stats = Vec::new();
     for input in nodes {
         let verdict = match &input.outcome {
+            NodeOutcome::Measured(r) if r.g == 0 || r.g > MAX_GPUS_PER_NODE => {
+                findings.push(ruled(finding(
+                    FindingKind::Errored,
+                    Subject::node(&input.node),
+                    Metric::GpuCount,
+                    Severity::Critical,
+                    format!(
+                        "The result of {} claims {} GPUs, which no node has (at most {MAX_GPUS_PER_NODE}); the result is corrupt: read the full result on the last line of the pod log.",
+                        input.node, r.g
+                    ),
+                )));
+                NodeVerdict::Errored
+            }
             NodeOutcome::Measured(r) => {
                 let mut own = Vec::new();
                 let s = judge_node(input, r, thresholds, &mut own);
@@ -585,7 +602,7 @@ fn check_health(
     exp: Option<&Expectations>,
     out: &mut Vec<Finding>,
 ) {
-    for (i, h) in r.h.iter().enumerate() {
+    for (i, h) in r.h.iter().take(r.g as usize).enumerate() {
         let gpu = i as u32;
         let subject = || Subject::gpu(node, gpu);
         let (active, expected) = h.l;
@@ -1060,6 +1077,9 @@ struct PairSet {
 
 fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     let mut values = BTreeMap::new();
+    if r.pu.len() != (r.g as usize) * (r.g as usize) {
+        return values;
+    }
     for a in 0..r.g {
         for b in (a + 1)..r.g {
             let there = r.pair_uni(a, b).filter(|v| *v > 0.0);
@@ -1316,7 +1336,7 @@ fn check_host(
         (&r.hd, Metric::H2dBandwidth, "host-to-device"),
         (&r.dh, Metric::D2hBandwidth, "device-to-host"),
     ] {
-        for (i, v) in values.iter().enumerate() {
+        for (i, v) in values.iter().take(r.g as usize).enumerate() {
             if *v <= 0.0 {
                 continue;
             }
@@ -1395,7 +1415,12 @@ fn check_ddp(
         }
     }
 
-    let times: Vec<f64> = r.dc.iter().copied().filter(|v| *v > 0.0).collect();
+    let times: Vec<f64> =
+        r.dc.iter()
+            .take(r.g as usize)
+            .copied()
+            .filter(|v| *v > 0.0)
+            .collect();
     if times.len() < 2 {
         return;
     }
@@ -1411,7 +1436,7 @@ fn check_ddp(
         m,
     );
     let ratio = t.straggler_ratio.max(1.0);
-    for (i, v) in r.dc.iter().enumerate() {
+    for (i, v) in r.dc.iter().take(r.g as usize).enumerate() {
         if *v > 0.0 && *v > ratio * m {
             let gpu = i as u32;
             out.push(evidence(

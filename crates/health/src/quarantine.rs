@@ -119,6 +119,11 @@ impl Plan {
 }
 
 /// Plans quarantine and release for one finished run. See the module docs for the rules.
+///
+/// `nodes`: every node the test has a record of (its history, the nodes it holds in
+/// quarantine, the nodes of this run). `selected_nodes`: how many nodes the FabricTest
+/// selects, the base of a percent budget; for a confirmation run, that is still the test's
+/// selection, not the few suspects the run retests.
 pub fn plan(
     nodes: &[NodeFacts],
     policy: &QuarantinePolicy,

@@ -877,3 +877,24 @@ fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_thr
                 && f.subject == Subject::node("n"))
     );
 }
+
+#[test]
+fn a_result_claiming_an_impossible_gpu_count_is_errored_not_evaluated() {
+    let mut r = healthy("n", 1, 0.0);
+    r.g = u32::MAX;
+    let mut z = healthy("z", 1, 0.0);
+    z.g = 0;
+    let e = run(vec![r, z]);
+    assert_eq!(e.verdicts["n"], NodeVerdict::Errored);
+    assert_eq!(e.verdicts["z"], NodeVerdict::Errored);
+    assert!(e.findings.iter().all(|f| f.kind == FindingKind::Errored));
+}
+
+#[test]
+fn a_pair_matrix_of_the_wrong_size_is_ignored() {
+    let mut r = healthy("n", 1, 0.0);
+    r.pu.truncate(10);
+    r.pb.truncate(3);
+    let e = run(vec![r]);
+    assert!(e.findings.is_empty(), "{:#?}", e.findings);
+}
