@@ -898,3 +898,22 @@ fn a_pair_matrix_of_the_wrong_size_is_ignored() {
     let e = run(vec![r]);
     assert!(e.findings.is_empty(), "{:#?}", e.findings);
 }
+
+#[test]
+#[ignore = "timing, for a person to read: cargo test -p gpufabric-health --release --lib evaluate_time -- --ignored --nocapture"]
+fn evaluate_time_for_a_thousand_eight_gpu_nodes() {
+    let mut fleet = fleet_of(1000, 0.03);
+    slow_pair(&mut fleet[10], 1, 2, 0.5);
+    fleet[20].dc[3] *= 1.5;
+    let nodes = inputs(fleet);
+    let t = Thresholds::default();
+    let start = std::time::Instant::now();
+    let rounds = 5;
+    let mut found = 0;
+    for _ in 0..rounds {
+        found = evaluate(&nodes, &t).findings.len();
+    }
+    let per = start.elapsed() / rounds;
+    eprintln!("evaluate: 1000 nodes x 8 GPUs in {per:?} per run ({found} findings)");
+    assert_eq!(found, 2);
+}
