@@ -19,7 +19,7 @@ pub enum BackendArg {
 #[derive(Args, Debug, Clone)]
 pub struct NodeCheckArgs {
     /// Backend. `sim` is only used when asked for by name.
-    #[arg(long, value_enum, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
     pub backend: BackendArg,
 
     /// Suite file (YAML or JSON, the `suite` of a FabricTest); flags below override it.
