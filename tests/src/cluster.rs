@@ -440,6 +440,9 @@ impl Cluster {
                 "--authorization-mode=RBAC".into(),
                 "--anonymous-auth=false".into(),
                 "--enable-priority-and-fairness=false".into(),
+                // The `kubernetes` Service cannot point at a loopback address; nothing in
+                // these clusters uses it.
+                "--endpoint-reconciler-type=none".into(),
                 "--v=1".into(),
             ];
             let mut api = spawn("kube-apiserver", &bin.join("kube-apiserver"), &args, dir)?;

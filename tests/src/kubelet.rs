@@ -73,6 +73,8 @@ const NODE_LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
 const TERMINATION_LOG_FILE: &str = "termination-log";
 const LOG_FILE: &str = "container.log";
+/// Tries of a pod status write or deletion confirmation before giving up.
+const WRITE_ATTEMPTS: u32 = 5;
 /// Kubelet's limit on a termination message taken from the log tail.
 const FALLBACK_LOG_BYTES: usize = 2048;
 const FALLBACK_LOG_LINES: usize = 80;
@@ -629,12 +631,19 @@ async fn confirm_deletion(client: &Client, namespace: &str, name: &str, uid: &st
         }),
         ..Default::default()
     };
-    match api.delete(name, &dp).await {
-        Ok(_) => tracing::debug!(pod = %format!("{namespace}/{name}"), "deletion confirmed"),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-        Err(e) => {
-            tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "confirming the deletion failed")
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match api.delete(name, &dp).await {
+            Ok(_) => {
+                tracing::debug!(pod = %format!("{namespace}/{name}"), "deletion confirmed");
+                return;
+            }
+            // Gone already, or another object of that name: nothing to confirm.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+            Err(e) => {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), attempt, error = %e, "confirming the deletion failed")
+            }
         }
+        tokio::time::sleep(Duration::from_millis(200) * attempt).await;
     }
 }
 
@@ -879,11 +888,22 @@ fn status_patch(s: PodStatus<'_>) -> Value {
 }
 
 async fn write_status(api: &Api<Pod>, name: &str, patch: Value) {
-    if let Err(e) = api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
-        tracing::warn!(pod = %name, error = %e, "writing the pod status failed");
+    for attempt in 1..=WRITE_ATTEMPTS {
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(patch.clone()))
+            .await
+        {
+            Ok(_) => return,
+            // The pod is gone, or the server refuses this status: retrying cannot help.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => {
+                tracing::warn!(pod = %name, error = %s.message, "pod status not written");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %name, attempt, error = %e, "writing the pod status failed")
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200) * attempt).await;
     }
 }
 
