@@ -2,7 +2,7 @@
 //! simulated GPU nodes (one slow GPU link, one straggler GPU), the process-kubelet, the
 //! operator, and a FabricTest run whose findings and quarantined nodes it prints.
 //!
-//! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build]`
+//! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -36,6 +36,9 @@ struct Cli {
     /// next to this program.
     #[arg(long)]
     no_build: bool,
+    /// Stop at "control plane up": do not start the operator even if it is built.
+    #[arg(long)]
+    no_operator: bool,
     /// Longest wait for the run to finish, in seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
@@ -131,7 +134,9 @@ async fn main() -> anyhow::Result<()> {
             agent_bin.display()
         ));
     }
-    if operator_bin.is_file() {
+    if cli.no_operator {
+        info("--no-operator: not starting the operator");
+    } else if operator_bin.is_file() {
         match start_operator(&cluster, &operator_bin).await {
             Ok(child) => operator = Some(child),
             Err(e) => info(format!("the operator did not start: {e:#}")),
@@ -147,7 +152,7 @@ async fn main() -> anyhow::Result<()> {
         None => {
             step("what comes next");
             info(
-                "build the operator (cargo build -p gpufabric-operator gpufabric-agent) and re-run,",
+                "build the operator (cargo build -p gpufabric-operator -p gpufabric-agent) and re-run without --no-operator,",
             );
             info(format!(
                 "or run it yourself: fabric-operator run --kubeconfig {}",
