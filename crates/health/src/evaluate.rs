@@ -120,7 +120,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     for input in nodes {
         let verdict = match &input.outcome {
             NodeOutcome::Measured(r) if r.g == 0 || r.g > MAX_GPUS_PER_NODE => {
-                findings.push(ruled(finding(
+                findings.push(finding(
                     FindingKind::Errored,
                     Subject::node(&input.node),
                     Metric::GpuCount,
@@ -129,7 +129,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                         "The result of {} claims {} GPUs, which no node has (at most {MAX_GPUS_PER_NODE}); the result is corrupt: read the full result on the last line of the pod log.",
                         input.node, r.g
                     ),
-                )));
+                ));
                 NodeVerdict::Errored
             }
             NodeOutcome::Measured(r) => {
@@ -165,7 +165,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                 NodeVerdict::Errored
             }
             NodeOutcome::TimedOut { reason } => {
-                findings.push(ruled(finding(
+                findings.push(finding(
                     FindingKind::Timeout,
                     Subject::node(&input.node),
                     Metric::AgentExit,
@@ -174,11 +174,11 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                         "The check on {} did not finish in time: {reason}. A hung collective or copy points at NVLink or the GPU; raise agent.timeoutSeconds only if the suite is simply long.",
                         input.node
                     ),
-                )));
+                ));
                 NodeVerdict::Timeout
             }
             NodeOutcome::Errored { reason } => {
-                findings.push(ruled(finding(
+                findings.push(finding(
                     FindingKind::Errored,
                     Subject::node(&input.node),
                     Metric::AgentExit,
@@ -187,7 +187,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                         "The result of {} could not be used: {reason}. Read the full result on the last line of the pod log.",
                         input.node
                     ),
-                )));
+                ));
                 NodeVerdict::Errored
             }
         };
@@ -248,7 +248,8 @@ fn finding(
         expected: None,
         deviation: None,
         unit: None,
-        source: None,
+        // Fixed rules unless the caller says otherwise (evidence() always does).
+        source: Some(ExpectationSource::Rule),
         severity,
         message,
     }
@@ -274,13 +275,6 @@ fn evidence(
         unit: Some(unit.to_string()),
         source: Some(source),
         ..finding(kind, subject, metric, severity, message)
-    }
-}
-
-fn ruled(f: Finding) -> Finding {
-    Finding {
-        source: Some(ExpectationSource::Rule),
-        ..f
     }
 }
 

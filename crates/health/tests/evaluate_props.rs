@@ -190,6 +190,7 @@ proptest! {
             }
             for f in &mine {
                 prop_assert!(!f.message.is_empty());
+                prop_assert!(f.source.is_some(), "no source: {:?}", f);
                 if let (Some(m), Some(x), Some(d)) = (f.measured, f.expected, f.deviation) {
                     prop_assert!((d - (m - x) / x).abs() < 1e-9);
                 }
