@@ -8,7 +8,7 @@ use rcgen::{
 };
 use std::path::{Path, PathBuf};
 
-/// Paths of the PEM files [`write`] created.
+/// Paths of the PEM files [`write()`] created.
 #[derive(Debug, Clone)]
 pub struct Pki {
     pub ca_cert: PathBuf,
