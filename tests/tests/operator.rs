@@ -66,7 +66,10 @@ impl Operator {
             .append(true)
             .open(&self.log)
             .expect("operator log");
-        let child = Command::new(bin)
+        let mut cmd = Command::new(bin);
+        // Killed with the test process, even when the test process is killed.
+        gpufabric_tests::process::harden(&mut cmd);
+        let child = cmd
             .args(["run", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args(["--admin-addr", &self.admin])

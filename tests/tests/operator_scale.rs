@@ -59,7 +59,9 @@ async fn a_run_over_1000_nodes() {
 
     let bin = default_agent_bin_dir().join("fabric-operator");
     let log = std::fs::File::create(dir.path().join("operator.log")).expect("log");
-    let mut op = Command::new(&bin)
+    let mut cmd = Command::new(&bin);
+    gpufabric_tests::process::harden(&mut cmd);
+    let mut op = cmd
         .args(["run", "--admin-addr", "off", "--kubeconfig"])
         .arg(cluster.kubeconfig_path())
         .env("RUST_LOG", "info,kube=warn")

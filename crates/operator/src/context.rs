@@ -24,9 +24,19 @@ pub struct Context {
     pub runs: Store<FabricTestRun>,
     /// The namespace watched, or None for all.
     pub namespace: Option<String>,
+    /// Becomes true once the Node, Pod and run caches have been filled.
+    pub synced: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Context {
+    /// Waits until the Node, Pod and run caches have been filled once: a run must not pick
+    /// its nodes from an empty cache, nor think its pods are missing.
+    pub async fn caches_ready(&self) {
+        // Not `Store::wait_until_ready` here: it wakes only one of several waiters.
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
     /// Reference to a run's owning FabricTest, for events on the test.
     pub fn test_ref_of(run: &FabricTestRun) -> Option<ObjectReference> {
         let owner = run

@@ -7,6 +7,7 @@ pub mod context;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
@@ -44,6 +45,8 @@ pub struct Options {
     pub namespace: Option<String>,
     /// Where `/metrics`, `/live` and `/ready` are served (None: not served).
     pub admin_addr: Option<SocketAddr>,
+    /// Run the controllers only while holding this Lease (None: no leader election).
+    pub leader: Option<leader::LeaderConfig>,
 }
 
 /// Options for [`run`].
@@ -51,6 +54,7 @@ pub fn controller_options(namespace: Option<String>, admin_addr: Option<SocketAd
     Options {
         namespace,
         admin_addr,
+        leader: None,
     }
 }
 
@@ -124,6 +128,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
             instance: std::env::var("POD_NAME").ok(),
         },
     );
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(Context {
         client: client.clone(),
         metrics: metrics.clone(),
@@ -132,6 +137,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         pods: pod_store.clone(),
         runs: run_store.clone(),
         namespace: options.namespace.clone(),
+        synced: synced_rx,
     });
 
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
@@ -164,6 +170,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
             let _ = p.wait_until_ready().await;
             let _ = r.wait_until_ready().await;
             ready.store(true, Ordering::SeqCst);
+            let _ = synced_tx.send(true);
             tracing::info!("caches synced; ready");
         }
     };
@@ -182,10 +189,27 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     };
     tracing::info!(namespace = ?options.namespace, "fabric-operator starting");
     let admin_task = tokio::spawn(admin);
+    let lost_leadership = {
+        let client = client.clone();
+        let leader = options.leader.clone();
+        async move {
+            match leader {
+                Some(cfg) => leader::hold(&client, &cfg).await,
+                None => futures::future::pending::<()>().await,
+            }
+        }
+    };
+    if let Some(cfg) = &options.leader {
+        leader::acquire(&client, cfg).await;
+    }
     tokio::select! {
         _ = futures::future::join3(run_controller, test_controller, readiness) => {}
         _ = node_watch => {}
         _ = run_watch => {}
+        _ = lost_leadership => {
+            admin_task.abort();
+            return Err(std::io::Error::other("lost the leader Lease; stopping so that only the leader acts"));
+        }
     }
     admin_task.abort();
     tracing::info!("fabric-operator stopped");

@@ -33,6 +33,13 @@ enum Command {
         /// Log as JSON lines instead of text.
         #[arg(long)]
         log_json: bool,
+        /// Run the controllers only while holding the Lease `fabric-operator` (for more than
+        /// one replica). Identity: $POD_NAME, else the host name.
+        #[arg(long)]
+        leader_elect: bool,
+        /// Namespace of the leader Lease (default: --namespace, else $POD_NAMESPACE, else "default").
+        #[arg(long, value_name = "NS")]
+        lease_namespace: Option<String>,
     },
     /// Write the CustomResourceDefinitions (FabricTest, FabricTestRun) as YAML.
     ///
@@ -54,6 +61,8 @@ fn main() -> anyhow::Result<()> {
             namespace,
             admin_addr,
             log_json,
+            leader_elect,
+            lease_namespace,
         } => {
             init_tracing(log_json);
             let admin_addr = match admin_addr.as_str() {
@@ -65,12 +74,23 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
                 let client = client(kubeconfig).await?;
-                gpufabric_operator::run(
-                    client,
-                    gpufabric_operator::controller_options(namespace, admin_addr),
-                )
-                .await
-                .context("running the controllers")
+                let mut options =
+                    gpufabric_operator::controller_options(namespace.clone(), admin_addr);
+                if leader_elect {
+                    let ns = lease_namespace
+                        .or(namespace)
+                        .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                        .unwrap_or_else(|| "default".into());
+                    let identity = std::env::var("POD_NAME")
+                        .ok()
+                        .or_else(|| std::env::var("HOSTNAME").ok())
+                        .unwrap_or_else(|| format!("fabric-operator-{}", std::process::id()));
+                    options.leader =
+                        Some(gpufabric_operator::leader::LeaderConfig::new(ns, identity));
+                }
+                gpufabric_operator::run(client, options)
+                    .await
+                    .context("running the controllers")
             })
         }
     }

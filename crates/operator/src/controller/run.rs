@@ -43,6 +43,7 @@ pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 #[tracing::instrument(skip_all, fields(run = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+    ctx.caches_ready().await;
     let ns = obj
         .namespace()
         .ok_or(Error::Missing("metadata.namespace"))?;

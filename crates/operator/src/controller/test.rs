@@ -37,6 +37,7 @@ pub const CONDITION_DEGRADED: &str = "Degraded";
 #[tracing::instrument(skip_all, fields(test = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+    ctx.caches_ready().await;
     let ns = obj
         .namespace()
         .ok_or(Error::Missing("metadata.namespace"))?;
