@@ -63,6 +63,10 @@ pub struct ClusterOptions {
     pub keep_dir: bool,
     /// Directory of the control-plane binaries. Default: [`bin_dir()`].
     pub bin_dir: Option<PathBuf>,
+    /// Extra kube-apiserver flags (e.g. `--feature-gates=...`), after the harness's own.
+    pub apiserver_args: Vec<String>,
+    /// Extra kube-controller-manager flags (e.g. `--node-monitor-grace-period=10s`).
+    pub controller_manager_args: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -72,6 +76,8 @@ impl Default for ClusterOptions {
             install_crds: true,
             keep_dir: std::env::var(ENV_KEEP).is_ok_and(|v| v == "1"),
             bin_dir: None,
+            apiserver_args: Vec::new(),
+            controller_manager_args: Vec::new(),
         }
     }
 }
@@ -312,7 +318,7 @@ impl Cluster {
         let pki = pki::write(&dir_path)?;
         let etcd_port = cluster.start_etcd(&bin, &dir_path).await?;
         cluster
-            .start_apiserver(&bin, &dir_path, etcd_port, &pki)
+            .start_apiserver(&bin, &dir_path, etcd_port, &pki, &opts.apiserver_args)
             .await?;
         let t_api = t0.elapsed();
         if opts.controller_manager {
@@ -329,7 +335,7 @@ impl Cluster {
             )
             .map_err(io_err("writing the controller-manager kubeconfig"))?;
             let k = kcm_kubeconfig.display().to_string();
-            let args = vec![
+            let mut args = vec![
                 format!("--kubeconfig={k}"),
                 format!("--authentication-kubeconfig={k}"),
                 format!("--authorization-kubeconfig={k}"),
@@ -346,6 +352,7 @@ impl Cluster {
                 format!("--cluster-signing-key-file={}", pki.ca_key.display()),
                 "--v=1".into(),
             ];
+            args.extend(opts.controller_manager_args.iter().cloned());
             let kcm = spawn(
                 "kube-controller-manager",
                 &bin.join("kube-controller-manager"),
@@ -419,10 +426,11 @@ impl Cluster {
         dir: &Path,
         etcd_port: u16,
         pki: &pki::Pki,
+        extra: &[String],
     ) -> Result<()> {
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port()?;
-            let args = vec![
+            let mut args = vec![
                 format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
@@ -445,6 +453,7 @@ impl Cluster {
                 "--endpoint-reconciler-type=none".into(),
                 "--v=1".into(),
             ];
+            args.extend(extra.iter().cloned());
             let mut api = spawn("kube-apiserver", &bin.join("kube-apiserver"), &args, dir)?;
             self.server = format!("https://127.0.0.1:{port}");
             std::fs::write(

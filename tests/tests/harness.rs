@@ -604,12 +604,44 @@ async fn a_missing_program_ends_failed_with_start_error() {
 }
 
 /// The controller-manager's node lifecycle controller marks a node whose kubelet stops
-/// reporting NotReady and taints it after its grace period (50 s in v1.33); the
-/// process-kubelet's Lease heartbeats must keep every node Ready and untainted.
+/// reporting Unknown and taints it once its grace period has passed; the process-kubelet's
+/// Lease heartbeats must keep every node Ready and untainted. The grace period is cut to
+/// 8 s (heartbeats every 2 s) so the test takes seconds, not minutes; stopping the kubelet
+/// at the end shows the controller does act on a silent node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
-    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
+    gpufabric_tests::init_tracing();
+    let cluster = Cluster::start_with(gpufabric_tests::cluster::ClusterOptions {
+        controller_manager_args: vec![
+            "--node-monitor-grace-period=8s".into(),
+            "--node-monitor-period=1s".into(),
+        ],
+        ..Default::default()
+    })
+    .await
+    .expect("local control plane starts");
+    let fleet = SimFleet::write(SimFleet::uniform("node", 2, H100, 8)).expect("fleet file");
+    let mut kubelet = Kubelet::start(
+        cluster.client(),
+        &fleet,
+        KubeletOptions {
+            heartbeat: Duration::from_secs(2),
+            status_interval: Duration::from_secs(4),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("kubelet starts");
     let nodes: Api<Node> = Api::all(cluster.client());
+    let ready = |n: Option<&Node>| -> Option<String> {
+        n?.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.clone())
+    };
     // The not-ready taint that node registration gets must go once the node is Ready.
     let untainted = |n: Option<&Node>| {
         n.and_then(|n| n.spec.as_ref())
@@ -620,22 +652,24 @@ async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
             .await
             .expect("registration taint removed");
     }
-    tokio::time::sleep(Duration::from_secs(70)).await;
+    // Three grace periods.
+    tokio::time::sleep(Duration::from_secs(24)).await;
     for node in nodes.list(&Default::default()).await.expect("nodes").items {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .map(|c| c.status.clone());
-        assert_eq!(ready.as_deref(), Some("True"), "{name} Ready");
+        assert_eq!(ready(Some(&node)).as_deref(), Some("True"), "{name} Ready");
         assert!(
             untainted(Some(&node)),
             "{name} untainted: {:?}",
             node.spec.and_then(|s| s.taints)
         );
     }
+    // Without heartbeats the controller takes the node's readiness away.
+    kubelet.shutdown();
+    wait::for_object(&nodes, "node-01", T, |n| {
+        ready(n).as_deref() == Some("Unknown")
+    })
+    .await
+    .expect("a silent node becomes Unknown");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
