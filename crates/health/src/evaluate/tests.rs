@@ -917,3 +917,82 @@ fn evaluate_time_for_a_thousand_eight_gpu_nodes() {
     eprintln!("evaluate: 1000 nodes x 8 GPUs in {per:?} per run ({found} findings)");
     assert_eq!(found, 2);
 }
+
+#[test]
+fn a_node_whose_every_gpu_computes_slowly_is_a_fleet_outlier_not_a_straggler() {
+    let mut fleet = fleet_of(8, 0.01);
+    for v in fleet[3].dc.iter_mut() {
+        *v *= 1.3;
+    }
+    let e = run(fleet);
+    let f = on(&e, "node-03");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].kind, FindingKind::Slow);
+    assert_eq!(f[0].metric, Metric::DdpComputeTime);
+    assert_eq!(f[0].subject, Subject::node("node-03"));
+    assert_eq!(f[0].source, Some(ExpectationSource::Fleet));
+}
+
+#[test]
+fn a_pair_slow_only_both_ways_at_once_is_a_bidirectional_finding() {
+    let mut r = healthy("n", 2, 0.01);
+    r.pb[upper(8, 3, 4)] *= 0.5;
+    let e = run(vec![r]);
+    assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
+    assert_eq!(e.findings[0].metric, Metric::PairBidirBandwidth);
+    assert_eq!(e.findings[0].subject, Subject::gpu_pair("n", 3, 4));
+}
+
+#[test]
+fn an_explicit_pair_threshold_judges_every_pair_alone() {
+    let mut r = healthy("n", 2, 0.01);
+    slow_pair(&mut r, 0, 1, 0.7); // 30% below its peers, but above the spec's floor
+    slow_pair(&mut r, 2, 3, 0.4); // below the spec's floor
+    let t = Thresholds {
+        pair_bandwidth_gbps: Some(200.0),
+        ..Thresholds::default()
+    };
+    let e = evaluate(&[NodeInput::measured(r)], &t);
+    let pairs: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.metric == Metric::PairBandwidth)
+        .collect();
+    assert_eq!(pairs.len(), 1, "{pairs:#?}");
+    assert_eq!(pairs[0].subject, Subject::gpu_pair("n", 2, 3));
+    assert_eq!(pairs[0].source, Some(ExpectationSource::Threshold));
+    assert_eq!(pairs[0].expected, Some(200.0));
+}
+
+#[test]
+fn latency_and_host_thresholds_fail_what_exceeds_them() {
+    let mut r = healthy("n", 2, 0.0);
+    all_reduce(&mut r).lt = 40.0;
+    r.hd[5] = 30.0;
+    let t = Thresholds {
+        nccl_latency_us: Some(30.0),
+        host_bandwidth_gbps: Some(40.0),
+        ..Thresholds::default()
+    };
+    let e = evaluate(&[NodeInput::measured(r)], &t);
+    let got: Vec<(Metric, Option<u32>, Option<ExpectationSource>)> = e
+        .findings
+        .iter()
+        .map(|f| (f.metric, f.subject.gpu, f.source))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                Metric::H2dBandwidth,
+                Some(5),
+                Some(ExpectationSource::Threshold)
+            ),
+            (
+                Metric::NcclLatency,
+                None,
+                Some(ExpectationSource::Threshold)
+            ),
+        ]
+    );
+}
