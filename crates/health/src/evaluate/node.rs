@@ -1,0 +1,133 @@
+//! One measured node: every per-node check in order, and what the fleet comparison needs from it.
+
+use super::hardware::*;
+use super::perf::*;
+use super::*;
+
+/// A value of one node that the fleet comparison looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct SeriesKey {
+    pub(super) metric: Metric,
+    pub(super) collective: Option<Collective>,
+    pub(super) gpu: Option<u32>,
+}
+
+/// What the fleet comparison needs from one measured node.
+#[derive(Debug)]
+pub(super) struct NodeStats {
+    pub(super) node: String,
+    /// Normalized product and GPU count: nodes compare only within the same group.
+    pub(super) group: (String, u32),
+    pub(super) product: String,
+    pub(super) values: BTreeMap<SeriesKey, f64>,
+    /// Series already judged on this node by a threshold or a profile floor.
+    pub(super) judged: BTreeSet<SeriesKey>,
+}
+
+pub(super) fn judge_node(
+    input: &NodeInput,
+    r: &CompactResult,
+    t: &Thresholds,
+    out: &mut Vec<Finding>,
+) -> NodeStats {
+    let node = input.node.as_str();
+    let product = if r.p.trim().is_empty() {
+        input.product_label.clone().unwrap_or_default()
+    } else {
+        r.p.clone()
+    };
+    let exp = profiles::expectations(&product, r.g);
+    let mut stats = NodeStats {
+        node: node.to_string(),
+        group: (profiles::normalize(&product), r.g),
+        product: product.clone(),
+        values: BTreeMap::new(),
+        judged: BTreeSet::new(),
+    };
+
+    check_identity(input, r, exp.as_ref(), out);
+    check_phase_errors(node, r, out);
+    check_health(node, r, t, exp.as_ref(), out);
+    check_wrong_results(node, r, out);
+    check_transports(node, r, exp.as_ref(), out);
+    check_nccl(node, r, t, exp.as_ref(), &mut stats, out);
+    check_pairs(node, r, t, exp.as_ref(), &mut stats, out);
+    check_host(node, r, t, exp.as_ref(), &mut stats, out);
+    check_ddp(node, r, t, &mut stats, out);
+    drop_explained_slowness(out);
+    stats
+}
+
+/// Drops Slow findings that a finding of a smaller or more specific part already explains:
+/// pairs of a GPU with NVLink links down or NCCL falling back from NVLink, pairs that fell
+/// back themselves, host bandwidth of a GPU whose PCIe link is degraded (those faults are
+/// findings of their own kinds and are never reported as Slow as well), and node-wide
+/// collective or DDP slowness on a node with a critical finding on a GPU or GPU pair.
+fn drop_explained_slowness(out: &mut Vec<Finding>) {
+    let critical = |f: &&Finding, kinds: &[FindingKind]| {
+        f.severity == Severity::Critical && kinds.contains(&f.kind)
+    };
+    let link_gpus: BTreeSet<u32> = out
+        .iter()
+        .filter(|f| {
+            critical(
+                f,
+                &[FindingKind::NvlinkDown, FindingKind::TransportFallback],
+            )
+        })
+        .filter(|f| f.subject.kind == SubjectKind::Gpu)
+        .filter_map(|f| f.subject.gpu)
+        .collect();
+    let link_pairs: BTreeSet<(u32, u32)> = out
+        .iter()
+        .filter(|f| critical(f, &[FindingKind::TransportFallback]))
+        .filter(|f| f.subject.kind == SubjectKind::GpuPair)
+        .filter_map(|f| f.subject.gpu.zip(f.subject.peer_gpu))
+        .collect();
+    let link_node = out.iter().any(|f| {
+        critical(&f, &[FindingKind::TransportFallback]) && f.subject.kind == SubjectKind::Node
+    });
+    let pcie_gpus: BTreeSet<u32> = out
+        .iter()
+        .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
+        .filter_map(|f| f.subject.gpu)
+        .collect();
+    let part_at_fault = out.iter().any(|f| {
+        f.severity == Severity::Critical
+            && matches!(f.subject.kind, SubjectKind::Gpu | SubjectKind::GpuPair)
+    });
+    out.retain(|f| {
+        if f.kind != FindingKind::Slow {
+            return true;
+        }
+        let s = &f.subject;
+        let explained = match f.metric {
+            // Node-wide collectives and DDP are as slow as their slowest GPU or link: when
+            // one is named, the node-wide symptom is not (unless the spec set the floor).
+            Metric::NcclBusBw
+            | Metric::NcclLatency
+            | Metric::DdpScalingEfficiency
+            | Metric::DdpComputeTime => {
+                s.kind == SubjectKind::Node
+                    && part_at_fault
+                    && f.source != Some(ExpectationSource::Threshold)
+            }
+            Metric::PairBandwidth | Metric::PairBidirBandwidth => match (s.kind, s.gpu, s.peer_gpu)
+            {
+                (SubjectKind::Gpu, Some(g), _) => link_gpus.contains(&g),
+                (SubjectKind::GpuPair, Some(a), Some(b)) => {
+                    link_gpus.contains(&a)
+                        || link_gpus.contains(&b)
+                        || link_pairs.contains(&(a.min(b), a.max(b)))
+                }
+                (SubjectKind::Node, _, _) => link_node,
+                _ => false,
+            },
+            Metric::H2dBandwidth | Metric::D2hBandwidth => {
+                s.gpu.is_some_and(|g| pcie_gpus.contains(&g))
+            }
+            _ => false,
+        };
+        !explained
+    });
+}

@@ -1,0 +1,534 @@
+//! Per-node performance rules: NCCL against thresholds and profiles, GPU pairs against the node and floors (with blame of the smallest part), host copies, DDP scaling and stragglers.
+
+use super::node::{NodeStats, SeriesKey};
+use super::*;
+
+#[derive(Debug, PartialEq)]
+pub(super) struct Blame {
+    pub(super) node: bool,
+    pub(super) gpus: Vec<u32>,
+    pub(super) pairs: Vec<(u32, u32)>,
+}
+
+pub(super) fn blame(g: u32, measured: &BTreeSet<(u32, u32)>, bad: &BTreeSet<(u32, u32)>) -> Blame {
+    if bad.is_empty() {
+        return Blame {
+            node: false,
+            gpus: Vec::new(),
+            pairs: Vec::new(),
+        };
+    }
+    if g >= 3 && measured.len() >= 3 && measured.iter().all(|p| bad.contains(p)) {
+        return Blame {
+            node: true,
+            gpus: Vec::new(),
+            pairs: Vec::new(),
+        };
+    }
+    let mut gpus = Vec::new();
+    if g >= 3 {
+        for k in 0..g {
+            let mine: Vec<&(u32, u32)> = measured
+                .iter()
+                .filter(|(a, b)| *a == k || *b == k)
+                .collect();
+            if mine.len() >= 2 && mine.iter().all(|p| bad.contains(p)) {
+                gpus.push(k);
+            }
+        }
+    }
+    let pairs = bad
+        .iter()
+        .filter(|(a, b)| !gpus.contains(a) && !gpus.contains(b))
+        .copied()
+        .collect();
+    Blame {
+        node: false,
+        gpus,
+        pairs,
+    }
+}
+
+pub(super) fn check_nccl(
+    node: &str,
+    r: &CompactResult,
+    t: &Thresholds,
+    exp: Option<&Expectations>,
+    stats: &mut NodeStats,
+    out: &mut Vec<Finding>,
+) {
+    for c in &r.nc {
+        let bw_key = SeriesKey {
+            metric: Metric::NcclBusBw,
+            collective: Some(c.c),
+            gpu: None,
+        };
+        if c.pk > 0.0 {
+            stats.values.insert(bw_key, c.pk);
+            let floor = if c.c != Collective::AllReduce {
+                None
+            } else if let Some(v) = t.nccl_bus_bw_gbps {
+                Some((v, ExpectationSource::Threshold))
+            } else {
+                exp.and_then(|e| e.all_reduce_floor_gbps)
+                    .map(|v| (v, ExpectationSource::Profile))
+            };
+            if let Some((floor, source)) = floor {
+                stats.judged.insert(bw_key);
+                if c.pk < floor {
+                    out.push(Finding {
+                        collective: Some(c.c),
+                        ..evidence(
+                            FindingKind::Slow,
+                            Subject::node(node),
+                            Metric::NcclBusBw,
+                            c.pk,
+                            floor,
+                            "GB/s",
+                            source,
+                            Severity::Critical,
+                            format!(
+                                "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
+                                collective_name(c.c),
+                                num(c.pk),
+                                how_far(c.pk, floor),
+                                source_words(source, "all_reduce bus bandwidth"),
+                                num(floor)
+                            ),
+                        )
+                    });
+                }
+            }
+        }
+        let latency = match c.ab {
+            Some((alpha, _)) if alpha > 0.0 => alpha,
+            _ => c.lt,
+        };
+        if latency > 0.0 {
+            let key = SeriesKey {
+                metric: Metric::NcclLatency,
+                collective: Some(c.c),
+                gpu: None,
+            };
+            stats.values.insert(key, latency);
+            if c.c == Collective::AllReduce
+                && let Some(ceiling) = t.nccl_latency_us
+            {
+                stats.judged.insert(key);
+                if latency > ceiling {
+                    out.push(Finding {
+                        collective: Some(c.c),
+                        ..evidence(
+                            FindingKind::Slow,
+                            Subject::node(node),
+                            Metric::NcclLatency,
+                            latency,
+                            ceiling,
+                            "µs",
+                            ExpectationSource::Threshold,
+                            Severity::Critical,
+                            format!(
+                                "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; check NCCL's transport and protocol choice (NCCL_DEBUG=INFO).",
+                                num(latency),
+                                how_far(latency, ceiling),
+                                num(ceiling)
+                            ),
+                        )
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// A GPU-pair measurement of a node: value per unordered pair.
+struct PairSet {
+    metric: Metric,
+    what: &'static str,
+    values: BTreeMap<(u32, u32), f64>,
+    floor: Option<(f64, ExpectationSource)>,
+}
+
+fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
+    let mut values = BTreeMap::new();
+    if r.pu.len() != (r.g as usize) * (r.g as usize) {
+        return values;
+    }
+    for a in 0..r.g {
+        for b in (a + 1)..r.g {
+            let there = r.pair_uni(a, b).filter(|v| *v > 0.0);
+            let back = r.pair_uni(b, a).filter(|v| *v > 0.0);
+            let v = match (there, back) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+            if let Some(v) = v {
+                values.insert((a, b), v);
+            }
+        }
+    }
+    values
+}
+
+fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
+    let mut values = BTreeMap::new();
+    if r.g < 2 || r.pb.len() != (r.g as usize) * (r.g as usize - 1) / 2 {
+        return values;
+    }
+    for a in 0..r.g {
+        for b in (a + 1)..r.g {
+            if let Some(v) = r.pair_bidir(a, b).filter(|v| *v > 0.0) {
+                values.insert((a, b), v);
+            }
+        }
+    }
+    values
+}
+
+pub(super) fn check_pairs(
+    node: &str,
+    r: &CompactResult,
+    t: &Thresholds,
+    exp: Option<&Expectations>,
+    stats: &mut NodeStats,
+    out: &mut Vec<Finding>,
+) {
+    let sets = [
+        PairSet {
+            metric: Metric::PairBandwidth,
+            what: "copy bandwidth",
+            values: unordered_pairs(r),
+            floor: t
+                .pair_bandwidth_gbps
+                .map(|v| (v, ExpectationSource::Threshold))
+                .or_else(|| {
+                    exp.and_then(|e| e.pair_floor_gbps)
+                        .map(|v| (v, ExpectationSource::Profile))
+                }),
+        },
+        PairSet {
+            metric: Metric::PairBidirBandwidth,
+            what: "bidirectional copy bandwidth",
+            values: bidir_pairs(r),
+            floor: t
+                .pair_bidir_bandwidth_gbps
+                .map(|v| (v, ExpectationSource::Threshold))
+                .or_else(|| {
+                    exp.and_then(|e| e.pair_bidir_floor_gbps)
+                        .map(|v| (v, ExpectationSource::Profile))
+                }),
+        },
+    ];
+    // Pairs and GPUs already blamed by an earlier set are not blamed again.
+    let mut covered_pairs: BTreeSet<(u32, u32)> = BTreeSet::new();
+    let mut covered_gpus: BTreeSet<u32> = BTreeSet::new();
+    let mut covered_node = false;
+    let rule = Rule {
+        score: t.fleet_outlier_score,
+        min_gap: t.fleet_min_relative_gap,
+        min_count: 3,
+    };
+    let explicit = |m: Metric| match m {
+        Metric::PairBandwidth => t.pair_bandwidth_gbps.is_some(),
+        _ => t.pair_bidir_bandwidth_gbps.is_some(),
+    };
+    for set in sets {
+        if set.values.is_empty() {
+            continue;
+        }
+        let all: Vec<f64> = set.values.values().copied().collect();
+        let Some(node_median) = fleet::median(&all) else {
+            continue;
+        };
+        let key = SeriesKey {
+            metric: set.metric,
+            collective: None,
+            gpu: None,
+        };
+        stats.values.insert(key, node_median);
+        if set
+            .floor
+            .is_some_and(|(_, s)| s == ExpectationSource::Threshold)
+        {
+            stats.judged.insert(key);
+        }
+        if covered_node {
+            continue;
+        }
+        // Each slow pair with the expectation it missed.
+        let mut slow: BTreeMap<(u32, u32), (f64, ExpectationSource)> = BTreeMap::new();
+        let node_mad = fleet::mad(&all, node_median);
+        for (pair, v) in &set.values {
+            // Against the node's other pairs first (the sharpest evidence for one link),
+            // then the profile floor; an explicit threshold alone when the spec sets one.
+            if !explicit(set.metric)
+                && all.len() >= rule.min_count
+                && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
+            {
+                slow.insert(*pair, (node_median, ExpectationSource::Node));
+            } else if let Some((floor, source)) = set.floor
+                && *v < floor
+            {
+                slow.insert(*pair, (floor, source));
+            }
+        }
+        slow.retain(|(a, b), _| {
+            !covered_pairs.contains(&(*a, *b))
+                && !covered_gpus.contains(a)
+                && !covered_gpus.contains(b)
+        });
+        let measured: BTreeSet<(u32, u32)> = set.values.keys().copied().collect();
+        let bad: BTreeSet<(u32, u32)> = slow.keys().copied().collect();
+        let verdict = blame(r.g, &measured, &bad);
+        if verdict.node {
+            let (floor, source) = set.floor.unwrap_or((node_median, ExpectationSource::Node));
+            if set
+                .floor
+                .is_some_and(|(_, s)| s == ExpectationSource::Profile)
+            {
+                stats.judged.insert(key);
+            }
+            out.push(evidence(
+                FindingKind::Slow,
+                Subject::node(node),
+                set.metric,
+                node_median,
+                floor,
+                "GB/s",
+                source,
+                Severity::Critical,
+                format!(
+                    "Every GPU pair on {node} is slow: {} median {} GB/s, {} {} ({} GB/s); check NVLink and NVSwitch health (nvidia-smi nvlink -s, the fabric manager service).",
+                    set.what,
+                    num(node_median),
+                    how_far(node_median, floor),
+                    source_words(source, &format!("pair {}", set.what)),
+                    num(floor)
+                ),
+            ));
+            covered_node = true;
+            continue;
+        }
+        for k in &verdict.gpus {
+            let mine: Vec<f64> = set
+                .values
+                .iter()
+                .filter(|((a, b), _)| a == k || b == k)
+                .map(|(_, v)| *v)
+                .collect();
+            let others: Vec<f64> = set
+                .values
+                .iter()
+                .filter(|((a, b), _)| a != k && b != k)
+                .map(|(_, v)| *v)
+                .collect();
+            let measured = fleet::median(&mine).unwrap_or(0.0);
+            // The expectation of the GPU's pairs: the strictest floor among them, or the
+            // median of the node's pairs that do not involve the GPU.
+            let (expected, source) = slow
+                .iter()
+                .filter(|((a, b), _)| a == k || b == k)
+                .map(|(_, e)| *e)
+                .find(|(_, s)| *s != ExpectationSource::Node)
+                .unwrap_or((
+                    fleet::median(&others).unwrap_or(node_median),
+                    ExpectationSource::Node,
+                ));
+            out.push(evidence(
+                FindingKind::Slow,
+                Subject::gpu(node, *k),
+                set.metric,
+                measured,
+                expected,
+                "GB/s",
+                source,
+                Severity::Critical,
+                format!(
+                    "GPU {k} on {node} is slow to every other GPU: {} median {} GB/s, {} {} ({} GB/s); check GPU {k}'s NVLink links (nvidia-smi nvlink -s -i {k}).",
+                    set.what,
+                    num(measured),
+                    how_far(measured, expected),
+                    source_words(source, if source == ExpectationSource::Node { "pairs" } else { "pair bandwidth" }),
+                    num(expected)
+                ),
+            ));
+            covered_gpus.insert(*k);
+        }
+        for (a, b) in &verdict.pairs {
+            let v = set.values.get(&(*a, *b)).copied().unwrap_or(0.0);
+            let (expected, source) = slow
+                .get(&(*a, *b))
+                .copied()
+                .unwrap_or((node_median, ExpectationSource::Node));
+            let against = match source {
+                ExpectationSource::Node => {
+                    format!("the node's other pairs (median {} GB/s)", num(expected))
+                }
+                s => format!(
+                    "{} ({} GB/s)",
+                    source_words(s, &format!("pair {}", set.what)),
+                    num(expected)
+                ),
+            };
+            out.push(evidence(
+                FindingKind::Slow,
+                Subject::gpu_pair(node, *a, *b),
+                set.metric,
+                v,
+                expected,
+                "GB/s",
+                source,
+                Severity::Critical,
+                format!(
+                    "GPU {a} <-> GPU {b} on {node}: {} {} GB/s, {} {against}; check the NVLink links of both GPUs (nvidia-smi nvlink -s).",
+                    set.what,
+                    num(v),
+                    how_far(v, expected),
+                ),
+            ));
+            covered_pairs.insert((*a, *b));
+        }
+    }
+}
+
+pub(super) fn check_host(
+    node: &str,
+    r: &CompactResult,
+    t: &Thresholds,
+    exp: Option<&Expectations>,
+    stats: &mut NodeStats,
+    out: &mut Vec<Finding>,
+) {
+    let floor = t
+        .host_bandwidth_gbps
+        .map(|v| (v, ExpectationSource::Threshold))
+        .or_else(|| {
+            exp.and_then(|e| e.host_floor_gbps)
+                .map(|v| (v, ExpectationSource::Profile))
+        });
+    for (values, metric, what) in [
+        (&r.hd, Metric::H2dBandwidth, "host-to-device"),
+        (&r.dh, Metric::D2hBandwidth, "device-to-host"),
+    ] {
+        for (i, v) in values.iter().take(r.g as usize).enumerate() {
+            if *v <= 0.0 {
+                continue;
+            }
+            let gpu = i as u32;
+            let key = SeriesKey {
+                metric,
+                collective: None,
+                gpu: Some(gpu),
+            };
+            stats.values.insert(key, *v);
+            let Some((floor, source)) = floor else {
+                continue;
+            };
+            stats.judged.insert(key);
+            if *v < floor {
+                out.push(evidence(
+                    FindingKind::Slow,
+                    Subject::gpu(node, gpu),
+                    metric,
+                    *v,
+                    floor,
+                    "GB/s",
+                    source,
+                    Severity::Critical,
+                    format!(
+                        "GPU {gpu} on {node}: {what} bandwidth {} GB/s, {} {} ({} GB/s); check the GPU's PCIe link (nvidia-smi -q -d PCI) and its NUMA placement.",
+                        num(*v),
+                        how_far(*v, floor),
+                        source_words(source, "host bandwidth"),
+                        num(floor)
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+pub(super) fn check_ddp(
+    node: &str,
+    r: &CompactResult,
+    t: &Thresholds,
+    stats: &mut NodeStats,
+    out: &mut Vec<Finding>,
+) {
+    if let Some(last) = r.dp.iter().max_by_key(|p| p.g)
+        && last.g > 1
+        && last.e > 0.0
+    {
+        let key = SeriesKey {
+            metric: Metric::DdpScalingEfficiency,
+            collective: None,
+            gpu: None,
+        };
+        stats.values.insert(key, last.e);
+        if let Some(floor) = t.ddp_scaling_efficiency {
+            stats.judged.insert(key);
+            if last.e < floor {
+                out.push(evidence(
+                    FindingKind::Slow,
+                    Subject::node(node),
+                    Metric::DdpScalingEfficiency,
+                    last.e,
+                    floor,
+                    "ratio",
+                    ExpectationSource::Threshold,
+                    Severity::Critical,
+                    format!(
+                        "DDP scaling efficiency on {node} at {} GPUs is {:.0}%, below the spec's floor of {:.0}%; gradient all-reduce is not hidden behind compute (communication fraction {:.0}%).",
+                        last.g,
+                        last.e * 100.0,
+                        floor * 100.0,
+                        last.cf * 100.0
+                    ),
+                ));
+            }
+        }
+    }
+
+    let times: Vec<f64> =
+        r.dc.iter()
+            .take(r.g as usize)
+            .copied()
+            .filter(|v| *v > 0.0)
+            .collect();
+    if times.len() < 2 {
+        return;
+    }
+    let Some(m) = fleet::median(&times) else {
+        return;
+    };
+    stats.values.insert(
+        SeriesKey {
+            metric: Metric::DdpComputeTime,
+            collective: None,
+            gpu: None,
+        },
+        m,
+    );
+    let ratio = t.straggler_ratio.max(1.0);
+    for (i, v) in r.dc.iter().take(r.g as usize).enumerate() {
+        if *v > 0.0 && *v > ratio * m {
+            let gpu = i as u32;
+            out.push(evidence(
+                FindingKind::Straggler,
+                Subject::gpu(node, gpu),
+                Metric::DdpComputeTime,
+                *v,
+                m,
+                "ms",
+                ExpectationSource::Node,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} is a straggler: DDP compute time {} ms, {} the node's median ({} ms); every step waits for it: check its clocks, throttle reasons and power (nvidia-smi -q -d PERFORMANCE,CLOCK).",
+                    num(*v),
+                    how_far(*v, m),
+                    num(m)
+                ),
+            ));
+        }
+    }
+}
