@@ -7,6 +7,7 @@
 #   bench/gpu-check.sh inject    a real slow pair and a real straggler beside node-check,
 #                                then five clean runs
 #   bench/gpu-check.sh all       both
+#   bench/gpu-check.sh final     probe variants, then both
 #
 # The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
 # NCCL and cuBLAS are taken from PyTorch's wheels (nvidia-nccl-*, nvidia-cublas-*).
@@ -104,7 +105,17 @@ inject() {
   done
 }
 
+ddp_variants() { # the probe with one host thread for all GPUs vs one per GPU
+  for threads in 0 1; do
+    local v=ddp-threads$threads
+    FABRIC_DDP_THREAD_PER_GPU=$threads check $v --no-nccl --no-pairs --no-health
+    cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr" "$OUT/$v.json"
+  done
+}
+
 case $STAGE in
+  ddp-variants) ddp_variants ;;
+  final) ddp_variants; measure; inject ;;
   measure) measure ;;
   inject) inject ;;
   all) measure; inject ;;

@@ -21,6 +21,15 @@ pub struct DdpSettings {
     pub steps: u32,
     pub counts: Vec<u32>,
     pub timeout: Duration,
+    /// Model the memory passes PyTorch's autocast and DDP add around the GEMMs (weight
+    /// casts, gradient casts, copies into and out of the buckets) with device copies of
+    /// the same byte counts.
+    pub framework_passes: bool,
+    /// Run the all-reduces on a high-priority stream.
+    pub comm_high_priority: bool,
+    /// One host thread per GPU that launches each bucket's all-reduce as soon as its
+    /// gradients are enqueued (as each DDP process does), instead of one thread for all.
+    pub thread_per_gpu: bool,
 }
 
 /// A gradient bucket: a byte range of the flat fp32 gradient buffer and the lowest layer
@@ -168,6 +177,12 @@ impl Blas {
     }
 }
 
+// SAFETY: a cuBLAS handle may be used from any thread, one at a time; each handle belongs
+// to one replica and each replica to one thread at a time.
+unsafe impl Send for Blas {}
+// SAFETY: as above.
+unsafe impl Sync for Blas {}
+
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: destroys the handle created in new().
@@ -185,6 +200,7 @@ struct Replica<'g> {
     acts: DevBuf,
     dy: [DevBuf; 2],
     grads: DevBuf,
+    scratch: [DevBuf; 2],
     ready: Vec<Event>,
     comm_done: Event,
     t0: Event,
@@ -221,7 +237,11 @@ impl<'g> Replica<'g> {
     ) -> GpuResult<Self> {
         let (h, l, b) = (set.hidden, set.layers, set.batch);
         let compute = Stream::new(gpu)?;
-        let comm = Stream::new(gpu)?;
+        let comm = if set.comm_high_priority {
+            Stream::high_priority(gpu)?
+        } else {
+            Stream::new(gpu)?
+        };
         let blas = Blas::new(gpu, &compute)?;
         let wbytes = h * h * 2;
         let abytes = b * h * 2;
@@ -229,6 +249,11 @@ impl<'g> Replica<'g> {
         let acts = DevBuf::new(gpu, abytes * (l + 1))?;
         let dy = [DevBuf::new(gpu, abytes)?, DevBuf::new(gpu, abytes)?];
         let grads = DevBuf::new(gpu, l * (h * 4 + h * h * 4))?;
+        let scratch_bytes = if set.framework_passes { h * h * 4 } else { 8 };
+        let scratch = [
+            DevBuf::new(gpu, scratch_bytes)?,
+            DevBuf::new(gpu, scratch_bytes)?,
+        ];
         // Weights: one random layer, copied to all layers (U(-sqrt(3/h), sqrt(3/h)) keeps the
         // activations' scale through the stack); inputs and output gradient random too.
         let wscale = (3.0 / h as f32).sqrt();
@@ -258,6 +283,7 @@ impl<'g> Replica<'g> {
             acts,
             dy,
             grads,
+            scratch,
             ready: (0..nbuckets)
                 .map(|_| Event::new(gpu))
                 .collect::<GpuResult<_>>()?,
@@ -273,6 +299,50 @@ impl<'g> Replica<'g> {
         })
     }
 
+    /// One memory pass of `bytes` read and `bytes` written on the compute stream.
+    fn pass(&self, bytes: usize) -> GpuResult<()> {
+        let bytes = bytes.min(self.scratch[0].bytes);
+        self.compute
+            .memcpy_dtod(self.scratch[1].ptr, self.scratch[0].ptr, bytes)
+    }
+
+    /// Launches the all-reduce of bucket `k` on the comm stream once it is ready (`wait`).
+    fn allreduce(&self, comm: usize, bk: &Bucket, wait: Option<usize>) -> GpuResult<()> {
+        if let Some(k) = wait {
+            self.comm.wait(&self.ready[k])?;
+        }
+        let p = (self.grads.ptr + bk.offset) as *mut c_void;
+        // SAFETY: the bucket lies inside the gradient buffer (in-place all-reduce); the
+        // communicator is live and used by this thread only.
+        ncheck("ncclAllReduce", unsafe {
+            nsys::ncclAllReduce(
+                p,
+                p,
+                (bk.bytes / 4) as usize,
+                nsys::ncclDataType_t::ncclFloat32,
+                nsys::ncclRedOp_t::ncclSum,
+                comm as nsys::ncclComm_t,
+                self.comm.raw as nsys::cudaStream_t,
+            )
+        })
+    }
+
+    /// After the all-reduces: the step waits for them, then (DDP without bucket views)
+    /// copies each reduced bucket back into the parameters' gradients.
+    fn finish_step(&self, set: &DdpSettings) -> GpuResult<()> {
+        self.compute.wait(&self.comm_done)?;
+        if set.framework_passes {
+            // Each reduced bucket copied back into its parameter's gradient.
+            let (h, l) = (set.hidden, set.layers);
+            for i in 0..l {
+                let gw = self.grads.ptr + wgrad_offset(h as u64, l, i);
+                self.compute
+                    .memcpy_dtod(self.scratch[1].ptr, gw, h * h * 4)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Forward and backward on the compute stream; `ready[b]` is recorded once bucket b's
     /// gradients are written.
     fn compute_step(
@@ -280,6 +350,7 @@ impl<'g> Replica<'g> {
         set: &DdpSettings,
         bks: &[Bucket],
         timed: Option<usize>,
+        launch: Option<usize>,
     ) -> GpuResult<()> {
         self.gpu.bind()?;
         let (h, l, b) = (set.hidden, set.layers, set.batch);
@@ -292,6 +363,11 @@ impl<'g> Replica<'g> {
         }
         // Forward: X_{i+1} (h x b, column-major) = W_i^T-as-stored * X_i.
         for i in 0..l {
+            if set.framework_passes {
+                // Under autocast each fp32 weight is first cast to bf16 (read 4, write 2
+                // bytes per parameter).
+                self.pass(h * h * 3)?;
+            }
             self.blas
                 .gemm(true, false, h, b, h, w(i), h, x(i), h, x(i + 1), h, false)?;
         }
@@ -317,11 +393,25 @@ impl<'g> Replica<'g> {
                 )?;
             }
             let gw = self.grads.ptr + wgrad_offset(h as u64, l, i);
-            self.blas
-                .gemm(false, true, h, h, b, x(i), h, dy, h, gw, h, true)?;
+            if set.framework_passes {
+                // As under autocast: the weight gradient in bf16, cast to fp32 (read 2,
+                // write 4 bytes per parameter), then copied, scaled by 1/world, into its
+                // bucket (read 4, write 4).
+                let (s0, s1) = (self.scratch[0].ptr, self.scratch[1].ptr);
+                self.blas
+                    .gemm(false, true, h, h, b, x(i), h, dy, h, s0, h, false)?;
+                self.compute.memcpy_dtod(s1, s0, h * h * 3)?;
+                self.compute.memcpy_dtod(gw, s1, h * h * 4)?;
+            } else {
+                self.blas
+                    .gemm(false, true, h, h, b, x(i), h, dy, h, gw, h, true)?;
+            }
             for (k, bk) in bks.iter().enumerate() {
                 if bk.ready_after_layer == i {
                     self.ready[k].record(&self.compute)?;
+                    if let Some(comm) = launch {
+                        self.allreduce(comm, bk, Some(k))?;
+                    }
                 }
             }
             cur = 1 - cur;
@@ -371,6 +461,40 @@ enum Mode {
     CommOnly,
 }
 
+/// The steps of one replica, launched from its own thread: compute, and each bucket's
+/// all-reduce launched right after its gradients (as a DDP process does).
+fn replica_steps(
+    r: &Replica,
+    comm: usize,
+    set: &DdpSettings,
+    bks: &[Bucket],
+    mode: Mode,
+    steps: u32,
+    timed: bool,
+) -> GpuResult<()> {
+    r.gpu.bind()?;
+    for s in 0..steps as usize {
+        match mode {
+            Mode::Overlapped => {
+                if s > 0 {
+                    r.finish_step(set)?;
+                }
+                r.compute_step(set, bks, timed.then_some(s), Some(comm))?;
+            }
+            Mode::ComputeOnly => r.compute_step(set, bks, timed.then_some(s), None)?,
+            Mode::CommOnly => {
+                for bk in bks {
+                    r.allreduce(comm, bk, None)?;
+                }
+            }
+        }
+        if mode != Mode::ComputeOnly {
+            r.comm_done.record(&r.comm)?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `steps` steps in `mode`; returns the mean step time (ms, slowest GPU).
 #[allow(clippy::too_many_arguments)]
 fn run_steps(
@@ -387,14 +511,43 @@ fn run_steps(
         r.t0.record(&r.compute)?;
         r.comm.wait(&r.t0)?;
     }
-    for s in 0..steps as usize {
+    if set.thread_per_gpu {
+        let results: Vec<GpuResult<()>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = reps
+                .iter()
+                .zip(comms.raw.iter().map(|c| *c as usize))
+                .map(|(r, comm)| {
+                    sc.spawn(move || replica_steps(r, comm, set, bks, mode, steps, timed))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(GpuError::Call {
+                            call: "ddp probe thread",
+                            detail: "panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            r?;
+        }
+    }
+    for s in 0..if set.thread_per_gpu {
+        0
+    } else {
+        steps as usize
+    } {
         if mode != Mode::CommOnly {
             for r in reps {
                 // The next step starts once the previous step's gradients are reduced.
                 if mode == Mode::Overlapped && s > 0 {
-                    r.compute.wait(&r.comm_done)?;
+                    r.finish_step(set)?;
                 }
-                r.compute_step(set, bks, timed.then_some(s))?;
+                r.compute_step(set, bks, timed.then_some(s), None)?;
             }
         }
         if mode != Mode::ComputeOnly {
@@ -407,8 +560,10 @@ fn run_steps(
         }
     }
     for r in reps {
-        if mode != Mode::ComputeOnly {
-            r.compute.wait(&r.comm_done)?;
+        match mode {
+            Mode::Overlapped => r.finish_step(set)?,
+            Mode::CommOnly => r.compute.wait(&r.comm_done)?,
+            Mode::ComputeOnly => {}
         }
         r.t1.record(&r.compute)?;
     }

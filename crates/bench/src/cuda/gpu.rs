@@ -276,6 +276,27 @@ impl Stream {
         Ok(Stream { raw })
     }
 
+    /// A non-blocking stream at the highest priority the device offers (its kernels get
+    /// SMs ahead of those of normal streams).
+    pub fn high_priority(gpu: &Gpu) -> GpuResult<Stream> {
+        gpu.bind()?;
+        let (mut least, mut greatest) = (0i32, 0i32);
+        // SAFETY: valid out-pointers; a context is current.
+        check("cuCtxGetStreamPriorityRange", unsafe {
+            sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
+        })?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed in Drop.
+        check("cuStreamCreateWithPriority", unsafe {
+            sys::cuStreamCreateWithPriority(
+                &mut raw,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                greatest,
+            )
+        })?;
+        Ok(Stream { raw })
+    }
+
     pub fn wait(&self, event: &Event) -> GpuResult<()> {
         // SAFETY: both handles are live.
         check("cuStreamWaitEvent", unsafe {

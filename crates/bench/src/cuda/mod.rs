@@ -279,6 +279,9 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 },
                 counts,
                 timeout,
+                framework_passes: env_flag("FABRIC_DDP_FRAMEWORK_PASSES", true),
+                comm_high_priority: env_flag("FABRIC_DDP_COMM_HIGH_PRIORITY", false),
+                thread_per_gpu: env_flag("FABRIC_DDP_THREAD_PER_GPU", true),
             };
             match ddp::probe(gpus, &set, &wd, &p) {
                 Ok(r) => ddp_result = Some(r),
@@ -371,6 +374,13 @@ fn sweep(
     drop(ranks);
     drop(comms);
     Ok((NcclSweepResult { collectives: out }, errors))
+}
+
+fn env_flag(name: &str, default: bool) -> bool {
+    match std::env::var(name) {
+        Ok(v) => !matches!(v.trim(), "0" | "false" | "no" | "off"),
+        Err(_) => default,
+    }
 }
 
 /// Current time in RFC 3339 (UTC, seconds).

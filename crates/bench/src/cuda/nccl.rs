@@ -571,6 +571,16 @@ pub fn sweep_collective(
     let dt = set.data_type;
     let elem = dt.size();
     let ndt = nccl_type(dt);
+    // NCCL connects peers lazily at the first call of each kind: do that outside timing.
+    if let Some(&first) = set.sizes.first() {
+        let (sc, rc, _) = counts(c, first, elem, n);
+        load_inputs(c, ranks, elem, sc, false)?;
+        for _ in 0..5 {
+            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+        }
+        let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+        sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+    }
     let mut rows: Vec<SweepRow> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for &size in &set.sizes {

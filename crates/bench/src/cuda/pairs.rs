@@ -108,7 +108,9 @@ pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> Gpu
                 for _ in 0..set.repeats.max(1) {
                     a.start.record(&a.stream)?;
                     b.stream.wait(&a.start)?;
-                    for _ in 0..set.copies.max(1) {
+                    // Twice the copies of the one-way test: the two streams start a few
+                    // microseconds apart, which a longer run amortises.
+                    for _ in 0..2 * set.copies.max(1) {
                         a.stream.memcpy_dtod(b.dst.ptr, a.src.ptr, bytes)?;
                         b.stream.memcpy_dtod(a.dst.ptr, b.src.ptr, bytes)?;
                     }
@@ -118,7 +120,7 @@ pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> Gpu
                     a.stream
                         .sync_until("bidirectional copy", deadline(2), &never)?;
                     let ms = a.start.elapsed_ms(&a.end)?;
-                    samples.push(gbps(2 * bytes * set.copies.max(1), ms));
+                    samples.push(gbps(4 * bytes * set.copies.max(1), ms));
                 }
                 let bw = stats::median(&samples).unwrap_or(0.0);
                 if !verify(b, &mut check, seed_of(a.gpu.index))? {
