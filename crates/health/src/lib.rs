@@ -4,41 +4,54 @@
 //! # Expectations
 //! Each metric of a node is judged against, in order, the first that applies:
 //! 1. an explicit threshold in the spec (`Thresholds`); when set, it alone judges its metric;
-//! 2. the built-in profile of the GPU product and GPU count ([`profiles`]): floors at a
-//!    conservative fraction of the datasheet's nominal bandwidth;
+//! 2. the built-in profile of the GPU product and GPU count ([`profiles`]): floors at 50% of
+//!    the datasheet's nominal bandwidth, bandwidth floors only on the 8-GPU NVSwitch boards;
 //! 3. the fleet ([`fleet`]): a robust outlier against the median of the nodes of the same
-//!    product and GPU count in this run — robust z-score `0.6745 (x - median) / MAD` beyond
-//!    `fleetOutlierScore` *and* at least `fleetMinRelativeGap` from the median, in the worse
-//!    direction only, with at least `fleetMinNodes` comparable nodes.
+//!    product (normalized: `NVIDIA-H100-80GB-HBM3` = `NVIDIA H100 80GB HBM3`) and GPU count
+//!    in this run: robust z-score `0.6745 (x - median) / MAD` beyond `fleetOutlierScore`
+//!    *and* at least `fleetMinRelativeGap` from the median, in the worse direction only,
+//!    with at least `fleetMinNodes` comparable nodes. Compared: each collective's peak
+//!    busbw and latency, the node's median pair bandwidth (one-way and bidirectional), each
+//!    GPU's host bandwidth against the same GPU index of the other nodes, DDP scaling
+//!    efficiency and median DDP compute time.
 //!
 //! # Findings
-//! - A crash, a timeout and an unusable result are findings of their own kinds (Crash,
-//!   Timeout, Errored), never Slow; so are hardware faults (NVLink links down or erroring,
-//!   XID, uncorrectable ECC, row remap, degraded PCIe), wrong results, NCCL falling back
-//!   from NVLink, and a GPU count below what the node advertises.
-//! - Severity of hardware findings: NVLink links down, XID, uncorrectable ECC, row remap
-//!   (failed or pending), PCIe width below maximum, NCCL falling back from NVLink where both
-//!   GPUs have NVLink, and wrong results are Critical. NVLink error counters are Info: NVML
-//!   counts them since the driver loaded, so a count says nothing about this run. A PCIe
-//!   generation below maximum is Critical only when the GPU's host copies are below half of
-//!   what its maximum link carries (NVML reports the current generation, which an idle GPU
-//!   lowers); else Info.
-//! - Slowness a hardware finding explains is not reported again as Slow: the pairs of a GPU
-//!   with NVLink down or falling back, a pair that fell back, the host bandwidth of a GPU
-//!   with a degraded PCIe link.
-//! - Phase errors: a watchdog timeout is a Timeout finding, a failure an Errored finding
-//!   (both Critical); a phase that could not run here is an Errored Info finding.
-//! - GPU pairs: a pair well below the node's other pairs (same outlier rule as the fleet,
+//! Each finding names the smallest subject at fault (GPU, GPU pair, node), the metric, the
+//! measured and expected values, the deviation `(measured - expected) / expected`, the unit,
+//! where the expectation came from, a severity (Critical fails the node, Info never does)
+//! and one sentence a person can act on. They are sorted by node, subject, metric.
+//!
+//! - **Outcomes**: a crash, a timeout and an unusable result are findings of their own
+//!   kinds (Crash, Timeout, Errored), never Slow. A result that claims no GPUs or more than
+//!   [`evaluate::MAX_GPUS_PER_NODE`] is unusable.
+//! - **Phase errors**: a watchdog timeout is a Timeout finding, a failure an Errored
+//!   finding (both Critical); a phase that could not run here is an Errored Info finding.
+//! - **Hardware** (per GPU, fixed rules): NVLink links down, XID, uncorrectable ECC, row
+//!   remap failed or pending, PCIe width below maximum, and wrong results (NCCL wrong
+//!   elements, corrupt copies) are Critical. NCCL falling back from NVLink is Critical where
+//!   both GPUs have NVLink (blamed on a GPU when all its pairs fell back). NVLink error
+//!   counters are Info: NVML counts them since the driver loaded, and healthy H200s show
+//!   thousands that grow under load (tests/data). A PCIe generation below maximum is
+//!   Critical only when the GPU's host copies are below half of what its maximum link
+//!   carries (NVML reports the current generation, which an idle GPU lowers); else Info.
+//!   Throttle reasons are Info; temperature fails a node only above an explicit ceiling.
+//! - **GPU count**: fewer GPUs than the node advertises (`nvidia.com/gpu.count` or its
+//!   capacity) is a Critical GpuMismatch; without a count, a count that is no board size of
+//!   the product is Info, as is a product label that disagrees with the GPUs.
+//! - **GPU pairs**: a pair well below the node's other pairs (the fleet's outlier rule
 //!   against the median of the node's pairs, at least 3 pairs), or else below the profile
-//!   floor, is Slow; when the spec sets a pair threshold, that threshold alone judges. The smallest subject at fault is named: every pair of one GPU slow blames the
-//!   GPU, every pair of the node slow blames the node, else each pair.
-//! - Stragglers: a GPU whose DDP compute time exceeds `stragglerRatio` x the node's median.
-//! - A node with a critical finding on a GPU or GPU pair gets no node-wide Slow finding on
-//!   collectives or DDP from the profile or the fleet (an explicit threshold still
-//!   reports): its slow collectives are explained by the part already named.
-//! - Throttle reasons are Info (they never fail a node); temperature fails a node only
-//!   above an explicit ceiling.
-//! - Findings are sorted by node, subject, metric.
+//!   floor, is Slow; when the spec sets a pair threshold, that threshold alone judges. A
+//!   pair's one-way value is its slower direction. The smallest subject is blamed: every
+//!   pair of one GPU slow blames the GPU, every pair of the node slow blames the node, else
+//!   each pair. Bidirectional pairs are judged the same way, for pairs not already named.
+//! - **Stragglers**: a GPU whose DDP compute time exceeds `stragglerRatio` x the node's
+//!   median is a Straggler finding on that GPU.
+//! - **Explained slowness is not repeated**: the pairs of a GPU with NVLink down or falling
+//!   back, a pair that fell back, and the host bandwidth of a GPU with a degraded PCIe link
+//!   are not also Slow; a node with a Critical finding on a GPU or GPU pair gets no
+//!   node-wide Slow finding on collectives or DDP from the profile or the fleet (an explicit
+//!   threshold still reports), and a metric a profile floor already failed is not
+//!   reported again by the fleet.
 //!
 //! # Verdicts
 //! Errored for a crash or an unusable result, Timeout for a timed-out node, Failed for a
