@@ -336,6 +336,11 @@ impl Kubelet {
         self.pod_dir(namespace, name).join(LOG_FILE)
     }
 
+    /// Where the pod dirs are ([`KubeletOptions::root_dir`] or the temp dir).
+    pub fn root_dir(&self) -> &Path {
+        &self.inner.root
+    }
+
     /// The fleet file every pod gets as `FABRIC_SIM_FLEET`.
     pub fn fleet_path(&self) -> &Path {
         &self.inner.fleet_path

@@ -484,15 +484,31 @@ const CHILD_ENV: &str = "GPUFABRIC_HARNESS_CHILD";
 #[ignore = "run as a child process by the tests below"]
 async fn child_starts_a_cluster_then_panics_or_waits() {
     let mode = std::env::var(CHILD_ENV).expect("run by the parent test");
-    let (cluster, _fleet, kubelet) = start_with_nodes().await;
+    let (cluster, fleet, kubelet) = start_with_nodes().await;
     let pods = create_pod(&cluster, &shell_pod("sleeper", "node-01", "sleep 300")).await;
     wait_phase(&pods, "sleeper", &["Running"]).await;
     let pid = kubelet.pod_pid(NS, "sleeper").expect("pod process");
-    println!("CHILD dir={} pid={pid}", cluster.dir().display());
+    // Temp dirs a killed process cannot remove: the parent does.
+    let fleet_dir = fleet
+        .path()
+        .parent()
+        .expect("fleet dir")
+        .display()
+        .to_string();
+    println!(
+        "CHILD dir={} pid={pid} leftovers={fleet_dir}:{}",
+        cluster.dir().display(),
+        kubelet.root_dir().display()
+    );
     if mode == "panic" {
         panic!("panicking on purpose with a cluster running");
     }
     tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+thread_local! {
+    /// Temp dirs of a killed child (its fleet and kubelet dirs), removed by the parent.
+    static LEFTOVERS: std::cell::RefCell<Vec<std::path::PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Runs the child test in `mode`; returns the child, its cluster dir and the pod's pid
@@ -517,7 +533,12 @@ fn spawn_child(mode: &str) -> (std::process::Child, String, u32) {
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("child output");
         if let Some(rest) = line.strip_prefix("CHILD dir=") {
-            let (dir, pid) = rest.split_once(" pid=").expect("dir and pid");
+            let (dir, rest) = rest.split_once(" pid=").expect("dir and pid");
+            let (pid, leftovers) = rest.split_once(" leftovers=").expect("pid and leftovers");
+            LEFTOVERS.with(|l| {
+                l.borrow_mut()
+                    .extend(leftovers.split(':').map(std::path::PathBuf::from))
+            });
             found = Some((dir.to_string(), pid.parse().expect("pid")));
             break;
         }
@@ -564,6 +585,9 @@ fn a_killed_test_process_leaves_no_processes_behind() {
     let _ = child.wait();
     assert_nothing_left(&dir, pid);
     let _ = std::fs::remove_dir_all(&dir);
+    for d in LEFTOVERS.with(|l| l.take()) {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -676,8 +700,11 @@ async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
 async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
     let cluster = start().await;
     let fleet = SimFleet::write(SimFleet::uniform("bin", 3, H100, 4)).expect("fleet");
+    let root = tempfile::tempdir().expect("pod dirs");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-kubelet"));
-    cmd.arg("--kubeconfig")
+    cmd.arg("--root-dir")
+        .arg(root.path())
+        .arg("--kubeconfig")
         .arg(cluster.kubeconfig_path())
         .arg("--fleet")
         .arg(fleet.path())
