@@ -489,8 +489,8 @@ pub fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(u64::MAX))
-            .sum()
+            .map(|h| h.join().unwrap_or(u64::MAX / 64))
+            .fold(0u64, u64::saturating_add)
     });
     for (k, b) in buf[words * 8..].iter().enumerate() {
         if *b != (pattern_word(seed, words as u64 + k as u64) & 0xff) as u8 {

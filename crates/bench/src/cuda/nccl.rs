@@ -828,6 +828,51 @@ mod tests {
     }
 
     #[test]
+    fn a_collective_missing_a_rank_times_out_and_is_aborted_by_the_watchdog() {
+        let gpus = match super::super::open_gpus() {
+            Ok(g) if g.len() >= 2 => g,
+            Ok(_) => return eprintln!("skipped: needs 2 GPUs"),
+            Err(e) => return eprintln!("skipped: no GPU ({e})"),
+        };
+        if !nccl_present() {
+            return eprintln!("skipped: no libnccl");
+        }
+        let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
+        let mut comms = Comms::init(&devs).expect("communicators");
+        let stream = Stream::new(&gpus[0]).expect("stream");
+        let buf = DevBuf::new(&gpus[0], 4096).expect("buffer");
+        // Rank 0 alone: its all-reduce waits for peers that never join.
+        // SAFETY: live buffer, communicator and stream.
+        let r = unsafe {
+            nsys::ncclAllReduce(
+                buf.ptr as *const c_void,
+                buf.void(),
+                1024,
+                nsys::ncclDataType_t::ncclFloat32,
+                nsys::ncclRedOp_t::ncclSum,
+                comms.raw[0],
+                stream.raw as nsys::cudaStream_t,
+            )
+        };
+        ncheck("ncclAllReduce", r).expect("enqueued");
+        let wd = Watchdog::start();
+        let started = Instant::now();
+        let out = sync_all(
+            &[&stream],
+            &mut comms,
+            &wd,
+            "lonely all_reduce",
+            Duration::from_secs(2),
+        );
+        assert!(matches!(out, Err(GpuError::Timeout(..))), "{out:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the watchdog stopped the wait"
+        );
+        assert!(wd.fired().is_some());
+    }
+
+    #[test]
     fn half_encoding_of_small_integers_is_exact() {
         assert_eq!(f16_bits(1.0), 0x3c00);
         assert_eq!(f16_bits(2.0), 0x4000);
