@@ -131,6 +131,20 @@ async fn a_run_over_1000_nodes() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // The test's status: the run folded into the history (and handed to quarantine).
+    let mut folded = None;
+    while Instant::now() < deadline && succeeded.is_some() {
+        let t = tests.get("fleet").await.expect("test");
+        if t.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some()
+        {
+            folded = Some(created.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let hwm = vm_hwm_kib(pid);
     let _ = op.kill();
     let _ = op.wait();
@@ -146,13 +160,48 @@ async fn a_run_over_1000_nodes() {
         status.message
     );
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
+    // Server-side times (whole seconds): run start, all pods created (condition), the last
+    // agent to finish (container finishedAt), run completion.
+    let ts = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second();
+    let start = status.start_time.as_ref().map(ts).unwrap_or_default();
+    let pods_created = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PodsCreated")
+        .map(|c| ts(&c.last_transition_time) - start);
+    let last_finished = pods
+        .list(&lp)
+        .await
+        .expect("pods")
+        .items
+        .iter()
+        .filter_map(|p| {
+            p.status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .state
+                .as_ref()?
+                .terminated
+                .as_ref()?
+                .finished_at
+                .as_ref()
+                .map(ts)
+        })
+        .max();
+    let completion = status.completion_time.as_ref().map(ts);
     let report = json!({
         "nodes": nodes,
         "run_created_s": secs(run_seen),
         "all_pods_created_s": secs(all_pods),
         "all_pods_finished_s": secs(all_done),
         "run_succeeded_s": secs(succeeded),
-        "fold_after_last_pod_s": secs(succeeded) - secs(all_done),
+        "server_pods_created_after_start_s": pods_created,
+        "server_last_agent_finished_after_start_s": last_finished.map(|t| t - start),
+        "server_run_completed_after_last_agent_s": completion.zip(last_finished).map(|(c, l)| c - l),
+        "test_status_folded_s": secs(folded),
+        "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
         "status_bytes": status_bytes,
         "object_bytes": object_bytes,
         "findings_in_status": status.findings.len(),
