@@ -38,20 +38,25 @@
 //! - **GPU count**: fewer GPUs than the node advertises (`nvidia.com/gpu.count` or its
 //!   capacity) is a Critical GpuMismatch; without a count, a count that is no board size of
 //!   the product is Info, as is a product label that disagrees with the GPUs.
-//! - **GPU pairs**: a pair well below the node's other pairs (the fleet's outlier rule
-//!   against the median of the node's pairs, at least 3 pairs), or else below the profile
-//!   floor, is Slow; when the spec sets a pair threshold, that threshold alone judges. A
-//!   pair's one-way value is its slower direction. The smallest subject is blamed: every
-//!   pair of one GPU slow blames the GPU, every pair of the node slow blames the node, else
-//!   each pair. Bidirectional pairs are judged the same way, for pairs not already named.
+//! - **GPU pairs**: on a board whose pairs are all alike (a known product on one of its
+//!   board sizes: NVSwitch or all-to-all NVLink), a pair well below the node's other pairs
+//!   (the fleet's outlier rule against the median of the node's pairs, at least 3 pairs),
+//!   or else below the profile floor, is Slow. Elsewhere (PCIe across CPU sockets, NVLink
+//!   bridges, unknown products) pairs differ by design, so each pair is compared with the
+//!   same pair of the comparable nodes instead. When the spec sets a pair threshold, that
+//!   threshold alone judges. A pair's one-way value is its slower direction. The smallest
+//!   subject is blamed: every pair of one GPU slow blames the GPU, every pair of the node
+//!   slow blames the node, else each pair. Bidirectional pairs are judged the same way,
+//!   for pairs not already named.
 //! - **Stragglers**: a GPU whose DDP compute time exceeds `stragglerRatio` x the node's
 //!   median is a Straggler finding on that GPU.
 //! - **Explained slowness is not repeated**: the pairs of a GPU with NVLink down or falling
 //!   back, a pair that fell back, and the host bandwidth of a GPU with a degraded PCIe link
-//!   are not also Slow; a node with a Critical finding on a GPU or GPU pair gets no
-//!   node-wide Slow finding on collectives or DDP from the profile or the fleet (an explicit
-//!   threshold still reports), and a metric a profile floor already failed is not
-//!   reported again by the fleet.
+//!   are not also Slow; a node with a Critical finding on a GPU or link of its NVLink path
+//!   gets no node-wide Slow finding on collectives from the profile or the fleet, and one
+//!   with any Critical GPU finding (a straggler too) none on DDP (an explicit threshold
+//!   still reports); a metric a profile floor already failed is not reported again by the
+//!   fleet.
 //!
 //! # Verdicts
 //! Errored for a crash or an unusable result, Timeout for a timed-out node, Failed for a

@@ -1,6 +1,7 @@
 //! The fleet comparison: each series of values against the nodes of the same product and GPU count in the run.
 
-use super::node::{NodeStats, SeriesKey};
+use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
+use super::perf::blame;
 use super::*;
 
 fn series_better(metric: Metric) -> Better {
@@ -13,6 +14,10 @@ fn series_better(metric: Metric) -> Better {
 fn series_words(key: &SeriesKey) -> (String, &'static str) {
     let c = key.collective.map(collective_name).unwrap_or("");
     match key.metric {
+        Metric::PairBandwidth if key.peer.is_some() => ("copy bandwidth".into(), "GB/s"),
+        Metric::PairBidirBandwidth if key.peer.is_some() => {
+            ("bidirectional copy bandwidth".into(), "GB/s")
+        }
         Metric::NcclBusBw => (format!("{c} peak bus bandwidth"), "GB/s"),
         Metric::NcclLatency => (format!("{c} latency"), "µs"),
         Metric::PairBandwidth => ("median GPU-pair copy bandwidth".into(), "GB/s"),
@@ -50,34 +55,16 @@ pub(super) fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds)
         min_gap: t.fleet_min_relative_gap,
         min_count: t.fleet_min_nodes.max(2) as usize,
     };
-    // A node with a critical finding on one of its GPUs or GPU pairs has its node-wide
-    // slowness explained already: the smallest subject at fault is named, not the node.
-    let explained: BTreeSet<&str> = stats
-        .iter()
-        .filter(|(_, fs)| {
-            fs.iter().any(|f| {
-                f.severity == Severity::Critical
-                    && matches!(f.subject.kind, SubjectKind::Gpu | SubjectKind::GpuPair)
-            })
-        })
-        .map(|(s, _)| s.node.as_str())
-        .collect();
-    let pcie_explained: BTreeSet<(&str, u32)> = stats
-        .iter()
-        .flat_map(|(s, fs)| {
-            fs.iter()
-                .filter(|f| f.severity == Severity::Critical && f.kind == FindingKind::PcieDegraded)
-                .filter_map(|f| f.subject.gpu)
-                .map(move |g| (s.node.as_str(), g))
-        })
-        .collect();
     let mut groups: BTreeMap<&(String, u32), Vec<&NodeStats>> = BTreeMap::new();
     for (s, _) in stats {
         if !s.group.0.is_empty() {
             groups.entry(&s.group).or_default().push(s);
         }
     }
-    let mut out = Vec::new();
+    // Fleet findings by node; pair outliers apart, to be blamed on the smallest part.
+    let mut found: BTreeMap<&str, Vec<Finding>> = BTreeMap::new();
+    let mut pair_outliers: BTreeMap<(&str, Metric), BTreeMap<(u32, u32), fleet::Outlier>> =
+        BTreeMap::new();
     for ((_, gpus), members) in groups {
         if members.len() < rule.min_count {
             continue;
@@ -99,55 +86,156 @@ pub(super) fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds)
                 if s.judged.contains(&key) && findings_exist(stats, &s.node, &key) {
                     continue;
                 }
-                if key.gpu.is_none() && explained.contains(s.node.as_str()) {
+                if let (Some(a), Some(b)) = (key.gpu, key.peer) {
+                    pair_outliers
+                        .entry((s.node.as_str(), key.metric))
+                        .or_default()
+                        .insert((a, b), o);
                     continue;
                 }
-                if let Some(g) = key.gpu
-                    && pcie_explained.contains(&(s.node.as_str(), g))
-                {
-                    continue;
-                }
-                let (what, unit) = series_words(&key);
-                let subject = match key.gpu {
-                    Some(g) => Subject::gpu(&s.node, g),
-                    None => Subject::node(&s.node),
-                };
-                let at = match key.gpu {
-                    Some(g) => format!("GPU {g} on {}", s.node),
-                    None => s.node.clone(),
-                };
-                let (shown, shown_median) = if unit == "ratio" {
-                    (
-                        format!("{:.0}%", o.value * 100.0),
-                        format!("{:.0}%", o.median * 100.0),
-                    )
-                } else {
-                    (
-                        format!("{} {unit}", num(o.value)),
-                        format!("{} {unit}", num(o.median)),
-                    )
-                };
-                out.push(Finding {
-                    collective: key.collective,
-                    ..evidence(
-                        FindingKind::Slow,
-                        subject,
-                        key.metric,
-                        o.value,
-                        o.median,
-                        unit,
-                        ExpectationSource::Fleet,
-                        Severity::Critical,
-                        format!(
-                            "{at}: {what} {shown}, {} the median of {} comparable {} x{gpus} nodes ({shown_median}); compare its NVLink, PCIe and clock state with a healthy node.",
-                            how_far(o.value, o.median),
-                            o.count,
-                            s.product,
-                        ),
-                    )
-                });
+                found
+                    .entry(s.node.as_str())
+                    .or_default()
+                    .push(series_finding(s, &key, &o, *gpus));
             }
         }
+    }
+    for ((node, metric), bad) in pair_outliers {
+        let Some(s) = stats.iter().map(|(s, _)| s).find(|s| s.node == node) else {
+            continue;
+        };
+        found
+            .entry(node)
+            .or_default()
+            .extend(pair_findings(s, metric, &bad));
+    }
+    // What a node's own findings already explain is not reported again (see node.rs).
+    let mut out = Vec::new();
+    for (s, own) in stats {
+        let Some(fleet_findings) = found.remove(s.node.as_str()) else {
+            continue;
+        };
+        let mut all: Vec<Finding> = own.clone();
+        all.extend(fleet_findings);
+        drop_explained_slowness(&mut all);
+        out.extend(
+            all.into_iter()
+                .filter(|f| f.source == Some(ExpectationSource::Fleet)),
+        );
+    }
+    out
+}
+
+/// The finding for one node (or one GPU) that is an outlier of its fleet.
+fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32) -> Finding {
+    let (what, unit) = series_words(key);
+    let (subject, at) = match key.gpu {
+        Some(g) => (Subject::gpu(&s.node, g), format!("GPU {g} on {}", s.node)),
+        None => (Subject::node(&s.node), s.node.clone()),
+    };
+    let (shown, shown_median) = if unit == "ratio" {
+        (
+            format!("{:.0}%", o.value * 100.0),
+            format!("{:.0}%", o.median * 100.0),
+        )
+    } else {
+        (
+            format!("{} {unit}", num(o.value)),
+            format!("{} {unit}", num(o.median)),
+        )
+    };
+    Finding {
+        collective: key.collective,
+        ..evidence(
+            FindingKind::Slow,
+            subject,
+            key.metric,
+            o.value,
+            o.median,
+            unit,
+            ExpectationSource::Fleet,
+            Severity::Critical,
+            format!(
+                "{at}: {what} {shown}, {} the median of {} comparable {} x{gpus} nodes ({shown_median}); compare its NVLink, PCIe and clock state with a healthy node.",
+                how_far(o.value, o.median),
+                o.count,
+                s.product,
+            ),
+        )
+    }
+}
+
+/// The findings for a node's GPU pairs that are outliers against the same pairs of
+/// comparable nodes, blamed on the smallest part (the node, a GPU, or each pair).
+fn pair_findings(
+    s: &NodeStats,
+    metric: Metric,
+    bad: &BTreeMap<(u32, u32), fleet::Outlier>,
+) -> Vec<Finding> {
+    let measured: BTreeSet<(u32, u32)> = s
+        .values
+        .keys()
+        .filter(|k| k.metric == metric)
+        .filter_map(|k| k.gpu.zip(k.peer))
+        .collect();
+    let keys: BTreeSet<(u32, u32)> = bad.keys().copied().collect();
+    let verdict = blame(s.group.1, &measured, &keys);
+    let what = if metric == Metric::PairBidirBandwidth {
+        "bidirectional copy bandwidth"
+    } else {
+        "copy bandwidth"
+    };
+    let finding = |subject: Subject, at: String, outliers: Vec<&fleet::Outlier>| {
+        let measured =
+            fleet::median(&outliers.iter().map(|o| o.value).collect::<Vec<_>>()).unwrap_or(0.0);
+        let expected =
+            fleet::median(&outliers.iter().map(|o| o.median).collect::<Vec<_>>()).unwrap_or(0.0);
+        let count = outliers.iter().map(|o| o.count).min().unwrap_or(0);
+        evidence(
+            FindingKind::Slow,
+            subject,
+            metric,
+            measured,
+            expected,
+            "GB/s",
+            ExpectationSource::Fleet,
+            Severity::Critical,
+            format!(
+                "{at}: {what} {} GB/s, {} the same GPU pairs on {count} comparable {} nodes ({} GB/s); check the NVLink or PCIe path (nvidia-smi topo -m, nvidia-smi nvlink -s).",
+                num(measured),
+                how_far(measured, expected),
+                s.product,
+                num(expected)
+            ),
+        )
+    };
+    let mut out = Vec::new();
+    if verdict.node {
+        out.push(finding(
+            Subject::node(&s.node),
+            format!("Every GPU pair on {}", s.node),
+            bad.values().collect(),
+        ));
+        return out;
+    }
+    for k in &verdict.gpus {
+        out.push(finding(
+            Subject::gpu(&s.node, *k),
+            format!("GPU {k} on {} to every other GPU", s.node),
+            bad.iter()
+                .filter(|((a, b), _)| a == k || b == k)
+                .map(|(_, o)| o)
+                .collect(),
+        ));
+    }
+    for (a, b) in &verdict.pairs {
+        out.extend(bad.get(&(*a, *b)).map(|o| {
+            finding(
+                Subject::gpu_pair(&s.node, *a, *b),
+                format!("GPU {a} <-> GPU {b} on {}", s.node),
+                vec![o],
+            )
+        }));
     }
     out
 }
@@ -159,6 +247,9 @@ fn findings_exist(stats: &[(NodeStats, Vec<Finding>)], node: &str, key: &SeriesK
         .filter(|(s, _)| s.node == node)
         .flat_map(|(_, fs)| fs.iter())
         .any(|f| {
-            f.metric == key.metric && f.collective == key.collective && f.subject.gpu == key.gpu
+            f.metric == key.metric
+                && f.collective == key.collective
+                && f.subject.gpu == key.gpu
+                && f.subject.peer_gpu == key.peer
         })
 }

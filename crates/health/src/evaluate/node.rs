@@ -10,6 +10,8 @@ pub(super) struct SeriesKey {
     pub(super) metric: Metric,
     pub(super) collective: Option<Collective>,
     pub(super) gpu: Option<u32>,
+    /// Second GPU, for a GPU pair compared across nodes.
+    pub(super) peer: Option<u32>,
 }
 
 /// What the fleet comparison needs from one measured node.
@@ -63,7 +65,7 @@ pub(super) fn judge_node(
 /// back themselves, host bandwidth of a GPU whose PCIe link is degraded (those faults are
 /// findings of their own kinds and are never reported as Slow as well), and node-wide
 /// collective or DDP slowness on a node with a critical finding on a GPU or GPU pair.
-fn drop_explained_slowness(out: &mut Vec<Finding>) {
+pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
     let critical = |f: &&Finding, kinds: &[FindingKind]| {
         f.severity == Severity::Critical && kinds.contains(&f.kind)
     };
@@ -92,10 +94,20 @@ fn drop_explained_slowness(out: &mut Vec<Finding>) {
         .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
         .filter_map(|f| f.subject.gpu)
         .collect();
-    let part_at_fault = out.iter().any(|f| {
+    // Parts at fault that explain node-wide slowness: a GPU or link on the NVLink path
+    // explains slow collectives; any GPU fault (a straggler too) explains slow DDP steps.
+    let part = |f: &Finding| {
         f.severity == Severity::Critical
             && matches!(f.subject.kind, SubjectKind::Gpu | SubjectKind::GpuPair)
-    });
+            && !matches!(
+                f.metric,
+                Metric::H2dBandwidth | Metric::D2hBandwidth | Metric::PcieLink
+            )
+    };
+    let link_part = out
+        .iter()
+        .any(|f| part(f) && f.metric != Metric::DdpComputeTime);
+    let any_part = out.iter().any(part);
     out.retain(|f| {
         if f.kind != FindingKind::Slow {
             return true;
@@ -104,12 +116,14 @@ fn drop_explained_slowness(out: &mut Vec<Finding>) {
         let explained = match f.metric {
             // Node-wide collectives and DDP are as slow as their slowest GPU or link: when
             // one is named, the node-wide symptom is not (unless the spec set the floor).
-            Metric::NcclBusBw
-            | Metric::NcclLatency
-            | Metric::DdpScalingEfficiency
-            | Metric::DdpComputeTime => {
+            Metric::NcclBusBw | Metric::NcclLatency => {
                 s.kind == SubjectKind::Node
-                    && part_at_fault
+                    && link_part
+                    && f.source != Some(ExpectationSource::Threshold)
+            }
+            Metric::DdpScalingEfficiency | Metric::DdpComputeTime => {
+                s.kind == SubjectKind::Node
+                    && any_part
                     && f.source != Some(ExpectationSource::Threshold)
             }
             Metric::PairBandwidth | Metric::PairBidirBandwidth => match (s.kind, s.gpu, s.peer_gpu)

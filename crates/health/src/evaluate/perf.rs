@@ -62,6 +62,7 @@ pub(super) fn check_nccl(
             metric: Metric::NcclBusBw,
             collective: Some(c.c),
             gpu: None,
+            peer: None,
         };
         if c.pk > 0.0 {
             stats.values.insert(bw_key, c.pk);
@@ -109,6 +110,7 @@ pub(super) fn check_nccl(
                 metric: Metric::NcclLatency,
                 collective: Some(c.c),
                 gpu: None,
+                peer: None,
             };
             stats.values.insert(key, latency);
             if c.c == Collective::AllReduce
@@ -232,9 +234,27 @@ pub(super) fn check_pairs(
         Metric::PairBandwidth => t.pair_bandwidth_gbps.is_some(),
         _ => t.pair_bidir_bandwidth_gbps.is_some(),
     };
+    // Comparing a pair with the node's other pairs needs a topology where every pair is
+    // alike: the boards a known product ships on (all-to-all NVLink or NVSwitch). Elsewhere
+    // (PCIe across sockets, NVLink bridges between two GPUs) each pair is compared with the
+    // same pair of comparable nodes instead.
+    let uniform = exp.is_some_and(|e| e.profile.is_board_count(r.g));
     for set in sets {
         if set.values.is_empty() {
             continue;
+        }
+        if !uniform && !explicit(set.metric) {
+            for ((a, b), v) in &set.values {
+                stats.values.insert(
+                    SeriesKey {
+                        metric: set.metric,
+                        collective: None,
+                        gpu: Some(*a),
+                        peer: Some(*b),
+                    },
+                    *v,
+                );
+            }
         }
         let all: Vec<f64> = set.values.values().copied().collect();
         let Some(node_median) = fleet::median(&all) else {
@@ -244,6 +264,7 @@ pub(super) fn check_pairs(
             metric: set.metric,
             collective: None,
             gpu: None,
+            peer: None,
         };
         stats.values.insert(key, node_median);
         if set
@@ -261,7 +282,8 @@ pub(super) fn check_pairs(
         for (pair, v) in &set.values {
             // Against the node's other pairs first (the sharpest evidence for one link),
             // then the profile floor; an explicit threshold alone when the spec sets one.
-            if !explicit(set.metric)
+            if uniform
+                && !explicit(set.metric)
                 && all.len() >= rule.min_count
                 && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
             {
@@ -419,6 +441,7 @@ pub(super) fn check_host(
                 metric,
                 collective: None,
                 gpu: Some(gpu),
+                peer: None,
             };
             stats.values.insert(key, *v);
             let Some((floor, source)) = floor else {
@@ -463,6 +486,7 @@ pub(super) fn check_ddp(
             metric: Metric::DdpScalingEfficiency,
             collective: None,
             gpu: None,
+            peer: None,
         };
         stats.values.insert(key, last.e);
         if let Some(floor) = t.ddp_scaling_efficiency {
@@ -506,6 +530,7 @@ pub(super) fn check_ddp(
             metric: Metric::DdpComputeTime,
             collective: None,
             gpu: None,
+            peer: None,
         },
         m,
     );

@@ -996,3 +996,60 @@ fn latency_and_host_thresholds_fail_what_exceeds_them() {
         ]
     );
 }
+
+/// An 8-GPU PCIe node of an unknown product: pairs on one CPU socket (0-3, 4-7) copy at
+/// 25 GB/s, pairs across sockets at 15 GB/s.
+fn pcie_node(name: &str, seed: u64) -> CompactResult {
+    let mut r = node_of(name, "NVIDIA L40S", 8, seed, 0.0);
+    let mut n = Noise(seed + 99, 0.02);
+    for a in 0..8usize {
+        for b in 0..8usize {
+            if a != b {
+                let same_socket = (a < 4) == (b < 4);
+                r.pu[a * 8 + b] = n.scale(if same_socket { 25.0 } else { 15.0 });
+            }
+        }
+    }
+    r.pb.clear();
+    for h in &mut r.h {
+        h.l = (0, 0);
+        h.pc = (4, 4, 16, 16);
+    }
+    r
+}
+
+#[test]
+fn pcie_topologies_are_not_judged_against_the_nodes_own_pairs() {
+    let e = run(vec![pcie_node("p", 1)]);
+    assert!(e.findings.is_empty(), "{:#?}", e.findings);
+    let e = run((0..6).map(|i| pcie_node(&format!("p{i}"), i)).collect());
+    assert!(e.findings.is_empty(), "{:#?}", e.findings);
+}
+
+#[test]
+fn on_pcie_topologies_a_pair_is_compared_with_the_same_pair_of_other_nodes() {
+    let mut fleet: Vec<CompactResult> = (0..6).map(|i| pcie_node(&format!("p{i}"), i)).collect();
+    // Across sockets, 1 <-> 6 at half speed; all of GPU 3's pairs at 60%.
+    fleet[2].pu[8 + 6] *= 0.5;
+    fleet[2].pu[6 * 8 + 1] *= 0.5;
+    for peer in 0..8usize {
+        if peer != 3 {
+            fleet[4].pu[3 * 8 + peer] *= 0.6;
+            fleet[4].pu[peer * 8 + 3] *= 0.6;
+        }
+    }
+    let e = run(fleet);
+    let f2 = on(&e, "p2");
+    assert_eq!(f2.len(), 1, "{f2:#?}");
+    assert_eq!(f2[0].subject, Subject::gpu_pair("p2", 1, 6));
+    assert_eq!(f2[0].source, Some(ExpectationSource::Fleet));
+    assert!(
+        f2[0].message.contains("same GPU pairs"),
+        "{}",
+        f2[0].message
+    );
+    let f4 = on(&e, "p4");
+    assert_eq!(f4.len(), 1, "{f4:#?}");
+    assert_eq!(f4[0].subject, Subject::gpu("p4", 3));
+    assert_eq!(e.findings.len(), 2, "{:#?}", e.findings);
+}
