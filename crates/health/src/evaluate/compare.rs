@@ -49,6 +49,9 @@ fn explicit_threshold(key: &SeriesKey, t: &Thresholds) -> bool {
     }
 }
 
+/// The GPU pairs of one node (and metric) that are fleet outliers.
+type PairOutliers = BTreeMap<(u32, u32), fleet::Outlier>;
+
 pub(super) fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds) -> Vec<Finding> {
     let rule = Rule {
         score: t.fleet_outlier_score,
@@ -63,8 +66,7 @@ pub(super) fn compare_fleet(stats: &[(NodeStats, Vec<Finding>)], t: &Thresholds)
     }
     // Fleet findings by node; pair outliers apart, to be blamed on the smallest part.
     let mut found: BTreeMap<&str, Vec<Finding>> = BTreeMap::new();
-    let mut pair_outliers: BTreeMap<(&str, Metric), BTreeMap<(u32, u32), fleet::Outlier>> =
-        BTreeMap::new();
+    let mut pair_outliers: BTreeMap<(&str, Metric), PairOutliers> = BTreeMap::new();
     for ((_, gpus), members) in groups {
         if members.len() < rule.min_count {
             continue;
@@ -167,11 +169,7 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
 
 /// The findings for a node's GPU pairs that are outliers against the same pairs of
 /// comparable nodes, blamed on the smallest part (the node, a GPU, or each pair).
-fn pair_findings(
-    s: &NodeStats,
-    metric: Metric,
-    bad: &BTreeMap<(u32, u32), fleet::Outlier>,
-) -> Vec<Finding> {
+fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Finding> {
     let measured: BTreeSet<(u32, u32)> = s
         .values
         .keys()
