@@ -82,9 +82,10 @@ const SCHEDULE_RULE: &str = concat!("self.matches('", cron_pattern!(), "')");
         type_ = "integer",
         json_path = ".status.quarantinedCount"
     ),
+    // A future time in a `date` column prints as `<invalid>` in kubectl: show the timestamp.
     printcolumn(
         name = "Next Run",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.nextScheduleTime"
     ),
     printcolumn(
