@@ -1053,3 +1053,48 @@ fn on_pcie_topologies_a_pair_is_compared_with_the_same_pair_of_other_nodes() {
     assert_eq!(f4[0].subject, Subject::gpu("p4", 3));
     assert_eq!(e.findings.len(), 2, "{:#?}", e.findings);
 }
+
+#[test]
+fn a_node_fifteen_percent_slow_stands_out_of_a_noisy_fleet() {
+    let mut fleet = fleet_of(16, 0.03);
+    let ar = all_reduce(&mut fleet[9]);
+    ar.pk *= 0.85;
+    let e = run(fleet);
+    let f = on(&e, "node-09");
+    assert_eq!(f.len(), 1, "{:#?}", e.findings);
+    assert_eq!(f[0].metric, Metric::NcclBusBw);
+    assert!(
+        f[0].message.contains("of 16 comparable"),
+        "{}",
+        f[0].message
+    );
+    assert_eq!(e.findings.len(), 1);
+}
+
+#[test]
+fn blame_names_the_smallest_part() {
+    use super::perf::blame;
+    let all: BTreeSet<(u32, u32)> = (0..4u32)
+        .flat_map(|a| ((a + 1)..4).map(move |b| (a, b)))
+        .collect();
+    let set = |v: &[(u32, u32)]| v.iter().copied().collect::<BTreeSet<_>>();
+    // One pair.
+    let b = blame(4, &all, &set(&[(1, 2)]));
+    assert_eq!(
+        (b.node, b.gpus.clone(), b.pairs.clone()),
+        (false, vec![], vec![(1, 2)])
+    );
+    // Every pair of GPU 2.
+    let b = blame(4, &all, &set(&[(0, 2), (1, 2), (2, 3), (0, 1)]));
+    assert_eq!(
+        (b.node, b.gpus.clone(), b.pairs.clone()),
+        (false, vec![2], vec![(0, 1)])
+    );
+    // Every pair.
+    let b = blame(4, &all, &all);
+    assert!(b.node);
+    // Two GPUs: a single pair is that pair, never a GPU.
+    let two = set(&[(0, 1)]);
+    let b = blame(2, &two, &two);
+    assert_eq!((b.node, b.gpus, b.pairs), (false, vec![], vec![(0, 1)]));
+}
