@@ -1,0 +1,607 @@
+//! Quarantine end to end: the real `fabric-operator` binary against a real control plane
+//! (with kube-controller-manager), the process-kubelet and the sim agents. What a user sees
+//! on the nodes after runs find faults, pass again, or the FabricTest is deleted.
+//!
+//! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
+//! `cargo test -p gpufabric-tests --test quarantine_e2e`.
+
+use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST};
+use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::run::{FabricTestRun, Trigger};
+use gpufabric_api::{FabricTest, SubjectKind};
+use gpufabric_bench::fleet::{Fault, Fleet};
+use gpufabric_tests::cluster::Cluster;
+use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
+use gpufabric_tests::wait;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const NS: &str = "gpu-quarantine";
+
+/// One cluster at a time: the machine has few cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The `fabric-operator` binary as a child process, killed on drop.
+struct Operator {
+    child: Child,
+    log: PathBuf,
+    admin: String,
+}
+
+impl Operator {
+    fn start(cluster: &Cluster, log: PathBuf) -> Operator {
+        let bin = default_agent_bin_dir().join("fabric-operator");
+        assert!(
+            bin.is_file(),
+            "{} is missing: run `cargo build -p gpufabric-operator` first",
+            bin.display()
+        );
+        let admin = format!(
+            "127.0.0.1:{}",
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port")
+        );
+        let out = std::fs::File::create(&log).expect("operator log");
+        let child = Command::new(bin)
+            .args(["run", "--kubeconfig"])
+            .arg(cluster.kubeconfig_path())
+            .args(["--admin-addr", &admin])
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("fabric-operator starts");
+        Operator { child, log, admin }
+    }
+
+    fn log_tail(&self) -> String {
+        gpufabric_tests::cluster::log_tail(&self.log, 80)
+    }
+
+    async fn metrics(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(&self.admin).await else {
+            return String::new();
+        };
+        let req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        if s.write_all(req.as_bytes()).await.is_err() {
+            return String::new();
+        }
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf).await;
+        buf
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    cluster: Cluster,
+    _kubelet: Kubelet,
+    fleet: SimFleet,
+    operator: Operator,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(fleet: Fleet) -> Env {
+    gpufabric_tests::init_tracing();
+    let cluster = Cluster::start().await.expect("local control plane starts");
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The fleet file lives in our dir so a test can rewrite it (a node gets repaired).
+    let fleet = SimFleet::write_to(fleet, dir.path().join("fleet.yaml")).expect("fleet file");
+    let opts = KubeletOptions {
+        root_dir: Some(dir.path().join("kubelet")),
+        ..Default::default()
+    };
+    let kubelet = Kubelet::start(cluster.client(), &fleet, opts)
+        .await
+        .expect("kubelet starts");
+    cluster.create_namespace(NS).await.expect("namespace");
+    let operator = Operator::start(&cluster, dir.path().join("operator.log"));
+    Env {
+        cluster,
+        _kubelet: kubelet,
+        fleet,
+        operator,
+        _dir: dir,
+    }
+}
+
+/// A FabricTest on the sim backend with the default suite (the sim models it in well under
+/// a second per node): the GPU-pair copy matrix finds a slow pair, the DDP probe a straggler.
+fn spec(quarantine: serde_json::Value) -> serde_json::Value {
+    json!({
+        "nodeSelector": {"pool": "training"},
+        "quarantine": quarantine,
+        "agent": {
+            "image": "fabric-agent:test",
+            "timeoutSeconds": 60,
+            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+        }
+    })
+}
+
+async fn create_test(env: &Env, name: &str, spec: serde_json::Value) -> Api<FabricTest> {
+    let api: Api<FabricTest> = Api::namespaced(env.cluster.client(), NS);
+    let t: FabricTest = serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTest",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .expect("valid FabricTest");
+    api.create(&PostParams::default(), &t)
+        .await
+        .expect("FabricTest created");
+    api
+}
+
+async fn nodes(env: &Env) -> BTreeMap<String, Node> {
+    let api: Api<Node> = Api::all(env.cluster.client());
+    api.list(&ListParams::default())
+        .await
+        .expect("nodes listed")
+        .items
+        .into_iter()
+        .map(|n| (n.name_any(), n))
+        .collect()
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let mut runs = api
+        .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
+        .await
+        .expect("runs listed")
+        .items;
+    runs.sort_by_key(|r| r.creation_timestamp());
+    runs
+}
+
+/// Waits until the test's status satisfies `cond` (and no run is active), or fails with
+/// the status and the operator's log.
+async fn wait_status(
+    env: &Env,
+    api: &Api<FabricTest>,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    cond: impl Fn(&gpufabric_api::FabricTestStatus) -> bool + Send + Sync,
+) -> FabricTest {
+    let r = wait::for_object(api, name, timeout, |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.active_run.is_none() && cond(s))
+    })
+    .await;
+    match r {
+        Ok(Some(t)) => t,
+        other => {
+            let status = api.get(name).await.ok().and_then(|t| t.status);
+            panic!(
+                "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
+                env.operator.log_tail()
+            )
+        }
+    }
+}
+
+async fn run_now(api: &Api<FabricTest>, name: &str) {
+    let patch = json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("run-now annotation");
+}
+
+async fn event_reasons_for(env: &Env, ns: &str, name: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.cluster.client(), ns);
+    let mut r: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .filter_map(|e| e.reason)
+        .collect();
+    r.sort();
+    r.dedup();
+    r
+}
+
+/// The parts of a node a quarantine could change, without what the control plane and the
+/// kubelet manage themselves while nodes come up (`beta.kubernetes.io/*` labels, the
+/// `node.kubernetes.io/*` taints of the node lifecycle controller).
+fn quarantine_view(n: &Node) -> serde_json::Value {
+    let labels: BTreeMap<String, String> = n
+        .labels()
+        .iter()
+        .filter(|(k, _)| !k.starts_with("beta.kubernetes.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let taints: Vec<_> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
+        .collect();
+    json!({
+        "labels": labels,
+        "annotations": n.annotations(),
+        "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
+        "taints": taints,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(SimFleet::demo()).await;
+    let tests = create_test(
+        &env,
+        "demo",
+        spec(json!({"mode": "Cordon", "maxQuarantined": 2})),
+    )
+    .await;
+
+    let t = wait_status(
+        &env,
+        &tests,
+        "demo",
+        Duration::from_secs(300),
+        "two nodes quarantined",
+        |s| s.quarantined_count >= 2,
+    )
+    .await;
+    let status = t.status.expect("status");
+    assert_eq!(
+        status.quarantined_nodes,
+        vec!["h100-03".to_string(), "h200-06".to_string()],
+        "{status:#?}"
+    );
+    let all = nodes(&env).await;
+    let cordoned_now: Vec<&str> = all
+        .iter()
+        .filter(|(_, n)| cordoned(n))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert_eq!(cordoned_now, vec!["h100-03", "h200-06"]);
+    for name in ["h100-03", "h200-06"] {
+        let n = &all[name];
+        let record = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
+            .expect("readable record")
+            .expect("record present");
+        assert_eq!(record.test, format!("{NS}/demo"));
+        assert!(
+            record.cordoned && record.labeled && !record.tainted,
+            "{record:?}"
+        );
+        assert_eq!(
+            n.labels().get(LABEL_QUARANTINED).map(String::as_str),
+            Some("true")
+        );
+        assert!(
+            event_reasons_for(&env, "default", name)
+                .await
+                .contains(&"Quarantined".to_string())
+        );
+    }
+
+    // Confirmation: a run over exactly the two suspects came first, and the quarantine
+    // names it.
+    let runs = runs_of(&env, "demo").await;
+    let confirm = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Confirmation)
+        .expect("a confirmation run");
+    assert_eq!(
+        confirm.spec.nodes,
+        Some(vec!["h100-03".to_string(), "h200-06".to_string()])
+    );
+    let record = QuarantineRecord::from_annotations(all["h100-03"].metadata.annotations.as_ref())
+        .expect("record")
+        .expect("record");
+    assert_eq!(record.run, confirm.name_any());
+
+    // The findings name the pair and the GPU.
+    let first = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Creation)
+        .expect("the first run");
+    let findings = first
+        .status
+        .as_ref()
+        .map(|s| s.findings.clone())
+        .unwrap_or_default();
+    assert!(
+        findings
+            .iter()
+            .any(
+                |f| f.subject.kind == SubjectKind::GpuPair && f.subject.node == "h100-03" && {
+                    let mut g = [f.subject.gpu, f.subject.peer_gpu];
+                    g.sort();
+                    g == [Some(2), Some(3)]
+                }
+            ),
+        "a finding on GPU pair 2-3 of h100-03: {findings:#?}"
+    );
+    assert!(
+        findings.iter().any(|f| f.subject.kind == SubjectKind::Gpu
+            && f.subject.node == "h200-06"
+            && f.subject.gpu == Some(5)),
+        "a finding on GPU 5 of h200-06: {findings:#?}"
+    );
+    assert!(
+        findings.iter().all(|f| f.subject.node == "h100-03"
+            || f.subject.node == "h200-06"
+            || f.severity != gpufabric_api::Severity::Critical),
+        "no critical finding on a healthy node: {findings:#?}"
+    );
+
+    let metrics = env.operator.metrics().await;
+    assert!(
+        metrics.contains(&format!(
+            "gpufabric_quarantined_nodes{{test=\"{NS}/demo\"}} 2"
+        )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "gpufabric_quarantine_actions_total{{test=\"{NS}/demo\",action=\"quarantined\"}} 2"
+        )),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
+    let _serial = SERIAL.lock().await;
+    // 8 selected nodes, two stragglers; "25%" of 8 is 2. The confirmation run retests only
+    // the 2 suspects, and 25% of those would be 1.
+    let mut fleet = SimFleet::uniform("gpu", 8, H100, 8);
+    for i in [1, 4] {
+        fleet.nodes[i].faults.push(Fault::Straggler {
+            gpu: 3,
+            factor: 1.5,
+        });
+    }
+    let env = setup(fleet).await;
+    let tests = create_test(
+        &env,
+        "pct",
+        spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
+    )
+    .await;
+    let t = wait_status(
+        &env,
+        &tests,
+        "pct",
+        Duration::from_secs(180),
+        "the confirmation run folded in",
+        |s| {
+            s.last_run
+                .as_ref()
+                .is_some_and(|r| r.trigger == Trigger::Confirmation)
+        },
+    )
+    .await;
+    let status = t.status.expect("status");
+    assert_eq!(
+        status.quarantined_nodes,
+        vec!["gpu-02".to_string(), "gpu-05".to_string()],
+        "both failing nodes fit the budget of 25% of 8 nodes: {:#?}",
+        status.nodes
+    );
+}
+
+/// Four nodes, node 2 with a straggler GPU.
+fn small_fleet() -> Fleet {
+    let mut f = SimFleet::uniform("gpu", 4, H100, 8);
+    f.nodes[1].faults.push(Fault::Straggler {
+        gpu: 1,
+        factor: 1.5,
+    });
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(small_fleet()).await;
+    let tests = create_test(
+        &env,
+        "heal",
+        spec(json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2})),
+    )
+    .await;
+    wait_status(
+        &env,
+        &tests,
+        "heal",
+        Duration::from_secs(180),
+        "gpu-02 quarantined",
+        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+    )
+    .await;
+    assert!(cordoned(&nodes(&env).await["gpu-02"]));
+
+    // The node is repaired: the fault goes from the fleet the agents read.
+    let mut repaired = env.fleet.fleet().clone();
+    repaired.nodes[1].faults.clear();
+    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
+
+    // One passing run is not enough.
+    run_now(&tests, "heal").await;
+    let t = wait_status(
+        &env,
+        &tests,
+        "heal",
+        Duration::from_secs(180),
+        "one passing run",
+        |s| {
+            s.nodes
+                .iter()
+                .any(|n| n.node == "gpu-02" && n.consecutive_passes == 1)
+        },
+    )
+    .await;
+    assert_eq!(t.status.expect("status").quarantined_count, 1);
+    assert!(
+        cordoned(&nodes(&env).await["gpu-02"]),
+        "still cordoned after one pass"
+    );
+
+    // The second one releases it.
+    run_now(&tests, "heal").await;
+    wait_status(
+        &env,
+        &tests,
+        "heal",
+        Duration::from_secs(180),
+        "gpu-02 released",
+        |s| {
+            s.quarantined_count == 0
+                && s.nodes
+                    .iter()
+                    .any(|n| n.node == "gpu-02" && n.consecutive_passes >= 2)
+        },
+    )
+    .await;
+    let n = &nodes(&env).await["gpu-02"];
+    assert!(!cordoned(n));
+    assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
+    assert!(!n.labels().contains_key(LABEL_QUARANTINED));
+    assert!(
+        event_reasons_for(&env, "default", "gpu-02")
+            .await
+            .contains(&"Released".to_string())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(small_fleet()).await;
+    // A person cordoned gpu-04 for maintenance before the test existed.
+    let node_api: Api<Node> = Api::all(env.cluster.client());
+    node_api
+        .patch(
+            "gpu-04",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .expect("person cordons gpu-04");
+    let tests = create_test(
+        &env,
+        "gone",
+        spec(json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false})),
+    )
+    .await;
+    wait_status(
+        &env,
+        &tests,
+        "gone",
+        Duration::from_secs(180),
+        "gpu-02 quarantined",
+        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+    )
+    .await;
+    assert!(cordoned(&nodes(&env).await["gpu-02"]));
+
+    tests
+        .delete("gone", &DeleteParams::default())
+        .await
+        .expect("FabricTest deleted");
+    if let Err(e) = wait::for_deletion(&tests, "gone", Duration::from_secs(60)).await {
+        panic!(
+            "the finalizer was not removed: {e}\noperator log:\n{}",
+            env.operator.log_tail()
+        );
+    }
+    let all = nodes(&env).await;
+    let n = &all["gpu-02"];
+    assert!(!cordoned(n), "our cordon is released");
+    assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
+    assert!(!n.labels().contains_key(LABEL_QUARANTINED));
+    assert!(cordoned(&all["gpu-04"]), "the person's cordon stays");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_mode_changes_no_node() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(small_fleet()).await;
+    let before: BTreeMap<String, serde_json::Value> = nodes(&env)
+        .await
+        .iter()
+        .map(|(k, n)| (k.clone(), quarantine_view(n)))
+        .collect();
+    // Observe is the default mode.
+    let tests = create_test(&env, "watch", spec(json!({"maxQuarantined": 4}))).await;
+    let t = wait_status(
+        &env,
+        &tests,
+        "watch",
+        Duration::from_secs(180),
+        "gpu-02 held back",
+        |s| {
+            s.nodes
+                .iter()
+                .any(|n| n.node == "gpu-02" && n.held_back.is_some())
+        },
+    )
+    .await;
+    let status = t.status.expect("status");
+    let held = status
+        .nodes
+        .iter()
+        .find(|n| n.node == "gpu-02")
+        .and_then(|n| n.held_back.clone())
+        .expect("held back");
+    assert!(held.contains("would quarantine"), "{held}");
+    assert_eq!(status.quarantined_count, 0);
+    let after: BTreeMap<String, serde_json::Value> = nodes(&env)
+        .await
+        .iter()
+        .map(|(k, n)| (k.clone(), quarantine_view(n)))
+        .collect();
+    assert_eq!(
+        after, before,
+        "no node's labels, annotations, cordon or taints changed"
+    );
+    for (name, n) in nodes(&env).await {
+        assert!(
+            !n.annotations().contains_key(ANNOTATION_QUARANTINE)
+                && !n.labels().contains_key(LABEL_QUARANTINED)
+                && !cordoned(&n),
+            "{name} was changed in Observe mode: {n:?}"
+        );
+    }
+    assert!(
+        event_reasons_for(&env, NS, "watch")
+            .await
+            .contains(&"WouldQuarantine".to_string())
+    );
+}
