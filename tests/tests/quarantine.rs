@@ -256,6 +256,20 @@ async fn event_reasons(client: &Client, ns: &str, name: &str) -> Vec<String> {
     reasons
 }
 
+/// (reason, type) of the Events about the object named `name` in `ns`.
+async fn event_kinds(client: &Client, ns: &str, name: &str) -> Vec<(String, String)> {
+    let events: Api<K8sEvent> = Api::namespaced(client.clone(), ns);
+    events
+        .list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items
+        .into_iter()
+        .filter(|ev| ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|ev| (ev.reason.unwrap_or_default(), ev.type_.unwrap_or_default()))
+        .collect()
+}
+
 async fn cordon_as_a_person(client: &Client, name: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
@@ -432,6 +446,15 @@ async fn a_node_cordoned_by_a_person_is_never_touched() {
         .await
         .expect("release_all");
 
+    // Reported, but as Normal: a person's cordon is not a problem to warn about.
+    let kinds = event_kinds(&e.client, "default", "p1").await;
+    assert!(
+        !kinds.is_empty()
+            && kinds
+                .iter()
+                .all(|k| k == &("LeftAlone".to_string(), "Normal".to_string())),
+        "{kinds:?}"
+    );
     let after = get(&e.client, "p1").await;
     assert_eq!(
         serde_json::to_value(&after).expect("json"),
@@ -808,7 +831,7 @@ async fn an_unreadable_record_leaves_the_node_alone() {
         .expect("observe");
     assert!(observed[0].record_error.is_some());
     let outcome = execute(&e, &test, &plan_of(&["u1"], &["u1"], 1)).await;
-    assert_eq!(outcome.nodes_with(Action::LeftAlone).len(), 2);
+    assert_eq!(outcome.nodes_with(Action::Unreadable).len(), 2);
     assert!(
         outcome.held_back["u1"].contains("not a quarantine record"),
         "{outcome:?}"
@@ -817,11 +840,11 @@ async fn an_unreadable_record_leaves_the_node_alone() {
         serde_json::to_value(get(&e.client, "u1").await).expect("json"),
         serde_json::to_value(&before).expect("json")
     );
-    assert!(
-        event_reasons(&e.client, "default", "u1")
-            .await
-            .contains(&"LeftAlone".to_string())
-    );
+    // A Warning: nobody can tell what was done to this node, a person has to look.
+    assert!(event_kinds(&e.client, "default", "u1").await.contains(&(
+        "QuarantineRecordUnreadable".to_string(),
+        "Warning".to_string()
+    )));
 }
 
 #[tokio::test]

@@ -101,8 +101,12 @@ pub enum Action {
     WouldQuarantine,
     /// Would be released, but the mode is Observe.
     WouldRelease,
-    /// Not ours to touch (cordoned by someone else, another test's, unreadable record...).
+    /// Not ours to touch: cordoned or tainted by someone else, quarantined by another
+    /// FabricTest, gone. Normal: a person's cordon is not a problem to warn about.
     LeftAlone,
+    /// Left alone because its quarantine annotation is unreadable: nobody can tell what
+    /// was done to the node, so a person has to look (a Warning).
+    Unreadable,
     /// The API server refused or failed the change; retried on the next reconcile.
     Failed,
 }
@@ -117,6 +121,7 @@ impl Action {
             Action::WouldQuarantine => "would_quarantine",
             Action::WouldRelease => "would_release",
             Action::LeftAlone => "left_alone",
+            Action::Unreadable => "unreadable_record",
             Action::Failed => "failed",
         }
     }
@@ -130,13 +135,14 @@ impl Action {
             Action::WouldQuarantine => "WouldQuarantine",
             Action::WouldRelease => "WouldRelease",
             Action::LeftAlone => "LeftAlone",
+            Action::Unreadable => "QuarantineRecordUnreadable",
             Action::Failed => "QuarantineFailed",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Action::Quarantined | Action::OverBudget | Action::Failed | Action::LeftAlone => {
+            Action::Quarantined | Action::OverBudget | Action::Failed | Action::Unreadable => {
                 EventType::Warning
             }
             _ => EventType::Normal,
@@ -355,12 +361,17 @@ pub async fn execute(
             Hold::ObserveMode => (Some(Action::WouldQuarantine), hold.describe().to_string()),
             Hold::CordonedByOthers => {
                 // Say precisely why, from the node as it is now.
-                let why = match exec.nodes.get_opt(name).await {
-                    Ok(n) => NodeObservation::of(name, n.as_ref(), &key).why_left_alone(),
+                let obs = match exec.nodes.get_opt(name).await {
+                    Ok(n) => Some(NodeObservation::of(name, n.as_ref(), &key)),
                     Err(_) => None,
                 };
+                let action = match &obs {
+                    Some(o) if o.record_error.is_some() => Action::Unreadable,
+                    _ => Action::LeftAlone,
+                };
+                let why = obs.and_then(|o| o.why_left_alone());
                 (
-                    Some(Action::LeftAlone),
+                    Some(action),
                     why.unwrap_or_else(|| hold.describe().to_string()),
                 )
             }
@@ -676,7 +687,7 @@ impl Executor<'_> {
                     Step::Refuse(why) | Step::Nothing(why) => why,
                     Step::Patch { .. } => String::new(),
                 };
-                self.act(name, Some(&node), Action::LeftAlone, why).await;
+                self.act(name, Some(&node), left_alone(&node), why).await;
                 None
             }
             Ok(Applied::Gone) => {
@@ -723,7 +734,7 @@ impl Executor<'_> {
                     Step::Refuse(why) | Step::Nothing(why) => why,
                     Step::Patch { .. } => String::new(),
                 };
-                self.act(name, Some(&node), Action::LeftAlone, why).await;
+                self.act(name, Some(&node), left_alone(&node), why).await;
                 false
             }
             Ok(Applied::Gone) => {
@@ -817,6 +828,14 @@ impl Executor<'_> {
         if let Err(e) = self.recorder.publish(&ev, &self.test.object_ref(&())).await {
             warn!(test = %self.key, "could not publish an Event on the FabricTest: {e}");
         }
+    }
+}
+
+/// LeftAlone, or Unreadable when the node's quarantine annotation cannot be read.
+fn left_alone(node: &Node) -> Action {
+    match QuarantineRecord::from_annotations(node.metadata.annotations.as_ref()) {
+        Err(_) => Action::Unreadable,
+        Ok(_) => Action::LeftAlone,
     }
 }
 
