@@ -964,3 +964,35 @@ async fn quarantine_of_a_large_fleet_keeps_to_the_budget() {
          (30 cordoned, 13 over budget, each with 2 Events), release_all {release_s:.2} s"
     );
 }
+
+#[tokio::test]
+async fn a_budget_that_cannot_be_read_quarantines_nothing_and_says_why() {
+    let e = env().await;
+    create_nodes(&e.client, &["b1"]).await;
+    let test = create_test(
+        &e.client,
+        "nightly",
+        QuarantineMode::Cordon,
+        IntOrString::Int(1),
+    )
+    .await;
+    // What the planner returns for a budget it cannot read (the CRD schema keeps such a
+    // value out of the API server, but an older CRD or a direct etcd write might not).
+    let p = Plan {
+        quarantine: vec!["b1".into()],
+        budget: 0,
+        budget_error: Some("maxQuarantined \"ten\" is not a percent from 0% to 100%".into()),
+        ..Plan::default()
+    };
+    let outcome = execute(&e, &test, &p).await;
+    assert_eq!(
+        outcome.nodes_with(Action::OverBudget),
+        vec!["b1".to_string()]
+    );
+    assert!(!is_unschedulable(&get(&e.client, "b1").await));
+    assert!(
+        event_kinds(&e.client, NS, "nightly")
+            .await
+            .contains(&("InvalidBudget".to_string(), "Warning".to_string()))
+    );
+}

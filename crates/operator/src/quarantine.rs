@@ -302,6 +302,19 @@ pub async fn execute(
         outcome: Outcome::default(),
     };
 
+    if let Some(e) = &plan.budget_error {
+        warn!(test = %key, "{e}; nothing new is quarantined");
+        exec.event_on_test(
+            EventType::Warning,
+            "InvalidBudget",
+            format!(
+                "{e}; nothing new is quarantined until spec.quarantine.maxQuarantined is fixed"
+            ),
+            None,
+        )
+        .await;
+    }
+
     for name in &plan.release {
         if exec.release(name, None).await {
             ours.remove(name);
