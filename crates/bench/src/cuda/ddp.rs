@@ -507,6 +507,22 @@ fn run_steps(
     steps: u32,
     timed: bool,
 ) -> GpuResult<f64> {
+    run_steps_armed(reps, comms, wd, set, bks, mode, steps, timed)
+        .map_err(|e| super::nccl::settle(e, comms, wd, set.timeout))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_steps_armed(
+    reps: &[Replica],
+    comms: &mut Comms,
+    wd: &Watchdog,
+    set: &DdpSettings,
+    bks: &[Bucket],
+    mode: Mode,
+    steps: u32,
+    timed: bool,
+) -> GpuResult<f64> {
+    wd.arm(comms, "ddp probe step", set.timeout);
     for r in reps {
         r.t0.record(&r.compute)?;
         r.comm.wait(&r.t0)?;

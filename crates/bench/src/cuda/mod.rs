@@ -362,6 +362,7 @@ fn sweep(
         match nccl::sweep_collective(c, &mut comms, &mut ranks, wd, &set, progress) {
             Ok(s) => out.push(s),
             Err(e) => {
+                let e = nccl::settle(e, &mut comms, wd, timeout);
                 let timed_out = matches!(e, GpuError::Timeout(..));
                 errors.push(phase_error(Phase::NcclSweep, &e));
                 if timed_out {

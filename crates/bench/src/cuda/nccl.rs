@@ -256,6 +256,19 @@ pub fn sync_all(
     comms.async_error()
 }
 
+/// After a failed NCCL or CUDA call: if the watchdog fired, the communicators are aborted
+/// (never to be destroyed) and the failure is the watchdog's timeout.
+pub fn settle(e: GpuError, comms: &mut Comms, wd: &Watchdog, timeout: Duration) -> GpuError {
+    wd.disarm();
+    match wd.fired() {
+        Some(what) => {
+            comms.mark_aborted();
+            GpuError::Timeout(what, timeout)
+        }
+        None => e,
+    }
+}
+
 pub fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
     use nsys::ncclDataType_t::*;
     match dt {
@@ -574,6 +587,8 @@ pub fn sweep_collective(
     // NCCL connects peers lazily at the first call of each kind: do that outside timing.
     if let Some(&first) = set.sizes.first() {
         let (sc, rc, _) = counts(c, first, elem, n);
+        // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
+        wd.arm(comms, c.nccl_tests_name(), set.timeout);
         load_inputs(c, ranks, elem, sc, false)?;
         for _ in 0..5 {
             enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
@@ -609,6 +624,7 @@ pub fn sweep_collective(
             if in_place && !has_in_place(c) {
                 continue;
             }
+            wd.arm(comms, &what, set.timeout);
             load_inputs(c, ranks, elem, sc, in_place)?;
             for _ in 0..set.warmup {
                 enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
@@ -631,6 +647,7 @@ pub fn sweep_collective(
             let time_us = ms * 1000.0 / f64::from(set.iters.max(1));
             let mut wrong = 0;
             if set.check {
+                wd.arm(comms, &what, set.timeout);
                 load_inputs(c, ranks, elem, sc, in_place)?;
                 enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
                 sync_all(&streams, comms, wd, &what, set.timeout)?;
@@ -839,31 +856,48 @@ mod tests {
         }
         let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
         let mut comms = Comms::init(&devs).expect("communicators");
-        let stream = Stream::new(&gpus[0]).expect("stream");
-        let buf = DevBuf::new(&gpus[0], 4096).expect("buffer");
-        // Rank 0 alone: its all-reduce waits for peers that never join.
-        // SAFETY: live buffer, communicator and stream.
-        let r = unsafe {
-            nsys::ncclAllReduce(
-                buf.ptr as *const c_void,
-                buf.void(),
-                1024,
-                nsys::ncclDataType_t::ncclFloat32,
-                nsys::ncclRedOp_t::ncclSum,
-                comms.raw[0],
-                stream.raw as nsys::cudaStream_t,
-            )
+        let streams: Vec<Stream> = gpus
+            .iter()
+            .map(|g| Stream::new(g).expect("stream"))
+            .collect();
+        let bufs: Vec<DevBuf> = gpus
+            .iter()
+            .map(|g| DevBuf::new(g, 4096).expect("buffer"))
+            .collect();
+        let reduce = |r: usize| {
+            // SAFETY: live buffer, communicator and stream of rank r.
+            ncheck("ncclAllReduce", unsafe {
+                nsys::ncclAllReduce(
+                    bufs[r].ptr as *const c_void,
+                    bufs[r].void(),
+                    1024,
+                    nsys::ncclDataType_t::ncclFloat32,
+                    nsys::ncclRedOp_t::ncclSum,
+                    comms.raw[r],
+                    streams[r].raw as nsys::cudaStream_t,
+                )
+            })
         };
-        ncheck("ncclAllReduce", r).expect("enqueued");
+        // All ranks once, so that NCCL has connected the peers.
+        group(|| (0..gpus.len()).try_for_each(reduce)).expect("all ranks");
+        for s in &streams {
+            s.sync().expect("connected");
+        }
         let wd = Watchdog::start();
+        wd.arm(&comms, "lonely all_reduce", Duration::from_secs(2));
+        // Rank 0 alone: its all-reduce waits on the GPU for peers that never join.
+        let enqueued = reduce(0);
         let started = Instant::now();
-        let out = sync_all(
-            &[&stream],
-            &mut comms,
-            &wd,
-            "lonely all_reduce",
-            Duration::from_secs(2),
-        );
+        let out = match enqueued.map_err(|e| settle(e, &mut comms, &wd, Duration::from_secs(2))) {
+            Ok(()) => sync_all(
+                &[&streams[0]],
+                &mut comms,
+                &wd,
+                "lonely all_reduce",
+                Duration::from_secs(2),
+            ),
+            Err(e) => Err(e),
+        };
         assert!(matches!(out, Err(GpuError::Timeout(..))), "{out:?}");
         assert!(
             started.elapsed() < Duration::from_secs(30),
