@@ -28,6 +28,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The `fabric-operator` binary as a child process.
 struct Operator {
+    /// Extra arguments of `fabric-operator run`, and extra environment.
+    args: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
     admin: String,
@@ -43,7 +46,21 @@ fn free_port() -> u16 {
 
 impl Operator {
     fn start(cluster: &Cluster, log: PathBuf) -> Operator {
+        Operator::start_with(cluster, log, &[], &[])
+    }
+
+    fn start_with(
+        cluster: &Cluster,
+        log: PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
         let mut op = Operator {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             log,
             admin: String::new(),
@@ -73,6 +90,8 @@ impl Operator {
             .args(["run", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args(["--admin-addr", &self.admin])
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info,gpufabric_operator=debug,kube=warn")
             .stdout(Stdio::null())
             .stderr(log)
@@ -761,4 +780,95 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
         skipped,
         "a RunAlreadyActive event says why the due run did not start"
     );
+}
+
+#[tokio::test]
+async fn replace_deletes_the_active_run_for_the_new_one() {
+    let _serial = SERIAL.lock().await;
+    let mut f = fleet(1);
+    f.nodes[0].faults.push(Fault::Hang {
+        phase: None,
+        stuck: true,
+    });
+    let env = setup(f).await;
+    let tests = create_test(
+        &env.cluster,
+        "repl",
+        test_spec(json!({
+            "concurrencyPolicy": "Replace",
+            "agent": {
+                "image": "fabric-agent:test",
+                "timeoutSeconds": 120,
+                "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+            }
+        })),
+    )
+    .await;
+    let first = wait_runs(&env, "repl", 1, Duration::from_secs(60)).await[0].name_any();
+    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    wait::for_object(&runs, &first, Duration::from_secs(30), |r| {
+        r.and_then(|r| r.status.as_ref())
+            .is_some_and(|s| s.phase == RunPhase::Running)
+    })
+    .await
+    .expect("first run running");
+    let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "now"}}});
+    tests
+        .patch("repl", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    wait::for_deletion(&runs, &first, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail()));
+    let left = runs_of(&env.cluster, "repl").await;
+    assert_eq!(left.len(), 1, "only the new run");
+    assert_eq!(left[0].spec.trigger, Trigger::Manual);
+}
+
+#[tokio::test]
+async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
+    let _serial = SERIAL.lock().await;
+    let mut env = setup(fleet(1)).await;
+    env.operator.kill();
+    let lease_args = ["--leader-elect", "--lease-namespace", NS];
+    let log = |n: &str| env.kubelet_root.with_file_name(format!("operator-{n}.log"));
+    let mut a = Operator::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.cluster.client(), NS);
+    wait::for_object(&leases, "fabric-operator", Duration::from_secs(30), |l| {
+        l.and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some("op-a")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_tail()));
+    let b = Operator::start_with(&env.cluster, log("b"), &lease_args, &[("POD_NAME", "op-b")]);
+
+    let tests = create_test(&env.cluster, "led", test_spec(json!({}))).await;
+    let first = wait_runs(&env, "led", 1, Duration::from_secs(60)).await[0].name_any();
+    wait_finished(&env, &first, Duration::from_secs(60)).await;
+    // The follower waits: it has not synced its caches, so it is not ready.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (code, _) = b.get("/ready").await.expect("follower admin answers");
+    assert_eq!(code, 503, "a follower is not ready");
+
+    a.kill();
+    wait::for_object(&leases, "fabric-operator", Duration::from_secs(60), |l| {
+        l.and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.as_deref())
+            == Some("op-b")
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_tail()));
+    let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "b"}}});
+    tests
+        .patch("led", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("annotate");
+    let runs = wait_runs(&env, "led", 2, Duration::from_secs(60)).await;
+    let manual = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Manual)
+        .expect("the new leader started the manual run");
+    wait_finished(&env, &manual.name_any(), Duration::from_secs(60)).await;
 }
