@@ -3,6 +3,13 @@
 //! One process drives every visible GPU: the NCCL sweep (nccl-tests' single-process mode),
 //! the copy-engine pair matrix, the DDP probe and the NVML health snapshot. Libraries are
 //! loaded at run time, so the same binary reports a clear error on a host without them.
+//!
+//! NCCL's INFO log goes to a temporary file (unless `NCCL_DEBUG` is already set) and is read
+//! for the transport NCCL chose between each pair of GPUs. Three environment variables
+//! switch DDP-probe variants for comparisons (`bench/gpu-check.sh ddp-variants`):
+//! `FABRIC_DDP_FRAMEWORK_PASSES` (default 1: model autocast's and DDP's memory passes),
+//! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU) and
+//! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream).
 
 pub mod ddp;
 pub mod gpu;
