@@ -46,6 +46,20 @@ pub fn matches_selector(node: &Node, selector: &BTreeMap<String, String>) -> boo
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// How many nodes a test selects (selector, optional name list, GPUs allocatable), whatever
+/// their state: the base of a percent quarantine budget. A quarantined, cordoned or NotReady
+/// node is still selected; a confirmation run's few suspects are not the base.
+pub fn selected_count<'a>(
+    all: impl IntoIterator<Item = &'a Node>,
+    selector: &BTreeMap<String, String>,
+    names: Option<&[String]>,
+) -> usize {
+    all.into_iter()
+        .filter(|node| names.is_none_or(|list| list.contains(&node.name_any())))
+        .filter(|node| matches_selector(node, selector) && allocatable_gpus(node) > 0)
+        .count()
+}
+
 /// The nodes to test, sorted by name, and the selected nodes that are left out with why.
 /// `names`, when set, limits the run to those nodes (names not found are reported).
 pub fn resolve<'a>(
@@ -167,6 +181,22 @@ mod tests {
         assert_eq!(t[0].gpus, 8);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].name, "sick");
+    }
+
+    #[test]
+    fn budget_base_counts_every_selected_gpu_node_whatever_its_state() {
+        let nodes = [
+            node("a", 8, true, &[("pool", "h100")]),
+            cordon(node("ours", 8, true, &[("pool", "h100")]), true),
+            cordon(node("theirs", 8, true, &[("pool", "h100")]), false),
+            node("sick", 8, false, &[("pool", "h100")]),
+            node("cpu", 0, true, &[("pool", "h100")]),
+            node("other", 8, true, &[("pool", "a100")]),
+        ];
+        let sel = BTreeMap::from([("pool".to_string(), "h100".to_string())]);
+        assert_eq!(selected_count(&nodes, &sel, None), 4);
+        let list = vec!["a".to_string(), "other".to_string()];
+        assert_eq!(selected_count(&nodes, &sel, Some(&list)), 1);
     }
 
     #[test]

@@ -534,10 +534,17 @@ async fn quarantine_after(
             o.facts(health, tested.contains(o.node.as_str()))
         })
         .collect();
+    // The budget is a share of what the test selects, not of this run: a confirmation run
+    // retests only the suspects, and a percent of those would hold real failures back.
+    let selected = crate::nodes::selected_count(
+        ctx.nodes.state().iter().map(|n| n.as_ref()),
+        &test.spec.node_selector,
+        test.spec.nodes.as_deref(),
+    );
     let plan = gpufabric_health::plan(
         &facts,
         &test.spec.quarantine,
-        run_status.node_count.max(tested.len() as u32) as usize,
+        selected.max(tested.len()),
         run.spec.trigger,
     );
     let reasons: BTreeMap<String, String> = status
