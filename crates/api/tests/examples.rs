@@ -95,3 +95,74 @@ fn full_example_sets_every_spec_field() {
         );
     }
 }
+
+#[test]
+fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use serde::Deserialize;
+
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/operator.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/operator.yaml exists");
+    let mut role = None;
+    let mut deployment = None;
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(doc).expect("each document is YAML");
+        match value.get("kind").and_then(|k| k.as_str()) {
+            Some("ClusterRole") => {
+                role = Some(serde_yaml::from_value::<ClusterRole>(value).expect("a ClusterRole"))
+            }
+            Some("Deployment") => {
+                deployment =
+                    Some(serde_yaml::from_value::<Deployment>(value).expect("a Deployment"))
+            }
+            _ => {}
+        }
+    }
+    let role = role.expect("a ClusterRole");
+    let grants = |group: &str, resource: &str, verb: &str| {
+        role.rules.iter().flatten().any(|r| {
+            r.api_groups.iter().flatten().any(|g| g == group)
+                && r.resources.iter().flatten().any(|x| x == resource)
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    };
+    for (group, resource, verb) in [
+        ("gpufabric.io", "fabrictests", "watch"),
+        ("gpufabric.io", "fabrictestruns", "create"),
+        ("gpufabric.io", "fabrictests/status", "patch"),
+        ("gpufabric.io", "fabrictestruns/status", "patch"),
+        ("gpufabric.io", "fabrictests/finalizers", "update"),
+        ("gpufabric.io", "fabrictestruns/finalizers", "update"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "nodes", "patch"),
+        ("events.k8s.io", "events", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    ] {
+        assert!(
+            grants(group, resource, verb),
+            "the ClusterRole does not grant {verb} on {group}/{resource}"
+        );
+    }
+    assert!(
+        !grants("", "nodes", "delete"),
+        "the operator must never delete nodes"
+    );
+    let deployment = deployment.expect("a Deployment");
+    let container = &deployment
+        .spec
+        .expect("spec")
+        .template
+        .spec
+        .expect("pod spec")
+        .containers[0];
+    assert_eq!(
+        container
+            .args
+            .as_ref()
+            .and_then(|a| a.first())
+            .map(String::as_str),
+        Some("run")
+    );
+}
