@@ -65,6 +65,9 @@ use tracing::{info, warn};
 /// Annotation on a confirmation run: the run whose suspects it retests.
 pub const ANNOTATION_CONFIRMS: &str = "gpufabric.io/confirms";
 
+/// Node reads [`observe`] keeps in flight at once.
+pub const OBSERVE_CONCURRENCY: usize = 16;
+
 /// How often a node change is re-read and re-decided after a conflict before giving up.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -217,30 +220,42 @@ pub fn test_key(test: &FabricTest) -> Result<String, QuarantineError> {
 
 /// Read the named nodes and say, for each, what this test may do with it. Call it before
 /// planning; pass the result through [`NodeObservation::facts`] to the planner. A node that
-/// does not exist comes back with `exists: false` (not an error).
+/// does not exist comes back with `exists: false` (not an error). Names are read
+/// [`OBSERVE_CONCURRENCY`] at a time; the result is in the order of `node_names`, without
+/// repeats.
 pub async fn observe(
     client: &Client,
     test: &FabricTest,
     node_names: &[String],
 ) -> Result<Vec<NodeObservation>, QuarantineError> {
+    use futures::{StreamExt, TryStreamExt};
     let key = test_key(test)?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut out = Vec::with_capacity(node_names.len());
     let mut seen = BTreeSet::new();
-    for name in node_names {
-        if !seen.insert(name.as_str()) {
-            continue;
-        }
-        let node = nodes
-            .get_opt(name)
-            .await
-            .map_err(|source| QuarantineError::GetNode {
-                node: name.clone(),
-                source,
-            })?;
-        out.push(NodeObservation::of(name, node.as_ref(), &key));
-    }
-    Ok(out)
+    let unique: Vec<String> = node_names
+        .iter()
+        .filter(|n| seen.insert(n.as_str()))
+        .cloned()
+        .collect();
+    // Owned values in each future: borrowed ones make the controller's future not Send.
+    futures::stream::iter(unique)
+        .map(move |name| {
+            let (nodes, key) = (nodes.clone(), key.clone());
+            async move {
+                let node =
+                    nodes
+                        .get_opt(&name)
+                        .await
+                        .map_err(|source| QuarantineError::GetNode {
+                            node: name.clone(),
+                            source,
+                        })?;
+                Ok(NodeObservation::of(&name, node.as_ref(), &key))
+            }
+        })
+        .buffered(OBSERVE_CONCURRENCY)
+        .try_collect()
+        .await
 }
 
 /// Every node in the cluster whose record names this test, with the record. Nodes with an
@@ -776,11 +791,13 @@ impl Executor<'_> {
 
     /// Record one action: outcome, metric, log, and an Event on the node and on the test.
     async fn act(&mut self, name: &str, node: Option<&Node>, action: Action, message: String) {
-        match action {
-            Action::Quarantined | Action::Released => {
+        match action.event_type() {
+            EventType::Normal => {
                 info!(node = name, test = %self.key, action = action.as_str(), "{message}")
             }
-            _ => warn!(node = name, test = %self.key, action = action.as_str(), "{message}"),
+            EventType::Warning => {
+                warn!(node = name, test = %self.key, action = action.as_str(), "{message}")
+            }
         }
         self.metrics.count(&self.key, action.as_str());
         if !matches!(action, Action::Quarantined | Action::Released) {
