@@ -8,6 +8,9 @@
 #                                then five clean runs
 #   bench/gpu-check.sh all       both
 #   bench/gpu-check.sh final     probe variants, then both
+#   bench/gpu-check.sh ddp-modes [ROUNDS]  the DDP probe with one process for all GPUs
+#                                and with one process per GPU, then PyTorch DDP, ROUNDS
+#                                times (default 2), alternating the order
 #
 # The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
 # NCCL and cuBLAS are taken from PyTorch's wheels (nvidia-nccl-*, nvidia-cublas-*).
@@ -113,7 +116,25 @@ ddp_variants() { # the probe with one host thread for all GPUs vs one per GPU
   done
 }
 
+ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch DDP
+  nvidia-smi -L
+  local rounds=${1:-2} r single v
+  for r in $(seq 1 "$rounds"); do
+    local order="1 0"; [ $((r % 2)) -eq 0 ] && order="0 1"
+    for single in $order; do
+      v=ddp-single$single-r$r
+      FABRIC_DDP_SINGLE_PROCESS=$single check $v --no-nccl --no-pairs --no-health
+      grep 'ddp [0-9]' "$OUT/$v.stderr"
+      cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr"
+    done
+    banner "PyTorch DDP reference, round $r"
+    timeout 300 python3 bench/ddp_reference.py > "$OUT/ddp_reference-r$r.out" 2>&1
+    echo "rc=$?"; grep -v '^{' "$OUT/ddp_reference-r$r.out" | tail -8
+  done
+}
+
 case $STAGE in
+  ddp-modes) ddp_modes "${2:-2}"; exit 0 ;;
   ddp-variants) ddp_variants ;;
   final) ddp_variants; measure; inject ;;
   measure) measure ;;

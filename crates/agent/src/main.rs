@@ -55,6 +55,10 @@ enum Command {
     ///   fabric-agent inject slow-pair --gpus 3,5 --seconds 120
     #[command(verbatim_doc_comment)]
     Inject(inject::InjectArgs),
+    /// One rank of the DDP probe run with one process per GPU: reads its task as one JSON
+    /// line on stdin, prints its report as one JSON line. Started by node-check itself.
+    #[command(hide = true)]
+    DdpWorker,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::NodeCheck(args) => node_check(*args),
         Command::Inject(args) => inject::run(args).map(|()| 0),
+        Command::DdpWorker => ddp_worker(),
     };
     match result {
         Ok(code) => exit_code(code),
@@ -128,6 +133,14 @@ fn node_name(arg: Option<String>) -> anyhow::Result<String> {
     Err(invalid(anyhow::anyhow!(
         "cannot tell the node name; pass --node NAME or set FABRIC_NODE_NAME"
     )))
+}
+
+fn ddp_worker() -> anyhow::Result<i32> {
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    gpufabric_bench::cuda::ddp_procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
+        .context("writing the ddp worker report")?;
+    Ok(0)
 }
 
 fn progress(line: &str) {

@@ -30,6 +30,10 @@ pub struct DdpSettings {
     /// One host thread per GPU that launches each bucket's all-reduce as soon as its
     /// gradients are enqueued (as each DDP process does), instead of one thread for all.
     pub thread_per_gpu: bool,
+    /// One process per GPU, as PyTorch DDP runs: this program (the agent binary) started
+    /// once per rank with the hidden `ddp-worker` subcommand. `None`: one process drives
+    /// every GPU of the clique.
+    pub worker_exe: Option<std::path::PathBuf>,
 }
 
 /// A gradient bucket: a byte range of the flat fp32 gradient buffer and the lowest layer
@@ -630,6 +634,169 @@ pub fn step_flops(hidden: u64, layers: u64, batch: u64) -> f64 {
     gemm * (3 * layers - 1) as f64
 }
 
+/// What one GPU count of the probe measured (times in ms; slowest GPU unless per GPU).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PointTimes {
+    /// Mean overlapped step (forward, backward, all-reduces, copy-back).
+    pub step_ms: f64,
+    /// Mean forward + backward per GPU, in the overlapped steps.
+    pub compute_ms: Vec<f64>,
+    /// Mean step without all-reduces.
+    pub compute_alone_ms: f64,
+    /// Mean time of all buckets' all-reduces without compute.
+    pub comm_alone_ms: f64,
+}
+
+/// Warm-up, timed overlapped steps, then compute alone and communication alone, on the
+/// replicas `sub` (all of a clique in one process, or this process's one rank).
+fn measure_point(
+    sub: &[Replica],
+    comms: &mut Comms,
+    wd: &Watchdog,
+    set: &DdpSettings,
+    bks: &[Bucket],
+) -> GpuResult<PointTimes> {
+    run_steps(
+        sub,
+        comms,
+        wd,
+        set,
+        bks,
+        Mode::Overlapped,
+        set.warmup.max(1),
+        false,
+    )?;
+    let step_ms = run_steps(sub, comms, wd, set, bks, Mode::Overlapped, set.steps, true)?;
+    let mut compute_ms = Vec::new();
+    for r in sub {
+        let mut total = 0.0;
+        for s in 0..set.steps.max(1) as usize {
+            total += r.step_start[s].elapsed_ms(&r.step_end[s])?;
+        }
+        compute_ms.push(total / f64::from(set.steps.max(1)));
+    }
+    let alone_steps = set.steps.clamp(1, 5);
+    let compute_alone_ms = run_steps(
+        sub,
+        comms,
+        wd,
+        set,
+        bks,
+        Mode::ComputeOnly,
+        alone_steps,
+        false,
+    )?;
+    let comm_alone_ms = run_steps(sub, comms, wd, set, bks, Mode::CommOnly, alone_steps, false)?;
+    Ok(PointTimes {
+        step_ms,
+        compute_ms,
+        compute_alone_ms,
+        comm_alone_ms,
+    })
+}
+
+/// The result point of `t` on the GPUs `gpu_indices`, scaled against `base` (the 1-GPU
+/// point, or the first point measured); reports it through `progress`.
+pub fn make_point(
+    set: &DdpSettings,
+    base: Option<&DdpPoint>,
+    t: &PointTimes,
+    gpu_indices: Vec<u32>,
+    progress: &dyn Fn(&str),
+) -> DdpPoint {
+    let count = gpu_indices.len().max(1);
+    let step_ms = t.step_ms;
+    let flops = step_flops(set.hidden as u64, set.layers as u64, set.batch as u64);
+    let exposed = (step_ms - t.compute_alone_ms).max(0.0);
+    let samples_per_s = if step_ms > 0.0 {
+        (count * set.batch) as f64 / (step_ms / 1e3)
+    } else {
+        0.0
+    };
+    let base = base
+        .map(|p| p.samples_per_s / f64::from(p.gpus.max(1)))
+        .unwrap_or(samples_per_s / count as f64);
+    let eff = if base > 0.0 {
+        samples_per_s / count as f64 / base
+    } else {
+        0.0
+    };
+    let overlap = if t.comm_alone_ms > 0.0 && count > 1 {
+        (1.0 - exposed / t.comm_alone_ms).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let point = DdpPoint {
+        gpus: count as u32,
+        step_ms,
+        samples_per_s,
+        scaling_efficiency: eff,
+        comm_fraction: if step_ms > 0.0 {
+            exposed / step_ms
+        } else {
+            0.0
+        },
+        overlap_efficiency: overlap,
+        tflops_per_gpu: if step_ms > 0.0 {
+            flops / (step_ms / 1e3) / 1e12
+        } else {
+            0.0
+        },
+        compute_ms: t.compute_ms.clone(),
+        gpu_indices,
+    };
+    progress(&format!(
+        "ddp {} GPU(s): step {:.2} ms, {:.0} samples/s, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms, {:.0} TFLOP/s per GPU, compute per GPU {:?} ms",
+        count,
+        step_ms,
+        samples_per_s,
+        eff * 100.0,
+        t.compute_alone_ms,
+        t.comm_alone_ms,
+        exposed,
+        point.tflops_per_gpu,
+        point
+            .compute_ms
+            .iter()
+            .map(|v| (v * 100.0).round() / 100.0)
+            .collect::<Vec<_>>()
+    ));
+    point
+}
+
+/// One rank of a clique spread over processes: opens `device`, joins the communicator of
+/// `id` as `rank` of `world`, and measures the same point as [`probe`] does for its GPU.
+pub fn measure_rank(
+    device: u32,
+    rank: u32,
+    world: u32,
+    id: nsys::ncclUniqueId,
+    set: &DdpSettings,
+) -> GpuResult<PointTimes> {
+    super::gpu::init_and_count()?;
+    let gpu = Gpu::open(device)?;
+    let bks = buckets(
+        set.hidden as u64,
+        set.layers,
+        set.first_bucket_bytes,
+        set.bucket_bytes,
+    );
+    let rep = {
+        let mut host = HostBuf::new(
+            &gpu,
+            (set.hidden * set.hidden * 2).max(set.batch * set.hidden * 2),
+        )?;
+        Replica::new(&gpu, set, bks.len(), &mut host)?
+    };
+    gpu.bind()?;
+    let mut comms = Comms::init_rank(id, world as i32, rank as i32)?;
+    let wd = Watchdog::start();
+    let t = measure_point(std::slice::from_ref(&rep), &mut comms, &wd, set, &bks);
+    drop(wd);
+    drop(comms);
+    t
+}
+
 /// Measures every GPU count of the probe.
 pub fn probe(
     gpus: &[Gpu],
@@ -637,6 +804,9 @@ pub fn probe(
     wd: &Watchdog,
     progress: &dyn Fn(&str),
 ) -> GpuResult<DdpResult> {
+    if let Some(exe) = &set.worker_exe {
+        return super::ddp_procs::probe(gpus, set, exe, progress);
+    }
     let bks = buckets(
         set.hidden as u64,
         set.layers,
@@ -658,7 +828,6 @@ pub fn probe(
     for g in gpus.iter().take(max_count) {
         reps.push(Replica::new(g, set, bks.len(), &mut host)?);
     }
-    let flops = step_flops(set.hidden as u64, set.layers as u64, set.batch as u64);
     let mut points: Vec<DdpPoint> = Vec::new();
     for &count in &set.counts {
         let count = count as usize;
@@ -668,103 +837,15 @@ pub fn probe(
         let sub = &reps[..count];
         let devs: Vec<i32> = sub.iter().map(|r| r.gpu.index as i32).collect();
         let mut comms = Comms::init(&devs)?;
-        run_steps(
-            sub,
-            &mut comms,
-            wd,
-            set,
-            &bks,
-            Mode::Overlapped,
-            set.warmup.max(1),
-            false,
-        )?;
-        let step_ms = run_steps(
-            sub,
-            &mut comms,
-            wd,
-            set,
-            &bks,
-            Mode::Overlapped,
-            set.steps,
-            true,
-        )?;
-        let mut compute_ms = Vec::new();
-        for r in sub {
-            let mut total = 0.0;
-            for s in 0..set.steps.max(1) as usize {
-                total += r.step_start[s].elapsed_ms(&r.step_end[s])?;
-            }
-            compute_ms.push(total / f64::from(set.steps.max(1)));
-        }
-        let alone_steps = set.steps.clamp(1, 5);
-        let compute_alone = run_steps(
-            sub,
-            &mut comms,
-            wd,
-            set,
-            &bks,
-            Mode::ComputeOnly,
-            alone_steps,
-            false,
-        )?;
-        let comm_alone = run_steps(
-            sub,
-            &mut comms,
-            wd,
-            set,
-            &bks,
-            Mode::CommOnly,
-            alone_steps,
-            false,
-        )?;
+        let t = measure_point(sub, &mut comms, wd, set, &bks)?;
         drop(comms);
-        let exposed = (step_ms - compute_alone).max(0.0);
-        let samples_per_s = (count * set.batch) as f64 / (step_ms / 1e3);
-        let base = points
-            .first()
-            .map(|p| p.samples_per_s / f64::from(p.gpus))
-            .unwrap_or(samples_per_s / count as f64);
-        let eff = if base > 0.0 {
-            samples_per_s / count as f64 / base
-        } else {
-            0.0
-        };
-        let overlap = if comm_alone > 0.0 && count > 1 {
-            (1.0 - exposed / comm_alone).clamp(0.0, 1.0)
-        } else {
-            1.0
-        };
-        let point = DdpPoint {
-            gpus: count as u32,
-            step_ms,
-            samples_per_s,
-            scaling_efficiency: eff,
-            comm_fraction: if step_ms > 0.0 {
-                exposed / step_ms
-            } else {
-                0.0
-            },
-            overlap_efficiency: overlap,
-            tflops_per_gpu: flops / (step_ms / 1e3) / 1e12,
-            compute_ms,
-            gpu_indices: sub.iter().map(|r| r.gpu.index).collect(),
-        };
-        progress(&format!(
-            "ddp {} GPU(s): step {:.2} ms, {:.0} samples/s, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms, {:.0} TFLOP/s per GPU, compute per GPU {:?} ms",
-            count,
-            step_ms,
-            samples_per_s,
-            eff * 100.0,
-            compute_alone,
-            comm_alone,
-            exposed,
-            point.tflops_per_gpu,
-            point
-                .compute_ms
-                .iter()
-                .map(|v| (v * 100.0).round() / 100.0)
-                .collect::<Vec<_>>()
-        ));
+        let point = make_point(
+            set,
+            points.first(),
+            &t,
+            sub.iter().map(|r| r.gpu.index).collect(),
+            progress,
+        );
         points.push(point);
     }
     Ok(DdpResult {

@@ -10,8 +10,11 @@
 //! `FABRIC_DDP_FRAMEWORK_PASSES` (default 1: model autocast's and DDP's memory passes),
 //! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU) and
 //! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream).
+//! `FABRIC_DDP_SINGLE_PROCESS=1` drives every GPU of the DDP probe from this process
+//! instead of one `fabric-agent ddp-worker` process per GPU (`ddp_procs`).
 
 pub mod ddp;
+pub mod ddp_procs;
 pub mod gpu;
 pub mod health;
 pub mod inject;
@@ -289,6 +292,11 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 framework_passes: env_flag("FABRIC_DDP_FRAMEWORK_PASSES", true),
                 comm_high_priority: env_flag("FABRIC_DDP_COMM_HIGH_PRIORITY", false),
                 thread_per_gpu: env_flag("FABRIC_DDP_THREAD_PER_GPU", true),
+                worker_exe: if env_flag("FABRIC_DDP_SINGLE_PROCESS", false) {
+                    None
+                } else {
+                    std::env::current_exe().ok()
+                },
             };
             match ddp::probe(gpus, &set, &wd, &p) {
                 Ok(r) => ddp_result = Some(r),

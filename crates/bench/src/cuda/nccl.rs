@@ -74,6 +74,20 @@ impl Comms {
             aborted: false,
         })
     }
+    /// This process's rank of a clique spread over processes, joined through `id` (made by
+    /// [`unique_id`] in one process and handed to the others); the rank's GPU must be
+    /// current on the calling thread.
+    pub fn init_rank(id: nsys::ncclUniqueId, world: i32, rank: i32) -> GpuResult<Comms> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the id comes from ncclGetUniqueId.
+        ncheck("ncclCommInitRank", unsafe {
+            nsys::ncclCommInitRank(&mut raw, world, id, rank)
+        })?;
+        Ok(Comms {
+            raw: vec![raw],
+            aborted: false,
+        })
+    }
     /// Marks the communicators as aborted by the watchdog (they must not be destroyed).
     pub fn mark_aborted(&mut self) {
         self.aborted = true;
@@ -102,6 +116,14 @@ impl Drop for Comms {
             unsafe { nsys::ncclCommDestroy(*c) };
         }
     }
+}
+
+/// A new NCCL unique id: the rendezvous of a clique spread over processes.
+pub fn unique_id() -> GpuResult<nsys::ncclUniqueId> {
+    let mut id = nsys::ncclUniqueId { internal: [0; 128] };
+    // SAFETY: valid out-pointer.
+    ncheck("ncclGetUniqueId", unsafe { nsys::ncclGetUniqueId(&mut id) })?;
+    Ok(id)
 }
 
 /// Brackets a group of NCCL calls.

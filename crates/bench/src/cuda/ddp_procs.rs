@@ -1,0 +1,662 @@
+//! The DDP probe with one process per GPU, as PyTorch DDP runs: the parent makes the NCCL
+//! unique id, starts one `ddp-worker` child per rank, hands each its task (id included)
+//! as one JSON line on stdin, and combines the JSON lines they print into the probe's
+//! points.
+
+use super::ddp::{self, DdpSettings, PointTimes};
+use super::gpu::{Gpu, GpuError, GpuResult};
+use super::nccl;
+use cudarc::nccl::sys as nsys;
+use gpufabric_api::result::{DdpPoint, DdpResult};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The hidden subcommand of the agent binary that runs one rank.
+pub const WORKER_SUBCOMMAND: &str = "ddp-worker";
+
+/// What one worker process is asked to do (one JSON line on its stdin).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerTask {
+    pub rank: u32,
+    pub world: u32,
+    /// CUDA device ordinal (as the parent sees the devices).
+    pub device: u32,
+    /// The NCCL unique id, 128 bytes as hex.
+    pub id: String,
+    pub hidden: usize,
+    pub layers: usize,
+    pub batch: usize,
+    pub first_bucket_bytes: u64,
+    pub bucket_bytes: u64,
+    pub warmup: u32,
+    pub steps: u32,
+    pub timeout_ms: u64,
+    pub framework_passes: bool,
+    pub comm_high_priority: bool,
+    pub thread_per_gpu: bool,
+}
+
+impl WorkerTask {
+    fn settings(&self) -> DdpSettings {
+        DdpSettings {
+            hidden: self.hidden,
+            layers: self.layers,
+            batch: self.batch,
+            first_bucket_bytes: self.first_bucket_bytes,
+            bucket_bytes: self.bucket_bytes,
+            warmup: self.warmup,
+            steps: self.steps,
+            counts: vec![self.world],
+            timeout: Duration::from_millis(self.timeout_ms),
+            framework_passes: self.framework_passes,
+            comm_high_priority: self.comm_high_priority,
+            thread_per_gpu: self.thread_per_gpu,
+            worker_exe: None,
+        }
+    }
+}
+
+/// What one worker reports (one JSON line on its stdout).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "status", rename_all = "camelCase")]
+pub enum WorkerReport {
+    #[serde(rename_all = "camelCase")]
+    Measured {
+        rank: u32,
+        step_ms: f64,
+        compute_ms: f64,
+        compute_alone_ms: f64,
+        comm_alone_ms: f64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Failed {
+        rank: Option<u32>,
+        timeout: bool,
+        message: String,
+    },
+}
+
+/// The report in one line of a worker's stdout, if the line is one (NCCL may print
+/// other lines there).
+pub fn parse_report(line: &str) -> Option<WorkerReport> {
+    let line = line.trim();
+    if !line.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(line).ok()
+}
+
+/// An NCCL unique id as 256 hex digits.
+pub fn encode_id(id: &nsys::ncclUniqueId) -> String {
+    id.internal
+        .iter()
+        .map(|b| format!("{:02x}", *b as u8))
+        .collect()
+}
+
+/// The NCCL unique id of 256 hex digits.
+pub fn decode_id(hex: &str) -> Result<nsys::ncclUniqueId, String> {
+    let hex = hex.trim();
+    if hex.len() != 256 || !hex.is_ascii() {
+        return Err(format!(
+            "an NCCL unique id is 256 hex digits, got {} characters",
+            hex.len()
+        ));
+    }
+    let mut id = nsys::ncclUniqueId { internal: [0; 128] };
+    for (i, cell) in id.internal.iter_mut().enumerate() {
+        let byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
+            .map_err(|e| format!("bad hex digit in the NCCL unique id at {}: {e}", 2 * i))?;
+        *cell = byte as std::ffi::c_char;
+    }
+    Ok(id)
+}
+
+/// Runs one worker: reads the task line from `input`, measures, writes the report line
+/// to `output`. Every failure, a panic of a missing library included, becomes a
+/// `Failed` report; only an I/O error on `output` is returned.
+pub fn worker_main(input: &mut dyn BufRead, output: &mut dyn Write) -> std::io::Result<()> {
+    let mut line = String::new();
+    let report = match input.read_line(&mut line) {
+        Err(e) => failed(None, false, format!("reading the task: {e}")),
+        Ok(_) => match serde_json::from_str::<WorkerTask>(line.trim()) {
+            Err(e) => failed(None, false, format!("bad task line: {e}")),
+            Ok(task) => run_task(&task),
+        },
+    };
+    let text = serde_json::to_string(&report).map_err(std::io::Error::other)?;
+    writeln!(output, "{text}")?;
+    output.flush()
+}
+
+fn failed(rank: Option<u32>, timeout: bool, message: String) -> WorkerReport {
+    WorkerReport::Failed {
+        rank,
+        timeout,
+        message,
+    }
+}
+
+fn run_task(task: &WorkerTask) -> WorkerReport {
+    let id = match decode_id(&task.id) {
+        Ok(id) => id,
+        Err(e) => return failed(Some(task.rank), false, e),
+    };
+    let set = task.settings();
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ddp::measure_rank(task.device, task.rank, task.world, id, &set)
+    }));
+    match run {
+        Ok(Ok(t)) => WorkerReport::Measured {
+            rank: task.rank,
+            step_ms: t.step_ms,
+            compute_ms: t.compute_ms.first().copied().unwrap_or(0.0),
+            compute_alone_ms: t.compute_alone_ms,
+            comm_alone_ms: t.comm_alone_ms,
+        },
+        Ok(Err(e)) => failed(
+            Some(task.rank),
+            matches!(e, GpuError::Timeout(..)),
+            e.to_string(),
+        ),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            failed(Some(task.rank), false, format!("panicked: {msg}"))
+        }
+    }
+}
+
+/// One report per rank, in rank order, combined into the point's times: the step is the
+/// slowest rank's, compute per GPU in rank order, compute and communication alone the
+/// slowest rank's.
+pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
+    let mut t = PointTimes {
+        step_ms: 0.0,
+        compute_ms: Vec::new(),
+        compute_alone_ms: 0.0,
+        comm_alone_ms: 0.0,
+    };
+    for (i, r) in reports.iter().enumerate() {
+        match r {
+            WorkerReport::Measured {
+                rank,
+                step_ms,
+                compute_ms,
+                compute_alone_ms,
+                comm_alone_ms,
+            } => {
+                if *rank as usize != i {
+                    return Err(format!("report {i} is of rank {rank}"));
+                }
+                t.step_ms = t.step_ms.max(*step_ms);
+                t.compute_ms.push(*compute_ms);
+                t.compute_alone_ms = t.compute_alone_ms.max(*compute_alone_ms);
+                t.comm_alone_ms = t.comm_alone_ms.max(*comm_alone_ms);
+            }
+            WorkerReport::Failed { message, .. } => {
+                return Err(format!("rank {i} failed: {message}"));
+            }
+        }
+    }
+    if reports.is_empty() {
+        return Err("no reports".into());
+    }
+    Ok(t)
+}
+
+/// Children killed and reaped when dropped: no worker outlives the probe.
+struct Workers {
+    children: Vec<Child>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+        }
+        for c in &mut self.children {
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts `program args` once per input line (rank = position), hands each its line on
+/// stdin and collects one report per rank within `limit`. A worker that fails, exits
+/// without a report or is not done in time is an error; all workers are then killed.
+pub fn run_workers(
+    program: &Path,
+    args: &[&str],
+    inputs: &[String],
+    limit: Duration,
+) -> GpuResult<Vec<WorkerReport>> {
+    let (tx, rx) = mpsc::channel::<(usize, Option<WorkerReport>)>();
+    let mut workers = Workers {
+        children: Vec::new(),
+    };
+    let quiet_nccl = std::env::var("NCCL_DEBUG_FILE")
+        .map(|f| f.contains("fabric-agent-nccl-"))
+        .unwrap_or(false);
+    for (rank, input) in inputs.iter().enumerate() {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if quiet_nccl {
+            // The parent's NCCL log file is parsed for transports; workers keep out of it.
+            cmd.env_remove("NCCL_DEBUG_FILE")
+                .env_remove("NCCL_DEBUG_SUBSYS")
+                .env("NCCL_DEBUG", "WARN");
+        }
+        die_with_parent(&mut cmd);
+        let mut child = cmd.spawn().map_err(|e| GpuError::Call {
+            call: "starting a ddp worker",
+            detail: format!("{}: {e}", program.display()),
+        })?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        workers.children.push(child);
+        if let Some(mut stdin) = stdin {
+            // A worker that died at once is found below (no report), not here.
+            let _ = writeln!(stdin, "{input}");
+        }
+        let Some(stdout) = stdout else {
+            return Err(GpuError::Call {
+                call: "starting a ddp worker",
+                detail: "no stdout pipe".into(),
+            });
+        };
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match parse_report(&line) {
+                    Some(r) if !sent => {
+                        sent = true;
+                        let _ = tx.send((rank, Some(r)));
+                    }
+                    _ => tracing::debug!(rank, line = %line, "ddp worker output"),
+                }
+            }
+            if !sent {
+                let _ = tx.send((rank, None));
+            }
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + limit;
+    let mut reports: Vec<Option<WorkerReport>> = vec![None; inputs.len()];
+    while reports.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((rank, Some(r))) => {
+                if let WorkerReport::Failed {
+                    timeout, message, ..
+                } = &r
+                {
+                    let what = format!("ddp worker rank {rank}: {message}");
+                    return Err(if *timeout {
+                        GpuError::Timeout(what, limit)
+                    } else {
+                        GpuError::Call {
+                            call: "ddp worker",
+                            detail: what,
+                        }
+                    });
+                }
+                reports[rank] = Some(r);
+            }
+            Ok((rank, None)) => {
+                let status = workers
+                    .children
+                    .get_mut(rank)
+                    .map(wait_briefly)
+                    .unwrap_or_else(|| "unknown".into());
+                return Err(GpuError::Call {
+                    call: "ddp worker",
+                    detail: format!("rank {rank} ended without a report ({status})"),
+                });
+            }
+            Err(_) => {
+                let missing: Vec<usize> = reports
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_none())
+                    .map(|(i, _)| i)
+                    .collect();
+                return Err(GpuError::Timeout(
+                    format!("ddp worker rank(s) {missing:?} (killed)"),
+                    limit,
+                ));
+            }
+        }
+    }
+    // Let the workers tear down on their own for a moment; Drop kills what is left.
+    let until = Instant::now() + Duration::from_secs(5);
+    for c in &mut workers.children {
+        while Instant::now() < until {
+            match c.try_wait() {
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                _ => break,
+            }
+        }
+    }
+    Ok(reports.into_iter().flatten().collect())
+}
+
+/// The exit status of a child whose stdout closed, waiting up to a second for it.
+fn wait_briefly(c: &mut Child) -> String {
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        match c.try_wait() {
+            Ok(Some(s)) => return s.to_string(),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => return "still running, stdout closed".into(),
+            Err(e) => return format!("wait failed: {e}"),
+        }
+    }
+}
+
+/// The child gets SIGKILL when the thread that started it ends (the agent died).
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Measures every GPU count of the probe with one worker process per GPU.
+pub fn probe(
+    gpus: &[Gpu],
+    set: &DdpSettings,
+    exe: &Path,
+    progress: &dyn Fn(&str),
+) -> GpuResult<DdpResult> {
+    let bks = ddp::buckets(
+        set.hidden as u64,
+        set.layers,
+        set.first_bucket_bytes,
+        set.bucket_bytes,
+    );
+    // Start-up, buffers and NCCL set-up come on top of the steps, each of which the
+    // workers bound by the timeout themselves.
+    let limit = set.timeout * 2 + Duration::from_secs(30);
+    let mut points: Vec<DdpPoint> = Vec::new();
+    for &count in &set.counts {
+        let count = count as usize;
+        if count == 0 || count > gpus.len() {
+            continue;
+        }
+        let id = encode_id(&nccl::unique_id()?);
+        let inputs: Vec<String> = gpus[..count]
+            .iter()
+            .enumerate()
+            .map(|(rank, g)| {
+                let task = WorkerTask {
+                    rank: rank as u32,
+                    world: count as u32,
+                    device: g.index,
+                    id: id.clone(),
+                    hidden: set.hidden,
+                    layers: set.layers,
+                    batch: set.batch,
+                    first_bucket_bytes: set.first_bucket_bytes,
+                    bucket_bytes: set.bucket_bytes,
+                    warmup: set.warmup,
+                    steps: set.steps,
+                    timeout_ms: set.timeout.as_millis() as u64,
+                    framework_passes: set.framework_passes,
+                    comm_high_priority: set.comm_high_priority,
+                    thread_per_gpu: set.thread_per_gpu,
+                };
+                serde_json::to_string(&task).map_err(|e| GpuError::Call {
+                    call: "ddp worker task",
+                    detail: e.to_string(),
+                })
+            })
+            .collect::<GpuResult<_>>()?;
+        let reports = run_workers(exe, &[WORKER_SUBCOMMAND], &inputs, limit)?;
+        let t = combine(&reports).map_err(|detail| GpuError::Call {
+            call: "ddp worker",
+            detail,
+        })?;
+        let point = make_point_logged(set, points.first(), &t, gpus, count, progress);
+        points.push(point);
+    }
+    Ok(DdpResult {
+        hidden: set.hidden as u32,
+        layers: set.layers as u32,
+        batch_per_gpu: set.batch as u32,
+        buckets: bks.iter().map(|b| b.bytes).collect(),
+        points,
+    })
+}
+
+fn make_point_logged(
+    set: &DdpSettings,
+    base: Option<&DdpPoint>,
+    t: &PointTimes,
+    gpus: &[Gpu],
+    count: usize,
+    progress: &dyn Fn(&str),
+) -> DdpPoint {
+    let indices = gpus[..count].iter().map(|g| g.index).collect();
+    let p = |s: &str| progress(&format!("{s} [one process per GPU]"));
+    ddp::make_point(set, base, t, indices, &p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(rank: u32, step: f64, compute: f64) -> WorkerReport {
+        WorkerReport::Measured {
+            rank,
+            step_ms: step,
+            compute_ms: compute,
+            compute_alone_ms: compute - 1.0,
+            comm_alone_ms: 5.0 + f64::from(rank),
+        }
+    }
+
+    fn sh() -> &'static Path {
+        Path::new("/bin/sh")
+    }
+
+    #[test]
+    fn an_nccl_id_survives_the_hex_round_trip() {
+        let mut id = nsys::ncclUniqueId { internal: [0; 128] };
+        for (i, c) in id.internal.iter_mut().enumerate() {
+            *c = (i as u8).wrapping_mul(37).wrapping_add(200) as std::ffi::c_char;
+        }
+        let hex = encode_id(&id);
+        assert_eq!(hex.len(), 256);
+        assert_eq!(decode_id(&hex).expect("decodes").internal, id.internal);
+    }
+
+    #[test]
+    fn a_malformed_id_is_an_error_not_a_panic() {
+        assert!(decode_id("abcd").is_err());
+        assert!(decode_id(&"zz".repeat(128)).is_err());
+        assert!(decode_id(&"é".repeat(128)).is_err());
+    }
+
+    #[test]
+    fn reports_parse_and_other_lines_are_ignored() {
+        let r = measured(1, 24.5, 21.0);
+        let line = serde_json::to_string(&r).expect("serializes");
+        assert!(line.contains("\"status\":\"measured\""), "{line}");
+        assert_eq!(parse_report(&format!("  {line}\n")), Some(r));
+        assert_eq!(parse_report("host:123:456 [0] NCCL WARN something"), None);
+        assert_eq!(parse_report("{not json"), None);
+        let f = parse_report(
+            r#"{"status":"failed","rank":2,"timeout":true,"message":"ddp probe step"}"#,
+        );
+        assert!(matches!(
+            f,
+            Some(WorkerReport::Failed {
+                timeout: true,
+                rank: Some(2),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn combining_takes_the_slowest_rank_and_keeps_compute_per_gpu() {
+        let t = combine(&[measured(0, 24.0, 21.0), measured(1, 24.6, 21.5)]).expect("ok");
+        assert_eq!(t.step_ms, 24.6);
+        assert_eq!(t.compute_ms, vec![21.0, 21.5]);
+        assert_eq!(t.compute_alone_ms, 20.5);
+        assert_eq!(t.comm_alone_ms, 6.0);
+        assert!(combine(&[measured(1, 24.0, 21.0)]).is_err(), "rank order");
+        assert!(combine(&[]).is_err());
+        let failed = WorkerReport::Failed {
+            rank: Some(1),
+            timeout: false,
+            message: "boom".into(),
+        };
+        let e = combine(&[measured(0, 1.0, 1.0), failed]).expect_err("a failed rank");
+        assert!(e.contains("boom"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_task_line_gets_a_failed_report() {
+        let mut out = Vec::new();
+        worker_main(&mut "not json\n".as_bytes(), &mut out).expect("writes");
+        let text = String::from_utf8(out).expect("utf8");
+        match parse_report(&text) {
+            Some(WorkerReport::Failed { message, .. }) => {
+                assert!(message.contains("bad task"), "{message}")
+            }
+            other => panic!("expected a failed report, got {other:?} from {text}"),
+        }
+    }
+
+    #[test]
+    fn a_task_with_a_bad_id_fails_before_touching_a_gpu() {
+        let task = WorkerTask {
+            rank: 3,
+            world: 4,
+            device: 0,
+            id: "00".into(),
+            hidden: 64,
+            layers: 2,
+            batch: 64,
+            first_bucket_bytes: 1 << 20,
+            bucket_bytes: 25 << 20,
+            warmup: 1,
+            steps: 1,
+            timeout_ms: 1000,
+            framework_passes: true,
+            comm_high_priority: false,
+            thread_per_gpu: true,
+        };
+        let line = serde_json::to_string(&task).expect("serializes");
+        let back: WorkerTask = serde_json::from_str(&line).expect("parses");
+        assert_eq!(back, task);
+        let mut out = Vec::new();
+        worker_main(&mut format!("{line}\n").as_bytes(), &mut out).expect("writes");
+        let r = parse_report(&String::from_utf8_lossy(&out));
+        assert!(
+            matches!(r, Some(WorkerReport::Failed { rank: Some(3), timeout: false, ref message }) if message.contains("256 hex")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn workers_hand_back_their_reports_in_rank_order() {
+        // Each worker echoes the report it is given on stdin, after a line of noise.
+        let inputs: Vec<String> = (0..3)
+            .map(|r| serde_json::to_string(&measured(r, 20.0 + f64::from(r), 19.0)).expect("json"))
+            .collect();
+        let reports = run_workers(
+            sh(),
+            &["-c", "read l; echo 'NCCL INFO noise'; echo \"$l\""],
+            &inputs,
+            Duration::from_secs(20),
+        )
+        .expect("reports");
+        assert_eq!(reports.len(), 3);
+        for (r, rep) in reports.iter().enumerate() {
+            assert_eq!(rep, &measured(r as u32, 20.0 + r as f64, 19.0));
+        }
+    }
+
+    #[test]
+    fn a_worker_that_exits_without_a_report_is_a_clear_error() {
+        let started = Instant::now();
+        let e = run_workers(
+            sh(),
+            &["-c", "read l; echo oops; exit 3"],
+            &["{}".to_string(), "{}".to_string()],
+            Duration::from_secs(20),
+        )
+        .expect_err("no report");
+        let text = e.to_string();
+        assert!(
+            text.contains("without a report") && text.contains('3'),
+            "{text}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_hung_worker_becomes_a_timeout_and_is_killed() {
+        let started = Instant::now();
+        // Rank 0 reports, rank 1 hangs.
+        let ok = serde_json::to_string(&measured(0, 1.0, 1.0)).expect("json");
+        let e = run_workers(
+            sh(),
+            &[
+                "-c",
+                "read l; case \"$l\" in *measured*) echo \"$l\";; *) exec sleep 60;; esac",
+            ],
+            &[ok, "hang".to_string()],
+            Duration::from_millis(800),
+        )
+        .expect_err("times out");
+        assert!(
+            matches!(e, GpuError::Timeout(ref w, _) if w.contains("[1]")),
+            "{e}"
+        );
+        // The hung worker was killed, not waited for.
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_worker_reporting_a_timeout_fails_the_probe_with_a_timeout() {
+        let line = r#"{"status":"failed","rank":0,"timeout":true,"message":"ddp probe step did not finish within 2s"}"#;
+        let e = run_workers(
+            sh(),
+            &["-c", &format!("read l; echo '{line}'")],
+            &["{}".to_string()],
+            Duration::from_secs(20),
+        )
+        .expect_err("fails");
+        assert!(
+            matches!(e, GpuError::Timeout(ref w, _) if w.contains("rank 0")),
+            "{e}"
+        );
+    }
+}
