@@ -605,3 +605,86 @@ async fn observe_mode_changes_no_node() {
             .contains(&"WouldQuarantine".to_string())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(small_fleet()).await;
+    let tests = create_test(
+        &env,
+        "flaky",
+        spec(json!({"mode": "Cordon", "maxQuarantined": 1})),
+    )
+    .await;
+    // The first run finds the straggler on gpu-02 ...
+    let runs_api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let first = wait::poll(
+        "the first run to finish",
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+        || async {
+            let runs = runs_of(&env, "flaky").await;
+            Ok(runs.into_iter().find(|r| {
+                r.spec.trigger == Trigger::Creation
+                    && r.status.as_ref().is_some_and(|s| s.phase.is_finished())
+            }))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail()));
+    // ... and the fault is gone before its confirmation run starts (the operator waits
+    // for the run to be folded into the test first): a one-off slowdown.
+    let mut healthy = env.fleet.fleet().clone();
+    healthy.nodes[1].faults.clear();
+    SimFleet::write_to(healthy, env.fleet.path()).expect("fleet rewritten");
+    let failed_first = first
+        .status
+        .as_ref()
+        .map(|s| {
+            s.nodes
+                .iter()
+                .any(|n| n.node == "gpu-02" && n.verdict.is_bad())
+        })
+        .unwrap_or(false);
+    assert!(
+        failed_first,
+        "gpu-02 fails the first run: {:?}",
+        first.status
+    );
+
+    let t = wait_status(
+        &env,
+        &tests,
+        "flaky",
+        Duration::from_secs(120),
+        "the confirmation run folded in",
+        |s| {
+            s.last_run
+                .as_ref()
+                .is_some_and(|r| r.trigger == Trigger::Confirmation)
+        },
+    )
+    .await;
+    let confirm = runs_of(&env, "flaky")
+        .await
+        .into_iter()
+        .find(|r| r.spec.trigger == Trigger::Confirmation)
+        .expect("a confirmation run");
+    assert_eq!(confirm.spec.nodes, Some(vec!["gpu-02".to_string()]));
+    let confirm = runs_api.get(&confirm.name_any()).await.expect("run");
+    let passed = confirm
+        .status
+        .as_ref()
+        .map(|s| {
+            s.nodes
+                .iter()
+                .any(|n| n.node == "gpu-02" && !n.verdict.is_bad())
+        })
+        .unwrap_or(false);
+    assert!(passed, "gpu-02 passes its retest: {:?}", confirm.status);
+    let status = t.status.expect("status");
+    assert_eq!(status.quarantined_count, 0, "{status:#?}");
+    let n = &nodes(&env).await["gpu-02"];
+    assert!(!cordoned(n));
+    assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
+}
