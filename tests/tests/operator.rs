@@ -650,8 +650,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         .expect("manual run");
         let newest = runs
             .iter()
-            .filter(|r| r.spec.trigger == Trigger::Manual)
-            .last()
+            .rfind(|r| r.spec.trigger == Trigger::Manual)
             .expect("manual")
             .name_any();
         wait_finished(&env, &newest, Duration::from_secs(90)).await;
