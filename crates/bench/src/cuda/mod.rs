@@ -11,7 +11,8 @@
 //! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU) and
 //! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream).
 //! `FABRIC_DDP_SINGLE_PROCESS=1` drives every GPU of the DDP probe from this process
-//! instead of one `fabric-agent ddp-worker` process per GPU (`ddp_procs`).
+//! instead of one `fabric-agent ddp-worker` process per GPU (`ddp_procs`, the default,
+//! as PyTorch DDP runs; `FABRIC_DDP_WORKER_EXE` names another agent binary to start).
 
 pub mod ddp;
 pub mod ddp_procs;
@@ -292,11 +293,7 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 framework_passes: env_flag("FABRIC_DDP_FRAMEWORK_PASSES", true),
                 comm_high_priority: env_flag("FABRIC_DDP_COMM_HIGH_PRIORITY", false),
                 thread_per_gpu: env_flag("FABRIC_DDP_THREAD_PER_GPU", true),
-                worker_exe: if env_flag("FABRIC_DDP_SINGLE_PROCESS", false) {
-                    None
-                } else {
-                    std::env::current_exe().ok()
-                },
+                worker_exe: ddp_worker_exe(),
             };
             match ddp::probe(gpus, &set, &wd, &p) {
                 Ok(r) => ddp_result = Some(r),
@@ -390,6 +387,27 @@ fn sweep(
     drop(ranks);
     drop(comms);
     Ok((NcclSweepResult { collectives: out }, errors))
+}
+
+/// The program the DDP probe starts once per GPU: `FABRIC_DDP_WORKER_EXE`, else this
+/// program when it is the agent (a test binary has no `ddp-worker` subcommand). `None`
+/// (one process drives every GPU) with `FABRIC_DDP_SINGLE_PROCESS=1` or no such program.
+fn ddp_worker_exe() -> Option<std::path::PathBuf> {
+    if env_flag("FABRIC_DDP_SINGLE_PROCESS", false) {
+        return None;
+    }
+    if let Some(exe) = std::env::var_os("FABRIC_DDP_WORKER_EXE").filter(|v| !v.is_empty()) {
+        return Some(exe.into());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let is_agent = exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("fabric-agent"));
+    if !is_agent {
+        tracing::debug!(exe = %exe.display(), "not the agent binary: DDP probe in one process");
+    }
+    is_agent.then_some(exe)
 }
 
 fn env_flag(name: &str, default: bool) -> bool {
