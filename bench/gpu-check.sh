@@ -11,6 +11,8 @@
 #   bench/gpu-check.sh ddp-modes [ROUNDS]  the DDP probe with one process for all GPUs
 #                                and with one process per GPU, then PyTorch DDP, ROUNDS
 #                                times (default 2), alternating the order
+#   bench/gpu-check.sh ddp-process-checks  the default DDP probe beside a straggler, with
+#                                workers that cannot run, and node-check --quick
 #
 # The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
 # NCCL and cuBLAS are taken from PyTorch's wheels (nvidia-nccl-*, nvidia-cublas-*).
@@ -133,7 +135,26 @@ ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch 
   done
 }
 
+ddp_process_checks() { # the default (one process per GPU) probe: straggler, bad worker, quick
+  local s=2 pid
+  banner "straggler GPU $s injected beside the DDP probe (one process per GPU)"
+  "$AGENT" inject straggler --gpu $s --seconds 60 &
+  pid=$!
+  sleep 6
+  check straggler-procs --no-nccl --no-pairs --no-health
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  grep 'ddp [0-9]' "$OUT/straggler-procs.stderr"
+  cat "$OUT/straggler-procs.stderr" >> "$LOG"; rm -f "$OUT/straggler-procs.stderr"
+  banner "workers that cannot run (FABRIC_DDP_WORKER_EXE=/bin/false): a clear phase error"
+  FABRIC_DDP_WORKER_EXE=/bin/false check badworker --no-nccl --no-pairs --no-health
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$OUT/badworker.json"
+  cat "$OUT/badworker.stderr" >> "$LOG"; rm -f "$OUT/badworker.stderr"
+  check quick --quick
+  cat "$OUT/quick.stderr" >> "$LOG"; rm -f "$OUT/quick.stderr"
+}
+
 case $STAGE in
+  ddp-process-checks) ddp_process_checks; exit 0 ;;
   ddp-modes) ddp_modes "${2:-2}"; exit 0 ;;
   ddp-variants) ddp_variants ;;
   final) ddp_variants; measure; inject ;;
