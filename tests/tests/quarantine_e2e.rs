@@ -5,7 +5,9 @@
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
 //! `cargo test -p gpufabric-tests --test quarantine_e2e`.
 
-use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST};
+use gpufabric_api::keys::{
+    ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST, TAINT_QUARANTINED,
+};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
@@ -687,5 +689,92 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
     assert_eq!(status.quarantined_count, 0, "{status:#?}");
     let n = &nodes(&env).await["gpu-02"];
     assert!(!cordoned(n));
+    assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(small_fleet()).await;
+    let tests = create_test(
+        &env,
+        "taint",
+        spec(json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1})),
+    )
+    .await;
+    wait_status(
+        &env,
+        &tests,
+        "taint",
+        Duration::from_secs(120),
+        "gpu-02 quarantined",
+        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+    )
+    .await;
+    let n = &nodes(&env).await["gpu-02"];
+    assert!(!cordoned(n), "Taint mode does not cordon");
+    let ours: Vec<_> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key == TAINT_QUARANTINED)
+        .collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(ours[0].effect, "NoSchedule");
+
+    // Someone adds a maintenance taint of their own (as kubectl does: read, append, write
+    // back guarded by the resourceVersion, again on a conflict); then the node is repaired.
+    let node_api: Api<Node> = Api::all(env.cluster.client());
+    let mut attempts = 0;
+    loop {
+        let n = node_api.get("gpu-02").await.expect("node");
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: "maintenance.example.com/fw".into(),
+            value: Some("pending".into()),
+            effect: "PreferNoSchedule".into(),
+            time_added: None,
+        });
+        let patch = json!({"metadata": {"resourceVersion": n.resource_version()},
+                           "spec": {"taints": taints}});
+        match node_api
+            .patch("gpu-02", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 10 => attempts += 1,
+            Err(e) => panic!("someone adds a taint: {e}"),
+        }
+    }
+    let mut repaired = env.fleet.fleet().clone();
+    repaired.nodes[1].faults.clear();
+    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
+    run_now(&tests, "taint").await;
+    wait_status(
+        &env,
+        &tests,
+        "taint",
+        Duration::from_secs(120),
+        "gpu-02 released",
+        |s| s.quarantined_count == 0,
+    )
+    .await;
+    let n = &nodes(&env).await["gpu-02"];
+    let keys: Vec<String> = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .filter(|k| !k.starts_with("node.kubernetes.io/"))
+        .collect();
+    assert_eq!(keys, vec!["maintenance.example.com/fw".to_string()]);
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
 }
