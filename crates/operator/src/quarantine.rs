@@ -38,6 +38,23 @@
 //! - The mode is the test's current `spec.quarantine.mode`. A node already quarantined by
 //!   this test keeps the changes it got; a mode change applies to new quarantines. Switching
 //!   to Observe stops new quarantines; the planner then holds releases back as well.
+//!
+//! # Events and metrics
+//!
+//! Every action leaves an Event on the node and on the FabricTest (reasons `Quarantined`,
+//! `Released`, `OverBudget`, `WouldQuarantine`, `WouldRelease`, `LeftAlone`,
+//! `QuarantineRecordUnreadable`, `QuarantineFailed`; `InvalidBudget` and `QuarantineKept`
+//! on the FabricTest only), counts in `gpufabric_quarantine_actions_total{test,action}`,
+//! and sets `gpufabric_quarantined_nodes{test}`.
+//!
+//! # Known limits
+//!
+//! - A cordon is one bit: if a person runs `kubectl cordon` on a node this operator already
+//!   cordoned, releasing the node uncordons it (nothing on the node tells the two apart).
+//! - A node whose record annotation a person removed is no longer this operator's: its
+//!   label/cordon/taint stay until a person removes them.
+//! - A node quarantined in Label mode gets no cordon if the mode later becomes Cordon; it
+//!   keeps what it got until it is released.
 
 mod metrics;
 mod node;
