@@ -11,7 +11,7 @@
 #   bench/gpu-check.sh ddp-modes [ROUNDS]  the DDP probe with one process for all GPUs
 #                                and with one process per GPU, then PyTorch DDP, ROUNDS
 #                                times (default 2), alternating the order
-#   bench/gpu-check.sh ddp-process-checks  the default DDP probe beside a straggler, with
+#   bench/gpu-check.sh ddp-process-checks  the one-process-per-GPU probe beside a straggler, with
 #                                workers that cannot run, and node-check --quick
 #
 # The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
@@ -135,8 +135,9 @@ ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch 
   done
 }
 
-ddp_process_checks() { # the default (one process per GPU) probe: straggler, bad worker, quick
+ddp_process_checks() { # the probe with one process per GPU: straggler, bad worker, quick
   local s=2 pid
+  export FABRIC_DDP_SINGLE_PROCESS=0
   banner "straggler GPU $s injected beside the DDP probe (one process per GPU)"
   "$AGENT" inject straggler --gpu $s --seconds 60 &
   pid=$!

@@ -5,14 +5,14 @@
 //! loaded at run time, so the same binary reports a clear error on a host without them.
 //!
 //! NCCL's INFO log goes to a temporary file (unless `NCCL_DEBUG` is already set) and is read
-//! for the transport NCCL chose between each pair of GPUs. Three environment variables
+//! for the transport NCCL chose between each pair of GPUs. Environment variables
 //! switch DDP-probe variants for comparisons (`bench/gpu-check.sh ddp-variants`):
 //! `FABRIC_DDP_FRAMEWORK_PASSES` (default 1: model autocast's and DDP's memory passes),
 //! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU) and
 //! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream).
-//! `FABRIC_DDP_SINGLE_PROCESS=1` drives every GPU of the DDP probe from this process
-//! instead of one `fabric-agent ddp-worker` process per GPU (`ddp_procs`, the default,
-//! as PyTorch DDP runs; `FABRIC_DDP_WORKER_EXE` names another agent binary to start).
+//! `FABRIC_DDP_SINGLE_PROCESS` (default 1: this process drives every GPU of the DDP
+//! probe; 0: one `fabric-agent ddp-worker` process per GPU as PyTorch DDP runs, `ddp_procs`;
+//! `FABRIC_DDP_WORKER_EXE` names another agent binary to start).
 
 pub mod ddp;
 pub mod ddp_procs;
@@ -389,11 +389,12 @@ fn sweep(
     Ok((NcclSweepResult { collectives: out }, errors))
 }
 
-/// The program the DDP probe starts once per GPU: `FABRIC_DDP_WORKER_EXE`, else this
-/// program when it is the agent (a test binary has no `ddp-worker` subcommand). `None`
-/// (one process drives every GPU) with `FABRIC_DDP_SINGLE_PROCESS=1` or no such program.
+/// The program the DDP probe starts once per GPU with `FABRIC_DDP_SINGLE_PROCESS=0`:
+/// `FABRIC_DDP_WORKER_EXE`, else this program when it is the agent (a test binary has no
+/// `ddp-worker` subcommand). `None` (one process drives every GPU, the default: on 4 x H200
+/// both modes measured the same multi-GPU step, bench/results/ddp-modes-2026-11-21.md).
 fn ddp_worker_exe() -> Option<std::path::PathBuf> {
-    if env_flag("FABRIC_DDP_SINGLE_PROCESS", false) {
+    if env_flag("FABRIC_DDP_SINGLE_PROCESS", true) {
         return None;
     }
     if let Some(exe) = std::env::var_os("FABRIC_DDP_WORKER_EXE").filter(|v| !v.is_empty()) {
