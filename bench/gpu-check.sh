@@ -128,10 +128,15 @@ ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch 
       FABRIC_DDP_SINGLE_PROCESS=$single check $v --no-nccl --no-pairs --no-health
       grep 'ddp [0-9]' "$OUT/$v.stderr"
       cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr"
+      # One file for all documents: a device call returns only a few files.
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['run']=sys.argv[2]; print(json.dumps(d))" \
+        "$OUT/$v.json" "$v" >> "$OUT/ddp-modes.jsonl" && rm -f "$OUT/$v.json"
     done
     banner "PyTorch DDP reference, round $r"
     timeout 300 python3 bench/ddp_reference.py > "$OUT/ddp_reference-r$r.out" 2>&1
     echo "rc=$?"; grep -v '^{' "$OUT/ddp_reference-r$r.out" | tail -8
+    tail -1 "$OUT/ddp_reference-r$r.out" | sed "s/^{/{\"run\": \"pytorch-r$r\", /" >> "$OUT/ddp-modes.jsonl"
+    rm -f "$OUT/ddp_reference-r$r.out"
   done
 }
 
@@ -146,6 +151,8 @@ ddp_process_checks() { # the probe with one process per GPU: straggler, bad work
   kill $pid 2>/dev/null; wait $pid 2>/dev/null
   grep 'ddp [0-9]' "$OUT/straggler-procs.stderr"
   cat "$OUT/straggler-procs.stderr" >> "$LOG"; rm -f "$OUT/straggler-procs.stderr"
+  python3 -c "import json,sys; print([(p['gpus'], [round(c / sorted(p['computeMs'])[len(p['computeMs']) // 2], 3) for c in p['computeMs']]) for p in json.load(open(sys.argv[1]))['ddp']['points']])" \
+    "$OUT/straggler-procs.json"
   banner "workers that cannot run (FABRIC_DDP_WORKER_EXE=/bin/false): a clear phase error"
   FABRIC_DDP_WORKER_EXE=/bin/false check badworker --no-nccl --no-pairs --no-health
   python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$OUT/badworker.json"

@@ -200,3 +200,18 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
     output::emit(&doc, args.json.as_deref(), garbage).context("writing the result")?;
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_ddp_worker_subcommand_parses_and_stays_out_of_help() {
+        let cli = Cli::try_parse_from(["fabric-agent", "ddp-worker"]).expect("parses");
+        assert!(matches!(cli.command, Command::DdpWorker));
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("node-check"), "{help}");
+        assert!(!help.contains("ddp-worker"), "{help}");
+    }
+}
