@@ -150,6 +150,12 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let now_t = Utc::now();
     let stamp = now();
     let original = test.status.clone().unwrap_or_default();
+    // The gauge lives in memory: a restarted operator sets it again from the status.
+    if let Ok(key) = quarantine::test_key(test) {
+        ctx.metrics
+            .quarantine
+            .set_quarantined(&key, original.quarantined_count as usize);
+    }
     let mut status = original.clone();
     status.observed_generation = generation;
 
