@@ -321,18 +321,6 @@ fn source_words(source: ExpectationSource, what: &str) -> String {
     }
 }
 
-fn collective_name(c: Collective) -> &'static str {
-    match c {
-        Collective::AllReduce => "all_reduce",
-        Collective::AllGather => "all_gather",
-        Collective::ReduceScatter => "reduce_scatter",
-        Collective::Broadcast => "broadcast",
-        Collective::Reduce => "reduce",
-        Collective::AllToAll => "alltoall",
-        Collective::SendRecv => "sendrecv",
-    }
-}
-
 fn transport_name(t: Transport) -> &'static str {
     match t {
         Transport::Nvlink => "NVLink",

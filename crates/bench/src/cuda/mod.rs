@@ -271,23 +271,16 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 "libnccl.so or libcublas.so could not be loaded",
             ));
         } else {
-            let mut counts = probe.counts_for(gpus.len() as u32);
-            if opts.quick {
-                let last = counts.last().copied();
-                counts.retain(|&c| c == 1 || Some(c) == last);
-            }
+            let counts = opts.ddp_counts(gpus.len() as u32);
+            let (warmup, steps) = opts.ddp_steps();
             let set = ddp::DdpSettings {
                 hidden: probe.hidden as usize,
                 layers: probe.layers as usize,
                 batch: probe.batch_per_gpu as usize,
                 first_bucket_bytes: probe.first_bucket_bytes,
                 bucket_bytes: probe.bucket_bytes,
-                warmup: if opts.quick { 1 } else { probe.warmup_steps },
-                steps: if opts.quick {
-                    probe.steps.clamp(1, 3)
-                } else {
-                    probe.steps.max(1)
-                },
+                warmup,
+                steps,
                 counts,
                 timeout,
                 framework_passes: env_flag("FABRIC_DDP_FRAMEWORK_PASSES", true),
@@ -312,22 +305,9 @@ fn sweep(
     progress: &dyn Fn(&str),
 ) -> Result<(NcclSweepResult, Vec<PhaseError>), GpuError> {
     let cfg = &opts.suite.nccl_sweep;
-    let mut sizes = cfg.sizes();
-    let (mut warmup, mut iters) = (cfg.warmup_iters, cfg.iters.max(1));
-    if opts.quick {
-        // Sizes up to 64 MiB, every third one, fewer iterations: a smoke check of every
-        // collective.
-        sizes.retain(|&s| s <= 64 << 20);
-        let last = sizes.last().copied();
-        sizes = sizes
-            .iter()
-            .enumerate()
-            .filter(|(i, s)| i % 3 == 0 || Some(**s) == last)
-            .map(|(_, s)| *s)
-            .collect();
-        warmup = warmup.min(2);
-        iters = iters.min(5);
-    }
+    // `--quick` reduces sizes and iterations the same way for both backends.
+    let sizes = opts.sweep_sizes();
+    let (warmup, iters) = opts.sweep_iters();
     let max = sizes.iter().copied().max().unwrap_or(8) as usize;
     let elem = cfg.data_type.size() as usize;
     let n = gpus.len();

@@ -12,7 +12,10 @@ fn series_better(metric: Metric) -> Better {
 }
 
 fn series_words(key: &SeriesKey) -> (String, &'static str) {
-    let c = key.collective.map(collective_name).unwrap_or("");
+    let c = key
+        .collective
+        .map(Collective::nccl_tests_name)
+        .unwrap_or("");
     match key.metric {
         Metric::PairBandwidth if key.peer.is_some() => ("copy bandwidth".into(), "GB/s"),
         Metric::PairBidirBandwidth if key.peer.is_some() => {

@@ -329,7 +329,7 @@ pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<F
                     Severity::Critical,
                     format!(
                         "{} on {node} produced {} wrong elements; the node corrupts data in flight: drain it and check dmesg for XIDs and NVLink errors.",
-                        collective_name(c.c),
+                        c.c.nccl_tests_name(),
                         c.w
                     ),
                 )

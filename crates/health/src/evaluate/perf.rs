@@ -90,7 +90,7 @@ pub(super) fn check_nccl(
                             Severity::Critical,
                             format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
-                                collective_name(c.c),
+                                c.c.nccl_tests_name(),
                                 num(c.pk),
                                 how_far(c.pk, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
