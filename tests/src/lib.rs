@@ -16,6 +16,7 @@
 pub mod cluster;
 pub mod fleet;
 pub mod kubelet;
+pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod wait;
@@ -28,7 +29,7 @@ pub enum Error {
     /// The control-plane binaries are not there.
     #[error(
         "control-plane binaries not found in {dir}: {detail}. Build them with `tests/cluster/build.sh` \
-         (about 30 min on 2 cores, cached afterwards) or point GPUFABRIC_CLUSTER_BIN at a directory \
+         (about 11 min on 2 cores, cached afterwards) or point GPUFABRIC_CLUSTER_BIN at a directory \
          holding etcd, kube-apiserver, kube-controller-manager and kubectl"
     )]
     Binaries { dir: PathBuf, detail: String },

@@ -10,7 +10,8 @@ use gpufabric_api::{FabricTest, keys};
 use gpufabric_bench::fleet::{Fault, Fleet};
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use gpufabric_tests::operator::OperatorProcess;
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -18,7 +19,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NS: &str = "gpu-tests";
@@ -26,120 +26,12 @@ const NS: &str = "gpu-tests";
 /// One cluster at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The `fabric-operator` binary as a child process.
-struct Operator {
-    /// Extra arguments of `fabric-operator run`, and extra environment.
-    args: Vec<String>,
-    env: Vec<(String, String)>,
-    child: Option<Child>,
-    log: PathBuf,
-    admin: String,
-    kubeconfig: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-impl Operator {
-    fn start(cluster: &Cluster, log: PathBuf) -> Operator {
-        Operator::start_with(cluster, log, &[], &[])
-    }
-
-    fn start_with(
-        cluster: &Cluster,
-        log: PathBuf,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Operator {
-        let mut op = Operator {
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            child: None,
-            log,
-            admin: String::new(),
-            kubeconfig: cluster.kubeconfig_path().to_path_buf(),
-        };
-        op.restart();
-        op
-    }
-
-    fn restart(&mut self) {
-        let bin = default_agent_bin_dir().join("fabric-operator");
-        assert!(
-            bin.is_file(),
-            "{} is missing: run `cargo build -p gpufabric-operator` first",
-            bin.display()
-        );
-        self.admin = format!("127.0.0.1:{}", free_port());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .expect("operator log");
-        let mut cmd = Command::new(bin);
-        // Killed with the test process, even when the test process is killed.
-        gpufabric_tests::process::harden(&mut cmd);
-        let child = cmd
-            .args(["run", "--kubeconfig"])
-            .arg(&self.kubeconfig)
-            .args(["--admin-addr", &self.admin])
-            .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info,gpufabric_operator=debug,kube=warn")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("fabric-operator starts");
-        self.child = Some(child);
-    }
-
-    /// SIGKILL: the operator gets no chance to clean up, as in a crash or an OOM kill.
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
-    fn log_tail(&self) -> String {
-        gpufabric_tests::cluster::log_tail(&self.log, 60)
-    }
-
-    async fn get(&self, path: &str) -> Option<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(&self.admin).await.ok()?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).await.ok()?;
-        let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, buf))
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 struct Env {
     kubelet_root: PathBuf,
     cluster: Cluster,
     _kubelet: Kubelet,
     _fleet: SimFleet,
-    operator: Operator,
+    operator: OperatorProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -156,7 +48,7 @@ async fn setup(fleet: Fleet) -> Env {
         .await
         .expect("kubelet starts");
     cluster.create_namespace(NS).await.expect("namespace");
-    let operator = Operator::start(&cluster, dir.path().join("operator.log"));
+    let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
     Env {
         kubelet_root: dir.path().join("kubelet"),
         cluster,
@@ -254,7 +146,7 @@ async fn wait_finished(env: &Env, name: &str, timeout: Duration) -> FabricTestRu
         Ok(Some(r)) => r,
         other => panic!(
             "run {name} did not finish: {other:?}\noperator log:\n{}",
-            env.operator.log_tail()
+            env.operator.log_tail(60)
         ),
     }
 }
@@ -273,7 +165,7 @@ async fn wait_runs(env: &Env, test: &str, n: usize, timeout: Duration) -> Vec<Fa
     .await;
     match r {
         Ok(runs) => runs,
-        Err(e) => panic!("{e}\noperator log:\n{}", env.operator.log_tail()),
+        Err(e) => panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)),
     }
 }
 
@@ -666,7 +558,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(60)));
     assert_eq!(left[0].spec.trigger, Trigger::Manual);
     let pods = wait::poll(
         "pods of deleted runs gone",
@@ -750,7 +642,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
     assert!(
         runs.len() >= 2,
         "the schedule went on after the first run: {}",
-        env.operator.log_tail()
+        env.operator.log_tail(60)
     );
     let r1_done = runs[0]
         .status
@@ -818,7 +710,7 @@ async fn replace_deletes_the_active_run_for_the_new_one() {
         .expect("annotate");
     wait::for_deletion(&runs, &first, Duration::from_secs(60))
         .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail()));
+        .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(60)));
     let left = runs_of(&env.cluster, "repl").await;
     assert_eq!(left.len(), 1, "only the new run");
     assert_eq!(left[0].spec.trigger, Trigger::Manual);
@@ -831,7 +723,8 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     env.operator.kill();
     let lease_args = ["--leader-elect", "--lease-namespace", NS];
     let log = |n: &str| env.kubelet_root.with_file_name(format!("operator-{n}.log"));
-    let mut a = Operator::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
+    let mut a =
+        OperatorProcess::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(env.cluster.client(), NS);
     wait::for_object(&leases, "fabric-operator", Duration::from_secs(30), |l| {
@@ -840,8 +733,9 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
             == Some("op-a")
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_tail()));
-    let b = Operator::start_with(&env.cluster, log("b"), &lease_args, &[("POD_NAME", "op-b")]);
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.log_tail(60)));
+    let b =
+        OperatorProcess::start_with(&env.cluster, log("b"), &lease_args, &[("POD_NAME", "op-b")]);
 
     let tests = create_test(&env.cluster, "led", test_spec(json!({}))).await;
     let first = wait_runs(&env, "led", 1, Duration::from_secs(60)).await[0].name_any();
@@ -858,7 +752,7 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
             == Some("op-b")
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_tail()));
+    .unwrap_or_else(|e| panic!("{e}\n{}", b.log_tail(60)));
     let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "b"}}});
     tests
         .patch("led", &PatchParams::default(), &Patch::Merge(&patch))

@@ -14,15 +14,14 @@ use gpufabric_api::{FabricTest, SubjectKind};
 use gpufabric_bench::fleet::{Fault, Fleet};
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use gpufabric_tests::operator::OperatorProcess;
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const NS: &str = "gpu-quarantine";
@@ -30,72 +29,11 @@ const NS: &str = "gpu-quarantine";
 /// One cluster at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The `fabric-operator` binary as a child process, killed on drop.
-struct Operator {
-    child: Child,
-    log: PathBuf,
-    admin: String,
-}
-
-impl Operator {
-    fn start(cluster: &Cluster, log: PathBuf) -> Operator {
-        let bin = default_agent_bin_dir().join("fabric-operator");
-        assert!(
-            bin.is_file(),
-            "{} is missing: run `cargo build -p gpufabric-operator` first",
-            bin.display()
-        );
-        let admin = format!(
-            "127.0.0.1:{}",
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port")
-        );
-        let out = std::fs::File::create(&log).expect("operator log");
-        let child = Command::new(bin)
-            .args(["run", "--kubeconfig"])
-            .arg(cluster.kubeconfig_path())
-            .args(["--admin-addr", &admin])
-            .env("RUST_LOG", "info,kube=warn")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("fabric-operator starts");
-        Operator { child, log, admin }
-    }
-
-    fn log_tail(&self) -> String {
-        gpufabric_tests::cluster::log_tail(&self.log, 80)
-    }
-
-    async fn metrics(&self) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let Ok(mut s) = tokio::net::TcpStream::connect(&self.admin).await else {
-            return String::new();
-        };
-        let req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-        if s.write_all(req.as_bytes()).await.is_err() {
-            return String::new();
-        }
-        let mut buf = String::new();
-        let _ = s.read_to_string(&mut buf).await;
-        buf
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct Env {
     cluster: Cluster,
     _kubelet: Kubelet,
     fleet: SimFleet,
-    operator: Operator,
+    operator: OperatorProcess,
     _dir: tempfile::TempDir,
 }
 
@@ -113,7 +51,7 @@ async fn setup(fleet: Fleet) -> Env {
         .await
         .expect("kubelet starts");
     cluster.create_namespace(NS).await.expect("namespace");
-    let operator = Operator::start(&cluster, dir.path().join("operator.log"));
+    let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
     Env {
         cluster,
         _kubelet: kubelet,
@@ -202,7 +140,7 @@ async fn wait_status(
             let status = api.get(name).await.ok().and_then(|t| t.status);
             panic!(
                 "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
-                env.operator.log_tail()
+                env.operator.log_tail(80)
             )
         }
     }
@@ -541,7 +479,7 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
     if let Err(e) = wait::for_deletion(&tests, "gone", Duration::from_secs(60)).await {
         panic!(
             "the finalizer was not removed: {e}\noperator log:\n{}",
-            env.operator.log_tail()
+            env.operator.log_tail(80)
         );
     }
     let all = nodes(&env).await;
@@ -634,7 +572,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         },
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail()));
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(80)));
     // ... and the fault is gone before its confirmation run starts (the operator waits
     // for the run to be folded into the test first): a one-off slowdown.
     let mut healthy = env.fleet.fleet().clone();

@@ -1,0 +1,130 @@
+//! The real `fabric-operator` binary as a child process of a test: started against a local
+//! cluster, restartable, killed (SIGKILL, as in a crash) on drop, with its admin endpoints.
+
+use crate::cluster::{Cluster, log_tail};
+use crate::kubelet::default_agent_bin_dir;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// A running `fabric-operator run` process.
+pub struct OperatorProcess {
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    log: PathBuf,
+    admin: String,
+    kubeconfig: PathBuf,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl OperatorProcess {
+    /// Starts `fabric-operator run` against `cluster`, its stderr appended to `log`.
+    /// Panics with what to do when the binary has not been built.
+    pub fn start(cluster: &Cluster, log: PathBuf) -> OperatorProcess {
+        OperatorProcess::start_with(cluster, log, &[], &[])
+    }
+
+    /// As [`OperatorProcess::start`], with extra arguments of `run` and extra environment.
+    pub fn start_with(
+        cluster: &Cluster,
+        log: PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
+        let mut op = OperatorProcess {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            log,
+            admin: String::new(),
+            kubeconfig: cluster.kubeconfig_path().to_path_buf(),
+        };
+        op.restart();
+        op
+    }
+
+    /// Starts the process again (after [`OperatorProcess::kill`]), on a new admin port.
+    pub fn restart(&mut self) {
+        let bin = default_agent_bin_dir().join("fabric-operator");
+        assert!(
+            bin.is_file(),
+            "{} is missing: run `cargo build -p gpufabric-operator` first",
+            bin.display()
+        );
+        self.admin = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("operator log");
+        let mut cmd = Command::new(bin);
+        // Killed with the test process, even when the test process is killed.
+        crate::process::harden(&mut cmd);
+        let child = cmd
+            .args(["run", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(["--admin-addr", &self.admin])
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RUST_LOG", "info,gpufabric_operator=debug,kube=warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("fabric-operator starts");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL: the operator gets no chance to clean up, as in a crash or an OOM kill.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The last lines of its log, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log, lines)
+    }
+
+    /// `GET path` on the admin port: status code and the whole response, or None when it
+    /// does not answer.
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(&self.admin).await.ok()?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await.ok()?;
+        let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, buf))
+    }
+
+    /// The Prometheus text of `/metrics` (empty when it does not answer).
+    pub async fn metrics(&self) -> String {
+        self.get("/metrics")
+            .await
+            .map(|(_, body)| body)
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
