@@ -528,6 +528,23 @@ async fn run_nightly(
         }
     }
     print_table(&rows);
+    // Nodes that fail but are not acted on: over budget, Observe mode, cordoned by someone else.
+    let held: Vec<(String, String)> = ft
+        .status
+        .as_ref()
+        .map(|s| {
+            s.nodes
+                .iter()
+                .filter_map(|n| n.held_back.clone().map(|why| (n.node.clone(), why)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !held.is_empty() {
+        step("failing nodes held back (reported, not acted on)");
+        let mut rows = vec![vec!["NODE".to_string(), "WHY".into()]];
+        rows.extend(held.into_iter().map(|(n, why)| vec![n, why]));
+        print_table(&rows);
+    }
     Ok(())
 }
 
