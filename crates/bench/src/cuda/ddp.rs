@@ -438,21 +438,11 @@ fn allreduce_bucket(
             r.comm.wait(&r.ready[k])?;
         }
     }
+    // The waits are enqueued first, outside the group; each replica's launch is the same
+    // as in the thread-per-GPU path.
     group(|| {
         for (i, r) in reps.iter().enumerate() {
-            let p = (r.grads.ptr + bk.offset) as *mut c_void;
-            // SAFETY: the bucket lies inside the gradient buffer; in-place all-reduce.
-            ncheck("ncclAllReduce", unsafe {
-                nsys::ncclAllReduce(
-                    p,
-                    p,
-                    (bk.bytes / 4) as usize,
-                    nsys::ncclDataType_t::ncclFloat32,
-                    nsys::ncclRedOp_t::ncclSum,
-                    comms.raw[i],
-                    r.comm.raw as nsys::cudaStream_t,
-                )
-            })?;
+            r.allreduce(comms.raw[i] as usize, bk, None)?;
         }
         Ok(())
     })
