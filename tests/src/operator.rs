@@ -128,3 +128,56 @@ impl Drop for OperatorProcess {
         self.kill();
     }
 }
+
+/// What an operator end-to-end test runs against: a local control plane, a simulated fleet
+/// (its file in `dir`, so a test can rewrite it to repair a node), the process-kubelet, a
+/// namespace and the operator. Dropped in reverse order of start.
+pub struct OperatorEnv {
+    pub operator: OperatorProcess,
+    pub kubelet: crate::kubelet::Kubelet,
+    pub fleet: crate::fleet::SimFleet,
+    pub cluster: Cluster,
+    pub dir: tempfile::TempDir,
+}
+
+impl OperatorEnv {
+    /// Starts everything for `fleet`, with the namespace `ns` created.
+    pub async fn start(fleet: gpufabric_bench::fleet::Fleet, ns: &str) -> OperatorEnv {
+        crate::init_tracing();
+        let cluster = Cluster::start().await.expect("local control plane starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fleet = crate::fleet::SimFleet::write_to(fleet, dir.path().join("fleet.yaml"))
+            .expect("fleet file");
+        let opts = crate::kubelet::KubeletOptions {
+            root_dir: Some(dir.path().join("kubelet")),
+            ..Default::default()
+        };
+        let kubelet = crate::kubelet::Kubelet::start(cluster.client(), &fleet, opts)
+            .await
+            .expect("kubelet starts");
+        cluster.create_namespace(ns).await.expect("namespace");
+        let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
+        OperatorEnv {
+            operator,
+            kubelet,
+            fleet,
+            cluster,
+            dir,
+        }
+    }
+
+    /// The last lines of every benchmark pod's log, for failure messages.
+    pub fn pod_logs(&self) -> String {
+        let mut out = String::new();
+        let root = self.dir.path().join("kubelet");
+        for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            let log = entry.path().join("container.log");
+            out.push_str(&format!(
+                "--- {}\n{}\n",
+                entry.file_name().to_string_lossy(),
+                log_tail(&log, 5)
+            ));
+        }
+        out
+    }
+}

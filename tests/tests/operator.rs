@@ -10,15 +10,13 @@ use gpufabric_api::{FabricTest, keys};
 use gpufabric_bench::fleet::{Fault, Fleet};
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
-use gpufabric_tests::operator::OperatorProcess;
+use gpufabric_tests::operator::{OperatorEnv, OperatorProcess};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const NS: &str = "gpu-tests";
@@ -26,57 +24,10 @@ const NS: &str = "gpu-tests";
 /// One cluster at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-struct Env {
-    kubelet_root: PathBuf,
-    cluster: Cluster,
-    _kubelet: Kubelet,
-    _fleet: SimFleet,
-    operator: OperatorProcess,
-    _dir: tempfile::TempDir,
-}
+type Env = OperatorEnv;
 
 async fn setup(fleet: Fleet) -> Env {
-    gpufabric_tests::init_tracing();
-    let cluster = Cluster::start().await.expect("local control plane starts");
-    let fleet = SimFleet::write(fleet).expect("fleet file");
-    let dir = tempfile::tempdir().expect("temp dir");
-    let opts = KubeletOptions {
-        root_dir: Some(dir.path().join("kubelet")),
-        ..Default::default()
-    };
-    let kubelet = Kubelet::start(cluster.client(), &fleet, opts)
-        .await
-        .expect("kubelet starts");
-    cluster.create_namespace(NS).await.expect("namespace");
-    let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
-    Env {
-        kubelet_root: dir.path().join("kubelet"),
-        cluster,
-        _kubelet: kubelet,
-        _fleet: fleet,
-        operator,
-        _dir: dir,
-    }
-}
-
-impl Env {
-    /// The last lines of every benchmark pod's log, for failure messages.
-    fn pod_logs(&self) -> String {
-        let mut out = String::new();
-        for entry in std::fs::read_dir(&self.kubelet_root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let log = entry.path().join("container.log");
-            out.push_str(&format!(
-                "--- {}\n{}\n",
-                entry.file_name().to_string_lossy(),
-                gpufabric_tests::cluster::log_tail(&log, 5)
-            ));
-        }
-        out
-    }
+    OperatorEnv::start(fleet, NS).await
 }
 
 /// A small, fast suite on the sim backend.
@@ -722,7 +673,7 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     let mut env = setup(fleet(1)).await;
     env.operator.kill();
     let lease_args = ["--leader-elect", "--lease-namespace", NS];
-    let log = |n: &str| env.kubelet_root.with_file_name(format!("operator-{n}.log"));
+    let log = |n: &str| env.dir.path().join(format!("operator-{n}.log"));
     let mut a =
         OperatorProcess::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =

@@ -12,10 +12,8 @@ use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
 use gpufabric_bench::fleet::{Fault, Fleet};
-use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
-use gpufabric_tests::operator::OperatorProcess;
+use gpufabric_tests::operator::OperatorEnv;
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -29,36 +27,10 @@ const NS: &str = "gpu-quarantine";
 /// One cluster at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-struct Env {
-    cluster: Cluster,
-    _kubelet: Kubelet,
-    fleet: SimFleet,
-    operator: OperatorProcess,
-    _dir: tempfile::TempDir,
-}
+type Env = OperatorEnv;
 
 async fn setup(fleet: Fleet) -> Env {
-    gpufabric_tests::init_tracing();
-    let cluster = Cluster::start().await.expect("local control plane starts");
-    let dir = tempfile::tempdir().expect("temp dir");
-    // The fleet file lives in our dir so a test can rewrite it (a node gets repaired).
-    let fleet = SimFleet::write_to(fleet, dir.path().join("fleet.yaml")).expect("fleet file");
-    let opts = KubeletOptions {
-        root_dir: Some(dir.path().join("kubelet")),
-        ..Default::default()
-    };
-    let kubelet = Kubelet::start(cluster.client(), &fleet, opts)
-        .await
-        .expect("kubelet starts");
-    cluster.create_namespace(NS).await.expect("namespace");
-    let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
-    Env {
-        cluster,
-        _kubelet: kubelet,
-        fleet,
-        operator,
-        _dir: dir,
-    }
+    OperatorEnv::start(fleet, NS).await
 }
 
 /// A FabricTest on the sim backend with the default suite (the sim models it in well under
