@@ -8,6 +8,8 @@ use cudarc::cublas::sys as bsys;
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::result::{DdpPoint, DdpResult};
 use std::ffi::c_void;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Probe shape and schedule.
@@ -34,6 +36,10 @@ pub struct DdpSettings {
     /// once per rank with the hidden `ddp-worker` subcommand. `None`: one process drives
     /// every GPU of the clique.
     pub worker_exe: Option<std::path::PathBuf>,
+    /// Print the timeline of the last timed step on the first GPU of each count (every
+    /// GEMM, memory pass and all-reduce with its start and duration), for comparing the
+    /// probe with a profiler trace of PyTorch DDP. One launching thread per GPU only.
+    pub trace: bool,
 }
 
 /// A gradient bucket: a byte range of the flat fp32 gradient buffer and the lowest layer
@@ -206,11 +212,76 @@ struct Replica<'g> {
     grads: DevBuf,
     scratch: [DevBuf; 2],
     ready: Vec<Event>,
+    /// Recorded on the comm stream after each bucket's all-reduce.
+    bucket_done: Vec<Event>,
     comm_done: Event,
     t0: Event,
     t1: Event,
     step_start: Vec<Event>,
     step_end: Vec<Event>,
+    trace: Option<Trace>,
+}
+
+/// One step's operations on one GPU, each between two events on its stream.
+struct Trace {
+    on: AtomicBool,
+    ops: Mutex<Vec<TracedOp>>,
+}
+
+struct TracedOp {
+    name: String,
+    comm: bool,
+    start: Event,
+    end: Event,
+}
+
+/// One traced operation: on the comm stream or the compute stream, start and duration
+/// in ms from the step's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceLine {
+    pub name: String,
+    pub comm: bool,
+    pub start_ms: f64,
+    pub dur_ms: f64,
+}
+
+/// The trace as text: one line per operation, then the total time per kind of operation
+/// (the name up to its index: `fwd`, `wgrad`, `allreduce b`, ...).
+pub fn trace_lines(ops: &[TraceLine]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut sums: Vec<(String, f64, u32)> = Vec::new();
+    for op in ops {
+        let stream = if op.comm { "comm" } else { "compute" };
+        lines.push(format!(
+            "{stream:<7} {:<14} start {:8.3} ms  dur {:7.3} ms",
+            op.name, op.start_ms, op.dur_ms
+        ));
+        let kind: String = op
+            .name
+            .chars()
+            .take_while(|c| c.is_alphabetic() || *c == '-')
+            .collect();
+        match sums.iter_mut().find(|(k, _, _)| *k == kind) {
+            Some(e) => {
+                e.1 += op.dur_ms;
+                e.2 += 1;
+            }
+            None => sums.push((kind, op.dur_ms, 1)),
+        }
+    }
+    for (kind, total, n) in sums {
+        lines.push(format!("sum     {kind:<14} {n:2} x  total {total:7.3} ms"));
+    }
+    lines
+}
+
+/// The copies that move `total` bytes through a buffer of `chunk` bytes: (offset, bytes).
+fn chunks(total: u64, chunk: u64) -> impl Iterator<Item = (u64, u64)> {
+    let chunk = chunk.max(1);
+    (0..total.div_ceil(chunk)).map(move |i| {
+        let off = i * chunk;
+        (off, chunk.min(total - off))
+    })
 }
 
 /// Pseudo-random bf16 values uniform in (-scale, scale), as little-endian bytes.
@@ -291,6 +362,9 @@ impl<'g> Replica<'g> {
             ready: (0..nbuckets)
                 .map(|_| Event::new(gpu))
                 .collect::<GpuResult<_>>()?,
+            bucket_done: (0..nbuckets)
+                .map(|_| Event::new(gpu))
+                .collect::<GpuResult<_>>()?,
             comm_done: Event::new(gpu)?,
             t0: Event::new(gpu)?,
             t1: Event::new(gpu)?,
@@ -300,7 +374,65 @@ impl<'g> Replica<'g> {
             step_end: (0..steps)
                 .map(|_| Event::new(gpu))
                 .collect::<GpuResult<_>>()?,
+            trace: (set.trace && gpu.index == 0).then(|| Trace {
+                on: AtomicBool::new(false),
+                ops: Mutex::new(Vec::new()),
+            }),
         })
+    }
+
+    /// Runs `f`, which enqueues work on the compute or the comm stream; while this
+    /// replica's trace is on, brackets that work with two events.
+    fn traced(
+        &self,
+        name: impl FnOnce() -> String,
+        comm: bool,
+        f: impl FnOnce() -> GpuResult<()>,
+    ) -> GpuResult<()> {
+        let Some(tr) = self.trace.as_ref().filter(|t| t.on.load(Ordering::Relaxed)) else {
+            return f();
+        };
+        let stream = if comm { &self.comm } else { &self.compute };
+        let start = Event::new(self.gpu)?;
+        start.record(stream)?;
+        f()?;
+        let end = Event::new(self.gpu)?;
+        end.record(stream)?;
+        if let Ok(mut ops) = tr.ops.lock() {
+            ops.push(TracedOp {
+                name: name(),
+                comm,
+                start,
+                end,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stops tracing and returns the traced step's operations in the order they were
+    /// enqueued, with start and duration in ms from the step's start.
+    fn take_trace(&self, step: usize) -> GpuResult<Vec<TraceLine>> {
+        let Some(tr) = &self.trace else {
+            return Ok(Vec::new());
+        };
+        tr.on.store(false, Ordering::Relaxed);
+        let ops = match tr.ops.lock() {
+            Ok(mut ops) => std::mem::take(&mut *ops),
+            Err(_) => return Ok(Vec::new()),
+        };
+        let Some(origin) = self.step_start.get(step) else {
+            return Ok(Vec::new());
+        };
+        ops.iter()
+            .map(|op| {
+                Ok(TraceLine {
+                    name: op.name.clone(),
+                    comm: op.comm,
+                    start_ms: origin.elapsed_ms(&op.start)?,
+                    dur_ms: op.start.elapsed_ms(&op.end)?,
+                })
+            })
+            .collect()
     }
 
     /// One memory pass of `bytes` read and `bytes` written on the compute stream.
@@ -316,35 +448,51 @@ impl<'g> Replica<'g> {
             self.comm.wait(&self.ready[k])?;
         }
         let p = (self.grads.ptr + bk.offset) as *mut c_void;
-        // SAFETY: the bucket lies inside the gradient buffer (in-place all-reduce); the
-        // communicator is live and used by this thread only.
-        ncheck("ncclAllReduce", unsafe {
-            nsys::ncclAllReduce(
-                p,
-                p,
-                (bk.bytes / 4) as usize,
-                nsys::ncclDataType_t::ncclFloat32,
-                nsys::ncclRedOp_t::ncclSum,
-                comm as nsys::ncclComm_t,
-                self.comm.raw as nsys::cudaStream_t,
-            )
-        })
-    }
-
-    /// After the all-reduces: the step waits for them, then (DDP without bucket views)
-    /// copies each reduced bucket back into the parameters' gradients.
-    fn finish_step(&self, set: &DdpSettings) -> GpuResult<()> {
-        self.compute.wait(&self.comm_done)?;
-        if set.framework_passes {
-            // Each reduced bucket copied back into its parameter's gradient.
-            let (h, l) = (set.hidden, set.layers);
-            for i in 0..l {
-                let gw = self.grads.ptr + wgrad_offset(h as u64, l, i);
-                self.compute
-                    .memcpy_dtod(self.scratch[1].ptr, gw, h * h * 4)?;
-            }
+        let name = || format!("allreduce b{}", wait.unwrap_or(usize::MAX).min(99));
+        self.traced(name, true, || {
+            // SAFETY: the bucket lies inside the gradient buffer (in-place all-reduce);
+            // the communicator is live and used by this thread only.
+            ncheck("ncclAllReduce", unsafe {
+                nsys::ncclAllReduce(
+                    p,
+                    p,
+                    (bk.bytes / 4) as usize,
+                    nsys::ncclDataType_t::ncclFloat32,
+                    nsys::ncclRedOp_t::ncclSum,
+                    comm as nsys::ncclComm_t,
+                    self.comm.raw as nsys::cudaStream_t,
+                )
+            })
+        })?;
+        if let Some(k) = wait {
+            self.bucket_done[k].record(&self.comm)?;
         }
         Ok(())
+    }
+
+    /// After the all-reduces, as PyTorch's DDP reducer finalizes backward without bucket
+    /// views: bucket by bucket, in the order they were reduced, the compute stream waits
+    /// for that bucket's all-reduce and copies the bucket back into the parameters'
+    /// gradients, so the early buckets' copies overlap the last all-reduce.
+    fn finish_step(&self, set: &DdpSettings, bks: &[Bucket]) -> GpuResult<()> {
+        if set.framework_passes {
+            let chunk = self.scratch[1].bytes as u64;
+            for (k, bk) in bks.iter().enumerate() {
+                self.compute.wait(&self.bucket_done[k])?;
+                self.traced(
+                    || format!("copy-back {k}"),
+                    false,
+                    || {
+                        chunks(bk.bytes, chunk).try_for_each(|(off, n)| {
+                            let src = self.grads.ptr + bk.offset + off;
+                            self.compute
+                                .memcpy_dtod(self.scratch[1].ptr, src, n as usize)
+                        })
+                    },
+                )?;
+            }
+        }
+        self.compute.wait(&self.comm_done)
     }
 
     /// Forward and backward on the compute stream; `ready[b]` is recorded once bucket b's
@@ -362,6 +510,11 @@ impl<'g> Replica<'g> {
         let abytes = (b * h * 2) as u64;
         let w = |i: usize| self.weights.ptr + i as u64 * wbytes;
         let x = |i: usize| self.acts.ptr + i as u64 * abytes;
+        if let (Some(tr), Some(s)) = (&self.trace, timed) {
+            // Trace the last timed step (and its copy-back, which ends the run).
+            tr.on
+                .store(s + 1 == self.step_start.len(), Ordering::Relaxed);
+        }
         if let Some(s) = timed {
             self.step_start[s].record(&self.compute)?;
         }
@@ -370,10 +523,16 @@ impl<'g> Replica<'g> {
             if set.framework_passes {
                 // Under autocast each fp32 weight is first cast to bf16 (read 4, write 2
                 // bytes per parameter).
-                self.pass(h * h * 3)?;
+                self.traced(|| format!("wcast {i}"), false, || self.pass(h * h * 3))?;
             }
-            self.blas
-                .gemm(true, false, h, b, h, w(i), h, x(i), h, x(i + 1), h, false)?;
+            self.traced(
+                || format!("fwd {i}"),
+                false,
+                || {
+                    self.blas
+                        .gemm(true, false, h, b, h, w(i), h, x(i), h, x(i + 1), h, false)
+                },
+            )?;
         }
         // Backward, last layer first: dgrad (not for the first layer), then wgrad into the
         // flat fp32 gradient buffer; a bucket is ready after its lowest layer.
@@ -381,19 +540,14 @@ impl<'g> Replica<'g> {
         for i in (0..l).rev() {
             let dy = self.dy[cur].ptr;
             if i > 0 {
-                self.blas.gemm(
+                let dx = self.dy[1 - cur].ptr;
+                self.traced(
+                    || format!("dgrad {i}"),
                     false,
-                    false,
-                    h,
-                    b,
-                    h,
-                    w(i),
-                    h,
-                    dy,
-                    h,
-                    self.dy[1 - cur].ptr,
-                    h,
-                    false,
+                    || {
+                        self.blas
+                            .gemm(false, false, h, b, h, w(i), h, dy, h, dx, h, false)
+                    },
                 )?;
             }
             let gw = self.grads.ptr + wgrad_offset(h as u64, l, i);
@@ -402,13 +556,33 @@ impl<'g> Replica<'g> {
                 // write 4 bytes per parameter), then copied, scaled by 1/world, into its
                 // bucket (read 4, write 4).
                 let (s0, s1) = (self.scratch[0].ptr, self.scratch[1].ptr);
-                self.blas
-                    .gemm(false, true, h, h, b, x(i), h, dy, h, s0, h, false)?;
-                self.compute.memcpy_dtod(s1, s0, h * h * 3)?;
-                self.compute.memcpy_dtod(gw, s1, h * h * 4)?;
+                self.traced(
+                    || format!("wgrad {i}"),
+                    false,
+                    || {
+                        self.blas
+                            .gemm(false, true, h, h, b, x(i), h, dy, h, s0, h, false)
+                    },
+                )?;
+                self.traced(
+                    || format!("gcast {i}"),
+                    false,
+                    || self.compute.memcpy_dtod(s1, s0, h * h * 3),
+                )?;
+                self.traced(
+                    || format!("bucket-in {i}"),
+                    false,
+                    || self.compute.memcpy_dtod(gw, s1, h * h * 4),
+                )?;
             } else {
-                self.blas
-                    .gemm(false, true, h, h, b, x(i), h, dy, h, gw, h, true)?;
+                self.traced(
+                    || format!("wgrad {i}"),
+                    false,
+                    || {
+                        self.blas
+                            .gemm(false, true, h, h, b, x(i), h, dy, h, gw, h, true)
+                    },
+                )?;
             }
             for (k, bk) in bks.iter().enumerate() {
                 if bk.ready_after_layer == i {
@@ -445,7 +619,13 @@ fn allreduce_bucket(
             r.allreduce(comms.raw[i] as usize, bk, None)?;
         }
         Ok(())
-    })
+    })?;
+    if let Some(k) = k {
+        for r in reps {
+            r.bucket_done[k].record(&r.comm)?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -471,11 +651,18 @@ fn replica_steps(
         match mode {
             Mode::Overlapped => {
                 if s > 0 {
-                    r.finish_step(set)?;
+                    r.finish_step(set, bks)?;
                 }
                 r.compute_step(set, bks, timed.then_some(s), Some(comm))?;
             }
-            Mode::ComputeOnly => r.compute_step(set, bks, timed.then_some(s), None)?,
+            Mode::ComputeOnly => {
+                // Compute alone still copies the buckets back: that is framework work,
+                // not communication.
+                if s > 0 {
+                    r.finish_step(set, bks)?;
+                }
+                r.compute_step(set, bks, timed.then_some(s), None)?
+            }
             Mode::CommOnly => {
                 for bk in bks {
                     r.allreduce(comm, bk, None)?;
@@ -554,8 +741,8 @@ fn run_steps_armed(
         if mode != Mode::CommOnly {
             for r in reps {
                 // The next step starts once the previous step's gradients are reduced.
-                if mode == Mode::Overlapped && s > 0 {
-                    r.finish_step(set)?;
+                if s > 0 {
+                    r.finish_step(set, bks)?;
                 }
                 r.compute_step(set, bks, timed.then_some(s), None)?;
             }
@@ -571,9 +758,8 @@ fn run_steps_armed(
     }
     for r in reps {
         match mode {
-            Mode::Overlapped => r.finish_step(set)?,
+            Mode::Overlapped | Mode::ComputeOnly => r.finish_step(set, bks)?,
             Mode::CommOnly => r.compute.wait(&r.comm_done)?,
-            Mode::ComputeOnly => {}
         }
         r.t1.record(&r.compute)?;
     }
@@ -657,6 +843,9 @@ fn measure_point(
         false,
     )?;
     let step_ms = run_steps(sub, comms, wd, set, bks, Mode::Overlapped, set.steps, true)?;
+    for tr in sub.iter().filter_map(|r| r.trace.as_ref()) {
+        tr.on.store(false, Ordering::Relaxed);
+    }
     let mut compute_ms = Vec::new();
     for r in sub {
         let mut total = 0.0;
@@ -829,6 +1018,15 @@ pub fn probe(
         let mut comms = Comms::init(&devs)?;
         let t = measure_point(sub, &mut comms, wd, set, &bks)?;
         drop(comms);
+        if let Some(r) = sub.first().filter(|r| r.trace.is_some()) {
+            let last = set.steps.max(1) as usize - 1;
+            for line in trace_lines(&r.take_trace(last)?) {
+                progress(&format!(
+                    "ddp trace {count} GPU(s) gpu{}: {line}",
+                    r.gpu.index
+                ));
+            }
+        }
         let point = make_point(
             set,
             points.first(),
@@ -905,5 +1103,98 @@ mod tests {
             step_flops(8192, 8, 4096),
             2.0 * 4096.0 * 8192.0 * 8192.0 * 23.0
         );
+    }
+
+    #[test]
+    fn a_bucket_is_copied_back_in_scratch_sized_pieces() {
+        // The default MLP: one weight (256 MiB) and one bias per bucket, a 256 MiB scratch
+        // buffer: two copies, as PyTorch copies weight and bias gradients apart.
+        let w = 8192u64 * 8192 * 4;
+        let pieces: Vec<_> = chunks(w + 8192 * 4, w).collect();
+        assert_eq!(pieces, vec![(0, w), (w, 8192 * 4)]);
+        assert_eq!(
+            chunks(10, 4).collect::<Vec<_>>(),
+            vec![(0, 4), (4, 4), (8, 2)]
+        );
+        assert_eq!(chunks(0, 4).count(), 0);
+        // A zero-sized scratch buffer never loops forever.
+        assert_eq!(chunks(3, 0).count(), 3);
+    }
+
+    #[test]
+    fn trace_lines_list_every_operation_then_the_time_per_kind() {
+        let op = |name: &str, comm, start_ms, dur_ms| TraceLine {
+            name: name.into(),
+            comm,
+            start_ms,
+            dur_ms,
+        };
+        let lines = trace_lines(&[
+            op("wgrad 1", false, 0.0, 1.0),
+            op("allreduce b0", true, 1.0, 2.0),
+            op("wgrad 0", false, 1.0, 0.5),
+        ]);
+        assert_eq!(lines.len(), 5);
+        assert!(lines[1].starts_with("comm    allreduce b0"), "{}", lines[1]);
+        assert!(lines[1].contains("start    1.000 ms  dur   2.000 ms"));
+        assert!(lines[3].contains("wgrad") && lines[3].contains(" 2 x  total   1.500 ms"));
+        assert!(lines[4].contains("allreduce") && lines[4].contains(" 1 x  total   2.000 ms"));
+    }
+
+    #[test]
+    fn each_bucket_is_copied_back_once_its_own_all_reduce_is_done() {
+        let gpus = match super::super::open_gpus() {
+            Ok(g) if g.len() >= 2 => g,
+            Ok(_) => return eprintln!("skipped: needs 2 GPUs"),
+            Err(e) => return eprintln!("skipped: no GPU ({e})"),
+        };
+        if !cublas_present() || !super::super::nccl::nccl_present() {
+            return eprintln!("skipped: no libcublas or libnccl");
+        }
+        let set = DdpSettings {
+            hidden: 2048,
+            layers: 4,
+            batch: 1024,
+            first_bucket_bytes: 1 << 20,
+            bucket_bytes: 25 << 20,
+            warmup: 1,
+            steps: 2,
+            counts: vec![2],
+            timeout: Duration::from_secs(60),
+            framework_passes: true,
+            comm_high_priority: false,
+            thread_per_gpu: true,
+            worker_exe: None,
+            trace: true,
+        };
+        let bks = buckets(2048, 4, 1 << 20, 25 << 20);
+        assert_eq!(bks.len(), 3, "{bks:?}");
+        let mut host = HostBuf::new(&gpus[0], 2048 * 2048 * 2).expect("host buffer");
+        let reps: Vec<Replica> = gpus[..2]
+            .iter()
+            .map(|g| Replica::new(g, &set, bks.len(), &mut host).expect("replica"))
+            .collect();
+        let mut comms = Comms::init(&[0, 1]).expect("communicators");
+        let wd = Watchdog::start();
+        let t = measure_point(&reps, &mut comms, &wd, &set, &bks).expect("measured");
+        assert!(t.step_ms > 0.0 && t.compute_alone_ms > 0.0 && t.comm_alone_ms > 0.0);
+        let ops = reps[0].take_trace(1).expect("trace");
+        let find = |name: String| {
+            ops.iter()
+                .find(|o| o.name == name)
+                .unwrap_or_else(|| panic!("{name} traced: {ops:?}"))
+        };
+        for k in 0..bks.len() {
+            let ar = find(format!("allreduce b{k}"));
+            let back = find(format!("copy-back {k}"));
+            assert!(ar.comm && !back.comm);
+            // Event times have about half a microsecond of resolution.
+            assert!(
+                back.start_ms + 0.002 >= ar.start_ms + ar.dur_ms,
+                "bucket {k} copied back at {} ms, its all-reduce ended at {} ms",
+                back.start_ms,
+                ar.start_ms + ar.dur_ms
+            );
+        }
     }
 }

@@ -57,6 +57,7 @@ impl WorkerTask {
             comm_high_priority: self.comm_high_priority,
             thread_per_gpu: self.thread_per_gpu,
             worker_exe: None,
+            trace: false,
         }
     }
 }

@@ -8,8 +8,9 @@
 //! for the transport NCCL chose between each pair of GPUs. Environment variables
 //! switch DDP-probe variants for comparisons (`bench/gpu-check.sh ddp-variants`):
 //! `FABRIC_DDP_FRAMEWORK_PASSES` (default 1: model autocast's and DDP's memory passes),
-//! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU) and
-//! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream).
+//! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU),
+//! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream) and
+//! `FABRIC_DDP_TRACE` (default 0: 1 prints the last timed step's timeline on GPU 0).
 //! `FABRIC_DDP_SINGLE_PROCESS` (default 1: this process drives every GPU of the DDP
 //! probe; 0: one `fabric-agent ddp-worker` process per GPU as PyTorch DDP runs, `ddp_procs`;
 //! `FABRIC_DDP_WORKER_EXE` names another agent binary to start).
@@ -287,6 +288,7 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 comm_high_priority: env_flag("FABRIC_DDP_COMM_HIGH_PRIORITY", false),
                 thread_per_gpu: env_flag("FABRIC_DDP_THREAD_PER_GPU", true),
                 worker_exe: ddp_worker_exe(),
+                trace: env_flag("FABRIC_DDP_TRACE", false),
             };
             match ddp::probe(gpus, &set, &wd, &p) {
                 Ok(r) => ddp_result = Some(r),
