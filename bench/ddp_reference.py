@@ -8,13 +8,19 @@ all-reduce (no optimizer step: the probe measures the same). Prints one line per
 and a final JSON line:
   {"points": [{"gpus": 1, "step_ms": ..., "samples_per_s": ..., "efficiency": 1.0}, ...]}
 
-Usage: python3 bench/ddp_reference.py [--counts 1,2,4] [--steps 10] [--warmup 3]
+With --trace, each GPU count then profiles one more step (torch.profiler, CUDA activity)
+and rank 0 prints its GPU timeline: every kernel and copy with stream, start and duration
+from the step's first GPU operation, then the time per kind (GEMM, NCCL, elementwise, ...),
+to compare with `FABRIC_DDP_TRACE=1 fabric-agent node-check`.
+
+Usage: python3 bench/ddp_reference.py [--counts 1,2,4] [--steps 10] [--warmup 3] [--trace]
 """
 
 import argparse
 import json
 import os
 import socket
+import tempfile
 import time
 
 # Never use NVLink multicast (NVLS) on shared hosts.
@@ -71,7 +77,64 @@ def worker(rank, world, port, args, queue):
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         queue.put((float(t[0]), float(t[1])))
+    if args.trace:
+        trace_step(step, rank, world)
     dist.destroy_process_group()
+
+
+def kind_of(name):
+    n = name.lower()
+    if "nccl" in n:
+        return "nccl"
+    if "gemm" in n or "nvjet" in n or "cutlass" in n or "xmma" in n:
+        return "gemm"
+    if "memcpy" in n or "memset" in n:
+        return n.split()[0] if " " in n else n
+    if "reduce" in n:
+        return "reduce"
+    return "elementwise"
+
+
+def trace_step(step, rank, world):
+    """Profiles one step after one warm-up step; rank 0 prints the GPU timeline."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    path = os.path.join(tempfile.mkdtemp(), f"trace{rank}.json")
+    with profile(
+        activities=[ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=1, active=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(path),
+    ) as prof:
+        for _ in range(2):
+            step()
+            prof.step()
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank != 0:
+        return
+    with open(path) as f:
+        events = json.load(f).get("traceEvents", [])
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not gpu:
+        print(f"torch trace {world} GPU(s): no GPU events", flush=True)
+        return
+    gpu.sort(key=lambda e: e["ts"])
+    t0 = gpu[0]["ts"]
+    sums = {}
+    for e in gpu:
+        kind = kind_of(e["name"])
+        stream = "comm" if kind == "nccl" else f"s{e.get('args', {}).get('stream', '?')}"
+        print(
+            f"torch trace {world} GPU(s) gpu0: {stream:<7} {e['name'][:90]:<90} "
+            f"start {(e['ts'] - t0) / 1e3:8.3f} ms  dur {e['dur'] / 1e3:7.3f} ms",
+            flush=True,
+        )
+        n, total = sums.get(kind, (0, 0.0))
+        sums[kind] = (n + 1, total + e["dur"] / 1e3)
+    end = max(e["ts"] + e["dur"] for e in gpu)
+    print(f"torch trace {world} GPU(s) gpu0: span {(end - t0) / 1e3:.3f} ms", flush=True)
+    for kind, (n, total) in sums.items():
+        print(f"torch trace {world} GPU(s) gpu0: sum {kind:<14} {n:3} x  total {total:7.3f} ms", flush=True)
 
 
 def main():
@@ -82,6 +145,7 @@ def main():
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--trace", action="store_true", help="print rank 0's GPU timeline of one profiled step")
     args = p.parse_args()
     n = torch.cuda.device_count()
     if n == 0:

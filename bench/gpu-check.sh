@@ -13,6 +13,12 @@
 #                                times (default 2), alternating the order
 #   bench/gpu-check.sh ddp-process-checks  the one-process-per-GPU probe beside a straggler, with
 #                                workers that cannot run, and node-check --quick
+#   bench/gpu-check.sh ddp-compare [ROUNDS]  the DDP probe and PyTorch DDP, ROUNDS times
+#                                (default 4), alternating which runs first; prints the
+#                                efficiencies side by side (bench/ddp_compare.py)
+#   bench/gpu-check.sh ddp-trace  one step's GPU timeline of the DDP probe (FABRIC_DDP_TRACE=1)
+#                                and of PyTorch DDP (torch.profiler), and both one-GPU runs'
+#                                GEMM kernels with their times under Nsight Compute
 #
 # The agent binary is taken from $AGENT, else .device/fabric-agent, else target/release.
 # NCCL and cuBLAS are taken from PyTorch's wheels (nvidia-nccl-*, nvidia-cublas-*).
@@ -118,26 +124,52 @@ ddp_variants() { # the probe with one host thread for all GPUs vs one per GPU
   done
 }
 
+# One DDP probe run (node-check of the DDP phase only): run name, then VAR=value settings
+# for the agent. Its document goes, with the run name, into $OUT/$RUNS (one file for all:
+# a device call returns only a few files).
+ddp_probe_run() {
+  local v=$1; shift
+  ( [ $# -gt 0 ] && export "$@"; check "$v" --no-nccl --no-pairs --no-health )
+  grep 'ddp [0-9]' "$OUT/$v.stderr"
+  cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['run']=sys.argv[2]; print(json.dumps(d))" \
+    "$OUT/$v.json" "$v" >> "$OUT/$RUNS" && rm -f "$OUT/$v.json"
+}
+
+# One PyTorch DDP reference run (bench/ddp_reference.py): run name.
+ddp_torch_run() {
+  banner "PyTorch DDP reference $1"
+  timeout 300 python3 bench/ddp_reference.py > "$OUT/$1.out" 2>&1
+  echo "rc=$?"; grep -v '^{' "$OUT/$1.out" | tail -8
+  tail -1 "$OUT/$1.out" | sed "s/^{/{\"run\": \"$1\", /" >> "$OUT/$RUNS"
+  rm -f "$OUT/$1.out"
+}
+
 ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch DDP
   nvidia-smi -L
-  local rounds=${1:-2} r single v
+  RUNS=ddp-modes.jsonl
+  local rounds=${1:-2} r single
   for r in $(seq 1 "$rounds"); do
     local order="1 0"; [ $((r % 2)) -eq 0 ] && order="0 1"
     for single in $order; do
-      v=ddp-single$single-r$r
-      FABRIC_DDP_SINGLE_PROCESS=$single check $v --no-nccl --no-pairs --no-health
-      grep 'ddp [0-9]' "$OUT/$v.stderr"
-      cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr"
-      # One file for all documents: a device call returns only a few files.
-      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d['run']=sys.argv[2]; print(json.dumps(d))" \
-        "$OUT/$v.json" "$v" >> "$OUT/ddp-modes.jsonl" && rm -f "$OUT/$v.json"
+      ddp_probe_run "ddp-single$single-r$r" FABRIC_DDP_SINGLE_PROCESS=$single
     done
-    banner "PyTorch DDP reference, round $r"
-    timeout 300 python3 bench/ddp_reference.py > "$OUT/ddp_reference-r$r.out" 2>&1
-    echo "rc=$?"; grep -v '^{' "$OUT/ddp_reference-r$r.out" | tail -8
-    tail -1 "$OUT/ddp_reference-r$r.out" | sed "s/^{/{\"run\": \"pytorch-r$r\", /" >> "$OUT/ddp-modes.jsonl"
-    rm -f "$OUT/ddp_reference-r$r.out"
+    ddp_torch_run "pytorch-r$r"
   done
+}
+
+ddp_compare() { # the DDP probe beside PyTorch DDP, alternating which goes first
+  nvidia-smi -L
+  RUNS=ddp-compare.jsonl
+  local rounds=${1:-4} r
+  for r in $(seq 1 "$rounds"); do
+    if [ $((r % 2)) -eq 1 ]; then
+      ddp_probe_run "probe-r$r"; ddp_torch_run "pytorch-r$r"
+    else
+      ddp_torch_run "pytorch-r$r"; ddp_probe_run "probe-r$r"
+    fi
+  done
+  python3 bench/ddp_compare.py "$OUT/$RUNS"
 }
 
 ddp_process_checks() { # the probe with one process per GPU: straggler, bad worker, quick
@@ -161,9 +193,32 @@ ddp_process_checks() { # the probe with one process per GPU: straggler, bad work
   cat "$OUT/quick.stderr" >> "$LOG"; rm -f "$OUT/quick.stderr"
 }
 
+ddp_trace() { # where the probe's step and PyTorch DDP's step spend their time
+  python3 -c 'import torch; print("preferred BLAS", torch.backends.cuda.preferred_blas_library())'
+  banner "DDP probe timeline (FABRIC_DDP_TRACE=1)"
+  FABRIC_DDP_TRACE=1 timeout 200 "$AGENT" node-check --no-nccl --no-pairs --no-health \
+    --json "$OUT/trace-probe.json" > /dev/null 2> "$OUT/trace-probe.log"
+  echo "rc=$?"; grep -E 'ddp [0-9] GPU|trace [0-9] GPU\(s\) gpu0: sum' "$OUT/trace-probe.log"
+  banner "PyTorch DDP timeline (torch.profiler)"
+  timeout 300 python3 bench/ddp_reference.py --trace > "$OUT/trace-torch.log" 2>&1
+  echo "rc=$?"; grep -E '^pytorch|span|: sum' "$OUT/trace-torch.log"
+  local ncu; ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [ -z "$ncu" ] && { echo "no ncu"; return; }
+  banner "GEMM kernels of one GPU's steps ($ncu, clocks left alone)"
+  local k='regex:gemm|nvjet|cutlass|xmma'
+  timeout 150 "$ncu" --clock-control none -k "$k" -c 26 --metrics gpu__time_duration.sum \
+    "$AGENT" node-check --no-nccl --no-pairs --no-health --ddp-gpu-counts 1 --quick > "$OUT/ncu-probe.txt" 2>&1
+  echo "rc=$?"
+  timeout 200 "$ncu" --target-processes all --clock-control none -k "$k" -c 26 --metrics gpu__time_duration.sum \
+    python3 bench/ddp_reference.py --counts 1 --steps 1 --warmup 1 > "$OUT/ncu-torch.txt" 2>&1
+  echo "rc=$?"
+}
+
 case $STAGE in
+  ddp-trace) ddp_trace; exit 0 ;;
   ddp-process-checks) ddp_process_checks; exit 0 ;;
   ddp-modes) ddp_modes "${2:-2}"; exit 0 ;;
+  ddp-compare) ddp_compare "${2:-4}"; exit 0 ;;
   ddp-variants) ddp_variants ;;
   final) ddp_variants; measure; inject ;;
   measure) measure ;;
