@@ -41,7 +41,9 @@
 //! - **GPU pairs**: on a board whose pairs are all alike (a known product on one of its
 //!   board sizes: NVSwitch or all-to-all NVLink), a pair well below the node's other pairs
 //!   (the fleet's outlier rule against the median of the node's pairs, at least 3 pairs),
-//!   or else below the profile floor, is Slow. Elsewhere (PCIe across CPU sockets, NVLink
+//!   or below the node's fastest pair by more than the rule's minimum gap plus its score
+//!   in robust standard deviations (so that two GPUs slow to everyone, which makes most
+//!   pairs and the median slow, are still found), or else below the profile floor, is Slow. Elsewhere (PCIe across CPU sockets, NVLink
 //!   bridges, unknown products) pairs differ by design, so each pair is compared with the
 //!   same pair of the comparable nodes instead. When the spec sets a pair threshold, that
 //!   threshold alone judges. A pair's one-way value is its slower direction. The smallest

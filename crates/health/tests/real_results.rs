@@ -3,7 +3,7 @@
 
 use gpufabric_api::result::CompactResult;
 use gpufabric_api::run::NodeVerdict;
-use gpufabric_api::{FindingKind, Severity, Subject};
+use gpufabric_api::{FindingKind, Metric, Severity, Subject};
 use gpufabric_health::{NodeInput, evaluate};
 
 fn load(name: &str) -> CompactResult {
@@ -71,4 +71,78 @@ fn a_straggler_written_into_real_measurements_is_named() {
     assert_eq!(critical.len(), 1, "{critical:#?}");
     assert_eq!(critical[0].subject, Subject::gpu("vm", 2));
     assert_eq!(critical[0].kind, FindingKind::Straggler);
+}
+
+/// A full document written by `fabric-agent node-check` beside a real injected fault, as
+/// the operator receives it: through the compact termination message.
+fn load_full(name: &str) -> CompactResult {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("test data is readable");
+    let doc = gpufabric_api::result::ResultDocument::parse(&text).expect("a full document");
+    CompactResult::parse(&doc.compact_within(4096)).expect("its compact form parses")
+}
+
+#[test]
+fn real_background_traffic_between_two_gpus_fails_the_node_on_those_two_gpus() {
+    // `fabric-agent inject slow-pair --gpus 1,3` beside a check on an NVSwitch host: every
+    // copy into or out of GPU 1 or GPU 3 ran at half speed (198-222 GB/s), pair 0-2 at
+    // 394 GB/s. Five of six pairs are slow, so the node's median is slow too; the pairs
+    // must still be judged against the fastest and blamed on the two GPUs.
+    let e = judge(load_full("h200x4-injected-slow-pair.json"));
+    assert_eq!(e.verdicts["vm"], NodeVerdict::Failed, "{:#?}", e.findings);
+    let critical: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .collect();
+    let gpus: Vec<_> = critical.iter().map(|f| f.subject.clone()).collect();
+    assert_eq!(
+        gpus,
+        vec![Subject::gpu("vm", 1), Subject::gpu("vm", 3)],
+        "{critical:#?}"
+    );
+    for f in &critical {
+        assert_eq!(f.kind, FindingKind::Slow);
+        assert_eq!(f.metric, Metric::PairBandwidth);
+        assert!(f.measured.expect("measured") < 230.0, "{f:#?}");
+        assert!(f.expected.expect("expected") > 390.0, "{f:#?}");
+        assert!(
+            f.message.contains("the node's fastest pair"),
+            "{}",
+            f.message
+        );
+    }
+}
+
+#[test]
+fn a_real_straggler_is_named_and_nothing_else() {
+    // `fabric-agent inject straggler --gpu 2`: GEMMs on GPU 2 beside the DDP probe.
+    let e = judge(load_full("h200x4-injected-straggler.json"));
+    assert_eq!(e.verdicts["vm"], NodeVerdict::Failed);
+    let critical: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.severity != Severity::Info)
+        .collect();
+    assert_eq!(critical.len(), 1, "{critical:#?}");
+    assert_eq!(critical[0].kind, FindingKind::Straggler);
+    assert_eq!(critical[0].subject, Subject::gpu("vm", 2));
+}
+
+#[test]
+fn five_real_clean_runs_pass() {
+    let path = format!(
+        "{}/tests/data/h200x4-clean-runs.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).expect("test data is readable");
+    let mut runs = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let doc = gpufabric_api::result::ResultDocument::parse(line).expect("a full document");
+        let r = CompactResult::parse(&doc.compact_within(4096)).expect("compact");
+        let e = judge(r);
+        assert_eq!(e.verdicts["vm"], NodeVerdict::Passed, "{:#?}", e.findings);
+        runs += 1;
+    }
+    assert_eq!(runs, 5);
 }

@@ -187,6 +187,20 @@ fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     values
 }
 
+/// The node's fastest pair and the bar below which a pair is slow against it: on a board
+/// whose pairs are all alike, no fault makes a pair faster, so the fastest pair is what
+/// each should reach, less the fleet rule's minimum gap and its score in robust standard
+/// deviations of the node's pairs (the fastest pair is itself the high end of the noise).
+fn fastest_reference(values: &[f64], mad: f64, rule: &Rule) -> Option<(f64, f64)> {
+    let fastest = values
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite())
+        .reduce(f64::max)?;
+    let bar = fastest * (1.0 - rule.min_gap) - rule.score * 1.4826 * mad;
+    (fastest > 0.0 && bar > 0.0).then_some((fastest, bar))
+}
+
 pub(super) fn check_pairs(
     node: &str,
     r: &CompactResult,
@@ -279,15 +293,21 @@ pub(super) fn check_pairs(
         // Each slow pair with the expectation it missed.
         let mut slow: BTreeMap<(u32, u32), (f64, ExpectationSource)> = BTreeMap::new();
         let node_mad = fleet::mad(&all, node_median);
+        let fastest = fastest_reference(&all, node_mad, &rule);
+        let judge_in_node = uniform && !explicit(set.metric) && all.len() >= rule.min_count;
         for (pair, v) in &set.values {
             // Against the node's other pairs first (the sharpest evidence for one link),
             // then the profile floor; an explicit threshold alone when the spec sets one.
-            if uniform
-                && !explicit(set.metric)
-                && all.len() >= rule.min_count
-                && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
+            if judge_in_node && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
             {
                 slow.insert(*pair, (node_median, ExpectationSource::Node));
+            } else if judge_in_node && fastest.is_some_and(|(_, bar)| *v < bar) {
+                // Most pairs slow (the ports of two GPUs, say): the median is slow too,
+                // but on a board whose pairs are all alike each should reach the fastest.
+                slow.insert(
+                    *pair,
+                    (fastest.map_or(0.0, |(f, _)| f), ExpectationSource::Node),
+                );
             } else if let Some((floor, source)) = set.floor
                 && *v < floor
             {
@@ -345,17 +365,31 @@ pub(super) fn check_pairs(
                 .map(|(_, v)| *v)
                 .collect();
             let measured = fleet::median(&mine).unwrap_or(0.0);
-            // The expectation of the GPU's pairs: the strictest floor among them, or the
-            // median of the node's pairs that do not involve the GPU.
-            let (expected, source) = slow
+            // The expectation of the GPU's pairs: the strictest floor among them, else the
+            // node's fastest pair when that is what they missed, else the median of the
+            // node's pairs that do not involve the GPU.
+            let theirs: Vec<(f64, ExpectationSource)> = slow
                 .iter()
                 .filter(|((a, b), _)| a == k || b == k)
                 .map(|(_, e)| *e)
+                .collect();
+            let against_fastest = fastest
+                .map(|(f, _)| f)
+                .filter(|f| theirs.iter().any(|(e, _)| e == f));
+            let (expected, source) = theirs
+                .iter()
+                .copied()
                 .find(|(_, s)| *s != ExpectationSource::Node)
+                .or(against_fastest.map(|f| (f, ExpectationSource::Node)))
                 .unwrap_or((
                     fleet::median(&others).unwrap_or(node_median),
                     ExpectationSource::Node,
                 ));
+            let against = match (source, against_fastest) {
+                (ExpectationSource::Node, Some(_)) => "the node's fastest pair".to_string(),
+                (ExpectationSource::Node, None) => source_words(source, "pairs"),
+                (s, _) => source_words(s, "pair bandwidth"),
+            };
             out.push(evidence(
                 FindingKind::Slow,
                 Subject::gpu(node, *k),
@@ -366,11 +400,10 @@ pub(super) fn check_pairs(
                 source,
                 Severity::Critical,
                 format!(
-                    "GPU {k} on {node} is slow to every other GPU: {} median {} GB/s, {} {} ({} GB/s); check GPU {k}'s NVLink links (nvidia-smi nvlink -s -i {k}).",
+                    "GPU {k} on {node} is slow to every other GPU: {} median {} GB/s, {} {against} ({} GB/s); check GPU {k}'s NVLink links (nvidia-smi nvlink -s -i {k}) and whether other work moves data through them.",
                     set.what,
                     num(measured),
                     how_far(measured, expected),
-                    source_words(source, if source == ExpectationSource::Node { "pairs" } else { "pair bandwidth" }),
                     num(expected)
                 ),
             ));
@@ -383,6 +416,9 @@ pub(super) fn check_pairs(
                 .copied()
                 .unwrap_or((node_median, ExpectationSource::Node));
             let against = match source {
+                ExpectationSource::Node if fastest.is_some_and(|(f, _)| f == expected) => {
+                    format!("the node's fastest pair ({} GB/s)", num(expected))
+                }
                 ExpectationSource::Node => {
                     format!("the node's other pairs (median {} GB/s)", num(expected))
                 }

@@ -1098,3 +1098,34 @@ fn blame_names_the_smallest_part() {
     let b = blame(2, &two, &two);
     assert_eq!((b.node, b.gpus, b.pairs), (false, vec![], vec![(0, 1)]));
 }
+
+#[test]
+fn two_gpus_slow_to_everyone_are_blamed_even_when_most_pairs_are_slow() {
+    // A 4-GPU node where every copy into or out of GPUs 1 and 3 runs at half speed (as
+    // traffic between them does on NVSwitch): 5 of 6 pairs slow, the median slow too.
+    let mut r = node_of("n", "NVIDIA H200", 4, 7, 0.01);
+    for (a, b) in [(0, 1), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        slow_pair(&mut r, a, b, 0.5);
+    }
+    let e = run(vec![r]);
+    let subjects: Vec<Subject> = on(&e, "n")
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| f.subject.clone())
+        .collect();
+    assert_eq!(subjects, vec![Subject::gpu("n", 1), Subject::gpu("n", 3)]);
+}
+
+#[test]
+fn a_noisy_healthy_node_is_not_judged_against_its_fastest_pair() {
+    // 3% noise on every pair of 8 GPUs: the fastest of 28 pairs sits well above the
+    // median, and no healthy pair may fall below the bar drawn from it.
+    for seed in 0..40 {
+        let e = run(vec![node_of("n", "NVIDIA H100 80GB HBM3", 8, seed, 0.03)]);
+        assert!(
+            on(&e, "n").iter().all(|f| f.severity == Severity::Info),
+            "seed {seed}: {:#?}",
+            on(&e, "n")
+        );
+    }
+}
