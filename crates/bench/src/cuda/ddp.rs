@@ -649,19 +649,14 @@ fn replica_steps(
     r.gpu.bind()?;
     for s in 0..steps as usize {
         match mode {
-            Mode::Overlapped => {
+            Mode::Overlapped | Mode::ComputeOnly => {
+                // The next step starts once the previous one's buckets are copied back;
+                // compute alone copies them too (framework work, not communication).
                 if s > 0 {
                     r.finish_step(set, bks)?;
                 }
-                r.compute_step(set, bks, timed.then_some(s), Some(comm))?;
-            }
-            Mode::ComputeOnly => {
-                // Compute alone still copies the buckets back: that is framework work,
-                // not communication.
-                if s > 0 {
-                    r.finish_step(set, bks)?;
-                }
-                r.compute_step(set, bks, timed.then_some(s), None)?
+                let launch = (mode == Mode::Overlapped).then_some(comm);
+                r.compute_step(set, bks, timed.then_some(s), launch)?;
             }
             Mode::CommOnly => {
                 for bk in bks {
@@ -1036,13 +1031,18 @@ pub fn probe(
         );
         points.push(point);
     }
-    Ok(DdpResult {
+    Ok(result(set, &bks, points))
+}
+
+/// The probe's result: its shape, its buckets and the points measured.
+pub fn result(set: &DdpSettings, bks: &[Bucket], points: Vec<DdpPoint>) -> DdpResult {
+    DdpResult {
         hidden: set.hidden as u32,
         layers: set.layers as u32,
         batch_per_gpu: set.batch as u32,
         buckets: bks.iter().map(|b| b.bytes).collect(),
         points,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -440,13 +440,7 @@ pub fn probe(
         let point = make_point_logged(set, points.first(), &t, gpus, count, progress);
         points.push(point);
     }
-    Ok(DdpResult {
-        hidden: set.hidden as u32,
-        layers: set.layers as u32,
-        batch_per_gpu: set.batch as u32,
-        buckets: bks.iter().map(|b| b.bytes).collect(),
-        points,
-    })
+    Ok(ddp::result(set, &bks, points))
 }
 
 fn make_point_logged(
