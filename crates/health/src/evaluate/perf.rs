@@ -49,6 +49,13 @@ pub(super) fn blame(g: u32, measured: &BTreeSet<(u32, u32)>, bad: &BTreeSet<(u32
     }
 }
 
+/// The floor a bandwidth is held to: the spec's threshold, else the GPU profile's floor.
+fn floor_of(threshold: Option<f64>, profile: Option<f64>) -> Option<(f64, ExpectationSource)> {
+    threshold
+        .map(|v| (v, ExpectationSource::Threshold))
+        .or_else(|| profile.map(|v| (v, ExpectationSource::Profile)))
+}
+
 pub(super) fn check_nccl(
     node: &str,
     r: &CompactResult,
@@ -68,11 +75,11 @@ pub(super) fn check_nccl(
             stats.values.insert(bw_key, c.pk);
             let floor = if c.c != Collective::AllReduce {
                 None
-            } else if let Some(v) = t.nccl_bus_bw_gbps {
-                Some((v, ExpectationSource::Threshold))
             } else {
-                exp.and_then(|e| e.all_reduce_floor_gbps)
-                    .map(|v| (v, ExpectationSource::Profile))
+                floor_of(
+                    t.nccl_bus_bw_gbps,
+                    exp.and_then(|e| e.all_reduce_floor_gbps),
+                )
             };
             if let Some((floor, source)) = floor {
                 stats.judged.insert(bw_key);
@@ -187,6 +194,26 @@ fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     values
 }
 
+/// The expectation a slow pair missed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Missed {
+    /// A floor: the spec's threshold or the profile's.
+    Floor(f64, ExpectationSource),
+    /// The node's median pair.
+    NodeMedian(f64),
+    /// The node's fastest pair.
+    NodeFastest(f64),
+}
+
+impl Missed {
+    fn expectation(self) -> (f64, ExpectationSource) {
+        match self {
+            Missed::Floor(v, s) => (v, s),
+            Missed::NodeMedian(v) | Missed::NodeFastest(v) => (v, ExpectationSource::Node),
+        }
+    }
+}
+
 /// The node's fastest pair and the bar below which a pair is slow against it: on a board
 /// whose pairs are all alike, no fault makes a pair faster, so the fastest pair is what
 /// each should reach, less the fleet rule's minimum gap and its score in robust standard
@@ -214,25 +241,16 @@ pub(super) fn check_pairs(
             metric: Metric::PairBandwidth,
             what: "copy bandwidth",
             values: unordered_pairs(r),
-            floor: t
-                .pair_bandwidth_gbps
-                .map(|v| (v, ExpectationSource::Threshold))
-                .or_else(|| {
-                    exp.and_then(|e| e.pair_floor_gbps)
-                        .map(|v| (v, ExpectationSource::Profile))
-                }),
+            floor: floor_of(t.pair_bandwidth_gbps, exp.and_then(|e| e.pair_floor_gbps)),
         },
         PairSet {
             metric: Metric::PairBidirBandwidth,
             what: "bidirectional copy bandwidth",
             values: bidir_pairs(r),
-            floor: t
-                .pair_bidir_bandwidth_gbps
-                .map(|v| (v, ExpectationSource::Threshold))
-                .or_else(|| {
-                    exp.and_then(|e| e.pair_bidir_floor_gbps)
-                        .map(|v| (v, ExpectationSource::Profile))
-                }),
+            floor: floor_of(
+                t.pair_bidir_bandwidth_gbps,
+                exp.and_then(|e| e.pair_bidir_floor_gbps),
+            ),
         },
     ];
     // Pairs and GPUs already blamed by an earlier set are not blamed again.
@@ -291,7 +309,7 @@ pub(super) fn check_pairs(
             continue;
         }
         // Each slow pair with the expectation it missed.
-        let mut slow: BTreeMap<(u32, u32), (f64, ExpectationSource)> = BTreeMap::new();
+        let mut slow: BTreeMap<(u32, u32), Missed> = BTreeMap::new();
         let node_mad = fleet::mad(&all, node_median);
         let fastest = fastest_reference(&all, node_mad, &rule);
         let judge_in_node = uniform && !explicit(set.metric) && all.len() >= rule.min_count;
@@ -300,18 +318,15 @@ pub(super) fn check_pairs(
             // then the profile floor; an explicit threshold alone when the spec sets one.
             if judge_in_node && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
             {
-                slow.insert(*pair, (node_median, ExpectationSource::Node));
-            } else if judge_in_node && fastest.is_some_and(|(_, bar)| *v < bar) {
+                slow.insert(*pair, Missed::NodeMedian(node_median));
+            } else if let Some((f, _)) = fastest.filter(|(_, bar)| judge_in_node && *v < *bar) {
                 // Most pairs slow (the ports of two GPUs, say): the median is slow too,
                 // but on a board whose pairs are all alike each should reach the fastest.
-                slow.insert(
-                    *pair,
-                    (fastest.map_or(0.0, |(f, _)| f), ExpectationSource::Node),
-                );
+                slow.insert(*pair, Missed::NodeFastest(f));
             } else if let Some((floor, source)) = set.floor
                 && *v < floor
             {
-                slow.insert(*pair, (floor, source));
+                slow.insert(*pair, Missed::Floor(floor, source));
             }
         }
         slow.retain(|(a, b), _| {
@@ -365,30 +380,27 @@ pub(super) fn check_pairs(
                 .map(|(_, v)| *v)
                 .collect();
             let measured = fleet::median(&mine).unwrap_or(0.0);
-            // The expectation of the GPU's pairs: the strictest floor among them, else the
+            // The expectation of the GPU's pairs: a floor one of them missed, else the
             // node's fastest pair when that is what they missed, else the median of the
             // node's pairs that do not involve the GPU.
-            let theirs: Vec<(f64, ExpectationSource)> = slow
+            let theirs: Vec<Missed> = slow
                 .iter()
                 .filter(|((a, b), _)| a == k || b == k)
-                .map(|(_, e)| *e)
+                .map(|(_, m)| *m)
                 .collect();
-            let against_fastest = fastest
-                .map(|(f, _)| f)
-                .filter(|f| theirs.iter().any(|(e, _)| e == f));
-            let (expected, source) = theirs
+            let missed = theirs
                 .iter()
+                .find(|m| matches!(m, Missed::Floor(..)))
+                .or_else(|| theirs.iter().find(|m| matches!(m, Missed::NodeFastest(_))))
                 .copied()
-                .find(|(_, s)| *s != ExpectationSource::Node)
-                .or(against_fastest.map(|f| (f, ExpectationSource::Node)))
-                .unwrap_or((
+                .unwrap_or(Missed::NodeMedian(
                     fleet::median(&others).unwrap_or(node_median),
-                    ExpectationSource::Node,
                 ));
-            let against = match (source, against_fastest) {
-                (ExpectationSource::Node, Some(_)) => "the node's fastest pair".to_string(),
-                (ExpectationSource::Node, None) => source_words(source, "pairs"),
-                (s, _) => source_words(s, "pair bandwidth"),
+            let (expected, source) = missed.expectation();
+            let against = match missed {
+                Missed::NodeFastest(_) => "the node's fastest pair".to_string(),
+                Missed::NodeMedian(_) => source_words(source, "pairs"),
+                Missed::Floor(_, s) => source_words(s, "pair bandwidth"),
             };
             out.push(evidence(
                 FindingKind::Slow,
@@ -411,21 +423,18 @@ pub(super) fn check_pairs(
         }
         for (a, b) in &verdict.pairs {
             let v = set.values.get(&(*a, *b)).copied().unwrap_or(0.0);
-            let (expected, source) = slow
+            let missed = slow
                 .get(&(*a, *b))
                 .copied()
-                .unwrap_or((node_median, ExpectationSource::Node));
-            let against = match source {
-                ExpectationSource::Node if fastest.is_some_and(|(f, _)| f == expected) => {
-                    format!("the node's fastest pair ({} GB/s)", num(expected))
-                }
-                ExpectationSource::Node => {
-                    format!("the node's other pairs (median {} GB/s)", num(expected))
-                }
-                s => format!(
+                .unwrap_or(Missed::NodeMedian(node_median));
+            let (expected, source) = missed.expectation();
+            let against = match missed {
+                Missed::NodeFastest(f) => format!("the node's fastest pair ({} GB/s)", num(f)),
+                Missed::NodeMedian(m) => format!("the node's other pairs (median {} GB/s)", num(m)),
+                Missed::Floor(f, s) => format!(
                     "{} ({} GB/s)",
                     source_words(s, &format!("pair {}", set.what)),
-                    num(expected)
+                    num(f)
                 ),
             };
             out.push(evidence(
@@ -457,13 +466,7 @@ pub(super) fn check_host(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
-    let floor = t
-        .host_bandwidth_gbps
-        .map(|v| (v, ExpectationSource::Threshold))
-        .or_else(|| {
-            exp.and_then(|e| e.host_floor_gbps)
-                .map(|v| (v, ExpectationSource::Profile))
-        });
+    let floor = floor_of(t.host_bandwidth_gbps, exp.and_then(|e| e.host_floor_gbps));
     for (values, metric, what) in [
         (&r.hd, Metric::H2dBandwidth, "host-to-device"),
         (&r.dh, Metric::D2hBandwidth, "device-to-host"),
