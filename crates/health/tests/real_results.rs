@@ -1,19 +1,38 @@
 //! The rules on compact documents measured on real GPUs (4 x H200, tests/data): a healthy
 //! node passes, and faults written into its real measurements are found where they are.
 
-use gpufabric_api::result::CompactResult;
+use gpufabric_api::keys::TERMINATION_MESSAGE_LIMIT;
+use gpufabric_api::result::{CompactResult, ResultDocument};
 use gpufabric_api::run::NodeVerdict;
-use gpufabric_api::{FindingKind, Metric, Severity, Subject};
+use gpufabric_api::{Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_health::{NodeInput, evaluate};
 
-fn load(name: &str) -> CompactResult {
+fn data(name: &str) -> String {
     let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("test data is readable");
-    CompactResult::parse(&text).expect("test data is a compact result")
+    std::fs::read_to_string(&path).expect("test data is readable")
+}
+
+fn load(name: &str) -> CompactResult {
+    CompactResult::parse(&data(name)).expect("test data is a compact result")
+}
+
+/// A full document written by `fabric-agent node-check`, as the operator receives it:
+/// through the compact termination message.
+fn as_received(full: &str) -> CompactResult {
+    let doc = ResultDocument::parse(full).expect("a full document");
+    CompactResult::parse(&doc.compact_within(TERMINATION_MESSAGE_LIMIT))
+        .expect("its compact form parses")
 }
 
 fn judge(r: CompactResult) -> gpufabric_health::Evaluation {
     evaluate(&[NodeInput::measured(r)], &Default::default())
+}
+
+fn critical(e: &gpufabric_health::Evaluation) -> Vec<&Finding> {
+    e.findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .collect()
 }
 
 #[test]
@@ -48,11 +67,7 @@ fn a_slow_pair_written_into_real_measurements_is_named() {
     r.pu[g + 3] *= 0.55;
     r.pu[3 * g + 1] *= 0.55;
     let e = judge(r);
-    let critical: Vec<_> = e
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical)
-        .collect();
+    let critical = critical(&e);
     assert_eq!(critical.len(), 1, "{critical:#?}");
     assert_eq!(critical[0].subject, Subject::gpu_pair("vm", 1, 3));
     assert_eq!(critical[0].kind, FindingKind::Slow);
@@ -63,23 +78,10 @@ fn a_straggler_written_into_real_measurements_is_named() {
     let mut r = load("h200x4-full.compact");
     r.dc[2] *= 1.25;
     let e = judge(r);
-    let critical: Vec<_> = e
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical)
-        .collect();
+    let critical = critical(&e);
     assert_eq!(critical.len(), 1, "{critical:#?}");
     assert_eq!(critical[0].subject, Subject::gpu("vm", 2));
     assert_eq!(critical[0].kind, FindingKind::Straggler);
-}
-
-/// A full document written by `fabric-agent node-check` beside a real injected fault, as
-/// the operator receives it: through the compact termination message.
-fn load_full(name: &str) -> CompactResult {
-    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).expect("test data is readable");
-    let doc = gpufabric_api::result::ResultDocument::parse(&text).expect("a full document");
-    CompactResult::parse(&doc.compact_within(4096)).expect("its compact form parses")
 }
 
 #[test]
@@ -88,13 +90,9 @@ fn real_background_traffic_between_two_gpus_fails_the_node_on_those_two_gpus() {
     // copy into or out of GPU 1 or GPU 3 ran at half speed (198-222 GB/s), pair 0-2 at
     // 394 GB/s. Five of six pairs are slow, so the node's median is slow too; the pairs
     // must still be judged against the fastest and blamed on the two GPUs.
-    let e = judge(load_full("h200x4-injected-slow-pair.json"));
+    let e = judge(as_received(&data("h200x4-injected-slow-pair.json")));
     assert_eq!(e.verdicts["vm"], NodeVerdict::Failed, "{:#?}", e.findings);
-    let critical: Vec<_> = e
-        .findings
-        .iter()
-        .filter(|f| f.severity == Severity::Critical)
-        .collect();
+    let critical = critical(&e);
     let gpus: Vec<_> = critical.iter().map(|f| f.subject.clone()).collect();
     assert_eq!(
         gpus,
@@ -117,7 +115,7 @@ fn real_background_traffic_between_two_gpus_fails_the_node_on_those_two_gpus() {
 #[test]
 fn a_real_straggler_is_named_and_nothing_else() {
     // `fabric-agent inject straggler --gpu 2`: GEMMs on GPU 2 beside the DDP probe.
-    let e = judge(load_full("h200x4-injected-straggler.json"));
+    let e = judge(as_received(&data("h200x4-injected-straggler.json")));
     assert_eq!(e.verdicts["vm"], NodeVerdict::Failed);
     let critical: Vec<_> = e
         .findings
@@ -131,16 +129,10 @@ fn a_real_straggler_is_named_and_nothing_else() {
 
 #[test]
 fn five_real_clean_runs_pass() {
-    let path = format!(
-        "{}/tests/data/h200x4-clean-runs.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).expect("test data is readable");
+    let text = data("h200x4-clean-runs.jsonl");
     let mut runs = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let doc = gpufabric_api::result::ResultDocument::parse(line).expect("a full document");
-        let r = CompactResult::parse(&doc.compact_within(4096)).expect("compact");
-        let e = judge(r);
+        let e = judge(as_received(line));
         assert_eq!(e.verdicts["vm"], NodeVerdict::Passed, "{:#?}", e.findings);
         runs += 1;
     }
