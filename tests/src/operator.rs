@@ -138,6 +138,17 @@ pub struct OperatorEnv {
     pub fleet: crate::fleet::SimFleet,
     pub cluster: Cluster,
     pub dir: tempfile::TempDir,
+    /// The namespace the tests' objects live in.
+    pub ns: String,
+}
+
+/// The `agent` of a FabricTest spec that runs the real `fabric-agent` on its sim backend.
+pub fn sim_agent(timeout_seconds: u32) -> serde_json::Value {
+    serde_json::json!({
+        "image": "fabric-agent:test",
+        "timeoutSeconds": timeout_seconds,
+        "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
+    })
 }
 
 impl OperatorEnv {
@@ -163,7 +174,29 @@ impl OperatorEnv {
             fleet,
             cluster,
             dir,
+            ns: ns.to_string(),
         }
+    }
+
+    /// Creates the FabricTest `name` with `spec` (JSON, as a user writes it) in the
+    /// namespace; returns the API it lives in.
+    pub async fn create_test(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+    ) -> kube::Api<gpufabric_api::FabricTest> {
+        let api = kube::Api::namespaced(self.cluster.client(), &self.ns);
+        let t: gpufabric_api::FabricTest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpufabric.io/v1alpha1",
+            "kind": "FabricTest",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": spec,
+        }))
+        .expect("valid FabricTest");
+        api.create(&kube::api::PostParams::default(), &t)
+            .await
+            .expect("FabricTest created");
+        api
     }
 
     /// The last lines of every benchmark pod's log, for failure messages.

@@ -5,16 +5,16 @@
 //!
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`.
 
+use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, Trigger};
-use gpufabric_api::{FabricTest, keys};
 use gpufabric_bench::fleet::{Fault, Fleet};
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, OperatorProcess};
+use gpufabric_tests::operator::{OperatorEnv, OperatorProcess, sim_agent};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -38,11 +38,7 @@ fn test_spec(extra: serde_json::Value) -> serde_json::Value {
             "ncclSweep": {"collectives": ["allReduce", "allGather"]},
             "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
         },
-        "agent": {
-            "image": "fabric-agent:test",
-            "timeoutSeconds": 60,
-            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-        }
+        "agent": sim_agent(60)
     });
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
@@ -50,21 +46,6 @@ fn test_spec(extra: serde_json::Value) -> serde_json::Value {
         }
     }
     spec
-}
-
-async fn create_test(cluster: &Cluster, name: &str, spec: serde_json::Value) -> Api<FabricTest> {
-    let api: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
-    let t: FabricTest = serde_json::from_value(json!({
-        "apiVersion": "gpufabric.io/v1alpha1",
-        "kind": "FabricTest",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }))
-    .expect("valid FabricTest");
-    api.create(&PostParams::default(), &t)
-        .await
-        .expect("FabricTest created");
-    api
 }
 
 async fn runs_of(cluster: &Cluster, test: &str) -> Vec<FabricTestRun> {
@@ -136,13 +117,25 @@ fn fleet(n: usize) -> Fleet {
     SimFleet::uniform("gpu", n, H100, 8)
 }
 
+/// `n` nodes, the last of which hangs until its pod's deadline.
+fn fleet_with_last_hung(n: usize) -> Fleet {
+    let mut f = fleet(n);
+    if let Some(last) = f.nodes.last_mut() {
+        last.faults.push(Fault::Hang {
+            phase: None,
+            stuck: true,
+        });
+    }
+    f
+}
+
 #[tokio::test]
 async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     let _serial = SERIAL.lock().await;
     let mut f = fleet(3);
     f.nodes[2].faults.push(Fault::Crash { exit_code: None });
     let env = setup(f).await;
-    let tests = create_test(&env.cluster, "once", test_spec(json!({}))).await;
+    let tests = env.create_test("once", test_spec(json!({}))).await;
 
     let runs = wait_runs(&env, "once", 1, Duration::from_secs(60)).await;
     assert_eq!(runs[0].spec.trigger, Trigger::Creation);
@@ -295,12 +288,12 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
     let _serial = SERIAL.lock().await;
     let env = setup(fleet(1)).await;
     // The CRD schema cannot see that 30 February never comes, nor an unknown time zone.
-    let tests = create_test(
-        &env.cluster,
-        "bad",
-        test_spec(json!({"schedule": "0 2 * * *", "timeZone": "Mars/Olympus"})),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "bad",
+            test_spec(json!({"schedule": "0 2 * * *", "timeZone": "Mars/Olympus"})),
+        )
+        .await;
     let t = wait::for_object(&tests, "bad", Duration::from_secs(30), |t| {
         t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
             s.conditions
@@ -326,22 +319,9 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
 #[tokio::test]
 async fn a_hanging_agent_times_out_at_the_pod_deadline() {
     let _serial = SERIAL.lock().await;
-    let mut f = fleet(2);
-    f.nodes[1].faults.push(Fault::Hang {
-        phase: None,
-        stuck: true,
-    });
-    let env = setup(f).await;
-    create_test(
-        &env.cluster,
-        "hang",
-        test_spec(json!({"agent": {
-            "image": "fabric-agent:test",
-            "timeoutSeconds": 10,
-            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-        }})),
-    )
-    .await;
+    let env = setup(fleet_with_last_hung(2)).await;
+    env.create_test("hang", test_spec(json!({"agent": sim_agent(10)})))
+        .await;
     let runs = wait_runs(&env, "hang", 1, Duration::from_secs(60)).await;
     let started = Instant::now();
     let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(90)).await;
@@ -377,23 +357,10 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
 #[tokio::test]
 async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_results() {
     let _serial = SERIAL.lock().await;
-    let mut f = fleet(12);
     // One node hangs until its 10 s deadline, so the run is still going when the operator dies.
-    f.nodes[11].faults.push(Fault::Hang {
-        phase: None,
-        stuck: true,
-    });
-    let mut env = setup(f).await;
-    create_test(
-        &env.cluster,
-        "restart",
-        test_spec(json!({"agent": {
-            "image": "fabric-agent:test",
-            "timeoutSeconds": 10,
-            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-        }})),
-    )
-    .await;
+    let mut env = setup(fleet_with_last_hung(12)).await;
+    env.create_test("restart", test_spec(json!({"agent": sim_agent(10)})))
+        .await;
     let runs = wait_runs(&env, "restart", 1, Duration::from_secs(60)).await;
     let run_name = runs[0].name_any();
     // Kill the operator once every pod exists and some have finished.
@@ -454,12 +421,9 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
 async fn history_limits_delete_old_runs_and_their_pods() {
     let _serial = SERIAL.lock().await;
     let env = setup(fleet(2)).await;
-    let tests = create_test(
-        &env.cluster,
-        "hist",
-        test_spec(json!({"successfulRunsHistoryLimit": 1})),
-    )
-    .await;
+    let tests = env
+        .create_test("hist", test_spec(json!({"successfulRunsHistoryLimit": 1})))
+        .await;
     let first = wait_runs(&env, "hist", 1, Duration::from_secs(60)).await[0].name_any();
     wait_finished(&env, &first, Duration::from_secs(90)).await;
     for i in 0..2 {
@@ -538,28 +502,19 @@ async fn history_limits_delete_old_runs_and_their_pods() {
 #[tokio::test]
 async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
     let _serial = SERIAL.lock().await;
-    let mut f = fleet(2);
-    f.nodes[1].faults.push(Fault::Hang {
-        phase: None,
-        stuck: true,
-    });
-    let env = setup(f).await;
+    let env = setup(fleet_with_last_hung(2)).await;
     // Every minute; each run lasts ~70 s (one node hangs to its deadline), so the next
     // minute comes while a run is active.
-    let tests = create_test(
-        &env.cluster,
-        "cron",
-        test_spec(json!({
-            "schedule": "* * * * *",
-            "concurrencyPolicy": "Forbid",
-            "agent": {
-                "image": "fabric-agent:test",
-                "timeoutSeconds": 70,
-                "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-            }
-        })),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "cron",
+            test_spec(json!({
+                "schedule": "* * * * *",
+                "concurrencyPolicy": "Forbid",
+                "agent": sim_agent(70)
+            })),
+        )
+        .await;
     let t = wait::for_object(&tests, "cron", Duration::from_secs(30), |t| {
         t.and_then(|t| t.status.as_ref())
             .is_some_and(|s| s.next_schedule_time.is_some())
@@ -627,25 +582,16 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
 #[tokio::test]
 async fn replace_deletes_the_active_run_for_the_new_one() {
     let _serial = SERIAL.lock().await;
-    let mut f = fleet(1);
-    f.nodes[0].faults.push(Fault::Hang {
-        phase: None,
-        stuck: true,
-    });
-    let env = setup(f).await;
-    let tests = create_test(
-        &env.cluster,
-        "repl",
-        test_spec(json!({
-            "concurrencyPolicy": "Replace",
-            "agent": {
-                "image": "fabric-agent:test",
-                "timeoutSeconds": 120,
-                "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-            }
-        })),
-    )
-    .await;
+    let env = setup(fleet_with_last_hung(1)).await;
+    let tests = env
+        .create_test(
+            "repl",
+            test_spec(json!({
+                "concurrencyPolicy": "Replace",
+                "agent": sim_agent(120)
+            })),
+        )
+        .await;
     let first = wait_runs(&env, "repl", 1, Duration::from_secs(60)).await[0].name_any();
     let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
     wait::for_object(&runs, &first, Duration::from_secs(30), |r| {
@@ -688,7 +634,7 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     let b =
         OperatorProcess::start_with(&env.cluster, log("b"), &lease_args, &[("POD_NAME", "op-b")]);
 
-    let tests = create_test(&env.cluster, "led", test_spec(json!({}))).await;
+    let tests = env.create_test("led", test_spec(json!({}))).await;
     let first = wait_runs(&env, "led", 1, Duration::from_secs(60)).await[0].name_any();
     wait_finished(&env, &first, Duration::from_secs(60)).await;
     // The follower waits: it has not synced its caches, so it is not ready.

@@ -13,11 +13,11 @@ use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
 use gpufabric_bench::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::OperatorEnv;
+use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -39,27 +39,8 @@ fn spec(quarantine: serde_json::Value) -> serde_json::Value {
     json!({
         "nodeSelector": {"pool": "training"},
         "quarantine": quarantine,
-        "agent": {
-            "image": "fabric-agent:test",
-            "timeoutSeconds": 60,
-            "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]
-        }
+        "agent": sim_agent(60)
     })
-}
-
-async fn create_test(env: &Env, name: &str, spec: serde_json::Value) -> Api<FabricTest> {
-    let api: Api<FabricTest> = Api::namespaced(env.cluster.client(), NS);
-    let t: FabricTest = serde_json::from_value(json!({
-        "apiVersion": "gpufabric.io/v1alpha1",
-        "kind": "FabricTest",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }))
-    .expect("valid FabricTest");
-    api.create(&PostParams::default(), &t)
-        .await
-        .expect("FabricTest created");
-    api
 }
 
 async fn nodes(env: &Env) -> BTreeMap<String, Node> {
@@ -171,13 +152,13 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
 async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned() {
     let _serial = SERIAL.lock().await;
     let env = setup(SimFleet::demo()).await;
-    let tests = create_test(
-        &env,
-        "demo",
-        // A budget of 4 nodes: "exactly two" comes from the findings, not from the budget.
-        spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "demo",
+            // A budget of 4 nodes: "exactly two" comes from the findings, not from the budget.
+            spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
+        )
+        .await;
 
     let t = wait_status(
         &env,
@@ -301,12 +282,12 @@ async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
         });
     }
     let env = setup(fleet).await;
-    let tests = create_test(
-        &env,
-        "pct",
-        spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "pct",
+            spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
+        )
+        .await;
     let t = wait_status(
         &env,
         &tests,
@@ -343,8 +324,7 @@ fn small_fleet() -> Fleet {
 async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
     let _serial = SERIAL.lock().await;
     let env = setup(small_fleet()).await;
-    let tests = create_test(
-        &env,
+    let tests = env.create_test(
         "heal",
         spec(json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2})),
     )
@@ -427,12 +407,12 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
         )
         .await
         .expect("person cordons gpu-04");
-    let tests = create_test(
-        &env,
-        "gone",
-        spec(json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false})),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "gone",
+            spec(json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false})),
+        )
+        .await;
     wait_status(
         &env,
         &tests,
@@ -472,7 +452,9 @@ async fn observe_mode_changes_no_node() {
         .map(|(k, n)| (k.clone(), quarantine_view(n)))
         .collect();
     // Observe is the default mode.
-    let tests = create_test(&env, "watch", spec(json!({"maxQuarantined": 4}))).await;
+    let tests = env
+        .create_test("watch", spec(json!({"maxQuarantined": 4})))
+        .await;
     let t = wait_status(
         &env,
         &tests,
@@ -523,12 +505,12 @@ async fn observe_mode_changes_no_node() {
 async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
     let _serial = SERIAL.lock().await;
     let env = setup(small_fleet()).await;
-    let tests = create_test(
-        &env,
-        "flaky",
-        spec(json!({"mode": "Cordon", "maxQuarantined": 1})),
-    )
-    .await;
+    let tests = env
+        .create_test(
+            "flaky",
+            spec(json!({"mode": "Cordon", "maxQuarantined": 1})),
+        )
+        .await;
     // The first run finds the straggler on gpu-02 ...
     let runs_api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
     let first = wait::poll(
@@ -606,8 +588,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
 async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint() {
     let _serial = SERIAL.lock().await;
     let env = setup(small_fleet()).await;
-    let tests = create_test(
-        &env,
+    let tests = env.create_test(
         "taint",
         spec(json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1})),
     )
