@@ -169,6 +169,19 @@ pub enum ConcurrencyPolicy {
     Allow,
 }
 
+impl ConcurrencyPolicy {
+    /// Whether a due run starts while other runs of the test may be active: `None` when
+    /// it must not (Forbid with a run active), else `Some(stop_active)`, true when the
+    /// active runs are stopped first (Replace).
+    pub fn admit(self, any_active: bool) -> Option<bool> {
+        match self {
+            ConcurrencyPolicy::Forbid if any_active => None,
+            ConcurrencyPolicy::Replace => Some(true),
+            ConcurrencyPolicy::Forbid | ConcurrencyPolicy::Allow => Some(false),
+        }
+    }
+}
+
 /// Image pull policy of the benchmark pods.
 #[derive(
     Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
@@ -286,4 +299,19 @@ pub struct NodeHealth {
     pub last_finding: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConcurrencyPolicy as P;
+
+    #[test]
+    fn concurrency_policies_admit_a_due_run_as_cronjobs_do() {
+        assert_eq!(P::Forbid.admit(true), None);
+        assert_eq!(P::Forbid.admit(false), Some(false));
+        assert_eq!(P::Replace.admit(true), Some(true));
+        assert_eq!(P::Replace.admit(false), Some(true));
+        assert_eq!(P::Allow.admit(true), Some(false));
+        assert_eq!(P::Allow.admit(false), Some(false));
+    }
 }

@@ -233,7 +233,6 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let mut start: Option<Start> = None;
     let mut decision = None;
     let mut replace = false;
-    use gpufabric_api::test::ConcurrencyPolicy as P;
     if run_now {
         let rv = test.resource_version().unwrap_or_default();
         let candidate = Start {
@@ -244,8 +243,8 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
             ),
             scheduled: None,
         };
-        match policy {
-            P::Forbid if !active.is_empty() => {
+        match policy.admit(!active.is_empty()) {
+            None => {
                 events::normal(
                     ctx,
                     &test_ref,
@@ -258,11 +257,10 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
                 )
                 .await;
             }
-            P::Replace => {
-                replace = true;
+            Some(stop_active) => {
+                replace = stop_active;
                 start = Some(candidate);
             }
-            _ => start = Some(candidate),
         }
     } else if let Some(schedule) = &schedule {
         if !test.spec.suspend {
@@ -308,8 +306,8 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
                     // Already started (the status write was lost): record it.
                     status.last_schedule_time = Some(to_time(t));
                 } else {
-                    match policy {
-                        P::Forbid if !active.is_empty() => {
+                    match policy.admit(!active.is_empty()) {
+                        None => {
                             events::normal(
                                 ctx,
                                 &test_ref,
@@ -322,11 +320,10 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
                             )
                             .await;
                         }
-                        P::Replace => {
-                            replace = true;
+                        Some(stop_active) => {
+                            replace = stop_active;
                             start = Some(candidate);
                         }
-                        _ => start = Some(candidate),
                     }
                 }
             }
