@@ -322,17 +322,10 @@ pub async fn execute(
     plan: &Plan,
     reasons: &BTreeMap<String, String>,
 ) -> Result<Outcome, QuarantineError> {
-    let key = test_key(test)?;
+    let mut exec = Executor::new(client, recorder, metrics, test)?;
+    let key = exec.key.clone();
     let mode = test.spec.quarantine.mode;
     let mut ours = records_of(client, &key).await?;
-    let mut exec = Executor {
-        nodes: Api::all(client.clone()),
-        recorder,
-        metrics,
-        test,
-        key: key.clone(),
-        outcome: Outcome::default(),
-    };
 
     if let Some(e) = &plan.budget_error {
         warn!(test = %key, "{e}; nothing new is quarantined");
@@ -452,16 +445,9 @@ pub async fn release_all(
     metrics: &QuarantineMetrics,
     test: &FabricTest,
 ) -> Result<Vec<String>, QuarantineError> {
-    let key = test_key(test)?;
+    let mut exec = Executor::new(client, recorder, metrics, test)?;
+    let key = exec.key.clone();
     let ours = records_of(client, &key).await?;
-    let mut exec = Executor {
-        nodes: Api::all(client.clone()),
-        recorder,
-        metrics,
-        test,
-        key: key.clone(),
-        outcome: Outcome::default(),
-    };
     if !test.spec.quarantine.release_on_delete {
         if !ours.is_empty() {
             let names: Vec<&str> = ours.keys().map(String::as_str).collect();
@@ -630,7 +616,23 @@ enum Applied {
     Gone,
 }
 
-impl Executor<'_> {
+impl<'a> Executor<'a> {
+    fn new(
+        client: &Client,
+        recorder: &'a Recorder,
+        metrics: &'a QuarantineMetrics,
+        test: &'a FabricTest,
+    ) -> Result<Executor<'a>, QuarantineError> {
+        Ok(Executor {
+            nodes: Api::all(client.clone()),
+            recorder,
+            metrics,
+            test,
+            key: test_key(test)?,
+            outcome: Outcome::default(),
+        })
+    }
+
     /// Decide on the node as read, patch with its resourceVersion, and on a conflict read
     /// it again and decide again.
     async fn guarded(
@@ -728,11 +730,8 @@ impl Executor<'_> {
                     .flatten()
             }
             Ok(Applied::NotPatched { step, node }) => {
-                let why = match step {
-                    Step::Refuse(why) | Step::Nothing(why) => why,
-                    Step::Patch { .. } => String::new(),
-                };
-                self.act(name, Some(&node), left_alone(&node), why).await;
+                self.act(name, Some(&node), left_alone(&node), step.into_reason())
+                    .await;
                 None
             }
             Ok(Applied::Gone) => {
@@ -775,11 +774,8 @@ impl Executor<'_> {
                 true
             }
             Ok(Applied::NotPatched { step, node }) => {
-                let why = match step {
-                    Step::Refuse(why) | Step::Nothing(why) => why,
-                    Step::Patch { .. } => String::new(),
-                };
-                self.act(name, Some(&node), left_alone(&node), why).await;
+                self.act(name, Some(&node), left_alone(&node), step.into_reason())
+                    .await;
                 false
             }
             Ok(Applied::Gone) => {

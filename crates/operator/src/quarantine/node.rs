@@ -156,6 +156,16 @@ pub enum Step {
     Refuse(String),
 }
 
+impl Step {
+    /// Why nothing was patched (empty for a patch).
+    pub fn into_reason(self) -> String {
+        match self {
+            Step::Refuse(why) | Step::Nothing(why) => why,
+            Step::Patch { .. } => String::new(),
+        }
+    }
+}
+
 /// The step that quarantines `node` for the test `test_key` in `mode`. Only what is
 /// missing is changed, and the record says exactly what that was.
 pub fn quarantine_step(
