@@ -165,14 +165,11 @@ fn run_task(task: &WorkerTask) -> WorkerReport {
             matches!(e, GpuError::Timeout(..)),
             e.to_string(),
         ),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            failed(Some(task.rank), false, format!("panicked: {msg}"))
-        }
+        Err(p) => failed(
+            Some(task.rank),
+            false,
+            format!("panicked: {}", super::panic_message(p.as_ref())),
+        ),
     }
 }
 

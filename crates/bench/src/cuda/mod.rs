@@ -33,18 +33,19 @@ use gpufabric_api::result::{
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
 
+/// The message a caught panic carried.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
 /// Runs the node check on every visible GPU.
 pub fn node_check(opts: &CheckOptions, progress: Progress) -> Result<ResultDocument, CheckError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(opts, progress))) {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(classify_panic(&msg))
-        }
+        Err(p) => Err(classify_panic(&panic_message(p.as_ref()))),
     }
 }
 
