@@ -409,13 +409,13 @@ impl<'g> Replica<'g> {
         Ok(())
     }
 
-    /// Stops tracing and returns the traced step's operations in the order they were
-    /// enqueued, with start and duration in ms from the step's start.
+    /// The traced step's operations (tracing stops after the timed steps, in
+    /// [`measure_point`]) in the order they were enqueued, with start and duration in ms
+    /// from the step's start.
     fn take_trace(&self, step: usize) -> GpuResult<Vec<TraceLine>> {
         let Some(tr) = &self.trace else {
             return Ok(Vec::new());
         };
-        tr.on.store(false, Ordering::Relaxed);
         let ops = match tr.ops.lock() {
             Ok(mut ops) => std::mem::take(&mut *ops),
             Err(_) => return Ok(Vec::new()),
@@ -448,7 +448,7 @@ impl<'g> Replica<'g> {
             self.comm.wait(&self.ready[k])?;
         }
         let p = (self.grads.ptr + bk.offset) as *mut c_void;
-        let name = || format!("allreduce b{}", wait.unwrap_or(usize::MAX).min(99));
+        let name = || wait.map_or("allreduce".into(), |k| format!("allreduce b{k}"));
         self.traced(name, true, || {
             // SAFETY: the bucket lies inside the gradient buffer (in-place all-reduce);
             // the communicator is live and used by this thread only.
