@@ -1,8 +1,8 @@
-//! Simulated fleets for tests: build a `gpufabric_bench::fleet::Fleet` in Rust, write it to
+//! Simulated fleets for tests: build a `gpufabric_measure::fleet::Fleet` in Rust, write it to
 //! a file (the process-kubelet and the agent's sim backend both read the file), or load one.
 
 use crate::{Error, Result, io_err, workspace_root};
-use gpufabric_bench::fleet::{Fault, Fleet, FleetNode};
+use gpufabric_measure::fleet::{Fault, Fleet, FleetNode};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -109,9 +109,9 @@ impl SimFleet {
         Fleet { seed: 42, nodes }
     }
 
-    /// `crates/bench/fleets/demo-16.yaml`, when the bench crate ships it.
+    /// `crates/measure/fleets/demo-16.yaml`, when the bench crate ships it.
     pub fn shipped_demo_file() -> Option<PathBuf> {
-        let p = workspace_root().join("crates/bench/fleets/demo-16.yaml");
+        let p = workspace_root().join("crates/measure/fleets/demo-16.yaml");
         p.is_file().then_some(p)
     }
 }

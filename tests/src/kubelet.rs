@@ -44,7 +44,7 @@ use crate::process::signal_group;
 use crate::{Error, Result, kube_err};
 use futures::StreamExt;
 use gpufabric_api::keys;
-use gpufabric_bench::fleet::{Fleet, FleetNode};
+use gpufabric_measure::fleet::{Fleet, FleetNode};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;

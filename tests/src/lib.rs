@@ -56,7 +56,7 @@ pub enum Error {
     #[error("generating certificates: {0}")]
     Certificates(String),
     #[error(transparent)]
-    Fleet(#[from] gpufabric_bench::fleet::FleetError),
+    Fleet(#[from] gpufabric_measure::fleet::FleetError),
     #[error("{0}")]
     Invalid(String),
 }

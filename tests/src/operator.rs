@@ -153,7 +153,7 @@ pub fn sim_agent(timeout_seconds: u32) -> serde_json::Value {
 
 impl OperatorEnv {
     /// Starts everything for `fleet`, with the namespace `ns` created.
-    pub async fn start(fleet: gpufabric_bench::fleet::Fleet, ns: &str) -> OperatorEnv {
+    pub async fn start(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
         crate::init_tracing();
         let cluster = Cluster::start().await.expect("local control plane starts");
         let dir = tempfile::tempdir().expect("temp dir");

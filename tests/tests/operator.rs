@@ -7,7 +7,7 @@
 
 use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, Trigger};
-use gpufabric_bench::fleet::{Fault, Fleet};
+use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, OperatorProcess, sim_agent};

@@ -11,7 +11,7 @@ use gpufabric_api::keys::{
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
-use gpufabric_bench::fleet::{Fault, Fleet};
+use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;

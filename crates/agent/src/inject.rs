@@ -2,7 +2,7 @@
 //! that the check finds them (a slow GPU pair, a straggler GPU).
 
 use anyhow::Context;
-use gpufabric_bench::cuda::inject;
+use gpufabric_measure::cuda::inject;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;

@@ -8,9 +8,9 @@ mod tables;
 use anyhow::Context;
 use args::{BackendArg, NodeCheckArgs};
 use clap::{Parser, Subcommand};
-use gpufabric_bench::fleet::Fleet;
-use gpufabric_bench::sim::{self, ProcessFault};
-use gpufabric_bench::{CheckError, CheckOptions};
+use gpufabric_measure::fleet::Fleet;
+use gpufabric_measure::sim::{self, ProcessFault};
+use gpufabric_measure::{CheckError, CheckOptions};
 use std::process::ExitCode;
 
 /// Tests the GPU fabric of this node: NCCL collective sweep, GPU-pair copy bandwidth, a
@@ -22,7 +22,7 @@ use std::process::ExitCode;
     version,
     about,
     long_about,
-    after_help = "Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/bench/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120"
+    after_help = "Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,7 +45,7 @@ enum Command {
     /// Examples:
     ///   fabric-agent node-check
     ///   fabric-agent node-check --quick --collectives allReduce -b 8 -e 1G --json out.json
-    ///   fabric-agent node-check --backend sim --fleet crates/bench/fleets/demo-16.yaml --node h100-00
+    ///   fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-00
     #[command(verbatim_doc_comment)]
     NodeCheck(Box<NodeCheckArgs>),
     /// Inject a real fault on this node's GPUs (a slow GPU pair, a straggler GPU) for a
@@ -138,7 +138,7 @@ fn node_name(arg: Option<String>) -> anyhow::Result<String> {
 fn ddp_worker() -> anyhow::Result<i32> {
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
-    gpufabric_bench::cuda::ddp_procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
+    gpufabric_measure::cuda::ddp_procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
         .context("writing the ddp worker report")?;
     Ok(0)
 }
@@ -161,7 +161,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
     let doc = match args.backend {
         BackendArg::Cuda => {
             progress(&format!("node-check on {node} with the cuda backend"));
-            gpufabric_bench::cuda::node_check(&opts, &progress)?
+            gpufabric_measure::cuda::node_check(&opts, &progress)?
         }
         BackendArg::Sim => {
             let path = args.fleet.as_ref().ok_or_else(|| {

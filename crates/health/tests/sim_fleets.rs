@@ -1,11 +1,11 @@
 //! The rules on what the agent really writes: the sim backend's documents for the sample
-//! fleets (crates/bench/fleets), compacted as in a termination message, then evaluated.
+//! fleets (crates/measure/fleets), compacted as in a termination message, then evaluated.
 
 use gpufabric_api::result::{CompactResult, Transport};
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::{FindingKind, Metric, Severity, Subject, Suite};
-use gpufabric_bench::fleet::{Fault, Fleet};
-use gpufabric_bench::{CheckOptions, sim};
+use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_measure::{CheckOptions, sim};
 use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
 use std::path::Path;
 use std::time::Duration;

@@ -27,7 +27,7 @@ struct Cli {
     /// Tear everything down after the run instead of waiting for Ctrl-C.
     #[arg(long)]
     once: bool,
-    /// Fleet description (default: crates/bench/fleets/demo-16.yaml, else a built-in
+    /// Fleet description (default: crates/measure/fleets/demo-16.yaml, else a built-in
     /// 16-node fleet).
     #[arg(long)]
     fleet: Option<PathBuf>,

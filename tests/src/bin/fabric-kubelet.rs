@@ -15,7 +15,7 @@ struct Cli {
     /// Kubeconfig of the cluster (admin credentials).
     #[arg(long, env = "KUBECONFIG")]
     kubeconfig: PathBuf,
-    /// Fleet description (YAML), as `gpufabric_bench::fleet::Fleet` reads it.
+    /// Fleet description (YAML), as `gpufabric_measure::fleet::Fleet` reads it.
     #[arg(long)]
     fleet: PathBuf,
     /// Directory holding `fabric-agent` (default: this program's dir).
