@@ -424,7 +424,7 @@ fn help_explains_node_check_with_an_example() {
 #[test]
 fn demo_fleet_runs_every_node_quickly() {
     let env = Env::new();
-    let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/fleets/demo-16.yaml");
+    let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("../measure/fleets/demo-16.yaml");
     for node in ["h100-00", "h100-03", "h200-05"] {
         let t0 = Instant::now();
         let out = env

@@ -4,15 +4,15 @@
 use gpufabric_api::result::{CompactResult, Transport};
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::{FindingKind, Metric, Severity, Subject, Suite};
+use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_measure::{CheckOptions, sim};
-use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
 use std::path::Path;
 use std::time::Duration;
 
 fn load(name: &str) -> Fleet {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../bench/fleets")
+        .join("../measure/fleets")
         .join(name);
     Fleet::load(&path).expect("sample fleet loads")
 }
