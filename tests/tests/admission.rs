@@ -60,7 +60,7 @@ fn webhook_configuration(url: &str, ca_pem: &str) -> ValidatingWebhookConfigurat
             "failurePolicy": "Fail",
             "sideEffects": "None",
             "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
+            "timeoutSeconds": 10,
         }],
     }))
     .expect("webhook configuration");
@@ -133,7 +133,8 @@ async fn until_the_webhook_answers(cluster: &Cluster) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// kubectl runs blocking on a worker thread while others serve the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
     gpufabric_tests::init_tracing();
     let cluster = Cluster::start().await.expect("local control plane starts");
