@@ -340,7 +340,23 @@ pub fn input_value(r: u64, i: u64) -> i64 {
 /// chunk per peer where relevant); `None` where the output is not defined (non-root of
 /// reduce).
 pub fn expected_value(c: Collective, n: u64, r: u64, i: u64, per: u64) -> Option<i64> {
-    let sum = |idx: u64| (0..n).map(|q| input_value(q, idx)).sum::<i64>();
+    expected_with(c, n, r, i, per, &rank_sums(n))
+}
+
+/// The sum over `n` ranks of [`input_value`] by the rank-independent part of the index
+/// modulo 8 (`(7i + (i >> 12)) % 8`): a reduction's expected value is one table read.
+pub fn rank_sums(n: u64) -> [i64; 8] {
+    let mut t = [0i64; 8];
+    for (k, slot) in t.iter_mut().enumerate() {
+        *slot = (0..n).map(|q| ((k as u64 + q * 3) % 8) as i64).sum();
+    }
+    t
+}
+
+fn expected_with(c: Collective, n: u64, r: u64, i: u64, per: u64, sums: &[i64; 8]) -> Option<i64> {
+    // (7i + 3q + (i >> 12)) % 8 summed over q: only (7i + (i >> 12)) % 8 varies with i, and
+    // wrapping arithmetic modulo 2^64 keeps the residue modulo 8.
+    let sum = |idx: u64| sums[(idx.wrapping_mul(7).wrapping_add(idx >> 12) % 8) as usize];
     match c {
         Collective::AllReduce => Some(sum(i)),
         Collective::Reduce => (r == 0).then(|| sum(i)),
@@ -416,7 +432,21 @@ pub fn count_wrong(
 ) -> u64 {
     let e = dt.size() as usize;
     let count = (count as usize).min(buf.len() / e);
-    let chunk = (count / 32).max(1 << 16);
+    if matches!(c, Collective::Reduce) && r != 0 {
+        return 0;
+    }
+    let threads = std::thread::available_parallelism().map_or(32, |t| t.get());
+    let chunk = (count / threads.max(1)).max(1 << 16);
+    let sums = rank_sums(n);
+    // Every expected value is in 0..=7n: encode each once.
+    let encoded: Vec<[u8; 8]> = (0..=7 * n as i64)
+        .map(|v| {
+            let mut b = [0u8; 8];
+            encode(dt, v, &mut b);
+            b
+        })
+        .collect();
+    let encoded = &encoded;
     std::thread::scope(|s| {
         let handles: Vec<_> = buf[..count * e]
             .chunks(chunk * e)
@@ -424,15 +454,14 @@ pub fn count_wrong(
             .map(|(ci, part)| {
                 s.spawn(move || {
                     let base = (ci * chunk) as u64;
-                    let mut want = [0u8; 8];
                     let mut wrong = 0u64;
                     for (j, cell) in part.chunks_exact(e).enumerate() {
-                        let Some(v) = expected_value(c, n, r, base + j as u64, per) else {
+                        let Some(v) = expected_with(c, n, r, base + j as u64, per, &sums) else {
                             continue;
                         };
-                        encode(dt, v, &mut want);
-                        if cell != &want[..e] {
-                            wrong += 1;
+                        match encoded.get(v as usize) {
+                            Some(want) if cell == &want[..e] => {}
+                            _ => wrong += 1,
                         }
                     }
                     wrong
@@ -955,6 +984,18 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_rank_sum_table_matches_summing_every_rank() {
+        for n in [1u64, 2, 4, 8, 72] {
+            let sums = rank_sums(n);
+            for i in (0..100_000u64).chain([1 << 40, (1 << 12) - 1, (1 << 45) + 4097]) {
+                let direct: i64 = (0..n).map(|q| input_value(q, i)).sum();
+                let key = (i.wrapping_mul(7).wrapping_add(i >> 12) % 8) as usize;
+                assert_eq!(sums[key], direct, "n={n} i={i}");
             }
         }
     }
