@@ -822,11 +822,7 @@ impl Op {
     /// that fits the L2 cache is not timed from it (one H200 timed 16 MiB at 7.0 µs from
     /// L2 against nccl-tests' 11.1 µs before).
     fn shift(&self, iter: u32) -> u64 {
-        let steps = if self.total > 0 {
-            (self.max_total / self.total).max(1)
-        } else {
-            1
-        };
+        let steps = self.max_total.checked_div(self.total).unwrap_or(1).max(1);
         self.total * (u64::from(iter) % steps)
     }
 }
