@@ -189,8 +189,8 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     );
 
     let agent = &spec.agent;
-    c.check(!agent.image.trim().is_empty(), "agent.image", || {
-        "must not be empty".into()
+    c.check(agent.image.trim() == agent.image, "agent.image", || {
+        "must not start or end with spaces (leave it out for the operator's --agent-image)".into()
     });
     c.check(
         (10..=86400).contains(&agent.timeout_seconds),
