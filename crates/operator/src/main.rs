@@ -46,6 +46,15 @@ enum Command {
         /// Name of the leader Lease (one per installation; the chart uses the release name).
         #[arg(long, value_name = "NAME", default_value = gpufabric_operator::leader::DEFAULT_LEASE_NAME)]
         lease_name: String,
+        /// Serve the validating admission webhook (HTTPS) on this address, e.g. 0.0.0.0:9443.
+        #[arg(long, value_name = "ADDR", requires_all = ["webhook_cert", "webhook_key"])]
+        webhook_addr: Option<std::net::SocketAddr>,
+        /// PEM certificate chain of the webhook (read again when the file changes).
+        #[arg(long, value_name = "PATH", requires = "webhook_addr")]
+        webhook_cert: Option<PathBuf>,
+        /// PEM private key of the webhook certificate.
+        #[arg(long, value_name = "PATH", requires = "webhook_addr")]
+        webhook_key: Option<PathBuf>,
     },
     /// Write the CustomResourceDefinitions (FabricTest, FabricTestRun) as YAML.
     ///
@@ -71,6 +80,9 @@ fn main() -> anyhow::Result<()> {
             lease_namespace,
             lease_name,
             agent_image,
+            webhook_addr,
+            webhook_cert,
+            webhook_key,
         } => {
             init_tracing(log_json);
             let admin_addr = match admin_addr.as_str() {
@@ -81,6 +93,11 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
+                if let (Some(addr), Some(cert), Some(key)) =
+                    (webhook_addr, webhook_cert, webhook_key)
+                {
+                    start_webhook(addr, cert, key).await?;
+                }
                 let client = client(kubeconfig).await?;
                 let mut options =
                     gpufabric_operator::controller_options(namespace.clone(), admin_addr);
@@ -104,6 +121,25 @@ fn main() -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// Binds the admission webhook (failing now on a bad certificate or address) and serves
+/// it in the background on every replica, leader or not.
+async fn start_webhook(
+    addr: std::net::SocketAddr,
+    cert: PathBuf,
+    key: PathBuf,
+) -> anyhow::Result<()> {
+    use gpufabric_operator::webhook::{CertFiles, Webhook};
+    let webhook = Webhook::bind(addr, CertFiles { cert, key })
+        .await
+        .context("starting the admission webhook")?;
+    tokio::spawn(async move {
+        if let Err(e) = webhook.serve(std::future::pending()).await {
+            tracing::error!(error = %e, "the admission webhook stopped");
+        }
+    });
+    Ok(())
 }
 
 fn init_tracing(json: bool) {
