@@ -10,7 +10,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Image the benchmark pods run when `agent.image` is not set.
+/// Image the benchmark pods run when neither `agent.image` nor the operator's
+/// `--agent-image` names one.
 pub const DEFAULT_AGENT_IMAGE: &str = concat!(
     "ghcr.io/gpufabric/fabric-agent:v",
     env!("CARGO_PKG_VERSION")
@@ -207,8 +208,9 @@ pub enum PullPolicy {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentSpec {
-    /// Agent image.
-    #[schemars(length(min = 1))]
+    /// Agent image. Empty (the default): the operator's `--agent-image` (the chart's
+    /// `agentImage`), resolved when each benchmark pod is created.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub image: String,
     pub image_pull_policy: PullPolicy,
     /// Resources of the agent container besides the GPUs (which are always all of the node's).
@@ -230,7 +232,7 @@ pub struct AgentSpec {
 impl Default for AgentSpec {
     fn default() -> Self {
         AgentSpec {
-            image: DEFAULT_AGENT_IMAGE.to_string(),
+            image: String::new(),
             image_pull_policy: PullPolicy::IfNotPresent,
             resources: None,
             env: Vec::new(),
