@@ -133,6 +133,7 @@ fn eight_gpu_document() -> ResultDocument {
                 .collect(),
         }),
         transports: vec![],
+        nics: vec![],
         errors: vec![],
     }
 }
