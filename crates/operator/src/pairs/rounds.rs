@@ -154,7 +154,11 @@ fn unordered(p: &NodePair) -> (String, String) {
 
 /// Rounds a group of `m` nodes needs: at least two partners each where the group allows.
 fn within_rounds(m: usize, pairing: Pairing) -> usize {
-    let all = if m.is_multiple_of(2) { m.saturating_sub(1) } else { m };
+    let all = if m.is_multiple_of(2) {
+        m.saturating_sub(1)
+    } else {
+        m
+    };
     if m < 2 {
         0
     } else if pairing == Pairing::All {
