@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
+pub mod pairs;
 pub mod pods;
 pub mod quarantine;
 pub mod results;
