@@ -5,8 +5,8 @@
 use crate::{Result, kube_err, wait};
 use gpufabric_api::keys;
 use k8s_openapi::api::core::v1::{
-    ConfigMapKeySelector, Container, EnvVar, EnvVarSource, Pod, PodSpec, ResourceRequirements,
-    SecretKeySelector,
+    ConfigMapKeySelector, Container, ContainerState, EnvVar, EnvVarSource, Node, Pod, PodSpec,
+    ResourceRequirements, SecretKeySelector,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -140,17 +140,31 @@ pub fn pod_phase(pod: Option<&Pod>) -> &str {
         .unwrap_or_default()
 }
 
-/// Reason and message of the first container's `waiting` state, if it waits.
-pub fn waiting(pod: Option<&Pod>) -> Option<(String, String)> {
-    let w = pod?
-        .status
+/// The state of the pod's first container, once it has a status.
+pub fn container_state(pod: Option<&Pod>) -> Option<&ContainerState> {
+    pod?.status
         .as_ref()?
         .container_statuses
         .as_ref()?
         .first()?
         .state
-        .as_ref()?
-        .waiting
-        .clone()?;
+        .as_ref()
+}
+
+/// Reason and message of the first container's `waiting` state, if it waits.
+pub fn waiting(pod: Option<&Pod>) -> Option<(String, String)> {
+    let w = container_state(pod)?.waiting.clone()?;
     Some((w.reason.unwrap_or_default(), w.message.unwrap_or_default()))
+}
+
+/// The status of a node's `Ready` condition (`True`, `False`, `Unknown`).
+pub fn node_ready(node: Option<&Node>) -> Option<String> {
+    node?
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
 }

@@ -175,6 +175,22 @@ impl Drop for OperatorProcess {
     }
 }
 
+/// The control plane of an [`OperatorEnv`]: its own, or the test binary's shared one.
+pub enum EnvCluster {
+    Own(Box<Cluster>),
+    Shared(crate::shared::TestEnv),
+}
+
+impl std::ops::Deref for EnvCluster {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        match self {
+            EnvCluster::Own(c) => c,
+            EnvCluster::Shared(env) => env.cluster(),
+        }
+    }
+}
+
 /// What an operator end-to-end test runs against: a local control plane, a simulated fleet
 /// (its file in `dir`, so a test can rewrite it to repair a node), the process-kubelet, a
 /// namespace and the operator. Dropped in reverse order of start.
@@ -182,7 +198,7 @@ pub struct OperatorEnv {
     pub operator: OperatorProcess,
     pub kubelet: crate::kubelet::Kubelet,
     pub fleet: crate::fleet::SimFleet,
-    pub cluster: Cluster,
+    pub cluster: EnvCluster,
     pub dir: tempfile::TempDir,
     /// The namespace the tests' objects live in.
     pub ns: String,
@@ -198,10 +214,36 @@ pub fn sim_agent(timeout_seconds: u32) -> serde_json::Value {
 }
 
 impl OperatorEnv {
-    /// Starts everything for `fleet`, with the namespace `ns` created.
+    /// Starts everything for `fleet` on a control plane of its own, with the namespace
+    /// `ns` created.
     pub async fn start(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
         crate::init_tracing();
         let cluster = Cluster::start().await.expect("local control plane starts");
+        cluster.create_namespace(ns).await.expect("namespace");
+        let cluster = EnvCluster::Own(Box::new(cluster));
+        OperatorEnv::start_on(cluster, fleet, ns, &[]).await
+    }
+
+    /// Starts everything for `fleet` on the test binary's shared control plane, in a
+    /// namespace of its own (`<name>-<n>`, see [`OperatorEnv::ns`]); the nodes are named and
+    /// labelled as [`crate::shared::TestEnv::fleet`] does, and the operator watches only
+    /// that namespace.
+    pub async fn shared(fleet: gpufabric_measure::fleet::Fleet, name: &str) -> OperatorEnv {
+        let env = crate::shared::TestEnv::new(name)
+            .await
+            .expect("test environment");
+        let fleet = env.fleet(fleet);
+        let ns = env.ns().to_string();
+        let args = ["--namespace", ns.as_str()];
+        OperatorEnv::start_on(EnvCluster::Shared(env), fleet, &ns, &args).await
+    }
+
+    async fn start_on(
+        cluster: EnvCluster,
+        fleet: gpufabric_measure::fleet::Fleet,
+        ns: &str,
+        operator_args: &[&str],
+    ) -> OperatorEnv {
         let dir = tempfile::tempdir().expect("temp dir");
         let fleet = crate::fleet::SimFleet::write_to(fleet, dir.path().join("fleet.yaml"))
             .expect("fleet file");
@@ -209,11 +251,12 @@ impl OperatorEnv {
             root_dir: Some(dir.path().join("kubelet")),
             ..Default::default()
         };
-        let kubelet = crate::kubelet::Kubelet::start(cluster.client(), &fleet, opts)
+        let client = cluster.new_client().expect("client");
+        let kubelet = crate::kubelet::Kubelet::start(client, &fleet, opts)
             .await
             .expect("kubelet starts");
-        cluster.create_namespace(ns).await.expect("namespace");
-        let operator = OperatorProcess::start(&cluster, dir.path().join("operator.log"));
+        let log = dir.path().join("operator.log");
+        let operator = OperatorProcess::start_with(&cluster, log, operator_args, &[]);
         OperatorEnv {
             operator,
             kubelet,
@@ -243,6 +286,27 @@ impl OperatorEnv {
             .await
             .expect("FabricTest created");
         api
+    }
+
+    /// The name this environment gives node `base` of its fleet (as is on a control plane
+    /// of its own, prefixed on the shared one).
+    pub fn node(&self, base: &str) -> String {
+        match &self.cluster {
+            EnvCluster::Own(_) => base.to_string(),
+            EnvCluster::Shared(env) => env.node(base),
+        }
+    }
+
+    /// The node selector of this environment's nodes (`pool: training`, and on the shared
+    /// control plane its env label).
+    pub fn node_selector(&self) -> serde_json::Value {
+        let (k, v) = crate::fleet::POOL_LABEL;
+        let mut sel = serde_json::json!({ k: v });
+        if let EnvCluster::Shared(env) = &self.cluster {
+            let (k, v) = env.label();
+            sel[k] = serde_json::json!(v);
+        }
+        sel
     }
 
     /// The last lines of every benchmark pod's log, for failure messages.

@@ -4,6 +4,7 @@
 
 use gpufabric_api::{FabricTest, keys};
 use gpufabric_tests::cluster::{Cluster, DIR_PREFIX};
+use gpufabric_tests::fixtures::node_ready;
 use gpufabric_tests::fleet::{H100, H200, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
 use gpufabric_tests::process::{pid_alive, processes_mentioning};
@@ -137,17 +138,8 @@ async fn wait_phase(pods: &Api<Pod>, name: &str, want: &'static [&'static str]) 
 }
 
 fn terminated(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStateTerminated {
-    pod.status
-        .as_ref()
-        .and_then(|s| {
-            s.container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
-                .terminated
-                .clone()
-        })
+    gpufabric_tests::fixtures::container_state(Some(pod))
+        .and_then(|s| s.terminated.clone())
         .expect("container terminated state")
 }
 
@@ -368,15 +360,7 @@ async fn kubelet_registers_ready_gpu_nodes_with_leases() {
         assert_eq!(res.get(keys::RESOURCE_GPU).map(|q| q.0.as_str()), Some("8"));
         assert!(res.contains_key("cpu") && res.contains_key("memory") && res.contains_key("pods"));
     }
-    let ready = |n: Option<&Node>| -> Option<String> {
-        n?.status
-            .as_ref()?
-            .conditions
-            .as_ref()?
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status.clone())
-    };
+    let ready = node_ready;
     assert_eq!(ready(Some(&node)).as_deref(), Some("True"));
     let leases: Api<Lease> = Api::namespaced(t.env.client(), "kube-node-lease");
     let lease = leases.get(&n2).await.expect("lease exists");
@@ -705,15 +689,7 @@ async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
     .await
     .expect("kubelet starts");
     let nodes: Api<Node> = Api::all(cluster.client());
-    let ready = |n: Option<&Node>| -> Option<String> {
-        n?.status
-            .as_ref()?
-            .conditions
-            .as_ref()?
-            .iter()
-            .find(|c| c.type_ == "Ready")
-            .map(|c| c.status.clone())
-    };
+    let ready = node_ready;
     // The not-ready taint that node registration gets must go once the node is Ready.
     let untainted = |n: Option<&Node>| {
         n.and_then(|n| n.spec.as_ref())

@@ -8,7 +8,6 @@
 use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, Trigger};
 use gpufabric_measure::fleet::{Fault, Fleet};
-use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, OperatorProcess, sim_agent};
 use gpufabric_tests::wait;
@@ -19,21 +18,21 @@ use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-const NS: &str = "gpu-tests";
-
-/// One cluster at a time: the machine has few cores.
+/// One operator and its agents at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 type Env = OperatorEnv;
 
+/// The operator, a kubelet and `fleet` (nodes prefixed) in a namespace of the shared
+/// control plane.
 async fn setup(fleet: Fleet) -> Env {
-    OperatorEnv::start(fleet, NS).await
+    OperatorEnv::shared(fleet, "op").await
 }
 
 /// A small, fast suite on the sim backend.
-fn test_spec(extra: serde_json::Value) -> serde_json::Value {
+fn test_spec(env: &Env, extra: serde_json::Value) -> serde_json::Value {
     let mut spec = json!({
-        "nodeSelector": {"pool": "training"},
+        "nodeSelector": env.node_selector(),
         "suite": {
             "ncclSweep": {"collectives": ["allReduce", "allGather"]},
             "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
@@ -48,8 +47,8 @@ fn test_spec(extra: serde_json::Value) -> serde_json::Value {
     spec
 }
 
-async fn runs_of(cluster: &Cluster, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = Api::namespaced(cluster.client(), NS);
+async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
     let mut runs = api
         .list(&ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST)))
         .await
@@ -59,8 +58,8 @@ async fn runs_of(cluster: &Cluster, test: &str) -> Vec<FabricTestRun> {
     runs
 }
 
-async fn pods_of(cluster: &Cluster, run: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(cluster.client(), NS);
+async fn pods_of(env: &Env, run: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
     api.list(&ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN)))
         .await
         .expect("list pods")
@@ -73,7 +72,7 @@ fn finished(r: &FabricTestRun) -> bool {
 
 /// Waits until the run `name` has finished and returns it.
 async fn wait_finished(env: &Env, name: &str, timeout: Duration) -> FabricTestRun {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
     match wait::for_object(&api, name, timeout, |r| r.is_some_and(finished)).await {
         Ok(Some(r)) => r,
         other => panic!(
@@ -90,7 +89,7 @@ async fn wait_runs(env: &Env, test: &str, n: usize, timeout: Duration) -> Vec<Fa
         timeout,
         Duration::from_millis(500),
         || async {
-            let runs = runs_of(&env.cluster, test).await;
+            let runs = runs_of(env, test).await;
             Ok((runs.len() >= n).then_some(runs))
         },
     )
@@ -135,7 +134,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     let mut f = fleet(3);
     f.nodes[2].faults.push(Fault::Crash { exit_code: None });
     let env = setup(f).await;
-    let tests = env.create_test("once", test_spec(json!({}))).await;
+    let tests = env.create_test("once", test_spec(&env, json!({}))).await;
 
     let runs = wait_runs(&env, "once", 1, Duration::from_secs(60)).await;
     assert_eq!(runs[0].spec.trigger, Trigger::Creation);
@@ -145,18 +144,18 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     assert_eq!(status.node_count, 3);
     let v = verdicts(&run);
     assert_eq!(
-        v["gpu-01"],
+        v[&env.node("gpu-01")],
         NodeVerdict::Passed,
         "{status:?}\n{}",
         env.pod_logs()
     );
-    assert_eq!(v["gpu-02"], NodeVerdict::Passed, "{status:?}");
+    assert_eq!(v[&env.node("gpu-02")], NodeVerdict::Passed, "{status:?}");
     // A crashing agent is Errored, with the exit code in the reason.
-    assert_eq!(v["gpu-03"], NodeVerdict::Errored, "{status:?}");
+    assert_eq!(v[&env.node("gpu-03")], NodeVerdict::Errored, "{status:?}");
     let crashed = status
         .nodes
         .iter()
-        .find(|n| n.node == "gpu-03")
+        .find(|n| n.node == env.node("gpu-03"))
         .expect("gpu-03");
     assert!(
         crashed
@@ -168,7 +167,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     let good = status
         .nodes
         .iter()
-        .find(|n| n.node == "gpu-01")
+        .find(|n| n.node == env.node("gpu-01"))
         .expect("gpu-01");
     assert!(
         good.all_reduce_bus_bw_gbps.is_some_and(|b| b > 0.0),
@@ -179,7 +178,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     assert!(status.duration.is_some() && status.completion_time.is_some());
 
     // The pods: pinned, every GPU, no credentials, owned by the run.
-    let pods = pods_of(&env.cluster, &run.name_any()).await;
+    let pods = pods_of(&env, &run.name_any()).await;
     assert_eq!(pods.len(), 3);
     for p in &pods {
         let spec = p.spec.as_ref().expect("spec");
@@ -187,7 +186,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
         assert!(
             spec.node_name
                 .as_deref()
-                .is_some_and(|n| n.starts_with("gpu-"))
+                .is_some_and(|n| n.starts_with(&env.node("gpu-")))
         );
         let limits = spec.containers[0]
             .resources
@@ -214,7 +213,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     let h = ts
         .nodes
         .iter()
-        .find(|n| n.node == "gpu-03")
+        .find(|n| n.node == env.node("gpu-03"))
         .expect("history of gpu-03");
     assert_eq!(h.consecutive_failures, 1);
     assert!(
@@ -230,7 +229,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
 
     // Once: no second run comes by itself.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(runs_of(&env.cluster, "once").await.len(), 1);
+    assert_eq!(runs_of(&env, "once").await.len(), 1);
 
     // run-now starts a Manual run and the annotation is removed.
     let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "true"}}});
@@ -268,7 +267,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
         "{metrics}"
     );
     let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cluster.client(), NS);
+        Api::namespaced(env.cluster.client(), &env.ns);
     let reasons: BTreeSet<String> = events
         .list(&ListParams::default())
         .await
@@ -291,7 +290,10 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
     let tests = env
         .create_test(
             "bad",
-            test_spec(json!({"schedule": "0 2 * * *", "timeZone": "Mars/Olympus"})),
+            test_spec(
+                &env,
+                json!({"schedule": "0 2 * * *", "timeZone": "Mars/Olympus"}),
+            ),
         )
         .await;
     let t = wait::for_object(&tests, "bad", Duration::from_secs(30), |t| {
@@ -313,26 +315,26 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
         .expect("Ready");
     assert_eq!(ready.reason, "InvalidSpec");
     assert!(ready.message.contains("Mars/Olympus"), "{}", ready.message);
-    assert!(runs_of(&env.cluster, "bad").await.is_empty());
+    assert!(runs_of(&env, "bad").await.is_empty());
 }
 
 #[tokio::test]
 async fn a_hanging_agent_times_out_at_the_pod_deadline() {
     let _serial = SERIAL.lock().await;
     let env = setup(fleet_with_last_hung(2)).await;
-    env.create_test("hang", test_spec(json!({"agent": sim_agent(10)})))
+    env.create_test("hang", test_spec(&env, json!({"agent": sim_agent(10)})))
         .await;
     let runs = wait_runs(&env, "hang", 1, Duration::from_secs(60)).await;
     let started = Instant::now();
     let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(90)).await;
     let status = run.status.clone().expect("status");
     let v = verdicts(&run);
-    assert_eq!(v["gpu-01"], NodeVerdict::Passed, "{status:?}");
-    assert_eq!(v["gpu-02"], NodeVerdict::Timeout, "{status:?}");
+    assert_eq!(v[&env.node("gpu-01")], NodeVerdict::Passed, "{status:?}");
+    assert_eq!(v[&env.node("gpu-02")], NodeVerdict::Timeout, "{status:?}");
     let hung = status
         .nodes
         .iter()
-        .find(|n| n.node == "gpu-02")
+        .find(|n| n.node == env.node("gpu-02"))
         .expect("gpu-02");
     assert!(
         hung.reason
@@ -348,7 +350,8 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
         status
             .findings
             .iter()
-            .any(|f| f.subject.node == "gpu-02" && f.kind == gpufabric_api::FindingKind::Timeout),
+            .any(|f| f.subject.node == env.node("gpu-02")
+                && f.kind == gpufabric_api::FindingKind::Timeout),
         "{:?}",
         status.findings
     );
@@ -359,7 +362,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
     let _serial = SERIAL.lock().await;
     // One node hangs until its 10 s deadline, so the run is still going when the operator dies.
     let mut env = setup(fleet_with_last_hung(12)).await;
-    env.create_test("restart", test_spec(json!({"agent": sim_agent(10)})))
+    env.create_test("restart", test_spec(&env, json!({"agent": sim_agent(10)})))
         .await;
     let runs = wait_runs(&env, "restart", 1, Duration::from_secs(60)).await;
     let run_name = runs[0].name_any();
@@ -369,7 +372,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
         Duration::from_secs(60),
         Duration::from_millis(200),
         || async {
-            let pods = pods_of(&env.cluster, &run_name).await;
+            let pods = pods_of(&env, &run_name).await;
             let done = pods
                 .iter()
                 .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
@@ -382,7 +385,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
     let pid = env.operator.pid();
     env.operator.kill();
     eprintln!("killed the operator (pid {pid:?}) mid-run");
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
     let mid = api.get(&run_name).await.expect("run");
     assert!(
         !finished(&mid),
@@ -394,7 +397,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
     let run = wait_finished(&env, &run_name, Duration::from_secs(90)).await;
     let status = run.status.clone().expect("status");
     assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
-    let after = pods_of(&env.cluster, &run_name).await;
+    let after = pods_of(&env, &run_name).await;
     assert_eq!(after.len(), 12, "no duplicate pods");
     let uids = |p: &[Pod]| {
         p.iter()
@@ -409,12 +412,8 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
         11,
         "{status:?}"
     );
-    assert_eq!(v["gpu-12"], NodeVerdict::Timeout);
-    assert_eq!(
-        runs_of(&env.cluster, "restart").await.len(),
-        1,
-        "no second run"
-    );
+    assert_eq!(v[&env.node("gpu-12")], NodeVerdict::Timeout);
+    assert_eq!(runs_of(&env, "restart").await.len(), 1, "no second run");
 }
 
 #[tokio::test]
@@ -422,7 +421,10 @@ async fn history_limits_delete_old_runs_and_their_pods() {
     let _serial = SERIAL.lock().await;
     let env = setup(fleet(2)).await;
     let tests = env
-        .create_test("hist", test_spec(json!({"successfulRunsHistoryLimit": 1})))
+        .create_test(
+            "hist",
+            test_spec(&env, json!({"successfulRunsHistoryLimit": 1})),
+        )
         .await;
     let first = wait_runs(&env, "hist", 1, Duration::from_secs(60)).await[0].name_any();
     wait_finished(&env, &first, Duration::from_secs(90)).await;
@@ -442,7 +444,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
                     .get("hist")
                     .await
                     .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
-                let runs = runs_of(&env.cluster, "hist").await;
+                let runs = runs_of(&env, "hist").await;
                 let manual = runs
                     .iter()
                     .filter(|r| r.spec.trigger == Trigger::Manual)
@@ -468,7 +470,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         Duration::from_secs(60),
         Duration::from_millis(500),
         || async {
-            let runs = runs_of(&env.cluster, "hist").await;
+            let runs = runs_of(&env, "hist").await;
             Ok((runs.len() == 1).then_some(runs))
         },
     )
@@ -480,7 +482,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         Duration::from_secs(60),
         Duration::from_millis(500),
         || async {
-            let api: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
+            let api: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
             let pods = api
                 .list(&ListParams::default().labels(keys::LABEL_RUN))
                 .await
@@ -495,7 +497,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
     .await
     .expect("garbage collected");
     assert_eq!(pods.len(), 2);
-    let first_gone: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let first_gone: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
     assert!(first_gone.get_opt(&first).await.expect("get").is_none());
 }
 
@@ -508,11 +510,14 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
     let tests = env
         .create_test(
             "cron",
-            test_spec(json!({
-                "schedule": "* * * * *",
-                "concurrencyPolicy": "Forbid",
-                "agent": sim_agent(70)
-            })),
+            test_spec(
+                &env,
+                json!({
+                    "schedule": "* * * * *",
+                    "concurrencyPolicy": "Forbid",
+                    "agent": sim_agent(70)
+                }),
+            ),
         )
         .await;
     let t = wait::for_object(&tests, "cron", Duration::from_secs(30), |t| {
@@ -535,7 +540,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
     let end = Instant::now() + Duration::from_secs(100);
     let mut max_active = 0;
     while Instant::now() < end {
-        let runs = runs_of(&env.cluster, "cron").await;
+        let runs = runs_of(&env, "cron").await;
         let active = runs.iter().filter(|r| !finished(r)).count();
         max_active = max_active.max(active);
         if runs.len() >= 2 {
@@ -544,7 +549,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(max_active, 1, "Forbid: one active run at a time");
-    let runs = runs_of(&env.cluster, "cron").await;
+    let runs = runs_of(&env, "cron").await;
     assert!(
         runs.len() >= 2,
         "the schedule went on after the first run: {}",
@@ -565,7 +570,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
         "second run started after the first ended"
     );
     let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cluster.client(), NS);
+        Api::namespaced(env.cluster.client(), &env.ns);
     let skipped = events
         .list(&ListParams::default())
         .await
@@ -586,14 +591,17 @@ async fn replace_deletes_the_active_run_for_the_new_one() {
     let tests = env
         .create_test(
             "repl",
-            test_spec(json!({
-                "concurrencyPolicy": "Replace",
-                "agent": sim_agent(120)
-            })),
+            test_spec(
+                &env,
+                json!({
+                    "concurrencyPolicy": "Replace",
+                    "agent": sim_agent(120)
+                }),
+            ),
         )
         .await;
     let first = wait_runs(&env, "repl", 1, Duration::from_secs(60)).await[0].name_any();
-    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
     wait::for_object(&runs, &first, Duration::from_secs(30), |r| {
         r.and_then(|r| r.status.as_ref())
             .is_some_and(|s| s.phase == RunPhase::Running)
@@ -608,7 +616,8 @@ async fn replace_deletes_the_active_run_for_the_new_one() {
     wait::for_deletion(&runs, &first, Duration::from_secs(60))
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(60)));
-    let left = runs_of(&env.cluster, "repl").await;
+    // The new run may come a moment after the old one is gone.
+    let left = wait_runs(&env, "repl", 1, Duration::from_secs(30)).await;
     assert_eq!(left.len(), 1, "only the new run");
     assert_eq!(left[0].spec.trigger, Trigger::Manual);
 }
@@ -618,12 +627,18 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     let _serial = SERIAL.lock().await;
     let mut env = setup(fleet(1)).await;
     env.operator.kill();
-    let lease_args = ["--leader-elect", "--lease-namespace", NS];
+    let lease_args = [
+        "--leader-elect",
+        "--lease-namespace",
+        &env.ns,
+        "--namespace",
+        &env.ns,
+    ];
     let log = |n: &str| env.dir.path().join(format!("operator-{n}.log"));
     let mut a =
         OperatorProcess::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(env.cluster.client(), NS);
+        Api::namespaced(env.cluster.client(), &env.ns);
     wait::for_object(&leases, "fabric-operator", Duration::from_secs(30), |l| {
         l.and_then(|l| l.spec.as_ref())
             .and_then(|s| s.holder_identity.as_deref())
@@ -634,7 +649,7 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     let b =
         OperatorProcess::start_with(&env.cluster, log("b"), &lease_args, &[("POD_NAME", "op-b")]);
 
-    let tests = env.create_test("led", test_spec(json!({}))).await;
+    let tests = env.create_test("led", test_spec(&env, json!({}))).await;
     let first = wait_runs(&env, "led", 1, Duration::from_secs(60)).await[0].name_any();
     wait_finished(&env, &first, Duration::from_secs(60)).await;
     // The follower waits, and is ready while it does (it reached the Lease): readiness

@@ -176,13 +176,7 @@ async fn a_run_over_1000_nodes() {
         .items
         .iter()
         .filter_map(|p| {
-            p.status
-                .as_ref()?
-                .container_statuses
-                .as_ref()?
-                .first()?
-                .state
-                .as_ref()?
+            gpufabric_tests::fixtures::container_state(Some(p))?
                 .terminated
                 .as_ref()?
                 .finished_at
