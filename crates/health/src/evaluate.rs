@@ -15,6 +15,7 @@ use gpufabric_api::suite::Collective;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod compare;
+mod direction;
 mod hardware;
 mod node;
 mod perf;
@@ -88,8 +89,11 @@ fn kind_rank(kind: FindingKind) -> u8 {
         FindingKind::NvlinkDown => 7,
         FindingKind::WrongResults => 8,
         FindingKind::NvlinkErrors => 9,
+        FindingKind::NicDown => 10,
         FindingKind::PcieDegraded => 10,
+        FindingKind::NicDegraded => 11,
         FindingKind::TransportFallback => 11,
+        FindingKind::NicErrors => 12,
         FindingKind::Straggler => 12,
         FindingKind::Slow => 13,
         FindingKind::Thermal => 14,

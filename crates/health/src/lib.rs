@@ -75,6 +75,8 @@
 pub mod evaluate;
 pub mod fleet;
 pub mod history;
+pub mod nics;
+pub mod pairs;
 pub mod profiles;
 pub mod quarantine;
 

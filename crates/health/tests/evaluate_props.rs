@@ -42,6 +42,7 @@ fn health() -> impl Strategy<Value = CompactGpuHealth> {
             rr,
             t,
             th,
+            ..Default::default()
         })
 }
 

@@ -133,7 +133,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             ..Default::default()
         };
         apply_status(api, &name, &status).await?;
-        ctx.metrics.runs_failed.inc();
+        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed: no nodes");
         events::warning(ctx, &run_ref, "RunFailed", "Resolve", message.clone()).await;
         if let Some(t) = &test_ref {
@@ -451,10 +451,11 @@ async fn create_pods(
                     );
                 };
                 let gpus = allocatable_gpus(&node);
-                let pod = match pods::node_check_pod(run, &node_name, gpus) {
+                let mut pod = match pods::node_check_pod(run, &node_name, gpus) {
                     Ok(p) => p,
                     Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
                 };
+                ctx.resolve_agent_image(&mut pod);
                 match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(_) => (i, Ok(())),
                     Err(kube::Error::Api(s)) if s.code == 409 => (i, Ok(())),
@@ -551,11 +552,7 @@ async fn finish(
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
     apply_status(api, &name, &next).await?;
 
-    if next.phase == RunPhase::Succeeded {
-        ctx.metrics.runs_succeeded.inc();
-    } else {
-        ctx.metrics.runs_failed.inc();
-    }
+    ctx.metrics.run_finished(run, next.phase, f + er);
     for n in &next.nodes {
         ctx.metrics
             .nodes_tested
