@@ -233,27 +233,38 @@ async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
         assert_eq!(events.len(), 1, "{events:?}");
         assert!(events[0].1.contains("3 of 3 nodes"), "{events:?}");
 
-        // The blocked pods were stopped: they no longer hold the nodes' GPUs.
+        // No pod of the run still holds a node's GPUs: each is gone or has ended.
         let pods: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
         wait::poll(
-            "blocked pods deleted",
+            "blocked pods stopped",
             Duration::from_secs(30),
             Duration::from_millis(300),
             || async {
-                let left = pods
+                let holding = pods
                     .list(&ListParams::default().labels(&format!(
                         "{}={}",
                         gpufabric_api::keys::LABEL_RUN,
                         runs[0].name_any()
                     )))
                     .await
-                    .map(|l| l.items.len())
+                    .map(|l| {
+                        l.items
+                            .iter()
+                            .filter(|p| {
+                                p.metadata.deletion_timestamp.is_none()
+                                    && !matches!(
+                                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                                        Some("Succeeded") | Some("Failed")
+                                    )
+                            })
+                            .count()
+                    })
                     .unwrap_or(usize::MAX);
-                Ok((left == 0).then_some(()))
+                Ok((holding == 0).then_some(()))
             },
         )
         .await
-        .expect("the pods of the run are gone");
+        .expect("the pods of the run hold no GPUs");
 
         assert_untouched(&nodes(&env).await, mode);
     }

@@ -239,18 +239,22 @@ pub fn pod_state(pod: &Pod) -> PodState {
         return PodState::Ended(ended_container(t));
     }
     match status.phase.as_deref() {
-        // Failed before any container ran: the kubelet's admission refused the pod
+        // Failed with its container still waiting: the waiting reason says why. Failed
+        // before any container ran: the kubelet's admission refused the pod
         // (`OutOfnvidia.com/gpu`, `NodeAffinity`, `UnexpectedAdmissionError`...).
-        Some("Failed") => PodState::Ended(NodeOutcome::not_measured(
-            NotMeasuredReason::NotAdmitted,
-            format!(
-                "the kubelet refused the pod: {}",
-                with_message(
-                    status.reason.as_deref().unwrap_or("unknown reason"),
-                    status.message.as_deref()
-                )
+        Some("Failed") => PodState::Ended(match waiting(status).and(blocker(pod, status)) {
+            Some(b) => NodeOutcome::not_measured(b.reason, b.detail),
+            None => NodeOutcome::not_measured(
+                NotMeasuredReason::NotAdmitted,
+                format!(
+                    "the kubelet refused the pod: {}",
+                    with_message(
+                        status.reason.as_deref().unwrap_or("unknown reason"),
+                        status.message.as_deref()
+                    )
+                ),
             ),
-        )),
+        }),
         Some("Succeeded") => PodState::Ended(NodeOutcome::not_measured(
             NotMeasuredReason::AgentBug,
             "the pod succeeded but reports no container state",

@@ -292,6 +292,12 @@ fn image_pull_and_config_errors_end_the_pod_only_once_final() {
         assert_eq!(r, want, "{reason}");
         assert!(detail.starts_with(reason), "{detail}");
     }
+    // A pod failed with its container still waiting: the waiting reason, not admission.
+    let mut p = waiting("CreateContainerConfigError", "secret \"x\" not found");
+    if let Some(s) = p.status.as_mut() {
+        s.phase = Some("Failed".into());
+    }
+    assert_eq!(not_measured(&p).0, NotMeasuredReason::ContainerConfig);
     // A container error the kubelet retries stays waiting, with its reason.
     let s = pod_state(&waiting(
         "CreateContainerError",
