@@ -14,6 +14,7 @@ pub mod nodes;
 pub mod pods;
 pub mod quarantine;
 pub mod results;
+pub mod runs;
 pub mod schedule;
 pub mod status;
 pub mod time;
@@ -29,7 +30,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Config as WatchConfig};
 use kube::{Client, Resource};
@@ -121,9 +121,9 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .reflect_shared(run_writer)
         .for_each(|_| futures::future::ready(()));
 
-    let recorder = Recorder::new(
+    let events = events::Events::new(
         client.clone(),
-        Reporter {
+        events::Reporter {
             controller: keys::MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         },
@@ -132,11 +132,12 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let ctx = Arc::new(Context {
         client: client.clone(),
         metrics: metrics.clone(),
-        recorder,
+        events,
         nodes: node_store.clone(),
         pods: pod_store.clone(),
         runs: run_store.clone(),
         namespace: options.namespace.clone(),
+        backoff: Default::default(),
         synced: synced_rx,
     });
 
