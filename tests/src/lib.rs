@@ -14,6 +14,7 @@
 //! See `tests/README.md` for what the process-kubelet does and does not do.
 
 pub mod cluster;
+pub mod fixtures;
 pub mod fleet;
 pub mod kubelet;
 pub mod operator;

@@ -708,6 +708,7 @@ async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
         .arg(cluster.kubeconfig_path())
         .arg("--fleet")
         .arg(fleet.path())
+        .args(["--stalled-node", "bin-03"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     gpufabric_tests::process::harden(&mut cmd);
@@ -717,6 +718,7 @@ async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
         .await
         .expect("last node registered");
     cluster.create_namespace(NS).await.expect("namespace");
+    create_pod(&cluster, &shell_pod("on-stalled", "bin-03", "exit 0")).await;
     let pods = create_pod(
         &cluster,
         &shell_pod(
@@ -727,8 +729,19 @@ async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
     )
     .await;
     let pod = wait_phase(&pods, "via-binary", &["Succeeded", "Failed"]).await;
+    let stalled = pods
+        .get("on-stalled")
+        .await
+        .expect("pod on the stalled node");
     let _ = kubelet.kill();
     let _ = kubelet.wait();
     assert_eq!(phase(Some(&pod)), "Succeeded");
     assert_eq!(terminated(&pod).message.as_deref(), Some("done"));
+    let stalled = stalled.status.unwrap_or_default();
+    assert_eq!(
+        stalled.phase.as_deref(),
+        Some("Pending"),
+        "--stalled-node starts nothing"
+    );
+    assert!(stalled.container_statuses.is_none(), "{stalled:?}");
 }

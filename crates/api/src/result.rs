@@ -256,6 +256,14 @@ pub struct GpuHealth {
     pub nvlink_expected: u32,
     /// Replay + recovery + CRC error counts over all links.
     pub nvlink_errors: u64,
+    /// One-direction bandwidth of one NVLink link (GB/s, by the link generation); 0 when
+    /// unknown or without NVLink.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub nvlink_link_gbps: f64,
+    /// Whether the GPU's active NVLink links go to NVSwitches (true) or straight to other
+    /// GPUs (false); absent when NVML cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_switch: Option<bool>,
     pub pcie_gen: u32,
     pub pcie_gen_max: u32,
     pub pcie_width: u32,
@@ -385,6 +393,10 @@ fn is_zero_u64(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactDdpPoint {
@@ -410,6 +422,12 @@ pub struct CompactGpuHealth {
     /// NVLink error count.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub le: u64,
+    /// One-direction GB/s of one NVLink link; 0 when unknown.
+    #[serde(rename = "ls", default, skip_serializing_if = "is_zero_f64")]
+    pub nvlink_link_gbps: f64,
+    /// NVLink links to NVSwitches (true) or to GPUs (false); absent when unknown.
+    #[serde(rename = "sw", default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_switch: Option<bool>,
     /// PCIe generation current, max, width current, max.
     pub pc: (u32, u32, u32, u32),
     /// XIDs seen.
@@ -593,6 +611,8 @@ impl From<&ResultDocument> for CompactResult {
                     .map(|gh| CompactGpuHealth {
                         l: (gh.nvlink_active, gh.nvlink_expected),
                         le: gh.nvlink_errors,
+                        nvlink_link_gbps: r1(gh.nvlink_link_gbps),
+                        nvlink_switch: gh.nvlink_switch,
                         pc: (
                             gh.pcie_gen,
                             gh.pcie_gen_max,

@@ -49,6 +49,11 @@ pub const CRON_MESSAGE: &str = "schedule must be a cron expression of 5 fields (
 
 const SCHEDULE_RULE: &str = concat!("self.matches('", cron_pattern!(), "')");
 
+/// CEL rule: every nodeSelector key is a label key (`[DNS-subdomain/]name`); the 253-character
+/// limit of the prefix is left to `validate()`.
+const SELECTOR_KEYS_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))";
+const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an optional DNS subdomain prefix and '/', then a name of up to 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character (e.g. 'pool', 'nvidia.com/gpu.product')";
+
 /// A test of the GPU fabric of the selected nodes, run on a schedule or once.
 #[derive(CustomResource, schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -108,6 +113,11 @@ pub struct FabricTestSpec {
     /// Stop starting new runs (a run in progress finishes).
     pub suspend: bool,
     /// Labels the nodes must have. Empty selects every node with `nvidia.com/gpu`.
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"},
+        "x-kubernetes-validations" = [{"rule": SELECTOR_KEYS_RULE, "message": SELECTOR_KEYS_MESSAGE}]
+    ))]
     pub node_selector: BTreeMap<String, String>,
     /// Explicit node names; when set, only these nodes (that also match the selector) run.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -13,6 +13,7 @@ use gpufabric_api::suite::Collective;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod compare;
+mod direction;
 mod hardware;
 mod node;
 mod perf;

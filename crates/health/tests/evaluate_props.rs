@@ -41,6 +41,7 @@ fn health() -> impl Strategy<Value = CompactGpuHealth> {
             rr,
             t,
             th,
+            ..Default::default()
         })
 }
 

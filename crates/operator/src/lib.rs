@@ -18,6 +18,7 @@ pub mod runs;
 pub mod schedule;
 pub mod status;
 pub mod time;
+pub mod webhook;
 
 pub use context::Context;
 pub use error::Error;

@@ -40,6 +40,15 @@ enum Command {
         /// Namespace of the leader Lease (default: --namespace, else $POD_NAMESPACE, else "default").
         #[arg(long, value_name = "NS")]
         lease_namespace: Option<String>,
+        /// Serve the validating admission webhook (HTTPS) on this address, e.g. 0.0.0.0:9443.
+        #[arg(long, value_name = "ADDR", requires_all = ["webhook_cert", "webhook_key"])]
+        webhook_addr: Option<std::net::SocketAddr>,
+        /// PEM certificate chain of the webhook (read again when the file changes).
+        #[arg(long, value_name = "PATH", requires = "webhook_addr")]
+        webhook_cert: Option<PathBuf>,
+        /// PEM private key of the webhook certificate.
+        #[arg(long, value_name = "PATH", requires = "webhook_addr")]
+        webhook_key: Option<PathBuf>,
     },
     /// Write the CustomResourceDefinitions (FabricTest, FabricTestRun) as YAML.
     ///
@@ -63,6 +72,9 @@ fn main() -> anyhow::Result<()> {
             log_json,
             leader_elect,
             lease_namespace,
+            webhook_addr,
+            webhook_cert,
+            webhook_key,
         } => {
             init_tracing(log_json);
             let admin_addr = match admin_addr.as_str() {
@@ -73,6 +85,11 @@ fn main() -> anyhow::Result<()> {
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
+                if let (Some(addr), Some(cert), Some(key)) =
+                    (webhook_addr, webhook_cert, webhook_key)
+                {
+                    start_webhook(addr, cert, key).await?;
+                }
                 let client = client(kubeconfig).await?;
                 let mut options =
                     gpufabric_operator::controller_options(namespace.clone(), admin_addr);
@@ -94,6 +111,25 @@ fn main() -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// Binds the admission webhook (failing now on a bad certificate or address) and serves
+/// it in the background on every replica, leader or not.
+async fn start_webhook(
+    addr: std::net::SocketAddr,
+    cert: PathBuf,
+    key: PathBuf,
+) -> anyhow::Result<()> {
+    use gpufabric_operator::webhook::{CertFiles, Webhook};
+    let webhook = Webhook::bind(addr, CertFiles { cert, key })
+        .await
+        .context("starting the admission webhook")?;
+    tokio::spawn(async move {
+        if let Err(e) = webhook.serve(std::future::pending()).await {
+            tracing::error!(error = %e, "the admission webhook stopped");
+        }
+    });
+    Ok(())
 }
 
 fn init_tracing(json: bool) {

@@ -317,6 +317,7 @@ fn sweep(
     // Largest buffer: n elements at least (one per rank) for the smallest sizes.
     let buf = max.max(n * elem) + n * elem;
     let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
+    let setup = Instant::now();
     let mut comms = nccl::Comms::init(&devs)?;
     let mut ranks = Vec::new();
     for (r, g) in gpus.iter().enumerate() {
@@ -338,6 +339,10 @@ fn sweep(
             end: gpu::Event::new(g)?,
         });
     }
+    progress(&format!(
+        "nccl sweep: communicators, buffers and inputs ready in {:.2} s",
+        setup.elapsed().as_secs_f64()
+    ));
     let set = nccl::SweepSettings {
         sizes,
         warmup,

@@ -458,6 +458,18 @@ pub struct Rank<'g> {
     pub end: Event,
 }
 
+/// Whether the loaded NCCL has `ncclAlltoAll` (2.28 and later): nccl-tests times that call
+/// where it exists, and grouped sends and receives before it, and so does the sweep.
+pub fn alltoall_call() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let mut v = 0i32;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { nsys::ncclGetVersion(&mut v) };
+        r == nsys::ncclResult_t::ncclSuccess && v >= 22800
+    })
+}
+
 /// Enqueues one collective on every rank (one NCCL group).
 #[allow(clippy::too_many_arguments)]
 pub fn enqueue(
@@ -503,6 +515,13 @@ pub fn enqueue(
                         "ncclReduce",
                         nsys::ncclReduce(send, recv, sc, dt, ncclSum, 0, comm, st),
                     )?,
+                    Collective::AllToAll if alltoall_call() => {
+                        let per = (sc as u64 / n) as usize;
+                        ncheck(
+                            "ncclAlltoAll",
+                            nsys::ncclAlltoAll(send, recv, per, dt, comm, st),
+                        )?;
+                    }
                     Collective::AllToAll => {
                         let per = (sc as u64 / n) as usize;
                         for p in 0..n as usize {
@@ -612,12 +631,24 @@ pub fn sweep_collective(
         // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
         wd.arm(comms, c.nccl_tests_name(), set.timeout);
         load_inputs(c, ranks, elem, sc, false)?;
-        for _ in 0..5 {
-            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
-        }
         let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-        sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+        // Back-to-back calls for at least RAMP as well: the GPUs idled while the previous
+        // collective's outputs were checked on the host, and the first sizes must not be
+        // timed while their clocks come back up.
+        let ramp_start = Instant::now();
+        for round in 0..RAMP_ROUNDS_MAX {
+            for _ in 0..5 {
+                enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+            }
+            sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+            if round > 0 && ramp_start.elapsed() >= RAMP {
+                break;
+            }
+            wd.arm(comms, c.nccl_tests_name(), set.timeout);
+        }
     }
+    let started = Instant::now();
+    let mut timed = Duration::ZERO;
     let mut rows: Vec<SweepRow> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for &size in &set.sizes {
@@ -642,31 +673,26 @@ pub fn sweep_collective(
             in_place_busbw: 0.0,
             in_place_wrong: 0,
         };
+        // GPU event time per iteration (out of place, in place): for the progress log only.
+        let mut gpu_us = [0.0f64; 2];
         for in_place in [false, true] {
             if in_place && !has_in_place(c) {
                 continue;
             }
-            wd.arm(comms, &what, set.timeout);
-            load_inputs(c, ranks, elem, sc, in_place)?;
-            for _ in 0..set.warmup {
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
-            }
-            for rk in ranks.iter() {
-                rk.start.record(&rk.stream)?;
-            }
-            for _ in 0..set.iters.max(1) {
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
-            }
-            for rk in ranks.iter() {
-                rk.end.record(&rk.stream)?;
-            }
+            let op = Op {
+                c,
+                dt: ndt,
+                elem,
+                sc,
+                rc,
+                in_place,
+            };
+            let t0 = Instant::now();
+            let timing = time_blocks(&op, comms, ranks, wd, set, &what)?;
+            timed += t0.elapsed();
+            let time_us = timing.host_us;
+            gpu_us[usize::from(in_place)] = timing.gpu_us;
             let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-            sync_all(&streams, comms, wd, &what, set.timeout)?;
-            let mut ms: f64 = 0.0;
-            for rk in ranks.iter() {
-                ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
-            }
-            let time_us = ms * 1000.0 / f64::from(set.iters.max(1));
             let mut wrong = 0;
             if set.check {
                 wd.arm(comms, &what, set.timeout);
@@ -690,17 +716,25 @@ pub fn sweep_collective(
             }
         }
         progress(&format!(
-            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {}",
+            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
             c.nccl_tests_name(),
             row.bytes,
             row.time_us,
             row.busbw,
             row.in_place_busbw,
             row.in_place_time_us,
-            row.wrong + row.in_place_wrong
+            row.wrong + row.in_place_wrong,
+            gpu_us[0],
+            gpu_us[1],
         ));
         rows.push(row);
     }
+    progress(&format!(
+        "{} swept in {:.2} s, {:.2} s of it timed iterations, the rest loading and checking",
+        c.nccl_tests_name(),
+        started.elapsed().as_secs_f64(),
+        timed.as_secs_f64()
+    ));
     let points: Vec<(u64, f64)> = rows.iter().map(|r| (r.bytes, r.time_us)).collect();
     Ok(CollectiveSweep {
         collective: c,
@@ -708,6 +742,111 @@ pub fn sweep_collective(
         ranks: n as u32,
         fit: stats::fit_sweep(c, n as u32, &points),
         rows,
+    })
+}
+
+/// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
+struct Op {
+    c: Collective,
+    dt: nsys::ncclDataType_t,
+    elem: u64,
+    sc: u64,
+    rc: u64,
+    in_place: bool,
+}
+
+/// Time per iteration of one size: host time (what nccl-tests reports) and GPU event time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub host_us: f64,
+    pub gpu_us: f64,
+}
+
+/// How long a collective's first size runs back to back before the sweep times it.
+pub const RAMP: Duration = Duration::from_millis(50);
+/// Most rounds of 5 calls spent on [`RAMP`] (a call of the smallest size takes ~20 µs).
+const RAMP_ROUNDS_MAX: u32 = 2000;
+
+/// Most timed blocks of one size; short blocks are repeated (see [`blocks_wanted`]).
+pub const MAX_BLOCKS: u32 = 5;
+/// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times.
+pub const SHORT_BLOCK: Duration = Duration::from_millis(2);
+
+/// Whether another timed block is wanted after `done` blocks, the last of which took `last`:
+/// one block of n iterations is nccl-tests' measurement; blocks shorter than
+/// [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching thread moves
+/// the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the median kept.
+pub fn blocks_wanted(done: u32, last: Duration) -> bool {
+    done < MAX_BLOCKS && last < SHORT_BLOCK
+}
+
+/// The median of `v` (the upper middle of an even count); 0 when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Times one size as nccl-tests does: warm-up iterations, a wait for every stream, then the
+/// host time around `iters` back-to-back iterations and the wait for their end, divided by
+/// `iters`. Short blocks are repeated and the median block kept ([`blocks_wanted`]). GPU
+/// events around each block give the GPU time per iteration beside it.
+fn time_blocks(
+    op: &Op,
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    what: &str,
+) -> GpuResult<Timing> {
+    let iters = set.iters.max(1);
+    let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let run = |comms: &Comms| {
+        enqueue(
+            op.c,
+            comms,
+            ranks,
+            op.dt,
+            op.elem,
+            op.sc,
+            op.rc,
+            op.in_place,
+        )
+    };
+    wd.arm(comms, what, set.timeout);
+    load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
+    for _ in 0..set.warmup {
+        run(comms)?;
+    }
+    sync_all(&streams, comms, wd, what, set.timeout)?;
+    let (mut host, mut gpu) = (Vec::new(), Vec::new());
+    loop {
+        wd.arm(comms, what, set.timeout);
+        let t0 = Instant::now();
+        for rk in ranks {
+            rk.start.record(&rk.stream)?;
+        }
+        for _ in 0..iters {
+            run(comms)?;
+        }
+        for rk in ranks {
+            rk.end.record(&rk.stream)?;
+        }
+        sync_all(&streams, comms, wd, what, set.timeout)?;
+        let took = t0.elapsed();
+        host.push(took.as_secs_f64() * 1e6 / f64::from(iters));
+        let mut ms: f64 = 0.0;
+        for rk in ranks {
+            ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
+        }
+        gpu.push(ms * 1000.0 / f64::from(iters));
+        if !blocks_wanted(host.len() as u32, took) {
+            break;
+        }
+    }
+    Ok(Timing {
+        host_us: median(&host),
+        gpu_us: median(&gpu),
     })
 }
 
@@ -926,6 +1065,25 @@ mod tests {
             "the watchdog stopped the wait"
         );
         assert!(wd.fired().is_some());
+    }
+
+    #[test]
+    fn short_blocks_are_repeated_and_long_ones_are_not() {
+        // A 20-iteration block of 8 B (~0.4 ms) is repeated up to MAX_BLOCKS times.
+        assert!(blocks_wanted(1, Duration::from_micros(400)));
+        assert!(blocks_wanted(MAX_BLOCKS - 1, Duration::from_micros(400)));
+        assert!(!blocks_wanted(MAX_BLOCKS, Duration::from_micros(400)));
+        // A block of 1 GiB (~90 ms) is nccl-tests' single measurement.
+        assert!(!blocks_wanted(1, Duration::from_millis(90)));
+        assert!(!blocks_wanted(1, SHORT_BLOCK));
+    }
+
+    #[test]
+    fn the_median_block_ignores_one_preempted_block() {
+        assert_eq!(median(&[20.1, 19.9, 61.0, 20.0, 20.2]), 20.1);
+        assert_eq!(median(&[20.0]), 20.0);
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[f64::NAN, 3.0]), 3.0);
     }
 
     #[test]
