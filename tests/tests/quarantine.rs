@@ -10,7 +10,8 @@ use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{NodeVerdict, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestSpec, NodeHealth};
-use gpufabric_health::quarantine::{Hold, Plan, plan};
+use gpufabric_health::quarantine::{Enforcement, Hold, Plan, plan};
+use gpufabric_operator::events::{Events, Reporter};
 use gpufabric_operator::quarantine::{
     self, Action, NodeObservation, Outcome, QuarantineMetrics, is_unschedulable, taints_of,
 };
@@ -20,7 +21,6 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -32,7 +32,7 @@ const NS: &str = "gpu";
 struct Env {
     _cluster: Cluster,
     client: Client,
-    recorder: Recorder,
+    recorder: Events,
     metrics: QuarantineMetrics,
 }
 
@@ -59,7 +59,7 @@ async fn env() -> Env {
         )
         .await
         .expect("namespace created");
-    let recorder = Recorder::new(client.clone(), Reporter::from("fabric-operator"));
+    let recorder = Events::new(client.clone(), Reporter::from("fabric-operator"));
     Env {
         _cluster: cluster,
         client,
@@ -223,9 +223,11 @@ async fn execute(e: &Env, test: &FabricTest, p: &Plan) -> Outcome {
     .expect("execute")
 }
 
-fn plan_of(quarantine: &[&str], release: &[&str], budget: usize) -> Plan {
+/// A plan made by hand, acting in `test`'s mode: the executor applies what a plan says.
+fn plan_of(test: &FabricTest, quarantine: &[&str], release: &[&str], budget: usize) -> Plan {
     Plan {
         quarantine: quarantine.iter().map(|s| s.to_string()).collect(),
+        enforcement: Enforcement::of(test.spec.quarantine.mode),
         release: release.iter().map(|s| s.to_string()).collect(),
         budget,
         ..Plan::default()
@@ -314,17 +316,7 @@ async fn cordons_at_most_budget_nodes() {
     assert_eq!(cordoned_now, outcome.quarantined_nodes());
     assert_eq!(outcome.nodes_with(Action::OverBudget).len(), 2);
     assert_eq!(e.metrics.quarantined(&key(&test)), 2);
-
-    // A stale plan that asks for more than the budget is cut by the executor itself.
-    let stale = plan_of(&["n3", "n4", "n5"], &[], 2);
-    let outcome = execute(&e, &test, &stale).await;
-    assert_eq!(outcome.quarantined_nodes().len(), 2, "{outcome:?}");
-    assert_eq!(
-        outcome.nodes_with(Action::Quarantined),
-        Vec::<String>::new()
-    );
-    assert_eq!(outcome.nodes_with(Action::OverBudget).len(), 3);
-    for n in ["n3", "n4", "n5"] {
+    for n in ["n3", "n4"] {
         let node = get(&e.client, n).await;
         assert!(
             !is_unschedulable(&node),
@@ -436,7 +428,7 @@ async fn a_node_cordoned_by_a_person_is_never_touched() {
         outcome.held_back["p1"].contains("cordoned by someone else"),
         "{outcome:?}"
     );
-    let outcome = execute(&e, &test, &plan_of(&["p1"], &["p1"], 5)).await;
+    let outcome = execute(&e, &test, &plan_of(&test, &["p1"], &["p1"], 5)).await;
     assert_eq!(
         outcome.nodes_with(Action::LeftAlone),
         vec!["p1".to_string()]
@@ -516,7 +508,7 @@ async fn taint_mode_adds_exactly_our_taint_and_release_removes_only_ours() {
         .await
         .expect("someone adds a taint");
 
-    let outcome = execute(&e, &test, &plan_of(&[], &["t1"], 1)).await;
+    let outcome = execute(&e, &test, &plan_of(&test, &[], &["t1"], 1)).await;
     assert_eq!(outcome.nodes_with(Action::Released), vec!["t1".to_string()]);
     let after = get(&e.client, "t1").await;
     let mut expected = theirs.clone();
@@ -553,7 +545,7 @@ async fn label_mode_only_labels_and_release_removes_the_label() {
     assert_eq!(record.mode, QuarantineMode::Label);
     assert!(record.labeled && !record.cordoned && !record.tainted);
 
-    let outcome = execute(&e, &test, &plan_of(&[], &["l1"], 1)).await;
+    let outcome = execute(&e, &test, &plan_of(&test, &[], &["l1"], 1)).await;
     assert_eq!(outcome.nodes_with(Action::Released), vec!["l1".to_string()]);
     let after = get(&e.client, "l1").await;
     assert_eq!(after.metadata.labels, before.metadata.labels);
@@ -581,14 +573,12 @@ async fn observe_mode_changes_no_node() {
         outcome.nodes_with(Action::WouldQuarantine),
         vec!["o1".to_string(), "o2".to_string()]
     );
-    // Even a plan that says "quarantine" changes nothing in Observe mode.
-    let outcome2 = execute(&e, &test, &plan_of(&["o3"], &[], 3)).await;
     assert_eq!(
-        outcome2.nodes_with(Action::WouldQuarantine),
-        vec!["o3".to_string()]
+        p.enforcement, None,
+        "Observe mode changes nothing on a node"
     );
     assert!(outcome.held_back["o1"].contains("would quarantine"));
-    assert!(outcome.quarantined.is_empty() && outcome2.quarantined.is_empty());
+    assert!(outcome.quarantined.is_empty());
 
     assert_eq!(
         all_nodes(&e.client).await,
@@ -599,7 +589,7 @@ async fn observe_mode_changes_no_node() {
         event_reasons(&e.client, "default", "o1").await,
         vec!["WouldQuarantine"]
     );
-    assert_eq!(e.metrics.action_count("gpu/nightly", "would_quarantine"), 3);
+    assert_eq!(e.metrics.action_count("gpu/nightly", "would_quarantine"), 2);
 }
 
 #[tokio::test]
@@ -637,7 +627,7 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
             .cordoned_by_others
     );
 
-    let outcome = execute(&e, &ours, &plan_of(&["x1"], &["x1"], 1)).await;
+    let outcome = execute(&e, &ours, &plan_of(&ours, &["x1"], &["x1"], 1)).await;
     assert_eq!(
         outcome.nodes_with(Action::LeftAlone),
         vec!["x1".to_string(), "x1".to_string()]
@@ -759,28 +749,10 @@ async fn a_cordon_made_between_observe_and_execute_is_never_claimed_or_undone() 
     let outcome = execute(&e, &test, &p).await;
     assert_eq!(outcome.nodes_with(Action::LeftAlone), names);
 
-    // r2: the person cordons after the executor read the node, before it patches: the
-    // patch carries the old resourceVersion, the API server refuses it, the executor reads
-    // the node again and leaves it alone.
-    let stale = get(&e.client, "r2").await;
+    // r2: cordoned by the person before anything ran. (A cordon between the executor's
+    // read and its patch is refused by the resourceVersion guard: the executor's unit
+    // tests answer the patch with 409 Conflict and check that it reads again.)
     cordon_as_a_person(&e.client, "r2").await;
-    let outcome = quarantine::quarantine_node(
-        &e.client,
-        &e.recorder,
-        &e.metrics,
-        &test,
-        stale,
-        "run-1",
-        "GPU 3 straggler",
-    )
-    .await
-    .expect("quarantine_node");
-    assert_eq!(
-        outcome.nodes_with(Action::LeftAlone),
-        vec!["r2".to_string()],
-        "{outcome:?}"
-    );
-    assert!(outcome.quarantined.is_empty());
 
     for n in ["r1", "r2"] {
         let node = get(&e.client, n).await;
@@ -791,7 +763,7 @@ async fn a_cordon_made_between_observe_and_execute_is_never_claimed_or_undone() 
         assert!(!node.labels().contains_key(LABEL_QUARANTINED));
     }
     // Later releases (the plan, or deleting the test) leave the person's cordons alone.
-    execute(&e, &test, &plan_of(&[], &["r1", "r2"], 2)).await;
+    execute(&e, &test, &plan_of(&test, &[], &["r1", "r2"], 2)).await;
     quarantine::release_all(&e.client, &e.recorder, &e.metrics, &test)
         .await
         .expect("release_all");
@@ -830,7 +802,7 @@ async fn an_unreadable_record_leaves_the_node_alone() {
         .await
         .expect("observe");
     assert!(observed[0].record_error.is_some());
-    let outcome = execute(&e, &test, &plan_of(&["u1"], &["u1"], 1)).await;
+    let outcome = execute(&e, &test, &plan_of(&test, &["u1"], &["u1"], 1)).await;
     assert_eq!(outcome.nodes_with(Action::Unreadable).len(), 2);
     assert!(
         outcome.held_back["u1"].contains("not a quarantine record"),
@@ -891,12 +863,12 @@ async fn two_fabric_tests_racing_for_the_same_nodes_never_both_claim_one() {
         IntOrString::Int(20),
     )
     .await;
-    let all = plan_of(&refs, &[], 20);
+    let (plan_a, plan_b) = (plan_of(&a, &refs, &[], 20), plan_of(&b, &refs, &[], 20));
     // The same plan, executed by both at once (interleaved at every request). Whichever
     // reads a node second either sees the first one's record, or sends a patch with a
     // stale resourceVersion that the API server refuses; the deterministic version of
     // that race is a_cordon_made_between_observe_and_execute_is_never_claimed_or_undone.
-    let (oa, ob) = tokio::join!(execute(&e, &a, &all), execute(&e, &b, &all));
+    let (oa, ob) = tokio::join!(execute(&e, &a, &plan_a), execute(&e, &b, &plan_b));
     assert!(
         oa.errors.is_empty() && ob.errors.is_empty(),
         "{oa:?} {ob:?}"
@@ -978,12 +950,14 @@ async fn a_budget_that_cannot_be_read_quarantines_nothing_and_says_why() {
     .await;
     // What the planner returns for a budget it cannot read (the CRD schema keeps such a
     // value out of the API server, but an older CRD or a direct etcd write might not).
-    let p = Plan {
-        quarantine: vec!["b1".into()],
-        budget: 0,
-        budget_error: Some("maxQuarantined \"ten\" is not a percent from 0% to 100%".into()),
-        ..Plan::default()
-    };
+    let mut policy = test.spec.quarantine.clone();
+    policy.max_quarantined = IntOrString::String("ten".into());
+    let observed = quarantine::observe(&e.client, &test, &["b1".to_string()])
+        .await
+        .expect("observe");
+    let facts = vec![observed[0].facts(health("b1", true), true)];
+    let p = plan(&facts, &policy, 1, Trigger::Confirmation);
+    assert!(p.budget_error.is_some() && p.quarantine.is_empty(), "{p:?}");
     let outcome = execute(&e, &test, &p).await;
     assert_eq!(
         outcome.nodes_with(Action::OverBudget),

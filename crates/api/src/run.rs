@@ -5,7 +5,7 @@ use crate::findings::Finding;
 use crate::outcome::{HardwareFault, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::suite::Suite;
-use crate::test::AgentSpec;
+use crate::test::{AgentSpec, FabricTestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
@@ -67,12 +67,40 @@ pub struct FabricTestRunSpec {
     /// Frozen copy of the test's thresholds.
     #[serde(default)]
     pub thresholds: Thresholds,
-    /// Frozen copy of the test's quarantine policy.
+    /// The test's quarantine policy when the run started, kept as a record. What happens
+    /// to the nodes after the run follows the FabricTest's policy as it is then, so that
+    /// switching a test to Observe (or lowering its budget) takes effect at once, also for
+    /// runs already under way.
     #[serde(default)]
     pub quarantine: QuarantinePolicy,
     /// Frozen copy of the test's agent settings.
     #[serde(default)]
     pub agent: AgentSpec,
+}
+
+impl FabricTestRunSpec {
+    /// A run of the FabricTest `test_name` with spec `spec`: a frozen copy of what to run.
+    /// `nodes` is the explicit node list: the test's own for scheduled, manual and creation
+    /// runs, the suspects for a confirmation run.
+    pub fn of_test(
+        test_name: &str,
+        spec: &FabricTestSpec,
+        trigger: Trigger,
+        scheduled_time: Option<Time>,
+        nodes: Option<Vec<String>>,
+    ) -> Self {
+        FabricTestRunSpec {
+            test: test_name.to_string(),
+            trigger,
+            scheduled_time,
+            node_selector: spec.node_selector.clone(),
+            nodes,
+            suite: spec.suite.clone(),
+            thresholds: spec.thresholds.clone(),
+            quarantine: spec.quarantine.clone(),
+            agent: spec.agent.clone(),
+        }
+    }
 }
 
 /// Why a run exists.

@@ -18,7 +18,9 @@
 //!    `consecutive_failures >= failures_to_quarantine`. Candidates not tested in this run
 //!    (a confirmation run tests only its suspects) are held back ([`Hold::NotTested`]).
 //! 6. **Observe mode**: nothing is quarantined or released; candidates are held back
-//!    ([`Hold::ObserveMode`], "would quarantine"), and no confirmation run is asked for.
+//!    ([`Hold::ObserveMode`], "would quarantine"), releases too
+//!    ([`Hold::ObserveModeRelease`]), and no confirmation run is asked for.
+//!    [`Plan::enforcement`] is then None: the executor has nothing to change on a node.
 //! 7. **Confirmation**: with `confirm_retest`, candidates of a run that is not itself a
 //!    confirmation run go to [`Plan::confirm`] and are held back
 //!    ([`Hold::AwaitingConfirmation`]); on a confirmation run, the candidates (they failed
@@ -51,11 +53,45 @@ pub struct NodeFacts {
     pub tested: bool,
 }
 
+/// What quarantining a node changes on it: the modes that act on nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Enforcement {
+    /// The label `gpufabric.io/quarantined` only.
+    Label,
+    /// The label and a cordon.
+    Cordon,
+    /// The label and the operator's NoSchedule taint.
+    Taint,
+}
+
+impl Enforcement {
+    /// What `mode` changes on a node; None for Observe, which changes nothing.
+    pub fn of(mode: QuarantineMode) -> Option<Enforcement> {
+        match mode {
+            QuarantineMode::Observe => None,
+            QuarantineMode::Label => Some(Enforcement::Label),
+            QuarantineMode::Cordon => Some(Enforcement::Cordon),
+            QuarantineMode::Taint => Some(Enforcement::Taint),
+        }
+    }
+
+    /// The mode this is (what a node's quarantine record names).
+    pub fn mode(self) -> QuarantineMode {
+        match self {
+            Enforcement::Label => QuarantineMode::Label,
+            Enforcement::Cordon => QuarantineMode::Cordon,
+            Enforcement::Taint => QuarantineMode::Taint,
+        }
+    }
+}
+
 /// Why a node that would be acted on is not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Hold {
-    /// The mode is Observe: the node would be quarantined (or released).
+    /// The mode is Observe: the node would be quarantined.
     ObserveMode,
+    /// The mode is Observe: the node, quarantined by us earlier, would be released.
+    ObserveModeRelease,
     /// The budget is spent.
     OverBudget,
     /// Someone else cordoned or tainted the node; we neither quarantine nor release it.
@@ -73,6 +109,7 @@ impl Hold {
     pub fn describe(self) -> &'static str {
         match self {
             Hold::ObserveMode => "would quarantine: the quarantine mode is Observe",
+            Hold::ObserveModeRelease => "would release: the quarantine mode is Observe",
             Hold::OverBudget => "would quarantine: the quarantine budget (maxQuarantined) is spent",
             Hold::CordonedByOthers => "left alone: the node is cordoned or tainted by someone else",
             Hold::AwaitingConfirmation => "waiting for a confirmation run to retest the node",
@@ -94,6 +131,9 @@ impl std::fmt::Display for Hold {
 pub struct Plan {
     /// Nodes to quarantine now, worst first.
     pub quarantine: Vec<String>,
+    /// What a quarantine changes on a node (from the mode); None in Observe mode, where
+    /// `quarantine` is empty.
+    pub enforcement: Option<Enforcement>,
     /// Nodes to release now (by name).
     pub release: Vec<String>,
     /// Nodes to retest in a confirmation run (worst first).
@@ -146,6 +186,7 @@ pub fn plan(
     let mut plan = Plan {
         budget,
         budget_error,
+        enforcement: Enforcement::of(policy.mode),
         ..Plan::default()
     };
     let mut ours = 0usize;
@@ -164,7 +205,8 @@ pub fn plan(
                     plan.held_back
                         .push((f.node.clone(), Hold::CordonedByOthers));
                 } else if observe {
-                    plan.held_back.push((f.node.clone(), Hold::ObserveMode));
+                    plan.held_back
+                        .push((f.node.clone(), Hold::ObserveModeRelease));
                 } else {
                     plan.release.push(f.node.clone());
                     ours -= 1;
@@ -282,6 +324,27 @@ mod tests {
         assert_eq!(p.quarantine, vec!["a"]);
         assert!(p.release.is_empty() && p.held_back.is_empty() && p.confirm.is_empty());
         assert_eq!((p.budget, p.quarantined_after), (2, 1));
+        assert_eq!(p.enforcement, Some(Enforcement::Cordon));
+    }
+
+    #[test]
+    fn every_mode_but_observe_says_what_a_quarantine_changes() {
+        for mode in [
+            QuarantineMode::Label,
+            QuarantineMode::Cordon,
+            QuarantineMode::Taint,
+        ] {
+            let how = Enforcement::of(mode).expect("acts");
+            assert_eq!(how.mode(), mode);
+            let p = plan(
+                &[facts("a", 1, 0)],
+                &policy(mode, 1, 1, false),
+                10,
+                Trigger::Schedule,
+            );
+            assert_eq!((p.enforcement, p.quarantine.len()), (Some(how), 1));
+        }
+        assert_eq!(Enforcement::of(QuarantineMode::Observe), None);
     }
 
     #[test]
@@ -367,8 +430,14 @@ mod tests {
         );
         assert!(p.quarantine.is_empty() && p.release.is_empty() && p.confirm.is_empty());
         assert_eq!(p.hold_of("a"), Some(Hold::ObserveMode));
-        assert_eq!(p.hold_of("q"), Some(Hold::ObserveMode));
+        assert_eq!(p.hold_of("q"), Some(Hold::ObserveModeRelease));
         assert!(Hold::ObserveMode.describe().contains("would quarantine"));
+        assert!(
+            Hold::ObserveModeRelease
+                .describe()
+                .contains("would release")
+        );
+        assert_eq!(p.enforcement, None);
     }
 
     #[test]
@@ -482,6 +551,7 @@ mod tests {
             Plan {
                 budget: 1,
                 quarantined_after: 1,
+                enforcement: Some(Enforcement::Cordon),
                 ..Plan::default()
             }
         );

@@ -1,11 +1,12 @@
-//! What every reconcile shares: the client, the metrics, the event recorder, and the caches
+//! What every reconcile shares: the client, the metrics, the Events publisher, and the caches
 //! (Nodes, benchmark Pods, FabricTestRuns) kept current by watches.
 
+use crate::controller::backoff::ErrorBackoff;
+use crate::events::Events;
 use crate::metrics::Metrics;
 use gpufabric_api::run::FabricTestRun;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::Client;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use std::sync::Arc;
 
@@ -14,8 +15,8 @@ use std::sync::Arc;
 pub struct Context {
     pub client: Client,
     pub metrics: Arc<Metrics>,
-    /// Publishes Kubernetes Events (see [`crate::events`]).
-    pub recorder: Recorder,
+    /// Publishes Kubernetes Events.
+    pub events: Events,
     /// Every Node (managed fields and image lists stripped).
     pub nodes: Store<Node>,
     /// Benchmark pods (those with the `gpufabric.io/run` label).
@@ -24,6 +25,8 @@ pub struct Context {
     pub runs: Store<FabricTestRun>,
     /// The namespace watched, or None for all.
     pub namespace: Option<String>,
+    /// Failed reconciles in a row per object, for the retry backoff.
+    pub backoff: ErrorBackoff,
     /// Becomes true once the Node, Pod and run caches have been filled.
     pub synced: tokio::sync::watch::Receiver<bool>,
     /// The image of benchmark pods whose FabricTest names none (`--agent-image`).

@@ -15,6 +15,7 @@ pub mod pairs;
 pub mod pods;
 pub mod quarantine;
 pub mod results;
+pub mod runs;
 pub mod schedule;
 pub mod status;
 pub mod time;
@@ -31,7 +32,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Config as WatchConfig};
 use kube::{Client, Resource};
@@ -126,9 +126,9 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .for_each(|_| futures::future::ready(()));
     metrics.read_state_from(test_store.clone(), run_store.clone());
 
-    let recorder = Recorder::new(
+    let events = events::Events::new(
         client.clone(),
-        Reporter {
+        events::Reporter {
             controller: keys::MANAGER.into(),
             instance: std::env::var("POD_NAME").ok(),
         },
@@ -137,11 +137,12 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let ctx = Arc::new(Context {
         client: client.clone(),
         metrics: metrics.clone(),
-        recorder,
+        events,
         nodes: node_store.clone(),
         pods: pod_store.clone(),
         runs: run_store.clone(),
         namespace: options.namespace.clone(),
+        backoff: Default::default(),
         synced: synced_rx,
         agent_image: options.agent_image.clone(),
     });

@@ -1,6 +1,12 @@
 //! The two controllers (FabricTest: schedule and history; FabricTestRun: pods and results)
 //! and the watches that feed them.
 
+pub mod backoff;
+pub mod decide;
+#[cfg(test)]
+pub(crate) mod fake_api;
+#[cfg(test)]
+mod reconcile_tests;
 pub mod run;
 pub mod test;
 
@@ -9,10 +15,10 @@ use crate::error::Error;
 use kube::Resource;
 use kube::runtime::controller::Action;
 use std::sync::Arc;
-use std::time::Duration;
 
-/// How a failed reconcile is retried: logged, counted, reported as a Warning Event on the
-/// object, tried again in a few seconds.
+/// How a failed reconcile is retried: logged and counted every time, reported as a Warning
+/// Event when the error is new for the object, and tried again after a per-object backoff
+/// (5 s doubling up to 5 min; see [`backoff`]).
 pub fn error_policy<K>(
     controller: &'static str,
     ctx: &Arc<Context>,
@@ -22,13 +28,30 @@ pub fn error_policy<K>(
 where
     K: Resource<DynamicType = ()> + Send + Sync + 'static,
 {
-    tracing::warn!(controller, error = %error, "reconcile failed");
+    let note = error.to_string();
+    let retry = ctx
+        .backoff
+        .failed(&backoff::object_key(obj.as_ref()), &note);
+    tracing::warn!(controller, error = %error, retry_in_s = retry.after.as_secs(), "reconcile failed");
     ctx.metrics.reconcile_failed(controller);
-    let (ctx, reference, note) = (ctx.clone(), obj.object_ref(&()), error.to_string());
-    tokio::spawn(async move {
-        crate::events::warning(&ctx, &reference, "ReconcileError", "Reconcile", note).await;
-    });
-    Action::requeue(Duration::from_secs(5))
+    if retry.report {
+        let (ctx, reference) = (ctx.clone(), obj.object_ref(&()));
+        tokio::spawn(async move {
+            ctx.events
+                .warning(&reference, "ReconcileError", "Reconcile", note)
+                .await;
+        });
+    }
+    Action::requeue(retry.after)
+}
+
+/// Marks a reconcile of `obj` as successful, so that its next failure backs off from the
+/// start and is reported again.
+pub fn succeeded<K>(ctx: &Context, obj: &K)
+where
+    K: Resource<DynamicType = ()>,
+{
+    ctx.backoff.succeeded(&backoff::object_key(obj));
 }
 
 /// Shared context type of both controllers.

@@ -5,7 +5,6 @@
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::events;
 use crate::metrics::VerdictLabels;
 use crate::names;
 use crate::nodes;
@@ -44,6 +43,12 @@ pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 #[tracing::instrument(skip_all, fields(run = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+    let action = reconcile_run(&obj, &ctx).await?;
+    super::succeeded(&ctx, obj.as_ref());
+    Ok(action)
+}
+
+async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
     let ns = obj
         .namespace()
@@ -135,9 +140,13 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
         apply_status(api, &name, &status).await?;
         ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed: no nodes");
-        events::warning(ctx, &run_ref, "RunFailed", "Resolve", message.clone()).await;
+        ctx.events
+            .warning(&run_ref, "RunFailed", "Resolve", message.clone())
+            .await;
         if let Some(t) = &test_ref {
-            events::warning(ctx, t, "RunFailed", "Resolve", format!("{name}: {message}")).await;
+            ctx.events
+                .warning(t, "RunFailed", "Resolve", format!("{name}: {message}"))
+                .await;
         }
         return Ok(Action::await_change());
     }
@@ -165,9 +174,13 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
     apply_status(api, &name, &status).await?;
     tracing::info!(nodes = targets.len(), "run started");
     let note = format!("testing {} nodes", targets.len());
-    events::normal(ctx, &run_ref, "RunStarted", "Start", note.clone()).await;
+    ctx.events
+        .normal(&run_ref, "RunStarted", "Start", note.clone())
+        .await;
     if let Some(t) = &test_ref {
-        events::normal(ctx, t, "RunStarted", "Start", format!("{name}: {note}")).await;
+        ctx.events
+            .normal(t, "RunStarted", "Start", format!("{name}: {note}"))
+            .await;
     }
     Ok(Action::requeue(Duration::from_millis(100)))
 }
@@ -582,25 +595,28 @@ async fn finish(
         let note = format!("{name}: {}", issue.message());
         tracing::warn!(%note, "many nodes not measured for one reason");
         if let Some(t) = &test_ref {
-            events::warning(
-                ctx,
-                t,
-                st::CONDITION_INFRASTRUCTURE_DEGRADED,
-                "Finish",
-                note,
-            )
-            .await;
+            ctx.events
+                .warning(t, st::CONDITION_INFRASTRUCTURE_DEGRADED, "Finish", note)
+                .await;
         }
     }
     if bad {
-        events::warning(ctx, &run_ref, reason, "Finish", summary.clone()).await;
+        ctx.events
+            .warning(&run_ref, reason, "Finish", summary.clone())
+            .await;
         if let Some(t) = &test_ref {
-            events::warning(ctx, t, reason, "Finish", format!("{name}: {summary}")).await;
+            ctx.events
+                .warning(t, reason, "Finish", format!("{name}: {summary}"))
+                .await;
         }
     } else {
-        events::normal(ctx, &run_ref, reason, "Finish", summary.clone()).await;
+        ctx.events
+            .normal(&run_ref, reason, "Finish", summary.clone())
+            .await;
         if let Some(t) = &test_ref {
-            events::normal(ctx, t, reason, "Finish", format!("{name}: {summary}")).await;
+            ctx.events
+                .normal(t, reason, "Finish", format!("{name}: {summary}"))
+                .await;
         }
     }
     Ok(Action::await_change())

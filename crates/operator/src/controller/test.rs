@@ -3,20 +3,19 @@
 //! run into the per-node history once, hands it to the quarantine executor, deletes runs
 //! beyond the history limits, and requeues at the next schedule time.
 
+use super::decide::{Decision, conditions, decide, invalid_status, validated_schedule};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::events;
+use crate::events::{self, EventType};
 use crate::metrics::TriggerLabels;
-use crate::names;
 use crate::quarantine;
-use crate::schedule::Schedule;
+use crate::runs;
 use crate::status as st;
-use crate::time::{now, to_chrono, to_time};
-use chrono::{DateTime, Utc};
+use crate::time::{now, to_time};
+use chrono::Utc;
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, FabricTestRunSpec, Trigger};
+use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
-use gpufabric_api::validate;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -26,17 +25,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::decide::{CONDITION_DEGRADED, CONDITION_READY};
+
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "fabrictest";
-/// Condition: the spec is valid and runs are scheduled.
-pub const CONDITION_READY: &str = "Ready";
-/// Condition: nodes of this test are failing.
-pub const CONDITION_DEGRADED: &str = "Degraded";
 
 /// Reconciles one FabricTest.
 #[tracing::instrument(skip_all, fields(test = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
 pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
+    let action = reconcile_test(&obj, &ctx).await?;
+    super::succeeded(&ctx, obj.as_ref());
+    Ok(action)
+}
+
+async fn reconcile_test(obj: &Arc<FabricTest>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
     let ns = obj
         .namespace()
@@ -55,21 +58,14 @@ pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action
         }
     })
     .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        kube::runtime::finalizer::Error::AddFinalizer(e)
-        | kube::runtime::finalizer::Error::RemoveFinalizer(e) => Error::Kube(e),
-        other => Error::Quarantine(other.to_string()),
-    })
+    .map_err(Error::from_finalizer)
 }
 
 /// The FabricTest is being deleted: release what it quarantined.
 async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
-    let released =
-        quarantine::release_all(&ctx.client, &ctx.recorder, &ctx.metrics.quarantine, test)
-            .await
-            .map_err(|e| Error::Quarantine(e.to_string()))?;
+    let released = quarantine::release_all(&ctx.client, &ctx.events, &ctx.metrics.quarantine, test)
+        .await
+        .map_err(Error::Quarantine)?;
     tracing::info!(released = released.len(), "FabricTest deleted");
     Ok(Action::await_change())
 }
@@ -94,60 +90,16 @@ fn is_active(run: &FabricTestRun) -> bool {
         && !run.status.as_ref().is_some_and(|s| s.phase.is_finished())
 }
 
-/// A run to start.
-struct Start {
-    trigger: Trigger,
-    name: String,
-    scheduled: Option<DateTime<Utc>>,
-}
-
-/// The run object for `start`, a frozen copy of the test's spec owned by the test.
-fn build_run(test: &FabricTest, start: &Start) -> Result<FabricTestRun> {
-    let owner = test
-        .controller_owner_ref(&())
-        .ok_or(Error::Missing("metadata.uid"))?;
-    let spec = &test.spec;
-    let mut run = FabricTestRun::new(
-        &start.name,
-        FabricTestRunSpec {
-            test: test.name_any(),
-            trigger: start.trigger,
-            scheduled_time: start.scheduled.map(to_time),
-            node_selector: spec.node_selector.clone(),
-            nodes: spec.nodes.clone(),
-            suite: spec.suite.clone(),
-            thresholds: spec.thresholds.clone(),
-            quarantine: spec.quarantine.clone(),
-            agent: spec.agent.clone(),
-        },
-    );
-    run.metadata.namespace = test.namespace();
-    run.metadata.owner_references = Some(vec![owner]);
-    run.metadata.labels = Some(BTreeMap::from([
-        (
-            keys::LABEL_TEST.to_string(),
-            names::label_value(&test.name_any()),
-        ),
-        (
-            keys::LABEL_TRIGGER.to_string(),
-            start.trigger.as_str().to_string(),
-        ),
-    ]));
-    Ok(run)
-}
-
-/// Reconciles a FabricTest that is not being deleted.
+/// Reconciles a FabricTest that is not being deleted: validate, fold finished runs into
+/// the history (and quarantine after each), decide whether a run starts ([`decide`]), carry
+/// that out, write the status, prune old runs, and requeue at the next schedule time.
 async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let ns = test
         .namespace()
         .ok_or(Error::Missing("metadata.namespace"))?;
     let name = test.name_any();
-    let uid = test.uid().ok_or(Error::Missing("metadata.uid"))?;
     let api: Api<FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
-    let runs_api: Api<FabricTestRun> = Api::namespaced(ctx.client.clone(), &ns);
     let test_ref = test.object_ref(&());
-    let generation = test.metadata.generation;
-    let now_t = Utc::now();
     let stamp = now();
     let original = test.status.clone().unwrap_or_default();
     // The gauge lives in memory: a restarted operator sets it again from the status.
@@ -156,208 +108,155 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
             .quarantine
             .set_quarantined(&key, original.quarantined_count as usize);
     }
-    let mut status = original.clone();
-    status.observed_generation = generation;
 
-    // 1. Validate.
-    let schedule = match validate(&test.spec)
-        .map_err(|e| e.to_string())
-        .and_then(|_| {
-            test.spec
-                .schedule
-                .as_deref()
-                .map(|s| {
-                    Schedule::parse(s, test.spec.time_zone.as_deref()).map_err(|e| e.to_string())
-                })
-                .transpose()
-        }) {
+    let schedule = match validated_schedule(test) {
         Ok(s) => s,
         Err(message) => {
-            let c = st::condition(
-                &original.conditions,
-                CONDITION_READY,
-                false,
-                "InvalidSpec",
-                message.clone(),
-                generation,
-                &stamp,
-            );
-            status.conditions.retain(|c| c.type_ != CONDITION_READY);
-            status.conditions.push(c);
-            status.next_schedule_time = None;
+            let status = invalid_status(test, &original, &message, &stamp);
             if status != original {
                 apply_status(&api, &name, &status).await?;
-                events::warning(ctx, &test_ref, "InvalidSpec", "Validate", message).await;
+                ctx.events
+                    .warning(&test_ref, "InvalidSpec", "Validate", message)
+                    .await;
             }
             return Ok(Action::await_change());
         }
     };
 
-    // 2. The runs of this test.
+    let runs = runs_of(test, ctx, &original).await?;
+    let mut status = original.clone();
+    status.observed_generation = test.metadata.generation;
+    let requeue_soon = !fold_finished_runs(test, &runs, &mut status, ctx).await?;
+
+    let active: Vec<&FabricTestRun> = runs.iter().filter(|r| is_active(r)).collect();
+    let decision = decide(test, schedule.as_ref(), &original, &active, Utc::now());
+    carry_out(test, ctx, &decision, &active, &mut status).await?;
+    status.next_schedule_time = decision.next.map(to_time);
+    status.conditions = conditions(test, &original.conditions, &status, &stamp);
+    let last_run = status
+        .last_run
+        .as_ref()
+        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name));
+    status.conditions.extend(st::infrastructure_condition(
+        &original.conditions,
+        last_run,
+        test.metadata.generation,
+        &stamp,
+    ));
+    if status != original {
+        apply_status(&api, &name, &status).await?;
+    }
+
+    // History limits, after the status holds every folded run.
+    prune_history(test, ctx, &runs).await?;
+
+    if requeue_soon {
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    match decision.next {
+        Some(next) => {
+            let wait = (next - Utc::now()).num_milliseconds().max(0) as u64 + 200;
+            Ok(Action::requeue(Duration::from_millis(wait)))
+        }
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// The runs of `test`: from the cache, plus its active run when the cache has not seen it
+/// yet (the run was just created).
+async fn runs_of(
+    test: &FabricTest,
+    ctx: &Context,
+    status: &FabricTestStatus,
+) -> Result<Vec<FabricTestRun>> {
+    let ns = test.namespace();
+    let uid = test.uid().ok_or(Error::Missing("metadata.uid"))?;
     let mut runs: Vec<FabricTestRun> = ctx
         .runs
         .state()
         .iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| r.namespace() == ns)
         .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
         .map(|r| (**r).clone())
         .collect();
-    // A run this test started may not be in the cache yet.
-    if let Some(active) = &original.active_run
+    if let Some(active) = &status.active_run
         && !runs.iter().any(|r| &r.name_any() == active)
-        && let Some(r) = runs_api.get_opt(active).await?
-        && r.owner_references().iter().any(|o| o.uid == uid)
     {
-        runs.push(r);
+        let api: Api<FabricTestRun> =
+            Api::namespaced(ctx.client.clone(), ns.as_deref().unwrap_or_default());
+        if let Some(r) = api.get_opt(active).await?
+            && r.owner_references().iter().any(|o| o.uid == uid)
+        {
+            runs.push(r);
+        }
     }
+    Ok(runs)
+}
 
-    // 3. Fold each newly finished run into the history, once, and quarantine.
-    let mut requeue_soon = false;
-    let to_fold: Vec<FabricTestRun> = st::runs_to_fold(&runs, original.last_run.as_ref())
+/// Folds each newly finished run into the per-node history, once, and quarantines after
+/// it. False when a node change failed (look again soon).
+async fn fold_finished_runs(
+    test: &FabricTest,
+    runs: &[FabricTestRun],
+    status: &mut FabricTestStatus,
+    ctx: &Context,
+) -> Result<bool> {
+    let to_fold: Vec<FabricTestRun> = st::runs_to_fold(runs, status.last_run.as_ref())
         .into_iter()
         .cloned()
         .collect();
+    let mut all_applied = true;
     for run in &to_fold {
         status.nodes = st::fold_history(&status.nodes, run);
         status.last_run = Some(st::run_summary(run));
-        if !quarantine_after(test, run, &mut status, ctx).await? {
-            requeue_soon = true;
-        }
+        all_applied &= quarantine_after(test, run, status, ctx).await?;
         tracing::info!(run = %run.name_any(), "run folded into the test's history");
     }
+    Ok(all_applied)
+}
 
-    // 4. Decide whether to start a run.
-    let active: Vec<&FabricTestRun> = runs.iter().filter(|r| is_active(r)).collect();
-    let policy = test.spec.concurrency_policy;
-    let run_now = test.annotations().get(keys::ANNOTATION_RUN_NOW).is_some();
-    let mut start: Option<Start> = None;
-    let mut decision = None;
-    let mut replace = false;
-    if run_now {
-        let rv = test.resource_version().unwrap_or_default();
-        let candidate = Start {
-            trigger: Trigger::Manual,
-            name: names::run_name(
-                &name,
-                &format!("manual-{:08x}", names::fnv1a(rv.as_bytes()) as u32),
-            ),
-            scheduled: None,
-        };
-        match policy.admit(!active.is_empty()) {
-            None => {
-                events::normal(
-                    ctx,
-                    &test_ref,
-                    "RunNowWaiting",
-                    "Schedule",
-                    format!(
-                        "run-now waits for the active run {} (concurrencyPolicy Forbid)",
-                        active[0].name_any()
-                    ),
-                )
-                .await;
-            }
-            Some(stop_active) => {
-                replace = stop_active;
-                start = Some(candidate);
-            }
-        }
-    } else if let Some(schedule) = &schedule {
-        if !test.spec.suspend {
-            let created = test
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(to_chrono)
-                .unwrap_or(now_t);
-            let d = schedule.decide(
-                original.last_schedule_time.as_ref().map(to_chrono),
-                created,
-                test.spec.starting_deadline_seconds,
-                now_t,
-            );
-            if d.too_many_missed {
-                events::warning(
-                    ctx,
-                    &test_ref,
-                    "TooManyMissedTimes",
-                    "Schedule",
-                    "more than 100 schedule times were missed; only the latest runs. Set startingDeadlineSeconds to bound this".into(),
-                )
-                .await;
-            }
-            if let Some(t) = d.too_late {
-                events::warning(
-                    ctx,
-                    &test_ref,
-                    "MissedSchedule",
-                    "Schedule",
-                    format!("the run due at {t} is past startingDeadlineSeconds and is skipped"),
-                )
-                .await;
-            }
-            if let Some(t) = d.due {
-                let candidate = Start {
-                    trigger: Trigger::Schedule,
-                    name: names::run_name(&name, &(t.timestamp() / 60).to_string()),
-                    scheduled: Some(t),
-                };
-                if active.iter().any(|r| r.name_any() == candidate.name) {
-                    // Already started (the status write was lost): record it.
-                    status.last_schedule_time = Some(to_time(t));
-                } else {
-                    match policy.admit(!active.is_empty()) {
-                        None => {
-                            events::normal(
-                                ctx,
-                                &test_ref,
-                                "RunAlreadyActive",
-                                "Schedule",
-                                format!(
-                                    "not starting the run due at {t}: {} is still running (concurrencyPolicy Forbid)",
-                                    active[0].name_any()
-                                ),
-                            )
-                            .await;
-                        }
-                        Some(stop_active) => {
-                            replace = stop_active;
-                            start = Some(candidate);
-                        }
-                    }
-                }
-            }
-            decision = Some(d);
-        }
-    } else if original.last_schedule_time.is_none() && !test.spec.suspend {
-        let created = test
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(to_chrono)
-            .unwrap_or(now_t);
-        start = Some(Start {
-            trigger: Trigger::Creation,
-            name: names::run_name(&name, &(created.timestamp() / 60).to_string()),
-            scheduled: Some(created),
-        });
+/// Carries out `decision`: its Events, the Replace deletions, the new run, and what the
+/// status records of it.
+async fn carry_out(
+    test: &FabricTest,
+    ctx: &Context,
+    decision: &Decision,
+    active: &[&FabricTestRun],
+    status: &mut FabricTestStatus,
+) -> Result<()> {
+    let test_ref = test.object_ref(&());
+    let runs_api: Api<FabricTestRun> =
+        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+    for note in &decision.notes {
+        let ev = events::event(
+            if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            note.reason,
+            "Schedule",
+            note.message.clone(),
+            None,
+        );
+        ctx.events.publish(&test_ref, ev).await;
     }
-
-    // 5. Start it.
-    if let Some(s) = &start {
-        if replace {
-            for r in &active {
-                tracing::info!(run = %r.name_any(), "replacing the active run");
-                match runs_api
-                    .delete(&r.name_any(), &DeleteParams::background())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                events::normal(
-                    ctx,
+    if let Some(t) = decision.already_started {
+        status.last_schedule_time = Some(to_time(t));
+    }
+    let Some(start) = &decision.start else {
+        status.active_run = active
+            .iter()
+            .max_by_key(|r| r.creation_timestamp())
+            .map(|r| r.name_any());
+        return Ok(());
+    };
+    if decision.replace_active {
+        for r in active {
+            tracing::info!(run = %r.name_any(), "replacing the active run");
+            delete_run(&runs_api, &r.name_any()).await?;
+            ctx.events
+                .normal(
                     &test_ref,
                     "RunReplaced",
                     "Schedule",
@@ -367,112 +266,73 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
                     ),
                 )
                 .await;
-            }
         }
-        let run = build_run(test, s)?;
-        let created = match runs_api.create(&PostParams::default(), &run).await {
-            Ok(_) => true,
-            Err(kube::Error::Api(e)) if e.code == 409 => false,
-            Err(e) => return Err(e.into()),
-        };
-        if created {
-            ctx.metrics
-                .runs_started
-                .get_or_create(&TriggerLabels {
-                    trigger: s.trigger.as_str().into(),
-                })
-                .inc();
-            tracing::info!(run = %s.name, trigger = s.trigger.as_str(), "run created");
-            events::normal(
-                ctx,
+    }
+    let run = runs::new_run(
+        test,
+        &start.name,
+        start.trigger,
+        start.scheduled.map(to_time),
+        test.spec.nodes.clone(),
+    )?;
+    if create_run(ctx, &runs_api, &run).await? {
+        tracing::info!(run = %start.name, trigger = start.trigger.as_str(), "run created");
+        ctx.events
+            .normal(
                 &test_ref,
                 "RunCreated",
                 "Schedule",
-                format!("created run {} ({})", s.name, s.trigger.as_str()),
+                format!("created run {} ({})", start.name, start.trigger.as_str()),
             )
             .await;
-        }
-        if s.trigger == Trigger::Manual {
-            let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: null}}});
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        } else if let Some(t) = s.scheduled {
-            status.last_schedule_time = Some(to_time(t));
-        }
-        status.active_run = Some(s.name.clone());
-    } else {
-        status.active_run = active
-            .iter()
-            .max_by_key(|r| r.creation_timestamp())
-            .map(|r| r.name_any());
     }
-
-    // 6. Conditions and the next time.
-    status.next_schedule_time = decision
-        .as_ref()
-        .and_then(|d| d.next)
-        .filter(|_| !test.spec.suspend)
-        .map(to_time);
-    let (reason, message) = match (&test.spec.schedule, test.spec.suspend) {
-        (_, true) => ("Suspended", "suspended: no new runs start".to_string()),
-        (Some(s), false) => ("Scheduled", format!("runs on the schedule {s:?}")),
-        (None, false) => (
-            "RunsOnce",
-            "no schedule: runs once when created, and on gpufabric.io/run-now".to_string(),
-        ),
-    };
-    let ready = st::condition(
-        &original.conditions,
-        CONDITION_READY,
-        true,
-        reason,
-        message,
-        generation,
-        &stamp,
-    );
-    let failing = st::failing_nodes(&status.nodes);
-    let degraded = if failing.is_empty() {
-        st::condition(
-            &original.conditions,
-            CONDITION_DEGRADED,
-            false,
-            "NodesPassing",
-            "no node is failing".into(),
-            generation,
-            &stamp,
+    if start.trigger == Trigger::Manual {
+        let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: null}}});
+        let api: Api<FabricTest> =
+            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        api.patch(
+            &test.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
         )
-    } else {
-        st::condition(
-            &original.conditions,
-            CONDITION_DEGRADED,
-            true,
-            "NodesFailing",
-            format!(
-                "{} node(s) failing: {}",
-                failing.len(),
-                st::name_list(&failing, 10)
-            ),
-            generation,
-            &stamp,
-        )
-    };
-    status.conditions = vec![ready, degraded];
-    let last_run = status
-        .last_run
-        .as_ref()
-        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name));
-    status.conditions.extend(st::infrastructure_condition(
-        &original.conditions,
-        last_run,
-        generation,
-        &stamp,
-    ));
-
-    if status != original {
-        apply_status(&api, &name, &status).await?;
+        .await?;
+    } else if let Some(t) = start.scheduled {
+        status.last_schedule_time = Some(to_time(t));
     }
+    status.active_run = Some(start.name.clone());
+    Ok(())
+}
 
-    // 7. History limits, after the status holds every folded run.
+/// Creates `run`; false when it exists already (a retry after a lost status write). Counts
+/// it in `gpufabric_runs_started_total{trigger}`.
+async fn create_run(ctx: &Context, api: &Api<FabricTestRun>, run: &FabricTestRun) -> Result<bool> {
+    match api.create(&PostParams::default(), run).await {
+        Ok(_) => {
+            ctx.metrics
+                .runs_started
+                .get_or_create(&TriggerLabels {
+                    trigger: run.spec.trigger.as_str().into(),
+                })
+                .inc();
+            Ok(true)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_run(api: &Api<FabricTestRun>, name: &str) -> Result<()> {
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes finished runs beyond the history limits.
+async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun]) -> Result<()> {
+    let api: Api<FabricTestRun> =
+        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
     let finished: Vec<&FabricTestRun> = runs
         .iter()
         .filter(|r| !is_active(r) && r.meta().deletion_timestamp.is_none())
@@ -483,24 +343,9 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
         test.spec.failed_runs_history_limit,
     ) {
         tracing::info!(run = %old, "deleting a run beyond the history limit");
-        match runs_api.delete(&old, &DeleteParams::background()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_run(&api, &old).await?;
     }
-
-    // 8. Look again at the next schedule time.
-    if requeue_soon {
-        return Ok(Action::requeue(Duration::from_secs(10)));
-    }
-    match status.next_schedule_time.as_ref().map(to_chrono) {
-        Some(next) => {
-            let wait = (next - Utc::now()).num_milliseconds().max(0) as u64 + 200;
-            Ok(Action::requeue(Duration::from_millis(wait)))
-        }
-        None => Ok(Action::await_change()),
-    }
+    Ok(())
 }
 
 /// Hands a folded run to the quarantine executor and writes its outcome into `status`.
@@ -519,7 +364,7 @@ async fn quarantine_after(
     let tested: BTreeSet<&str> = st::measured_nodes(run_status);
     let held = quarantine::quarantined_by(&ctx.client, test)
         .await
-        .map_err(|e| Error::Quarantine(e.to_string()))?;
+        .map_err(Error::Quarantine)?;
     let mut names: Vec<String> = tested.iter().map(|s| s.to_string()).collect();
     names.extend(status.nodes.iter().map(|h| h.node.clone()));
     names.extend(held.keys().cloned());
@@ -527,7 +372,7 @@ async fn quarantine_after(
     names.dedup();
     let observed = quarantine::observe(&ctx.client, test, &names)
         .await
-        .map_err(|e| Error::Quarantine(e.to_string()))?;
+        .map_err(Error::Quarantine)?;
     let history: BTreeMap<&str, &NodeHealth> =
         status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
     let facts: Vec<_> = observed
@@ -568,7 +413,7 @@ async fn quarantine_after(
         .collect();
     let outcome = quarantine::execute(
         &ctx.client,
-        &ctx.recorder,
+        &ctx.events,
         &ctx.metrics.quarantine,
         test,
         &run_name,
@@ -576,23 +421,15 @@ async fn quarantine_after(
         &reasons,
     )
     .await
-    .map_err(|e| Error::Quarantine(e.to_string()))?;
+    .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
     if !plan.confirm.is_empty() {
-        let confirm = quarantine::confirmation_run(test, &run_name, &plan.confirm)
-            .map_err(|e| Error::Quarantine(e.to_string()))?;
-        let ns = test.namespace().unwrap_or_default();
-        let api: Api<FabricTestRun> = Api::namespaced(ctx.client.clone(), &ns);
-        match api.create(&PostParams::default(), &confirm).await {
-            Ok(_) => {
-                ctx.metrics
-                    .runs_started
-                    .get_or_create(&TriggerLabels {
-                        trigger: Trigger::Confirmation.as_str().into(),
-                    })
-                    .inc();
-                events::normal(
-                    ctx,
+        let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
+        let api: Api<FabricTestRun> =
+            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        if create_run(ctx, &api, &confirm).await? {
+            ctx.events
+                .normal(
                     &test.object_ref(&()),
                     "RunCreated",
                     "Confirm",
@@ -603,9 +440,6 @@ async fn quarantine_after(
                     ),
                 )
                 .await;
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
         }
     }
     Ok(outcome.errors.is_empty())

@@ -1,11 +1,11 @@
 //! Pure decisions on one Node: who owns which quarantine change, and the single guarded
-//! patch that quarantines or releases it. No client here; `super` applies the steps.
+//! patch that quarantines or releases it. No client here; `super::apply` applies the steps.
 
+use super::refusal::Refusal;
 use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, TAINT_QUARANTINED};
-use gpufabric_api::policy::QuarantineMode;
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::NodeHealth;
-use gpufabric_health::quarantine::NodeFacts;
+use gpufabric_health::quarantine::{Enforcement, NodeFacts};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Map, Value, json};
@@ -88,33 +88,27 @@ impl NodeObservation {
         }
     }
 
-    /// Why this test must leave the node alone, if it must: an unreadable record, a
-    /// quarantine by another FabricTest, a cordon or our taint key put there by someone
-    /// else, or a node that is gone or being deleted.
-    pub fn why_left_alone(&self) -> Option<String> {
+    /// Why this test must leave the node alone, if it must: a node that is gone or being
+    /// deleted, an unreadable record, a quarantine by another FabricTest, a cordon or our
+    /// taint key put there by someone else.
+    pub fn refusal(&self) -> Option<Refusal> {
         if !self.exists {
-            return Some("the node does not exist".into());
+            return Some(Refusal::Gone);
         }
         if self.being_deleted {
-            return Some("the node is being deleted".into());
+            return Some(Refusal::BeingDeleted);
         }
         if let Some(e) = &self.record_error {
-            return Some(e.clone());
+            return Some(Refusal::UnreadableRecord(e.clone()));
         }
         if let Some(t) = &self.quarantined_by_other_test {
-            return Some(format!(
-                "left alone: quarantined by FabricTest {t}, not by this test"
-            ));
+            return Some(Refusal::OtherTest(t.clone()));
         }
         if self.cordoned_by_others {
-            return Some(
-                "left alone: the node was cordoned by someone else (not by this operator)".into(),
-            );
+            return Some(Refusal::CordonedByOthers);
         }
         if self.tainted_by_others {
-            return Some(format!(
-                "left alone: the node carries the taint {TAINT_QUARANTINED} put there by someone else"
-            ));
+            return Some(Refusal::TaintedByOthers);
         }
         None
     }
@@ -150,28 +144,20 @@ pub enum Step {
         /// The changes made, for Events and logs: "label", "cordon", "taint", "record".
         changes: Vec<&'static str>,
     },
-    /// The node is already as wanted (e.g. already quarantined by this test).
-    Nothing(String),
-    /// Not ours to touch; the reason says why.
-    Refuse(String),
+    /// Already quarantined by this test: nothing changes; the record it has.
+    AlreadyQuarantined(QuarantineRecord),
+    /// No record of this test on the node: nothing to release.
+    AlreadyReleased,
+    /// Not ours to touch.
+    Refuse(Refusal),
 }
 
-impl Step {
-    /// Why nothing was patched (empty for a patch).
-    pub fn into_reason(self) -> String {
-        match self {
-            Step::Refuse(why) | Step::Nothing(why) => why,
-            Step::Patch { .. } => String::new(),
-        }
-    }
-}
-
-/// The step that quarantines `node` for the test `test_key` in `mode`. Only what is
-/// missing is changed, and the record says exactly what that was.
+/// The step that quarantines `node` for the test `test_key`, changing what `enforcement`
+/// names. Only what is missing is changed, and the record says exactly what that was.
 pub fn quarantine_step(
     node: &Node,
     test_key: &str,
-    mode: QuarantineMode,
+    enforcement: Enforcement,
     run: &str,
     reason: &str,
     now: Time,
@@ -179,43 +165,31 @@ pub fn quarantine_step(
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
     if let Some(r) = obs.record.as_ref().filter(|r| r.is_owned_by(test_key)) {
-        return Step::Nothing(format!(
-            "already quarantined by this test since {} (run {})",
-            r.since.0, r.run
-        ));
+        return Step::AlreadyQuarantined(r.clone());
     }
-    if let Some(why) = obs.why_left_alone() {
-        return Step::Refuse(why);
+    if let Some(refusal) = obs.refusal() {
+        return Step::Refuse(refusal);
     }
     let Some(rv) = node.metadata.resource_version.clone() else {
-        return Step::Refuse("the node has no resourceVersion; cannot change it safely".into());
+        return Step::Refuse(Refusal::NoResourceVersion);
     };
     let label_present = node
         .metadata
         .labels
         .as_ref()
         .is_some_and(|l| l.contains_key(LABEL_QUARANTINED));
-    let (label, cordon, taint) = match mode {
-        QuarantineMode::Observe => {
-            return Step::Nothing("the quarantine mode is Observe: no node is changed".into());
-        }
-        QuarantineMode::Label => {
-            if label_present {
-                return Step::Refuse(format!(
-                    "left alone: the node already has the label {LABEL_QUARANTINED}, set by someone else"
-                ));
-            }
-            (true, false, false)
-        }
-        QuarantineMode::Cordon => (!label_present, true, false),
-        QuarantineMode::Taint => (!label_present, false, true),
+    let (label, cordon, taint) = match enforcement {
+        Enforcement::Label if label_present => return Step::Refuse(Refusal::LabeledByOthers),
+        Enforcement::Label => (true, false, false),
+        Enforcement::Cordon => (!label_present, true, false),
+        Enforcement::Taint => (!label_present, false, true),
     };
     let record = QuarantineRecord {
         test: test_key.to_string(),
         run: run.to_string(),
         reason: QuarantineRecord::short_reason(reason),
         since: now,
-        mode,
+        mode: enforcement.mode(),
         cordoned: cordon,
         tainted: taint,
         labeled: label,
@@ -271,19 +245,16 @@ pub fn release_step(node: &Node, test_key: &str) -> Step {
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
     if let Some(e) = obs.record_error {
-        return Step::Refuse(e);
+        return Step::Refuse(Refusal::UnreadableRecord(e));
     }
     let Some(record) = obs.record else {
-        return Step::Nothing("already released: the node has no quarantine record".into());
+        return Step::AlreadyReleased;
     };
     if !record.is_owned_by(test_key) {
-        return Step::Refuse(format!(
-            "not released: quarantined by FabricTest {}, not by this test",
-            record.test
-        ));
+        return Step::Refuse(Refusal::OtherTest(record.test));
     }
     let Some(rv) = node.metadata.resource_version.clone() else {
-        return Step::Refuse("the node has no resourceVersion; cannot change it safely".into());
+        return Step::Refuse(Refusal::NoResourceVersion);
     };
     let mut metadata = Map::new();
     metadata.insert("resourceVersion".into(), json!(rv));
@@ -436,14 +407,14 @@ mod tests {
         out
     }
 
-    fn quarantine(node: &Node, mode: QuarantineMode) -> Step {
-        quarantine_step(node, US, mode, "nightly-1", "GPU 3 straggler", now())
+    fn quarantine(node: &Node, how: Enforcement) -> Step {
+        quarantine_step(node, US, how, "nightly-1", "GPU 3 straggler", now())
     }
 
     #[test]
     fn cordon_mode_labels_cordons_and_records_exactly_that() {
         let n = node();
-        let step = quarantine(&n, QuarantineMode::Cordon);
+        let step = quarantine(&n, Enforcement::Cordon);
         let Step::Patch {
             patch,
             record,
@@ -470,7 +441,7 @@ mod tests {
     #[test]
     fn taint_mode_adds_only_our_taint_and_release_removes_only_it() {
         let n = node();
-        let q = quarantine(&n, QuarantineMode::Taint);
+        let q = quarantine(&n, Enforcement::Taint);
         let after = apply(&n, &q);
         let taints = taints_of(&after);
         assert_eq!(taints.len(), 2);
@@ -487,15 +458,12 @@ mod tests {
     fn a_node_cordoned_by_someone_else_is_never_claimed() {
         let mut n = node();
         n.spec.as_mut().expect("spec").unschedulable = Some(true);
-        for mode in [
-            QuarantineMode::Label,
-            QuarantineMode::Cordon,
-            QuarantineMode::Taint,
-        ] {
-            match quarantine(&n, mode) {
-                Step::Refuse(why) => assert!(why.contains("cordoned by someone else"), "{why}"),
-                other => panic!("{mode:?}: {other:?}"),
-            }
+        for how in [Enforcement::Label, Enforcement::Cordon, Enforcement::Taint] {
+            assert_eq!(
+                quarantine(&n, how),
+                Step::Refuse(Refusal::CordonedByOthers),
+                "{how:?}"
+            );
         }
         let obs = NodeObservation::of("n1", Some(&n), US);
         assert!(obs.cordoned_by_others);
@@ -509,7 +477,7 @@ mod tests {
     fn release_leaves_a_cordon_the_record_does_not_name() {
         // Quarantined in Label mode, then a person cordoned the node.
         let n = node();
-        let mut after = apply(&n, &quarantine(&n, QuarantineMode::Label));
+        let mut after = apply(&n, &quarantine(&n, Enforcement::Label));
         after.spec.as_mut().expect("spec").unschedulable = Some(true);
         let released = apply(&after, &release_step(&after, US));
         assert!(is_unschedulable(&released), "the person's cordon stays");
@@ -527,14 +495,14 @@ mod tests {
         let n = node();
         let theirs = apply(
             &n,
-            &quarantine_step(&n, "team-b/other", QuarantineMode::Cordon, "r", "x", now()),
+            &quarantine_step(&n, "team-b/other", Enforcement::Cordon, "r", "x", now()),
         );
-        match release_step(&theirs, US) {
-            Step::Refuse(why) => assert!(why.contains("team-b/other"), "{why}"),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(
+            release_step(&theirs, US),
+            Step::Refuse(Refusal::OtherTest("team-b/other".into()))
+        );
         assert!(matches!(
-            quarantine(&theirs, QuarantineMode::Cordon),
+            quarantine(&theirs, Enforcement::Cordon),
             Step::Refuse(_)
         ));
         let obs = NodeObservation::of("n1", Some(&theirs), US);
@@ -557,10 +525,13 @@ mod tests {
             "{not json".to_string(),
         )]));
         assert!(matches!(
-            quarantine(&n, QuarantineMode::Cordon),
-            Step::Refuse(_)
+            quarantine(&n, Enforcement::Cordon),
+            Step::Refuse(Refusal::UnreadableRecord(_))
         ));
-        assert!(matches!(release_step(&n, US), Step::Refuse(_)));
+        assert!(matches!(
+            release_step(&n, US),
+            Step::Refuse(Refusal::UnreadableRecord(_))
+        ));
         let obs = NodeObservation::of("n1", Some(&n), US);
         assert!(obs.record_error.is_some());
         assert!(
@@ -582,31 +553,31 @@ mod tests {
                 value: None,
                 time_added: None,
             });
-        assert!(matches!(
-            quarantine(&n, QuarantineMode::Taint),
-            Step::Refuse(_)
-        ));
+        assert_eq!(
+            quarantine(&n, Enforcement::Taint),
+            Step::Refuse(Refusal::TaintedByOthers)
+        );
         assert!(NodeObservation::of("n1", Some(&n), US).tainted_by_others);
     }
 
     #[test]
     fn quarantining_twice_changes_nothing() {
         let n = node();
-        let after = apply(&n, &quarantine(&n, QuarantineMode::Cordon));
+        let after = apply(&n, &quarantine(&n, Enforcement::Cordon));
         assert!(matches!(
-            quarantine(&after, QuarantineMode::Cordon),
-            Step::Nothing(_)
+            quarantine(&after, Enforcement::Cordon),
+            Step::AlreadyQuarantined(r) if r.run == "nightly-1"
         ));
+        let released = apply(&after, &release_step(&after, US));
+        assert_eq!(release_step(&released, US), Step::AlreadyReleased);
     }
 
     #[test]
     fn a_missing_node_is_reported_not_acted_on() {
         let obs = NodeObservation::of("gone", None, US);
         assert!(!obs.exists);
-        assert_eq!(
-            obs.why_left_alone().as_deref(),
-            Some("the node does not exist")
-        );
+        assert_eq!(obs.refusal(), Some(Refusal::Gone));
+        assert_eq!(Refusal::Gone.to_string(), "the node does not exist");
     }
 
     trait DefaultFor {

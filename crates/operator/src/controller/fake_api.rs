@@ -1,0 +1,133 @@
+//! A scripted API server on `tower_test::mock` for unit tests of the shells that talk to
+//! Kubernetes: each expected request in order gets its canned answer; Event writes are
+//! answered and recorded on the side.
+
+use http::{Method, Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+/// One request the code under test must make next, and the answer it gets.
+pub struct Expect {
+    pub method: Method,
+    /// The path must end with this (query strings are ignored).
+    pub path: String,
+    pub status: StatusCode,
+    /// The answer's body; `Value::Null` answers with the request's own body (what a
+    /// create returns).
+    pub body: Value,
+}
+
+impl Expect {
+    pub fn new(method: Method, path: &str, status: StatusCode, body: Value) -> Self {
+        Expect {
+            method,
+            path: path.to_string(),
+            status,
+            body,
+        }
+    }
+}
+
+/// A request the code under test made.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: Method,
+    pub path: String,
+    pub body: Value,
+}
+
+/// What the server saw: the scripted requests in order, and the Events published.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    pub requests: Vec<Seen>,
+    pub events: Vec<Seen>,
+    /// Requests that were not the next expected one (the test fails on any).
+    pub unexpected: Vec<Seen>,
+    /// Expected requests that never came.
+    pub missing: Vec<String>,
+}
+
+impl Transcript {
+    /// Reasons of the Events published, in order.
+    pub fn event_reasons(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| e.body["reason"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// A Kubernetes status body, as the API server answers errors.
+pub fn status(code: u16, reason: &str) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": format!("{reason} (scripted)"),
+        "reason": reason,
+        "code": code,
+    })
+}
+
+/// A client whose requests `serve` answers.
+pub fn client() -> (Client, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    (Client::new(service, "default"), handle)
+}
+
+/// Answers requests until every client clone is dropped; returns what it saw.
+pub fn serve(mut handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Transcript> {
+    tokio::spawn(async move {
+        let mut script = script.into_iter();
+        let mut seen = Transcript::default();
+        while let Some((request, respond)) = handle.next_request().await {
+            let method = request.method().clone();
+            let path = request.uri().path().to_string();
+            let bytes = request
+                .into_body()
+                .collect_bytes()
+                .await
+                .unwrap_or_default();
+            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let request = Seen { method, path, body };
+            let (code, answer) = if request.path.contains("/events") {
+                let echo = request.body.clone();
+                seen.events.push(request);
+                (StatusCode::CREATED, echo)
+            } else {
+                match script.next() {
+                    Some(e) if e.method == request.method && request.path.ends_with(&e.path) => {
+                        let answer = if e.body.is_null() {
+                            request.body.clone()
+                        } else {
+                            e.body
+                        };
+                        seen.requests.push(request);
+                        (e.status, answer)
+                    }
+                    other => {
+                        if let Some(e) = other {
+                            seen.missing.push(format!("{} {}", e.method, e.path));
+                        }
+                        seen.unexpected.push(request);
+                        (StatusCode::INTERNAL_SERVER_ERROR, status(500, "Unexpected"))
+                    }
+                }
+            };
+            let response = Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&answer).unwrap_or_default()));
+            if let Ok(r) = response {
+                respond.send_response(r);
+            }
+        }
+        seen.missing
+            .extend(script.map(|e| format!("{} {}", e.method, e.path)));
+        seen
+    })
+}

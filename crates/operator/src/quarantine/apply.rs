@@ -1,0 +1,482 @@
+//! Applying a plan to Nodes: each release and quarantine the plan names, as one
+//! resourceVersion-guarded patch per node, and a report for each node it holds back. The
+//! plan is final: budget and mode were decided there, and only the node as read now can
+//! still refuse a change (someone else cordoned it in between).
+
+use super::QuarantineError;
+use super::metrics::QuarantineMetrics;
+use super::node::{NodeObservation, Step, quarantine_step, release_step};
+use super::observe::{records_of, test_key};
+use super::outcome::{Action, Outcome};
+use super::refusal::{Change, NodeChangeError, NodeFailure};
+use crate::events::{EventType, Events};
+use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::test::FabricTest;
+use gpufabric_health::quarantine::{Enforcement, Hold, Plan};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use std::collections::BTreeMap;
+use tracing::info;
+
+/// How often a node change is re-read and re-decided after a conflict before giving up.
+const MAX_ATTEMPTS: usize = 5;
+
+/// Apply `plan` (from `gpufabric_health::quarantine::plan` for run `run` of `test`) to the
+/// nodes: releases first, then quarantines, then each held-back node is reported. `reasons`
+/// maps a node to why it is quarantined (the most severe finding, as a sentence); it goes
+/// into the record and the Events.
+///
+/// Returns an error (and changes nothing) only when the nodes this test already holds
+/// cannot be listed; per-node failures are in [`Outcome::errors`].
+pub async fn execute(
+    client: &Client,
+    events: &Events,
+    metrics: &QuarantineMetrics,
+    test: &FabricTest,
+    run: &str,
+    plan: &Plan,
+    reasons: &BTreeMap<String, String>,
+) -> Result<Outcome, QuarantineError> {
+    let mut exec = Executor::new(client, events, metrics, test)?;
+    let mut ours = records_of(client, &exec.key).await?;
+
+    if let Some(e) = &plan.budget_error {
+        exec.invalid_budget(e).await;
+    }
+    for name in &plan.release {
+        if exec.release(name).await {
+            ours.remove(name);
+        }
+    }
+    if let Some(how) = plan.enforcement {
+        for name in &plan.quarantine {
+            let reason = reasons
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| format!("failed run {run}"));
+            if let Some(record) = exec.quarantine(name, how, run, &reason).await {
+                ours.insert(name.clone(), record);
+            }
+        }
+    }
+    for (name, hold) in &plan.held_back {
+        exec.hold(name, *hold, ours.len(), plan.budget).await;
+    }
+
+    metrics.set_quarantined(&exec.key, ours.len());
+    let mut outcome = exec.outcome;
+    outcome.quarantined = ours.into_iter().map(|(n, r)| (n, r.since)).collect();
+    Ok(outcome)
+}
+
+/// Release every node whose record names `test`: call it from the finalizer
+/// [`gpufabric_api::keys::FINALIZER`] when the FabricTest is being deleted, and remove the
+/// finalizer only when it returns `Ok`.
+///
+/// With `spec.quarantine.releaseOnDelete: false` nothing is released: the nodes keep their
+/// label/cordon/taint and their records (which still name `<namespace>/<name>`; a person
+/// releases them by undoing what the record says and removing the annotation, or a new
+/// FabricTest of the same namespace and name adopts them). An Event on the test lists them,
+/// and `Ok` is returned so the finalizer can go.
+pub async fn release_all(
+    client: &Client,
+    events: &Events,
+    metrics: &QuarantineMetrics,
+    test: &FabricTest,
+) -> Result<Vec<String>, QuarantineError> {
+    let mut exec = Executor::new(client, events, metrics, test)?;
+    let ours = records_of(client, &exec.key).await?;
+    if !test.spec.quarantine.release_on_delete {
+        if !ours.is_empty() {
+            let names: Vec<&str> = ours.keys().map(String::as_str).collect();
+            info!(test = %exec.key, nodes = ?names, "FabricTest deleted; releaseOnDelete is false, its quarantines stay");
+            exec.event_on_test(
+                EventType::Normal,
+                "QuarantineKept",
+                format!(
+                    "releaseOnDelete is false: {} node(s) stay quarantined with their records: {}",
+                    names.len(),
+                    names.join(", ")
+                ),
+                None,
+            )
+            .await;
+        }
+        metrics.forget(&exec.key);
+        return Ok(Vec::new());
+    }
+    for name in ours.keys() {
+        exec.release(name).await;
+    }
+    if !exec.outcome.errors.is_empty() {
+        return Err(QuarantineError::Release(exec.outcome.errors));
+    }
+    metrics.forget(&exec.key);
+    Ok(exec.outcome.nodes_with(Action::Released))
+}
+
+/// One execution's state: what it has done so far, and how to report it.
+pub(super) struct Executor<'a> {
+    pub(super) nodes: Api<Node>,
+    pub(super) events: &'a Events,
+    pub(super) metrics: &'a QuarantineMetrics,
+    pub(super) test: &'a FabricTest,
+    pub(super) key: String,
+    pub(super) outcome: Outcome,
+}
+
+/// What a guarded node change came to.
+enum Applied {
+    /// The patch went through; the node as it is now.
+    Patched {
+        node: Box<Node>,
+        record: Option<QuarantineRecord>,
+        changes: Vec<&'static str>,
+    },
+    /// Nothing to change, or not ours to change (the step says which).
+    Unchanged { step: Step, node: Box<Node> },
+    /// The Node object does not exist.
+    Gone,
+}
+
+impl<'a> Executor<'a> {
+    fn new(
+        client: &Client,
+        events: &'a Events,
+        metrics: &'a QuarantineMetrics,
+        test: &'a FabricTest,
+    ) -> Result<Executor<'a>, QuarantineError> {
+        Ok(Executor {
+            nodes: Api::all(client.clone()),
+            events,
+            metrics,
+            test,
+            key: test_key(test)?,
+            outcome: Outcome::default(),
+        })
+    }
+
+    /// Read the node, decide, patch with the resourceVersion it was decided from, and on a
+    /// conflict read it again and decide again.
+    async fn guarded(
+        &self,
+        name: &str,
+        decide: impl Fn(&Node) -> Step,
+    ) -> Result<Applied, NodeChangeError> {
+        for attempt in 1..=MAX_ATTEMPTS {
+            let Some(node) = self
+                .nodes
+                .get_opt(name)
+                .await
+                .map_err(NodeChangeError::Read)?
+            else {
+                return Ok(Applied::Gone);
+            };
+            let (patch, record, changes) = match decide(&node) {
+                Step::Patch {
+                    patch,
+                    record,
+                    changes,
+                } => (patch, record, changes),
+                step => {
+                    return Ok(Applied::Unchanged {
+                        step,
+                        node: Box::new(node),
+                    });
+                }
+            };
+            match self
+                .nodes
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(node) => {
+                    return Ok(Applied::Patched {
+                        node: Box::new(node),
+                        record,
+                        changes,
+                    });
+                }
+                Err(kube::Error::Api(s)) if s.is_conflict() => {
+                    info!(
+                        node = name,
+                        attempt, "node changed while deciding; reading it again"
+                    );
+                }
+                Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Applied::Gone),
+                Err(e) => return Err(NodeChangeError::Patch(e)),
+            }
+        }
+        Err(NodeChangeError::KeptChanging(MAX_ATTEMPTS))
+    }
+
+    /// Quarantine one node; the record it carries afterwards when it is ours.
+    async fn quarantine(
+        &mut self,
+        name: &str,
+        how: Enforcement,
+        run: &str,
+        reason: &str,
+    ) -> Option<QuarantineRecord> {
+        let key = self.key.clone();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let applied = self
+            .guarded(name, |n| {
+                quarantine_step(n, &key, how, run, reason, now.clone())
+            })
+            .await;
+        match applied {
+            Ok(Applied::Patched {
+                node,
+                record,
+                changes,
+            }) => {
+                let message = format!(
+                    "quarantined by FabricTest {key} (run {run}, mode {:?}; made: {}): {reason}",
+                    how.mode(),
+                    changes.join(", ")
+                );
+                self.act(name, Some(&node), Action::Quarantined, message)
+                    .await;
+                record
+            }
+            // Already ours: nothing changes, and it stays counted.
+            Ok(Applied::Unchanged {
+                step: Step::AlreadyQuarantined(record),
+                ..
+            }) => Some(record),
+            Ok(Applied::Unchanged {
+                step: Step::Refuse(refusal),
+                node,
+            }) => {
+                self.act(name, Some(&node), refusal.action(), refusal.to_string())
+                    .await;
+                None
+            }
+            Ok(Applied::Unchanged { .. }) => None,
+            Ok(Applied::Gone) => {
+                let gone = super::Refusal::Gone;
+                self.act(name, None, gone.action(), gone.to_string()).await;
+                None
+            }
+            Err(error) => {
+                self.fail(name, Change::Quarantine, error).await;
+                None
+            }
+        }
+    }
+
+    /// Release one node; true when it no longer carries this test's record.
+    async fn release(&mut self, name: &str) -> bool {
+        let key = self.key.clone();
+        match self.guarded(name, |n| release_step(n, &key)).await {
+            Ok(Applied::Patched { node, changes, .. }) => {
+                let message = format!(
+                    "released by FabricTest {key} (undid: {})",
+                    changes.join(", ")
+                );
+                self.act(name, Some(&node), Action::Released, message).await;
+                true
+            }
+            Ok(Applied::Unchanged {
+                step: Step::Refuse(refusal),
+                node,
+            }) => {
+                self.act(name, Some(&node), refusal.action(), refusal.to_string())
+                    .await;
+                false
+            }
+            Ok(Applied::Unchanged { .. }) => {
+                info!(node = name, test = %key, "already released: the node has no record of this test");
+                true
+            }
+            Ok(Applied::Gone) => {
+                let message = format!("released by FabricTest {key}: the node no longer exists");
+                self.act(name, None, Action::Released, message).await;
+                true
+            }
+            Err(error) => {
+                self.fail(name, Change::Release, error).await;
+                false
+            }
+        }
+    }
+
+    /// Report a node the plan holds back. `held` and `budget`: nodes this test holds after
+    /// the plan, and its budget.
+    async fn hold(&mut self, name: &str, hold: Hold, held: usize, budget: usize) {
+        match hold {
+            Hold::OverBudget => {
+                let message = format!("{hold}: {held} of {budget} node(s) held");
+                self.act(name, None, Action::OverBudget, message).await;
+            }
+            Hold::ObserveMode => {
+                self.act(name, None, Action::WouldQuarantine, hold.to_string())
+                    .await;
+            }
+            Hold::ObserveModeRelease => {
+                self.act(name, None, Action::WouldRelease, hold.to_string())
+                    .await;
+            }
+            Hold::CordonedByOthers => {
+                // Say precisely whose the node is, from the node as it is now.
+                let refusal = match self.nodes.get_opt(name).await {
+                    Ok(node) => NodeObservation::of(name, node.as_ref(), &self.key).refusal(),
+                    Err(_) => None,
+                };
+                let (action, message) = match refusal {
+                    Some(r) => (r.action(), r.to_string()),
+                    None => (Action::LeftAlone, hold.to_string()),
+                };
+                self.act(name, None, action, message).await;
+            }
+            Hold::AwaitingConfirmation | Hold::NodeGone | Hold::NotTested => {
+                self.outcome
+                    .held_back
+                    .insert(name.to_string(), hold.to_string());
+            }
+        }
+    }
+
+    async fn fail(&mut self, name: &str, change: Change, error: NodeChangeError) {
+        let message = format!("could not {change}: {error}");
+        let failure = NodeFailure {
+            node: name.to_string(),
+            change,
+            error,
+        };
+        self.outcome.errors.push(failure);
+        self.act(name, None, Action::Failed, message).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::fake_api::{Expect, client, serve, status};
+    use crate::events::Reporter;
+    use gpufabric_api::test::FabricTestSpec;
+    use http::{Method, StatusCode};
+    use serde_json::{Value, json};
+
+    fn test() -> FabricTest {
+        let mut t = FabricTest::new("nightly", FabricTestSpec::default());
+        t.metadata.namespace = Some("gpu".into());
+        t.metadata.uid = Some("uid-1".into());
+        t
+    }
+
+    fn node(rv: &str, unschedulable: bool) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "n1", "uid": "node-uid", "resourceVersion": rv},
+            "spec": {"unschedulable": unschedulable},
+        })
+    }
+
+    #[tokio::test]
+    async fn a_cordon_between_read_and_patch_is_read_again_and_left_alone() {
+        let (client, handle) = client();
+        let path = "/api/v1/nodes/n1";
+        let server = serve(
+            handle,
+            vec![
+                Expect::new(Method::GET, path, StatusCode::OK, node("1", false)),
+                // A person cordoned n1 after our read: the guarded patch is refused.
+                Expect::new(
+                    Method::PATCH,
+                    path,
+                    StatusCode::CONFLICT,
+                    status(409, "Conflict"),
+                ),
+                Expect::new(Method::GET, path, StatusCode::OK, node("2", true)),
+            ],
+        );
+        let events = Events::new(client.clone(), Reporter::from("gpufabric"));
+        let metrics = QuarantineMetrics::default();
+        let t = test();
+        let mut exec = Executor::new(&client, &events, &metrics, &t).expect("executor");
+        let record = exec
+            .quarantine("n1", Enforcement::Cordon, "run-1", "GPU 3 straggler")
+            .await;
+        let outcome = std::mem::take(&mut exec.outcome);
+        drop(exec);
+        drop((client, events));
+        let seen = server.await.expect("server");
+
+        assert!(record.is_none());
+        assert!(
+            seen.unexpected.is_empty() && seen.missing.is_empty(),
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen.requests[1].body["metadata"]["resourceVersion"], "1",
+            "the patch carries the resourceVersion it was decided from"
+        );
+        assert_eq!(
+            outcome.nodes_with(Action::LeftAlone),
+            vec!["n1".to_string()]
+        );
+        assert!(outcome.errors.is_empty());
+        assert!(
+            outcome.held_back["n1"].contains("cordoned by someone else"),
+            "{outcome:?}"
+        );
+        assert_eq!(seen.event_reasons(), vec!["LeftAlone", "LeftAlone"]);
+    }
+
+    #[tokio::test]
+    async fn a_node_that_keeps_changing_is_a_failure_not_a_quarantine() {
+        let (client, handle) = client();
+        let path = "/api/v1/nodes/n1";
+        let mut script = Vec::new();
+        for _ in 0..MAX_ATTEMPTS {
+            script.push(Expect::new(
+                Method::GET,
+                path,
+                StatusCode::OK,
+                node("1", false),
+            ));
+            script.push(Expect::new(
+                Method::PATCH,
+                path,
+                StatusCode::CONFLICT,
+                status(409, "Conflict"),
+            ));
+        }
+        // The failure's Event reads the node for its uid.
+        script.push(Expect::new(
+            Method::GET,
+            path,
+            StatusCode::OK,
+            node("1", false),
+        ));
+        let server = serve(handle, script);
+        let events = Events::new(client.clone(), Reporter::from("gpufabric"));
+        let metrics = QuarantineMetrics::default();
+        let t = test();
+        let mut exec = Executor::new(&client, &events, &metrics, &t).expect("executor");
+        let record = exec
+            .quarantine("n1", Enforcement::Taint, "run-1", "GPU 3 straggler")
+            .await;
+        assert!(record.is_none());
+        let outcome = std::mem::take(&mut exec.outcome);
+        drop(exec);
+        drop((client, events));
+        let seen = server.await.expect("server");
+        assert!(
+            seen.unexpected.is_empty() && seen.missing.is_empty(),
+            "{seen:?}"
+        );
+        assert_eq!(outcome.errors.len(), 1);
+        assert!(matches!(
+            outcome.errors[0].error,
+            NodeChangeError::KeptChanging(MAX_ATTEMPTS)
+        ));
+        assert_eq!(outcome.nodes_with(Action::Failed), vec!["n1".to_string()]);
+        assert_eq!(metrics.action_count("gpu/nightly", "failed"), 1);
+    }
+}

@@ -1,0 +1,63 @@
+//! The quarantine executor: applies a plan of `gpufabric_health::quarantine::plan` to Nodes
+//! (label, cordon, taint, release), with an Event, a metric and a status entry for each
+//! node. The plan decides (budget, mode, hysteresis, ownership as observed); this module
+//! only observes nodes for it and applies its steps.
+//!
+//! After a run of FabricTest `test` finishes, the controller:
+//! 1. [`observe`]s the nodes of the run, of `test.status.nodes`, and [`quarantined_by`] the
+//!    test (so that gone and deselected nodes are released too);
+//! 2. plans with each observation's [`NodeObservation::facts`], the test's *current*
+//!    `spec.quarantine`, and the number of nodes the test selects (not the few a
+//!    confirmation run retests);
+//! 3. calls [`execute`], and writes [`Outcome::apply_to_status`] into the test's status.
+//!
+//! On deletion (finalizer [`gpufabric_api::keys::FINALIZER`]) it calls [`release_all`].
+//!
+//! Safety at the node:
+//! - one JSON merge patch per node carrying the resourceVersion it was decided from: a
+//!   node that changed in between (someone cordoned it) is read and decided again;
+//! - the record (annotation `gpufabric.io/quarantine`) says which of label, cordon and
+//!   taint this operator made; release undoes exactly those;
+//! - a node cordoned or carrying our taint key by someone else, quarantined by another
+//!   FabricTest, or with an unreadable record is never touched ([`Refusal`]).
+//!
+//! Known limits: a cordon is one bit, so a `kubectl cordon` of a node this operator
+//! cordoned is undone with the release; a node whose record a person removed is no longer
+//! this operator's; a node quarantined in Label mode keeps only its label if the mode later
+//! becomes Cordon.
+
+mod apply;
+mod metrics;
+mod node;
+mod observe;
+mod outcome;
+mod refusal;
+mod report;
+
+pub use apply::{execute, release_all};
+pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
+pub use node::{
+    NodeObservation, Step, TAINT_EFFECT, is_our_taint, is_unschedulable, quarantine_step,
+    release_step, taints_of,
+};
+pub use observe::{OBSERVE_CONCURRENCY, observe, quarantined_by, test_key};
+pub use outcome::{Action, ActionTaken, Outcome};
+pub use refusal::{Change, NodeChangeError, NodeFailure, Refusal};
+
+/// Errors that stop the executor from acting at all. Per-node problems do not stop it;
+/// they are reported in [`Outcome::errors`].
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineError {
+    #[error("listing nodes to count this test's quarantined nodes: {0}")]
+    ListNodes(#[source] kube::Error),
+    #[error("reading node {node}: {source}")]
+    GetNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the FabricTest has no namespace or name")]
+    Unnamed,
+    #[error("could not release {} node(s), the finalizer stays until they are: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Release(Vec<NodeFailure>),
+}

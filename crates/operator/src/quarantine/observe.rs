@@ -1,0 +1,96 @@
+//! Reading what the nodes show about quarantine, as one FabricTest sees them: the facts
+//! the planner needs, and the records of what this test holds.
+
+use super::QuarantineError;
+use super::node::NodeObservation;
+use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::test::FabricTest;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::Api;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Node reads [`observe`] keeps in flight at once.
+pub const OBSERVE_CONCURRENCY: usize = 16;
+
+/// `<namespace>/<name>` of a FabricTest: what records and metrics name it by.
+pub fn test_key(test: &FabricTest) -> Result<String, QuarantineError> {
+    match (
+        test.metadata.namespace.as_deref(),
+        test.metadata.name.as_deref(),
+    ) {
+        (Some(ns), Some(name)) => Ok(QuarantineRecord::test_key(ns, name)),
+        _ => Err(QuarantineError::Unnamed),
+    }
+}
+
+/// Read the named nodes and say, for each, what this test may do with it. Call it before
+/// planning; pass the result through [`NodeObservation::facts`] to the planner. A node that
+/// does not exist comes back with `exists: false` (not an error). Names are read
+/// [`OBSERVE_CONCURRENCY`] at a time; the result is in the order of `node_names`, without
+/// repeats.
+pub async fn observe(
+    client: &Client,
+    test: &FabricTest,
+    node_names: &[String],
+) -> Result<Vec<NodeObservation>, QuarantineError> {
+    use futures::{StreamExt, TryStreamExt};
+    let key = test_key(test)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut seen = BTreeSet::new();
+    let unique: Vec<String> = node_names
+        .iter()
+        .filter(|n| seen.insert(n.as_str()))
+        .cloned()
+        .collect();
+    // Owned values in each future: borrowed ones make the controller's future not Send.
+    futures::stream::iter(unique)
+        .map(move |name| {
+            let (nodes, key) = (nodes.clone(), key.clone());
+            async move {
+                let node =
+                    nodes
+                        .get_opt(&name)
+                        .await
+                        .map_err(|source| QuarantineError::GetNode {
+                            node: name.clone(),
+                            source,
+                        })?;
+                Ok(NodeObservation::of(&name, node.as_ref(), &key))
+            }
+        })
+        .buffered(OBSERVE_CONCURRENCY)
+        .try_collect()
+        .await
+}
+
+/// Every node in the cluster whose record names this test, with the record. Nodes with an
+/// unreadable record are not included (they are nobody's until a person fixes them).
+pub async fn quarantined_by(
+    client: &Client,
+    test: &FabricTest,
+) -> Result<BTreeMap<String, QuarantineRecord>, QuarantineError> {
+    let key = test_key(test)?;
+    records_of(client, &key).await
+}
+
+pub(super) async fn records_of(
+    client: &Client,
+    key: &str,
+) -> Result<BTreeMap<String, QuarantineRecord>, QuarantineError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list_metadata(&Default::default())
+        .await
+        .map_err(QuarantineError::ListNodes)?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|m| {
+            let record =
+                QuarantineRecord::from_annotations(m.metadata.annotations.as_ref()).ok()??;
+            let name = m.metadata.name?;
+            record.is_owned_by(key).then_some((name, record))
+        })
+        .collect())
+}
