@@ -482,8 +482,8 @@ async fn helm_installs_and_upgrades_and_the_chart_rbac_runs_a_quarantine_scraped
         .await
         .expect("kubelet starts");
 
-    // The operator with the Deployment's own arguments (but its admin address), as the
-    // chart's ServiceAccount.
+    // The operator with the Deployment's own arguments (but its admin address and the
+    // webhook), as the chart's ServiceAccount.
     let pod = deployment
         .spec
         .as_ref()
@@ -494,7 +494,8 @@ async fn helm_installs_and_upgrades_and_the_chart_rbac_runs_a_quarantine_scraped
         .clone()
         .unwrap_or_default()
         .into_iter()
-        .filter(|a| a != "run" && !a.starts_with("--admin-addr"))
+        // The webhook serves from the Secret the pod mounts; tests/tests/admission.rs runs it.
+        .filter(|a| a != "run" && !a.starts_with("--admin-addr") && !a.starts_with("--webhook-"))
         .collect();
     let args: Vec<&str> = chart_args.iter().map(String::as_str).collect();
     let operator = OperatorProcess::start_as(
