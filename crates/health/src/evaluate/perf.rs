@@ -64,16 +64,16 @@ pub(super) fn check_nccl(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
-    for c in &r.nc {
+    for c in &r.collectives {
         let bw_key = SeriesKey {
             metric: Metric::NcclBusBw,
-            collective: Some(c.c),
+            collective: Some(c.collective),
             gpu: None,
             peer: None,
         };
-        if c.pk > 0.0 {
-            stats.values.insert(bw_key, c.pk);
-            let floor = if c.c != Collective::AllReduce {
+        if c.peak_busbw > 0.0 {
+            stats.values.insert(bw_key, c.peak_busbw);
+            let floor = if c.collective != Collective::AllReduce {
                 None
             } else {
                 floor_of(
@@ -83,23 +83,23 @@ pub(super) fn check_nccl(
             };
             if let Some((floor, source)) = floor {
                 stats.judged.insert(bw_key);
-                if c.pk < floor {
+                if c.peak_busbw < floor {
                     out.push(Finding {
-                        collective: Some(c.c),
+                        collective: Some(c.collective),
                         ..evidence(
                             FindingKind::Slow,
                             Subject::node(node),
                             Metric::NcclBusBw,
-                            c.pk,
+                            c.peak_busbw,
                             floor,
                             "GB/s",
                             source,
                             Severity::Critical,
                             format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
-                                c.c.nccl_tests_name(),
-                                num(c.pk),
-                                how_far(c.pk, floor),
+                                c.collective.nccl_tests_name(),
+                                num(c.peak_busbw),
+                                how_far(c.peak_busbw, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
                                 num(floor)
                             ),
@@ -108,25 +108,25 @@ pub(super) fn check_nccl(
                 }
             }
         }
-        let latency = match c.ab {
+        let latency = match c.alpha_beta {
             Some((alpha, _)) if alpha > 0.0 => alpha,
-            _ => c.lt,
+            _ => c.smallest_time_us,
         };
         if latency > 0.0 {
             let key = SeriesKey {
                 metric: Metric::NcclLatency,
-                collective: Some(c.c),
+                collective: Some(c.collective),
                 gpu: None,
                 peer: None,
             };
             stats.values.insert(key, latency);
-            if c.c == Collective::AllReduce
+            if c.collective == Collective::AllReduce
                 && let Some(ceiling) = t.nccl_latency_us
             {
                 stats.judged.insert(key);
                 if latency > ceiling {
                     out.push(Finding {
-                        collective: Some(c.c),
+                        collective: Some(c.collective),
                         ..evidence(
                             FindingKind::Slow,
                             Subject::node(node),
@@ -160,11 +160,11 @@ struct PairSet {
 
 fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     let mut values = BTreeMap::new();
-    if r.pu.len() != (r.g as usize) * (r.g as usize) {
+    if r.copy_uni.len() != (r.gpus as usize) * (r.gpus as usize) {
         return values;
     }
-    for a in 0..r.g {
-        for b in (a + 1)..r.g {
+    for a in 0..r.gpus {
+        for b in (a + 1)..r.gpus {
             let there = r.pair_uni(a, b).filter(|v| *v > 0.0);
             let back = r.pair_uni(b, a).filter(|v| *v > 0.0);
             let v = match (there, back) {
@@ -181,11 +181,11 @@ fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
 
 fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     let mut values = BTreeMap::new();
-    if r.g < 2 || r.pb.len() != (r.g as usize) * (r.g as usize - 1) / 2 {
+    if r.gpus < 2 || r.copy_bidir.len() != (r.gpus as usize) * (r.gpus as usize - 1) / 2 {
         return values;
     }
-    for a in 0..r.g {
-        for b in (a + 1)..r.g {
+    for a in 0..r.gpus {
+        for b in (a + 1)..r.gpus {
             if let Some(v) = r.pair_bidir(a, b).filter(|v| *v > 0.0) {
                 values.insert((a, b), v);
             }
@@ -270,7 +270,7 @@ pub(super) fn check_pairs(
     // alike: the boards a known product ships on (all-to-all NVLink or NVSwitch). Elsewhere
     // (PCIe across sockets, NVLink bridges between two GPUs) each pair is compared with the
     // same pair of comparable nodes instead.
-    let uniform = exp.is_some_and(|e| e.profile.is_board_count(r.g));
+    let uniform = exp.is_some_and(|e| e.profile.is_board_count(r.gpus));
     for set in sets {
         if set.values.is_empty() {
             continue;
@@ -336,7 +336,7 @@ pub(super) fn check_pairs(
         });
         let measured: BTreeSet<(u32, u32)> = set.values.keys().copied().collect();
         let bad: BTreeSet<(u32, u32)> = slow.keys().copied().collect();
-        let verdict = blame(r.g, &measured, &bad);
+        let verdict = blame(r.gpus, &measured, &bad);
         if verdict.node {
             let (floor, source) = set.floor.unwrap_or((node_median, ExpectationSource::Node));
             if set
@@ -468,10 +468,10 @@ pub(super) fn check_host(
 ) {
     let floor = floor_of(t.host_bandwidth_gbps, exp.and_then(|e| e.host_floor_gbps));
     for (values, metric, what) in [
-        (&r.hd, Metric::H2dBandwidth, "host-to-device"),
-        (&r.dh, Metric::D2hBandwidth, "device-to-host"),
+        (&r.host_to_device, Metric::H2dBandwidth, "host-to-device"),
+        (&r.device_to_host, Metric::D2hBandwidth, "device-to-host"),
     ] {
-        for (i, v) in values.iter().take(r.g as usize).enumerate() {
+        for (i, v) in values.iter().take(r.gpus as usize).enumerate() {
             if *v <= 0.0 {
                 continue;
             }
@@ -517,9 +517,9 @@ pub(super) fn check_ddp(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
-    if let Some(last) = r.dp.iter().max_by_key(|p| p.g)
-        && last.g > 1
-        && last.e > 0.0
+    if let Some(last) = r.ddp_points.iter().max_by_key(|p| p.gpus)
+        && last.gpus > 1
+        && last.scaling_efficiency > 0.0
     {
         let key = SeriesKey {
             metric: Metric::DdpScalingEfficiency,
@@ -527,37 +527,38 @@ pub(super) fn check_ddp(
             gpu: None,
             peer: None,
         };
-        stats.values.insert(key, last.e);
+        stats.values.insert(key, last.scaling_efficiency);
         if let Some(floor) = t.ddp_scaling_efficiency {
             stats.judged.insert(key);
-            if last.e < floor {
+            if last.scaling_efficiency < floor {
                 out.push(evidence(
                     FindingKind::Slow,
                     Subject::node(node),
                     Metric::DdpScalingEfficiency,
-                    last.e,
+                    last.scaling_efficiency,
                     floor,
                     "ratio",
                     ExpectationSource::Threshold,
                     Severity::Critical,
                     format!(
                         "DDP scaling efficiency on {node} at {} GPUs is {:.0}%, below the spec's floor of {:.0}%; gradient all-reduce is not hidden behind compute (communication fraction {:.0}%).",
-                        last.g,
-                        last.e * 100.0,
+                        last.gpus,
+                        last.scaling_efficiency * 100.0,
                         floor * 100.0,
-                        last.cf * 100.0
+                        last.comm_fraction * 100.0
                     ),
                 ));
             }
         }
     }
 
-    let times: Vec<f64> =
-        r.dc.iter()
-            .take(r.g as usize)
-            .copied()
-            .filter(|v| *v > 0.0)
-            .collect();
+    let times: Vec<f64> = r
+        .ddp_compute_ms
+        .iter()
+        .take(r.gpus as usize)
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
     if times.len() < 2 {
         return;
     }
@@ -574,7 +575,7 @@ pub(super) fn check_ddp(
         m,
     );
     let ratio = t.straggler_ratio.max(1.0);
-    for (i, v) in r.dc.iter().take(r.g as usize).enumerate() {
+    for (i, v) in r.ddp_compute_ms.iter().take(r.gpus as usize).enumerate() {
         if *v > 0.0 && *v > ratio * m {
             let gpu = i as u32;
             out.push(evidence(

@@ -2,9 +2,10 @@
 //! collective, and the nccl-tests style sweep (timing, algbw/busbw, validation).
 
 use super::gpu::{DevBuf, Event, Gpu, GpuError, GpuResult, HostBuf, Stream};
+use crate::model::{counts, has_in_place, row_count};
 use crate::stats;
 use cudarc::nccl::sys as nsys;
-use gpufabric_api::result::{CollectiveSweep, SweepRow};
+use gpufabric_api::result::{CollectiveSweep, SweepRow, Timing};
 use gpufabric_api::suite::{Collective, DataType};
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, Condvar, Mutex};
@@ -307,30 +308,6 @@ pub fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
     }
 }
 
-/// Element counts of one sweep size: (per-rank send count, per-rank recv count, nccl-tests
-/// size in bytes). `bytes` follows nccl-tests' size convention (see `stats`).
-pub fn counts(c: Collective, bytes: u64, elem: u64, n: u64) -> (u64, u64, u64) {
-    let total = (bytes / elem).max(1);
-    match c {
-        Collective::AllReduce
-        | Collective::Broadcast
-        | Collective::Reduce
-        | Collective::SendRecv => (total, total, total * elem),
-        Collective::AllGather => {
-            let per = (total / n).max(1);
-            (per, per * n, per * n * elem)
-        }
-        Collective::ReduceScatter => {
-            let per = (total / n).max(1);
-            (per * n, per, per * n * elem)
-        }
-        Collective::AllToAll => {
-            let per = (total / n).max(1);
-            (per * n, per * n, per * n * elem)
-        }
-    }
-}
-
 /// Input value of rank `r` at element `i`: small integers, exact in every data type.
 pub fn input_value(r: u64, i: u64) -> i64 {
     ((i.wrapping_mul(7) + r.wrapping_mul(3) + (i >> 12)) % 8) as i64
@@ -578,11 +555,6 @@ fn in_place_input_offset(c: Collective, r: u64, elem: u64, send_count: u64) -> u
     }
 }
 
-/// Collectives whose in-place form nccl-tests does not define in a checkable way here.
-pub fn has_in_place(c: Collective) -> bool {
-    !matches!(c, Collective::AllToAll | Collective::SendRecv)
-}
-
 /// Settings of one sweep.
 pub struct SweepSettings {
     pub sizes: Vec<u64>,
@@ -628,19 +600,9 @@ pub fn sweep_collective(
         let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
         let mut row = SweepRow {
             bytes,
-            count: match c {
-                Collective::ReduceScatter => rc,
-                Collective::AllToAll => sc / n,
-                _ => sc,
-            },
-            time_us: 0.0,
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong: 0,
-            in_place_time_us: 0.0,
-            in_place_algbw: 0.0,
-            in_place_busbw: 0.0,
-            in_place_wrong: 0,
+            count: row_count(c, sc, rc, n),
+            out_of_place: Timing::default(),
+            in_place: None,
         };
         for in_place in [false, true] {
             if in_place && !has_in_place(c) {
@@ -675,33 +637,29 @@ pub fn sweep_collective(
                 sync_all(&streams, comms, wd, &what, set.timeout)?;
                 wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
             }
-            let algbw = stats::algbw_gbps(bytes, time_us);
-            let busbw = stats::busbw_gbps(c, n as u32, bytes, time_us);
+            let timing = stats::timing(c, n as u32, bytes, time_us, wrong);
             if in_place {
-                row.in_place_time_us = time_us;
-                row.in_place_algbw = algbw;
-                row.in_place_busbw = busbw;
-                row.in_place_wrong = wrong;
+                row.in_place = Some(timing);
             } else {
-                row.time_us = time_us;
-                row.algbw = algbw;
-                row.busbw = busbw;
-                row.wrong = wrong;
+                row.out_of_place = timing;
             }
         }
         progress(&format!(
             "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {}",
             c.nccl_tests_name(),
             row.bytes,
-            row.time_us,
-            row.busbw,
-            row.in_place_busbw,
-            row.in_place_time_us,
-            row.wrong + row.in_place_wrong
+            row.out_of_place.time_us,
+            row.out_of_place.busbw,
+            row.in_place.unwrap_or_default().busbw,
+            row.in_place.unwrap_or_default().time_us,
+            row.wrong()
         ));
         rows.push(row);
     }
-    let points: Vec<(u64, f64)> = rows.iter().map(|r| (r.bytes, r.time_us)).collect();
+    let points: Vec<(u64, f64)> = rows
+        .iter()
+        .map(|r| (r.bytes, r.out_of_place.time_us))
+        .collect();
     Ok(CollectiveSweep {
         collective: c,
         data_type: dt,
@@ -847,23 +805,6 @@ mod tests {
                 "{dt:?}"
             );
         }
-    }
-
-    #[test]
-    fn counts_follow_nccl_tests_size_convention() {
-        // all_gather: the size is the gathered output.
-        assert_eq!(
-            counts(Collective::AllGather, 1 << 20, 4, 4),
-            (1 << 16, 1 << 18, 1 << 20)
-        );
-        // reduce_scatter: the size is the input.
-        assert_eq!(
-            counts(Collective::ReduceScatter, 1 << 20, 4, 4),
-            (1 << 18, 1 << 16, 1 << 20)
-        );
-        assert_eq!(counts(Collective::AllReduce, 8, 4, 4), (2, 2, 8));
-        // Too small to split: at least one element per rank.
-        assert_eq!(counts(Collective::AllGather, 8, 4, 4), (1, 4, 16));
     }
 
     #[test]
