@@ -14,11 +14,13 @@
 //! See `tests/README.md` for what the process-kubelet does and does not do.
 
 pub mod cluster;
+pub mod fixtures;
 pub mod fleet;
 pub mod kubelet;
 pub mod operator;
 pub mod pki;
 pub mod process;
+pub mod shared;
 pub mod wait;
 
 use std::path::PathBuf;

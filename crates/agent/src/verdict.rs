@@ -168,7 +168,7 @@ pub fn judge(
         node: doc.node.clone(),
         product_label: None,
         expected_gpus,
-        outcome: NodeOutcome::Measured(compact),
+        outcome: NodeOutcome::Measured(Box::new(compact)),
     };
     let evaluation = evaluate(&[input], thresholds);
     let verdict = evaluation

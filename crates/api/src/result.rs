@@ -102,6 +102,9 @@ pub struct ResultDocument {
     /// Transport NCCL chose between each pair of GPUs (from NCCL's own information).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transports: Vec<TransportInfo>,
+    /// The node's InfiniBand / RoCE ports (sysfs), when it has any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::pair::NicPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PhaseError>,
 }
@@ -343,6 +346,14 @@ pub struct GpuHealth {
     pub nvlink_expected: u32,
     /// Replay + recovery + CRC error counts over all links.
     pub nvlink_errors: u64,
+    /// One-direction bandwidth of one NVLink link (GB/s, by the link generation); 0 when
+    /// unknown or without NVLink.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub nvlink_link_gbps: f64,
+    /// Whether the GPU's active NVLink links go to NVSwitches (true) or straight to other
+    /// GPUs (false); absent when NVML cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_switch: Option<bool>,
     pub pcie_gen: u32,
     pub pcie_gen_max: u32,
     pub pcie_width: u32,
@@ -480,6 +491,10 @@ fn is_zero_u64(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactDdpPoint {
@@ -506,6 +521,12 @@ pub struct CompactGpuHealth {
     /// NVLink error count.
     #[serde(rename = "le", default, skip_serializing_if = "is_zero_u64")]
     pub nvlink_errors: u64,
+    /// One-direction GB/s of one NVLink link; 0 when unknown.
+    #[serde(rename = "ls", default, skip_serializing_if = "is_zero_f64")]
+    pub nvlink_link_gbps: f64,
+    /// NVLink links to NVSwitches (true) or to GPUs (false); absent when unknown.
+    #[serde(rename = "sw", default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_switch: Option<bool>,
     /// PCIe generation current, max, width current, max.
     #[serde(rename = "pc")]
     pub pcie: (u32, u32, u32, u32),
@@ -691,6 +712,8 @@ impl From<&ResultDocument> for CompactResult {
                     .map(|gh| CompactGpuHealth {
                         nvlinks: (gh.nvlink_active, gh.nvlink_expected),
                         nvlink_errors: gh.nvlink_errors,
+                        nvlink_link_gbps: r1(gh.nvlink_link_gbps),
+                        nvlink_switch: gh.nvlink_switch,
                         pcie: (
                             gh.pcie_gen,
                             gh.pcie_gen_max,

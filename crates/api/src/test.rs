@@ -10,7 +10,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Image the benchmark pods run when `agent.image` is not set.
+/// Image the benchmark pods run when neither `agent.image` nor the operator's
+/// `--agent-image` names one.
 pub const DEFAULT_AGENT_IMAGE: &str = concat!(
     "ghcr.io/gpufabric/fabric-agent:v",
     env!("CARGO_PKG_VERSION")
@@ -48,6 +49,11 @@ pub const CRON_PATTERN: &str = cron_pattern!();
 pub const CRON_MESSAGE: &str = "schedule must be a cron expression of 5 fields (minute hour day-of-month month day-of-week), for example \"0 2 * * *\", or one of @hourly, @daily, @weekly, @monthly, @yearly";
 
 const SCHEDULE_RULE: &str = concat!("self.matches('", cron_pattern!(), "')");
+
+/// CEL rule: every nodeSelector key is a label key (`[DNS-subdomain/]name`); the 253-character
+/// limit of the prefix is left to `validate()`.
+const SELECTOR_KEYS_RULE: &str = r"self.all(k, k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))";
+const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an optional DNS subdomain prefix and '/', then a name of up to 63 alphanumeric characters, '-', '_' or '.', starting and ending with an alphanumeric character (e.g. 'pool', 'nvidia.com/gpu.product')";
 
 /// A test of the GPU fabric of the selected nodes, run on a schedule or once.
 #[derive(CustomResource, schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -108,11 +114,20 @@ pub struct FabricTestSpec {
     /// Stop starting new runs (a run in progress finishes).
     pub suspend: bool,
     /// Labels the nodes must have. Empty selects every node with `nvidia.com/gpu`.
+    #[schemars(extend(
+        "maxProperties" = 64,
+        "additionalProperties" = {"type": "string", "maxLength": 63, "pattern": "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"},
+        "x-kubernetes-validations" = [{"rule": SELECTOR_KEYS_RULE, "message": SELECTOR_KEYS_MESSAGE}]
+    ))]
     pub node_selector: BTreeMap<String, String>,
     /// Explicit node names; when set, only these nodes (that also match the selector) run.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub nodes: Option<Vec<String>>,
+    /// Also test nodes whose GPUs are partly held by other pods (their benchmark pods may
+    /// then be refused by the kubelet: not measured, never held against the node). Off:
+    /// busy nodes are skipped.
+    pub include_busy_nodes: bool,
     /// What to do when a run is due while another is active (as CronJob).
     pub concurrency_policy: ConcurrencyPolicy,
     /// A run that could not start within this many seconds of its time is skipped.
@@ -143,6 +158,7 @@ impl Default for FabricTestSpec {
             suspend: false,
             node_selector: BTreeMap::new(),
             nodes: None,
+            include_busy_nodes: false,
             concurrency_policy: ConcurrencyPolicy::Forbid,
             starting_deadline_seconds: None,
             suite: Suite::default(),
@@ -197,8 +213,9 @@ pub enum PullPolicy {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentSpec {
-    /// Agent image.
-    #[schemars(length(min = 1))]
+    /// Agent image. Empty (the default): the operator's `--agent-image` (the chart's
+    /// `agentImage`), resolved when each benchmark pod is created.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub image: String,
     pub image_pull_policy: PullPolicy,
     /// Resources of the agent container besides the GPUs (which are always all of the node's).
@@ -220,7 +237,7 @@ pub struct AgentSpec {
 impl Default for AgentSpec {
     fn default() -> Self {
         AgentSpec {
-            image: DEFAULT_AGENT_IMAGE.to_string(),
+            image: String::new(),
             image_pull_policy: PullPolicy::IfNotPresent,
             resources: None,
             env: Vec::new(),
@@ -272,6 +289,9 @@ pub struct RunSummary {
     pub passed: u32,
     pub failed: u32,
     pub errored: u32,
+    /// Nodes not measured for a reason outside their hardware.
+    #[serde(default)]
+    pub not_measured: u32,
     pub findings: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
@@ -294,7 +314,8 @@ pub struct NodeHealth {
     /// Failing enough to be quarantined, but the mode is Observe or the budget is spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_back: Option<String>,
-    /// The most severe finding of the latest run, as a sentence.
+    /// The most severe finding of the latest run, as a sentence; when the verdict is
+    /// NotMeasured, why the node was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_finding: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

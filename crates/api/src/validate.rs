@@ -1,11 +1,19 @@
 //! `validate()`: every rule of the CRD schema again (so a test created before a schema change
-//! still gets a clear error), plus what the schema cannot express (cron ranges, time zones,
-//! duplicate collectives). The operator calls it before it acts on a FabricTest.
+//! still gets a clear error), plus what the schema cannot express: schedules that never
+//! fire, time zones, node selectors no node can carry, duplicate collectives, and suites
+//! that cannot finish within the agent's timeout. The operator calls it before it acts on a
+//! FabricTest, and its admission webhook before the API server stores one; `warnings()`
+//! says what is allowed but likely to go wrong.
+
+pub mod estimate;
+pub mod labels;
 
 use crate::policy::Thresholds;
 use crate::test::{CRON_MESSAGE, FabricTestSpec};
+use chrono::{Datelike, NaiveDate};
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
+use estimate::{FASTEST, TYPICAL, estimate, seconds};
 use std::collections::BTreeSet;
 
 /// One problem with a FabricTest spec: the field (as a JSON path under `spec`) and what is
@@ -24,18 +32,52 @@ pub struct ValidationError {
 }
 
 /// Parses a schedule the way the operator runs it: 5 fields (no seconds, no year) or a
-/// macro such as `@daily`.
+/// macro such as `@daily`; refuses one that never fires.
 pub fn parse_schedule(schedule: &str) -> Result<Cron, String> {
     let trimmed = schedule.trim();
     if !trimmed.starts_with('@') && trimmed.split_whitespace().count() != 5 {
         return Err(format!("{CRON_MESSAGE} (got {schedule:?})"));
     }
-    CronParser::builder()
+    let cron = CronParser::builder()
         .seconds(Seconds::Disallowed)
         .year(Year::Disallowed)
         .build()
         .parse(trimmed)
-        .map_err(|e| format!("{CRON_MESSAGE} (got {schedule:?}: {e})"))
+        .map_err(|e| format!("{CRON_MESSAGE} (got {schedule:?}: {e})"))?;
+    if fires_on_some_day(&cron) {
+        Ok(cron)
+    } else {
+        Err(format!(
+            "schedule {schedule:?} never fires: none of its months has that day of the month (e.g. 31 February or 31 April); pick a day those months have"
+        ))
+    }
+}
+
+/// Years searched for a matching day: 28 years repeat every (date, weekday) pair of the
+/// Gregorian calendar between century years, leap days included.
+const SCHEDULE_YEARS: std::ops::RangeInclusive<i32> = 2024..=2051;
+
+/// Whether some day of [`SCHEDULE_YEARS`] matches the day-of-month, month and day-of-week
+/// fields, with croner's own rule (either day field when both are restricted). Every hour
+/// and minute field that parses names at least one time of day, so a matching day fires.
+fn fires_on_some_day(cron: &Cron) -> bool {
+    let p = &cron.pattern;
+    let Some(mut day) = NaiveDate::from_ymd_opt(*SCHEDULE_YEARS.start(), 1, 1) else {
+        return true;
+    };
+    while SCHEDULE_YEARS.contains(&day.year()) {
+        if p.month_match(day.month()).unwrap_or(false)
+            && p.day_match(day.year(), day.month(), day.day())
+                .unwrap_or(false)
+        {
+            return true;
+        }
+        match day.succ_opt() {
+            Some(next) => day = next,
+            None => return true,
+        }
+    }
+    false
 }
 
 /// Parses a time zone name (IANA, e.g. "Europe/Berlin"); absent means UTC.
@@ -68,7 +110,45 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     let mut c = Checker {
         problems: Vec::new(),
     };
+    check_when_and_where(&mut c, spec);
+    check_suite(&mut c, spec);
+    check_thresholds(&mut c, &spec.thresholds);
+    check_quarantine_and_agent(&mut c, spec);
+    if c.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationError {
+            problems: c.problems,
+        })
+    }
+}
 
+/// What is allowed but likely to go wrong, one sentence each: a suite whose typical time
+/// on a node comes close to `agent.timeoutSeconds` (see [`estimate`]).
+pub fn warnings(spec: &FabricTestSpec) -> Vec<String> {
+    let timeout = f64::from(spec.agent.timeout_seconds);
+    let typical = estimate(&spec.suite, &TYPICAL);
+    let total = typical.total_s();
+    let said = format!(
+        "suite: estimated at {} on {} ({})",
+        seconds(total),
+        TYPICAL.name,
+        typical.breakdown()
+    );
+    if total > timeout {
+        vec![format!(
+            "{said}, more than agent.timeoutSeconds ({timeout} s): the benchmark pods will likely time out; lower the suite's sizes, iterations or steps, or raise agent.timeoutSeconds"
+        )]
+    } else if total > timeout / 2.0 {
+        vec![format!(
+            "{said}, over half of agent.timeoutSeconds ({timeout} s): a slow pod start or a slower node may time out"
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
+fn check_when_and_where(c: &mut Checker, spec: &FabricTestSpec) {
     if let Some(schedule) = &spec.schedule
         && let Err(e) = parse_schedule(schedule)
     {
@@ -77,6 +157,14 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     if let Err(e) = parse_time_zone(spec.time_zone.as_deref()) {
         c.check(false, "timeZone", || e);
     }
+    for (key, value) in &spec.node_selector {
+        if let Some(p) = labels::label_key_problem(key) {
+            c.check(false, "nodeSelector", || p);
+        }
+        if let Some(p) = labels::label_value_problem(value) {
+            c.check(false, &format!("nodeSelector[{key}]"), || p);
+        }
+    }
     if let Some(nodes) = &spec.nodes {
         c.check(!nodes.is_empty(), "nodes", || {
             "nodes must not be empty when set; remove it to use the nodeSelector alone".into()
@@ -84,13 +172,20 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
         c.check(nodes.iter().all(|n| !n.trim().is_empty()), "nodes", || {
             "node names must not be empty".into()
         });
+        for name in nodes.iter().filter(|n| !n.trim().is_empty()) {
+            if let Some(p) = labels::node_name_problem(name) {
+                c.check(false, "nodes", || p);
+            }
+        }
     }
     if let Some(d) = spec.starting_deadline_seconds {
         c.check(d >= 1, "startingDeadlineSeconds", || {
             format!("must be at least 1 (got {d})")
         });
     }
+}
 
+fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
     let nccl = &spec.suite.nccl_sweep;
     c.check(
         !nccl.collectives.is_empty(),
@@ -167,8 +262,19 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
         || "ddpProbe.firstBucketBytes must not be larger than ddpProbe.bucketBytes".into(),
     );
 
-    check_thresholds(&mut c, &spec.thresholds);
+    let timeout = spec.agent.timeout_seconds;
+    let least = estimate(&spec.suite, &FASTEST);
+    c.check(least.total_s() <= f64::from(timeout), "suite", || {
+        format!(
+            "cannot finish within agent.timeoutSeconds ({timeout} s): even {} needs at least {} ({}); lower the sizes, iterations or steps, or raise agent.timeoutSeconds",
+            FASTEST.name,
+            seconds(least.total_s()),
+            least.breakdown()
+        )
+    });
+}
 
+fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
     let q = &spec.quarantine;
     if let Err(e) = q.budget(0) {
         c.check(false, "quarantine.maxQuarantined", || {
@@ -189,8 +295,8 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     );
 
     let agent = &spec.agent;
-    c.check(!agent.image.trim().is_empty(), "agent.image", || {
-        "must not be empty".into()
+    c.check(agent.image.trim() == agent.image, "agent.image", || {
+        "must not start or end with spaces (leave it out for the operator's --agent-image)".into()
     });
     c.check(
         (10..=86400).contains(&agent.timeout_seconds),
@@ -202,14 +308,6 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
             )
         },
     );
-
-    if c.problems.is_empty() {
-        Ok(())
-    } else {
-        Err(ValidationError {
-            problems: c.problems,
-        })
-    }
 }
 
 fn check_thresholds(c: &mut Checker, t: &Thresholds) {

@@ -122,6 +122,8 @@ fn eight_gpu_document() -> ResultDocument {
                     nvlink_active: 18,
                     nvlink_expected: 18,
                     nvlink_errors: 0,
+                    nvlink_link_gbps: 0.0,
+                    nvlink_switch: None,
                     pcie_gen: 5,
                     pcie_gen_max: 5,
                     pcie_width: 16,
@@ -137,6 +139,7 @@ fn eight_gpu_document() -> ResultDocument {
                 .collect(),
         }),
         transports: vec![],
+        nics: vec![],
         errors: vec![],
     }
 }

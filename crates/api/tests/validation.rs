@@ -2,6 +2,7 @@
 //! The same inputs are refused by the real API server in tests/ (harness tests).
 
 use gpufabric_api::test::CRON_PATTERN;
+use gpufabric_api::validate::{estimate, warnings};
 use gpufabric_api::{FabricTest, validate};
 
 const HEADER: &str =
@@ -226,4 +227,117 @@ fn schema_cron_pattern_agrees_with_validate() {
             "validate accepts {s:?}"
         );
     }
+}
+
+fn parse(spec: &str) -> FabricTest {
+    let text = format!("{HEADER}{spec}");
+    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("does not parse: {e}\n{spec}"))
+}
+
+#[test]
+fn schedules_that_never_fire_are_refused() {
+    for never in [
+        "0 0 31 2 *",
+        "0 0 30 2 *",
+        "0 0 30,31 feb ?",
+        "15 3 31 4,6,9,11 *",
+    ] {
+        let msg = refuse(&format!("  schedule: \"{never}\"\n"));
+        assert!(
+            msg.contains(&format!("schedule: schedule \"{never}\" never fires")),
+            "{never}: {msg}"
+        );
+        assert!(msg.contains("e.g. 31 February"), "{msg}");
+    }
+}
+
+#[test]
+fn rare_schedules_that_do_fire_are_accepted() {
+    for rare in [
+        "0 0 29 2 *",   // leap days only
+        "0 0 31 * *",   // the months that have a 31st
+        "0 0 31 1-2 *", // January has one
+        "0 0 30 2 MON", // either day field fires when both are restricted: Mondays of February
+    ] {
+        accept(&format!("  schedule: \"{rare}\"\n"));
+    }
+}
+
+#[test]
+fn node_selectors_no_label_can_match_are_refused() {
+    let msg = refuse("  nodeSelector:\n    \"gpu type\": h100\n");
+    assert!(
+        msg.contains("nodeSelector: label key \"gpu type\" is not a valid label key"),
+        "{msg}"
+    );
+    let msg = refuse("  nodeSelector:\n    Example.COM/pool: a\n");
+    assert!(
+        msg.contains("has an invalid prefix \"Example.COM\""),
+        "{msg}"
+    );
+    let msg = refuse("  nodeSelector:\n    pool: \"-training\"\n");
+    assert!(
+        msg.contains("nodeSelector[pool]: label value \"-training\" is not a valid label value"),
+        "{msg}"
+    );
+    accept("  nodeSelector:\n    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3\n    pool: \"\"\n");
+}
+
+#[test]
+fn node_names_that_no_node_can_have_are_refused() {
+    let msg = refuse("  nodes: [gpu-01, GPU_02]\n");
+    assert!(
+        msg.contains("nodes: \"GPU_02\" is not a valid node name"),
+        "{msg}"
+    );
+    accept("  nodes: [gpu-01, rack3.gpu-02]\n");
+}
+
+#[test]
+fn a_suite_that_cannot_finish_within_the_timeout_is_refused() {
+    // 1 GiB to 8 GiB all-reduce, a million iterations: days even on the fastest GPU.
+    let msg = refuse(
+        "  suite:\n    ncclSweep:\n      collectives: [allReduce]\n      minBytes: 1073741824\n      maxBytes: 8589934592\n      iters: 1000000\n  agent:\n    timeoutSeconds: 600\n",
+    );
+    assert!(
+        msg.contains("suite: cannot finish within agent.timeoutSeconds (600 s): even one GPU at rates no GPU reaches today needs at least"),
+        "{msg}"
+    );
+    assert!(msg.contains("NCCL sweep"), "{msg}");
+    // A DDP probe of 100 000 steps of a 65536-wide, 256-layer model.
+    let msg = refuse(
+        "  suite:\n    ddpProbe:\n      hidden: 65536\n      layers: 256\n      steps: 100000\n",
+    );
+    assert!(msg.contains("DDP probe"), "{msg}");
+}
+
+#[test]
+fn a_suite_close_to_its_timeout_is_allowed_with_a_warning() {
+    let quiet = parse("  schedule: \"@daily\"\n");
+    assert!(validate(&quiet.spec).is_ok());
+    assert_eq!(warnings(&quiet.spec), Vec::<String>::new());
+
+    let tight = parse("  agent:\n    timeoutSeconds: 20\n");
+    assert!(validate(&tight.spec).is_ok());
+    let said = warnings(&tight.spec);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("suite: estimated at ")
+            && said[0].contains("on an 8-GPU H100/H200 node")
+            && said[0].contains(
+                "more than agent.timeoutSeconds (20 s): the benchmark pods will likely time out"
+            ),
+        "{said:?}"
+    );
+
+    let typical = estimate::estimate(&tight.spec.suite, &estimate::TYPICAL).total_s();
+    let close = parse(&format!(
+        "  agent:\n    timeoutSeconds: {}\n",
+        (typical * 1.5).ceil() as u32
+    ));
+    let said = warnings(&close.spec);
+    assert!(
+        said.len() == 1 && said[0].contains("over half of agent.timeoutSeconds"),
+        "{said:?}"
+    );
 }

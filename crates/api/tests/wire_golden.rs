@@ -144,6 +144,8 @@ fn document() -> ResultDocument {
                     nvlink_active: if i == 1 { 12 } else { 18 },
                     nvlink_expected: 18,
                     nvlink_errors: u64::from(i),
+                    nvlink_link_gbps: 0.0,
+                    nvlink_switch: None,
                     pcie_gen: 5,
                     pcie_gen_max: 5,
                     pcie_width: if i == 2 { 8 } else { 16 },
@@ -174,6 +176,7 @@ fn document() -> ResultDocument {
                 transport: Transport::Shm,
             },
         ],
+        nics: Vec::new(),
         errors: vec![PhaseError {
             phase: Phase::DdpProbe,
             kind: ErrorKind::Timeout,

@@ -13,6 +13,8 @@
 //! the per-GPU expectations (NVLink link count, PCIe generation and width, host bandwidth)
 //! still apply.
 
+use gpufabric_api::result::CompactResult;
+
 /// Fraction of the nominal peak that a bandwidth floor is set at.
 pub const FLOOR_FRACTION: f64 = 0.5;
 
@@ -135,10 +137,80 @@ pub fn find(product: &str) -> Option<&'static Profile> {
         .find(|p| p.product == n || p.aliases.contains(&n.as_str()))
 }
 
-/// What a node of `gpus` GPUs of this profile should measure.
+/// A node's GPU links as the agent measured them through NVML: the base of its bandwidth
+/// floors, whatever the GPU count (a 2-, 4- or 8-GPU slice of a switched board alike).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Topology {
+    /// NVLink links each GPU should have up (the fewest any GPU expects); 0 without NVLink.
+    pub nvlinks: u32,
+    /// One-direction bandwidth of one NVLink link, GB/s; 0 when unknown.
+    pub link_gbps: f64,
+    /// Whether the links go to NVSwitches (every pair gets a GPU's full NVLink bandwidth)
+    /// or straight to other GPUs (a pair gets only the links between the two); `None` when
+    /// NVML could not say for every GPU.
+    pub switched: Option<bool>,
+    /// PCIe generation and width the host links can train to (the lowest of any GPU).
+    pub pcie: Option<(u32, u32)>,
+}
+
+impl Topology {
+    /// The topology a compact result reports, if it carries NVML health for its GPUs.
+    pub fn of(r: &CompactResult) -> Option<Topology> {
+        let h: Vec<_> = r.health.iter().take(r.gpus as usize).collect();
+        if h.is_empty() {
+            return None;
+        }
+        let nvlinks = h.iter().map(|x| x.nvlinks.1).min().unwrap_or(0);
+        let speeds: Vec<f64> = h
+            .iter()
+            .map(|x| x.nvlink_link_gbps)
+            .filter(|v| *v > 0.0)
+            .collect();
+        let link_gbps = if speeds.len() == h.len() {
+            speeds.iter().copied().fold(f64::INFINITY, f64::min)
+        } else {
+            0.0
+        };
+        let switched = h
+            .iter()
+            .map(|x| x.nvlink_switch)
+            .reduce(|a, b| if a == b { a } else { None })
+            .flatten();
+        let pcie = h
+            .iter()
+            .map(|x| (x.pcie.1, x.pcie.3))
+            .filter(|(g, w)| *g > 0 && *w > 0)
+            .reduce(|a, b| (a.0.min(b.0), a.1.min(b.1)));
+        Some(Topology {
+            nvlinks,
+            link_gbps,
+            switched,
+            pcie,
+        })
+    }
+}
+
+/// Usable GB/s per direction of a PCIe link of `generation` and `width` lanes.
+pub fn pcie_gbps(generation: u32, width: u32) -> Option<f64> {
+    pcie_x16_gbps(generation)
+        .filter(|_| width > 0)
+        .map(|g| g * f64::from(width.min(16)) / 16.0)
+}
+
+/// On an NVSwitch board NCCL's all_reduce bus bandwidth reaches about 90% of the one-way
+/// copy bandwidth of a GPU pair (4 x H200: 355 against 394 GB/s; nccl-tests and
+/// nvbandwidth on HGX H100 give the same proportion); below this fraction NCCL, not the
+/// links, is what is slow.
+pub const NCCL_TO_COPY_FLOOR: f64 = 0.5;
+
+/// What a node should measure: floors from its measured topology, else from its product's
+/// board layout.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Expectations {
-    pub profile: &'static Profile,
+    /// The known product, if any.
+    pub profile: Option<&'static Profile>,
+    /// The links the node reported, if it reported health.
+    pub topology: Option<Topology>,
     pub gpus: u32,
     /// Floor on one-way copy bandwidth of every GPU pair (GB/s); NVSwitch boards only.
     pub pair_floor_gbps: Option<f64>,
@@ -148,25 +220,18 @@ pub struct Expectations {
     pub all_reduce_floor_gbps: Option<f64>,
     /// Floor on host-to-device and device-to-host copy bandwidth per GPU (GB/s).
     pub host_floor_gbps: Option<f64>,
+    /// Whether the GPUs are on NVSwitches, so every pair should measure alike and NCCL
+    /// should reach [`NCCL_TO_COPY_FLOOR`] of the pairs' copy bandwidth.
+    pub switched: bool,
+    /// Whether every GPU pair should measure alike (NVSwitch, or a board of the product).
+    pub uniform_pairs: bool,
 }
 
 impl Profile {
-    /// The expectations for a node with `gpus` GPUs of this product.
+    /// The expectations for a node with `gpus` GPUs of this product and no measured
+    /// topology: bandwidth floors only on the product's NVSwitch board.
     pub fn expectations(&'static self, gpus: u32) -> Expectations {
-        let switched = gpus == self.switched_gpus;
-        let nominal_pair = self.nvlink_gbps;
-        Expectations {
-            profile: self,
-            gpus,
-            pair_floor_gbps: switched.then_some(nominal_pair * FLOOR_FRACTION),
-            pair_bidir_floor_gbps: switched.then_some(2.0 * nominal_pair * FLOOR_FRACTION),
-            // all_reduce busbw on an NVSwitch board is bounded by a GPU's one-way NVLink
-            // bandwidth (nccl-tests' PERFORMANCE.md: busbw reflects the slowest link).
-            all_reduce_floor_gbps: switched.then_some(nominal_pair * FLOOR_FRACTION),
-            host_floor_gbps: pcie_x16_gbps(self.pcie_gen)
-                .filter(|_| self.pcie_width == 16)
-                .map(|g| g * FLOOR_FRACTION),
-        }
+        derive(Some(self), None, gpus)
     }
 
     /// Whether `gpus` is a GPU count this product ships with on one board.
@@ -175,9 +240,68 @@ impl Profile {
     }
 }
 
+/// The floors of a node: a switched topology gives pair and all_reduce floors from its
+/// links (links per GPU x link speed, the speed from the product where NVML gave none);
+/// links straight between GPUs give none (each pair has its own share); with no topology
+/// the product's NVSwitch board does. Host floors follow the PCIe link the GPUs can train
+/// to, else the product's.
+fn derive(
+    profile: Option<&'static Profile>,
+    topology: Option<Topology>,
+    gpus: u32,
+) -> Expectations {
+    let switched_topology = topology.and_then(|t| t.switched);
+    let nominal_pair = match switched_topology {
+        Some(true) => topology.and_then(|t| {
+            let speed = if t.link_gbps > 0.0 {
+                Some(t.link_gbps)
+            } else {
+                profile
+                    .filter(|p| p.nvlinks > 0)
+                    .map(|p| p.nvlink_gbps / f64::from(p.nvlinks))
+            };
+            speed.map(|s| s * f64::from(t.nvlinks)).filter(|v| *v > 0.0)
+        }),
+        Some(false) => None,
+        None => profile
+            .filter(|p| gpus == p.switched_gpus)
+            .map(|p| p.nvlink_gbps),
+    };
+    let switched = nominal_pair.is_some() && gpus >= 2;
+    let nominal_pair = nominal_pair.filter(|_| gpus >= 2);
+    let host = topology
+        .and_then(|t| t.pcie)
+        .and_then(|(g, w)| pcie_gbps(g, w))
+        .or_else(|| profile.and_then(|p| pcie_gbps(p.pcie_gen, p.pcie_width)));
+    Expectations {
+        profile,
+        topology,
+        gpus,
+        pair_floor_gbps: nominal_pair.map(|v| v * FLOOR_FRACTION),
+        pair_bidir_floor_gbps: nominal_pair.map(|v| 2.0 * v * FLOOR_FRACTION),
+        // all_reduce busbw on an NVSwitch board is bounded by a GPU's one-way NVLink
+        // bandwidth (nccl-tests' PERFORMANCE.md: busbw reflects the slowest link).
+        all_reduce_floor_gbps: nominal_pair.map(|v| v * FLOOR_FRACTION),
+        host_floor_gbps: host.map(|g| g * FLOOR_FRACTION),
+        switched,
+        uniform_pairs: switched || profile.is_some_and(|p| p.is_board_count(gpus)),
+    }
+}
+
 /// The expectations for a product and GPU count, if the product is known.
 pub fn expectations(product: &str, gpus: u32) -> Option<Expectations> {
     find(product).map(|p| p.expectations(gpus))
+}
+
+/// The expectations of a measured node: from the topology it reported where it reported
+/// one, else from its product; `None` when neither is known.
+pub fn expectations_of(product: &str, r: &CompactResult) -> Option<Expectations> {
+    let profile = find(product);
+    let topology = Topology::of(r);
+    if profile.is_none() && topology.is_none() {
+        return None;
+    }
+    Some(derive(profile, topology, r.gpus))
 }
 
 #[cfg(test)]
@@ -240,7 +364,106 @@ mod tests {
         assert_eq!(e.pair_floor_gbps, Some(150.0));
         let host = e.host_floor_gbps.expect("gen4 floor");
         assert!((host - 15.75).abs() < 0.1, "{host}");
-        assert_eq!(e.profile.nvlinks, 12);
+        assert_eq!(e.profile.map(|p| p.nvlinks), Some(12));
+    }
+
+    fn result_with(
+        g: u32,
+        link_gbps: f64,
+        switch: Option<bool>,
+        pcie: (u32, u32),
+    ) -> CompactResult {
+        use gpufabric_api::result::{Backend, COMPACT_VERSION, CompactGpuHealth};
+        CompactResult {
+            version: COMPACT_VERSION,
+            node: "n".into(),
+            backend: Backend::Sim,
+            product: String::new(),
+            gpus: g,
+            duration_s: 1.0,
+            collectives: Vec::new(),
+            copy_uni: Vec::new(),
+            copy_bidir: Vec::new(),
+            host_to_device: Vec::new(),
+            device_to_host: Vec::new(),
+            corrupt_copies: 0,
+            ddp_points: Vec::new(),
+            ddp_compute_ms: Vec::new(),
+            health: (0..g)
+                .map(|_| CompactGpuHealth {
+                    nvlinks: (18, 18),
+                    pcie: (pcie.0, pcie.0, pcie.1, pcie.1),
+                    nvlink_link_gbps: link_gbps,
+                    nvlink_switch: switch,
+                    ..Default::default()
+                })
+                .collect(),
+            transport_fallbacks: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn any_slice_of_a_switched_board_gets_floors_from_its_links() {
+        for g in [2, 4, 8] {
+            let r = result_with(g, 25.0, Some(true), (5, 16));
+            let e = expectations_of("NVIDIA H200", &r).expect("known");
+            // 18 links x 25 GB/s = 450 GB/s one way; floors at half.
+            assert_eq!(e.pair_floor_gbps, Some(225.0), "{g}");
+            assert_eq!(e.pair_bidir_floor_gbps, Some(450.0));
+            assert_eq!(e.all_reduce_floor_gbps, Some(225.0));
+            assert!(e.switched && e.uniform_pairs);
+        }
+        // An unknown product is judged by its links as well.
+        let r = result_with(4, 50.0, Some(true), (5, 16));
+        let e = expectations_of("NVIDIA GB300 Future", &r).expect("topology alone");
+        assert!(e.profile.is_none());
+        assert_eq!(e.pair_floor_gbps, Some(450.0));
+    }
+
+    #[test]
+    fn links_straight_between_gpus_give_no_uniform_pair_floor() {
+        let r = result_with(4, 25.0, Some(false), (4, 16));
+        let e = expectations_of("NVIDIA A100-SXM4-80GB", &r).expect("known");
+        assert_eq!(e.pair_floor_gbps, None);
+        assert_eq!(e.all_reduce_floor_gbps, None);
+        assert!(!e.switched);
+        // A 4-GPU A100 board still has pairs alike by its product.
+        assert!(e.uniform_pairs);
+    }
+
+    #[test]
+    fn a_switched_node_without_a_link_speed_takes_the_products() {
+        let r = result_with(4, 0.0, Some(true), (5, 16));
+        let e = expectations_of("NVIDIA H100 80GB HBM3", &r).expect("known");
+        assert_eq!(e.pair_floor_gbps, Some(225.0));
+        // Unknown product, unknown speed: no floor.
+        assert_eq!(
+            expectations_of("Mystery GPU", &r).and_then(|e| e.pair_floor_gbps),
+            None
+        );
+    }
+
+    #[test]
+    fn host_floors_follow_the_pcie_link_the_gpus_train_to() {
+        let r = result_with(4, 25.0, Some(true), (4, 16));
+        let host = expectations_of("NVIDIA H200", &r)
+            .and_then(|e| e.host_floor_gbps)
+            .expect("gen4 floor");
+        assert!((host - 15.75).abs() < 0.01, "{host}");
+        let r = result_with(4, 25.0, Some(true), (5, 8));
+        let host = expectations_of("NVIDIA H200", &r)
+            .and_then(|e| e.host_floor_gbps)
+            .expect("gen5 x8 floor");
+        assert!((host - 15.75).abs() < 0.01, "{host}");
+    }
+
+    #[test]
+    fn one_gpu_gets_no_pair_or_collective_floor() {
+        let r = result_with(1, 25.0, Some(true), (5, 16));
+        let e = expectations_of("NVIDIA H200", &r).expect("known");
+        assert_eq!(e.pair_floor_gbps, None);
+        assert!(!e.switched);
     }
 
     #[test]

@@ -109,6 +109,12 @@ fn real_background_traffic_between_two_gpus_fails_the_node_on_those_two_gpus() {
             "{}",
             f.message
         );
+        // Two copy streams each way: both sides of both GPUs carry the traffic.
+        assert!(
+            f.message.contains("sending and receiving sides"),
+            "{}",
+            f.message
+        );
     }
 }
 

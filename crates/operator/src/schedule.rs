@@ -287,15 +287,9 @@ mod tests {
     }
 
     #[test]
-    fn a_schedule_that_never_fires_has_no_next_time() {
-        let s = sched("0 0 30 2 *", None);
-        let d = s.decide(
-            None,
-            utc(2026, 1, 1, 0, 0, 0),
-            None,
-            utc(2026, 6, 1, 0, 0, 0),
-        );
-        assert_eq!(d.due, None);
-        assert_eq!(d.next, None);
+    fn a_schedule_that_never_fires_is_refused_before_it_is_searched() {
+        // croner would search 3000 years for 30 February on every reconcile.
+        let err = Schedule::parse("0 0 30 2 *", None).expect_err("never fires");
+        assert!(err.to_string().contains("never fires"), "{err}");
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use gpufabric_tests::fleet::SimFleet;
-use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use gpufabric_tests::kubelet::{ENV_STALLED_NODES, Kubelet, KubeletOptions};
 use std::path::PathBuf;
 
 /// Registers the simulated GPU nodes of a fleet file and runs the pods bound to them as
@@ -24,6 +24,9 @@ struct Cli {
     /// Where pod dirs (logs, termination messages) go (default: a temp dir).
     #[arg(long)]
     root_dir: Option<PathBuf>,
+    /// A node that stays Ready but never starts its pods (they stay Pending); repeatable.
+    #[arg(long = "stalled-node", value_name = "NAME", env = ENV_STALLED_NODES, value_delimiter = ',')]
+    stalled_nodes: Vec<String>,
 }
 
 #[tokio::main]
@@ -46,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
         opts.agent_bin_dir = d;
     }
     opts.root_dir = cli.root_dir;
+    opts.stalled_nodes = cli.stalled_nodes.into_iter().collect();
     let mut kubelet = Kubelet::start(client, &fleet, opts).await?;
     tracing::info!(
         nodes = kubelet.node_names().len(),

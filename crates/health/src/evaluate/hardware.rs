@@ -28,21 +28,21 @@ pub(super) fn check_identity(
             ),
         ));
     } else if input.expected_gpus.is_none()
-        && let Some(e) = exp
-        && !e.profile.is_board_count(r.gpus)
+        && let Some(p) = exp.and_then(|e| e.profile)
+        && !p.is_board_count(r.gpus)
     {
         out.push(evidence(
             FindingKind::GpuMismatch,
             Subject::node(node),
             Metric::GpuCount,
             f64::from(r.gpus),
-            f64::from(e.profile.switched_gpus),
+            f64::from(p.switched_gpus),
             "GPUs",
             ExpectationSource::Profile,
             Severity::Info,
             format!(
                 "{node} has {} {} GPUs, not a board size this product ships with ({:?}); if a GPU is missing, check nvidia-smi and dmesg.",
-                r.gpus, e.profile.product, e.profile.board_gpus
+                r.gpus, p.product, p.board_gpus
             ),
         ));
     }
@@ -255,22 +255,22 @@ pub(super) fn check_health(
                     "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
                 ),
             ));
-        } else if let Some(e) = exp
+        } else if let Some(p) = exp.and_then(|e| e.profile)
             && gen_max > 0
-            && gen_max < e.profile.pcie_gen
+            && gen_max < p.pcie_gen
         {
             out.push(evidence(
                 FindingKind::PcieDegraded,
                 subject(),
                 Metric::PcieLink,
                 f64::from(gen_max),
-                f64::from(e.profile.pcie_gen),
+                f64::from(p.pcie_gen),
                 "generation",
                 ExpectationSource::Profile,
                 Severity::Info,
                 format!(
                     "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
-                    e.profile.product, e.profile.pcie_gen
+                    p.product, p.pcie_gen
                 ),
             ));
         }
@@ -365,7 +365,7 @@ pub(super) fn nvlink_expected(
     let links = |i: u32| r.health.get(i as usize).map(|h| h.nvlinks.1 > 0);
     match (links(a), links(b)) {
         (Some(x), Some(y)) => Some(x && y),
-        _ => exp.map(|e| e.profile.nvlinks > 0),
+        _ => exp.and_then(|e| e.profile).map(|p| p.nvlinks > 0),
     }
 }
 

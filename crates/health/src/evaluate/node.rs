@@ -38,7 +38,7 @@ pub(super) fn judge_node(
     } else {
         r.product.clone()
     };
-    let exp = profiles::expectations(&product, r.gpus);
+    let exp = profiles::expectations_of(&product, r);
     let mut stats = NodeStats {
         node: node.to_string(),
         group: (profiles::normalize(&product), r.gpus),

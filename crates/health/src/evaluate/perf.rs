@@ -1,5 +1,6 @@
 //! Per-node performance rules: NCCL against thresholds and profiles, GPU pairs against the node and floors (with blame of the smallest part), host copies, DDP scaling and stragglers.
 
+use super::direction;
 use super::node::{NodeStats, SeriesKey};
 use super::*;
 
@@ -56,6 +57,59 @@ fn floor_of(threshold: Option<f64>, profile: Option<f64>) -> Option<(f64, Expect
         .or_else(|| profile.map(|v| (v, ExpectationSource::Profile)))
 }
 
+/// The median one-way copy bandwidth of a node's GPU pairs (GB/s), if it measured any.
+fn median_pair_copy(r: &CompactResult) -> Option<f64> {
+    let n = r.gpus as usize;
+    if n < 2 || r.copy_uni.len() != n * n {
+        return None;
+    }
+    let cells: Vec<f64> = (0..n)
+        .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| a * n + b))
+        .filter_map(|i| r.copy_uni.get(i).copied())
+        .filter(|v| *v > 0.0)
+        .collect();
+    fleet::median(&cells)
+}
+
+/// On an NVSwitch board, all_reduce bus bandwidth far below what the same GPUs copy to each
+/// other ([`profiles::NCCL_TO_COPY_FLOOR`] of the median pair) means the links are fine and
+/// NCCL is not using them: a setting, a plugin or a transport choice, which no floor from
+/// the links alone would single out when the links are faster than the floor needs.
+fn nccl_below_copy_engines(
+    node: &str,
+    r: &CompactResult,
+    exp: Option<&Expectations>,
+    busbw: f64,
+) -> Option<Finding> {
+    if !exp.is_some_and(|e| e.switched) {
+        return None;
+    }
+    let pair = median_pair_copy(r)?;
+    let bar = pair * profiles::NCCL_TO_COPY_FLOOR;
+    if busbw >= bar {
+        return None;
+    }
+    Some(Finding {
+        collective: Some(Collective::AllReduce),
+        ..evidence(
+            FindingKind::Slow,
+            Subject::node(node),
+            Metric::NcclBusBw,
+            busbw,
+            bar,
+            "GB/s",
+            ExpectationSource::Node,
+            Severity::Critical,
+            format!(
+                "all_reduce peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way); on NVSwitch NCCL reaches about 90% of it, so the links are healthy and NCCL is not using them: check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
+                num(busbw),
+                100.0 * busbw / pair,
+                num(pair)
+            ),
+        )
+    })
+}
+
 pub(super) fn check_nccl(
     node: &str,
     r: &CompactResult,
@@ -81,6 +135,21 @@ pub(super) fn check_nccl(
                     exp.and_then(|e| e.all_reduce_floor_gbps),
                 )
             };
+            // NCCL far below the node's own copy engines says more than the profile's floor
+            // (the links are fine), so it replaces that finding; a threshold the spec set
+            // is reported as such, and the relation only where the threshold is met.
+            let relation = (c.collective == Collective::AllReduce)
+                .then(|| nccl_below_copy_engines(node, r, exp, c.peak_busbw))
+                .flatten()
+                .filter(|_| {
+                    !floor
+                        .is_some_and(|(f, s)| s == ExpectationSource::Threshold && c.peak_busbw < f)
+                });
+            let floor = if relation.is_some() { None } else { floor };
+            if let Some(f) = relation {
+                stats.judged.insert(bw_key);
+                out.push(f);
+            }
             if let Some((floor, source)) = floor {
                 stats.judged.insert(bw_key);
                 if c.peak_busbw < floor {
@@ -196,7 +265,7 @@ fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
 
 /// The expectation a slow pair missed.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Missed {
+pub(super) enum Missed {
     /// A floor: the spec's threshold or the profile's.
     Floor(f64, ExpectationSource),
     /// The node's median pair.
@@ -206,7 +275,7 @@ enum Missed {
 }
 
 impl Missed {
-    fn expectation(self) -> (f64, ExpectationSource) {
+    pub(super) fn expectation(self) -> (f64, ExpectationSource) {
         match self {
             Missed::Floor(v, s) => (v, s),
             Missed::NodeMedian(v) | Missed::NodeFastest(v) => (v, ExpectationSource::Node),
@@ -226,6 +295,40 @@ fn fastest_reference(values: &[f64], mad: f64, rule: &Rule) -> Option<(f64, f64)
         .reduce(f64::max)?;
     let bar = fastest * (1.0 - rule.min_gap) - rule.score * 1.4826 * mad;
     (fastest > 0.0 && bar > 0.0).then_some((fastest, bar))
+}
+
+/// Each slow cell of `values` with the expectation it missed: against the node's other
+/// cells first (the sharpest evidence for one link) when `in_node` (a board whose pairs are
+/// all alike, no explicit threshold) and there are enough of them, then against the node's
+/// fastest cell, then the floor (an explicit threshold alone when the spec sets one).
+pub(super) fn classify<K: Copy + Ord>(
+    values: &BTreeMap<K, f64>,
+    floor: Option<(f64, ExpectationSource)>,
+    in_node: bool,
+    rule: &Rule,
+) -> BTreeMap<K, Missed> {
+    let all: Vec<f64> = values.values().copied().collect();
+    let mut slow = BTreeMap::new();
+    let Some(node_median) = fleet::median(&all) else {
+        return slow;
+    };
+    let node_mad = fleet::mad(&all, node_median);
+    let fastest = fastest_reference(&all, node_mad, rule);
+    let judge_in_node = in_node && all.len() >= rule.min_count;
+    for (cell, v) in values {
+        if judge_in_node && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, rule) {
+            slow.insert(*cell, Missed::NodeMedian(node_median));
+        } else if let Some((f, _)) = fastest.filter(|(_, bar)| judge_in_node && *v < *bar) {
+            // Most cells slow (the ports of two GPUs, say): the median is slow too, but on
+            // a board whose pairs are all alike each should reach the fastest.
+            slow.insert(*cell, Missed::NodeFastest(f));
+        } else if let Some((floor, source)) = floor
+            && *v < floor
+        {
+            slow.insert(*cell, Missed::Floor(floor, source));
+        }
+    }
+    slow
 }
 
 pub(super) fn check_pairs(
@@ -270,7 +373,18 @@ pub(super) fn check_pairs(
     // alike: the boards a known product ships on (all-to-all NVLink or NVSwitch). Elsewhere
     // (PCIe across sockets, NVLink bridges between two GPUs) each pair is compared with the
     // same pair of comparable nodes instead.
-    let uniform = exp.is_some_and(|e| e.profile.is_board_count(r.gpus));
+    let uniform = exp.is_some_and(|e| e.uniform_pairs);
+    // A GPU whose sending or receiving side is slow is named with that side first; its
+    // pairs are not blamed again below.
+    let one_way_floor = floor_of(t.pair_bandwidth_gbps, exp.and_then(|e| e.pair_floor_gbps));
+    covered_gpus.extend(direction::check_sides(
+        node,
+        r,
+        one_way_floor,
+        uniform && !explicit(Metric::PairBandwidth),
+        &rule,
+        out,
+    ));
     for set in sets {
         if set.values.is_empty() {
             continue;
@@ -308,27 +422,12 @@ pub(super) fn check_pairs(
         if covered_node {
             continue;
         }
-        // Each slow pair with the expectation it missed.
-        let mut slow: BTreeMap<(u32, u32), Missed> = BTreeMap::new();
-        let node_mad = fleet::mad(&all, node_median);
-        let fastest = fastest_reference(&all, node_mad, &rule);
-        let judge_in_node = uniform && !explicit(set.metric) && all.len() >= rule.min_count;
-        for (pair, v) in &set.values {
-            // Against the node's other pairs first (the sharpest evidence for one link),
-            // then the profile floor; an explicit threshold alone when the spec sets one.
-            if judge_in_node && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, &rule)
-            {
-                slow.insert(*pair, Missed::NodeMedian(node_median));
-            } else if let Some((f, _)) = fastest.filter(|(_, bar)| judge_in_node && *v < *bar) {
-                // Most pairs slow (the ports of two GPUs, say): the median is slow too,
-                // but on a board whose pairs are all alike each should reach the fastest.
-                slow.insert(*pair, Missed::NodeFastest(f));
-            } else if let Some((floor, source)) = set.floor
-                && *v < floor
-            {
-                slow.insert(*pair, Missed::Floor(floor, source));
-            }
-        }
+        let mut slow = classify(
+            &set.values,
+            set.floor,
+            uniform && !explicit(set.metric),
+            &rule,
+        );
         slow.retain(|(a, b), _| {
             !covered_pairs.contains(&(*a, *b))
                 && !covered_gpus.contains(a)

@@ -1,6 +1,7 @@
 //! Unit tests of the evaluation rules, on synthetic nodes shaped like the agent's compact result.
 
 use super::*;
+use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::{
     COMPACT_VERSION, CompactCollective, CompactDdpPoint, CompactGpuHealth, PhaseError,
 };
@@ -81,6 +82,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
             row_remap: 0,
             temperature_c: 45.0,
             throttle: Vec::new(),
+            ..Default::default()
         })
         .collect();
     CompactResult {
@@ -248,10 +250,10 @@ fn crash_is_never_slow() {
         node: "node-crash".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
-        outcome: NodeOutcome::Crashed {
-            exit_code: Some(134),
-            reason: "SIGABRT in ncclCommInitRank".into(),
-        },
+        outcome: NodeOutcome::hardware(
+            HardwareFault::Crash,
+            "aborted (SIGABRT) (exit code 134): SIGABRT in ncclCommInitRank",
+        ),
     });
     let e = evaluate(&nodes, &Thresholds::default());
     let f = on(&e, "node-crash");
@@ -259,37 +261,57 @@ fn crash_is_never_slow() {
     assert_eq!(f[0].kind, FindingKind::Crash);
     assert_eq!(f[0].metric, Metric::AgentExit);
     assert_eq!(f[0].severity, Severity::Critical);
-    assert_eq!(f[0].measured, Some(134.0));
     assert!(f[0].message.contains("exit code 134"));
     assert!(e.findings.iter().all(|f| f.kind != FindingKind::Slow));
     assert_eq!(e.verdicts["node-crash"], NodeVerdict::Errored);
 }
 
 #[test]
-fn timeout_and_unusable_results_have_their_own_kinds_and_verdicts() {
+fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
     let nodes = vec![
         NodeInput {
             node: "a".into(),
             product_label: None,
             expected_gpus: None,
-            outcome: NodeOutcome::TimedOut {
-                reason: "activeDeadlineSeconds 900 passed".into(),
-            },
+            outcome: NodeOutcome::hardware(
+                HardwareFault::Hang,
+                "the agent had started and ran past the pod deadline (900s)",
+            ),
         },
         NodeInput {
             node: "b".into(),
             product_label: None,
             expected_gpus: None,
-            outcome: NodeOutcome::Errored {
-                reason: "the result document is not valid JSON".into(),
-            },
+            outcome: NodeOutcome::not_measured(
+                NotMeasuredReason::AgentBug,
+                "the result document is not valid JSON",
+            ),
+        },
+        NodeInput {
+            node: "c".into(),
+            product_label: None,
+            expected_gpus: None,
+            outcome: NodeOutcome::not_measured(
+                NotMeasuredReason::NotAdmitted,
+                "the kubelet refused the pod: OutOfnvidia.com/gpu",
+            ),
+        },
+        NodeInput {
+            node: "d".into(),
+            product_label: None,
+            expected_gpus: None,
+            outcome: NodeOutcome::hardware(HardwareFault::GpuMissing, "found 7 GPUs, 8 expected"),
         },
     ];
     let e = evaluate(&nodes, &Thresholds::default());
     assert_eq!(e.verdicts["a"], NodeVerdict::Timeout);
-    assert_eq!(e.verdicts["b"], NodeVerdict::Errored);
+    assert_eq!(e.verdicts["b"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["c"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["d"], NodeVerdict::Errored);
     assert_eq!(on(&e, "a")[0].kind, FindingKind::Timeout);
-    assert_eq!(on(&e, "b")[0].kind, FindingKind::Errored);
+    assert!(on(&e, "b").is_empty() && on(&e, "c").is_empty());
+    assert_eq!(on(&e, "d")[0].kind, FindingKind::Crash);
+    assert!(on(&e, "d")[0].message.contains("fewer GPUs"));
     assert!(e.findings.iter().all(|f| f.severity == Severity::Critical));
 }
 
@@ -386,22 +408,24 @@ fn explicit_threshold_wins_over_profile_and_fleet() {
 
 #[test]
 fn profile_floor_judges_a_single_node_without_a_fleet() {
+    // Below the floor, but not so far below the pairs' copy bandwidth (390 GB/s) that
+    // NCCL alone is to blame.
     let mut r = healthy("lonely", 3, 0.0);
-    all_reduce(&mut r).peak_busbw = 180.0;
+    all_reduce(&mut r).peak_busbw = 200.0;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     let f = &e.findings[0];
     assert_eq!(f.source, Some(ExpectationSource::Profile));
     assert_eq!(f.expected, Some(225.0));
     assert_eq!(f.collective, Some(Collective::AllReduce));
-    assert!(f.message.contains("180 GB/s, 20% below"), "{}", f.message);
+    assert!(f.message.contains("200 GB/s, 11% below"), "{}", f.message);
     check_evidence(f);
 }
 
 #[test]
 fn a_profile_finding_is_not_repeated_by_the_fleet() {
     let mut fleet = fleet_of(8, 0.01);
-    all_reduce(&mut fleet[0]).peak_busbw = 180.0;
+    all_reduce(&mut fleet[0]).peak_busbw = 200.0;
     let e = run(fleet);
     let f = on(&e, "node-00");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -648,7 +672,7 @@ fn fewer_gpus_than_the_node_advertises_is_a_gpu_mismatch() {
         node: "n".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
-        outcome: NodeOutcome::Measured(r),
+        outcome: NodeOutcome::Measured(Box::new(r)),
     }];
     let e = evaluate(&nodes, &Thresholds::default());
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
@@ -675,7 +699,7 @@ fn a_stale_product_label_is_info_and_label_spelling_is_not_a_mismatch() {
             node: "n".into(),
             product_label: Some(label.into()),
             expected_gpus: Some(8),
-            outcome: NodeOutcome::Measured(healthy("n", 1, 0.0)),
+            outcome: NodeOutcome::Measured(Box::new(healthy("n", 1, 0.0))),
         }]
     };
     let e = evaluate(&mk("NVIDIA-H100-80GB-HBM3"), &Thresholds::default());
@@ -884,15 +908,19 @@ fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_thr
 }
 
 #[test]
-fn a_result_claiming_an_impossible_gpu_count_is_errored_not_evaluated() {
+fn a_result_claiming_an_impossible_gpu_count_is_an_agent_bug_not_evaluated() {
     let mut r = healthy("n", 1, 0.0);
     r.gpus = u32::MAX;
     let mut z = healthy("z", 1, 0.0);
     z.gpus = 0;
     let e = run(vec![r, z]);
-    assert_eq!(e.verdicts["n"], NodeVerdict::Errored);
-    assert_eq!(e.verdicts["z"], NodeVerdict::Errored);
-    assert!(e.findings.iter().all(|f| f.kind == FindingKind::Errored));
+    assert_eq!(e.verdicts["n"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["z"], NodeVerdict::NotMeasured);
+    assert!(
+        e.findings
+            .iter()
+            .all(|f| f.kind == FindingKind::Errored && f.severity == Severity::Info)
+    );
 }
 
 #[test]
@@ -1133,4 +1161,179 @@ fn a_noisy_healthy_node_is_not_judged_against_its_fastest_pair() {
             on(&e, "n")
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Floors from the measured topology, NCCL against the copy engines, sides of a GPU
+// ---------------------------------------------------------------------------------------
+
+const H200: &str = "NVIDIA H200";
+
+/// A healthy slice of `g` GPUs of an H200 NVSwitch board as the agent reports it: 18
+/// links of 25 GB/s to NVSwitches per GPU, pairs ~394 GB/s one way, all_reduce ~355 GB/s
+/// (the 4 x H200 record of bench/results).
+fn switched_slice(name: &str, g: u32, seed: u64) -> CompactResult {
+    let mut r = node_of(name, H200, g, seed, 0.01);
+    for h in &mut r.health {
+        h.nvlink_link_gbps = 25.0;
+        h.nvlink_switch = Some(true);
+    }
+    for v in r.copy_uni.iter_mut().filter(|v| **v > 0.0) {
+        *v = *v / 390.0 * 394.0;
+    }
+    all_reduce(&mut r).peak_busbw = 355.0;
+    r
+}
+
+fn critical_of<'a>(e: &'a Evaluation, node: &'a str) -> Vec<&'a Finding> {
+    e.findings_of(node)
+        .filter(|f| f.severity == Severity::Critical)
+        .collect()
+}
+
+#[test]
+fn healthy_switched_slices_of_two_four_and_eight_gpus_pass_alone() {
+    for g in [2, 4, 8] {
+        let e = run(vec![switched_slice("slice", g, u64::from(g))]);
+        assert!(
+            critical_of(&e, "slice").is_empty(),
+            "{g} GPUs: {:?}",
+            e.findings
+        );
+        assert_eq!(e.verdicts["slice"], NodeVerdict::Passed);
+    }
+}
+
+#[test]
+fn nccl_far_below_the_copy_engines_fails_a_switched_node_alone() {
+    // NCCL_MAX_NCHANNELS=1, say: every link healthy, all_reduce a tenth of a pair's copy.
+    for g in [2, 4] {
+        let mut r = switched_slice("one-channel", g, 3);
+        all_reduce(&mut r).peak_busbw = 38.0;
+        let e = run(vec![r]);
+        let bad = critical_of(&e, "one-channel");
+        assert_eq!(bad.len(), 1, "{g} GPUs: {bad:?}");
+        let f = bad[0];
+        assert_eq!(f.metric, Metric::NcclBusBw);
+        assert_eq!(f.subject.kind, SubjectKind::Node);
+        assert!(
+            f.message.contains("its GPUs copy to each other"),
+            "{}",
+            f.message
+        );
+        assert!(f.message.contains("NCCL_MAX_NCHANNELS"), "{}", f.message);
+        assert_eq!(e.verdicts["one-channel"], NodeVerdict::Failed);
+    }
+}
+
+#[test]
+fn without_a_measured_topology_a_four_gpu_node_has_no_busbw_floor() {
+    // The same slow all_reduce on a node that reported no NVLink peers: the product's
+    // floors exist only for its 8-GPU board, so the node alone passes (what the measured
+    // topology adds).
+    let mut r = switched_slice("unknown-links", 4, 5);
+    for h in &mut r.health {
+        h.nvlink_switch = None;
+    }
+    all_reduce(&mut r).peak_busbw = 38.0;
+    let e = run(vec![r]);
+    assert!(
+        critical_of(&e, "unknown-links")
+            .iter()
+            .all(|f| f.metric != Metric::NcclBusBw),
+        "{:?}",
+        e.findings
+    );
+}
+
+#[test]
+fn a_switched_slice_below_its_link_floor_fails_with_the_floor_when_copies_are_slow_too() {
+    // Links at a third of their speed: pairs and NCCL alike (no NCCL-only problem).
+    let mut r = switched_slice("slow-links", 4, 7);
+    for v in r.copy_uni.iter_mut() {
+        *v /= 3.0;
+    }
+    for v in r.copy_bidir.iter_mut() {
+        *v /= 3.0;
+    }
+    all_reduce(&mut r).peak_busbw = 110.0;
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "slow-links");
+    let floors: Vec<f64> = bad.iter().filter_map(|f| f.expected).collect();
+    // Pair floor 18 x 25 x 0.5 = 225 GB/s; all_reduce floor the same.
+    assert!(floors.contains(&225.0), "{bad:?}");
+    assert!(
+        bad.iter()
+            .all(|f| !f.message.contains("its GPUs copy to each other")),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn a_one_way_copy_load_names_the_sending_and_the_receiving_gpu() {
+    // Work copying from GPU 1 into GPU 3: copies out of 1 and into 3 share its ports.
+    let mut r = switched_slice("one-way", 4, 11);
+    let g = 4usize;
+    for a in 0..g {
+        for b in 0..g {
+            if a != b && (a == 1 || b == 3) {
+                r.copy_uni[a * g + b] *= 0.52;
+            }
+        }
+    }
+    // Both ways at once, every pair of GPU 1 or 3 carries the slow direction.
+    for (a, b) in [(0, 1), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        let i = upper(4, a, b);
+        r.copy_bidir[i] *= 0.75;
+    }
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "one-way");
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    let send = bad
+        .iter()
+        .find(|f| f.subject.gpu == Some(1))
+        .expect("GPU 1 named");
+    assert_eq!(send.subject.kind, SubjectKind::Gpu);
+    assert!(send.message.contains("sending side"), "{}", send.message);
+    let recv = bad
+        .iter()
+        .find(|f| f.subject.gpu == Some(3))
+        .expect("GPU 3 named");
+    assert!(recv.message.contains("receiving side"), "{}", recv.message);
+    assert!(bad.iter().all(|f| f.subject.kind != SubjectKind::GpuPair));
+}
+
+#[test]
+fn one_gpu_slow_to_receive_on_an_eight_gpu_board_is_named_with_its_side() {
+    let mut r = healthy("recv", 21, 0.01);
+    let g = 8usize;
+    for a in 0..g {
+        if a != 5 {
+            r.copy_uni[a * g + 5] *= 0.4;
+        }
+    }
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "recv");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].subject.gpu, Some(5));
+    assert!(
+        bad[0].message.contains("receiving side"),
+        "{}",
+        bad[0].message
+    );
+}
+
+#[test]
+fn one_slow_pair_is_still_named_as_the_pair() {
+    let mut r = switched_slice("pair", 4, 13);
+    slow_pair(&mut r, 0, 2, 0.5);
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "pair");
+    assert!(!bad.is_empty());
+    assert!(
+        bad.iter().all(|f| f.subject.kind == SubjectKind::GpuPair
+            && f.subject.gpu == Some(0)
+            && f.subject.peer_gpu == Some(2)),
+        "{bad:?}"
+    );
 }

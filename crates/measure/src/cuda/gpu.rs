@@ -255,6 +255,11 @@ impl Drop for HostBuf {
     }
 }
 
+/// How long [`Stream::sync_until`] polls without sleeping before it backs off: longer than
+/// any timed block of the NCCL sweep (20 iterations of a 1 GiB collective take ~0.1 s), so
+/// the end of a block is seen within a poll, not a sleep of up to 0.5 ms.
+pub const SPIN_WINDOW: Duration = Duration::from_secs(1);
+
 /// A non-blocking stream on one GPU.
 pub struct Stream {
     pub raw: sys::CUstream,
@@ -305,13 +310,16 @@ impl Stream {
     }
 
     /// Waits for the stream by polling, so a hung stream returns a timeout instead of
-    /// blocking forever; `abort` is checked between polls.
+    /// blocking forever; `abort` is checked between polls. The first [`SPIN_WINDOW`] polls
+    /// without sleeping, as nccl-tests' stream wait does: a host time read right after the
+    /// wait then ends when the GPU work ends, not when a sleep does.
     pub fn sync_until(
         &self,
         what: &str,
         deadline: Instant,
         abort: &dyn Fn() -> bool,
     ) -> GpuResult<()> {
+        let spin_until = Instant::now() + SPIN_WINDOW;
         let mut sleep = Duration::from_micros(20);
         loop {
             // SAFETY: live stream.
@@ -327,6 +335,10 @@ impl Stream {
                     what.to_string(),
                     deadline.saturating_duration_since(Instant::now()),
                 ));
+            }
+            if Instant::now() < spin_until {
+                std::thread::yield_now();
+                continue;
             }
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(Duration::from_micros(500));

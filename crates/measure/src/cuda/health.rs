@@ -188,6 +188,14 @@ impl Monitor {
             }
             h.nvlink_active = active;
             h.nvlink_expected = expected_links(&product).unwrap_or(present);
+            if active > 0 {
+                h.nvlink_link_gbps = dev
+                    .cuda_compute_capability()
+                    .ok()
+                    .and_then(|cc| nvlink_link_gbps(cc.major))
+                    .unwrap_or(0.0);
+                h.nvlink_switch = links_to_switch(&self.nvml, &dev);
+            }
             h.pcie_gen = dev.current_pcie_link_gen().unwrap_or(0);
             h.pcie_gen_max = dev.max_pcie_link_gen().unwrap_or(0);
             h.pcie_width = dev.current_pcie_link_width().unwrap_or(0);
@@ -233,6 +241,63 @@ impl Monitor {
     }
 }
 
+/// One-direction GB/s of one NVLink link, by the generation a GPU architecture carries
+/// (compute capability major): NVLink 1 on Pascal 20 GB/s, NVLink 2-4 on Volta, Ampere and
+/// Hopper 25 GB/s, NVLink 5 on Blackwell 50 GB/s (NVIDIA's architecture whitepapers:
+/// P100 160, V100 300, A100 600, H100 900, B200 1800 GB/s both ways over 4, 6, 12, 18, 18
+/// links).
+pub fn nvlink_link_gbps(major: i32) -> Option<f64> {
+    match major {
+        6 => Some(20.0),
+        7..=9 => Some(25.0),
+        10 => Some(50.0),
+        _ => None,
+    }
+}
+
+/// NVML's code for an NVLink peer that is an NVSwitch, and one that is a GPU.
+const NVLINK_PEER_SWITCH: u32 = 2;
+const NVLINK_PEER_GPU: u32 = 0;
+
+/// What a set of link peer types says: every active link to an NVSwitch, every one to a
+/// GPU, or mixed or unknown.
+pub fn switch_verdict(peers: &[u32]) -> Option<bool> {
+    if peers.is_empty() {
+        None
+    } else if peers.iter().all(|p| *p == NVLINK_PEER_SWITCH) {
+        Some(true)
+    } else if peers.iter().all(|p| *p == NVLINK_PEER_GPU) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Whether the GPU's active NVLink links go to NVSwitches (true) or to GPUs (false), from
+/// NVML's remote device type of each active link; `None` when NVML cannot say.
+fn links_to_switch(nvml: &Nvml, dev: &nvml_wrapper::Device<'_>) -> Option<bool> {
+    let f = nvml
+        .lib()
+        .nvmlDeviceGetNvLinkRemoteDeviceType
+        .as_ref()
+        .ok()?;
+    let mut peers = Vec::new();
+    for link in 0..18u32 {
+        if !dev.link_wrapper_for(link).is_active().unwrap_or(false) {
+            continue;
+        }
+        let mut kind: u32 = u32::MAX;
+        // SAFETY: the handle belongs to a live device of this NVML session; valid
+        // out-pointer.
+        let r = unsafe { f(dev.handle(), link, &mut kind) };
+        if r != 0 {
+            return None;
+        }
+        peers.push(kind);
+    }
+    switch_verdict(&peers)
+}
+
 fn remapped_rows(nvml: &Nvml, dev: &nvml_wrapper::Device<'_>) -> Option<(bool, bool)> {
     let f = nvml.lib().nvmlDeviceGetRemappedRows.as_ref().ok()?;
     let (mut corr, mut unc, mut pending, mut failed) = (0u32, 0u32, 0u32, 0u32);
@@ -256,6 +321,24 @@ mod tests {
         assert_eq!(expected_links("NVIDIA H200"), Some(18));
         assert_eq!(expected_links("NVIDIA H100 80GB HBM3"), Some(18));
         assert_eq!(expected_links("NVIDIA H100 PCIe"), None);
+    }
+
+    #[test]
+    fn link_speed_follows_the_nvlink_generation() {
+        // H100/H200: 18 links x 25 GB/s = 450 GB/s one way; B200: 18 x 50 = 900.
+        assert_eq!(nvlink_link_gbps(9), Some(25.0));
+        assert_eq!(nvlink_link_gbps(8), Some(25.0));
+        assert_eq!(nvlink_link_gbps(10), Some(50.0));
+        assert_eq!(nvlink_link_gbps(12), None);
+    }
+
+    #[test]
+    fn links_all_to_switches_or_all_to_gpus_or_unknown() {
+        assert_eq!(switch_verdict(&[2; 18]), Some(true));
+        assert_eq!(switch_verdict(&[0; 12]), Some(false));
+        assert_eq!(switch_verdict(&[0, 2]), None);
+        assert_eq!(switch_verdict(&[255]), None);
+        assert_eq!(switch_verdict(&[]), None);
     }
 
     #[test]

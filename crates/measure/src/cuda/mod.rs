@@ -233,6 +233,12 @@ fn check(
         ddp: ddp_result,
         health,
         transports,
+        nics: crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)).unwrap_or_else(
+            |e| {
+                tracing::warn!("network ports not listed: {e}");
+                Vec::new()
+            },
+        ),
         errors,
     })
 }
@@ -368,6 +374,7 @@ fn sweep(
     // Largest buffer: n elements at least (one per rank) for the smallest sizes.
     let buf = max.max(n * elem) + n * elem;
     let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
+    let setup = Instant::now();
     let mut comms = nccl::Comms::init(&devs)?;
     let mut ranks = Vec::new();
     for (r, g) in gpus.iter().enumerate() {
@@ -389,6 +396,10 @@ fn sweep(
             end: gpu::Event::new(g)?,
         });
     }
+    progress(&format!(
+        "nccl sweep: communicators, buffers and inputs ready in {:.2} s",
+        setup.elapsed().as_secs_f64()
+    ));
     let set = nccl::SweepSettings {
         sizes,
         warmup,

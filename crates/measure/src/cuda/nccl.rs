@@ -5,7 +5,7 @@ use super::gpu::{DevBuf, Event, Gpu, GpuError, GpuResult, HostBuf, Stream};
 use crate::model::{counts, has_in_place, row_count};
 use crate::stats;
 use cudarc::nccl::sys as nsys;
-use gpufabric_api::result::{CollectiveSweep, SweepRow, Timing};
+use gpufabric_api::result::{CollectiveSweep, SweepRow};
 use gpufabric_api::suite::{Collective, DataType};
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, Condvar, Mutex};
@@ -317,7 +317,23 @@ pub fn input_value(r: u64, i: u64) -> i64 {
 /// chunk per peer where relevant); `None` where the output is not defined (non-root of
 /// reduce).
 pub fn expected_value(c: Collective, n: u64, r: u64, i: u64, per: u64) -> Option<i64> {
-    let sum = |idx: u64| (0..n).map(|q| input_value(q, idx)).sum::<i64>();
+    expected_with(c, n, r, i, per, &rank_sums(n))
+}
+
+/// The sum over `n` ranks of [`input_value`] by the rank-independent part of the index
+/// modulo 8 (`(7i + (i >> 12)) % 8`): a reduction's expected value is one table read.
+pub fn rank_sums(n: u64) -> [i64; 8] {
+    let mut t = [0i64; 8];
+    for (k, slot) in t.iter_mut().enumerate() {
+        *slot = (0..n).map(|q| ((k as u64 + q * 3) % 8) as i64).sum();
+    }
+    t
+}
+
+fn expected_with(c: Collective, n: u64, r: u64, i: u64, per: u64, sums: &[i64; 8]) -> Option<i64> {
+    // (7i + 3q + (i >> 12)) % 8 summed over q: only (7i + (i >> 12)) % 8 varies with i, and
+    // wrapping arithmetic modulo 2^64 keeps the residue modulo 8.
+    let sum = |idx: u64| sums[(idx.wrapping_mul(7).wrapping_add(idx >> 12) % 8) as usize];
     match c {
         Collective::AllReduce => Some(sum(i)),
         Collective::Reduce => (r == 0).then(|| sum(i)),
@@ -393,7 +409,21 @@ pub fn count_wrong(
 ) -> u64 {
     let e = dt.size() as usize;
     let count = (count as usize).min(buf.len() / e);
-    let chunk = (count / 32).max(1 << 16);
+    if matches!(c, Collective::Reduce) && r != 0 {
+        return 0;
+    }
+    let threads = std::thread::available_parallelism().map_or(32, |t| t.get());
+    let chunk = (count / threads.max(1)).max(1 << 16);
+    let sums = rank_sums(n);
+    // Every expected value is in 0..=7n: encode each once.
+    let encoded: Vec<[u8; 8]> = (0..=7 * n as i64)
+        .map(|v| {
+            let mut b = [0u8; 8];
+            encode(dt, v, &mut b);
+            b
+        })
+        .collect();
+    let encoded = &encoded;
     std::thread::scope(|s| {
         let handles: Vec<_> = buf[..count * e]
             .chunks(chunk * e)
@@ -401,15 +431,14 @@ pub fn count_wrong(
             .map(|(ci, part)| {
                 s.spawn(move || {
                     let base = (ci * chunk) as u64;
-                    let mut want = [0u8; 8];
                     let mut wrong = 0u64;
                     for (j, cell) in part.chunks_exact(e).enumerate() {
-                        let Some(v) = expected_value(c, n, r, base + j as u64, per) else {
+                        let Some(v) = expected_with(c, n, r, base + j as u64, per, &sums) else {
                             continue;
                         };
-                        encode(dt, v, &mut want);
-                        if cell != &want[..e] {
-                            wrong += 1;
+                        match encoded.get(v as usize) {
+                            Some(want) if cell == &want[..e] => {}
+                            _ => wrong += 1,
                         }
                     }
                     wrong
@@ -435,6 +464,18 @@ pub struct Rank<'g> {
     pub end: Event,
 }
 
+/// Whether the loaded NCCL has `ncclAlltoAll` (2.28 and later): nccl-tests times that call
+/// where it exists, and grouped sends and receives before it, and so does the sweep.
+pub fn alltoall_call() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let mut v = 0i32;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { nsys::ncclGetVersion(&mut v) };
+        r == nsys::ncclResult_t::ncclSuccess && v >= 22800
+    })
+}
+
 /// Enqueues one collective on every rank (one NCCL group).
 #[allow(clippy::too_many_arguments)]
 pub fn enqueue(
@@ -447,12 +488,32 @@ pub fn enqueue(
     recv_count: u64,
     in_place: bool,
 ) -> GpuResult<()> {
+    enqueue_at(
+        c, comms, ranks, dt, elem, send_count, recv_count, in_place, 0,
+    )
+}
+
+/// [`enqueue`] with both buffers `shift` bytes further in (see [`Op::shift`]).
+#[allow(clippy::too_many_arguments)]
+fn enqueue_at(
+    c: Collective,
+    comms: &Comms,
+    ranks: &[Rank],
+    dt: nsys::ncclDataType_t,
+    elem: u64,
+    send_count: u64,
+    recv_count: u64,
+    in_place: bool,
+    shift: u64,
+) -> GpuResult<()> {
     let n = ranks.len() as u64;
     group(|| {
         for (r, rk) in ranks.iter().enumerate() {
             let comm = comms.raw[r];
             let st = rk.stream.raw as nsys::cudaStream_t;
             let (send, recv) = buffers(c, rk, r as u64, elem, send_count, recv_count, in_place);
+            let send = (send as u64 + shift) as *const c_void;
+            let recv = (recv as u64 + shift) as *mut c_void;
             let sc = send_count as usize;
             let rc = recv_count as usize;
             use nsys::ncclRedOp_t::ncclSum;
@@ -480,6 +541,13 @@ pub fn enqueue(
                         "ncclReduce",
                         nsys::ncclReduce(send, recv, sc, dt, ncclSum, 0, comm, st),
                     )?,
+                    Collective::AllToAll if alltoall_call() => {
+                        let per = (sc as u64 / n) as usize;
+                        ncheck(
+                            "ncclAlltoAll",
+                            nsys::ncclAlltoAll(send, recv, per, dt, comm, st),
+                        )?;
+                    }
                     Collective::AllToAll => {
                         let per = (sc as u64 / n) as usize;
                         for p in 0..n as usize {
@@ -584,12 +652,30 @@ pub fn sweep_collective(
         // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
         wd.arm(comms, c.nccl_tests_name(), set.timeout);
         load_inputs(c, ranks, elem, sc, false)?;
-        for _ in 0..5 {
-            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
-        }
         let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-        sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+        // Back-to-back calls for at least RAMP as well: the GPUs idled while the previous
+        // collective's outputs were checked on the host, and the first sizes must not be
+        // timed while their clocks come back up.
+        let ramp_start = Instant::now();
+        for round in 0..RAMP_ROUNDS_MAX {
+            for _ in 0..5 {
+                enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+            }
+            sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+            if round > 0 && ramp_start.elapsed() >= RAMP {
+                break;
+            }
+            wd.arm(comms, c.nccl_tests_name(), set.timeout);
+        }
     }
+    let started = Instant::now();
+    let mut timed = Duration::ZERO;
+    let max_total = set
+        .sizes
+        .iter()
+        .map(|&size| counts(c, size, elem, n).2)
+        .max()
+        .unwrap_or(0);
     let mut rows: Vec<SweepRow> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for &size in &set.sizes {
@@ -601,34 +687,31 @@ pub fn sweep_collective(
         let mut row = SweepRow {
             bytes,
             count: row_count(c, sc, rc, n),
-            out_of_place: Timing::default(),
+            out_of_place: Default::default(),
             in_place: None,
         };
+        // GPU event time per iteration (out of place, in place): for the progress log only.
+        let mut gpu_us = [0.0f64; 2];
         for in_place in [false, true] {
             if in_place && !has_in_place(c) {
                 continue;
             }
-            wd.arm(comms, &what, set.timeout);
-            load_inputs(c, ranks, elem, sc, in_place)?;
-            for _ in 0..set.warmup {
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
-            }
-            for rk in ranks.iter() {
-                rk.start.record(&rk.stream)?;
-            }
-            for _ in 0..set.iters.max(1) {
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
-            }
-            for rk in ranks.iter() {
-                rk.end.record(&rk.stream)?;
-            }
+            let op = Op {
+                c,
+                dt: ndt,
+                elem,
+                sc,
+                rc,
+                in_place,
+                total: bytes,
+                max_total,
+            };
+            let t0 = Instant::now();
+            let timing = time_blocks(&op, comms, ranks, wd, set, &what)?;
+            timed += t0.elapsed();
+            let time_us = timing.host_us;
+            gpu_us[usize::from(in_place)] = timing.gpu_us;
             let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-            sync_all(&streams, comms, wd, &what, set.timeout)?;
-            let mut ms: f64 = 0.0;
-            for rk in ranks.iter() {
-                ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
-            }
-            let time_us = ms * 1000.0 / f64::from(set.iters.max(1));
             let mut wrong = 0;
             if set.check {
                 wd.arm(comms, &what, set.timeout);
@@ -645,17 +728,25 @@ pub fn sweep_collective(
             }
         }
         progress(&format!(
-            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {}",
+            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
             c.nccl_tests_name(),
             row.bytes,
             row.out_of_place.time_us,
             row.out_of_place.busbw,
             row.in_place.unwrap_or_default().busbw,
             row.in_place.unwrap_or_default().time_us,
-            row.wrong()
+            row.wrong(),
+            gpu_us[0],
+            gpu_us[1],
         ));
         rows.push(row);
     }
+    progress(&format!(
+        "{} swept in {:.2} s, {:.2} s of it timed iterations, the rest loading and checking",
+        c.nccl_tests_name(),
+        started.elapsed().as_secs_f64(),
+        timed.as_secs_f64()
+    ));
     let points: Vec<(u64, f64)> = rows
         .iter()
         .map(|r| (r.bytes, r.out_of_place.time_us))
@@ -666,6 +757,131 @@ pub fn sweep_collective(
         ranks: n as u32,
         fit: stats::fit_sweep(c, n as u32, &points),
         rows,
+    })
+}
+
+/// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
+struct Op {
+    c: Collective,
+    dt: nsys::ncclDataType_t,
+    elem: u64,
+    sc: u64,
+    rc: u64,
+    in_place: bool,
+    /// Bytes one call covers (the nccl-tests size).
+    total: u64,
+    /// Largest such size of the sweep: the buffers hold at least this much.
+    max_total: u64,
+}
+
+impl Op {
+    /// Where iteration `iter` places its buffers, as nccl-tests does: consecutive
+    /// iterations move by one size through the buffers sized for the largest, so a size
+    /// that fits the L2 cache is not timed from it (one H200 timed 16 MiB at 7.0 µs from
+    /// L2 against nccl-tests' 11.1 µs before).
+    fn shift(&self, iter: u32) -> u64 {
+        let steps = self.max_total.checked_div(self.total).unwrap_or(1).max(1);
+        self.total * (u64::from(iter) % steps)
+    }
+}
+
+/// Time per iteration of one size: host time (what nccl-tests reports) and GPU event time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub host_us: f64,
+    pub gpu_us: f64,
+}
+
+/// How long a collective's first size runs back to back before the sweep times it.
+pub const RAMP: Duration = Duration::from_millis(50);
+/// Most rounds of 5 calls spent on [`RAMP`] (a call of the smallest size takes ~20 µs).
+const RAMP_ROUNDS_MAX: u32 = 2000;
+
+/// Most timed blocks of one size; short blocks are repeated (see [`blocks_wanted`]).
+pub const MAX_BLOCKS: u32 = 5;
+/// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times.
+pub const SHORT_BLOCK: Duration = Duration::from_millis(2);
+
+/// Whether another timed block is wanted after `done` blocks, the last of which took `last`:
+/// one block of n iterations is nccl-tests' measurement; blocks shorter than
+/// [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching thread moves
+/// the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the median kept.
+pub fn blocks_wanted(done: u32, last: Duration) -> bool {
+    done < MAX_BLOCKS && last < SHORT_BLOCK
+}
+
+/// The median of `v` (the upper middle of an even count); 0 when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Times one size as nccl-tests does: warm-up iterations, a wait for every stream, then the
+/// host time around `iters` back-to-back iterations and the wait for their end, divided by
+/// `iters`. Short blocks are repeated and the median block kept ([`blocks_wanted`]). GPU
+/// events around each block give the GPU time per iteration beside it.
+fn time_blocks(
+    op: &Op,
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    what: &str,
+) -> GpuResult<Timing> {
+    let iters = set.iters.max(1);
+    let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let run = |comms: &Comms, iter: u32| {
+        enqueue_at(
+            op.c,
+            comms,
+            ranks,
+            op.dt,
+            op.elem,
+            op.sc,
+            op.rc,
+            op.in_place,
+            op.shift(iter),
+        )
+    };
+    wd.arm(comms, what, set.timeout);
+    load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
+    for iter in 0..set.warmup {
+        run(comms, iter)?;
+    }
+    sync_all(&streams, comms, wd, what, set.timeout)?;
+    let (mut host, mut gpu) = (Vec::new(), Vec::new());
+    loop {
+        wd.arm(comms, what, set.timeout);
+        let t0 = Instant::now();
+        for rk in ranks {
+            rk.start.record(&rk.stream)?;
+        }
+        for iter in 0..iters {
+            run(comms, iter)?;
+        }
+        for rk in ranks {
+            rk.end.record(&rk.stream)?;
+        }
+        sync_all(&streams, comms, wd, what, set.timeout)?;
+        let took = t0.elapsed();
+        host.push(took.as_secs_f64() * 1e6 / f64::from(iters));
+        let mut ms: f64 = 0.0;
+        for rk in ranks {
+            ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
+        }
+        gpu.push(ms * 1000.0 / f64::from(iters));
+        // The block's length by the GPU's clock where that is shorter: a host stall inside
+        // the first block must not make a short size look long and stop the repeats that
+        // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
+        let gpu_took = Duration::from_secs_f64((ms / 1000.0).max(0.0));
+        if !blocks_wanted(host.len() as u32, took.min(gpu_took)) {
+            break;
+        }
+    }
+    Ok(Timing {
+        host_us: median(&host),
+        gpu_us: median(&gpu),
     })
 }
 
@@ -779,6 +995,18 @@ mod tests {
     }
 
     #[test]
+    fn the_rank_sum_table_matches_summing_every_rank() {
+        for n in [1u64, 2, 4, 8, 72] {
+            let sums = rank_sums(n);
+            for i in (0..100_000u64).chain([1 << 40, (1 << 12) - 1, (1 << 45) + 4097]) {
+                let direct: i64 = (0..n).map(|q| input_value(q, i)).sum();
+                let key = (i.wrapping_mul(7).wrapping_add(i >> 12) % 8) as usize;
+                assert_eq!(sums[key], direct, "n={n} i={i}");
+            }
+        }
+    }
+
+    #[test]
     fn wrong_elements_are_counted_in_every_data_type() {
         use DataType::*;
         for dt in [
@@ -867,6 +1095,50 @@ mod tests {
             "the watchdog stopped the wait"
         );
         assert!(wd.fired().is_some());
+    }
+
+    #[test]
+    fn short_blocks_are_repeated_and_long_ones_are_not() {
+        // A 20-iteration block of 8 B (~0.4 ms) is repeated up to MAX_BLOCKS times.
+        assert!(blocks_wanted(1, Duration::from_micros(400)));
+        assert!(blocks_wanted(MAX_BLOCKS - 1, Duration::from_micros(400)));
+        assert!(!blocks_wanted(MAX_BLOCKS, Duration::from_micros(400)));
+        // A block of 1 GiB (~90 ms) is nccl-tests' single measurement.
+        assert!(!blocks_wanted(1, Duration::from_millis(90)));
+        assert!(!blocks_wanted(1, SHORT_BLOCK));
+    }
+
+    #[test]
+    fn iterations_move_through_the_buffers_like_nccl_tests() {
+        let op = |total, max_total| Op {
+            c: Collective::AllReduce,
+            dt: nsys::ncclDataType_t::ncclFloat32,
+            elem: 4,
+            sc: total / 4,
+            rc: total / 4,
+            in_place: false,
+            total,
+            max_total,
+        };
+        // 16 MiB in buffers for 1 GiB: 64 places, one size apart.
+        let o = op(16 << 20, 1 << 30);
+        assert_eq!(o.shift(0), 0);
+        assert_eq!(o.shift(1), 16 << 20);
+        assert_eq!(o.shift(19), 19 * (16 << 20));
+        assert_eq!(o.shift(64), 0);
+        // The largest size never moves; the last place still fits the buffers.
+        assert_eq!(op(1 << 30, 1 << 30).shift(7), 0);
+        let o = op(3 << 20, 10 << 20);
+        assert!((0..100).all(|i| o.shift(i) + o.total <= o.max_total));
+        assert_eq!(op(0, 1 << 30).shift(5), 0);
+    }
+
+    #[test]
+    fn the_median_block_ignores_one_preempted_block() {
+        assert_eq!(median(&[20.1, 19.9, 61.0, 20.0, 20.2]), 20.1);
+        assert_eq!(median(&[20.0]), 20.0);
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[f64::NAN, 3.0]), 3.0);
     }
 
     #[test]

@@ -248,6 +248,8 @@ pub(super) fn health_phase(m: &NodeModel, progress: Progress) -> HealthSnapshot 
                 nvlink_active: m.nvlink_active(gpu),
                 nvlink_expected: m.product.nvlinks,
                 nvlink_errors: 0,
+                nvlink_link_gbps: 0.0,
+                nvlink_switch: None,
                 pcie_gen,
                 pcie_gen_max: m.product.pcie_gen,
                 pcie_width,

@@ -457,6 +457,16 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
         )
     };
     status.conditions = vec![ready, degraded];
+    let last_run = status
+        .last_run
+        .as_ref()
+        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name));
+    status.conditions.extend(st::infrastructure_condition(
+        &original.conditions,
+        last_run,
+        generation,
+        &stamp,
+    ));
 
     if status != original {
         apply_status(&api, &name, &status).await?;
@@ -505,7 +515,8 @@ async fn quarantine_after(
         return Ok(true);
     };
     let run_name = run.name_any();
-    let tested: BTreeSet<&str> = run_status.nodes.iter().map(|n| n.node.as_str()).collect();
+    // Only nodes the run measured are judged: a node not measured is never a suspect.
+    let tested: BTreeSet<&str> = st::measured_nodes(run_status);
     let held = quarantine::quarantined_by(&ctx.client, test)
         .await
         .map_err(|e| Error::Quarantine(e.to_string()))?;

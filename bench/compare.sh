@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Same-run comparisons: nccl-tests, nvbandwidth and fabric-agent back to back on one host,
+# on identical parameters, then the ratios (bench/compare.py). Logs and documents go
+# under $OUT (default ./compare-out).
+#
+#   bench/compare.sh build    build nccl-tests and nvbandwidth from $SRC (their sources,
+#                             fetched on the development machine and carried; never
+#                             committed) into $REF; nvbandwidth links the Boost
+#                             program_options carried in $BOOST
+#   bench/compare.sh sweep    nccl-tests' seven binaries (-b 8 -e 1G -f 8 -w 5 -n 20 -c 1
+#                             -g N, one process each), then the agent's sweep with the same
+#                             flags in one process, twice in alternating order; wall times
+#   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
+#                             pair matrix (256 MiB)
+#   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
+#                             then NCCL_P2P_DISABLE=1), a one-way copy load (bench/one_way_load.py),
+#                             five clean runs
+#   bench/compare.sh all      build, sweep, copies, faults, then the ratios
+#
+# The agent binary is $AGENT, else $DEV/fabric-agent, else target/release/fabric-agent.
+# NCCL is PyTorch's wheel (nvidia-nccl-*): nccl-tests builds against its nccl.h and
+# libnccl.so.2, and the agent loads the same library. NVLink multicast (NVLS) stays off
+# everywhere: shared hosts can be put out of service by it.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+HERE=$(cd "$(dirname "$0")" && pwd)
+DEV=${DEV:-.device/gpu-bench}
+SRC=${SRC:-$DEV/src}
+BOOST=${BOOST:-$DEV/boost}
+REF=${REF:-/tmp/gf-ref}
+OUT=${OUT:-$PWD/compare-out}
+mkdir -p "$OUT" "$REF"
+LOG=$OUT/compare.log
+exec > >(tee -a "$LOG") 2>&1
+
+AGENT=${AGENT:-}
+for cand in "$DEV/fabric-agent" target/release/fabric-agent; do
+  [ -z "$AGENT" ] && [ -x "$cand" ] && AGENT=$cand
+done
+
+# NCCL from the Python wheel, as a home nccl-tests can build against, and on the library
+# path under the name cudarc opens (libnccl.so).
+NCCL_HOME=/tmp/gf-nccl
+SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
+NCCL_DIR=$(dirname "$(find "$SP/nvidia" -path '*nccl*' -name 'libnccl.so.2' 2>/dev/null | head -1)")
+mkdir -p $NCCL_HOME/lib
+ln -sfn "$NCCL_DIR/../include" $NCCL_HOME/include
+ln -sf "$NCCL_DIR/libnccl.so.2" $NCCL_HOME/lib/libnccl.so
+ln -sf "$NCCL_DIR/libnccl.so.2" $NCCL_HOME/lib/libnccl.so.2
+export LD_LIBRARY_PATH=$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}
+NGPU=$(nvidia-smi -L | wc -l)
+SWEEP_FLAGS="-b 8 -e 1G -f 8 -w 5 -n 20"
+COLLS="all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv"
+
+banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+now() { date +%s.%N; }
+since() { python3 -c "print(f'{$(now) - $1:.2f}')"; }
+
+build() {
+  banner "build nccl-tests and nvbandwidth ($NGPU GPUs, nvcc $(nvcc --version | tail -1))"
+  local cc; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  local t0; t0=$(now)
+  rm -rf "$REF/nccl-tests" "$REF/nvbandwidth"
+  cp -r "$SRC/nccl-tests" "$SRC/nvbandwidth" "$REF/"
+  ( cd "$REF/nccl-tests" && make -j16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=$NCCL_HOME \
+      NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" > "$OUT/build-nccl-tests.log" 2>&1
+    echo "nccl-tests rc=$?" ) &
+  local p1=$!
+  ( cd "$REF/nvbandwidth" && nvcc -O3 -std=c++17 -arch=sm_$cc -DGIT_VERSION='"v0.8"' -I. \
+      -isystem "$OLDPWD/$BOOST/include" testcase.cpp testcases_ce.cpp testcases_sm.cpp kernels.cu \
+      memcpy.cpp nvbandwidth.cpp multinode_memcpy.cpp multinode_testcases.cpp output.cpp \
+      json_output.cpp json/jsoncpp.cpp "$OLDPWD/$BOOST/lib/libboost_program_options.a" \
+      -L/usr/local/cuda/lib64/stubs -lnvidia-ml -lcuda -o nvbandwidth > "$OUT/build-nvbandwidth.log" 2>&1
+    echo "nvbandwidth rc=$?" ) &
+  # Named pids: a bare `wait` would also wait for the tee of this script's output.
+  wait $p1 $!
+  tail -3 "$OUT/build-nccl-tests.log" "$OUT/build-nvbandwidth.log"
+  ls "$REF/nccl-tests/build/"*_perf "$REF/nvbandwidth/nvbandwidth" 2>&1
+  echo "build wall $(since "$t0") s"
+}
+
+nccl_tests_sweep() { # round
+  banner "nccl-tests, seven processes: $SWEEP_FLAGS -c 1 -g $NGPU"
+  local t0; t0=$(now)
+  for c in $COLLS; do
+    timeout 300 "$REF/nccl-tests/build/${c}_perf" $SWEEP_FLAGS -c 1 -g "$NGPU" > "$OUT/nccltests-$c-r$1.txt" 2>&1
+    echo "$c rc=$?"
+  done
+  echo "nccl-tests wall $(since "$t0") s" | tee "$OUT/nccltests-wall-r$1.txt"
+}
+
+agent_sweep() { # round
+  banner "fabric-agent sweep, one process: $SWEEP_FLAGS"
+  local t0; t0=$(now)
+  timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health $SWEEP_FLAGS \
+    --json "$OUT/agent-sweep-r$1.json" > /dev/null 2> "$OUT/agent-sweep-r$1.log"
+  echo "agent rc=$? wall $(since "$t0") s" | tee "$OUT/agent-wall-r$1.txt"
+  grep -E 'all_reduce +[0-9]+ ' "$OUT/agent-sweep-r$1.log" | head -4
+}
+
+sweep() {
+  nccl_tests_sweep 1; agent_sweep 1
+  agent_sweep 2; nccl_tests_sweep 2
+}
+
+copies() {
+  banner "nvbandwidth copy-engine tests, 256 MiB"
+  local tests="device_to_device_memcpy_write_ce device_to_device_memcpy_read_ce device_to_device_bidirectional_memcpy_write_ce host_to_device_memcpy_ce device_to_host_memcpy_ce"
+  [ "$NGPU" -lt 2 ] && tests="host_to_device_memcpy_ce device_to_host_memcpy_ce"
+  local t0; t0=$(now)
+  timeout 300 "$REF/nvbandwidth/nvbandwidth" -j -b 256 -t $tests > "$OUT/nvbandwidth.json" 2> "$OUT/nvbandwidth.err"
+  echo "nvbandwidth rc=$? wall $(since "$t0") s"; tail -3 "$OUT/nvbandwidth.err"
+  banner "fabric-agent pair matrix, 256 MiB"
+  t0=$(now)
+  timeout 300 "$AGENT" node-check --no-nccl --no-ddp --no-health --pair-bytes 256M \
+    --json "$OUT/agent-pairs.json" > /dev/null 2> "$OUT/agent-pairs.log"
+  echo "agent rc=$? wall $(since "$t0") s"
+}
+
+check() { # name, env settings..., then -- and agent flags
+  local name=$1; shift
+  local envs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  banner "node-check $name: ${envs[*]:-} $*"
+  local t0; t0=$(now)
+  env "${envs[@]}" NCCL_NVLS_ENABLE=0 timeout 300 "$AGENT" node-check --no-ddp -f 8 "$@" \
+    --json "$OUT/$name.json" > /dev/null 2> "$OUT/$name.log"
+  echo "rc=$? wall $(since "$t0") s"
+  grep -E 'all_reduce +1073741824|pair [0-9] -> [0-9]' "$OUT/$name.log" | head -14
+}
+
+faults() {
+  [ "$NGPU" -lt 2 ] && { echo "faults need 2 GPUs or more"; return; }
+  check nchannels1 NCCL_MAX_NCHANNELS=1 --
+  check p2p-disabled NCCL_P2P_DISABLE=1 --
+  local a=1 b=$((NGPU - 1))
+  [ "$NGPU" -lt 3 ] && { a=0; b=1; }
+  banner "one-way copy load GPU $a -> GPU $b"
+  python3 "$HERE/one_way_load.py" --src $a --dst $b --seconds 90 > "$OUT/one-way-load.log" 2>&1 &
+  local pid=$!
+  sleep 8
+  check one-way-load -- --no-nccl
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  tail -2 "$OUT/one-way-load.log"
+  for i in 1 2 3 4 5; do check clean$i --; done
+}
+
+summary() {
+  banner "ratios"
+  python3 "$HERE/compare.py" "$OUT" | tee "$OUT/ratios.txt"
+}
+
+banner "host"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv
+nvidia-smi topo -m
+python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+echo "agent: $AGENT"; uname -r; nproc
+for stage in "${@:-all}"; do
+  case $stage in
+    build) build ;;
+    sweep) sweep ;;
+    copies) copies ;;
+    faults) faults ;;
+    summary) summary ;;
+    all) build; sweep; copies; faults; summary ;;
+    *) echo "usage: $0 build|sweep|copies|faults|summary|all ..."; exit 2 ;;
+  esac
+done
