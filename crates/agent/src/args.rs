@@ -3,7 +3,7 @@
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use gpufabric_api::keys;
-use gpufabric_api::suite::{Collective, Suite};
+use gpufabric_api::suite::{Collective, DataType, Suite};
 use std::path::PathBuf;
 
 /// Which backend measures.
@@ -26,11 +26,11 @@ pub struct NodeCheckArgs {
     #[arg(long, value_name = "FILE")]
     pub suite: Option<PathBuf>,
 
-    /// The suite inline, as JSON or YAML (the operator passes the FabricTest's whole suite
-    /// in `FABRIC_SUITE`); `--suite FILE` wins over it, flags below override both.
+    /// The suite inline, as JSON or YAML (the operator passes the run's whole suite in
+    /// `FABRIC_SUITE`, its only channel); `--suite FILE` wins over it, flags below override both.
     #[arg(
         long,
-        env = "FABRIC_SUITE",
+        env = keys::ENV_SUITE,
         value_name = "JSON",
         hide_env_values = true
     )]
@@ -61,6 +61,32 @@ pub struct NodeCheckArgs {
     #[arg(long, short = 'n', value_name = "N")]
     pub iters: Option<u32>,
 
+    /// Data type of the NCCL sweep, as nccl-tests' `-d`: float, half, bfloat16, double,
+    /// int8, uint8, int32, uint32, int64, uint64.
+    #[arg(long = "datatype", short = 'd', value_parser = parse_data_type, value_name = "TYPE")]
+    pub data_type: Option<DataType>,
+
+    /// Reduction operation, as nccl-tests' `-o`. The sweep reduces with sum; other
+    /// operations are refused.
+    #[arg(long, short = 'o', value_parser = parse_op, value_name = "OP")]
+    pub op: Option<String>,
+
+    /// Check every result, as nccl-tests' `-c` (1, the default; 0 skips the check). Given
+    /// explicitly, the agent exits 4 when any value is wrong, as nccl-tests does.
+    #[arg(long, short = 'c', value_parser = parse_switch, value_name = "0|1")]
+    pub check: Option<bool>,
+
+    /// How the ranks' times combine, as nccl-tests' `-a` (0 rank 0, 1 average, 2 minimum,
+    /// 3 maximum). One process drives every GPU and reports the slowest GPU's time, which
+    /// is `-a 3`; other values are accepted and report the same time.
+    #[arg(long = "average", short = 'a', value_parser = clap::value_parser!(u8).range(0..=3), value_name = "0-3")]
+    pub average: Option<u8>,
+
+    /// Blocking collectives, as nccl-tests' `-z`. Only 0 (nccl-tests' default: the host
+    /// enqueues without waiting) is measured; 1 is refused.
+    #[arg(long = "blocking", short = 'z', value_parser = parse_blocking, value_name = "0")]
+    pub blocking: Option<u8>,
+
     /// Bytes per GPU-pair copy (8, 1K, 16M, 1G).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pair_bytes: Option<u64>,
@@ -89,9 +115,27 @@ pub struct NodeCheckArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Also write the full result document (pretty JSON) to this file.
+    /// Also write the full result document (pretty JSON) to this file; `-` writes it to
+    /// stdout alone (the tables then go to stderr).
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+
+    /// Print the timeline of one step of the DDP probe (every GEMM, memory pass and
+    /// all-reduce), to compare it with a profiler trace of PyTorch DDP (cuda backend).
+    #[arg(long, env = "FABRIC_DDP_TRACE")]
+    pub ddp_trace: bool,
+
+    /// Run the DDP probe with one process per GPU, as PyTorch DDP runs (cuda backend):
+    /// this program started once per rank.
+    #[arg(long, env = "FABRIC_DDP_PROCESS_PER_GPU")]
+    pub ddp_process_per_gpu: bool,
+
+    /// The program to start per rank with --ddp-process-per-gpu (default: this one).
+    #[arg(long, env = "FABRIC_DDP_WORKER_EXE", value_name = "PATH", hide = true)]
+    pub ddp_worker_exe: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub verdict: crate::verdict::VerdictArgs,
 
     /// Node name in the document (and, with `sim`, the node of the fleet to simulate).
     /// Default: the host name.
@@ -158,6 +202,65 @@ pub fn parse_seconds(text: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_secs_f64(s))
 }
 
+/// Parses a data type by its nccl-tests name (`float`, `half`, ...) or API name
+/// (`float32`, `float16`, ...), in any case.
+pub fn parse_data_type(text: &str) -> Result<DataType, String> {
+    const ALL: [DataType; 10] = [
+        DataType::Int8,
+        DataType::Uint8,
+        DataType::Int32,
+        DataType::Uint32,
+        DataType::Int64,
+        DataType::Uint64,
+        DataType::Float16,
+        DataType::Float32,
+        DataType::Float64,
+        DataType::Bfloat16,
+    ];
+    let key = text.trim().to_ascii_lowercase();
+    let api_name = |d: DataType| format!("{d:?}").to_ascii_lowercase();
+    ALL.into_iter()
+        .find(|d| d.nccl_tests_name() == key || api_name(*d) == key)
+        .ok_or_else(|| {
+            format!(
+                "unknown data type {text:?}; one of {}",
+                ALL.map(DataType::nccl_tests_name).join(", ")
+            )
+        })
+}
+
+/// The reduction operation: only `sum` is measured.
+pub fn parse_op(text: &str) -> Result<String, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "sum" => Ok("sum".into()),
+        "prod" | "min" | "max" | "avg" | "all" => Err(format!(
+            "-o {text}: the sweep reduces with sum only; drop -o or pass -o sum"
+        )),
+        _ => Err(format!(
+            "unknown operation {text:?}; nccl-tests' operations are sum, prod, min, max, avg, all, and the sweep measures sum"
+        )),
+    }
+}
+
+/// A 0 or 1 switch, as nccl-tests takes them.
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(format!("{text:?}: expected 0 or 1")),
+    }
+}
+
+/// nccl-tests' `-z`: only non-blocking collectives are measured.
+pub fn parse_blocking(text: &str) -> Result<u8, String> {
+    match parse_switch(text)? {
+        false => Ok(0),
+        true => Err(
+            "-z 1 (blocking collectives) is not supported: the sweep enqueues every iteration without waiting, as nccl-tests does by default".into(),
+        ),
+    }
+}
+
 /// Parses a collective by its API name or nccl-tests name, in any case.
 pub fn parse_collective(text: &str) -> Result<Collective, String> {
     let key: String = text
@@ -220,6 +323,9 @@ impl NodeCheckArgs {
         }
         if let Some(v) = self.iters {
             n.iters = v;
+        }
+        if let Some(v) = self.data_type {
+            n.data_type = v;
         }
         if let Some(v) = self.pair_bytes {
             suite.gpu_pairs.bytes = v;
@@ -286,6 +392,21 @@ mod tests {
         assert_eq!(parse_collective("alltoall"), Ok(Collective::AllToAll));
         assert_eq!(parse_collective("sendrecv"), Ok(Collective::SendRecv));
         assert!(parse_collective("allscatter").is_err());
+    }
+
+    #[test]
+    fn nccl_tests_flags_parse_as_nccl_tests_spells_them() {
+        assert_eq!(parse_data_type("float"), Ok(DataType::Float32));
+        assert_eq!(parse_data_type("half"), Ok(DataType::Float16));
+        assert_eq!(parse_data_type("bfloat16"), Ok(DataType::Bfloat16));
+        assert_eq!(parse_data_type("Float64"), Ok(DataType::Float64));
+        assert!(parse_data_type("fp8").is_err());
+        assert_eq!(parse_op("sum"), Ok("sum".into()));
+        assert!(parse_op("max").is_err_and(|e| e.contains("sum only")));
+        assert_eq!(parse_switch("0"), Ok(false));
+        assert!(parse_switch("2").is_err());
+        assert_eq!(parse_blocking("0"), Ok(0));
+        assert!(parse_blocking("1").is_err_and(|e| e.contains("not supported")));
     }
 
     #[test]

@@ -1,14 +1,18 @@
 //! `fabric-agent`: runs the GPU fabric checks on one node and writes the result document.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod inject;
 mod node_pair;
 mod output;
 mod tables;
+mod verdict;
 
 use anyhow::Context;
 use args::{BackendArg, NodeCheckArgs};
 use clap::{Parser, Subcommand};
+use gpufabric_measure::cuda::CudaOptions;
 use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, CheckOptions};
@@ -40,12 +44,17 @@ enum Command {
     /// writes the compact document (<= 4096 bytes) to $FABRIC_TERMINATION_LOG, or to
     /// /dev/termination-log when that file exists and is writable.
     ///
-    /// Exit codes: 0 measured (whatever the results), 2 invalid input, 10 no GPU,
-    /// 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure.
+    /// With --verdict, judges the node with the operator's health rules and prints the
+    /// verdict and its findings under the tables.
+    ///
+    /// Exit codes: 0 measured (and, with --verdict, passed), 2 invalid input, 3 the node
+    /// failed the health rules (--verdict), 4 wrong values (with -c 1, as nccl-tests),
+    /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure.
     ///
     /// Examples:
     ///   fabric-agent node-check
     ///   fabric-agent node-check --quick --collectives allReduce -b 8 -e 1G --json out.json
+    ///   fabric-agent node-check --verdict --min-busbw 340 --verdict-json verdict.json
     ///   fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-00
     #[command(verbatim_doc_comment)]
     NodeCheck(Box<NodeCheckArgs>),
@@ -167,6 +176,19 @@ fn progress(line: &str) {
 fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
     let suite = args.suite().map_err(invalid)?;
     let node = node_name(args.node.clone())?;
+    let thresholds = args
+        .verdict
+        .verdict
+        .then(|| args.verdict.thresholds())
+        .transpose()
+        .map_err(invalid)?;
+    let outputs = output::Outputs::new(args.json.as_deref(), args.verdict.verdict_json.as_deref())
+        .map_err(invalid)?;
+    if let Some(a) = args.average.filter(|a| *a != 3) {
+        progress(&format!(
+            "-a {a}: one process times every GPU together; times are the slowest GPU's (-a 3)"
+        ));
+    }
     let opts = CheckOptions {
         node: node.clone(),
         suite,
@@ -174,48 +196,106 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         expect_gpus: args.expect_gpus,
         phase_timeout: args.phase_timeout,
     };
-    let mut garbage = false;
-    let doc = match args.backend {
+    let (doc, garbage) = match args.backend {
         BackendArg::Cuda => {
             progress(&format!("node-check on {node} with the cuda backend"));
-            gpufabric_measure::cuda::node_check(&opts, &progress)?
-        }
-        BackendArg::Sim => {
-            let path = args.fleet.as_ref().ok_or_else(|| {
-                invalid(anyhow::anyhow!(
-                    "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET"
-                ))
-            })?;
-            let fleet = Fleet::load(path).map_err(|e| invalid(e.into()))?;
-            let Some(fleet_node) = fleet.node(&node) else {
-                let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-                return Err(invalid(anyhow::anyhow!(
-                    "node {node:?} is not in fleet file {} (it has: {}); pass --node with one of them",
-                    path.display(),
-                    known.join(", ")
-                )));
+            let cuda = CudaOptions {
+                check_values: args.check.unwrap_or(true),
+                ddp_trace: args.ddp_trace,
+                ddp_worker: ddp_worker_exe(&args)?,
             };
-            match sim::process_fault(fleet_node) {
-                Some(ProcessFault::Crash { exit_code }) => {
-                    eprintln!(
-                        "fabric-agent: simulated crash of node {node} (fault in {}): exiting with code {exit_code}",
-                        path.display()
-                    );
-                    return Ok(exit_code);
-                }
-                Some(ProcessFault::Garbage) => garbage = true,
-                None => {}
-            }
-            let seed = args.seed.unwrap_or(fleet.seed);
-            progress(&format!(
-                "node-check on {node} with the sim backend (fleet {}, seed {seed})",
-                path.display()
-            ));
-            sim::node_check(&opts, fleet_node, seed, &progress)?
+            (
+                gpufabric_measure::cuda::node_check(&opts, &cuda, &progress)?,
+                false,
+            )
         }
+        BackendArg::Sim => match sim_check(&args, &opts)? {
+            SimRun::Measured { doc, garbage } => (*doc, garbage),
+            SimRun::Crashed(code) => return Ok(code),
+        },
     };
-    output::emit(&doc, args.json.as_deref(), garbage).context("writing the result")?;
-    Ok(0)
+    let verdict = match &thresholds {
+        Some(t) => Some(verdict::judge(&doc, t, args.expect_gpus).map_err(invalid)?),
+        None => None,
+    };
+    output::emit(&doc, verdict.as_ref(), &outputs, garbage).context("writing the result")?;
+    let wrong: u64 = doc
+        .nccl
+        .as_ref()
+        .map(|n| n.collectives.iter().map(|c| c.total_wrong()).sum())
+        .unwrap_or(0);
+    Ok(if verdict.as_ref().is_some_and(verdict::Verdict::failed) {
+        verdict::EXIT_FAILED
+    } else if args.check == Some(true) && wrong > 0 {
+        EXIT_WRONG_VALUES
+    } else {
+        0
+    })
+}
+
+/// Exit code of `node-check -c 1` when any value of the sweep is wrong.
+const EXIT_WRONG_VALUES: i32 = 4;
+
+/// The program the DDP probe starts per GPU, when asked for one process per GPU.
+fn ddp_worker_exe(args: &NodeCheckArgs) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if let Some(exe) = &args.ddp_worker_exe {
+        return Ok(Some(exe.clone()));
+    }
+    if !args.ddp_process_per_gpu {
+        return Ok(None);
+    }
+    std::env::current_exe()
+        .map(Some)
+        .context("finding this program to start it once per GPU")
+}
+
+enum SimRun {
+    Measured {
+        doc: Box<gpufabric_api::ResultDocument>,
+        garbage: bool,
+    },
+    /// A simulated crash: the exit code, nothing written.
+    Crashed(i32),
+}
+
+/// The sim backend's check of the fleet file's node, with its process faults.
+fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun> {
+    let node = &opts.node;
+    let path = args.fleet.as_ref().ok_or_else(|| {
+        invalid(anyhow::anyhow!(
+            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET"
+        ))
+    })?;
+    let fleet = Fleet::load(path).map_err(|e| invalid(e.into()))?;
+    let Some(fleet_node) = fleet.node(node) else {
+        let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+        return Err(invalid(anyhow::anyhow!(
+            "node {node:?} is not in fleet file {} (it has: {}); pass --node with one of them",
+            path.display(),
+            known.join(", ")
+        )));
+    };
+    let garbage = match sim::process_fault(fleet_node) {
+        Some(ProcessFault::Crash { exit_code }) => {
+            eprintln!(
+                "fabric-agent: simulated crash of node {node} (fault in {}): exiting with code {exit_code}",
+                path.display()
+            );
+            return Ok(SimRun::Crashed(exit_code));
+        }
+        Some(ProcessFault::Garbage) => true,
+        None => false,
+    };
+    let seed = args.seed.unwrap_or(fleet.seed);
+    progress(&format!(
+        "node-check on {node} with the sim backend (fleet {}, seed {seed})",
+        path.display()
+    ));
+    let doc = sim::node_check(opts, fleet_node, seed, &progress)?;
+    Ok(SimRun::Measured {
+        doc: Box::new(doc),
+        garbage,
+    })
 }
 
 #[cfg(test)]

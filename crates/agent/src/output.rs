@@ -1,6 +1,7 @@
 //! Where a result goes: tables and the full document (last line) on stdout, the full
 //! document to `--json`, the compact document to the termination message.
 
+use crate::verdict::Verdict;
 use anyhow::Context;
 use gpufabric_api::ResultDocument;
 use gpufabric_api::keys;
@@ -60,9 +61,76 @@ fn truncated(text: &str) -> String {
     text[..end].to_string()
 }
 
-/// Writes the document everywhere it goes. With `garbage`, every copy is truncated (the
-/// sim's `garbage` fault: the operator must refuse it).
-pub fn emit(doc: &ResultDocument, json: Option<&Path>, garbage: bool) -> anyhow::Result<()> {
+/// Where the full document and the verdict go besides the termination message.
+pub struct Outputs {
+    /// The full document, pretty: a file, or stdout alone.
+    json: Option<Target>,
+    /// The verdict: a file, or stdout alone.
+    verdict_json: Option<Target>,
+}
+
+enum Target {
+    File(PathBuf),
+    Stdout,
+}
+
+fn target(path: Option<&Path>) -> Option<Target> {
+    path.map(|p| {
+        if p == Path::new("-") {
+            Target::Stdout
+        } else {
+            Target::File(p.to_path_buf())
+        }
+    })
+}
+
+impl Outputs {
+    /// At most one JSON document may take stdout.
+    pub fn new(json: Option<&Path>, verdict_json: Option<&Path>) -> anyhow::Result<Outputs> {
+        let o = Outputs {
+            json: target(json),
+            verdict_json: target(verdict_json),
+        };
+        if matches!(o.json, Some(Target::Stdout)) && matches!(o.verdict_json, Some(Target::Stdout))
+        {
+            anyhow::bail!(
+                "--json - and --verdict-json - both want stdout; send one of them to a file"
+            );
+        }
+        Ok(o)
+    }
+
+    fn stdout_is_json(&self) -> bool {
+        matches!(self.json, Some(Target::Stdout))
+            || matches!(self.verdict_json, Some(Target::Stdout))
+    }
+}
+
+fn write_to(target: &Target, text: &str) -> anyhow::Result<()> {
+    match target {
+        Target::File(path) => std::fs::write(path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display())),
+        Target::Stdout => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())
+                .and_then(|()| out.write_all(b"\n"))
+                .and_then(|()| out.flush())
+                .context("writing to stdout")
+        }
+    }
+}
+
+/// Writes the document everywhere it goes: the compact form to the termination message,
+/// the tables (and the verdict) with the full document on the last line to stdout, unless
+/// stdout carries one JSON document alone, the tables then on stderr. With `garbage`,
+/// every copy of the document is truncated (the sim's `garbage` fault: the operator must
+/// refuse it).
+pub fn emit(
+    doc: &ResultDocument,
+    verdict: Option<&Verdict>,
+    outputs: &Outputs,
+    garbage: bool,
+) -> anyhow::Result<()> {
     let mut full = serde_json::to_string(doc).context("serialising the result document")?;
     let mut compact = doc.compact_within(keys::TERMINATION_MESSAGE_LIMIT);
     let mut pretty =
@@ -73,14 +141,26 @@ pub fn emit(doc: &ResultDocument, json: Option<&Path>, garbage: bool) -> anyhow:
         pretty = truncated(&pretty);
     }
     write_termination(&compact);
-    if let Some(path) = json {
-        std::fs::write(path, pretty.as_bytes())
-            .with_context(|| format!("writing {}", path.display()))?;
+    let mut tables = crate::tables::render(doc);
+    if let Some(v) = verdict {
+        tables.push('\n');
+        tables.push_str(&v.render());
     }
-    let text = format!("{}\n{full}\n", crate::tables::render(doc));
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")?;
+    if outputs.stdout_is_json() {
+        eprint!("{tables}");
+    } else {
+        let text = format!("{tables}\n{full}\n");
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to stdout")?;
+    }
+    if let Some(t) = &outputs.json {
+        write_to(t, &pretty)?;
+    }
+    if let (Some(t), Some(v)) = (&outputs.verdict_json, verdict) {
+        let text = serde_json::to_string_pretty(v).context("serialising the verdict")?;
+        write_to(t, &text)?;
+    }
     Ok(())
 }

@@ -152,20 +152,22 @@ pub fn sweep_table(c: &CollectiveSweep) -> String {
     );
     let (mut sum, mut n) = (0.0, 0u32);
     for r in &c.rows {
-        let in_place = if r.in_place_time_us > 0.0 {
-            sum += r.in_place_busbw;
-            n += 1;
-            format!(
-                "{}  {:6.2}  {:6.2}  {:>6}",
-                time_cell(r.in_place_time_us),
-                r.in_place_algbw,
-                r.in_place_busbw,
-                r.in_place_wrong
-            )
-        } else {
-            format!("{:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")
+        let in_place = match r.in_place {
+            Some(t) => {
+                sum += t.busbw;
+                n += 1;
+                format!(
+                    "{}  {:6.2}  {:6.2}  {:>6}",
+                    time_cell(t.time_us),
+                    t.algbw,
+                    t.busbw,
+                    t.wrong
+                )
+            }
+            None => format!("{:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A"),
         };
-        sum += r.busbw;
+        let o = r.out_of_place;
+        sum += o.busbw;
         n += 1;
         let _ = writeln!(
             out,
@@ -175,14 +177,19 @@ pub fn sweep_table(c: &CollectiveSweep) -> String {
             c.data_type.nccl_tests_name(),
             redop(c.collective),
             root(c.collective),
-            time_cell(r.time_us),
-            r.algbw,
-            r.busbw,
-            r.wrong,
+            time_cell(o.time_us),
+            o.algbw,
+            o.busbw,
+            o.wrong,
             in_place
         );
     }
-    let _ = writeln!(out, "# Out of bounds values : {} OK", c.total_wrong());
+    let wrong = c.total_wrong();
+    let _ = writeln!(
+        out,
+        "# Out of bounds values : {wrong} {}",
+        if wrong == 0 { "OK" } else { "FAILED" }
+    );
     let avg = if n > 0 { sum / f64::from(n) } else { 0.0 };
     let _ = writeln!(out, "# Avg bus bandwidth    : {avg:.3} ");
     match c.fit {
@@ -392,4 +399,39 @@ pub fn health_table(h: &HealthSnapshot) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::result::{SweepRow, Timing};
+    use gpufabric_api::suite::DataType;
+
+    fn sweep(wrong: u64, in_place_wrong: u64) -> CollectiveSweep {
+        let t = |wrong| Timing {
+            time_us: 20.0,
+            algbw: 50.0,
+            busbw: 87.5,
+            wrong,
+        };
+        CollectiveSweep {
+            collective: Collective::AllReduce,
+            data_type: DataType::Float32,
+            ranks: 8,
+            rows: vec![SweepRow {
+                bytes: 1024,
+                count: 256,
+                out_of_place: t(wrong),
+                in_place: Some(t(in_place_wrong)),
+            }],
+            fit: None,
+        }
+    }
+
+    #[test]
+    fn wrong_values_are_out_of_bounds_and_failed_as_nccl_tests_prints_them() {
+        assert!(sweep_table(&sweep(0, 0)).contains("# Out of bounds values : 0 OK"));
+        let bad = sweep_table(&sweep(2, 1));
+        assert!(bad.contains("# Out of bounds values : 3 FAILED"), "{bad}");
+    }
 }

@@ -142,11 +142,11 @@ fn termination_message_is_a_compact_document_within_4096_bytes() {
     let text = std::fs::read_to_string(env.term()).expect("termination message written");
     assert!(text.len() <= 4096, "{} bytes", text.len());
     let compact = CompactResult::parse(&text).expect("operator reads it");
-    assert_eq!(compact.n, "clean");
-    assert_eq!(compact.g, 8);
-    assert_eq!(compact.nc.len(), 7);
-    assert_eq!(compact.pu.len(), 64);
-    assert!(compact.e.is_empty());
+    assert_eq!(compact.node, "clean");
+    assert_eq!(compact.gpus, 8);
+    assert_eq!(compact.collectives.len(), 7);
+    assert_eq!(compact.copy_uni.len(), 64);
+    assert!(compact.errors.is_empty());
     assert_eq!(compact, CompactResult::from(&doc_of(&out)));
 }
 
@@ -198,8 +198,8 @@ fn hang_fault_ends_in_a_timeout_error_of_that_phase() {
     assert!(doc.nccl.is_none());
     let compact =
         CompactResult::parse(&std::fs::read_to_string(env.term()).expect("written")).expect("ok");
-    assert_eq!(compact.e.len(), 1);
-    assert_eq!(compact.e[0].kind, ErrorKind::Timeout);
+    assert_eq!(compact.errors.len(), 1);
+    assert_eq!(compact.errors[0].kind, ErrorKind::Timeout);
 }
 
 #[test]

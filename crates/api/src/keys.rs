@@ -40,6 +40,9 @@ pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
 
 /// Agent env: the node the pod runs on (downward API `spec.nodeName`).
 pub const ENV_NODE_NAME: &str = "FABRIC_NODE_NAME";
+/// Agent env: the suite to run, as JSON (the run's frozen copy). The only channel of the
+/// suite from the operator to the agent; command-line flags are for people.
+pub const ENV_SUITE: &str = "FABRIC_SUITE";
 /// Agent env: the run the pod belongs to.
 pub const ENV_RUN: &str = "FABRIC_RUN";
 /// Agent env: where to write the compact result (default `/dev/termination-log`).

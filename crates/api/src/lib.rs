@@ -1,6 +1,7 @@
 //! Types shared by the operator and the agent: the `FabricTest` and `FabricTestRun` CRDs,
 //! the result document an agent writes, findings, and the labels and annotations both sides use.
 
+#![forbid(unsafe_code)]
 // kube's `printcolumn(...)` attributes repeat keys by design; clippy reads them as duplicates.
 #![allow(clippy::duplicated_attributes)]
 
@@ -27,6 +28,14 @@ pub use validate::{ValidationError, validate};
 pub const GROUP: &str = "gpufabric.io";
 /// API version of both CRDs.
 pub const VERSION: &str = "v1alpha1";
+
+/// FNV-1a, 64 bit: a hash that does not change between Rust releases (names, label values
+/// and the sim backend's noise streams depend on it staying the same).
+pub fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
 
 /// The CRDs of this API, each with the file name it has under `crds/`.
 pub fn crds() -> Vec<(

@@ -43,6 +43,20 @@ pub enum Phase {
     NodePair,
 }
 
+impl Phase {
+    /// The API name of a phase (`ncclSweep`, ...), as the documents spell it.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::Health => "health",
+            Phase::NcclSweep => "ncclSweep",
+            Phase::GpuPairs => "gpuPairs",
+            Phase::DdpProbe => "ddpProbe",
+            Phase::NodePair => "nodePair",
+        }
+    }
+}
+
 /// How a phase failed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
@@ -121,23 +135,93 @@ pub struct GpuInfo {
     pub memory_bytes: u64,
 }
 
-/// One row of an NCCL sweep, in nccl-tests' terms.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// Time, bandwidths and wrong elements of one run of a collective at one size.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// Average time per iteration (microseconds).
+    pub time_us: f64,
+    /// Algorithm and bus bandwidth (GB/s).
+    pub algbw: f64,
+    pub busbw: f64,
+    /// Elements that differ from the expected result.
+    pub wrong: u64,
+}
+
+/// One row of an NCCL sweep, in nccl-tests' terms: the out-of-place run, and the in-place
+/// run where the collective has one. On the wire an in-place run not measured is all zeros,
+/// as nccl-tests prints it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(into = "SweepRowWire", from = "SweepRowWire")]
 pub struct SweepRow {
     pub bytes: u64,
     pub count: u64,
-    /// Out-of-place: average time per iteration (microseconds), algbw and busbw (GB/s),
-    /// and wrong elements.
-    pub time_us: f64,
-    pub algbw: f64,
-    pub busbw: f64,
-    pub wrong: u64,
-    /// The same, in place.
-    pub in_place_time_us: f64,
-    pub in_place_algbw: f64,
-    pub in_place_busbw: f64,
-    pub in_place_wrong: u64,
+    pub out_of_place: Timing,
+    pub in_place: Option<Timing>,
+}
+
+/// The wire form of [`SweepRow`]: flat, in-place fields zero when not measured.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct SweepRowWire {
+    bytes: u64,
+    count: u64,
+    time_us: f64,
+    algbw: f64,
+    busbw: f64,
+    wrong: u64,
+    in_place_time_us: f64,
+    in_place_algbw: f64,
+    in_place_busbw: f64,
+    in_place_wrong: u64,
+}
+
+impl From<SweepRow> for SweepRowWire {
+    fn from(r: SweepRow) -> Self {
+        let ip = r.in_place.unwrap_or_default();
+        SweepRowWire {
+            bytes: r.bytes,
+            count: r.count,
+            time_us: r.out_of_place.time_us,
+            algbw: r.out_of_place.algbw,
+            busbw: r.out_of_place.busbw,
+            wrong: r.out_of_place.wrong,
+            in_place_time_us: ip.time_us,
+            in_place_algbw: ip.algbw,
+            in_place_busbw: ip.busbw,
+            in_place_wrong: ip.wrong,
+        }
+    }
+}
+
+impl From<SweepRowWire> for SweepRow {
+    fn from(w: SweepRowWire) -> Self {
+        let in_place = Timing {
+            time_us: w.in_place_time_us,
+            algbw: w.in_place_algbw,
+            busbw: w.in_place_busbw,
+            wrong: w.in_place_wrong,
+        };
+        SweepRow {
+            bytes: w.bytes,
+            count: w.count,
+            out_of_place: Timing {
+                time_us: w.time_us,
+                algbw: w.algbw,
+                busbw: w.busbw,
+                wrong: w.wrong,
+            },
+            // Never run: no time and nothing checked.
+            in_place: (in_place != Timing::default()).then_some(in_place),
+        }
+    }
+}
+
+impl SweepRow {
+    /// Wrong elements of the row, in and out of place.
+    pub fn wrong(&self) -> u64 {
+        self.out_of_place.wrong + self.in_place.map_or(0, |t| t.wrong)
+    }
 }
 
 /// Latency and bandwidth fitted to a sweep: time(bytes) = alpha + bytes / beta.
@@ -164,15 +248,18 @@ pub struct CollectiveSweep {
 impl CollectiveSweep {
     /// Highest out-of-place bus bandwidth of the sweep.
     pub fn peak_busbw(&self) -> f64 {
-        self.rows.iter().map(|r| r.busbw).fold(0.0, f64::max)
+        self.rows
+            .iter()
+            .map(|r| r.out_of_place.busbw)
+            .fold(0.0, f64::max)
     }
     /// Out-of-place time of the smallest size (microseconds).
     pub fn min_time_us(&self) -> Option<f64> {
-        self.rows.first().map(|r| r.time_us)
+        self.rows.first().map(|r| r.out_of_place.time_us)
     }
     /// Wrong elements over all rows, in and out of place.
     pub fn total_wrong(&self) -> u64 {
-        self.rows.iter().map(|r| r.wrong + r.in_place_wrong).sum()
+        self.rows.iter().map(SweepRow::wrong).sum()
     }
 }
 
@@ -319,54 +406,59 @@ pub struct TransportInfo {
 
 /// The compact result: what the operator needs to judge a node, in short keys so that an
 /// 8-GPU node with the default suite fits a termination message (4096 bytes).
-/// Bandwidths are rounded to 0.1 GB/s, times to 0.1 µs or 0.01 ms.
+/// Bandwidths are rounded to 0.1 GB/s, times to 0.1 µs or 0.01 ms. The Rust names are
+/// readable; the one- and two-letter keys are the wire form and never change within a version.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactResult {
     /// Version, [`COMPACT_VERSION`].
-    pub v: u32,
-    /// Node name.
-    pub n: String,
-    /// Backend.
-    pub b: Backend,
+    #[serde(rename = "v")]
+    pub version: u32,
+    #[serde(rename = "n")]
+    pub node: String,
+    #[serde(rename = "b")]
+    pub backend: Backend,
     /// GPU product (of GPU 0).
-    pub p: String,
+    #[serde(rename = "p")]
+    pub product: String,
     /// GPU count.
-    pub g: u32,
+    #[serde(rename = "g")]
+    pub gpus: u32,
     /// Duration of the check, seconds.
-    pub d: f64,
+    #[serde(rename = "d")]
+    pub duration_s: f64,
     /// NCCL sweep, one entry per collective.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nc: Vec<CompactCollective>,
+    #[serde(rename = "nc", default, skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<CompactCollective>,
     /// One-way copy bandwidth matrix, row-major g*g, diagonal 0.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pu: Vec<f64>,
+    #[serde(rename = "pu", default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_uni: Vec<f64>,
     /// Bidirectional copy bandwidth, upper triangle row-major (0-1, 0-2, ..., 1-2, ...).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pb: Vec<f64>,
-    /// Host-to-device per GPU.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hd: Vec<f64>,
-    /// Device-to-host per GPU.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dh: Vec<f64>,
+    #[serde(rename = "pb", default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_bidir: Vec<f64>,
+    /// Host-to-device copy bandwidth per GPU.
+    #[serde(rename = "hd", default, skip_serializing_if = "Vec::is_empty")]
+    pub host_to_device: Vec<f64>,
+    /// Device-to-host copy bandwidth per GPU.
+    #[serde(rename = "dh", default, skip_serializing_if = "Vec::is_empty")]
+    pub device_to_host: Vec<f64>,
     /// Corrupt copies in the pair matrix.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub pc: u32,
+    #[serde(rename = "pc", default, skip_serializing_if = "is_zero")]
+    pub corrupt_copies: u32,
     /// DDP weak-scaling points.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dp: Vec<CompactDdpPoint>,
+    #[serde(rename = "dp", default, skip_serializing_if = "Vec::is_empty")]
+    pub ddp_points: Vec<CompactDdpPoint>,
     /// DDP compute time per GPU (ms) at the largest GPU count, by GPU index.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dc: Vec<f64>,
+    #[serde(rename = "dc", default, skip_serializing_if = "Vec::is_empty")]
+    pub ddp_compute_ms: Vec<f64>,
     /// NVML health per GPU.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub h: Vec<CompactGpuHealth>,
+    #[serde(rename = "h", default, skip_serializing_if = "Vec::is_empty")]
+    pub health: Vec<CompactGpuHealth>,
     /// GPU pairs where NCCL chose a transport other than NVLink: [a, b, transport].
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tf: Vec<(u32, u32, Transport)>,
+    #[serde(rename = "tf", default, skip_serializing_if = "Vec::is_empty")]
+    pub transport_fallbacks: Vec<(u32, u32, Transport)>,
     /// Phase errors (messages cut to 160 characters).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub e: Vec<PhaseError>,
+    #[serde(rename = "e", default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PhaseError>,
 }
 
 fn is_zero(v: &u32) -> bool {
@@ -376,20 +468,23 @@ fn is_zero(v: &u32) -> bool {
 /// One collective of the sweep, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactCollective {
-    /// Collective.
-    pub c: Collective,
+    #[serde(rename = "c")]
+    pub collective: Collective,
     /// Peak out-of-place busbw (GB/s).
-    pub pk: f64,
+    #[serde(rename = "pk")]
+    pub peak_busbw: f64,
     /// Out-of-place busbw at the largest size (GB/s).
-    pub bb: f64,
+    #[serde(rename = "bb")]
+    pub largest_busbw: f64,
     /// Out-of-place time at the smallest size (µs).
-    pub lt: f64,
+    #[serde(rename = "lt")]
+    pub smallest_time_us: f64,
     /// Fitted alpha (µs) and beta (GB/s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ab: Option<(f64, f64)>,
+    #[serde(rename = "ab", default, skip_serializing_if = "Option::is_none")]
+    pub alpha_beta: Option<(f64, f64)>,
     /// Wrong elements, all sizes, in and out of place.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
-    pub w: u64,
+    #[serde(rename = "w", default, skip_serializing_if = "is_zero_u64")]
+    pub wrong: u64,
 }
 
 fn is_zero_u64(v: &u64) -> bool {
@@ -403,28 +498,29 @@ fn is_zero_f64(v: &f64) -> bool {
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactDdpPoint {
-    /// GPUs.
-    pub g: u32,
-    /// Step time (ms).
-    pub st: f64,
-    /// Scaling efficiency.
-    pub e: f64,
-    /// Communication fraction.
-    pub cf: f64,
-    /// Overlap efficiency.
-    pub ov: f64,
-    /// TFLOP/s per GPU.
-    pub tf: f64,
+    #[serde(rename = "g")]
+    pub gpus: u32,
+    #[serde(rename = "st")]
+    pub step_ms: f64,
+    #[serde(rename = "e")]
+    pub scaling_efficiency: f64,
+    #[serde(rename = "cf")]
+    pub comm_fraction: f64,
+    #[serde(rename = "ov")]
+    pub overlap_efficiency: f64,
+    #[serde(rename = "tf")]
+    pub tflops_per_gpu: f64,
 }
 
 /// NVML health of one GPU, only what can fail a node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct CompactGpuHealth {
     /// NVLink links active and expected.
-    pub l: (u32, u32),
+    #[serde(rename = "l")]
+    pub nvlinks: (u32, u32),
     /// NVLink error count.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
-    pub le: u64,
+    #[serde(rename = "le", default, skip_serializing_if = "is_zero_u64")]
+    pub nvlink_errors: u64,
     /// One-direction GB/s of one NVLink link; 0 when unknown.
     #[serde(rename = "ls", default, skip_serializing_if = "is_zero_f64")]
     pub nvlink_link_gbps: f64,
@@ -432,21 +528,23 @@ pub struct CompactGpuHealth {
     #[serde(rename = "sw", default, skip_serializing_if = "Option::is_none")]
     pub nvlink_switch: Option<bool>,
     /// PCIe generation current, max, width current, max.
-    pub pc: (u32, u32, u32, u32),
+    #[serde(rename = "pc")]
+    pub pcie: (u32, u32, u32, u32),
     /// XIDs seen.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub x: Vec<u64>,
+    #[serde(rename = "x", default, skip_serializing_if = "Vec::is_empty")]
+    pub xids: Vec<u64>,
     /// Uncorrectable ECC errors.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
-    pub ec: u64,
+    #[serde(rename = "ec", default, skip_serializing_if = "is_zero_u64")]
+    pub ecc_uncorrected: u64,
     /// Row remap: 0 ok, 1 pending, 2 failed, 3 both.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub rr: u32,
+    #[serde(rename = "rr", default, skip_serializing_if = "is_zero")]
+    pub row_remap: u32,
     /// Temperature (°C).
-    pub t: f64,
+    #[serde(rename = "t")]
+    pub temperature_c: f64,
     /// Throttle reasons (short names).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub th: Vec<String>,
+    #[serde(rename = "th", default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle: Vec<String>,
 }
 
 fn r1(x: f64) -> f64 {
@@ -508,11 +606,11 @@ impl CompactResult {
 
     /// One-way bandwidth from `src` to `dst`, if measured.
     pub fn pair_uni(&self, src: u32, dst: u32) -> Option<f64> {
-        let g = self.g as usize;
-        if src == dst || self.pu.len() != g * g {
+        let g = self.gpus as usize;
+        if src == dst || self.copy_uni.len() != g * g {
             return None;
         }
-        self.pu.get(src as usize * g + dst as usize).copied()
+        self.copy_uni.get(src as usize * g + dst as usize).copied()
     }
 
     /// Bidirectional bandwidth of the unordered pair {a, b}, if measured.
@@ -521,7 +619,7 @@ impl CompactResult {
         if a == b {
             return None;
         }
-        self.pb.get(upper_index(self.g, a, b)).copied()
+        self.copy_bidir.get(upper_index(self.gpus, a, b)).copied()
     }
 }
 
@@ -541,12 +639,12 @@ impl From<&ResultDocument> for CompactResult {
                 n.collectives
                     .iter()
                     .map(|c| CompactCollective {
-                        c: c.collective,
-                        pk: r1(c.peak_busbw()),
-                        bb: r1(c.rows.last().map(|r| r.busbw).unwrap_or(0.0)),
-                        lt: r1(c.min_time_us().unwrap_or(0.0)),
-                        ab: c.fit.map(|f| (r1(f.alpha_us), r1(f.beta_gbps))),
-                        w: c.total_wrong(),
+                        collective: c.collective,
+                        peak_busbw: r1(c.peak_busbw()),
+                        largest_busbw: r1(c.rows.last().map_or(0.0, |r| r.out_of_place.busbw)),
+                        smallest_time_us: r1(c.min_time_us().unwrap_or(0.0)),
+                        alpha_beta: c.fit.map(|f| (r1(f.alpha_us), r1(f.beta_gbps))),
+                        wrong: c.total_wrong(),
                     })
                     .collect()
             })
@@ -588,12 +686,12 @@ impl From<&ResultDocument> for CompactResult {
                 .points
                 .iter()
                 .map(|p| CompactDdpPoint {
-                    g: p.gpus,
-                    st: r2(p.step_ms),
-                    e: r3(p.scaling_efficiency),
-                    cf: r3(p.comm_fraction),
-                    ov: r3(p.overlap_efficiency),
-                    tf: r1(p.tflops_per_gpu),
+                    gpus: p.gpus,
+                    step_ms: r2(p.step_ms),
+                    scaling_efficiency: r3(p.scaling_efficiency),
+                    comm_fraction: r3(p.comm_fraction),
+                    overlap_efficiency: r3(p.overlap_efficiency),
+                    tflops_per_gpu: r1(p.tflops_per_gpu),
                 })
                 .collect();
             if let Some(last) = d.points.iter().max_by_key(|p| p.gpus) {
@@ -612,21 +710,22 @@ impl From<&ResultDocument> for CompactResult {
                 s.gpus
                     .iter()
                     .map(|gh| CompactGpuHealth {
-                        l: (gh.nvlink_active, gh.nvlink_expected),
-                        le: gh.nvlink_errors,
+                        nvlinks: (gh.nvlink_active, gh.nvlink_expected),
+                        nvlink_errors: gh.nvlink_errors,
                         nvlink_link_gbps: r1(gh.nvlink_link_gbps),
                         nvlink_switch: gh.nvlink_switch,
-                        pc: (
+                        pcie: (
                             gh.pcie_gen,
                             gh.pcie_gen_max,
                             gh.pcie_width,
                             gh.pcie_width_max,
                         ),
-                        x: gh.xids.clone(),
-                        ec: gh.ecc_uncorrected,
-                        rr: u32::from(gh.remapped_pending) | (u32::from(gh.remapped_failed) << 1),
-                        t: r1(gh.temperature_c),
-                        th: gh.throttle.clone(),
+                        xids: gh.xids.clone(),
+                        ecc_uncorrected: gh.ecc_uncorrected,
+                        row_remap: u32::from(gh.remapped_pending)
+                            | (u32::from(gh.remapped_failed) << 1),
+                        temperature_c: r1(gh.temperature_c),
+                        throttle: gh.throttle.clone(),
                     })
                     .collect()
             })
@@ -647,27 +746,27 @@ impl From<&ResultDocument> for CompactResult {
             })
             .collect();
         CompactResult {
-            v: COMPACT_VERSION,
-            n: doc.node.clone(),
-            b: doc.backend,
-            p: doc
+            version: COMPACT_VERSION,
+            node: doc.node.clone(),
+            backend: doc.backend,
+            product: doc
                 .gpus
                 .first()
                 .map(|g| g.product.clone())
                 .unwrap_or_default(),
-            g,
-            d: r1(doc.duration_s),
-            nc,
-            pu,
-            pb,
-            hd,
-            dh,
-            pc,
-            dp,
-            dc,
-            h,
-            tf,
-            e,
+            gpus: g,
+            duration_s: r1(doc.duration_s),
+            collectives: nc,
+            copy_uni: pu,
+            copy_bidir: pb,
+            host_to_device: hd,
+            device_to_host: dh,
+            corrupt_copies: pc,
+            ddp_points: dp,
+            ddp_compute_ms: dc,
+            health: h,
+            transport_fallbacks: tf,
+            errors: e,
         }
     }
 }
@@ -712,14 +811,14 @@ impl ResultDocument {
         if text.len() <= limit {
             return text;
         }
-        for h in &mut c.h {
-            h.th.clear();
+        for h in &mut c.health {
+            h.throttle.clear();
         }
         text = c.to_json();
         if text.len() <= limit {
             return text;
         }
-        for e in &mut c.e {
+        for e in &mut c.errors {
             e.message = cut(&e.message, 40);
         }
         text = c.to_json();
@@ -727,16 +826,16 @@ impl ResultDocument {
             return text;
         }
         let minimal = CompactResult {
-            nc: Vec::new(),
-            pu: Vec::new(),
-            pb: Vec::new(),
-            hd: Vec::new(),
-            dh: Vec::new(),
-            dp: Vec::new(),
-            dc: Vec::new(),
-            h: Vec::new(),
-            tf: Vec::new(),
-            e: vec![PhaseError {
+            collectives: Vec::new(),
+            copy_uni: Vec::new(),
+            copy_bidir: Vec::new(),
+            host_to_device: Vec::new(),
+            device_to_host: Vec::new(),
+            ddp_points: Vec::new(),
+            ddp_compute_ms: Vec::new(),
+            health: Vec::new(),
+            transport_fallbacks: Vec::new(),
+            errors: vec![PhaseError {
                 phase: Phase::Setup,
                 kind: ErrorKind::Failed,
                 message: format!(

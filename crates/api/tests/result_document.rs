@@ -20,14 +20,18 @@ fn eight_gpu_document() -> ResultDocument {
                 .map(|&b| SweepRow {
                     bytes: b,
                     count: b / 4,
-                    time_us: 20.123456 + b as f64 / 355.0e3,
-                    algbw: 123.456789,
-                    busbw: 355.987654,
-                    wrong: 0,
-                    in_place_time_us: 20.654321 + b as f64 / 355.0e3,
-                    in_place_algbw: 123.456789,
-                    in_place_busbw: 354.123456,
-                    in_place_wrong: 0,
+                    out_of_place: Timing {
+                        time_us: 20.123456 + b as f64 / 355.0e3,
+                        algbw: 123.456789,
+                        busbw: 355.987654,
+                        wrong: 0,
+                    },
+                    in_place: Some(Timing {
+                        time_us: 20.654321 + b as f64 / 355.0e3,
+                        algbw: 123.456789,
+                        busbw: 354.123456,
+                        wrong: 0,
+                    }),
                 })
                 .collect(),
             fit: Some(AlphaBeta {
@@ -151,11 +155,11 @@ fn compact_form_of_an_eight_gpu_node_fits_a_termination_message() {
     );
     // And it keeps what the operator judges on: every pair, every collective, every GPU.
     let c = CompactResult::parse(&compact).expect("parses back");
-    assert_eq!(c.pu.len(), 64);
-    assert_eq!(c.pb.len(), 28);
-    assert_eq!(c.nc.len(), 7);
-    assert_eq!(c.dc.len(), 8);
-    assert_eq!(c.h.len(), 8);
+    assert_eq!(c.copy_uni.len(), 64);
+    assert_eq!(c.copy_bidir.len(), 28);
+    assert_eq!(c.collectives.len(), 7);
+    assert_eq!(c.ddp_compute_ms.len(), 8);
+    assert_eq!(c.health.len(), 8);
     assert_eq!(c.pair_uni(3, 5), Some(396.1));
     assert_eq!(c.pair_bidir(5, 3), Some(784.0));
     println!("compact document of an 8-GPU node: {} bytes", compact.len());

@@ -31,7 +31,7 @@ fn main() {
         };
         // Files of one host all carry its name; number them so each is its own node.
         let node = match &outcome {
-            NodeOutcome::Measured(r) => format!("{}#{i}", r.n),
+            NodeOutcome::Measured(r) => format!("{}#{i}", r.node),
             _ => format!("file#{i}"),
         };
         inputs.push(NodeInput {

@@ -39,7 +39,7 @@ impl NodeInput {
     /// A node with a usable result and no labels.
     pub fn measured(result: CompactResult) -> Self {
         NodeInput {
-            node: result.n.clone(),
+            node: result.node.clone(),
             product_label: None,
             expected_gpus: None,
             outcome: NodeOutcome::Measured(Box::new(result)),
@@ -111,7 +111,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     let mut stats = Vec::new();
     for input in nodes {
         let verdict = match &input.outcome {
-            NodeOutcome::Measured(r) if r.g == 0 || r.g > MAX_GPUS_PER_NODE => {
+            NodeOutcome::Measured(r) if r.gpus == 0 || r.gpus > MAX_GPUS_PER_NODE => {
                 // A document no agent writes: the agent is at fault, not the node.
                 findings.push(finding(
                     FindingKind::Errored,
@@ -120,7 +120,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                     Severity::Info,
                     format!(
                         "The result of {} claims {} GPUs, which no node has (at most {MAX_GPUS_PER_NODE}); the result is corrupt and the node was not measured: read the full result on the last line of the pod log.",
-                        input.node, r.g
+                        input.node, r.gpus
                     ),
                 ));
                 NodeVerdict::NotMeasured

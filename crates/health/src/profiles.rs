@@ -156,11 +156,11 @@ pub struct Topology {
 impl Topology {
     /// The topology a compact result reports, if it carries NVML health for its GPUs.
     pub fn of(r: &CompactResult) -> Option<Topology> {
-        let h: Vec<_> = r.h.iter().take(r.g as usize).collect();
+        let h: Vec<_> = r.health.iter().take(r.gpus as usize).collect();
         if h.is_empty() {
             return None;
         }
-        let nvlinks = h.iter().map(|x| x.l.1).min().unwrap_or(0);
+        let nvlinks = h.iter().map(|x| x.nvlinks.1).min().unwrap_or(0);
         let speeds: Vec<f64> = h
             .iter()
             .map(|x| x.nvlink_link_gbps)
@@ -178,7 +178,7 @@ impl Topology {
             .flatten();
         let pcie = h
             .iter()
-            .map(|x| (x.pc.1, x.pc.3))
+            .map(|x| (x.pcie.1, x.pcie.3))
             .filter(|(g, w)| *g > 0 && *w > 0)
             .reduce(|a, b| (a.0.min(b.0), a.1.min(b.1)));
         Some(Topology {
@@ -301,7 +301,7 @@ pub fn expectations_of(product: &str, r: &CompactResult) -> Option<Expectations>
     if profile.is_none() && topology.is_none() {
         return None;
     }
-    Some(derive(profile, topology, r.g))
+    Some(derive(profile, topology, r.gpus))
 }
 
 #[cfg(test)]
@@ -375,31 +375,31 @@ mod tests {
     ) -> CompactResult {
         use gpufabric_api::result::{Backend, COMPACT_VERSION, CompactGpuHealth};
         CompactResult {
-            v: COMPACT_VERSION,
-            n: "n".into(),
-            b: Backend::Sim,
-            p: String::new(),
-            g,
-            d: 1.0,
-            nc: Vec::new(),
-            pu: Vec::new(),
-            pb: Vec::new(),
-            hd: Vec::new(),
-            dh: Vec::new(),
-            pc: 0,
-            dp: Vec::new(),
-            dc: Vec::new(),
-            h: (0..g)
+            version: COMPACT_VERSION,
+            node: "n".into(),
+            backend: Backend::Sim,
+            product: String::new(),
+            gpus: g,
+            duration_s: 1.0,
+            collectives: Vec::new(),
+            copy_uni: Vec::new(),
+            copy_bidir: Vec::new(),
+            host_to_device: Vec::new(),
+            device_to_host: Vec::new(),
+            corrupt_copies: 0,
+            ddp_points: Vec::new(),
+            ddp_compute_ms: Vec::new(),
+            health: (0..g)
                 .map(|_| CompactGpuHealth {
-                    l: (18, 18),
-                    pc: (pcie.0, pcie.0, pcie.1, pcie.1),
+                    nvlinks: (18, 18),
+                    pcie: (pcie.0, pcie.0, pcie.1, pcie.1),
                     nvlink_link_gbps: link_gbps,
                     nvlink_switch: switch,
                     ..Default::default()
                 })
                 .collect(),
-            tf: Vec::new(),
-            e: Vec::new(),
+            transport_fallbacks: Vec::new(),
+            errors: Vec::new(),
         }
     }
 

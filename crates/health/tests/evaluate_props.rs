@@ -34,14 +34,14 @@ fn health() -> impl Strategy<Value = CompactGpuHealth> {
         prop::collection::vec(Just("sw_power_cap".to_string()), 0..2),
     )
         .prop_map(|(l, le, pc, x, ec, rr, t, th)| CompactGpuHealth {
-            l,
-            le,
-            pc,
-            x,
-            ec,
-            rr,
-            t,
-            th,
+            nvlinks: l,
+            nvlink_errors: le,
+            pcie: pc,
+            xids: x,
+            ecc_uncorrected: ec,
+            row_remap: rr,
+            temperature_c: t,
+            throttle: th,
             ..Default::default()
         })
 }
@@ -59,12 +59,12 @@ fn collective() -> impl Strategy<Value = CompactCollective> {
         prop::option::of((0.0f64..50.0, 0.0f64..500.0)),
     )
         .prop_map(|(c, pk, lt, w, ab)| CompactCollective {
-            c,
-            pk,
-            bb: pk,
-            lt,
-            ab,
-            w,
+            collective: c,
+            peak_busbw: pk,
+            largest_busbw: pk,
+            smallest_time_us: lt,
+            alpha_beta: ab,
+            wrong: w,
         })
 }
 
@@ -90,25 +90,25 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
             (prop_oneof![Just(0u32), 0u32..3], prop::option::of(0.0f64..1.2)),
         )
             .prop_map(move |(p, pu, pb, hd, dc, h, tf, nc, e, (pc, eff))| CompactResult {
-                v: COMPACT_VERSION,
-                n: name.clone(),
-                b: Backend::Sim,
-                p,
-                g,
-                d: 1.0,
-                nc,
-                pu,
-                pb,
-                hd: hd.clone(),
-                dh: hd,
-                pc,
-                dp: eff
-                    .map(|e| vec![CompactDdpPoint { g, st: 10.0, e, cf: 0.1, ov: 0.9, tf: 100.0 }])
+                version: COMPACT_VERSION,
+                node: name.clone(),
+                backend: Backend::Sim,
+                product: p,
+                gpus: g,
+                duration_s: 1.0,
+                collectives: nc,
+                copy_uni: pu,
+                copy_bidir: pb,
+                host_to_device: hd.clone(),
+                device_to_host: hd,
+                corrupt_copies: pc,
+                ddp_points: eff
+                    .map(|e| vec![CompactDdpPoint { gpus: g, step_ms: 10.0, scaling_efficiency: e, comm_fraction: 0.1, overlap_efficiency: 0.9, tflops_per_gpu: 100.0 }])
                     .unwrap_or_default(),
-                dc,
-                h,
-                tf,
-                e,
+                ddp_compute_ms: dc,
+                health: h,
+                transport_fallbacks: tf,
+                errors: e,
             })
     })
 }
@@ -181,7 +181,7 @@ proptest! {
                     prop_assert!(matches!(verdict, NodeVerdict::Passed | NodeVerdict::Failed));
                     for f in &mine {
                         for g in [f.subject.gpu, f.subject.peer_gpu].into_iter().flatten() {
-                            prop_assert!(g < r.g, "{:?} names GPU {} of {}", f, g, r.g);
+                            prop_assert!(g < r.gpus, "{:?} names GPU {} of {}", f, g, r.gpus);
                         }
                         if f.subject.kind == SubjectKind::GpuPair {
                             prop_assert!(f.subject.gpu < f.subject.peer_gpu);

@@ -42,7 +42,7 @@ fn a_healthy_h200_node_passes_with_only_info_findings() {
         // NVML's NVLink counters on this healthy host are in the thousands and grow during
         // a check: they must not fail it.
         assert!(
-            r.h.iter().all(|h| h.le > 0),
+            r.health.iter().all(|h| h.nvlink_errors > 0),
             "{name}: the data has NVLink counts"
         );
         let e = judge(r);
@@ -63,9 +63,9 @@ fn a_healthy_h200_node_passes_with_only_info_findings() {
 #[test]
 fn a_slow_pair_written_into_real_measurements_is_named() {
     let mut r = load("h200x4-full.compact");
-    let g = r.g as usize;
-    r.pu[g + 3] *= 0.55;
-    r.pu[3 * g + 1] *= 0.55;
+    let g = r.gpus as usize;
+    r.copy_uni[g + 3] *= 0.55;
+    r.copy_uni[3 * g + 1] *= 0.55;
     let e = judge(r);
     let critical = critical(&e);
     assert_eq!(critical.len(), 1, "{critical:#?}");
@@ -76,7 +76,7 @@ fn a_slow_pair_written_into_real_measurements_is_named() {
 #[test]
 fn a_straggler_written_into_real_measurements_is_named() {
     let mut r = load("h200x4-full.compact");
-    r.dc[2] *= 1.25;
+    r.ddp_compute_ms[2] *= 1.25;
     let e = judge(r);
     let critical = critical(&e);
     assert_eq!(critical.len(), 1, "{critical:#?}");

@@ -2,6 +2,8 @@
 //! into them. The process-kubelet registers these nodes; the agent's sim backend reads the
 //! same file and produces faulty results on exactly the nodes (GPUs, GPU pairs) named here.
 
+#![forbid(unsafe_code)]
+
 use gpufabric_api::result::{Phase, Transport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

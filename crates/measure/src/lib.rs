@@ -3,6 +3,7 @@
 
 pub mod cuda;
 pub mod fleet;
+pub mod model;
 pub mod nic;
 pub mod pairs;
 pub mod rendezvous;
@@ -151,6 +152,14 @@ mod tests {
         assert_eq!(
             rfc3339(UNIX_EPOCH + Duration::from_secs(1_798_761_599)),
             "2026-12-31T23:59:59Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
+            "2023-11-14T22:13:20Z"
+        );
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
         );
     }
 

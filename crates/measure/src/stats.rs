@@ -9,7 +9,9 @@
 //! alltoall the whole send buffer of one rank (bytes / nranks to each peer). algbw is
 //! that size over the time, busbw is algbw times [`Collective::busbw_factor`].
 
-use gpufabric_api::result::AlphaBeta;
+#![forbid(unsafe_code)]
+
+use gpufabric_api::result::{AlphaBeta, Timing};
 use gpufabric_api::suite::Collective;
 
 /// Algorithm bandwidth in GB/s (10^9 bytes/s): `bytes / time`. Zero for a non-positive or
@@ -27,6 +29,16 @@ pub fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
 /// broadcast, reduce, sendrecv 1).
 pub fn busbw_gbps(collective: Collective, ranks: u32, bytes: u64, time_us: f64) -> f64 {
     algbw_gbps(bytes, time_us) * collective.busbw_factor(ranks as usize)
+}
+
+/// The timing of one run of `collective` over `ranks` at `bytes` taking `time_us`.
+pub fn timing(collective: Collective, ranks: u32, bytes: u64, time_us: f64, wrong: u64) -> Timing {
+    Timing {
+        time_us,
+        algbw: algbw_gbps(bytes, time_us),
+        busbw: busbw_gbps(collective, ranks, bytes, time_us),
+        wrong,
+    }
 }
 
 /// Least-squares fit of `time_us = alpha + bytes / beta` to `(bytes, time_us)` points.

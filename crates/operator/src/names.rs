@@ -4,15 +4,7 @@
 /// Longest name or label value this operator makes.
 pub const MAX_NAME: usize = 63;
 
-/// FNV-1a, 64 bit: a hash that does not change between Rust releases.
-pub fn fnv1a(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub use gpufabric_api::fnv1a;
 
 /// `text` cut to `max` characters with a hash of the whole text at the end when it is
 /// longer, so that two long names that share a prefix stay different. The result starts

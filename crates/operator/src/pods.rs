@@ -5,7 +5,6 @@
 use crate::names;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
-use gpufabric_api::suite::Suite;
 use gpufabric_api::test::{AgentSpec, PullPolicy};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
@@ -20,8 +19,6 @@ use std::collections::BTreeMap;
 pub const ROLE_NODE_CHECK: &str = "node-check";
 /// Name of the agent container.
 pub const CONTAINER: &str = "agent";
-/// Agent env: the suite to run, as JSON (the frozen copy in the run).
-pub const ENV_SUITE: &str = "FABRIC_SUITE";
 /// Where the agent writes the compact result (the kubelet's default path).
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
@@ -68,7 +65,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
 
     let mut env: Vec<EnvVar> = agent.env.clone();
     // Ours come last and replace user entries of the same name.
-    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, ENV_SUITE];
+    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, keys::ENV_SUITE];
     env.retain(|e| !ours.contains(&e.name.as_str()));
     env.push(EnvVar {
         name: keys::ENV_NODE_NAME.into(),
@@ -87,7 +84,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
         ..Default::default()
     });
     env.push(EnvVar {
-        name: ENV_SUITE.into(),
+        name: keys::ENV_SUITE.into(),
         // Serialising the plain suite struct cannot fail.
         value: Some(serde_json::to_string(&spec.suite).unwrap_or_default()),
         ..Default::default()
@@ -136,7 +133,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 name: CONTAINER.into(),
                 image: Some(agent.image.clone()),
                 image_pull_policy: Some(pull_policy.into()),
-                command: Some(agent_command(&spec.suite, gpus, agent.timeout_seconds)),
+                command: Some(agent_command(gpus, agent.timeout_seconds)),
                 env: Some(env),
                 resources: Some(resources),
                 termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
@@ -149,57 +146,19 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
     })
 }
 
-/// The agent command line: `fabric-agent node-check` with the suite as the agent's flags
-/// (the whole suite also travels as JSON in `FABRIC_SUITE`), the GPU count the node must
-/// show, and a per-phase watchdog of three quarters of the pod deadline, so that a hung
-/// phase is reported by the agent (with the other phases' results) before the pod is killed.
-pub fn agent_command(suite: &Suite, gpus: u32, timeout_seconds: u32) -> Vec<String> {
-    let mut c: Vec<String> = vec!["fabric-agent".into(), "node-check".into()];
-    let mut flag = |name: &str, value: String| {
-        c.push(name.into());
-        c.push(value);
-    };
-    let n = &suite.nccl_sweep;
-    flag(
-        "--collectives",
-        n.collectives
-            .iter()
-            .map(|x| x.api_name())
-            .collect::<Vec<_>>()
-            .join(","),
-    );
-    flag("--min-bytes", n.min_bytes.to_string());
-    flag("--max-bytes", n.max_bytes.to_string());
-    flag("--step-factor", n.step_factor.to_string());
-    flag("--warmup-iters", n.warmup_iters.to_string());
-    flag("--iters", n.iters.to_string());
-    flag("--pair-bytes", suite.gpu_pairs.bytes.to_string());
-    if let Some(counts) = &suite.ddp_probe.gpu_counts {
-        flag(
-            "--ddp-gpu-counts",
-            counts
-                .iter()
-                .map(|g| g.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-    }
-    flag("--expect-gpus", gpus.to_string());
-    flag(
-        "--phase-timeout",
+/// The agent command line: `fabric-agent node-check` with the GPU count the node must show
+/// and a per-phase watchdog of three quarters of the pod deadline, so that a hung phase is
+/// reported by the agent (with the other phases' results) before the pod is killed. The
+/// suite travels only in [`keys::ENV_SUITE`].
+pub fn agent_command(gpus: u32, timeout_seconds: u32) -> Vec<String> {
+    vec![
+        "fabric-agent".into(),
+        "node-check".into(),
+        "--expect-gpus".into(),
+        gpus.to_string(),
+        "--phase-timeout".into(),
         (u64::from(timeout_seconds) * 3 / 4).max(5).to_string(),
-    );
-    for (enabled, skip) in [
-        (n.enabled, "--no-nccl"),
-        (suite.gpu_pairs.enabled, "--no-pairs"),
-        (suite.ddp_probe.enabled, "--no-ddp"),
-        (suite.health.enabled, "--no-health"),
-    ] {
-        if !enabled {
-            c.push(skip.into());
-        }
-    }
-    c
+    ]
 }
 
 /// The benchmark pod's tolerations: our quarantine taint, the cordon (a node we quarantined
@@ -389,25 +348,25 @@ mod tests {
     }
 
     #[test]
-    fn suite_becomes_agent_flags() {
+    fn the_suite_travels_only_in_the_env() {
         let mut r = run();
         r.spec.suite.nccl_sweep.collectives = vec![gpufabric_api::Collective::AllReduce];
         r.spec.suite.nccl_sweep.max_bytes = 1 << 20;
         r.spec.suite.ddp_probe.enabled = false;
-        r.spec.suite.ddp_probe.gpu_counts = Some(vec![1, 8]);
         let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
-        let cmd = container(&p).command.clone().expect("command").join(" ");
-        for want in [
-            "--collectives allReduce",
-            "--max-bytes 1048576",
-            "--expect-gpus 8",
-            "--phase-timeout 450",
-            "--ddp-gpu-counts 1,8",
-            "--no-ddp",
-        ] {
-            assert!(cmd.contains(want), "{want} missing from {cmd}");
-        }
-        assert!(!cmd.contains("--no-nccl"), "{cmd}");
+        let cmd = container(&p).command.clone().expect("command");
+        assert_eq!(
+            cmd.join(" "),
+            "fabric-agent node-check --expect-gpus 8 --phase-timeout 450"
+        );
+        let env = container(&p).env.clone().expect("env");
+        let suite = env
+            .iter()
+            .find(|e| e.name == keys::ENV_SUITE)
+            .and_then(|e| e.value.clone())
+            .expect("suite env");
+        let parsed: gpufabric_api::Suite = serde_json::from_str(&suite).expect("suite parses");
+        assert_eq!(parsed, r.spec.suite);
     }
 
     #[test]

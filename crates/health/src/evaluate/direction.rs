@@ -94,13 +94,13 @@ pub(super) fn slow_sides(
 
 /// The ordered one-way matrix of a node, `(src, dst)` to GB/s, cells above 0 only.
 pub(super) fn ordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
-    let n = r.g as usize;
+    let n = r.gpus as usize;
     let mut values = BTreeMap::new();
-    if r.pu.len() != n * n {
+    if r.copy_uni.len() != n * n {
         return values;
     }
-    for a in 0..r.g {
-        for b in 0..r.g {
+    for a in 0..r.gpus {
+        for b in 0..r.gpus {
             if a != b
                 && let Some(v) = r.pair_uni(a, b).filter(|v| *v > 0.0)
             {
@@ -125,7 +125,7 @@ pub(super) fn check_sides(
     let slow = classify(&values, floor, judge_in_node, rule);
     let measured: BTreeSet<(u32, u32)> = values.keys().copied().collect();
     let bad: BTreeSet<(u32, u32)> = slow.keys().copied().collect();
-    let sides = slow_sides(r.g, &measured, &bad);
+    let sides = slow_sides(r.gpus, &measured, &bad);
     let mut named = BTreeSet::new();
     for k in sides.iter().map(|(k, _)| *k).collect::<BTreeSet<u32>>() {
         let send = sides.contains(&(k, Side::Send));

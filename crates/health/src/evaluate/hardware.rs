@@ -11,44 +11,44 @@ pub(super) fn check_identity(
 ) {
     let node = input.node.as_str();
     if let Some(expected) = input.expected_gpus
-        && r.g < expected
+        && r.gpus < expected
     {
         out.push(evidence(
             FindingKind::GpuMismatch,
             Subject::node(node),
             Metric::GpuCount,
-            f64::from(r.g),
+            f64::from(r.gpus),
             f64::from(expected),
             "GPUs",
             ExpectationSource::Rule,
             Severity::Critical,
             format!(
                 "{node} advertises {expected} GPUs but the check saw {}: a GPU fell off the bus or failed to initialise; check nvidia-smi and dmesg for XID 79 and drain the node.",
-                r.g
+                r.gpus
             ),
         ));
     } else if input.expected_gpus.is_none()
         && let Some(p) = exp.and_then(|e| e.profile)
-        && !p.is_board_count(r.g)
+        && !p.is_board_count(r.gpus)
     {
         out.push(evidence(
             FindingKind::GpuMismatch,
             Subject::node(node),
             Metric::GpuCount,
-            f64::from(r.g),
+            f64::from(r.gpus),
             f64::from(p.switched_gpus),
             "GPUs",
             ExpectationSource::Profile,
             Severity::Info,
             format!(
                 "{node} has {} {} GPUs, not a board size this product ships with ({:?}); if a GPU is missing, check nvidia-smi and dmesg.",
-                r.g, p.product, p.board_gpus
+                r.gpus, p.product, p.board_gpus
             ),
         ));
     }
     if let Some(label) = &input.product_label
-        && !r.p.trim().is_empty()
-        && profiles::normalize(label) != profiles::normalize(&r.p)
+        && !r.product.trim().is_empty()
+        && profiles::normalize(label) != profiles::normalize(&r.product)
     {
         out.push(finding(
             FindingKind::GpuMismatch,
@@ -57,14 +57,14 @@ pub(super) fn check_identity(
             Severity::Info,
             format!(
                 "{node} is labelled nvidia.com/gpu.product={label} but its GPUs report {}; the label is stale (restart GPU feature discovery on the node).",
-                r.p
+                r.product
             ),
         ));
     }
 }
 
 pub(super) fn check_phase_errors(node: &str, r: &CompactResult, out: &mut Vec<Finding>) {
-    for e in &r.e {
+    for e in &r.errors {
         let phase = phase_name(e.phase);
         let (kind, severity, message) = match e.kind {
             ErrorKind::Timeout => (
@@ -112,10 +112,10 @@ pub(super) fn check_health(
     exp: Option<&Expectations>,
     out: &mut Vec<Finding>,
 ) {
-    for (i, h) in r.h.iter().take(r.g as usize).enumerate() {
+    for (i, h) in r.health.iter().take(r.gpus as usize).enumerate() {
         let gpu = i as u32;
         let subject = || Subject::gpu(node, gpu);
-        let (active, expected) = h.l;
+        let (active, expected) = h.nvlinks;
         if active < expected {
             out.push(evidence(
                 FindingKind::NvlinkDown,
@@ -131,29 +131,29 @@ pub(super) fn check_health(
                 ),
             ));
         }
-        if h.le > 0 {
+        if h.nvlink_errors > 0 {
             out.push(evidence(
                 FindingKind::NvlinkErrors,
                 subject(),
                 Metric::NvlinkErrors,
-                h.le as f64,
+                h.nvlink_errors as f64,
                 0.0,
                 "errors",
                 ExpectationSource::Rule,
                 Severity::Info,
                 format!(
                     "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
-                    h.le
+                    h.nvlink_errors
                 ),
             ));
         }
-        if !h.x.is_empty() {
-            let list: Vec<String> = h.x.iter().map(u64::to_string).collect();
+        if !h.xids.is_empty() {
+            let list: Vec<String> = h.xids.iter().map(u64::to_string).collect();
             out.push(evidence(
                 FindingKind::Xid,
                 subject(),
                 Metric::Xid,
-                h.x.len() as f64,
+                h.xids.len() as f64,
                 0.0,
                 "events",
                 ExpectationSource::Rule,
@@ -164,23 +164,23 @@ pub(super) fn check_health(
                 ),
             ));
         }
-        if h.ec > 0 {
+        if h.ecc_uncorrected > 0 {
             out.push(evidence(
                 FindingKind::EccUncorrectable,
                 subject(),
                 Metric::EccUncorrected,
-                h.ec as f64,
+                h.ecc_uncorrected as f64,
                 0.0,
                 "errors",
                 ExpectationSource::Rule,
                 Severity::Critical,
                 format!(
                     "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
-                    h.ec
+                    h.ecc_uncorrected
                 ),
             ));
         }
-        if h.rr & 2 != 0 {
+        if h.row_remap & 2 != 0 {
             out.push(finding(
                 FindingKind::RowRemap,
                 subject(),
@@ -190,7 +190,7 @@ pub(super) fn check_health(
                     "GPU {gpu} on {node} failed to remap a memory row: it has no spare rows left; replace the GPU."
                 ),
             ));
-        } else if h.rr & 1 != 0 {
+        } else if h.row_remap & 1 != 0 {
             out.push(finding(
                 FindingKind::RowRemap,
                 subject(),
@@ -201,7 +201,7 @@ pub(super) fn check_health(
                 ),
             ));
         }
-        let (gen_now, gen_max, width_now, width_max) = h.pc;
+        let (gen_now, gen_max, width_now, width_max) = h.pcie;
         if width_now < width_max {
             out.push(evidence(
                 FindingKind::PcieDegraded,
@@ -219,7 +219,7 @@ pub(super) fn check_health(
         } else if gen_now < gen_max {
             // NVML reports the current generation, which an idle GPU lowers to save power:
             // only host copies slower than the maximum link could carry confirm a fault.
-            let best_host = [r.hd.get(i), r.dh.get(i)]
+            let best_host = [r.host_to_device.get(i), r.device_to_host.get(i)]
                 .into_iter()
                 .flatten()
                 .copied()
@@ -275,26 +275,26 @@ pub(super) fn check_health(
             ));
         }
         if let Some(max) = t.max_temperature_c
-            && h.t > max
+            && h.temperature_c > max
         {
             out.push(evidence(
                 FindingKind::Thermal,
                 subject(),
                 Metric::Temperature,
-                h.t,
+                h.temperature_c,
                 max,
                 "°C",
                 ExpectationSource::Threshold,
                 Severity::Critical,
                 format!(
                     "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
-                    h.t
+                    h.temperature_c
                 ),
             ));
         }
-        if !h.th.is_empty() {
+        if !h.throttle.is_empty() {
             out.push(Finding {
-                measured: Some(h.t),
+                measured: Some(h.temperature_c),
                 unit: Some("°C".into()),
                 source: Some(ExpectationSource::Rule),
                 ..finding(
@@ -304,8 +304,8 @@ pub(super) fn check_health(
                     Severity::Info,
                     format!(
                         "GPU {gpu} on {node} had its clocks throttled ({}) at {:.0} °C; worth watching if it recurs.",
-                        h.th.join(", "),
-                        h.t
+                        h.throttle.join(", "),
+                        h.temperature_c
                     ),
                 )
             });
@@ -314,41 +314,41 @@ pub(super) fn check_health(
 }
 
 pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<Finding>) {
-    for c in &r.nc {
-        if c.w > 0 {
+    for c in &r.collectives {
+        if c.wrong > 0 {
             out.push(Finding {
-                collective: Some(c.c),
+                collective: Some(c.collective),
                 ..evidence(
                     FindingKind::WrongResults,
                     Subject::node(node),
                     Metric::NcclWrong,
-                    c.w as f64,
+                    c.wrong as f64,
                     0.0,
                     "elements",
                     ExpectationSource::Rule,
                     Severity::Critical,
                     format!(
                         "{} on {node} produced {} wrong elements; the node corrupts data in flight: drain it and check dmesg for XIDs and NVLink errors.",
-                        c.c.nccl_tests_name(),
-                        c.w
+                        c.collective.nccl_tests_name(),
+                        c.wrong
                     ),
                 )
             });
         }
     }
-    if r.pc > 0 {
+    if r.corrupt_copies > 0 {
         out.push(evidence(
             FindingKind::WrongResults,
             Subject::node(node),
             Metric::PairBandwidth,
-            f64::from(r.pc),
+            f64::from(r.corrupt_copies),
             0.0,
             "copies",
             ExpectationSource::Rule,
             Severity::Critical,
             format!(
                 "{} GPU-to-GPU copies on {node} arrived corrupted; drain the node and check NVLink errors and ECC.",
-                r.pc
+                r.corrupt_copies
             ),
         ));
     }
@@ -362,7 +362,7 @@ pub(super) fn nvlink_expected(
     a: u32,
     b: u32,
 ) -> Option<bool> {
-    let links = |i: u32| r.h.get(i as usize).map(|h| h.l.1 > 0);
+    let links = |i: u32| r.health.get(i as usize).map(|h| h.nvlinks.1 > 0);
     match (links(a), links(b)) {
         (Some(x), Some(y)) => Some(x && y),
         _ => exp.and_then(|e| e.profile).map(|p| p.nvlinks > 0),
@@ -376,8 +376,8 @@ pub(super) fn check_transports(
     out: &mut Vec<Finding>,
 ) {
     let mut bad: BTreeMap<(u32, u32), Transport> = BTreeMap::new();
-    for (a, b, transport) in &r.tf {
-        if *transport == Transport::Nvlink || a == b || *a >= r.g || *b >= r.g {
+    for (a, b, transport) in &r.transport_fallbacks {
+        if *transport == Transport::Nvlink || a == b || *a >= r.gpus || *b >= r.gpus {
             continue;
         }
         if nvlink_expected(r, exp, *a, *b) == Some(true) {
@@ -387,11 +387,11 @@ pub(super) fn check_transports(
     if bad.is_empty() {
         return;
     }
-    let all: BTreeSet<(u32, u32)> = (0..r.g)
-        .flat_map(|a| ((a + 1)..r.g).map(move |b| (a, b)))
+    let all: BTreeSet<(u32, u32)> = (0..r.gpus)
+        .flat_map(|a| ((a + 1)..r.gpus).map(move |b| (a, b)))
         .collect();
     let keys: BTreeSet<(u32, u32)> = bad.keys().copied().collect();
-    let verdict = blame(r.g, &all, &keys);
+    let verdict = blame(r.gpus, &all, &keys);
     let mut push = |subject: Subject, what: String| {
         out.push(Finding {
             source: Some(ExpectationSource::Rule),

@@ -33,15 +33,15 @@ pub(super) fn judge_node(
     out: &mut Vec<Finding>,
 ) -> NodeStats {
     let node = input.node.as_str();
-    let product = if r.p.trim().is_empty() {
+    let product = if r.product.trim().is_empty() {
         input.product_label.clone().unwrap_or_default()
     } else {
-        r.p.clone()
+        r.product.clone()
     };
     let exp = profiles::expectations_of(&product, r);
     let mut stats = NodeStats {
         node: node.to_string(),
-        group: (profiles::normalize(&product), r.g),
+        group: (profiles::normalize(&product), r.gpus),
         product: product.clone(),
         values: BTreeMap::new(),
         judged: BTreeSet::new(),

@@ -59,13 +59,13 @@ fn floor_of(threshold: Option<f64>, profile: Option<f64>) -> Option<(f64, Expect
 
 /// The median one-way copy bandwidth of a node's GPU pairs (GB/s), if it measured any.
 fn median_pair_copy(r: &CompactResult) -> Option<f64> {
-    let n = r.g as usize;
-    if n < 2 || r.pu.len() != n * n {
+    let n = r.gpus as usize;
+    if n < 2 || r.copy_uni.len() != n * n {
         return None;
     }
     let cells: Vec<f64> = (0..n)
         .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| a * n + b))
-        .filter_map(|i| r.pu.get(i).copied())
+        .filter_map(|i| r.copy_uni.get(i).copied())
         .filter(|v| *v > 0.0)
         .collect();
     fleet::median(&cells)
@@ -118,16 +118,16 @@ pub(super) fn check_nccl(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
-    for c in &r.nc {
+    for c in &r.collectives {
         let bw_key = SeriesKey {
             metric: Metric::NcclBusBw,
-            collective: Some(c.c),
+            collective: Some(c.collective),
             gpu: None,
             peer: None,
         };
-        if c.pk > 0.0 {
-            stats.values.insert(bw_key, c.pk);
-            let floor = if c.c != Collective::AllReduce {
+        if c.peak_busbw > 0.0 {
+            stats.values.insert(bw_key, c.peak_busbw);
+            let floor = if c.collective != Collective::AllReduce {
                 None
             } else {
                 floor_of(
@@ -138,11 +138,12 @@ pub(super) fn check_nccl(
             // NCCL far below the node's own copy engines says more than the profile's floor
             // (the links are fine), so it replaces that finding; a threshold the spec set
             // is reported as such, and the relation only where the threshold is met.
-            let relation = (c.c == Collective::AllReduce)
-                .then(|| nccl_below_copy_engines(node, r, exp, c.pk))
+            let relation = (c.collective == Collective::AllReduce)
+                .then(|| nccl_below_copy_engines(node, r, exp, c.peak_busbw))
                 .flatten()
                 .filter(|_| {
-                    !floor.is_some_and(|(f, s)| s == ExpectationSource::Threshold && c.pk < f)
+                    !floor
+                        .is_some_and(|(f, s)| s == ExpectationSource::Threshold && c.peak_busbw < f)
                 });
             let floor = if relation.is_some() { None } else { floor };
             if let Some(f) = relation {
@@ -151,23 +152,23 @@ pub(super) fn check_nccl(
             }
             if let Some((floor, source)) = floor {
                 stats.judged.insert(bw_key);
-                if c.pk < floor {
+                if c.peak_busbw < floor {
                     out.push(Finding {
-                        collective: Some(c.c),
+                        collective: Some(c.collective),
                         ..evidence(
                             FindingKind::Slow,
                             Subject::node(node),
                             Metric::NcclBusBw,
-                            c.pk,
+                            c.peak_busbw,
                             floor,
                             "GB/s",
                             source,
                             Severity::Critical,
                             format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
-                                c.c.nccl_tests_name(),
-                                num(c.pk),
-                                how_far(c.pk, floor),
+                                c.collective.nccl_tests_name(),
+                                num(c.peak_busbw),
+                                how_far(c.peak_busbw, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
                                 num(floor)
                             ),
@@ -176,25 +177,25 @@ pub(super) fn check_nccl(
                 }
             }
         }
-        let latency = match c.ab {
+        let latency = match c.alpha_beta {
             Some((alpha, _)) if alpha > 0.0 => alpha,
-            _ => c.lt,
+            _ => c.smallest_time_us,
         };
         if latency > 0.0 {
             let key = SeriesKey {
                 metric: Metric::NcclLatency,
-                collective: Some(c.c),
+                collective: Some(c.collective),
                 gpu: None,
                 peer: None,
             };
             stats.values.insert(key, latency);
-            if c.c == Collective::AllReduce
+            if c.collective == Collective::AllReduce
                 && let Some(ceiling) = t.nccl_latency_us
             {
                 stats.judged.insert(key);
                 if latency > ceiling {
                     out.push(Finding {
-                        collective: Some(c.c),
+                        collective: Some(c.collective),
                         ..evidence(
                             FindingKind::Slow,
                             Subject::node(node),
@@ -228,11 +229,11 @@ struct PairSet {
 
 fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     let mut values = BTreeMap::new();
-    if r.pu.len() != (r.g as usize) * (r.g as usize) {
+    if r.copy_uni.len() != (r.gpus as usize) * (r.gpus as usize) {
         return values;
     }
-    for a in 0..r.g {
-        for b in (a + 1)..r.g {
+    for a in 0..r.gpus {
+        for b in (a + 1)..r.gpus {
             let there = r.pair_uni(a, b).filter(|v| *v > 0.0);
             let back = r.pair_uni(b, a).filter(|v| *v > 0.0);
             let v = match (there, back) {
@@ -249,11 +250,11 @@ fn unordered_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
 
 fn bidir_pairs(r: &CompactResult) -> BTreeMap<(u32, u32), f64> {
     let mut values = BTreeMap::new();
-    if r.g < 2 || r.pb.len() != (r.g as usize) * (r.g as usize - 1) / 2 {
+    if r.gpus < 2 || r.copy_bidir.len() != (r.gpus as usize) * (r.gpus as usize - 1) / 2 {
         return values;
     }
-    for a in 0..r.g {
-        for b in (a + 1)..r.g {
+    for a in 0..r.gpus {
+        for b in (a + 1)..r.gpus {
             if let Some(v) = r.pair_bidir(a, b).filter(|v| *v > 0.0) {
                 values.insert((a, b), v);
             }
@@ -434,7 +435,7 @@ pub(super) fn check_pairs(
         });
         let measured: BTreeSet<(u32, u32)> = set.values.keys().copied().collect();
         let bad: BTreeSet<(u32, u32)> = slow.keys().copied().collect();
-        let verdict = blame(r.g, &measured, &bad);
+        let verdict = blame(r.gpus, &measured, &bad);
         if verdict.node {
             let (floor, source) = set.floor.unwrap_or((node_median, ExpectationSource::Node));
             if set
@@ -566,10 +567,10 @@ pub(super) fn check_host(
 ) {
     let floor = floor_of(t.host_bandwidth_gbps, exp.and_then(|e| e.host_floor_gbps));
     for (values, metric, what) in [
-        (&r.hd, Metric::H2dBandwidth, "host-to-device"),
-        (&r.dh, Metric::D2hBandwidth, "device-to-host"),
+        (&r.host_to_device, Metric::H2dBandwidth, "host-to-device"),
+        (&r.device_to_host, Metric::D2hBandwidth, "device-to-host"),
     ] {
-        for (i, v) in values.iter().take(r.g as usize).enumerate() {
+        for (i, v) in values.iter().take(r.gpus as usize).enumerate() {
             if *v <= 0.0 {
                 continue;
             }
@@ -615,9 +616,9 @@ pub(super) fn check_ddp(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
-    if let Some(last) = r.dp.iter().max_by_key(|p| p.g)
-        && last.g > 1
-        && last.e > 0.0
+    if let Some(last) = r.ddp_points.iter().max_by_key(|p| p.gpus)
+        && last.gpus > 1
+        && last.scaling_efficiency > 0.0
     {
         let key = SeriesKey {
             metric: Metric::DdpScalingEfficiency,
@@ -625,37 +626,38 @@ pub(super) fn check_ddp(
             gpu: None,
             peer: None,
         };
-        stats.values.insert(key, last.e);
+        stats.values.insert(key, last.scaling_efficiency);
         if let Some(floor) = t.ddp_scaling_efficiency {
             stats.judged.insert(key);
-            if last.e < floor {
+            if last.scaling_efficiency < floor {
                 out.push(evidence(
                     FindingKind::Slow,
                     Subject::node(node),
                     Metric::DdpScalingEfficiency,
-                    last.e,
+                    last.scaling_efficiency,
                     floor,
                     "ratio",
                     ExpectationSource::Threshold,
                     Severity::Critical,
                     format!(
                         "DDP scaling efficiency on {node} at {} GPUs is {:.0}%, below the spec's floor of {:.0}%; gradient all-reduce is not hidden behind compute (communication fraction {:.0}%).",
-                        last.g,
-                        last.e * 100.0,
+                        last.gpus,
+                        last.scaling_efficiency * 100.0,
                         floor * 100.0,
-                        last.cf * 100.0
+                        last.comm_fraction * 100.0
                     ),
                 ));
             }
         }
     }
 
-    let times: Vec<f64> =
-        r.dc.iter()
-            .take(r.g as usize)
-            .copied()
-            .filter(|v| *v > 0.0)
-            .collect();
+    let times: Vec<f64> = r
+        .ddp_compute_ms
+        .iter()
+        .take(r.gpus as usize)
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
     if times.len() < 2 {
         return;
     }
@@ -672,7 +674,7 @@ pub(super) fn check_ddp(
         m,
     );
     let ratio = t.straggler_ratio.max(1.0);
-    for (i, v) in r.dc.iter().take(r.g as usize).enumerate() {
+    for (i, v) in r.ddp_compute_ms.iter().take(r.gpus as usize).enumerate() {
         if *v > 0.0 && *v > ratio * m {
             let gpu = i as u32;
             out.push(evidence(

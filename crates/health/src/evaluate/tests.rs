@@ -51,68 +51,68 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
     ]
     .iter()
     .map(|(c, pk, lt)| CompactCollective {
-        c: *c,
-        pk: n.scale(*pk),
-        bb: n.scale(*pk * 0.98),
-        lt: n.scale(*lt),
-        ab: None,
-        w: 0,
+        collective: *c,
+        peak_busbw: n.scale(*pk),
+        largest_busbw: n.scale(*pk * 0.98),
+        smallest_time_us: n.scale(*lt),
+        alpha_beta: None,
+        wrong: 0,
     })
     .collect();
     let dp = [1u32, 2, 4, 8]
         .iter()
         .filter(|x| **x <= g)
         .map(|x| CompactDdpPoint {
-            g: *x,
-            st: n.scale(12.0),
-            e: if *x == 1 { 1.0 } else { n.scale(0.93) },
-            cf: 0.08,
-            ov: 0.9,
-            tf: 400.0,
+            gpus: *x,
+            step_ms: n.scale(12.0),
+            scaling_efficiency: if *x == 1 { 1.0 } else { n.scale(0.93) },
+            comm_fraction: 0.08,
+            overlap_efficiency: 0.9,
+            tflops_per_gpu: 400.0,
         })
         .collect();
     let dc = (0..gu).map(|_| n.scale(10.0)).collect();
     let h = (0..gu)
         .map(|_| CompactGpuHealth {
-            l: (18, 18),
-            le: 0,
-            pc: (5, 5, 16, 16),
-            x: Vec::new(),
-            ec: 0,
-            rr: 0,
-            t: 45.0,
-            th: Vec::new(),
+            nvlinks: (18, 18),
+            nvlink_errors: 0,
+            pcie: (5, 5, 16, 16),
+            xids: Vec::new(),
+            ecc_uncorrected: 0,
+            row_remap: 0,
+            temperature_c: 45.0,
+            throttle: Vec::new(),
             ..Default::default()
         })
         .collect();
     CompactResult {
-        v: COMPACT_VERSION,
-        n: name.to_string(),
-        b: gpufabric_api::result::Backend::Sim,
-        p: product.to_string(),
-        g,
-        d: 120.0,
-        nc,
-        pu,
-        pb,
-        hd: (0..gu).map(|_| n.scale(55.0)).collect(),
-        dh: (0..gu).map(|_| n.scale(52.0)).collect(),
-        pc: 0,
-        dp,
-        dc,
-        h,
-        tf: Vec::new(),
-        e: Vec::new(),
+        version: COMPACT_VERSION,
+        node: name.to_string(),
+        backend: gpufabric_api::result::Backend::Sim,
+        product: product.to_string(),
+        gpus: g,
+        duration_s: 120.0,
+        collectives: nc,
+        copy_uni: pu,
+        copy_bidir: pb,
+        host_to_device: (0..gu).map(|_| n.scale(55.0)).collect(),
+        device_to_host: (0..gu).map(|_| n.scale(52.0)).collect(),
+        corrupt_copies: 0,
+        ddp_points: dp,
+        ddp_compute_ms: dc,
+        health: h,
+        transport_fallbacks: Vec::new(),
+        errors: Vec::new(),
     }
 }
 
 fn slow_pair(r: &mut CompactResult, a: u32, b: u32, factor: f64) {
-    let g = r.g as usize;
+    let g = r.gpus as usize;
     let (a, b) = (a as usize, b as usize);
-    r.pu[a * g + b] *= factor;
-    r.pu[b * g + a] *= factor;
-    let i = upper(r.g, a as u32, b as u32);
-    r.pb[i] *= factor;
+    r.copy_uni[a * g + b] *= factor;
+    r.copy_uni[b * g + a] *= factor;
+    let i = upper(r.gpus, a as u32, b as u32);
+    r.copy_bidir[i] *= factor;
 }
 
 fn upper(g: u32, a: u32, b: u32) -> usize {
@@ -120,8 +120,9 @@ fn upper(g: u32, a: u32, b: u32) -> usize {
 }
 
 fn all_reduce(r: &mut CompactResult) -> &mut CompactCollective {
-    r.nc.iter_mut()
-        .find(|c| c.c == Collective::AllReduce)
+    r.collectives
+        .iter_mut()
+        .find(|c| c.collective == Collective::AllReduce)
         .expect("every synthetic node has all_reduce")
 }
 
@@ -163,12 +164,12 @@ fn sixteen_node_fleet_names_the_slow_pair_and_the_straggler_and_nothing_else() {
     // node-03: the 3<->5 link runs at half speed; NCCL suffers a little from it.
     slow_pair(&mut fleet[3], 3, 5, 0.51);
     let ar = all_reduce(&mut fleet[3]);
-    ar.pk *= 0.8;
-    ar.bb *= 0.8;
+    ar.peak_busbw *= 0.8;
+    ar.largest_busbw *= 0.8;
     // node-11: GPU 6 computes 30% slower; the DDP step waits for it.
-    fleet[11].dc[6] *= 1.3;
-    if let Some(p) = fleet[11].dp.last_mut() {
-        p.e *= 0.77;
+    fleet[11].ddp_compute_ms[6] *= 1.3;
+    if let Some(p) = fleet[11].ddp_points.last_mut() {
+        p.scaling_efficiency *= 0.77;
     }
     let e = run(fleet);
 
@@ -210,13 +211,13 @@ fn sixteen_node_fleet_names_the_slow_pair_and_the_straggler_and_nothing_else() {
 fn three_comparable_nodes_never_get_fleet_outlier_findings() {
     let mut fleet = fleet_of(3, 0.01);
     // 30% slower all_reduce: above the H100 profile floor, so only the fleet could flag it.
-    all_reduce(&mut fleet[2]).pk *= 0.7;
+    all_reduce(&mut fleet[2]).peak_busbw *= 0.7;
     let e = run(fleet);
     assert!(e.findings.is_empty(), "{:#?}", e.findings);
 
     // The same node in a fleet of 4 is an outlier.
     let mut fleet = fleet_of(4, 0.01);
-    all_reduce(&mut fleet[2]).pk *= 0.7;
+    all_reduce(&mut fleet[2]).peak_busbw *= 0.7;
     let e = run(fleet);
     let f = on(&e, "node-02");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -234,7 +235,7 @@ fn three_comparable_nodes_never_get_fleet_outlier_findings() {
 #[test]
 fn fleet_min_nodes_from_the_spec_is_respected() {
     let mut fleet = fleet_of(5, 0.01);
-    all_reduce(&mut fleet[0]).pk *= 0.7;
+    all_reduce(&mut fleet[0]).peak_busbw *= 0.7;
     let t = Thresholds {
         fleet_min_nodes: 6,
         ..Thresholds::default()
@@ -317,7 +318,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
 #[test]
 fn phase_errors_are_timeout_or_errored_findings_never_slow() {
     let mut r = healthy("n", 1, 0.0);
-    r.e = vec![
+    r.errors = vec![
         PhaseError {
             phase: Phase::NcclSweep,
             kind: ErrorKind::Timeout,
@@ -340,7 +341,7 @@ fn phase_errors_are_timeout_or_errored_findings_never_slow() {
 #[test]
 fn a_phase_that_cannot_run_here_is_info_and_does_not_fail_the_node() {
     let mut r = healthy("n", 1, 0.0);
-    r.e = vec![PhaseError {
+    r.errors = vec![PhaseError {
         phase: Phase::NodePair,
         kind: ErrorKind::Unavailable,
         message: "no peer node".into(),
@@ -355,9 +356,9 @@ fn a_phase_that_cannot_run_here_is_info_and_does_not_fail_the_node() {
 #[test]
 fn fleet_outliers_are_flagged_only_in_the_worse_direction() {
     let mut fleet = fleet_of(8, 0.01);
-    all_reduce(&mut fleet[1]).pk *= 1.4;
-    all_reduce(&mut fleet[2]).lt *= 0.5;
-    all_reduce(&mut fleet[3]).lt *= 2.0;
+    all_reduce(&mut fleet[1]).peak_busbw *= 1.4;
+    all_reduce(&mut fleet[2]).smallest_time_us *= 0.5;
+    all_reduce(&mut fleet[3]).smallest_time_us *= 2.0;
     let e = run(fleet);
     assert!(on(&e, "node-01").is_empty());
     assert!(on(&e, "node-02").is_empty());
@@ -370,9 +371,9 @@ fn fleet_outliers_are_flagged_only_in_the_worse_direction() {
 #[test]
 fn tight_fleet_with_zero_spread_does_not_flag_a_small_gap() {
     let mut fleet = fleet_of(8, 0.0);
-    all_reduce(&mut fleet[4]).pk *= 0.95;
+    all_reduce(&mut fleet[4]).peak_busbw *= 0.95;
     assert!(run(fleet.clone()).findings.is_empty());
-    all_reduce(&mut fleet[4]).pk *= 0.85 / 0.95;
+    all_reduce(&mut fleet[4]).peak_busbw *= 0.85 / 0.95;
     let e = run(fleet);
     assert_eq!(on(&e, "node-04").len(), 1);
 }
@@ -381,7 +382,7 @@ fn tight_fleet_with_zero_spread_does_not_flag_a_small_gap() {
 fn explicit_threshold_wins_over_profile_and_fleet() {
     let mut fleet = fleet_of(8, 0.01);
     // Below the H100 profile floor (225) and a fleet outlier, but above the spec's floor.
-    all_reduce(&mut fleet[5]).pk = 200.0;
+    all_reduce(&mut fleet[5]).peak_busbw = 200.0;
     let t = Thresholds {
         nccl_bus_bw_gbps: Some(150.0),
         ..Thresholds::default()
@@ -410,7 +411,7 @@ fn profile_floor_judges_a_single_node_without_a_fleet() {
     // Below the floor, but not so far below the pairs' copy bandwidth (390 GB/s) that
     // NCCL alone is to blame.
     let mut r = healthy("lonely", 3, 0.0);
-    all_reduce(&mut r).pk = 200.0;
+    all_reduce(&mut r).peak_busbw = 200.0;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     let f = &e.findings[0];
@@ -424,7 +425,7 @@ fn profile_floor_judges_a_single_node_without_a_fleet() {
 #[test]
 fn a_profile_finding_is_not_repeated_by_the_fleet() {
     let mut fleet = fleet_of(8, 0.01);
-    all_reduce(&mut fleet[0]).pk = 200.0;
+    all_reduce(&mut fleet[0]).peak_busbw = 200.0;
     let e = run(fleet);
     let f = on(&e, "node-00");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -449,7 +450,7 @@ fn a_gpu_slow_to_every_peer_is_blamed_instead_of_its_pairs() {
 #[test]
 fn every_pair_below_the_profile_floor_blames_the_node() {
     let mut r = healthy("n", 9, 0.02);
-    for v in r.pu.iter_mut() {
+    for v in r.copy_uni.iter_mut() {
         *v *= 0.4;
     }
     let e = run(vec![r]);
@@ -479,7 +480,7 @@ fn two_slow_pairs_of_one_gpu_are_named_as_pairs_not_the_gpu() {
 #[test]
 fn a_one_way_slow_direction_counts_for_the_pair() {
     let mut r = healthy("n", 4, 0.02);
-    r.pu[7 * 8] *= 0.5; // only 7 -> 0 (row 7, column 0)
+    r.copy_uni[7 * 8] *= 0.5; // only 7 -> 0 (row 7, column 0)
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1);
     assert_eq!(e.findings[0].subject, Subject::gpu_pair("n", 0, 7));
@@ -488,9 +489,9 @@ fn a_one_way_slow_direction_counts_for_the_pair() {
 #[test]
 fn straggler_needs_more_than_the_ratio_above_the_node_median() {
     let mut r = healthy("n", 5, 0.0);
-    r.dc[3] *= 1.08;
+    r.ddp_compute_ms[3] *= 1.08;
     assert!(run(vec![r.clone()]).findings.is_empty());
-    r.dc[3] *= 1.2 / 1.08;
+    r.ddp_compute_ms[3] *= 1.2 / 1.08;
     let e = run(vec![r.clone()]);
     assert_eq!(e.findings.len(), 1);
     let f = &e.findings[0];
@@ -498,7 +499,7 @@ fn straggler_needs_more_than_the_ratio_above_the_node_median() {
     assert_eq!(f.source, Some(ExpectationSource::Node));
     check_evidence(f);
     // A stricter ratio from the spec.
-    r.dc[3] = 10.0 * 1.08;
+    r.ddp_compute_ms[3] = 10.0 * 1.08;
     let t = Thresholds {
         straggler_ratio: 1.05,
         ..Thresholds::default()
@@ -509,14 +510,14 @@ fn straggler_needs_more_than_the_ratio_above_the_node_median() {
 #[test]
 fn hardware_faults_are_findings_of_their_own_kinds() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[0].l = (16, 18);
-    r.h[1].le = 12;
-    r.h[2].x = vec![79];
-    r.h[3].ec = 2;
-    r.h[4].rr = 1;
-    r.h[5].rr = 2;
-    r.h[6].pc = (5, 5, 8, 16);
-    r.h[7].pc = (3, 5, 16, 16);
+    r.health[0].nvlinks = (16, 18);
+    r.health[1].nvlink_errors = 12;
+    r.health[2].xids = vec![79];
+    r.health[3].ecc_uncorrected = 2;
+    r.health[4].row_remap = 1;
+    r.health[5].row_remap = 2;
+    r.health[6].pcie = (5, 5, 8, 16);
+    r.health[7].pcie = (3, 5, 16, 16);
     let e = run(vec![r]);
     let got: Vec<(Option<u32>, FindingKind)> =
         e.findings.iter().map(|f| (f.subject.gpu, f.kind)).collect();
@@ -555,7 +556,7 @@ fn hardware_faults_are_findings_of_their_own_kinds() {
 #[test]
 fn a_slot_below_the_products_pcie_generation_is_info() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[0].pc = (4, 4, 16, 16);
+    r.health[0].pcie = (4, 4, 16, 16);
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1);
     assert_eq!(e.findings[0].severity, Severity::Info);
@@ -566,8 +567,8 @@ fn a_slot_below_the_products_pcie_generation_is_info() {
 #[test]
 fn throttle_reasons_are_info_and_never_fail_a_node() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[2].th = vec!["sw_power_cap".into()];
-    r.h[2].t = 81.0;
+    r.health[2].throttle = vec!["sw_power_cap".into()];
+    r.health[2].temperature_c = 81.0;
     let e = run(vec![r.clone()]);
     assert_eq!(e.findings.len(), 1);
     assert_eq!(e.findings[0].severity, Severity::Info);
@@ -588,8 +589,8 @@ fn throttle_reasons_are_info_and_never_fail_a_node() {
 #[test]
 fn wrong_results_are_their_own_kind() {
     let mut r = healthy("n", 1, 0.0);
-    r.nc[1].w = 4096;
-    r.pc = 3;
+    r.collectives[1].wrong = 4096;
+    r.corrupt_copies = 3;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 2, "{:#?}", e.findings);
     assert!(
@@ -614,7 +615,7 @@ fn wrong_results_are_their_own_kind() {
 #[test]
 fn transport_fallback_is_a_finding_where_nvlink_is_expected() {
     let mut r = healthy("n", 1, 0.0);
-    r.tf = vec![(2, 6, Transport::Shm)];
+    r.transport_fallbacks = vec![(2, 6, Transport::Shm)];
     let e = run(vec![r.clone()]);
     assert_eq!(e.findings.len(), 1);
     assert_eq!(e.findings[0].kind, FindingKind::TransportFallback);
@@ -623,18 +624,18 @@ fn transport_fallback_is_a_finding_where_nvlink_is_expected() {
 
     // On GPUs without NVLink, PCIe between them is normal.
     let mut p = node_of("pcie", "NVIDIA L40S", 4, 1, 0.0);
-    for h in &mut p.h {
-        h.l = (0, 0);
+    for h in &mut p.health {
+        h.nvlinks = (0, 0);
     }
-    p.tf = vec![(0, 1, Transport::Pcie), (2, 3, Transport::Shm)];
+    p.transport_fallbacks = vec![(0, 1, Transport::Pcie), (2, 3, Transport::Shm)];
     assert!(run(vec![p]).findings.is_empty());
 }
 
 #[test]
 fn a_gpu_whose_every_pair_falls_back_is_blamed_once() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[5].l = (0, 18);
-    r.tf = (0..8u32)
+    r.health[5].nvlinks = (0, 18);
+    r.transport_fallbacks = (0..8u32)
         .filter(|g| *g != 5)
         .map(|g| (g.min(5), g.max(5), Transport::Pcie))
         .collect();
@@ -656,8 +657,8 @@ fn a_gpu_whose_every_pair_falls_back_is_blamed_once() {
 #[test]
 fn node_wide_fleet_findings_are_dropped_when_a_gpu_is_already_blamed() {
     let mut fleet = fleet_of(8, 0.01);
-    fleet[0].h[3].l = (10, 18);
-    all_reduce(&mut fleet[0]).pk *= 0.6;
+    fleet[0].health[3].nvlinks = (10, 18);
+    all_reduce(&mut fleet[0]).peak_busbw *= 0.6;
     let e = run(fleet);
     let f = on(&e, "node-00");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -716,23 +717,27 @@ fn different_products_and_gpu_counts_are_not_compared() {
     // group is too small for a fleet comparison and above its own profile floors.
     for i in 0..2 {
         let mut a = node_of(&format!("a100-{i}"), "NVIDIA A100-SXM4-80GB", 8, i, 0.01);
-        for v in a.pu.iter_mut() {
+        for v in a.copy_uni.iter_mut() {
             *v *= 0.7;
         }
-        for v in a.pb.iter_mut() {
+        for v in a.copy_bidir.iter_mut() {
             *v *= 0.7;
         }
-        all_reduce(&mut a).pk = 230.0;
-        for v in a.hd.iter_mut().chain(a.dh.iter_mut()) {
+        all_reduce(&mut a).peak_busbw = 230.0;
+        for v in a
+            .host_to_device
+            .iter_mut()
+            .chain(a.device_to_host.iter_mut())
+        {
             *v = 25.0;
         }
-        for h in &mut a.h {
-            h.l = (12, 12);
-            h.pc = (4, 4, 16, 16);
+        for h in &mut a.health {
+            h.nvlinks = (12, 12);
+            h.pcie = (4, 4, 16, 16);
         }
         results.push(a);
         let mut h4 = node_of(&format!("h100x4-{i}"), H100, 4, i, 0.01);
-        all_reduce(&mut h4).pk = 300.0;
+        all_reduce(&mut h4).peak_busbw = 300.0;
         results.push(h4);
     }
     let e = run(results);
@@ -742,8 +747,8 @@ fn different_products_and_gpu_counts_are_not_compared() {
 #[test]
 fn host_bandwidth_of_one_gpu_is_compared_with_the_same_gpu_of_other_nodes() {
     let mut fleet = fleet_of(8, 0.01);
-    fleet[6].hd[4] = 42.0; // above the Gen5 floor (31.5), 24% below the fleet
-    fleet[7].dh[1] = 20.0; // below the floor
+    fleet[6].host_to_device[4] = 42.0; // above the Gen5 floor (31.5), 24% below the fleet
+    fleet[7].device_to_host[1] = 20.0; // below the floor
     let e = run(fleet);
     let f6 = on(&e, "node-06");
     assert_eq!(f6.len(), 1, "{f6:#?}");
@@ -759,8 +764,8 @@ fn host_bandwidth_of_one_gpu_is_compared_with_the_same_gpu_of_other_nodes() {
 #[test]
 fn ddp_efficiency_below_the_spec_floor_fails_the_node() {
     let mut r = healthy("n", 1, 0.0);
-    if let Some(p) = r.dp.last_mut() {
-        p.e = 0.71;
+    if let Some(p) = r.ddp_points.last_mut() {
+        p.scaling_efficiency = 0.71;
     }
     let t = Thresholds {
         ddp_scaling_efficiency: Some(0.8),
@@ -780,9 +785,9 @@ fn ddp_efficiency_below_the_spec_floor_fails_the_node() {
 fn findings_are_sorted_and_independent_of_input_order() {
     let mut fleet = fleet_of(10, 0.02);
     slow_pair(&mut fleet[7], 0, 1, 0.4);
-    fleet[2].h[1].x = vec![48];
-    fleet[2].dc[0] *= 1.5;
-    fleet[9].h[0].ec = 1;
+    fleet[2].health[1].xids = vec![48];
+    fleet[2].ddp_compute_ms[0] *= 1.5;
+    fleet[9].health[0].ecc_uncorrected = 1;
     let forward = run(fleet.clone());
     fleet.reverse();
     let backward = run(fleet);
@@ -815,9 +820,9 @@ fn a_healthy_fleet_with_noise_has_no_findings() {
 #[test]
 fn headline_is_the_most_telling_critical_finding() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[0].th = vec!["hw_slowdown".into()];
-    r.dc[2] *= 1.5;
-    r.h[4].x = vec![79];
+    r.health[0].throttle = vec!["hw_slowdown".into()];
+    r.ddp_compute_ms[2] *= 1.5;
+    r.health[4].xids = vec![79];
     let e = run(vec![r]);
     let h = e.headline("n").expect("a headline");
     assert!(h.contains("XID 79"), "{h}");
@@ -828,9 +833,9 @@ fn headline_is_the_most_telling_critical_finding() {
 #[test]
 fn pcie_generation_below_max_is_critical_when_host_copies_confirm_it_and_never_slow() {
     let mut fleet = fleet_of(6, 0.01);
-    fleet[2].h[7].pc = (3, 5, 16, 16);
-    fleet[2].hd[7] = 14.0;
-    fleet[2].dh[7] = 13.0;
+    fleet[2].health[7].pcie = (3, 5, 16, 16);
+    fleet[2].host_to_device[7] = 14.0;
+    fleet[2].device_to_host[7] = 13.0;
     let e = run(fleet);
     let f = on(&e, "node-02");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -847,8 +852,8 @@ fn pcie_generation_below_max_is_critical_when_host_copies_confirm_it_and_never_s
 #[test]
 fn pcie_width_below_max_explains_slow_host_copies() {
     let mut r = healthy("n", 1, 0.0);
-    r.h[1].pc = (5, 5, 4, 16);
-    r.hd[1] = 15.0;
+    r.health[1].pcie = (5, 5, 4, 16);
+    r.host_to_device[1] = 15.0;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     assert_eq!(e.findings[0].kind, FindingKind::PcieDegraded);
@@ -858,11 +863,11 @@ fn pcie_width_below_max_explains_slow_host_copies() {
 #[test]
 fn nvlink_links_down_explain_slow_pairs_and_are_never_slow() {
     let mut fleet = fleet_of(8, 0.01);
-    fleet[4].h[2].l = (12, 18);
+    fleet[4].health[2].nvlinks = (12, 18);
     for peer in [0, 1, 3, 4, 5, 6, 7] {
         slow_pair(&mut fleet[4], 2, peer, 12.0 / 18.0);
     }
-    all_reduce(&mut fleet[4]).pk *= 0.7;
+    all_reduce(&mut fleet[4]).peak_busbw *= 0.7;
     let e = run(fleet);
     let f = on(&e, "node-04");
     assert_eq!(f.len(), 1, "{f:#?}");
@@ -874,7 +879,7 @@ fn nvlink_links_down_explain_slow_pairs_and_are_never_slow() {
 fn a_pair_that_fell_back_from_nvlink_is_not_also_slow() {
     let mut r = healthy("n", 1, 0.01);
     slow_pair(&mut r, 1, 6, 0.1);
-    r.tf = vec![(1, 6, Transport::Pcie)];
+    r.transport_fallbacks = vec![(1, 6, Transport::Pcie)];
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     assert_eq!(e.findings[0].kind, FindingKind::TransportFallback);
@@ -884,7 +889,7 @@ fn a_pair_that_fell_back_from_nvlink_is_not_also_slow() {
 fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_threshold() {
     let mut r = healthy("n", 1, 0.01);
     slow_pair(&mut r, 2, 5, 0.4);
-    all_reduce(&mut r).pk = 150.0;
+    all_reduce(&mut r).peak_busbw = 150.0;
     let e = run(vec![r.clone()]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     assert_eq!(e.findings[0].subject, Subject::gpu_pair("n", 2, 5));
@@ -905,9 +910,9 @@ fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_thr
 #[test]
 fn a_result_claiming_an_impossible_gpu_count_is_an_agent_bug_not_evaluated() {
     let mut r = healthy("n", 1, 0.0);
-    r.g = u32::MAX;
+    r.gpus = u32::MAX;
     let mut z = healthy("z", 1, 0.0);
-    z.g = 0;
+    z.gpus = 0;
     let e = run(vec![r, z]);
     assert_eq!(e.verdicts["n"], NodeVerdict::NotMeasured);
     assert_eq!(e.verdicts["z"], NodeVerdict::NotMeasured);
@@ -921,8 +926,8 @@ fn a_result_claiming_an_impossible_gpu_count_is_an_agent_bug_not_evaluated() {
 #[test]
 fn a_pair_matrix_of_the_wrong_size_is_ignored() {
     let mut r = healthy("n", 1, 0.0);
-    r.pu.truncate(10);
-    r.pb.truncate(3);
+    r.copy_uni.truncate(10);
+    r.copy_bidir.truncate(3);
     let e = run(vec![r]);
     assert!(e.findings.is_empty(), "{:#?}", e.findings);
 }
@@ -932,7 +937,7 @@ fn a_pair_matrix_of_the_wrong_size_is_ignored() {
 fn evaluate_time_for_a_thousand_eight_gpu_nodes() {
     let mut fleet = fleet_of(1000, 0.03);
     slow_pair(&mut fleet[10], 1, 2, 0.5);
-    fleet[20].dc[3] *= 1.5;
+    fleet[20].ddp_compute_ms[3] *= 1.5;
     let nodes = inputs(fleet);
     let t = Thresholds::default();
     let start = std::time::Instant::now();
@@ -949,7 +954,7 @@ fn evaluate_time_for_a_thousand_eight_gpu_nodes() {
 #[test]
 fn a_node_whose_every_gpu_computes_slowly_is_a_fleet_outlier_not_a_straggler() {
     let mut fleet = fleet_of(8, 0.01);
-    for v in fleet[3].dc.iter_mut() {
+    for v in fleet[3].ddp_compute_ms.iter_mut() {
         *v *= 1.3;
     }
     let e = run(fleet);
@@ -964,7 +969,7 @@ fn a_node_whose_every_gpu_computes_slowly_is_a_fleet_outlier_not_a_straggler() {
 #[test]
 fn a_pair_slow_only_both_ways_at_once_is_a_bidirectional_finding() {
     let mut r = healthy("n", 2, 0.01);
-    r.pb[upper(8, 3, 4)] *= 0.5;
+    r.copy_bidir[upper(8, 3, 4)] *= 0.5;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
     assert_eq!(e.findings[0].metric, Metric::PairBidirBandwidth);
@@ -995,8 +1000,8 @@ fn an_explicit_pair_threshold_judges_every_pair_alone() {
 #[test]
 fn latency_and_host_thresholds_fail_what_exceeds_them() {
     let mut r = healthy("n", 2, 0.0);
-    all_reduce(&mut r).lt = 40.0;
-    r.hd[5] = 30.0;
+    all_reduce(&mut r).smallest_time_us = 40.0;
+    r.host_to_device[5] = 30.0;
     let t = Thresholds {
         nccl_latency_us: Some(30.0),
         host_bandwidth_gbps: Some(40.0),
@@ -1034,14 +1039,14 @@ fn pcie_node(name: &str, seed: u64) -> CompactResult {
         for b in 0..8usize {
             if a != b {
                 let same_socket = (a < 4) == (b < 4);
-                r.pu[a * 8 + b] = n.scale(if same_socket { 25.0 } else { 15.0 });
+                r.copy_uni[a * 8 + b] = n.scale(if same_socket { 25.0 } else { 15.0 });
             }
         }
     }
-    r.pb.clear();
-    for h in &mut r.h {
-        h.l = (0, 0);
-        h.pc = (4, 4, 16, 16);
+    r.copy_bidir.clear();
+    for h in &mut r.health {
+        h.nvlinks = (0, 0);
+        h.pcie = (4, 4, 16, 16);
     }
     r
 }
@@ -1058,12 +1063,12 @@ fn pcie_topologies_are_not_judged_against_the_nodes_own_pairs() {
 fn on_pcie_topologies_a_pair_is_compared_with_the_same_pair_of_other_nodes() {
     let mut fleet: Vec<CompactResult> = (0..6).map(|i| pcie_node(&format!("p{i}"), i)).collect();
     // Across sockets, 1 <-> 6 at half speed; all of GPU 3's pairs at 60%.
-    fleet[2].pu[8 + 6] *= 0.5;
-    fleet[2].pu[6 * 8 + 1] *= 0.5;
+    fleet[2].copy_uni[8 + 6] *= 0.5;
+    fleet[2].copy_uni[6 * 8 + 1] *= 0.5;
     for peer in 0..8usize {
         if peer != 3 {
-            fleet[4].pu[3 * 8 + peer] *= 0.6;
-            fleet[4].pu[peer * 8 + 3] *= 0.6;
+            fleet[4].copy_uni[3 * 8 + peer] *= 0.6;
+            fleet[4].copy_uni[peer * 8 + 3] *= 0.6;
         }
     }
     let e = run(fleet);
@@ -1086,7 +1091,7 @@ fn on_pcie_topologies_a_pair_is_compared_with_the_same_pair_of_other_nodes() {
 fn a_node_fifteen_percent_slow_stands_out_of_a_noisy_fleet() {
     let mut fleet = fleet_of(16, 0.03);
     let ar = all_reduce(&mut fleet[9]);
-    ar.pk *= 0.85;
+    ar.peak_busbw *= 0.85;
     let e = run(fleet);
     let f = on(&e, "node-09");
     assert_eq!(f.len(), 1, "{:#?}", e.findings);
@@ -1169,14 +1174,14 @@ const H200: &str = "NVIDIA H200";
 /// (the 4 x H200 record of bench/results).
 fn switched_slice(name: &str, g: u32, seed: u64) -> CompactResult {
     let mut r = node_of(name, H200, g, seed, 0.01);
-    for h in &mut r.h {
+    for h in &mut r.health {
         h.nvlink_link_gbps = 25.0;
         h.nvlink_switch = Some(true);
     }
-    for v in r.pu.iter_mut().filter(|v| **v > 0.0) {
+    for v in r.copy_uni.iter_mut().filter(|v| **v > 0.0) {
         *v = *v / 390.0 * 394.0;
     }
-    all_reduce(&mut r).pk = 355.0;
+    all_reduce(&mut r).peak_busbw = 355.0;
     r
 }
 
@@ -1204,7 +1209,7 @@ fn nccl_far_below_the_copy_engines_fails_a_switched_node_alone() {
     // NCCL_MAX_NCHANNELS=1, say: every link healthy, all_reduce a tenth of a pair's copy.
     for g in [2, 4] {
         let mut r = switched_slice("one-channel", g, 3);
-        all_reduce(&mut r).pk = 38.0;
+        all_reduce(&mut r).peak_busbw = 38.0;
         let e = run(vec![r]);
         let bad = critical_of(&e, "one-channel");
         assert_eq!(bad.len(), 1, "{g} GPUs: {bad:?}");
@@ -1227,10 +1232,10 @@ fn without_a_measured_topology_a_four_gpu_node_has_no_busbw_floor() {
     // floors exist only for its 8-GPU board, so the node alone passes (what the measured
     // topology adds).
     let mut r = switched_slice("unknown-links", 4, 5);
-    for h in &mut r.h {
+    for h in &mut r.health {
         h.nvlink_switch = None;
     }
-    all_reduce(&mut r).pk = 38.0;
+    all_reduce(&mut r).peak_busbw = 38.0;
     let e = run(vec![r]);
     assert!(
         critical_of(&e, "unknown-links")
@@ -1245,13 +1250,13 @@ fn without_a_measured_topology_a_four_gpu_node_has_no_busbw_floor() {
 fn a_switched_slice_below_its_link_floor_fails_with_the_floor_when_copies_are_slow_too() {
     // Links at a third of their speed: pairs and NCCL alike (no NCCL-only problem).
     let mut r = switched_slice("slow-links", 4, 7);
-    for v in r.pu.iter_mut() {
+    for v in r.copy_uni.iter_mut() {
         *v /= 3.0;
     }
-    for v in r.pb.iter_mut() {
+    for v in r.copy_bidir.iter_mut() {
         *v /= 3.0;
     }
-    all_reduce(&mut r).pk = 110.0;
+    all_reduce(&mut r).peak_busbw = 110.0;
     let e = run(vec![r]);
     let bad = critical_of(&e, "slow-links");
     let floors: Vec<f64> = bad.iter().filter_map(|f| f.expected).collect();
@@ -1272,14 +1277,14 @@ fn a_one_way_copy_load_names_the_sending_and_the_receiving_gpu() {
     for a in 0..g {
         for b in 0..g {
             if a != b && (a == 1 || b == 3) {
-                r.pu[a * g + b] *= 0.52;
+                r.copy_uni[a * g + b] *= 0.52;
             }
         }
     }
     // Both ways at once, every pair of GPU 1 or 3 carries the slow direction.
     for (a, b) in [(0, 1), (0, 3), (1, 2), (1, 3), (2, 3)] {
         let i = upper(4, a, b);
-        r.pb[i] *= 0.75;
+        r.copy_bidir[i] *= 0.75;
     }
     let e = run(vec![r]);
     let bad = critical_of(&e, "one-way");
@@ -1304,7 +1309,7 @@ fn one_gpu_slow_to_receive_on_an_eight_gpu_board_is_named_with_its_side() {
     let g = 8usize;
     for a in 0..g {
         if a != 5 {
-            r.pu[a * g + 5] *= 0.4;
+            r.copy_uni[a * g + 5] *= 0.4;
         }
     }
     let e = run(vec![r]);

@@ -3,9 +3,10 @@
 //! as one JSON line on stdin, and combines the JSON lines they print into the probe's
 //! points.
 
-use super::ddp::{self, DdpSettings, PointTimes};
+use super::ddp::{self, DdpSettings};
 use super::gpu::{Gpu, GpuError, GpuResult};
 use super::nccl;
+use crate::model::{PointTimes, buckets};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::result::{DdpPoint, DdpResult};
 use serde::{Deserialize, Serialize};
@@ -28,36 +29,16 @@ pub struct WorkerTask {
     pub device: u32,
     /// The NCCL unique id, 128 bytes as hex.
     pub id: String,
-    pub hidden: usize,
-    pub layers: usize,
-    pub batch: usize,
-    pub first_bucket_bytes: u64,
-    pub bucket_bytes: u64,
-    pub warmup: u32,
-    pub steps: u32,
-    pub timeout_ms: u64,
-    pub framework_passes: bool,
-    pub comm_high_priority: bool,
-    pub thread_per_gpu: bool,
+    /// The probe's settings; `counts` and `trace` are the parent's business and ignored.
+    pub settings: DdpSettings,
 }
 
 impl WorkerTask {
     fn settings(&self) -> DdpSettings {
         DdpSettings {
-            hidden: self.hidden,
-            layers: self.layers,
-            batch: self.batch,
-            first_bucket_bytes: self.first_bucket_bytes,
-            bucket_bytes: self.bucket_bytes,
-            warmup: self.warmup,
-            steps: self.steps,
             counts: vec![self.world],
-            timeout: Duration::from_millis(self.timeout_ms),
-            framework_passes: self.framework_passes,
-            comm_high_priority: self.comm_high_priority,
-            thread_per_gpu: self.thread_per_gpu,
-            worker_exe: None,
             trace: false,
+            ..self.settings.clone()
         }
     }
 }
@@ -386,7 +367,7 @@ pub fn probe(
     exe: &Path,
     progress: &dyn Fn(&str),
 ) -> GpuResult<DdpResult> {
-    let bks = ddp::buckets(
+    let bks = buckets(
         set.hidden as u64,
         set.layers,
         set.first_bucket_bytes,
@@ -411,17 +392,7 @@ pub fn probe(
                     world: count as u32,
                     device: g.index,
                     id: id.clone(),
-                    hidden: set.hidden,
-                    layers: set.layers,
-                    batch: set.batch,
-                    first_bucket_bytes: set.first_bucket_bytes,
-                    bucket_bytes: set.bucket_bytes,
-                    warmup: set.warmup,
-                    steps: set.steps,
-                    timeout_ms: set.timeout.as_millis() as u64,
-                    framework_passes: set.framework_passes,
-                    comm_high_priority: set.comm_high_priority,
-                    thread_per_gpu: set.thread_per_gpu,
+                    settings: set.clone(),
                 };
                 serde_json::to_string(&task).map_err(|e| GpuError::Call {
                     call: "ddp worker task",
@@ -548,17 +519,18 @@ mod tests {
             world: 4,
             device: 0,
             id: "00".into(),
-            hidden: 64,
-            layers: 2,
-            batch: 64,
-            first_bucket_bytes: 1 << 20,
-            bucket_bytes: 25 << 20,
-            warmup: 1,
-            steps: 1,
-            timeout_ms: 1000,
-            framework_passes: true,
-            comm_high_priority: false,
-            thread_per_gpu: true,
+            settings: DdpSettings {
+                hidden: 64,
+                layers: 2,
+                batch: 64,
+                first_bucket_bytes: 1 << 20,
+                bucket_bytes: 25 << 20,
+                warmup: 1,
+                steps: 1,
+                counts: vec![1, 4],
+                timeout: Duration::from_secs(1),
+                trace: true,
+            },
         };
         let line = serde_json::to_string(&task).expect("serializes");
         let back: WorkerTask = serde_json::from_str(&line).expect("parses");

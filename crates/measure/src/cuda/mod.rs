@@ -1,19 +1,5 @@
-//! The cuda backend: real GPUs through cudarc (driver, NCCL, cuBLAS) and nvml-wrapper.
-//!
-//! One process drives every visible GPU: the NCCL sweep (nccl-tests' single-process mode),
-//! the copy-engine pair matrix, the DDP probe and the NVML health snapshot. Libraries are
-//! loaded at run time, so the same binary reports a clear error on a host without them.
-//!
-//! NCCL's INFO log goes to a temporary file (unless `NCCL_DEBUG` is already set) and is read
-//! for the transport NCCL chose between each pair of GPUs. Environment variables
-//! switch DDP-probe variants for comparisons (`bench/gpu-check.sh ddp-variants`):
-//! `FABRIC_DDP_FRAMEWORK_PASSES` (default 1: model autocast's and DDP's memory passes),
-//! `FABRIC_DDP_THREAD_PER_GPU` (default 1: one launching thread per GPU),
-//! `FABRIC_DDP_COMM_HIGH_PRIORITY` (default 0: all-reduces on a normal-priority stream) and
-//! `FABRIC_DDP_TRACE` (default 0: 1 prints the last timed step's timeline on GPU 0).
-//! `FABRIC_DDP_SINGLE_PROCESS` (default 1: this process drives every GPU of the DDP
-//! probe; 0: one `fabric-agent ddp-worker` process per GPU as PyTorch DDP runs, `ddp_procs`;
-//! `FABRIC_DDP_WORKER_EXE` names another agent binary to start).
+//! The cuda backend: real GPUs through cudarc (driver, NCCL, cuBLAS) and nvml-wrapper, one
+//! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
 pub mod ddp;
 pub mod ddp_procs;
@@ -41,9 +27,40 @@ pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// Runs the node check on every visible GPU.
-pub fn node_check(opts: &CheckOptions, progress: Progress) -> Result<ResultDocument, CheckError> {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(opts, progress))) {
+/// How the cuda backend runs: the agent's command line decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CudaOptions {
+    /// Check every result of the NCCL sweep for wrong elements (nccl-tests' `-c 1`).
+    pub check_values: bool,
+    /// Print the timeline of one step of the DDP probe on progress.
+    pub ddp_trace: bool,
+    /// Run the DDP probe with one process per GPU, as PyTorch DDP runs: this program
+    /// started once per rank with its `ddp-worker` subcommand. `None`: this process drives
+    /// every GPU (the default: on 4 x H200 both modes measured the same multi-GPU step,
+    /// bench/results/ddp-modes-2026-11-21.md).
+    pub ddp_worker: Option<std::path::PathBuf>,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            check_values: true,
+            ddp_trace: false,
+            ddp_worker: None,
+        }
+    }
+}
+
+/// Runs the node check on every visible GPU. NCCL's INFO log goes to a temporary file
+/// (unless `NCCL_DEBUG` is already set) and is read for the transport NCCL chose between
+/// each pair of GPUs.
+pub fn node_check(
+    opts: &CheckOptions,
+    cuda: &CudaOptions,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
+    let run = || check(opts, cuda, progress);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(p) => Err(classify_panic(&panic_message(p.as_ref()))),
     }
@@ -121,9 +138,13 @@ fn unavailable(phase: Phase, message: &str) -> PhaseError {
     }
 }
 
-fn check(opts: &CheckOptions, progress: Progress) -> Result<ResultDocument, CheckError> {
+fn check(
+    opts: &CheckOptions,
+    cuda: &CudaOptions,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
     let started = Instant::now();
-    let started_at = rfc3339_now();
+    let started_at = crate::rfc3339(std::time::SystemTime::now());
     let suite = &opts.suite;
     if suite.nccl_sweep.enabled && suite.nccl_sweep.min_bytes > suite.nccl_sweep.max_bytes {
         return Err(CheckError::InvalidInput(
@@ -168,7 +189,7 @@ fn check(opts: &CheckOptions, progress: Progress) -> Result<ResultDocument, Chec
         cuda: gpu::driver_cuda_version(),
         nccl: if nccl_ok { nccl::nccl_version() } else { None },
     };
-    let run = || measure(opts, &gpus, nccl_ok, progress);
+    let run = || measure(opts, cuda, &gpus, nccl_ok, progress);
     let (measured, xids) = match &monitor {
         Some(m) => m.watch_xids(run),
         None => (run(), Default::default()),
@@ -229,7 +250,13 @@ type Measured = (
     Vec<PhaseError>,
 );
 
-fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress) -> Measured {
+fn measure(
+    opts: &CheckOptions,
+    cuda: &CudaOptions,
+    gpus: &[Gpu],
+    nccl_ok: bool,
+    progress: Progress,
+) -> Measured {
     let suite = &opts.suite;
     let mut errors = Vec::new();
     let wd = nccl::Watchdog::start();
@@ -244,7 +271,7 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 "libnccl.so could not be loaded (put NCCL's lib directory on LD_LIBRARY_PATH)",
             ));
         } else {
-            match sweep(opts, gpus, &wd, timeout, &p) {
+            match sweep(opts, cuda.check_values, gpus, &wd, timeout, &p) {
                 Ok((r, errs)) => {
                     nccl_result = Some(r);
                     errors.extend(errs);
@@ -256,15 +283,7 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
 
     let mut pairs_result = None;
     if suite.gpu_pairs.enabled {
-        let set = pairs::PairSettings {
-            bytes: suite.gpu_pairs.bytes as usize,
-            bidirectional: suite.gpu_pairs.bidirectional,
-            host_copies: suite.gpu_pairs.host_copies,
-            repeats: if opts.quick { 2 } else { 5 },
-            copies: if opts.quick { 2 } else { 4 },
-            timeout,
-        };
-        match pairs::measure(gpus, &set, &p) {
+        match copy_matrix(opts, gpus, timeout, &p) {
             Ok(m) => pairs_result = Some(m),
             Err(e) => errors.push(phase_error(Phase::GpuPairs, &e)),
         }
@@ -279,25 +298,7 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
                 "libnccl.so or libcublas.so could not be loaded",
             ));
         } else {
-            let counts = opts.ddp_counts(gpus.len() as u32);
-            let (warmup, steps) = opts.ddp_steps();
-            let set = ddp::DdpSettings {
-                hidden: probe.hidden as usize,
-                layers: probe.layers as usize,
-                batch: probe.batch_per_gpu as usize,
-                first_bucket_bytes: probe.first_bucket_bytes,
-                bucket_bytes: probe.bucket_bytes,
-                warmup,
-                steps,
-                counts,
-                timeout,
-                framework_passes: env_flag("FABRIC_DDP_FRAMEWORK_PASSES", true),
-                comm_high_priority: env_flag("FABRIC_DDP_COMM_HIGH_PRIORITY", false),
-                thread_per_gpu: env_flag("FABRIC_DDP_THREAD_PER_GPU", true),
-                worker_exe: ddp_worker_exe(),
-                trace: env_flag("FABRIC_DDP_TRACE", false),
-            };
-            match ddp::probe(gpus, &set, &wd, &p) {
+            match ddp_probe(opts, cuda, gpus, &wd, timeout, &p) {
                 Ok(r) => ddp_result = Some(r),
                 Err(e) => errors.push(phase_error(Phase::DdpProbe, &e)),
             }
@@ -306,8 +307,58 @@ fn measure(opts: &CheckOptions, gpus: &[Gpu], nccl_ok: bool, progress: Progress)
     (nccl_result, pairs_result, ddp_result, errors)
 }
 
+/// The GPU-pair copy matrix.
+#[tracing::instrument(name = "gpuPairs", skip_all)]
+fn copy_matrix(
+    opts: &CheckOptions,
+    gpus: &[Gpu],
+    timeout: Duration,
+    progress: &dyn Fn(&str),
+) -> Result<gpufabric_api::result::PairMatrix, GpuError> {
+    let suite = &opts.suite;
+    let set = pairs::PairSettings {
+        bytes: suite.gpu_pairs.bytes as usize,
+        bidirectional: suite.gpu_pairs.bidirectional,
+        host_copies: suite.gpu_pairs.host_copies,
+        repeats: if opts.quick { 2 } else { 5 },
+        copies: if opts.quick { 2 } else { 4 },
+        timeout,
+    };
+    pairs::measure(gpus, &set, progress)
+}
+
+/// The DDP scaling probe.
+#[tracing::instrument(name = "ddpProbe", skip_all)]
+fn ddp_probe(
+    opts: &CheckOptions,
+    cuda: &CudaOptions,
+    gpus: &[Gpu],
+    wd: &nccl::Watchdog,
+    timeout: Duration,
+    progress: &dyn Fn(&str),
+) -> Result<gpufabric_api::result::DdpResult, GpuError> {
+    let probe = &opts.suite.ddp_probe;
+    let (warmup, steps) = opts.ddp_steps();
+    let set = ddp::DdpSettings {
+        hidden: probe.hidden as usize,
+        layers: probe.layers as usize,
+        batch: probe.batch_per_gpu as usize,
+        first_bucket_bytes: probe.first_bucket_bytes,
+        bucket_bytes: probe.bucket_bytes,
+        warmup,
+        steps,
+        counts: opts.ddp_counts(gpus.len() as u32),
+        timeout,
+        trace: cuda.ddp_trace,
+    };
+    ddp::probe(gpus, &set, cuda.ddp_worker.as_deref(), wd, progress)
+}
+
+/// The NCCL sweep of every collective of the suite.
+#[tracing::instrument(name = "ncclSweep", skip_all)]
 fn sweep(
     opts: &CheckOptions,
+    check: bool,
     gpus: &[Gpu],
     wd: &nccl::Watchdog,
     timeout: Duration,
@@ -355,7 +406,7 @@ fn sweep(
         iters,
         data_type: cfg.data_type,
         timeout,
-        check: true,
+        check,
     };
     let mut out = Vec::new();
     let mut errors = Vec::new();
@@ -383,76 +434,9 @@ fn sweep(
     Ok((NcclSweepResult { collectives: out }, errors))
 }
 
-/// The program the DDP probe starts once per GPU with `FABRIC_DDP_SINGLE_PROCESS=0`:
-/// `FABRIC_DDP_WORKER_EXE`, else this program when it is the agent (a test binary has no
-/// `ddp-worker` subcommand). `None` (one process drives every GPU, the default: on 4 x H200
-/// both modes measured the same multi-GPU step, bench/results/ddp-modes-2026-11-21.md).
-fn ddp_worker_exe() -> Option<std::path::PathBuf> {
-    if env_flag("FABRIC_DDP_SINGLE_PROCESS", true) {
-        return None;
-    }
-    if let Some(exe) = std::env::var_os("FABRIC_DDP_WORKER_EXE").filter(|v| !v.is_empty()) {
-        return Some(exe.into());
-    }
-    let exe = std::env::current_exe().ok()?;
-    let is_agent = exe
-        .file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("fabric-agent"));
-    if !is_agent {
-        tracing::debug!(exe = %exe.display(), "not the agent binary: DDP probe in one process");
-    }
-    is_agent.then_some(exe)
-}
-
-fn env_flag(name: &str, default: bool) -> bool {
-    match std::env::var(name) {
-        Ok(v) => !matches!(v.trim(), "0" | "false" | "no" | "off"),
-        Err(_) => default,
-    }
-}
-
-/// Current time in RFC 3339 (UTC, seconds).
-fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    rfc3339(secs)
-}
-
-fn rfc3339(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-    }
 
     #[test]
     fn a_missing_library_panic_becomes_library_missing() {
@@ -477,7 +461,7 @@ mod tests {
             expect_gpus: None,
             phase_timeout: Duration::from_secs(30),
         };
-        match node_check(&opts, &|_| {}) {
+        match node_check(&opts, &CudaOptions::default(), &|_| {}) {
             Ok(doc) => {
                 // A host with GPUs: the document must carry them.
                 assert!(!doc.gpus.is_empty());

@@ -2,6 +2,7 @@
 //! collective, and the nccl-tests style sweep (timing, algbw/busbw, validation).
 
 use super::gpu::{DevBuf, Event, Gpu, GpuError, GpuResult, HostBuf, Stream};
+use crate::model::{counts, has_in_place, row_count};
 use crate::stats;
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::result::{CollectiveSweep, SweepRow};
@@ -304,30 +305,6 @@ pub fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
         DataType::Float32 => ncclFloat32,
         DataType::Float64 => ncclFloat64,
         DataType::Bfloat16 => ncclBfloat16,
-    }
-}
-
-/// Element counts of one sweep size: (per-rank send count, per-rank recv count, nccl-tests
-/// size in bytes). `bytes` follows nccl-tests' size convention (see `stats`).
-pub fn counts(c: Collective, bytes: u64, elem: u64, n: u64) -> (u64, u64, u64) {
-    let total = (bytes / elem).max(1);
-    match c {
-        Collective::AllReduce
-        | Collective::Broadcast
-        | Collective::Reduce
-        | Collective::SendRecv => (total, total, total * elem),
-        Collective::AllGather => {
-            let per = (total / n).max(1);
-            (per, per * n, per * n * elem)
-        }
-        Collective::ReduceScatter => {
-            let per = (total / n).max(1);
-            (per * n, per, per * n * elem)
-        }
-        Collective::AllToAll => {
-            let per = (total / n).max(1);
-            (per * n, per * n, per * n * elem)
-        }
     }
 }
 
@@ -646,11 +623,6 @@ fn in_place_input_offset(c: Collective, r: u64, elem: u64, send_count: u64) -> u
     }
 }
 
-/// Collectives whose in-place form nccl-tests does not define in a checkable way here.
-pub fn has_in_place(c: Collective) -> bool {
-    !matches!(c, Collective::AllToAll | Collective::SendRecv)
-}
-
 /// Settings of one sweep.
 pub struct SweepSettings {
     pub sizes: Vec<u64>,
@@ -714,19 +686,9 @@ pub fn sweep_collective(
         let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
         let mut row = SweepRow {
             bytes,
-            count: match c {
-                Collective::ReduceScatter => rc,
-                Collective::AllToAll => sc / n,
-                _ => sc,
-            },
-            time_us: 0.0,
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong: 0,
-            in_place_time_us: 0.0,
-            in_place_algbw: 0.0,
-            in_place_busbw: 0.0,
-            in_place_wrong: 0,
+            count: row_count(c, sc, rc, n),
+            out_of_place: Default::default(),
+            in_place: None,
         };
         // GPU event time per iteration (out of place, in place): for the progress log only.
         let mut gpu_us = [0.0f64; 2];
@@ -758,29 +720,22 @@ pub fn sweep_collective(
                 sync_all(&streams, comms, wd, &what, set.timeout)?;
                 wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
             }
-            let algbw = stats::algbw_gbps(bytes, time_us);
-            let busbw = stats::busbw_gbps(c, n as u32, bytes, time_us);
+            let timing = stats::timing(c, n as u32, bytes, time_us, wrong);
             if in_place {
-                row.in_place_time_us = time_us;
-                row.in_place_algbw = algbw;
-                row.in_place_busbw = busbw;
-                row.in_place_wrong = wrong;
+                row.in_place = Some(timing);
             } else {
-                row.time_us = time_us;
-                row.algbw = algbw;
-                row.busbw = busbw;
-                row.wrong = wrong;
+                row.out_of_place = timing;
             }
         }
         progress(&format!(
             "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
             c.nccl_tests_name(),
             row.bytes,
-            row.time_us,
-            row.busbw,
-            row.in_place_busbw,
-            row.in_place_time_us,
-            row.wrong + row.in_place_wrong,
+            row.out_of_place.time_us,
+            row.out_of_place.busbw,
+            row.in_place.unwrap_or_default().busbw,
+            row.in_place.unwrap_or_default().time_us,
+            row.wrong(),
             gpu_us[0],
             gpu_us[1],
         ));
@@ -792,7 +747,10 @@ pub fn sweep_collective(
         started.elapsed().as_secs_f64(),
         timed.as_secs_f64()
     ));
-    let points: Vec<(u64, f64)> = rows.iter().map(|r| (r.bytes, r.time_us)).collect();
+    let points: Vec<(u64, f64)> = rows
+        .iter()
+        .map(|r| (r.bytes, r.out_of_place.time_us))
+        .collect();
     Ok(CollectiveSweep {
         collective: c,
         data_type: dt,
@@ -1075,23 +1033,6 @@ mod tests {
                 "{dt:?}"
             );
         }
-    }
-
-    #[test]
-    fn counts_follow_nccl_tests_size_convention() {
-        // all_gather: the size is the gathered output.
-        assert_eq!(
-            counts(Collective::AllGather, 1 << 20, 4, 4),
-            (1 << 16, 1 << 18, 1 << 20)
-        );
-        // reduce_scatter: the size is the input.
-        assert_eq!(
-            counts(Collective::ReduceScatter, 1 << 20, 4, 4),
-            (1 << 18, 1 << 16, 1 << 20)
-        );
-        assert_eq!(counts(Collective::AllReduce, 8, 4, 4), (2, 2, 8));
-        // Too small to split: at least one element per rank.
-        assert_eq!(counts(Collective::AllGather, 8, 4, 4), (1, 4, 16));
     }
 
     #[test]

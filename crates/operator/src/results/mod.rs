@@ -136,15 +136,20 @@ pub fn node_result(node: &str, pod: Option<&str>, state: &PodState) -> NodeRunRe
 
 /// Fills the headline numbers of a measured node.
 pub fn summarise(r: &mut NodeRunResult, c: &CompactResult) {
-    r.product = (!c.p.is_empty()).then(|| c.p.clone());
-    r.gpus = Some(c.g);
-    r.all_reduce_bus_bw_gbps =
-        c.nc.iter()
-            .find(|x| x.c == Collective::AllReduce)
-            .map(|x| x.pk);
-    r.min_pair_gbps = (0..c.g)
-        .flat_map(|a| (0..c.g).map(move |b| (a, b)))
+    r.product = (!c.product.is_empty()).then(|| c.product.clone());
+    r.gpus = Some(c.gpus);
+    r.all_reduce_bus_bw_gbps = c
+        .collectives
+        .iter()
+        .find(|x| x.collective == Collective::AllReduce)
+        .map(|x| x.peak_busbw);
+    r.min_pair_gbps = (0..c.gpus)
+        .flat_map(|a| (0..c.gpus).map(move |b| (a, b)))
         .filter_map(|(a, b)| c.pair_uni(a, b))
         .reduce(f64::min);
-    r.ddp_efficiency = c.dp.iter().max_by_key(|p| p.g).map(|p| p.e);
+    r.ddp_efficiency = c
+        .ddp_points
+        .iter()
+        .max_by_key(|p| p.gpus)
+        .map(|p| p.scaling_efficiency);
 }

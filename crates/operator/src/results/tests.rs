@@ -117,7 +117,7 @@ fn exit_zero_with_a_result_is_measured() {
     let PodState::Ended(NodeOutcome::Measured(c)) = &s else {
         panic!("expected Measured, got {s:?}")
     };
-    assert_eq!(c.n, "gpu-1");
+    assert_eq!(c.node, "gpu-1");
     let r = node_result("gpu-1", Some("p"), &s);
     assert_eq!(r.all_reduce_bus_bw_gbps, Some(361.5));
     assert_eq!(r.min_pair_gbps, Some(388.7));

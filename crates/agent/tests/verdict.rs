@@ -1,0 +1,132 @@
+//! `fabric-agent node-check --verdict` as a gate: the operator's health rules on the sim
+//! backend's fault fleet; a faulty node exits 3 with its findings, a clean one exits 0.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn fleet() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../measure/fleets/faults.yaml")
+}
+
+fn verdict(node: &str, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
+    for var in [
+        "FABRIC_BACKEND",
+        "FABRIC_SIM_FLEET",
+        "FABRIC_NODE_NAME",
+        "FABRIC_SUITE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("FABRIC_TERMINATION_LOG", dir.path().join("termination-log"))
+        .args(["node-check", "--backend", "sim", "--fleet"])
+        .arg(fleet())
+        .args(["--node", node, "--verdict"])
+        .args(extra);
+    cmd.output().expect("agent runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_clean_node_passes_and_exits_0() {
+    let out = verdict("clean", &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("# Verdict: PASSED (0 critical"), "{text}");
+    // The full document is still the last line for whoever reads the log.
+    let last = text.lines().last().expect("a last line");
+    assert!(
+        last.starts_with('{') && last.contains("\"node\":\"clean\""),
+        "{last}"
+    );
+}
+
+#[test]
+fn a_node_with_hardware_faults_fails_with_its_findings_and_exits_3() {
+    let out = verdict("xid-ecc-pcie", &[]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("# Verdict: FAILED"), "{text}");
+    for kind in ["Xid", "EccUncorrectable", "PcieDegraded"] {
+        assert!(text.contains(kind), "{kind} missing from {text}");
+    }
+}
+
+#[test]
+fn a_slow_pair_fails_on_the_built_in_profile_alone() {
+    let out = verdict("slow-pair", &[]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("Slow"), "{}", stdout(&out));
+}
+
+#[test]
+fn an_explicit_threshold_fails_a_clean_node() {
+    // No H100 reaches 1000 GB/s of all_reduce bus bandwidth.
+    let out = verdict("clean", &["--min-busbw", "1000"]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("thresholds.yaml");
+    std::fs::write(&file, "ncclBusBwGbps: 1000\n").expect("write thresholds");
+    let out = verdict("clean", &["--thresholds", file.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+}
+
+#[test]
+fn verdict_json_alone_on_stdout_and_the_tables_on_stderr() {
+    let out = verdict("xid-ecc-pcie", &["--verdict-json", "-"]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON");
+    assert_eq!(v["node"], "xid-ecc-pcie");
+    assert_eq!(v["verdict"], "Failed");
+    let findings = v["findings"].as_array().expect("findings");
+    assert!(findings.iter().any(|f| f["kind"] == "Xid"), "{v}");
+    assert!(stderr(&out).contains("# Verdict: FAILED"));
+    assert!(stderr(&out).contains("all_reduce_perf"));
+
+    let both = verdict("clean", &["--verdict-json", "-", "--json", "-"]);
+    assert_eq!(both.status.code(), Some(2), "one of them must go to a file");
+}
+
+#[test]
+fn the_full_document_alone_on_stdout_with_json_dash() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("verdict.json");
+    let out = verdict(
+        "clean",
+        &[
+            "--json",
+            "-",
+            "--verdict-json",
+            file.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let doc = gpufabric_api::ResultDocument::parse(&stdout(&out)).expect("stdout is the document");
+    assert_eq!(doc.node, "clean");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("verdict file")).expect("json");
+    assert_eq!(v["verdict"], "Passed");
+}
+
+#[test]
+fn nccl_tests_flags_that_are_not_measured_are_refused() {
+    let out = verdict("clean", &["-o", "max"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("sum only"), "{}", stderr(&out));
+    let out = verdict("clean", &["-z", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = verdict(
+        "clean",
+        &["-d", "half", "-c", "1", "-a", "1", "-z", "0", "-o", "sum"],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("half"), "the sweep ran in half");
+}

@@ -1,0 +1,239 @@
+//! The sim backend: the cuda backend's result document computed from a model of the
+//! declared node with the fleet file's faults injected; never runs unless asked for by name.
+
+#![forbid(unsafe_code)]
+
+mod node_model;
+mod noise;
+mod phases;
+mod products;
+#[cfg(test)]
+mod tests;
+
+pub use products::{A100, B200, GENERIC_PCIE, H100, H200, ProductModel, product_model};
+
+use crate::fleet::{Fault, FleetNode};
+use crate::{CheckError, CheckOptions, Progress};
+use gpufabric_api::ResultDocument;
+use gpufabric_api::result::{
+    Backend, ErrorKind, FULL_SCHEMA, GpuInfo, Phase, PhaseError, TransportInfo, Versions,
+};
+use node_model::NodeModel;
+use noise::Rng;
+use phases::{ddp_phase, health_phase, nccl_phase, pairs_phase};
+use std::time::{Duration, Instant, SystemTime};
+
+/// A fault that acts on the agent process rather than on a measurement. The agent acts on
+/// it; [`node_check`] itself ignores these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessFault {
+    /// Exit with this code and write nothing.
+    Crash { exit_code: i32 },
+    /// Write a truncated (unparseable) document.
+    Garbage,
+}
+
+/// Exit code of a `crash` fault without one (134, as for SIGABRT).
+pub const DEFAULT_CRASH_CODE: i32 = 134;
+
+/// The process-level fault of a node, if any (a crash wins over garbage).
+pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
+    let crash = node.faults.iter().find_map(|f| match f {
+        Fault::Crash { exit_code } => Some(ProcessFault::Crash {
+            exit_code: exit_code.unwrap_or(DEFAULT_CRASH_CODE),
+        }),
+        _ => None,
+    });
+    crash.or_else(|| {
+        node.faults
+            .iter()
+            .any(|f| matches!(f, Fault::Garbage))
+            .then_some(ProcessFault::Garbage)
+    })
+}
+
+/// Runs `work` as the phase `phase` under the watchdog: when the node has a `hang` fault for
+/// this phase, the work never finishes and the watchdog aborts it after `timeout`.
+fn run_phase<T>(
+    m: &NodeModel,
+    phase: Phase,
+    timeout: Duration,
+    progress: Progress,
+    work: impl FnOnce() -> T,
+) -> Result<T, PhaseError> {
+    let hang = m.node.faults.iter().find_map(|f| match f {
+        Fault::Hang { phase: p, stuck } if p.unwrap_or(Phase::NcclSweep) == phase => Some(*stuck),
+        _ => None,
+    });
+    match hang {
+        None => Ok(work()),
+        Some(true) => {
+            progress(&format!(
+                "{}: stuck (simulated hang beyond the watchdog)",
+                phase.api_name()
+            ));
+            tracing::warn!(node = %m.node.name, ?phase, "simulated stuck agent: blocking until killed");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        Some(false) => {
+            progress(&format!("{}: hanging (simulated)", phase.api_name()));
+            // The simulated work waits on a completion that never comes; the watchdog
+            // gives up after the phase timeout, as it does on a hung NCCL call.
+            let (_done, wait) = std::sync::mpsc::channel::<()>();
+            let _ = wait.recv_timeout(timeout);
+            let message = format!(
+                "{} did not finish within {:.1} s; the watchdog aborted it",
+                phase.api_name(),
+                timeout.as_secs_f64()
+            );
+            progress(&format!("{}: timeout", phase.api_name()));
+            Err(PhaseError {
+                phase,
+                kind: ErrorKind::Timeout,
+                message,
+            })
+        }
+    }
+}
+
+/// Runs the simulated node check of `node` (as the fleet describes it) with noise seeded by
+/// `seed`: the same options, node and seed always give the same measurements (`startedAt`
+/// and `durationS` are the real time of the call). `crash` and `garbage` faults are the
+/// agent's to act on (see [`process_fault`]); a `hang` fault blocks its phase until
+/// `opts.phase_timeout`, or forever with `stuck: true`.
+pub fn node_check(
+    opts: &CheckOptions,
+    node: &FleetNode,
+    seed: u64,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
+    let started = Instant::now();
+    let started_at = crate::rfc3339(SystemTime::now());
+    if node.gpus == 0 {
+        return Err(CheckError::NoGpu(format!(
+            "simulated node {} declares no GPUs",
+            node.name
+        )));
+    }
+    if let Some(wanted) = opts.expect_gpus
+        && node.gpus < wanted
+    {
+        return Err(CheckError::TooFewGpus {
+            found: node.gpus,
+            wanted,
+        });
+    }
+    let m = NodeModel::new(node, seed);
+    if m.product.name == GENERIC_PCIE.name {
+        tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
+    }
+    let suite = &opts.suite;
+    let timeout = opts.phase_timeout;
+    let _span = tracing::info_span!("sim_node_check", node = %node.name).entered();
+    progress(&format!(
+        "setup: simulated node {}, {} x {} ({} model)",
+        node.name, node.gpus, node.product, m.product.name
+    ));
+
+    let gpus: Vec<GpuInfo> = (0..node.gpus)
+        .map(|i| GpuInfo {
+            index: i,
+            product: node.product.clone(),
+            uuid: Some(format!(
+                "GPU-{:016x}",
+                Rng::new(seed, &node.name, &format!("uuid/{i}")).next_u64()
+            )),
+            pci_bus_id: Some(format!("00000000:{:02X}:00.0", bus_id(i))),
+            memory_bytes: m.product.memory_bytes,
+        })
+        .collect();
+
+    let mut doc = ResultDocument {
+        schema: FULL_SCHEMA.to_string(),
+        node: opts.node.clone(),
+        backend: Backend::Sim,
+        started_at,
+        duration_s: 0.0,
+        versions: Versions {
+            agent: env!("CARGO_PKG_VERSION").to_string(),
+            driver: None,
+            cuda: None,
+            nccl: None,
+        },
+        gpus,
+        nccl: None,
+        pairs: None,
+        ddp: None,
+        health: None,
+        transports: Vec::new(),
+        nics: Vec::new(),
+        errors: Vec::new(),
+    };
+
+    if let Err(e) = run_phase(&m, Phase::Setup, timeout, progress, || ()) {
+        doc.errors.push(e);
+        doc.duration_s = started.elapsed().as_secs_f64();
+        return Ok(doc);
+    }
+    for a in 0..node.gpus {
+        for b in a + 1..node.gpus {
+            doc.transports.push(TransportInfo {
+                a,
+                b,
+                transport: m.transport(a, b),
+            });
+        }
+    }
+    if suite.health.enabled {
+        match run_phase(&m, Phase::Health, timeout, progress, || {
+            health_phase(&m, progress)
+        }) {
+            Ok(h) => doc.health = Some(h),
+            Err(e) => doc.errors.push(e),
+        }
+    }
+    if suite.nccl_sweep.enabled {
+        match run_phase(&m, Phase::NcclSweep, timeout, progress, || {
+            nccl_phase(&m, opts, progress)
+        }) {
+            Ok(n) => doc.nccl = Some(n),
+            Err(e) => doc.errors.push(e),
+        }
+    }
+    if suite.gpu_pairs.enabled {
+        match run_phase(&m, Phase::GpuPairs, timeout, progress, || {
+            pairs_phase(&m, suite, progress)
+        }) {
+            Ok(p) => doc.pairs = Some(p),
+            Err(e) => doc.errors.push(e),
+        }
+    }
+    if suite.ddp_probe.enabled {
+        match run_phase(&m, Phase::DdpProbe, timeout, progress, || {
+            ddp_phase(&m, opts, progress)
+        }) {
+            Ok(d) => doc.ddp = Some(d),
+            Err(e) => doc.errors.push(e),
+        }
+    }
+    // No node-pair phase exists in a single-node check yet; a `slowNic` fault only matters
+    // to node-pair tests and leaves this document untouched.
+    if node
+        .faults
+        .iter()
+        .any(|f| matches!(f, Fault::SlowNic { .. }))
+    {
+        tracing::debug!(node = %node.name, "slowNic fault: no node-pair phase in a node check");
+    }
+    doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(doc)
+}
+
+/// PCI bus numbers of the eight GPUs of an HGX board (as `nvidia-smi` lists them on
+/// common HGX H100 systems); further GPUs continue past the last.
+fn bus_id(i: u32) -> u32 {
+    const HGX: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+    HGX.get(i as usize).copied().unwrap_or(0xdc + i)
+}
