@@ -69,9 +69,9 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
         return Ok(Action::await_change());
     }
     if status.nodes.is_empty() {
-        return start(&run, &api, &ctx).await;
+        return start(&run, &api, ctx).await;
     }
-    progress(&run, status, &api, &ctx, &key).await
+    progress(&run, status, &api, ctx, &key).await
 }
 
 async fn apply_status(
