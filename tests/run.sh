@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The project's test command: builds the binaries the integration tests run (fabric-agent,
 # fabric-operator, fabric-kubelet), then every test of the workspace. Integration tests start a
-# real kube-apiserver and etcd from tests/cluster/build.sh's cache (built on first use).
+# real kube-apiserver and etcd from tests/cluster/build.sh's cache (built on first use); the
+# packaging tests use helm, prometheus and promtool from tests/tools/build.sh's cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
     GPUFABRIC_CLUSTER_BIN="$(tests/cluster/build.sh)"
     export GPUFABRIC_CLUSTER_BIN
+fi
+if [ -z "${GPUFABRIC_TOOLS_BIN:-}" ]; then
+    GPUFABRIC_TOOLS_BIN="$(tests/tools/build.sh)"
+    export GPUFABRIC_TOOLS_BIN
 fi
 cargo build --workspace --bins --locked
 cargo test --workspace --locked "$@"

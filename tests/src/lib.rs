@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod operator;
 pub mod pki;
 pub mod process;
+pub mod shared;
 pub mod wait;
 
 use std::path::PathBuf;

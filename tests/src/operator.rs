@@ -52,6 +52,34 @@ impl OperatorProcess {
         op
     }
 
+    /// As [`OperatorProcess::start_with`], connecting with `kubeconfig` instead of the
+    /// cluster's admin credentials (e.g. a ServiceAccount's token).
+    pub fn start_as(
+        kubeconfig: PathBuf,
+        log: PathBuf,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> OperatorProcess {
+        let mut op = OperatorProcess {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            log,
+            admin: String::new(),
+            kubeconfig,
+        };
+        op.restart();
+        op
+    }
+
+    /// `127.0.0.1:<port>` of the admin server (/metrics, /live, /ready).
+    pub fn admin_addr(&self) -> &str {
+        &self.admin
+    }
+
     /// Starts the process again (after [`OperatorProcess::kill`]), on a new admin port.
     pub fn restart(&mut self) {
         let bin = default_agent_bin_dir().join("fabric-operator");
@@ -89,6 +117,24 @@ impl OperatorProcess {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// SIGTERM, as Kubernetes stops a pod; waits up to `grace` for it to exit (then
+    /// SIGKILL). Returns how long it took to exit, or None when it had to be killed.
+    pub fn terminate(&mut self, grace: std::time::Duration) -> Option<std::time::Duration> {
+        let mut c = self.child.take()?;
+        let start = std::time::Instant::now();
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        while start.elapsed() < grace {
+            if let Ok(Some(_)) = c.try_wait() {
+                return Some(start.elapsed());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+        None
     }
 
     /// Process id, while it runs.

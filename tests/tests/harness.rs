@@ -7,6 +7,7 @@ use gpufabric_tests::cluster::{Cluster, DIR_PREFIX};
 use gpufabric_tests::fleet::{H100, H200, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
 use gpufabric_tests::process::{pid_alive, processes_mentioning};
+use gpufabric_tests::shared::TestEnv;
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
@@ -31,13 +32,17 @@ async fn start() -> Cluster {
     cluster
 }
 
-/// A cluster with two simulated nodes (`node-01` H100, `node-02` H200), a kubelet, and
-/// the `harness` namespace.
-async fn start_with_nodes() -> (Cluster, SimFleet, Kubelet) {
-    let cluster = start().await;
+/// Two simulated nodes: `node-01` H100, `node-02` H200.
+fn two_nodes() -> gpufabric_measure::fleet::Fleet {
     let mut fleet = SimFleet::uniform("node", 2, H100, 8);
     fleet.nodes[1].product = H200.to_string();
-    let fleet = SimFleet::write(fleet).expect("fleet file");
+    fleet
+}
+
+/// A control plane of its own with [`two_nodes`], a kubelet, and the `harness` namespace.
+async fn start_private_with_nodes() -> (Cluster, SimFleet, Kubelet) {
+    let cluster = start().await;
+    let fleet = SimFleet::write(two_nodes()).expect("fleet file");
     let kubelet = Kubelet::start(cluster.client(), &fleet, KubeletOptions::default())
         .await
         .expect("kubelet starts");
@@ -45,11 +50,48 @@ async fn start_with_nodes() -> (Cluster, SimFleet, Kubelet) {
     (cluster, fleet, kubelet)
 }
 
+/// A test's namespace of the shared control plane, [`two_nodes`] (named with the test's
+/// prefix) and a kubelet.
+struct Nodes {
+    env: TestEnv,
+    fleet: SimFleet,
+    kubelet: Kubelet,
+    pods: Api<Pod>,
+}
+
+impl Nodes {
+    async fn start(name: &str) -> Nodes {
+        let env = TestEnv::new(name).await.expect("test environment");
+        let (fleet, kubelet) = env
+            .start_kubelet(two_nodes(), KubeletOptions::default())
+            .await
+            .expect("kubelet starts");
+        let pods = Api::namespaced(env.client(), env.ns());
+        Nodes {
+            env,
+            fleet,
+            kubelet,
+            pods,
+        }
+    }
+
+    fn node(&self, base: &str) -> String {
+        self.env.node(base)
+    }
+
+    async fn create(&self, pod: &Pod) {
+        self.pods
+            .create(&PostParams::default(), pod)
+            .await
+            .expect("pod created");
+    }
+}
+
 fn shell_pod(name: &str, node: &str, script: &str) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name},
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
@@ -111,8 +153,14 @@ fn terminated(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStateTerminated
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_is_up_reports_v1_33_and_crds_are_established() {
-    let cluster = start().await;
-    let version = cluster
+    let env = TestEnv::new("api-up").await.expect("test environment");
+    let cluster = env.cluster();
+    eprintln!(
+        "shared control plane up in {:.1}s at {}",
+        cluster.startup_time().as_secs_f64(),
+        cluster.server()
+    );
+    let version = env
         .client()
         .apiserver_version()
         .await
@@ -126,7 +174,7 @@ async fn api_server_is_up_reports_v1_33_and_crds_are_established() {
         (version.major.as_str(), version.minor.as_str()),
         ("1", "33")
     );
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client());
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client());
     for name in ["fabrictests.gpufabric.io", "fabrictestruns.gpufabric.io"] {
         let crd = crds.get(name).await.expect("CRD installed");
         let established = crd
@@ -220,11 +268,10 @@ fn invalid_cases() -> Vec<(&'static str, serde_json::Value, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_rejects_each_invalid_fabric_test_with_its_message() {
-    let cluster = start().await;
-    cluster.create_namespace(NS).await.expect("namespace");
+    let env = TestEnv::new("invalid").await.expect("test environment");
     let api: Api<DynamicObject> = Api::namespaced_with(
-        cluster.client(),
-        NS,
+        env.client(),
+        env.ns(),
         &kube::api::ApiResource::erase::<FabricTest>(&()),
     );
     let mut wrong = Vec::new();
@@ -256,22 +303,19 @@ async fn api_server_rejects_each_invalid_fabric_test_with_its_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_accepts_the_examples_and_fills_in_defaults() {
-    let cluster = start().await;
-    cluster
-        .create_namespace("gpufabric")
-        .await
-        .expect("namespace");
-    let api: Api<FabricTest> = Api::namespaced(cluster.client(), "gpufabric");
+    let env = TestEnv::new("examples").await.expect("test environment");
+    let api: Api<FabricTest> = Api::namespaced(env.client(), env.ns());
     for file in ["minimal.yaml", "nightly.yaml", "full.yaml"] {
         let path = workspace_root().join("deploy/examples").join(file);
         let text = std::fs::read_to_string(&path).expect("example readable");
         let ft: FabricTest = serde_yaml::from_str(&text).expect("example parses");
         let name = ft.metadata.name.clone().expect("example has a name");
         // Send what the file says, not what serde fills in, so the server does the defaulting.
-        let raw: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
+        let mut raw: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
+        raw.metadata.namespace = Some(env.ns().to_string());
         let dynamic: Api<DynamicObject> = Api::namespaced_with(
-            cluster.client(),
-            "gpufabric",
+            env.client(),
+            env.ns(),
             &kube::api::ApiResource::erase::<FabricTest>(&()),
         );
         dynamic
@@ -300,9 +344,10 @@ async fn api_server_accepts_the_examples_and_fills_in_defaults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_registers_ready_gpu_nodes_with_leases() {
-    let (cluster, _fleet, kubelet) = start_with_nodes().await;
-    let nodes: Api<Node> = Api::all(cluster.client());
-    let node = nodes.get("node-02").await.expect("node registered");
+    let t = Nodes::start("registers").await;
+    let (n1, n2) = (t.node("node-01"), t.node("node-02"));
+    let nodes: Api<Node> = Api::all(t.env.client());
+    let node = nodes.get(&n2).await.expect("node registered");
     let labels = node.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
         labels.get(keys::LABEL_GPU_PRODUCT).map(String::as_str),
@@ -314,7 +359,7 @@ async fn kubelet_registers_ready_gpu_nodes_with_leases() {
     );
     assert_eq!(
         labels.get("kubernetes.io/hostname").map(String::as_str),
-        Some("node-02")
+        Some(n2.as_str())
     );
     assert_eq!(labels.get("pool").map(String::as_str), Some("training"));
     let status = node.status.clone().expect("node status");
@@ -333,45 +378,39 @@ async fn kubelet_registers_ready_gpu_nodes_with_leases() {
             .map(|c| c.status.clone())
     };
     assert_eq!(ready(Some(&node)).as_deref(), Some("True"));
-    let leases: Api<Lease> = Api::namespaced(cluster.client(), "kube-node-lease");
-    let lease = leases.get("node-02").await.expect("lease exists");
+    let leases: Api<Lease> = Api::namespaced(t.env.client(), "kube-node-lease");
+    let lease = leases.get(&n2).await.expect("lease exists");
     assert_eq!(
         lease.spec.and_then(|s| s.holder_identity).as_deref(),
-        Some("node-02")
+        Some(n2.as_str())
     );
 
+    let kubelet = &t.kubelet;
     kubelet
-        .set_node_ready("node-01", false)
+        .set_node_ready(&n1, false)
         .await
         .expect("set NotReady");
-    wait::for_object(&nodes, "node-01", T, |n| {
-        ready(n).as_deref() == Some("False")
-    })
-    .await
-    .expect("node-01 NotReady");
-    kubelet
-        .set_node_ready("node-01", true)
+    wait::for_object(&nodes, &n1, T, |n| ready(n).as_deref() == Some("False"))
         .await
-        .expect("set Ready");
-    wait::for_object(&nodes, "node-01", T, |n| {
-        ready(n).as_deref() == Some("True")
-    })
-    .await
-    .expect("node-01 Ready again");
+        .expect("node-01 NotReady");
+    kubelet.set_node_ready(&n1, true).await.expect("set Ready");
+    wait::for_object(&nodes, &n1, T, |n| ready(n).as_deref() == Some("True"))
+        .await
+        .expect("node-01 Ready again");
 
-    kubelet.remove_node("node-02").await.expect("remove");
-    wait::for_deletion(&nodes, "node-02", T)
+    kubelet.remove_node(&n2).await.expect("remove");
+    wait::for_deletion(&nodes, &n2, T)
         .await
         .expect("node-02 gone");
-    assert_eq!(kubelet.node_names(), vec!["node-01".to_string()]);
+    assert_eq!(kubelet.node_names(), vec![n1]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_runs_its_command_and_succeeds_with_its_termination_message() {
-    let (cluster, fleet, _kubelet) = start_with_nodes().await;
+    let t = Nodes::start("pod-runs").await;
     let script = r#"printf '%s|%s|%s|%s|%s|%s' "$FABRIC_NODE_NAME" "$POD_NAME" "$POD_NAMESPACE" "$POD_IP" "$EXPANDED" "$FABRIC_SIM_FLEET" > "$FABRIC_TERMINATION_LOG""#;
-    let pods = create_pod(&cluster, &shell_pod("ok", "node-01", script)).await;
-    let pod = wait_phase(&pods, "ok", &["Succeeded", "Failed"]).await;
+    t.create(&shell_pod("ok", &t.node("node-01"), script)).await;
+    let pod = wait_phase(&t.pods, "ok", &["Succeeded", "Failed"]).await;
     assert_eq!(phase(Some(&pod)), "Succeeded");
     let ip = pod
         .status
@@ -379,46 +418,46 @@ async fn pod_runs_its_command_and_succeeds_with_its_termination_message() {
         .and_then(|s| s.pod_ip.clone())
         .expect("pod IP");
     assert!(ip.starts_with("127."), "pod IP {ip} is a loopback address");
-    let t = terminated(&pod);
-    assert_eq!(t.exit_code, 0);
-    assert_eq!(t.reason.as_deref(), Some("Completed"));
-    let expected = format!("node-01|ok|{NS}|{ip}|lit-x|{}", fleet.path().display());
-    assert_eq!(t.message.as_deref(), Some(expected.as_str()));
+    let end = terminated(&pod);
+    assert_eq!(end.exit_code, 0);
+    assert_eq!(end.reason.as_deref(), Some("Completed"));
+    let expected = format!(
+        "{}|ok|{}|{ip}|lit-x|{}",
+        t.node("node-01"),
+        t.env.ns(),
+        t.fleet.path().display()
+    );
+    assert_eq!(end.message.as_deref(), Some(expected.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_command_ends_failed_with_its_exit_code_and_pod_ips_differ() {
-    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
-    let pods = create_pod(
-        &cluster,
-        &shell_pod(
-            "bad",
-            "node-02",
-            "echo broken > \"$FABRIC_TERMINATION_LOG\"; exit 3",
-        ),
-    )
-    .await;
-    create_pod(&cluster, &shell_pod("good", "node-02", "true")).await;
-    let pod = wait_phase(&pods, "bad", &["Succeeded", "Failed"]).await;
+    let t = Nodes::start("failing").await;
+    let n2 = t.node("node-02");
+    let script = "echo broken > \"$FABRIC_TERMINATION_LOG\"; exit 3";
+    t.create(&shell_pod("bad", &n2, script)).await;
+    t.create(&shell_pod("good", &n2, "true")).await;
+    let pods = &t.pods;
+    let pod = wait_phase(pods, "bad", &["Succeeded", "Failed"]).await;
     assert_eq!(phase(Some(&pod)), "Failed");
-    let t = terminated(&pod);
-    assert_eq!(t.exit_code, 3);
-    assert_eq!(t.reason.as_deref(), Some("Error"));
-    assert_eq!(t.message.as_deref(), Some("broken\n"));
-    let good = wait_phase(&pods, "good", &["Succeeded"]).await;
+    let end = terminated(&pod);
+    assert_eq!(end.exit_code, 3);
+    assert_eq!(end.reason.as_deref(), Some("Error"));
+    assert_eq!(end.message.as_deref(), Some("broken\n"));
+    let good = wait_phase(pods, "good", &["Succeeded"]).await;
     let ip = |p: &Pod| p.status.as_ref().and_then(|s| s.pod_ip.clone());
     assert_ne!(ip(&pod), ip(&good), "each pod gets its own IP");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn active_deadline_ends_a_sleeping_pod_with_deadline_exceeded() {
-    let (cluster, _fleet, kubelet) = start_with_nodes().await;
-    let mut pod = shell_pod("slow", "node-01", "sleep 300");
+    let t = Nodes::start("deadline").await;
+    let mut pod = shell_pod("slow", &t.node("node-01"), "sleep 300");
     pod.spec.as_mut().expect("spec").active_deadline_seconds = Some(2);
-    let pods = create_pod(&cluster, &pod).await;
-    wait_phase(&pods, "slow", &["Running"]).await;
-    let pid = kubelet.pod_pid(NS, "slow").expect("process runs");
-    let pod = wait_phase(&pods, "slow", &["Succeeded", "Failed"]).await;
+    t.create(&pod).await;
+    wait_phase(&t.pods, "slow", &["Running"]).await;
+    let pid = t.kubelet.pod_pid(t.env.ns(), "slow").expect("process runs");
+    let pod = wait_phase(&t.pods, "slow", &["Succeeded", "Failed"]).await;
     let status = pod.status.clone().expect("status");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
     assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
@@ -427,16 +466,21 @@ async fn active_deadline_ends_a_sleeping_pod_with_deadline_exceeded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_pod_kills_its_process_and_the_pod_disappears() {
-    let (cluster, _fleet, kubelet) = start_with_nodes().await;
-    let pods = create_pod(&cluster, &shell_pod("victim", "node-01", "sleep 300")).await;
-    wait_phase(&pods, "victim", &["Running"]).await;
-    let pid = kubelet.pod_pid(NS, "victim").expect("process runs");
+    let t = Nodes::start("delete").await;
+    t.create(&shell_pod("victim", &t.node("node-01"), "sleep 300"))
+        .await;
+    let pods = &t.pods;
+    wait_phase(pods, "victim", &["Running"]).await;
+    let pid = t
+        .kubelet
+        .pod_pid(t.env.ns(), "victim")
+        .expect("process runs");
     assert!(pid_alive(pid));
     // A graceful delete (the default 30 s grace period): the kubelet must confirm it.
     pods.delete("victim", &DeleteParams::default())
         .await
         .expect("delete");
-    wait::for_deletion(&pods, "victim", T)
+    wait::for_deletion(pods, "victim", T)
         .await
         .expect("pod object disappears");
     assert!(!pid_alive(pid), "process {pid} is gone");
@@ -444,8 +488,8 @@ async fn deleting_a_pod_kills_its_process_and_the_pod_disappears() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_collector_deletes_owned_pods_through_the_kubelet() {
-    let (cluster, _fleet, kubelet) = start_with_nodes().await;
-    let owners: Api<ConfigMap> = Api::namespaced(cluster.client(), NS);
+    let t = Nodes::start("gc").await;
+    let owners: Api<ConfigMap> = Api::namespaced(t.env.client(), t.env.ns());
     let owner = owners
         .create(
             &PostParams::default(),
@@ -453,7 +497,7 @@ async fn garbage_collector_deletes_owned_pods_through_the_kubelet() {
         )
         .await
         .expect("owner created");
-    let mut pod = shell_pod("owned", "node-02", "sleep 300");
+    let mut pod = shell_pod("owned", &t.node("node-02"), "sleep 300");
     pod.metadata.owner_references = Some(vec![
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
@@ -461,14 +505,18 @@ async fn garbage_collector_deletes_owned_pods_through_the_kubelet() {
         }))
         .expect("owner reference"),
     ]);
-    let pods = create_pod(&cluster, &pod).await;
-    wait_phase(&pods, "owned", &["Running"]).await;
-    let pid = kubelet.pod_pid(NS, "owned").expect("process runs");
+    t.create(&pod).await;
+    let pods = &t.pods;
+    wait_phase(pods, "owned", &["Running"]).await;
+    let pid = t
+        .kubelet
+        .pod_pid(t.env.ns(), "owned")
+        .expect("process runs");
     owners
         .delete("owner", &DeleteParams::background())
         .await
         .expect("owner deleted");
-    wait::for_deletion(&pods, "owned", T)
+    wait::for_deletion(pods, "owned", T)
         .await
         .expect("the controller-manager's garbage collector deletes the pod");
     assert!(!pid_alive(pid), "process {pid} is gone");
@@ -484,7 +532,7 @@ const CHILD_ENV: &str = "GPUFABRIC_HARNESS_CHILD";
 #[ignore = "run as a child process by the tests below"]
 async fn child_starts_a_cluster_then_panics_or_waits() {
     let mode = std::env::var(CHILD_ENV).expect("run by the parent test");
-    let (cluster, fleet, kubelet) = start_with_nodes().await;
+    let (cluster, fleet, kubelet) = start_private_with_nodes().await;
     let pods = create_pod(&cluster, &shell_pod("sleeper", "node-01", "sleep 300")).await;
     wait_phase(&pods, "sleeper", &["Running"]).await;
     let pid = kubelet.pod_pid(NS, "sleeper").expect("pod process");
@@ -606,12 +654,12 @@ async fn missing_binaries_fail_with_a_message_to_run_build_sh() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_program_ends_failed_with_start_error() {
-    let (cluster, _fleet, _kubelet) = start_with_nodes().await;
-    let mut pod = shell_pod("nothing", "node-01", "");
+    let t = Nodes::start("start-error").await;
+    let mut pod = shell_pod("nothing", &t.node("node-01"), "");
     pod.spec.as_mut().expect("spec").containers[0].command =
         Some(vec!["/opt/no-such-program-here".into()]);
-    let pods = create_pod(&cluster, &pod).await;
-    let pod = wait_phase(&pods, "nothing", &["Succeeded", "Failed"]).await;
+    t.create(&pod).await;
+    let pod = wait_phase(&t.pods, "nothing", &["Succeeded", "Failed"]).await;
     assert_eq!(phase(Some(&pod)), "Failed");
     let t = terminated(&pod);
     assert_eq!(
@@ -698,36 +746,36 @@ async fn nodes_stay_ready_and_untainted_past_the_node_monitor_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fabric_kubelet_binary_registers_the_fleet_and_runs_pods() {
-    let cluster = start().await;
-    let fleet = SimFleet::write(SimFleet::uniform("bin", 3, H100, 4)).expect("fleet");
+    let env = TestEnv::new("binary").await.expect("test environment");
+    let fleet = SimFleet::write(env.fleet(SimFleet::uniform("bin", 3, H100, 4))).expect("fleet");
+    let (b2, b3) = (env.node("bin-02"), env.node("bin-03"));
     let root = tempfile::tempdir().expect("pod dirs");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-kubelet"));
     cmd.arg("--root-dir")
         .arg(root.path())
         .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
+        .arg(env.cluster().kubeconfig_path())
         .arg("--fleet")
         .arg(fleet.path())
-        .args(["--stalled-node", "bin-03"])
+        .args(["--stalled-node", &b3])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     gpufabric_tests::process::harden(&mut cmd);
     let mut kubelet = cmd.spawn().expect("fabric-kubelet starts");
-    let nodes: Api<Node> = Api::all(cluster.client());
-    wait::for_object(&nodes, "bin-03", T, |n: Option<&Node>| n.is_some())
+    let nodes: Api<Node> = Api::all(env.client());
+    wait::for_object(&nodes, &b3, T, |n: Option<&Node>| n.is_some())
         .await
         .expect("last node registered");
-    cluster.create_namespace(NS).await.expect("namespace");
-    create_pod(&cluster, &shell_pod("on-stalled", "bin-03", "exit 0")).await;
-    let pods = create_pod(
-        &cluster,
-        &shell_pod(
-            "via-binary",
-            "bin-02",
-            "echo -n done > \"$FABRIC_TERMINATION_LOG\"",
-        ),
-    )
-    .await;
+    let pods: Api<Pod> = Api::namespaced(env.client(), env.ns());
+    let script = "echo -n done > \"$FABRIC_TERMINATION_LOG\"";
+    for pod in [
+        shell_pod("on-stalled", &b3, "exit 0"),
+        shell_pod("via-binary", &b2, script),
+    ] {
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("pod created");
+    }
     let pod = wait_phase(&pods, "via-binary", &["Succeeded", "Failed"]).await;
     let stalled = pods
         .get("on-stalled")

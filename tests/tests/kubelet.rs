@@ -3,12 +3,12 @@
 //! GPUs are held, image pulls that fail, config that cannot be built, a node that never
 //! starts pods, eviction and preemption.
 
-use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::fixtures::{
     self, MISSING_IMAGE, hold_gpus, pod_phase, secret_env, shell_pod, waiting,
 };
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Eviction, Kubelet, KubeletOptions};
+use gpufabric_tests::shared::TestEnv;
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::{EnvFromSource, Pod, Secret, SecretEnvSource};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -16,20 +16,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(90);
-const NS: &str = "busy";
 
-/// A control plane, two 8-GPU nodes (`node-01`, `node-02`), a kubelet with `opts` (a 1 s
-/// retry back-off unless set), and the `busy` namespace.
-async fn start(opts: KubeletOptions) -> (Cluster, SimFleet, Kubelet, Api<Pod>) {
-    gpufabric_tests::init_tracing();
-    let cluster = Cluster::start().await.expect("local control plane starts");
-    let fleet = SimFleet::write(SimFleet::uniform("node", 2, H100, 8)).expect("fleet file");
-    let kubelet = Kubelet::start(cluster.client(), &fleet, opts)
+/// A namespace of the shared control plane, two 8-GPU nodes (`node-01`, `node-02`,
+/// prefixed), and a kubelet with `opts`.
+async fn start(name: &str, opts: KubeletOptions) -> (TestEnv, SimFleet, Kubelet, Api<Pod>) {
+    let env = TestEnv::new(name).await.expect("test environment");
+    let (fleet, kubelet) = env
+        .start_kubelet(SimFleet::uniform("node", 2, H100, 8), opts)
         .await
         .expect("kubelet starts");
-    cluster.create_namespace(NS).await.expect("namespace");
-    let pods = Api::namespaced(cluster.client(), NS);
-    (cluster, fleet, kubelet, pods)
+    let pods = Api::namespaced(env.client(), env.ns());
+    (env, fleet, kubelet, pods)
 }
 
 fn fast() -> KubeletOptions {
@@ -82,12 +79,13 @@ fn status_reason(p: &Pod) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_asking_for_gpus_another_pod_holds_is_rejected_out_of_gpu() {
-    let (cluster, _fleet, _kubelet, pods) = start(fast()).await;
-    hold_gpus(&cluster.client(), NS, "node-01", 8)
+    let (env, _fleet, _kubelet, pods) = start("out-of-gpu", fast()).await;
+    let (n1, n2) = (env.node("node-01"), env.node("node-02"));
+    hold_gpus(&env.client(), env.ns(), &n1, 8)
         .await
         .expect("the holder runs on node-01");
-    create(&pods, &gpu_pod("bench-01", "node-01", 8, "exit 0")).await;
-    create(&pods, &gpu_pod("bench-02", "node-02", 8, "exit 0")).await;
+    create(&pods, &gpu_pod("bench-01", &n1, 8, "exit 0")).await;
+    create(&pods, &gpu_pod("bench-02", &n2, 8, "exit 0")).await;
     let rejected = wait_until(&pods, "bench-01", ended).await;
     assert_eq!(pod_phase(Some(&rejected)), "Failed");
     assert_eq!(
@@ -112,23 +110,23 @@ async fn a_pod_asking_for_gpus_another_pod_holds_is_rejected_out_of_gpu() {
     );
 
     // Once the holder is gone its GPUs are free again.
-    let holder = fixtures::gpu_holder_name("node-01");
+    let holder = fixtures::gpu_holder_name(&n1);
     pods.delete(&holder, &DeleteParams::default())
         .await
         .expect("holder deleted");
     wait::for_deletion(&pods, &holder, T)
         .await
         .expect("holder gone");
-    create(&pods, &gpu_pod("bench-03", "node-01", 8, "exit 0")).await;
+    create(&pods, &gpu_pod("bench-03", &n1, 8, "exit 0")).await;
     let after = wait_until(&pods, "bench-03", ended).await;
     assert_eq!(pod_phase(Some(&after)), "Succeeded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_does_not_exist_waits_in_err_image_pull_then_back_off() {
-    let (_cluster, _fleet, _kubelet, pods) = start(fast()).await;
-    let mut pod = shell_pod("pull", "node-01", "exit 0");
-    let mut doomed = shell_pod("pull-deadline", "node-02", "exit 0");
+    let (env, _fleet, _kubelet, pods) = start("image-pull", fast()).await;
+    let mut pod = shell_pod("pull", &env.node("node-01"), "exit 0");
+    let mut doomed = shell_pod("pull-deadline", &env.node("node-02"), "exit 0");
     for p in [&mut pod, &mut doomed] {
         if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
             c.image = Some(MISSING_IMAGE.to_string());
@@ -164,13 +162,13 @@ async fn an_image_that_does_not_exist_waits_in_err_image_pull_then_back_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn env_from_a_missing_secret_is_a_config_error_until_the_secret_exists() {
-    let (cluster, _fleet, _kubelet, pods) = start(fast()).await;
+    let (env, _fleet, _kubelet, pods) = start("config-error", fast()).await;
     let mut pod = shell_pod(
         "needs-token",
-        "node-01",
+        &env.node("node-01"),
         "echo -n \"$TOKEN\" > \"$FABRIC_TERMINATION_LOG\"",
     );
-    let mut from_all = shell_pod("needs-all", "node-02", "exit 0");
+    let mut from_all = shell_pod("needs-all", &env.node("node-02"), "exit 0");
     if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
         c.env = Some(vec![secret_env("TOKEN", "agent-token", "token")]);
     }
@@ -204,7 +202,7 @@ async fn env_from_a_missing_secret_is_a_config_error_until_the_secret_exists() {
     );
 
     // A Secret without the key is still an error, worded as the kubelet does.
-    let secrets: Api<Secret> = Api::namespaced(cluster.client(), NS);
+    let secrets: Api<Secret> = Api::namespaced(env.client(), env.ns());
     let secret = |data: &[(&str, &str)]| Secret {
         metadata: kube::api::ObjectMeta {
             name: Some("agent-token".to_string()),
@@ -221,7 +219,7 @@ async fn env_from_a_missing_secret_is_a_config_error_until_the_secret_exists() {
         .create(&PostParams::default(), &secret(&[("other", "x")]))
         .await
         .expect("secret without the key");
-    let missing_key = "couldn't find key token in Secret busy/agent-token";
+    let missing_key = format!("couldn't find key token in Secret {}/agent-token", env.ns());
     wait_until(&pods, "needs-token", |p| {
         waiting(p).is_some_and(|(_, m)| m == missing_key)
     })
@@ -250,14 +248,20 @@ async fn env_from_a_missing_secret_is_a_config_error_until_the_secret_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_node_leaves_its_pods_pending_without_status_until_it_recovers() {
+    let env = TestEnv::new("stalled").await.expect("test environment");
+    let (n1, n2) = (env.node("node-01"), env.node("node-02"));
     let opts = KubeletOptions {
-        stalled_nodes: BTreeSet::from(["node-02".to_string()]),
+        stalled_nodes: BTreeSet::from([n2.clone()]),
         ..fast()
     };
-    let (_cluster, _fleet, kubelet, pods) = start(opts).await;
-    create(&pods, &shell_pod("stuck", "node-02", "exit 0")).await;
-    create(&pods, &shell_pod("deleted", "node-02", "exit 0")).await;
-    create(&pods, &shell_pod("runs", "node-01", "exit 0")).await;
+    let (_fleet, kubelet) = env
+        .start_kubelet(SimFleet::uniform("node", 2, H100, 8), opts)
+        .await
+        .expect("kubelet starts");
+    let pods: Api<Pod> = Api::namespaced(env.client(), env.ns());
+    create(&pods, &shell_pod("stuck", &n2, "exit 0")).await;
+    create(&pods, &shell_pod("deleted", &n2, "exit 0")).await;
+    create(&pods, &shell_pod("runs", &n1, "exit 0")).await;
     let ran = wait_until(&pods, "runs", ended).await;
     assert_eq!(pod_phase(Some(&ran)), "Succeeded", "node-01 works");
     // Well after node-01 finished its pod, node-02 has not touched its own.
@@ -281,7 +285,7 @@ async fn a_stalled_node_leaves_its_pods_pending_without_status_until_it_recovers
         .await
         .expect("deletion confirmed");
     kubelet
-        .set_node_stalled("node-02", false)
+        .set_node_stalled(&n2, false)
         .await
         .expect("node-02 recovers");
     let recovered = wait_until(&pods, "stuck", ended).await;
@@ -290,17 +294,17 @@ async fn a_stalled_node_leaves_its_pods_pending_without_status_until_it_recovers
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicted_and_preempted_pods_fail_with_the_kubelets_reason() {
-    let (_cluster, _fleet, kubelet, pods) = start(fast()).await;
+    let (env, _fleet, kubelet, pods) = start("eviction", fast()).await;
     let running = |p: Option<&Pod>| pod_phase(p) == "Running";
     for (name, node) in [("evicted", "node-01"), ("preempted", "node-02")] {
-        create(&pods, &gpu_pod(name, node, 8, "sleep 100000")).await;
+        create(&pods, &gpu_pod(name, &env.node(node), 8, "sleep 100000")).await;
         wait_until(&pods, name, running).await;
     }
     kubelet
-        .evict_pod(NS, "evicted", Eviction::NodePressure)
+        .evict_pod(env.ns(), "evicted", Eviction::NodePressure)
         .expect("evict");
     kubelet
-        .evict_pod(NS, "preempted", Eviction::Preemption)
+        .evict_pod(env.ns(), "preempted", Eviction::Preemption)
         .expect("preempt");
     for (name, reason) in [("evicted", "Evicted"), ("preempted", "Preempting")] {
         let p = wait_until(&pods, name, ended).await;
@@ -319,12 +323,12 @@ async fn evicted_and_preempted_pods_fail_with_the_kubelets_reason() {
         );
     }
     // An evicted pod no longer holds its node's GPUs.
-    create(&pods, &gpu_pod("after", "node-01", 8, "exit 0")).await;
+    create(&pods, &gpu_pod("after", &env.node("node-01"), 8, "exit 0")).await;
     let after = wait_until(&pods, "after", ended).await;
     assert_eq!(pod_phase(Some(&after)), "Succeeded");
     assert!(
         kubelet
-            .evict_pod(NS, "no-such-pod", Eviction::NodePressure)
+            .evict_pod(env.ns(), "no-such-pod", Eviction::NodePressure)
             .is_err()
     );
 }

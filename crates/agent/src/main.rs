@@ -2,6 +2,7 @@
 
 mod args;
 mod inject;
+mod node_pair;
 mod output;
 mod tables;
 
@@ -55,6 +56,21 @@ enum Command {
     ///   fabric-agent inject slow-pair --gpus 3,5 --seconds 120
     #[command(verbatim_doc_comment)]
     Inject(inject::InjectArgs),
+    /// One rank of a node-pair test: meet the other node's pod over TCP, run NCCL across
+    /// both nodes' GPUs, and write the node-pair document.
+    ///
+    /// Rank 0 listens on --rendezvous and gives the NCCL unique id to the rank that presents
+    /// the run's secret; rank 1 connects, retrying until --rendezvous-timeout. Either may
+    /// start first. A peer that never arrives ends the pod within that time with exit code
+    /// 3 and a document saying the pair was not measured, naming the peer.
+    ///
+    /// Example (two shells):
+    ///   fabric-agent node-pair --backend sim --fleet f.yaml --nodes a,b --rank 0 \
+    ///     --rendezvous 127.0.0.1:29400 --group demo --secret $S
+    ///   fabric-agent node-pair --backend sim --fleet f.yaml --nodes a,b --rank 1 \
+    ///     --rendezvous 127.0.0.1:29400 --group demo --secret $S
+    #[command(verbatim_doc_comment)]
+    NodePair(Box<node_pair::NodePairArgs>),
     /// One rank of the DDP probe run with one process per GPU: reads its task as one JSON
     /// line on stdin, prints its report as one JSON line. Started by node-check itself.
     #[command(hide = true)]
@@ -73,6 +89,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::NodeCheck(args) => node_check(*args),
         Command::Inject(args) => inject::run(args).map(|()| 0),
+        Command::NodePair(args) => node_pair::run(*args),
         Command::DdpWorker => ddp_worker(),
     };
     match result {

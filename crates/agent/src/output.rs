@@ -25,7 +25,7 @@ fn termination_target() -> Option<Termination> {
     }
 }
 
-fn write_termination(text: &str) {
+pub(crate) fn write_termination(text: &str) {
     match termination_target() {
         None => {}
         Some(Termination::Explicit(path)) => {

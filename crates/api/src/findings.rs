@@ -49,6 +49,12 @@ pub enum FindingKind {
     Thermal,
     /// Fewer GPUs than the node advertises, or of another product.
     GpuMismatch,
+    /// A network port (InfiniBand / RoCE) is not up.
+    NicDown,
+    /// A network port trained below the rate of its siblings on the node.
+    NicDegraded,
+    /// A network port's error counters grew since the previous run.
+    NicErrors,
 }
 
 /// How much a finding matters.
@@ -108,6 +114,16 @@ pub enum Metric {
     GpuCount,
     /// The agent's exit (crash, timeout, unusable result).
     AgentExit,
+    /// NCCL bus bandwidth between two nodes.
+    NodePairBusBw,
+    /// The network transport NCCL used between two nodes (InfiniBand, RoCE, sockets).
+    NetTransport,
+    /// A network port's logical and physical state.
+    NicLink,
+    /// A network port's active rate.
+    NicRate,
+    /// A network port's error counters.
+    NicErrors,
 }
 
 /// What a finding points at.
@@ -129,9 +145,12 @@ pub enum SubjectKind {
     GpuPair,
     Node,
     NodePair,
+    /// One port of a network device of a node.
+    Nic,
 }
 
-/// The smallest thing at fault: a GPU, a GPU pair of one node, a node, or a node pair.
+/// The smallest thing at fault: a GPU, a GPU pair of one node, a network port of a node,
+/// a node, or a node pair.
 #[derive(
     Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, schemars::JsonSchema,
 )]
@@ -149,6 +168,9 @@ pub struct Subject {
     /// Second node of a node pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_node: Option<String>,
+    /// Network port, e.g. `mlx5_0 port 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nic: Option<String>,
 }
 
 impl Subject {
@@ -159,6 +181,7 @@ impl Subject {
             gpu: None,
             peer_gpu: None,
             peer_node: None,
+            nic: None,
         }
     }
     pub fn gpu(node: impl Into<String>, gpu: u32) -> Self {
@@ -168,6 +191,7 @@ impl Subject {
             gpu: Some(gpu),
             peer_gpu: None,
             peer_node: None,
+            nic: None,
         }
     }
     pub fn gpu_pair(node: impl Into<String>, a: u32, b: u32) -> Self {
@@ -177,6 +201,7 @@ impl Subject {
             gpu: Some(a),
             peer_gpu: Some(b),
             peer_node: None,
+            nic: None,
         }
     }
     pub fn node_pair(a: impl Into<String>, b: impl Into<String>) -> Self {
@@ -186,6 +211,17 @@ impl Subject {
             gpu: None,
             peer_gpu: None,
             peer_node: Some(b.into()),
+            nic: None,
+        }
+    }
+    pub fn nic(node: impl Into<String>, port: impl Into<String>) -> Self {
+        Subject {
+            kind: SubjectKind::Nic,
+            node: node.into(),
+            gpu: None,
+            peer_gpu: None,
+            peer_node: None,
+            nic: Some(port.into()),
         }
     }
 }
@@ -198,6 +234,10 @@ impl std::fmt::Display for Subject {
                 write!(f, "{} GPU {a} <-> GPU {b}", self.node)
             }
             (SubjectKind::NodePair, _, _, Some(peer)) => write!(f, "{} <-> {peer}", self.node),
+            (SubjectKind::Nic, _, _, _) => match &self.nic {
+                Some(port) => write!(f, "{} {port}", self.node),
+                None => write!(f, "{}", self.node),
+            },
             _ => write!(f, "{}", self.node),
         }
     }

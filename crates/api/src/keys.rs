@@ -46,6 +46,14 @@ pub const ENV_RUN: &str = "FABRIC_RUN";
 pub const ENV_TERMINATION_LOG: &str = "FABRIC_TERMINATION_LOG";
 /// Agent env: `ip:port` of the rank-0 pod of a multi-node group.
 pub const ENV_RENDEZVOUS: &str = "FABRIC_RENDEZVOUS";
+/// Agent env (node-pair pods): the run's rendezvous secret, hex.
+pub const ENV_RENDEZVOUS_SECRET: &str = "FABRIC_RENDEZVOUS_SECRET";
+/// Agent env (node-pair pods): the rendezvous group, the same for both pods of a pair.
+pub const ENV_GROUP: &str = "FABRIC_GROUP";
+/// Agent env (node-pair pods): the pod's rank in its group (0 serves the rendezvous).
+pub const ENV_RANK: &str = "FABRIC_RANK";
+/// Agent env (node-pair pods): the nodes of the pair by rank, comma-separated.
+pub const ENV_PAIR_NODES: &str = "FABRIC_PAIR_NODES";
 /// Agent env: path of the simulated fleet description (sim backend only).
 pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
 /// Agent env: backend override (`cuda` or `sim`).

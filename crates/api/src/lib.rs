@@ -6,6 +6,8 @@
 
 pub mod findings;
 pub mod keys;
+pub mod outcome;
+pub mod pair;
 pub mod policy;
 pub mod quarantine;
 pub mod result;

@@ -88,6 +88,9 @@ pub struct ResultDocument {
     /// Transport NCCL chose between each pair of GPUs (from NCCL's own information).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transports: Vec<TransportInfo>,
+    /// The node's InfiniBand / RoCE ports (sysfs), when it has any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::pair::NicPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PhaseError>,
 }

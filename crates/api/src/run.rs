@@ -2,6 +2,7 @@
 //! nodes it resolved, per-node results and findings. Like a Job under a CronJob.
 
 use crate::findings::Finding;
+use crate::outcome::{HardwareFault, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::suite::Suite;
 use crate::test::{AgentSpec, FabricTestSpec};
@@ -162,17 +163,27 @@ pub enum NodeVerdict {
     Passed,
     /// Measured; at least one critical finding.
     Failed,
-    /// No usable result: the agent crashed, or its result was missing or malformed.
+    /// A hardware fault the agent saw instead of a result: a GPU missing or unusable, the
+    /// agent killed while driving the GPUs.
     Errored,
-    /// The pod ran past its deadline, or the run ended first.
+    /// The agent had started and hung past the deadline (a hung collective or copy).
     Timeout,
+    /// Not measured, for a reason outside the node's hardware (see `notMeasured`): never
+    /// counts against the node.
+    NotMeasured,
 }
 
 impl NodeVerdict {
     pub fn is_final(self) -> bool {
         !matches!(self, NodeVerdict::Pending | NodeVerdict::Running)
     }
-    /// Failed, errored and timed-out nodes all count against a node's health.
+    /// The node was measured, or the agent saw a hardware fault: the verdict says something
+    /// about the node's hardware.
+    pub fn is_measured(self) -> bool {
+        self.is_final() && self != NodeVerdict::NotMeasured
+    }
+    /// Failed, errored and timed-out nodes all count against a node's health; a node that
+    /// was not measured never does.
     pub fn is_bad(self) -> bool {
         matches!(
             self,
@@ -194,9 +205,15 @@ pub struct NodeRunResult {
     pub product: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
-    /// Why the node errored or timed out.
+    /// Why the node errored, timed out or was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The hardware fault the agent saw (verdict Errored or Timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_fault: Option<HardwareFault>,
+    /// Why the node was not measured (verdict NotMeasured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<NotMeasuredReason>,
     /// Peak all_reduce bus bandwidth (GB/s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub all_reduce_bus_bw_gbps: Option<f64>,
@@ -232,6 +249,14 @@ pub struct FabricTestRunStatus {
     pub failed: u32,
     #[serde(default)]
     pub errored: u32,
+    /// Nodes not measured for a reason outside their hardware.
+    #[serde(default)]
+    pub not_measured: u32,
+    /// Selected nodes the run did not test, with why (busy, tainted or cordoned by others,
+    /// partitioned GPUs, not Ready).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub skipped: Vec<SkippedNode>,
     /// Per-node results; the node list is frozen when the run starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
@@ -244,4 +269,69 @@ pub struct FabricTestRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A selected node the run did not test.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedNode {
+    pub node: String,
+    pub reason: SkipReason,
+    /// The detail, e.g. which taint or how many GPUs are in use.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// Why a selected node is not tested.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
+pub enum SkipReason {
+    /// Other pods hold some of its GPUs (set `includeBusyNodes` to test it anyway).
+    Busy,
+    /// Someone else's NoSchedule or NoExecute taint (maintenance).
+    Tainted,
+    /// Unschedulable, cordoned by someone else.
+    Cordoned,
+    /// Not Ready.
+    NotReady,
+    /// Being deleted.
+    Deleting,
+    /// MIG or time-sliced GPUs: `nvidia.com/gpu` is not the node's physical GPU count.
+    PartitionedGpus,
+    /// No allocatable `nvidia.com/gpu`.
+    NoGpus,
+    /// Named in `nodes` but missing or not matching the selector.
+    NotFound,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::Busy => "Busy",
+            SkipReason::Tainted => "Tainted",
+            SkipReason::Cordoned => "Cordoned",
+            SkipReason::NotReady => "NotReady",
+            SkipReason::Deleting => "Deleting",
+            SkipReason::PartitionedGpus => "PartitionedGpus",
+            SkipReason::NoGpus => "NoGpus",
+            SkipReason::NotFound => "NotFound",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -10,7 +10,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Image the benchmark pods run when `agent.image` is not set.
+/// Image the benchmark pods run when neither `agent.image` nor the operator's
+/// `--agent-image` names one.
 pub const DEFAULT_AGENT_IMAGE: &str = concat!(
     "ghcr.io/gpufabric/fabric-agent:v",
     env!("CARGO_PKG_VERSION")
@@ -123,6 +124,10 @@ pub struct FabricTestSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub nodes: Option<Vec<String>>,
+    /// Also test nodes whose GPUs are partly held by other pods (their benchmark pods may
+    /// then be refused by the kubelet: not measured, never held against the node). Off:
+    /// busy nodes are skipped.
+    pub include_busy_nodes: bool,
     /// What to do when a run is due while another is active (as CronJob).
     pub concurrency_policy: ConcurrencyPolicy,
     /// A run that could not start within this many seconds of its time is skipped.
@@ -153,6 +158,7 @@ impl Default for FabricTestSpec {
             suspend: false,
             node_selector: BTreeMap::new(),
             nodes: None,
+            include_busy_nodes: false,
             concurrency_policy: ConcurrencyPolicy::Forbid,
             starting_deadline_seconds: None,
             suite: Suite::default(),
@@ -207,8 +213,9 @@ pub enum PullPolicy {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentSpec {
-    /// Agent image.
-    #[schemars(length(min = 1))]
+    /// Agent image. Empty (the default): the operator's `--agent-image` (the chart's
+    /// `agentImage`), resolved when each benchmark pod is created.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub image: String,
     pub image_pull_policy: PullPolicy,
     /// Resources of the agent container besides the GPUs (which are always all of the node's).
@@ -230,7 +237,7 @@ pub struct AgentSpec {
 impl Default for AgentSpec {
     fn default() -> Self {
         AgentSpec {
-            image: DEFAULT_AGENT_IMAGE.to_string(),
+            image: String::new(),
             image_pull_policy: PullPolicy::IfNotPresent,
             resources: None,
             env: Vec::new(),
@@ -282,6 +289,9 @@ pub struct RunSummary {
     pub passed: u32,
     pub failed: u32,
     pub errored: u32,
+    /// Nodes not measured for a reason outside their hardware.
+    #[serde(default)]
+    pub not_measured: u32,
     pub findings: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
@@ -304,7 +314,8 @@ pub struct NodeHealth {
     /// Failing enough to be quarantined, but the mode is Observe or the budget is spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_back: Option<String>,
-    /// The most severe finding of the latest run, as a sentence.
+    /// The most severe finding of the latest run, as a sentence; when the verdict is
+    /// NotMeasured, why the node was not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_finding: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

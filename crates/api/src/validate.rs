@@ -295,8 +295,8 @@ fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
     );
 
     let agent = &spec.agent;
-    c.check(!agent.image.trim().is_empty(), "agent.image", || {
-        "must not be empty".into()
+    c.check(agent.image.trim() == agent.image, "agent.image", || {
+        "must not start or end with spaces (leave it out for the operator's --agent-image)".into()
     });
     c.check(
         (10..=86400).contains(&agent.timeout_seconds),

@@ -99,18 +99,26 @@ fn full_example_sets_every_spec_field() {
 #[test]
 fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does() {
     use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::rbac::v1::ClusterRole;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
     use serde::Deserialize;
 
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/operator.yaml");
     let text = std::fs::read_to_string(&path).expect("deploy/operator.yaml exists");
-    let mut role = None;
+    // Rules of every ClusterRole and Role, and of the ClusterRoles alone.
+    let mut rules: Vec<PolicyRule> = Vec::new();
+    let mut cluster_rules: Vec<PolicyRule> = Vec::new();
     let mut deployment = None;
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let value = serde_yaml::Value::deserialize(doc).expect("each document is YAML");
         match value.get("kind").and_then(|k| k.as_str()) {
             Some("ClusterRole") => {
-                role = Some(serde_yaml::from_value::<ClusterRole>(value).expect("a ClusterRole"))
+                let role = serde_yaml::from_value::<ClusterRole>(value).expect("a ClusterRole");
+                cluster_rules.extend(role.rules.clone().unwrap_or_default());
+                rules.extend(role.rules.unwrap_or_default());
+            }
+            Some("Role") => {
+                let role = serde_yaml::from_value::<Role>(value).expect("a Role");
+                rules.extend(role.rules.unwrap_or_default());
             }
             Some("Deployment") => {
                 deployment =
@@ -119,14 +127,14 @@ fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does(
             _ => {}
         }
     }
-    let role = role.expect("a ClusterRole");
-    let grants = |group: &str, resource: &str, verb: &str| {
-        role.rules.iter().flatten().any(|r| {
+    let grants_in = |rules: &[PolicyRule], group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
             r.api_groups.iter().flatten().any(|g| g == group)
                 && r.resources.iter().flatten().any(|x| x == resource)
                 && r.verbs.iter().any(|v| v == verb)
         })
     };
+    let grants = |group: &str, resource: &str, verb: &str| grants_in(&rules, group, resource, verb);
     for (group, resource, verb) in [
         ("gpufabric.io", "fabrictests", "watch"),
         ("gpufabric.io", "fabrictestruns", "create"),
@@ -142,12 +150,16 @@ fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does(
     ] {
         assert!(
             grants(group, resource, verb),
-            "the ClusterRole does not grant {verb} on {group}/{resource}"
+            "no Role or ClusterRole grants {verb} on {group}/{resource}"
         );
     }
     assert!(
         !grants("", "nodes", "delete"),
         "the operator must never delete nodes"
+    );
+    assert!(
+        !grants_in(&cluster_rules, "", "pods", "create"),
+        "pods are created in the watched namespace only (a Role), not cluster-wide"
     );
     let deployment = deployment.expect("a Deployment");
     let container = &deployment

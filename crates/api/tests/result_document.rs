@@ -135,6 +135,7 @@ fn eight_gpu_document() -> ResultDocument {
                 .collect(),
         }),
         transports: vec![],
+        nics: vec![],
         errors: vec![],
     }
 }

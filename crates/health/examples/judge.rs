@@ -4,6 +4,7 @@
 //!
 //!     cargo run -p gpufabric-health --example judge -- node-a.json node-b.compact ...
 
+use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::{CompactResult, ResultDocument};
 use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
 
@@ -25,8 +26,8 @@ fn main() {
     let mut inputs = Vec::new();
     for (i, path) in std::env::args().skip(1).enumerate() {
         let outcome = match read(&path) {
-            Ok(r) => NodeOutcome::Measured(r),
-            Err(reason) => NodeOutcome::Errored { reason },
+            Ok(r) => NodeOutcome::Measured(Box::new(r)),
+            Err(reason) => NodeOutcome::not_measured(NotMeasuredReason::AgentBug, reason),
         };
         // Files of one host all carry its name; number them so each is its own node.
         let node = match &outcome {

@@ -6,6 +6,8 @@ use crate::fleet::{self, Better, Rule};
 use crate::profiles::{self, Expectations};
 use gpufabric_api::SubjectKind;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::outcome::HardwareFault;
+pub use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::{CompactResult, ErrorKind, Phase, Transport};
 use gpufabric_api::run::NodeVerdict;
@@ -40,31 +42,9 @@ impl NodeInput {
             node: result.n.clone(),
             product_label: None,
             expected_gpus: None,
-            outcome: NodeOutcome::Measured(result),
+            outcome: NodeOutcome::Measured(Box::new(result)),
         }
     }
-}
-
-/// What came back from a node.
-// A run holds one outcome per node, most of them measured: boxing the result would only
-// add an allocation per node.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq)]
-pub enum NodeOutcome {
-    Measured(CompactResult),
-    /// The agent exited non-zero or was killed without a usable result.
-    Crashed {
-        exit_code: Option<i32>,
-        reason: String,
-    },
-    /// The pod or the run ran past its deadline.
-    TimedOut {
-        reason: String,
-    },
-    /// The result was missing, truncated or malformed.
-    Errored {
-        reason: String,
-    },
 }
 
 /// Findings of a run and the verdict on each node.
@@ -109,8 +89,11 @@ fn kind_rank(kind: FindingKind) -> u8 {
         FindingKind::NvlinkDown => 7,
         FindingKind::WrongResults => 8,
         FindingKind::NvlinkErrors => 9,
+        FindingKind::NicDown => 10,
         FindingKind::PcieDegraded => 10,
+        FindingKind::NicDegraded => 11,
         FindingKind::TransportFallback => 11,
+        FindingKind::NicErrors => 12,
         FindingKind::Straggler => 12,
         FindingKind::Slow => 13,
         FindingKind::Thermal => 14,
@@ -129,17 +112,18 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     for input in nodes {
         let verdict = match &input.outcome {
             NodeOutcome::Measured(r) if r.g == 0 || r.g > MAX_GPUS_PER_NODE => {
+                // A document no agent writes: the agent is at fault, not the node.
                 findings.push(finding(
                     FindingKind::Errored,
                     Subject::node(&input.node),
                     Metric::GpuCount,
-                    Severity::Critical,
+                    Severity::Info,
                     format!(
-                        "The result of {} claims {} GPUs, which no node has (at most {MAX_GPUS_PER_NODE}); the result is corrupt: read the full result on the last line of the pod log.",
+                        "The result of {} claims {} GPUs, which no node has (at most {MAX_GPUS_PER_NODE}); the result is corrupt and the node was not measured: read the full result on the last line of the pod log.",
                         input.node, r.g
                     ),
                 ));
-                NodeVerdict::Errored
+                NodeVerdict::NotMeasured
             }
             NodeOutcome::Measured(r) => {
                 let mut own = Vec::new();
@@ -153,52 +137,14 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
                     NodeVerdict::Passed
                 }
             }
-            NodeOutcome::Crashed { exit_code, reason } => {
-                let code = exit_code
-                    .map(|c| format!("exit code {c}"))
-                    .unwrap_or_else(|| "no exit code".into());
-                findings.push(Finding {
-                    measured: exit_code.map(f64::from),
-                    source: Some(ExpectationSource::Rule),
-                    ..finding(
-                        FindingKind::Crash,
-                        Subject::node(&input.node),
-                        Metric::AgentExit,
-                        Severity::Critical,
-                        format!(
-                            "The agent crashed on {} ({code}) without a result: {reason}. Read the pod log and the node's kernel log (dmesg) for XID errors.",
-                            input.node
-                        ),
-                    )
-                });
-                NodeVerdict::Errored
+            NodeOutcome::HardwareFault { fault, detail } => {
+                findings.push(hardware_fault_finding(&input.node, *fault, detail));
+                match fault {
+                    HardwareFault::Hang => NodeVerdict::Timeout,
+                    _ => NodeVerdict::Errored,
+                }
             }
-            NodeOutcome::TimedOut { reason } => {
-                findings.push(finding(
-                    FindingKind::Timeout,
-                    Subject::node(&input.node),
-                    Metric::AgentExit,
-                    Severity::Critical,
-                    format!(
-                        "The check on {} did not finish in time: {reason}. A hung collective or copy points at NVLink or the GPU; raise agent.timeoutSeconds only if the suite is simply long.",
-                        input.node
-                    ),
-                ));
-                NodeVerdict::Timeout
-            }
-            NodeOutcome::Errored { reason } => {
-                findings.push(finding(
-                    FindingKind::Errored,
-                    Subject::node(&input.node),
-                    Metric::AgentExit,
-                    Severity::Critical,
-                    format!(
-                        "The result of {} could not be used: {reason}. Read the full result on the last line of the pod log.",
-                        input.node
-                    ),
-                ));
-                NodeVerdict::Errored
-            }
+            NodeOutcome::NotMeasured { .. } => NodeVerdict::NotMeasured,
         };
         verdicts.insert(input.node.clone(), verdict);
     }
@@ -212,6 +158,37 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     findings.extend(fleet_findings);
     sort_findings(&mut findings);
     Evaluation { findings, verdicts }
+}
+
+/// The finding for a hardware fault the agent saw instead of a result.
+fn hardware_fault_finding(node: &str, fault: HardwareFault, detail: &str) -> Finding {
+    let (kind, message) = match fault {
+        HardwareFault::Hang => (
+            FindingKind::Timeout,
+            format!(
+                "The check on {node} hung: {detail}. A hung collective or copy points at NVLink or the GPU; raise agent.timeoutSeconds only if the suite is simply long."
+            ),
+        ),
+        HardwareFault::GpuMissing => (
+            FindingKind::Crash,
+            format!(
+                "The agent on {node} found fewer GPUs than the node advertises: {detail}. Check nvidia-smi and the node's kernel log (dmesg) for a GPU that fell off the bus."
+            ),
+        ),
+        HardwareFault::GpuUnusable | HardwareFault::Crash => (
+            FindingKind::Crash,
+            format!(
+                "The agent crashed on {node} without a result: {detail}. Read the pod log and the node's kernel log (dmesg) for XID errors."
+            ),
+        ),
+    };
+    finding(
+        kind,
+        Subject::node(node),
+        Metric::AgentExit,
+        Severity::Critical,
+        message,
+    )
 }
 
 /// Sorts findings by node, subject, metric (then collective, kind, severity), so that the

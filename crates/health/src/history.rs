@@ -8,7 +8,9 @@ use gpufabric_api::test::NodeHealth;
 ///
 /// - A bad verdict (Failed, Errored, Timeout) adds one consecutive failure and clears the
 ///   passes; Passed adds one consecutive pass and clears the failures.
-/// - A verdict that is not final (Pending, Running) leaves both counters as they were.
+/// - A verdict that is not final (Pending, Running), or NotMeasured, leaves both counters as
+///   they were: a node the infrastructure kept from being measured is neither better nor
+///   worse (its `last_finding` then says why it was not measured).
 /// - `quarantined` and `quarantined_since` are kept from `prev`: only the quarantine
 ///   executor changes them. `held_back` is cleared; the planner sets it again if it holds
 ///   the node back in this run.
@@ -79,6 +81,34 @@ mod tests {
         assert_eq!(d.consecutive_passes, 2);
         let e = run(Some(&d), NodeVerdict::Timeout);
         assert_eq!((e.consecutive_failures, e.consecutive_passes), (1, 0));
+    }
+
+    #[test]
+    fn not_measured_leaves_counters_alone_and_says_why() {
+        let a = advance(
+            None,
+            "n1",
+            NodeVerdict::Failed,
+            Some("NVLink down".into()),
+            "r1",
+        );
+        let b = advance(
+            Some(&a),
+            "n1",
+            NodeVerdict::NotMeasured,
+            Some("ImagePullBackOff".into()),
+            "r2",
+        );
+        assert_eq!((b.consecutive_failures, b.consecutive_passes), (1, 0));
+        assert_eq!(b.verdict, NodeVerdict::NotMeasured);
+        assert_eq!(b.last_finding.as_deref(), Some("ImagePullBackOff"));
+        let c = advance(Some(&b), "n1", NodeVerdict::Passed, None, "r3");
+        assert_eq!((c.consecutive_failures, c.consecutive_passes), (0, 1));
+        let fresh = advance(None, "n2", NodeVerdict::NotMeasured, None, "r1");
+        assert_eq!(
+            (fresh.consecutive_failures, fresh.consecutive_passes),
+            (0, 0)
+        );
     }
 
     #[test]

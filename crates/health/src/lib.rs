@@ -21,9 +21,12 @@
 //! where the expectation came from, a severity (Critical fails the node, Info never does)
 //! and one sentence a person can act on. They are sorted by node, subject, metric.
 //!
-//! - **Outcomes**: a crash, a timeout and an unusable result are findings of their own
-//!   kinds (Crash, Timeout, Errored), never Slow. A result that claims no GPUs or more than
-//!   [`evaluate::MAX_GPUS_PER_NODE`] is unusable.
+//! - **Outcomes** ([`NodeOutcome`]): a hardware fault the agent saw instead of a result (a
+//!   GPU missing or unusable, a crash, a hang past the deadline) is a Critical finding of its
+//!   own kind (Crash, Timeout), never Slow. A node not measured for an infrastructure reason
+//!   (pod not admitted, image pull, container config, eviction, agent bug...) gets no
+//!   finding and the verdict NotMeasured. A result that claims no GPUs or more than
+//!   [`evaluate::MAX_GPUS_PER_NODE`] is an agent bug: NotMeasured, with an Info finding.
 //! - **Phase errors**: a watchdog timeout is a Timeout finding, a failure an Errored
 //!   finding (both Critical); a phase that could not run here is an Errored Info finding.
 //! - **Hardware** (per GPU, fixed rules): NVLink links down, XID, uncorrectable ECC, row
@@ -61,8 +64,9 @@
 //!   fleet.
 //!
 //! # Verdicts
-//! Errored for a crash or an unusable result, Timeout for a timed-out node, Failed for a
-//! measured node with any Critical finding, else Passed.
+//! Errored for a hardware fault without a result, Timeout for an agent that hung, Failed for
+//! a measured node with any Critical finding, Passed otherwise; NotMeasured for a node the
+//! infrastructure kept from being measured, which never counts against it.
 //!
 //! # History and quarantine
 //! [`history::advance`] counts consecutive failing and passing runs; [`quarantine::plan`]
@@ -71,6 +75,8 @@
 pub mod evaluate;
 pub mod fleet;
 pub mod history;
+pub mod nics;
+pub mod pairs;
 pub mod profiles;
 pub mod quarantine;
 

@@ -2,6 +2,7 @@
 //! panics, verdicts follow the findings, crashes are never Slow, and the result does not
 //! depend on the order of the nodes.
 
+use gpufabric_api::outcome::{HardwareFault, NotMeasuredReason};
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::{
     Backend, COMPACT_VERSION, CompactCollective, CompactDdpPoint, CompactGpuHealth, CompactResult,
@@ -114,12 +115,12 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
 
 fn input(i: usize) -> impl Strategy<Value = NodeInput> {
     let name = format!("n{i:02}");
-    let measured = result(name.clone()).prop_map(NodeOutcome::Measured);
+    let measured = result(name.clone()).prop_map(|r| NodeOutcome::Measured(Box::new(r)));
     let outcome = prop_oneof![
         8 => measured,
-        1 => Just(NodeOutcome::Crashed { exit_code: Some(134), reason: "boom".into() }),
-        1 => Just(NodeOutcome::TimedOut { reason: "late".into() }),
-        1 => Just(NodeOutcome::Errored { reason: "truncated".into() }),
+        1 => Just(NodeOutcome::hardware(HardwareFault::Crash, "boom")),
+        1 => Just(NodeOutcome::hardware(HardwareFault::Hang, "late")),
+        1 => Just(NodeOutcome::not_measured(NotMeasuredReason::AgentBug, "truncated")),
     ];
     (outcome, prop::option::of(0u32..10)).prop_map(move |(outcome, expected_gpus)| NodeInput {
         node: name.clone(),
@@ -161,20 +162,19 @@ proptest! {
             let mine: Vec<_> = e.findings_of(&n.node).collect();
             let critical = mine.iter().any(|f| f.severity == Severity::Critical);
             match &n.outcome {
-                NodeOutcome::Crashed { .. } => {
-                    prop_assert_eq!(verdict, NodeVerdict::Errored);
-                    prop_assert_eq!(mine.len(), 1);
-                    prop_assert_eq!(mine[0].kind, FindingKind::Crash);
-                }
-                NodeOutcome::TimedOut { .. } => {
+                NodeOutcome::HardwareFault { fault: HardwareFault::Hang, .. } => {
                     prop_assert_eq!(verdict, NodeVerdict::Timeout);
                     prop_assert_eq!(mine.len(), 1);
                     prop_assert_eq!(mine[0].kind, FindingKind::Timeout);
                 }
-                NodeOutcome::Errored { .. } => {
+                NodeOutcome::HardwareFault { .. } => {
                     prop_assert_eq!(verdict, NodeVerdict::Errored);
                     prop_assert_eq!(mine.len(), 1);
-                    prop_assert_eq!(mine[0].kind, FindingKind::Errored);
+                    prop_assert_eq!(mine[0].kind, FindingKind::Crash);
+                }
+                NodeOutcome::NotMeasured { .. } => {
+                    prop_assert_eq!(verdict, NodeVerdict::NotMeasured);
+                    prop_assert!(mine.is_empty());
                 }
                 NodeOutcome::Measured(r) => {
                     prop_assert_eq!(verdict == NodeVerdict::Failed, critical, "{:?} {:#?}", verdict, mine);

@@ -1,6 +1,7 @@
 //! The rules on what the agent really writes: the sim backend's documents for the sample
 //! fleets (crates/measure/fleets), compacted as in a termination message, then evaluated.
 
+use gpufabric_api::outcome::{HardwareFault, NotMeasuredReason};
 use gpufabric_api::result::{CompactResult, Transport};
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::{FindingKind, Metric, Severity, Subject, Suite};
@@ -29,18 +30,20 @@ fn run_fleet(fleet: &Fleet) -> Vec<NodeInput> {
                 .iter()
                 .any(|f| matches!(f, Fault::Hang { stuck: true, .. }))
             {
-                NodeOutcome::TimedOut {
-                    reason: "the pod ran past activeDeadlineSeconds".into(),
-                }
+                NodeOutcome::hardware(
+                    HardwareFault::Hang,
+                    "the agent had started and ran past the pod deadline",
+                )
             } else {
                 match sim::process_fault(node) {
-                    Some(sim::ProcessFault::Crash { exit_code }) => NodeOutcome::Crashed {
-                        exit_code: Some(exit_code),
-                        reason: "the agent exited without a result".into(),
-                    },
-                    Some(sim::ProcessFault::Garbage) => NodeOutcome::Errored {
-                        reason: "the result document is not valid JSON".into(),
-                    },
+                    Some(sim::ProcessFault::Crash { exit_code }) => NodeOutcome::hardware(
+                        HardwareFault::Crash,
+                        format!("the agent exited without a result (exit code {exit_code})"),
+                    ),
+                    Some(sim::ProcessFault::Garbage) => NodeOutcome::not_measured(
+                        NotMeasuredReason::AgentBug,
+                        "the result document is not valid JSON",
+                    ),
                     None => {
                         let opts = CheckOptions {
                             node: node.name.clone(),
@@ -53,7 +56,9 @@ fn run_fleet(fleet: &Fleet) -> Vec<NodeInput> {
                             .expect("the sim measures every node without a process fault");
                         let text =
                             doc.compact_within(gpufabric_api::keys::TERMINATION_MESSAGE_LIMIT);
-                        NodeOutcome::Measured(CompactResult::parse(&text).expect("compact parses"))
+                        NodeOutcome::Measured(Box::new(
+                            CompactResult::parse(&text).expect("compact parses"),
+                        ))
                     }
                 }
             };
@@ -166,7 +171,8 @@ fn every_fault_kind_is_found_at_its_part_and_the_clean_node_passes() {
         kinds_on("crash"),
         vec![(FindingKind::Crash, Subject::node("crash"))]
     );
-    assert_eq!(e.verdicts["garbage"], NodeVerdict::Errored);
+    // An unreadable result is the agent's fault: the node is not measured, not failed.
+    assert_eq!(e.verdicts["garbage"], NodeVerdict::NotMeasured);
     assert!(e.findings.iter().all(|f| !(f.kind == FindingKind::Slow
         && matches!(
             f.subject.node.as_str(),

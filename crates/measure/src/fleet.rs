@@ -48,6 +48,15 @@ pub enum Fault {
     /// The node's network runs at `factor` of normal bandwidth (node-pair tests).
     #[serde(rename_all = "camelCase")]
     SlowNic { factor: f64 },
+    /// The path between this node and `peer` runs at `factor` of normal bandwidth, while
+    /// both nodes are fine with other partners (node-pair tests).
+    #[serde(rename_all = "camelCase")]
+    BadPath { peer: String, factor: f64 },
+    /// Network port `nic` (0-based, one per GPU) of the node is down: NCCL uses the others.
+    #[serde(rename_all = "camelCase")]
+    NicDown { nic: u32 },
+    /// NCCL on this node finds no usable RDMA device and falls back to TCP sockets.
+    SocketFallback,
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
     /// With `stuck: true` the whole agent hangs beyond any watchdog, so that only the
     /// pod's deadline (`activeDeadlineSeconds`) ends it.
@@ -147,11 +156,19 @@ impl Fleet {
                     | Fault::Ecc { gpu, .. }
                     | Fault::PcieDegraded { gpu, .. } => gpu_ok(*gpu),
                     Fault::SlowNic { factor } => *factor > 0.0 && *factor <= 1.0,
+                    Fault::BadPath { peer, factor } => {
+                        *peer != node.name
+                            && self.nodes.iter().any(|n| n.name == *peer)
+                            && *factor > 0.0
+                            && *factor <= 1.0
+                    }
+                    Fault::NicDown { nic } => gpu_ok(*nic),
+                    Fault::SocketFallback => true,
                     Fault::Hang { .. } | Fault::Crash { .. } | Fault::Garbage => true,
                 };
                 if !ok {
                     return Err(format!(
-                        "node {}: fault {fault:?} names a GPU the node does not have or a factor out of range",
+                        "node {}: fault {fault:?} names a GPU, NIC or peer the node does not have or a factor out of range",
                         node.name
                     ));
                 }

@@ -3,6 +3,9 @@
 
 pub mod cuda;
 pub mod fleet;
+pub mod nic;
+pub mod pairs;
+pub mod rendezvous;
 pub mod sim;
 pub mod stats;
 

@@ -942,6 +942,7 @@ pub fn node_check(
         ddp: None,
         health: None,
         transports: Vec::new(),
+        nics: Vec::new(),
         errors: Vec::new(),
     };
 

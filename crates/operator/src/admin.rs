@@ -1,5 +1,6 @@
 //! The admin port: `/metrics` (Prometheus text), `/live` (the process serves), `/ready`
-//! (the watches have synced once).
+//! (the watches have synced once; with leader election, also a follower that reached the
+//! Lease, so that a rolling upgrade does not wait for leadership).
 
 use crate::metrics::Metrics;
 use axum::Router;
@@ -42,7 +43,7 @@ async fn ready_handler(State(s): State<AdminState>) -> impl IntoResponse {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            "waiting for the first watch sync",
+            "waiting for the first watch sync or the leader Lease",
         )
     }
 }

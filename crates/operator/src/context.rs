@@ -29,6 +29,8 @@ pub struct Context {
     pub backoff: ErrorBackoff,
     /// Becomes true once the Node, Pod and run caches have been filled.
     pub synced: tokio::sync::watch::Receiver<bool>,
+    /// The image of benchmark pods whose FabricTest names none (`--agent-image`).
+    pub agent_image: String,
 }
 
 impl Context {
@@ -38,6 +40,13 @@ impl Context {
         // Not `Store::wait_until_ready` here: it wakes only one of several waiters.
         let mut synced = self.synced.clone();
         let _ = synced.wait_for(|s| *s).await;
+    }
+
+    /// Gives a container without an image the operator's agent image, so a FabricTest
+    /// that names none runs the image the operator is configured with when the pod is
+    /// created (a chart upgrade changes it), not one frozen into the FabricTest.
+    pub fn resolve_agent_image(&self, pod: &mut Pod) {
+        fill_image(pod, &self.agent_image);
     }
 
     /// Reference to a run's owning FabricTest, for events on the test.
@@ -56,5 +65,51 @@ impl Context {
             uid: Some(owner.uid.clone()),
             ..Default::default()
         })
+    }
+}
+
+/// Sets `image` on every container of `pod` that has none.
+fn fill_image(pod: &mut Pod, image: &str) {
+    let containers = pod.spec.iter_mut().flat_map(|s| s.containers.iter_mut());
+    for c in containers {
+        if c.image.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            c.image = Some(image.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pod(image: Option<&str>) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "agent".into(),
+                    image: image.map(String::from),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn image(p: &Pod) -> Option<&str> {
+        p.spec.as_ref()?.containers[0].image.as_deref()
+    }
+
+    #[test]
+    fn a_pod_without_an_image_gets_the_operators_and_a_named_image_is_kept() {
+        for unset in [None, Some(""), Some(" ")] {
+            let mut p = pod(unset);
+            fill_image(&mut p, "registry.local/agent:2");
+            assert_eq!(image(&p), Some("registry.local/agent:2"));
+        }
+        let mut p = pod(Some("mine:1"));
+        fill_image(&mut p, "registry.local/agent:2");
+        assert_eq!(image(&p), Some("mine:1"));
     }
 }

@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
+pub mod pairs;
 pub mod pods;
 pub mod quarantine;
 pub mod results;
@@ -48,6 +49,8 @@ pub struct Options {
     pub admin_addr: Option<SocketAddr>,
     /// Run the controllers only while holding this Lease (None: no leader election).
     pub leader: Option<leader::LeaderConfig>,
+    /// The image of benchmark pods whose FabricTest names none.
+    pub agent_image: String,
 }
 
 /// Options for [`run`].
@@ -56,6 +59,7 @@ pub fn controller_options(namespace: Option<String>, admin_addr: Option<SocketAd
         namespace,
         admin_addr,
         leader: None,
+        agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
     }
 }
 
@@ -85,20 +89,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         }
     };
     let (tests_api, runs_api, pods_api) = namespaced(&client);
-    let nodes_api: Api<Node> = Api::all(client.clone());
-
-    // Nodes: a cache for node selection and GPU counts.
-    let (node_store, node_writer) = reflector::store();
-    let node_watch = watcher::watcher(nodes_api, WatchConfig::default())
-        .default_backoff()
-        .modify(|n: &mut Node| {
-            slim(n);
-            if let Some(s) = n.status.as_mut() {
-                s.images = None;
-            }
-        })
-        .reflect(node_writer)
-        .for_each(|_| futures::future::ready(()));
+    let (node_store, node_watch) = node_cache(&client);
 
     // Benchmark pods: a cache, and the trigger of the run controller.
     let (pod_store, pod_writer) = reflector::store();
@@ -122,6 +113,19 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .reflect_shared(run_writer)
         .for_each(|_| futures::future::ready(()));
 
+    // FabricTests: one shared cache, the trigger of the test controller and the source of
+    // the per-test metrics.
+    let (test_store, test_writer) = reflector::store_shared::<FabricTest>(1024);
+    let test_sub = test_writer
+        .subscribe()
+        .ok_or_else(|| std::io::Error::other("the FabricTest cache cannot be shared"))?;
+    let test_watch = watcher::watcher(tests_api, WatchConfig::default())
+        .default_backoff()
+        .modify(slim::<FabricTest>)
+        .reflect_shared(test_writer)
+        .for_each(|_| futures::future::ready(()));
+    metrics.read_state_from(test_store.clone(), run_store.clone());
+
     let events = events::Events::new(
         client.clone(),
         events::Reporter {
@@ -140,23 +144,25 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         namespace: options.namespace.clone(),
         backoff: Default::default(),
         synced: synced_rx,
+        agent_image: options.agent_image.clone(),
     });
 
+    let shutdown = shutdown_signal()?;
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
     let run_controller = Controller::for_shared_stream(run_sub_runs, run_store.clone())
         .with_config(config.clone())
         .owns_stream(pod_stream)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
             controller::run::reconcile,
             |obj, err, ctx| controller::error_policy(controller::run::CONTROLLER, &ctx, err, &obj),
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));
-    let test_controller = Controller::new(tests_api, WatchConfig::default())
+    let test_controller = Controller::for_shared_stream(test_sub, test_store.clone())
         .with_config(config)
         .owns_shared_stream(run_sub_tests)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
             controller::test::reconcile,
             |obj, err, ctx| controller::error_policy(controller::test::CONTROLLER, &ctx, err, &obj),
@@ -165,55 +171,129 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .for_each(|_| futures::future::ready(()));
 
     let readiness = {
-        let ready = ready.clone();
-        let (n, p, r) = (node_store.clone(), pod_store.clone(), run_store.clone());
+        let (ready, n, p) = (ready.clone(), node_store.clone(), pod_store.clone());
+        let (r, t) = (run_store.clone(), test_store.clone());
         async move {
-            let _ = n.wait_until_ready().await;
-            let _ = p.wait_until_ready().await;
-            let _ = r.wait_until_ready().await;
+            let _ = tokio::join!(
+                t.wait_until_ready(),
+                n.wait_until_ready(),
+                p.wait_until_ready(),
+                r.wait_until_ready()
+            );
             ready.store(true, Ordering::SeqCst);
             let _ = synced_tx.send(true);
             tracing::info!("caches synced; ready");
         }
     };
-    let admin = {
-        let (metrics, ready, addr) = (metrics.clone(), ready.clone(), options.admin_addr);
-        async move {
-            if let Some(addr) = addr {
-                let shutdown = async {
-                    let _ = tokio::signal::ctrl_c().await;
-                };
-                if let Err(e) = admin::serve(addr, metrics, ready, shutdown).await {
-                    tracing::error!(%addr, error = %e, "admin server failed");
-                }
-            }
+    let work = async move {
+        let readiness = async {
+            readiness.await;
+            futures::future::pending::<()>().await
+        };
+        tokio::select! {
+            _ = futures::future::join(run_controller, test_controller) => {}
+            _ = readiness => {}
+            _ = node_watch => {}
+            _ = run_watch => {}
+            _ = test_watch => {}
         }
     };
     tracing::info!(namespace = ?options.namespace, "fabric-operator starting");
-    let admin_task = tokio::spawn(admin);
-    let lost_leadership = {
-        let client = client.clone();
-        let leader = options.leader.clone();
-        async move {
-            match leader {
-                Some(cfg) => leader::hold(&client, &cfg).await,
-                None => futures::future::pending::<()>().await,
+    act(&client, &options, &metrics, ready, shutdown, work).await
+}
+
+/// Nodes: a cache for node selection and GPU counts, and the watch that fills it.
+fn node_cache(
+    client: &Client,
+) -> (
+    reflector::Store<Node>,
+    impl std::future::Future<Output = ()>,
+) {
+    let (store, writer) = reflector::store();
+    let watch = watcher::watcher(Api::<Node>::all(client.clone()), WatchConfig::default())
+        .default_backoff()
+        .modify(|n: &mut Node| {
+            slim(n);
+            if let Some(s) = n.status.as_mut() {
+                s.images = None;
             }
-        }
+        })
+        .reflect(writer)
+        .for_each(|_| futures::future::ready(()));
+    (store, watch)
+}
+
+/// Serves the admin port, waits for the Lease (when leader election is on; ready while it
+/// waits), runs `work` (the controllers and watches) until it ends on a signal, and gives
+/// the Lease up. An error when the Lease was lost while working.
+async fn act(
+    client: &Client,
+    options: &Options,
+    metrics: &Arc<metrics::Metrics>,
+    ready: Arc<AtomicBool>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    work: impl std::future::Future<Output = ()>,
+) -> Result<(), std::io::Error> {
+    let admin_task = {
+        let (metrics, ready, addr) = (metrics.clone(), ready.clone(), options.admin_addr);
+        let shutdown = wait_for(shutdown.clone());
+        tokio::spawn(async move {
+            if let Some(addr) = addr
+                && let Err(e) = admin::serve(addr, metrics, ready, shutdown).await
+            {
+                tracing::error!(%addr, error = %e, "admin server failed");
+            }
+        })
     };
     if let Some(cfg) = &options.leader {
-        leader::acquire(&client, cfg).await;
-    }
-    tokio::select! {
-        _ = futures::future::join3(run_controller, test_controller, readiness) => {}
-        _ = node_watch => {}
-        _ = run_watch => {}
-        _ = lost_leadership => {
-            admin_task.abort();
-            return Err(std::io::Error::other("lost the leader Lease; stopping so that only the leader acts"));
+        // A follower is ready once it reaches the API server: readiness must not wait for
+        // leadership, or a rolling upgrade never finishes.
+        let contact = || ready.store(true, Ordering::SeqCst);
+        tokio::select! {
+            _ = leader::acquire(client, cfg, contact) => {}
+            _ = wait_for(shutdown.clone()) => {
+                admin_task.abort();
+                tracing::info!("fabric-operator stopped before it led");
+                return Ok(());
+            }
         }
     }
+    metrics.leader.set(1);
+    let kept = match &options.leader {
+        Some(cfg) => leader::lead(client, cfg, work).await,
+        None => {
+            work.await;
+            true
+        }
+    };
+    metrics.leader.set(0);
     admin_task.abort();
+    if !kept {
+        return Err(std::io::Error::other(
+            "lost the leader Lease; stopping so that only the leader acts",
+        ));
+    }
     tracing::info!("fabric-operator stopped");
     Ok(())
+}
+
+/// A receiver that turns true on SIGTERM or SIGINT (installed once, shared by the
+/// controllers, the admin server and leader election).
+fn shutdown_signal() -> Result<tokio::sync::watch::Receiver<bool>, std::io::Error> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        }
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Completes when `rx` turns true (or its sender is gone).
+async fn wait_for(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }

@@ -12,6 +12,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up; boxing the flags of `run` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controllers against a cluster.
@@ -40,6 +42,12 @@ enum Command {
         /// Namespace of the leader Lease (default: --namespace, else $POD_NAMESPACE, else "default").
         #[arg(long, value_name = "NS")]
         lease_namespace: Option<String>,
+        /// Image of the benchmark pods when a FabricTest names none in spec.agent.image.
+        #[arg(long, env = "FABRIC_AGENT_IMAGE", value_name = "IMAGE", default_value = gpufabric_api::test::DEFAULT_AGENT_IMAGE)]
+        agent_image: String,
+        /// Name of the leader Lease (one per installation; the chart uses the release name).
+        #[arg(long, value_name = "NAME", default_value = gpufabric_operator::leader::DEFAULT_LEASE_NAME)]
+        lease_name: String,
         /// Serve the validating admission webhook (HTTPS) on this address, e.g. 0.0.0.0:9443.
         #[arg(long, value_name = "ADDR", requires_all = ["webhook_cert", "webhook_key"])]
         webhook_addr: Option<std::net::SocketAddr>,
@@ -72,6 +80,8 @@ fn main() -> anyhow::Result<()> {
             log_json,
             leader_elect,
             lease_namespace,
+            lease_name,
+            agent_image,
             webhook_addr,
             webhook_cert,
             webhook_key,
@@ -93,6 +103,7 @@ fn main() -> anyhow::Result<()> {
                 let client = client(kubeconfig).await?;
                 let mut options =
                     gpufabric_operator::controller_options(namespace.clone(), admin_addr);
+                options.agent_image = agent_image;
                 if leader_elect {
                     let ns = lease_namespace
                         .or(namespace)
@@ -102,8 +113,9 @@ fn main() -> anyhow::Result<()> {
                         .ok()
                         .or_else(|| std::env::var("HOSTNAME").ok())
                         .unwrap_or_else(|| format!("fabric-operator-{}", std::process::id()));
-                    options.leader =
-                        Some(gpufabric_operator::leader::LeaderConfig::new(ns, identity));
+                    let mut cfg = gpufabric_operator::leader::LeaderConfig::new(ns, identity);
+                    cfg.name = lease_name;
+                    options.leader = Some(cfg);
                 }
                 gpufabric_operator::run(client, options)
                     .await

@@ -1,15 +1,26 @@
-//! Prometheus metrics of the operator: runs started and finished, nodes tested, benchmark
-//! pods active, how long reconciles take per controller, and the quarantine executor's.
+//! Prometheus metrics of the operator: runs started and finished (by result), nodes tested,
+//! benchmark pods active, how long reconciles take per controller, the quarantine
+//! executor's, build info and leadership; and, read from the API state at each scrape
+//! ([`state`]), per node the last result and bandwidths and per test the run times.
+
+pub mod state;
 
 use crate::quarantine::QuarantineMetrics;
+use gpufabric_api::run::{FabricTestRun, RunPhase};
+use gpufabric_api::test::FabricTest;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
+use state::{NodeLabels, NodeResultLabels, TestLabels};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 /// Label of per-controller metrics.
@@ -30,6 +41,117 @@ pub struct VerdictLabels {
     pub verdict: String,
 }
 
+/// `{namespace, name, result}` of a finished run (`passed`, `nodes_failed`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RunResultLabels {
+    pub namespace: String,
+    pub name: String,
+    pub result: String,
+}
+
+/// `{version}` of `gpufabric_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The families refreshed from the API state at each scrape.
+#[derive(Default)]
+struct StateFamilies {
+    node_result: Family<NodeResultLabels, Gauge>,
+    node_busbw: Family<NodeLabels, FloatGauge>,
+    node_worst_pair: Family<NodeLabels, FloatGauge>,
+    node_quarantined: Family<NodeLabels, Gauge>,
+    last_run: Family<TestLabels, FloatGauge>,
+    last_success: Family<TestLabels, FloatGauge>,
+    next_run: Family<TestLabels, FloatGauge>,
+    quarantined_count: Family<TestLabels, Gauge>,
+}
+
+impl StateFamilies {
+    fn register(&self, r: &mut Registry) {
+        r.register(
+            "gpufabric_node_last_result",
+            "1 for the node's result in the FabricTest's latest run (pass, suspect, fail, not_measured), 0 for the others",
+            self.node_result.clone(),
+        );
+        r.register(
+            "gpufabric_node_allreduce_busbw_gbps",
+            "Peak all_reduce bus bandwidth of the node in the FabricTest's latest run (GB/s)",
+            self.node_busbw.clone(),
+        );
+        r.register(
+            "gpufabric_node_worst_pair_bandwidth_gbps",
+            "Lowest GPU-pair copy bandwidth of the node in the FabricTest's latest run (GB/s)",
+            self.node_worst_pair.clone(),
+        );
+        r.register(
+            "gpufabric_node_quarantined",
+            "1 while the FabricTest holds the node in quarantine",
+            self.node_quarantined.clone(),
+        );
+        r.register(
+            "gpufabric_test_last_run_timestamp_seconds",
+            "When the FabricTest's latest run finished (Unix seconds)",
+            self.last_run.clone(),
+        );
+        r.register(
+            "gpufabric_test_last_success_timestamp_seconds",
+            "When the FabricTest's newest run that ran to the end finished (Unix seconds; runs kept by the history limits)",
+            self.last_success.clone(),
+        );
+        r.register(
+            "gpufabric_test_next_run_timestamp_seconds",
+            "When the FabricTest's schedule fires next (Unix seconds)",
+            self.next_run.clone(),
+        );
+        r.register(
+            "gpufabric_test_quarantined_nodes",
+            "Nodes the FabricTest holds in quarantine now",
+            self.quarantined_count.clone(),
+        );
+    }
+
+    fn refresh(&self, tests: &Store<FabricTest>, runs: &Store<FabricTestRun>) {
+        let s = state::series(&tests.state(), &runs.state());
+        self.node_result.clear();
+        for (l, v) in s.node_result {
+            self.node_result.get_or_create(&l).set(v);
+        }
+        self.node_quarantined.clear();
+        for (l, v) in s.node_quarantined {
+            self.node_quarantined.get_or_create(&l).set(v);
+        }
+        self.quarantined_count.clear();
+        for (l, v) in s.quarantined_count {
+            self.quarantined_count.get_or_create(&l).set(v);
+        }
+        let floats = [
+            (&self.node_busbw, s.node_busbw_gbps),
+            (&self.node_worst_pair, s.node_worst_pair_gbps),
+        ];
+        for (family, values) in floats {
+            family.clear();
+            for (l, v) in values {
+                family.get_or_create(&l).set(v);
+            }
+        }
+        let times = [
+            (&self.last_run, s.last_run_seconds),
+            (&self.last_success, s.last_success_seconds),
+            (&self.next_run, s.next_run_seconds),
+        ];
+        for (family, values) in times {
+            family.clear();
+            for (l, v) in values {
+                family.get_or_create(&l).set(v);
+            }
+        }
+    }
+}
+
 fn reconcile_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 14))
 }
@@ -38,16 +160,23 @@ fn reconcile_histogram() -> Histogram {
 pub struct Metrics {
     pub registry: Registry,
     pub runs_started: Family<TriggerLabels, Counter>,
-    pub runs_succeeded: Counter,
-    pub runs_failed: Counter,
+    /// `gpufabric_test_runs_total{namespace,name,result}`: finished runs by result.
+    pub runs_finished: Family<RunResultLabels, Counter>,
     pub nodes_tested: Family<VerdictLabels, Counter>,
     pub pods_active: Gauge,
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// The quarantine executor's metrics (nodes held, actions taken).
     pub quarantine: QuarantineMetrics,
+    /// 1 while this replica holds the leader Lease (or runs without leader election).
+    pub leader: Gauge,
     /// Active pods per run, summed into `pods_active`.
     active_by_run: Mutex<BTreeMap<String, i64>>,
+    state: StateFamilies,
+    /// Where the state families are read from, once the caches exist.
+    source: std::sync::OnceLock<(Store<FabricTest>, Store<FabricTestRun>)>,
+    /// One scrape at a time refreshes and encodes the state families.
+    scrape: Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -60,8 +189,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let runs_started = Family::<TriggerLabels, Counter>::default();
-        let runs_succeeded = Counter::default();
-        let runs_failed = Counter::default();
+        let runs_finished = Family::<RunResultLabels, Counter>::default();
         let nodes_tested = Family::<VerdictLabels, Counter>::default();
         let pods_active = Gauge::default();
         let reconcile_duration =
@@ -71,21 +199,31 @@ impl Metrics {
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
         let quarantine = QuarantineMetrics::default();
         quarantine.register(&mut registry);
+        let leader = Gauge::default();
+        registry.register(
+            "gpufabric_leader",
+            "1 while this replica runs the controllers (holds the leader Lease)",
+            leader.clone(),
+        );
         registry.register(
             "gpufabric_runs_started",
             "FabricTestRuns started, by trigger",
             runs_started.clone(),
         );
         registry.register(
-            "gpufabric_runs_succeeded",
-            "FabricTestRuns that ran to the end",
-            runs_succeeded.clone(),
+            "gpufabric_test_runs",
+            "Finished FabricTestRuns by FabricTest and result: passed (every node passed), nodes_failed (ran to the end, some node did not pass), failed (could not be carried out)",
+            runs_finished.clone(),
         );
         registry.register(
-            "gpufabric_runs_failed",
-            "FabricTestRuns that could not be carried out",
-            runs_failed.clone(),
+            "gpufabric_build",
+            "The operator's version",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
         );
+        let state = StateFamilies::default();
+        state.register(&mut registry);
         registry.register(
             "gpufabric_nodes_tested",
             "Nodes tested, by verdict",
@@ -109,15 +247,42 @@ impl Metrics {
         Metrics {
             registry,
             runs_started,
-            runs_succeeded,
-            runs_failed,
+            runs_finished,
             nodes_tested,
             pods_active,
             reconcile_duration,
             reconcile_errors,
             quarantine,
+            leader,
             active_by_run: Mutex::new(BTreeMap::new()),
+            state,
+            source: std::sync::OnceLock::new(),
+            scrape: Mutex::new(()),
         }
+    }
+
+    /// Reads the per-node and per-test series from these caches at each scrape.
+    pub fn read_state_from(&self, tests: Store<FabricTest>, runs: Store<FabricTestRun>) {
+        let _ = self.source.set((tests, runs));
+    }
+
+    /// Counts a finished run of its FabricTest: `failed` when it could not be carried
+    /// out, `nodes_failed` when some node did not pass, else `passed`.
+    pub fn run_finished(&self, run: &FabricTestRun, phase: RunPhase, nodes_not_passed: u32) {
+        let result = if phase != RunPhase::Succeeded {
+            "failed"
+        } else if nodes_not_passed > 0 {
+            "nodes_failed"
+        } else {
+            "passed"
+        };
+        self.runs_finished
+            .get_or_create(&RunResultLabels {
+                namespace: run.namespace().unwrap_or_default(),
+                name: run.spec.test.clone(),
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Starts timing a reconcile of `controller`; the time is recorded when the guard drops.
@@ -156,6 +321,10 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn encode(&self) -> String {
+        let _scrape = self.scrape.lock();
+        if let Some((tests, runs)) = self.source.get() {
+            self.state.refresh(tests, runs);
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             tracing::warn!("encoding metrics failed");

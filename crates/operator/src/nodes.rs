@@ -1,9 +1,11 @@
-//! Which nodes a run tests: selected by labels (and an optional list), Ready, with GPUs,
-//! and not cordoned by anyone but this operator. Pure: it reads Node objects, nothing else.
+//! Which nodes a run tests: selected by labels (and an optional list), Ready, with whole
+//! idle GPUs, and not cordoned or tainted by anyone but this operator. Pure: it reads Node
+//! and Pod objects, nothing else.
 
 use crate::pods::allocatable_gpus;
 use gpufabric_api::keys;
-use k8s_openapi::api::core::v1::Node;
+use gpufabric_api::run::{SkipReason, SkippedNode};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 
@@ -14,11 +16,19 @@ pub struct Target {
     pub gpus: u32,
 }
 
-/// Why a node that the selector or list named is not tested.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    pub name: String,
-    pub reason: String,
+/// What decides which selected nodes a run tests.
+#[derive(Debug, Clone, Copy)]
+pub struct Selection<'a> {
+    pub selector: &'a BTreeMap<String, String>,
+    /// When set, only these nodes (names not found are reported).
+    pub names: Option<&'a [String]>,
+    /// The benchmark pod's tolerations: a NoSchedule/NoExecute taint they do not tolerate
+    /// is someone else's (maintenance), and the node is skipped.
+    pub tolerations: &'a [Toleration],
+    /// GPUs held by other pods, by node ([`gpus_in_use`]).
+    pub gpus_in_use: &'a BTreeMap<String, u32>,
+    /// Test nodes whose GPUs are partly in use anyway.
+    pub include_busy: bool,
 }
 
 /// The node's Ready condition is True.
@@ -60,61 +70,224 @@ pub fn selected_count<'a>(
         .count()
 }
 
+/// `nvidia.com/gpu` held by pods that are not gpufabric's and have not ended, by node:
+/// the larger of the containers' sum and the largest init container, as the scheduler counts.
+pub fn gpus_in_use<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, u32> {
+    let gpus = |c: &k8s_openapi::api::core::v1::Container| {
+        c.resources
+            .as_ref()
+            .and_then(|r| {
+                r.requests
+                    .as_ref()
+                    .and_then(|q| q.get(keys::RESOURCE_GPU))
+                    .or_else(|| r.limits.as_ref().and_then(|q| q.get(keys::RESOURCE_GPU)))
+            })
+            .and_then(|q| q.0.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let mut used: BTreeMap<String, u32> = BTreeMap::new();
+    for pod in pods {
+        let ended = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        );
+        if ended || pod.labels().contains_key(keys::LABEL_RUN) {
+            continue;
+        }
+        let Some(spec) = pod.spec.as_ref() else {
+            continue;
+        };
+        let Some(node) = spec.node_name.as_ref().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let main: u32 = spec.containers.iter().map(gpus).sum();
+        let init = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(gpus)
+            .max()
+            .unwrap_or(0);
+        let n = main.max(init);
+        if n > 0 {
+            *used.entry(node.clone()).or_default() += n;
+        }
+    }
+    used
+}
+
+/// Whether a toleration tolerates a taint (the scheduler's rule).
+fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    let effect_ok = t
+        .effect
+        .as_deref()
+        .is_none_or(|e| e.is_empty() || e == taint.effect);
+    let key = t.key.as_deref().unwrap_or("");
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => effect_ok && (key.is_empty() || key == taint.key),
+        _ => {
+            effect_ok
+                && key == taint.key
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+    }
+}
+
+/// The first NoSchedule/NoExecute taint the benchmark pod does not tolerate. The cordon's
+/// own taint is left to [`cordoned_by_others`].
+pub fn foreign_taint<'a>(node: &'a Node, tolerations: &[Toleration]) -> Option<&'a Taint> {
+    node.spec.as_ref()?.taints.as_ref()?.iter().find(|t| {
+        matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+            && t.key != "node.kubernetes.io/unschedulable"
+            && !tolerations.iter().any(|tol| tolerates(tol, t))
+    })
+}
+
+/// Why the node's `nvidia.com/gpu` are not whole physical GPUs, if they are not: MIG
+/// resources, time-slicing replicas, or more GPUs than the node's GPU count label.
+pub fn partitioned(node: &Node) -> Option<String> {
+    let status = node.status.as_ref();
+    let mig = status
+        .and_then(|s| s.capacity.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|(k, q)| k.starts_with("nvidia.com/mig-") && q.0.trim() != "0")
+        .map(|(k, _)| k.clone());
+    if let Some(k) = mig {
+        return Some(format!("MIG: the node exposes {k}"));
+    }
+    let labels = node.labels();
+    if labels
+        .get("nvidia.com/mig.strategy")
+        .is_some_and(|s| s == "single")
+        && labels
+            .get("nvidia.com/mig.config")
+            .is_some_and(|c| c != "all-disabled")
+    {
+        return Some("MIG: nvidia.com/gpu are MIG slices (mig.strategy single)".into());
+    }
+    if let Some(r) = labels
+        .get("nvidia.com/gpu.replicas")
+        .and_then(|r| r.parse::<u32>().ok())
+        .filter(|r| *r > 1)
+    {
+        return Some(format!("time-sliced: {r} replicas per GPU"));
+    }
+    let capacity = status
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get(keys::RESOURCE_GPU))
+        .and_then(|q| q.0.trim().parse::<u32>().ok());
+    let count = labels
+        .get(keys::LABEL_GPU_COUNT)
+        .and_then(|c| c.parse::<u32>().ok());
+    match (capacity, count) {
+        (Some(cap), Some(count)) if count > 0 && cap > count => Some(format!(
+            "shared: {cap} nvidia.com/gpu on {count} physical GPUs"
+        )),
+        _ => None,
+    }
+}
+
+/// Why a selected GPU node is not tested now, if it is not.
+fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, String)> {
+    if node.metadata.deletion_timestamp.is_some() {
+        return Some((SkipReason::Deleting, "is being deleted".into()));
+    }
+    if !is_ready(node) {
+        return Some((SkipReason::NotReady, "is not Ready".into()));
+    }
+    if cordoned_by_others(node) {
+        return Some((
+            SkipReason::Cordoned,
+            "is cordoned (not by this operator)".into(),
+        ));
+    }
+    if let Some(t) = foreign_taint(node, sel.tolerations) {
+        let value = t
+            .value
+            .as_deref()
+            .map(|v| format!("={v}"))
+            .unwrap_or_default();
+        return Some((
+            SkipReason::Tainted,
+            format!(
+                "has the taint {}{value}:{} (not this operator's; add a toleration to agent.tolerations to test it)",
+                t.key, t.effect
+            ),
+        ));
+    }
+    if let Some(why) = partitioned(node) {
+        return Some((
+            SkipReason::PartitionedGpus,
+            format!("has partitioned GPUs ({why}); the benchmark needs whole GPUs"),
+        ));
+    }
+    let used = sel.gpus_in_use.get(&node.name_any()).copied().unwrap_or(0);
+    if used > 0 && !sel.include_busy {
+        return Some((
+            SkipReason::Busy,
+            format!(
+                "is busy: other pods hold {used} of its {gpus} nvidia.com/gpu (set includeBusyNodes to test it anyway)"
+            ),
+        ));
+    }
+    None
+}
+
 /// The nodes to test, sorted by name, and the selected nodes that are left out with why.
-/// `names`, when set, limits the run to those nodes (names not found are reported).
 pub fn resolve<'a>(
     all: impl IntoIterator<Item = &'a Node>,
-    selector: &BTreeMap<String, String>,
-    names: Option<&[String]>,
-) -> (Vec<Target>, Vec<Skipped>) {
+    sel: &Selection,
+) -> (Vec<Target>, Vec<SkippedNode>) {
     let mut targets = Vec::new();
-    let mut skipped = Vec::new();
+    let mut skipped: Vec<SkippedNode> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for node in all {
         let name = node.name_any();
-        if names.is_some_and(|list| !list.contains(&name)) {
+        if sel.names.is_some_and(|list| !list.contains(&name)) {
             continue;
         }
-        if !matches_selector(node, selector) {
+        if !matches_selector(node, sel.selector) {
             continue;
         }
         seen.insert(name.clone());
         let gpus = allocatable_gpus(node);
-        let skip = |reason: &str| Skipped {
-            name: name.clone(),
-            reason: reason.to_string(),
-        };
-        if gpus == 0 {
+        let skip = if gpus == 0 {
             // Without a list, a node without GPUs was never a candidate.
-            if names.is_some() {
-                skipped.push(skip("has no allocatable nvidia.com/gpu"));
-            }
-        } else if node.metadata.deletion_timestamp.is_some() {
-            skipped.push(skip("is being deleted"));
-        } else if !is_ready(node) {
-            skipped.push(skip("is not Ready"));
-        } else if cordoned_by_others(node) {
-            skipped.push(skip("is cordoned (not by this operator)"));
+            sel.names.is_some().then(|| {
+                (
+                    SkipReason::NoGpus,
+                    "has no allocatable nvidia.com/gpu".into(),
+                )
+            })
         } else {
-            targets.push(Target { name, gpus });
+            skip_reason(node, gpus, sel)
+        };
+        match skip {
+            Some((reason, message)) => skipped.push(SkippedNode {
+                node: name,
+                reason,
+                message,
+            }),
+            None if gpus > 0 => targets.push(Target { name, gpus }),
+            None => {}
         }
     }
-    if let Some(list) = names {
+    if let Some(list) = sel.names {
         for n in list {
-            if !seen.contains(n) && !targets.iter().any(|t| &t.name == n) {
-                let reason = "does not exist or does not match the nodeSelector";
-                if !skipped.iter().any(|s| &s.name == n) {
-                    skipped.push(Skipped {
-                        name: n.clone(),
-                        reason: reason.into(),
-                    });
-                }
+            if !seen.contains(n) && !skipped.iter().any(|s| &s.node == n) {
+                skipped.push(SkippedNode {
+                    node: n.clone(),
+                    reason: SkipReason::NotFound,
+                    message: "does not exist or does not match the nodeSelector".into(),
+                });
             }
         }
     }
     targets.sort_by(|a, b| a.name.cmp(&b.name));
     targets.dedup_by(|a, b| a.name == b.name);
-    skipped.sort_by(|a, b| a.name.cmp(&b.name));
+    skipped.sort_by(|a, b| a.node.cmp(&b.node));
+    skipped.dedup_by(|a, b| a.node == b.node);
     (targets, skipped)
 }
 
@@ -166,6 +339,23 @@ mod tests {
         t.iter().map(|t| t.name.as_str()).collect()
     }
 
+    fn resolve_plain<'a>(
+        all: impl IntoIterator<Item = &'a Node>,
+        selector: &BTreeMap<String, String>,
+        names: Option<&[String]>,
+    ) -> (Vec<Target>, Vec<SkippedNode>) {
+        resolve(
+            all,
+            &Selection {
+                selector,
+                names,
+                tolerations: &[],
+                gpus_in_use: &BTreeMap::new(),
+                include_busy: false,
+            },
+        )
+    }
+
     #[test]
     fn selects_ready_gpu_nodes_matching_the_selector() {
         let nodes = [
@@ -176,11 +366,11 @@ mod tests {
             node("sick", 8, false, &[("pool", "h100")]),
         ];
         let sel = BTreeMap::from([("pool".to_string(), "h100".to_string())]);
-        let (t, s) = resolve(&nodes, &sel, None);
+        let (t, s) = resolve_plain(&nodes, &sel, None);
         assert_eq!(names(&t), ["a", "b"]);
         assert_eq!(t[0].gpus, 8);
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].name, "sick");
+        assert_eq!(s[0].node, "sick");
     }
 
     #[test]
@@ -205,18 +395,173 @@ mod tests {
             cordon(node("theirs", 8, true, &[]), false),
             cordon(node("ours", 8, true, &[]), true),
         ];
-        let (t, s) = resolve(&nodes, &BTreeMap::new(), None);
+        let (t, s) = resolve_plain(&nodes, &BTreeMap::new(), None);
         assert_eq!(names(&t), ["ours"]);
-        assert_eq!(s[0].name, "theirs");
+        assert_eq!(s[0].node, "theirs");
     }
 
     #[test]
     fn an_explicit_list_limits_the_nodes_and_reports_missing_ones() {
         let nodes = [node("a", 4, true, &[]), node("b", 4, true, &[])];
         let list = vec!["b".to_string(), "ghost".to_string()];
-        let (t, s) = resolve(&nodes, &BTreeMap::new(), Some(&list));
+        let (t, s) = resolve_plain(&nodes, &BTreeMap::new(), Some(&list));
         assert_eq!(names(&t), ["b"]);
         assert_eq!(s.len(), 1);
-        assert_eq!(s[0].name, "ghost");
+        assert_eq!(s[0].node, "ghost");
+    }
+
+    fn gpu_pod(node: &str, gpus: u32, phase: &str, ours: bool) -> Pod {
+        use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus, ResourceRequirements};
+        let mut p = Pod::default();
+        p.metadata.name = Some(format!("{node}-{gpus}-{phase}"));
+        if ours {
+            p.metadata.labels = Some(BTreeMap::from([(
+                keys::LABEL_RUN.to_string(),
+                "r".to_string(),
+            )]));
+        }
+        p.spec = Some(PodSpec {
+            node_name: Some(node.into()),
+            containers: vec![Container {
+                name: "train".into(),
+                resources: Some(ResourceRequirements {
+                    limits: Some(BTreeMap::from([(
+                        keys::RESOURCE_GPU.to_string(),
+                        Quantity(gpus.to_string()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn gpus_in_use_counts_only_other_pods_that_have_not_ended() {
+        let pods = [
+            gpu_pod("a", 4, "Running", false),
+            gpu_pod("a", 2, "Pending", false),
+            gpu_pod("a", 8, "Succeeded", false),
+            gpu_pod("b", 8, "Failed", false),
+            gpu_pod("c", 8, "Running", true),
+        ];
+        let used = gpus_in_use(&pods);
+        assert_eq!(used, BTreeMap::from([("a".to_string(), 6)]));
+    }
+
+    #[test]
+    fn busy_nodes_are_skipped_unless_the_test_opts_in() {
+        let nodes = [node("a", 8, true, &[]), node("b", 8, true, &[])];
+        let used = gpus_in_use(&[gpu_pod("a", 2, "Running", false)]);
+        let mut sel = Selection {
+            selector: &BTreeMap::new(),
+            names: None,
+            tolerations: &[],
+            gpus_in_use: &used,
+            include_busy: false,
+        };
+        let (t, s) = resolve(&nodes, &sel);
+        assert_eq!(names(&t), ["b"]);
+        assert_eq!((s[0].node.as_str(), s[0].reason), ("a", SkipReason::Busy));
+        assert!(s[0].message.contains("2 of its 8"), "{}", s[0].message);
+        sel.include_busy = true;
+        assert_eq!(names(&resolve(&nodes, &sel).0), ["a", "b"]);
+    }
+
+    #[test]
+    fn a_foreign_taint_skips_the_node_unless_the_agent_tolerates_it() {
+        let taint = |mut n: Node, key: &str, effect: &str| {
+            n.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+                key: key.into(),
+                value: Some("true".into()),
+                effect: effect.into(),
+                ..Default::default()
+            }]);
+            n
+        };
+        let nodes = [
+            taint(
+                node("maint", 8, true, &[]),
+                "example.com/maintenance",
+                "NoSchedule",
+            ),
+            taint(
+                node("soft", 8, true, &[]),
+                "example.com/maintenance",
+                "PreferNoSchedule",
+            ),
+            taint(node("gpu", 8, true, &[]), "nvidia.com/gpu", "NoSchedule"),
+            taint(
+                node("ours", 8, true, &[]),
+                keys::TAINT_QUARANTINED,
+                "NoSchedule",
+            ),
+        ];
+        let tolerations = [
+            Toleration {
+                key: Some("nvidia.com/gpu".into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            },
+            Toleration {
+                key: Some(keys::TAINT_QUARANTINED.into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            },
+        ];
+        let (t, s) = resolve(
+            &nodes,
+            &Selection {
+                selector: &BTreeMap::new(),
+                names: None,
+                tolerations: &tolerations,
+                gpus_in_use: &BTreeMap::new(),
+                include_busy: false,
+            },
+        );
+        assert_eq!(names(&t), ["gpu", "ours", "soft"]);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].node.as_str(), s[0].reason),
+            ("maint", SkipReason::Tainted)
+        );
+        assert!(
+            s[0].message
+                .contains("example.com/maintenance=true:NoSchedule")
+        );
+    }
+
+    #[test]
+    fn mig_and_time_sliced_nodes_are_skipped_not_judged() {
+        let mut mig = node("mig", 1, true, &[]);
+        if let Some(st) = mig.status.as_mut() {
+            st.capacity = Some(BTreeMap::from([(
+                "nvidia.com/mig-1g.10gb".to_string(),
+                Quantity("7".into()),
+            )]));
+        }
+        let mut sliced = node("sliced", 32, true, &[(keys::LABEL_GPU_COUNT, "8")]);
+        if let Some(st) = sliced.status.as_mut() {
+            st.capacity = Some(BTreeMap::from([(
+                keys::RESOURCE_GPU.to_string(),
+                Quantity("32".into()),
+            )]));
+        }
+        let replicas = node("replicas", 8, true, &[("nvidia.com/gpu.replicas", "4")]);
+        let whole = node("whole", 8, true, &[(keys::LABEL_GPU_COUNT, "8")]);
+        let (t, s) = resolve_plain(&[mig, sliced, replicas, whole], &BTreeMap::new(), None);
+        assert_eq!(names(&t), ["whole"]);
+        assert!(
+            s.iter().all(|s| s.reason == SkipReason::PartitionedGpus),
+            "{s:?}"
+        );
+        assert_eq!(s.len(), 3);
+        assert!(s[0].message.contains("mig-1g.10gb"), "{}", s[0].message);
     }
 }

@@ -6,7 +6,7 @@ use crate::names;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::suite::Suite;
-use gpufabric_api::test::PullPolicy;
+use gpufabric_api::test::{AgentSpec, PullPolicy};
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
     Toleration,
@@ -104,21 +104,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
         .get_or_insert_with(BTreeMap::new)
         .insert(keys::RESOURCE_GPU.into(), gpu);
 
-    let mut tolerations = vec![
-        Toleration {
-            key: Some(keys::TAINT_QUARANTINED.into()),
-            operator: Some("Exists".into()),
-            ..Default::default()
-        },
-        // A quarantined node may be cordoned by this operator and is still tested.
-        Toleration {
-            key: Some("node.kubernetes.io/unschedulable".into()),
-            operator: Some("Exists".into()),
-            effect: Some("NoSchedule".into()),
-            ..Default::default()
-        },
-    ];
-    tolerations.extend(agent.tolerations.iter().cloned());
+    let tolerations = tolerations(agent);
 
     let pull_policy = match agent.image_pull_policy {
         PullPolicy::Always => "Always",
@@ -214,6 +200,27 @@ pub fn agent_command(suite: &Suite, gpus: u32, timeout_seconds: u32) -> Vec<Stri
         }
     }
     c
+}
+
+/// The benchmark pod's tolerations: our quarantine taint, the cordon (a node we quarantined
+/// is still tested), and the user's.
+pub fn tolerations(agent: &AgentSpec) -> Vec<Toleration> {
+    let mut tolerations = vec![
+        Toleration {
+            key: Some(keys::TAINT_QUARANTINED.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        },
+        // A quarantined node may be cordoned by this operator and is still tested.
+        Toleration {
+            key: Some("node.kubernetes.io/unschedulable".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        },
+    ];
+    tolerations.extend(agent.tolerations.iter().cloned());
+    tolerations
 }
 
 /// Allocatable GPUs of a node (`nvidia.com/gpu`), 0 when absent or unreadable.

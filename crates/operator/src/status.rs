@@ -4,7 +4,10 @@
 use crate::time::to_chrono;
 use chrono::{DateTime, Utc};
 use gpufabric_api::findings::{Finding, Severity};
-use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict, RunPhase};
+use gpufabric_api::outcome::NotMeasuredReason;
+use gpufabric_api::run::{
+    FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
+};
 use gpufabric_api::test::{NodeHealth, RunSummary};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
@@ -27,7 +30,8 @@ pub fn duration_string(seconds: i64) -> String {
     }
 }
 
-/// Passed, failed, and errored (errored or timed out) nodes.
+/// Passed, failed, and errored (errored or timed out) nodes; not-measured nodes are
+/// counted by [`set_counts`] apart from these.
 pub fn counts(nodes: &[NodeRunResult]) -> (u32, u32, u32) {
     let mut c = (0, 0, 0);
     for n in nodes {
@@ -35,10 +39,164 @@ pub fn counts(nodes: &[NodeRunResult]) -> (u32, u32, u32) {
             NodeVerdict::Passed => c.0 += 1,
             NodeVerdict::Failed => c.1 += 1,
             NodeVerdict::Errored | NodeVerdict::Timeout => c.2 += 1,
-            NodeVerdict::Pending | NodeVerdict::Running => {}
+            NodeVerdict::NotMeasured | NodeVerdict::Pending | NodeVerdict::Running => {}
         }
     }
     c
+}
+
+/// Writes the passed, failed, errored and not-measured counts of a run status.
+pub fn set_counts(status: &mut FabricTestRunStatus) {
+    let (p, f, e) = counts(&status.nodes);
+    status.passed = p;
+    status.failed = f;
+    status.errored = e;
+    status.not_measured = status
+        .nodes
+        .iter()
+        .filter(|n| n.verdict == NodeVerdict::NotMeasured)
+        .count() as u32;
+}
+
+/// The nodes of a run whose result says something about their hardware (measured, or a
+/// hardware fault the agent saw): the only nodes the quarantine plan may judge.
+pub fn measured_nodes(status: &FabricTestRunStatus) -> std::collections::BTreeSet<&str> {
+    status
+        .nodes
+        .iter()
+        .filter(|n| n.verdict.is_measured())
+        .map(|n| n.node.as_str())
+        .collect()
+}
+
+/// Many nodes of one run not measured for the same reason: the environment is at fault
+/// (an image, a Secret, busy GPUs), which a person should hear about once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InfrastructureIssue {
+    pub reason: NotMeasuredReason,
+    /// What Kubernetes called it, e.g. `ImagePullBackOff`, when the nodes agree.
+    pub label: String,
+    pub nodes: usize,
+    pub total: usize,
+}
+
+impl InfrastructureIssue {
+    /// E.g. `ImagePullBackOff on 16 of 16 nodes: check agent.image and agent.imagePullSecrets`.
+    pub fn message(&self) -> String {
+        format!(
+            "{} on {} of {} nodes: {}",
+            self.label,
+            self.nodes,
+            self.total,
+            self.reason.advice()
+        )
+    }
+}
+
+/// The Kubernetes reason a not-measured detail starts with (`ImagePullBackOff: ...`), or
+/// the one inside a kubelet refusal (`the kubelet refused the pod: OutOfnvidia.com/gpu: ...`).
+fn kube_reason(detail: &str) -> Option<&str> {
+    let rest = detail
+        .strip_prefix("the kubelet refused the pod: ")
+        .unwrap_or(detail);
+    let word = rest.split([':', ';']).next()?.trim();
+    (!word.is_empty() && !word.contains(' ') && word.starts_with(|c: char| c.is_ascii_uppercase()))
+        .then_some(word)
+}
+
+/// Nodes of this share of a run (and at least [`INFRASTRUCTURE_MIN_NODES`]) not measured
+/// for one reason make an [`InfrastructureIssue`].
+pub const INFRASTRUCTURE_SHARE: f64 = 0.5;
+pub const INFRASTRUCTURE_MIN_NODES: usize = 2;
+
+/// The most common reason of a run's not-measured nodes, when at least half of its nodes
+/// (and at least two) share it.
+pub fn infrastructure_issue(nodes: &[NodeRunResult]) -> Option<InfrastructureIssue> {
+    let mut by_reason: BTreeMap<NotMeasuredReason, Vec<&NodeRunResult>> = BTreeMap::new();
+    for n in nodes {
+        if let Some(r) = n
+            .not_measured
+            .filter(|_| n.verdict == NodeVerdict::NotMeasured)
+        {
+            by_reason.entry(r).or_default().push(n);
+        }
+    }
+    let (reason, hit) = by_reason
+        .into_iter()
+        .max_by_key(|(r, v)| (v.len(), std::cmp::Reverse(*r)))?;
+    let total = nodes.len();
+    if hit.len() < INFRASTRUCTURE_MIN_NODES
+        || (hit.len() as f64) < INFRASTRUCTURE_SHARE * total as f64
+    {
+        return None;
+    }
+    let labels: std::collections::BTreeSet<&str> = hit
+        .iter()
+        .map(|n| {
+            n.reason
+                .as_deref()
+                .and_then(kube_reason)
+                .unwrap_or(reason.as_str())
+        })
+        .collect();
+    let label = match labels.len() {
+        1 => labels
+            .into_iter()
+            .next()
+            .unwrap_or(reason.as_str())
+            .to_string(),
+        _ => reason.as_str().to_string(),
+    };
+    Some(InfrastructureIssue {
+        reason,
+        label,
+        nodes: hit.len(),
+        total,
+    })
+}
+
+/// Condition type on a FabricTest whose latest run left many nodes unmeasured for one reason.
+pub const CONDITION_INFRASTRUCTURE_DEGRADED: &str = "InfrastructureDegraded";
+
+/// The `InfrastructureDegraded` condition from the latest folded run; without that run
+/// (deleted by the history limits) the previous condition stays.
+pub fn infrastructure_condition(
+    previous: &[Condition],
+    last_run: Option<&FabricTestRun>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let Some(run) = last_run else {
+        return previous
+            .iter()
+            .find(|c| c.type_ == CONDITION_INFRASTRUCTURE_DEGRADED)
+            .cloned();
+    };
+    let nodes = run
+        .status
+        .as_ref()
+        .map(|s| s.nodes.as_slice())
+        .unwrap_or_default();
+    Some(match infrastructure_issue(nodes) {
+        Some(issue) => condition(
+            previous,
+            CONDITION_INFRASTRUCTURE_DEGRADED,
+            true,
+            issue.reason.as_str(),
+            format!("{}: {}", run.name_any(), issue.message()),
+            generation,
+            now,
+        ),
+        None => condition(
+            previous,
+            CONDITION_INFRASTRUCTURE_DEGRADED,
+            false,
+            "NodesMeasured",
+            format!("{}: most nodes were measured", run.name_any()),
+            generation,
+            now,
+        ),
+    })
 }
 
 /// A condition, keeping the previous transition time when its status did not change.
@@ -132,6 +290,7 @@ pub fn run_summary(run: &FabricTestRun) -> RunSummary {
         passed: status.passed,
         failed: status.failed,
         errored: status.errored,
+        not_measured: status.not_measured,
         findings: status
             .findings
             .iter()
@@ -169,10 +328,15 @@ pub fn fold_history(previous: &[NodeHealth], run: &FabricTestRun) -> Vec<NodeHea
     let worst = worst_finding_per_node(&status.findings);
     let run_name = run.name_any();
     for n in &status.nodes {
-        let finding = worst
-            .get(n.node.as_str())
-            .map(|f| f.message.clone())
-            .or_else(|| n.reason.clone());
+        // A node not measured: its last finding says why.
+        let finding = if n.verdict == NodeVerdict::NotMeasured {
+            n.reason.clone()
+        } else {
+            worst
+                .get(n.node.as_str())
+                .map(|f| f.message.clone())
+                .or_else(|| n.reason.clone())
+        };
         let next = gpufabric_health::history::advance(
             by_node.get(&n.node),
             &n.node,
@@ -456,6 +620,118 @@ mod tests {
         assert_eq!(kept.len(), MAX_FINDINGS_IN_STATUS);
         assert_eq!(dropped, 101);
         assert_eq!(kept[0].severity, Severity::Critical);
+    }
+
+    fn not_measured(node: &str, reason: NotMeasuredReason, detail: &str) -> NodeRunResult {
+        NodeRunResult {
+            node: node.into(),
+            verdict: NodeVerdict::NotMeasured,
+            not_measured: Some(reason),
+            reason: Some(detail.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn many_nodes_unmeasured_for_one_reason_are_an_infrastructure_issue() {
+        let pull = |n: &str| {
+            not_measured(
+                n,
+                NotMeasuredReason::ImagePull,
+                "ImagePullBackOff: Back-off pulling image \"does-not-exist\"",
+            )
+        };
+        let nodes: Vec<_> = (0..16).map(|i| pull(&format!("n{i}"))).collect();
+        let issue = infrastructure_issue(&nodes).expect("an issue");
+        assert_eq!(
+            issue.message(),
+            "ImagePullBackOff on 16 of 16 nodes: check agent.image and agent.imagePullSecrets"
+        );
+        // Half of the nodes, and at least two.
+        let mut mixed = vec![pull("a"), pull("b")];
+        mixed.extend((0..2).map(|i| NodeRunResult {
+            node: format!("ok{i}"),
+            verdict: NodeVerdict::Passed,
+            ..Default::default()
+        }));
+        assert_eq!(infrastructure_issue(&mixed).map(|i| i.nodes), Some(2));
+        mixed.push(NodeRunResult {
+            node: "ok9".into(),
+            verdict: NodeVerdict::Failed,
+            ..Default::default()
+        });
+        assert_eq!(infrastructure_issue(&mixed), None, "2 of 5 is not half");
+        assert_eq!(
+            infrastructure_issue(&[pull("a")]),
+            None,
+            "one node is no pattern"
+        );
+        // The kubelet's refusal names the resource; different details fall back to the kind.
+        let busy = |n: &str, r: &str| {
+            not_measured(
+                n,
+                NotMeasuredReason::NotAdmitted,
+                &format!("the kubelet refused the pod: {r}: Pod was rejected"),
+            )
+        };
+        let same = [
+            busy("a", "OutOfnvidia.com/gpu"),
+            busy("b", "OutOfnvidia.com/gpu"),
+        ];
+        assert_eq!(
+            infrastructure_issue(&same).map(|i| i.label),
+            Some("OutOfnvidia.com/gpu".into())
+        );
+        let differ = [busy("a", "OutOfnvidia.com/gpu"), busy("b", "NodeAffinity")];
+        assert_eq!(
+            infrastructure_issue(&differ).map(|i| i.label),
+            Some("NotAdmitted".into())
+        );
+    }
+
+    #[test]
+    fn unmeasured_nodes_are_neither_judged_nor_counted_as_errors() {
+        let mut r = run(
+            "t-1",
+            RunPhase::Succeeded,
+            Some(1),
+            &[("a", NodeVerdict::Failed), ("b", NodeVerdict::Timeout)],
+        );
+        if let Some(s) = r.status.as_mut() {
+            s.nodes.push(not_measured(
+                "c",
+                NotMeasuredReason::ContainerConfig,
+                "CreateContainerConfigError: secret \"x\" not found",
+            ));
+            set_counts(s);
+            assert_eq!(
+                (s.passed, s.failed, s.errored, s.not_measured),
+                (0, 1, 1, 1)
+            );
+            assert_eq!(
+                measured_nodes(s).into_iter().collect::<Vec<_>>(),
+                ["a", "b"]
+            );
+        }
+        let h = fold_history(&[], &r);
+        let c = h.iter().find(|n| n.node == "c").expect("c");
+        assert_eq!(
+            (c.consecutive_failures, c.verdict),
+            (0, NodeVerdict::NotMeasured)
+        );
+        assert!(
+            c.last_finding
+                .as_deref()
+                .is_some_and(|m| m.contains("secret"))
+        );
+        assert_eq!(failing_nodes(&h), ["a", "b"]);
+        let cond = infrastructure_condition(&[], Some(&r), Some(1), &at(2)).expect("condition");
+        assert_eq!(
+            (cond.status.as_str(), cond.reason.as_str()),
+            ("False", "NodesMeasured")
+        );
+        let kept = infrastructure_condition(std::slice::from_ref(&cond), None, Some(1), &at(3));
+        assert_eq!(kept, Some(cond));
     }
 
     #[test]

@@ -72,29 +72,30 @@
 mod admission;
 mod launch;
 mod node;
+mod options;
 mod pod;
 mod pod_watch;
 mod sources;
 mod status;
 mod waiting;
 
+pub use options::{KubeletOptions, default_agent_bin_dir};
+pub use pod::Eviction;
 pub use sources::expand;
 pub use waiting::MISSING_IMAGE_MARK;
 
+use pod::Stop;
+
 use crate::fleet::SimFleet;
 use crate::process::signal_group;
-use crate::{Error, Result, kube_err};
+use crate::{Error, Result};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
 use nix::sys::signal::Signal;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -119,73 +120,6 @@ const WRITE_ATTEMPTS: u32 = 5;
 const FALLBACK_LOG_BYTES: usize = 2048;
 const FALLBACK_LOG_LINES: usize = 80;
 
-/// How the process-kubelet runs.
-#[derive(Debug, Clone)]
-pub struct KubeletOptions {
-    /// Directory put first on each pod's `PATH`, where `fabric-agent` is found. Default:
-    /// `$GPUFABRIC_AGENT_BIN_DIR`, else the cargo target dir of the running executable
-    /// (`target/debug` for a test binary in `target/debug/deps` or a binary in
-    /// `target/debug`): build the agent first with `cargo build -p gpufabric-agent`.
-    pub agent_bin_dir: PathBuf,
-    /// Where pod dirs (termination message, log, working dir) go. Default: a temp dir
-    /// removed when the kubelet is dropped.
-    pub root_dir: Option<PathBuf>,
-    /// Program (and leading args) run for a container without `command`: the image's
-    /// entrypoint. Default: `["fabric-agent"]`.
-    pub default_command: Vec<String>,
-    /// Lease renewal interval. Default: 10 s (a kubelet's default).
-    pub heartbeat: Duration,
-    /// Interval of the Ready condition refresh (node status). Default: 30 s.
-    pub status_interval: Duration,
-    /// Longest SIGTERM grace period given to a deleted pod before SIGKILL. Default: 5 s.
-    pub max_grace: Duration,
-    /// Extra env for every pod process (e.g. `RUST_LOG`); the pod's own env wins.
-    pub extra_env: BTreeMap<String, String>,
-    /// Node resources besides GPUs: cpu cores, memory (a quantity) and pods.
-    pub cpu: String,
-    pub memory: String,
-    pub max_pods: String,
-    /// First back-off of image pulls, and the interval at which a container's config is
-    /// built again after `CreateContainerConfigError`. Default: 10 s (the kubelet's).
-    pub retry_backoff: Duration,
-    /// Nodes that stay Ready but never start a pod (see the module docs). Default: none.
-    pub stalled_nodes: BTreeSet<String>,
-}
-
-/// The default agent dir: `$GPUFABRIC_AGENT_BIN_DIR`, else the target dir of the current
-/// executable (its dir, or the parent of a `deps` dir).
-pub fn default_agent_bin_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os(ENV_AGENT_BIN_DIR).filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.parent().map(Path::to_path_buf).unwrap_or(dir)
-    } else {
-        dir
-    }
-}
-
-impl Default for KubeletOptions {
-    fn default() -> Self {
-        KubeletOptions {
-            agent_bin_dir: default_agent_bin_dir(),
-            root_dir: None,
-            default_command: vec!["fabric-agent".to_string()],
-            heartbeat: Duration::from_secs(10),
-            status_interval: Duration::from_secs(30),
-            max_grace: Duration::from_secs(5),
-            extra_env: BTreeMap::new(),
-            cpu: "64".to_string(),
-            memory: "1Ti".to_string(),
-            max_pods: "110".to_string(),
-            retry_backoff: Duration::from_secs(10),
-            stalled_nodes: BTreeSet::new(),
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 struct NodeState {
     spec: FleetNode,
@@ -193,54 +127,6 @@ struct NodeState {
     removed: bool,
     stalled: bool,
     ready_since: String,
-}
-
-/// How the kubelet ends a pod on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Eviction {
-    /// Node-pressure eviction: reason `Evicted`.
-    NodePressure,
-    /// Preempted to admit a critical pod: reason `Preempting`.
-    Preemption,
-}
-
-impl Eviction {
-    /// The pod status reason.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Eviction::NodePressure => "Evicted",
-            Eviction::Preemption => "Preempting",
-        }
-    }
-
-    /// The pod status message, as the kubelet words it.
-    pub fn message(self) -> &'static str {
-        match self {
-            Eviction::NodePressure => {
-                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 42Mi. "
-            }
-            Eviction::Preemption => "Preempted in order to admit critical pod",
-        }
-    }
-
-    /// The reason of the `DisruptionTarget` condition.
-    fn condition_reason(self) -> &'static str {
-        "TerminationByKubelet"
-    }
-}
-
-/// Why a pod's process must stop.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Stop {
-    Run,
-    /// The kubelet ends the pod: kill, write Failed with the eviction's reason.
-    Evicted(Eviction),
-    /// The pod has a deletionTimestamp: kill, then confirm the deletion.
-    Deleted {
-        grace_seconds: i64,
-    },
-    /// The pod object is gone, its node removed, or the kubelet stops: kill, write nothing.
-    Abandon,
 }
 
 struct PodHandle {
@@ -348,59 +234,6 @@ impl Kubelet {
         })
     }
 
-    /// Names of the nodes this kubelet runs (removed ones excluded).
-    pub fn node_names(&self) -> Vec<String> {
-        lock(&self.inner.nodes)
-            .values()
-            .filter(|n| !n.removed)
-            .map(|n| n.spec.name.clone())
-            .collect()
-    }
-
-    /// Makes a node Ready or NotReady now: writes the Ready condition, and stops (or
-    /// resumes) its Lease heartbeat. Its pods keep running.
-    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<()> {
-        {
-            let mut nodes = lock(&self.inner.nodes);
-            let st = nodes
-                .get_mut(node)
-                .filter(|s| !s.removed)
-                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
-            if st.ready != ready {
-                st.ready = ready;
-                st.ready_since = status::now();
-            }
-        }
-        self.inner.patch_node_status(node).await
-    }
-
-    /// Stalls a node (it stays Ready but starts no pod) or resumes it: pods bound to it
-    /// while it was stalled start then, as behind a container runtime that recovers.
-    /// Pods already running keep running.
-    pub async fn set_node_stalled(&self, node: &str, stalled: bool) -> Result<()> {
-        {
-            let mut nodes = lock(&self.inner.nodes);
-            let st = nodes
-                .get_mut(node)
-                .filter(|s| !s.removed)
-                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
-            st.stalled = stalled;
-        }
-        if stalled {
-            return Ok(());
-        }
-        let pods: Api<Pod> = Api::all(self.inner.client.clone());
-        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-        let list = pods
-            .list(&lp)
-            .await
-            .map_err(kube_err(format!("listing the pods of node {node}")))?;
-        for pod in list.items {
-            pod_watch::on_pod(&self.inner, pod);
-        }
-        Ok(())
-    }
-
     /// Ends a pod as the kubelet does under node pressure or to admit a critical pod: its
     /// process is killed and the pod is Failed with the eviction's reason. A pod whose
     /// container is still waiting is Failed the same way.
@@ -419,28 +252,6 @@ impl Kubelet {
             }
             run
         });
-        Ok(())
-    }
-
-    /// Removes a node: kills its pods (without writing their status) and deletes its
-    /// Node and Lease objects.
-    pub async fn remove_node(&self, node: &str) -> Result<()> {
-        {
-            let mut nodes = lock(&self.inner.nodes);
-            let st = nodes
-                .get_mut(node)
-                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
-            st.removed = true;
-        }
-        for h in lock(&self.inner.pods).values().filter(|h| h.node == node) {
-            let _ = h.stop.send(Stop::Abandon);
-        }
-        let nodes: Api<Node> = Api::all(self.inner.client.clone());
-        ignore_not_found(nodes.delete(node, &DeleteParams::default()).await)
-            .map_err(kube_err(format!("deleting node {node}")))?;
-        let leases: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NS);
-        ignore_not_found(leases.delete(node, &DeleteParams::default()).await)
-            .map_err(kube_err(format!("deleting the lease of {node}")))?;
         Ok(())
     }
 
@@ -492,14 +303,6 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-fn ignore_not_found<T>(r: kube::Result<T>) -> kube::Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
     }
 }
 

@@ -3,14 +3,15 @@
 
 use super::status::now;
 use super::{
-    Inner, KUBELET_VERSION, LABEL_SIMULATED, LEASE_SECONDS, MANAGER, NODE_LEASE_NS, NodeState, lock,
+    Inner, KUBELET_VERSION, Kubelet, LABEL_SIMULATED, LEASE_SECONDS, MANAGER, NODE_LEASE_NS,
+    NodeState, Stop, lock, pod_watch,
 };
-use crate::{Result, kube_err};
+use crate::{Error, Result, kube_err};
 use gpufabric_api::keys;
 use gpufabric_measure::fleet::FleetNode;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -180,5 +181,90 @@ pub(super) async fn heartbeat_loop(inner: Arc<Inner>) {
                 tracing::warn!(node = %name, error = %e, "node status update failed");
             }
         }
+    }
+}
+
+impl Kubelet {
+    /// Names of the nodes this kubelet runs (removed ones excluded).
+    pub fn node_names(&self) -> Vec<String> {
+        lock(&self.inner.nodes)
+            .values()
+            .filter(|n| !n.removed)
+            .map(|n| n.spec.name.clone())
+            .collect()
+    }
+
+    /// Makes a node Ready or NotReady now: writes the Ready condition, and stops (or
+    /// resumes) its Lease heartbeat. Its pods keep running.
+    pub async fn set_node_ready(&self, node: &str, ready: bool) -> Result<()> {
+        {
+            let mut nodes = lock(&self.inner.nodes);
+            let st = nodes
+                .get_mut(node)
+                .filter(|s| !s.removed)
+                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
+            if st.ready != ready {
+                st.ready = ready;
+                st.ready_since = now();
+            }
+        }
+        self.inner.patch_node_status(node).await
+    }
+
+    /// Stalls a node (it stays Ready but starts no pod) or resumes it: pods bound to it
+    /// while it was stalled start then, as behind a container runtime that recovers.
+    /// Pods already running keep running.
+    pub async fn set_node_stalled(&self, node: &str, stalled: bool) -> Result<()> {
+        {
+            let mut nodes = lock(&self.inner.nodes);
+            let st = nodes
+                .get_mut(node)
+                .filter(|s| !s.removed)
+                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
+            st.stalled = stalled;
+        }
+        if stalled {
+            return Ok(());
+        }
+        let pods: Api<Pod> = Api::all(self.inner.client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = pods
+            .list(&lp)
+            .await
+            .map_err(kube_err(format!("listing the pods of node {node}")))?;
+        for pod in list.items {
+            pod_watch::on_pod(&self.inner, pod);
+        }
+        Ok(())
+    }
+
+    /// Removes a node: kills its pods (without writing their status) and deletes its
+    /// Node and Lease objects.
+    pub async fn remove_node(&self, node: &str) -> Result<()> {
+        {
+            let mut nodes = lock(&self.inner.nodes);
+            let st = nodes
+                .get_mut(node)
+                .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
+            st.removed = true;
+        }
+        for h in lock(&self.inner.pods).values().filter(|h| h.node == node) {
+            let _ = h.stop.send(Stop::Abandon);
+        }
+        let nodes: Api<Node> = Api::all(self.inner.client.clone());
+        ignore_not_found(nodes.delete(node, &DeleteParams::default()).await)
+            .map_err(kube_err(format!("deleting node {node}")))?;
+        let leases: Api<Lease> = Api::namespaced(self.inner.client.clone(), NODE_LEASE_NS);
+        ignore_not_found(leases.delete(node, &DeleteParams::default()).await)
+            .map_err(kube_err(format!("deleting the lease of {node}")))?;
+        Ok(())
+    }
+}
+
+fn ignore_not_found<T>(r: kube::Result<T>) -> kube::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
     }
 }

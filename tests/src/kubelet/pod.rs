@@ -3,7 +3,7 @@
 
 use super::launch::{Launch, run_process};
 use super::status::{Disruption, PodStatus, now, status_patch, write_status};
-use super::{Inner, Stop, WRITE_ATTEMPTS, waiting};
+use super::{Inner, WRITE_ATTEMPTS, waiting};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Preconditions};
@@ -14,6 +14,54 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// How the kubelet ends a pod on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// Node-pressure eviction: reason `Evicted`.
+    NodePressure,
+    /// Preempted to admit a critical pod: reason `Preempting`.
+    Preemption,
+}
+
+impl Eviction {
+    /// The pod status reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Eviction::NodePressure => "Evicted",
+            Eviction::Preemption => "Preempting",
+        }
+    }
+
+    /// The pod status message, as the kubelet words it.
+    pub fn message(self) -> &'static str {
+        match self {
+            Eviction::NodePressure => {
+                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 42Mi. "
+            }
+            Eviction::Preemption => "Preempted in order to admit critical pod",
+        }
+    }
+
+    /// The reason of the `DisruptionTarget` condition.
+    pub(super) fn condition_reason(self) -> &'static str {
+        "TerminationByKubelet"
+    }
+}
+
+/// Why a pod's process must stop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Stop {
+    Run,
+    /// The kubelet ends the pod: kill, write Failed with the eviction's reason.
+    Evicted(Eviction),
+    /// The pod has a deletionTimestamp: kill, then confirm the deletion.
+    Deleted {
+        grace_seconds: i64,
+    },
+    /// The pod object is gone, its node removed, or the kubelet stops: kill, write nothing.
+    Abandon,
+}
 
 /// The pod status message of `activeDeadlineSeconds`, as the kubelet words it.
 pub(super) const DEADLINE_MESSAGE: &str =

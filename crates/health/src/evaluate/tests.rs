@@ -1,6 +1,7 @@
 //! Unit tests of the evaluation rules, on synthetic nodes shaped like the agent's compact result.
 
 use super::*;
+use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::{
     COMPACT_VERSION, CompactCollective, CompactDdpPoint, CompactGpuHealth, PhaseError,
 };
@@ -248,10 +249,10 @@ fn crash_is_never_slow() {
         node: "node-crash".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
-        outcome: NodeOutcome::Crashed {
-            exit_code: Some(134),
-            reason: "SIGABRT in ncclCommInitRank".into(),
-        },
+        outcome: NodeOutcome::hardware(
+            HardwareFault::Crash,
+            "aborted (SIGABRT) (exit code 134): SIGABRT in ncclCommInitRank",
+        ),
     });
     let e = evaluate(&nodes, &Thresholds::default());
     let f = on(&e, "node-crash");
@@ -259,37 +260,57 @@ fn crash_is_never_slow() {
     assert_eq!(f[0].kind, FindingKind::Crash);
     assert_eq!(f[0].metric, Metric::AgentExit);
     assert_eq!(f[0].severity, Severity::Critical);
-    assert_eq!(f[0].measured, Some(134.0));
     assert!(f[0].message.contains("exit code 134"));
     assert!(e.findings.iter().all(|f| f.kind != FindingKind::Slow));
     assert_eq!(e.verdicts["node-crash"], NodeVerdict::Errored);
 }
 
 #[test]
-fn timeout_and_unusable_results_have_their_own_kinds_and_verdicts() {
+fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
     let nodes = vec![
         NodeInput {
             node: "a".into(),
             product_label: None,
             expected_gpus: None,
-            outcome: NodeOutcome::TimedOut {
-                reason: "activeDeadlineSeconds 900 passed".into(),
-            },
+            outcome: NodeOutcome::hardware(
+                HardwareFault::Hang,
+                "the agent had started and ran past the pod deadline (900s)",
+            ),
         },
         NodeInput {
             node: "b".into(),
             product_label: None,
             expected_gpus: None,
-            outcome: NodeOutcome::Errored {
-                reason: "the result document is not valid JSON".into(),
-            },
+            outcome: NodeOutcome::not_measured(
+                NotMeasuredReason::AgentBug,
+                "the result document is not valid JSON",
+            ),
+        },
+        NodeInput {
+            node: "c".into(),
+            product_label: None,
+            expected_gpus: None,
+            outcome: NodeOutcome::not_measured(
+                NotMeasuredReason::NotAdmitted,
+                "the kubelet refused the pod: OutOfnvidia.com/gpu",
+            ),
+        },
+        NodeInput {
+            node: "d".into(),
+            product_label: None,
+            expected_gpus: None,
+            outcome: NodeOutcome::hardware(HardwareFault::GpuMissing, "found 7 GPUs, 8 expected"),
         },
     ];
     let e = evaluate(&nodes, &Thresholds::default());
     assert_eq!(e.verdicts["a"], NodeVerdict::Timeout);
-    assert_eq!(e.verdicts["b"], NodeVerdict::Errored);
+    assert_eq!(e.verdicts["b"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["c"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["d"], NodeVerdict::Errored);
     assert_eq!(on(&e, "a")[0].kind, FindingKind::Timeout);
-    assert_eq!(on(&e, "b")[0].kind, FindingKind::Errored);
+    assert!(on(&e, "b").is_empty() && on(&e, "c").is_empty());
+    assert_eq!(on(&e, "d")[0].kind, FindingKind::Crash);
+    assert!(on(&e, "d")[0].message.contains("fewer GPUs"));
     assert!(e.findings.iter().all(|f| f.severity == Severity::Critical));
 }
 
@@ -650,7 +671,7 @@ fn fewer_gpus_than_the_node_advertises_is_a_gpu_mismatch() {
         node: "n".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
-        outcome: NodeOutcome::Measured(r),
+        outcome: NodeOutcome::Measured(Box::new(r)),
     }];
     let e = evaluate(&nodes, &Thresholds::default());
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
@@ -677,7 +698,7 @@ fn a_stale_product_label_is_info_and_label_spelling_is_not_a_mismatch() {
             node: "n".into(),
             product_label: Some(label.into()),
             expected_gpus: Some(8),
-            outcome: NodeOutcome::Measured(healthy("n", 1, 0.0)),
+            outcome: NodeOutcome::Measured(Box::new(healthy("n", 1, 0.0))),
         }]
     };
     let e = evaluate(&mk("NVIDIA-H100-80GB-HBM3"), &Thresholds::default());
@@ -882,15 +903,19 @@ fn a_named_slow_pair_explains_a_node_below_the_profile_floor_but_not_below_a_thr
 }
 
 #[test]
-fn a_result_claiming_an_impossible_gpu_count_is_errored_not_evaluated() {
+fn a_result_claiming_an_impossible_gpu_count_is_an_agent_bug_not_evaluated() {
     let mut r = healthy("n", 1, 0.0);
     r.g = u32::MAX;
     let mut z = healthy("z", 1, 0.0);
     z.g = 0;
     let e = run(vec![r, z]);
-    assert_eq!(e.verdicts["n"], NodeVerdict::Errored);
-    assert_eq!(e.verdicts["z"], NodeVerdict::Errored);
-    assert!(e.findings.iter().all(|f| f.kind == FindingKind::Errored));
+    assert_eq!(e.verdicts["n"], NodeVerdict::NotMeasured);
+    assert_eq!(e.verdicts["z"], NodeVerdict::NotMeasured);
+    assert!(
+        e.findings
+            .iter()
+            .all(|f| f.kind == FindingKind::Errored && f.severity == Severity::Info)
+    );
 }
 
 #[test]

@@ -212,6 +212,12 @@ fn check(opts: &CheckOptions, progress: Progress) -> Result<ResultDocument, Chec
         ddp: ddp_result,
         health,
         transports,
+        nics: crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)).unwrap_or_else(
+            |e| {
+                tracing::warn!("network ports not listed: {e}");
+                Vec::new()
+            },
+        ),
         errors,
     })
 }

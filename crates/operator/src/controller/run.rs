@@ -9,18 +9,19 @@ use crate::metrics::VerdictLabels;
 use crate::names;
 use crate::nodes;
 use crate::pods::{self, allocatable_gpus};
-use crate::results::{self, Outcome};
+use crate::results::{self, PodState};
 use crate::status as st;
 use crate::time::{now, to_chrono};
 use chrono::Utc;
 use futures::StreamExt;
 use gpufabric_api::keys;
+use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
 };
-use gpufabric_health::{NodeInput, NodeOutcome};
+use gpufabric_health::NodeInput;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -97,16 +98,23 @@ async fn apply_status(
 async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> Result<Action> {
     let name = run.name_any();
     let all = ctx.nodes.state();
+    let in_use = gpus_in_use(ctx).await?;
+    let tolerations = pods::tolerations(&run.spec.agent);
     let (targets, skipped) = nodes::resolve(
         all.iter().map(|n| n.as_ref()),
-        &run.spec.node_selector,
-        run.spec.nodes.as_deref(),
+        &nodes::Selection {
+            selector: &run.spec.node_selector,
+            names: run.spec.nodes.as_deref(),
+            tolerations: &tolerations,
+            gpus_in_use: &in_use,
+            include_busy: include_busy_nodes(run, ctx).await?,
+        },
     );
     let started = now();
     let skipped_text = skipped
         .iter()
         .take(10)
-        .map(|s| format!("{} {}", s.name, s.reason))
+        .map(|s| format!("{} {}", s.node, s.message))
         .collect::<Vec<_>>()
         .join("; ");
     let run_ref = run.object_ref(&());
@@ -126,10 +134,11 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             completion_time: Some(started),
             duration: Some(st::duration_string(0)),
             message: Some(message.clone()),
+            skipped: skipped.clone(),
             ..Default::default()
         };
         apply_status(api, &name, &status).await?;
-        ctx.metrics.runs_failed.inc();
+        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed: no nodes");
         ctx.events
             .warning(&run_ref, "RunFailed", "Resolve", message.clone())
@@ -159,6 +168,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
                 skipped.len()
             )
         }),
+        skipped,
         ..Default::default()
     };
     apply_status(api, &name, &status).await?;
@@ -175,31 +185,29 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
     Ok(Action::requeue(Duration::from_millis(100)))
 }
 
-/// Which node-check outcome the health crate sees.
-fn health_outcome(o: &Outcome) -> Option<NodeOutcome> {
-    Some(match o {
-        Outcome::Measured(c) => NodeOutcome::Measured((**c).clone()),
-        Outcome::Crashed { exit_code, reason } => NodeOutcome::Crashed {
-            exit_code: Some(*exit_code),
-            reason: reason.clone(),
-        },
-        Outcome::TimedOut { reason } => NodeOutcome::TimedOut {
-            reason: reason.clone(),
-        },
-        Outcome::Errored { reason } => NodeOutcome::Errored {
-            reason: reason.clone(),
-        },
-        Outcome::Pending | Outcome::Running => return None,
-    })
+/// GPUs held by pods that are not gpufabric's, by node, read from the API server when a
+/// run starts. Without the right to list pods cluster-wide, no node counts as busy.
+async fn gpus_in_use(ctx: &Context) -> Result<std::collections::BTreeMap<String, u32>> {
+    let api: Api<Pod> = Api::all(ctx.client.clone());
+    let lp = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    match api.list(&lp).await {
+        Ok(list) => Ok(nodes::gpus_in_use(&list.items)),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::warn!(error = %s.message, "cannot list pods cluster-wide: busy nodes are not skipped");
+            Ok(Default::default())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
-/// An outcome decided earlier and kept only in the status (no pod to re-read).
-fn outcome_from_entry(e: &NodeRunResult) -> Outcome {
-    let reason = e.reason.clone().unwrap_or_else(|| "no result".into());
-    match e.verdict {
-        NodeVerdict::Timeout => Outcome::TimedOut { reason },
-        _ => Outcome::Errored { reason },
-    }
+/// The owning test's `includeBusyNodes`, read when the run starts (false without a test).
+async fn include_busy_nodes(run: &FabricTestRun, ctx: &Context) -> Result<bool> {
+    let ns = run.namespace().unwrap_or_default();
+    let api: Api<gpufabric_api::test::FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    Ok(api
+        .get_opt(&run.spec.test)
+        .await?
+        .is_some_and(|t| t.spec.include_busy_nodes))
 }
 
 fn is_transient(e: &kube::Error) -> bool {
@@ -207,6 +215,62 @@ fn is_transient(e: &kube::Error) -> bool {
         kube::Error::Api(s) => s.code == 429 || s.code >= 500,
         _ => true,
     }
+}
+
+/// Where each node's pod stands, which pods to create and which to stop.
+struct Read {
+    outcomes: Vec<PodState>,
+    to_create: Vec<usize>,
+    /// Pods that ended while the kubelet still holds them (an image that cannot be pulled, a
+    /// missing Secret): deleted so that they stop holding the node's GPUs.
+    to_stop: Vec<usize>,
+}
+
+async fn read_states(
+    name: &str,
+    entries: &[NodeRunResult],
+    pods: &HashMap<String, Arc<Pod>>,
+    pods_api: &Api<Pod>,
+    past_deadline: bool,
+    run_seconds: u64,
+) -> Result<Read> {
+    let mut read = Read {
+        outcomes: Vec::with_capacity(entries.len()),
+        to_create: Vec::new(),
+        to_stop: Vec::new(),
+    };
+    for (i, e) in entries.iter().enumerate() {
+        let pod_name = names::pod_name(name, &e.node);
+        let live = match pods.get(&pod_name) {
+            Some(p) => Some(p.as_ref().clone()),
+            // Created before; the cache may lag, so ask the API server.
+            None if e.pod.is_some() => pods_api.get_opt(&pod_name).await?,
+            None => None,
+        };
+        let o = if let Some(p) = live {
+            let state = results::pod_state(&p);
+            if state.is_final() && holds_node(&p) {
+                read.to_stop.push(i);
+            }
+            state
+        } else if e.verdict.is_final() {
+            // Ended earlier (a blocked pod this controller deleted): the status remembers why.
+            PodState::Ended(results::outcome_from_entry(e))
+        } else if e.pod.is_some() {
+            if past_deadline {
+                PodState::Ended(results::never_started(&format!(
+                    "the run deadline ({run_seconds}s)"
+                )))
+            } else {
+                PodState::Ended(results::pod_gone())
+            }
+        } else {
+            read.to_create.push(i);
+            PodState::Waiting(None)
+        };
+        read.outcomes.push(o);
+    }
+    Ok(read)
 }
 
 /// Creates, reads and finishes.
@@ -245,28 +309,30 @@ async fn progress(
     let past_deadline = now_t >= deadline;
 
     let mut entries = status.nodes.clone();
-    let mut outcomes: Vec<Outcome> = Vec::with_capacity(entries.len());
-    let mut to_create: Vec<usize> = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let pod_name = names::pod_name(&name, &e.node);
-        let o = if let Some(p) = pods.get(&pod_name) {
-            results::outcome(p)
-        } else if e.pod.is_some() {
-            // Created before; the cache may lag, so ask the API server.
-            match pods_api.get_opt(&pod_name).await? {
-                Some(p) => results::outcome(&p),
-                None if past_deadline => {
-                    Outcome::run_deadline((timeout + DEADLINE_MARGIN_SECONDS) as u64)
-                }
-                None => Outcome::pod_gone(),
-            }
-        } else if e.verdict.is_final() {
-            outcome_from_entry(e)
-        } else {
-            to_create.push(i);
-            Outcome::Pending
-        };
-        outcomes.push(o);
+    let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
+    let Read {
+        mut outcomes,
+        to_create,
+        to_stop,
+    } = read_states(
+        &name,
+        &entries,
+        &pods,
+        &pods_api,
+        past_deadline,
+        run_seconds,
+    )
+    .await?;
+    for i in to_stop {
+        let pod_name = names::pod_name(&name, &entries[i].node);
+        match pods_api
+            .delete(&pod_name, &DeleteParams::background())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 
     let mut transient = None;
@@ -275,13 +341,20 @@ async fn progress(
         for (i, res) in created {
             match res {
                 Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
-                Err(CreateError::Permanent(reason)) => outcomes[i] = Outcome::Errored { reason },
+                Err(CreateError::Permanent(reason)) => {
+                    outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
+                        NotMeasuredReason::NotAdmitted,
+                        reason,
+                    ))
+                }
                 Err(CreateError::Transient(e)) => transient = Some(e),
             }
         }
     } else if past_deadline {
         for i in &to_create {
-            outcomes[*i] = Outcome::run_deadline((timeout + DEADLINE_MARGIN_SECONDS) as u64);
+            outcomes[*i] = PodState::Ended(results::never_started(&format!(
+                "the run deadline ({run_seconds}s)"
+            )));
         }
     }
 
@@ -301,7 +374,9 @@ async fn progress(
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(e.into()),
             }
-            *o = Outcome::run_deadline((timeout + DEADLINE_MARGIN_SECONDS) as u64);
+            *o = PodState::Ended(
+                std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds),
+            );
             stopped += 1;
         }
     }
@@ -338,10 +413,7 @@ async fn progress(
     if active == 0 && transient.is_none() {
         return finish(run, next, &outcomes, stopped, api, ctx).await;
     }
-    let (p, f, e) = st::counts(&next.nodes);
-    next.passed = p;
-    next.failed = f;
-    next.errored = e;
+    st::set_counts(&mut next);
     if next != status {
         apply_status(api, &name, &next).await?;
     }
@@ -352,6 +424,14 @@ async fn progress(
     Ok(Action::requeue(Duration::from_millis(
         wait.min(60_000) + 50,
     )))
+}
+
+/// The pod is not in a terminal phase: the kubelet still holds it (and its GPUs).
+fn holds_node(p: &Pod) -> bool {
+    !matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    ) && p.meta().deletion_timestamp.is_none()
 }
 
 enum CreateError {
@@ -384,10 +464,11 @@ async fn create_pods(
                     );
                 };
                 let gpus = allocatable_gpus(&node);
-                let pod = match pods::node_check_pod(run, &node_name, gpus) {
+                let mut pod = match pods::node_check_pod(run, &node_name, gpus) {
                     Ok(p) => p,
                     Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
                 };
+                ctx.resolve_agent_image(&mut pod);
                 match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(_) => (i, Ok(())),
                     Err(kube::Error::Api(s)) if s.code == 409 => (i, Ok(())),
@@ -412,7 +493,7 @@ async fn create_pods(
 async fn finish(
     run: &FabricTestRun,
     mut next: FabricTestRunStatus,
-    outcomes: &[Outcome],
+    outcomes: &[PodState],
     stopped: usize,
     api: &Api<FabricTestRun>,
     ctx: &Context,
@@ -433,11 +514,14 @@ async fn finish(
                     .and_then(|c| c.parse().ok())
                     .or_else(|| Some(allocatable_gpus(n)).filter(|g| *g > 0))
             });
+            let PodState::Ended(outcome) = o else {
+                return None;
+            };
             Some(NodeInput {
                 node: e.node.clone(),
                 product_label,
                 expected_gpus,
-                outcome: health_outcome(o)?,
+                outcome: outcome.clone(),
             })
         })
         .collect();
@@ -450,10 +534,8 @@ async fn finish(
     }
     let (kept, dropped) = st::findings_for_status(evaluation.findings.clone());
     next.findings = kept;
-    let (p, f, er) = st::counts(&next.nodes);
-    next.passed = p;
-    next.failed = f;
-    next.errored = er;
+    st::set_counts(&mut next);
+    let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
     let completion = now();
     let started = next
         .start_time
@@ -483,11 +565,7 @@ async fn finish(
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
     apply_status(api, &name, &next).await?;
 
-    if next.phase == RunPhase::Succeeded {
-        ctx.metrics.runs_succeeded.inc();
-    } else {
-        ctx.metrics.runs_failed.inc();
-    }
+    ctx.metrics.run_finished(run, next.phase, f + er);
     for n in &next.nodes {
         ctx.metrics
             .nodes_tested
@@ -497,7 +575,7 @@ async fn finish(
             .inc();
     }
     let summary = format!(
-        "{} nodes: {p} passed, {f} failed, {er} errored or timed out; {} findings",
+        "{} nodes: {p} passed, {f} failed, {er} errored or timed out, {nm} not measured; {} findings",
         next.nodes.len(),
         next.findings.len() + dropped
     );
@@ -512,6 +590,16 @@ async fn finish(
     };
     let run_ref = run.object_ref(&());
     let test_ref = Context::test_ref_of(run);
+    if let Some(issue) = st::infrastructure_issue(&next.nodes) {
+        // One Event for the pattern, on the test: the nodes are not at fault.
+        let note = format!("{name}: {}", issue.message());
+        tracing::warn!(%note, "many nodes not measured for one reason");
+        if let Some(t) = &test_ref {
+            ctx.events
+                .warning(t, st::CONDITION_INFRASTRUCTURE_DEGRADED, "Finish", note)
+                .await;
+        }
+    }
     if bad {
         ctx.events
             .warning(&run_ref, reason, "Finish", summary.clone())

@@ -133,6 +133,16 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     carry_out(test, ctx, &decision, &active, &mut status).await?;
     status.next_schedule_time = decision.next.map(to_time);
     status.conditions = conditions(test, &original.conditions, &status, &stamp);
+    let last_run = status
+        .last_run
+        .as_ref()
+        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name));
+    status.conditions.extend(st::infrastructure_condition(
+        &original.conditions,
+        last_run,
+        test.metadata.generation,
+        &stamp,
+    ));
     if status != original {
         apply_status(&api, &name, &status).await?;
     }
@@ -353,7 +363,8 @@ async fn quarantine_after(
         return Ok(true);
     };
     let run_name = run.name_any();
-    let tested: BTreeSet<&str> = run_status.nodes.iter().map(|n| n.node.as_str()).collect();
+    // Only nodes the run measured are judged: a node not measured is never a suspect.
+    let tested: BTreeSet<&str> = st::measured_nodes(run_status);
     let held = quarantine::quarantined_by(&ctx.client, test)
         .await
         .map_err(Error::Quarantine)?;

@@ -1,0 +1,285 @@
+//! `fabric-agent node-pair`: one rank of a node-pair test. The two ranks meet over TCP
+//! (rank 0 serves the NCCL unique id to the rank that presents the run's secret), measure
+//! NCCL across both nodes' GPUs, pass a barrier, and each writes its node-pair document.
+
+use crate::args::{BackendArg, parse_collective, parse_seconds, parse_size};
+use anyhow::Context;
+use clap::Args;
+use gpufabric_api::keys;
+use gpufabric_api::pair::{NodePairResult, NotMeasured, PAIR_SCHEMA};
+use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
+use gpufabric_api::suite::Collective;
+use gpufabric_measure::fleet::Fleet;
+use gpufabric_measure::pairs::{DEFAULT_COLLECTIVES, PairOptions};
+use gpufabric_measure::rendezvous::{self, Config, RendezvousError, Secret};
+use gpufabric_measure::sim::{self, ProcessFault};
+use gpufabric_measure::{CheckError, rfc3339};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Exit code of a pair that could not be measured (a peer that never arrived): the
+/// document says why, and nothing in it counts against either node.
+pub const EXIT_NOT_MEASURED: i32 = 3;
+
+/// Arguments of `fabric-agent node-pair`.
+#[derive(Args, Debug, Clone)]
+pub struct NodePairArgs {
+    /// Backend. `sim` is only used when asked for by name.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
+    pub backend: BackendArg,
+
+    /// The two nodes of the pair, by rank, comma-separated.
+    #[arg(long, value_delimiter = ',', env = keys::ENV_PAIR_NODES, value_name = "NODE0,NODE1", required = true)]
+    pub nodes: Vec<String>,
+
+    /// This process's rank: 0 serves the rendezvous, 1 joins it.
+    #[arg(long, env = keys::ENV_RANK, value_name = "0|1")]
+    pub rank: u32,
+
+    /// `host:port` of the rendezvous: rank 0 listens on it, rank 1 connects to it.
+    #[arg(long, env = keys::ENV_RENDEZVOUS, value_name = "HOST:PORT")]
+    pub rendezvous: String,
+
+    /// Name of the rendezvous group, the same on both ranks (e.g. `<run>/r0/p3`).
+    #[arg(long, env = keys::ENV_GROUP, value_name = "NAME")]
+    pub group: String,
+
+    /// The run's rendezvous secret, hex (at least 32 digits).
+    #[arg(long, env = keys::ENV_RENDEZVOUS_SECRET, hide_env_values = true, value_name = "HEX")]
+    pub secret: String,
+
+    /// Seconds to wait for the peer; then the pair is "not measured" and the peer named.
+    #[arg(long, default_value = "120", value_parser = parse_seconds, value_name = "SECS")]
+    pub rendezvous_timeout: Duration,
+
+    /// Message size of each collective (8, 1K, 16M, 1G).
+    #[arg(long, short = 'b', default_value = "1G", value_parser = parse_size, value_name = "SIZE")]
+    pub bytes: u64,
+
+    /// Collectives, comma-separated (default allReduce,sendRecv; add allToAll to measure it).
+    #[arg(long, value_delimiter = ',', value_parser = parse_collective, value_name = "LIST")]
+    pub collectives: Option<Vec<Collective>>,
+
+    /// This node's name (default: the node of this rank in --nodes).
+    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Fleet description the `sim` backend simulates; required for `sim`.
+    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
+    pub fleet: Option<PathBuf>,
+
+    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Also write the document (pretty JSON) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+fn invalid(message: String) -> anyhow::Error {
+    anyhow::Error::new(CheckError::InvalidInput(message))
+}
+
+impl NodePairArgs {
+    fn options(&self) -> anyhow::Result<PairOptions> {
+        let [a, b] = self.nodes.as_slice() else {
+            return Err(invalid(format!(
+                "--nodes takes the two nodes of the pair, got {}",
+                self.nodes.len()
+            )));
+        };
+        if a == b {
+            return Err(invalid(format!("--nodes names {a} twice")));
+        }
+        if self.rank > 1 {
+            return Err(invalid(format!("--rank is 0 or 1, got {}", self.rank)));
+        }
+        let opts = PairOptions {
+            group: self.group.clone(),
+            rank: self.rank,
+            nodes: [a.clone(), b.clone()],
+            bytes: self.bytes,
+            collectives: self
+                .collectives
+                .clone()
+                .unwrap_or_else(|| DEFAULT_COLLECTIVES.to_vec()),
+        };
+        if let Some(node) = self.node.as_deref().filter(|n| !n.trim().is_empty())
+            && node.trim() != opts.node()
+        {
+            return Err(invalid(format!(
+                "this is node {node}, but rank {} of --nodes is {}",
+                self.rank,
+                opts.node()
+            )));
+        }
+        Ok(opts)
+    }
+}
+
+/// Runs one rank; returns the exit code.
+pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
+    let opts = args.options()?;
+    let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
+    let started = Instant::now();
+    let started_at = rfc3339(SystemTime::now());
+    let fleet = match args.backend {
+        BackendArg::Cuda => {
+            return Err(anyhow::Error::new(CheckError::Other(
+                "node-pair runs only with the sim backend in this version; NCCL across nodes on real GPUs is not built yet".into(),
+            )));
+        }
+        BackendArg::Sim => load_fleet(&args, &opts)?,
+    };
+    if let Some(node) = fleet.node(opts.node())
+        && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
+    {
+        eprintln!(
+            "fabric-agent: simulated crash of node {} (fault in the fleet file): exiting with code {exit_code}",
+            opts.node()
+        );
+        return Ok(exit_code);
+    }
+    let config = Config {
+        group: opts.group.clone(),
+        rank: opts.rank,
+        names: opts.nodes.to_vec(),
+        addr: args.rendezvous.clone(),
+        secret,
+        timeout: args.rendezvous_timeout,
+    };
+    progress(&format!(
+        "node-pair {} <-> {} (group {}, rank {}): rendezvous at {}",
+        opts.nodes[0], opts.nodes[1], opts.group, opts.rank, config.addr
+    ));
+    let group = if opts.rank == 0 {
+        // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so
+        // that the exchange is the one a real pair makes.
+        let id = rendezvous::random_id().map_err(|e| anyhow::anyhow!("{e}"))?;
+        rendezvous::serve(&config, &id)
+    } else {
+        rendezvous::join(&config).map(|(group, _id)| group)
+    };
+    let mut group = match group {
+        Ok(g) => g,
+        Err(e) => {
+            let doc = not_measured(&opts, Backend::Sim, started_at, started, &e);
+            emit(&doc, args.json.as_deref())?;
+            eprintln!("fabric-agent: node pair not measured: {e}");
+            return Ok(match e {
+                RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
+                _ => EXIT_NOT_MEASURED,
+            });
+        }
+    };
+    let seed = args.seed.unwrap_or(fleet.seed);
+    let mut doc = gpufabric_measure::pairs::sim::node_pair(&fleet, &opts, seed, started_at)
+        .map_err(|e| invalid(e.to_string()))?;
+    // Both ranks finish together, so neither reports a pair the other abandoned.
+    if let Err(e) = group.barrier(args.rendezvous_timeout) {
+        doc.errors.push(PhaseError {
+            phase: Phase::NodePair,
+            kind: ErrorKind::Failed,
+            message: e.to_string(),
+        });
+    }
+    doc.duration_s = started.elapsed().as_secs_f64();
+    emit(&doc, args.json.as_deref())?;
+    Ok(0)
+}
+
+fn load_fleet(args: &NodePairArgs, opts: &PairOptions) -> anyhow::Result<Fleet> {
+    let path = args.fleet.as_ref().ok_or_else(|| {
+        invalid(
+            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
+        )
+    })?;
+    let fleet = Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
+    for node in &opts.nodes {
+        if fleet.node(node).is_none() {
+            return Err(invalid(format!(
+                "node {node:?} is not in fleet file {}",
+                path.display()
+            )));
+        }
+    }
+    Ok(fleet)
+}
+
+fn not_measured(
+    opts: &PairOptions,
+    backend: Backend,
+    started_at: String,
+    started: Instant,
+    e: &RendezvousError,
+) -> NodePairResult {
+    NodePairResult {
+        schema: PAIR_SCHEMA.into(),
+        group: opts.group.clone(),
+        nodes: opts.nodes.clone(),
+        rank: opts.rank,
+        backend,
+        started_at,
+        duration_s: started.elapsed().as_secs_f64(),
+        gpus_per_node: 0,
+        collectives: Vec::new(),
+        transport: None,
+        nics_used: 0,
+        nics: Vec::new(),
+        not_measured: Some(NotMeasured {
+            peer: Some(opts.peer().to_string()),
+            message: e.to_string(),
+        }),
+        errors: Vec::new(),
+    }
+}
+
+fn progress(line: &str) {
+    eprintln!("[fabric-agent] {line}");
+}
+
+/// The table on stdout, the document as the last stdout line, in the termination message
+/// and (pretty) in `--json`.
+fn emit(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let line = serde_json::to_string(doc).context("serialising the node-pair document")?;
+    crate::output::write_termination(&line);
+    if let Some(path) = json {
+        let pretty = serde_json::to_string_pretty(doc).context("serialising")?;
+        std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut text = String::new();
+    text.push_str(&format!(
+        "# node pair {} <-> {}  rank {}  {} GPUs each  transport {}  NICs used {}\n",
+        doc.nodes[0],
+        doc.nodes[1],
+        doc.rank,
+        doc.gpus_per_node,
+        doc.transport
+            .map(|t| t.to_string())
+            .unwrap_or_else(|| "-".into()),
+        doc.nics_used
+    ));
+    text.push_str("#  collective        size   time(us)  algbw(GB/s)  busbw(GB/s)  #wrong\n");
+    for c in &doc.collectives {
+        text.push_str(&format!(
+            "  {:<14} {:>8} {:>10.1} {:>12.2} {:>12.2} {:>7}\n",
+            c.collective.api_name(),
+            c.bytes,
+            c.time_us,
+            c.algbw,
+            c.busbw,
+            c.wrong
+        ));
+    }
+    if let Some(nm) = &doc.not_measured {
+        text.push_str(&format!("# not measured: {}\n", nm.message));
+    }
+    text.push_str(&line);
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
+}

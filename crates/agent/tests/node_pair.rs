@@ -1,0 +1,197 @@
+//! `fabric-agent node-pair` end to end: two agent processes meet over TCP on loopback and
+//! report the pair from the fleet file; a missing or foreign peer is named in bounded time.
+
+use gpufabric_api::pair::{NetTransport, NodePairResult};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const FLEET: &str = r#"
+seed: 5
+nodes:
+  - {name: a, product: NVIDIA-H200, gpus: 8}
+  - {name: b, product: NVIDIA-H200, gpus: 8}
+  - name: slow
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: slowNic, factor: 0.25}]
+  - name: tcp
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: socketFallback}]
+"#;
+
+const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+struct Env {
+    dir: tempfile::TempDir,
+    fleet: PathBuf,
+    addr: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fleet = dir.path().join("fleet.yaml");
+        std::fs::write(&fleet, FLEET).expect("write fleet");
+        // A free loopback port: bound, then released for rank 0.
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("address").to_string();
+        drop(l);
+        Env { dir, fleet, addr }
+    }
+
+    fn term(&self, rank: u32) -> PathBuf {
+        self.dir.path().join(format!("termination-{rank}"))
+    }
+
+    fn rank(&self, nodes: &str, rank: u32, secret: &str, timeout: &str) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
+        for var in [
+            "FABRIC_BACKEND",
+            "FABRIC_SIM_FLEET",
+            "FABRIC_NODE_NAME",
+            "FABRIC_RENDEZVOUS",
+            "FABRIC_RENDEZVOUS_SECRET",
+            "FABRIC_GROUP",
+            "FABRIC_RANK",
+            "FABRIC_PAIR_NODES",
+            "RUST_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env("FABRIC_TERMINATION_LOG", self.term(rank))
+            .env("FABRIC_RENDEZVOUS_SECRET", secret)
+            .args(["node-pair", "--backend", "sim", "--fleet"])
+            .arg(&self.fleet)
+            .args(["--nodes", nodes, "--rank", &rank.to_string()])
+            .args(["--rendezvous", &self.addr, "--group", "run-1/r0/p0"])
+            .args(["--rendezvous-timeout", timeout])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd.spawn().expect("agent starts")
+    }
+}
+
+fn finish(child: Child) -> (Output, NodePairResult) {
+    let out = child.wait_with_output().expect("agent ends");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    let doc = NodePairResult::parse(&last).unwrap_or_else(|e| {
+        panic!(
+            "last line is a node-pair document ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, doc)
+}
+
+#[test]
+fn two_agents_meet_over_tcp_in_either_start_order_and_report_the_same_pair() {
+    let env = Env::new();
+    // Rank 1 first: it retries until rank 0 listens.
+    let r1 = env.rank("a,b", 1, SECRET, "20");
+    std::thread::sleep(Duration::from_millis(300));
+    let r0 = env.rank("a,b", 0, SECRET, "20");
+    let (out0, d0) = finish(r0);
+    let (out1, d1) = finish(r1);
+    assert_eq!(out0.status.code(), Some(0));
+    assert_eq!(out1.status.code(), Some(0));
+    assert_eq!((d0.rank, d1.rank), (0, 1));
+    assert_eq!(d0.collectives, d1.collectives);
+    assert_eq!(d0.transport, Some(NetTransport::Ib));
+    assert_eq!((d0.gpus_per_node, d0.nics_used), (8, 8));
+    let bw = d0.busbw().expect("all_reduce");
+    assert!(bw > 350.0, "{bw}");
+    assert!(d0.not_measured.is_none() && d0.errors.is_empty());
+    let table = String::from_utf8_lossy(&out0.stdout);
+    assert!(
+        table.contains("# node pair a <-> b  rank 0  8 GPUs each  transport InfiniBand"),
+        "{table}"
+    );
+    // The termination message is the same document.
+    let term = std::fs::read_to_string(env.term(1)).expect("termination message");
+    assert_eq!(NodePairResult::parse(&term).expect("parses"), d1);
+}
+
+#[test]
+fn a_slow_nic_and_a_socket_fallback_show_in_the_pair() {
+    let env = Env::new();
+    let r0 = env.rank("slow,b", 0, SECRET, "20");
+    let r1 = env.rank("slow,b", 1, SECRET, "20");
+    let (_, d) = finish(r0);
+    finish(r1);
+    assert!(d.busbw().expect("all_reduce") < 100.0);
+
+    let env = Env::new();
+    let r0 = env.rank("a,tcp", 0, SECRET, "20");
+    let r1 = env.rank("a,tcp", 1, SECRET, "20");
+    finish(r0);
+    let (_, d) = finish(r1);
+    assert_eq!(d.transport, Some(NetTransport::Socket));
+}
+
+#[test]
+fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
+    let env = Env::new();
+    let started = Instant::now();
+    let (out, doc) = finish(env.rank("a,b", 0, SECRET, "1"));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(3));
+    let nm = doc.not_measured.expect("not measured");
+    assert_eq!(nm.peer.as_deref(), Some("b"));
+    assert!(
+        nm.message
+            .starts_with("rank 1 (b) did not join the rendezvous at 127.0.0.1:"),
+        "{}",
+        nm.message
+    );
+    assert!(doc.collectives.is_empty());
+
+    let env = Env::new();
+    let (out, doc) = finish(env.rank("a,b", 1, SECRET, "1"));
+    assert_eq!(out.status.code(), Some(3));
+    let nm = doc.not_measured.expect("not measured");
+    assert_eq!(nm.peer.as_deref(), Some("a"));
+    assert!(
+        nm.message.starts_with("could not reach rank 0 (a)"),
+        "{}",
+        nm.message
+    );
+}
+
+#[test]
+fn a_rank_with_another_secret_is_turned_away_and_both_say_so() {
+    let env = Env::new();
+    let r0 = env.rank("a,b", 0, SECRET, "2");
+    std::thread::sleep(Duration::from_millis(200));
+    let other = "ff".repeat(32);
+    let r1 = env.rank("a,b", 1, &other, "2");
+    let (out1, d1) = finish(r1);
+    let (out0, d0) = finish(r0);
+    assert_eq!((out0.status.code(), out1.status.code()), (Some(3), Some(3)));
+    let m1 = d1.not_measured.expect("rank 1 not measured").message;
+    assert!(
+        m1.contains("closed the connection during the handshake"),
+        "{m1}"
+    );
+    let m0 = d0.not_measured.expect("rank 0 not measured").message;
+    assert!(m0.contains("1 connection(s) were refused"), "{m0}");
+}
+
+#[test]
+fn bad_settings_are_refused_with_exit_code_2() {
+    let env = Env::new();
+    let (out, _) = {
+        let child = env.rank("a,a", 0, SECRET, "1");
+        let out = child.wait_with_output().expect("ends");
+        (out, ())
+    };
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--nodes names a twice"));
+    let child = env.rank("a,b", 0, "abc", "1");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rendezvous secret"));
+}

@@ -1,0 +1,276 @@
+//! Between nodes: the network ports of a node (InfiniBand / RoCE, from sysfs) and the
+//! result document of one node-pair test (NCCL across the GPUs of two nodes).
+
+use crate::result::{Backend, PhaseError};
+use crate::suite::Collective;
+use serde::{Deserialize, Serialize};
+
+/// Schema tag of the node-pair document.
+pub const PAIR_SCHEMA: &str = "gpufabric.io/node-pair/v1";
+
+/// One port of an InfiniBand or RoCE device as sysfs shows it
+/// (`/sys/class/infiniband/<device>/ports/<port>/`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NicPort {
+    /// Device, e.g. `mlx5_0`.
+    pub device: String,
+    pub port: u32,
+    /// `InfiniBand` or `Ethernet` (RoCE), from `link_layer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_layer: Option<String>,
+    /// Logical state without its number, e.g. `ACTIVE`, `DOWN`, `INIT`.
+    pub state: String,
+    /// Physical state without its number, e.g. `LinkUp`, `Polling`, `Disabled`.
+    pub phys_state: String,
+    /// Active rate in Gb/s (`400` of `400 Gb/sec (4X NDR)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_gbps: Option<f64>,
+    /// Error counters since the driver loaded; absent when sysfs has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol_errors: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_downed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_errors: Option<u64>,
+}
+
+impl NicPort {
+    /// `mlx5_0 port 1`.
+    pub fn name(&self) -> String {
+        format!("{} port {}", self.device, self.port)
+    }
+
+    /// Logically active and physically up.
+    pub fn is_up(&self) -> bool {
+        self.state.eq_ignore_ascii_case("ACTIVE") && self.phys_state.eq_ignore_ascii_case("LinkUp")
+    }
+}
+
+/// The network transport NCCL used between the nodes of a pair.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub enum NetTransport {
+    /// InfiniBand verbs.
+    Ib,
+    /// RDMA over Converged Ethernet (NCCL's IB transport on an Ethernet link layer).
+    Roce,
+    /// TCP sockets: the fallback NCCL takes when it finds no usable RDMA device.
+    Socket,
+    Unknown,
+}
+
+impl NetTransport {
+    /// RDMA (IB or RoCE).
+    pub fn is_rdma(self) -> bool {
+        matches!(self, NetTransport::Ib | NetTransport::Roce)
+    }
+}
+
+impl std::fmt::Display for NetTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NetTransport::Ib => "InfiniBand",
+            NetTransport::Roce => "RoCE",
+            NetTransport::Socket => "sockets",
+            NetTransport::Unknown => "an unknown transport",
+        })
+    }
+}
+
+/// One collective across the 2 x G ranks of a pair at the configured size.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PairCollective {
+    pub collective: Collective,
+    pub bytes: u64,
+    /// Average time per iteration, microseconds.
+    pub time_us: f64,
+    pub algbw: f64,
+    /// Bus bandwidth as nccl-tests defines it for 2 x G ranks, GB/s.
+    pub busbw: f64,
+    #[serde(default)]
+    pub wrong: u64,
+}
+
+/// Why a pair was not measured (nothing here counts against either node).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NotMeasured {
+    /// The rank (node) at fault when one is known, e.g. the peer that never arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    pub message: String,
+}
+
+/// The result one rank of a node pair writes (its termination message and last stdout line;
+/// small enough for both).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePairResult {
+    /// Always [`PAIR_SCHEMA`].
+    pub schema: String,
+    /// The rendezvous group, e.g. `<run>/r0/p3`.
+    pub group: String,
+    /// The two nodes, by rank.
+    pub nodes: [String; 2],
+    /// The rank (0 or 1) that wrote this document.
+    pub rank: u32,
+    pub backend: Backend,
+    /// RFC 3339.
+    pub started_at: String,
+    pub duration_s: f64,
+    /// GPUs used on each node.
+    pub gpus_per_node: u32,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<PairCollective>,
+    /// The network transport NCCL used between the two nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<NetTransport>,
+    /// NICs NCCL used on this rank's node.
+    #[serde(default)]
+    pub nics_used: u32,
+    /// This rank's node's network ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<NicPort>,
+    /// Set when the pair could not be measured (a peer that never arrived, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<NotMeasured>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PhaseError>,
+}
+
+impl NodePairResult {
+    /// The all_reduce bus bandwidth, else the highest of any collective (GB/s).
+    pub fn busbw(&self) -> Option<f64> {
+        self.collectives
+            .iter()
+            .find(|c| c.collective == Collective::AllReduce)
+            .or_else(|| {
+                self.collectives
+                    .iter()
+                    .max_by(|a, b| a.busbw.total_cmp(&b.busbw))
+            })
+            .map(|c| c.busbw)
+    }
+
+    /// Reads a node-pair document, rejecting malformed and unknown-schema input.
+    pub fn parse(text: &str) -> Result<NodePairResult, crate::result::ParseError> {
+        use crate::result::ParseError;
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(ParseError::Empty);
+        }
+        let doc: NodePairResult =
+            serde_json::from_str(text).map_err(|e| ParseError::Malformed(e.to_string()))?;
+        if doc.schema != PAIR_SCHEMA {
+            return Err(ParseError::Malformed(format!(
+                "schema is {:?}, expected {PAIR_SCHEMA:?}",
+                doc.schema
+            )));
+        }
+        Ok(doc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> NodePairResult {
+        NodePairResult {
+            schema: PAIR_SCHEMA.into(),
+            group: "run-a/r0/p1".into(),
+            nodes: ["h200-01".into(), "h200-02".into()],
+            rank: 0,
+            backend: Backend::Sim,
+            started_at: "2026-11-23T02:00:00Z".into(),
+            duration_s: 3.2,
+            gpus_per_node: 8,
+            collectives: vec![
+                PairCollective {
+                    collective: Collective::SendRecv,
+                    bytes: 1 << 30,
+                    time_us: 5000.0,
+                    algbw: 214.7,
+                    busbw: 214.7,
+                    wrong: 0,
+                },
+                PairCollective {
+                    collective: Collective::AllReduce,
+                    bytes: 1 << 30,
+                    time_us: 11000.0,
+                    algbw: 97.6,
+                    busbw: 183.0,
+                    wrong: 0,
+                },
+            ],
+            transport: Some(NetTransport::Ib),
+            nics_used: 8,
+            nics: vec![NicPort {
+                device: "mlx5_0".into(),
+                port: 1,
+                link_layer: Some("InfiniBand".into()),
+                state: "ACTIVE".into(),
+                phys_state: "LinkUp".into(),
+                rate_gbps: Some(400.0),
+                symbol_errors: Some(0),
+                link_downed: Some(0),
+                rcv_errors: Some(0),
+            }],
+            not_measured: None,
+            errors: vec![],
+        }
+    }
+
+    #[test]
+    fn a_pair_document_round_trips_and_names_its_all_reduce_busbw() {
+        let d = doc();
+        let text = serde_json::to_string(&d).expect("serialises");
+        assert!(text.contains("\"transport\":\"ib\""), "{text}");
+        assert!(text.contains("\"physState\":\"LinkUp\""), "{text}");
+        let back = NodePairResult::parse(&text).expect("parses");
+        assert_eq!(back, d);
+        assert_eq!(back.busbw(), Some(183.0));
+    }
+
+    #[test]
+    fn an_eight_nic_pair_document_fits_a_termination_message() {
+        let mut d = doc();
+        let port = d.nics[0].clone();
+        d.nics = (0..8)
+            .map(|i| NicPort {
+                device: format!("mlx5_{i}"),
+                ..port.clone()
+            })
+            .collect();
+        let text = serde_json::to_string(&d).expect("serialises");
+        assert!(
+            text.len() < crate::keys::TERMINATION_MESSAGE_LIMIT,
+            "{}",
+            text.len()
+        );
+    }
+
+    #[test]
+    fn wrong_schema_and_empty_text_are_refused() {
+        let mut d = doc();
+        d.schema = "gpufabric.io/result/v1".into();
+        let text = serde_json::to_string(&d).expect("serialises");
+        assert!(NodePairResult::parse(&text).is_err());
+        assert!(NodePairResult::parse("  ").is_err());
+        assert!(NodePairResult::parse("{\"schema\":").is_err());
+    }
+
+    #[test]
+    fn a_port_is_up_only_when_active_and_linked() {
+        let mut p = doc().nics[0].clone();
+        assert!(p.is_up());
+        p.phys_state = "Polling".into();
+        assert!(!p.is_up());
+        p.phys_state = "LinkUp".into();
+        p.state = "INIT".into();
+        assert!(!p.is_up());
+        assert_eq!(p.name(), "mlx5_0 port 1");
+    }
+}

@@ -1,0 +1,464 @@
+//! Localization of node-pair results: which node, which node pair (the path between two
+//! nodes), or which node's transport is at fault, with the numbers that show it.
+//!
+//! # Rules, in order
+//! 1. **Transport.** When most pairs with a known transport used RDMA (InfiniBand or RoCE),
+//!    a node whose every pair fell back to sockets, while a partner of it used RDMA with
+//!    another node, is a Critical `TransportFallback` on the node. A socket pair between two
+//!    nodes that both used RDMA elsewhere is one on the node pair (Info). Other socket pairs
+//!    make both nodes suspects. Socket pairs are then left out of the bandwidth rules: their
+//!    slowness is explained.
+//! 2. **Slow pairs.** A pair is slow when its busbw is more than `slow_gap` below the
+//!    median of the pairs compared (the fleet's RDMA pairs, or all pairs where the fleet
+//!    does not use RDMA), with at least `min_pairs` pairs to compare.
+//! 3. **A node slow with every partner** (at least 2 pairs, all slow) while at least 2 of
+//!    those partners have a pair elsewhere that is not slow is the node: Critical `Slow`,
+//!    measured = its median busbw, expected = the median of its partners' other pairs.
+//! 4. **One slow pair** whose two nodes each have a pair elsewhere that is not slow (and
+//!    neither is named by rule 3) is the path between them: a `Slow` finding on the node
+//!    pair, Info, because a path is not a reason to cordon either node.
+//! 5. Any other slow pair (a node with no pair to compare, two suspects that met) makes its
+//!    unnamed nodes suspects; the confirmation pass retests suspects against nodes whose
+//!    every pair was fine (the known-good nodes), and only then acts.
+//!
+//! Pairs that were not measured (a peer that never arrived) are not input here.
+
+use crate::fleet::median;
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::pair::{NetTransport, NodePairResult};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One measured node pair.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairObservation {
+    pub a: String,
+    pub b: String,
+    /// NCCL bus bandwidth between the two nodes, GB/s.
+    pub busbw: f64,
+    pub transport: Option<NetTransport>,
+}
+
+impl PairObservation {
+    /// The pairs of a run as the rules read them, from the documents the ranks wrote (one
+    /// or both per pair, any order). A pair that either rank reports as not measured, or
+    /// without a busbw, is left out (it counts against neither node). Rank 0's numbers are
+    /// taken when both ranks wrote; sockets on either side make the pair a socket pair.
+    pub fn from_documents(docs: &[NodePairResult]) -> Vec<PairObservation> {
+        let mut by_pair: BTreeMap<(&str, &str), Vec<&NodePairResult>> = BTreeMap::new();
+        for d in docs {
+            by_pair
+                .entry((d.nodes[0].as_str(), d.nodes[1].as_str()))
+                .or_default()
+                .push(d);
+        }
+        by_pair
+            .into_iter()
+            .filter(|(_, ds)| ds.iter().all(|d| d.not_measured.is_none()))
+            .filter_map(|((a, b), ds)| {
+                let first = ds.iter().min_by_key(|d| d.rank)?;
+                let socket = ds.iter().any(|d| d.transport == Some(NetTransport::Socket));
+                Some(PairObservation {
+                    a: a.to_string(),
+                    b: b.to_string(),
+                    busbw: first.busbw()?,
+                    transport: if socket {
+                        Some(NetTransport::Socket)
+                    } else {
+                        first.transport
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// Settings of the rules.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairRules {
+    /// A pair this far below the median of the compared pairs (0.25 = 25%) is slow.
+    pub slow_gap: f64,
+    /// Fewest pairs to compare with before any pair is called slow.
+    pub min_pairs: usize,
+}
+
+impl Default for PairRules {
+    fn default() -> Self {
+        PairRules {
+            slow_gap: 0.25,
+            min_pairs: 3,
+        }
+    }
+}
+
+/// What the rules make of a run's pairs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Localization {
+    pub findings: Vec<Finding>,
+    /// Nodes to retest against known-good partners before anything is concluded.
+    pub suspects: Vec<String>,
+    /// Nodes whose every pair was fine: partners for the retest.
+    pub known_good: Vec<String>,
+}
+
+impl Localization {
+    /// Nodes the findings blame (Critical findings on a node); node-pair findings blame
+    /// neither node.
+    pub fn blamed_nodes(&self) -> BTreeSet<&str> {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Critical)
+            .filter(|f| f.subject.kind == gpufabric_api::SubjectKind::Node)
+            .map(|f| f.subject.node.as_str())
+            .collect()
+    }
+}
+
+/// The findings of a run's node pairs, by the rules in the module docs.
+pub fn localize(pairs: &[PairObservation], rules: &PairRules) -> Localization {
+    let mut out = Localization::default();
+    let mut suspects = BTreeSet::new();
+    let known: Vec<&PairObservation> = pairs.iter().filter(|p| p.transport.is_some()).collect();
+    let rdma = known
+        .iter()
+        .filter(|p| p.transport.is_some_and(NetTransport::is_rdma))
+        .count();
+    let fleet_rdma = rdma * 2 > known.len();
+    let mut transport_blamed = BTreeSet::new();
+    if fleet_rdma {
+        let fleet_transport = dominant_rdma(&known);
+        transport_blamed = socket_fallbacks(
+            pairs,
+            fleet_transport,
+            (rdma, known.len()),
+            &mut out.findings,
+            &mut suspects,
+        );
+    }
+    let compared: Vec<&PairObservation> = pairs
+        .iter()
+        .filter(|p| !fleet_rdma || p.transport != Some(NetTransport::Socket))
+        .filter(|p| !transport_blamed.contains(&p.a) && !transport_blamed.contains(&p.b))
+        .collect();
+    let values: Vec<f64> = compared.iter().map(|p| p.busbw).collect();
+    let reference = median(&values);
+    let mut slow_blamed = BTreeSet::new();
+    if let Some(reference) = reference.filter(|_| compared.len() >= rules.min_pairs) {
+        let floor = reference * (1.0 - rules.slow_gap);
+        let slow = |p: &PairObservation| p.busbw < floor;
+        slow_blamed = slow_nodes(&compared, &slow, &mut out.findings);
+        for p in compared.iter().filter(|p| slow(p)) {
+            if slow_blamed.contains(&p.a) || slow_blamed.contains(&p.b) {
+                continue;
+            }
+            let fine_elsewhere = |n: &str, other: &str| {
+                compared
+                    .iter()
+                    .any(|q| q.touches(n) && !q.touches(other) && !slow(q))
+            };
+            if fine_elsewhere(&p.a, &p.b) && fine_elsewhere(&p.b, &p.a) {
+                let others: Vec<f64> = compared
+                    .iter()
+                    .filter(|q| (q.touches(&p.a) || q.touches(&p.b)) && !q.same(p))
+                    .map(|q| q.busbw)
+                    .collect();
+                let expected = median(&others).unwrap_or(reference);
+                out.findings.push(path_finding(p, expected));
+            } else {
+                suspects.insert(p.a.clone());
+                suspects.insert(p.b.clone());
+                out.findings.push(unclear_finding(p, reference));
+            }
+        }
+        let bad: BTreeSet<&str> = compared
+            .iter()
+            .filter(|p| slow(p))
+            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+            .collect();
+        out.known_good = compared
+            .iter()
+            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+            .filter(|n| !bad.contains(n) && !suspects.contains(*n))
+            .filter(|n| !transport_blamed.contains(*n))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+    }
+    for n in slow_blamed.iter().chain(transport_blamed.iter()) {
+        suspects.remove(n);
+    }
+    out.suspects = suspects.into_iter().collect();
+    crate::evaluate::sort_findings(&mut out.findings);
+    out
+}
+
+impl PairObservation {
+    fn touches(&self, node: &str) -> bool {
+        self.a == node || self.b == node
+    }
+    fn same(&self, other: &PairObservation) -> bool {
+        (self.a == other.a && self.b == other.b) || (self.a == other.b && self.b == other.a)
+    }
+    fn partner_of(&self, node: &str) -> &str {
+        if self.a == node { &self.b } else { &self.a }
+    }
+}
+
+/// InfiniBand unless RoCE pairs are the majority of the RDMA pairs.
+fn dominant_rdma(known: &[&PairObservation]) -> NetTransport {
+    let roce = known
+        .iter()
+        .filter(|p| p.transport == Some(NetTransport::Roce))
+        .count();
+    let ib = known
+        .iter()
+        .filter(|p| p.transport == Some(NetTransport::Ib))
+        .count();
+    if roce > ib {
+        NetTransport::Roce
+    } else {
+        NetTransport::Ib
+    }
+}
+
+fn nodes_of<'a>(pairs: impl Iterator<Item = &'a PairObservation>) -> BTreeSet<&'a str> {
+    pairs.flat_map(|p| [p.a.as_str(), p.b.as_str()]).collect()
+}
+
+/// Rule 1: returns the nodes blamed for falling back to sockets.
+fn socket_fallbacks(
+    pairs: &[PairObservation],
+    fleet: NetTransport,
+    (rdma, known): (usize, usize),
+    findings: &mut Vec<Finding>,
+    suspects: &mut BTreeSet<String>,
+) -> BTreeSet<String> {
+    let socket = |p: &PairObservation| p.transport == Some(NetTransport::Socket);
+    let rdma_elsewhere = |n: &str, other: &str| {
+        pairs.iter().any(|q| {
+            q.touches(n) && !q.touches(other) && q.transport.is_some_and(NetTransport::is_rdma)
+        })
+    };
+    let mut blamed = BTreeSet::new();
+    for node in nodes_of(pairs.iter()) {
+        let own: Vec<&PairObservation> = pairs.iter().filter(|p| p.touches(node)).collect();
+        if own.is_empty() || !own.iter().all(|p| socket(p)) {
+            continue;
+        }
+        if !own.iter().any(|p| rdma_elsewhere(p.partner_of(node), node)) {
+            continue;
+        }
+        let bw: Vec<f64> = own.iter().map(|p| p.busbw).collect();
+        findings.push(Finding {
+            measured: median(&bw),
+            unit: Some("GB/s".into()),
+            source: Some(ExpectationSource::Fleet),
+            ..finding(
+                FindingKind::TransportFallback,
+                Subject::node(node),
+                Metric::NetTransport,
+                Severity::Critical,
+                format!(
+                    "node {node}: NCCL fell back to sockets with {} (busbw {} GB/s) where the fleet uses {fleet} ({rdma} of {known} pairs): check its RDMA devices, NCCL_IB_HCA and the network operator",
+                    partners(own.len()),
+                    range(&bw)
+                ),
+            )
+        });
+        blamed.insert(node.to_string());
+    }
+    for p in pairs.iter().filter(|p| socket(p)) {
+        if blamed.contains(&p.a) || blamed.contains(&p.b) {
+            continue;
+        }
+        if rdma_elsewhere(&p.a, &p.b) && rdma_elsewhere(&p.b, &p.a) {
+            findings.push(Finding {
+                measured: Some(p.busbw),
+                unit: Some("GB/s".into()),
+                source: Some(ExpectationSource::Fleet),
+                ..finding(
+                    FindingKind::TransportFallback,
+                    Subject::node_pair(&p.a, &p.b),
+                    Metric::NetTransport,
+                    Severity::Info,
+                    format!(
+                        "node pair {} <-> {}: NCCL fell back to sockets between them (busbw {} GB/s) though both use {fleet} with other partners: check the path between them",
+                        p.a,
+                        p.b,
+                        num(p.busbw)
+                    ),
+                )
+            });
+        } else {
+            suspects.insert(p.a.clone());
+            suspects.insert(p.b.clone());
+        }
+    }
+    blamed
+}
+
+/// Rule 3: nodes slow with every partner while those partners are fine elsewhere.
+fn slow_nodes(
+    pairs: &[&PairObservation],
+    slow: &dyn Fn(&PairObservation) -> bool,
+    findings: &mut Vec<Finding>,
+) -> BTreeSet<String> {
+    let mut blamed = BTreeSet::new();
+    for node in nodes_of(pairs.iter().copied()) {
+        let own: Vec<&PairObservation> =
+            pairs.iter().copied().filter(|p| p.touches(node)).collect();
+        if own.len() < 2 || !own.iter().all(|p| slow(p)) {
+            continue;
+        }
+        let mut elsewhere = Vec::new();
+        let mut fine_partners = 0;
+        for p in &own {
+            let partner = p.partner_of(node);
+            let other: Vec<&PairObservation> = pairs
+                .iter()
+                .copied()
+                .filter(|q| q.touches(partner) && !q.touches(node))
+                .collect();
+            if other.iter().any(|q| !slow(q)) {
+                fine_partners += 1;
+            }
+            elsewhere.extend(other.iter().map(|q| q.busbw));
+        }
+        if fine_partners < 2 {
+            continue;
+        }
+        let bw: Vec<f64> = own.iter().map(|p| p.busbw).collect();
+        let (Some(measured), Some(expected)) = (median(&bw), median(&elsewhere)) else {
+            continue;
+        };
+        findings.push(Finding {
+            measured: Some(measured),
+            expected: Some(expected),
+            deviation: Some((measured - expected) / expected),
+            unit: Some("GB/s".into()),
+            source: Some(ExpectationSource::Fleet),
+            ..finding(
+                FindingKind::Slow,
+                Subject::node(node),
+                Metric::NodePairBusBw,
+                Severity::Critical,
+                format!(
+                    "node {node}: NCCL busbw to {} {} GB/s, {} its partners' other pairs (median {} GB/s): check its NICs and links",
+                    partners(own.len()),
+                    range(&bw),
+                    below(measured, expected),
+                    num(expected)
+                ),
+            )
+        });
+        blamed.insert(node.to_string());
+    }
+    blamed
+}
+
+fn path_finding(p: &PairObservation, expected: f64) -> Finding {
+    Finding {
+        measured: Some(p.busbw),
+        expected: Some(expected),
+        deviation: Some((p.busbw - expected) / expected),
+        unit: Some("GB/s".into()),
+        source: Some(ExpectationSource::Fleet),
+        ..finding(
+            FindingKind::Slow,
+            Subject::node_pair(&p.a, &p.b),
+            Metric::NodePairBusBw,
+            Severity::Info,
+            format!(
+                "node pair {} <-> {}: NCCL busbw {} GB/s, {} both nodes' other pairs (median {} GB/s): the path between them (cables, switch ports, routing), not either node",
+                p.a,
+                p.b,
+                num(p.busbw),
+                below(p.busbw, expected),
+                num(expected)
+            ),
+        )
+    }
+}
+
+fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
+    Finding {
+        measured: Some(p.busbw),
+        expected: Some(reference),
+        deviation: Some((p.busbw - reference) / reference),
+        unit: Some("GB/s".into()),
+        source: Some(ExpectationSource::Fleet),
+        ..finding(
+            FindingKind::Slow,
+            Subject::node_pair(&p.a, &p.b),
+            Metric::NodePairBusBw,
+            Severity::Info,
+            format!(
+                "node pair {} <-> {}: NCCL busbw {} GB/s, {} the fleet's pairs (median {} GB/s); not yet clear which side: both are retested with known-good partners",
+                p.a,
+                p.b,
+                num(p.busbw),
+                below(p.busbw, reference),
+                num(reference)
+            ),
+        )
+    }
+}
+
+fn finding(
+    kind: FindingKind,
+    subject: Subject,
+    metric: Metric,
+    severity: Severity,
+    message: String,
+) -> Finding {
+    Finding {
+        kind,
+        subject,
+        metric,
+        collective: None,
+        measured: None,
+        expected: None,
+        deviation: None,
+        unit: None,
+        source: None,
+        severity,
+        message,
+    }
+}
+
+fn partners(n: usize) -> String {
+    if n == 1 {
+        "1 partner".into()
+    } else {
+        format!("{n} partners")
+    }
+}
+
+/// `41-44` or `41` when all are equal (rounded as [`num`]).
+fn range(values: &[f64]) -> String {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = (num(lo), num(hi));
+    if lo == hi { lo } else { format!("{lo}-{hi}") }
+}
+
+fn below(measured: f64, expected: f64) -> String {
+    let pct = if expected > 0.0 {
+        ((expected - measured) / expected * 100.0).round()
+    } else {
+        0.0
+    };
+    format!("{pct:.0}% below")
+}
+
+/// No decimals from 10 up, one below.
+fn num(x: f64) -> String {
+    if x.abs() >= 10.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+#[cfg(test)]
+mod tests;

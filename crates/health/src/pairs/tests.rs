@@ -1,0 +1,255 @@
+use super::*;
+
+fn name(i: usize) -> String {
+    format!("h200-{i:02}")
+}
+
+fn pair(a: usize, b: usize, busbw: f64, transport: NetTransport) -> PairObservation {
+    PairObservation {
+        a: name(a),
+        b: name(b),
+        busbw,
+        transport: Some(transport),
+    }
+}
+
+/// Node i with node i+1 around a ring of `n`, every pair at `busbw` over InfiniBand.
+fn ring(n: usize, busbw: f64) -> Vec<PairObservation> {
+    (0..n)
+        .map(|i| pair(i, (i + 1) % n, busbw, NetTransport::Ib))
+        .collect()
+}
+
+fn set(pairs: &mut [PairObservation], a: usize, b: usize, busbw: f64, t: NetTransport) {
+    for p in pairs.iter_mut() {
+        if (p.a == name(a) && p.b == name(b)) || (p.a == name(b) && p.b == name(a)) {
+            p.busbw = busbw;
+            p.transport = Some(t);
+        }
+    }
+}
+
+#[test]
+fn a_clean_fleet_has_no_finding_and_every_node_is_known_good() {
+    let mut pairs = ring(8, 196.0);
+    set(&mut pairs, 0, 1, 191.0, NetTransport::Ib);
+    set(&mut pairs, 4, 5, 199.0, NetTransport::Ib);
+    let l = localize(&pairs, &PairRules::default());
+    assert!(l.findings.is_empty(), "{:#?}", l.findings);
+    assert!(l.suspects.is_empty());
+    assert_eq!(l.known_good.len(), 8);
+}
+
+#[test]
+fn a_node_slow_with_every_partner_is_the_node() {
+    let mut pairs = ring(8, 196.0);
+    pairs.push(pair(5, 1, 44.0, NetTransport::Ib));
+    set(&mut pairs, 4, 5, 41.0, NetTransport::Ib);
+    set(&mut pairs, 5, 6, 43.0, NetTransport::Ib);
+    let l = localize(&pairs, &PairRules::default());
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+    let f = &l.findings[0];
+    assert_eq!(f.subject, Subject::node("h200-05"));
+    assert_eq!(
+        (f.kind, f.severity),
+        (FindingKind::Slow, Severity::Critical)
+    );
+    assert_eq!(
+        f.message,
+        "node h200-05: NCCL busbw to 3 partners 41-44 GB/s, 78% below its partners' other pairs (median 196 GB/s): check its NICs and links"
+    );
+    assert_eq!((f.measured, f.expected), (Some(43.0), Some(196.0)));
+    assert_eq!(
+        l.blamed_nodes().into_iter().collect::<Vec<_>>(),
+        vec!["h200-05"]
+    );
+    assert!(l.suspects.is_empty(), "{:?}", l.suspects);
+    assert!(!l.known_good.contains(&"h200-05".to_string()));
+    // Its partners are not known-good either: each had one slow pair.
+    assert_eq!(
+        l.known_good,
+        vec!["h200-00", "h200-02", "h200-03", "h200-07"]
+    );
+}
+
+#[test]
+fn one_slow_pair_between_nodes_fine_elsewhere_is_the_path_and_blames_neither() {
+    let mut pairs = ring(8, 196.0);
+    pairs.push(pair(2, 6, 52.0, NetTransport::Ib));
+    let l = localize(&pairs, &PairRules::default());
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+    let f = &l.findings[0];
+    assert_eq!(f.subject, Subject::node_pair("h200-02", "h200-06"));
+    assert_eq!(f.severity, Severity::Info);
+    assert_eq!(
+        f.message,
+        "node pair h200-02 <-> h200-06: NCCL busbw 52 GB/s, 73% below both nodes' other pairs (median 196 GB/s): the path between them (cables, switch ports, routing), not either node"
+    );
+    assert!(l.blamed_nodes().is_empty());
+    assert!(l.suspects.is_empty());
+}
+
+#[test]
+fn a_node_on_sockets_where_the_fleet_uses_infiniband_is_a_transport_finding() {
+    let mut pairs = ring(8, 196.0);
+    set(&mut pairs, 2, 3, 11.0, NetTransport::Socket);
+    set(&mut pairs, 3, 4, 12.0, NetTransport::Socket);
+    let l = localize(&pairs, &PairRules::default());
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+    let f = &l.findings[0];
+    assert_eq!(f.subject, Subject::node("h200-03"));
+    assert_eq!(
+        (f.kind, f.metric, f.severity),
+        (
+            FindingKind::TransportFallback,
+            Metric::NetTransport,
+            Severity::Critical
+        )
+    );
+    assert_eq!(
+        f.message,
+        "node h200-03: NCCL fell back to sockets with 2 partners (busbw 11-12 GB/s) where the fleet uses InfiniBand (6 of 8 pairs): check its RDMA devices, NCCL_IB_HCA and the network operator"
+    );
+    // Its slow pairs are explained, not repeated as Slow, and its partners are not blamed.
+    assert_eq!(
+        l.blamed_nodes().into_iter().collect::<Vec<_>>(),
+        vec!["h200-03"]
+    );
+}
+
+#[test]
+fn a_socket_pair_between_two_rdma_nodes_is_the_pair_and_roce_is_named_as_such() {
+    let mut pairs: Vec<PairObservation> = ring(8, 180.0)
+        .into_iter()
+        .map(|p| PairObservation {
+            transport: Some(NetTransport::Roce),
+            ..p
+        })
+        .collect();
+    pairs.push(pair(1, 5, 9.0, NetTransport::Socket));
+    let l = localize(&pairs, &PairRules::default());
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+    let f = &l.findings[0];
+    assert_eq!(f.subject, Subject::node_pair("h200-01", "h200-05"));
+    assert_eq!(f.severity, Severity::Info);
+    assert!(
+        f.message
+            .contains("though both use RoCE with other partners"),
+        "{}",
+        f.message
+    );
+    assert!(l.blamed_nodes().is_empty());
+}
+
+#[test]
+fn a_fleet_on_sockets_gets_no_transport_finding() {
+    let pairs: Vec<PairObservation> = ring(6, 11.0)
+        .into_iter()
+        .map(|p| PairObservation {
+            transport: Some(NetTransport::Socket),
+            ..p
+        })
+        .collect();
+    let l = localize(&pairs, &PairRules::default());
+    assert!(l.findings.is_empty(), "{:#?}", l.findings);
+    assert_eq!(l.known_good.len(), 6);
+}
+
+#[test]
+fn too_few_pairs_to_compare_give_no_slow_finding() {
+    let pairs = vec![
+        pair(0, 1, 196.0, NetTransport::Ib),
+        pair(2, 3, 40.0, NetTransport::Ib),
+    ];
+    let l = localize(&pairs, &PairRules::default());
+    assert!(l.findings.is_empty(), "{:#?}", l.findings);
+    assert!(l.suspects.is_empty());
+}
+
+#[test]
+fn two_slow_nodes_that_met_are_suspects_until_retested() {
+    // Ring of 8; nodes 2 and 3 are both slow. Pair (2,3) is slow, and each of them has
+    // only one partner that is fine elsewhere, so neither can be named yet.
+    let mut pairs = ring(8, 196.0);
+    set(&mut pairs, 1, 2, 60.0, NetTransport::Ib);
+    set(&mut pairs, 2, 3, 40.0, NetTransport::Ib);
+    set(&mut pairs, 3, 4, 61.0, NetTransport::Ib);
+    let l = localize(&pairs, &PairRules::default());
+    assert!(l.blamed_nodes().is_empty(), "{:#?}", l.findings);
+    assert_eq!(l.suspects, vec!["h200-01", "h200-02", "h200-03", "h200-04"]);
+    assert!(l.findings.iter().all(|f| f.severity == Severity::Info));
+    assert!(!l.known_good.iter().any(|n| l.suspects.contains(n)));
+    assert!(l.known_good.contains(&"h200-06".to_string()));
+}
+
+#[test]
+fn a_slow_node_with_one_pair_is_only_a_suspect() {
+    let mut pairs = ring(6, 196.0);
+    pairs.push(pair(6, 0, 40.0, NetTransport::Ib));
+    let l = localize(&pairs, &PairRules::default());
+    assert!(l.blamed_nodes().is_empty());
+    assert_eq!(l.suspects, vec!["h200-00", "h200-06"]);
+}
+
+fn doc(a: &str, b: &str, rank: u32, busbw: f64, t: NetTransport) -> NodePairResult {
+    use gpufabric_api::pair::{PAIR_SCHEMA, PairCollective};
+    NodePairResult {
+        schema: PAIR_SCHEMA.into(),
+        group: format!("run/{a}-{b}"),
+        nodes: [a.into(), b.into()],
+        rank,
+        backend: gpufabric_api::result::Backend::Sim,
+        started_at: String::new(),
+        duration_s: 1.0,
+        gpus_per_node: 8,
+        collectives: vec![PairCollective {
+            collective: gpufabric_api::Collective::AllReduce,
+            bytes: 1 << 30,
+            time_us: 1.0,
+            algbw: busbw / 1.875,
+            busbw,
+            wrong: 0,
+        }],
+        transport: Some(t),
+        nics_used: 8,
+        nics: vec![],
+        not_measured: None,
+        errors: vec![],
+    }
+}
+
+#[test]
+fn documents_become_one_observation_per_measured_pair() {
+    let mut missing = doc("c", "d", 0, 0.0, NetTransport::Ib);
+    missing.collectives.clear();
+    missing.not_measured = Some(gpufabric_api::pair::NotMeasured {
+        peer: Some("d".into()),
+        message: "rank 1 (d) did not join".into(),
+    });
+    let docs = vec![
+        doc("a", "b", 1, 190.0, NetTransport::Ib),
+        doc("a", "b", 0, 191.0, NetTransport::Ib),
+        missing,
+        doc("c", "d", 1, 50.0, NetTransport::Ib),
+        doc("e", "f", 1, 11.0, NetTransport::Socket),
+        doc("e", "f", 0, 11.5, NetTransport::Ib),
+    ];
+    let obs = PairObservation::from_documents(&docs);
+    assert_eq!(
+        obs,
+        vec![
+            PairObservation {
+                a: "a".into(),
+                b: "b".into(),
+                busbw: 191.0,
+                transport: Some(NetTransport::Ib)
+            },
+            PairObservation {
+                a: "e".into(),
+                b: "f".into(),
+                busbw: 11.5,
+                transport: Some(NetTransport::Socket)
+            },
+        ]
+    );
+}

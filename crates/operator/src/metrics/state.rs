@@ -1,0 +1,294 @@
+//! Metrics read from the API state at scrape time (FabricTest status and the runs it
+//! names), so that they are the same on every replica and survive a restart: per node the
+//! last result, peak all_reduce busbw and worst GPU-pair bandwidth; per test the last and
+//! next run, the last successful run, and the nodes it holds in quarantine. Labels
+//! `namespace` and `name` (of the FabricTest) and `node` join kube-state-metrics.
+
+use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase};
+use gpufabric_api::test::{FabricTest, NodeHealth};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// `{namespace, name}` of a FabricTest.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct TestLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// `{namespace, name, node}`: a node as a FabricTest saw it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub namespace: String,
+    pub name: String,
+    pub node: String,
+}
+
+/// `{namespace, name, node, result}`: one of a node's possible last results.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct NodeResultLabels {
+    pub namespace: String,
+    pub name: String,
+    pub node: String,
+    pub result: String,
+}
+
+/// A node's last result, as people alert on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeResult {
+    /// Measured and passed.
+    Pass,
+    /// Measured and failed, not (yet) confirmed: fewer consecutive failures than the
+    /// quarantine needs.
+    Suspect,
+    /// Failing and confirmed: quarantined, or held back only by the mode or the budget.
+    Fail,
+    /// No usable measurement (errored, timed out, or not yet measured).
+    NotMeasured,
+}
+
+impl NodeResult {
+    pub const ALL: [NodeResult; 4] = [
+        NodeResult::Pass,
+        NodeResult::Suspect,
+        NodeResult::Fail,
+        NodeResult::NotMeasured,
+    ];
+
+    /// The `result` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeResult::Pass => "pass",
+            NodeResult::Suspect => "suspect",
+            NodeResult::Fail => "fail",
+            NodeResult::NotMeasured => "not_measured",
+        }
+    }
+
+    /// The result of a node from the FabricTest's view of it.
+    pub fn of(health: &NodeHealth) -> NodeResult {
+        match health.verdict {
+            NodeVerdict::Passed => NodeResult::Pass,
+            NodeVerdict::Failed if health.quarantined || health.held_back.is_some() => {
+                NodeResult::Fail
+            }
+            NodeVerdict::Failed => NodeResult::Suspect,
+            _ => NodeResult::NotMeasured,
+        }
+    }
+}
+
+/// Every state series at one instant.
+#[derive(Debug, Default, PartialEq)]
+pub struct StateSeries {
+    /// One-hot: 1 for the node's last result, 0 for the other three.
+    pub node_result: Vec<(NodeResultLabels, i64)>,
+    /// Peak all_reduce bus bandwidth of the node in the test's last run (GB/s).
+    pub node_busbw_gbps: Vec<(NodeLabels, f64)>,
+    /// Lowest GPU-pair copy bandwidth of the node in the last run (GB/s).
+    pub node_worst_pair_gbps: Vec<(NodeLabels, f64)>,
+    /// 1 for each node the test holds in quarantine.
+    pub node_quarantined: Vec<(NodeLabels, i64)>,
+    pub last_run_seconds: Vec<(TestLabels, f64)>,
+    pub last_success_seconds: Vec<(TestLabels, f64)>,
+    pub next_run_seconds: Vec<(TestLabels, f64)>,
+    pub quarantined_count: Vec<(TestLabels, i64)>,
+}
+
+fn seconds(t: &Time) -> f64 {
+    t.0.as_millisecond() as f64 / 1000.0
+}
+
+fn run_end(run: &FabricTestRun) -> Option<&Time> {
+    let s = run.status.as_ref()?;
+    s.completion_time.as_ref().or(s.start_time.as_ref())
+}
+
+/// The series of `tests`, with the runs in `runs` (any namespace; matched by the test
+/// label and namespace).
+pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSeries {
+    let mut by_key: HashMap<(String, String), &FabricTestRun> = HashMap::new();
+    let mut last_success: HashMap<(String, String), f64> = HashMap::new();
+    for run in runs {
+        let ns = run.namespace().unwrap_or_default();
+        by_key.insert((ns.clone(), run.name_any()), run);
+        let Some(test) = run.labels().get(gpufabric_api::keys::LABEL_TEST) else {
+            continue;
+        };
+        let succeeded = run
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == RunPhase::Succeeded);
+        if let (true, Some(t)) = (succeeded, run_end(run)) {
+            let e = last_success.entry((ns, test.clone())).or_insert(0.0);
+            *e = e.max(seconds(t));
+        }
+    }
+    let mut out = StateSeries::default();
+    for test in tests {
+        let test_labels = TestLabels {
+            namespace: test.namespace().unwrap_or_default(),
+            name: test.name_any(),
+        };
+        let key = (test_labels.namespace.clone(), test_labels.name.clone());
+        if let Some(t) = last_success.get(&key) {
+            out.last_success_seconds.push((test_labels.clone(), *t));
+        }
+        let Some(status) = test.status.as_ref() else {
+            continue;
+        };
+        if let Some(t) = &status.next_schedule_time {
+            out.next_run_seconds.push((test_labels.clone(), seconds(t)));
+        }
+        let last_run = status.last_run.as_ref();
+        let last_time = last_run
+            .and_then(|r| r.completion_time.as_ref())
+            .or(status.last_schedule_time.as_ref());
+        if let Some(t) = last_time {
+            out.last_run_seconds.push((test_labels.clone(), seconds(t)));
+        }
+        out.quarantined_count
+            .push((test_labels.clone(), i64::from(status.quarantined_count)));
+        let node_labels = |node: &str| NodeLabels {
+            namespace: test_labels.namespace.clone(),
+            name: test_labels.name.clone(),
+            node: node.to_string(),
+        };
+        for health in &status.nodes {
+            let result = NodeResult::of(health);
+            for r in NodeResult::ALL {
+                let l = NodeResultLabels {
+                    namespace: test_labels.namespace.clone(),
+                    name: test_labels.name.clone(),
+                    node: health.node.clone(),
+                    result: r.as_str().into(),
+                };
+                out.node_result.push((l, i64::from(r == result)));
+            }
+        }
+        for node in &status.quarantined_nodes {
+            out.node_quarantined.push((node_labels(node), 1));
+        }
+        let run = last_run.and_then(|r| by_key.get(&(key.0.clone(), r.name.clone())));
+        for n in run
+            .and_then(|r| r.status.as_ref())
+            .map_or(&[][..], |s| &s.nodes[..])
+        {
+            if let Some(v) = n.all_reduce_bus_bw_gbps {
+                out.node_busbw_gbps.push((node_labels(&n.node), v));
+            }
+            if let Some(v) = n.min_pair_gbps {
+                out.node_worst_pair_gbps.push((node_labels(&n.node), v));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::run::NodeRunResult;
+    use serde_json::json;
+
+    fn time(s: &str) -> Time {
+        serde_json::from_value(json!(s)).expect("time")
+    }
+
+    fn test_with(status: serde_json::Value) -> Arc<FabricTest> {
+        let mut t: FabricTest = serde_json::from_value(json!({
+            "apiVersion": "gpufabric.io/v1alpha1",
+            "kind": "FabricTest",
+            "metadata": {"name": "nightly", "namespace": "gpu"},
+            "spec": {"nodeSelector": {}},
+        }))
+        .expect("test");
+        t.status = Some(serde_json::from_value(status).expect("status"));
+        Arc::new(t)
+    }
+
+    fn run(name: &str, phase: &str, done: &str, nodes: Vec<NodeRunResult>) -> Arc<FabricTestRun> {
+        let mut r: FabricTestRun = serde_json::from_value(json!({
+            "apiVersion": "gpufabric.io/v1alpha1",
+            "kind": "FabricTestRun",
+            "metadata": {"name": name, "namespace": "gpu",
+                         "labels": {gpufabric_api::keys::LABEL_TEST: "nightly"}},
+            "spec": {"test": "nightly", "trigger": "Manual"},
+        }))
+        .expect("run");
+        let s = gpufabric_api::run::FabricTestRunStatus {
+            phase: serde_json::from_value(json!(phase)).expect("phase"),
+            completion_time: Some(time(done)),
+            nodes,
+            ..Default::default()
+        };
+        r.status = Some(s);
+        Arc::new(r)
+    }
+
+    #[test]
+    fn node_results_are_one_hot_and_confirmed_failures_are_fail() {
+        let t = test_with(json!({
+            "nodes": [
+                {"node": "a", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3, "quarantined": false},
+                {"node": "b", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false},
+                {"node": "c", "verdict": "Failed", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
+                {"node": "d", "verdict": "Timeout", "consecutiveFailures": 0, "consecutivePasses": 0, "quarantined": false}
+            ],
+            "quarantinedNodes": ["c"],
+            "quarantinedCount": 1
+        }));
+        let s = series(&[t], &[]);
+        let on: Vec<(String, String)> = s
+            .node_result
+            .iter()
+            .filter(|(_, v)| *v == 1)
+            .map(|(l, _)| (l.node.clone(), l.result.clone()))
+            .collect();
+        assert_eq!(
+            on,
+            [
+                ("a", "pass"),
+                ("b", "suspect"),
+                ("c", "fail"),
+                ("d", "not_measured")
+            ]
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+        );
+        assert_eq!(s.node_result.len(), 16, "four results per node");
+        assert_eq!(s.node_quarantined.len(), 1);
+        assert_eq!(s.node_quarantined[0].0.node, "c");
+        assert_eq!(s.quarantined_count[0].1, 1);
+    }
+
+    #[test]
+    fn bandwidth_comes_from_the_last_run_and_success_from_the_newest_succeeded_run() {
+        let t = test_with(json!({
+            "lastRun": {"name": "r2", "phase": "Succeeded", "trigger": "Manual",
+                        "passed": 1, "failed": 0, "errored": 0, "findings": 0,
+                        "completionTime": "2026-01-02T00:00:00Z"},
+            "nextScheduleTime": "2026-01-03T00:00:00Z"
+        }));
+        let node = |bw: f64| NodeRunResult {
+            node: "a".into(),
+            all_reduce_bus_bw_gbps: Some(bw),
+            min_pair_gbps: Some(bw / 2.0),
+            ..Default::default()
+        };
+        let runs = [
+            run("r1", "Succeeded", "2026-01-01T00:00:00Z", vec![node(100.0)]),
+            run("r2", "Succeeded", "2026-01-02T00:00:00Z", vec![node(400.0)]),
+            run("r3", "Failed", "2026-01-02T12:00:00Z", vec![node(1.0)]),
+        ];
+        let s = series(&[t], &runs);
+        assert_eq!(s.node_busbw_gbps.len(), 1);
+        assert_eq!(s.node_busbw_gbps[0].1, 400.0);
+        assert_eq!(s.node_worst_pair_gbps[0].1, 200.0);
+        assert_eq!(s.last_success_seconds[0].1, 1_767_312_000.0);
+        assert_eq!(s.last_run_seconds[0].1, 1_767_312_000.0);
+        assert_eq!(s.next_run_seconds[0].1, 1_767_398_400.0);
+    }
+}

@@ -1,0 +1,150 @@
+//! What a benchmark pod says about its node: where the pod stands and, once it has ended,
+//! the node's [`NodeOutcome`] (measured, a hardware fault, or not measured and why), and
+//! the compact entry the run status keeps. Never panics on what a pod holds.
+
+mod classify;
+#[cfg(test)]
+mod tests;
+
+pub use classify::pod_state;
+use gpufabric_api::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
+use gpufabric_api::result::CompactResult;
+use gpufabric_api::run::{NodeRunResult, NodeVerdict};
+use gpufabric_api::suite::Collective;
+
+/// Why the kubelet holds a pod back, when it says (a waiting reason, an unbound pod).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blocker {
+    pub reason: NotMeasuredReason,
+    pub detail: String,
+}
+
+/// Where one node's benchmark pod stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodState {
+    /// Created, no container running yet; with what holds it back, when the kubelet says.
+    Waiting(Option<Blocker>),
+    /// The agent is running.
+    Running,
+    /// Nothing more will come from the pod.
+    Ended(NodeOutcome),
+}
+
+impl PodState {
+    /// The pod has ended: nothing more will come from it.
+    pub fn is_final(&self) -> bool {
+        matches!(self, PodState::Ended(_))
+    }
+
+    /// The outcome once the run's deadline has passed and the pod is stopped: an agent that
+    /// had started hung; a pod that never started was not measured, with the kubelet's
+    /// reason when it gave one.
+    pub fn at_run_deadline(self, seconds: u64) -> NodeOutcome {
+        match self {
+            PodState::Ended(o) => o,
+            PodState::Running => NodeOutcome::hardware(
+                HardwareFault::Hang,
+                format!(
+                    "the agent had started and was still running when the run deadline ({seconds}s) passed (phase unknown: the agent reports no progress)"
+                ),
+            ),
+            PodState::Waiting(Some(b)) => NodeOutcome::not_measured(
+                b.reason,
+                format!(
+                    "{}; the pod never started before the run deadline ({seconds}s)",
+                    b.detail
+                ),
+            ),
+            PodState::Waiting(None) => never_started(&format!("the run deadline ({seconds}s)")),
+        }
+    }
+
+    /// The node's verdict before the fleet is judged: measured nodes stay `Running` until
+    /// the run's evaluation gives them Passed or Failed.
+    pub fn provisional_verdict(&self) -> NodeVerdict {
+        match self {
+            PodState::Waiting(_) => NodeVerdict::Pending,
+            PodState::Running => NodeVerdict::Running,
+            PodState::Ended(o) => provisional_verdict(o),
+        }
+    }
+}
+
+/// The verdict an outcome has before the evaluation (which judges measured nodes).
+pub fn provisional_verdict(o: &NodeOutcome) -> NodeVerdict {
+    match o {
+        NodeOutcome::Measured(_) => NodeVerdict::Running,
+        NodeOutcome::HardwareFault {
+            fault: HardwareFault::Hang,
+            ..
+        } => NodeVerdict::Timeout,
+        NodeOutcome::HardwareFault { .. } => NodeVerdict::Errored,
+        NodeOutcome::NotMeasured { .. } => NodeVerdict::NotMeasured,
+    }
+}
+
+/// A pod that stayed Pending, with no container ever running, until `deadline`.
+pub fn never_started(deadline: &str) -> NodeOutcome {
+    NodeOutcome::not_measured(
+        NotMeasuredReason::NeverStarted,
+        format!("the pod stayed Pending until {deadline}; no container ever ran"),
+    )
+}
+
+/// The outcome of a pod that was created but is no longer there.
+pub fn pod_gone() -> NodeOutcome {
+    NodeOutcome::not_measured(
+        NotMeasuredReason::PodDeleted,
+        "the benchmark pod was deleted before it finished",
+    )
+}
+
+/// An outcome decided earlier and kept only in the run status (no pod to re-read).
+pub fn outcome_from_entry(e: &NodeRunResult) -> NodeOutcome {
+    let detail = e.reason.clone().unwrap_or_else(|| "no result".into());
+    if let Some(reason) = e.not_measured {
+        return NodeOutcome::not_measured(reason, detail);
+    }
+    match (e.verdict, e.hardware_fault) {
+        (NodeVerdict::NotMeasured, _) => {
+            NodeOutcome::not_measured(NotMeasuredReason::PodDeleted, detail)
+        }
+        (_, Some(fault)) => NodeOutcome::hardware(fault, detail),
+        (NodeVerdict::Timeout, None) => NodeOutcome::hardware(HardwareFault::Hang, detail),
+        (_, None) => NodeOutcome::hardware(HardwareFault::Crash, detail),
+    }
+}
+
+/// The compact per-node summary the run status keeps.
+pub fn node_result(node: &str, pod: Option<&str>, state: &PodState) -> NodeRunResult {
+    let mut r = NodeRunResult {
+        node: node.to_string(),
+        verdict: state.provisional_verdict(),
+        pod: pod.map(str::to_string),
+        ..Default::default()
+    };
+    if let PodState::Ended(o) = state {
+        r.reason = o.detail().map(str::to_string);
+        match o {
+            NodeOutcome::Measured(c) => summarise(&mut r, c),
+            NodeOutcome::HardwareFault { fault, .. } => r.hardware_fault = Some(*fault),
+            NodeOutcome::NotMeasured { reason, .. } => r.not_measured = Some(*reason),
+        }
+    }
+    r
+}
+
+/// Fills the headline numbers of a measured node.
+pub fn summarise(r: &mut NodeRunResult, c: &CompactResult) {
+    r.product = (!c.p.is_empty()).then(|| c.p.clone());
+    r.gpus = Some(c.g);
+    r.all_reduce_bus_bw_gbps =
+        c.nc.iter()
+            .find(|x| x.c == Collective::AllReduce)
+            .map(|x| x.pk);
+    r.min_pair_gbps = (0..c.g)
+        .flat_map(|a| (0..c.g).map(move |b| (a, b)))
+        .filter_map(|(a, b)| c.pair_uni(a, b))
+        .reduce(f64::min);
+    r.ddp_efficiency = c.dp.iter().max_by_key(|p| p.g).map(|p| p.e);
+}

@@ -1,0 +1,391 @@
+use super::*;
+use gpufabric_api::outcome::HardwareFault;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+const GOOD: &str = r#"{"v":1,"n":"gpu-1","b":"sim","p":"NVIDIA-H100-80GB-HBM3","g":2,"d":3.2,
+    "nc":[{"c":"allReduce","pk":361.5,"bb":360.1,"lt":12.3}],
+    "pu":[0,390.2,388.7,0],"dp":[{"g":1,"st":10.0,"e":1.0,"cf":0.0,"ov":1.0,"tf":500.0},{"g":2,"st":10.5,"e":0.95,"cf":0.05,"ov":0.9,"tf":480.0}]}"#;
+
+fn time() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+}
+
+fn pod(phase: &str, reason: Option<&str>, state: Option<ContainerState>) -> Pod {
+    Pod {
+        spec: Some(PodSpec {
+            node_name: Some("gpu-1".into()),
+            active_deadline_seconds: Some(30),
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            reason: reason.map(str::to_string),
+            container_statuses: state.map(|s| {
+                vec![ContainerStatus {
+                    name: "agent".into(),
+                    state: Some(s),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn terminated_state(exit_code: i32, message: Option<&str>, reason: Option<&str>) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code,
+            message: message.map(str::to_string),
+            reason: reason.map(str::to_string),
+            started_at: Some(time()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn terminated(exit_code: i32, message: Option<&str>, reason: Option<&str>) -> Pod {
+    let phase = if exit_code == 0 {
+        "Succeeded"
+    } else {
+        "Failed"
+    };
+    pod(
+        phase,
+        None,
+        Some(terminated_state(exit_code, message, reason)),
+    )
+}
+
+fn waiting(reason: &str, message: &str) -> Pod {
+    pod(
+        "Pending",
+        None,
+        Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+            }),
+            ..Default::default()
+        }),
+    )
+}
+
+fn running() -> Pod {
+    pod(
+        "Running",
+        None,
+        Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(time()),
+            }),
+            ..Default::default()
+        }),
+    )
+}
+
+fn ended(p: &Pod) -> NodeOutcome {
+    match pod_state(p) {
+        PodState::Ended(o) => o,
+        other => panic!("expected an ended pod, got {other:?}"),
+    }
+}
+
+fn not_measured(p: &Pod) -> (NotMeasuredReason, String) {
+    match ended(p) {
+        NodeOutcome::NotMeasured { reason, detail } => (reason, detail),
+        other => panic!("expected NotMeasured, got {other:?}"),
+    }
+}
+
+fn fault(p: &Pod) -> (HardwareFault, String) {
+    match ended(p) {
+        NodeOutcome::HardwareFault { fault, detail } => (fault, detail),
+        other => panic!("expected a hardware fault, got {other:?}"),
+    }
+}
+
+#[test]
+fn exit_zero_with_a_result_is_measured() {
+    let s = pod_state(&terminated(0, Some(GOOD), Some("Completed")));
+    let PodState::Ended(NodeOutcome::Measured(c)) = &s else {
+        panic!("expected Measured, got {s:?}")
+    };
+    assert_eq!(c.n, "gpu-1");
+    let r = node_result("gpu-1", Some("p"), &s);
+    assert_eq!(r.all_reduce_bus_bw_gbps, Some(361.5));
+    assert_eq!(r.min_pair_gbps, Some(388.7));
+    assert_eq!(r.ddp_efficiency, Some(0.95));
+    assert_eq!(r.gpus, Some(2));
+    assert_eq!(
+        (r.hardware_fault, r.not_measured, r.reason),
+        (None, None, None)
+    );
+    assert_eq!(
+        r.verdict,
+        NodeVerdict::Running,
+        "judged only when the run ends"
+    );
+}
+
+#[test]
+fn missing_truncated_or_malformed_results_are_an_agent_bug_not_the_node() {
+    for msg in [
+        None,
+        Some(""),
+        Some(&GOOD[..40]),
+        Some("not json"),
+        Some(r#"{"v":9}"#),
+        Some(r#"{"v":1}"#),
+    ] {
+        let (reason, detail) = not_measured(&terminated(0, msg, None));
+        assert_eq!(reason, NotMeasuredReason::AgentBug, "{msg:?}");
+        assert!(detail.contains("unusable"), "{detail}");
+    }
+    let (reason, _) = not_measured(&pod("Succeeded", None, None));
+    assert_eq!(reason, NotMeasuredReason::AgentBug);
+}
+
+#[test]
+fn agent_exit_codes_separate_hardware_faults_from_agent_problems() {
+    let (f, detail) = fault(&terminated(
+        134,
+        Some("CUDA error: an illegal memory access"),
+        None,
+    ));
+    assert_eq!(f, HardwareFault::Crash);
+    assert!(
+        detail.contains("SIGABRT") && detail.contains("illegal memory access"),
+        "{detail}"
+    );
+    assert_eq!(
+        fault(&terminated(12, None, Some("Error"))).0,
+        HardwareFault::GpuMissing
+    );
+    assert_eq!(
+        fault(&terminated(10, None, None)).0,
+        HardwareFault::GpuMissing
+    );
+    assert_eq!(
+        fault(&terminated(13, None, None)).0,
+        HardwareFault::GpuUnusable
+    );
+    let (r, detail) = not_measured(&terminated(11, None, Some("Error")));
+    assert_eq!(r, NotMeasuredReason::AgentIncompatible);
+    assert!(detail.contains("could not be loaded"), "{detail}");
+    assert_eq!(
+        not_measured(&terminated(2, None, None)).0,
+        NotMeasuredReason::AgentIncompatible
+    );
+    assert_eq!(
+        not_measured(&terminated(101, None, None)).0,
+        NotMeasuredReason::AgentBug
+    );
+    assert_eq!(
+        not_measured(&terminated(1, None, None)).0,
+        NotMeasuredReason::AgentBug
+    );
+    let s = pod_state(&terminated(134, None, None));
+    let r = node_result("gpu-1", None, &s);
+    assert_eq!(r.verdict, NodeVerdict::Errored);
+    assert_eq!(r.hardware_fault, Some(HardwareFault::Crash));
+    assert!(r.reason.is_some_and(|r| r.contains("exit code 134")));
+}
+
+#[test]
+fn out_of_memory_and_start_errors_are_not_the_node() {
+    assert_eq!(
+        not_measured(&terminated(137, None, Some("OOMKilled"))).0,
+        NotMeasuredReason::OutOfMemory
+    );
+    let (r, detail) = not_measured(&terminated(
+        128,
+        Some("exec: \"fabric-agent\": not found"),
+        Some("StartError"),
+    ));
+    assert_eq!(r, NotMeasuredReason::ContainerConfig);
+    assert!(detail.contains("StartError"), "{detail}");
+}
+
+#[test]
+fn a_deadline_kill_says_whether_the_agent_had_started() {
+    // Started: the agent hung (its own watchdog could not stop it).
+    let mut p = terminated(137, None, None);
+    if let Some(s) = p.status.as_mut() {
+        s.reason = Some("DeadlineExceeded".into());
+    }
+    let (f, detail) = fault(&p);
+    assert_eq!(f, HardwareFault::Hang);
+    assert!(
+        detail.contains("had started")
+            && detail.contains("30s")
+            && detail.contains("phase unknown"),
+        "{detail}"
+    );
+    assert_eq!(pod_state(&p).provisional_verdict(), NodeVerdict::Timeout);
+    // Never started: no container ran before the deadline.
+    let p = pod("Failed", Some("DeadlineExceeded"), None);
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::NeverStarted);
+    assert!(detail.contains("no container ever ran"), "{detail}");
+    // Never started, held back by an image pull: the pull is the reason.
+    let mut p = waiting("ErrImagePull", "pull access denied");
+    if let Some(s) = p.status.as_mut() {
+        s.phase = Some("Failed".into());
+        s.reason = Some("DeadlineExceeded".into());
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::ImagePull);
+    assert!(
+        detail.contains("ErrImagePull: pull access denied"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn kubelet_admission_rejection_is_not_admitted() {
+    let mut p = pod("Failed", Some("OutOfnvidia.com/gpu"), None);
+    if let Some(s) = p.status.as_mut() {
+        s.message = Some(
+            "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 8, used: 8, capacity: 8"
+                .into(),
+        );
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::NotAdmitted);
+    assert!(
+        detail.contains("OutOfnvidia.com/gpu") && detail.contains("used: 8"),
+        "{detail}"
+    );
+    let s = pod_state(&p);
+    let entry = node_result("gpu-1", Some("p"), &s);
+    assert_eq!(entry.verdict, NodeVerdict::NotMeasured);
+    assert_eq!(entry.not_measured, Some(NotMeasuredReason::NotAdmitted));
+    assert!(!entry.verdict.is_bad());
+}
+
+#[test]
+fn image_pull_and_config_errors_end_the_pod_only_once_final() {
+    // ErrImagePull may still succeed on retry: keep waiting, remembering why.
+    let s = pod_state(&waiting("ErrImagePull", "manifest unknown"));
+    let PodState::Waiting(Some(b)) = &s else {
+        panic!("expected waiting, got {s:?}")
+    };
+    assert_eq!(b.reason, NotMeasuredReason::ImagePull);
+    assert_eq!(s.provisional_verdict(), NodeVerdict::Pending);
+    for (reason, want) in [
+        ("ImagePullBackOff", NotMeasuredReason::ImagePull),
+        ("InvalidImageName", NotMeasuredReason::ImagePull),
+        ("ErrImageNeverPull", NotMeasuredReason::ImagePull),
+        (
+            "CreateContainerConfigError",
+            NotMeasuredReason::ContainerConfig,
+        ),
+    ] {
+        let (r, detail) = not_measured(&waiting(reason, "secret \"x\" not found"));
+        assert_eq!(r, want, "{reason}");
+        assert!(detail.starts_with(reason), "{detail}");
+    }
+    // A container error the kubelet retries stays waiting, with its reason.
+    let s = pod_state(&waiting(
+        "CreateContainerError",
+        "context deadline exceeded",
+    ));
+    assert!(
+        matches!(&s, PodState::Waiting(Some(b)) if b.reason == NotMeasuredReason::ContainerConfig),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn evicted_and_preempted_pods_are_not_measured() {
+    let mut p = pod("Failed", Some("Evicted"), None);
+    if let Some(s) = p.status.as_mut() {
+        s.message = Some("The node was low on resource: memory.".into());
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::Evicted);
+    assert!(detail.contains("memory"), "{detail}");
+    // Preempted after it started: the disruption, not the exit code, says why.
+    let mut p = terminated(143, None, None);
+    if let Some(s) = p.status.as_mut() {
+        s.conditions = Some(vec![PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("PreemptionByScheduler".into()),
+            message: Some("preempted by a pod of priority 1000".into()),
+            ..Default::default()
+        }]);
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::Preempted);
+    assert!(detail.contains("priority 1000"), "{detail}");
+    assert_eq!(
+        not_measured(&terminated(143, None, None)).0,
+        NotMeasuredReason::PodDeleted
+    );
+}
+
+#[test]
+fn running_and_pending_pods_are_not_final() {
+    assert_eq!(pod_state(&running()), PodState::Running);
+    assert!(!pod_state(&running()).is_final());
+    let bound = pod("Pending", None, None);
+    assert_eq!(pod_state(&bound), PodState::Waiting(None));
+    let unbound = Pod::default();
+    let s = pod_state(&unbound);
+    assert!(
+        matches!(&s, PodState::Waiting(Some(b)) if b.reason == NotMeasuredReason::NotScheduled),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn the_run_deadline_blames_a_started_agent_and_spares_a_pod_that_never_ran() {
+    assert!(matches!(
+        PodState::Running.at_run_deadline(60),
+        NodeOutcome::HardwareFault {
+            fault: HardwareFault::Hang,
+            ..
+        }
+    ));
+    let o = PodState::Waiting(None).at_run_deadline(60);
+    assert!(
+        matches!(&o, NodeOutcome::NotMeasured { reason: NotMeasuredReason::NeverStarted, detail } if detail.contains("60s")),
+        "{o:?}"
+    );
+    let o = pod_state(&waiting("ErrImagePull", "x")).at_run_deadline(60);
+    assert!(
+        matches!(
+            &o,
+            NodeOutcome::NotMeasured {
+                reason: NotMeasuredReason::ImagePull,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn an_entry_in_the_status_gives_back_its_outcome() {
+    for state in [
+        pod_state(&terminated(134, None, None)),
+        pod_state(&terminated(11, None, None)),
+        pod_state(&pod("Failed", Some("OutOfnvidia.com/gpu"), None)),
+        PodState::Ended(PodState::Running.at_run_deadline(30)),
+        PodState::Ended(pod_gone()),
+    ] {
+        let entry = node_result("gpu-1", None, &state);
+        let PodState::Ended(want) = state.clone() else {
+            unreachable!("built ended")
+        };
+        assert_eq!(outcome_from_entry(&entry), want);
+    }
+}

@@ -1,0 +1,355 @@
+//! Only hardware faults count against a node: the real `fabric-operator` against a real
+//! control plane and the process-kubelet. Infrastructure failures produced for real (a
+//! missing Secret, busy GPUs, someone's maintenance taint) leave every node untouched in
+//! every quarantine mode, and the reason is in the status.
+//!
+//! Build the binaries first: `cargo build --bins`, then
+//! `cargo test -p gpufabric-tests --test outcomes`.
+
+use gpufabric_api::keys::{
+    ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST, TAINT_QUARANTINED,
+};
+use gpufabric_api::outcome::NotMeasuredReason;
+use gpufabric_api::run::{FabricTestRun, NodeVerdict, SkipReason};
+use gpufabric_api::{FabricTest, FabricTestStatus};
+use gpufabric_measure::fleet::Fleet;
+use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::wait;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const NS: &str = "gpu-outcomes";
+
+/// One cluster at a time: the machine has few cores.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const MODES: [&str; 4] = ["Observe", "Label", "Cordon", "Taint"];
+
+fn fleet(n: usize) -> Fleet {
+    SimFleet::uniform("gpu", n, H100, 8)
+}
+
+/// A small suite on the sim backend that acts on the first bad result: one failure is
+/// enough to quarantine, no confirmation run, every node may be held.
+fn spec(mode: &str, agent: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    let mut spec = json!({
+        "nodeSelector": {"pool": "training"},
+        "suite": {
+            "ncclSweep": {"collectives": ["allReduce"]},
+            "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
+        },
+        "quarantine": {
+            "mode": mode,
+            "maxQuarantined": "100%",
+            "failuresToQuarantine": 1,
+            "passesToRelease": 1,
+            "confirmRetest": false
+        },
+        "agent": agent,
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    spec
+}
+
+/// The sim agent with an env var taken from a Secret that does not exist.
+fn agent_with_missing_secret() -> serde_json::Value {
+    let mut agent = sim_agent(20);
+    if let Some(env) = agent.get_mut("env").and_then(|e| e.as_array_mut()) {
+        env.push(json!({
+            "name": "FABRIC_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": "no-such-secret", "key": "token"}}
+        }));
+    }
+    agent
+}
+
+/// Waits until the test has folded a finished run into its status and has none active.
+async fn wait_folded(env: &OperatorEnv, api: &Api<FabricTest>, name: &str) -> FabricTestStatus {
+    let r = wait::for_object(api, name, Duration::from_secs(120), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.active_run.is_none() && s.last_run.is_some())
+    })
+    .await;
+    match r {
+        Ok(Some(t)) => t.status.unwrap_or_default(),
+        other => panic!(
+            "{name}: no run folded: {other:?}\noperator log:\n{}",
+            env.operator.log_tail(80)
+        ),
+    }
+}
+
+async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {
+    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let mut runs = api
+        .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
+        .await
+        .expect("runs listed")
+        .items;
+    runs.sort_by_key(|r| r.creation_timestamp());
+    runs
+}
+
+async fn nodes(env: &OperatorEnv) -> BTreeMap<String, Node> {
+    let api: Api<Node> = Api::all(env.cluster.client());
+    api.list(&ListParams::default())
+        .await
+        .expect("nodes listed")
+        .items
+        .into_iter()
+        .map(|n| (n.name_any(), n))
+        .collect()
+}
+
+/// Asserts that gpufabric changed nothing on any node: no cordon, taint, label or record.
+fn assert_untouched(all: &BTreeMap<String, Node>, context: &str) {
+    for (name, n) in all {
+        let spec = n.spec.clone().unwrap_or_default();
+        assert!(
+            !spec.unschedulable.unwrap_or(false),
+            "{context}: {name} was cordoned"
+        );
+        assert!(
+            !spec
+                .taints
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == TAINT_QUARANTINED),
+            "{context}: {name} was tainted"
+        );
+        assert!(
+            !n.labels().contains_key(LABEL_QUARANTINED),
+            "{context}: {name} was labelled"
+        );
+        assert!(
+            !n.annotations().contains_key(ANNOTATION_QUARANTINE),
+            "{context}: {name} carries a quarantine record"
+        );
+    }
+}
+
+async fn test_events(env: &OperatorEnv, name: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.cluster.client(), NS);
+    api.list(&ListParams::default())
+        .await
+        .expect("events listed")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(3), NS).await;
+    for mode in MODES {
+        let name = format!("secret-{}", mode.to_lowercase());
+        let tests = env
+            .create_test(&name, spec(mode, agent_with_missing_secret(), json!({})))
+            .await;
+        let status = wait_folded(&env, &tests, &name).await;
+
+        // Every node is listed as not measured, with the kubelet's reason.
+        let runs = runs_of(&env, &name).await;
+        assert_eq!(runs.len(), 1, "{mode}: one run, no confirmation run");
+        let run = runs[0].status.clone().expect("run status");
+        assert_eq!(run.nodes.len(), 3, "{mode}: {run:?}");
+        for n in &run.nodes {
+            assert_eq!(n.verdict, NodeVerdict::NotMeasured, "{mode}: {n:?}");
+            assert_eq!(
+                n.not_measured,
+                Some(NotMeasuredReason::ContainerConfig),
+                "{mode}: {n:?}"
+            );
+            assert!(
+                n.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("CreateContainerConfigError")),
+                "{mode}: {n:?}"
+            );
+        }
+        assert_eq!((run.not_measured, run.errored, run.failed), (3, 0, 0));
+        assert!(run.findings.is_empty(), "{mode}: {:?}", run.findings);
+
+        // The test's history holds nothing against the nodes.
+        assert_eq!(status.quarantined_count, 0, "{mode}: {status:#?}");
+        for h in &status.nodes {
+            assert_eq!(
+                (h.verdict, h.consecutive_failures, h.held_back.as_deref()),
+                (NodeVerdict::NotMeasured, 0, None),
+                "{mode}: {h:?}"
+            );
+        }
+        let degraded = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .expect("Degraded");
+        assert_eq!(degraded.status, "False", "{mode}: {degraded:?}");
+
+        // One condition and one Event name the pattern and what to check.
+        let infra = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "InfrastructureDegraded")
+            .expect("InfrastructureDegraded");
+        assert_eq!(
+            (infra.status.as_str(), infra.reason.as_str()),
+            ("True", "ContainerConfig")
+        );
+        assert!(
+            infra
+                .message
+                .contains("CreateContainerConfigError on 3 of 3 nodes"),
+            "{}",
+            infra.message
+        );
+        let events = wait::poll(
+            "the InfrastructureDegraded Event",
+            Duration::from_secs(20),
+            Duration::from_millis(300),
+            || async {
+                let e: Vec<_> = test_events(&env, &name)
+                    .await
+                    .into_iter()
+                    .filter(|(r, _)| r == "InfrastructureDegraded")
+                    .collect();
+                Ok((!e.is_empty()).then_some(e))
+            },
+        )
+        .await
+        .expect("an Event on the test");
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(events[0].1.contains("3 of 3 nodes"), "{events:?}");
+
+        // The blocked pods were stopped: they no longer hold the nodes' GPUs.
+        let pods: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
+        wait::poll(
+            "blocked pods deleted",
+            Duration::from_secs(30),
+            Duration::from_millis(300),
+            || async {
+                let left = pods
+                    .list(&ListParams::default().labels(&format!(
+                        "{}={}",
+                        gpufabric_api::keys::LABEL_RUN,
+                        runs[0].name_any()
+                    )))
+                    .await
+                    .map(|l| l.items.len())
+                    .unwrap_or(usize::MAX);
+                Ok((left == 0).then_some(()))
+            },
+        )
+        .await
+        .expect("the pods of the run are gone");
+
+        assert_untouched(&nodes(&env).await, mode);
+    }
+}
+
+/// A pod of someone else's that holds `gpus` GPUs of `node` (bound there, sleeping).
+fn gpu_holder(node: &str, gpus: u32) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": format!("training-{node}"), "namespace": NS},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "train",
+                "image": "example.com/train:1",
+                "command": ["sleep", "600"],
+                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}
+            }]
+        }
+    }))
+    .expect("valid pod")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(3), NS).await;
+    let client = env.cluster.client();
+    // gpu-01: under someone's maintenance. gpu-02: a training job holds half its GPUs.
+    let node_api: Api<Node> = Api::all(client.clone());
+    let taint = json!({"spec": {"taints": [
+        {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
+    ]}});
+    node_api
+        .patch("gpu-01", &PatchParams::default(), &Patch::Merge(&taint))
+        .await
+        .expect("taint gpu-01");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 4))
+        .await
+        .expect("holder pod");
+
+    let tests = env
+        .create_test("idle", spec("Cordon", sim_agent(30), json!({})))
+        .await;
+    wait_folded(&env, &tests, "idle").await;
+    let runs = runs_of(&env, "idle").await;
+    let run = runs[0].status.clone().expect("run status");
+    let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(tested, ["gpu-03"], "{run:#?}");
+    assert_eq!(run.nodes[0].verdict, NodeVerdict::Passed, "{run:#?}");
+    let skipped: Vec<(&str, SkipReason)> = run
+        .skipped
+        .iter()
+        .map(|s| (s.node.as_str(), s.reason))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("gpu-01", SkipReason::Tainted),
+            ("gpu-02", SkipReason::Busy)
+        ]
+    );
+    assert!(
+        run.skipped[0].message.contains("example.com/maintenance"),
+        "{:?}",
+        run.skipped[0]
+    );
+    assert!(
+        run.skipped[1].message.contains("4 of its 8"),
+        "{:?}",
+        run.skipped[1]
+    );
+    let all = nodes(&env).await;
+    assert_untouched(&all, "idle");
+    // The maintenance taint is still the administrator's alone.
+    let taints = all["gpu-01"]
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(taints.iter().any(|t| t.key == "example.com/maintenance"));
+
+    // Opting in tests the busy node too (the tainted one stays skipped).
+    let tests = env
+        .create_test(
+            "busy-too",
+            spec("Observe", sim_agent(30), json!({"includeBusyNodes": true})),
+        )
+        .await;
+    wait_folded(&env, &tests, "busy-too").await;
+    let runs = runs_of(&env, "busy-too").await;
+    let run = runs[0].status.clone().expect("run status");
+    let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(tested, ["gpu-02", "gpu-03"], "{run:#?}");
+    assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
+}

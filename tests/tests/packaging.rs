@@ -1,0 +1,722 @@
+//! The chart as a platform team uses it, checked with the real tools: `helm lint` and
+//! `helm template` against values.schema.json, deploy/operator.yaml generated from it,
+//! `promtool test rules` on the alerts; then `helm install` and `helm upgrade` into a real
+//! kube-apiserver (RBAC on), the operator run with nothing but the chart's ServiceAccount
+//! (its own token) through a quarantine end to end, and a real Prometheus scraping it that
+//! answers every query of the shipped Grafana dashboard.
+//!
+//! Needs helm, prometheus and promtool: `tests/tools/build.sh` (cached; or point
+//! GPUFABRIC_TOOLS_BIN at a directory holding them), and the binaries: `cargo build --bins`.
+
+use gpufabric_api::FabricTest;
+use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_tests::cluster::{Cluster, ClusterOptions};
+use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
+use gpufabric_tests::operator::{OperatorProcess, sim_agent};
+use gpufabric_tests::{wait, workspace_root};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const NS: &str = "gpufabric-system";
+const RELEASE: &str = "fabric";
+/// `<release>-operator`: the ServiceAccount, Deployment, roles and Lease of the release.
+const NAME: &str = "fabric-operator";
+
+/// Directory of helm, prometheus and promtool: `$GPUFABRIC_TOOLS_BIN`, else what
+/// `tests/tools/build.sh --print-bin-dir` prints.
+fn tools_bin() -> PathBuf {
+    let dir = match std::env::var_os("GPUFABRIC_TOOLS_BIN") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => {
+            let out = Command::new("bash")
+                .arg(workspace_root().join("tests/tools/build.sh"))
+                .arg("--print-bin-dir")
+                .output()
+                .expect("tests/tools/build.sh runs");
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        }
+    };
+    for tool in ["helm", "prometheus", "promtool"] {
+        assert!(
+            dir.join(tool).is_file(),
+            "{tool} not found in {}: run tests/tools/build.sh (builds helm from its Go module, \
+             unpacks prometheus and promtool from Debian's package; cached) or set GPUFABRIC_TOOLS_BIN",
+            dir.display()
+        );
+    }
+    dir
+}
+
+fn chart() -> PathBuf {
+    workspace_root().join("charts/gpufabric")
+}
+
+/// Runs a tool; panics with its output when it fails.
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?} starts: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn helm(cluster: Option<&Cluster>) -> Command {
+    let mut cmd = Command::new(tools_bin().join("helm"));
+    // Helm's own state (repositories, cache) in a throwaway place, not the user's.
+    let home = std::env::temp_dir().join("gpufabric-helm-home");
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    if let Some(c) = cluster {
+        cmd.arg("--kubeconfig").arg(c.kubeconfig_path());
+    }
+    cmd
+}
+
+#[test]
+fn the_chart_lints_and_its_schema_refuses_bad_values() {
+    run_ok(helm(None).args(["lint", "--strict"]).arg(chart()));
+    let rendered = run_ok(
+        helm(None)
+            .args(["template", "t"])
+            .arg(chart())
+            .args(["-n", NS]),
+    );
+    let text = String::from_utf8_lossy(&rendered.stdout);
+    for kind in [
+        "kind: Deployment",
+        "kind: PodDisruptionBudget",
+        "kind: Role\n",
+        "kind: ClusterRole\n",
+        "grafana_dashboard: \"1\"",
+        "seccompProfile: {type: RuntimeDefault}",
+    ] {
+        assert!(text.contains(kind), "rendered chart lacks {kind:?}");
+    }
+    assert!(
+        !text.contains("kind: ServiceMonitor"),
+        "ServiceMonitor is opt-in"
+    );
+    let all = run_ok(
+        helm(None)
+            .args(["template", "t"])
+            .arg(chart())
+            .args(["--set", "metrics.serviceMonitor.enabled=true"])
+            .args(["--set", "metrics.prometheusRule.enabled=true"]),
+    );
+    let text = String::from_utf8_lossy(&all.stdout);
+    assert!(text.contains("kind: ServiceMonitor") && text.contains("kind: PrometheusRule"));
+    assert!(text.contains("alert: GPUFabricNodeQuarantined"), "{text}");
+
+    for (value, why) in [
+        ("replicas=-1", "minimum"),
+        ("logFormat=xml", "logFormat"),
+        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("metrics.port=70000", "maximum"),
+        ("typo=1", "additional properties"),
+    ] {
+        let out = helm(None)
+            .args(["template", "t"])
+            .arg(chart())
+            .args(["--set", value])
+            .output()
+            .expect("helm runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--set {value} was accepted");
+        assert!(err.contains(why), "--set {value}: {err}");
+    }
+}
+
+#[test]
+fn deploy_manifests_are_generated_from_the_chart() {
+    let helm_bin = tools_bin().join("helm");
+    let out = Command::new("bash")
+        .arg(workspace_root().join("deploy/generate.sh"))
+        .arg("--check")
+        .env("HELM", helm_bin)
+        .output()
+        .expect("deploy/generate.sh runs");
+    assert!(
+        out.status.success(),
+        "deploy/operator.yaml differs from the chart; run deploy/generate.sh\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[test]
+fn promtool_passes_the_alert_rule_tests() {
+    let promtool = tools_bin().join("promtool");
+    run_ok(
+        Command::new(&promtool)
+            .arg("check")
+            .arg("rules")
+            .arg(chart().join("files/alerts.yaml")),
+    );
+    let out = run_ok(
+        Command::new(&promtool)
+            .args(["test", "rules"])
+            .arg(workspace_root().join("tests/tools/prometheus/alerts_test.yaml")),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SUCCESS"));
+}
+
+/// A token of the chart's ServiceAccount, in a kubeconfig of its own.
+async fn service_account_kubeconfig(cluster: &Cluster, dir: &Path) -> PathBuf {
+    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), NS);
+    let req: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}
+    }))
+    .expect("token request");
+    let token = sas
+        .create_token_request(NAME, &PostParams::default(), &req)
+        .await
+        .expect("a token of the chart's ServiceAccount")
+        .status
+        .expect("token status")
+        .token;
+    let admin =
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("admin kubeconfig");
+    let mut cluster_entry = admin.clusters[0].clone();
+    cluster_entry.name = "local".into();
+    let kubeconfig = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [serde_json::to_value(&cluster_entry).expect("cluster entry")],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa", "namespace": NS}}],
+        "current-context": "sa"
+    });
+    let path = dir.join("sa.kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
+        .expect("kubeconfig written");
+    path
+}
+
+async fn can(
+    client: &Client,
+    verb: &str,
+    resource: &str,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    let (group, resource) = resource.split_once('/').unwrap_or(("", resource));
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: ns.map(Into::into),
+                name: name.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    api.create(&PostParams::default(), &review)
+        .await
+        .expect("access review")
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+/// What the chart grants, and no more: pods and runs in its namespace only, its Lease only.
+async fn check_least_privilege(kubeconfig: &Path) {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("sa kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("sa config");
+    let sa = Client::try_from(config).expect("sa client");
+    let granted = [
+        ("create", "pods", Some(NS), None),
+        ("watch", "gpufabric.io/fabrictests", Some(NS), None),
+        (
+            "patch",
+            "gpufabric.io/fabrictestruns/status",
+            Some(NS),
+            None,
+        ),
+        ("patch", "nodes", None, None),
+        ("update", "coordination.k8s.io/leases", Some(NS), Some(NAME)),
+        ("create", "events.k8s.io/events", Some("default"), None),
+    ];
+    for (verb, res, ns, name) in granted {
+        assert!(
+            can(&sa, verb, res, ns, name).await,
+            "{verb} {res} in {ns:?} {name:?} is granted"
+        );
+    }
+    let refused = [
+        ("create", "pods", Some("default"), None),
+        ("list", "pods", None, None),
+        ("list", "secrets", Some(NS), None),
+        ("watch", "gpufabric.io/fabrictests", Some("default"), None),
+        (
+            "update",
+            "coordination.k8s.io/leases",
+            Some(NS),
+            Some("someone-elses-lease"),
+        ),
+        (
+            "update",
+            "coordination.k8s.io/leases",
+            Some("kube-system"),
+            Some(NAME),
+        ),
+        ("delete", "nodes", None, None),
+        (
+            "create",
+            "rbac.authorization.k8s.io/rolebindings",
+            Some(NS),
+            None,
+        ),
+    ];
+    for (verb, res, ns, name) in refused {
+        assert!(
+            !can(&sa, verb, res, ns, name).await,
+            "{verb} {res} in {ns:?} {name:?} is refused"
+        );
+    }
+}
+
+/// The Deployment's pod is admitted by a namespace that enforces Pod Security "restricted",
+/// and one without the chart's security context is not.
+async fn check_pod_security(cluster: &Cluster, deployment: &Deployment) {
+    let ns = "restricted";
+    let nss: Api<Namespace> = Api::all(cluster.client());
+    let obj = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.into()),
+            labels: Some(
+                [(
+                    "pod-security.kubernetes.io/enforce".to_string(),
+                    "restricted".to_string(),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    nss.create(&PostParams::default(), &obj)
+        .await
+        .expect("namespace");
+    cluster
+        .create_namespace(ns)
+        .await
+        .expect("default ServiceAccount");
+    let template = deployment.spec.as_ref().expect("spec").template.clone();
+    let mut pod = Pod {
+        metadata: ObjectMeta {
+            name: Some("operator".into()),
+            labels: template.metadata.as_ref().and_then(|m| m.labels.clone()),
+            ..Default::default()
+        },
+        spec: template.spec.clone(),
+        ..Default::default()
+    };
+    if let Some(spec) = pod.spec.as_mut() {
+        // The ServiceAccount lives in the release namespace; this pod is only admitted.
+        spec.service_account_name = None;
+        spec.service_account = None;
+    }
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), ns);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    if let Err(e) = pods.create(&dry, &pod).await {
+        panic!("Pod Security restricted refused the chart's pod: {e}");
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.security_context = None;
+        for c in &mut spec.containers {
+            c.security_context = None;
+        }
+    }
+    let refused = pods.create(&dry, &pod).await;
+    assert!(
+        refused.is_err(),
+        "a pod without the security context is refused (control)"
+    );
+}
+
+/// `helm install`, the objects it made, then `helm upgrade` and what it changed.
+async fn install_and_upgrade(cluster: &Cluster) -> Deployment {
+    let chart = chart();
+    run_ok(
+        helm(Some(cluster))
+            .args(["install", RELEASE])
+            .arg(&chart)
+            .args(["--namespace", NS, "--set", "image.tag=test"])
+            // No pod serves the webhook here (no kubelet runs the Deployment): let the API
+            // server admit FabricTests unchecked rather than refuse them.
+            .args(["--set", "webhook.failurePolicy=Ignore"]),
+    );
+    let c = cluster.client();
+    Api::<ServiceAccount>::namespaced(c.clone(), NS)
+        .get(NAME)
+        .await
+        .expect("ServiceAccount");
+    Api::<ClusterRole>::all(c.clone())
+        .get(NAME)
+        .await
+        .expect("ClusterRole");
+    for role in [format!("{NAME}-workloads"), format!("{NAME}-leader")] {
+        Api::<Role>::namespaced(c.clone(), NS)
+            .get(&role)
+            .await
+            .expect("Role");
+        Api::<RoleBinding>::namespaced(c.clone(), NS)
+            .get(&role)
+            .await
+            .expect("RoleBinding");
+    }
+    Api::<Service>::namespaced(c.clone(), NS)
+        .get(&format!("{NAME}-metrics"))
+        .await
+        .expect("metrics Service");
+    Api::<PodDisruptionBudget>::namespaced(c.clone(), NS)
+        .get(NAME)
+        .await
+        .expect("PDB");
+    let dashboard = Api::<ConfigMap>::namespaced(c.clone(), NS)
+        .get(&format!("{NAME}-dashboard"))
+        .await
+        .expect("dashboard ConfigMap");
+    assert_eq!(
+        dashboard
+            .labels()
+            .get("grafana_dashboard")
+            .map(String::as_str),
+        Some("1")
+    );
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
+    let before = deployments.get(NAME).await.expect("Deployment");
+    assert_eq!(before.spec.as_ref().and_then(|s| s.replicas), Some(2));
+
+    run_ok(
+        helm(Some(cluster))
+            .args(["upgrade", RELEASE])
+            .arg(&chart)
+            .args(["--namespace", NS, "--set", "image.tag=test"])
+            .args(["--set", "webhook.failurePolicy=Ignore"])
+            .args(["--set", "logFormat=json", "--set", "replicas=3"])
+            .args(["--set", "priorityClassName=system-cluster-critical"]),
+    );
+    let after = deployments.get(NAME).await.expect("Deployment");
+    let spec = after.spec.as_ref().expect("spec");
+    assert_eq!(spec.replicas, Some(3), "the upgrade changed the replicas");
+    let pod = spec.template.spec.as_ref().expect("pod spec");
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-cluster-critical")
+    );
+    let args = pod.containers[0].args.clone().unwrap_or_default();
+    assert!(args.iter().any(|a| a == "--log-json"), "{args:?}");
+    let status = run_ok(helm(Some(cluster)).args(["status", RELEASE, "-n", NS, "-o", "json"]));
+    let status: serde_json::Value =
+        serde_json::from_slice(&status.stdout).expect("helm status json");
+    assert_eq!(status["version"], 2, "revision 2 after the upgrade");
+    assert_eq!(status["info"]["status"], "deployed");
+    after
+}
+
+/// Four nodes, the second with a straggler GPU: a Cordon test quarantines it.
+fn fleet() -> Fleet {
+    let mut f = SimFleet::uniform("gpu", 4, H100, 8);
+    f.nodes[1].faults.push(Fault::Straggler {
+        gpu: 1,
+        factor: 1.5,
+    });
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_installs_and_upgrades_and_the_chart_rbac_runs_a_quarantine_scraped_by_prometheus() {
+    gpufabric_tests::init_tracing();
+    // Helm installs the CRDs from the chart's crds/, as it would in a cluster.
+    let cluster = Cluster::start_with(ClusterOptions {
+        install_crds: false,
+        ..Default::default()
+    })
+    .await
+    .expect("local control plane starts");
+    cluster.create_namespace(NS).await.expect("namespace");
+    let deployment = install_and_upgrade(&cluster).await;
+    check_pod_security(&cluster, &deployment).await;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = service_account_kubeconfig(&cluster, dir.path()).await;
+    check_least_privilege(&kubeconfig).await;
+
+    let fleet = SimFleet::write_to(fleet(), dir.path().join("fleet.yaml")).expect("fleet file");
+    let opts = KubeletOptions {
+        root_dir: Some(dir.path().join("kubelet")),
+        ..Default::default()
+    };
+    let _kubelet = Kubelet::start(cluster.client(), &fleet, opts)
+        .await
+        .expect("kubelet starts");
+
+    // The operator with the Deployment's own arguments (but its admin address), as the
+    // chart's ServiceAccount.
+    let pod = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .expect("pod spec");
+    let chart_args: Vec<String> = pod.containers[0]
+        .args
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a != "run" && !a.starts_with("--admin-addr"))
+        .collect();
+    let args: Vec<&str> = chart_args.iter().map(String::as_str).collect();
+    let operator = OperatorProcess::start_as(
+        kubeconfig,
+        dir.path().join("operator.log"),
+        &args,
+        &[("POD_NAME", "fabric-operator-0"), ("POD_NAMESPACE", NS)],
+    );
+    quarantine_end_to_end(&cluster, &operator).await;
+    let log = std::fs::read_to_string(dir.path().join("operator.log")).unwrap_or_default();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the operator was refused something under the chart's RBAC:\n{}",
+        operator.log_tail(80)
+    );
+    prometheus_scrapes_the_operator(&operator, dir.path()).await;
+}
+
+async fn quarantine_end_to_end(cluster: &Cluster, operator: &OperatorProcess) {
+    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
+    let t: FabricTest = serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTest",
+        "metadata": {"name": "fleet", "namespace": NS},
+        "spec": {
+            "nodeSelector": {"pool": "training"},
+            "quarantine": {"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false},
+            "agent": sim_agent(60)
+        }
+    }))
+    .expect("FabricTest");
+    tests
+        .create(&PostParams::default(), &t)
+        .await
+        .expect("FabricTest created");
+    let r = wait::for_object(&tests, "fleet", Duration::from_secs(180), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.quarantined_nodes == ["gpu-02"] && s.active_run.is_none())
+    })
+    .await;
+    if let Err(e) = r {
+        panic!("gpu-02 was not quarantined: {e}\n{}", operator.log_tail(80));
+    }
+    let node = Api::<Node>::all(cluster.client())
+        .get("gpu-02")
+        .await
+        .expect("node");
+    assert_eq!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "gpu-02 cordoned"
+    );
+    // Run again so that the runs counter and the reconcile histogram have history.
+    let patch =
+        json!({"metadata": {"annotations": {gpufabric_api::keys::ANNOTATION_RUN_NOW: "again"}}});
+    tests
+        .patch("fleet", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("run now");
+    let r = wait::for_object(&tests, "fleet", Duration::from_secs(180), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|r| r.trigger == gpufabric_api::run::Trigger::Manual)
+    })
+    .await;
+    if let Err(e) = r {
+        panic!(
+            "the second run did not finish: {e}\n{}",
+            operator.log_tail(80)
+        );
+    }
+}
+
+/// A Prometheus process (killed on drop) with its own data dir.
+struct Prometheus {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_prometheus(target: &str, dir: &Path) -> Prometheus {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let rules = chart().join("files/alerts.yaml");
+    let config = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+         rule_files: [{rules:?}]\n\
+         scrape_configs:\n  - job_name: gpufabric\n    static_configs: [{{targets: [{target:?}]}}]\n",
+        rules = rules.display().to_string()
+    );
+    let config_path = dir.join("prometheus.yml");
+    std::fs::write(&config_path, config).expect("prometheus.yml");
+    let log = std::fs::File::create(dir.join("prometheus.log")).expect("prometheus log");
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(tools_bin().join("prometheus"));
+    gpufabric_tests::process::harden(&mut cmd);
+    let child = cmd
+        .arg(format!("--config.file={}", config_path.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus starts");
+    Prometheus { child, addr }
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /api/v1/query`: the JSON answer, or None when Prometheus does not answer yet.
+async fn query(addr: &str, promql: &str) -> Option<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!(
+        "GET /api/v1/query?query={} HTTP/1.0\r\nHost: x\r\n\r\n",
+        url_encode(promql)
+    );
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let body = text.split_once("\r\n\r\n")?.1;
+    serde_json::from_str(body).ok()
+}
+
+fn result_count(answer: &serde_json::Value) -> usize {
+    answer["data"]["result"].as_array().map_or(0, Vec::len)
+}
+
+async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path) {
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).expect("prometheus dir");
+    let prom = start_prometheus(operator.admin_addr(), &prom_dir);
+    let log = || gpufabric_tests::cluster::log_tail(&prom_dir.join("prometheus.log"), 30);
+    let expected = [
+        r#"up{job="gpufabric"} == 1"#.to_string(),
+        format!(
+            r#"gpufabric_node_last_result{{namespace="{NS}",name="fleet",node="gpu-02",result="fail"}} == 1"#
+        ),
+        format!(
+            r#"gpufabric_node_last_result{{namespace="{NS}",name="fleet",node="gpu-01",result="pass"}} == 1"#
+        ),
+        format!(
+            r#"gpufabric_node_quarantined{{namespace="{NS}",name="fleet",node="gpu-02"}} == 1"#
+        ),
+        r#"count(gpufabric_node_allreduce_busbw_gbps > 0) == 4"#.to_string(),
+        r#"count(gpufabric_node_worst_pair_bandwidth_gbps > 0) == 4"#.to_string(),
+        format!(
+            r#"gpufabric_test_runs_total{{namespace="{NS}",name="fleet",result="nodes_failed"}} >= 2"#
+        ),
+        r#"gpufabric_test_last_run_timestamp_seconds > 0"#.to_string(),
+        r#"gpufabric_test_last_success_timestamp_seconds > 0"#.to_string(),
+        r#"gpufabric_build_info == 1"#.to_string(),
+        r#"gpufabric_leader == 1"#.to_string(),
+        r#"gpufabric:fleet_allreduce_busbw_gbps:median > 0"#.to_string(),
+    ];
+    for q in &expected {
+        let r = wait::poll(
+            q,
+            Duration::from_secs(60),
+            Duration::from_millis(500),
+            || async { Ok(query(&prom.addr, q).await.filter(|a| result_count(a) > 0)) },
+        )
+        .await;
+        if let Err(e) = r {
+            panic!(
+                "Prometheus has no {q}: {e}\n{}\nmetrics:\n{}",
+                log(),
+                operator.metrics().await
+            );
+        }
+    }
+    // rate() and increase() need two samples in their window.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(chart().join("files/dashboard.json")).expect("dashboard file"),
+    )
+    .expect("the dashboard is JSON");
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(String::from))
+        .collect();
+    assert!(exprs.len() >= 10, "{} dashboard queries", exprs.len());
+    for q in &exprs {
+        let answer = query(&prom.addr, q)
+            .await
+            .unwrap_or_else(|| panic!("no answer to {q}\n{}", log()));
+        assert_eq!(
+            answer["status"], "success",
+            "dashboard query {q} does not parse: {answer}"
+        );
+        assert!(
+            result_count(&answer) > 0,
+            "dashboard query {q} returns no data: {answer}"
+        );
+    }
+    eprintln!(
+        "{} series checked, {} dashboard queries answered",
+        expected.len(),
+        exprs.len()
+    );
+}
