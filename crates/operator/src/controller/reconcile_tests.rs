@@ -44,7 +44,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         namespace: None,
         backoff: Default::default(),
         synced,
-        agent_image: String::new(),
+        agent_image: "registry.local/fabric-agent:test".into(),
     })
 }
 

@@ -251,22 +251,10 @@ async fn carry_out(
             .map(|r| r.name_any());
         return Ok(());
     };
-    if decision.replace_active {
-        for r in active {
-            tracing::info!(run = %r.name_any(), "replacing the active run");
-            delete_run(&runs_api, &r.name_any()).await?;
-            ctx.events
-                .normal(
-                    &test_ref,
-                    "RunReplaced",
-                    "Schedule",
-                    format!(
-                        "deleted the active run {} (concurrencyPolicy Replace)",
-                        r.name_any()
-                    ),
-                )
-                .await;
-        }
+    let replaced: &[&FabricTestRun] = if decision.replace_active { active } else { &[] };
+    for r in replaced {
+        tracing::info!(run = %r.name_any(), "replacing the active run");
+        delete_run(&runs_api, &r.name_any()).await?;
     }
     let run = runs::new_run(
         test,
@@ -275,7 +263,22 @@ async fn carry_out(
         start.scheduled.map(to_time),
         test.spec.nodes.clone(),
     )?;
-    if create_run(ctx, &runs_api, &run).await? {
+    let created = create_run(ctx, &runs_api, &run).await?;
+    // Events after the create, so that the new run follows the deleted one at once.
+    for r in replaced {
+        ctx.events
+            .normal(
+                &test_ref,
+                "RunReplaced",
+                "Schedule",
+                format!(
+                    "deleted the active run {} (concurrencyPolicy Replace)",
+                    r.name_any()
+                ),
+            )
+            .await;
+    }
+    if created {
         tracing::info!(run = %start.name, trigger = start.trigger.as_str(), "run created");
         ctx.events
             .normal(
