@@ -116,10 +116,10 @@ inject() {
   done
 }
 
-ddp_variants() { # the probe with one host thread for all GPUs vs one per GPU
-  for threads in 0 1; do
-    local v=ddp-threads$threads
-    FABRIC_DDP_THREAD_PER_GPU=$threads check $v --no-nccl --no-pairs --no-health
+ddp_variants() { # the probe with one process for all GPUs vs one process per GPU
+  for per_gpu in 0 1; do
+    local v=ddp-process-per-gpu$per_gpu
+    FABRIC_DDP_PROCESS_PER_GPU=$per_gpu check $v --no-nccl --no-pairs --no-health
     cat "$OUT/$v.stderr" >> "$LOG"; rm -f "$OUT/$v.stderr" "$OUT/$v.json"
   done
 }
@@ -152,7 +152,7 @@ ddp_modes() { # one process for all GPUs vs one process per GPU, beside PyTorch 
   for r in $(seq 1 "$rounds"); do
     local order="1 0"; [ $((r % 2)) -eq 0 ] && order="0 1"
     for single in $order; do
-      ddp_probe_run "ddp-single$single-r$r" FABRIC_DDP_SINGLE_PROCESS=$single
+      ddp_probe_run "ddp-single$single-r$r" FABRIC_DDP_PROCESS_PER_GPU=$((1 - single))
     done
     ddp_torch_run "pytorch-r$r"
   done
@@ -174,7 +174,7 @@ ddp_compare() { # the DDP probe beside PyTorch DDP, alternating which goes first
 
 ddp_process_checks() { # the probe with one process per GPU: straggler, bad worker, quick
   local s=2 pid
-  export FABRIC_DDP_SINGLE_PROCESS=0
+  export FABRIC_DDP_PROCESS_PER_GPU=1
   banner "straggler GPU $s injected beside the DDP probe (one process per GPU)"
   "$AGENT" inject straggler --gpu $s --seconds 60 &
   pid=$!
