@@ -243,7 +243,8 @@ async fn can(
         .is_some_and(|s| s.allowed)
 }
 
-/// What the chart grants, and no more: pods and runs in its namespace only, its Lease only.
+/// What the chart grants, and no more: pods written and runs in its namespace only (pods read
+/// cluster-wide, to see which GPUs other pods hold), its Lease only.
 async fn check_least_privilege(kubeconfig: &Path) {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("sa kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -260,6 +261,8 @@ async fn check_least_privilege(kubeconfig: &Path) {
             None,
         ),
         ("patch", "nodes", None, None),
+        // Read-only, to skip nodes whose GPUs other pods hold.
+        ("list", "pods", None, None),
         ("update", "coordination.k8s.io/leases", Some(NS), Some(NAME)),
         ("create", "events.k8s.io/events", Some("default"), None),
     ];
@@ -271,7 +274,7 @@ async fn check_least_privilege(kubeconfig: &Path) {
     }
     let refused = [
         ("create", "pods", Some("default"), None),
-        ("list", "pods", None, None),
+        ("delete", "pods", Some("default"), None),
         ("list", "secrets", Some(NS), None),
         ("watch", "gpufabric.io/fabrictests", Some("default"), None),
         (
