@@ -13,6 +13,7 @@ use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, SkipReason};
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::Fleet;
+use gpufabric_tests::fixtures;
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;
@@ -149,124 +150,214 @@ async fn test_events(env: &OperatorEnv, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// What one infrastructure cause must leave in the status of a run over every node.
+struct Expect {
+    reason: NotMeasuredReason,
+    /// The pattern's label in the condition and Event.
+    label: &'static str,
+    /// In every node's `reason`.
+    detail: &'static str,
+}
+
+/// Creates one FabricTest in `mode` and checks its first run: every node not measured for
+/// `want.reason`, nothing held against any node, one InfrastructureDegraded condition and
+/// Event, no pod left holding GPUs, and no node touched.
+async fn check_spared(
+    env: &OperatorEnv,
+    cause: &str,
+    mode: &str,
+    agent: serde_json::Value,
+    extra: serde_json::Value,
+    want: &Expect,
+) {
+    let name = format!("{cause}-{}", mode.to_lowercase());
+    let tests = env.create_test(&name, spec(mode, agent, extra)).await;
+    let status = wait_folded(env, &tests, &name).await;
+    let context = format!("{cause}/{mode}");
+
+    // Every node is listed as not measured, with the kubelet's reason.
+    let runs = runs_of(env, &name).await;
+    assert_eq!(runs.len(), 1, "{context}: one run, no confirmation run");
+    let run = runs[0].status.clone().expect("run status");
+    assert_eq!(run.nodes.len(), 3, "{context}: {run:?}");
+    for n in &run.nodes {
+        assert_eq!(n.verdict, NodeVerdict::NotMeasured, "{context}: {n:?}");
+        assert_eq!(n.not_measured, Some(want.reason), "{context}: {n:?}");
+        assert!(
+            n.reason.as_deref().is_some_and(|r| r.contains(want.detail)),
+            "{context}: {n:?}"
+        );
+    }
+    assert_eq!((run.not_measured, run.errored, run.failed), (3, 0, 0));
+    assert!(run.findings.is_empty(), "{context}: {:?}", run.findings);
+
+    // The test's history holds nothing against the nodes.
+    assert_eq!(status.quarantined_count, 0, "{context}: {status:#?}");
+    for h in &status.nodes {
+        assert_eq!(
+            (h.verdict, h.consecutive_failures, h.held_back.as_deref()),
+            (NodeVerdict::NotMeasured, 0, None),
+            "{context}: {h:?}"
+        );
+    }
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Degraded")
+        .expect("Degraded");
+    assert_eq!(degraded.status, "False", "{context}: {degraded:?}");
+
+    // One condition and one Event name the pattern and what to check.
+    let infra = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "InfrastructureDegraded")
+        .expect("InfrastructureDegraded");
+    assert_eq!(
+        (infra.status.as_str(), infra.reason.as_str()),
+        ("True", want.reason.as_str()),
+        "{context}"
+    );
+    let pattern = format!("{} on 3 of 3 nodes", want.label);
+    assert!(
+        infra.message.contains(&pattern),
+        "{context}: {}",
+        infra.message
+    );
+    let events = wait::poll(
+        "the InfrastructureDegraded Event",
+        Duration::from_secs(20),
+        Duration::from_millis(300),
+        || async {
+            let e: Vec<_> = test_events(env, &name)
+                .await
+                .into_iter()
+                .filter(|(r, _)| r == "InfrastructureDegraded")
+                .collect();
+            Ok((!e.is_empty()).then_some(e))
+        },
+    )
+    .await
+    .expect("an Event on the test");
+    assert_eq!(events.len(), 1, "{context}: {events:?}");
+    assert!(events[0].1.contains(&pattern), "{context}: {events:?}");
+
+    // No pod of the run still holds a node's GPUs: each is gone or has ended.
+    let pods: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
+    let selector = format!("{}={}", gpufabric_api::keys::LABEL_RUN, runs[0].name_any());
+    wait::poll(
+        "blocked pods stopped",
+        Duration::from_secs(30),
+        Duration::from_millis(300),
+        || async {
+            let holding = pods
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map(|l| l.items.iter().filter(|p| holds_gpus(p)).count())
+                .unwrap_or(usize::MAX);
+            Ok((holding == 0).then_some(()))
+        },
+    )
+    .await
+    .expect("the pods of the run hold no GPUs");
+
+    assert_untouched(&nodes(env).await, &context);
+}
+
+/// The pod is neither ended nor being deleted.
+fn holds_gpus(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && !matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     let env = OperatorEnv::start(fleet(3), NS).await;
+    let want = Expect {
+        reason: NotMeasuredReason::ContainerConfig,
+        label: "CreateContainerConfigError",
+        detail: "secret \"no-such-secret\" not found",
+    };
     for mode in MODES {
-        let name = format!("secret-{}", mode.to_lowercase());
-        let tests = env
-            .create_test(&name, spec(mode, agent_with_missing_secret(), json!({})))
-            .await;
-        let status = wait_folded(&env, &tests, &name).await;
-
-        // Every node is listed as not measured, with the kubelet's reason.
-        let runs = runs_of(&env, &name).await;
-        assert_eq!(runs.len(), 1, "{mode}: one run, no confirmation run");
-        let run = runs[0].status.clone().expect("run status");
-        assert_eq!(run.nodes.len(), 3, "{mode}: {run:?}");
-        for n in &run.nodes {
-            assert_eq!(n.verdict, NodeVerdict::NotMeasured, "{mode}: {n:?}");
-            assert_eq!(
-                n.not_measured,
-                Some(NotMeasuredReason::ContainerConfig),
-                "{mode}: {n:?}"
-            );
-            assert!(
-                n.reason
-                    .as_deref()
-                    .is_some_and(|r| r.contains("CreateContainerConfigError")),
-                "{mode}: {n:?}"
-            );
-        }
-        assert_eq!((run.not_measured, run.errored, run.failed), (3, 0, 0));
-        assert!(run.findings.is_empty(), "{mode}: {:?}", run.findings);
-
-        // The test's history holds nothing against the nodes.
-        assert_eq!(status.quarantined_count, 0, "{mode}: {status:#?}");
-        for h in &status.nodes {
-            assert_eq!(
-                (h.verdict, h.consecutive_failures, h.held_back.as_deref()),
-                (NodeVerdict::NotMeasured, 0, None),
-                "{mode}: {h:?}"
-            );
-        }
-        let degraded = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Degraded")
-            .expect("Degraded");
-        assert_eq!(degraded.status, "False", "{mode}: {degraded:?}");
-
-        // One condition and one Event name the pattern and what to check.
-        let infra = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "InfrastructureDegraded")
-            .expect("InfrastructureDegraded");
-        assert_eq!(
-            (infra.status.as_str(), infra.reason.as_str()),
-            ("True", "ContainerConfig")
-        );
-        assert!(
-            infra
-                .message
-                .contains("CreateContainerConfigError on 3 of 3 nodes"),
-            "{}",
-            infra.message
-        );
-        let events = wait::poll(
-            "the InfrastructureDegraded Event",
-            Duration::from_secs(20),
-            Duration::from_millis(300),
-            || async {
-                let e: Vec<_> = test_events(&env, &name)
-                    .await
-                    .into_iter()
-                    .filter(|(r, _)| r == "InfrastructureDegraded")
-                    .collect();
-                Ok((!e.is_empty()).then_some(e))
-            },
+        check_spared(
+            &env,
+            "secret",
+            mode,
+            agent_with_missing_secret(),
+            json!({}),
+            &want,
         )
-        .await
-        .expect("an Event on the test");
-        assert_eq!(events.len(), 1, "{events:?}");
-        assert!(events[0].1.contains("3 of 3 nodes"), "{events:?}");
+        .await;
+    }
+}
 
-        // No pod of the run still holds a node's GPUs: each is gone or has ended.
-        let pods: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
-        wait::poll(
-            "blocked pods stopped",
-            Duration::from_secs(30),
-            Duration::from_millis(300),
-            || async {
-                let holding = pods
-                    .list(&ListParams::default().labels(&format!(
-                        "{}={}",
-                        gpufabric_api::keys::LABEL_RUN,
-                        runs[0].name_any()
-                    )))
-                    .await
-                    .map(|l| {
-                        l.items
-                            .iter()
-                            .filter(|p| {
-                                p.metadata.deletion_timestamp.is_none()
-                                    && !matches!(
-                                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                                        Some("Succeeded") | Some("Failed")
-                                    )
-                            })
-                            .count()
-                    })
-                    .unwrap_or(usize::MAX);
-                Ok((holding == 0).then_some(()))
-            },
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(3), NS).await;
+    let mut agent = sim_agent(20);
+    agent["image"] = json!(fixtures::MISSING_IMAGE);
+    let want = Expect {
+        reason: NotMeasuredReason::ImagePull,
+        label: "ImagePullBackOff",
+        detail: "ImagePullBackOff",
+    };
+    for mode in MODES {
+        check_spared(&env, "image", mode, agent.clone(), json!({}), &want).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(3), NS).await;
+    // A training job holds every GPU of every node; the tests opt in to busy nodes, so
+    // their pods reach the kubelet, which refuses them.
+    for node in ["gpu-01", "gpu-02", "gpu-03"] {
+        fixtures::hold_gpus(&env.cluster.client(), NS, node, 8)
+            .await
+            .expect("GPUs held");
+    }
+    let want = Expect {
+        reason: NotMeasuredReason::NotAdmitted,
+        label: "OutOfnvidia.com/gpu",
+        detail: "used: 8, capacity: 8",
+    };
+    for mode in MODES {
+        check_spared(
+            &env,
+            "busy",
+            mode,
+            sim_agent(20),
+            json!({"includeBusyNodes": true}),
+            &want,
         )
-        .await
-        .expect("the pods of the run hold no GPUs");
+        .await;
+    }
+}
 
-        assert_untouched(&nodes(&env).await, mode);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_never_start_cordon_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(3), NS).await;
+    for node in ["gpu-01", "gpu-02", "gpu-03"] {
+        env.kubelet
+            .set_node_stalled(node, true)
+            .await
+            .expect("node stalled");
+    }
+    let want = Expect {
+        reason: NotMeasuredReason::NeverStarted,
+        label: "NeverStarted",
+        detail: "no container ever ran",
+    };
+    // The run deadline is the agent timeout plus the operator's margin: the shortest timeout the schema allows (10 s).
+    for mode in MODES {
+        check_spared(&env, "stalled", mode, sim_agent(10), json!({}), &want).await;
     }
 }
 
