@@ -283,3 +283,28 @@ pub struct Finding {
     /// One sentence a person can act on.
     pub message: String,
 }
+
+impl Finding {
+    /// A finding without evidence: what, about whom, how severe, and the sentence.
+    pub fn new(
+        kind: FindingKind,
+        subject: Subject,
+        metric: Metric,
+        severity: Severity,
+        message: String,
+    ) -> Self {
+        Finding {
+            kind,
+            subject,
+            metric,
+            collective: None,
+            measured: None,
+            expected: None,
+            deviation: None,
+            unit: None,
+            source: None,
+            severity,
+            message,
+        }
+    }
+}

@@ -226,18 +226,9 @@ fn finding(
     message: String,
 ) -> Finding {
     Finding {
-        kind,
-        subject,
-        metric,
-        collective: None,
-        measured: None,
-        expected: None,
-        deviation: None,
-        unit: None,
         // Fixed rules unless the caller says otherwise (evidence() always does).
         source: Some(ExpectationSource::Rule),
-        severity,
-        message,
+        ..Finding::new(kind, subject, metric, severity, message)
     }
 }
 

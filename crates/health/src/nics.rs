@@ -49,7 +49,7 @@ pub fn nic_findings(
                 "check the cable, the transceiver and the switch port",
             )
         };
-        out.push(finding(
+        out.push(Finding::new(
             FindingKind::NicDown,
             Subject::nic(node, p.name()),
             Metric::NicLink,
@@ -94,7 +94,7 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                 deviation: Some((rate - best) / best),
                 unit: Some("Gb/s".into()),
                 source: Some(ExpectationSource::Node),
-                ..finding(
+                ..Finding::new(
                     FindingKind::NicDegraded,
                     Subject::nic(node, p.name()),
                     Metric::NicRate,
@@ -155,7 +155,7 @@ fn grown_counters(
                 expected: Some(0.0),
                 unit: Some("errors".into()),
                 source: Some(ExpectationSource::Rule),
-                ..finding(
+                ..Finding::new(
                     FindingKind::NicErrors,
                     Subject::nic(node, p.name()),
                     Metric::NicErrors,
@@ -169,28 +169,6 @@ fn grown_counters(
         }
     }
     out
-}
-
-fn finding(
-    kind: FindingKind,
-    subject: Subject,
-    metric: Metric,
-    severity: Severity,
-    message: String,
-) -> Finding {
-    Finding {
-        kind,
-        subject,
-        metric,
-        collective: None,
-        measured: None,
-        expected: None,
-        deviation: None,
-        unit: None,
-        source: None,
-        severity,
-        message,
-    }
 }
 
 fn num(x: f64) -> String {

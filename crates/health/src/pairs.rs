@@ -253,7 +253,7 @@ fn socket_fallbacks(
             measured: median(&bw),
             unit: Some("GB/s".into()),
             source: Some(ExpectationSource::Fleet),
-            ..finding(
+            ..Finding::new(
                 FindingKind::TransportFallback,
                 Subject::node(node),
                 Metric::NetTransport,
@@ -276,7 +276,7 @@ fn socket_fallbacks(
                 measured: Some(p.busbw),
                 unit: Some("GB/s".into()),
                 source: Some(ExpectationSource::Fleet),
-                ..finding(
+                ..Finding::new(
                     FindingKind::TransportFallback,
                     Subject::node_pair(&p.a, &p.b),
                     Metric::NetTransport,
@@ -337,7 +337,7 @@ fn slow_nodes(
             deviation: Some((measured - expected) / expected),
             unit: Some("GB/s".into()),
             source: Some(ExpectationSource::Fleet),
-            ..finding(
+            ..Finding::new(
                 FindingKind::Slow,
                 Subject::node(node),
                 Metric::NodePairBusBw,
@@ -363,7 +363,7 @@ fn path_finding(p: &PairObservation, expected: f64) -> Finding {
         deviation: Some((p.busbw - expected) / expected),
         unit: Some("GB/s".into()),
         source: Some(ExpectationSource::Fleet),
-        ..finding(
+        ..Finding::new(
             FindingKind::Slow,
             Subject::node_pair(&p.a, &p.b),
             Metric::NodePairBusBw,
@@ -387,7 +387,7 @@ fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
         deviation: Some((p.busbw - reference) / reference),
         unit: Some("GB/s".into()),
         source: Some(ExpectationSource::Fleet),
-        ..finding(
+        ..Finding::new(
             FindingKind::Slow,
             Subject::node_pair(&p.a, &p.b),
             Metric::NodePairBusBw,
@@ -401,28 +401,6 @@ fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
                 num(reference)
             ),
         )
-    }
-}
-
-fn finding(
-    kind: FindingKind,
-    subject: Subject,
-    metric: Metric,
-    severity: Severity,
-    message: String,
-) -> Finding {
-    Finding {
-        kind,
-        subject,
-        metric,
-        collective: None,
-        measured: None,
-        expected: None,
-        deviation: None,
-        unit: None,
-        source: None,
-        severity,
-        message,
     }
 }
 
