@@ -17,6 +17,7 @@ pub mod quarantine;
 pub mod results;
 pub mod runs;
 pub mod schedule;
+pub mod signals;
 pub mod status;
 pub mod time;
 pub mod webhook;

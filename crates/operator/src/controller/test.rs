@@ -463,6 +463,7 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
+    publish_signals(test, run, status, &plan.confirm, ctx).await;
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
         let api: Api<FabricTestRun> =
@@ -483,4 +484,30 @@ async fn quarantine_after(
         }
     }
     Ok(outcome.errors.is_empty())
+}
+
+/// Writes the node signals of a folded run (condition, result label, last pass). A node
+/// that cannot be written is logged and reported in one Event; nothing else waits on it.
+async fn publish_signals(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    status: &FabricTestStatus,
+    confirm: &[String],
+    ctx: &Context,
+) {
+    let signals = crate::signals::decide(test, run, &status.nodes, confirm, &ctx.nodes);
+    let published = crate::signals::write(&ctx.client, signals).await;
+    if published.failures.is_empty() {
+        return;
+    }
+    let note = format!(
+        "{}: could not write the signals of {} node(s): {}",
+        run.name_any(),
+        published.failures.len(),
+        published.failures.join("; ")
+    );
+    tracing::warn!(%note, "node signals not written");
+    ctx.events
+        .warning(&test.object_ref(&()), "SignalsNotWritten", "Signal", note)
+        .await;
 }
