@@ -175,7 +175,10 @@ fn straggler_needs_more_than_the_ratio_above_the_node_median() {
     let e = run(vec![r.clone()]);
     assert_eq!(e.findings.len(), 1);
     let f = &e.findings[0];
-    assert_eq!((f.kind, f.subject.gpu), (FindingKind::Straggler, Some(3)));
+    assert_eq!(
+        (f.kind, f.subject.gpu_index()),
+        (FindingKind::Straggler, Some(3))
+    );
     assert_eq!(f.source, Some(ExpectationSource::Node));
     check_evidence(f);
     // A stricter ratio from the spec.
@@ -329,7 +332,7 @@ fn latency_and_host_thresholds_fail_what_exceeds_them() {
     let got: Vec<(Metric, Option<u32>, Option<ExpectationSource>)> = e
         .findings
         .iter()
-        .map(|f| (f.metric, f.subject.gpu, f.source))
+        .map(|f| (f.metric, f.subject.gpu_index(), f.source))
         .collect();
     assert_eq!(
         got,

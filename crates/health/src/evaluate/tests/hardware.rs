@@ -14,8 +14,11 @@ fn hardware_faults_are_findings_of_their_own_kinds() {
     r.health[6].pcie = (5, 5, 8, 16);
     r.health[7].pcie = (3, 5, 16, 16);
     let e = run(vec![r]);
-    let got: Vec<(Option<u32>, FindingKind)> =
-        e.findings.iter().map(|f| (f.subject.gpu, f.kind)).collect();
+    let got: Vec<(Option<u32>, FindingKind)> = e
+        .findings
+        .iter()
+        .map(|f| (f.subject.gpu_index(), f.kind))
+        .collect();
     assert_eq!(
         got,
         vec![
@@ -145,7 +148,7 @@ fn a_gpu_whose_every_pair_falls_back_is_blamed_once() {
     assert!(
         e.findings
             .iter()
-            .any(|f| f.kind == FindingKind::NvlinkDown && f.subject.gpu == Some(5))
+            .any(|f| f.kind == FindingKind::NvlinkDown && f.subject.gpu_index() == Some(5))
     );
 }
 

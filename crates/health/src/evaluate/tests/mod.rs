@@ -8,6 +8,7 @@ mod pairs;
 mod topology;
 
 use super::*;
+use gpufabric_api::SubjectKind;
 use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::{
     COMPACT_VERSION, CompactCollective, CompactDdpPoint, CompactGpuHealth, PhaseError,

@@ -126,7 +126,13 @@ fn findings_are_sorted_and_independent_of_input_order() {
     let keys: Vec<(String, Subject, Metric)> = forward
         .findings
         .iter()
-        .map(|f| (f.subject.node.clone(), f.subject.clone(), f.metric))
+        .map(|f| {
+            (
+                f.subject.node_name().to_string(),
+                f.subject.clone(),
+                f.metric,
+            )
+        })
         .collect();
     let mut sorted = keys.clone();
     sorted.sort();

@@ -50,7 +50,7 @@ fn nccl_far_below_the_copy_engines_fails_a_switched_node_alone() {
         assert_eq!(bad.len(), 1, "{g} GPUs: {bad:?}");
         let f = bad[0];
         assert_eq!(f.metric, Metric::NcclBusBw);
-        assert_eq!(f.subject.kind, SubjectKind::Node);
+        assert_eq!(f.subject.kind(), SubjectKind::Node);
         assert!(
             f.message.contains("its GPUs copy to each other"),
             "{}",
@@ -126,16 +126,16 @@ fn a_one_way_copy_load_names_the_sending_and_the_receiving_gpu() {
     assert_eq!(bad.len(), 2, "{bad:?}");
     let send = bad
         .iter()
-        .find(|f| f.subject.gpu == Some(1))
+        .find(|f| f.subject.gpu_index() == Some(1))
         .expect("GPU 1 named");
-    assert_eq!(send.subject.kind, SubjectKind::Gpu);
+    assert_eq!(send.subject.kind(), SubjectKind::Gpu);
     assert!(send.message.contains("sending side"), "{}", send.message);
     let recv = bad
         .iter()
-        .find(|f| f.subject.gpu == Some(3))
+        .find(|f| f.subject.gpu_index() == Some(3))
         .expect("GPU 3 named");
     assert!(recv.message.contains("receiving side"), "{}", recv.message);
-    assert!(bad.iter().all(|f| f.subject.kind != SubjectKind::GpuPair));
+    assert!(bad.iter().all(|f| f.subject.kind() != SubjectKind::GpuPair));
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn one_gpu_slow_to_receive_on_an_eight_gpu_board_is_named_with_its_side() {
     let e = run(vec![r]);
     let bad = critical_of(&e, "recv");
     assert_eq!(bad.len(), 1, "{bad:?}");
-    assert_eq!(bad[0].subject.gpu, Some(5));
+    assert_eq!(bad[0].subject.gpu_index(), Some(5));
     assert!(
         bad[0].message.contains("receiving side"),
         "{}",
@@ -166,9 +166,9 @@ fn one_slow_pair_is_still_named_as_the_pair() {
     let bad = critical_of(&e, "pair");
     assert!(!bad.is_empty());
     assert!(
-        bad.iter().all(|f| f.subject.kind == SubjectKind::GpuPair
-            && f.subject.gpu == Some(0)
-            && f.subject.peer_gpu == Some(2)),
+        bad.iter().all(|f| f.subject.kind() == SubjectKind::GpuPair
+            && f.subject.gpu_index() == Some(0)
+            && f.subject.peer_gpu_index() == Some(2)),
         "{bad:?}"
     );
 }
