@@ -17,6 +17,9 @@ pub const LABEL_TRIGGER: &str = "gpufabric.io/trigger";
 
 /// Annotation on a FabricTest: when present, the operator starts a run now and removes it.
 pub const ANNOTATION_RUN_NOW: &str = "gpufabric.io/run-now";
+/// Annotation on a FabricTest: when present (any value), the operator closes the test's
+/// breaker (condition `BreakerOpen`), records the reset in the condition, and removes it.
+pub const ANNOTATION_RESET_BREAKER: &str = "gpufabric.io/reset-breaker";
 /// Annotation on a Node: JSON record of what this operator did to the node (who, why,
 /// which run, when, and which of cordon/taint/label it applied). Its presence is the only
 /// proof of ownership: the operator never undoes a change this record does not name.

@@ -4,7 +4,6 @@
 
 use crate::fleet::{self, Better, Rule};
 use crate::profiles::{self, Expectations};
-use gpufabric_api::SubjectKind;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::outcome::HardwareFault;
 pub use gpufabric_api::outcome::NodeOutcome;
@@ -58,7 +57,9 @@ pub struct Evaluation {
 impl Evaluation {
     /// The findings on one node.
     pub fn findings_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
-        self.findings.iter().filter(move |f| f.subject.node == node)
+        self.findings
+            .iter()
+            .filter(move |f| f.subject.node_name() == node)
     }
 
     /// Critical findings on one node.
@@ -152,7 +153,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     let fleet_findings = compare_fleet(&stats, thresholds);
     for f in &fleet_findings {
         if f.severity == Severity::Critical {
-            verdicts.insert(f.subject.node.clone(), NodeVerdict::Failed);
+            verdicts.insert(f.subject.node_name().to_string(), NodeVerdict::Failed);
         }
     }
     findings.extend(fleet_findings);
@@ -196,7 +197,7 @@ fn hardware_fault_finding(node: &str, fault: HardwareFault, detail: &str) -> Fin
 pub fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         (
-            &a.subject.node,
+            a.subject.node_name(),
             &a.subject,
             a.metric,
             a.collective,
@@ -204,7 +205,7 @@ pub fn sort_findings(findings: &mut [Finding]) {
             a.severity,
         )
             .cmp(&(
-                &b.subject.node,
+                b.subject.node_name(),
                 &b.subject,
                 b.metric,
                 b.collective,

@@ -224,7 +224,7 @@ mod tests {
             "mlx5_3 port 1 is DOWN (Polling): check the cable, the transceiver and the switch port"
         );
         assert_eq!(f[1].severity, Severity::Info);
-        assert_eq!(f[1].subject.nic.as_deref(), Some("mlx5_5 port 1"));
+        assert_eq!(f[1].subject.nic_port(), Some("mlx5_5 port 1"));
     }
 
     #[test]
@@ -269,7 +269,7 @@ mod tests {
             .iter()
             .map(|f| {
                 (
-                    f.subject.nic.clone().unwrap_or_default(),
+                    f.subject.nic_port().unwrap_or_default().to_string(),
                     f.severity,
                     f.measured,
                 )

@@ -107,8 +107,8 @@ impl Localization {
         self.findings
             .iter()
             .filter(|f| f.severity == Severity::Critical)
-            .filter(|f| f.subject.kind == gpufabric_api::SubjectKind::Node)
-            .map(|f| f.subject.node.as_str())
+            .filter(|f| f.subject.kind() == gpufabric_api::SubjectKind::Node)
+            .map(|f| f.subject.node_name())
             .collect()
     }
 }

@@ -250,7 +250,7 @@ fn findings_exist(stats: &[(NodeStats, Vec<Finding>)], node: &str, key: &SeriesK
         .any(|f| {
             f.metric == key.metric
                 && f.collective == key.collective
-                && f.subject.gpu == key.gpu
-                && f.subject.peer_gpu == key.peer
+                && f.subject.gpu_index() == key.gpu
+                && f.subject.peer_gpu_index() == key.peer
         })
 }

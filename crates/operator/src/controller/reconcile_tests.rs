@@ -45,6 +45,8 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         backoff: Default::default(),
         synced,
         agent_image: "registry.local/fabric-agent:test".into(),
+        cluster_cap: None,
+        quarantine_lock: Default::default(),
     })
 }
 
