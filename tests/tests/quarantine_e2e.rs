@@ -130,6 +130,8 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
         .labels()
         .iter()
         .filter(|(k, _)| !k.starts_with("beta.kubernetes.io/"))
+        // The result label is a signal written in every mode, Observe included.
+        .filter(|(k, _)| k.as_str() != gpufabric_api::keys::LABEL_RESULT)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let taints: Vec<_> = n
@@ -142,7 +144,11 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
         .collect();
     json!({
         "labels": labels,
-        "annotations": n.annotations(),
+        "annotations": n
+            .annotations()
+            .iter()
+            .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_LAST_PASS)
+            .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         "taints": taints,
     })

@@ -118,7 +118,9 @@ impl Inner {
         };
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
-            .patch_status(node, &PatchParams::default(), &Patch::Merge(status))
+            // Strategic, as a kubelet does: conditions merge by type, so those that others
+            // write (e.g. GPUFabricHealthy) stay.
+            .patch_status(node, &PatchParams::default(), &Patch::Strategic(status))
             .await
             .map_err(kube_err(format!("writing the status of node {node}")))?;
         Ok(())

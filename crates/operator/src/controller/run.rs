@@ -128,7 +128,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
                 skipped.len()
             )
         };
-        let status = FabricTestRunStatus {
+        let mut status = FabricTestRunStatus {
             phase: RunPhase::Failed,
             start_time: Some(started.clone()),
             completion_time: Some(started),
@@ -137,6 +137,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             skipped: skipped.clone(),
             ..Default::default()
         };
+        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
         apply_status(api, &name, &status).await?;
         ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed: no nodes");
@@ -563,6 +564,7 @@ async fn finish(
         ));
     }
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
+    crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
     apply_status(api, &name, &next).await?;
 
     ctx.metrics.run_finished(run, next.phase, f + er);
