@@ -93,6 +93,11 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
         type_ = "integer",
         json_path = ".status.quarantinedCount"
     ),
+    printcolumn(
+        name = "Breaker Open",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"BreakerOpen\")].status"
+    ),
     // A future time in a `date` column prints as `<invalid>` in kubectl: show the timestamp.
     printcolumn(
         name = "Next Run",
