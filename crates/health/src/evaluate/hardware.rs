@@ -96,7 +96,10 @@ pub(super) fn check_health(
         let gpu = i as u32;
         let subject = || Subject::gpu(node, gpu);
         let (active, expected) = h.nvlinks;
-        if active < expected {
+        // A GPU alone on its node (a one-GPU VM or slice) has no peer to link to: its links
+        // are down by how the node was cut, not by a fault. A board that lost GPUs shows up
+        // as missing GPUs instead.
+        if active < expected && r.gpus >= 2 {
             out.push(Finding::new(FindingKind::NvlinkDown, subject(), Metric::NvlinkLinks, Severity::Critical, format!(
                     "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
                 )).with_evidence(f64::from(active), f64::from(expected), "links", ExpectationSource::Rule));

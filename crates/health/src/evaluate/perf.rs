@@ -285,12 +285,20 @@ pub(super) fn classify<K: Copy + Ord>(
     let node_mad = fleet::mad(&all, node_median);
     let fastest = fastest_reference(&all, node_mad, rule);
     let judge_in_node = in_node && all.len() >= rule.min_count;
+    // The two directions between two GPUs leave no spread to judge by, but on a board whose
+    // pairs are all alike both run at the same speed (2 x H200: within 0.1%), so one far
+    // below the other is slow (a one-way load took 0 -> 1 to 263 against 390 GB/s).
+    let two_directions = (in_node && all.len() == 2 && !judge_in_node)
+        .then(|| all.iter().copied().fold(f64::NAN, f64::max))
+        .filter(|f| f.is_finite() && *f > 0.0);
     for (cell, v) in values {
         if judge_in_node && fleet::is_outlier(*v, node_median, node_mad, Better::Higher, rule) {
             slow.insert(*cell, Missed::NodeMedian(node_median));
         } else if let Some((f, _)) = fastest.filter(|(_, bar)| judge_in_node && *v < *bar) {
             // Most cells slow (the ports of two GPUs, say): the median is slow too, but on
             // a board whose pairs are all alike each should reach the fastest.
+            slow.insert(*cell, Missed::NodeFastest(f));
+        } else if let Some(f) = two_directions.filter(|f| *v < f * (1.0 - 2.0 * rule.min_gap)) {
             slow.insert(*cell, Missed::NodeFastest(f));
         } else if let Some((floor, source)) = floor
             && *v < floor
