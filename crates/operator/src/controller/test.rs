@@ -66,6 +66,13 @@ async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let released = quarantine::release_all(&ctx.client, &ctx.events, &ctx.metrics.quarantine, test)
         .await
         .map_err(Error::Quarantine)?;
+    if let Ok(key) = quarantine::test_key(test) {
+        match crate::signals::release_suspect_taints(&ctx.client, &key).await {
+            Ok(failures) if failures.is_empty() => {}
+            Ok(failures) => tracing::warn!(?failures, "suspect taints left on nodes"),
+            Err(e) => tracing::warn!(error = %e, "listing nodes for suspect taints"),
+        }
+    }
     tracing::info!(released = released.len(), "FabricTest deleted");
     Ok(Action::await_change())
 }
@@ -466,7 +473,7 @@ async fn quarantine_after(
     // With the breaker open nothing on a node changes, its signals included: a remediation
     // tool that acts on GPUFabricHealthy=False must not act on a storm either.
     if !plan.breaker_open {
-        publish_signals(test, run, status, &plan.confirm, ctx).await;
+        publish_signals(test, run, status, &plan, ctx).await;
     }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
@@ -490,16 +497,22 @@ async fn quarantine_after(
     Ok(outcome.errors.is_empty())
 }
 
-/// Writes the node signals of a folded run (condition, result label, last pass). A node
-/// that cannot be written is logged and reported in one Event; nothing else waits on it.
+/// Writes the node signals of a folded run (condition, result label, last pass), unless the
+/// breaker is open. A node that cannot be written is logged and reported in one Event;
+/// nothing else waits on it.
 async fn publish_signals(
     test: &FabricTest,
     run: &FabricTestRun,
     status: &FabricTestStatus,
-    confirm: &[String],
+    plan: &gpufabric_health::Plan,
     ctx: &Context,
 ) {
-    let signals = crate::signals::decide(test, run, &status.nodes, confirm, &ctx.nodes);
+    if plan.breaker_open {
+        // A storm: the environment is suspected, so no node is touched, signals included.
+        tracing::info!(run = %run.name_any(), "breaker open: node signals left as they are");
+        return;
+    }
+    let signals = crate::signals::decide(test, run, &status.nodes, &plan.confirm, &ctx.nodes);
     let published = crate::signals::write(&ctx.client, signals).await;
     if published.failures.is_empty() {
         return;
