@@ -1,7 +1,7 @@
 //! The fleet comparison: each series of values against the nodes of the same product and GPU count in the run.
 
+use super::gpu_pairs::blame;
 use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
-use super::perf::blame;
 use super::*;
 
 fn series_better(metric: Metric) -> Better {

@@ -1,6 +1,6 @@
 //! Per-node rules that need no comparison: identity, phase errors, NVML health, wrong results, NCCL transports.
 
-use super::perf::blame;
+use super::gpu_pairs::blame;
 use super::*;
 
 pub(super) fn check_identity(
