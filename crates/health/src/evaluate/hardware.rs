@@ -2,6 +2,7 @@
 
 use super::gpu_pairs::blame;
 use super::*;
+use gpufabric_api::result::CompactGpuHealth;
 
 pub(super) fn check_identity(
     input: &NodeInput,
@@ -205,91 +206,7 @@ pub(super) fn check_health(
                 ),
             ));
         }
-        let (gen_now, gen_max, width_now, width_max) = h.pcie;
-        if width_now < width_max {
-            out.push(
-                Finding::new(
-                    FindingKind::PcieDegraded,
-                    subject(),
-                    Metric::PcieLink,
-                    Severity::Critical,
-                    format!(
-                        "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
-                    ),
-                )
-                .with_evidence(
-                    f64::from(width_now),
-                    f64::from(width_max),
-                    "lanes",
-                    ExpectationSource::Rule,
-                ),
-            );
-        } else if gen_now < gen_max {
-            // NVML reports the current generation, which an idle GPU lowers to save power:
-            // only host copies slower than the maximum link could carry confirm a fault.
-            let best_host = [r.host_to_device.get(i), r.device_to_host.get(i)]
-                .into_iter()
-                .flatten()
-                .copied()
-                .filter(|v| *v > 0.0)
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-            let link = profiles::pcie_x16_gbps(gen_max)
-                .map(|g| g * f64::from(width_max) / 16.0 * profiles::FLOOR_FRACTION);
-            let confirmed = matches!((best_host, link), (Some(b), Some(l)) if b < l);
-            let (severity, why) = if confirmed {
-                (
-                    Severity::Critical,
-                    format!(
-                        "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
-                        num(best_host.unwrap_or(0.0))
-                    ),
-                )
-            } else {
-                (
-                    Severity::Info,
-                    "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
-                )
-            };
-            out.push(
-                Finding::new(
-                    FindingKind::PcieDegraded,
-                    subject(),
-                    Metric::PcieLink,
-                    severity,
-                    format!(
-                        "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
-                    ),
-                )
-                .with_evidence(
-                    f64::from(gen_now),
-                    f64::from(gen_max),
-                    "generation",
-                    ExpectationSource::Rule,
-                ),
-            );
-        } else if let Some(p) = exp.and_then(|e| e.profile)
-            && gen_max > 0
-            && gen_max < p.pcie_gen
-        {
-            out.push(
-                Finding::new(
-                    FindingKind::PcieDegraded,
-                    subject(),
-                    Metric::PcieLink,
-                    Severity::Info,
-                    format!(
-                        "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
-                        p.product, p.pcie_gen
-                    ),
-                )
-                .with_evidence(
-                    f64::from(gen_max),
-                    f64::from(p.pcie_gen),
-                    "generation",
-                    ExpectationSource::Profile,
-                ),
-            );
-        }
+        check_pcie(node, gpu, h, r, exp, out);
         if let Some(max) = t.max_temperature_c
             && h.temperature_c > max
         {
@@ -325,6 +242,105 @@ pub(super) fn check_health(
                 )
             });
         }
+    }
+}
+
+/// A GPU's PCIe link: narrower than its maximum, at a lower generation than its maximum
+/// (critical only where host copies confirm it), or able to train only below its product.
+fn check_pcie(
+    node: &str,
+    gpu: u32,
+    h: &CompactGpuHealth,
+    r: &CompactResult,
+    exp: Option<&Expectations>,
+    out: &mut Vec<Finding>,
+) {
+    let i = gpu as usize;
+    let subject = || Subject::gpu(node, gpu);
+    let (gen_now, gen_max, width_now, width_max) = h.pcie;
+    if width_now < width_max {
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
+                ),
+            )
+            .with_evidence(
+                f64::from(width_now),
+                f64::from(width_max),
+                "lanes",
+                ExpectationSource::Rule,
+            ),
+        );
+    } else if gen_now < gen_max {
+        // NVML reports the current generation, which an idle GPU lowers to save power:
+        // only host copies slower than the maximum link could carry confirm a fault.
+        let best_host = [r.host_to_device.get(i), r.device_to_host.get(i)]
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|v| *v > 0.0)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let link = profiles::pcie_x16_gbps(gen_max)
+            .map(|g| g * f64::from(width_max) / 16.0 * profiles::FLOOR_FRACTION);
+        let confirmed = matches!((best_host, link), (Some(b), Some(l)) if b < l);
+        let (severity, why) = if confirmed {
+            (
+                Severity::Critical,
+                format!(
+                    "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
+                    num(best_host.unwrap_or(0.0))
+                ),
+            )
+        } else {
+            (
+                Severity::Info,
+                "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
+            )
+        };
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                severity,
+                format!(
+                    "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
+                ),
+            )
+            .with_evidence(
+                f64::from(gen_now),
+                f64::from(gen_max),
+                "generation",
+                ExpectationSource::Rule,
+            ),
+        );
+    } else if let Some(p) = exp.and_then(|e| e.profile)
+        && gen_max > 0
+        && gen_max < p.pcie_gen
+    {
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                Severity::Info,
+                format!(
+                    "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
+                    p.product, p.pcie_gen
+                ),
+            )
+            .with_evidence(
+                f64::from(gen_max),
+                f64::from(p.pcie_gen),
+                "generation",
+                ExpectationSource::Profile,
+            ),
+        );
     }
 }
 
