@@ -2,22 +2,24 @@
 //! plane, the process-kubelet and the sim agents. After runs with one failing node and
 //! healthy ones: the `GPUFabricHealthy` condition, the `gpufabric.io/result` label and the
 //! last-pass annotation on the right nodes, `suspect` on a first failure then `fail` on
-//! confirmation, `Complete`/`Failed` on the runs (and `kubectl wait` on them), and a node
-//! that is not measured keeps its condition.
+//! confirmation, `Complete`/`Failed` on the runs (and `kubectl wait` on them), a node that
+//! is not measured keeps its condition, and the full result documents outlive the pods.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test signals`.
 
-use gpufabric_api::keys::{ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_RESULT};
+use gpufabric_api::keys::{
+    ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_NODE, LABEL_RESULT, LABEL_RUN, LABEL_TEST,
+};
 use gpufabric_api::run::{FabricTestRun, NodeVerdict};
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, POOL_LABEL, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Duration;
 
@@ -252,6 +254,77 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         "not measured: the condition is left alone"
     );
     assert_eq!(result_label(&n3), Some("pass"));
+
+    // The full result documents outlive the pods: delete every benchmark pod, then read
+    // gpu-01's latest document back as README says.
+    let run3 = last_run(&s3);
+    let bench = ListParams::default().labels(&format!("{LABEL_TEST}=sig"));
+    pods.delete_collection(&DeleteParams::default(), &bench)
+        .await
+        .expect("benchmark pods deleted");
+    let gone = wait::poll(
+        "benchmark pods deleted",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            Ok(pods
+                .list(&bench)
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ()))
+        },
+    )
+    .await;
+    assert!(gone.is_ok(), "benchmark pods still there: {gone:?}");
+    let node1 = env.node("gpu-01");
+    let out = env
+        .cluster
+        .kubectl()
+        .args(["get", "cm", "-n", &env.ns, "-l"])
+        .arg(format!("{LABEL_NODE}={node1}"))
+        .args(["-o", r"jsonpath={.items[0].data.result\.json}"])
+        .output()
+        .expect("kubectl runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "the stored document is not JSON ({e}): {text:?} {}\noperator log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            env.operator.log_tail(40)
+        )
+    });
+    assert_eq!(doc["node"], node1.as_str(), "the document of gpu-01");
+    let cms: Api<ConfigMap> = Api::namespaced(env.cluster.client(), &env.ns);
+    let stored = cms
+        .list(&ListParams::default().labels(&format!("{LABEL_TEST}=sig")))
+        .await
+        .expect("configmaps listed")
+        .items;
+    let of = |base: &str| {
+        stored
+            .iter()
+            .find(|c| c.labels().get(LABEL_NODE) == Some(&env.node(base)))
+            .unwrap_or_else(|| panic!("no stored result for {base}: {stored:#?}"))
+    };
+    assert_eq!(
+        of("gpu-01").labels().get(LABEL_RUN),
+        Some(&run3),
+        "latest run only"
+    );
+    assert_eq!(
+        of("gpu-03").labels().get(LABEL_RUN).map(String::as_str),
+        Some(last_run(&s2).as_str()),
+        "not measured in run 3: the document of run 2 stays"
+    );
+    assert_eq!(stored.len(), 4, "one per tested node: {stored:#?}");
+    assert!(
+        of("gpu-01")
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "FabricTest" && o.name == "sig"),
+        "owned by the FabricTest"
+    );
 }
 
 /// A pod of someone else's that holds every GPU of `base` (bound there, sleeping).

@@ -98,7 +98,7 @@ impl Inner {
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": st.spec.name},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_port}},
             "nodeInfo": {
                 "machineID": st.spec.name, "systemUUID": st.spec.name, "bootID": st.spec.name,
                 "kernelVersion": "", "osImage": "gpufabric process-kubelet",

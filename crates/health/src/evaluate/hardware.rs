@@ -120,7 +120,10 @@ pub(super) fn check_health(
         let gpu = i as u32;
         let subject = || Subject::gpu(node, gpu);
         let (active, expected) = h.nvlinks;
-        if active < expected {
+        // A GPU alone on its node (a one-GPU VM or slice) has no peer to link to: its links
+        // are down by how the node was cut, not by a fault. A board that lost GPUs shows up
+        // as missing GPUs instead.
+        if active < expected && r.gpus >= 2 {
             out.push(
                 Finding::new(
                     FindingKind::NvlinkDown,

@@ -558,6 +558,8 @@ async fn finish(
     } else {
         next.phase = RunPhase::Succeeded;
     }
+    // Before the run ends, so before the history limits can delete its pods.
+    notes.extend(results::store::keep_all(&ctx.client, run, &next.nodes).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"

@@ -463,7 +463,11 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
-    publish_signals(test, run, status, &plan.confirm, ctx).await;
+    // With the breaker open nothing on a node changes, its signals included: a remediation
+    // tool that acts on GPUFabricHealthy=False must not act on a storm either.
+    if !plan.breaker_open {
+        publish_signals(test, run, status, &plan.confirm, ctx).await;
+    }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
         let api: Api<FabricTestRun> =
