@@ -229,12 +229,22 @@ impl OperatorEnv {
     /// labelled as [`crate::shared::TestEnv::fleet`] does, and the operator watches only
     /// that namespace.
     pub async fn shared(fleet: gpufabric_measure::fleet::Fleet, name: &str) -> OperatorEnv {
+        OperatorEnv::shared_with(fleet, name, &[]).await
+    }
+
+    /// [`OperatorEnv::shared`], with more arguments for `fabric-operator run`.
+    pub async fn shared_with(
+        fleet: gpufabric_measure::fleet::Fleet,
+        name: &str,
+        operator_args: &[&str],
+    ) -> OperatorEnv {
         let env = crate::shared::TestEnv::new(name)
             .await
             .expect("test environment");
         let fleet = env.fleet(fleet);
         let ns = env.ns().to_string();
-        let args = ["--namespace", ns.as_str()];
+        let mut args = vec!["--namespace", ns.as_str()];
+        args.extend_from_slice(operator_args);
         OperatorEnv::start_on(EnvCluster::Shared(env), fleet, &ns, &args).await
     }
 

@@ -132,6 +132,7 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
         ("logFormat=xml", "logFormat"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
         ("metrics.port=70000", "maximum"),
+        ("maxQuarantinedNodes=lots", "maxQuarantinedNodes"),
         ("typo=1", "additional properties"),
     ] {
         let out = helm(None)

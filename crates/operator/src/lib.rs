@@ -18,6 +18,7 @@ pub mod results;
 pub mod runs;
 pub mod schedule;
 pub mod shards;
+pub mod signals;
 pub mod status;
 pub mod time;
 pub mod waves;
@@ -54,6 +55,9 @@ pub struct Options {
     pub leader: Option<leader::LeaderConfig>,
     /// The image of benchmark pods whose FabricTest names none.
     pub agent_image: String,
+    /// Most nodes gpufabric holds in quarantine in the whole cluster, over every
+    /// FabricTest (None: only each test's own budget).
+    pub max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
 }
 
 /// Options for [`run`].
@@ -63,6 +67,7 @@ pub fn controller_options(namespace: Option<String>, admin_addr: Option<SocketAd
         admin_addr,
         leader: None,
         agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
+        max_quarantined_nodes: None,
     }
 }
 
@@ -162,6 +167,8 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         backoff: Default::default(),
         synced: synced_rx,
         agent_image: options.agent_image.clone(),
+        cluster_cap: options.max_quarantined_nodes,
+        quarantine_lock: Default::default(),
     });
 
     let shutdown = shutdown_signal()?;

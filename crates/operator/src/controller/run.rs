@@ -152,7 +152,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
     let mut listed_skipped = skipped;
     listed_skipped.truncate(st::MAX_SKIPPED_IN_STATUS);
     if let Some(message) = failure {
-        let status = FabricTestRunStatus {
+        let mut status = FabricTestRunStatus {
             phase: RunPhase::Failed,
             start_time: Some(started.clone()),
             completion_time: Some(started),
@@ -162,6 +162,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             skipped_count,
             ..Default::default()
         };
+        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
         apply_status(api, &name, &status).await?;
         ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed at its start");
@@ -670,13 +671,13 @@ async fn finish(
         })
         .collect();
     let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
-    let worst = worst_findings(&evaluation.findings);
+    let worst = st::worst_finding_per_node(&evaluation.findings);
     for e in &mut entries {
         if let Some(v) = evaluation.verdicts.get(&e.node) {
             e.verdict = *v;
         }
         e.findings = evaluation.critical_count(&e.node);
-        e.finding = worst.get(e.node.as_str()).map(|m| m.to_string());
+        e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
     }
     let after: Vec<Vec<NodeRunResult>> =
         entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
@@ -717,12 +718,15 @@ async fn finish(
     } else {
         next.phase = RunPhase::Succeeded;
     }
+    // Before the run ends, so before the history limits can delete its pods.
+    notes.extend(results::store::keep_all(&ctx.client, run, &entries).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
         ));
     }
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
+    crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
     apply_status(api, &name, &next).await?;
 
     ctx.metrics.run_finished(run, next.phase, f + er);
@@ -781,19 +785,4 @@ fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
         expected_gpus,
         outcome: outcome.clone(),
     }
-}
-
-/// The message of the most severe finding about each node.
-fn worst_findings(findings: &[gpufabric_api::findings::Finding]) -> HashMap<&str, &str> {
-    let mut worst: HashMap<&str, &gpufabric_api::findings::Finding> = HashMap::new();
-    for f in findings {
-        let node = f.subject.node.as_str();
-        if worst.get(node).is_none_or(|w| f.severity > w.severity) {
-            worst.insert(node, f);
-        }
-    }
-    worst
-        .into_iter()
-        .map(|(n, f)| (n, f.message.as_str()))
-        .collect()
 }

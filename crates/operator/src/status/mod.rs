@@ -184,10 +184,10 @@ pub fn run_summary(run: &FabricTestRun) -> RunSummary {
 }
 
 /// The most severe finding about each node, as a sentence.
-fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
+pub fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
     let mut worst: BTreeMap<&str, &Finding> = BTreeMap::new();
     for f in findings {
-        let node = f.subject.node.as_str();
+        let node = f.subject.node_name();
         match worst.get(node) {
             Some(w) if w.severity >= f.severity => {}
             _ => {
