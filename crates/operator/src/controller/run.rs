@@ -40,7 +40,7 @@ pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 
 /// Reconciles one run.
-#[tracing::instrument(skip_all, fields(run = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
+#[tracing::instrument(skip_all, fields(run = %obj.name_any()))]
 pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let action = reconcile_run(&obj, &ctx).await?;
@@ -50,11 +50,8 @@ pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Act
 
 async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
-    let ns = obj
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
-    let key = format!("{ns}/{}", obj.name_any());
-    let api: Api<FabricTestRun> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = obj.name_any();
+    let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     // The cache may lag behind our own last status write: read the run itself.
     let Some(run) = api.get_opt(&obj.name_any()).await? else {
         ctx.metrics.set_active_pods(&key, 0);
@@ -202,8 +199,7 @@ async fn gpus_in_use(ctx: &Context) -> Result<std::collections::BTreeMap<String,
 
 /// The owning test's `includeBusyNodes`, read when the run starts (false without a test).
 async fn include_busy_nodes(run: &FabricTestRun, ctx: &Context) -> Result<bool> {
-    let ns = run.namespace().unwrap_or_default();
-    let api: Api<gpufabric_api::test::FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<gpufabric_api::test::FabricTest> = Api::all(ctx.client.clone());
     Ok(api
         .get_opt(&run.spec.test)
         .await?
@@ -282,9 +278,9 @@ async fn progress(
     key: &str,
 ) -> Result<Action> {
     let name = run.name_any();
-    let ns = run.namespace().unwrap_or_default();
+    let ns = ctx.pod_namespace.as_str();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let timeout = i64::from(run.spec.agent.timeout_seconds);
     let now_t = Utc::now();
 
@@ -292,7 +288,7 @@ async fn progress(
         .pods
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.namespace().as_deref() == Some(ns))
         .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
         .map(|p| (p.name_any(), p))
         .collect();
