@@ -451,6 +451,9 @@ impl Cluster {
                 // The `kubernetes` Service cannot point at a loopback address; nothing in
                 // these clusters uses it.
                 "--endpoint-reconciler-type=none".into(),
+                // `kubectl logs` reaches the process-kubelet's log server at the nodes'
+                // InternalIP (127.0.0.1); their Hostname address does not resolve.
+                "--kubelet-preferred-address-types=InternalIP".into(),
                 "--v=1".into(),
             ];
             args.extend(extra.iter().cloned());

@@ -238,6 +238,15 @@ impl OperatorEnv {
     /// [`OperatorEnv::create_test`] sets). FabricTest names are cluster-wide: tests sharing
     /// a control plane give their FabricTests different names.
     pub async fn shared(fleet: gpufabric_measure::fleet::Fleet, name: &str) -> OperatorEnv {
+        OperatorEnv::shared_with(fleet, name, &[]).await
+    }
+
+    /// [`OperatorEnv::shared`], with more arguments for `fabric-operator run`.
+    pub async fn shared_with(
+        fleet: gpufabric_measure::fleet::Fleet,
+        name: &str,
+        operator_args: &[&str],
+    ) -> OperatorEnv {
         let env = crate::shared::TestEnv::new(name)
             .await
             .expect("test environment");
@@ -245,12 +254,13 @@ impl OperatorEnv {
         let ns = env.ns().to_string();
         let (k, v) = env.label();
         let labels = serde_json::json!({ k: v });
-        let args = vec![
+        let mut args = vec![
             "--pod-namespace".to_string(),
             ns.clone(),
             "--selector".to_string(),
             env.selector(),
         ];
+        args.extend(operator_args.iter().map(|a| a.to_string()));
         OperatorEnv::start_on(EnvCluster::Shared(env), fleet, &ns, args, labels).await
     }
 

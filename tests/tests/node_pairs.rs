@@ -160,7 +160,7 @@ fn a_slow_nic_names_its_node_and_a_bad_path_names_the_pair_only() {
     let node = l
         .findings
         .iter()
-        .find(|f| f.subject.kind == SubjectKind::Node)
+        .find(|f| f.subject.kind() == SubjectKind::Node)
         .expect("node finding");
     assert!(
         node.message
@@ -171,7 +171,7 @@ fn a_slow_nic_names_its_node_and_a_bad_path_names_the_pair_only() {
     let paths: Vec<_> = l
         .findings
         .iter()
-        .filter(|f| f.subject.kind == SubjectKind::NodePair)
+        .filter(|f| f.subject.kind() == SubjectKind::NodePair)
         .collect();
     assert_eq!(paths.len(), 1, "{paths:#?}");
     assert_eq!(paths[0].subject.to_string(), "n01 <-> n06");

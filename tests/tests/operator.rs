@@ -378,7 +378,7 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
         status
             .findings
             .iter()
-            .any(|f| f.subject.node == env.node("gpu-02")
+            .any(|f| f.subject.node_name() == env.node("gpu-02")
                 && f.kind == gpufabric_api::FindingKind::Timeout),
         "{:?}",
         status.findings

@@ -134,6 +134,7 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
         // Removed with the cluster-scoped FabricTest: refused, not silently ignored.
         ("watchNamespace=gpu", "additional properties"),
         ("metrics.port=70000", "maximum"),
+        ("maxQuarantinedNodes=lots", "maxQuarantinedNodes"),
         ("typo=1", "additional properties"),
     ] {
         let out = helm(None)

@@ -125,6 +125,7 @@ async fn create_test(
             passes_to_release: 1,
             confirm_retest: true,
             release_on_delete: true,
+            ..QuarantinePolicy::default()
         },
         ..FabricTestSpec::default()
     };

@@ -130,6 +130,8 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
         .labels()
         .iter()
         .filter(|(k, _)| !k.starts_with("beta.kubernetes.io/"))
+        // The result label is a signal written in every mode, Observe included.
+        .filter(|(k, _)| k.as_str() != gpufabric_api::keys::LABEL_RESULT)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let taints: Vec<_> = n
@@ -142,7 +144,11 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
         .collect();
     json!({
         "labels": labels,
-        "annotations": n.annotations(),
+        "annotations": n
+            .annotations()
+            .iter()
+            .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_LAST_PASS)
+            .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         "taints": taints,
     })
@@ -232,24 +238,24 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
     assert!(
         findings
             .iter()
-            .any(
-                |f| f.subject.kind == SubjectKind::GpuPair && f.subject.node == "h100-03" && {
-                    let mut g = [f.subject.gpu, f.subject.peer_gpu];
+            .any(|f| f.subject.kind() == SubjectKind::GpuPair
+                && f.subject.node_name() == "h100-03"
+                && {
+                    let mut g = [f.subject.gpu_index(), f.subject.peer_gpu_index()];
                     g.sort();
                     g == [Some(2), Some(3)]
-                }
-            ),
+                }),
         "a finding on GPU pair 2-3 of h100-03: {findings:#?}"
     );
     assert!(
-        findings.iter().any(|f| f.subject.kind == SubjectKind::Gpu
-            && f.subject.node == "h200-06"
-            && f.subject.gpu == Some(5)),
+        findings.iter().any(|f| f.subject.kind() == SubjectKind::Gpu
+            && f.subject.node_name() == "h200-06"
+            && f.subject.gpu_index() == Some(5)),
         "a finding on GPU 5 of h200-06: {findings:#?}"
     );
     assert!(
-        findings.iter().all(|f| f.subject.node == "h100-03"
-            || f.subject.node == "h200-06"
+        findings.iter().all(|f| f.subject.node_name() == "h100-03"
+            || f.subject.node_name() == "h200-06"
             || f.severity != gpufabric_api::Severity::Critical),
         "no critical finding on a healthy node: {findings:#?}"
     );

@@ -35,6 +35,19 @@ pub enum Fault {
         #[arg(long, default_value_t = 60)]
         seconds: u64,
     },
+    /// Continuous copies between host memory and one GPU, both ways: that GPU's
+    /// host-to-device and device-to-host bandwidth drops, as on a link trained down.
+    HostLoad {
+        /// The GPU whose host link to load.
+        #[arg(long)]
+        gpu: u32,
+        /// Copy streams in each direction.
+        #[arg(long, default_value_t = 3)]
+        streams: usize,
+        /// How long to run.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+    },
 }
 
 /// The two GPUs of a slow pair, or why the list is not a pair.
@@ -72,6 +85,22 @@ pub fn run(args: InjectArgs) -> anyhow::Result<()> {
                 "fabric-agent: straggler on GPU {gpu} done: {:.0} s, {:.0} TFLOP/s of background GEMMs",
                 r.seconds,
                 r.work / r.seconds.max(1e-9) / 1e12
+            );
+        }
+        Fault::HostLoad {
+            gpu,
+            streams,
+            seconds,
+        } => {
+            eprintln!(
+                "fabric-agent: loading GPU {gpu}'s host link ({streams} streams each way) for {seconds} s"
+            );
+            let r = inject::host_load(gpu, streams, Duration::from_secs(seconds), &stop)
+                .with_context(|| format!("host-link load on GPU {gpu}"))?;
+            eprintln!(
+                "fabric-agent: host-link load on GPU {gpu} done: {:.0} s, {:.1} GB/s of background copies",
+                r.seconds,
+                r.work / r.seconds.max(1e-9) / 1e9
             );
         }
     }

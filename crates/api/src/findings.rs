@@ -149,97 +149,196 @@ pub enum SubjectKind {
     Nic,
 }
 
-/// The smallest thing at fault: a GPU, a GPU pair of one node, a network port of a node,
-/// a node, or a node pair.
-#[derive(
-    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, schemars::JsonSchema,
-)]
-#[serde(rename_all = "camelCase")]
-pub struct Subject {
-    pub kind: SubjectKind,
-    /// The node (for a node pair, the first node).
-    pub node: String,
-    /// GPU index on the node (for a GPU pair, the first GPU).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<u32>,
-    /// Second GPU of a GPU pair.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_gpu: Option<u32>,
-    /// Second node of a node pair.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_node: Option<String>,
-    /// Network port, e.g. `mlx5_0 port 1`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nic: Option<String>,
+/// The smallest thing at fault. On the wire (and in the CRD schema) it is a kind and the
+/// fields that kind uses (`SubjectWire`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(into = "SubjectWire", try_from = "SubjectWire")]
+pub enum Subject {
+    /// One GPU of a node.
+    Gpu { node: String, gpu: u32 },
+    /// Two GPUs of one node.
+    GpuPair { node: String, a: u32, b: u32 },
+    /// A whole node.
+    Node { node: String },
+    /// Two nodes (the path between them, or either side).
+    NodePair { a: String, b: String },
+    /// One port of a network device of a node, e.g. `mlx5_0 port 1`.
+    Nic { node: String, port: String },
 }
 
 impl Subject {
     pub fn node(node: impl Into<String>) -> Self {
-        Subject {
-            kind: SubjectKind::Node,
-            node: node.into(),
-            gpu: None,
-            peer_gpu: None,
-            peer_node: None,
-            nic: None,
-        }
+        Subject::Node { node: node.into() }
     }
     pub fn gpu(node: impl Into<String>, gpu: u32) -> Self {
-        Subject {
-            kind: SubjectKind::Gpu,
+        Subject::Gpu {
             node: node.into(),
-            gpu: Some(gpu),
-            peer_gpu: None,
-            peer_node: None,
-            nic: None,
+            gpu,
         }
     }
     pub fn gpu_pair(node: impl Into<String>, a: u32, b: u32) -> Self {
-        Subject {
-            kind: SubjectKind::GpuPair,
+        Subject::GpuPair {
             node: node.into(),
-            gpu: Some(a),
-            peer_gpu: Some(b),
-            peer_node: None,
-            nic: None,
+            a,
+            b,
         }
     }
     pub fn node_pair(a: impl Into<String>, b: impl Into<String>) -> Self {
-        Subject {
-            kind: SubjectKind::NodePair,
-            node: a.into(),
-            gpu: None,
-            peer_gpu: None,
-            peer_node: Some(b.into()),
-            nic: None,
+        Subject::NodePair {
+            a: a.into(),
+            b: b.into(),
         }
     }
     pub fn nic(node: impl Into<String>, port: impl Into<String>) -> Self {
-        Subject {
-            kind: SubjectKind::Nic,
+        Subject::Nic {
             node: node.into(),
-            gpu: None,
-            peer_gpu: None,
-            peer_node: None,
-            nic: Some(port.into()),
+            port: port.into(),
+        }
+    }
+
+    /// Which kind of subject this is (the wire form's `kind`).
+    pub fn kind(&self) -> SubjectKind {
+        match self {
+            Subject::Gpu { .. } => SubjectKind::Gpu,
+            Subject::GpuPair { .. } => SubjectKind::GpuPair,
+            Subject::Node { .. } => SubjectKind::Node,
+            Subject::NodePair { .. } => SubjectKind::NodePair,
+            Subject::Nic { .. } => SubjectKind::Nic,
+        }
+    }
+
+    /// The node the subject is on (for a node pair, the first node).
+    pub fn node_name(&self) -> &str {
+        match self {
+            Subject::Gpu { node, .. }
+            | Subject::GpuPair { node, .. }
+            | Subject::Node { node }
+            | Subject::Nic { node, .. } => node,
+            Subject::NodePair { a, .. } => a,
+        }
+    }
+
+    /// The GPU of a GPU subject, or the first GPU of a GPU pair.
+    pub fn gpu_index(&self) -> Option<u32> {
+        match self {
+            Subject::Gpu { gpu, .. } => Some(*gpu),
+            Subject::GpuPair { a, .. } => Some(*a),
+            _ => None,
+        }
+    }
+
+    /// The second GPU of a GPU pair.
+    pub fn peer_gpu_index(&self) -> Option<u32> {
+        match self {
+            Subject::GpuPair { b, .. } => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The network port of a NIC subject.
+    pub fn nic_port(&self) -> Option<&str> {
+        match self {
+            Subject::Nic { port, .. } => Some(port),
+            _ => None,
         }
     }
 }
 
 impl std::fmt::Display for Subject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.kind, self.gpu, self.peer_gpu, &self.peer_node) {
-            (SubjectKind::Gpu, Some(g), _, _) => write!(f, "{} GPU {g}", self.node),
-            (SubjectKind::GpuPair, Some(a), Some(b), _) => {
-                write!(f, "{} GPU {a} <-> GPU {b}", self.node)
-            }
-            (SubjectKind::NodePair, _, _, Some(peer)) => write!(f, "{} <-> {peer}", self.node),
-            (SubjectKind::Nic, _, _, _) => match &self.nic {
-                Some(port) => write!(f, "{} {port}", self.node),
-                None => write!(f, "{}", self.node),
-            },
-            _ => write!(f, "{}", self.node),
+        match self {
+            Subject::Gpu { node, gpu } => write!(f, "{node} GPU {gpu}"),
+            Subject::GpuPair { node, a, b } => write!(f, "{node} GPU {a} <-> GPU {b}"),
+            Subject::Node { node } => write!(f, "{node}"),
+            Subject::NodePair { a, b } => write!(f, "{a} <-> {b}"),
+            Subject::Nic { node, port } => write!(f, "{node} {port}"),
         }
+    }
+}
+
+/// The smallest thing at fault: a GPU, a GPU pair of one node, a network port of a node,
+/// a node, or a node pair.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "Subject")]
+struct SubjectWire {
+    kind: SubjectKind,
+    /// The node (for a node pair, the first node).
+    node: String,
+    /// GPU index on the node (for a GPU pair, the first GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpu: Option<u32>,
+    /// Second GPU of a GPU pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    peer_gpu: Option<u32>,
+    /// Second node of a node pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    peer_node: Option<String>,
+    /// Network port, e.g. `mlx5_0 port 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    nic: Option<String>,
+}
+
+impl From<Subject> for SubjectWire {
+    fn from(s: Subject) -> Self {
+        let kind = s.kind();
+        let (node, gpu, peer_gpu, peer_node, nic) = match s {
+            Subject::Gpu { node, gpu } => (node, Some(gpu), None, None, None),
+            Subject::GpuPair { node, a, b } => (node, Some(a), Some(b), None, None),
+            Subject::Node { node } => (node, None, None, None, None),
+            Subject::NodePair { a, b } => (a, None, None, Some(b), None),
+            Subject::Nic { node, port } => (node, None, None, None, Some(port)),
+        };
+        SubjectWire {
+            kind,
+            node,
+            gpu,
+            peer_gpu,
+            peer_node,
+            nic,
+        }
+    }
+}
+
+impl TryFrom<SubjectWire> for Subject {
+    type Error = String;
+
+    fn try_from(w: SubjectWire) -> Result<Self, String> {
+        let missing = |field: &str| format!("a {:?} subject needs `{field}`", w.kind);
+        Ok(match w.kind {
+            SubjectKind::Node => Subject::Node { node: w.node },
+            SubjectKind::Gpu => Subject::Gpu {
+                gpu: w.gpu.ok_or_else(|| missing("gpu"))?,
+                node: w.node,
+            },
+            SubjectKind::GpuPair => Subject::GpuPair {
+                a: w.gpu.ok_or_else(|| missing("gpu"))?,
+                b: w.peer_gpu.ok_or_else(|| missing("peerGpu"))?,
+                node: w.node,
+            },
+            SubjectKind::NodePair => Subject::NodePair {
+                b: w.peer_node.ok_or_else(|| missing("peerNode"))?,
+                a: w.node,
+            },
+            SubjectKind::Nic => Subject::Nic {
+                port: w.nic.ok_or_else(|| missing("nic"))?,
+                node: w.node,
+            },
+        })
+    }
+}
+
+impl schemars::JsonSchema for Subject {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        SubjectWire::schema_name()
+    }
+
+    fn schema_id() -> std::borrow::Cow<'static, str> {
+        SubjectWire::schema_id()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        SubjectWire::json_schema(generator)
     }
 }
 
@@ -306,5 +405,128 @@ impl Finding {
             severity,
             message,
         }
+    }
+
+    /// The finding with its evidence: `measured` against `expected` in `unit`, the
+    /// expectation from `source`; the deviation follows from the two ([`deviation`]).
+    pub fn with_evidence(
+        self,
+        measured: f64,
+        expected: f64,
+        unit: &str,
+        source: ExpectationSource,
+    ) -> Self {
+        Finding {
+            measured: Some(measured),
+            expected: Some(expected),
+            deviation: deviation(measured, expected),
+            unit: Some(unit.to_string()),
+            source: Some(source),
+            ..self
+        }
+    }
+}
+
+/// (measured - expected) / expected; none where it has no meaning (expected zero, or either
+/// not finite).
+pub fn deviation(measured: f64, expected: f64) -> Option<f64> {
+    (expected != 0.0 && measured.is_finite() && expected.is_finite())
+        .then(|| (measured - expected) / expected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_subject_keeps_its_flat_wire_form_and_reads_back() {
+        let cases = [
+            (Subject::node("n1"), r#"{"kind":"Node","node":"n1"}"#),
+            (
+                Subject::gpu("n1", 3),
+                r#"{"kind":"Gpu","node":"n1","gpu":3}"#,
+            ),
+            (
+                Subject::gpu_pair("n1", 0, 2),
+                r#"{"kind":"GpuPair","node":"n1","gpu":0,"peerGpu":2}"#,
+            ),
+            (
+                Subject::node_pair("n1", "n2"),
+                r#"{"kind":"NodePair","node":"n1","peerNode":"n2"}"#,
+            ),
+            (
+                Subject::nic("n1", "mlx5_0 port 1"),
+                r#"{"kind":"Nic","node":"n1","nic":"mlx5_0 port 1"}"#,
+            ),
+        ];
+        for (subject, wire) in cases {
+            assert_eq!(serde_json::to_string(&subject).ok().as_deref(), Some(wire));
+            let back: Subject = serde_json::from_str(wire).expect("reads back");
+            assert_eq!(back, subject);
+        }
+    }
+
+    #[test]
+    fn a_subject_missing_the_field_its_kind_needs_is_refused() {
+        for wire in [
+            r#"{"kind":"Gpu","node":"n1"}"#,
+            r#"{"kind":"GpuPair","node":"n1","gpu":0}"#,
+            r#"{"kind":"NodePair","node":"n1"}"#,
+            r#"{"kind":"Nic","node":"n1"}"#,
+        ] {
+            let err = serde_json::from_str::<Subject>(wire).expect_err(wire);
+            assert!(err.to_string().contains("subject needs"), "{err}");
+        }
+    }
+
+    #[test]
+    fn subjects_sort_by_kind_then_node_then_gpus_as_the_flat_record_did() {
+        let mut v = [
+            Subject::node("b"),
+            Subject::gpu_pair("a", 1, 2),
+            Subject::gpu("b", 0),
+            Subject::gpu("a", 7),
+            Subject::nic("a", "p"),
+            Subject::node_pair("a", "b"),
+            Subject::node("a"),
+            Subject::gpu_pair("a", 0, 3),
+        ];
+        v.sort();
+        let shown: Vec<String> = v.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "a GPU 7",
+                "b GPU 0",
+                "a GPU 0 <-> GPU 3",
+                "a GPU 1 <-> GPU 2",
+                "a",
+                "b",
+                "a <-> b",
+                "a p"
+            ]
+        );
+    }
+
+    #[test]
+    fn evidence_carries_the_deviation_only_where_it_means_something() {
+        let f = |measured, expected| {
+            Finding::new(
+                FindingKind::Slow,
+                Subject::node("n1"),
+                Metric::NcclBusBw,
+                Severity::Critical,
+                "slow".into(),
+            )
+            .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
+        };
+        let slow = f(150.0, 200.0);
+        assert_eq!(slow.measured, Some(150.0));
+        assert_eq!(slow.expected, Some(200.0));
+        assert_eq!(slow.deviation, Some(-0.25));
+        assert_eq!(slow.unit.as_deref(), Some("GB/s"));
+        assert_eq!(slow.source, Some(ExpectationSource::Fleet));
+        assert_eq!(f(3.0, 0.0).deviation, None);
+        assert_eq!(f(f64::NAN, 1.0).deviation, None);
     }
 }

@@ -17,6 +17,9 @@ pub const LABEL_TRIGGER: &str = "gpufabric.io/trigger";
 
 /// Annotation on a FabricTest: when present, the operator starts a run now and removes it.
 pub const ANNOTATION_RUN_NOW: &str = "gpufabric.io/run-now";
+/// Annotation on a FabricTest: when present (any value), the operator closes the test's
+/// breaker (condition `BreakerOpen`), records the reset in the condition, and removes it.
+pub const ANNOTATION_RESET_BREAKER: &str = "gpufabric.io/reset-breaker";
 /// Annotation on a Node: JSON record of what this operator did to the node (who, why,
 /// which run, when, and which of cordon/taint/label it applied). Its presence is the only
 /// proof of ownership: the operator never undoes a change this record does not name.
@@ -66,3 +69,13 @@ pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// Kubernetes' limit on a termination message, in bytes.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+
+/// Node condition type the operator writes on every node a run measured: `True` (passed),
+/// `False` (a confirmed failure or hardware fault), `Unknown` (a first failure awaiting
+/// confirmation, or never measured). Read by medik8s NodeHealthCheck, draino, alerting.
+pub const CONDITION_NODE_HEALTHY: &str = "GPUFabricHealthy";
+/// Label on every node a run measured: `pass`, `suspect` (failed, not yet confirmed) or
+/// `fail` (failure confirmed). A node no test measured carries none.
+pub const LABEL_RESULT: &str = "gpufabric.io/result";
+/// Annotation on a node: when it last passed a run (RFC 3339).
+pub const ANNOTATION_LAST_PASS: &str = "gpufabric.io/last-pass";

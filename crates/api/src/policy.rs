@@ -104,7 +104,21 @@ pub struct QuarantinePolicy {
     pub confirm_retest: bool,
     /// Release the nodes this test quarantined when the FabricTest is deleted.
     pub release_on_delete: bool,
+    /// The storm rule: when more than this percent of a run's measured nodes fail at once
+    /// (and at least `stormMinNodes` were measured), the environment is suspect (a driver
+    /// rollout, a bad image), not the nodes: nothing is quarantined or released and the
+    /// test's breaker opens until a person resets it. 100 turns the rule off.
+    #[schemars(range(min = 1, max = 100))]
+    pub storm_threshold_percent: u32,
+    /// Fewest measured nodes in a run for the storm rule to apply.
+    #[schemars(range(min = 1))]
+    pub storm_min_nodes: u32,
 }
+
+/// Default of `stormThresholdPercent`.
+pub const DEFAULT_STORM_THRESHOLD_PERCENT: u32 = 50;
+/// Default of `stormMinNodes`.
+pub const DEFAULT_STORM_MIN_NODES: u32 = 4;
 
 impl Default for QuarantinePolicy {
     fn default() -> Self {
@@ -115,6 +129,8 @@ impl Default for QuarantinePolicy {
             passes_to_release: 3,
             confirm_retest: true,
             release_on_delete: true,
+            storm_threshold_percent: DEFAULT_STORM_THRESHOLD_PERCENT,
+            storm_min_nodes: DEFAULT_STORM_MIN_NODES,
         }
     }
 }

@@ -65,6 +65,11 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
     category = "gpufabric",
     status = "FabricTestStatus",
     doc = "A scheduled test of the GPU fabric (NCCL, GPU pairs, DDP scaling, NVML health) of the selected nodes, and what to do with the nodes that fail.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(
@@ -251,7 +256,8 @@ impl Default for AgentSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricTestStatus {
-    /// Ready (the test is valid and scheduled) and Degraded (nodes failing).
+    /// Ready (the spec is valid and the latest run has ended and been judged) and Degraded
+    /// (nodes failing).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

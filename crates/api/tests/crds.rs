@@ -38,6 +38,7 @@ fn crds_carry_printer_columns_and_short_names() {
     assert_eq!(
         columns(0),
         [
+            "Ready",
             "Schedule",
             "Suspend",
             "Last Run",

@@ -4,8 +4,9 @@
 
 use crate::fleet::{self, Better, Rule};
 use crate::profiles::{self, Expectations};
-use gpufabric_api::SubjectKind;
-use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::findings::{
+    ExpectationSource, Finding, FindingKind, Metric, Severity, Subject, deviation,
+};
 use gpufabric_api::outcome::HardwareFault;
 pub use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::policy::Thresholds;
@@ -58,7 +59,9 @@ pub struct Evaluation {
 impl Evaluation {
     /// The findings on one node.
     pub fn findings_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Finding> + 'a {
-        self.findings.iter().filter(move |f| f.subject.node == node)
+        self.findings
+            .iter()
+            .filter(move |f| f.subject.node_name() == node)
     }
 
     /// Critical findings on one node.
@@ -152,7 +155,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     let fleet_findings = compare_fleet(&stats, thresholds);
     for f in &fleet_findings {
         if f.severity == Severity::Critical {
-            verdicts.insert(f.subject.node.clone(), NodeVerdict::Failed);
+            verdicts.insert(f.subject.node_name().to_string(), NodeVerdict::Failed);
         }
     }
     findings.extend(fleet_findings);
@@ -196,7 +199,7 @@ fn hardware_fault_finding(node: &str, fault: HardwareFault, detail: &str) -> Fin
 pub fn sort_findings(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
         (
-            &a.subject.node,
+            a.subject.node_name(),
             &a.subject,
             a.metric,
             a.collective,
@@ -204,7 +207,7 @@ pub fn sort_findings(findings: &mut [Finding]) {
             a.severity,
         )
             .cmp(&(
-                &b.subject.node,
+                b.subject.node_name(),
                 &b.subject,
                 b.metric,
                 b.collective,
@@ -226,38 +229,10 @@ fn finding(
     message: String,
 ) -> Finding {
     Finding {
-        // Fixed rules unless the caller says otherwise (evidence() always does).
+        // Fixed rules unless the caller says otherwise (`with_evidence` always does).
         source: Some(ExpectationSource::Rule),
         ..Finding::new(kind, subject, metric, severity, message)
     }
-}
-
-/// A finding with evidence: measured against expected, in `unit`, from `source`.
-#[allow(clippy::too_many_arguments)]
-fn evidence(
-    kind: FindingKind,
-    subject: Subject,
-    metric: Metric,
-    measured: f64,
-    expected: f64,
-    unit: &str,
-    source: ExpectationSource,
-    severity: Severity,
-    message: String,
-) -> Finding {
-    Finding {
-        measured: Some(measured),
-        expected: Some(expected),
-        deviation: deviation(measured, expected),
-        unit: Some(unit.to_string()),
-        source: Some(source),
-        ..finding(kind, subject, metric, severity, message)
-    }
-}
-
-fn deviation(measured: f64, expected: f64) -> Option<f64> {
-    (expected != 0.0 && measured.is_finite() && expected.is_finite())
-        .then(|| (measured - expected) / expected)
 }
 
 /// A bandwidth or time for a sentence: no decimals from 100 up, one below.

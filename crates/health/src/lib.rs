@@ -81,4 +81,4 @@ pub mod profiles;
 pub mod quarantine;
 
 pub use evaluate::{Evaluation, NodeInput, NodeOutcome, evaluate};
-pub use quarantine::{Hold, NodeFacts, Plan, plan};
+pub use quarantine::{ClusterCap, Guards, Hold, NodeFacts, Plan, Storm, plan, plan_guarded};

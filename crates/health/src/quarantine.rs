@@ -3,30 +3,43 @@
 //! executor applies the plan to Nodes.
 //!
 //! Rules, in the order they apply:
-//! 1. **Budget**: `policy.budget(selected_nodes)` nodes at most are quarantined by this test
+//! 1. **Storm**: on a run that is not a confirmation run, when more than
+//!    `policy.storm_threshold_percent` of the nodes it measured are bad (failed, errored,
+//!    timed out) and it measured at least `policy.storm_min_nodes`, the environment is
+//!    suspect, not the nodes ([`Plan::storm`]): the breaker opens. A confirmation run
+//!    retests only suspects, so a high share there says nothing about the environment.
+//! 2. **Breaker**: while the breaker is open ([`Guards::breaker_open`], or opened by rule 1)
+//!    nothing is quarantined, released or sent to confirmation ([`Hold::BreakerOpen`],
+//!    [`Hold::BreakerOpenRelease`]); [`Plan::enforcement`] is None. Only the records of gone
+//!    nodes go (rule 4: nothing on a node changes).
+//! 3. **Budget**: `policy.budget(selected_nodes)` nodes at most are quarantined by this test
 //!    at once. Nodes already quarantined by us count against it. A malformed budget counts
 //!    as 0 (nothing new is quarantined) and is reported in [`Plan::budget_error`].
-//! 2. **Gone nodes**: a node that no longer exists and was ours is released, so that its
+//! 4. **Gone nodes**: a node that no longer exists and was ours is released, so that its
 //!    record goes (in every mode: nothing on a node is changed). A gone node that is not
 //!    ours is never quarantined ([`Hold::NodeGone`]).
-//! 3. **Ownership**: a node cordoned or tainted by others (see [`NodeFacts`]) is never
+//! 5. **Ownership**: a node cordoned or tainted by others (see [`NodeFacts`]) is never
 //!    quarantined by us and never released by us ([`Hold::CordonedByOthers`]).
-//! 4. **Release**: a node quarantined by us with `consecutive_passes >= passes_to_release`
+//! 6. **Release**: a node quarantined by us with `consecutive_passes >= passes_to_release`
 //!    is released. Releases come before new quarantines so a freed slot is reused in the
 //!    same plan.
-//! 5. **Candidates**: a node not quarantined by us, tested in this run, with
+//! 7. **Candidates**: a node not quarantined by us, tested in this run, with
 //!    `consecutive_failures >= failures_to_quarantine`. Candidates not tested in this run
 //!    (a confirmation run tests only its suspects) are held back ([`Hold::NotTested`]).
-//! 6. **Observe mode**: nothing is quarantined or released; candidates are held back
+//! 8. **Observe mode**: nothing is quarantined or released; candidates are held back
 //!    ([`Hold::ObserveMode`], "would quarantine"), releases too
 //!    ([`Hold::ObserveModeRelease`]), and no confirmation run is asked for.
 //!    [`Plan::enforcement`] is then None: the executor has nothing to change on a node.
-//! 7. **Confirmation**: with `confirm_retest`, candidates of a run that is not itself a
+//! 9. **Confirmation**: with `confirm_retest`, candidates of a run that is not itself a
 //!    confirmation run go to [`Plan::confirm`] and are held back
 //!    ([`Hold::AwaitingConfirmation`]); on a confirmation run, the candidates (they failed
 //!    again) are quarantined.
-//! 8. **Over budget**: candidates beyond the free slots are held back ([`Hold::OverBudget`]).
-//!    The worst go first: most consecutive failures, then by name.
+//! 10. **Over budget**: candidates beyond the free slots are held back ([`Hold::OverBudget`]).
+//!     The worst go first: most consecutive failures, then by name.
+//! 11. **Cluster cap**: gpufabric holds at most [`Guards::cluster_cap`] nodes in the whole
+//!     cluster, over every FabricTest (the nodes other tests hold are
+//!     [`Guards::held_by_others`]). Candidates within this test's budget but beyond the cap
+//!     are held back ([`Hold::ClusterCap`]).
 
 use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::run::Trigger;
@@ -49,8 +62,110 @@ pub struct NodeFacts {
     pub tainted_by_others: bool,
     /// The Node object still exists.
     pub exists: bool,
-    /// The node was tested in the run this plan is for.
+    /// The node was measured in the run this plan is for (its verdict is this run's).
     pub tested: bool,
+}
+
+/// What the plan must respect beyond this test's own policy: its breaker, and the
+/// cluster-wide cap over every FabricTest. The default is a closed breaker and no cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Guards {
+    /// The test's breaker is open (its `BreakerOpen` condition is True).
+    pub breaker_open: bool,
+    /// Most nodes gpufabric may hold in quarantine in the whole cluster, resolved to a
+    /// count ([`ClusterCap::nodes`]); None: no cap.
+    pub cluster_cap: Option<usize>,
+    /// Nodes held in quarantine now by other FabricTests (or with a record nobody can
+    /// read): they count against the cap.
+    pub held_by_others: usize,
+}
+
+/// The operator setting `--max-quarantined-nodes`: a count, or a percent of the cluster's
+/// GPU nodes (rounded down, but at least 1 unless 0%).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterCap {
+    Nodes(usize),
+    Percent(u32),
+}
+
+impl ClusterCap {
+    /// The cap in nodes, for a cluster of `gpu_nodes` GPU nodes.
+    pub fn nodes(self, gpu_nodes: usize) -> usize {
+        match self {
+            ClusterCap::Nodes(n) => n,
+            ClusterCap::Percent(0) => 0,
+            ClusterCap::Percent(p) => (gpu_nodes.saturating_mul(p as usize) / 100).max(1),
+        }
+    }
+}
+
+impl std::str::FromStr for ClusterCap {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let bad =
+            || format!("{s:?} is not a node count (e.g. 5) or a percent from 0% to 100% (e.g. 2%)");
+        match t.strip_suffix('%') {
+            Some(p) => p
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|p| *p <= 100)
+                .map(ClusterCap::Percent)
+                .ok_or_else(bad),
+            None => t.parse::<usize>().map(ClusterCap::Nodes).map_err(|_| bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterCap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterCap::Nodes(n) => write!(f, "{n}"),
+            ClusterCap::Percent(p) => write!(f, "{p}%"),
+        }
+    }
+}
+
+/// A run in which too many measured nodes failed at once (rule 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Storm {
+    /// Measured nodes of the run that are bad.
+    pub failed: usize,
+    /// Nodes the run measured.
+    pub measured: usize,
+    /// The policy's threshold, in percent.
+    pub threshold_percent: u32,
+}
+
+impl Storm {
+    /// E.g. `4 of 4 measured nodes failed (more than 50%)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} of {} measured nodes failed (more than {}%)",
+            self.failed, self.measured, self.threshold_percent
+        )
+    }
+}
+
+/// The storm of this run, if it is one (rule 1). `nodes` without repeats.
+pub fn storm(nodes: &[&NodeFacts], policy: &QuarantinePolicy, trigger: Trigger) -> Option<Storm> {
+    if trigger == Trigger::Confirmation || policy.storm_threshold_percent >= 100 {
+        return None;
+    }
+    let measured = nodes.iter().filter(|f| f.tested).count();
+    let failed = nodes
+        .iter()
+        .filter(|f| f.tested && f.health.verdict.is_bad())
+        .count();
+    let enough = measured >= policy.storm_min_nodes.max(1) as usize;
+    let threshold = policy.storm_threshold_percent as usize;
+    (enough && failed * 100 > threshold * measured).then_some(Storm {
+        failed,
+        measured,
+        threshold_percent: policy.storm_threshold_percent,
+    })
 }
 
 /// What quarantining a node changes on it: the modes that act on nodes.
@@ -102,6 +217,12 @@ pub enum Hold {
     NodeGone,
     /// The node was not tested in this run; it is judged when it is.
     NotTested,
+    /// The test's breaker is open: the node would be quarantined.
+    BreakerOpen,
+    /// The test's breaker is open: the node, quarantined by us earlier, would be released.
+    BreakerOpenRelease,
+    /// The cluster-wide cap on nodes gpufabric holds is reached.
+    ClusterCap,
 }
 
 impl Hold {
@@ -115,6 +236,15 @@ impl Hold {
             Hold::AwaitingConfirmation => "waiting for a confirmation run to retest the node",
             Hold::NodeGone => "the node no longer exists",
             Hold::NotTested => "failing, but not tested in this run",
+            Hold::BreakerOpen => {
+                "would quarantine: the breaker is open (too many nodes failed at once)"
+            }
+            Hold::BreakerOpenRelease => {
+                "would release: the breaker is open (too many nodes failed at once)"
+            }
+            Hold::ClusterCap => {
+                "would quarantine: the cluster-wide cap (--max-quarantined-nodes) is reached"
+            }
         }
     }
 }
@@ -131,8 +261,8 @@ impl std::fmt::Display for Hold {
 pub struct Plan {
     /// Nodes to quarantine now, worst first.
     pub quarantine: Vec<String>,
-    /// What a quarantine changes on a node (from the mode); None in Observe mode, where
-    /// `quarantine` is empty.
+    /// What a quarantine changes on a node (from the mode); None in Observe mode or with
+    /// the breaker open, where `quarantine` is empty.
     pub enforcement: Option<Enforcement>,
     /// Nodes to release now (by name).
     pub release: Vec<String>,
@@ -146,6 +276,14 @@ pub struct Plan {
     pub quarantined_after: usize,
     /// Why the budget could not be read, when it could not (the budget is then 0).
     pub budget_error: Option<String>,
+    /// This run is a storm (rule 1): the breaker opens, if it is not open yet.
+    pub storm: Option<Storm>,
+    /// The plan was made with the breaker open (it was open, or this run opened it).
+    pub breaker_open: bool,
+    /// The cluster-wide cap in nodes, when there is one.
+    pub cluster_cap: Option<usize>,
+    /// Nodes gpufabric holds in the whole cluster once the plan is applied.
+    pub held_in_cluster_after: usize,
 }
 
 impl Plan {
@@ -158,40 +296,110 @@ impl Plan {
     }
 }
 
-/// Plans quarantine and release for one finished run. See the module docs for the rules.
-///
-/// `nodes`: every node the test has a record of (its history, the nodes it holds in
-/// quarantine, the nodes of this run). `selected_nodes`: how many nodes the FabricTest
-/// selects, the base of a percent budget; for a confirmation run, that is still the test's
-/// selection, not the few suspects the run retests.
+/// Plans quarantine and release for one finished run with a closed breaker and no cluster
+/// cap: [`plan_guarded`] with [`Guards::default`].
 pub fn plan(
     nodes: &[NodeFacts],
     policy: &QuarantinePolicy,
     selected_nodes: usize,
     trigger: Trigger,
 ) -> Plan {
+    plan_guarded(nodes, policy, selected_nodes, trigger, &Guards::default())
+}
+
+/// Plans quarantine and release for one finished run. See the module docs for the rules.
+///
+/// `nodes`: every node the test has a record of (its history, the nodes it holds in
+/// quarantine, the nodes of this run). `selected_nodes`: how many nodes the FabricTest
+/// selects, the base of a percent budget; for a confirmation run, that is still the test's
+/// selection, not the few suspects the run retests. `guards`: the breaker and the
+/// cluster-wide cap.
+pub fn plan_guarded(
+    nodes: &[NodeFacts],
+    policy: &QuarantinePolicy,
+    selected_nodes: usize,
+    trigger: Trigger,
+    guards: &Guards,
+) -> Plan {
     let (budget, budget_error) = match policy.budget(selected_nodes) {
         Ok(b) => (b, None),
         Err(e) => (0, Some(e)),
     };
-    let observe = policy.mode == QuarantineMode::Observe;
-    let confirming = policy.confirm_retest && trigger != Trigger::Confirmation;
-    let failures_needed = policy.failures_to_quarantine.max(1);
-    let passes_needed = policy.passes_to_release.max(1);
-
     let mut sorted: Vec<&NodeFacts> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.node.cmp(&b.node));
     sorted.dedup_by(|a, b| a.node == b.node);
 
+    let storm = storm(&sorted, policy, trigger);
+    let breaker_open = guards.breaker_open || storm.is_some();
+    let observe = policy.mode == QuarantineMode::Observe;
     let mut plan = Plan {
         budget,
         budget_error,
-        enforcement: Enforcement::of(policy.mode),
+        enforcement: Enforcement::of(policy.mode).filter(|_| !breaker_open),
+        storm,
+        breaker_open,
+        cluster_cap: guards.cluster_cap,
         ..Plan::default()
     };
+    let still = Stillness {
+        breaker_open,
+        observe,
+    };
+    let (mut ours, mut candidates) = sort_out(&sorted, policy, still, &mut plan);
+
+    candidates.sort_by(|a, b| {
+        b.health
+            .consecutive_failures
+            .cmp(&a.health.consecutive_failures)
+            .then_with(|| a.node.cmp(&b.node))
+    });
+    let confirming = policy.confirm_retest && trigger != Trigger::Confirmation;
+    let mut free = budget.saturating_sub(ours);
+    let mut free_in_cluster = guards.cluster_cap.map_or(usize::MAX, |cap| {
+        cap.saturating_sub(guards.held_by_others + ours)
+    });
+    for f in candidates {
+        if confirming {
+            plan.confirm.push(f.node.clone());
+            plan.held_back
+                .push((f.node.clone(), Hold::AwaitingConfirmation));
+        } else if free == 0 {
+            plan.held_back.push((f.node.clone(), Hold::OverBudget));
+        } else if free_in_cluster == 0 {
+            plan.held_back.push((f.node.clone(), Hold::ClusterCap));
+        } else {
+            plan.quarantine.push(f.node.clone());
+            free -= 1;
+            free_in_cluster = free_in_cluster.saturating_sub(1);
+            ours += 1;
+        }
+    }
+    plan.held_back.sort();
+    plan.quarantined_after = ours;
+    plan.held_in_cluster_after = guards.held_by_others + ours;
+    plan
+}
+
+/// Why nothing may change on a node in this plan, whatever it deserves.
+#[derive(Clone, Copy)]
+struct Stillness {
+    breaker_open: bool,
+    observe: bool,
+}
+
+/// Rules 2 and 4 to 8: releases and holds go into `plan`; returns the nodes we hold after
+/// the releases, and the candidates for quarantine.
+fn sort_out<'a>(
+    sorted: &[&'a NodeFacts],
+    policy: &QuarantinePolicy,
+    still: Stillness,
+    plan: &mut Plan,
+) -> (usize, Vec<&'a NodeFacts>) {
+    let failures_needed = policy.failures_to_quarantine.max(1);
+    let passes_needed = policy.passes_to_release.max(1);
     let mut ours = 0usize;
     let mut candidates: Vec<&NodeFacts> = Vec::new();
-    for f in &sorted {
+    for f in sorted {
         let foreign = f.cordoned_by_others || f.tainted_by_others;
         let failing = f.health.consecutive_failures >= failures_needed;
         if f.quarantined_by_us {
@@ -201,15 +409,21 @@ pub fn plan(
             }
             ours += 1;
             if f.health.consecutive_passes >= passes_needed {
-                if foreign {
-                    plan.held_back
-                        .push((f.node.clone(), Hold::CordonedByOthers));
-                } else if observe {
-                    plan.held_back
-                        .push((f.node.clone(), Hold::ObserveModeRelease));
+                let hold = if foreign {
+                    Some(Hold::CordonedByOthers)
+                } else if still.breaker_open {
+                    Some(Hold::BreakerOpenRelease)
+                } else if still.observe {
+                    Some(Hold::ObserveModeRelease)
                 } else {
-                    plan.release.push(f.node.clone());
-                    ours -= 1;
+                    None
+                };
+                match hold {
+                    Some(h) => plan.held_back.push((f.node.clone(), h)),
+                    None => {
+                        plan.release.push(f.node.clone());
+                        ours -= 1;
+                    }
                 }
             }
             continue;
@@ -223,7 +437,9 @@ pub fn plan(
             Some(Hold::CordonedByOthers)
         } else if !f.tested {
             Some(Hold::NotTested)
-        } else if observe {
+        } else if still.breaker_open {
+            Some(Hold::BreakerOpen)
+        } else if still.observe {
             Some(Hold::ObserveMode)
         } else {
             None
@@ -233,338 +449,8 @@ pub fn plan(
             None => candidates.push(f),
         }
     }
-
-    candidates.sort_by(|a, b| {
-        b.health
-            .consecutive_failures
-            .cmp(&a.health.consecutive_failures)
-            .then_with(|| a.node.cmp(&b.node))
-    });
-    let mut free = budget.saturating_sub(ours);
-    for f in candidates {
-        if confirming {
-            plan.confirm.push(f.node.clone());
-            plan.held_back
-                .push((f.node.clone(), Hold::AwaitingConfirmation));
-        } else if free > 0 {
-            plan.quarantine.push(f.node.clone());
-            free -= 1;
-            ours += 1;
-        } else {
-            plan.held_back.push((f.node.clone(), Hold::OverBudget));
-        }
-    }
-    plan.held_back.sort();
-    plan.quarantined_after = ours;
-    plan
+    (ours, candidates)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use gpufabric_api::run::NodeVerdict;
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-
-    fn policy(mode: QuarantineMode, max: i32, failures: u32, confirm: bool) -> QuarantinePolicy {
-        QuarantinePolicy {
-            mode,
-            max_quarantined: IntOrString::Int(max),
-            failures_to_quarantine: failures,
-            passes_to_release: 2,
-            confirm_retest: confirm,
-            release_on_delete: true,
-        }
-    }
-
-    fn cordon(max: i32) -> QuarantinePolicy {
-        policy(QuarantineMode::Cordon, max, 1, false)
-    }
-
-    fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
-        NodeFacts {
-            node: node.into(),
-            health: NodeHealth {
-                node: node.into(),
-                verdict: if failures > 0 {
-                    NodeVerdict::Failed
-                } else {
-                    NodeVerdict::Passed
-                },
-                consecutive_failures: failures,
-                consecutive_passes: passes,
-                quarantined: false,
-                quarantined_since: None,
-                held_back: None,
-                last_finding: None,
-                last_run: Some("r".into()),
-            },
-            quarantined_by_us: false,
-            cordoned_by_others: false,
-            tainted_by_others: false,
-            exists: true,
-            tested: true,
-        }
-    }
-
-    fn ours(node: &str, failures: u32, passes: u32) -> NodeFacts {
-        NodeFacts {
-            quarantined_by_us: true,
-            ..facts(node, failures, passes)
-        }
-    }
-
-    #[test]
-    fn quarantines_failing_nodes_within_budget() {
-        let p = plan(
-            &[facts("a", 1, 0), facts("b", 0, 3)],
-            &cordon(2),
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.quarantine, vec!["a"]);
-        assert!(p.release.is_empty() && p.held_back.is_empty() && p.confirm.is_empty());
-        assert_eq!((p.budget, p.quarantined_after), (2, 1));
-        assert_eq!(p.enforcement, Some(Enforcement::Cordon));
-    }
-
-    #[test]
-    fn every_mode_but_observe_says_what_a_quarantine_changes() {
-        for mode in [
-            QuarantineMode::Label,
-            QuarantineMode::Cordon,
-            QuarantineMode::Taint,
-        ] {
-            let how = Enforcement::of(mode).expect("acts");
-            assert_eq!(how.mode(), mode);
-            let p = plan(
-                &[facts("a", 1, 0)],
-                &policy(mode, 1, 1, false),
-                10,
-                Trigger::Schedule,
-            );
-            assert_eq!((p.enforcement, p.quarantine.len()), (Some(how), 1));
-        }
-        assert_eq!(Enforcement::of(QuarantineMode::Observe), None);
-    }
-
-    #[test]
-    fn nodes_already_quarantined_by_us_count_against_the_budget() {
-        let p = plan(
-            &[ours("q1", 3, 0), ours("q2", 2, 0), facts("a", 1, 0)],
-            &cordon(2),
-            10,
-            Trigger::Schedule,
-        );
-        assert!(p.quarantine.is_empty());
-        assert_eq!(p.held_back, vec![("a".to_string(), Hold::OverBudget)]);
-        assert_eq!(p.quarantined_after, 2);
-    }
-
-    #[test]
-    fn over_budget_takes_the_worst_first_then_by_name() {
-        let nodes = [
-            facts("d", 2, 0),
-            facts("c", 5, 0),
-            facts("b", 2, 0),
-            facts("a", 1, 0),
-        ];
-        let p = plan(&nodes, &cordon(2), 10, Trigger::Schedule);
-        assert_eq!(p.quarantine, vec!["c", "b"]);
-        assert_eq!(
-            p.held_back,
-            vec![
-                ("a".to_string(), Hold::OverBudget),
-                ("d".to_string(), Hold::OverBudget)
-            ]
-        );
-    }
-
-    #[test]
-    fn percent_budget_rounds_down_but_allows_one() {
-        let mut pol = cordon(0);
-        pol.max_quarantined = IntOrString::String("10%".into());
-        let nodes: Vec<NodeFacts> = (0..5).map(|i| facts(&format!("n{i}"), 1, 0)).collect();
-        assert_eq!(plan(&nodes, &pol, 5, Trigger::Schedule).quarantine.len(), 1);
-        assert_eq!(
-            plan(&nodes, &pol, 30, Trigger::Schedule).quarantine.len(),
-            3
-        );
-    }
-
-    #[test]
-    fn a_malformed_budget_quarantines_nothing_and_says_why() {
-        let mut pol = cordon(0);
-        pol.max_quarantined = IntOrString::String("lots".into());
-        let p = plan(&[facts("a", 3, 0)], &pol, 10, Trigger::Schedule);
-        assert!(p.quarantine.is_empty());
-        assert_eq!(p.budget, 0);
-        assert!(
-            p.budget_error
-                .as_deref()
-                .is_some_and(|e| e.contains("lots"))
-        );
-        assert_eq!(p.hold_of("a"), Some(Hold::OverBudget));
-    }
-
-    #[test]
-    fn failures_below_failures_to_quarantine_are_not_candidates() {
-        let pol = policy(QuarantineMode::Taint, 5, 3, false);
-        let p = plan(
-            &[facts("a", 2, 0), facts("b", 3, 0)],
-            &pol,
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.quarantine, vec!["b"]);
-        assert_eq!(p.hold_of("a"), None);
-    }
-
-    #[test]
-    fn observe_mode_holds_candidates_and_releases_nothing() {
-        let pol = policy(QuarantineMode::Observe, 5, 1, true);
-        let p = plan(
-            &[facts("a", 1, 0), ours("q", 0, 9)],
-            &pol,
-            10,
-            Trigger::Schedule,
-        );
-        assert!(p.quarantine.is_empty() && p.release.is_empty() && p.confirm.is_empty());
-        assert_eq!(p.hold_of("a"), Some(Hold::ObserveMode));
-        assert_eq!(p.hold_of("q"), Some(Hold::ObserveModeRelease));
-        assert!(Hold::ObserveMode.describe().contains("would quarantine"));
-        assert!(
-            Hold::ObserveModeRelease
-                .describe()
-                .contains("would release")
-        );
-        assert_eq!(p.enforcement, None);
-    }
-
-    #[test]
-    fn confirm_retest_sends_candidates_to_a_confirmation_run_first() {
-        let pol = policy(QuarantineMode::Cordon, 5, 1, true);
-        let p = plan(
-            &[facts("a", 1, 0), facts("b", 4, 0)],
-            &pol,
-            10,
-            Trigger::Schedule,
-        );
-        assert!(p.quarantine.is_empty());
-        assert_eq!(p.confirm, vec!["b", "a"]);
-        assert_eq!(p.hold_of("a"), Some(Hold::AwaitingConfirmation));
-        // Manual and creation runs confirm too.
-        let p = plan(&[facts("a", 1, 0)], &pol, 10, Trigger::Manual);
-        assert_eq!(p.confirm, vec!["a"]);
-    }
-
-    #[test]
-    fn a_confirmation_run_quarantines_the_confirmed_failures() {
-        let pol = policy(QuarantineMode::Cordon, 5, 1, true);
-        let mut untested = facts("c", 2, 0);
-        untested.tested = false;
-        let p = plan(
-            &[facts("a", 2, 0), facts("b", 0, 1), untested],
-            &pol,
-            10,
-            Trigger::Confirmation,
-        );
-        assert_eq!(p.quarantine, vec!["a"]);
-        assert!(p.confirm.is_empty());
-        assert_eq!(p.hold_of("c"), Some(Hold::NotTested));
-    }
-
-    #[test]
-    fn nodes_cordoned_or_tainted_by_others_are_never_quarantined_or_released() {
-        let mut cordoned = facts("c", 3, 0);
-        cordoned.cordoned_by_others = true;
-        let mut tainted = facts("t", 3, 0);
-        tainted.tainted_by_others = true;
-        let mut ours_cordoned = ours("o", 0, 5);
-        ours_cordoned.cordoned_by_others = true;
-        let p = plan(
-            &[cordoned, tainted, ours_cordoned],
-            &cordon(10),
-            10,
-            Trigger::Schedule,
-        );
-        assert!(p.quarantine.is_empty() && p.release.is_empty());
-        for n in ["c", "t", "o"] {
-            assert_eq!(p.hold_of(n), Some(Hold::CordonedByOthers), "{n}");
-        }
-    }
-
-    #[test]
-    fn released_after_passes_to_release_consecutive_passes() {
-        let p = plan(
-            &[ours("one", 0, 1), ours("two", 0, 2)],
-            &cordon(5),
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.release, vec!["two"]);
-        assert_eq!(p.quarantined_after, 1);
-    }
-
-    #[test]
-    fn a_release_frees_a_slot_for_a_new_quarantine_in_the_same_plan() {
-        let p = plan(
-            &[ours("old", 0, 2), facts("new", 1, 0)],
-            &cordon(1),
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.release, vec!["old"]);
-        assert_eq!(p.quarantine, vec!["new"]);
-        assert_eq!(p.quarantined_after, 1);
-    }
-
-    #[test]
-    fn a_gone_node_of_ours_is_released_and_a_gone_candidate_is_held() {
-        let mut gone_ours = ours("g1", 5, 0);
-        gone_ours.exists = false;
-        let mut gone = facts("g2", 5, 0);
-        gone.exists = false;
-        let p = plan(
-            &[gone_ours, gone, facts("a", 1, 0)],
-            &cordon(1),
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.release, vec!["g1"]);
-        assert_eq!(p.quarantine, vec!["a"]);
-        assert_eq!(p.hold_of("g2"), Some(Hold::NodeGone));
-        // Even in Observe mode the record of a gone node goes.
-        let mut gone_ours = ours("g1", 5, 0);
-        gone_ours.exists = false;
-        let pol = policy(QuarantineMode::Observe, 1, 1, false);
-        assert_eq!(
-            plan(&[gone_ours], &pol, 10, Trigger::Schedule).release,
-            vec!["g1"]
-        );
-    }
-
-    #[test]
-    fn a_failing_node_already_quarantined_by_us_is_left_as_it_is() {
-        let p = plan(&[ours("q", 7, 0)], &cordon(1), 10, Trigger::Schedule);
-        assert_eq!(
-            p,
-            Plan {
-                budget: 1,
-                quarantined_after: 1,
-                enforcement: Some(Enforcement::Cordon),
-                ..Plan::default()
-            }
-        );
-    }
-
-    #[test]
-    fn a_node_listed_twice_is_planned_once() {
-        let p = plan(
-            &[facts("a", 1, 0), facts("a", 1, 0)],
-            &cordon(5),
-            10,
-            Trigger::Schedule,
-        );
-        assert_eq!(p.quarantine, vec!["a"]);
-    }
-}
+mod tests;

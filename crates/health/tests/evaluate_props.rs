@@ -180,11 +180,11 @@ proptest! {
                     prop_assert_eq!(verdict == NodeVerdict::Failed, critical, "{:?} {:#?}", verdict, mine);
                     prop_assert!(matches!(verdict, NodeVerdict::Passed | NodeVerdict::Failed));
                     for f in &mine {
-                        for g in [f.subject.gpu, f.subject.peer_gpu].into_iter().flatten() {
+                        for g in [f.subject.gpu_index(), f.subject.peer_gpu_index()].into_iter().flatten() {
                             prop_assert!(g < r.gpus, "{:?} names GPU {} of {}", f, g, r.gpus);
                         }
-                        if f.subject.kind == SubjectKind::GpuPair {
-                            prop_assert!(f.subject.gpu < f.subject.peer_gpu);
+                        if f.subject.kind() == SubjectKind::GpuPair {
+                            prop_assert!(f.subject.gpu_index() < f.subject.peer_gpu_index());
                         }
                     }
                 }
@@ -197,7 +197,7 @@ proptest! {
                 }
             }
         }
-        let keys: Vec<_> = e.findings.iter().map(|f| (f.subject.node.clone(), f.subject.clone(), f.metric)).collect();
+        let keys: Vec<_> = e.findings.iter().map(|f| (f.subject.node_name().to_string(), f.subject.clone(), f.metric)).collect();
         let mut sorted = keys.clone();
         sorted.sort();
         prop_assert_eq!(keys, sorted);

@@ -6,7 +6,7 @@ use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::run::{NodeVerdict, Trigger};
 use gpufabric_api::test::NodeHealth;
 use gpufabric_health::history::advance;
-use gpufabric_health::quarantine::{Hold, NodeFacts, plan};
+use gpufabric_health::quarantine::{Guards, Hold, NodeFacts, plan, plan_guarded};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -59,15 +59,20 @@ fn policy() -> impl Strategy<Value = QuarantinePolicy> {
         1u32..4,
         1u32..4,
         any::<bool>(),
+        (prop_oneof![Just(100u32), 1u32..100], 1u32..6),
     )
         .prop_map(
-            |(mode, max_quarantined, f, p, confirm_retest)| QuarantinePolicy {
-                mode,
-                max_quarantined,
-                failures_to_quarantine: f,
-                passes_to_release: p,
-                confirm_retest,
-                release_on_delete: true,
+            |(mode, max_quarantined, f, p, confirm_retest, (storm_pct, storm_min))| {
+                QuarantinePolicy {
+                    mode,
+                    max_quarantined,
+                    failures_to_quarantine: f,
+                    passes_to_release: p,
+                    confirm_retest,
+                    release_on_delete: true,
+                    storm_threshold_percent: storm_pct,
+                    storm_min_nodes: storm_min,
+                }
             },
         )
 }
@@ -91,8 +96,18 @@ fn bit(mask: u16, i: usize) -> bool {
     mask & (1 << i) != 0
 }
 
-fn simulate(n: usize, pol: &QuarantinePolicy, steps: &[Step]) -> Result<(), TestCaseError> {
+/// Runs `steps` through the planner. `cap`: the cluster-wide cap, and the nodes other
+/// tests hold. `reset_every`: the breaker is reset by a person after that many runs open.
+fn simulate(
+    n: usize,
+    pol: &QuarantinePolicy,
+    steps: &[Step],
+    cap: Option<(usize, usize)>,
+    reset_every: usize,
+) -> Result<(), TestCaseError> {
     let budget = pol.budget(n).unwrap_or(0);
+    let mut breaker_open = false;
+    let mut open_for = 0usize;
     let mut m = Model {
         health: vec![None; n],
         ours: vec![false; n],
@@ -138,8 +153,54 @@ fn simulate(n: usize, pol: &QuarantinePolicy, steps: &[Step]) -> Result<(), Test
                 tested,
             });
         }
-        let p = plan(&facts, pol, n, trigger);
+        let guards = Guards {
+            breaker_open,
+            cluster_cap: cap.map(|(c, _)| c),
+            held_by_others: cap.map_or(0, |(_, o)| o),
+        };
+        let p = plan_guarded(&facts, pol, n, trigger, &guards);
         let quarantine: BTreeSet<&String> = p.quarantine.iter().collect();
+        // (e) with the breaker open, or a storm opening it, no node changes: only the
+        // records of gone nodes go.
+        if p.breaker_open {
+            prop_assert!(breaker_open || p.storm.is_some());
+            prop_assert!(
+                p.quarantine.is_empty() && p.confirm.is_empty(),
+                "step {k}: {p:?}"
+            );
+            prop_assert!(p.enforcement.is_none());
+            for node in &p.release {
+                prop_assert!(
+                    facts.iter().any(|f| &f.node == node && !f.exists),
+                    "step {k}: released {node} with the breaker open"
+                );
+            }
+        }
+        if let Some(storm) = p.storm {
+            prop_assert!(trigger != Trigger::Confirmation);
+            prop_assert!(storm.measured >= pol.storm_min_nodes as usize);
+            prop_assert!(
+                storm.failed * 100 > storm.measured * pol.storm_threshold_percent as usize
+            );
+        }
+        // (f) the cluster-wide cap: nothing new beyond it.
+        if let Some((c, others)) = cap {
+            prop_assert_eq!(p.held_in_cluster_after, others + p.quarantined_after);
+            if !p.quarantine.is_empty() {
+                prop_assert!(
+                    p.held_in_cluster_after <= c,
+                    "step {k}: over the cap {c}: {p:?}"
+                );
+            }
+        }
+        breaker_open = p.breaker_open;
+        if breaker_open {
+            open_for += 1;
+            if open_for >= reset_every {
+                breaker_open = false;
+                open_for = 0;
+            }
+        }
         let release: BTreeSet<&String> = p.release.iter().collect();
 
         // (c) never both, never twice.
@@ -260,7 +321,21 @@ proptest! {
         pol in policy(),
         steps in prop::collection::vec(step(), 1..40),
     ) {
-        simulate(n, &pol, &steps)?;
+        simulate(n, &pol, &steps, None, usize::MAX)?;
+    }
+
+    /// The same runs with a cluster-wide cap, nodes held by other tests, and a person who
+    /// resets the breaker after a few runs: the storm rule, the breaker and the cap hold.
+    #[test]
+    fn planner_keeps_the_breaker_and_the_cluster_cap_over_random_runs(
+        n in 1usize..=16,
+        pol in policy(),
+        steps in prop::collection::vec(step(), 1..40),
+        cap in 0usize..8,
+        others in 0usize..6,
+        reset_every in 1usize..4,
+    ) {
+        simulate(n, &pol, &steps, Some((cap, others)), reset_every)?;
     }
 
     /// When the policy changes between runs (a smaller budget, another mode), the planner

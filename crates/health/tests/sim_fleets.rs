@@ -175,7 +175,7 @@ fn every_fault_kind_is_found_at_its_part_and_the_clean_node_passes() {
     assert_eq!(e.verdicts["garbage"], NodeVerdict::NotMeasured);
     assert!(e.findings.iter().all(|f| !(f.kind == FindingKind::Slow
         && matches!(
-            f.subject.node.as_str(),
+            f.subject.node_name(),
             "crash" | "garbage" | "stuck" | "hang"
         ))));
     let _ = Transport::Shm;

@@ -31,6 +31,11 @@ pub struct Context {
     pub synced: tokio::sync::watch::Receiver<bool>,
     /// The image of benchmark pods whose FabricTest names none (`--agent-image`).
     pub agent_image: String,
+    /// The cluster-wide cap on nodes held in quarantine (`--max-quarantined-nodes`).
+    pub cluster_cap: Option<gpufabric_health::ClusterCap>,
+    /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
+    /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
+    pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Context {

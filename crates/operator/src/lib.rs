@@ -17,6 +17,7 @@ pub mod quarantine;
 pub mod results;
 pub mod runs;
 pub mod schedule;
+pub mod signals;
 pub mod status;
 pub mod time;
 pub mod webhook;
@@ -54,6 +55,9 @@ pub struct Options {
     pub leader: Option<leader::LeaderConfig>,
     /// The image of benchmark pods whose FabricTest names none.
     pub agent_image: String,
+    /// Most nodes gpufabric holds in quarantine in the whole cluster, over every
+    /// FabricTest (None: only each test's own budget).
+    pub max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
 }
 
 /// Namespace of the benchmark pods when neither `--pod-namespace` nor `$POD_NAMESPACE` names one.
@@ -67,6 +71,7 @@ pub fn controller_options(pod_namespace: String, admin_addr: Option<SocketAddr>)
         admin_addr,
         leader: None,
         agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
+        max_quarantined_nodes: None,
     }
 }
 
@@ -143,6 +148,8 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         backoff: Default::default(),
         synced: synced_rx,
         agent_image: options.agent_image.clone(),
+        cluster_cap: options.max_quarantined_nodes,
+        quarantine_lock: Default::default(),
     });
 
     let shutdown = shutdown_signal()?;

@@ -56,6 +56,12 @@ enum Command {
         /// Name of the leader Lease (one per installation; the chart uses the release name).
         #[arg(long, value_name = "NAME", default_value = gpufabric_operator::leader::DEFAULT_LEASE_NAME)]
         lease_name: String,
+        /// Most nodes gpufabric holds in quarantine in the whole cluster, over every
+        /// FabricTest: a count (e.g. 5) or a percent of the cluster's GPU nodes (e.g. 2%,
+        /// rounded down but at least 1). Beyond it nothing new is quarantined. Default: no
+        /// cluster-wide cap, only each test's spec.quarantine.maxQuarantined.
+        #[arg(long, env = "FABRIC_MAX_QUARANTINED_NODES", value_name = "COUNT|PERCENT", value_parser = parse_cluster_cap)]
+        max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
         /// Serve the validating admission webhook (HTTPS) on this address, e.g. 0.0.0.0:9443.
         #[arg(long, value_name = "ADDR", requires_all = ["webhook_cert", "webhook_key"])]
         webhook_addr: Option<std::net::SocketAddr>,
@@ -92,6 +98,7 @@ fn main() -> anyhow::Result<()> {
             lease_namespace,
             lease_name,
             agent_image,
+            max_quarantined_nodes,
             webhook_addr,
             webhook_cert,
             webhook_key,
@@ -123,6 +130,7 @@ fn main() -> anyhow::Result<()> {
                     gpufabric_operator::controller_options(pod_namespace.clone(), admin_addr);
                 options.agent_image = agent_image;
                 options.selector = selector;
+                options.max_quarantined_nodes = max_quarantined_nodes;
                 if leader_elect {
                     let ns = lease_namespace.unwrap_or(pod_namespace);
                     let identity = std::env::var("POD_NAME")
@@ -158,6 +166,10 @@ async fn start_webhook(
         }
     });
     Ok(())
+}
+
+fn parse_cluster_cap(s: &str) -> Result<gpufabric_health::ClusterCap, String> {
+    s.parse()
 }
 
 fn init_tracing(json: bool) {

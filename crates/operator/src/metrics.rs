@@ -66,6 +66,7 @@ struct StateFamilies {
     last_success: Family<TestLabels, FloatGauge>,
     next_run: Family<TestLabels, FloatGauge>,
     quarantined_count: Family<TestLabels, Gauge>,
+    breaker_open: Family<TestLabels, Gauge>,
 }
 
 impl StateFamilies {
@@ -110,6 +111,11 @@ impl StateFamilies {
             "Nodes the FabricTest holds in quarantine now",
             self.quarantined_count.clone(),
         );
+        r.register(
+            "gpufabric_breaker_open",
+            "1 while the FabricTest's breaker is open (a storm of failures: nothing is quarantined or released until a person resets it), else 0",
+            self.breaker_open.clone(),
+        );
     }
 
     fn refresh(&self, tests: &Store<FabricTest>, runs: &Store<FabricTestRun>) {
@@ -122,9 +128,15 @@ impl StateFamilies {
         for (l, v) in s.node_quarantined {
             self.node_quarantined.get_or_create(&l).set(v);
         }
-        self.quarantined_count.clear();
-        for (l, v) in s.quarantined_count {
-            self.quarantined_count.get_or_create(&l).set(v);
+        let counts = [
+            (&self.quarantined_count, s.quarantined_count),
+            (&self.breaker_open, s.breaker_open),
+        ];
+        for (family, values) in counts {
+            family.clear();
+            for (l, v) in values {
+                family.get_or_create(&l).set(v);
+            }
         }
         let floats = [
             (&self.node_busbw, s.node_busbw_gbps),

@@ -7,8 +7,8 @@ use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::test::{AgentSpec, PullPolicy};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, ResourceRequirements,
-    Toleration,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec,
+    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -21,6 +21,11 @@ pub const ROLE_NODE_CHECK: &str = "node-check";
 pub const CONTAINER: &str = "agent";
 /// Where the agent writes the compact result (the kubelet's default path).
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
+/// Size of the memory-backed `/dev/shm` of the agent: NCCL keeps its shared-memory transport
+/// and proxy buffers there, and a container runtime's default of 64 MiB is too small for
+/// eight GPUs (NCCL's docs ask for `--shm-size=1g` under Docker).
+pub const SHM_SIZE: &str = "1Gi";
+const SHM_VOLUME: &str = "dshm";
 
 /// Why a pod could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -140,8 +145,25 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 resources: Some(resources),
                 termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
                 termination_message_policy: Some("File".into()),
+                volume_mounts: Some(vec![VolumeMount {
+                    name: SHM_VOLUME.into(),
+                    mount_path: "/dev/shm".into(),
+                    ..Default::default()
+                }]),
+                security_context: Some(SecurityContext {
+                    allow_privilege_escalation: Some(false),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
+            volumes: Some(vec![Volume {
+                name: SHM_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: Some("Memory".into()),
+                    size_limit: Some(Quantity(SHM_SIZE.into())),
+                }),
+                ..Default::default()
+            }]),
             ..Default::default()
         }),
         status: None,
@@ -368,6 +390,30 @@ mod tests {
             .expect("suite env");
         let parsed: gpufabric_api::Suite = serde_json::from_str(&suite).expect("suite parses");
         assert_eq!(parsed, r.spec.suite);
+    }
+
+    #[test]
+    fn nccl_gets_a_memory_backed_dev_shm_and_no_privilege_escalation() {
+        let p = node_check_pod(&run(), "gpu-node-1", 8).expect("pod");
+        let spec = p.spec.as_ref().expect("spec");
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == SHM_VOLUME)
+            .expect("shm volume");
+        let dir = volume.empty_dir.as_ref().expect("emptyDir");
+        assert_eq!(dir.medium.as_deref(), Some("Memory"));
+        assert_eq!(dir.size_limit, Some(Quantity(SHM_SIZE.into())));
+        let c = container(&p);
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == SHM_VOLUME && m.mount_path == "/dev/shm")
+        );
+        let sc = c.security_context.as_ref().expect("security context");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
     }
 
     #[test]

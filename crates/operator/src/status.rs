@@ -304,7 +304,7 @@ pub fn run_summary(run: &FabricTestRun) -> RunSummary {
 fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
     let mut worst: BTreeMap<&str, &Finding> = BTreeMap::new();
     for f in findings {
-        let node = f.subject.node.as_str();
+        let node = f.subject.node_name();
         match worst.get(node) {
             Some(w) if w.severity >= f.severity => {}
             _ => {

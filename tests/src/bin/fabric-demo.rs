@@ -6,7 +6,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use gpufabric_api::{FabricTest, FabricTestRun, keys};
+use gpufabric_api::{FabricTest, FabricTestRun, Subject, keys};
 use gpufabric_tests::cluster::{Cluster, ClusterOptions, ENV_BIN, log_tail};
 use gpufabric_tests::fleet::SimFleet;
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
@@ -457,16 +457,16 @@ async fn run_nightly(
             "MESSAGE".into(),
         ]];
         for f in &st.findings {
-            let subject = match (f.subject.gpu, f.subject.peer_gpu, &f.subject.peer_node) {
-                (Some(a), Some(b), _) => format!("gpu {a}<->{b}"),
-                (Some(a), None, _) => format!("gpu {a}"),
-                (_, _, Some(peer)) => format!("<-> {peer}"),
-                _ => "node".into(),
+            let subject = match &f.subject {
+                Subject::GpuPair { a, b, .. } => format!("gpu {a}<->{b}"),
+                Subject::Gpu { gpu, .. } => format!("gpu {gpu}"),
+                Subject::NodePair { b, .. } => format!("<-> {b}"),
+                Subject::Node { .. } | Subject::Nic { .. } => "node".into(),
             };
             let unit = f.unit.clone().unwrap_or_default();
             rows.push(vec![
                 wire(&f.severity),
-                f.subject.node.clone(),
+                f.subject.node_name().to_string(),
                 subject,
                 wire(&f.metric),
                 format!("{} {unit}", fmt_opt(f.measured, 2)),

@@ -65,12 +65,14 @@
 //! `restartPolicy: Never`), probes, volumes and mounts, resource limits, cgroups or
 //! namespaces (processes share the host's network: a pod IP is a loopback address the
 //! process may bind to, not an isolated stack), admission of anything but
-//! `nvidia.com/gpu` (cpu, memory, taints, node affinity), `kubectl logs`/`exec` (logs are
-//! in [`Kubelet::pod_log_path`]), evictions of its own accord, static pods and
+//! `nvidia.com/gpu` (cpu, memory, taints, node affinity), `kubectl exec`, following logs
+//! (`kubectl logs` serves the log as it is, see [`logs`]; the file is
+//! [`Kubelet::pod_log_path`]), evictions of its own accord, static pods and
 //! node-pressure conditions.
 
 mod admission;
 mod launch;
+mod logs;
 mod node;
 mod options;
 mod pod;
@@ -150,6 +152,8 @@ struct Inner {
     pods: Mutex<HashMap<String, PodHandle>>,
     next_ip: AtomicU32,
     ip_base: u8,
+    /// Port of the log server ([`logs`]) on 127.0.0.1, in every node's status.
+    log_port: u16,
 }
 
 /// A running process-kubelet. Dropping it stops its tasks and kills every pod process.
@@ -191,6 +195,7 @@ impl Kubelet {
                 (t.path().to_path_buf(), Some(t))
             }
         };
+        let (log_port, log_server) = logs::serve(root.clone(), LOG_FILE).await?;
         let t = status::now();
         let nodes = fleet
             .nodes
@@ -217,6 +222,7 @@ impl Kubelet {
             pods: Mutex::new(HashMap::new()),
             next_ip: AtomicU32::new(1),
             ip_base: rand::random_range(16..=250),
+            log_port,
         });
         for node in fleet.nodes.iter() {
             inner.register_node(node).await?;
@@ -229,7 +235,7 @@ impl Kubelet {
         let pw = tokio::spawn(pod_watch::pod_watch_loop(inner.clone()));
         Ok(Kubelet {
             inner,
-            tasks: vec![hb, pw],
+            tasks: vec![hb, pw, log_server],
             _root: tmp,
         })
     }

@@ -98,7 +98,7 @@ impl Inner {
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": st.spec.name},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_port}},
             "nodeInfo": {
                 "machineID": st.spec.name, "systemUUID": st.spec.name, "bootID": st.spec.name,
                 "kernelVersion": "", "osImage": "gpufabric process-kubelet",
@@ -118,7 +118,9 @@ impl Inner {
         };
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
-            .patch_status(node, &PatchParams::default(), &Patch::Merge(status))
+            // Strategic, as a kubelet does: conditions merge by type, so those that others
+            // write (e.g. GPUFabricHealthy) stay.
+            .patch_status(node, &PatchParams::default(), &Patch::Strategic(status))
             .await
             .map_err(kube_err(format!("writing the status of node {node}")))?;
         Ok(())

@@ -151,22 +151,12 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
     };
     Finding {
         collective: key.collective,
-        ..evidence(
-            FindingKind::Slow,
-            subject,
-            key.metric,
-            o.value,
-            o.median,
-            unit,
-            ExpectationSource::Fleet,
-            Severity::Critical,
-            format!(
+        ..Finding::new(FindingKind::Slow, subject, key.metric, Severity::Critical, format!(
                 "{at}: {what} {shown}, {} the median of {} comparable {} x{gpus} nodes ({shown_median}); compare its NVLink, PCIe and clock state with a healthy node.",
                 how_far(o.value, o.median),
                 o.count,
                 s.product,
-            ),
-        )
+            )).with_evidence(o.value, o.median, unit, ExpectationSource::Fleet)
     }
 }
 
@@ -192,23 +182,13 @@ fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Findi
         let expected =
             fleet::median(&outliers.iter().map(|o| o.median).collect::<Vec<_>>()).unwrap_or(0.0);
         let count = outliers.iter().map(|o| o.count).min().unwrap_or(0);
-        evidence(
-            FindingKind::Slow,
-            subject,
-            metric,
-            measured,
-            expected,
-            "GB/s",
-            ExpectationSource::Fleet,
-            Severity::Critical,
-            format!(
+        Finding::new(FindingKind::Slow, subject, metric, Severity::Critical, format!(
                 "{at}: {what} {} GB/s, {} the same GPU pairs on {count} comparable {} nodes ({} GB/s); check the NVLink or PCIe path (nvidia-smi topo -m, nvidia-smi nvlink -s).",
                 num(measured),
                 how_far(measured, expected),
                 s.product,
                 num(expected)
-            ),
-        )
+            )).with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
     };
     let mut out = Vec::new();
     if verdict.node {
@@ -250,7 +230,7 @@ fn findings_exist(stats: &[(NodeStats, Vec<Finding>)], node: &str, key: &SeriesK
         .any(|f| {
             f.metric == key.metric
                 && f.collective == key.collective
-                && f.subject.gpu == key.gpu
-                && f.subject.peer_gpu == key.peer
+                && f.subject.gpu_index() == key.gpu
+                && f.subject.peer_gpu_index() == key.peer
         })
 }

@@ -186,22 +186,12 @@ pub(super) fn check_sides(
         let contrast = fleet::median(&other_way)
             .map(|v| format!(", while copies the other way reach {} GB/s", num(v)))
             .unwrap_or_default();
-        out.push(evidence(
-            FindingKind::Slow,
-            Subject::gpu(node, k),
-            Metric::PairBandwidth,
-            measured_gbps,
-            expected,
-            "GB/s",
-            source,
-            Severity::Critical,
-            format!(
+        out.push(Finding::new(FindingKind::Slow, Subject::gpu(node, k), Metric::PairBandwidth, Severity::Critical, format!(
                 "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
                 num(measured_gbps),
                 how_far(measured_gbps, expected),
                 num(expected)
-            ),
-        ));
+            )).with_evidence(measured_gbps, expected, "GB/s", source));
         named.insert(k);
     }
     named

@@ -13,38 +13,18 @@ pub(super) fn check_identity(
     if let Some(expected) = input.expected_gpus
         && r.gpus < expected
     {
-        out.push(evidence(
-            FindingKind::GpuMismatch,
-            Subject::node(node),
-            Metric::GpuCount,
-            f64::from(r.gpus),
-            f64::from(expected),
-            "GPUs",
-            ExpectationSource::Rule,
-            Severity::Critical,
-            format!(
+        out.push(Finding::new(FindingKind::GpuMismatch, Subject::node(node), Metric::GpuCount, Severity::Critical, format!(
                 "{node} advertises {expected} GPUs but the check saw {}: a GPU fell off the bus or failed to initialise; check nvidia-smi and dmesg for XID 79 and drain the node.",
                 r.gpus
-            ),
-        ));
+            )).with_evidence(f64::from(r.gpus), f64::from(expected), "GPUs", ExpectationSource::Rule));
     } else if input.expected_gpus.is_none()
         && let Some(p) = exp.and_then(|e| e.profile)
         && !p.is_board_count(r.gpus)
     {
-        out.push(evidence(
-            FindingKind::GpuMismatch,
-            Subject::node(node),
-            Metric::GpuCount,
-            f64::from(r.gpus),
-            f64::from(p.switched_gpus),
-            "GPUs",
-            ExpectationSource::Profile,
-            Severity::Info,
-            format!(
+        out.push(Finding::new(FindingKind::GpuMismatch, Subject::node(node), Metric::GpuCount, Severity::Info, format!(
                 "{node} has {} {} GPUs, not a board size this product ships with ({:?}); if a GPU is missing, check nvidia-smi and dmesg.",
                 r.gpus, p.product, p.board_gpus
-            ),
-        ));
+            )).with_evidence(f64::from(r.gpus), f64::from(p.switched_gpus), "GPUs", ExpectationSource::Profile));
     }
     if let Some(label) = &input.product_label
         && !r.product.trim().is_empty()
@@ -117,68 +97,28 @@ pub(super) fn check_health(
         let subject = || Subject::gpu(node, gpu);
         let (active, expected) = h.nvlinks;
         if active < expected {
-            out.push(evidence(
-                FindingKind::NvlinkDown,
-                subject(),
-                Metric::NvlinkLinks,
-                f64::from(active),
-                f64::from(expected),
-                "links",
-                ExpectationSource::Rule,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::NvlinkDown, subject(), Metric::NvlinkLinks, Severity::Critical, format!(
                     "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
-                ),
-            ));
+                )).with_evidence(f64::from(active), f64::from(expected), "links", ExpectationSource::Rule));
         }
         if h.nvlink_errors > 0 {
-            out.push(evidence(
-                FindingKind::NvlinkErrors,
-                subject(),
-                Metric::NvlinkErrors,
-                h.nvlink_errors as f64,
-                0.0,
-                "errors",
-                ExpectationSource::Rule,
-                Severity::Info,
-                format!(
+            out.push(Finding::new(FindingKind::NvlinkErrors, subject(), Metric::NvlinkErrors, Severity::Info, format!(
                     "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
                     h.nvlink_errors
-                ),
-            ));
+                )).with_evidence(h.nvlink_errors as f64, 0.0, "errors", ExpectationSource::Rule));
         }
         if !h.xids.is_empty() {
             let list: Vec<String> = h.xids.iter().map(u64::to_string).collect();
-            out.push(evidence(
-                FindingKind::Xid,
-                subject(),
-                Metric::Xid,
-                h.xids.len() as f64,
-                0.0,
-                "events",
-                ExpectationSource::Rule,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Xid, subject(), Metric::Xid, Severity::Critical, format!(
                     "GPU {gpu} on {node} raised XID {} during the check; look the code up in NVIDIA's XID catalogue and drain the node for a GPU reset or replacement.",
                     list.join(", ")
-                ),
-            ));
+                )).with_evidence(h.xids.len() as f64, 0.0, "events", ExpectationSource::Rule));
         }
         if h.ecc_uncorrected > 0 {
-            out.push(evidence(
-                FindingKind::EccUncorrectable,
-                subject(),
-                Metric::EccUncorrected,
-                h.ecc_uncorrected as f64,
-                0.0,
-                "errors",
-                ExpectationSource::Rule,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::EccUncorrectable, subject(), Metric::EccUncorrected, Severity::Critical, format!(
                     "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
                     h.ecc_uncorrected
-                ),
-            ));
+                )).with_evidence(h.ecc_uncorrected as f64, 0.0, "errors", ExpectationSource::Rule));
         }
         if h.row_remap & 2 != 0 {
             out.push(finding(
@@ -203,19 +143,9 @@ pub(super) fn check_health(
         }
         let (gen_now, gen_max, width_now, width_max) = h.pcie;
         if width_now < width_max {
-            out.push(evidence(
-                FindingKind::PcieDegraded,
-                subject(),
-                Metric::PcieLink,
-                f64::from(width_now),
-                f64::from(width_max),
-                "lanes",
-                ExpectationSource::Rule,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, Severity::Critical, format!(
                     "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
-                ),
-            ));
+                )).with_evidence(f64::from(width_now), f64::from(width_max), "lanes", ExpectationSource::Rule));
         } else if gen_now < gen_max {
             // NVML reports the current generation, which an idle GPU lowers to save power:
             // only host copies slower than the maximum link could carry confirm a fault.
@@ -242,55 +172,25 @@ pub(super) fn check_health(
                     "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
                 )
             };
-            out.push(evidence(
-                FindingKind::PcieDegraded,
-                subject(),
-                Metric::PcieLink,
-                f64::from(gen_now),
-                f64::from(gen_max),
-                "generation",
-                ExpectationSource::Rule,
-                severity,
-                format!(
+            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, severity, format!(
                     "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
-                ),
-            ));
+                )).with_evidence(f64::from(gen_now), f64::from(gen_max), "generation", ExpectationSource::Rule));
         } else if let Some(p) = exp.and_then(|e| e.profile)
             && gen_max > 0
             && gen_max < p.pcie_gen
         {
-            out.push(evidence(
-                FindingKind::PcieDegraded,
-                subject(),
-                Metric::PcieLink,
-                f64::from(gen_max),
-                f64::from(p.pcie_gen),
-                "generation",
-                ExpectationSource::Profile,
-                Severity::Info,
-                format!(
+            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, Severity::Info, format!(
                     "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
                     p.product, p.pcie_gen
-                ),
-            ));
+                )).with_evidence(f64::from(gen_max), f64::from(p.pcie_gen), "generation", ExpectationSource::Profile));
         }
         if let Some(max) = t.max_temperature_c
             && h.temperature_c > max
         {
-            out.push(evidence(
-                FindingKind::Thermal,
-                subject(),
-                Metric::Temperature,
-                h.temperature_c,
-                max,
-                "°C",
-                ExpectationSource::Threshold,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Thermal, subject(), Metric::Temperature, Severity::Critical, format!(
                     "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
                     h.temperature_c
-                ),
-            ));
+                )).with_evidence(h.temperature_c, max, "°C", ExpectationSource::Threshold));
         }
         if !h.throttle.is_empty() {
             out.push(Finding {
@@ -318,39 +218,19 @@ pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<F
         if c.wrong > 0 {
             out.push(Finding {
                 collective: Some(c.collective),
-                ..evidence(
-                    FindingKind::WrongResults,
-                    Subject::node(node),
-                    Metric::NcclWrong,
-                    c.wrong as f64,
-                    0.0,
-                    "elements",
-                    ExpectationSource::Rule,
-                    Severity::Critical,
-                    format!(
+                ..Finding::new(FindingKind::WrongResults, Subject::node(node), Metric::NcclWrong, Severity::Critical, format!(
                         "{} on {node} produced {} wrong elements; the node corrupts data in flight: drain it and check dmesg for XIDs and NVLink errors.",
                         c.collective.nccl_tests_name(),
                         c.wrong
-                    ),
-                )
+                    )).with_evidence(c.wrong as f64, 0.0, "elements", ExpectationSource::Rule)
             });
         }
     }
     if r.corrupt_copies > 0 {
-        out.push(evidence(
-            FindingKind::WrongResults,
-            Subject::node(node),
-            Metric::PairBandwidth,
-            f64::from(r.corrupt_copies),
-            0.0,
-            "copies",
-            ExpectationSource::Rule,
-            Severity::Critical,
-            format!(
+        out.push(Finding::new(FindingKind::WrongResults, Subject::node(node), Metric::PairBandwidth, Severity::Critical, format!(
                 "{} GPU-to-GPU copies on {node} arrived corrupted; drain the node and check NVLink errors and ECC.",
                 r.corrupt_copies
-            ),
-        ));
+            )).with_evidence(f64::from(r.corrupt_copies), 0.0, "copies", ExpectationSource::Rule));
     }
 }
 

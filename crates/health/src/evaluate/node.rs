@@ -77,28 +77,32 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
                 &[FindingKind::NvlinkDown, FindingKind::TransportFallback],
             )
         })
-        .filter(|f| f.subject.kind == SubjectKind::Gpu)
-        .filter_map(|f| f.subject.gpu)
+        .filter_map(|f| match f.subject {
+            Subject::Gpu { gpu, .. } => Some(gpu),
+            _ => None,
+        })
         .collect();
     let link_pairs: BTreeSet<(u32, u32)> = out
         .iter()
         .filter(|f| critical(f, &[FindingKind::TransportFallback]))
-        .filter(|f| f.subject.kind == SubjectKind::GpuPair)
-        .filter_map(|f| f.subject.gpu.zip(f.subject.peer_gpu))
+        .filter_map(|f| match f.subject {
+            Subject::GpuPair { a, b, .. } => Some((a, b)),
+            _ => None,
+        })
         .collect();
     let link_node = out.iter().any(|f| {
-        critical(&f, &[FindingKind::TransportFallback]) && f.subject.kind == SubjectKind::Node
+        critical(&f, &[FindingKind::TransportFallback]) && matches!(f.subject, Subject::Node { .. })
     });
     let pcie_gpus: BTreeSet<u32> = out
         .iter()
         .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
-        .filter_map(|f| f.subject.gpu)
+        .filter_map(|f| f.subject.gpu_index())
         .collect();
     // Parts at fault that explain node-wide slowness: a GPU or link on the NVLink path
     // explains slow collectives; any GPU fault (a straggler too) explains slow DDP steps.
     let part = |f: &Finding| {
         f.severity == Severity::Critical
-            && matches!(f.subject.kind, SubjectKind::Gpu | SubjectKind::GpuPair)
+            && matches!(f.subject, Subject::Gpu { .. } | Subject::GpuPair { .. })
             && !matches!(
                 f.metric,
                 Metric::H2dBandwidth | Metric::D2hBandwidth | Metric::PcieLink
@@ -117,28 +121,27 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
             // Node-wide collectives and DDP are as slow as their slowest GPU or link: when
             // one is named, the node-wide symptom is not (unless the spec set the floor).
             Metric::NcclBusBw | Metric::NcclLatency => {
-                s.kind == SubjectKind::Node
+                matches!(s, Subject::Node { .. })
                     && link_part
                     && f.source != Some(ExpectationSource::Threshold)
             }
             Metric::DdpScalingEfficiency | Metric::DdpComputeTime => {
-                s.kind == SubjectKind::Node
+                matches!(s, Subject::Node { .. })
                     && any_part
                     && f.source != Some(ExpectationSource::Threshold)
             }
-            Metric::PairBandwidth | Metric::PairBidirBandwidth => match (s.kind, s.gpu, s.peer_gpu)
-            {
-                (SubjectKind::Gpu, Some(g), _) => link_gpus.contains(&g),
-                (SubjectKind::GpuPair, Some(a), Some(b)) => {
+            Metric::PairBandwidth | Metric::PairBidirBandwidth => match *s {
+                Subject::Gpu { gpu, .. } => link_gpus.contains(&gpu),
+                Subject::GpuPair { a, b, .. } => {
                     link_gpus.contains(&a)
                         || link_gpus.contains(&b)
                         || link_pairs.contains(&(a.min(b), a.max(b)))
                 }
-                (SubjectKind::Node, _, _) => link_node,
+                Subject::Node { .. } => link_node,
                 _ => false,
             },
             Metric::H2dBandwidth | Metric::D2hBandwidth => {
-                s.gpu.is_some_and(|g| pcie_gpus.contains(&g))
+                s.gpu_index().is_some_and(|g| pcie_gpus.contains(&g))
             }
             _ => false,
         };

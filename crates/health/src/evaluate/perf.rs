@@ -91,22 +91,12 @@ fn nccl_below_copy_engines(
     }
     Some(Finding {
         collective: Some(Collective::AllReduce),
-        ..evidence(
-            FindingKind::Slow,
-            Subject::node(node),
-            Metric::NcclBusBw,
-            busbw,
-            bar,
-            "GB/s",
-            ExpectationSource::Node,
-            Severity::Critical,
-            format!(
+        ..Finding::new(FindingKind::Slow, Subject::node(node), Metric::NcclBusBw, Severity::Critical, format!(
                 "all_reduce peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way); on NVSwitch NCCL reaches about 90% of it, so the links are healthy and NCCL is not using them: check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
                 num(busbw),
                 100.0 * busbw / pair,
                 num(pair)
-            ),
-        )
+            )).with_evidence(busbw, bar, "GB/s", ExpectationSource::Node)
     })
 }
 
@@ -155,24 +145,14 @@ pub(super) fn check_nccl(
                 if c.peak_busbw < floor {
                     out.push(Finding {
                         collective: Some(c.collective),
-                        ..evidence(
-                            FindingKind::Slow,
-                            Subject::node(node),
-                            Metric::NcclBusBw,
-                            c.peak_busbw,
-                            floor,
-                            "GB/s",
-                            source,
-                            Severity::Critical,
-                            format!(
+                        ..Finding::new(FindingKind::Slow, Subject::node(node), Metric::NcclBusBw, Severity::Critical, format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
                                 c.collective.nccl_tests_name(),
                                 num(c.peak_busbw),
                                 how_far(c.peak_busbw, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
                                 num(floor)
-                            ),
-                        )
+                            )).with_evidence(c.peak_busbw, floor, "GB/s", source)
                     });
                 }
             }
@@ -196,22 +176,12 @@ pub(super) fn check_nccl(
                 if latency > ceiling {
                     out.push(Finding {
                         collective: Some(c.collective),
-                        ..evidence(
-                            FindingKind::Slow,
-                            Subject::node(node),
-                            Metric::NcclLatency,
-                            latency,
-                            ceiling,
-                            "µs",
-                            ExpectationSource::Threshold,
-                            Severity::Critical,
-                            format!(
+                        ..Finding::new(FindingKind::Slow, Subject::node(node), Metric::NcclLatency, Severity::Critical, format!(
                                 "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; check NCCL's transport and protocol choice (NCCL_DEBUG=INFO).",
                                 num(latency),
                                 how_far(latency, ceiling),
                                 num(ceiling)
-                            ),
-                        )
+                            )).with_evidence(latency, ceiling, "µs", ExpectationSource::Threshold)
                     });
                 }
             }
@@ -444,24 +414,14 @@ pub(super) fn check_pairs(
             {
                 stats.judged.insert(key);
             }
-            out.push(evidence(
-                FindingKind::Slow,
-                Subject::node(node),
-                set.metric,
-                node_median,
-                floor,
-                "GB/s",
-                source,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Slow, Subject::node(node), set.metric, Severity::Critical, format!(
                     "Every GPU pair on {node} is slow: {} median {} GB/s, {} {} ({} GB/s); check NVLink and NVSwitch health (nvidia-smi nvlink -s, the fabric manager service).",
                     set.what,
                     num(node_median),
                     how_far(node_median, floor),
                     source_words(source, &format!("pair {}", set.what)),
                     num(floor)
-                ),
-            ));
+                )).with_evidence(node_median, floor, "GB/s", source));
             covered_node = true;
             continue;
         }
@@ -501,23 +461,13 @@ pub(super) fn check_pairs(
                 Missed::NodeMedian(_) => source_words(source, "pairs"),
                 Missed::Floor(_, s) => source_words(s, "pair bandwidth"),
             };
-            out.push(evidence(
-                FindingKind::Slow,
-                Subject::gpu(node, *k),
-                set.metric,
-                measured,
-                expected,
-                "GB/s",
-                source,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Slow, Subject::gpu(node, *k), set.metric, Severity::Critical, format!(
                     "GPU {k} on {node} is slow to every other GPU: {} median {} GB/s, {} {against} ({} GB/s); check GPU {k}'s NVLink links (nvidia-smi nvlink -s -i {k}) and whether other work moves data through them.",
                     set.what,
                     num(measured),
                     how_far(measured, expected),
                     num(expected)
-                ),
-            ));
+                )).with_evidence(measured, expected, "GB/s", source));
             covered_gpus.insert(*k);
         }
         for (a, b) in &verdict.pairs {
@@ -536,22 +486,12 @@ pub(super) fn check_pairs(
                     num(f)
                 ),
             };
-            out.push(evidence(
-                FindingKind::Slow,
-                Subject::gpu_pair(node, *a, *b),
-                set.metric,
-                v,
-                expected,
-                "GB/s",
-                source,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Slow, Subject::gpu_pair(node, *a, *b), set.metric, Severity::Critical, format!(
                     "GPU {a} <-> GPU {b} on {node}: {} {} GB/s, {} {against}; check the NVLink links of both GPUs (nvidia-smi nvlink -s).",
                     set.what,
                     num(v),
                     how_far(v, expected),
-                ),
-            ));
+                )).with_evidence(v, expected, "GB/s", source));
             covered_pairs.insert((*a, *b));
         }
     }
@@ -587,23 +527,13 @@ pub(super) fn check_host(
             };
             stats.judged.insert(key);
             if *v < floor {
-                out.push(evidence(
-                    FindingKind::Slow,
-                    Subject::gpu(node, gpu),
-                    metric,
-                    *v,
-                    floor,
-                    "GB/s",
-                    source,
-                    Severity::Critical,
-                    format!(
+                out.push(Finding::new(FindingKind::Slow, Subject::gpu(node, gpu), metric, Severity::Critical, format!(
                         "GPU {gpu} on {node}: {what} bandwidth {} GB/s, {} {} ({} GB/s); check the GPU's PCIe link (nvidia-smi -q -d PCI) and its NUMA placement.",
                         num(*v),
                         how_far(*v, floor),
                         source_words(source, "host bandwidth"),
                         num(floor)
-                    ),
-                ));
+                    )).with_evidence(*v, floor, "GB/s", source));
             }
         }
     }
@@ -630,23 +560,13 @@ pub(super) fn check_ddp(
         if let Some(floor) = t.ddp_scaling_efficiency {
             stats.judged.insert(key);
             if last.scaling_efficiency < floor {
-                out.push(evidence(
-                    FindingKind::Slow,
-                    Subject::node(node),
-                    Metric::DdpScalingEfficiency,
-                    last.scaling_efficiency,
-                    floor,
-                    "ratio",
-                    ExpectationSource::Threshold,
-                    Severity::Critical,
-                    format!(
+                out.push(Finding::new(FindingKind::Slow, Subject::node(node), Metric::DdpScalingEfficiency, Severity::Critical, format!(
                         "DDP scaling efficiency on {node} at {} GPUs is {:.0}%, below the spec's floor of {:.0}%; gradient all-reduce is not hidden behind compute (communication fraction {:.0}%).",
                         last.gpus,
                         last.scaling_efficiency * 100.0,
                         floor * 100.0,
                         last.comm_fraction * 100.0
-                    ),
-                ));
+                    )).with_evidence(last.scaling_efficiency, floor, "ratio", ExpectationSource::Threshold));
             }
         }
     }
@@ -677,22 +597,12 @@ pub(super) fn check_ddp(
     for (i, v) in r.ddp_compute_ms.iter().take(r.gpus as usize).enumerate() {
         if *v > 0.0 && *v > ratio * m {
             let gpu = i as u32;
-            out.push(evidence(
-                FindingKind::Straggler,
-                Subject::gpu(node, gpu),
-                Metric::DdpComputeTime,
-                *v,
-                m,
-                "ms",
-                ExpectationSource::Node,
-                Severity::Critical,
-                format!(
+            out.push(Finding::new(FindingKind::Straggler, Subject::gpu(node, gpu), Metric::DdpComputeTime, Severity::Critical, format!(
                     "GPU {gpu} on {node} is a straggler: DDP compute time {} ms, {} the node's median ({} ms); every step waits for it: check its clocks, throttle reasons and power (nvidia-smi -q -d PERFORMANCE,CLOCK).",
                     num(*v),
                     how_far(*v, m),
                     num(m)
-                ),
-            ));
+                )).with_evidence(*v, m, "ms", ExpectationSource::Node));
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Real faults to run beside a node check: a slow GPU pair (continuous copy traffic between
-//! two GPUs, both ways) and a straggler GPU (continuous bf16 GEMMs on one GPU).
+//! two GPUs, both ways), a straggler GPU (continuous bf16 GEMMs on one GPU) and a loaded host
+//! link (continuous host-device copies on one GPU's PCIe link, both ways).
 
-use super::gpu::{DevBuf, Gpu, GpuError, Stream};
+use super::gpu::{DevBuf, Gpu, GpuError, HostBuf, Stream};
 use super::{ddp, open_gpus};
 use crate::CheckError;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,5 +114,55 @@ pub fn straggler(
     Ok(InjectReport {
         seconds: started.elapsed().as_secs_f64(),
         work: flops,
+    })
+}
+
+/// Copies between pinned host memory and GPU `index` in both directions, `streams` streams
+/// each way, until `duration` has passed or `stop` is set: the GPU's host link is shared
+/// with the check, as when a link trains at a lower generation or width.
+pub fn host_load(
+    index: u32,
+    streams: usize,
+    duration: Duration,
+    stop: &AtomicBool,
+) -> Result<InjectReport, CheckError> {
+    if streams == 0 {
+        return Err(CheckError::InvalidInput(
+            "a host-link load needs at least one stream each way".into(),
+        ));
+    }
+    let gpus = open_gpus()?;
+    let g = pick(&gpus, index)?;
+    let bytes = 256usize << 20;
+    let mut lanes = (0..streams)
+        .map(|_| -> Result<_, GpuError> {
+            Ok((
+                HostBuf::new(g, bytes)?,
+                DevBuf::new(g, bytes)?,
+                Stream::new(g)?,
+                HostBuf::new(g, bytes)?,
+                DevBuf::new(g, bytes)?,
+                Stream::new(g)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(gpu_err)?;
+    let started = Instant::now();
+    let mut moved = 0f64;
+    while started.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        for (up_src, up_dst, up, down_dst, down_src, down) in &mut lanes {
+            up.memcpy_htod(up_dst.ptr, up_src, bytes).map_err(gpu_err)?;
+            down.memcpy_dtoh(down_dst, down_src.ptr, bytes)
+                .map_err(gpu_err)?;
+        }
+        for (_, _, up, _, _, down) in &lanes {
+            up.sync().map_err(gpu_err)?;
+            down.sync().map_err(gpu_err)?;
+        }
+        moved += (lanes.len() * 2 * bytes) as f64;
+    }
+    Ok(InjectReport {
+        seconds: started.elapsed().as_secs_f64(),
+        work: moved,
     })
 }

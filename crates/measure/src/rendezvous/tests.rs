@@ -1,5 +1,9 @@
+use super::wire::{MAGIC, NONCE, STATUS_OK, TAG, VERSION};
 use super::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::thread;
+use std::time::Instant;
 
 fn secret(byte: u8) -> Secret {
     Secret(vec![byte; 32])

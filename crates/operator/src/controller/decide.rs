@@ -202,15 +202,27 @@ pub fn conditions(
             "no schedule: runs once when created, and on gpufabric.io/run-now".to_string(),
         ),
     };
-    let ready = st::condition(
-        previous,
-        CONDITION_READY,
-        true,
-        reason,
-        message,
-        generation,
-        stamp,
-    );
+    // Ready: the spec is valid and the latest run has ended and its nodes are judged.
+    let ready = match &status.last_run {
+        Some(last) => st::condition(
+            previous,
+            CONDITION_READY,
+            true,
+            reason,
+            format!("run {} judged; {message}", last.name),
+            generation,
+            stamp,
+        ),
+        None => st::condition(
+            previous,
+            CONDITION_READY,
+            false,
+            "NoRunJudged",
+            format!("no run has ended yet; {message}"),
+            generation,
+            stamp,
+        ),
+    };
     let failing = st::failing_nodes(&status.nodes);
     let degraded = if failing.is_empty() {
         st::condition(
@@ -465,7 +477,26 @@ mod tests {
                 c[0].status.as_str(),
                 c[0].reason.as_str()
             ),
-            (CONDITION_READY, "True", "Scheduled")
+            (CONDITION_READY, "False", "NoRunJudged")
+        );
+        let judged = FabricTestStatus {
+            last_run: Some(gpufabric_api::test::RunSummary {
+                name: "t-1".into(),
+                phase: gpufabric_api::run::RunPhase::Succeeded,
+                trigger: gpufabric_api::run::Trigger::Schedule,
+                passed: 1,
+                failed: 0,
+                errored: 0,
+                not_measured: 0,
+                findings: 0,
+                completion_time: Some(stamp.clone()),
+            }),
+            ..Default::default()
+        };
+        let c = conditions(&t, &c, &judged, &stamp);
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("True", "Scheduled")
         );
         assert_eq!(
             (c[1].type_.as_str(), c[1].status.as_str()),

@@ -45,6 +45,8 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         backoff: Default::default(),
         synced,
         agent_image: "registry.local/fabric-agent:test".into(),
+        cluster_cap: None,
+        quarantine_lock: Default::default(),
     })
 }
 
@@ -119,7 +121,7 @@ async fn a_new_test_without_a_schedule_creates_its_one_run_and_records_it() {
     let status = &seen.requests[2].body["status"];
     assert_eq!(status["activeRun"], run["metadata"]["name"]);
     assert!(status["lastScheduleTime"].is_string(), "{status}");
-    assert_eq!(condition(status, "Ready")["reason"], "RunsOnce");
+    assert_eq!(condition(status, "Ready")["reason"], "NoRunJudged");
     assert_eq!(seen.event_reasons(), vec!["RunCreated"]);
 }
 

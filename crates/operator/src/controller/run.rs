@@ -125,7 +125,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
                 skipped.len()
             )
         };
-        let status = FabricTestRunStatus {
+        let mut status = FabricTestRunStatus {
             phase: RunPhase::Failed,
             start_time: Some(started.clone()),
             completion_time: Some(started),
@@ -134,6 +134,7 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             skipped: skipped.clone(),
             ..Default::default()
         };
+        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
         apply_status(api, &name, &status).await?;
         ctx.metrics.run_finished(run, RunPhase::Failed, 0);
         tracing::warn!(%message, "run failed: no nodes");
@@ -553,12 +554,15 @@ async fn finish(
     } else {
         next.phase = RunPhase::Succeeded;
     }
+    // Before the run ends, so before the history limits can delete its pods.
+    notes.extend(results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &next.nodes).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
         ));
     }
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
+    crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
     apply_status(api, &name, &next).await?;
 
     ctx.metrics.run_finished(run, next.phase, f + er);

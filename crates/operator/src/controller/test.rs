@@ -120,13 +120,21 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let runs = runs_of(test, ctx, &original).await?;
     let mut status = original.clone();
     status.observed_generation = test.metadata.generation;
-    let requeue_soon = !fold_finished_runs(test, &runs, &mut status, ctx).await?;
+    // Runs are folded with the breaker as it was, before a reset applies.
+    let mut breaker = quarantine::Breaker::from_conditions(&original.conditions);
+    let requeue_soon = !fold_finished_runs(test, &runs, &mut status, &mut breaker, ctx).await?;
+    let reset = quarantine::breaker::take_reset(&mut breaker, test, &ctx.events).await;
 
     let active: Vec<&FabricTestRun> = runs.iter().filter(|r| is_active(r)).collect();
     let decision = decide(test, schedule.as_ref(), &original, &active, Utc::now());
     carry_out(test, ctx, &decision, &active, &mut status).await?;
     status.next_schedule_time = decision.next.map(to_time);
     status.conditions = conditions(test, &original.conditions, &status, &stamp);
+    status.conditions.push(breaker.condition(
+        &original.conditions,
+        test.metadata.generation,
+        &stamp,
+    ));
     let last_run = status
         .last_run
         .as_ref()
@@ -139,6 +147,9 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     ));
     if status != original {
         apply_status(&api, &name, &status).await?;
+    }
+    if reset {
+        quarantine::breaker::clear_reset(&api, &name).await?;
     }
 
     // History limits, after the status holds every folded run.
@@ -190,6 +201,7 @@ async fn fold_finished_runs(
     test: &FabricTest,
     runs: &[FabricTestRun],
     status: &mut FabricTestStatus,
+    breaker: &mut quarantine::Breaker,
     ctx: &Context,
 ) -> Result<bool> {
     let to_fold: Vec<FabricTestRun> = st::runs_to_fold(runs, status.last_run.as_ref())
@@ -200,7 +212,7 @@ async fn fold_finished_runs(
     for run in &to_fold {
         status.nodes = st::fold_history(&status.nodes, run);
         status.last_run = Some(st::run_summary(run));
-        all_applied &= quarantine_after(test, run, status, ctx).await?;
+        all_applied &= quarantine_after(test, run, status, breaker, ctx).await?;
         tracing::info!(run = %run.name_any(), "run folded into the test's history");
     }
     Ok(all_applied)
@@ -339,12 +351,30 @@ async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun])
     Ok(())
 }
 
-/// Hands a folded run to the quarantine executor and writes its outcome into `status`.
-/// Returns false when some node change failed (the controller looks again soon).
+/// What the plan must respect beyond the test: its breaker, and the cluster-wide cap over
+/// the cluster's GPU nodes (from the node cache).
+fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric_health::Guards {
+    let gpu_nodes = ctx
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| crate::pods::allocatable_gpus(n) > 0)
+        .count();
+    gpufabric_health::Guards {
+        breaker_open,
+        cluster_cap: ctx.cluster_cap.map(|c| c.nodes(gpu_nodes)),
+        held_by_others,
+    }
+}
+
+/// Hands a folded run to the quarantine executor and writes its outcome into `status`; a
+/// storm opens `breaker`. Returns false when some node change failed (the controller looks
+/// again soon).
 async fn quarantine_after(
     test: &FabricTest,
     run: &FabricTestRun,
     status: &mut FabricTestStatus,
+    breaker: &mut quarantine::Breaker,
     ctx: &Context,
 ) -> Result<bool> {
     let Some(run_status) = run.status.as_ref() else {
@@ -353,9 +383,12 @@ async fn quarantine_after(
     let run_name = run.name_any();
     // Only nodes the run measured are judged: a node not measured is never a suspect.
     let tested: BTreeSet<&str> = st::measured_nodes(run_status);
-    let held = quarantine::quarantined_by(&ctx.client, test)
+    // One test at a time counts what the cluster holds, plans and applies.
+    let _cap = ctx.quarantine_lock.lock().await;
+    let holdings = quarantine::holdings(&ctx.client, test)
         .await
         .map_err(Error::Quarantine)?;
+    let held = &holdings.ours;
     let mut names: Vec<String> = tested.iter().map(|s| s.to_string()).collect();
     names.extend(status.nodes.iter().map(|h| h.node.clone()));
     names.extend(held.keys().cloned());
@@ -391,12 +424,16 @@ async fn quarantine_after(
         &test.spec.node_selector,
         test.spec.nodes.as_deref(),
     );
-    let plan = gpufabric_health::plan(
+    let plan = gpufabric_health::plan_guarded(
         &facts,
         &test.spec.quarantine,
         selected.max(tested.len()),
         run.spec.trigger,
+        &guards(ctx, breaker.open, holdings.others),
     );
+    if let Some(storm) = &plan.storm {
+        quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
+    }
     let reasons: BTreeMap<String, String> = status
         .nodes
         .iter()
@@ -414,6 +451,11 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
+    // With the breaker open nothing on a node changes, its signals included: a remediation
+    // tool that acts on GPUFabricHealthy=False must not act on a storm either.
+    if !plan.breaker_open {
+        publish_signals(test, run, status, &plan.confirm, ctx).await;
+    }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
         let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
@@ -433,4 +475,30 @@ async fn quarantine_after(
         }
     }
     Ok(outcome.errors.is_empty())
+}
+
+/// Writes the node signals of a folded run (condition, result label, last pass). A node
+/// that cannot be written is logged and reported in one Event; nothing else waits on it.
+async fn publish_signals(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    status: &FabricTestStatus,
+    confirm: &[String],
+    ctx: &Context,
+) {
+    let signals = crate::signals::decide(test, run, &status.nodes, confirm, &ctx.nodes);
+    let published = crate::signals::write(&ctx.client, signals).await;
+    if published.failures.is_empty() {
+        return;
+    }
+    let note = format!(
+        "{}: could not write the signals of {} node(s): {}",
+        run.name_any(),
+        published.failures.len(),
+        published.failures.join("; ")
+    );
+    tracing::warn!(%note, "node signals not written");
+    ctx.events
+        .warning(&test.object_ref(&()), "SignalsNotWritten", "Signal", note)
+        .await;
 }

@@ -93,6 +93,8 @@ pub struct StateSeries {
     pub last_success_seconds: Vec<(TestLabels, f64)>,
     pub next_run_seconds: Vec<(TestLabels, f64)>,
     pub quarantined_count: Vec<(TestLabels, i64)>,
+    /// 1 while the test's breaker is open (its `BreakerOpen` condition is True), else 0.
+    pub breaker_open: Vec<(TestLabels, i64)>,
 }
 
 fn seconds(t: &Time) -> f64 {
@@ -145,6 +147,9 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         }
         out.quarantined_count
             .push((test_labels.clone(), i64::from(status.quarantined_count)));
+        let open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
+        out.breaker_open
+            .push((test_labels.clone(), i64::from(open)));
         let node_labels = |node: &str| NodeLabels {
             name: test_labels.name.clone(),
             node: node.to_string(),
@@ -253,6 +258,21 @@ mod tests {
         assert_eq!(s.node_quarantined.len(), 1);
         assert_eq!(s.node_quarantined[0].0.node, "c");
         assert_eq!(s.quarantined_count[0].1, 1);
+        assert_eq!(s.breaker_open[0].1, 0, "no BreakerOpen condition: closed");
+    }
+
+    #[test]
+    fn the_breaker_series_follows_the_condition_so_it_survives_a_restart() {
+        let condition = |status: &str| {
+            json!({"conditions": [{"type": "BreakerOpen", "status": status, "reason": "BreakerOpen",
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        };
+        let s = series(&[test_with(condition("True"))], &[]);
+        assert_eq!(s.breaker_open.len(), 1);
+        assert_eq!(s.breaker_open[0].0.name, "nightly");
+        assert_eq!(s.breaker_open[0].1, 1);
+        let s = series(&[test_with(condition("False"))], &[]);
+        assert_eq!(s.breaker_open[0].1, 0);
     }
 
     #[test]

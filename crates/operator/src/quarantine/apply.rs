@@ -62,7 +62,7 @@ pub async fn execute(
         }
     }
     for (name, hold) in &plan.held_back {
-        exec.hold(name, *hold, ours.len(), plan.budget).await;
+        exec.hold(name, *hold, ours.len(), plan).await;
     }
 
     metrics.set_quarantined(&exec.key, ours.len());
@@ -304,13 +304,22 @@ impl<'a> Executor<'a> {
         }
     }
 
-    /// Report a node the plan holds back. `held` and `budget`: nodes this test holds after
-    /// the plan, and its budget.
-    async fn hold(&mut self, name: &str, hold: Hold, held: usize, budget: usize) {
+    /// Report a node the plan holds back. `held`: nodes this test holds after the plan.
+    async fn hold(&mut self, name: &str, hold: Hold, held: usize, plan: &Plan) {
         match hold {
             Hold::OverBudget => {
-                let message = format!("{hold}: {held} of {budget} node(s) held");
+                let message = format!("{hold}: {held} of {} node(s) held", plan.budget);
                 self.act(name, None, Action::OverBudget, message).await;
+            }
+            Hold::ClusterCap => {
+                let cap = plan
+                    .cluster_cap
+                    .map_or_else(|| "no".to_string(), |c| c.to_string());
+                let message = format!(
+                    "{hold}: gpufabric holds {} node(s) in the cluster, the cap is {cap}",
+                    plan.held_in_cluster_after
+                );
+                self.act(name, None, Action::OverClusterCap, message).await;
             }
             Hold::ObserveMode => {
                 self.act(name, None, Action::WouldQuarantine, hold.to_string())
@@ -332,7 +341,13 @@ impl<'a> Executor<'a> {
                 };
                 self.act(name, None, action, message).await;
             }
-            Hold::AwaitingConfirmation | Hold::NodeGone | Hold::NotTested => {
+            // The breaker's one Event is on the test; a storm of many nodes is not an Event
+            // on each of them.
+            Hold::AwaitingConfirmation
+            | Hold::NodeGone
+            | Hold::NotTested
+            | Hold::BreakerOpen
+            | Hold::BreakerOpenRelease => {
                 self.outcome
                     .held_back
                     .insert(name.to_string(), hold.to_string());

@@ -25,7 +25,7 @@ pub struct QuarantineMetrics {
     /// `gpufabric_quarantined_nodes{test}`: nodes this FabricTest holds in quarantine now.
     pub quarantined_nodes: Family<TestLabels, Gauge>,
     /// `gpufabric_quarantine_actions_total{test,action}`: actions by kind
-    /// (`quarantined`, `released`, `over_budget`, `would_quarantine`, `would_release`,
+    /// (`quarantined`, `released`, `over_budget`, `over_cluster_cap`, `would_quarantine`, `would_release`,
     /// `left_alone`, `failed`).
     pub actions: Family<ActionLabels, Counter>,
 }

@@ -27,6 +27,7 @@
 //! becomes Cordon.
 
 mod apply;
+pub mod breaker;
 mod metrics;
 mod node;
 mod observe;
@@ -35,12 +36,13 @@ mod refusal;
 mod report;
 
 pub use apply::{execute, release_all};
+pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{
     NodeObservation, Step, TAINT_EFFECT, is_our_taint, is_unschedulable, quarantine_step,
     release_step, taints_of,
 };
-pub use observe::{OBSERVE_CONCURRENCY, observe, quarantined_by, test_key};
+pub use observe::{Holdings, OBSERVE_CONCURRENCY, holdings, observe, quarantined_by, test_key};
 pub use outcome::{Action, ActionTaken, Outcome};
 pub use refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 

@@ -61,6 +61,40 @@ pub async fn observe(
         .await
 }
 
+/// What gpufabric holds in quarantine in the whole cluster, seen from one FabricTest.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Holdings {
+    /// The nodes whose record names this test, with the record.
+    pub ours: BTreeMap<String, QuarantineRecord>,
+    /// Nodes whose record names another FabricTest, or cannot be read (nobody can tell
+    /// whose they are): they count against the cluster-wide cap.
+    pub others: usize,
+}
+
+/// Every node held in quarantine in the cluster (one list of node metadata), split into
+/// this test's and the others'.
+pub async fn holdings(client: &Client, test: &FabricTest) -> Result<Holdings, QuarantineError> {
+    let key = test_key(test)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = nodes
+        .list_metadata(&Default::default())
+        .await
+        .map_err(QuarantineError::ListNodes)?;
+    let mut out = Holdings::default();
+    for m in list.items {
+        match QuarantineRecord::from_annotations(m.metadata.annotations.as_ref()) {
+            Ok(None) => {}
+            Ok(Some(record)) if record.is_owned_by(&key) => {
+                if let Some(name) = m.metadata.name {
+                    out.ours.insert(name, record);
+                }
+            }
+            Ok(Some(_)) | Err(_) => out.others += 1,
+        }
+    }
+    Ok(out)
+}
+
 /// Every node in the cluster whose record names this test, with the record. Nodes with an
 /// unreadable record are not included (they are nobody's until a person fixes them).
 pub async fn quarantined_by(

@@ -16,6 +16,8 @@ pub enum Action {
     Released,
     /// Would be quarantined, but the budget is spent.
     OverBudget,
+    /// Would be quarantined, but the cluster-wide cap on nodes held is reached.
+    OverClusterCap,
     /// Would be quarantined, but the mode is Observe.
     WouldQuarantine,
     /// Would be released, but the mode is Observe.
@@ -37,6 +39,7 @@ impl Action {
             Action::Quarantined => "quarantined",
             Action::Released => "released",
             Action::OverBudget => "over_budget",
+            Action::OverClusterCap => "over_cluster_cap",
             Action::WouldQuarantine => "would_quarantine",
             Action::WouldRelease => "would_release",
             Action::LeftAlone => "left_alone",
@@ -51,6 +54,7 @@ impl Action {
             Action::Quarantined => "Quarantined",
             Action::Released => "Released",
             Action::OverBudget => "OverBudget",
+            Action::OverClusterCap => "OverClusterCap",
             Action::WouldQuarantine => "WouldQuarantine",
             Action::WouldRelease => "WouldRelease",
             Action::LeftAlone => "LeftAlone",
@@ -61,9 +65,11 @@ impl Action {
 
     pub(super) fn event_type(self) -> EventType {
         match self {
-            Action::Quarantined | Action::OverBudget | Action::Failed | Action::Unreadable => {
-                EventType::Warning
-            }
+            Action::Quarantined
+            | Action::OverBudget
+            | Action::OverClusterCap
+            | Action::Failed
+            | Action::Unreadable => EventType::Warning,
             _ => EventType::Normal,
         }
     }

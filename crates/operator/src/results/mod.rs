@@ -3,6 +3,7 @@
 //! the compact entry the run status keeps. Never panics on what a pod holds.
 
 mod classify;
+pub mod store;
 #[cfg(test)]
 mod tests;
 

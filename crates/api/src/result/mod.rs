@@ -1,0 +1,191 @@
+//! The result document an agent writes: a full form (JSON file and last line of stdout) and
+//! a compact form (the termination message, at most 4096 bytes for an 8-GPU node with the
+//! default suite). Both are versioned; readers reject a version they do not know.
+//!
+//! Bandwidths are GB/s (10^9 bytes per second), times are microseconds or milliseconds as
+//! the field name says.
+//!
+//! This file holds the document and its parts common to both forms; `measurements` what a
+//! check measured, `compact` the termination-message form.
+
+mod compact;
+mod measurements;
+
+pub use compact::{
+    CompactCollective, CompactDdpPoint, CompactGpuHealth, CompactResult, upper_index,
+};
+pub use measurements::{
+    AlphaBeta, CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HealthSnapshot, HostBandwidth,
+    NcclSweepResult, PairBandwidth, PairMatrix, SweepRow, Timing, Transport, TransportInfo,
+};
+
+use serde::{Deserialize, Serialize};
+
+/// Schema tag of the full document.
+pub const FULL_SCHEMA: &str = "gpufabric.io/result/v1";
+/// Version number of the compact document (field `v`).
+pub const COMPACT_VERSION: u32 = 1;
+
+/// Which backend produced a document.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    #[default]
+    Cuda,
+    Sim,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Cuda => "cuda",
+            Backend::Sim => "sim",
+        })
+    }
+}
+
+/// The phases of a node check.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    Setup,
+    Health,
+    NcclSweep,
+    GpuPairs,
+    DdpProbe,
+    NodePair,
+}
+
+impl Phase {
+    /// The API name of a phase (`ncclSweep`, ...), as the documents spell it.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            Phase::Setup => "setup",
+            Phase::Health => "health",
+            Phase::NcclSweep => "ncclSweep",
+            Phase::GpuPairs => "gpuPairs",
+            Phase::DdpProbe => "ddpProbe",
+            Phase::NodePair => "nodePair",
+        }
+    }
+}
+
+/// How a phase failed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub enum ErrorKind {
+    /// The phase ran past its watchdog and was aborted.
+    Timeout,
+    /// The phase failed (a CUDA or NCCL error, a process that died).
+    Failed,
+    /// The phase could not run here (library missing, too few GPUs).
+    Unavailable,
+}
+
+/// A phase that did not produce a measurement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseError {
+    pub phase: Phase,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// The full result document of one node check.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultDocument {
+    /// Always [`FULL_SCHEMA`].
+    pub schema: String,
+    pub node: String,
+    pub backend: Backend,
+    /// RFC 3339.
+    pub started_at: String,
+    pub duration_s: f64,
+    pub versions: Versions,
+    pub gpus: Vec<GpuInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NcclSweepResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs: Option<PairMatrix>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp: Option<DdpResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSnapshot>,
+    /// Transport NCCL chose between each pair of GPUs (from NCCL's own information).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transports: Vec<TransportInfo>,
+    /// The node's InfiniBand / RoCE ports (sysfs), when it has any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<crate::pair::NicPort>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PhaseError>,
+}
+
+/// Software versions seen by the agent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Versions {
+    pub agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+}
+
+/// One GPU as the agent saw it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInfo {
+    pub index: u32,
+    pub product: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    pub memory_bytes: u64,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// Errors reading a result document.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ParseError {
+    #[error("the result document is empty (the agent wrote no termination message)")]
+    Empty,
+    #[error("the result document is not valid JSON ({0}); it may be truncated")]
+    Malformed(String),
+    #[error("the result document has version {found}, this operator reads version {expected}")]
+    Version { found: u32, expected: u32 },
+}
+
+impl ResultDocument {
+    /// Reads a full document, rejecting malformed and unknown-schema input.
+    pub fn parse(text: &str) -> Result<ResultDocument, ParseError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(ParseError::Empty);
+        }
+        let doc: ResultDocument =
+            serde_json::from_str(text).map_err(|e| ParseError::Malformed(e.to_string()))?;
+        if doc.schema != FULL_SCHEMA {
+            return Err(ParseError::Malformed(format!(
+                "schema is {:?}, expected {FULL_SCHEMA:?}",
+                doc.schema
+            )));
+        }
+        Ok(doc)
+    }
+}

@@ -1,0 +1,174 @@
+//! Floors from the measured topology, NCCL against the copy engines, sides of a GPU.
+
+use super::*;
+
+const H200: &str = "NVIDIA H200";
+
+/// A healthy slice of `g` GPUs of an H200 NVSwitch board as the agent reports it: 18
+/// links of 25 GB/s to NVSwitches per GPU, pairs ~394 GB/s one way, all_reduce ~355 GB/s
+/// (the 4 x H200 record of bench/results).
+fn switched_slice(name: &str, g: u32, seed: u64) -> CompactResult {
+    let mut r = node_of(name, H200, g, seed, 0.01);
+    for h in &mut r.health {
+        h.nvlink_link_gbps = 25.0;
+        h.nvlink_switch = Some(true);
+    }
+    for v in r.copy_uni.iter_mut().filter(|v| **v > 0.0) {
+        *v = *v / 390.0 * 394.0;
+    }
+    all_reduce(&mut r).peak_busbw = 355.0;
+    r
+}
+
+fn critical_of<'a>(e: &'a Evaluation, node: &'a str) -> Vec<&'a Finding> {
+    e.findings_of(node)
+        .filter(|f| f.severity == Severity::Critical)
+        .collect()
+}
+
+#[test]
+fn healthy_switched_slices_of_two_four_and_eight_gpus_pass_alone() {
+    for g in [2, 4, 8] {
+        let e = run(vec![switched_slice("slice", g, u64::from(g))]);
+        assert!(
+            critical_of(&e, "slice").is_empty(),
+            "{g} GPUs: {:?}",
+            e.findings
+        );
+        assert_eq!(e.verdicts["slice"], NodeVerdict::Passed);
+    }
+}
+
+#[test]
+fn nccl_far_below_the_copy_engines_fails_a_switched_node_alone() {
+    // NCCL_MAX_NCHANNELS=1, say: every link healthy, all_reduce a tenth of a pair's copy.
+    for g in [2, 4] {
+        let mut r = switched_slice("one-channel", g, 3);
+        all_reduce(&mut r).peak_busbw = 38.0;
+        let e = run(vec![r]);
+        let bad = critical_of(&e, "one-channel");
+        assert_eq!(bad.len(), 1, "{g} GPUs: {bad:?}");
+        let f = bad[0];
+        assert_eq!(f.metric, Metric::NcclBusBw);
+        assert_eq!(f.subject.kind(), SubjectKind::Node);
+        assert!(
+            f.message.contains("its GPUs copy to each other"),
+            "{}",
+            f.message
+        );
+        assert!(f.message.contains("NCCL_MAX_NCHANNELS"), "{}", f.message);
+        assert_eq!(e.verdicts["one-channel"], NodeVerdict::Failed);
+    }
+}
+
+#[test]
+fn without_a_measured_topology_a_four_gpu_node_has_no_busbw_floor() {
+    // The same slow all_reduce on a node that reported no NVLink peers: the product's
+    // floors exist only for its 8-GPU board, so the node alone passes (what the measured
+    // topology adds).
+    let mut r = switched_slice("unknown-links", 4, 5);
+    for h in &mut r.health {
+        h.nvlink_switch = None;
+    }
+    all_reduce(&mut r).peak_busbw = 38.0;
+    let e = run(vec![r]);
+    assert!(
+        critical_of(&e, "unknown-links")
+            .iter()
+            .all(|f| f.metric != Metric::NcclBusBw),
+        "{:?}",
+        e.findings
+    );
+}
+
+#[test]
+fn a_switched_slice_below_its_link_floor_fails_with_the_floor_when_copies_are_slow_too() {
+    // Links at a third of their speed: pairs and NCCL alike (no NCCL-only problem).
+    let mut r = switched_slice("slow-links", 4, 7);
+    for v in r.copy_uni.iter_mut() {
+        *v /= 3.0;
+    }
+    for v in r.copy_bidir.iter_mut() {
+        *v /= 3.0;
+    }
+    all_reduce(&mut r).peak_busbw = 110.0;
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "slow-links");
+    let floors: Vec<f64> = bad.iter().filter_map(|f| f.expected).collect();
+    // Pair floor 18 x 25 x 0.5 = 225 GB/s; all_reduce floor the same.
+    assert!(floors.contains(&225.0), "{bad:?}");
+    assert!(
+        bad.iter()
+            .all(|f| !f.message.contains("its GPUs copy to each other")),
+        "{bad:?}"
+    );
+}
+
+#[test]
+fn a_one_way_copy_load_names_the_sending_and_the_receiving_gpu() {
+    // Work copying from GPU 1 into GPU 3: copies out of 1 and into 3 share its ports.
+    let mut r = switched_slice("one-way", 4, 11);
+    let g = 4usize;
+    for a in 0..g {
+        for b in 0..g {
+            if a != b && (a == 1 || b == 3) {
+                r.copy_uni[a * g + b] *= 0.52;
+            }
+        }
+    }
+    // Both ways at once, every pair of GPU 1 or 3 carries the slow direction.
+    for (a, b) in [(0, 1), (0, 3), (1, 2), (1, 3), (2, 3)] {
+        let i = upper(4, a, b);
+        r.copy_bidir[i] *= 0.75;
+    }
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "one-way");
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    let send = bad
+        .iter()
+        .find(|f| f.subject.gpu_index() == Some(1))
+        .expect("GPU 1 named");
+    assert_eq!(send.subject.kind(), SubjectKind::Gpu);
+    assert!(send.message.contains("sending side"), "{}", send.message);
+    let recv = bad
+        .iter()
+        .find(|f| f.subject.gpu_index() == Some(3))
+        .expect("GPU 3 named");
+    assert!(recv.message.contains("receiving side"), "{}", recv.message);
+    assert!(bad.iter().all(|f| f.subject.kind() != SubjectKind::GpuPair));
+}
+
+#[test]
+fn one_gpu_slow_to_receive_on_an_eight_gpu_board_is_named_with_its_side() {
+    let mut r = healthy("recv", 21, 0.01);
+    let g = 8usize;
+    for a in 0..g {
+        if a != 5 {
+            r.copy_uni[a * g + 5] *= 0.4;
+        }
+    }
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "recv");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(bad[0].subject.gpu_index(), Some(5));
+    assert!(
+        bad[0].message.contains("receiving side"),
+        "{}",
+        bad[0].message
+    );
+}
+
+#[test]
+fn one_slow_pair_is_still_named_as_the_pair() {
+    let mut r = switched_slice("pair", 4, 13);
+    slow_pair(&mut r, 0, 2, 0.5);
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "pair");
+    assert!(!bad.is_empty());
+    assert!(
+        bad.iter().all(|f| f.subject.kind() == SubjectKind::GpuPair
+            && f.subject.gpu_index() == Some(0)
+            && f.subject.peer_gpu_index() == Some(2)),
+        "{bad:?}"
+    );
+}

@@ -1,0 +1,164 @@
+//! cuBLAS for the probe: a handle per GPU, the bf16 GEMM of the MLP step, random bf16
+//! inputs, and the busy GEMMs that make a real straggler.
+
+use crate::cuda::gpu::{DevBuf, Gpu, GpuError, GpuResult, HostBuf, Stream};
+use cudarc::cublas::sys as bsys;
+use std::ffi::c_void;
+use std::time::Duration;
+
+fn bcheck(call: &'static str, s: bsys::cublasStatus_t) -> GpuResult<()> {
+    if s == bsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(GpuError::Call {
+            call,
+            detail: format!("{s:?}"),
+        })
+    }
+}
+
+/// Whether libcublas can be opened.
+pub fn cublas_present() -> bool {
+    // SAFETY: only opens the library.
+    unsafe { bsys::is_culib_present() }
+}
+
+pub(super) struct Blas {
+    raw: bsys::cublasHandle_t,
+}
+
+impl Blas {
+    pub(super) fn new(gpu: &Gpu, stream: &Stream) -> GpuResult<Blas> {
+        gpu.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; destroyed in Drop.
+        bcheck("cublasCreate", unsafe { bsys::cublasCreate_v2(&mut raw) })?;
+        let b = Blas { raw };
+        // SAFETY: live handle and stream.
+        bcheck("cublasSetStream", unsafe {
+            bsys::cublasSetStream_v2(b.raw, stream.raw as bsys::cudaStream_t)
+        })?;
+        Ok(b)
+    }
+
+    /// C(m x n, fp32 or bf16) = op(A) op(B), bf16 inputs, fp32 accumulate; column-major.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gemm(
+        &self,
+        ta: bool,
+        tb: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: u64,
+        lda: usize,
+        b: u64,
+        ldb: usize,
+        c: u64,
+        ldc: usize,
+        c_fp32: bool,
+    ) -> GpuResult<()> {
+        let alpha = 1.0f32;
+        let beta = 0.0f32;
+        let op = |t| {
+            if t {
+                bsys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                bsys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let ct = if c_fp32 {
+            bsys::cudaDataType::CUDA_R_32F
+        } else {
+            bsys::cudaDataType::CUDA_R_16BF
+        };
+        // SAFETY: the pointers are device buffers sized for these shapes by the caller.
+        bcheck("cublasGemmEx", unsafe {
+            bsys::cublasGemmEx(
+                self.raw,
+                op(ta),
+                op(tb),
+                m as i32,
+                n as i32,
+                k as i32,
+                &alpha as *const f32 as *const c_void,
+                a as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                lda as i32,
+                b as *const c_void,
+                bsys::cudaDataType::CUDA_R_16BF,
+                ldb as i32,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                ct,
+                ldc as i32,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+}
+
+// SAFETY: a cuBLAS handle may be used from any thread, one at a time; each handle belongs
+// to one replica and each replica to one thread at a time.
+unsafe impl Send for Blas {}
+// SAFETY: as above.
+unsafe impl Sync for Blas {}
+
+impl Drop for Blas {
+    fn drop(&mut self) {
+        // SAFETY: destroys the handle created in new().
+        unsafe { bsys::cublasDestroy_v2(self.raw) };
+    }
+}
+
+/// Pseudo-random bf16 values uniform in (-scale, scale), as little-endian bytes.
+pub(super) fn bf16_random(buf: &mut [u8], scale: f32, seed: u64) {
+    let n = buf.len() / 2;
+    let chunk = (n / 16).max(1 << 16);
+    std::thread::scope(|s| {
+        for (ci, part) in buf[..n * 2].chunks_mut(chunk * 2).enumerate() {
+            s.spawn(move || {
+                for (j, cell) in part.chunks_exact_mut(2).enumerate() {
+                    let w = crate::cuda::gpu::pattern_word(seed, (ci * chunk + j) as u64);
+                    let u = (w >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                    let v = (2.0 * u - 1.0) * scale;
+                    let bits = (v.to_bits() >> 16) as u16;
+                    cell.copy_from_slice(&bits.to_le_bytes());
+                }
+            });
+        }
+    });
+}
+
+/// Runs n x n x n bf16 GEMMs on `gpu` until `duration` passes or `stop` is set; returns the
+/// floating-point operations done. Used to make a real straggler.
+pub fn busy_gemms(
+    gpu: &Gpu,
+    n: usize,
+    duration: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> GpuResult<f64> {
+    let stream = Stream::new(gpu)?;
+    let blas = Blas::new(gpu, &stream)?;
+    let bytes = n * n * 2;
+    let a = DevBuf::new(gpu, bytes)?;
+    let b = DevBuf::new(gpu, bytes)?;
+    let c = DevBuf::new(gpu, bytes)?;
+    let mut host = HostBuf::new(gpu, bytes)?;
+    bf16_random(host.as_mut_slice(), 1.0, 21);
+    stream.memcpy_htod(a.ptr, &host, bytes)?;
+    stream.memcpy_htod(b.ptr, &host, bytes)?;
+    stream.sync()?;
+    let started = std::time::Instant::now();
+    let mut flops = 0.0;
+    while started.elapsed() < duration && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        gpu.bind()?;
+        for _ in 0..8 {
+            blas.gemm(false, false, n, n, n, a.ptr, n, b.ptr, n, c.ptr, n, false)?;
+        }
+        stream.sync()?;
+        flops += 8.0 * 2.0 * (n as f64).powi(3);
+    }
+    Ok(flops)
+}

@@ -1,0 +1,396 @@
+//! The nccl-tests style sweep of one collective: buffers per rank, the NCCL calls, and the
+//! rows of time, algbw/busbw and wrong elements per size.
+
+use super::check::count_wrong;
+use super::comm::{Comms, Watchdog, group, sync_all};
+use super::timing::{Op, RAMP, RAMP_ROUNDS_MAX, time_blocks};
+use super::{nccl_type, ncheck};
+use crate::cuda::gpu::{DevBuf, Event, Gpu, GpuResult, HostBuf, Stream};
+use crate::model::{counts, has_in_place, row_count};
+use crate::stats;
+use cudarc::nccl::sys as nsys;
+use gpufabric_api::result::{CollectiveSweep, SweepRow};
+use gpufabric_api::suite::{Collective, DataType};
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+/// Per-rank buffers and streams of the sweep.
+pub struct Rank<'g> {
+    pub gpu: &'g Gpu,
+    pub stream: Stream,
+    pub send: DevBuf,
+    pub recv: DevBuf,
+    pub input: DevBuf,
+    pub host: HostBuf,
+    pub start: Event,
+    pub end: Event,
+}
+
+/// Whether the loaded NCCL has `ncclAlltoAll` (2.28 and later): nccl-tests times that call
+/// where it exists, and grouped sends and receives before it, and so does the sweep.
+pub fn alltoall_call() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let mut v = 0i32;
+        // SAFETY: valid out-pointer.
+        let r = unsafe { nsys::ncclGetVersion(&mut v) };
+        r == nsys::ncclResult_t::ncclSuccess && v >= 22800
+    })
+}
+
+/// Enqueues one collective on every rank (one NCCL group).
+#[allow(clippy::too_many_arguments)]
+pub fn enqueue(
+    c: Collective,
+    comms: &Comms,
+    ranks: &[Rank],
+    dt: nsys::ncclDataType_t,
+    elem: u64,
+    send_count: u64,
+    recv_count: u64,
+    in_place: bool,
+) -> GpuResult<()> {
+    enqueue_at(
+        c, comms, ranks, dt, elem, send_count, recv_count, in_place, 0,
+    )
+}
+
+/// [`enqueue`] with both buffers `shift` bytes further in (see [`Op::shift`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn enqueue_at(
+    c: Collective,
+    comms: &Comms,
+    ranks: &[Rank],
+    dt: nsys::ncclDataType_t,
+    elem: u64,
+    send_count: u64,
+    recv_count: u64,
+    in_place: bool,
+    shift: u64,
+) -> GpuResult<()> {
+    let n = ranks.len() as u64;
+    group(|| {
+        for (r, rk) in ranks.iter().enumerate() {
+            let comm = comms.raw[r];
+            let st = rk.stream.raw as nsys::cudaStream_t;
+            let (send, recv) = buffers(c, rk, r as u64, elem, send_count, recv_count, in_place);
+            let send = (send as u64 + shift) as *const c_void;
+            let recv = (recv as u64 + shift) as *mut c_void;
+            let sc = send_count as usize;
+            let rc = recv_count as usize;
+            use nsys::ncclRedOp_t::ncclSum;
+            // SAFETY: buffers hold at least send/recv counts of elements (sized for the
+            // largest size of the sweep); the communicator and stream are live.
+            unsafe {
+                match c {
+                    Collective::AllReduce => ncheck(
+                        "ncclAllReduce",
+                        nsys::ncclAllReduce(send, recv, sc, dt, ncclSum, comm, st),
+                    )?,
+                    Collective::AllGather => ncheck(
+                        "ncclAllGather",
+                        nsys::ncclAllGather(send, recv, sc, dt, comm, st),
+                    )?,
+                    Collective::ReduceScatter => ncheck(
+                        "ncclReduceScatter",
+                        nsys::ncclReduceScatter(send, recv, rc, dt, ncclSum, comm, st),
+                    )?,
+                    Collective::Broadcast => ncheck(
+                        "ncclBroadcast",
+                        nsys::ncclBroadcast(send, recv, sc, dt, 0, comm, st),
+                    )?,
+                    Collective::Reduce => ncheck(
+                        "ncclReduce",
+                        nsys::ncclReduce(send, recv, sc, dt, ncclSum, 0, comm, st),
+                    )?,
+                    Collective::AllToAll if alltoall_call() => {
+                        let per = (sc as u64 / n) as usize;
+                        ncheck(
+                            "ncclAlltoAll",
+                            nsys::ncclAlltoAll(send, recv, per, dt, comm, st),
+                        )?;
+                    }
+                    Collective::AllToAll => {
+                        let per = (sc as u64 / n) as usize;
+                        for p in 0..n as usize {
+                            let off = (p * per) as u64 * elem;
+                            ncheck(
+                                "ncclSend",
+                                nsys::ncclSend(
+                                    (send as u64 + off) as *const c_void,
+                                    per,
+                                    dt,
+                                    p as i32,
+                                    comm,
+                                    st,
+                                ),
+                            )?;
+                            ncheck(
+                                "ncclRecv",
+                                nsys::ncclRecv(
+                                    (recv as u64 + off) as *mut c_void,
+                                    per,
+                                    dt,
+                                    p as i32,
+                                    comm,
+                                    st,
+                                ),
+                            )?;
+                        }
+                    }
+                    Collective::SendRecv => {
+                        let next = ((r as u64 + 1) % n) as i32;
+                        let prev = ((r as u64 + n - 1) % n) as i32;
+                        ncheck("ncclSend", nsys::ncclSend(send, sc, dt, next, comm, st))?;
+                        ncheck("ncclRecv", nsys::ncclRecv(recv, rc, dt, prev, comm, st))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+fn buffers(
+    c: Collective,
+    rk: &Rank,
+    r: u64,
+    elem: u64,
+    send_count: u64,
+    recv_count: u64,
+    in_place: bool,
+) -> (*const c_void, *mut c_void) {
+    if !in_place {
+        return (rk.send.ptr as *const c_void, rk.recv.void());
+    }
+    match c {
+        // In place, nccl-tests' layout: the rank's input is its slot of the output.
+        Collective::AllGather => (
+            rk.recv.at((r * send_count * elem) as usize) as *const c_void,
+            rk.recv.void(),
+        ),
+        Collective::ReduceScatter => (
+            rk.recv.ptr as *const c_void,
+            rk.recv.at((r * recv_count * elem) as usize) as *mut c_void,
+        ),
+        _ => (rk.recv.ptr as *const c_void, rk.recv.void()),
+    }
+}
+
+/// Where the in-place input lives in `recv` (byte offset) for a collective.
+fn in_place_input_offset(c: Collective, r: u64, elem: u64, send_count: u64) -> u64 {
+    match c {
+        Collective::AllGather => r * send_count * elem,
+        _ => 0,
+    }
+}
+
+/// Settings of one sweep.
+pub struct SweepSettings {
+    pub sizes: Vec<u64>,
+    pub warmup: u32,
+    pub iters: u32,
+    pub data_type: DataType,
+    pub timeout: Duration,
+    pub check: bool,
+}
+
+/// NCCL connects peers lazily at the first call of each kind: do that outside timing, at
+/// the first size of the sweep, with back-to-back calls for at least [`RAMP`] as well: the
+/// GPUs idled while the previous collective's outputs were checked on the host, and the
+/// first sizes must not be timed while their clocks come back up.
+fn ramp_up(
+    c: Collective,
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    first: u64,
+) -> GpuResult<()> {
+    let n = ranks.len() as u64;
+    let elem = set.data_type.size();
+    let ndt = nccl_type(set.data_type);
+    let (sc, rc, _) = counts(c, first, elem, n);
+    // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
+    wd.arm(comms, c.nccl_tests_name(), set.timeout);
+    load_inputs(c, ranks, elem, sc, false)?;
+    let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let ramp_start = Instant::now();
+    for round in 0..RAMP_ROUNDS_MAX {
+        for _ in 0..5 {
+            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+        }
+        sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+        if round > 0 && ramp_start.elapsed() >= RAMP {
+            break;
+        }
+        wd.arm(comms, c.nccl_tests_name(), set.timeout);
+    }
+    Ok(())
+}
+
+/// Times and checks one collective over all sizes.
+pub fn sweep_collective(
+    c: Collective,
+    comms: &mut Comms,
+    ranks: &mut [Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    progress: &dyn Fn(&str),
+) -> GpuResult<CollectiveSweep> {
+    let n = ranks.len() as u64;
+    let dt = set.data_type;
+    let elem = dt.size();
+    let ndt = nccl_type(dt);
+    if let Some(&first) = set.sizes.first() {
+        ramp_up(c, comms, ranks, wd, set, first)?;
+    }
+    let started = Instant::now();
+    let mut timed = Duration::ZERO;
+    let max_total = set
+        .sizes
+        .iter()
+        .map(|&size| counts(c, size, elem, n).2)
+        .max()
+        .unwrap_or(0);
+    let mut rows: Vec<SweepRow> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for &size in &set.sizes {
+        let (sc, rc, bytes) = counts(c, size, elem, n);
+        if !seen.insert(bytes) {
+            continue;
+        }
+        let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
+        let mut row = SweepRow {
+            bytes,
+            count: row_count(c, sc, rc, n),
+            out_of_place: Default::default(),
+            in_place: None,
+        };
+        // GPU event time per iteration (out of place, in place): for the progress log only.
+        let mut gpu_us = [0.0f64; 2];
+        for in_place in [false, true] {
+            if in_place && !has_in_place(c) {
+                continue;
+            }
+            let op = Op {
+                c,
+                dt: ndt,
+                elem,
+                sc,
+                rc,
+                in_place,
+                total: bytes,
+                max_total,
+            };
+            let t0 = Instant::now();
+            let timing = time_blocks(&op, comms, ranks, wd, set, &what)?;
+            timed += t0.elapsed();
+            let time_us = timing.host_us;
+            gpu_us[usize::from(in_place)] = timing.gpu_us;
+            let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+            let mut wrong = 0;
+            if set.check {
+                wd.arm(comms, &what, set.timeout);
+                load_inputs(c, ranks, elem, sc, in_place)?;
+                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
+                sync_all(&streams, comms, wd, &what, set.timeout)?;
+                wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
+            }
+            let timing = stats::timing(c, n as u32, bytes, time_us, wrong);
+            if in_place {
+                row.in_place = Some(timing);
+            } else {
+                row.out_of_place = timing;
+            }
+        }
+        progress(&format!(
+            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
+            c.nccl_tests_name(),
+            row.bytes,
+            row.out_of_place.time_us,
+            row.out_of_place.busbw,
+            row.in_place.unwrap_or_default().busbw,
+            row.in_place.unwrap_or_default().time_us,
+            row.wrong(),
+            gpu_us[0],
+            gpu_us[1],
+        ));
+        rows.push(row);
+    }
+    progress(&format!(
+        "{} swept in {:.2} s, {:.2} s of it timed iterations, the rest loading and checking",
+        c.nccl_tests_name(),
+        started.elapsed().as_secs_f64(),
+        timed.as_secs_f64()
+    ));
+    let points: Vec<(u64, f64)> = rows
+        .iter()
+        .map(|r| (r.bytes, r.out_of_place.time_us))
+        .collect();
+    Ok(CollectiveSweep {
+        collective: c,
+        data_type: dt,
+        ranks: n as u32,
+        fit: stats::fit_sweep(c, n as u32, &points),
+        rows,
+    })
+}
+
+/// Copies each rank's inputs (kept in `input`) to where the collective reads them.
+pub(super) fn load_inputs(
+    c: Collective,
+    ranks: &[Rank],
+    elem: u64,
+    sc: u64,
+    in_place: bool,
+) -> GpuResult<()> {
+    for (r, rk) in ranks.iter().enumerate() {
+        let bytes = (sc * elem) as usize;
+        if in_place {
+            let off = in_place_input_offset(c, r as u64, elem, sc) as usize;
+            rk.stream
+                .memcpy_dtod(rk.recv.at(off), rk.input.ptr, bytes)?;
+        } else {
+            rk.stream.memcpy_dtod(rk.send.ptr, rk.input.ptr, bytes)?;
+            // Poison the output so that an element nothing wrote is counted wrong.
+            rk.stream
+                .memset_d32(rk.recv.ptr, 0xdead_beef, rk.recv.bytes / 4)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_outputs(
+    c: Collective,
+    ranks: &mut [Rank],
+    dt: DataType,
+    sc: u64,
+    rc: u64,
+    in_place: bool,
+) -> GpuResult<u64> {
+    let n = ranks.len() as u64;
+    let elem = dt.size();
+    let per = match c {
+        Collective::AllGather => sc,
+        Collective::ReduceScatter => rc,
+        Collective::AllToAll => sc / n,
+        _ => rc,
+    };
+    for (r, rk) in ranks.iter_mut().enumerate() {
+        let off = if in_place && matches!(c, Collective::ReduceScatter) {
+            r as u64 * rc * elem
+        } else {
+            0
+        };
+        let src = rk.recv.at(off as usize);
+        rk.stream
+            .memcpy_dtoh(&mut rk.host, src, (rc * elem) as usize)?;
+    }
+    let mut wrong = 0u64;
+    for (r, rk) in ranks.iter().enumerate() {
+        rk.stream.sync()?;
+        wrong += count_wrong(dt, c, n, r as u64, rc, per, rk.host.as_slice());
+    }
+    Ok(wrong)
+}

@@ -1,0 +1,183 @@
+//! How the sweep times one size: nccl-tests' warm-up and block of iterations, short blocks
+//! repeated and the median kept, buffers moved per iteration as nccl-tests does.
+
+use super::comm::{Comms, Watchdog, sync_all};
+use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
+use crate::cuda::gpu::{GpuResult, Stream};
+use cudarc::nccl::sys as nsys;
+use gpufabric_api::suite::Collective;
+use std::time::{Duration, Instant};
+
+/// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
+pub(super) struct Op {
+    pub(super) c: Collective,
+    pub(super) dt: nsys::ncclDataType_t,
+    pub(super) elem: u64,
+    pub(super) sc: u64,
+    pub(super) rc: u64,
+    pub(super) in_place: bool,
+    /// Bytes one call covers (the nccl-tests size).
+    pub(super) total: u64,
+    /// Largest such size of the sweep: the buffers hold at least this much.
+    pub(super) max_total: u64,
+}
+
+impl Op {
+    /// Where iteration `iter` places its buffers, as nccl-tests does: consecutive
+    /// iterations move by one size through the buffers sized for the largest, so a size
+    /// that fits the L2 cache is not timed from it (one H200 timed 16 MiB at 7.0 µs from
+    /// L2 against nccl-tests' 11.1 µs before).
+    fn shift(&self, iter: u32) -> u64 {
+        let steps = self.max_total.checked_div(self.total).unwrap_or(1).max(1);
+        self.total * (u64::from(iter) % steps)
+    }
+}
+
+/// Time per iteration of one size: host time (what nccl-tests reports) and GPU event time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub host_us: f64,
+    pub gpu_us: f64,
+}
+
+/// How long a collective's first size runs back to back before the sweep times it.
+pub const RAMP: Duration = Duration::from_millis(50);
+/// Most rounds of 5 calls spent on [`RAMP`] (a call of the smallest size takes ~20 µs).
+pub(super) const RAMP_ROUNDS_MAX: u32 = 2000;
+
+/// Most timed blocks of one size; short blocks are repeated (see [`blocks_wanted`]).
+pub const MAX_BLOCKS: u32 = 5;
+/// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times.
+pub const SHORT_BLOCK: Duration = Duration::from_millis(2);
+
+/// Whether another timed block is wanted after `done` blocks, the last of which took `last`:
+/// one block of n iterations is nccl-tests' measurement; blocks shorter than
+/// [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching thread moves
+/// the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the median kept.
+pub fn blocks_wanted(done: u32, last: Duration) -> bool {
+    done < MAX_BLOCKS && last < SHORT_BLOCK
+}
+
+/// The median of `v` (the upper middle of an even count); 0 when empty.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Times one size as nccl-tests does: warm-up iterations, a wait for every stream, then the
+/// host time around `iters` back-to-back iterations and the wait for their end, divided by
+/// `iters`. Short blocks are repeated and the median block kept ([`blocks_wanted`]). GPU
+/// events around each block give the GPU time per iteration beside it.
+pub(super) fn time_blocks(
+    op: &Op,
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    what: &str,
+) -> GpuResult<Timing> {
+    let iters = set.iters.max(1);
+    let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let run = |comms: &Comms, iter: u32| {
+        enqueue_at(
+            op.c,
+            comms,
+            ranks,
+            op.dt,
+            op.elem,
+            op.sc,
+            op.rc,
+            op.in_place,
+            op.shift(iter),
+        )
+    };
+    wd.arm(comms, what, set.timeout);
+    load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
+    for iter in 0..set.warmup {
+        run(comms, iter)?;
+    }
+    sync_all(&streams, comms, wd, what, set.timeout)?;
+    let (mut host, mut gpu) = (Vec::new(), Vec::new());
+    loop {
+        wd.arm(comms, what, set.timeout);
+        let t0 = Instant::now();
+        for rk in ranks {
+            rk.start.record(&rk.stream)?;
+        }
+        for iter in 0..iters {
+            run(comms, iter)?;
+        }
+        for rk in ranks {
+            rk.end.record(&rk.stream)?;
+        }
+        sync_all(&streams, comms, wd, what, set.timeout)?;
+        let took = t0.elapsed();
+        host.push(took.as_secs_f64() * 1e6 / f64::from(iters));
+        let mut ms: f64 = 0.0;
+        for rk in ranks {
+            ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
+        }
+        gpu.push(ms * 1000.0 / f64::from(iters));
+        // The block's length by the GPU's clock where that is shorter: a host stall inside
+        // the first block must not make a short size look long and stop the repeats that
+        // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
+        let gpu_took = Duration::from_secs_f64((ms / 1000.0).max(0.0));
+        if !blocks_wanted(host.len() as u32, took.min(gpu_took)) {
+            break;
+        }
+    }
+    Ok(Timing {
+        host_us: median(&host),
+        gpu_us: median(&gpu),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_blocks_are_repeated_and_long_ones_are_not() {
+        // A 20-iteration block of 8 B (~0.4 ms) is repeated up to MAX_BLOCKS times.
+        assert!(blocks_wanted(1, Duration::from_micros(400)));
+        assert!(blocks_wanted(MAX_BLOCKS - 1, Duration::from_micros(400)));
+        assert!(!blocks_wanted(MAX_BLOCKS, Duration::from_micros(400)));
+        // A block of 1 GiB (~90 ms) is nccl-tests' single measurement.
+        assert!(!blocks_wanted(1, Duration::from_millis(90)));
+        assert!(!blocks_wanted(1, SHORT_BLOCK));
+    }
+
+    #[test]
+    fn iterations_move_through_the_buffers_like_nccl_tests() {
+        let op = |total, max_total| Op {
+            c: Collective::AllReduce,
+            dt: nsys::ncclDataType_t::ncclFloat32,
+            elem: 4,
+            sc: total / 4,
+            rc: total / 4,
+            in_place: false,
+            total,
+            max_total,
+        };
+        // 16 MiB in buffers for 1 GiB: 64 places, one size apart.
+        let o = op(16 << 20, 1 << 30);
+        assert_eq!(o.shift(0), 0);
+        assert_eq!(o.shift(1), 16 << 20);
+        assert_eq!(o.shift(19), 19 * (16 << 20));
+        assert_eq!(o.shift(64), 0);
+        // The largest size never moves; the last place still fits the buffers.
+        assert_eq!(op(1 << 30, 1 << 30).shift(7), 0);
+        let o = op(3 << 20, 10 << 20);
+        assert!((0..100).all(|i| o.shift(i) + o.total <= o.max_total));
+        assert_eq!(op(0, 1 << 30).shift(5), 0);
+    }
+
+    #[test]
+    fn the_median_block_ignores_one_preempted_block() {
+        assert_eq!(median(&[20.1, 19.9, 61.0, 20.0, 20.2]), 20.1);
+        assert_eq!(median(&[20.0]), 20.0);
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[f64::NAN, 3.0]), 3.0);
+    }
+}

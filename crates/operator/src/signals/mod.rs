@@ -1,0 +1,23 @@
+//! Signals that other tools read, written after each run is judged: on nodes, the
+//! `GPUFabricHealthy` condition, the `gpufabric.io/result` label and the
+//! `gpufabric.io/last-pass` annotation (medik8s NodeHealthCheck, draino and alerting act on
+//! them); on runs, the `Complete` and `Failed` conditions (`kubectl wait`).
+//!
+//! Rules:
+//! - only nodes a run tested get signals; a node no test measured carries none;
+//! - a failure counts as confirmed with the same rule quarantine uses
+//!   (`failuresToQuarantine` consecutive failures, and not awaiting a confirmation run);
+//!   before that the node is `suspect` and its condition `Unknown`, never `False`;
+//! - a node not measured (busy GPUs, an image that cannot be pulled, ...) keeps the
+//!   condition and label it had: the infrastructure is not the node's fault.
+
+mod apply;
+mod node;
+mod run;
+
+pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, write};
+pub use node::{
+    Judgement, MAX_MESSAGE, condition, current_condition, message, metadata_patch, rfc3339,
+    status_patch,
+};
+pub use run::{CONDITION_COMPLETE, CONDITION_FAILED, set_finished_conditions};

@@ -1,0 +1,125 @@
+//! The `Complete` and `Failed` conditions of a finished FabricTestRun, as a Job has them,
+//! so that `kubectl wait --for=condition=Complete ftr/NAME` (or `condition=Failed`) returns
+//! once the run has ended and its nodes are judged.
+
+use crate::status as st;
+use gpufabric_api::run::{FabricTestRunStatus, RunPhase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// Condition type: the run finished and every node was judged (phase Succeeded).
+pub const CONDITION_COMPLETE: &str = "Complete";
+/// Condition type: the run ended without testing every node (phase Failed: no usable
+/// node, or pods stopped at the run deadline). Its nodes are judged all the same.
+pub const CONDITION_FAILED: &str = "Failed";
+
+/// Sets `Complete` and `Failed` on a run status whose phase is final: one is True, the
+/// other False, both with the run's message. Does nothing while the run is not finished.
+pub fn set_finished_conditions(
+    status: &mut FabricTestRunStatus,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let succeeded = match status.phase {
+        RunPhase::Succeeded => true,
+        RunPhase::Failed => false,
+        _ => return,
+    };
+    let message = status.message.clone().unwrap_or_else(|| {
+        format!(
+            "{} nodes: {} passed, {} failed, {} errored or timed out, {} not measured",
+            status.nodes.len(),
+            status.passed,
+            status.failed,
+            status.errored,
+            status.not_measured
+        )
+    });
+    let (reason_complete, reason_failed) = if succeeded {
+        ("RunSucceeded", "RunSucceeded")
+    } else {
+        ("RunFailed", "RunFailed")
+    };
+    let complete = st::condition(
+        &status.conditions,
+        CONDITION_COMPLETE,
+        succeeded,
+        reason_complete,
+        message.clone(),
+        generation,
+        now,
+    );
+    let failed = st::condition(
+        &status.conditions,
+        CONDITION_FAILED,
+        !succeeded,
+        reason_failed,
+        message,
+        generation,
+        now,
+    );
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_COMPLETE && c.type_ != CONDITION_FAILED);
+    status.conditions.push(complete);
+    status.conditions.push(failed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::now;
+
+    fn status_of(
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+        t: &str,
+    ) -> String {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_succeeded_run_is_complete_and_not_failed() {
+        let mut s = FabricTestRunStatus {
+            phase: RunPhase::Succeeded,
+            passed: 3,
+            ..Default::default()
+        };
+        set_finished_conditions(&mut s, Some(1), &now());
+        assert_eq!(status_of(&s.conditions, CONDITION_COMPLETE), "True");
+        assert_eq!(status_of(&s.conditions, CONDITION_FAILED), "False");
+        assert!(s.conditions.iter().all(|c| c.message.contains("3 passed")));
+    }
+
+    #[test]
+    fn a_failed_run_is_failed_and_not_complete_with_its_message() {
+        let mut s = FabricTestRunStatus {
+            phase: RunPhase::Failed,
+            message: Some("no node can be tested".into()),
+            ..Default::default()
+        };
+        set_finished_conditions(&mut s, Some(1), &now());
+        assert_eq!(status_of(&s.conditions, CONDITION_COMPLETE), "False");
+        assert_eq!(status_of(&s.conditions, CONDITION_FAILED), "True");
+        let failed = s.conditions.iter().find(|c| c.type_ == CONDITION_FAILED);
+        assert_eq!(
+            failed.map(|c| (c.reason.as_str(), c.message.as_str())),
+            Some(("RunFailed", "no node can be tested"))
+        );
+        // Set twice: one condition of each type.
+        set_finished_conditions(&mut s, Some(1), &now());
+        assert_eq!(s.conditions.len(), 2);
+    }
+
+    #[test]
+    fn a_running_run_has_neither_condition() {
+        let mut s = FabricTestRunStatus {
+            phase: RunPhase::Running,
+            ..Default::default()
+        };
+        set_finished_conditions(&mut s, Some(1), &now());
+        assert!(s.conditions.is_empty());
+    }
+}
