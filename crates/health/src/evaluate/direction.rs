@@ -2,7 +2,7 @@
 //! set of ports and receives through another, so a GPU slow to send to every peer, or slow
 //! to receive from every peer, is named as that GPU and side, not as the pairs it touches.
 
-use super::perf::{Missed, classify};
+use super::gpu_pairs::{Missed, classify};
 use super::*;
 
 /// A side of a GPU's links.
@@ -189,12 +189,21 @@ pub(super) fn check_sides(
         let contrast = fleet::median(&other_way)
             .map(|v| format!(", while copies the other way reach {} GB/s", num(v)))
             .unwrap_or_default();
-        out.push(Finding::new(FindingKind::Slow, Subject::gpu(node, k), Metric::PairBandwidth, Severity::Critical, format!(
-                "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
-                num(measured_gbps),
-                how_far(measured_gbps, expected),
-                num(expected)
-            )).with_evidence(measured_gbps, expected, "GB/s", source));
+        out.push(
+            Finding::new(
+                FindingKind::Slow,
+                Subject::gpu(node, k),
+                Metric::PairBandwidth,
+                Severity::Critical,
+                format!(
+                    "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
+                    num(measured_gbps),
+                    how_far(measured_gbps, expected),
+                    num(expected)
+                ),
+            )
+            .with_evidence(measured_gbps, expected, "GB/s", source),
+        );
         named.insert(k);
     }
     named
