@@ -277,3 +277,76 @@ async fn a_failing_reconcile_backs_off_and_reports_a_persistent_error_once() {
     assert!(seen.missing.is_empty(), "{seen:?}");
     assert_eq!(seen.event_reasons(), vec!["ReconcileError"]);
 }
+
+#[tokio::test]
+async fn a_reset_closes_the_open_breaker_then_removes_its_annotation() {
+    let opened = json!({
+        "type": "BreakerOpen", "status": "True", "reason": "BreakerOpen",
+        "message": "run every-1: 4 of 4 measured nodes failed (more than 50%): ...",
+        "lastTransitionTime": "2026-11-23T02:00:00Z"
+    });
+    let ran = FabricTestStatus {
+        last_schedule_time: Some(to_time(Utc::now() - chrono::Duration::minutes(10))),
+        conditions: vec![serde_json::from_value(opened).expect("condition")],
+        ..Default::default()
+    };
+    let mut t = fabric_test("every", FabricTestSpec::default(), Some(ran));
+    t.metadata.annotations = Some(
+        [(
+            keys::ANNOTATION_RESET_BREAKER.to_string(),
+            "fixed the driver".to_string(),
+        )]
+        .into(),
+    );
+    let (result, seen) = reconcile(
+        &t,
+        vec![],
+        vec![
+            Expect::new(
+                Method::GET,
+                &format!("{TESTS}/every"),
+                StatusCode::OK,
+                json_of(&t),
+            ),
+            Expect::new(
+                Method::PATCH,
+                &format!("{TESTS}/every/status"),
+                StatusCode::OK,
+                json_of(&t),
+            ),
+            // The annotation goes only once the status records the reset.
+            Expect::new(
+                Method::PATCH,
+                &format!("{TESTS}/every"),
+                StatusCode::OK,
+                json_of(&t),
+            ),
+        ],
+    )
+    .await;
+    result.expect("reconciled");
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:?}"
+    );
+    let breaker = condition(&seen.requests[1].body["status"], "BreakerOpen");
+    assert_eq!(breaker["status"], "False", "{breaker}");
+    assert_eq!(breaker["reason"], "BreakerReset");
+    let message = breaker["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("fixed the driver") && message.contains("4 of 4 measured nodes"),
+        "{message}"
+    );
+    assert_eq!(
+        seen.requests[2].body["metadata"]["annotations"][keys::ANNOTATION_RESET_BREAKER],
+        Value::Null
+    );
+    assert!(
+        seen.requests[2].body["metadata"]["annotations"]
+            .as_object()
+            .is_some_and(|a| a.contains_key(keys::ANNOTATION_RESET_BREAKER)),
+        "the patch removes the annotation: {}",
+        seen.requests[2].body
+    );
+    assert_eq!(seen.event_reasons(), vec!["BreakerReset"]);
+}
