@@ -665,6 +665,8 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
         r#"gpufabric_node_last_result{name="fleet",node="gpu-02",result="fail"} == 1"#.to_string(),
         r#"gpufabric_node_last_result{name="fleet",node="gpu-01",result="pass"} == 1"#.to_string(),
         r#"gpufabric_node_quarantined{name="fleet",node="gpu-02"} == 1"#.to_string(),
+        // One failing node of four is no storm: the breaker is closed.
+        r#"gpufabric_breaker_open{name="fleet"} == 0"#.to_string(),
         r#"count(gpufabric_node_allreduce_busbw_gbps > 0) == 4"#.to_string(),
         r#"count(gpufabric_node_worst_pair_bandwidth_gbps > 0) == 4"#.to_string(),
         r#"gpufabric_test_runs_total{name="fleet",result="nodes_failed"} >= 2"#.to_string(),

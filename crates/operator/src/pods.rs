@@ -256,6 +256,7 @@ mod tests {
                 thresholds: Default::default(),
                 quarantine: Default::default(),
                 agent,
+                rollout: None,
             },
         );
         r.metadata.uid = Some("run-uid".into());
