@@ -364,10 +364,13 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
         .iter()
         .find(|n| n.node == env.node("gpu-02"))
         .expect("gpu-02");
+    // It says that the agent had started and which phase it was in (its last progress line).
     assert!(
         hung.reason
             .as_deref()
-            .is_some_and(|r| r.contains("deadline")),
+            .is_some_and(|r| r.contains("deadline")
+                && r.contains("had started")
+                && r.contains("in phase \"ncclSweep: stuck")),
         "{hung:?}"
     );
     assert!(

@@ -1,6 +1,6 @@
 //! Only hardware faults count against a node: the real `fabric-operator` against a real
 //! control plane and the process-kubelet. Infrastructure failures produced for real (a
-//! missing Secret, busy GPUs, someone's maintenance taint) leave every node untouched in
+//! missing Secret, busy GPUs, an eviction, someone's maintenance taint) leave every node untouched in
 //! every quarantine mode, and the reason is in the status.
 //!
 //! Build the binaries first: `cargo build --bins`, then
@@ -10,11 +10,13 @@ use gpufabric_api::keys::{
     ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST, TAINT_QUARANTINED,
 };
 use gpufabric_api::outcome::NotMeasuredReason;
+use gpufabric_api::result::Phase;
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, SkipReason};
 use gpufabric_api::{FabricTest, FabricTestStatus};
-use gpufabric_measure::fleet::Fleet;
+use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fixtures;
 use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::kubelet::Eviction;
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -464,4 +466,62 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
     assert_eq!(tested, ["gpu-02", "gpu-03"], "{run:#?}");
     assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
+}
+
+/// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
+/// as the kubelet does when the node runs low on memory), until `n` are.
+async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize) {
+    let pods = env.pods_api();
+    let selector = format!("{LABEL_TEST}={name}");
+    let mut evicted = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while evicted.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: only {evicted:?} of {n} pods ran to be evicted"
+        );
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for p in list {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let pod = p.name_any();
+            if running && !evicted.contains(&pod) {
+                env.kubelet
+                    .evict_pod(NS, &pod, Eviction::NodePressure)
+                    .expect("the kubelet runs the pod");
+                evicted.insert(pod);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    // Every agent blocks in its health phase until it is stopped: each pod is still running
+    // when the kubelet evicts it.
+    let mut f = fleet(3);
+    for n in f.nodes.iter_mut() {
+        n.faults.push(Fault::Hang {
+            phase: Some(Phase::Health),
+            stuck: true,
+        });
+    }
+    let env = OperatorEnv::start(f, NS).await;
+    let want = Expect {
+        reason: NotMeasuredReason::Evicted,
+        label: "Evicted",
+        detail: "low on resource: memory",
+    };
+    for mode in MODES {
+        let name = format!("evicted-{}", mode.to_lowercase());
+        tokio::join!(
+            check_spared(&env, "evicted", mode, sim_agent(60), json!({}), &want),
+            evict_running_pods(&env, &name, 3),
+        );
+    }
 }

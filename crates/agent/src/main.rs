@@ -169,8 +169,10 @@ fn ddp_worker() -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// A progress line: on stderr, and as the termination message until the result is written.
 fn progress(line: &str) {
     eprintln!("[fabric-agent] {line}");
+    output::write_progress(line);
 }
 
 fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {

@@ -238,6 +238,7 @@ fn not_measured(
 
 fn progress(line: &str) {
     eprintln!("[fabric-agent] {line}");
+    crate::output::write_progress(line);
 }
 
 /// The table on stdout, the document as the last stdout line, in the termination message

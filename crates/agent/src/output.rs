@@ -27,10 +27,32 @@ fn termination_target() -> Option<Termination> {
 }
 
 pub(crate) fn write_termination(text: &str) {
+    write_termination_message(text, true);
+}
+
+/// Keeps `line` as the termination message, behind [`keys::PROGRESS_PREFIX`], until the
+/// result replaces it: an agent killed at its deadline then still says where it was. Quiet
+/// when the message cannot be written (the result write says so).
+pub(crate) fn write_progress(line: &str) {
+    let first = line.lines().next().unwrap_or_default();
+    let mut text = format!("{}{first}", keys::PROGRESS_PREFIX);
+    if text.len() > keys::TERMINATION_MESSAGE_LIMIT {
+        let mut end = keys::TERMINATION_MESSAGE_LIMIT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    write_termination_message(&text, false);
+}
+
+fn write_termination_message(text: &str, warn: bool) {
     match termination_target() {
         None => {}
         Some(Termination::Explicit(path)) => {
-            if let Err(e) = std::fs::write(&path, text) {
+            if let Err(e) = std::fs::write(&path, text)
+                && warn
+            {
                 eprintln!(
                     "fabric-agent: warning: could not write the termination message to {}: {e}",
                     path.display()

@@ -67,6 +67,10 @@ pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
 
 /// Default path of the termination message.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
+/// Start of a termination message that is a progress line, not a result: the agent keeps
+/// its latest progress line (`ncclSweep: allReduce 64 MiB`, ...) there until it writes its
+/// result, so that an agent killed at its deadline still says which phase it was in.
+pub const PROGRESS_PREFIX: &str = "fabric-agent progress: ";
 /// Kubernetes' limit on a termination message, in bytes.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 

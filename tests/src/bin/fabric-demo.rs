@@ -1,6 +1,7 @@
 //! `fabric-demo`: the whole system on one machine without GPUs: a real control plane, 16
-//! simulated GPU nodes (one slow GPU link, one straggler GPU), the process-kubelet, the
-//! operator, and a FabricTest run whose findings and quarantined nodes it prints.
+//! simulated GPU nodes (one slow GPU link, one straggler GPU, one whose GPUs a training job
+//! holds), the process-kubelet, the operator, and a FabricTest run whose findings,
+//! quarantined nodes and not-measured nodes it prints.
 //!
 //! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
@@ -8,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use gpufabric_api::{FabricTest, FabricTestRun, Subject, keys};
 use gpufabric_tests::cluster::{Cluster, ClusterOptions, ENV_BIN, log_tail};
+use gpufabric_tests::fixtures;
 use gpufabric_tests::fleet::SimFleet;
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
 use gpufabric_tests::workspace_root;
@@ -145,9 +147,17 @@ async fn main() -> anyhow::Result<()> {
         info(format!("{} not found", operator_bin.display()));
     }
 
+    // One healthy node is busy with someone's training job: it is skipped, not blamed.
+    let busy = fleet
+        .fleet()
+        .nodes
+        .iter()
+        .rev()
+        .find(|n| n.faults.is_empty())
+        .map(|n| n.name.clone());
     match &mut operator {
         Some(op) => {
-            run_nightly(&cluster, cli.timeout, op).await?;
+            run_nightly(&cluster, cli.timeout, op, busy.as_deref()).await?;
         }
         None => {
             step("what comes next");
@@ -313,8 +323,18 @@ async fn run_nightly(
     cluster: &Cluster,
     timeout: u64,
     operator: &mut std::process::Child,
+    busy: Option<&str>,
 ) -> anyhow::Result<()> {
     cluster.create_namespace(NAMESPACE).await?;
+    if let Some(node) = busy {
+        step(format!(
+            "a training job holds every GPU of {node} (pod {NAMESPACE}/{}): gpufabric must not test it, nor blame it",
+            fixtures::gpu_holder_name(node)
+        ));
+        fixtures::hold_gpus(&cluster.client(), NAMESPACE, node, 8)
+            .await
+            .with_context(|| format!("holding the GPUs of {node}"))?;
+    }
     let path = workspace_root().join("deploy/examples/nightly.yaml");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -543,7 +563,51 @@ async fn run_nightly(
         rows.extend(held.into_iter().map(|(n, why)| vec![n, why]));
         print_table(&rows);
     }
+    not_measured(&runs.list(&lp).await?.items);
     Ok(())
+}
+
+/// The nodes no run measured, and why: skipped before the run (busy GPUs, someone's
+/// taint) or not measured by it (an infrastructure reason). None of them is held against
+/// its node.
+fn not_measured(runs: &[FabricTestRun]) {
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "RUN".into(),
+        "NOT MEASURED".into(),
+        "WHY".into(),
+    ]];
+    for r in runs {
+        let run = r.metadata.name.clone().unwrap_or_default();
+        let Some(st) = r.status.as_ref() else {
+            continue;
+        };
+        for s in &st.skipped {
+            rows.push(vec![
+                s.node.clone(),
+                run.clone(),
+                format!("skipped: {}", s.reason),
+                s.message.clone(),
+            ]);
+        }
+        for n in st.nodes.iter().filter(|n| n.not_measured.is_some()) {
+            rows.push(vec![
+                n.node.clone(),
+                run.clone(),
+                n.not_measured
+                    .map(|m| m.as_str())
+                    .unwrap_or_default()
+                    .into(),
+                n.reason.clone().unwrap_or_default(),
+            ]);
+        }
+    }
+    step("nodes not measured (infrastructure, never held against the node)");
+    if rows.len() == 1 {
+        info("none");
+    } else {
+        print_table(&rows);
+    }
 }
 
 fn fmt_opt(v: Option<f64>, decimals: usize) -> String {

@@ -2,6 +2,7 @@
 //! pod can end into measured, a hardware fault the agent saw, or not measured and why.
 
 use super::{Blocker, PodState, never_started};
+use gpufabric_api::keys::PROGRESS_PREFIX;
 use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason, exit_code_outcome};
 use gpufabric_api::result::CompactResult;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStateWaiting, Pod, PodStatus};
@@ -73,6 +74,24 @@ fn waiting(status: &PodStatus) -> Option<&ContainerStateWaiting> {
     agent_container(status)
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.waiting.as_ref())
+}
+
+/// The agent's last progress line (e.g. `ncclSweep: allReduce 64 MiB`), when its
+/// termination message is one: the agent ended before it wrote its result.
+fn last_progress(message: &str) -> Option<String> {
+    let line = first_line(message.trim().strip_prefix(PROGRESS_PREFIX)?, 200);
+    (!line.is_empty()).then_some(line)
+}
+
+/// Where a started agent was when it was stopped, for the reason of a timeout.
+fn whereabouts(status: &PodStatus) -> String {
+    let progress = terminated(status)
+        .and_then(|t| t.message.as_deref())
+        .and_then(last_progress);
+    match progress {
+        Some(line) => format!("in phase \"{line}\" (its last progress line)"),
+        None => "phase unknown: the agent wrote no progress line".to_string(),
+    }
 }
 
 /// The agent's container ran (it is running, or it ended after starting).
@@ -184,9 +203,13 @@ fn ended_container(t: &ContainerStateTerminated) -> NodeOutcome {
     if !reason.is_empty() && reason != "Error" {
         detail.push_str(&format!(", {reason}"));
     }
-    let line = first_line(message, 200);
-    if !line.is_empty() && !line.starts_with('{') {
-        detail.push_str(&format!(": {line}"));
+    if let Some(progress) = last_progress(message) {
+        detail.push_str(&format!(", in phase \"{progress}\""));
+    } else {
+        let line = first_line(message, 200);
+        if !line.is_empty() && !line.starts_with('{') {
+            detail.push_str(&format!(": {line}"));
+        }
     }
     match kind {
         Ok(fault) => NodeOutcome::hardware(fault, detail),
@@ -206,7 +229,8 @@ fn deadline_exceeded(pod: &Pod, status: &PodStatus) -> NodeOutcome {
         return NodeOutcome::hardware(
             gpufabric_api::outcome::HardwareFault::Hang,
             format!(
-                "the agent had started and ran past the pod deadline{limit} (phase unknown: the agent reports no progress)"
+                "the agent had started and ran past the pod deadline{limit}, {}",
+                whereabouts(status)
             ),
         );
     }

@@ -46,7 +46,7 @@ impl PodState {
             PodState::Running => NodeOutcome::hardware(
                 HardwareFault::Hang,
                 format!(
-                    "the agent had started and was still running when the run deadline ({seconds}s) passed (phase unknown: the agent reports no progress)"
+                    "the agent had started and was still running when the run deadline ({seconds}s) passed (phase unknown: the pod had not ended, so its last progress line was not read)"
                 ),
             ),
             PodState::Waiting(Some(b)) => NodeOutcome::not_measured(

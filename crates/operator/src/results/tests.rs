@@ -1,4 +1,5 @@
 use super::*;
+use gpufabric_api::keys::PROGRESS_PREFIX;
 use gpufabric_api::outcome::HardwareFault;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
@@ -164,6 +165,11 @@ fn agent_exit_codes_separate_hardware_faults_from_agent_problems() {
         detail.contains("SIGABRT") && detail.contains("illegal memory access"),
         "{detail}"
     );
+    // A crash after a progress line names the phase it crashed in.
+    let progress = format!("{PROGRESS_PREFIX}gpuPairs: 0-1");
+    let (f, detail) = fault(&terminated(134, Some(&progress), None));
+    assert_eq!(f, HardwareFault::Crash);
+    assert!(detail.ends_with("in phase \"gpuPairs: 0-1\""), "{detail}");
     assert_eq!(
         fault(&terminated(12, None, Some("Error"))).0,
         HardwareFault::GpuMissing
@@ -229,6 +235,20 @@ fn a_deadline_kill_says_whether_the_agent_had_started() {
         "{detail}"
     );
     assert_eq!(pod_state(&p).provisional_verdict(), NodeVerdict::Timeout);
+    // Started, and its last progress line is the termination message: the phase is named.
+    let progress = format!("{PROGRESS_PREFIX}ncclSweep: allReduce 64 MiB\n");
+    let mut p = terminated(137, Some(&progress), None);
+    if let Some(s) = p.status.as_mut() {
+        s.reason = Some("DeadlineExceeded".into());
+    }
+    let (f, detail) = fault(&p);
+    assert_eq!(f, HardwareFault::Hang);
+    assert!(
+        detail.contains("had started")
+            && detail.contains("in phase \"ncclSweep: allReduce 64 MiB\""),
+        "{detail}"
+    );
+    assert!(!detail.contains(PROGRESS_PREFIX), "{detail}");
     // Never started: no container ran before the deadline.
     let p = pod("Failed", Some("DeadlineExceeded"), None);
     let (r, detail) = not_measured(&p);
