@@ -412,7 +412,7 @@ async fn progress(
     }
 
     if active == 0 && transient.is_none() {
-        return finish(run, next, &outcomes, stopped, api, ctx).await;
+        return finish(run, next, &outcomes, stopped, api, &pods_api, ctx).await;
     }
     st::set_counts(&mut next);
     if next != status {
@@ -497,6 +497,7 @@ async fn finish(
     outcomes: &[PodState],
     stopped: usize,
     api: &Api<FabricTestRun>,
+    pods_api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<Action> {
     let name = run.name_any();
@@ -559,7 +560,7 @@ async fn finish(
         next.phase = RunPhase::Succeeded;
     }
     // Before the run ends, so before the history limits can delete its pods.
-    notes.extend(results::store::keep_all(&ctx.client, run, &next.nodes).await);
+    notes.extend(results::store::keep_all(pods_api, run, &next.nodes).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
