@@ -39,33 +39,18 @@ Environment:
 EOF
 }
 
-print_only=0
-for arg in "$@"; do
-	case "$arg" in
-	--print-bin-dir) print_only=1 ;;
-	-h | --help)
-		usage
-		exit 0
-		;;
-	*)
-		echo "build.sh: unknown argument: $arg (try --help)" >&2
-		exit 2
-		;;
-	esac
-done
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache_tag=cluster
+binaries=(etcd kube-apiserver kube-controller-manager kubectl)
+# shellcheck source=tests/build-cache.sh
+source "$here/../build-cache.sh"
+cache_parse_args usage "$@"
 
 # Bump when the build flags below change, so old cached binaries are not reused.
 BUILD_SCHEME=1
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 k8s_dir="$here/k8s"
 etcd_dir="$here/etcd"
-
-log() { echo "[cluster] $*" >&2; }
-die() {
-	echo "[cluster] ERROR: $*" >&2
-	exit 1
-}
 
 command -v go >/dev/null 2>&1 || die "go not found in PATH"
 
@@ -100,46 +85,7 @@ key="$(
 		done
 	} | sha256sum | cut -c1-16
 )"
-cache_root="${GPUFABRIC_CACHE:-$HOME/.cache/gpufabric}"
-key_dir="$cache_root/cluster/$key"
-bin_dir="$key_dir/bin"
-stamp="$key_dir/complete"
-binaries=(etcd kube-apiserver kube-controller-manager kubectl)
-
-if ((print_only)); then
-	echo "$bin_dir"
-	exit 0
-fi
-
-is_warm() {
-	[[ -f "$stamp" ]] || return 1
-	local b
-	for b in "${binaries[@]}"; do
-		[[ -x "$bin_dir/$b" ]] || return 1
-	done
-}
-
-if is_warm; then
-	echo "$bin_dir"
-	exit 0
-fi
-
-mkdir -p "$key_dir"
-# Serialise concurrent builds of the same key (other engineers, parallel tests).
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"$key_dir/.lock"
-	if ! flock -n 9; then
-		log "another build of $key is running; waiting for it..."
-		flock 9
-	fi
-	if is_warm; then
-		echo "$bin_dir"
-		exit 0
-	fi
-fi
-
-rm -f "$stamp"
-mkdir -p "$bin_dir"
+cache_open cluster "$key"
 log "cold cache: building k8s $k8s_version + etcd $etcd_version with $go_version"
 log "into $bin_dir (key $key); a cold build takes ~11 min on 2 cores"
 
@@ -183,14 +129,8 @@ build_one kube-apiserver "$k8s_dir" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_l
 build_one kube-controller-manager "$k8s_dir" k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build_one kubectl "$k8s_dir" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 
-# Stamp last: a half-finished build is never trusted.
 {
 	echo "KUBERNETES_VERSION=$k8s_version"
 	echo "ETCD_VERSION=$etcd_version"
 	echo "GO_VERSION=\"$go_version\""
-	echo "BUILD_SECONDS=$((SECONDS - start))"
-	echo "BUILT_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-} >"$stamp.tmp"
-mv -f "$stamp.tmp" "$stamp"
-log "done in $((SECONDS - start))s: $bin_dir"
-echo "$bin_dir"
+} | cache_close "$start"

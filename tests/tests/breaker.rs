@@ -7,7 +7,9 @@
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test breaker`.
 
-use gpufabric_api::keys::{ANNOTATION_RESET_BREAKER, ANNOTATION_RUN_NOW, LABEL_TEST};
+use gpufabric_api::keys::{
+    ANNOTATION_RESET_BREAKER, ANNOTATION_RUN_NOW, CONDITION_NODE_HEALTHY, LABEL_TEST,
+};
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
@@ -97,8 +99,9 @@ async fn wait_status(
     }
 }
 
-/// What a quarantine could change on each of `env`'s nodes: labels, annotations, cordon,
-/// taints (without what the control plane manages itself).
+/// What gpufabric could change on each of `env`'s nodes: labels, annotations, cordon,
+/// taints (without what the control plane manages itself), and the `GPUFabricHealthy`
+/// condition that remediation tools act on.
 async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
     let api: Api<Node> = Api::all(env.cluster.client());
     let mut out = BTreeMap::new();
@@ -118,7 +121,14 @@ async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
             .into_iter()
             .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
             .collect();
+        let healthy = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NODE_HEALTHY))
+            .map(|c| c.status.clone());
         let view = json!({
+            "healthy": healthy,
             "labels": labels,
             "annotations": n.annotations(),
             "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
@@ -382,6 +392,9 @@ async fn the_cluster_cap_refuses_a_node_beyond_it_across_two_fabric_tests() {
     );
     let views = node_views(&env).await;
     assert!(cordoned(&views[&n2]), "{n2} is cap-a's");
+    // Without a breaker, the signals a remediation tool reads are written (what the storm
+    // tests check stays absent).
+    assert_eq!(views[&n2]["healthy"], json!("False"), "{views:#?}");
     assert!(!cordoned(&views[&n4]), "{n4} is beyond the cap");
     assert!(
         event_reasons(&env, "cap-b")

@@ -665,6 +665,8 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
         format!(
             r#"gpufabric_node_quarantined{{namespace="{NS}",name="fleet",node="gpu-02"}} == 1"#
         ),
+        // One failing node of four is no storm: the breaker is closed.
+        format!(r#"gpufabric_breaker_open{{namespace="{NS}",name="fleet"}} == 0"#),
         r#"count(gpufabric_node_allreduce_busbw_gbps > 0) == 4"#.to_string(),
         r#"count(gpufabric_node_worst_pair_bandwidth_gbps > 0) == 4"#.to_string(),
         format!(

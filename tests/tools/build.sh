@@ -10,31 +10,18 @@
 # Progress goes to stderr; the bin directory is the ONLY line on stdout.
 set -euo pipefail
 
-print_only=0
-for arg in "$@"; do
-	case "$arg" in
-	--print-bin-dir) print_only=1 ;;
-	-h | --help)
-		sed -n '2,11p' "$0"
-		exit 0
-		;;
-	*)
-		echo "tools/build.sh: unknown argument: $arg (try --help)" >&2
-		exit 2
-		;;
-	esac
-done
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache_tag=tools
+binaries=(helm prometheus promtool)
+# shellcheck source=tests/build-cache.sh
+source "$here/../build-cache.sh"
+usage() { sed -n '2,11p' "$0"; }
+cache_parse_args usage "$@"
 
 # Bump when the steps below change, so old cached tools are not reused.
 BUILD_SCHEME=1
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 helm_dir="$here/helm"
-log() { echo "[tools] $*" >&2; }
-die() {
-	echo "[tools] ERROR: $*" >&2
-	exit 1
-}
 
 helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" { print $3; exit }' "$helm_dir/go.mod")"
 [[ -n "$helm_version" ]] || die "cannot read the helm.sh/helm/v3 version from $helm_dir/go.mod"
@@ -48,42 +35,7 @@ key="$(
 		sha256sum <"$helm_dir/go.sum"
 	} | sha256sum | cut -c1-16
 )"
-cache_root="${GPUFABRIC_CACHE:-$HOME/.cache/gpufabric}"
-key_dir="$cache_root/tools/$key"
-bin_dir="$key_dir/bin"
-stamp="$key_dir/complete"
-binaries=(helm prometheus promtool)
-
-if ((print_only)); then
-	echo "$bin_dir"
-	exit 0
-fi
-
-is_warm() {
-	[[ -f "$stamp" ]] || return 1
-	local b
-	for b in "${binaries[@]}"; do
-		[[ -x "$bin_dir/$b" ]] || return 1
-	done
-}
-if is_warm; then
-	echo "$bin_dir"
-	exit 0
-fi
-
-mkdir -p "$bin_dir"
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"$key_dir/.lock"
-	if ! flock -n 9; then
-		log "another build of $key is running; waiting for it..."
-		flock 9
-	fi
-	if is_warm; then
-		echo "$bin_dir"
-		exit 0
-	fi
-fi
-rm -f "$stamp"
+cache_open tools "$key"
 start=$SECONDS
 
 if [[ ! -x "$bin_dir/helm" ]]; then
@@ -123,9 +75,4 @@ fi
 	echo "HELM_VERSION=$helm_version"
 	echo "PROMETHEUS_VERSION=$(cat "$key_dir/prometheus.version" 2>/dev/null || echo unknown)"
 	echo "GO_VERSION=\"$go_version\""
-	echo "BUILD_SECONDS=$((SECONDS - start))"
-	echo "BUILT_AT=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-} >"$stamp.tmp"
-mv -f "$stamp.tmp" "$stamp"
-log "done in $((SECONDS - start))s: $bin_dir"
-echo "$bin_dir"
+} | cache_close "$start"

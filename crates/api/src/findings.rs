@@ -406,6 +406,32 @@ impl Finding {
             message,
         }
     }
+
+    /// The finding with its evidence: `measured` against `expected` in `unit`, the
+    /// expectation from `source`; the deviation follows from the two ([`deviation`]).
+    pub fn with_evidence(
+        self,
+        measured: f64,
+        expected: f64,
+        unit: &str,
+        source: ExpectationSource,
+    ) -> Self {
+        Finding {
+            measured: Some(measured),
+            expected: Some(expected),
+            deviation: deviation(measured, expected),
+            unit: Some(unit.to_string()),
+            source: Some(source),
+            ..self
+        }
+    }
+}
+
+/// (measured - expected) / expected; none where it has no meaning (expected zero, or either
+/// not finite).
+pub fn deviation(measured: f64, expected: f64) -> Option<f64> {
+    (expected != 0.0 && measured.is_finite() && expected.is_finite())
+        .then(|| (measured - expected) / expected)
 }
 
 #[cfg(test)]
@@ -455,7 +481,7 @@ mod tests {
 
     #[test]
     fn subjects_sort_by_kind_then_node_then_gpus_as_the_flat_record_did() {
-        let mut v = vec![
+        let mut v = [
             Subject::node("b"),
             Subject::gpu_pair("a", 1, 2),
             Subject::gpu("b", 0),
@@ -480,5 +506,27 @@ mod tests {
                 "a p"
             ]
         );
+    }
+
+    #[test]
+    fn evidence_carries_the_deviation_only_where_it_means_something() {
+        let f = |measured, expected| {
+            Finding::new(
+                FindingKind::Slow,
+                Subject::node("n1"),
+                Metric::NcclBusBw,
+                Severity::Critical,
+                "slow".into(),
+            )
+            .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
+        };
+        let slow = f(150.0, 200.0);
+        assert_eq!(slow.measured, Some(150.0));
+        assert_eq!(slow.expected, Some(200.0));
+        assert_eq!(slow.deviation, Some(-0.25));
+        assert_eq!(slow.unit.as_deref(), Some("GB/s"));
+        assert_eq!(slow.source, Some(ExpectationSource::Fleet));
+        assert_eq!(f(3.0, 0.0).deviation, None);
+        assert_eq!(f(f64::NAN, 1.0).deviation, None);
     }
 }

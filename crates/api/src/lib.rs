@@ -12,7 +12,9 @@ pub mod pair;
 pub mod policy;
 pub mod quarantine;
 pub mod result;
+pub mod rollout;
 pub mod run;
+pub mod shard;
 pub mod suite;
 pub mod test;
 pub mod validate;
@@ -46,6 +48,7 @@ pub fn crds() -> Vec<(
     vec![
         ("fabrictests.yaml", FabricTest::crd()),
         ("fabrictestruns.yaml", FabricTestRun::crd()),
+        ("fabrictestrunshards.yaml", shard::FabricTestRunShard::crd()),
     ]
 }
 

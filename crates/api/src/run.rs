@@ -4,6 +4,7 @@
 use crate::findings::Finding;
 use crate::outcome::{HardwareFault, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
+use crate::rollout::Rollout;
 use crate::suite::Suite;
 use crate::test::{AgentSpec, FabricTestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -38,6 +39,13 @@ use std::collections::BTreeMap;
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodeCount"),
     printcolumn(name = "Passed", type_ = "integer", json_path = ".status.passed"),
     printcolumn(name = "Failed", type_ = "integer", json_path = ".status.failed"),
+    printcolumn(name = "Done", type_ = "integer", json_path = ".status.progress.done"),
+    printcolumn(
+        name = "Wave",
+        type_ = "integer",
+        json_path = ".status.progress.wave",
+        priority = 1
+    ),
     printcolumn(name = "Started", type_ = "date", json_path = ".status.startTime"),
     printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration"),
     printcolumn(
@@ -76,6 +84,9 @@ pub struct FabricTestRunSpec {
     /// Frozen copy of the test's agent settings.
     #[serde(default)]
     pub agent: AgentSpec,
+    /// Frozen copy of the test's rollout: how many nodes are under test at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
 }
 
 impl FabricTestRunSpec {
@@ -99,6 +110,7 @@ impl FabricTestRunSpec {
             thresholds: spec.thresholds.clone(),
             quarantine: spec.quarantine.clone(),
             agent: spec.agent.clone(),
+            rollout: spec.rollout.clone(),
         }
     }
 }
@@ -226,6 +238,9 @@ pub struct NodeRunResult {
     /// Critical findings on this node.
     #[serde(default)]
     pub findings: u32,
+    /// The most severe finding on this node, as a sentence (cut to 300 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<String>,
 }
 
 /// Observed state of a run.
@@ -253,22 +268,62 @@ pub struct FabricTestRunStatus {
     #[serde(default)]
     pub not_measured: u32,
     /// Selected nodes the run did not test, with why (busy, tainted or cordoned by others,
-    /// partitioned GPUs, not Ready).
+    /// partitioned GPUs, not Ready): at most 100, `skippedCount` counts them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub skipped: Vec<SkippedNode>,
-    /// Per-node results; the node list is frozen when the run starts.
+    /// Selected nodes the run did not test.
+    #[serde(default)]
+    pub skipped_count: u32,
+    /// Number of FabricTestRunShards holding every node's result
+    /// (`kubectl get ftrs -l gpufabric.io/run=<run>`).
+    #[serde(default)]
+    pub shards: u32,
+    /// Nodes done, in total, and the wave under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RunProgress>,
+    /// The nodes most worth a look, the worst first: at most 100 (every node of a smaller
+    /// run). Every node's result is in the run's shards.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub nodes: Vec<NodeRunResult>,
+    /// Findings, critical first: at most 100; `findingCount` counts them all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
+    /// Findings of the run, listed or not.
+    #[serde(default)]
+    pub finding_count: u32,
     /// Why the run failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// How far a run is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunProgress {
+    /// Nodes with a final verdict.
+    pub done: u32,
+    /// Nodes the run tests.
+    pub total: u32,
+    /// The wave under way (1-based).
+    pub wave: u32,
+    /// Number of waves.
+    pub waves: u32,
+    /// Nodes per wave (`spec.rollout`; every node when absent).
+    pub wave_size: u32,
+    /// When the wave under way began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_start_time: Option<Time>,
+    /// When every pod of the wave under way existed; the wave's deadline counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_pods_created_time: Option<Time>,
+    /// Pods stopped because their wave's deadline passed (the run then fails).
+    #[serde(default)]
+    pub stopped: u32,
 }
 
 /// A selected node the run did not test.

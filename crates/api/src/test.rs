@@ -2,6 +2,7 @@
 //! a summary of the latest run and of each node's health over runs.
 
 use crate::policy::{QuarantinePolicy, Thresholds};
+use crate::rollout::Rollout;
 use crate::run::{NodeVerdict, RunPhase, Trigger};
 use crate::suite::Suite;
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
@@ -93,6 +94,11 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
         type_ = "integer",
         json_path = ".status.quarantinedCount"
     ),
+    printcolumn(
+        name = "Breaker Open",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"BreakerOpen\")].status"
+    ),
     // A future time in a `date` column prints as `<invalid>` in kubectl: show the timestamp.
     printcolumn(
         name = "Next Run",
@@ -147,6 +153,9 @@ pub struct FabricTestSpec {
     pub quarantine: QuarantinePolicy,
     /// How the benchmark pods run.
     pub agent: AgentSpec,
+    /// How many nodes are under test at once; absent: all of a run's nodes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
     /// Finished successful runs to keep.
     pub successful_runs_history_limit: u32,
     /// Finished failed runs to keep.
@@ -170,6 +179,7 @@ impl Default for FabricTestSpec {
             thresholds: Thresholds::default(),
             quarantine: QuarantinePolicy::default(),
             agent: AgentSpec::default(),
+            rollout: None,
             successful_runs_history_limit: 3,
             failed_runs_history_limit: 1,
         }
@@ -274,15 +284,26 @@ pub struct FabricTestStatus {
     /// The latest finished run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunSummary>,
-    /// Health of each node over runs.
+    /// Health of nodes over runs: at most 200, those that need attention first
+    /// (quarantined, then failing, then held back, then the rest). A node left out has a
+    /// plain history (the next failure starts its streak again: a cordon comes later,
+    /// never sooner); quarantined nodes all carry the `gpufabric.io/quarantined` label.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub nodes: Vec<NodeHealth>,
-    /// Nodes this test holds in quarantine now.
+    /// Nodes with a history that `nodes` leaves out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nodes_not_listed: u32,
+    /// Nodes this test holds in quarantine now: at most 200 (`quarantinedCount` counts
+    /// them all; `kubectl get nodes -l gpufabric.io/quarantined` lists them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined_nodes: Vec<String>,
     #[serde(default)]
     pub quarantined_count: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Summary of a finished run.

@@ -45,6 +45,7 @@ fn crds_carry_printer_columns_and_short_names() {
             "Passed",
             "Failed",
             "Quarantined",
+            "Breaker Open",
             "Next Run",
             "Age"
         ]

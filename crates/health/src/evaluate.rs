@@ -4,7 +4,9 @@
 
 use crate::fleet::{self, Better, Rule};
 use crate::profiles::{self, Expectations};
-use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::findings::{
+    ExpectationSource, Finding, FindingKind, Metric, Severity, Subject, deviation,
+};
 use gpufabric_api::outcome::HardwareFault;
 pub use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::policy::Thresholds;
@@ -15,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod compare;
 mod direction;
+mod gpu_pairs;
 mod hardware;
 mod node;
 mod perf;
@@ -227,38 +230,10 @@ fn finding(
     message: String,
 ) -> Finding {
     Finding {
-        // Fixed rules unless the caller says otherwise (evidence() always does).
+        // Fixed rules unless the caller says otherwise (`with_evidence` always does).
         source: Some(ExpectationSource::Rule),
         ..Finding::new(kind, subject, metric, severity, message)
     }
-}
-
-/// A finding with evidence: measured against expected, in `unit`, from `source`.
-#[allow(clippy::too_many_arguments)]
-fn evidence(
-    kind: FindingKind,
-    subject: Subject,
-    metric: Metric,
-    measured: f64,
-    expected: f64,
-    unit: &str,
-    source: ExpectationSource,
-    severity: Severity,
-    message: String,
-) -> Finding {
-    Finding {
-        measured: Some(measured),
-        expected: Some(expected),
-        deviation: deviation(measured, expected),
-        unit: Some(unit.to_string()),
-        source: Some(source),
-        ..finding(kind, subject, metric, severity, message)
-    }
-}
-
-fn deviation(measured: f64, expected: f64) -> Option<f64> {
-    (expected != 0.0 && measured.is_finite() && expected.is_finite())
-        .then(|| (measured - expected) / expected)
 }
 
 /// A bandwidth or time for a sentence: no decimals from 100 up, one below.

@@ -88,13 +88,7 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                 .iter()
                 .filter(|s| s.rate_gbps == Some(best))
                 .count();
-            out.push(Finding {
-                measured: Some(rate),
-                expected: Some(best),
-                deviation: Some((rate - best) / best),
-                unit: Some("Gb/s".into()),
-                source: Some(ExpectationSource::Node),
-                ..Finding::new(
+            out.push(Finding::new(
                     FindingKind::NicDegraded,
                     Subject::nic(node, p.name()),
                     Metric::NicRate,
@@ -105,8 +99,7 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                         num(rate),
                         num(best)
                     ),
-                )
-            });
+                ).with_evidence(rate, best, "Gb/s", ExpectationSource::Node));
         }
     }
     out
@@ -150,12 +143,7 @@ fn grown_counters(
             } else {
                 Severity::Info
             };
-            out.push(Finding {
-                measured: Some(delta as f64),
-                expected: Some(0.0),
-                unit: Some("errors".into()),
-                source: Some(ExpectationSource::Rule),
-                ..Finding::new(
+            out.push(Finding::new(
                     FindingKind::NicErrors,
                     Subject::nic(node, p.name()),
                     Metric::NicErrors,
@@ -164,8 +152,7 @@ fn grown_counters(
                         "{} {name} grew by {delta} since the previous run: check the cable and the switch port",
                         p.name()
                     ),
-                )
-            });
+                ).with_evidence(delta as f64, 0.0, "errors", ExpectationSource::Rule));
         }
     }
     out

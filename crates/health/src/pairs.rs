@@ -331,13 +331,7 @@ fn slow_nodes(
         let (Some(measured), Some(expected)) = (median(&bw), median(&elsewhere)) else {
             continue;
         };
-        findings.push(Finding {
-            measured: Some(measured),
-            expected: Some(expected),
-            deviation: Some((measured - expected) / expected),
-            unit: Some("GB/s".into()),
-            source: Some(ExpectationSource::Fleet),
-            ..Finding::new(
+        findings.push(Finding::new(
                 FindingKind::Slow,
                 Subject::node(node),
                 Metric::NodePairBusBw,
@@ -349,21 +343,14 @@ fn slow_nodes(
                     below(measured, expected),
                     num(expected)
                 ),
-            )
-        });
+            ).with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet));
         blamed.insert(node.to_string());
     }
     blamed
 }
 
 fn path_finding(p: &PairObservation, expected: f64) -> Finding {
-    Finding {
-        measured: Some(p.busbw),
-        expected: Some(expected),
-        deviation: Some((p.busbw - expected) / expected),
-        unit: Some("GB/s".into()),
-        source: Some(ExpectationSource::Fleet),
-        ..Finding::new(
+    Finding::new(
             FindingKind::Slow,
             Subject::node_pair(&p.a, &p.b),
             Metric::NodePairBusBw,
@@ -376,18 +363,11 @@ fn path_finding(p: &PairObservation, expected: f64) -> Finding {
                 below(p.busbw, expected),
                 num(expected)
             ),
-        )
-    }
+        ).with_evidence(p.busbw, expected, "GB/s", ExpectationSource::Fleet)
 }
 
 fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
-    Finding {
-        measured: Some(p.busbw),
-        expected: Some(reference),
-        deviation: Some((p.busbw - reference) / reference),
-        unit: Some("GB/s".into()),
-        source: Some(ExpectationSource::Fleet),
-        ..Finding::new(
+    Finding::new(
             FindingKind::Slow,
             Subject::node_pair(&p.a, &p.b),
             Metric::NodePairBusBw,
@@ -400,8 +380,7 @@ fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
                 below(p.busbw, reference),
                 num(reference)
             ),
-        )
-    }
+        ).with_evidence(p.busbw, reference, "GB/s", ExpectationSource::Fleet)
 }
 
 fn partners(n: usize) -> String {

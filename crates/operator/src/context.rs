@@ -1,10 +1,12 @@
 //! What every reconcile shares: the client, the metrics, the Events publisher, and the caches
-//! (Nodes, benchmark Pods, FabricTestRuns) kept current by watches.
+//! (Nodes, benchmark Pods, FabricTestRuns and their shards) kept current by watches.
 
 use crate::controller::backoff::ErrorBackoff;
 use crate::events::Events;
 use crate::metrics::Metrics;
+use crate::shards::ShardWrites;
 use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::shard::FabricTestRunShard;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::Client;
 use kube::runtime::reflector::Store;
@@ -23,6 +25,10 @@ pub struct Context {
     pub pods: Store<Pod>,
     /// Every FabricTestRun in the watched namespaces.
     pub runs: Store<FabricTestRun>,
+    /// Every FabricTestRunShard (the runs' per-node results).
+    pub shards: Store<FabricTestRunShard>,
+    /// The shard statuses this process wrote last, read on top of `shards`.
+    pub shard_writes: Arc<ShardWrites>,
     /// The namespace watched, or None for all.
     pub namespace: Option<String>,
     /// Failed reconciles in a row per object, for the retry backoff.

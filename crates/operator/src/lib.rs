@@ -17,9 +17,11 @@ pub mod quarantine;
 pub mod results;
 pub mod runs;
 pub mod schedule;
+pub mod shards;
 pub mod signals;
 pub mod status;
 pub mod time;
+pub mod waves;
 pub mod webhook;
 
 pub use context::Context;
@@ -28,6 +30,7 @@ pub use error::Error;
 use futures::StreamExt;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::test::FabricTest;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
@@ -94,6 +97,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         }
     };
     let (tests_api, runs_api, pods_api) = namespaced(&client);
+    let shards_api: Api<FabricTestRunShard> = match &ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
     let (node_store, node_watch) = node_cache(&client);
 
     // Benchmark pods: a cache, and the trigger of the run controller.
@@ -116,6 +123,14 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .default_backoff()
         .modify(slim::<FabricTestRun>)
         .reflect_shared(run_writer)
+        .for_each(|_| futures::future::ready(()));
+
+    // Shards: a cache of every run's per-node results, read by both controllers.
+    let (shard_store, shard_writer) = reflector::store();
+    let shard_watch = watcher::watcher(shards_api, WatchConfig::default())
+        .default_backoff()
+        .modify(slim::<FabricTestRunShard>)
+        .reflect(shard_writer)
         .for_each(|_| futures::future::ready(()));
 
     // FabricTests: one shared cache, the trigger of the test controller and the source of
@@ -146,6 +161,8 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         nodes: node_store.clone(),
         pods: pod_store.clone(),
         runs: run_store.clone(),
+        shards: shard_store.clone(),
+        shard_writes: Default::default(),
         namespace: options.namespace.clone(),
         backoff: Default::default(),
         synced: synced_rx,
@@ -179,13 +196,14 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
 
     let readiness = {
         let (ready, n, p) = (ready.clone(), node_store.clone(), pod_store.clone());
-        let (r, t) = (run_store.clone(), test_store.clone());
+        let (r, t, s) = (run_store.clone(), test_store.clone(), shard_store.clone());
         async move {
             let _ = tokio::join!(
                 t.wait_until_ready(),
                 n.wait_until_ready(),
                 p.wait_until_ready(),
-                r.wait_until_ready()
+                r.wait_until_ready(),
+                s.wait_until_ready()
             );
             ready.store(true, Ordering::SeqCst);
             let _ = synced_tx.send(true);
@@ -202,6 +220,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
             _ = readiness => {}
             _ = node_watch => {}
             _ = run_watch => {}
+            _ = shard_watch => {}
             _ = test_watch => {}
         }
     };

@@ -3,6 +3,7 @@
 //! executor's, build info and leadership; and, read from the API state at each scrape
 //! ([`state`]), per node the last result and bandwidths and per test the run times.
 
+pub mod progress;
 pub mod state;
 
 use crate::quarantine::QuarantineMetrics;
@@ -182,6 +183,8 @@ pub struct Metrics {
     pub quarantine: QuarantineMetrics,
     /// 1 while this replica holds the leader Lease (or runs without leader election).
     pub leader: Gauge,
+    /// Progress of the runs under way.
+    progress: progress::ProgressMetrics,
     /// Active pods per run, summed into `pods_active`.
     active_by_run: Mutex<BTreeMap<String, i64>>,
     state: StateFamilies,
@@ -236,6 +239,8 @@ impl Metrics {
         );
         let state = StateFamilies::default();
         state.register(&mut registry);
+        let progress = progress::ProgressMetrics::default();
+        progress.register(&mut registry);
         registry.register(
             "gpufabric_nodes_tested",
             "Nodes tested, by verdict",
@@ -266,6 +271,7 @@ impl Metrics {
             reconcile_errors,
             quarantine,
             leader,
+            progress,
             active_by_run: Mutex::new(BTreeMap::new()),
             state,
             source: std::sync::OnceLock::new(),
@@ -295,6 +301,15 @@ impl Metrics {
                 result: result.into(),
             })
             .inc();
+    }
+
+    /// The progress series of a run under way (`None` removes them once it finished).
+    pub fn set_run_progress(
+        &self,
+        run: &FabricTestRun,
+        progress: Option<&gpufabric_api::run::RunProgress>,
+    ) {
+        self.progress.set(run, progress);
     }
 
     /// Starts timing a reconcile of `controller`; the time is recorded when the guard drops.

@@ -254,6 +254,7 @@ mod tests {
                 thresholds: Default::default(),
                 quarantine: Default::default(),
                 agent,
+                rollout: None,
             },
         );
         r.metadata.namespace = Some("gpu-tests".into());

@@ -1,7 +1,9 @@
 //! The compact result: what the operator needs to judge a node, in one- and two-letter keys
 //! so that it fits a termination message.
 
-use super::measurements::{HostBandwidth, Transport};
+use super::measurements::{
+    CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HostBandwidth, PairMatrix, Transport,
+};
 use super::{
     Backend, COMPACT_VERSION, ErrorKind, ParseError, Phase, PhaseError, ResultDocument, is_zero,
     is_zero_f64, is_zero_u64,
@@ -214,120 +216,7 @@ pub fn upper_index(g: u32, a: u32, b: u32) -> usize {
 impl From<&ResultDocument> for CompactResult {
     fn from(doc: &ResultDocument) -> Self {
         let g = doc.gpus.len() as u32;
-        let nc = doc
-            .nccl
-            .as_ref()
-            .map(|n| {
-                n.collectives
-                    .iter()
-                    .map(|c| CompactCollective {
-                        collective: c.collective,
-                        peak_busbw: r1(c.peak_busbw()),
-                        largest_busbw: r1(c.rows.last().map_or(0.0, |r| r.out_of_place.busbw)),
-                        smallest_time_us: r1(c.min_time_us().unwrap_or(0.0)),
-                        alpha_beta: c.fit.map(|f| (r1(f.alpha_us), r1(f.beta_gbps))),
-                        wrong: c.total_wrong(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (mut pu, mut pb, mut hd, mut dh, mut pc) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0);
-        if let Some(p) = &doc.pairs {
-            let n = g as usize;
-            if !p.unidirectional.is_empty() {
-                pu = vec![0.0; n * n];
-                for e in &p.unidirectional {
-                    if let Some(slot) = pu.get_mut(e.src as usize * n + e.dst as usize) {
-                        *slot = r1(e.gbps);
-                    }
-                }
-            }
-            if !p.bidirectional.is_empty() && n >= 2 {
-                pb = vec![0.0; n * (n - 1) / 2];
-                for e in &p.bidirectional {
-                    let (a, b) = if e.src < e.dst {
-                        (e.src, e.dst)
-                    } else {
-                        (e.dst, e.src)
-                    };
-                    if a != b
-                        && let Some(slot) = pb.get_mut(upper_index(g, a, b))
-                    {
-                        *slot = r1(e.gbps);
-                    }
-                }
-            }
-            hd = per_gpu(&p.host_to_device, n);
-            dh = per_gpu(&p.device_to_host, n);
-            pc = p.corrupt_copies;
-        }
-        let (mut dp, mut dc) = (Vec::new(), Vec::new());
-        if let Some(d) = &doc.ddp {
-            dp = d
-                .points
-                .iter()
-                .map(|p| CompactDdpPoint {
-                    gpus: p.gpus,
-                    step_ms: r2(p.step_ms),
-                    scaling_efficiency: r3(p.scaling_efficiency),
-                    comm_fraction: r3(p.comm_fraction),
-                    overlap_efficiency: r3(p.overlap_efficiency),
-                    tflops_per_gpu: r1(p.tflops_per_gpu),
-                })
-                .collect();
-            if let Some(last) = d.points.iter().max_by_key(|p| p.gpus) {
-                dc = vec![0.0; g as usize];
-                for (idx, ms) in last.gpu_indices.iter().zip(&last.compute_ms) {
-                    if let Some(slot) = dc.get_mut(*idx as usize) {
-                        *slot = r2(*ms);
-                    }
-                }
-            }
-        }
-        let h = doc
-            .health
-            .as_ref()
-            .map(|s| {
-                s.gpus
-                    .iter()
-                    .map(|gh| CompactGpuHealth {
-                        nvlinks: (gh.nvlink_active, gh.nvlink_expected),
-                        nvlink_errors: gh.nvlink_errors,
-                        nvlink_link_gbps: r1(gh.nvlink_link_gbps),
-                        nvlink_switch: gh.nvlink_switch,
-                        pcie: (
-                            gh.pcie_gen,
-                            gh.pcie_gen_max,
-                            gh.pcie_width,
-                            gh.pcie_width_max,
-                        ),
-                        xids: gh.xids.clone(),
-                        ecc_uncorrected: gh.ecc_uncorrected,
-                        row_remap: u32::from(gh.remapped_pending)
-                            | (u32::from(gh.remapped_failed) << 1),
-                        temperature_c: r1(gh.temperature_c),
-                        throttle: gh.throttle.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let tf = doc
-            .transports
-            .iter()
-            .filter(|t| t.transport != Transport::Nvlink)
-            .map(|t| (t.a, t.b, t.transport))
-            .collect();
-        let e = doc
-            .errors
-            .iter()
-            .map(|e| PhaseError {
-                phase: e.phase,
-                kind: e.kind,
-                message: cut(&e.message, 160),
-            })
-            .collect();
-        CompactResult {
+        let mut c = CompactResult {
             version: COMPACT_VERSION,
             node: doc.node.clone(),
             backend: doc.backend,
@@ -338,19 +227,147 @@ impl From<&ResultDocument> for CompactResult {
                 .unwrap_or_default(),
             gpus: g,
             duration_s: r1(doc.duration_s),
-            collectives: nc,
-            copy_uni: pu,
-            copy_bidir: pb,
-            host_to_device: hd,
-            device_to_host: dh,
-            corrupt_copies: pc,
-            ddp_points: dp,
-            ddp_compute_ms: dc,
-            health: h,
-            transport_fallbacks: tf,
-            errors: e,
+            collectives: doc.nccl.as_ref().map_or_else(Vec::new, |n| {
+                n.collectives.iter().map(CompactCollective::from).collect()
+            }),
+            copy_uni: Vec::new(),
+            copy_bidir: Vec::new(),
+            host_to_device: Vec::new(),
+            device_to_host: Vec::new(),
+            corrupt_copies: 0,
+            ddp_points: Vec::new(),
+            ddp_compute_ms: Vec::new(),
+            health: doc.health.as_ref().map_or_else(Vec::new, |s| {
+                s.gpus.iter().map(CompactGpuHealth::from).collect()
+            }),
+            transport_fallbacks: doc
+                .transports
+                .iter()
+                .filter(|t| t.transport != Transport::Nvlink)
+                .map(|t| (t.a, t.b, t.transport))
+                .collect(),
+            errors: doc
+                .errors
+                .iter()
+                .map(|e| PhaseError {
+                    phase: e.phase,
+                    kind: e.kind,
+                    message: cut(&e.message, 160),
+                })
+                .collect(),
+        };
+        if let Some(p) = &doc.pairs {
+            let n = g as usize;
+            c.copy_uni = copy_uni(p, n);
+            c.copy_bidir = copy_bidir(p, g);
+            c.host_to_device = per_gpu(&p.host_to_device, n);
+            c.device_to_host = per_gpu(&p.device_to_host, n);
+            c.corrupt_copies = p.corrupt_copies;
+        }
+        if let Some(d) = &doc.ddp {
+            c.ddp_points = d.points.iter().map(CompactDdpPoint::from).collect();
+            c.ddp_compute_ms = ddp_compute_ms(d, g as usize);
+        }
+        c
+    }
+}
+
+impl From<&CollectiveSweep> for CompactCollective {
+    fn from(c: &CollectiveSweep) -> Self {
+        CompactCollective {
+            collective: c.collective,
+            peak_busbw: r1(c.peak_busbw()),
+            largest_busbw: r1(c.rows.last().map_or(0.0, |r| r.out_of_place.busbw)),
+            smallest_time_us: r1(c.min_time_us().unwrap_or(0.0)),
+            alpha_beta: c.fit.map(|f| (r1(f.alpha_us), r1(f.beta_gbps))),
+            wrong: c.total_wrong(),
         }
     }
+}
+
+impl From<&DdpPoint> for CompactDdpPoint {
+    fn from(p: &DdpPoint) -> Self {
+        CompactDdpPoint {
+            gpus: p.gpus,
+            step_ms: r2(p.step_ms),
+            scaling_efficiency: r3(p.scaling_efficiency),
+            comm_fraction: r3(p.comm_fraction),
+            overlap_efficiency: r3(p.overlap_efficiency),
+            tflops_per_gpu: r1(p.tflops_per_gpu),
+        }
+    }
+}
+
+impl From<&GpuHealth> for CompactGpuHealth {
+    fn from(gh: &GpuHealth) -> Self {
+        CompactGpuHealth {
+            nvlinks: (gh.nvlink_active, gh.nvlink_expected),
+            nvlink_errors: gh.nvlink_errors,
+            nvlink_link_gbps: r1(gh.nvlink_link_gbps),
+            nvlink_switch: gh.nvlink_switch,
+            pcie: (
+                gh.pcie_gen,
+                gh.pcie_gen_max,
+                gh.pcie_width,
+                gh.pcie_width_max,
+            ),
+            xids: gh.xids.clone(),
+            ecc_uncorrected: gh.ecc_uncorrected,
+            row_remap: u32::from(gh.remapped_pending) | (u32::from(gh.remapped_failed) << 1),
+            temperature_c: r1(gh.temperature_c),
+            throttle: gh.throttle.clone(),
+        }
+    }
+}
+
+/// The one-way copy matrix of `n` GPUs, row-major, diagonal 0; empty when not measured.
+fn copy_uni(p: &PairMatrix, n: usize) -> Vec<f64> {
+    if p.unidirectional.is_empty() {
+        return Vec::new();
+    }
+    let mut pu = vec![0.0; n * n];
+    for e in &p.unidirectional {
+        if let Some(slot) = pu.get_mut(e.src as usize * n + e.dst as usize) {
+            *slot = r1(e.gbps);
+        }
+    }
+    pu
+}
+
+/// The bidirectional copies of `g` GPUs as an upper triangle; empty when not measured.
+fn copy_bidir(p: &PairMatrix, g: u32) -> Vec<f64> {
+    let n = g as usize;
+    if p.bidirectional.is_empty() || n < 2 {
+        return Vec::new();
+    }
+    let mut pb = vec![0.0; n * (n - 1) / 2];
+    for e in &p.bidirectional {
+        let (a, b) = if e.src < e.dst {
+            (e.src, e.dst)
+        } else {
+            (e.dst, e.src)
+        };
+        if a != b
+            && let Some(slot) = pb.get_mut(upper_index(g, a, b))
+        {
+            *slot = r1(e.gbps);
+        }
+    }
+    pb
+}
+
+/// DDP compute time per GPU index at the largest GPU count; empty without points.
+fn ddp_compute_ms(d: &DdpResult, n: usize) -> Vec<f64> {
+    let Some(last) = d.points.iter().max_by_key(|p| p.gpus) else {
+        return Vec::new();
+    };
+    let mut dc = vec![0.0; n];
+    for (idx, ms) in last.gpu_indices.iter().zip(&last.compute_ms) {
+        if let Some(slot) = dc.get_mut(*idx as usize) {
+            *slot = r2(*ms);
+        }
+    }
+    dc
 }
 
 fn per_gpu(values: &[HostBandwidth], n: usize) -> Vec<f64> {

@@ -1,7 +1,7 @@
 //! The fleet comparison: each series of values against the nodes of the same product and GPU count in the run.
 
+use super::gpu_pairs::blame;
 use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
-use super::perf::blame;
 use super::*;
 
 fn series_better(metric: Metric) -> Better {
@@ -151,14 +151,10 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
     };
     Finding {
         collective: key.collective,
-        ..evidence(
+        ..Finding::new(
             FindingKind::Slow,
             subject,
             key.metric,
-            o.value,
-            o.median,
-            unit,
-            ExpectationSource::Fleet,
             Severity::Critical,
             format!(
                 "{at}: {what} {shown}, {} the median of {} comparable {} x{gpus} nodes ({shown_median}); compare its NVLink, PCIe and clock state with a healthy node.",
@@ -167,6 +163,7 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
                 s.product,
             ),
         )
+        .with_evidence(o.value, o.median, unit, ExpectationSource::Fleet)
     }
 }
 
@@ -192,14 +189,10 @@ fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Findi
         let expected =
             fleet::median(&outliers.iter().map(|o| o.median).collect::<Vec<_>>()).unwrap_or(0.0);
         let count = outliers.iter().map(|o| o.count).min().unwrap_or(0);
-        evidence(
+        Finding::new(
             FindingKind::Slow,
             subject,
             metric,
-            measured,
-            expected,
-            "GB/s",
-            ExpectationSource::Fleet,
             Severity::Critical,
             format!(
                 "{at}: {what} {} GB/s, {} the same GPU pairs on {count} comparable {} nodes ({} GB/s); check the NVLink or PCIe path (nvidia-smi topo -m, nvidia-smi nvlink -s).",
@@ -209,6 +202,7 @@ fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Findi
                 num(expected)
             ),
         )
+        .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
     };
     let mut out = Vec::new();
     if verdict.node {

@@ -65,52 +65,113 @@ pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> Gpu
         side.stream.sync()?;
         sides.push(side);
     }
-    let deadline = |k: usize| Instant::now() + set.timeout.max(Duration::from_secs(1)) * k as u32;
-    let never = || false;
-    let mut corrupt = 0u32;
-    let mut uni = Vec::new();
-    for s in &sides {
-        for d in &sides {
-            if s.gpu.index == d.gpu.index {
-                continue;
-            }
-            let mut samples = Vec::new();
-            for _ in 0..set.repeats.max(1) {
-                s.start.record(&s.stream)?;
-                for _ in 0..set.copies.max(1) {
-                    s.stream.memcpy_dtod(d.dst.ptr, s.src.ptr, bytes)?;
-                }
-                s.end.record(&s.stream)?;
-                s.stream.sync_until("pair copy", deadline(1), &never)?;
-                let ms = s.start.elapsed_ms(&s.end)?;
-                samples.push(gbps(bytes * set.copies.max(1), ms));
-            }
-            let bw = stats::median(&samples).unwrap_or(0.0);
-            if !verify(d, &mut check, seed_of(s.gpu.index))? {
-                corrupt += 1;
-            }
-            progress(&format!(
-                "pair {} -> {}: {:.1} GB/s",
-                s.gpu.index, d.gpu.index, bw
-            ));
-            uni.push(PairBandwidth {
-                src: s.gpu.index,
-                dst: d.gpu.index,
-                gbps: bw,
-            });
-        }
+    let mut m = Copies {
+        set,
+        bytes,
+        check: &mut check,
+        corrupt: 0,
+        progress,
+    };
+    let unidirectional = m.one_way(&sides)?;
+    let bidirectional = if set.bidirectional {
+        m.both_ways(&sides)?
+    } else {
+        Vec::new()
+    };
+    let (host_to_device, device_to_host) = if set.host_copies {
+        m.host_ways(&sides, &mut host)?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(PairMatrix {
+        bytes: bytes as u64,
+        unidirectional,
+        bidirectional,
+        host_to_device,
+        device_to_host,
+        corrupt_copies: m.corrupt,
+    })
+}
+
+/// The copies of one matrix: its settings, the host buffer that checks arrivals, and the
+/// count of copies that arrived corrupt.
+struct Copies<'a> {
+    set: &'a PairSettings,
+    bytes: usize,
+    check: &'a mut HostBuf,
+    corrupt: u32,
+    progress: &'a dyn Fn(&str),
+}
+
+impl Copies<'_> {
+    /// Deadline of a wait covering `k` copy directions.
+    fn deadline(&self, k: u32) -> Instant {
+        Instant::now() + self.set.timeout.max(Duration::from_secs(1)) * k
     }
-    let mut bidir = Vec::new();
-    if set.bidirectional {
+
+    /// The median over the repeats of `sample`, which times one repeat (GB/s).
+    fn median(&self, mut sample: impl FnMut() -> GpuResult<f64>) -> GpuResult<f64> {
+        let mut samples = Vec::new();
+        for _ in 0..self.set.repeats.max(1) {
+            samples.push(sample()?);
+        }
+        Ok(stats::median(&samples).unwrap_or(0.0))
+    }
+
+    /// Counts a copy into `side.dst` that does not hold the pattern of `seed`.
+    fn verify(&mut self, side: &Side, seed: u64) -> GpuResult<()> {
+        if !verify(side, self.check, seed)? {
+            self.corrupt += 1;
+        }
+        Ok(())
+    }
+
+    /// One way, every ordered pair.
+    fn one_way(&mut self, sides: &[Side]) -> GpuResult<Vec<PairBandwidth>> {
+        let (bytes, copies) = (self.bytes, self.set.copies.max(1));
+        let mut out = Vec::new();
+        for s in sides {
+            for d in sides {
+                if s.gpu.index == d.gpu.index {
+                    continue;
+                }
+                let bw = self.median(|| {
+                    s.start.record(&s.stream)?;
+                    for _ in 0..copies {
+                        s.stream.memcpy_dtod(d.dst.ptr, s.src.ptr, bytes)?;
+                    }
+                    s.end.record(&s.stream)?;
+                    s.stream
+                        .sync_until("pair copy", self.deadline(1), &|| false)?;
+                    Ok(gbps(bytes * copies, s.start.elapsed_ms(&s.end)?))
+                })?;
+                self.verify(d, seed_of(s.gpu.index))?;
+                (self.progress)(&format!(
+                    "pair {} -> {}: {:.1} GB/s",
+                    s.gpu.index, d.gpu.index, bw
+                ));
+                out.push(PairBandwidth {
+                    src: s.gpu.index,
+                    dst: d.gpu.index,
+                    gbps: bw,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Both ways at once, every unordered pair.
+    fn both_ways(&mut self, sides: &[Side]) -> GpuResult<Vec<PairBandwidth>> {
+        let (bytes, copies) = (self.bytes, self.set.copies.max(1));
+        let mut out = Vec::new();
         for (i, a) in sides.iter().enumerate() {
             for b in sides.iter().skip(i + 1) {
-                let mut samples = Vec::new();
-                for _ in 0..set.repeats.max(1) {
+                let bw = self.median(|| {
                     a.start.record(&a.stream)?;
                     b.stream.wait(&a.start)?;
                     // Twice the copies of the one-way test: the two streams start a few
                     // microseconds apart, which a longer run amortises.
-                    for _ in 0..2 * set.copies.max(1) {
+                    for _ in 0..2 * copies {
                         a.stream.memcpy_dtod(b.dst.ptr, a.src.ptr, bytes)?;
                         b.stream.memcpy_dtod(a.dst.ptr, b.src.ptr, bytes)?;
                     }
@@ -118,65 +179,64 @@ pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> Gpu
                     a.stream.wait(&b.mid)?;
                     a.end.record(&a.stream)?;
                     a.stream
-                        .sync_until("bidirectional copy", deadline(2), &never)?;
-                    let ms = a.start.elapsed_ms(&a.end)?;
-                    samples.push(gbps(4 * bytes * set.copies.max(1), ms));
-                }
-                let bw = stats::median(&samples).unwrap_or(0.0);
-                if !verify(b, &mut check, seed_of(a.gpu.index))? {
-                    corrupt += 1;
-                }
-                if !verify(a, &mut check, seed_of(b.gpu.index))? {
-                    corrupt += 1;
-                }
-                progress(&format!(
+                        .sync_until("bidirectional copy", self.deadline(2), &|| false)?;
+                    Ok(gbps(4 * bytes * copies, a.start.elapsed_ms(&a.end)?))
+                })?;
+                self.verify(b, seed_of(a.gpu.index))?;
+                self.verify(a, seed_of(b.gpu.index))?;
+                (self.progress)(&format!(
                     "pair {} <-> {}: {:.1} GB/s both ways",
                     a.gpu.index, b.gpu.index, bw
                 ));
-                bidir.push(PairBandwidth {
+                out.push(PairBandwidth {
                     src: a.gpu.index,
                     dst: b.gpu.index,
                     gbps: bw,
                 });
             }
         }
+        Ok(out)
     }
-    let (mut h2d, mut d2h) = (Vec::new(), Vec::new());
-    if set.host_copies {
+
+    /// Host to device and back, per GPU.
+    fn host_ways(
+        &mut self,
+        sides: &[Side],
+        host: &mut HostBuf,
+    ) -> GpuResult<(Vec<HostBandwidth>, Vec<HostBandwidth>)> {
+        let (bytes, copies) = (self.bytes, self.set.copies.max(1));
         let host_seed = 0x0057_0057;
         fill_pattern(host.as_mut_slice(), host_seed);
-        for s in &sides {
-            let mut samples = Vec::new();
-            for _ in 0..set.repeats.max(1) {
+        let host = &*host;
+        let (mut h2d, mut d2h) = (Vec::new(), Vec::new());
+        for s in sides {
+            let up = self.median(|| {
                 s.start.record(&s.stream)?;
-                for _ in 0..set.copies.max(1) {
-                    s.stream.memcpy_htod(s.dst.ptr, &host, bytes)?;
+                for _ in 0..copies {
+                    s.stream.memcpy_htod(s.dst.ptr, host, bytes)?;
                 }
                 s.end.record(&s.stream)?;
                 s.stream
-                    .sync_until("host-to-device copy", deadline(1), &never)?;
-                samples.push(gbps(bytes * set.copies.max(1), s.start.elapsed_ms(&s.end)?));
-            }
-            let up = stats::median(&samples).unwrap_or(0.0);
-            if !verify(s, &mut check, host_seed)? {
-                corrupt += 1;
-            }
+                    .sync_until("host-to-device copy", self.deadline(1), &|| false)?;
+                Ok(gbps(bytes * copies, s.start.elapsed_ms(&s.end)?))
+            })?;
+            self.verify(s, host_seed)?;
             let mut samples = Vec::new();
-            for _ in 0..set.repeats.max(1) {
+            for _ in 0..self.set.repeats.max(1) {
                 s.start.record(&s.stream)?;
-                for _ in 0..set.copies.max(1) {
-                    s.stream.memcpy_dtoh(&mut check, s.src.ptr, bytes)?;
+                for _ in 0..copies {
+                    s.stream.memcpy_dtoh(self.check, s.src.ptr, bytes)?;
                 }
                 s.end.record(&s.stream)?;
                 s.stream
-                    .sync_until("device-to-host copy", deadline(1), &never)?;
-                samples.push(gbps(bytes * set.copies.max(1), s.start.elapsed_ms(&s.end)?));
+                    .sync_until("device-to-host copy", self.deadline(1), &|| false)?;
+                samples.push(gbps(bytes * copies, s.start.elapsed_ms(&s.end)?));
             }
             let down = stats::median(&samples).unwrap_or(0.0);
-            if count_pattern_mismatch(check.as_slice(), seed_of(s.gpu.index)) != 0 {
-                corrupt += 1;
+            if count_pattern_mismatch(self.check.as_slice(), seed_of(s.gpu.index)) != 0 {
+                self.corrupt += 1;
             }
-            progress(&format!(
+            (self.progress)(&format!(
                 "host -> GPU {}: {:.1} GB/s, GPU {} -> host: {:.1} GB/s",
                 s.gpu.index, up, s.gpu.index, down
             ));
@@ -189,15 +249,8 @@ pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> Gpu
                 gbps: down,
             });
         }
+        Ok((h2d, d2h))
     }
-    Ok(PairMatrix {
-        bytes: bytes as u64,
-        unidirectional: uni,
-        bidirectional: bidir,
-        host_to_device: h2d,
-        device_to_host: d2h,
-        corrupt_copies: corrupt,
-    })
 }
 
 fn empty(bytes: usize) -> PairMatrix {

@@ -41,6 +41,8 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         nodes,
         pods,
         runs: run_store,
+        shards: reflector::store().0,
+        shard_writes: Default::default(),
         namespace: None,
         backoff: Default::default(),
         synced,

@@ -1,7 +1,10 @@
-//! The FabricTestRun controller: freezes the nodes, creates one benchmark pod per node in
-//! bounded batches, reads each finished pod's result, ends the run when every pod ended or
-//! the deadline passed, and judges the nodes. Everything it knows is re-read from the API
-//! server, so a restarted operator resumes a run where it was.
+//! The FabricTestRun controller: freezes the nodes into the run's shards, creates one
+//! benchmark pod per node wave by wave (`spec.rollout`) with bounded concurrency, reads each
+//! finished pod's result, ends each wave when its pods ended or its deadline passed, and
+//! judges the nodes. Per-node results go to the shards (only those that changed are
+//! written); the run keeps counts, progress and the worst nodes. Everything it knows is
+//! re-read from the API server and its caches, so a restarted operator resumes a run where
+//! it was.
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -10,15 +13,18 @@ use crate::names;
 use crate::nodes;
 use crate::pods::{self, allocatable_gpus};
 use crate::results::{self, PodState};
+use crate::shards::{self, Shard};
 use crate::status as st;
 use crate::time::{now, to_chrono};
+use crate::waves;
 use chrono::Utc;
 use futures::StreamExt;
 use gpufabric_api::keys;
 use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
 use gpufabric_api::run::{
-    FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
+    FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase, RunProgress,
 };
+use gpufabric_api::shard::{FabricTestRunShard, NODES_PER_SHARD};
 use gpufabric_health::NodeInput;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -58,10 +64,16 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
     // The cache may lag behind our own last status write: read the run itself.
     let Some(run) = api.get_opt(&obj.name_any()).await? else {
         ctx.metrics.set_active_pods(&key, 0);
+        if let Some(uid) = obj.uid() {
+            ctx.shard_writes.forget(&uid);
+        }
         return Ok(Action::await_change());
     };
     if run.meta().deletion_timestamp.is_some() {
         ctx.metrics.set_active_pods(&key, 0);
+        if let Some(uid) = run.uid() {
+            ctx.shard_writes.forget(&uid);
+        }
         return Ok(Action::await_change());
     }
     let status = run.status.clone().unwrap_or_default();
@@ -69,7 +81,7 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
         ctx.metrics.set_active_pods(&key, 0);
         return Ok(Action::await_change());
     }
-    if status.nodes.is_empty() {
+    if status.start_time.is_none() {
         return start(&run, &api, ctx).await;
     }
     progress(&run, status, &api, ctx, &key).await
@@ -94,13 +106,156 @@ async fn apply_status(
         .await?)
 }
 
-/// Resolves and freezes the nodes, or fails the run when there are none.
+/// The shard API in the run's namespace.
+fn shards_api(ctx: &Context, run: &FabricTestRun) -> Api<FabricTestRunShard> {
+    Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default())
+}
+
+/// Where the run's benchmark pods live.
+fn pods_api(ctx: &Context, run: &FabricTestRun) -> Api<Pod> {
+    Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default())
+}
+
+/// Resolves the nodes and freezes them into the run's shards, or fails the run when there
+/// are none. A start cut short after its shards were made keeps the nodes they hold.
 async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> Result<Action> {
     let name = run.name_any();
+    let shards_api = shards_api(ctx, run);
+    let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
+    let (targets, skipped) = if existing.is_empty() {
+        let (t, s) = resolve(run, ctx).await?;
+        (t.into_iter().map(|t| t.name).collect::<Vec<_>>(), s)
+    } else {
+        let frozen = existing.iter().flat_map(|s| s.spec.nodes.clone()).collect();
+        (frozen, Vec::new())
+    };
+    let started = now();
+    let skipped_text = skipped
+        .iter()
+        .take(10)
+        .map(|s| format!("{} {}", s.node, s.message))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let wave_size = run
+        .spec
+        .rollout
+        .clone()
+        .unwrap_or_default()
+        .wave_size(targets.len());
+    let failure = match (&wave_size, targets.is_empty()) {
+        (Err(e), _) => Some(e.clone()),
+        (Ok(_), true) if skipped.is_empty() => {
+            Some("no node matches the nodeSelector and has allocatable nvidia.com/gpu".to_string())
+        }
+        (Ok(_), true) => Some(format!(
+            "no node can be tested ({} selected, none usable): {skipped_text}",
+            skipped.len()
+        )),
+        (Ok(_), false) => None,
+    };
+    let skipped_count = skipped.len() as u32;
+    let mut listed_skipped = skipped;
+    listed_skipped.truncate(st::MAX_SKIPPED_IN_STATUS);
+    if let Some(message) = failure {
+        let mut status = FabricTestRunStatus {
+            phase: RunPhase::Failed,
+            start_time: Some(started.clone()),
+            completion_time: Some(started),
+            duration: Some(st::duration_string(0)),
+            message: Some(message.clone()),
+            skipped: listed_skipped,
+            skipped_count,
+            ..Default::default()
+        };
+        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
+        apply_status(api, &name, &status).await?;
+        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
+        tracing::warn!(%message, "run failed at its start");
+        publish(ctx, run, true, "RunFailed", "Resolve", &message).await;
+        return Ok(Action::await_change());
+    }
+    let wave_size = wave_size.unwrap_or(targets.len());
+    if existing.is_empty() {
+        create_shards(run, &targets, &shards_api).await?;
+    }
+    let pending: Vec<NodeRunResult> = targets
+        .iter()
+        .map(|n| NodeRunResult {
+            node: n.clone(),
+            ..Default::default()
+        })
+        .collect();
+    let status = FabricTestRunStatus {
+        phase: RunPhase::Running,
+        start_time: Some(started),
+        node_count: targets.len() as u32,
+        shards: gpufabric_api::shard::shard_count(targets.len()) as u32,
+        progress: Some(RunProgress {
+            done: 0,
+            total: targets.len() as u32,
+            wave: 1,
+            waves: targets.len().div_ceil(wave_size.max(1)) as u32,
+            wave_size: wave_size as u32,
+            wave_start_time: None,
+            wave_pods_created_time: None,
+            stopped: 0,
+        }),
+        nodes: st::nodes_for_run_status(&pending),
+        message: (skipped_count > 0)
+            .then(|| format!("{skipped_count} selected nodes not tested: {skipped_text}")),
+        skipped: listed_skipped,
+        skipped_count,
+        ..Default::default()
+    };
+    apply_status(api, &name, &status).await?;
+    tracing::info!(nodes = targets.len(), wave_size, "run started");
+    let note = if wave_size < targets.len() {
+        format!("testing {} nodes in waves of {wave_size}", targets.len())
+    } else {
+        format!("testing {} nodes", targets.len())
+    };
+    publish(ctx, run, false, "RunStarted", "Start", &note).await;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// An Event on the run, and the same (prefixed with the run's name) on its test.
+async fn publish(
+    ctx: &Context,
+    run: &FabricTestRun,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let run_ref = run.object_ref(&());
+    let test_note = format!("{}: {note}", run.name_any());
+    if warning {
+        ctx.events
+            .warning(&run_ref, reason, action, note.to_string())
+            .await;
+    } else {
+        ctx.events
+            .normal(&run_ref, reason, action, note.to_string())
+            .await;
+    }
+    if let Some(t) = &Context::test_ref_of(run) {
+        if warning {
+            ctx.events.warning(t, reason, action, test_note).await;
+        } else {
+            ctx.events.normal(t, reason, action, test_note).await;
+        }
+    }
+}
+
+/// The nodes a run tests and the selected nodes it skips, from the node cache.
+async fn resolve(
+    run: &FabricTestRun,
+    ctx: &Context,
+) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
     let all = ctx.nodes.state();
     let in_use = gpus_in_use(ctx).await?;
     let tolerations = pods::tolerations(&run.spec.agent);
-    let (targets, skipped) = nodes::resolve(
+    Ok(nodes::resolve(
         all.iter().map(|n| n.as_ref()),
         &nodes::Selection {
             selector: &run.spec.node_selector,
@@ -109,81 +264,34 @@ async fn start(run: &FabricTestRun, api: &Api<FabricTestRun>, ctx: &Context) -> 
             gpus_in_use: &in_use,
             include_busy: include_busy_nodes(run, ctx).await?,
         },
-    );
-    let started = now();
-    let skipped_text = skipped
-        .iter()
-        .take(10)
-        .map(|s| format!("{} {}", s.node, s.message))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let run_ref = run.object_ref(&());
-    let test_ref = Context::test_ref_of(run);
-    if targets.is_empty() {
-        let message = if skipped.is_empty() {
-            "no node matches the nodeSelector and has allocatable nvidia.com/gpu".to_string()
-        } else {
-            format!(
-                "no node can be tested ({} selected, none usable): {skipped_text}",
-                skipped.len()
-            )
-        };
-        let mut status = FabricTestRunStatus {
-            phase: RunPhase::Failed,
-            start_time: Some(started.clone()),
-            completion_time: Some(started),
-            duration: Some(st::duration_string(0)),
-            message: Some(message.clone()),
-            skipped: skipped.clone(),
-            ..Default::default()
-        };
-        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
-        apply_status(api, &name, &status).await?;
-        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
-        tracing::warn!(%message, "run failed: no nodes");
-        ctx.events
-            .warning(&run_ref, "RunFailed", "Resolve", message.clone())
-            .await;
-        if let Some(t) = &test_ref {
-            ctx.events
-                .warning(t, "RunFailed", "Resolve", format!("{name}: {message}"))
-                .await;
-        }
-        return Ok(Action::await_change());
-    }
-    let status = FabricTestRunStatus {
-        phase: RunPhase::Running,
-        start_time: Some(started),
-        node_count: targets.len() as u32,
-        nodes: targets
-            .iter()
-            .map(|t| NodeRunResult {
-                node: t.name.clone(),
-                verdict: NodeVerdict::Pending,
-                ..Default::default()
-            })
-            .collect(),
-        message: (!skipped.is_empty()).then(|| {
-            format!(
-                "{} selected nodes not tested: {skipped_text}",
-                skipped.len()
-            )
-        }),
-        skipped,
-        ..Default::default()
-    };
-    apply_status(api, &name, &status).await?;
-    tracing::info!(nodes = targets.len(), "run started");
-    let note = format!("testing {} nodes", targets.len());
-    ctx.events
-        .normal(&run_ref, "RunStarted", "Start", note.clone())
+    ))
+}
+
+/// Creates the run's shards over `targets`, at most [`CREATE_CONCURRENCY`] at once; a
+/// shard that exists already counts as created.
+async fn create_shards(
+    run: &FabricTestRun,
+    targets: &[String],
+    api: &Api<FabricTestRunShard>,
+) -> Result<()> {
+    let jobs: Vec<_> = shards::build(run, targets)?
+        .into_iter()
+        .map(|s| async move {
+            match api.create(&PostParams::default(), &s).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(jobs)
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect()
         .await;
-    if let Some(t) = &test_ref {
-        ctx.events
-            .normal(t, "RunStarted", "Start", format!("{name}: {note}"))
-            .await;
+    for r in results {
+        r?;
     }
-    Ok(Action::requeue(Duration::from_millis(100)))
+    Ok(())
 }
 
 /// GPUs held by pods that are not gpufabric's, by node, read from the API server when a
@@ -225,6 +333,8 @@ struct Read {
     /// Pods that ended while the kubelet still holds them (an image that cannot be pulled, a
     /// missing Secret): deleted so that they stop holding the node's GPUs.
     to_stop: Vec<usize>,
+    /// Nodes whose pod holds them now (running, waiting, or ended and not yet gone).
+    occupying: usize,
 }
 
 async fn read_states(
@@ -232,13 +342,14 @@ async fn read_states(
     entries: &[NodeRunResult],
     pods: &HashMap<String, Arc<Pod>>,
     pods_api: &Api<Pod>,
-    past_deadline: bool,
+    past_deadline: &(dyn Fn(usize) -> bool + Sync),
     run_seconds: u64,
 ) -> Result<Read> {
     let mut read = Read {
         outcomes: Vec::with_capacity(entries.len()),
         to_create: Vec::new(),
         to_stop: Vec::new(),
+        occupying: 0,
     };
     for (i, e) in entries.iter().enumerate() {
         let pod_name = names::pod_name(name, &e.node);
@@ -250,6 +361,12 @@ async fn read_states(
         };
         let o = if let Some(p) = live {
             let state = results::pod_state(&p);
+            if !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded") | Some("Failed")
+            ) {
+                read.occupying += 1;
+            }
             if state.is_final() && holds_node(&p) {
                 read.to_stop.push(i);
             }
@@ -258,7 +375,7 @@ async fn read_states(
             // Ended earlier (a blocked pod this controller deleted): the status remembers why.
             PodState::Ended(results::outcome_from_entry(e))
         } else if e.pod.is_some() {
-            if past_deadline {
+            if past_deadline(i) {
                 PodState::Ended(results::never_started(&format!(
                     "the run deadline ({run_seconds}s)"
                 )))
@@ -274,7 +391,31 @@ async fn read_states(
     Ok(read)
 }
 
-/// Creates, reads and finishes.
+/// Deletes a benchmark pod; one already gone is fine.
+async fn delete_pod(pods_api: &Api<Pod>, name: &str) -> Result<()> {
+    match pods_api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The run's shards: from the cache, or listed when the cache has not caught up.
+async fn shards_of(run: &FabricTestRun, ctx: &Context) -> Result<Vec<Shard>> {
+    let want = run.status.as_ref().map_or(0, |s| s.shards) as usize;
+    let found = match shards::cached(&ctx.shards, &ctx.shard_writes, run) {
+        Some(s) => s,
+        None => shards::listed(&shards_api(ctx, run), &ctx.shard_writes, run).await?,
+    };
+    if found.len() < want {
+        return Err(Error::Missing("the run's FabricTestRunShards"));
+    }
+    Ok(found)
+}
+
+/// Reads every node's pod, stops what ended or passed its wave's deadline, creates the
+/// pods of the wave under way, writes the shards that changed and the run's progress, and
+/// finishes the run once every node has a result.
 async fn progress(
     run: &FabricTestRun,
     status: FabricTestRunStatus,
@@ -285,9 +426,11 @@ async fn progress(
     let name = run.name_any();
     let ns = run.namespace().unwrap_or_default();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods_api = pods_api(ctx, run);
     let timeout = i64::from(run.spec.agent.timeout_seconds);
     let now_t = Utc::now();
+    let shards = shards_of(run, ctx).await?;
+    let mut entries = shards::results(&shards);
 
     let pods: HashMap<String, Arc<Pod>> = ctx
         .pods
@@ -298,47 +441,67 @@ async fn progress(
         .map(|p| (p.name_any(), p))
         .collect();
 
-    let pods_created_at = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_PODS_CREATED && c.status == "True")
-        .map(|c| to_chrono(&c.last_transition_time));
-    let base = pods_created_at
-        .or_else(|| status.start_time.as_ref().map(to_chrono))
+    let mut prog = status.progress.clone().unwrap_or_default();
+    let wave_size = match prog.wave_size as usize {
+        0 => entries.len().max(1),
+        n => n,
+    };
+    // The deadline of the wave under way counts from when all its pods existed.
+    let stored_wave = prog.wave.saturating_sub(1) as usize;
+    let base = prog
+        .wave_pods_created_time
+        .as_ref()
+        .or(prog.wave_start_time.as_ref())
+        .or(status.start_time.as_ref())
+        .map(to_chrono)
         .unwrap_or(now_t);
     let deadline = base + chrono::Duration::seconds(timeout + DEADLINE_MARGIN_SECONDS);
     let past_deadline = now_t >= deadline;
-
-    let mut entries = status.nodes.clone();
+    let in_wave = |i: usize| waves::wave_of(i, wave_size) <= stored_wave;
     let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
     let Read {
         mut outcomes,
         to_create,
         to_stop,
+        occupying,
     } = read_states(
         &name,
         &entries,
         &pods,
         &pods_api,
-        past_deadline,
+        &|i| past_deadline && in_wave(i),
         run_seconds,
     )
     .await?;
     for i in to_stop {
-        let pod_name = names::pod_name(&name, &entries[i].node);
-        match pods_api
-            .delete(&pod_name, &DeleteParams::background())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
+    }
+
+    // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
+    if past_deadline {
+        for i in to_create.iter().copied().filter(|i| in_wave(*i)) {
+            outcomes[i] = PodState::Ended(results::never_started(&format!(
+                "the run deadline ({run_seconds}s)"
+            )));
+        }
+        for (i, o) in outcomes.iter_mut().enumerate() {
+            if o.is_final() || !in_wave(i) {
+                continue;
+            }
+            delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
+            *o = PodState::Ended(
+                std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds),
+            );
+            prog.stopped += 1;
         }
     }
 
+    let done: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    let waiting: Vec<usize> = to_create.into_iter().filter(|i| !done[*i]).collect();
+    let step = waves::step(&done, &waiting, occupying, wave_size);
     let mut transient = None;
-    if !to_create.is_empty() && !past_deadline {
-        let created = create_pods(run, &entries, &to_create, ctx, &pods_api).await;
+    if let Some(step) = step.as_ref().filter(|s| !s.create.is_empty()) {
+        let created = create_pods(run, &entries, &step.create, ctx, &pods_api).await;
         for (i, res) in created {
             match res {
                 Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
@@ -351,35 +514,6 @@ async fn progress(
                 Err(CreateError::Transient(e)) => transient = Some(e),
             }
         }
-    } else if past_deadline {
-        for i in &to_create {
-            outcomes[*i] = PodState::Ended(results::never_started(&format!(
-                "the run deadline ({run_seconds}s)"
-            )));
-        }
-    }
-
-    // Past the deadline: stop what is still running.
-    let mut stopped = 0;
-    if past_deadline {
-        for (i, o) in outcomes.iter_mut().enumerate() {
-            if o.is_final() {
-                continue;
-            }
-            let pod_name = names::pod_name(&name, &entries[i].node);
-            match pods_api
-                .delete(&pod_name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            *o = PodState::Ended(
-                std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds),
-            );
-            stopped += 1;
-        }
     }
 
     for (e, o) in entries.iter_mut().zip(&outcomes) {
@@ -390,31 +524,60 @@ async fn progress(
     ctx.metrics.set_active_pods(key, active as i64);
 
     let mut next = status.clone();
-    next.nodes = entries;
-    let all_created = next
-        .nodes
-        .iter()
-        .all(|e| e.pod.is_some() || e.verdict.is_final());
-    if all_created && pods_created_at.is_none() {
+    let has_pod = |i: usize| entries[i].pod.is_some() || outcomes[i].is_final();
+    if (0..entries.len()).all(has_pod)
+        && !next
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_PODS_CREATED)
+    {
         let c = st::condition(
             &status.conditions,
             CONDITION_PODS_CREATED,
             true,
             "AllPodsCreated",
-            format!("{} benchmark pods created", next.nodes.len()),
+            format!("{} benchmark pods created", entries.len()),
             run.metadata.generation,
             &now(),
         );
-        next.conditions
-            .retain(|c| c.type_ != CONDITION_PODS_CREATED);
         next.conditions.push(c);
-        tracing::info!(pods = next.nodes.len(), "all pods created");
+        tracing::info!(pods = entries.len(), "all pods created");
     }
+    prog.total = entries.len() as u32;
+    prog.done = outcomes.iter().filter(|o| o.is_final()).count() as u32;
+    prog.wave_size = wave_size as u32;
+    prog.waves = entries.len().div_ceil(wave_size) as u32;
+    if let Some(step) = &step {
+        if step.wave + 1 != prog.wave as usize || prog.wave_start_time.is_none() {
+            prog.wave = step.wave as u32 + 1;
+            prog.wave_start_time = Some(now());
+            prog.wave_pods_created_time = None;
+            tracing::info!(wave = prog.wave, waves = prog.waves, "wave started");
+        }
+        let start = step.wave * wave_size;
+        let end = (start + wave_size).min(entries.len());
+        if prog.wave_pods_created_time.is_none() && (start..end).all(has_pod) {
+            prog.wave_pods_created_time = Some(now());
+        }
+    }
+    next.progress = Some(prog);
+    ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
-    if active == 0 && transient.is_none() {
-        return finish(run, next, &outcomes, stopped, api, &pods_api, ctx).await;
+    if step.is_none() && transient.is_none() {
+        return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
     }
-    st::set_counts(&mut next);
+    let after: Vec<Vec<NodeRunResult>> =
+        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    shards::write_changed(
+        &shards_api(ctx, run),
+        &ctx.shard_writes,
+        &uid,
+        &shards,
+        &after,
+    )
+    .await?;
+    st::set_counts(&mut next, &entries);
+    next.nodes = st::nodes_for_run_status(&entries);
     if next != status {
         apply_status(api, &name, &next).await?;
     }
@@ -490,53 +653,53 @@ async fn create_pods(
         .await
 }
 
-/// Judges every node and ends the run.
+/// Judges every node, writes every node's result to the shards, and ends the run.
 async fn finish(
     run: &FabricTestRun,
     mut next: FabricTestRunStatus,
+    shards: &[Shard],
+    mut entries: Vec<NodeRunResult>,
     outcomes: &[PodState],
-    stopped: usize,
     api: &Api<FabricTestRun>,
-    pods_api: &Api<Pod>,
     ctx: &Context,
 ) -> Result<Action> {
     let name = run.name_any();
-    let inputs: Vec<NodeInput> = next
-        .nodes
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let inputs: Vec<NodeInput> = entries
         .iter()
         .zip(outcomes)
         .filter_map(|(e, o)| {
-            let node = ctx.nodes.get(&ObjectRef::new(&e.node));
-            let product_label = node
-                .as_ref()
-                .and_then(|n| n.labels().get(keys::LABEL_GPU_PRODUCT).cloned());
-            let expected_gpus = node.as_ref().and_then(|n| {
-                n.labels()
-                    .get(keys::LABEL_GPU_COUNT)
-                    .and_then(|c| c.parse().ok())
-                    .or_else(|| Some(allocatable_gpus(n)).filter(|g| *g > 0))
-            });
             let PodState::Ended(outcome) = o else {
                 return None;
             };
-            Some(NodeInput {
-                node: e.node.clone(),
-                product_label,
-                expected_gpus,
-                outcome: outcome.clone(),
-            })
+            Some(node_input(ctx, &e.node, outcome))
         })
         .collect();
     let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
-    for e in &mut next.nodes {
+    let worst = st::worst_finding_per_node(&evaluation.findings);
+    for e in &mut entries {
         if let Some(v) = evaluation.verdicts.get(&e.node) {
             e.verdict = *v;
         }
         e.findings = evaluation.critical_count(&e.node);
+        e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
     }
+    let after: Vec<Vec<NodeRunResult>> =
+        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    shards::write_changed(
+        &shards_api(ctx, run),
+        &ctx.shard_writes,
+        &uid,
+        shards,
+        &after,
+    )
+    .await?;
+
     let (kept, dropped) = st::findings_for_status(evaluation.findings.clone());
+    next.finding_count = evaluation.findings.len() as u32;
     next.findings = kept;
-    st::set_counts(&mut next);
+    st::set_counts(&mut next, &entries);
+    next.nodes = st::nodes_for_run_status(&entries);
     let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
     let completion = now();
     let started = next
@@ -547,6 +710,7 @@ async fn finish(
         (to_chrono(&completion) - to_chrono(&started)).num_seconds(),
     ));
     next.completion_time = Some(completion);
+    let stopped = next.progress.as_ref().map_or(0, |p| p.stopped);
     let mut notes = Vec::new();
     if let Some(m) = &next.message {
         notes.push(m.clone());
@@ -560,7 +724,7 @@ async fn finish(
         next.phase = RunPhase::Succeeded;
     }
     // Before the run ends, so before the history limits can delete its pods.
-    notes.extend(results::store::keep_all(pods_api, run, &next.nodes).await);
+    notes.extend(results::store::keep_all(&pods_api(ctx, run), run, &entries).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
@@ -571,7 +735,8 @@ async fn finish(
     apply_status(api, &name, &next).await?;
 
     ctx.metrics.run_finished(run, next.phase, f + er);
-    for n in &next.nodes {
+    ctx.metrics.set_run_progress(run, None);
+    for n in &entries {
         ctx.metrics
             .nodes_tested
             .get_or_create(&VerdictLabels {
@@ -581,8 +746,8 @@ async fn finish(
     }
     let summary = format!(
         "{} nodes: {p} passed, {f} failed, {er} errored or timed out, {nm} not measured; {} findings",
-        next.nodes.len(),
-        next.findings.len() + dropped
+        entries.len(),
+        evaluation.findings.len()
     );
     tracing::info!(phase = ?next.phase, %summary, "run finished");
     let bad = f + er > 0 || next.phase == RunPhase::Failed;
@@ -593,36 +758,36 @@ async fn finish(
     } else {
         "RunSucceeded"
     };
-    let run_ref = run.object_ref(&());
-    let test_ref = Context::test_ref_of(run);
-    if let Some(issue) = st::infrastructure_issue(&next.nodes) {
+    if let Some(issue) = st::infrastructure_issue(&entries) {
         // One Event for the pattern, on the test: the nodes are not at fault.
         let note = format!("{name}: {}", issue.message());
         tracing::warn!(%note, "many nodes not measured for one reason");
-        if let Some(t) = &test_ref {
+        if let Some(t) = &Context::test_ref_of(run) {
             ctx.events
                 .warning(t, st::CONDITION_INFRASTRUCTURE_DEGRADED, "Finish", note)
                 .await;
         }
     }
-    if bad {
-        ctx.events
-            .warning(&run_ref, reason, "Finish", summary.clone())
-            .await;
-        if let Some(t) = &test_ref {
-            ctx.events
-                .warning(t, reason, "Finish", format!("{name}: {summary}"))
-                .await;
-        }
-    } else {
-        ctx.events
-            .normal(&run_ref, reason, "Finish", summary.clone())
-            .await;
-        if let Some(t) = &test_ref {
-            ctx.events
-                .normal(t, reason, "Finish", format!("{name}: {summary}"))
-                .await;
-        }
-    }
+    publish(ctx, run, bad, reason, "Finish", &summary).await;
     Ok(Action::await_change())
+}
+
+/// What the evaluator needs of one node: its outcome, and what its labels say it holds.
+fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
+    let node = ctx.nodes.get(&ObjectRef::new(name));
+    let product_label = node
+        .as_ref()
+        .and_then(|n| n.labels().get(keys::LABEL_GPU_PRODUCT).cloned());
+    let expected_gpus = node.as_ref().and_then(|n| {
+        n.labels()
+            .get(keys::LABEL_GPU_COUNT)
+            .and_then(|c| c.parse().ok())
+            .or_else(|| Some(allocatable_gpus(n)).filter(|g| *g > 0))
+    });
+    NodeInput {
+        node: name.to_string(),
+        product_label,
+        expected_gpus,
+        outcome: outcome.clone(),
+    }
 }

@@ -14,7 +14,7 @@ use crate::status as st;
 use crate::time::{now, to_time};
 use chrono::Utc;
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, Trigger};
+use gpufabric_api::run::{FabricTestRun, NodeRunResult, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -151,13 +151,15 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let last_run = status
         .last_run
         .as_ref()
-        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name));
+        .and_then(|l| runs.iter().find(|r| r.name_any() == l.name))
+        .and_then(|r| Some((r.name_any(), results_of(ctx, r)?)));
     status.conditions.extend(st::infrastructure_condition(
         &original.conditions,
-        last_run,
+        last_run.as_ref().map(|(n, r)| (n.as_str(), r.as_slice())),
         test.metadata.generation,
         &stamp,
     ));
+    st::bound_test_status(&mut status);
     if status != original {
         apply_status(&api, &name, &status).await?;
     }
@@ -226,12 +228,23 @@ async fn fold_finished_runs(
         .collect();
     let mut all_applied = true;
     for run in &to_fold {
-        status.nodes = st::fold_history(&status.nodes, run);
+        // Folded in completion order: a run whose results the cache lacks waits, and so do
+        // the runs after it.
+        let Some(results) = results_of(ctx, run) else {
+            tracing::info!(run = %run.name_any(), "waiting for the run's shards in the cache");
+            return Ok(false);
+        };
+        status.nodes = st::fold_history(&status.nodes, run, &results);
         status.last_run = Some(st::run_summary(run));
-        all_applied &= quarantine_after(test, run, status, breaker, ctx).await?;
+        all_applied &= quarantine_after(test, run, &results, status, breaker, ctx).await?;
         tracing::info!(run = %run.name_any(), "run folded into the test's history");
     }
     Ok(all_applied)
+}
+
+/// Every node's result of a finished run (see [`crate::shards::finished_results`]).
+fn results_of(ctx: &Context, run: &FabricTestRun) -> Option<Vec<NodeRunResult>> {
+    crate::shards::finished_results(&ctx.shards, &ctx.shard_writes, run)
 }
 
 /// Carries out `decision`: its Events, the Replace deletions, the new run, and what the
@@ -392,16 +405,17 @@ fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric
 async fn quarantine_after(
     test: &FabricTest,
     run: &FabricTestRun,
+    results: &[NodeRunResult],
     status: &mut FabricTestStatus,
     breaker: &mut quarantine::Breaker,
     ctx: &Context,
 ) -> Result<bool> {
-    let Some(run_status) = run.status.as_ref() else {
+    if run.status.is_none() {
         return Ok(true);
-    };
+    }
     let run_name = run.name_any();
     // Only nodes the run measured are judged: a node not measured is never a suspect.
-    let tested: BTreeSet<&str> = st::measured_nodes(run_status);
+    let tested: BTreeSet<&str> = st::measured_nodes(results);
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
     let holdings = quarantine::holdings(&ctx.client, test)
@@ -470,7 +484,11 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
-    publish_signals(test, run, status, &plan, ctx).await;
+    // With the breaker open nothing on a node changes, its signals included: a remediation
+    // tool that acts on GPUFabricHealthy=False must not act on a storm either.
+    if !plan.breaker_open {
+        publish_signals(test, run, results, status, &plan, ctx).await;
+    }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
         let api: Api<FabricTestRun> =
@@ -493,22 +511,19 @@ async fn quarantine_after(
     Ok(outcome.errors.is_empty())
 }
 
-/// Writes the node signals of a folded run (condition, result label, last pass), unless the
-/// breaker is open. A node that cannot be written is logged and reported in one Event;
-/// nothing else waits on it.
+/// Writes the node signals of a folded run (condition, result label, last pass) from every
+/// node's result (`results`, all shards). A node that cannot be written is logged and
+/// reported in one Event; nothing else waits on it.
 async fn publish_signals(
     test: &FabricTest,
     run: &FabricTestRun,
+    results: &[NodeRunResult],
     status: &FabricTestStatus,
     plan: &gpufabric_health::Plan,
     ctx: &Context,
 ) {
-    if plan.breaker_open {
-        // A storm: the environment is suspected, so no node is touched, signals included.
-        tracing::info!(run = %run.name_any(), "breaker open: node signals left as they are");
-        return;
-    }
-    let signals = crate::signals::decide(test, run, &status.nodes, &plan.confirm, &ctx.nodes);
+    let signals =
+        crate::signals::decide(test, run, results, &status.nodes, &plan.confirm, &ctx.nodes);
     let published = crate::signals::write(&ctx.client, signals).await;
     if published.failures.is_empty() {
         return;

@@ -68,13 +68,14 @@ impl NodeResult {
         }
     }
 
-    /// The result of a node from the FabricTest's view of it.
-    pub fn of(health: &NodeHealth) -> NodeResult {
+    /// The result of a node from the FabricTest's view of it. While the test's breaker is
+    /// open its failures are not trusted (a storm points at the environment): a failing node
+    /// not quarantined is a suspect, not a confirmed failure.
+    pub fn of(health: &NodeHealth, breaker_open: bool) -> NodeResult {
         match health.verdict {
             NodeVerdict::Passed => NodeResult::Pass,
-            NodeVerdict::Failed if health.quarantined || health.held_back.is_some() => {
-                NodeResult::Fail
-            }
+            NodeVerdict::Failed if health.quarantined => NodeResult::Fail,
+            NodeVerdict::Failed if health.held_back.is_some() && !breaker_open => NodeResult::Fail,
             NodeVerdict::Failed => NodeResult::Suspect,
             _ => NodeResult::NotMeasured,
         }
@@ -154,16 +155,16 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         }
         out.quarantined_count
             .push((test_labels.clone(), i64::from(status.quarantined_count)));
-        let open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
+        let breaker_open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
         out.breaker_open
-            .push((test_labels.clone(), i64::from(open)));
+            .push((test_labels.clone(), i64::from(breaker_open)));
         let node_labels = |node: &str| NodeLabels {
             namespace: test_labels.namespace.clone(),
             name: test_labels.name.clone(),
             node: node.to_string(),
         };
         for health in &status.nodes {
-            let result = NodeResult::of(health);
+            let result = NodeResult::of(health, breaker_open);
             for r in NodeResult::ALL {
                 let l = NodeResultLabels {
                     namespace: test_labels.namespace.clone(),
@@ -282,6 +283,21 @@ mod tests {
         assert_eq!(s.breaker_open[0].1, 1);
         let s = series(&[test_with(condition("False"))], &[]);
         assert_eq!(s.breaker_open[0].1, 0);
+    }
+
+    #[test]
+    fn a_failing_node_held_by_an_open_breaker_is_a_suspect_not_a_failure() {
+        let failing = |quarantined: bool| {
+            serde_json::from_value::<NodeHealth>(json!({
+                "node": "a", "verdict": "Failed", "consecutiveFailures": 1,
+                "consecutivePasses": 0, "quarantined": quarantined,
+                "heldBack": "would quarantine: the breaker is open (too many nodes failed at once)"
+            }))
+            .expect("health")
+        };
+        assert_eq!(NodeResult::of(&failing(false), true), NodeResult::Suspect);
+        assert_eq!(NodeResult::of(&failing(false), false), NodeResult::Fail);
+        assert_eq!(NodeResult::of(&failing(true), true), NodeResult::Fail);
     }
 
     #[test]

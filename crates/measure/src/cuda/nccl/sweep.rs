@@ -195,6 +195,40 @@ pub struct SweepSettings {
     pub check: bool,
 }
 
+/// NCCL connects peers lazily at the first call of each kind: do that outside timing, at
+/// the first size of the sweep, with back-to-back calls for at least [`RAMP`] as well: the
+/// GPUs idled while the previous collective's outputs were checked on the host, and the
+/// first sizes must not be timed while their clocks come back up.
+fn ramp_up(
+    c: Collective,
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    first: u64,
+) -> GpuResult<()> {
+    let n = ranks.len() as u64;
+    let elem = set.data_type.size();
+    let ndt = nccl_type(set.data_type);
+    let (sc, rc, _) = counts(c, first, elem, n);
+    // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
+    wd.arm(comms, c.nccl_tests_name(), set.timeout);
+    load_inputs(c, ranks, elem, sc, false)?;
+    let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let ramp_start = Instant::now();
+    for round in 0..RAMP_ROUNDS_MAX {
+        for _ in 0..5 {
+            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+        }
+        sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
+        if round > 0 && ramp_start.elapsed() >= RAMP {
+            break;
+        }
+        wd.arm(comms, c.nccl_tests_name(), set.timeout);
+    }
+    Ok(())
+}
+
 /// Times and checks one collective over all sizes.
 pub fn sweep_collective(
     c: Collective,
@@ -208,27 +242,8 @@ pub fn sweep_collective(
     let dt = set.data_type;
     let elem = dt.size();
     let ndt = nccl_type(dt);
-    // NCCL connects peers lazily at the first call of each kind: do that outside timing.
     if let Some(&first) = set.sizes.first() {
-        let (sc, rc, _) = counts(c, first, elem, n);
-        // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
-        wd.arm(comms, c.nccl_tests_name(), set.timeout);
-        load_inputs(c, ranks, elem, sc, false)?;
-        let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-        // Back-to-back calls for at least RAMP as well: the GPUs idled while the previous
-        // collective's outputs were checked on the host, and the first sizes must not be
-        // timed while their clocks come back up.
-        let ramp_start = Instant::now();
-        for round in 0..RAMP_ROUNDS_MAX {
-            for _ in 0..5 {
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
-            }
-            sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
-            if round > 0 && ramp_start.elapsed() >= RAMP {
-                break;
-            }
-            wd.arm(comms, c.nccl_tests_name(), set.timeout);
-        }
+        ramp_up(c, comms, ranks, wd, set, first)?;
     }
     let started = Instant::now();
     let mut timed = Duration::ZERO;

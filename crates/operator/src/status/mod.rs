@@ -4,7 +4,6 @@
 use crate::time::to_chrono;
 use chrono::{DateTime, Utc};
 use gpufabric_api::findings::{Finding, Severity};
-use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
 };
@@ -13,9 +12,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 
-/// Most findings one run status keeps (critical ones first): etcd limits an object to
-/// 1.5 MiB, and a run over a thousand nodes can find more than fits.
-pub const MAX_FINDINGS_IN_STATUS: usize = 500;
+mod bound;
+mod infra;
+
+pub use bound::{
+    MAX_NODES_IN_RUN_STATUS, MAX_NODES_IN_TEST_STATUS, MAX_SKIPPED_IN_STATUS, bound_test_status,
+    nodes_for_run_status,
+};
+pub use infra::{
+    CONDITION_INFRASTRUCTURE_DEGRADED, INFRASTRUCTURE_MIN_NODES, INFRASTRUCTURE_SHARE,
+    InfrastructureIssue, infrastructure_condition, infrastructure_issue,
+};
+
+/// Most findings one run status keeps (critical ones first): a run over ten thousand
+/// nodes can find more than fits in one object; `findingCount` counts them all.
+pub const MAX_FINDINGS_IN_STATUS: usize = 100;
 
 /// A duration as kubectl prints it: `45s`, `4m12s`, `2h3m4s`.
 pub fn duration_string(seconds: i64) -> String {
@@ -45,14 +56,13 @@ pub fn counts(nodes: &[NodeRunResult]) -> (u32, u32, u32) {
     c
 }
 
-/// Writes the passed, failed, errored and not-measured counts of a run status.
-pub fn set_counts(status: &mut FabricTestRunStatus) {
-    let (p, f, e) = counts(&status.nodes);
+/// Writes the passed, failed, errored and not-measured counts of a run over `nodes`.
+pub fn set_counts(status: &mut FabricTestRunStatus, nodes: &[NodeRunResult]) {
+    let (p, f, e) = counts(nodes);
     status.passed = p;
     status.failed = f;
     status.errored = e;
-    status.not_measured = status
-        .nodes
+    status.not_measured = nodes
         .iter()
         .filter(|n| n.verdict == NodeVerdict::NotMeasured)
         .count() as u32;
@@ -60,143 +70,12 @@ pub fn set_counts(status: &mut FabricTestRunStatus) {
 
 /// The nodes of a run whose result says something about their hardware (measured, or a
 /// hardware fault the agent saw): the only nodes the quarantine plan may judge.
-pub fn measured_nodes(status: &FabricTestRunStatus) -> std::collections::BTreeSet<&str> {
-    status
-        .nodes
+pub fn measured_nodes(nodes: &[NodeRunResult]) -> std::collections::BTreeSet<&str> {
+    nodes
         .iter()
         .filter(|n| n.verdict.is_measured())
         .map(|n| n.node.as_str())
         .collect()
-}
-
-/// Many nodes of one run not measured for the same reason: the environment is at fault
-/// (an image, a Secret, busy GPUs), which a person should hear about once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InfrastructureIssue {
-    pub reason: NotMeasuredReason,
-    /// What Kubernetes called it, e.g. `ImagePullBackOff`, when the nodes agree.
-    pub label: String,
-    pub nodes: usize,
-    pub total: usize,
-}
-
-impl InfrastructureIssue {
-    /// E.g. `ImagePullBackOff on 16 of 16 nodes: check agent.image and agent.imagePullSecrets`.
-    pub fn message(&self) -> String {
-        format!(
-            "{} on {} of {} nodes: {}",
-            self.label,
-            self.nodes,
-            self.total,
-            self.reason.advice()
-        )
-    }
-}
-
-/// The Kubernetes reason a not-measured detail starts with (`ImagePullBackOff: ...`), or
-/// the one inside a kubelet refusal (`the kubelet refused the pod: OutOfnvidia.com/gpu: ...`).
-fn kube_reason(detail: &str) -> Option<&str> {
-    let rest = detail
-        .strip_prefix("the kubelet refused the pod: ")
-        .unwrap_or(detail);
-    let word = rest.split([':', ';']).next()?.trim();
-    (!word.is_empty() && !word.contains(' ') && word.starts_with(|c: char| c.is_ascii_uppercase()))
-        .then_some(word)
-}
-
-/// Nodes of this share of a run (and at least [`INFRASTRUCTURE_MIN_NODES`]) not measured
-/// for one reason make an [`InfrastructureIssue`].
-pub const INFRASTRUCTURE_SHARE: f64 = 0.5;
-pub const INFRASTRUCTURE_MIN_NODES: usize = 2;
-
-/// The most common reason of a run's not-measured nodes, when at least half of its nodes
-/// (and at least two) share it.
-pub fn infrastructure_issue(nodes: &[NodeRunResult]) -> Option<InfrastructureIssue> {
-    let mut by_reason: BTreeMap<NotMeasuredReason, Vec<&NodeRunResult>> = BTreeMap::new();
-    for n in nodes {
-        if let Some(r) = n
-            .not_measured
-            .filter(|_| n.verdict == NodeVerdict::NotMeasured)
-        {
-            by_reason.entry(r).or_default().push(n);
-        }
-    }
-    let (reason, hit) = by_reason
-        .into_iter()
-        .max_by_key(|(r, v)| (v.len(), std::cmp::Reverse(*r)))?;
-    let total = nodes.len();
-    if hit.len() < INFRASTRUCTURE_MIN_NODES
-        || (hit.len() as f64) < INFRASTRUCTURE_SHARE * total as f64
-    {
-        return None;
-    }
-    let labels: std::collections::BTreeSet<&str> = hit
-        .iter()
-        .map(|n| {
-            n.reason
-                .as_deref()
-                .and_then(kube_reason)
-                .unwrap_or(reason.as_str())
-        })
-        .collect();
-    let label = match labels.len() {
-        1 => labels
-            .into_iter()
-            .next()
-            .unwrap_or(reason.as_str())
-            .to_string(),
-        _ => reason.as_str().to_string(),
-    };
-    Some(InfrastructureIssue {
-        reason,
-        label,
-        nodes: hit.len(),
-        total,
-    })
-}
-
-/// Condition type on a FabricTest whose latest run left many nodes unmeasured for one reason.
-pub const CONDITION_INFRASTRUCTURE_DEGRADED: &str = "InfrastructureDegraded";
-
-/// The `InfrastructureDegraded` condition from the latest folded run; without that run
-/// (deleted by the history limits) the previous condition stays.
-pub fn infrastructure_condition(
-    previous: &[Condition],
-    last_run: Option<&FabricTestRun>,
-    generation: Option<i64>,
-    now: &Time,
-) -> Option<Condition> {
-    let Some(run) = last_run else {
-        return previous
-            .iter()
-            .find(|c| c.type_ == CONDITION_INFRASTRUCTURE_DEGRADED)
-            .cloned();
-    };
-    let nodes = run
-        .status
-        .as_ref()
-        .map(|s| s.nodes.as_slice())
-        .unwrap_or_default();
-    Some(match infrastructure_issue(nodes) {
-        Some(issue) => condition(
-            previous,
-            CONDITION_INFRASTRUCTURE_DEGRADED,
-            true,
-            issue.reason.as_str(),
-            format!("{}: {}", run.name_any(), issue.message()),
-            generation,
-            now,
-        ),
-        None => condition(
-            previous,
-            CONDITION_INFRASTRUCTURE_DEGRADED,
-            false,
-            "NodesMeasured",
-            format!("{}: most nodes were measured", run.name_any()),
-            generation,
-            now,
-        ),
-    })
 }
 
 /// A condition, keeping the previous transition time when its status did not change.
@@ -225,7 +104,8 @@ pub fn condition(
     }
 }
 
-/// Findings for the status: critical first, cut to [`MAX_FINDINGS_IN_STATUS`]. Returns the
+/// Findings for the status: critical first, cut to [`MAX_FINDINGS_IN_STATUS`], each
+/// message cut as in the shards. Returns the
 /// kept findings and how many were left out.
 pub fn findings_for_status(mut findings: Vec<Finding>) -> (Vec<Finding>, usize) {
     findings.sort_by(|a, b| {
@@ -235,6 +115,9 @@ pub fn findings_for_status(mut findings: Vec<Finding>) -> (Vec<Finding>, usize) 
     });
     let dropped = findings.len().saturating_sub(MAX_FINDINGS_IN_STATUS);
     findings.truncate(MAX_FINDINGS_IN_STATUS);
+    for f in &mut findings {
+        gpufabric_api::shard::cut(&mut f.message, gpufabric_api::shard::MAX_REASON);
+    }
     (findings, dropped)
 }
 
@@ -301,7 +184,7 @@ pub fn run_summary(run: &FabricTestRun) -> RunSummary {
 }
 
 /// The most severe finding about each node, as a sentence.
-fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
+pub fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
     let mut worst: BTreeMap<&str, &Finding> = BTreeMap::new();
     for f in findings {
         let node = f.subject.node_name();
@@ -315,26 +198,33 @@ fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
     worst
 }
 
-/// The test's per-node history after one more finished run. Nodes the run did not test keep
-/// their history as it was.
-pub fn fold_history(previous: &[NodeHealth], run: &FabricTestRun) -> Vec<NodeHealth> {
+/// The test's per-node history after one more finished run, whose nodes' results are
+/// `nodes` (every node, from its shards). Nodes the run did not test keep their history as
+/// it was.
+pub fn fold_history(
+    previous: &[NodeHealth],
+    run: &FabricTestRun,
+    nodes: &[NodeRunResult],
+) -> Vec<NodeHealth> {
     let mut by_node: BTreeMap<String, NodeHealth> = previous
         .iter()
         .map(|h| (h.node.clone(), h.clone()))
         .collect();
-    let Some(status) = run.status.as_ref() else {
-        return by_node.into_values().collect();
-    };
-    let worst = worst_finding_per_node(&status.findings);
+    let listed = run
+        .status
+        .as_ref()
+        .map(|s| s.findings.as_slice())
+        .unwrap_or_default();
+    let worst = worst_finding_per_node(listed);
     let run_name = run.name_any();
-    for n in &status.nodes {
+    for n in nodes {
         // A node not measured: its last finding says why.
         let finding = if n.verdict == NodeVerdict::NotMeasured {
             n.reason.clone()
         } else {
-            worst
-                .get(n.node.as_str())
-                .map(|f| f.message.clone())
+            n.finding
+                .clone()
+                .or_else(|| worst.get(n.node.as_str()).map(|f| f.message.clone()))
                 .or_else(|| n.reason.clone())
         };
         let next = gpufabric_health::history::advance(
@@ -406,6 +296,7 @@ mod tests {
     use crate::time::to_time;
     use chrono::TimeZone;
     use gpufabric_api::findings::{FindingKind, Metric, Subject};
+    use gpufabric_api::outcome::NotMeasuredReason;
     use gpufabric_api::run::{FabricTestRunSpec, FabricTestRunStatus, Trigger};
 
     fn at(min: u32) -> Time {
@@ -434,6 +325,7 @@ mod tests {
                 thresholds: Default::default(),
                 quarantine: Default::default(),
                 agent: Default::default(),
+                rollout: None,
             },
         );
         let nodes: Vec<NodeRunResult> = nodes
@@ -455,6 +347,15 @@ mod tests {
             ..Default::default()
         });
         r
+    }
+
+    fn fold(previous: &[NodeHealth], r: &FabricTestRun) -> Vec<NodeHealth> {
+        let nodes = r
+            .status
+            .as_ref()
+            .map(|s| s.nodes.clone())
+            .unwrap_or_default();
+        fold_history(previous, r, &nodes)
     }
 
     #[test]
@@ -539,7 +440,7 @@ mod tests {
             Some(2),
             &[("a", NodeVerdict::Timeout)],
         );
-        let h = fold_history(&fold_history(&[], &r1), &r2);
+        let h = fold(&fold(&[], &r1), &r2);
         let a = h.iter().find(|n| n.node == "a").expect("a");
         let b = h.iter().find(|n| n.node == "b").expect("b");
         assert_eq!(a.consecutive_failures, 2);
@@ -576,7 +477,7 @@ mod tests {
                 finding(Severity::Critical, "slow all_reduce"),
             ];
         }
-        let h = fold_history(&[], &r);
+        let h = fold(&[], &r);
         assert_eq!(h[0].last_finding.as_deref(), Some("slow all_reduce"));
     }
 
@@ -618,7 +519,7 @@ mod tests {
         all.push(f(9999, Severity::Critical));
         let (kept, dropped) = findings_for_status(all);
         assert_eq!(kept.len(), MAX_FINDINGS_IN_STATUS);
-        assert_eq!(dropped, 101);
+        assert_eq!(dropped, 501);
         assert_eq!(kept[0].severity, Severity::Critical);
     }
 
@@ -630,63 +531,6 @@ mod tests {
             reason: Some(detail.into()),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn many_nodes_unmeasured_for_one_reason_are_an_infrastructure_issue() {
-        let pull = |n: &str| {
-            not_measured(
-                n,
-                NotMeasuredReason::ImagePull,
-                "ImagePullBackOff: Back-off pulling image \"does-not-exist\"",
-            )
-        };
-        let nodes: Vec<_> = (0..16).map(|i| pull(&format!("n{i}"))).collect();
-        let issue = infrastructure_issue(&nodes).expect("an issue");
-        assert_eq!(
-            issue.message(),
-            "ImagePullBackOff on 16 of 16 nodes: check agent.image and agent.imagePullSecrets"
-        );
-        // Half of the nodes, and at least two.
-        let mut mixed = vec![pull("a"), pull("b")];
-        mixed.extend((0..2).map(|i| NodeRunResult {
-            node: format!("ok{i}"),
-            verdict: NodeVerdict::Passed,
-            ..Default::default()
-        }));
-        assert_eq!(infrastructure_issue(&mixed).map(|i| i.nodes), Some(2));
-        mixed.push(NodeRunResult {
-            node: "ok9".into(),
-            verdict: NodeVerdict::Failed,
-            ..Default::default()
-        });
-        assert_eq!(infrastructure_issue(&mixed), None, "2 of 5 is not half");
-        assert_eq!(
-            infrastructure_issue(&[pull("a")]),
-            None,
-            "one node is no pattern"
-        );
-        // The kubelet's refusal names the resource; different details fall back to the kind.
-        let busy = |n: &str, r: &str| {
-            not_measured(
-                n,
-                NotMeasuredReason::NotAdmitted,
-                &format!("the kubelet refused the pod: {r}: Pod was rejected"),
-            )
-        };
-        let same = [
-            busy("a", "OutOfnvidia.com/gpu"),
-            busy("b", "OutOfnvidia.com/gpu"),
-        ];
-        assert_eq!(
-            infrastructure_issue(&same).map(|i| i.label),
-            Some("OutOfnvidia.com/gpu".into())
-        );
-        let differ = [busy("a", "OutOfnvidia.com/gpu"), busy("b", "NodeAffinity")];
-        assert_eq!(
-            infrastructure_issue(&differ).map(|i| i.label),
-            Some("NotAdmitted".into())
-        );
     }
 
     #[test]
@@ -703,17 +547,18 @@ mod tests {
                 NotMeasuredReason::ContainerConfig,
                 "CreateContainerConfigError: secret \"x\" not found",
             ));
-            set_counts(s);
+            let nodes = s.nodes.clone();
+            set_counts(s, &nodes);
             assert_eq!(
                 (s.passed, s.failed, s.errored, s.not_measured),
                 (0, 1, 1, 1)
             );
             assert_eq!(
-                measured_nodes(s).into_iter().collect::<Vec<_>>(),
+                measured_nodes(&s.nodes).into_iter().collect::<Vec<_>>(),
                 ["a", "b"]
             );
         }
-        let h = fold_history(&[], &r);
+        let h = fold(&[], &r);
         let c = h.iter().find(|n| n.node == "c").expect("c");
         assert_eq!(
             (c.consecutive_failures, c.verdict),
@@ -725,7 +570,13 @@ mod tests {
                 .is_some_and(|m| m.contains("secret"))
         );
         assert_eq!(failing_nodes(&h), ["a", "b"]);
-        let cond = infrastructure_condition(&[], Some(&r), Some(1), &at(2)).expect("condition");
+        let nodes = r
+            .status
+            .as_ref()
+            .map(|s| s.nodes.clone())
+            .unwrap_or_default();
+        let cond = infrastructure_condition(&[], Some(("t-1", &nodes)), Some(1), &at(2))
+            .expect("condition");
         assert_eq!(
             (cond.status.as_str(), cond.reason.as_str()),
             ("False", "NodesMeasured")
