@@ -16,8 +16,8 @@ use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::ResourceExt;
 use kube::api::{Api, LogParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -179,15 +179,16 @@ pub async fn keep(
 pub const KEEP_CONCURRENCY: usize = 16;
 
 /// Keeps the full document of every node of `run` whose pod ended with a result (measured
-/// or a hardware fault; pods stopped at the deadline are gone), in the namespace of `pods`
-/// (the run's benchmark pods). Returns a note for the run status when some could not be
-/// kept; never fails the run.
+/// or a hardware fault; pods stopped at the deadline are gone), in `namespace` (the
+/// benchmark pods'; the run itself is cluster-scoped). Returns a note for the run status
+/// when some could not be kept; never fails the run.
 pub async fn keep_all(
-    pods: &Api<Pod>,
+    client: &Client,
+    namespace: &str,
     run: &FabricTestRun,
     entries: &[NodeRunResult],
 ) -> Option<String> {
-    let ns = pods.namespace()?.to_string();
+    let ns = namespace.to_string();
     let owner = run
         .owner_references()
         .iter()
@@ -197,7 +198,8 @@ pub async fn keep_all(
             controller: None,
             ..o.clone()
         });
-    let config_maps: Api<ConfigMap> = Api::namespaced(pods.clone().into_client(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let run_name = run.name_any();
     let jobs: Vec<_> = entries
         .iter()
