@@ -164,7 +164,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     );
     assert_eq!(
         n2.annotations().get(ANNOTATION_SUSPECT_TAINT),
-        Some(&format!("{}/sig", env.ns)),
+        Some(&"sig".to_string()),
         "the suspect taint is recorded as ours"
     );
     let mut passed_since = Vec::new();

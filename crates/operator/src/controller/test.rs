@@ -475,7 +475,7 @@ async fn quarantine_after(
     // With the breaker open nothing on a node changes, its signals included: a remediation
     // tool that acts on GPUFabricHealthy=False must not act on a storm either.
     if !plan.breaker_open {
-        publish_signals(test, run, status, &plan, ctx).await;
+        publish_signals(test, run, results, status, &plan, ctx).await;
     }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
@@ -498,22 +498,19 @@ async fn quarantine_after(
     Ok(outcome.errors.is_empty())
 }
 
-/// Writes the node signals of a folded run (condition, result label, last pass), unless the
-/// breaker is open. A node that cannot be written is logged and reported in one Event;
-/// nothing else waits on it.
+/// Writes the node signals of a folded run (condition, result label, last pass) from every
+/// node's result (`results`, all shards). A node that cannot be written is logged and
+/// reported in one Event; nothing else waits on it.
 async fn publish_signals(
     test: &FabricTest,
     run: &FabricTestRun,
+    results: &[NodeRunResult],
     status: &FabricTestStatus,
     plan: &gpufabric_health::Plan,
     ctx: &Context,
 ) {
-    if plan.breaker_open {
-        // A storm: the environment is suspected, so no node is touched, signals included.
-        tracing::info!(run = %run.name_any(), "breaker open: node signals left as they are");
-        return;
-    }
-    let signals = crate::signals::decide(test, run, &status.nodes, &plan.confirm, &ctx.nodes);
+    let signals =
+        crate::signals::decide(test, run, results, &status.nodes, &plan.confirm, &ctx.nodes);
     let published = crate::signals::write(&ctx.client, signals).await;
     if published.failures.is_empty() {
         return;

@@ -8,7 +8,7 @@ use crate::time::now;
 use futures::StreamExt;
 use gpufabric_api::keys;
 use gpufabric_api::policy::QuarantineMode;
-use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::run::{FabricTestRun, NodeRunResult};
 use gpufabric_api::test::{FabricTest, NodeHealth};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
@@ -41,11 +41,13 @@ pub struct Published {
     pub failures: Vec<String>,
 }
 
-/// The signals of every node `run` tested, from the test's history after the run was
+/// The signals of every node `run` tested, from every node's result (`results`: all of
+/// the run's shards, not the bounded run status), the test's history after the run was
 /// folded (`history`) and the nodes a confirmation run retests (`confirm`). Pure.
 pub fn decide(
     test: &FabricTest,
     run: &FabricTestRun,
+    results: &[NodeRunResult],
     history: &[NodeHealth],
     confirm: &[String],
     nodes: &Store<Node>,
@@ -68,8 +70,7 @@ pub fn decide(
     let taint_owner = (q.graduated_taints && q.mode != QuarantineMode::Observe)
         .then(|| crate::quarantine::test_key(test).ok())
         .flatten();
-    status
-        .nodes
+    results
         .iter()
         .filter_map(|entry| {
             let health = by_node.get(entry.node.as_str()).copied();
