@@ -62,7 +62,14 @@ async fn a_run_over_1000_nodes() {
     let mut cmd = Command::new(&bin);
     gpufabric_tests::process::harden(&mut cmd);
     let mut op = cmd
-        .args(["run", "--admin-addr", "off", "--kubeconfig"])
+        .args([
+            "run",
+            "--admin-addr",
+            "off",
+            "--pod-namespace",
+            NS,
+            "--kubeconfig",
+        ])
         .arg(cluster.kubeconfig_path())
         .env("RUST_LOG", "info,kube=warn")
         .stdout(Stdio::null())
@@ -71,10 +78,10 @@ async fn a_run_over_1000_nodes() {
         .expect("operator starts");
     let pid = op.id();
 
-    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
+    let tests: Api<FabricTest> = Api::all(cluster.client());
     let test: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
-        "metadata": {"name": "fleet", "namespace": NS},
+        "metadata": {"name": "fleet"},
         "spec": {
             "nodeSelector": {"pool": "training"},
             "suite": {"ncclSweep": {"collectives": ["allReduce"]}},
@@ -88,7 +95,7 @@ async fn a_run_over_1000_nodes() {
         .await
         .expect("create test");
 
-    let runs: Api<FabricTestRun> = Api::namespaced(cluster.client(), NS);
+    let runs: Api<FabricTestRun> = Api::all(cluster.client());
     let pods: Api<Pod> = Api::namespaced(cluster.client(), NS);
     let lp = ListParams::default().labels(keys::LABEL_RUN);
     let (mut run_seen, mut all_pods, mut all_done, mut succeeded) = (None, None, None, None);

@@ -202,7 +202,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     assert_eq!(healthy(&untested), None);
 
     // The run is Complete, and kubectl waits on it.
-    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let runs: Api<FabricTestRun> = env.runs_api();
     let r1 = runs.get(&run1).await.expect("run 1");
     assert_eq!(condition_status(&r1, "Complete").as_deref(), Some("True"));
     assert_eq!(condition_status(&r1, "Failed").as_deref(), Some("False"));

@@ -62,7 +62,6 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
     group = "gpufabric.io",
     version = "v1alpha1",
     kind = "FabricTest",
-    namespaced,
     shortname = "ft",
     category = "gpufabric",
     status = "FabricTestStatus",

@@ -31,7 +31,7 @@ pub use super::decide::{CONDITION_DEGRADED, CONDITION_READY};
 pub const CONTROLLER: &str = "fabrictest";
 
 /// Reconciles one FabricTest.
-#[tracing::instrument(skip_all, fields(test = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
+#[tracing::instrument(skip_all, fields(test = %obj.name_any()))]
 pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let action = reconcile_test(&obj, &ctx).await?;
@@ -41,10 +41,7 @@ pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action
 
 async fn reconcile_test(obj: &Arc<FabricTest>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
-    let ns = obj
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
-    let api: Api<FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<FabricTest> = Api::all(ctx.client.clone());
     // The cache may lag behind our own last status write; folding from a stale status
     // would count a run twice. Read the test itself.
     let Some(test) = api.get_opt(&obj.name_any()).await? else {
@@ -101,11 +98,8 @@ fn is_active(run: &FabricTestRun) -> bool {
 /// the history (and quarantine after each), decide whether a run starts ([`decide`]), carry
 /// that out, write the status, prune old runs, and requeue at the next schedule time.
 async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
-    let ns = test
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
     let name = test.name_any();
-    let api: Api<FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<FabricTest> = Api::all(ctx.client.clone());
     let test_ref = test.object_ref(&());
     let stamp = now();
     let original = test.status.clone().unwrap_or_default();
@@ -189,21 +183,18 @@ async fn runs_of(
     ctx: &Context,
     status: &FabricTestStatus,
 ) -> Result<Vec<FabricTestRun>> {
-    let ns = test.namespace();
     let uid = test.uid().ok_or(Error::Missing("metadata.uid"))?;
     let mut runs: Vec<FabricTestRun> = ctx
         .runs
         .state()
         .iter()
-        .filter(|r| r.namespace() == ns)
         .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
         .map(|r| (**r).clone())
         .collect();
     if let Some(active) = &status.active_run
         && !runs.iter().any(|r| &r.name_any() == active)
     {
-        let api: Api<FabricTestRun> =
-            Api::namespaced(ctx.client.clone(), ns.as_deref().unwrap_or_default());
+        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
         if let Some(r) = api.get_opt(active).await?
             && r.owner_references().iter().any(|o| o.uid == uid)
         {
@@ -257,8 +248,7 @@ async fn carry_out(
     status: &mut FabricTestStatus,
 ) -> Result<()> {
     let test_ref = test.object_ref(&());
-    let runs_api: Api<FabricTestRun> =
-        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+    let runs_api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     for note in &decision.notes {
         let ev = events::event(
             if note.warning {
@@ -323,8 +313,7 @@ async fn carry_out(
     }
     if start.trigger == Trigger::Manual {
         let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: null}}});
-        let api: Api<FabricTest> =
-            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        let api: Api<FabricTest> = Api::all(ctx.client.clone());
         api.patch(
             &test.name_any(),
             &PatchParams::default(),
@@ -366,8 +355,7 @@ async fn delete_run(api: &Api<FabricTestRun>, name: &str) -> Result<()> {
 
 /// Deletes finished runs beyond the history limits.
 async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun]) -> Result<()> {
-    let api: Api<FabricTestRun> =
-        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+    let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     let finished: Vec<&FabricTestRun> = runs
         .iter()
         .filter(|r| !is_active(r) && r.meta().deletion_timestamp.is_none())
@@ -491,8 +479,7 @@ async fn quarantine_after(
     }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
-        let api: Api<FabricTestRun> =
-            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
         if create_run(ctx, &api, &confirm).await? {
             ctx.events
                 .normal(
