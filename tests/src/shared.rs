@@ -12,10 +12,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Tests that need a control plane of their own (other flags, killing it) still use
-//! [`Cluster::start`] or [`Cluster::start_with`].
+//! A binary whose tests all need other flags starts its shared control plane with them
+//! ([`TestEnv::with_options`]); a test that needs a control plane of its own (killing it)
+//! still uses [`Cluster::start`] or [`Cluster::start_with`].
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterOptions};
 use crate::fleet::SimFleet;
 use crate::kubelet::{Kubelet, KubeletOptions};
 use crate::process::signal_group;
@@ -39,6 +40,9 @@ struct Shared {
 }
 
 static SHARED: OnceLock<std::result::Result<Shared, String>> = OnceLock::new();
+/// The options of this binary's control plane, where its tests set them
+/// ([`TestEnv::with_options`]); the defaults otherwise.
+static OPTIONS: OnceLock<ClusterOptions> = OnceLock::new();
 /// What the exit hook stops and removes: the control plane's process groups and its dir.
 static AT_EXIT: OnceLock<(Vec<u32>, PathBuf)> = OnceLock::new();
 static NEXT_ENV: AtomicU32 = AtomicU32::new(1);
@@ -71,10 +75,13 @@ fn start_shared() -> std::result::Result<Shared, String> {
                     return;
                 }
             };
-            let started = runtime.block_on(Cluster::start()).map(|cluster| Shared {
-                cluster,
-                runtime: runtime.handle().clone(),
-            });
+            let opts = OPTIONS.get().cloned().unwrap_or_default();
+            let started = runtime
+                .block_on(Cluster::start_with(opts))
+                .map(|cluster| Shared {
+                    cluster,
+                    runtime: runtime.handle().clone(),
+                });
             let _ = tx.send(started.map_err(|e| e.to_string()));
             loop {
                 std::thread::park();
@@ -159,6 +166,13 @@ impl TestEnv {
             client: cluster.new_client()?,
             id,
         })
+    }
+
+    /// [`TestEnv::new`] where the control plane, if this binary has none yet, starts with
+    /// `opts`. Every test of a binary passes the same options: the first call's are used.
+    pub async fn with_options(name: &str, opts: ClusterOptions) -> Result<TestEnv> {
+        let _ = OPTIONS.set(opts);
+        TestEnv::new(name).await
     }
 
     /// The shared control plane (kubeconfig, kubectl, logs).

@@ -1,6 +1,9 @@
 //! The quarantine executor against a real API server: budget, modes, ownership, races and
-//! release, on Node objects created directly (no kubelet, no controller-manager, so that
-//! nothing but the executor and the "person" in each test changes a node).
+//! release, on Node objects created directly (no kubelet, and no controller-manager node
+//! lifecycle or TTL controller, so that nothing but the executor and the "person" in each
+//! test changes a node). The tests share one control plane: each labels its nodes and
+//! prefixes its FabricTests with its own id, and node names differ between tests (creating
+//! a node that exists fails the test).
 //!
 //! Needs the control-plane binaries (`tests/cluster/build.sh`). Run with
 //! `cargo test -p gpufabric-tests --test quarantine`.
@@ -15,8 +18,9 @@ use gpufabric_operator::events::{Events, Reporter};
 use gpufabric_operator::quarantine::{
     self, Action, NodeObservation, Outcome, QuarantineMetrics, is_unschedulable, taints_of,
 };
-use gpufabric_tests::cluster::{Cluster, ClusterOptions};
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, Taint};
+use gpufabric_tests::cluster::ClusterOptions;
+use gpufabric_tests::shared::TestEnv;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -25,43 +29,34 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 
-const NS: &str = "gpu";
-
-/// What one test needs: a cluster of its own, a client, the recorder and metrics the
-/// operator would pass.
+/// What one test needs: its share of the control plane, a client, the recorder and
+/// metrics the operator would pass.
 struct Env {
-    _cluster: Cluster,
+    env: TestEnv,
     client: Client,
     recorder: Events,
     metrics: QuarantineMetrics,
 }
 
-async fn env() -> Env {
-    gpufabric_tests::init_tracing();
-    let cluster = Cluster::start_with(ClusterOptions {
-        controller_manager: false,
+/// The shared control plane of this binary: the controller-manager runs (namespaces,
+/// service accounts) without the controllers that write to Node objects.
+fn control_plane() -> ClusterOptions {
+    ClusterOptions {
+        controller_manager_args: vec![
+            "--controllers=*,-node-lifecycle-controller,-ttl-controller".into(),
+        ],
         ..ClusterOptions::default()
-    })
-    .await
-    .expect("local control plane starts (build it with tests/cluster/build.sh)");
-    let client = cluster.client();
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some(NS.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
+    }
+}
+
+async fn env() -> Env {
+    let env = TestEnv::with_options("quarantine", control_plane())
         .await
-        .expect("namespace created");
+        .expect("local control plane starts (build it with tests/cluster/build.sh)");
+    let client = env.client();
     let recorder = Events::new(client.clone(), Reporter::from("fabric-operator"));
     Env {
-        _cluster: cluster,
+        env,
         client,
         recorder,
         metrics: QuarantineMetrics::default(),
@@ -69,11 +64,13 @@ async fn env() -> Env {
 }
 
 /// A GPU node as GPU pools have them: product labels and the common `nvidia.com/gpu` taint.
-fn gpu_node(name: &str) -> Node {
+fn gpu_node(e: &Env, name: &str) -> Node {
+    let (env_key, env_id) = e.env.label();
     Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
             labels: Some(BTreeMap::from([
+                (env_key.to_string(), env_id.to_string()),
                 (
                     "nvidia.com/gpu.product".to_string(),
                     "NVIDIA-H200".to_string(),
@@ -101,22 +98,18 @@ fn gpu_node(name: &str) -> Node {
     }
 }
 
-async fn create_nodes(client: &Client, names: &[&str]) {
-    let nodes: Api<Node> = Api::all(client.clone());
+async fn create_nodes(e: &Env, names: &[&str]) {
+    let nodes: Api<Node> = Api::all(e.client.clone());
     for n in names {
         nodes
-            .create(&PostParams::default(), &gpu_node(n))
+            .create(&PostParams::default(), &gpu_node(e, n))
             .await
             .expect("node created");
     }
 }
 
-async fn create_test(
-    client: &Client,
-    name: &str,
-    mode: QuarantineMode,
-    max: IntOrString,
-) -> FabricTest {
+/// The FabricTest `name`, prefixed with the test's id (FabricTests are cluster-scoped).
+async fn create_test(e: &Env, name: &str, mode: QuarantineMode, max: IntOrString) -> FabricTest {
     let spec = FabricTestSpec {
         quarantine: QuarantinePolicy {
             mode,
@@ -129,10 +122,13 @@ async fn create_test(
         },
         ..FabricTestSpec::default()
     };
-    let api: Api<FabricTest> = Api::all(client.clone());
-    api.create(&PostParams::default(), &FabricTest::new(name, spec))
-        .await
-        .expect("FabricTest created")
+    let api: Api<FabricTest> = Api::all(e.client.clone());
+    api.create(
+        &PostParams::default(),
+        &FabricTest::new(&e.env.node(name), spec),
+    )
+    .await
+    .expect("FabricTest created")
 }
 
 async fn get(client: &Client, name: &str) -> Node {
@@ -140,10 +136,11 @@ async fn get(client: &Client, name: &str) -> Node {
     nodes.get(name).await.expect("node readable")
 }
 
-async fn all_nodes(client: &Client) -> BTreeMap<String, serde_json::Value> {
-    let nodes: Api<Node> = Api::all(client.clone());
+/// This test's nodes.
+async fn all_nodes(e: &Env) -> BTreeMap<String, serde_json::Value> {
+    let nodes: Api<Node> = Api::all(e.client.clone());
     nodes
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(&e.env.selector()))
         .await
         .expect("nodes listed")
         .items
@@ -292,14 +289,8 @@ async fn cordon_as_a_person(client: &Client, name: &str) {
 async fn cordons_at_most_budget_nodes() {
     let e = env().await;
     let nodes = ["n1", "n2", "n3", "n4", "n5", "n6"];
-    create_nodes(&e.client, &nodes).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(2),
-    )
-    .await;
+    create_nodes(&e, &nodes).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(2)).await;
 
     let (p, outcome) = observe_plan_execute(&e, &test, &nodes, &["n1", "n2", "n3", "n4"]).await;
     assert_eq!(
@@ -331,14 +322,8 @@ async fn cordons_at_most_budget_nodes() {
 async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_budget() {
     let e = env().await;
     let nodes = ["a1", "a2", "a3", "a4"];
-    create_nodes(&e.client, &nodes).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    create_nodes(&e, &nodes).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
 
     let (p, outcome) = observe_plan_execute(&e, &test, &nodes, &["a1", "a2", "a3"]).await;
     assert_eq!(
@@ -357,7 +342,7 @@ async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_bud
     let a1 = get(&e.client, "a1").await;
     assert!(is_unschedulable(&a1));
     let record = record_of(&a1).expect("a1 has our record");
-    assert_eq!(record.test, "nightly");
+    assert_eq!(record.test, key(&test));
     assert_eq!(record.run, "run-1");
     assert!(record.cordoned && record.labeled && !record.tainted);
     assert!(record.reason.contains("110 GB/s"), "{}", record.reason);
@@ -375,15 +360,15 @@ async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_bud
         event_reasons(&e.client, "default", "a2").await,
         vec!["OverBudget"]
     );
-    let on_test = event_reasons(&e.client, "default", "nightly").await;
+    let on_test = event_reasons(&e.client, "default", &test.name_any()).await;
     assert_eq!(
         on_test,
         vec!["OverBudget", "OverBudget", "Quarantined"],
         "{on_test:?}"
     );
-    assert_eq!(e.metrics.action_count("nightly", "quarantined"), 1);
-    assert_eq!(e.metrics.action_count("nightly", "over_budget"), 2);
-    assert_eq!(e.metrics.quarantined("nightly"), 1);
+    assert_eq!(e.metrics.action_count(&key(&test), "quarantined"), 1);
+    assert_eq!(e.metrics.action_count(&key(&test), "over_budget"), 2);
+    assert_eq!(e.metrics.quarantined(&key(&test)), 1);
 
     // The status the controller writes from the outcome.
     let mut status = gpufabric_api::test::FabricTestStatus {
@@ -406,16 +391,10 @@ async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_bud
 async fn a_node_cordoned_by_a_person_is_never_touched() {
     let e = env().await;
     let nodes = ["p1", "p2"];
-    create_nodes(&e.client, &nodes).await;
+    create_nodes(&e, &nodes).await;
     cordon_as_a_person(&e.client, "p1").await;
     let before = get(&e.client, "p1").await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(5),
-    )
-    .await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(5)).await;
 
     let observed = quarantine::observe(&e.client, &test, &["p1".to_string()])
         .await
@@ -459,15 +438,9 @@ async fn a_node_cordoned_by_a_person_is_never_touched() {
 #[tokio::test]
 async fn taint_mode_adds_exactly_our_taint_and_release_removes_only_ours() {
     let e = env().await;
-    create_nodes(&e.client, &["t1", "t2"]).await;
+    create_nodes(&e, &["t1", "t2"]).await;
     let before = get(&e.client, "t1").await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Taint,
-        IntOrString::Int(1),
-    )
-    .await;
+    let test = create_test(&e, "nightly", QuarantineMode::Taint, IntOrString::Int(1)).await;
 
     let (_, outcome) = observe_plan_execute(&e, &test, &["t1", "t2"], &["t1"]).await;
     assert_eq!(outcome.quarantined_nodes(), vec!["t1".to_string()]);
@@ -523,10 +496,10 @@ async fn taint_mode_adds_exactly_our_taint_and_release_removes_only_ours() {
 #[tokio::test]
 async fn label_mode_only_labels_and_release_removes_the_label() {
     let e = env().await;
-    create_nodes(&e.client, &["l1", "l2"]).await;
+    create_nodes(&e, &["l1", "l2"]).await;
     let before = get(&e.client, "l1").await;
     let test = create_test(
-        &e.client,
+        &e,
         "nightly",
         QuarantineMode::Label,
         IntOrString::String("50%".into()),
@@ -558,15 +531,9 @@ async fn label_mode_only_labels_and_release_removes_the_label() {
 async fn observe_mode_changes_no_node() {
     let e = env().await;
     let nodes = ["o1", "o2", "o3"];
-    create_nodes(&e.client, &nodes).await;
-    let before = all_nodes(&e.client).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Observe,
-        IntOrString::Int(3),
-    )
-    .await;
+    create_nodes(&e, &nodes).await;
+    let before = all_nodes(&e).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Observe, IntOrString::Int(3)).await;
 
     let (p, outcome) = observe_plan_execute(&e, &test, &nodes, &["o1", "o2"]).await;
     assert!(p.quarantine.is_empty());
@@ -581,36 +548,20 @@ async fn observe_mode_changes_no_node() {
     assert!(outcome.held_back["o1"].contains("would quarantine"));
     assert!(outcome.quarantined.is_empty());
 
-    assert_eq!(
-        all_nodes(&e.client).await,
-        before,
-        "no Node object changed at all"
-    );
+    assert_eq!(all_nodes(&e).await, before, "no Node object changed at all");
     assert_eq!(
         event_reasons(&e.client, "default", "o1").await,
         vec!["WouldQuarantine"]
     );
-    assert_eq!(e.metrics.action_count("nightly", "would_quarantine"), 2);
+    assert_eq!(e.metrics.action_count(&key(&test), "would_quarantine"), 2);
 }
 
 #[tokio::test]
 async fn releasing_what_another_fabric_test_quarantined_is_refused() {
     let e = env().await;
-    create_nodes(&e.client, &["x1"]).await;
-    let theirs = create_test(
-        &e.client,
-        "team-b",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
-    let ours = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    create_nodes(&e, &["x1"]).await;
+    let theirs = create_test(&e, "team-b", QuarantineMode::Cordon, IntOrString::Int(1)).await;
+    let ours = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
     let (_, outcome) = observe_plan_execute(&e, &theirs, &["x1"], &["x1"]).await;
     assert_eq!(outcome.quarantined_nodes(), vec!["x1".to_string()]);
     let held = get(&e.client, "x1").await;
@@ -620,7 +571,7 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
         .expect("observe");
     assert_eq!(
         observed[0].quarantined_by_other_test.as_deref(),
-        Some("team-b")
+        Some(key(&theirs).as_str())
     );
     assert!(
         observed[0]
@@ -633,7 +584,10 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
         outcome.nodes_with(Action::LeftAlone),
         vec!["x1".to_string(), "x1".to_string()]
     );
-    assert!(outcome.held_back["x1"].contains("team-b"), "{outcome:?}");
+    assert!(
+        outcome.held_back["x1"].contains(&key(&theirs)),
+        "{outcome:?}"
+    );
     assert!(outcome.quarantined.is_empty());
     let released = quarantine::release_all(&e.client, &e.recorder, &e.metrics, &ours)
         .await
@@ -650,12 +604,13 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
 async fn a_node_quarantined_by_the_namespaced_form_of_a_test_is_released_by_the_test_of_that_name()
 {
     let e = env().await;
-    create_nodes(&e.client, &["o1"]).await;
-    let before = get(&e.client, "o1").await;
+    create_nodes(&e, &["v1"]).await;
+    let before = get(&e.client, "v1").await;
     // What an operator of the namespaced v1alpha1 form left: cordon, label and a record
     // naming the test `<namespace>/<name>`.
+    let old_key = format!("gpu/{}", e.env.node("nightly"));
     let old = QuarantineRecord {
-        test: "gpu/nightly".into(),
+        test: old_key.clone(),
         run: "nightly-28990000".into(),
         reason: "GPU pair 0-1 copies at 110 GB/s".into(),
         since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -674,33 +629,21 @@ async fn a_node_quarantined_by_the_namespaced_form_of_a_test_is_released_by_the_
         "spec": {"unschedulable": true}
     });
     Api::<Node>::all(e.client.clone())
-        .patch("o1", &PatchParams::default(), &Patch::Merge(&patch))
+        .patch("v1", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("old quarantine written");
-    let other = create_test(
-        &e.client,
-        "weekly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
-    let observed = quarantine::observe(&e.client, &other, &["o1".to_string()])
+    let other = create_test(&e, "weekly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
+    let observed = quarantine::observe(&e.client, &other, &["v1".to_string()])
         .await
         .expect("observe");
     assert_eq!(
         observed[0].quarantined_by_other_test.as_deref(),
-        Some("gpu/nightly"),
+        Some(old_key.as_str()),
         "another test still may not touch it"
     );
 
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
-    let observed = quarantine::observe(&e.client, &test, &["o1".to_string()])
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
+    let observed = quarantine::observe(&e.client, &test, &["v1".to_string()])
         .await
         .expect("observe");
     assert!(observed[0].quarantined_by_us, "{:?}", observed[0]);
@@ -711,9 +654,9 @@ async fn a_node_quarantined_by_the_namespaced_form_of_a_test_is_released_by_the_
             .len(),
         1
     );
-    let outcome = execute(&e, &test, &plan_of(&test, &[], &["o1"], 1)).await;
-    assert_eq!(outcome.nodes_with(Action::Released), vec!["o1".to_string()]);
-    let after = get(&e.client, "o1").await;
+    let outcome = execute(&e, &test, &plan_of(&test, &[], &["v1"], 1)).await;
+    assert_eq!(outcome.nodes_with(Action::Released), vec!["v1".to_string()]);
+    let after = get(&e.client, "v1").await;
     assert!(!is_unschedulable(&after));
     assert!(record_of(&after).is_none());
     assert_eq!(after.metadata.labels, before.metadata.labels);
@@ -723,15 +666,9 @@ async fn a_node_quarantined_by_the_namespaced_form_of_a_test_is_released_by_the_
 async fn release_all_on_delete_releases_its_cordons_and_only_those() {
     let e = env().await;
     let nodes = ["d1", "d2", "d3"];
-    create_nodes(&e.client, &nodes).await;
-    let before = all_nodes(&e.client).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(3),
-    )
-    .await;
+    create_nodes(&e, &nodes).await;
+    let before = all_nodes(&e).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(3)).await;
     cordon_as_a_person(&e.client, "d3").await;
     let d3 = get(&e.client, "d3").await;
     let (_, outcome) = observe_plan_execute(&e, &test, &nodes, &["d1", "d2", "d3"]).await;
@@ -745,7 +682,7 @@ async fn release_all_on_delete_releases_its_cordons_and_only_those() {
         .expect("release_all");
     released.sort();
     assert_eq!(released, vec!["d1".to_string(), "d2".to_string()]);
-    let after = all_nodes(&e.client).await;
+    let after = all_nodes(&e).await;
     for n in ["d1", "d2"] {
         let (a, b) = (&after[n], &before[n]);
         assert_eq!(a["spec"], b["spec"], "{n}: cordon undone");
@@ -769,14 +706,8 @@ async fn release_all_on_delete_releases_its_cordons_and_only_those() {
 #[tokio::test]
 async fn release_on_delete_false_keeps_the_quarantine() {
     let e = env().await;
-    create_nodes(&e.client, &["k1"]).await;
-    let mut test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    create_nodes(&e, &["k1"]).await;
+    let mut test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
     observe_plan_execute(&e, &test, &["k1"], &["k1"]).await;
     let held = get(&e.client, "k1").await;
     test.spec.quarantine.release_on_delete = false;
@@ -789,7 +720,7 @@ async fn release_on_delete_false_keeps_the_quarantine() {
         serde_json::to_value(&held).expect("json")
     );
     assert!(
-        event_reasons(&e.client, "default", "nightly")
+        event_reasons(&e.client, "default", &test.name_any())
             .await
             .contains(&"QuarantineKept".to_string())
     );
@@ -798,14 +729,8 @@ async fn release_on_delete_false_keeps_the_quarantine() {
 #[tokio::test]
 async fn a_cordon_made_between_observe_and_execute_is_never_claimed_or_undone() {
     let e = env().await;
-    create_nodes(&e.client, &["r1", "r2"]).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(2),
-    )
-    .await;
+    create_nodes(&e, &["r1", "r2"]).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(2)).await;
 
     // r1: the person cordons after the controller observed and planned.
     let names = vec!["r1".to_string()];
@@ -849,7 +774,7 @@ async fn a_cordon_made_between_observe_and_execute_is_never_claimed_or_undone() 
 #[tokio::test]
 async fn an_unreadable_record_leaves_the_node_alone() {
     let e = env().await;
-    create_nodes(&e.client, &["u1"]).await;
+    create_nodes(&e, &["u1"]).await;
     let nodes: Api<Node> = Api::all(e.client.clone());
     nodes
         .patch(
@@ -862,13 +787,7 @@ async fn an_unreadable_record_leaves_the_node_alone() {
         .await
         .expect("annotated");
     let before = get(&e.client, "u1").await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
     let observed: Vec<NodeObservation> = quarantine::observe(&e.client, &test, &["u1".to_string()])
         .await
         .expect("observe");
@@ -893,14 +812,8 @@ async fn an_unreadable_record_leaves_the_node_alone() {
 #[tokio::test]
 async fn a_deleted_node_no_longer_counts_against_the_budget() {
     let e = env().await;
-    create_nodes(&e.client, &["g1", "g2"]).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    create_nodes(&e, &["g1", "g2"]).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
     observe_plan_execute(&e, &test, &["g1", "g2"], &["g1"]).await;
     let nodes: Api<Node> = Api::all(e.client.clone());
     nodes
@@ -919,21 +832,9 @@ async fn two_fabric_tests_racing_for_the_same_nodes_never_both_claim_one() {
     let e = env().await;
     let names: Vec<String> = (1..=20).map(|i| format!("c{i:02}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodes(&e.client, &refs).await;
-    let a = create_test(
-        &e.client,
-        "team-a",
-        QuarantineMode::Cordon,
-        IntOrString::Int(20),
-    )
-    .await;
-    let b = create_test(
-        &e.client,
-        "team-b",
-        QuarantineMode::Taint,
-        IntOrString::Int(20),
-    )
-    .await;
+    create_nodes(&e, &refs).await;
+    let a = create_test(&e, "team-a", QuarantineMode::Cordon, IntOrString::Int(20)).await;
+    let b = create_test(&e, "team-b", QuarantineMode::Taint, IntOrString::Int(20)).await;
     let (plan_a, plan_b) = (plan_of(&a, &refs, &[], 20), plan_of(&b, &refs, &[], 20));
     // The same plan, executed by both at once (interleaved at every request). Whichever
     // reads a node second either sees the first one's record, or sends a patch with a
@@ -947,7 +848,7 @@ async fn two_fabric_tests_racing_for_the_same_nodes_never_both_claim_one() {
     for n in &names {
         let node = get(&e.client, n).await;
         let record = record_of(&node).expect("claimed by one of them");
-        let (won, lost) = if record.test == "team-a" {
+        let (won, lost) = if record.test == key(&a) {
             (&oa, &ob)
         } else {
             (&ob, &oa)
@@ -975,9 +876,9 @@ async fn quarantine_of_a_large_fleet_keeps_to_the_budget() {
     let e = env().await;
     let names: Vec<String> = (1..=300).map(|i| format!("big-{i:03}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    create_nodes(&e.client, &refs).await;
+    create_nodes(&e, &refs).await;
     let test = create_test(
-        &e.client,
+        &e,
         "nightly",
         QuarantineMode::Cordon,
         IntOrString::String("10%".into()),
@@ -990,7 +891,7 @@ async fn quarantine_of_a_large_fleet_keeps_to_the_budget() {
     assert_eq!(p.budget, 30);
     assert_eq!(outcome.quarantined.len(), 30);
     assert_eq!(outcome.nodes_with(Action::OverBudget).len(), bad.len() - 30);
-    let cordoned = all_nodes(&e.client)
+    let cordoned = all_nodes(&e)
         .await
         .values()
         .filter(|n| n["spec"]["unschedulable"] == json!(true))
@@ -1011,14 +912,8 @@ async fn quarantine_of_a_large_fleet_keeps_to_the_budget() {
 #[tokio::test]
 async fn a_budget_that_cannot_be_read_quarantines_nothing_and_says_why() {
     let e = env().await;
-    create_nodes(&e.client, &["b1"]).await;
-    let test = create_test(
-        &e.client,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::Int(1),
-    )
-    .await;
+    create_nodes(&e, &["b1"]).await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, IntOrString::Int(1)).await;
     // What the planner returns for a budget it cannot read (the CRD schema keeps such a
     // value out of the API server, but an older CRD or a direct etcd write might not).
     let mut policy = test.spec.quarantine.clone();
@@ -1036,7 +931,7 @@ async fn a_budget_that_cannot_be_read_quarantines_nothing_and_says_why() {
     );
     assert!(!is_unschedulable(&get(&e.client, "b1").await));
     assert!(
-        event_kinds(&e.client, "default", "nightly")
+        event_kinds(&e.client, "default", &test.name_any())
             .await
             .contains(&("InvalidBudget".to_string(), "Warning".to_string()))
     );

@@ -88,7 +88,8 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                 .iter()
                 .filter(|s| s.rate_gbps == Some(best))
                 .count();
-            out.push(Finding::new(
+            out.push(
+                Finding::new(
                     FindingKind::NicDegraded,
                     Subject::nic(node, p.name()),
                     Metric::NicRate,
@@ -99,7 +100,9 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                         num(rate),
                         num(best)
                     ),
-                ).with_evidence(rate, best, "Gb/s", ExpectationSource::Node));
+                )
+                .with_evidence(rate, best, "Gb/s", ExpectationSource::Node),
+            );
         }
     }
     out
@@ -143,7 +146,8 @@ fn grown_counters(
             } else {
                 Severity::Info
             };
-            out.push(Finding::new(
+            out.push(
+                Finding::new(
                     FindingKind::NicErrors,
                     Subject::nic(node, p.name()),
                     Metric::NicErrors,
@@ -152,7 +156,9 @@ fn grown_counters(
                         "{} {name} grew by {delta} since the previous run: check the cable and the switch port",
                         p.name()
                     ),
-                ).with_evidence(delta as f64, 0.0, "errors", ExpectationSource::Rule));
+                )
+                .with_evidence(delta as f64, 0.0, "errors", ExpectationSource::Rule),
+            );
         }
     }
     out

@@ -331,7 +331,8 @@ fn slow_nodes(
         let (Some(measured), Some(expected)) = (median(&bw), median(&elsewhere)) else {
             continue;
         };
-        findings.push(Finding::new(
+        findings.push(
+            Finding::new(
                 FindingKind::Slow,
                 Subject::node(node),
                 Metric::NodePairBusBw,
@@ -343,44 +344,50 @@ fn slow_nodes(
                     below(measured, expected),
                     num(expected)
                 ),
-            ).with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet));
+            )
+            .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet),
+        );
         blamed.insert(node.to_string());
     }
     blamed
 }
 
 fn path_finding(p: &PairObservation, expected: f64) -> Finding {
-    Finding::new(
-            FindingKind::Slow,
-            Subject::node_pair(&p.a, &p.b),
-            Metric::NodePairBusBw,
-            Severity::Info,
-            format!(
-                "node pair {} <-> {}: NCCL busbw {} GB/s, {} both nodes' other pairs (median {} GB/s): the path between them (cables, switch ports, routing), not either node",
-                p.a,
-                p.b,
-                num(p.busbw),
-                below(p.busbw, expected),
-                num(expected)
-            ),
-        ).with_evidence(p.busbw, expected, "GB/s", ExpectationSource::Fleet)
+    pair_finding(
+        p,
+        expected,
+        "both nodes' other pairs",
+        ": the path between them (cables, switch ports, routing), not either node",
+    )
 }
 
 fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
+    pair_finding(
+        p,
+        reference,
+        "the fleet's pairs",
+        "; not yet clear which side: both are retested with known-good partners",
+    )
+}
+
+/// An Info finding on the pair `p`, slow against `against` (median `expected`), and what
+/// that means (`meaning`, with its leading punctuation).
+fn pair_finding(p: &PairObservation, expected: f64, against: &str, meaning: &str) -> Finding {
     Finding::new(
-            FindingKind::Slow,
-            Subject::node_pair(&p.a, &p.b),
-            Metric::NodePairBusBw,
-            Severity::Info,
-            format!(
-                "node pair {} <-> {}: NCCL busbw {} GB/s, {} the fleet's pairs (median {} GB/s); not yet clear which side: both are retested with known-good partners",
-                p.a,
-                p.b,
-                num(p.busbw),
-                below(p.busbw, reference),
-                num(reference)
-            ),
-        ).with_evidence(p.busbw, reference, "GB/s", ExpectationSource::Fleet)
+        FindingKind::Slow,
+        Subject::node_pair(&p.a, &p.b),
+        Metric::NodePairBusBw,
+        Severity::Info,
+        format!(
+            "node pair {} <-> {}: NCCL busbw {} GB/s, {} {against} (median {} GB/s){meaning}",
+            p.a,
+            p.b,
+            num(p.busbw),
+            below(p.busbw, expected),
+            num(expected)
+        ),
+    )
+    .with_evidence(p.busbw, expected, "GB/s", ExpectationSource::Fleet)
 }
 
 fn partners(n: usize) -> String {

@@ -2,6 +2,8 @@
 //! pieces they are built from (schedule math, pod building, result reading, status
 //! folding), metrics, the admin server, and the quarantine executor.
 
+#![forbid(unsafe_code)]
+
 pub mod admin;
 pub mod context;
 pub mod controller;

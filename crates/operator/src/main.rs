@@ -1,5 +1,7 @@
 //! `fabric-operator`: runs the controllers, or writes the CRDs.
 
+#![forbid(unsafe_code)]
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

@@ -5,6 +5,8 @@
 //!
 //! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
+#![forbid(unsafe_code)]
+
 use anyhow::{Context, bail};
 use clap::Parser;
 use gpufabric_api::{FabricTest, FabricTestRun, Subject, keys};

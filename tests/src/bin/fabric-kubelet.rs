@@ -1,6 +1,8 @@
 //! `fabric-kubelet`: the process-kubelet as a program, for the demo and for manual runs
 //! against a local control plane (see `gpufabric_tests::kubelet`).
 
+#![forbid(unsafe_code)]
+
 use anyhow::Context;
 use clap::Parser;
 use gpufabric_tests::fleet::SimFleet;
