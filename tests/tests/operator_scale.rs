@@ -13,7 +13,7 @@ use gpufabric_api::run::{FabricTestRun, RunPhase};
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::{FabricTest, keys};
 use gpufabric_tests::apimetrics::RequestCounts;
-use gpufabric_tests::cluster::Cluster;
+use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -120,7 +120,14 @@ fn size<T: serde::Serialize>(v: &T) -> usize {
 /// once when None); the measurements as JSON.
 async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     gpufabric_tests::init_tracing();
-    let cluster = Cluster::start().await.expect("control plane");
+    // The process-kubelet renews each Lease every 30 s; on a loaded machine a renewal can
+    // come late, which must not turn nodes NotReady (and so untested) mid-measurement.
+    let cluster = Cluster::start_with(ClusterOptions {
+        controller_manager_args: vec!["--node-monitor-grace-period=300s".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("control plane");
     let fleet = SimFleet::write(SimFleet::uniform("gpu", nodes, H100, 8)).expect("fleet");
     let dir = tempfile::tempdir().expect("dir");
     let t = Instant::now();
