@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# One FabricTestRun over 1000 simulated nodes against a local control plane: prints (and
-# writes to bench/operator-scale.json) the time to create every pod, to fold the results
-# into the run status, the status size and the operator's peak RSS. SCALE_NODES=N changes
-# the fleet size.
+# One FabricTestRun over simulated nodes against a local control plane (process-kubelet):
+# prints, and writes to $SCALE_OUT (default bench/operator-scale.json), the time to create
+# every pod and the rate, the time from the last agent to the verdict, the largest object,
+# the operator's peak RSS, the API server's requests by verb and resource (its own
+# apiserver_request_total) per node, and the most nodes holding a benchmark pod at once.
+#   SCALE_NODES=N   fleet size (default 1000)
+#   SCALE_WAVE=10%  spec.rollout.maxUnavailable (default: every node at once)
+# The load average before and after is recorded beside the numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
@@ -11,5 +15,20 @@ if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
 fi
 cargo build -p gpufabric-agent -p gpufabric-operator
 export SCALE_OUT="${SCALE_OUT:-$PWD/bench/operator-scale.json}"
-cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture a_run_over_many_nodes
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$SCALE_OUT" "$load_before" "$load_after" <<'PY'
+import json, os, sys
+path, before, after = sys.argv[1:4]
+report = json.load(open(path))
+report["machine"] = {
+    "cpus": os.cpu_count(),
+    "model": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
+    "mem_gib": round(int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))) / 2**20, 1),
+    "loadavg_before": before,
+    "loadavg_after": after,
+}
+json.dump(report, open(path, "w"), indent=1)
+PY
 cat "$SCALE_OUT"; echo

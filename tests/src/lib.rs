@@ -13,6 +13,7 @@
 //!
 //! See `tests/README.md` for what the process-kubelet does and does not do.
 
+pub mod apimetrics;
 pub mod cluster;
 pub mod fixtures;
 pub mod fleet;

@@ -1,18 +1,30 @@
-//! Scale of one run: 1000 simulated nodes, one pod each. Measures how long the operator
-//! takes to create every pod, to fold 1000 results into the run status, how large that
-//! status is, and the operator's peak memory. `#[ignore]`d: run it with
-//! `bench/operator-scale.sh` (which builds the binaries and records the numbers).
+//! Scale of one run over simulated nodes, one pod each: how long the operator takes to
+//! create every pod (and at what rate), to reach the verdict after the last agent, how
+//! large its objects get, its peak memory, and what the run costs the API server
+//! (`apiserver_request_total` by verb and resource). A watch counts the nodes that hold a
+//! benchmark pod at every pod event: with waves (`spec.rollout`), never more than a wave.
+//!
+//! `a_run_in_waves_never_holds_more_than_its_share_of_nodes` runs with the other tests;
+//! the measurement over 1000+ nodes is `#[ignore]`d: run it with `bench/operator-scale.sh`
+//! (`SCALE_NODES`, `SCALE_WAVE`), which builds the binaries and records the numbers.
 
+use futures::StreamExt;
 use gpufabric_api::run::{FabricTestRun, RunPhase};
+use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::{FabricTest, keys};
-use gpufabric_tests::cluster::Cluster;
+use gpufabric_tests::apimetrics::RequestCounts;
+use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::watcher;
 use serde_json::json;
+use std::collections::HashMap;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const NS: &str = "scale";
@@ -27,15 +39,95 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-#[tokio::test]
-#[ignore = "scale measurement; run bench/operator-scale.sh"]
-async fn a_run_over_1000_nodes() {
-    let nodes: usize = std::env::var("SCALE_NODES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+/// The pod holds its node: it exists and has not reached a terminal phase (a pod being
+/// deleted still holds it until it is gone).
+fn holds_node(p: &Pod) -> bool {
+    !matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    )
+}
+
+/// Watches the benchmark pods and keeps the largest number of nodes that held one at the
+/// same moment, checked at every event.
+fn watch_pods_under_test(pods: Api<Pod>) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    let peak = Arc::new(AtomicUsize::new(0));
+    let seen = peak.clone();
+    let task = tokio::spawn(async move {
+        let mut holding: HashMap<String, bool> = HashMap::new();
+        let stream = watcher::watcher(pods, watcher::Config::default().labels(keys::LABEL_RUN));
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    holding.insert(p.name_any(), holds_node(&p));
+                }
+                Ok(watcher::Event::Delete(p)) => {
+                    holding.remove(&p.name_any());
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => continue,
+            }
+            let now = holding.values().filter(|h| **h).count();
+            seen.fetch_max(now, Ordering::SeqCst);
+        }
+    });
+    (peak, task)
+}
+
+/// Waits until `count` nodes are Ready and the node lifecycle controller has taken its
+/// `not-ready` taint off them, so that the run selects every one of them.
+async fn wait_until_ready(cluster: &Cluster, count: usize) {
+    let api: Api<Node> = Api::all(cluster.client());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = api
+            .list(&ListParams::default())
+            .await
+            .expect("nodes")
+            .items
+            .iter()
+            .filter(|n| {
+                let tainted = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key.starts_with("node.kubernetes.io/")));
+                !tainted
+                    && n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        if ready >= count {
+            return;
+        }
+        if Instant::now() >= deadline {
+            // A loaded machine lets some heartbeats lapse: the run skips those nodes and
+            // the report counts the nodes it tested.
+            eprintln!("{ready} of {count} nodes Ready and untainted; starting anyway");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn size<T: serde::Serialize>(v: &T) -> usize {
+    serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
+}
+
+/// One run over `nodes` simulated nodes, `wave` as `spec.rollout.maxUnavailable` (all at
+/// once when None); the measurements as JSON.
+async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     gpufabric_tests::init_tracing();
-    let cluster = Cluster::start().await.expect("control plane");
+    // The process-kubelet renews each Lease every 30 s; on a loaded machine a renewal can
+    // come late, which must not turn nodes NotReady (and so untested) mid-measurement.
+    let cluster = Cluster::start_with(ClusterOptions {
+        controller_manager_args: vec!["--node-monitor-grace-period=300s".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("control plane");
     let fleet = SimFleet::write(SimFleet::uniform("gpu", nodes, H100, 8)).expect("fleet");
     let dir = tempfile::tempdir().expect("dir");
     let t = Instant::now();
@@ -56,6 +148,12 @@ async fn a_run_over_1000_nodes() {
         t.elapsed().as_secs_f64()
     );
     cluster.create_namespace(NS).await.expect("namespace");
+    wait_until_ready(&cluster, nodes).await;
+    let pods: Api<Pod> = Api::namespaced(cluster.client(), NS);
+    let (peak, watch) = watch_pods_under_test(pods.clone());
+    let requests_before = RequestCounts::read(&cluster.client())
+        .await
+        .expect("API server metrics");
 
     let bin = default_agent_bin_dir().join("fabric-operator");
     let log = std::fs::File::create(dir.path().join("operator.log")).expect("log");
@@ -79,14 +177,18 @@ async fn a_run_over_1000_nodes() {
     let pid = op.id();
 
     let tests: Api<FabricTest> = Api::all(cluster.client());
+    let mut spec = json!({
+        "nodeSelector": {"pool": "training"},
+        "suite": {"ncclSweep": {"collectives": ["allReduce"]}},
+        "agent": {"timeoutSeconds": 600, "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]}
+    });
+    if let Some(w) = wave {
+        spec["rollout"] = json!({"maxUnavailable": w});
+    }
     let test: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
         "metadata": {"name": "fleet"},
-        "spec": {
-            "nodeSelector": {"pool": "training"},
-            "suite": {"ncclSweep": {"collectives": ["allReduce"]}},
-            "agent": {"timeoutSeconds": 600, "env": [{"name": "FABRIC_BACKEND", "value": "sim"}]}
-        }
+        "spec": spec,
     }))
     .expect("test");
     let created = Instant::now();
@@ -96,11 +198,9 @@ async fn a_run_over_1000_nodes() {
         .expect("create test");
 
     let runs: Api<FabricTestRun> = Api::all(cluster.client());
-    let pods: Api<Pod> = Api::namespaced(cluster.client(), NS);
     let lp = ListParams::default().labels(keys::LABEL_RUN);
-    let (mut run_seen, mut all_pods, mut all_done, mut succeeded) = (None, None, None, None);
-    let mut run_obj = None;
-    let deadline = Instant::now() + Duration::from_secs(900);
+    let (mut run_seen, mut all_pods, mut succeeded, mut run_obj) = (None, None, None, None);
+    let deadline = Instant::now() + Duration::from_secs(1500);
     while Instant::now() < deadline {
         let list = runs.list(&ListParams::default()).await.expect("runs").items;
         if let Some(r) = list.first() {
@@ -114,32 +214,14 @@ async fn a_run_over_1000_nodes() {
                 break;
             }
         }
-        let p = pods.list_metadata(&lp).await.expect("pods").items.len();
-        if p >= nodes && all_pods.is_none() {
+        if all_pods.is_none() && pods.list_metadata(&lp).await.expect("pods").items.len() >= nodes {
             all_pods = Some(created.elapsed());
         }
-        if all_pods.is_some() && all_done.is_none() {
-            let done = pods
-                .list(&lp)
-                .await
-                .expect("pods")
-                .items
-                .iter()
-                .filter(|p| {
-                    matches!(
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                        Some("Succeeded" | "Failed")
-                    )
-                })
-                .count();
-            if done >= nodes {
-                all_done = Some(created.elapsed());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     // The test's status: the run folded into the history (and handed to quarantine).
     let mut folded = None;
+    let mut test_obj = None;
     while Instant::now() < deadline && succeeded.is_some() {
         let t = tests.get("fleet").await.expect("test");
         if t.status
@@ -148,24 +230,30 @@ async fn a_run_over_1000_nodes() {
             .is_some()
         {
             folded = Some(created.elapsed());
+            test_obj = Some(t);
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let requests = RequestCounts::read(&cluster.client())
+        .await
+        .expect("API server metrics")
+        .since(&requests_before);
     let hwm = vm_hwm_kib(pid);
     let _ = op.kill();
     let _ = op.wait();
-    let run = run_obj.expect("the run succeeded within 15 minutes");
+    watch.abort();
+    let run = run_obj.expect("the run succeeded within 25 minutes");
     let status = run.status.clone().expect("status");
-    let status_bytes = serde_json::to_vec(&status).expect("json").len();
-    let object_bytes = serde_json::to_vec(&run).expect("json").len();
-    assert_eq!(status.nodes.len(), nodes);
-    assert_eq!(
-        status.passed as usize + status.failed as usize,
-        nodes,
-        "{:?}",
-        status.message
-    );
+    let shards: Vec<FabricTestRunShard> = Api::all(cluster.client())
+        .list(&ListParams::default())
+        .await
+        .expect("shards")
+        .items;
+    let results: usize = shards
+        .iter()
+        .map(|s| s.status.as_ref().map_or(0, |s| s.nodes.len()))
+        .sum();
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
     // Server-side times (whole seconds): run start, all pods created (condition), the last
     // agent to finish (container finishedAt), run completion.
@@ -192,26 +280,81 @@ async fn a_run_over_1000_nodes() {
         })
         .max();
     let completion = status.completion_time.as_ref().map(ts);
+    let largest_shard = shards.iter().map(size).max().unwrap_or(0);
+    let objects = [size(&run), largest_shard, test_obj.as_ref().map_or(0, size)];
+    let wave_size = status
+        .progress
+        .as_ref()
+        .map_or(nodes, |p| p.wave_size as usize);
     let report = json!({
         "nodes": nodes,
+        "wave": wave,
+        "wave_size": wave_size,
+        "waves": status.progress.as_ref().map(|p| p.waves),
+        "most_nodes_under_test_at_once": peak.load(Ordering::SeqCst),
         "run_created_s": secs(run_seen),
         "all_pods_created_s": secs(all_pods),
-        "all_pods_finished_s": secs(all_done),
         "run_succeeded_s": secs(succeeded),
         "server_pods_created_after_start_s": pods_created,
+        "pods_created_per_s": pods_created.filter(|s| *s > 0 && wave.is_none()).map(|s| status.node_count as f64 / s as f64),
         "server_last_agent_finished_after_start_s": last_finished.map(|t| t - start),
         "server_run_completed_after_last_agent_s": completion.zip(last_finished).map(|(c, l)| c - l),
         "test_status_folded_s": secs(folded),
         "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
-        "status_bytes": status_bytes,
-        "object_bytes": object_bytes,
-        "findings_in_status": status.findings.len(),
+        "run_object_bytes": objects[0],
+        "largest_shard_bytes": objects[1],
+        "test_object_bytes": objects[2],
+        "largest_object_bytes": objects.iter().max(),
+        "shards": shards.len(),
+        "findings": status.finding_count,
         "operator_peak_rss_kib": hwm,
+        "api_requests": requests.total(),
+        "api_requests_per_node_tested": requests.total() / status.node_count.max(1) as f64,
+        "api_requests_by_verb_resource": requests.to_json(),
         "run": run.name_any(),
+        "tested": status.node_count,
+        "skipped": status.skipped_count,
+        "message": status.message.as_deref().map(|m| m.chars().take(300).collect::<String>()),
         "duration": status.duration,
     });
     println!("SCALE {report}");
+    let tested = status.node_count as usize;
+    assert_eq!(results, tested, "every node's result is in a shard");
+    assert_eq!(
+        status.passed as usize + status.failed as usize,
+        tested,
+        "{:?}",
+        status.message
+    );
+    report
+}
+
+#[tokio::test]
+#[ignore = "scale measurement; run bench/operator-scale.sh"]
+async fn a_run_over_many_nodes() {
+    let nodes: usize = std::env::var("SCALE_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let wave = std::env::var("SCALE_WAVE").ok().filter(|w| !w.is_empty());
+    let report = measure(nodes, wave.as_deref()).await;
+    let largest = report["largest_object_bytes"].as_u64().unwrap_or(u64::MAX);
+    assert!(largest < 256 * 1024, "an object of {largest} bytes");
     if let Ok(out) = std::env::var("SCALE_OUT") {
         std::fs::write(out, report.to_string()).expect("write report");
     }
+}
+
+#[tokio::test]
+async fn a_run_in_waves_never_holds_more_than_its_share_of_nodes() {
+    let report = measure(30, Some("10%")).await;
+    assert_eq!(report["wave_size"], 3);
+    assert_eq!(report["waves"], 10);
+    let peak = report["most_nodes_under_test_at_once"]
+        .as_u64()
+        .unwrap_or(u64::MAX);
+    assert!(
+        (1..=3).contains(&peak),
+        "{peak} nodes held a benchmark pod at once; the wave is 3 (10% of 30): {report}"
+    );
 }
