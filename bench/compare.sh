@@ -16,6 +16,9 @@
 #                             then NCCL_P2P_DISABLE=1), a one-way copy load (bench/one_way_load.py),
 #                             five clean runs
 #   bench/compare.sh all      build, sweep, copies, faults, then the ratios
+#   bench/compare.sh latency  all_reduce 8 B - 1 MiB, three rounds: nccl-tests, the agent as it
+#                             runs by default (NCCL's INFO log to a file, for the transports),
+#                             and the agent with NCCL_DEBUG=WARN; times side by side
 #
 # The agent binary is $AGENT, else $DEV/fabric-agent, else target/release/fabric-agent.
 # NCCL is PyTorch's wheel (nvidia-nccl-*): nccl-tests builds against its nccl.h and
@@ -99,6 +102,41 @@ agent_sweep() { # round
   grep -E 'all_reduce +[0-9]+ ' "$OUT/agent-sweep-r$1.log" | head -4
 }
 
+latency() {
+  [ -x "$REF/nccl-tests/build/all_reduce_perf" ] || build
+  local flags="-b 8 -e 1M -f 8 -w 5 -n 20"
+  for round in 1 2 3; do
+    banner "latency round $round: all_reduce $flags"
+    "$REF/nccl-tests/build/all_reduce_perf" $flags -g "$NGPU" > "$OUT/lat-nt-r$round.txt" 2>&1
+    "$AGENT" node-check --no-pairs --no-ddp --no-health --collectives all_reduce $flags \
+      > /dev/null 2> "$OUT/lat-agent-r$round.log"
+    NCCL_DEBUG=WARN "$AGENT" node-check --no-pairs --no-ddp --no-health --collectives all_reduce \
+      $flags > /dev/null 2> "$OUT/lat-warn-r$round.log"
+    python3 - "$OUT" "$round" <<'PY'
+import re, sys
+out, r = sys.argv[1], sys.argv[2]
+def nt(path):
+    rows = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) > 6 and f[0].isdigit() and f[2] == "float":
+            rows[int(f[0])] = float(f[5])
+    return rows
+def agent(path):
+    rows = {}
+    for line in open(path):
+        m = re.search(r"all_reduce +(\d+) +([\d.]+) us", line)
+        if m:
+            rows[int(m.group(1))] = float(m.group(2))
+    return rows
+a, b, c = nt(f"{out}/lat-nt-r{r}.txt"), agent(f"{out}/lat-agent-r{r}.log"), agent(f"{out}/lat-warn-r{r}.log")
+print(f"{'bytes':>9} {'nccl-tests':>11} {'agent':>8} {'agent WARN':>11}")
+for k in sorted(a):
+    print(f"{k:>9} {a[k]:>11.2f} {b.get(k, float('nan')):>8.2f} {c.get(k, float('nan')):>11.2f}")
+PY
+  done
+}
+
 sweep() {
   nccl_tests_sweep 1; agent_sweep 1
   agent_sweep 2; nccl_tests_sweep 2
@@ -165,6 +203,7 @@ for stage in "${@:-all}"; do
     faults) faults ;;
     summary) summary ;;
     all) build; sweep; copies; faults; summary ;;
+    latency) latency ;;
     *) echo "usage: $0 build|sweep|copies|faults|summary|all ..."; exit 2 ;;
   esac
 done

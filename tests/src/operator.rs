@@ -192,16 +192,22 @@ impl std::ops::Deref for EnvCluster {
 }
 
 /// What an operator end-to-end test runs against: a local control plane, a simulated fleet
-/// (its file in `dir`, so a test can rewrite it to repair a node), the process-kubelet, a
-/// namespace and the operator. Dropped in reverse order of start.
+/// (its file in `dir`, so a test can rewrite it to repair a node), the process-kubelet, the
+/// operator's namespace and the operator. Dropped in reverse order of start.
 pub struct OperatorEnv {
     pub operator: OperatorProcess,
     pub kubelet: crate::kubelet::Kubelet,
     pub fleet: crate::fleet::SimFleet,
     pub cluster: EnvCluster,
     pub dir: tempfile::TempDir,
-    /// The namespace the tests' objects live in.
+    /// The operator's namespace: its benchmark pods (and Lease) live there. FabricTests
+    /// and their runs are cluster-scoped.
     pub ns: String,
+    /// The arguments that make an operator act on this environment only: its pod
+    /// namespace and, on the shared control plane, the label selector of its FabricTests.
+    operator_args: Vec<String>,
+    /// Labels every FabricTest made by [`OperatorEnv::create_test`] carries.
+    test_labels: serde_json::Value,
 }
 
 /// The `agent` of a FabricTest spec that runs the real `fabric-agent` on its sim backend.
@@ -214,20 +220,23 @@ pub fn sim_agent(timeout_seconds: u32) -> serde_json::Value {
 }
 
 impl OperatorEnv {
-    /// Starts everything for `fleet` on a control plane of its own, with the namespace
-    /// `ns` created.
+    /// Starts everything for `fleet` on a control plane of its own, with the operator's
+    /// namespace `ns` created.
     pub async fn start(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
         crate::init_tracing();
         let cluster = Cluster::start().await.expect("local control plane starts");
         cluster.create_namespace(ns).await.expect("namespace");
         let cluster = EnvCluster::Own(Box::new(cluster));
-        OperatorEnv::start_on(cluster, fleet, ns, &[]).await
+        let args = vec!["--pod-namespace".to_string(), ns.to_string()];
+        OperatorEnv::start_on(cluster, fleet, ns, args, serde_json::json!({})).await
     }
 
-    /// Starts everything for `fleet` on the test binary's shared control plane, in a
-    /// namespace of its own (`<name>-<n>`, see [`OperatorEnv::ns`]); the nodes are named and
-    /// labelled as [`crate::shared::TestEnv::fleet`] does, and the operator watches only
-    /// that namespace.
+    /// Starts everything for `fleet` on the test binary's shared control plane, with a
+    /// namespace of its own (`<name>-<n>`, see [`OperatorEnv::ns`]) for the operator's pods;
+    /// the nodes are named and labelled as [`crate::shared::TestEnv::fleet`] does, and the
+    /// operator watches only the FabricTests with this environment's label (which
+    /// [`OperatorEnv::create_test`] sets). FabricTest names are cluster-wide: tests sharing
+    /// a control plane give their FabricTests different names.
     pub async fn shared(fleet: gpufabric_measure::fleet::Fleet, name: &str) -> OperatorEnv {
         OperatorEnv::shared_with(fleet, name, &[]).await
     }
@@ -243,16 +252,24 @@ impl OperatorEnv {
             .expect("test environment");
         let fleet = env.fleet(fleet);
         let ns = env.ns().to_string();
-        let mut args = vec!["--namespace", ns.as_str()];
-        args.extend_from_slice(operator_args);
-        OperatorEnv::start_on(EnvCluster::Shared(env), fleet, &ns, &args).await
+        let (k, v) = env.label();
+        let labels = serde_json::json!({ k: v });
+        let mut args = vec![
+            "--pod-namespace".to_string(),
+            ns.clone(),
+            "--selector".to_string(),
+            env.selector(),
+        ];
+        args.extend(operator_args.iter().map(|a| a.to_string()));
+        OperatorEnv::start_on(EnvCluster::Shared(env), fleet, &ns, args, labels).await
     }
 
     async fn start_on(
         cluster: EnvCluster,
         fleet: gpufabric_measure::fleet::Fleet,
         ns: &str,
-        operator_args: &[&str],
+        operator_args: Vec<String>,
+        test_labels: serde_json::Value,
     ) -> OperatorEnv {
         let dir = tempfile::tempdir().expect("temp dir");
         let fleet = crate::fleet::SimFleet::write_to(fleet, dir.path().join("fleet.yaml"))
@@ -266,7 +283,8 @@ impl OperatorEnv {
             .await
             .expect("kubelet starts");
         let log = dir.path().join("operator.log");
-        let operator = OperatorProcess::start_with(&cluster, log, operator_args, &[]);
+        let args: Vec<&str> = operator_args.iter().map(String::as_str).collect();
+        let operator = OperatorProcess::start_with(&cluster, log, &args, &[]);
         OperatorEnv {
             operator,
             kubelet,
@@ -274,21 +292,44 @@ impl OperatorEnv {
             cluster,
             dir,
             ns: ns.to_string(),
+            operator_args,
+            test_labels,
         }
     }
 
-    /// Creates the FabricTest `name` with `spec` (JSON, as a user writes it) in the
-    /// namespace; returns the API it lives in.
+    /// The arguments of `fabric-operator run` that make another operator of this
+    /// environment (a second replica, a restarted one) act on it alone.
+    pub fn operator_args(&self) -> Vec<&str> {
+        self.operator_args.iter().map(String::as_str).collect()
+    }
+
+    /// The API of FabricTests (cluster-scoped).
+    pub fn tests_api(&self) -> kube::Api<gpufabric_api::FabricTest> {
+        kube::Api::all(self.cluster.client())
+    }
+
+    /// The API of FabricTestRuns (cluster-scoped).
+    pub fn runs_api(&self) -> kube::Api<gpufabric_api::run::FabricTestRun> {
+        kube::Api::all(self.cluster.client())
+    }
+
+    /// The API of the benchmark pods (in the operator's namespace).
+    pub fn pods_api(&self) -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+        kube::Api::namespaced(self.cluster.client(), &self.ns)
+    }
+
+    /// Creates the FabricTest `name` (cluster-scoped, with this environment's labels) with
+    /// `spec` (JSON, as a user writes it); returns the API it lives in.
     pub async fn create_test(
         &self,
         name: &str,
         spec: serde_json::Value,
     ) -> kube::Api<gpufabric_api::FabricTest> {
-        let api = kube::Api::namespaced(self.cluster.client(), &self.ns);
+        let api = self.tests_api();
         let t: gpufabric_api::FabricTest = serde_json::from_value(serde_json::json!({
             "apiVersion": "gpufabric.io/v1alpha1",
             "kind": "FabricTest",
-            "metadata": {"name": name, "namespace": self.ns},
+            "metadata": {"name": name, "labels": self.test_labels},
             "spec": spec,
         }))
         .expect("valid FabricTest");

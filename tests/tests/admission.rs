@@ -15,7 +15,6 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-const NS: &str = "admission";
 const WEBHOOK: &str = "fabrictests.gpufabric.io";
 const DENIED: &str = "admission webhook \"fabrictests.gpufabric.io\" denied the request";
 
@@ -55,7 +54,7 @@ fn webhook_configuration(url: &str, ca_pem: &str) -> ValidatingWebhookConfigurat
                 "apiVersions": ["v1alpha1"],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["fabrictests"],
-                "scope": "*",
+                "scope": "Cluster",
             }],
             "failurePolicy": "Fail",
             "sideEffects": "None",
@@ -70,11 +69,10 @@ fn webhook_configuration(url: &str, ca_pem: &str) -> ValidatingWebhookConfigurat
     config
 }
 
-/// `kubectl <args>` with `stdin`, in the test namespace.
+/// `kubectl <args>` with `stdin` (FabricTests are cluster-scoped: no namespace).
 fn kubectl(cluster: &Cluster, args: &[&str], stdin: &str) -> Output {
     let mut child = cluster
         .kubectl()
-        .args(["-n", NS])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -138,7 +136,6 @@ async fn until_the_webhook_answers(cluster: &Cluster) {
 async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
     gpufabric_tests::init_tracing();
     let cluster = Cluster::start().await.expect("local control plane starts");
-    cluster.create_namespace(NS).await.expect("namespace");
     let dir = tempfile::tempdir().expect("temp dir");
     let (ca_pem, files) = certificates(dir.path());
 

@@ -145,7 +145,7 @@ fn cordoned(view: &serde_json::Value) -> bool {
 
 /// The reasons of the Events on the FabricTest `name`, one entry per Event object.
 async fn event_reasons(env: &OperatorEnv, name: &str) -> Vec<String> {
-    let api: Api<Event> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<Event> = Api::namespaced(env.cluster.client(), "default");
     api.list(&ListParams::default())
         .await
         .expect("events listed")
@@ -160,7 +160,7 @@ async fn event_reasons(env: &OperatorEnv, name: &str) -> Vec<String> {
 }
 
 async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<FabricTestRun> = env.runs_api();
     api.list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
         .await
         .expect("runs listed")
@@ -176,10 +176,7 @@ async fn annotate(api: &Api<FabricTest>, name: &str, key: &str, value: &str) {
 
 /// The value of `gpufabric_breaker_open` for the test `name`, as the operator serves it.
 async fn breaker_metric(env: &OperatorEnv, name: &str) -> Option<String> {
-    let series = format!(
-        "gpufabric_breaker_open{{namespace=\"{}\",name=\"{name}\"}} ",
-        env.ns
-    );
+    let series = format!("gpufabric_breaker_open{{name=\"{name}\"}} ");
     let text = env.operator.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(&series))

@@ -261,9 +261,8 @@ fn invalid_cases() -> Vec<(&'static str, serde_json::Value, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_rejects_each_invalid_fabric_test_with_its_message() {
     let env = TestEnv::new("invalid").await.expect("test environment");
-    let api: Api<DynamicObject> = Api::namespaced_with(
+    let api: Api<DynamicObject> = Api::all_with(
         env.client(),
-        env.ns(),
         &kube::api::ApiResource::erase::<FabricTest>(&()),
     );
     let mut wrong = Vec::new();
@@ -296,18 +295,20 @@ async fn api_server_rejects_each_invalid_fabric_test_with_its_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_accepts_the_examples_and_fills_in_defaults() {
     let env = TestEnv::new("examples").await.expect("test environment");
-    let api: Api<FabricTest> = Api::namespaced(env.client(), env.ns());
+    let api: Api<FabricTest> = Api::all(env.client());
     for file in ["minimal.yaml", "nightly.yaml", "full.yaml"] {
         let path = workspace_root().join("deploy/examples").join(file);
         let text = std::fs::read_to_string(&path).expect("example readable");
         let ft: FabricTest = serde_yaml::from_str(&text).expect("example parses");
         let name = ft.metadata.name.clone().expect("example has a name");
         // Send what the file says, not what serde fills in, so the server does the defaulting.
-        let mut raw: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
-        raw.metadata.namespace = Some(env.ns().to_string());
-        let dynamic: Api<DynamicObject> = Api::namespaced_with(
+        let raw: DynamicObject = serde_yaml::from_str(&text).expect("yaml");
+        assert_eq!(
+            raw.metadata.namespace, None,
+            "{file}: FabricTest is cluster-scoped"
+        );
+        let dynamic: Api<DynamicObject> = Api::all_with(
             env.client(),
-            env.ns(),
             &kube::api::ApiResource::erase::<FabricTest>(&()),
         );
         dynamic

@@ -23,8 +23,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 type Env = OperatorEnv;
 
-/// The operator, a kubelet and `fleet` (nodes prefixed) in a namespace of the shared
-/// control plane.
+/// The operator, a kubelet and `fleet` (nodes prefixed) on the shared control plane, its
+/// pods in a namespace of its own and its FabricTests labelled for it alone.
 async fn setup(fleet: Fleet) -> Env {
     OperatorEnv::shared(fleet, "op").await
 }
@@ -48,7 +48,7 @@ fn test_spec(env: &Env, extra: serde_json::Value) -> serde_json::Value {
 }
 
 async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<FabricTestRun> = env.runs_api();
     let mut runs = api
         .list(&ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST)))
         .await
@@ -59,11 +59,30 @@ async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
 }
 
 async fn pods_of(env: &Env, run: &str) -> Vec<Pod> {
-    let api: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<Pod> = env.pods_api();
     api.list(&ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN)))
         .await
         .expect("list pods")
         .items
+}
+
+/// The Events about the FabricTest `test` and its runs (cluster-scoped objects: their
+/// Events are in "default", beside those of other tests on the shared control plane).
+async fn events_about(env: &Env, test: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cluster.client(), "default");
+    api.list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                matches!(r.kind.as_deref(), Some("FabricTest" | "FabricTestRun"))
+                    && r.name.as_deref().is_some_and(|n| n.starts_with(test))
+            })
+        })
+        .collect()
 }
 
 fn finished(r: &FabricTestRun) -> bool {
@@ -72,7 +91,7 @@ fn finished(r: &FabricTestRun) -> bool {
 
 /// Waits until the run `name` has finished and returns it.
 async fn wait_finished(env: &Env, name: &str, timeout: Duration) -> FabricTestRun {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<FabricTestRun> = env.runs_api();
     match wait::for_object(&api, name, timeout, |r| r.is_some_and(finished)).await {
         Ok(Some(r)) => r,
         other => panic!(
@@ -259,10 +278,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     );
     assert!(
         // Both runs finished; the fleet has failing nodes, so both are counted as such.
-        metrics.contains(&format!(
-            "gpufabric_test_runs_total{{namespace=\"{}\",name=\"once\",result=\"nodes_failed\"}} 2",
-            env.ns
-        )),
+        metrics.contains("gpufabric_test_runs_total{name=\"once\",result=\"nodes_failed\"} 2"),
         "{metrics}"
     );
     assert!(
@@ -270,19 +286,27 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
             .contains("gpufabric_reconcile_duration_seconds_count{controller=\"fabrictestrun\"}"),
         "{metrics}"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cluster.client(), &env.ns);
-    let reasons: BTreeSet<String> = events
-        .list(&ListParams::default())
+    let reasons: BTreeSet<String> = events_about(&env, "once")
         .await
-        .expect("events")
-        .items
         .into_iter()
         .filter_map(|e| e.reason)
         .collect();
     assert!(
         reasons.contains("RunStarted") && reasons.contains("NodesFailed"),
         "{reasons:?}"
+    );
+    // The Events of a cluster-scoped object are in "default"; `kubectl describe` finds them.
+    let described = env
+        .cluster
+        .kubectl()
+        .args(["describe", "fabrictest", "once"])
+        .output()
+        .expect("kubectl runs");
+    let text = String::from_utf8_lossy(&described.stdout);
+    assert!(
+        described.status.success() && text.contains("RunCreated") && text.contains("RunStarted"),
+        "kubectl describe shows the test's Events:\n{text}{}",
+        String::from_utf8_lossy(&described.stderr)
     );
 }
 
@@ -389,7 +413,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
     let pid = env.operator.pid();
     env.operator.kill();
     eprintln!("killed the operator (pid {pid:?}) mid-run");
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let api: Api<FabricTestRun> = env.runs_api();
     let mid = api.get(&run_name).await.expect("run");
     assert!(
         !finished(&mid),
@@ -486,7 +510,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         Duration::from_secs(60),
         Duration::from_millis(500),
         || async {
-            let api: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
+            let api: Api<Pod> = env.pods_api();
             let pods = api
                 .list(&ListParams::default().labels(keys::LABEL_RUN))
                 .await
@@ -501,7 +525,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
     .await
     .expect("garbage collected");
     assert_eq!(pods.len(), 2);
-    let first_gone: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let first_gone: Api<FabricTestRun> = env.runs_api();
     assert!(first_gone.get_opt(&first).await.expect("get").is_none());
 }
 
@@ -573,13 +597,8 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
         r2_created.0 >= r1_done.0,
         "second run started after the first ended"
     );
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cluster.client(), &env.ns);
-    let skipped = events
-        .list(&ListParams::default())
+    let skipped = events_about(&env, "cron")
         .await
-        .expect("events")
-        .items
         .iter()
         .any(|e| e.reason.as_deref() == Some("RunAlreadyActive"));
     assert!(
@@ -605,7 +624,7 @@ async fn replace_deletes_the_active_run_for_the_new_one() {
         )
         .await;
     let first = wait_runs(&env, "repl", 1, Duration::from_secs(60)).await[0].name_any();
-    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let runs: Api<FabricTestRun> = env.runs_api();
     wait::for_object(&runs, &first, Duration::from_secs(30), |r| {
         r.and_then(|r| r.status.as_ref())
             .is_some_and(|s| s.phase == RunPhase::Running)
@@ -631,13 +650,8 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
     let _serial = SERIAL.lock().await;
     let mut env = setup(fleet(1)).await;
     env.operator.kill();
-    let lease_args = [
-        "--leader-elect",
-        "--lease-namespace",
-        &env.ns,
-        "--namespace",
-        &env.ns,
-    ];
+    let mut lease_args = env.operator_args();
+    lease_args.push("--leader-elect");
     let log = |n: &str| env.dir.path().join(format!("operator-{n}.log"));
     let mut a =
         OperatorProcess::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
@@ -681,4 +695,23 @@ async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
         .find(|r| r.spec.trigger == Trigger::Manual)
         .expect("the new leader started the manual run");
     wait_finished(&env, &manual.name_any(), Duration::from_secs(60)).await;
+}
+
+#[test]
+fn the_removed_namespace_flag_is_refused_with_what_to_use_instead() {
+    let bin = gpufabric_tests::kubelet::default_agent_bin_dir().join("fabric-operator");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first",
+        bin.display()
+    );
+    let out = std::process::Command::new(bin)
+        .args(["run", "--namespace", "gpu", "--admin-addr", "off"])
+        .output()
+        .expect("fabric-operator runs");
+    assert!(!out.status.success(), "--namespace was accepted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needed in ["cluster-scoped", "--pod-namespace gpu", "--selector"] {
+        assert!(err.contains(needed), "{needed:?} not in: {err}");
+    }
 }

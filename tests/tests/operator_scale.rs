@@ -160,7 +160,14 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     let mut cmd = Command::new(&bin);
     gpufabric_tests::process::harden(&mut cmd);
     let mut op = cmd
-        .args(["run", "--admin-addr", "off", "--kubeconfig"])
+        .args([
+            "run",
+            "--admin-addr",
+            "off",
+            "--pod-namespace",
+            NS,
+            "--kubeconfig",
+        ])
         .arg(cluster.kubeconfig_path())
         .env("RUST_LOG", "info,kube=warn")
         .stdout(Stdio::null())
@@ -169,7 +176,7 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
         .expect("operator starts");
     let pid = op.id();
 
-    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
+    let tests: Api<FabricTest> = Api::all(cluster.client());
     let mut spec = json!({
         "nodeSelector": {"pool": "training"},
         "suite": {"ncclSweep": {"collectives": ["allReduce"]}},
@@ -180,7 +187,7 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     }
     let test: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
-        "metadata": {"name": "fleet", "namespace": NS},
+        "metadata": {"name": "fleet"},
         "spec": spec,
     }))
     .expect("test");
@@ -190,7 +197,7 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
         .await
         .expect("create test");
 
-    let runs: Api<FabricTestRun> = Api::namespaced(cluster.client(), NS);
+    let runs: Api<FabricTestRun> = Api::all(cluster.client());
     let lp = ListParams::default().labels(keys::LABEL_RUN);
     let (mut run_seen, mut all_pods, mut succeeded, mut run_obj) = (None, None, None, None);
     let deadline = Instant::now() + Duration::from_secs(1500);
@@ -238,7 +245,7 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     watch.abort();
     let run = run_obj.expect("the run succeeded within 25 minutes");
     let status = run.status.clone().expect("status");
-    let shards: Vec<FabricTestRunShard> = Api::namespaced(cluster.client(), NS)
+    let shards: Vec<FabricTestRunShard> = Api::all(cluster.client())
         .list(&ListParams::default())
         .await
         .expect("shards")

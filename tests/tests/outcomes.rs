@@ -90,7 +90,7 @@ async fn wait_folded(env: &OperatorEnv, api: &Api<FabricTest>, name: &str) -> Fa
 }
 
 async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let api: Api<FabricTestRun> = env.runs_api();
     let mut runs = api
         .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
         .await
@@ -138,8 +138,10 @@ fn assert_untouched(all: &BTreeMap<String, Node>, context: &str) {
     }
 }
 
+/// Events about the FabricTest `name` (cluster-scoped: its Events are in "default").
 async fn test_events(env: &OperatorEnv, name: &str) -> Vec<(String, String)> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.cluster.client(), NS);
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(env.cluster.client(), "default");
     api.list(&ListParams::default())
         .await
         .expect("events listed")
@@ -239,7 +241,15 @@ async fn check_spared(
     )
     .await
     .expect("an Event on the test");
-    assert_eq!(events.len(), 1, "{context}: {events:?}");
+    if events.len() != 1 {
+        let api: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(env.cluster.client(), "default");
+        let all = api.list(&ListParams::default()).await.map(|l| l.items);
+        panic!(
+            "{context}: {events:?}\nall Events: {all:#?}\noperator log:\n{}",
+            env.operator.log_tail(150)
+        );
+    }
     assert!(events[0].1.contains(&pattern), "{context}: {events:?}");
 
     // No pod of the run still holds a node's GPUs: each is gone or has ended.

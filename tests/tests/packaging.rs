@@ -130,7 +130,9 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
     for (value, why) in [
         ("replicas=-1", "minimum"),
         ("logFormat=xml", "logFormat"),
-        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("testSelector=1", "testSelector"),
+        // Removed with the cluster-scoped FabricTest: refused, not silently ignored.
+        ("watchNamespace=gpu", "additional properties"),
         ("metrics.port=70000", "maximum"),
         ("maxQuarantinedNodes=lots", "maxQuarantinedNodes"),
         ("typo=1", "additional properties"),
@@ -244,8 +246,9 @@ async fn can(
         .is_some_and(|s| s.allowed)
 }
 
-/// What the chart grants, and no more: pods written and runs in its namespace only (pods read
-/// cluster-wide, to see which GPUs other pods hold), its Lease only.
+/// What the chart grants, and no more: FabricTests and their runs cluster-wide (they are
+/// cluster-scoped), pods written in its namespace only (pods read cluster-wide, to see which
+/// GPUs other pods hold), its Lease only.
 async fn check_least_privilege(kubeconfig: &Path) {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("sa kubeconfig");
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -254,13 +257,9 @@ async fn check_least_privilege(kubeconfig: &Path) {
     let sa = Client::try_from(config).expect("sa client");
     let granted = [
         ("create", "pods", Some(NS), None),
-        ("watch", "gpufabric.io/fabrictests", Some(NS), None),
-        (
-            "patch",
-            "gpufabric.io/fabrictestruns/status",
-            Some(NS),
-            None,
-        ),
+        ("watch", "gpufabric.io/fabrictests", None, None),
+        ("patch", "gpufabric.io/fabrictestruns/status", None, None),
+        ("update", "gpufabric.io/fabrictests/finalizers", None, None),
         ("patch", "nodes", None, None),
         // Read-only, to skip nodes whose GPUs other pods hold.
         ("list", "pods", None, None),
@@ -276,8 +275,15 @@ async fn check_least_privilege(kubeconfig: &Path) {
     let refused = [
         ("create", "pods", Some("default"), None),
         ("delete", "pods", Some("default"), None),
+        ("get", "pods", Some("default"), None),
         ("list", "secrets", Some(NS), None),
-        ("watch", "gpufabric.io/fabrictests", Some("default"), None),
+        ("list", "secrets", None, None),
+        (
+            "create",
+            "coordination.k8s.io/leases",
+            Some("default"),
+            None,
+        ),
         (
             "update",
             "coordination.k8s.io/leases",
@@ -519,11 +525,11 @@ async fn helm_installs_and_upgrades_and_the_chart_rbac_runs_a_quarantine_scraped
 }
 
 async fn quarantine_end_to_end(cluster: &Cluster, operator: &OperatorProcess) {
-    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NS);
+    let tests: Api<FabricTest> = Api::all(cluster.client());
     let t: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1",
         "kind": "FabricTest",
-        "metadata": {"name": "fleet", "namespace": NS},
+        "metadata": {"name": "fleet"},
         "spec": {
             "nodeSelector": {"pool": "training"},
             "quarantine": {"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false},
@@ -656,20 +662,14 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
     let log = || gpufabric_tests::cluster::log_tail(&prom_dir.join("prometheus.log"), 30);
     let expected = [
         r#"up{job="gpufabric"} == 1"#.to_string(),
-        format!(
-            r#"gpufabric_node_last_result{{namespace="{NS}",name="fleet",node="gpu-02",result="fail"}} == 1"#
-        ),
-        format!(
-            r#"gpufabric_node_last_result{{namespace="{NS}",name="fleet",node="gpu-01",result="pass"}} == 1"#
-        ),
-        format!(
-            r#"gpufabric_node_quarantined{{namespace="{NS}",name="fleet",node="gpu-02"}} == 1"#
-        ),
+        r#"gpufabric_node_last_result{name="fleet",node="gpu-02",result="fail"} == 1"#.to_string(),
+        r#"gpufabric_node_last_result{name="fleet",node="gpu-01",result="pass"} == 1"#.to_string(),
+        r#"gpufabric_node_quarantined{name="fleet",node="gpu-02"} == 1"#.to_string(),
+        // One failing node of four is no storm: the breaker is closed.
+        r#"gpufabric_breaker_open{name="fleet"} == 0"#.to_string(),
         r#"count(gpufabric_node_allreduce_busbw_gbps > 0) == 4"#.to_string(),
         r#"count(gpufabric_node_worst_pair_bandwidth_gbps > 0) == 4"#.to_string(),
-        format!(
-            r#"gpufabric_test_runs_total{{namespace="{NS}",name="fleet",result="nodes_failed"}} >= 2"#
-        ),
+        r#"gpufabric_test_runs_total{name="fleet",result="nodes_failed"} >= 2"#.to_string(),
         r#"gpufabric_test_last_run_timestamp_seconds > 0"#.to_string(),
         r#"gpufabric_test_last_success_timestamp_seconds > 0"#.to_string(),
         r#"gpufabric_build_info == 1"#.to_string(),

@@ -41,7 +41,8 @@ async fn wait_ready(op: &OperatorProcess, who: &str) {
 async fn sigterm_hands_the_lease_to_the_ready_follower_within_the_lease_time() {
     let mut env = OperatorEnv::start(SimFleet::uniform("gpu", 1, H100, 8), NS).await;
     env.operator.kill();
-    let lease_args = ["--leader-elect", "--lease-namespace", NS];
+    let mut lease_args = env.operator_args();
+    lease_args.extend(["--leader-elect", "--lease-namespace", NS]);
     let log = |n: &str| env.dir.path().join(format!("operator-{n}.log"));
     let mut a =
         OperatorProcess::start_with(&env.cluster, log("a"), &lease_args, &[("POD_NAME", "op-a")]);
@@ -113,7 +114,7 @@ async fn sigterm_hands_the_lease_to_the_ready_follower_within_the_lease_time() {
         }),
     )
     .await;
-    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let runs: Api<FabricTestRun> = env.runs_api();
     let selector = format!("{}=after-upgrade", keys::LABEL_TEST);
     let finished = wait::poll(
         "a finished run of after-upgrade",

@@ -129,7 +129,7 @@ async fn create_test(
         },
         ..FabricTestSpec::default()
     };
-    let api: Api<FabricTest> = Api::namespaced(client.clone(), NS);
+    let api: Api<FabricTest> = Api::all(client.clone());
     api.create(&PostParams::default(), &FabricTest::new(name, spec))
         .await
         .expect("FabricTest created")
@@ -357,7 +357,7 @@ async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_bud
     let a1 = get(&e.client, "a1").await;
     assert!(is_unschedulable(&a1));
     let record = record_of(&a1).expect("a1 has our record");
-    assert_eq!(record.test, "gpu/nightly");
+    assert_eq!(record.test, "nightly");
     assert_eq!(record.run, "run-1");
     assert!(record.cordoned && record.labeled && !record.tainted);
     assert!(record.reason.contains("110 GB/s"), "{}", record.reason);
@@ -375,15 +375,15 @@ async fn budget_of_one_with_three_bad_nodes_cordons_one_and_reports_two_over_bud
         event_reasons(&e.client, "default", "a2").await,
         vec!["OverBudget"]
     );
-    let on_test = event_reasons(&e.client, NS, "nightly").await;
+    let on_test = event_reasons(&e.client, "default", "nightly").await;
     assert_eq!(
         on_test,
         vec!["OverBudget", "OverBudget", "Quarantined"],
         "{on_test:?}"
     );
-    assert_eq!(e.metrics.action_count("gpu/nightly", "quarantined"), 1);
-    assert_eq!(e.metrics.action_count("gpu/nightly", "over_budget"), 2);
-    assert_eq!(e.metrics.quarantined("gpu/nightly"), 1);
+    assert_eq!(e.metrics.action_count("nightly", "quarantined"), 1);
+    assert_eq!(e.metrics.action_count("nightly", "over_budget"), 2);
+    assert_eq!(e.metrics.quarantined("nightly"), 1);
 
     // The status the controller writes from the outcome.
     let mut status = gpufabric_api::test::FabricTestStatus {
@@ -590,7 +590,7 @@ async fn observe_mode_changes_no_node() {
         event_reasons(&e.client, "default", "o1").await,
         vec!["WouldQuarantine"]
     );
-    assert_eq!(e.metrics.action_count("gpu/nightly", "would_quarantine"), 2);
+    assert_eq!(e.metrics.action_count("nightly", "would_quarantine"), 2);
 }
 
 #[tokio::test]
@@ -620,7 +620,7 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
         .expect("observe");
     assert_eq!(
         observed[0].quarantined_by_other_test.as_deref(),
-        Some("gpu/team-b")
+        Some("team-b")
     );
     assert!(
         observed[0]
@@ -633,10 +633,7 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
         outcome.nodes_with(Action::LeftAlone),
         vec!["x1".to_string(), "x1".to_string()]
     );
-    assert!(
-        outcome.held_back["x1"].contains("gpu/team-b"),
-        "{outcome:?}"
-    );
+    assert!(outcome.held_back["x1"].contains("team-b"), "{outcome:?}");
     assert!(outcome.quarantined.is_empty());
     let released = quarantine::release_all(&e.client, &e.recorder, &e.metrics, &ours)
         .await
@@ -647,6 +644,79 @@ async fn releasing_what_another_fabric_test_quarantined_is_refused() {
         serde_json::to_value(&held).expect("json"),
         "team-b's quarantine is untouched"
     );
+}
+
+#[tokio::test]
+async fn a_node_quarantined_by_the_namespaced_form_of_a_test_is_released_by_the_test_of_that_name()
+{
+    let e = env().await;
+    create_nodes(&e.client, &["o1"]).await;
+    let before = get(&e.client, "o1").await;
+    // What an operator of the namespaced v1alpha1 form left: cordon, label and a record
+    // naming the test `<namespace>/<name>`.
+    let old = QuarantineRecord {
+        test: "gpu/nightly".into(),
+        run: "nightly-28990000".into(),
+        reason: "GPU pair 0-1 copies at 110 GB/s".into(),
+        since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-01T02:00:00Z".parse().expect("timestamp"),
+        ),
+        mode: QuarantineMode::Cordon,
+        cordoned: true,
+        tainted: false,
+        labeled: true,
+    };
+    let patch = serde_json::json!({
+        "metadata": {
+            "labels": {LABEL_QUARANTINED: "true"},
+            "annotations": {ANNOTATION_QUARANTINE: old.to_annotation()}
+        },
+        "spec": {"unschedulable": true}
+    });
+    Api::<Node>::all(e.client.clone())
+        .patch("o1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("old quarantine written");
+    let other = create_test(
+        &e.client,
+        "weekly",
+        QuarantineMode::Cordon,
+        IntOrString::Int(1),
+    )
+    .await;
+    let observed = quarantine::observe(&e.client, &other, &["o1".to_string()])
+        .await
+        .expect("observe");
+    assert_eq!(
+        observed[0].quarantined_by_other_test.as_deref(),
+        Some("gpu/nightly"),
+        "another test still may not touch it"
+    );
+
+    let test = create_test(
+        &e.client,
+        "nightly",
+        QuarantineMode::Cordon,
+        IntOrString::Int(1),
+    )
+    .await;
+    let observed = quarantine::observe(&e.client, &test, &["o1".to_string()])
+        .await
+        .expect("observe");
+    assert!(observed[0].quarantined_by_us, "{:?}", observed[0]);
+    assert_eq!(
+        quarantine::quarantined_by(&e.client, &test)
+            .await
+            .expect("records")
+            .len(),
+        1
+    );
+    let outcome = execute(&e, &test, &plan_of(&test, &[], &["o1"], 1)).await;
+    assert_eq!(outcome.nodes_with(Action::Released), vec!["o1".to_string()]);
+    let after = get(&e.client, "o1").await;
+    assert!(!is_unschedulable(&after));
+    assert!(record_of(&after).is_none());
+    assert_eq!(after.metadata.labels, before.metadata.labels);
 }
 
 #[tokio::test]
@@ -719,7 +789,7 @@ async fn release_on_delete_false_keeps_the_quarantine() {
         serde_json::to_value(&held).expect("json")
     );
     assert!(
-        event_reasons(&e.client, NS, "nightly")
+        event_reasons(&e.client, "default", "nightly")
             .await
             .contains(&"QuarantineKept".to_string())
     );
@@ -877,7 +947,7 @@ async fn two_fabric_tests_racing_for_the_same_nodes_never_both_claim_one() {
     for n in &names {
         let node = get(&e.client, n).await;
         let record = record_of(&node).expect("claimed by one of them");
-        let (won, lost) = if record.test == "gpu/team-a" {
+        let (won, lost) = if record.test == "team-a" {
             (&oa, &ob)
         } else {
             (&ob, &oa)
@@ -966,7 +1036,7 @@ async fn a_budget_that_cannot_be_read_quarantines_nothing_and_says_why() {
     );
     assert!(!is_unschedulable(&get(&e.client, "b1").await));
     assert!(
-        event_kinds(&e.client, NS, "nightly")
+        event_kinds(&e.client, "default", "nightly")
             .await
             .contains(&("InvalidBudget".to_string(), "Warning".to_string()))
     );

@@ -62,7 +62,7 @@ fn cordoned(n: &Node) -> bool {
 }
 
 async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let api: Api<FabricTestRun> = env.runs_api();
     let mut runs = api
         .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
         .await
@@ -193,7 +193,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         let record = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
             .expect("readable record")
             .expect("record present");
-        assert_eq!(record.test, format!("{NS}/demo"));
+        assert_eq!(record.test, "demo");
         assert!(
             record.cordoned && record.labeled && !record.tainted,
             "{record:?}"
@@ -262,15 +262,12 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
 
     let metrics = env.operator.metrics().await;
     assert!(
-        metrics.contains(&format!(
-            "gpufabric_quarantined_nodes{{test=\"{NS}/demo\"}} 2"
-        )),
+        metrics.contains("gpufabric_quarantined_nodes{test=\"demo\"} 2"),
         "{metrics}"
     );
     assert!(
-        metrics.contains(&format!(
-            "gpufabric_quarantine_actions_total{{test=\"{NS}/demo\",action=\"quarantined\"}} 2"
-        )),
+        metrics
+            .contains("gpufabric_quarantine_actions_total{test=\"demo\",action=\"quarantined\"} 2"),
         "{metrics}"
     );
 }
@@ -501,7 +498,7 @@ async fn observe_mode_changes_no_node() {
         );
     }
     assert!(
-        event_reasons_for(&env, NS, "watch")
+        event_reasons_for(&env, "default", "watch")
             .await
             .contains(&"WouldQuarantine".to_string())
     );
@@ -518,7 +515,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         )
         .await;
     // The first run finds the straggler on gpu-02 ...
-    let runs_api: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), NS);
+    let runs_api: Api<FabricTestRun> = env.runs_api();
     let first = wait::poll(
         "the first run to finish",
         Duration::from_secs(120),

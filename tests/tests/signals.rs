@@ -1,7 +1,8 @@
 //! Signals other tools read, end to end: the real `fabric-operator` against a real control
 //! plane, the process-kubelet and the sim agents. After runs with one failing node and
 //! healthy ones: the `GPUFabricHealthy` condition, the `gpufabric.io/result` label and the
-//! last-pass annotation on the right nodes, `suspect` on a first failure then `fail` on
+//! last-pass annotation on the right nodes, `suspect` (and the PreferNoSchedule suspect
+//! taint) on a first failure then `fail` (and the NoSchedule quarantine taint) on
 //! confirmation, `Complete`/`Failed` on the runs (and `kubectl wait` on them), a node that
 //! is not measured keeps its condition, and the full result documents outlive the pods.
 //!
@@ -9,7 +10,8 @@
 //! `cargo test -p gpufabric-tests --test signals`.
 
 use gpufabric_api::keys::{
-    ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_NODE, LABEL_RESULT, LABEL_RUN, LABEL_TEST,
+    ANNOTATION_LAST_PASS, ANNOTATION_SUSPECT_TAINT, CONDITION_NODE_HEALTHY, LABEL_NODE,
+    LABEL_RESULT, LABEL_RUN, LABEL_TEST, TAINT_QUARANTINED, TAINT_SUSPECT,
 };
 use gpufabric_api::run::{FabricTestRun, NodeVerdict};
 use gpufabric_api::{FabricTest, FabricTestStatus};
@@ -35,17 +37,19 @@ fn fleet() -> Fleet {
 }
 
 /// Two failures in a row confirm a failure; no confirmation run (each run is started by
-/// hand, so every state is seen); busy nodes are tested (and not measured).
+/// hand, so every state is seen); graduated taints; busy nodes are tested (and not
+/// measured).
 fn spec(env: &OperatorEnv) -> serde_json::Value {
     json!({
         "nodeSelector": env.node_selector(),
         "includeBusyNodes": true,
         "quarantine": {
-            "mode": "Cordon",
+            "mode": "Taint",
             "maxQuarantined": "100%",
             "failuresToQuarantine": 2,
             "passesToRelease": 1,
-            "confirmRetest": false
+            "confirmRetest": false,
+            "graduatedTaints": true
         },
         "agent": sim_agent(60)
     })
@@ -95,6 +99,18 @@ fn healthy(n: &Node) -> Option<NodeCondition> {
         .cloned()
 }
 
+/// The node's taints as `key:effect`, without the node lifecycle controller's.
+fn taints_of(n: &Node) -> Vec<String> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect()
+}
+
 fn result_label(n: &Node) -> Option<&str> {
     n.labels().get(LABEL_RESULT).map(String::as_str)
 }
@@ -141,6 +157,16 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         "{msg}"
     );
     assert!(!n2.annotations().contains_key(ANNOTATION_LAST_PASS));
+    assert_eq!(
+        taints_of(&n2),
+        [format!("{TAINT_SUSPECT}:PreferNoSchedule")],
+        "a suspect is avoided, not refused"
+    );
+    assert_eq!(
+        n2.annotations().get(ANNOTATION_SUSPECT_TAINT),
+        Some(&format!("{}/sig", env.ns)),
+        "the suspect taint is recorded as ours"
+    );
     let mut passed_since = Vec::new();
     for base in ["gpu-01", "gpu-03", "gpu-04"] {
         let n = node(&env, base).await;
@@ -176,7 +202,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     assert_eq!(healthy(&untested), None);
 
     // The run is Complete, and kubectl waits on it.
-    let runs: Api<FabricTestRun> = Api::namespaced(env.cluster.client(), &env.ns);
+    let runs: Api<FabricTestRun> = env.runs_api();
     let r1 = runs.get(&run1).await.expect("run 1");
     assert_eq!(condition_status(&r1, "Complete").as_deref(), Some("True"));
     assert_eq!(condition_status(&r1, "Failed").as_deref(), Some("False"));
@@ -214,10 +240,15 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         status_reason(&healthy(&n2)),
         ("False".into(), "Failed".into())
     );
-    assert!(
-        n2.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
-        "confirmed and cordoned"
+    assert_eq!(
+        taints_of(&n2),
+        [format!("{TAINT_QUARANTINED}:NoSchedule")],
+        "confirmed: the quarantine taint replaces the suspect one"
     );
+    assert!(!n2.annotations().contains_key(ANNOTATION_SUSPECT_TAINT));
+    for base in ["gpu-01", "gpu-03", "gpu-04"] {
+        assert!(taints_of(&node(&env, base).await).is_empty(), "{base}");
+    }
     for (i, base) in ["gpu-01", "gpu-03", "gpu-04"].iter().enumerate() {
         let c = healthy(&node(&env, base).await);
         assert_eq!(

@@ -12,9 +12,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app.kubernetes.io/name: fabric-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
-{{/* The namespace whose FabricTests the operator watches (and creates pods in). */}}
-{{- define "gpufabric.watchNamespace" -}}
-{{ .Values.watchNamespace | default .Release.Namespace }}
+{{/* The namespace the operator creates benchmark pods in. */}}
+{{- define "gpufabric.podNamespace" -}}
+{{ .Release.Namespace }}
 {{- end }}
 {{- define "gpufabric.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}

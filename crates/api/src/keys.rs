@@ -79,3 +79,9 @@ pub const CONDITION_NODE_HEALTHY: &str = "GPUFabricHealthy";
 pub const LABEL_RESULT: &str = "gpufabric.io/result";
 /// Annotation on a node: when it last passed a run (RFC 3339).
 pub const ANNOTATION_LAST_PASS: &str = "gpufabric.io/last-pass";
+/// Taint key (effect PreferNoSchedule) on a suspect node, with `graduatedTaints`.
+pub const TAINT_SUSPECT: &str = "gpufabric.io/suspect";
+/// Annotation on a node: the FabricTest (`<namespace>/<name>`) that added the suspect
+/// taint. Its presence is the only proof of ownership: without it the taint is someone
+/// else's and is never removed.
+pub const ANNOTATION_SUSPECT_TAINT: &str = "gpufabric.io/suspect-taint";

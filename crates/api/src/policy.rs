@@ -113,6 +113,11 @@ pub struct QuarantinePolicy {
     /// Fewest measured nodes in a run for the storm rule to apply.
     #[schemars(range(min = 1))]
     pub storm_min_nodes: u32,
+    /// Graduated taints: a node that failed but is not yet confirmed (a suspect) gets the
+    /// taint `gpufabric.io/suspect:PreferNoSchedule` (the scheduler avoids it when it can),
+    /// removed when it passes or is confirmed; a confirmed failure gets what `mode` does
+    /// (in Taint mode, the NoSchedule quarantine taint). Not in Observe mode.
+    pub graduated_taints: bool,
 }
 
 /// Default of `stormThresholdPercent`.
@@ -131,6 +136,7 @@ impl Default for QuarantinePolicy {
             release_on_delete: true,
             storm_threshold_percent: DEFAULT_STORM_THRESHOLD_PERCENT,
             storm_min_nodes: DEFAULT_STORM_MIN_NODES,
+            graduated_taints: false,
         }
     }
 }

@@ -19,7 +19,8 @@ pub const MAX_REASON_LEN: usize = 512;
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct QuarantineRecord {
-    /// The FabricTest that owns the quarantine, as `<namespace>/<name>`.
+    /// The name of the FabricTest that owns the quarantine (cluster-scoped). Records written
+    /// while FabricTest was namespaced say `<namespace>/<name>`; they are read as `<name>`.
     pub test: String,
     /// The FabricTestRun whose findings caused it.
     pub run: String,
@@ -52,9 +53,18 @@ pub struct RecordError {
 }
 
 impl QuarantineRecord {
-    /// The FabricTest key `<namespace>/<name>` that records name.
-    pub fn test_key(namespace: &str, name: &str) -> String {
-        format!("{namespace}/{name}")
+    /// The FabricTest key that records name: the test's name (FabricTest is cluster-scoped).
+    pub fn test_key(name: &str) -> String {
+        name.to_string()
+    }
+
+    /// The name of the FabricTest this record names: `test` itself, or the part after the
+    /// `/` of a record written while FabricTest was namespaced (`<namespace>/<name>`; a
+    /// name never contains `/`).
+    pub fn test_name(&self) -> &str {
+        self.test
+            .rsplit_once('/')
+            .map_or(self.test.as_str(), |(_, name)| name)
     }
 
     /// The record in a node's annotations: `Ok(None)` when there is none, an error when the
@@ -79,9 +89,11 @@ impl QuarantineRecord {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// Whether this record says the test `<namespace>/<name>` owns the node.
+    /// Whether this record says the test named `test_key` owns the node (also when the
+    /// record names it in the old `<namespace>/<name>` form, so that a node quarantined
+    /// before FabricTest became cluster-scoped is released by the test of the same name).
     pub fn is_owned_by(&self, test_key: &str) -> bool {
-        self.test == test_key
+        self.test_name() == test_key
     }
 
     /// A reason cut to [`MAX_REASON_LEN`] bytes on a character boundary.
@@ -103,7 +115,7 @@ mod tests {
 
     fn record() -> QuarantineRecord {
         QuarantineRecord {
-            test: "gpu/nightly".into(),
+            test: "nightly".into(),
             run: "nightly-29001".into(),
             reason: "GPU pair 0-1 copy bandwidth 110 GB/s, expected >= 300 GB/s".into(),
             since: Time("2026-11-21T02:03:04Z".parse().expect("timestamp")),
@@ -139,6 +151,19 @@ mod tests {
         let err = QuarantineRecord::from_annotations(Some(&a)).expect_err("not a record");
         assert!(err.to_string().contains("leaves the node alone"), "{err}");
         assert!(matches!(QuarantineRecord::from_annotations(None), Ok(None)));
+    }
+
+    #[test]
+    fn a_record_of_the_namespaced_form_is_owned_by_the_test_of_the_same_name() {
+        let mut r = record();
+        assert!(r.is_owned_by("nightly"));
+        r.test = "gpu/nightly".into();
+        assert_eq!(r.test_name(), "nightly");
+        assert!(r.is_owned_by("nightly"));
+        assert!(!r.is_owned_by("weekly"));
+        assert!(!r.is_owned_by("gpu/nightly"));
+        r.test = "gpu/nightly-2".into();
+        assert!(!r.is_owned_by("nightly"));
     }
 
     #[test]

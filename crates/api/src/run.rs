@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
     group = "gpufabric.io",
     version = "v1alpha1",
     kind = "FabricTestRun",
-    namespaced,
     shortname = "ftr",
     category = "gpufabric",
     status = "FabricTestRunStatus",
@@ -56,7 +55,7 @@ use std::collections::BTreeMap;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct FabricTestRunSpec {
-    /// Name of the FabricTest (same namespace) this run belongs to.
+    /// Name of the FabricTest this run belongs to.
     pub test: String,
     /// Why this run exists.
     pub trigger: Trigger,

@@ -22,7 +22,6 @@ pub const MAX_REASON: usize = 300;
     group = "gpufabric.io",
     version = "v1alpha1",
     kind = "FabricTestRunShard",
-    namespaced,
     shortname = "ftrs",
     category = "gpufabric",
     status = "FabricTestRunShardStatus",

@@ -62,7 +62,6 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
     group = "gpufabric.io",
     version = "v1alpha1",
     kind = "FabricTest",
-    namespaced,
     shortname = "ft",
     category = "gpufabric",
     status = "FabricTestStatus",
@@ -93,6 +92,11 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
         name = "Quarantined",
         type_ = "integer",
         json_path = ".status.quarantinedCount"
+    ),
+    printcolumn(
+        name = "Breaker Open",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"BreakerOpen\")].status"
     ),
     // A future time in a `date` column prints as `<invalid>` in kubectl: show the timestamp.
     printcolumn(

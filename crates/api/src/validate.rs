@@ -293,6 +293,19 @@ fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
         "quarantine.passesToRelease",
         || "must be at least 1".into(),
     );
+    c.check(
+        (1..=100).contains(&q.storm_threshold_percent),
+        "quarantine.stormThresholdPercent",
+        || {
+            format!(
+                "must be between 1 and 100 (100 turns the storm rule off; got {})",
+                q.storm_threshold_percent
+            )
+        },
+    );
+    c.check(q.storm_min_nodes >= 1, "quarantine.stormMinNodes", || {
+        "must be at least 1".into()
+    });
 
     let agent = &spec.agent;
     c.check(agent.image.trim() == agent.image, "agent.image", || {

@@ -45,6 +45,7 @@ fn crds_carry_printer_columns_and_short_names() {
             "Passed",
             "Failed",
             "Quarantined",
+            "Breaker Open",
             "Next Run",
             "Age"
         ]
@@ -65,7 +66,7 @@ fn crds_carry_printer_columns_and_short_names() {
         Some(&["ftr".to_string()][..])
     );
     for (_, crd) in &crds {
-        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.scope, "Cluster");
         assert_eq!(crd.spec.group, "gpufabric.io");
         assert!(
             crd.spec.versions[0]

@@ -159,7 +159,30 @@ fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does(
     );
     assert!(
         !grants_in(&cluster_rules, "", "pods", "create"),
-        "pods are created in the watched namespace only (a Role), not cluster-wide"
+        "pods are created in the operator's namespace only (a Role), not cluster-wide"
+    );
+    for resource in ["fabrictests", "fabrictestruns", "fabrictests/status"] {
+        assert!(
+            grants_in(&cluster_rules, "gpufabric.io", resource, "patch"),
+            "{resource} are cluster-scoped: a ClusterRole must grant them"
+        );
+    }
+    let lease_rules = rules
+        .iter()
+        .filter(|r| r.resources.iter().flatten().any(|x| x == "leases"));
+    for r in lease_rules {
+        let named = r.resource_names.as_ref().is_some_and(|n| !n.is_empty());
+        let only_create = r.verbs.iter().all(|v| v == "create");
+        assert!(
+            named || only_create,
+            "Lease rights beyond create name the operator's Lease: {r:?}"
+        );
+    }
+    assert!(
+        !cluster_rules
+            .iter()
+            .any(|r| r.resources.iter().flatten().any(|x| x == "leases")),
+        "no Lease rights cluster-wide"
     );
     let deployment = deployment.expect("a Deployment");
     let container = &deployment

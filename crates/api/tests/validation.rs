@@ -126,6 +126,14 @@ fn zero_counts_are_refused() {
             "quarantine.passesToRelease: must be at least 1",
         ),
         (
+            "  quarantine:\n    stormMinNodes: 0\n",
+            "quarantine.stormMinNodes: must be at least 1",
+        ),
+        (
+            "  quarantine:\n    stormThresholdPercent: 0\n",
+            "quarantine.stormThresholdPercent: must be between 1 and 100",
+        ),
+        (
             "  agent:\n    timeoutSeconds: 0\n",
             "agent.timeoutSeconds: must be between 10 and 86400 (got 0)",
         ),

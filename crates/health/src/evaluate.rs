@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod compare;
 mod direction;
+mod gpu_pairs;
 mod hardware;
 mod node;
 mod perf;

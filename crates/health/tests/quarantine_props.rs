@@ -72,6 +72,7 @@ fn policy() -> impl Strategy<Value = QuarantinePolicy> {
                     release_on_delete: true,
                     storm_threshold_percent: storm_pct,
                     storm_min_nodes: storm_min,
+                    graduated_taints: false,
                 }
             },
         )

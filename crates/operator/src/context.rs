@@ -23,14 +23,14 @@ pub struct Context {
     pub nodes: Store<Node>,
     /// Benchmark pods (those with the `gpufabric.io/run` label).
     pub pods: Store<Pod>,
-    /// Every FabricTestRun in the watched namespaces.
+    /// Every FabricTestRun the operator watches (all, or those its label selector matches).
     pub runs: Store<FabricTestRun>,
     /// Every FabricTestRunShard (the runs' per-node results).
     pub shards: Store<FabricTestRunShard>,
     /// The shard statuses this process wrote last, read on top of `shards`.
     pub shard_writes: Arc<ShardWrites>,
-    /// The namespace watched, or None for all.
-    pub namespace: Option<String>,
+    /// The namespace of the benchmark pods (`--pod-namespace`).
+    pub pod_namespace: String,
     /// Failed reconciles in a row per object, for the retry backoff.
     pub backoff: ErrorBackoff,
     /// Becomes true once the Node, Pod and run caches have been filled.
@@ -72,7 +72,6 @@ impl Context {
             api_version: Some(owner.api_version.clone()),
             kind: Some(owner.kind.clone()),
             name: Some(owner.name.clone()),
-            namespace: run.metadata.namespace.clone(),
             uid: Some(owner.uid.clone()),
             ..Default::default()
         })

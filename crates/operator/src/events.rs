@@ -21,7 +21,8 @@ pub const MAX_EVENT_NAME: usize = 253;
 pub const MAX_NOTE: usize = 1000;
 /// How long a published Event is counted up instead of created again.
 const SERIES_TTL: SignedDuration = SignedDuration::from_mins(6);
-/// Namespace of the Events about cluster-scoped objects (Nodes).
+/// Namespace of the Events about cluster-scoped objects (Nodes, FabricTests, FabricTestRuns).
+/// `kubectl describe` of a cluster-scoped object finds its Events in every namespace.
 const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
 /// What makes two Events the same: repeats update the first one's series.

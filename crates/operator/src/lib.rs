@@ -47,8 +47,11 @@ use std::time::Duration;
 /// How the operator runs.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Watch only this namespace (None: all namespaces).
-    pub namespace: Option<String>,
+    /// The namespace the benchmark pods are created in (FabricTest and FabricTestRun are
+    /// cluster-scoped; their pods are not).
+    pub pod_namespace: String,
+    /// Watch only the FabricTests (and runs) this label selector matches (None: all).
+    pub selector: Option<String>,
     /// Where `/metrics`, `/live` and `/ready` are served (None: not served).
     pub admin_addr: Option<SocketAddr>,
     /// Run the controllers only while holding this Lease (None: no leader election).
@@ -60,10 +63,14 @@ pub struct Options {
     pub max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
 }
 
-/// Options for [`run`].
-pub fn controller_options(namespace: Option<String>, admin_addr: Option<SocketAddr>) -> Options {
+/// Namespace of the benchmark pods when neither `--pod-namespace` nor `$POD_NAMESPACE` names one.
+pub const DEFAULT_POD_NAMESPACE: &str = "gpufabric";
+
+/// Options for [`run`]: benchmark pods in `pod_namespace`, every FabricTest watched.
+pub fn controller_options(pod_namespace: String, admin_addr: Option<SocketAddr>) -> Options {
     Options {
-        namespace,
+        pod_namespace,
+        selector: None,
         admin_addr,
         leader: None,
         agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
@@ -81,26 +88,14 @@ fn slim<K: Resource>(obj: &mut K) {
 pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error> {
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
-    let ns = options.namespace.clone();
-    let namespaced = |c: &Client| -> (Api<FabricTest>, Api<FabricTestRun>, Api<Pod>) {
-        match &ns {
-            Some(n) => (
-                Api::namespaced(c.clone(), n),
-                Api::namespaced(c.clone(), n),
-                Api::namespaced(c.clone(), n),
-            ),
-            None => (
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-            ),
-        }
+    let tests_api: Api<FabricTest> = Api::all(client.clone());
+    let runs_api: Api<FabricTestRun> = Api::all(client.clone());
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &options.pod_namespace);
+    let selected = || match &options.selector {
+        Some(s) => WatchConfig::default().labels(s),
+        None => WatchConfig::default(),
     };
-    let (tests_api, runs_api, pods_api) = namespaced(&client);
-    let shards_api: Api<FabricTestRunShard> = match &ns {
-        Some(n) => Api::namespaced(client.clone(), n),
-        None => Api::all(client.clone()),
-    };
+    let shards_api: Api<FabricTestRunShard> = Api::all(client.clone());
     let (node_store, node_watch) = node_cache(&client);
 
     // Benchmark pods: a cache, and the trigger of the run controller.
@@ -119,7 +114,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let run_sub_tests = run_writer
         .subscribe()
         .ok_or_else(|| std::io::Error::other("the run cache cannot be shared"))?;
-    let run_watch = watcher::watcher(runs_api, WatchConfig::default())
+    let run_watch = watcher::watcher(runs_api, selected())
         .default_backoff()
         .modify(slim::<FabricTestRun>)
         .reflect_shared(run_writer)
@@ -139,7 +134,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let test_sub = test_writer
         .subscribe()
         .ok_or_else(|| std::io::Error::other("the FabricTest cache cannot be shared"))?;
-    let test_watch = watcher::watcher(tests_api, WatchConfig::default())
+    let test_watch = watcher::watcher(tests_api, selected())
         .default_backoff()
         .modify(slim::<FabricTest>)
         .reflect_shared(test_writer)
@@ -163,7 +158,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         runs: run_store.clone(),
         shards: shard_store.clone(),
         shard_writes: Default::default(),
-        namespace: options.namespace.clone(),
+        pod_namespace: options.pod_namespace.clone(),
         backoff: Default::default(),
         synced: synced_rx,
         agent_image: options.agent_image.clone(),
@@ -175,7 +170,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
     let run_controller = Controller::for_shared_stream(run_sub_runs, run_store.clone())
         .with_config(config.clone())
-        .owns_stream(pod_stream)
+        .watches_stream(pod_stream, runs_owning)
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
             controller::run::reconcile,
@@ -224,8 +219,21 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
             _ = test_watch => {}
         }
     };
-    tracing::info!(namespace = ?options.namespace, "fabric-operator starting");
+    tracing::info!(pod_namespace = %options.pod_namespace, selector = ?options.selector, "fabric-operator starting");
     act(&client, &options, &metrics, ready, shutdown, work).await
+}
+
+/// The runs that own a benchmark pod. Not `owns_stream`: that looks an owner up in its
+/// child's namespace, and a FabricTestRun is cluster-scoped (a pod's change would then
+/// trigger no reconcile).
+fn runs_owning(pod: Pod) -> Vec<reflector::ObjectRef<FabricTestRun>> {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .filter(|o| o.kind == "FabricTestRun" && o.api_version.starts_with(gpufabric_api::GROUP))
+        .map(|o| reflector::ObjectRef::new(&o.name))
+        .collect()
 }
 
 /// Nodes: a cache for node selection and GPU counts, and the watch that fills it.
@@ -322,4 +330,31 @@ fn shutdown_signal() -> Result<tokio::sync::watch::Receiver<bool>, std::io::Erro
 /// Completes when `rx` turns true (or its sender is gone).
 async fn wait_for(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    #[test]
+    fn a_pod_triggers_its_cluster_scoped_run_not_one_in_its_namespace() {
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some("gpufabric".into());
+        let owner = |kind: &str, name: &str| OwnerReference {
+            api_version: format!("{}/{}", gpufabric_api::GROUP, gpufabric_api::VERSION),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..Default::default()
+        };
+        pod.metadata.owner_references = Some(vec![
+            owner("FabricTestRun", "nightly-1"),
+            owner("Job", "other"),
+        ]);
+        let refs = runs_owning(pod);
+        assert_eq!(refs, vec![reflector::ObjectRef::new("nightly-1")]);
+        assert_eq!(refs[0].namespace, None);
+    }
 }

@@ -19,15 +19,23 @@ enum Command {
     /// Run the controllers against a cluster.
     ///
     /// Connects with --kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
-    /// service account. Watches FabricTests (and their runs and pods) in --namespace, or in
-    /// every namespace. Serves /metrics, /live and /ready on --admin-addr. Stops cleanly on
+    /// service account. Watches every FabricTest and FabricTestRun (cluster-scoped; or those
+    /// --selector matches) and creates benchmark pods in --pod-namespace. Serves /metrics, /live and /ready on --admin-addr. Stops cleanly on
     /// SIGINT or SIGTERM; a restarted operator resumes every run from the API server.
     Run {
         /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
         #[arg(long, value_name = "PATH")]
         kubeconfig: Option<PathBuf>,
-        /// Watch only this namespace (default: all namespaces).
-        #[arg(long, short = 'n', value_name = "NS")]
+        /// Namespace of the benchmark pods, and of the leader Lease unless --lease-namespace
+        /// names another (the chart sets it to the release namespace).
+        #[arg(long, env = "POD_NAMESPACE", value_name = "NS", default_value = gpufabric_operator::DEFAULT_POD_NAMESPACE)]
+        pod_namespace: String,
+        /// Watch only the FabricTests (and their runs) with these labels, e.g. `team=infra`
+        /// (default: all). Runs carry their test's labels.
+        #[arg(long, short = 'l', value_name = "SELECTOR")]
+        selector: Option<String>,
+        /// Removed: FabricTest is cluster-scoped. Refused with a message saying so.
+        #[arg(long, short = 'n', value_name = "NS", hide = true)]
         namespace: Option<String>,
         /// Address of the admin server (/metrics, /live, /ready); "off" disables it.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
@@ -39,7 +47,7 @@ enum Command {
         /// one replica). Identity: $POD_NAME, else the host name.
         #[arg(long)]
         leader_elect: bool,
-        /// Namespace of the leader Lease (default: --namespace, else $POD_NAMESPACE, else "default").
+        /// Namespace of the leader Lease (default: --pod-namespace).
         #[arg(long, value_name = "NS")]
         lease_namespace: Option<String>,
         /// Image of the benchmark pods when a FabricTest names none in spec.agent.image.
@@ -81,6 +89,8 @@ fn main() -> anyhow::Result<()> {
         Command::Crdgen { out } => crdgen(out),
         Command::Run {
             kubeconfig,
+            pod_namespace,
+            selector,
             namespace,
             admin_addr,
             log_json,
@@ -93,6 +103,14 @@ fn main() -> anyhow::Result<()> {
             webhook_cert,
             webhook_key,
         } => {
+            if let Some(ns) = namespace {
+                anyhow::bail!(
+                    "--namespace {ns:?} is no longer accepted: FabricTest and FabricTestRun are \
+                     cluster-scoped, so the operator watches all of them. Pass \
+                     --pod-namespace {ns} to create the benchmark pods there, and --selector \
+                     to watch only some FabricTests."
+                );
+            }
             init_tracing(log_json);
             let admin_addr = match admin_addr.as_str() {
                 "off" | "" => None,
@@ -109,14 +127,12 @@ fn main() -> anyhow::Result<()> {
                 }
                 let client = client(kubeconfig).await?;
                 let mut options =
-                    gpufabric_operator::controller_options(namespace.clone(), admin_addr);
+                    gpufabric_operator::controller_options(pod_namespace.clone(), admin_addr);
                 options.agent_image = agent_image;
+                options.selector = selector;
                 options.max_quarantined_nodes = max_quarantined_nodes;
                 if leader_elect {
-                    let ns = lease_namespace
-                        .or(namespace)
-                        .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                        .unwrap_or_else(|| "default".into());
+                    let ns = lease_namespace.unwrap_or(pod_namespace);
                     let identity = std::env::var("POD_NAME")
                         .ok()
                         .or_else(|| std::env::var("HOSTNAME").ok())

@@ -9,7 +9,6 @@ pub mod state;
 use crate::quarantine::QuarantineMetrics;
 use gpufabric_api::run::{FabricTestRun, RunPhase};
 use gpufabric_api::test::FabricTest;
-use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -42,10 +41,9 @@ pub struct VerdictLabels {
     pub verdict: String,
 }
 
-/// `{namespace, name, result}` of a finished run (`passed`, `nodes_failed`, `failed`).
+/// `{name, result}` of a finished run (the name of its cluster-scoped FabricTest) (`passed`, `nodes_failed`, `failed`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunResultLabels {
-    pub namespace: String,
     pub name: String,
     pub result: String,
 }
@@ -173,7 +171,7 @@ fn reconcile_histogram() -> Histogram {
 pub struct Metrics {
     pub registry: Registry,
     pub runs_started: Family<TriggerLabels, Counter>,
-    /// `gpufabric_test_runs_total{namespace,name,result}`: finished runs by result.
+    /// `gpufabric_test_runs_total{name,result}`: finished runs by result.
     pub runs_finished: Family<RunResultLabels, Counter>,
     pub nodes_tested: Family<VerdictLabels, Counter>,
     pub pods_active: Gauge,
@@ -296,7 +294,6 @@ impl Metrics {
         };
         self.runs_finished
             .get_or_create(&RunResultLabels {
-                namespace: run.namespace().unwrap_or_default(),
                 name: run.spec.test.clone(),
                 result: result.into(),
             })

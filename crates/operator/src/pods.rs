@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 use std::collections::BTreeMap;
 
 /// Value of the `gpufabric.io/role` label on node-check pods.
@@ -117,7 +117,9 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
     Ok(Pod {
         metadata: ObjectMeta {
             name: Some(names::pod_name(&run_name, node)),
-            namespace: run.namespace(),
+            // Created through the API of the operator's pod namespace (`--pod-namespace`):
+            // the run is cluster-scoped, so it has no namespace to give.
+            namespace: None,
             labels: Some(labels),
             owner_references: Some(vec![owner]),
             ..Default::default()
@@ -257,7 +259,6 @@ mod tests {
                 rollout: None,
             },
         );
-        r.metadata.namespace = Some("gpu-tests".into());
         r.metadata.uid = Some("run-uid".into());
         r
     }
@@ -281,7 +282,7 @@ mod tests {
             "8"
         );
         assert_eq!(p.metadata.name.as_deref(), Some("nightly-29000000-gpu-1"));
-        assert_eq!(p.metadata.namespace.as_deref(), Some("gpu-tests"));
+        assert_eq!(p.metadata.namespace, None);
     }
 
     #[test]

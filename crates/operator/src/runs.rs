@@ -17,8 +17,9 @@ pub const ANNOTATION_CONFIRMS: &str = "gpufabric.io/confirms";
 const CONFIRM_SUFFIX: &str = "-confirm";
 
 /// The run `name` of `test`: a frozen copy of the test's spec (see
-/// [`FabricTestRunSpec::of_test`]), in the test's namespace, owned by the test, labeled
-/// with the test and the trigger.
+/// [`FabricTestRunSpec::of_test`]), cluster-scoped as the test is, owned by the test,
+/// carrying the test's labels (so an operator that watches a label selector sees the runs
+/// of the tests it watches) and labeled with the test and the trigger.
 pub fn new_run(
     test: &FabricTest,
     name: &str,
@@ -36,12 +37,11 @@ pub fn new_run(
         .ok_or(Error::Missing("metadata.uid"))?;
     let spec = FabricTestRunSpec::of_test(test_name, &test.spec, trigger, scheduled_time, nodes);
     let mut run = FabricTestRun::new(name, spec);
-    run.metadata.namespace = test.meta().namespace.clone();
     run.metadata.owner_references = Some(vec![owner]);
-    run.metadata.labels = Some(BTreeMap::from([
-        (LABEL_TEST.to_string(), names::label_value(test_name)),
-        (LABEL_TRIGGER.to_string(), trigger.as_str().to_string()),
-    ]));
+    let mut labels: BTreeMap<String, String> = test.meta().labels.clone().unwrap_or_default();
+    labels.insert(LABEL_TEST.to_string(), names::label_value(test_name));
+    labels.insert(LABEL_TRIGGER.to_string(), trigger.as_str().to_string());
+    run.metadata.labels = Some(labels);
     Ok(run)
 }
 
@@ -86,8 +86,11 @@ mod tests {
 
     fn test() -> FabricTest {
         let mut t = FabricTest::new("nightly", FabricTestSpec::default());
-        t.metadata.namespace = Some("gpu".into());
         t.metadata.uid = Some("uid-1".into());
+        t.metadata.labels = Some(BTreeMap::from([
+            ("team".to_string(), "infra".to_string()),
+            (LABEL_TRIGGER.to_string(), "set-by-a-user".to_string()),
+        ]));
         t
     }
 
@@ -100,7 +103,7 @@ mod tests {
         )
         .expect("builds");
         assert_eq!(run.metadata.name.as_deref(), Some("nightly-29001-confirm"));
-        assert_eq!(run.metadata.namespace.as_deref(), Some("gpu"));
+        assert_eq!(run.metadata.namespace, None);
         assert_eq!(run.spec.trigger, Trigger::Confirmation);
         assert_eq!(
             run.spec.nodes,
@@ -115,6 +118,8 @@ mod tests {
         assert_eq!(owner.controller, Some(true));
         let labels = run.metadata.labels.expect("labels");
         assert_eq!(labels[LABEL_TRIGGER], "confirmation");
+        assert_eq!(labels[LABEL_TEST], "nightly");
+        assert_eq!(labels["team"], "infra", "the test's own labels are carried");
         assert_eq!(
             run.metadata.annotations.expect("annotations")[ANNOTATION_CONFIRMS],
             "nightly-29001"

@@ -27,7 +27,7 @@ pub fn shard_name(run: &str, index: usize) -> String {
 }
 
 /// The shards of `run` over `nodes` (in the run's order): shard i holds nodes
-/// `i * NODES_PER_SHARD ..`, in the run's namespace, owned by the run (deleted with it),
+/// `i * NODES_PER_SHARD ..`, cluster-scoped like the run, owned by it (deleted with it),
 /// labelled with the run and the test.
 pub fn build(run: &FabricTestRun, nodes: &[String]) -> Result<Vec<FabricTestRunShard>> {
     let owner = run

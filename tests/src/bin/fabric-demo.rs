@@ -159,7 +159,7 @@ async fn main() -> anyhow::Result<()> {
                 cluster.kubeconfig_path().display()
             ));
             info(
-                "then: kubectl apply -f deploy/examples/nightly.yaml (namespace gpufabric), annotated gpufabric.io/run-now",
+                "then: kubectl apply -f deploy/examples/nightly.yaml (cluster-scoped; pods in namespace gpufabric), annotated gpufabric.io/run-now",
             );
         }
     }
@@ -265,7 +265,7 @@ async fn start_operator(cluster: &Cluster, bin: &Path) -> anyhow::Result<std::pr
     ));
     let out = std::fs::File::create(&log)?;
     let mut cmd = Command::new(bin);
-    cmd.args(["run", "--kubeconfig"])
+    cmd.args(["run", "--pod-namespace", NAMESPACE, "--kubeconfig"])
         .arg(cluster.kubeconfig_path())
         .args(["--admin-addr", &format!("127.0.0.1:{port}")])
         .stdin(Stdio::null())
@@ -324,7 +324,6 @@ async fn run_nightly(
         .name
         .clone()
         .unwrap_or_else(|| "nightly".into());
-    obj.metadata.namespace = Some(NAMESPACE.into());
     obj.metadata.annotations.get_or_insert_default().insert(
         keys::ANNOTATION_RUN_NOW.into(),
         chrono::Utc::now().to_rfc3339(),
@@ -345,19 +344,18 @@ async fn run_nightly(
             "timeoutSeconds": 120,
         }),
     );
-    let dynamic: Api<DynamicObject> = Api::namespaced_with(
+    let dynamic: Api<DynamicObject> = Api::all_with(
         cluster.client(),
-        NAMESPACE,
         &kube::api::ApiResource::erase::<FabricTest>(&()),
     );
     step(format!(
-        "applying deploy/examples/nightly.yaml as {NAMESPACE}/{name} with {}, FABRIC_BACKEND=sim, nodeSelector pool=training",
+        "applying deploy/examples/nightly.yaml as FabricTest {name} (cluster-scoped; pods in {NAMESPACE}) with {}, FABRIC_BACKEND=sim, nodeSelector pool=training",
         keys::ANNOTATION_RUN_NOW
     ));
     dynamic.create(&PostParams::default(), &obj).await?;
 
-    let tests: Api<FabricTest> = Api::namespaced(cluster.client(), NAMESPACE);
-    let runs: Api<FabricTestRun> = Api::namespaced(cluster.client(), NAMESPACE);
+    let tests: Api<FabricTest> = Api::all(cluster.client());
+    let runs: Api<FabricTestRun> = Api::all(cluster.client());
     let lp = ListParams::default().labels(&format!("{}={name}", keys::LABEL_TEST));
     step("waiting for the run(s) to finish");
     let end = Instant::now() + Duration::from_secs(timeout);
@@ -415,8 +413,8 @@ async fn run_nightly(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
-    step("kubectl get ft,ftr -n gpufabric -o wide");
-    kubectl(cluster, &["get", "ft,ftr", "-n", NAMESPACE, "-o", "wide"]);
+    step("kubectl get ft,ftr -o wide");
+    kubectl(cluster, &["get", "ft,ftr", "-o", "wide"]);
     for r in runs.list(&lp).await?.items {
         let st = r.status.clone().unwrap_or_default();
         step(format!(

@@ -1,7 +1,7 @@
 //! The fleet comparison: each series of values against the nodes of the same product and GPU count in the run.
 
+use super::gpu_pairs::blame;
 use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
-use super::perf::blame;
 use super::*;
 
 fn series_better(metric: Metric) -> Better {
@@ -151,12 +151,19 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
     };
     Finding {
         collective: key.collective,
-        ..Finding::new(FindingKind::Slow, subject, key.metric, Severity::Critical, format!(
+        ..Finding::new(
+            FindingKind::Slow,
+            subject,
+            key.metric,
+            Severity::Critical,
+            format!(
                 "{at}: {what} {shown}, {} the median of {} comparable {} x{gpus} nodes ({shown_median}); compare its NVLink, PCIe and clock state with a healthy node.",
                 how_far(o.value, o.median),
                 o.count,
                 s.product,
-            )).with_evidence(o.value, o.median, unit, ExpectationSource::Fleet)
+            ),
+        )
+        .with_evidence(o.value, o.median, unit, ExpectationSource::Fleet)
     }
 }
 
@@ -182,13 +189,20 @@ fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Findi
         let expected =
             fleet::median(&outliers.iter().map(|o| o.median).collect::<Vec<_>>()).unwrap_or(0.0);
         let count = outliers.iter().map(|o| o.count).min().unwrap_or(0);
-        Finding::new(FindingKind::Slow, subject, metric, Severity::Critical, format!(
+        Finding::new(
+            FindingKind::Slow,
+            subject,
+            metric,
+            Severity::Critical,
+            format!(
                 "{at}: {what} {} GB/s, {} the same GPU pairs on {count} comparable {} nodes ({} GB/s); check the NVLink or PCIe path (nvidia-smi topo -m, nvidia-smi nvlink -s).",
                 num(measured),
                 how_far(measured, expected),
                 s.product,
                 num(expected)
-            )).with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
+            ),
+        )
+        .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)
     };
     let mut out = Vec::new();
     if verdict.node {

@@ -2,7 +2,7 @@
 //! set of ports and receives through another, so a GPU slow to send to every peer, or slow
 //! to receive from every peer, is named as that GPU and side, not as the pairs it touches.
 
-use super::perf::{Missed, classify};
+use super::gpu_pairs::{Missed, classify};
 use super::*;
 
 /// A side of a GPU's links.
@@ -126,6 +126,9 @@ pub(super) fn check_sides(
     let measured: BTreeSet<(u32, u32)> = values.keys().copied().collect();
     let bad: BTreeSet<(u32, u32)> = slow.keys().copied().collect();
     let sides = slow_sides(r.gpus, &measured, &bad);
+    if r.gpus == 2 && bad.len() == 1 && measured.len() == 2 {
+        two_gpus_one_direction(node, &values, &slow, out);
+    }
     let mut named = BTreeSet::new();
     for k in sides.iter().map(|(k, _)| *k).collect::<BTreeSet<u32>>() {
         let send = sides.contains(&(k, Side::Send));
@@ -186,15 +189,57 @@ pub(super) fn check_sides(
         let contrast = fleet::median(&other_way)
             .map(|v| format!(", while copies the other way reach {} GB/s", num(v)))
             .unwrap_or_default();
-        out.push(Finding::new(FindingKind::Slow, Subject::gpu(node, k), Metric::PairBandwidth, Severity::Critical, format!(
-                "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
-                num(measured_gbps),
-                how_far(measured_gbps, expected),
-                num(expected)
-            )).with_evidence(measured_gbps, expected, "GB/s", source));
+        out.push(
+            Finding::new(
+                FindingKind::Slow,
+                Subject::gpu(node, k),
+                Metric::PairBandwidth,
+                Severity::Critical,
+                format!(
+                    "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
+                    num(measured_gbps),
+                    how_far(measured_gbps, expected),
+                    num(expected)
+                ),
+            )
+            .with_evidence(measured_gbps, expected, "GB/s", source),
+        );
         named.insert(k);
     }
     named
+}
+
+/// Two GPUs with one direction slow: the sender's sending side or the receiver's receiving
+/// side, which one peer cannot tell apart, so both are named.
+fn two_gpus_one_direction(
+    node: &str,
+    values: &BTreeMap<(u32, u32), f64>,
+    slow: &BTreeMap<(u32, u32), Missed>,
+    out: &mut Vec<Finding>,
+) {
+    let Some((&(a, b), missed)) = slow.iter().next() else {
+        return;
+    };
+    let Some(&measured) = values.get(&(a, b)) else {
+        return;
+    };
+    let reverse = values.get(&(b, a)).copied().unwrap_or(0.0);
+    let (expected, source) = missed.expectation();
+    out.push(
+        Finding::new(
+            FindingKind::Slow,
+            Subject::gpu_pair(node, a.min(b), a.max(b)),
+            Metric::PairBandwidth,
+            Severity::Critical,
+            format!(
+                "Copies from GPU {a} to GPU {b} on {node} reach {} GB/s, {} the {} GB/s of the other direction; GPU {a}'s sending side or GPU {b}'s receiving side is slow (with two GPUs the two cannot be told apart): check other work moving data between them and their NVLink ports (nvidia-smi nvlink -gt d -i {a}).",
+                num(measured),
+                how_far(measured, expected),
+                num(reverse)
+            ),
+        )
+        .with_evidence(measured, expected, "GB/s", source),
+    );
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Per-node rules that need no comparison: identity, phase errors, NVML health, wrong results, NCCL transports.
 
-use super::perf::blame;
+use super::gpu_pairs::blame;
 use super::*;
+use gpufabric_api::result::CompactGpuHealth;
 
 pub(super) fn check_identity(
     input: &NodeInput,
@@ -13,18 +14,41 @@ pub(super) fn check_identity(
     if let Some(expected) = input.expected_gpus
         && r.gpus < expected
     {
-        out.push(Finding::new(FindingKind::GpuMismatch, Subject::node(node), Metric::GpuCount, Severity::Critical, format!(
-                "{node} advertises {expected} GPUs but the check saw {}: a GPU fell off the bus or failed to initialise; check nvidia-smi and dmesg for XID 79 and drain the node.",
-                r.gpus
-            )).with_evidence(f64::from(r.gpus), f64::from(expected), "GPUs", ExpectationSource::Rule));
+        out.push(
+            Finding::new(
+                FindingKind::GpuMismatch,
+                Subject::node(node),
+                Metric::GpuCount,
+                Severity::Critical,
+                format!(
+                    "{node} advertises {expected} GPUs but the check saw {}: a GPU fell off the bus or failed to initialise; check nvidia-smi and dmesg for XID 79 and drain the node.",
+                    r.gpus
+                ),
+            )
+            .with_evidence(f64::from(r.gpus), f64::from(expected), "GPUs", ExpectationSource::Rule),
+        );
     } else if input.expected_gpus.is_none()
         && let Some(p) = exp.and_then(|e| e.profile)
         && !p.is_board_count(r.gpus)
     {
-        out.push(Finding::new(FindingKind::GpuMismatch, Subject::node(node), Metric::GpuCount, Severity::Info, format!(
-                "{node} has {} {} GPUs, not a board size this product ships with ({:?}); if a GPU is missing, check nvidia-smi and dmesg.",
-                r.gpus, p.product, p.board_gpus
-            )).with_evidence(f64::from(r.gpus), f64::from(p.switched_gpus), "GPUs", ExpectationSource::Profile));
+        out.push(
+            Finding::new(
+                FindingKind::GpuMismatch,
+                Subject::node(node),
+                Metric::GpuCount,
+                Severity::Info,
+                format!(
+                    "{node} has {} {} GPUs, not a board size this product ships with ({:?}); if a GPU is missing, check nvidia-smi and dmesg.",
+                    r.gpus, p.product, p.board_gpus
+                ),
+            )
+            .with_evidence(
+                f64::from(r.gpus),
+                f64::from(p.switched_gpus),
+                "GPUs",
+                ExpectationSource::Profile,
+            ),
+        );
     }
     if let Some(label) = &input.product_label
         && !r.product.trim().is_empty()
@@ -96,29 +120,73 @@ pub(super) fn check_health(
         let gpu = i as u32;
         let subject = || Subject::gpu(node, gpu);
         let (active, expected) = h.nvlinks;
-        if active < expected {
-            out.push(Finding::new(FindingKind::NvlinkDown, subject(), Metric::NvlinkLinks, Severity::Critical, format!(
-                    "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
-                )).with_evidence(f64::from(active), f64::from(expected), "links", ExpectationSource::Rule));
+        // A GPU alone on its node (a one-GPU VM or slice) has no peer to link to: its links
+        // are down by how the node was cut, not by a fault. A board that lost GPUs shows up
+        // as missing GPUs instead.
+        if active < expected && r.gpus >= 2 {
+            out.push(
+                Finding::new(
+                    FindingKind::NvlinkDown,
+                    subject(),
+                    Metric::NvlinkLinks,
+                    Severity::Critical,
+                    format!(
+                        "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
+                    ),
+                )
+                .with_evidence(
+                    f64::from(active),
+                    f64::from(expected),
+                    "links",
+                    ExpectationSource::Rule,
+                ),
+            );
         }
         if h.nvlink_errors > 0 {
-            out.push(Finding::new(FindingKind::NvlinkErrors, subject(), Metric::NvlinkErrors, Severity::Info, format!(
-                    "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
-                    h.nvlink_errors
-                )).with_evidence(h.nvlink_errors as f64, 0.0, "errors", ExpectationSource::Rule));
+            out.push(
+                Finding::new(
+                    FindingKind::NvlinkErrors,
+                    subject(),
+                    Metric::NvlinkErrors,
+                    Severity::Info,
+                    format!(
+                        "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
+                        h.nvlink_errors
+                    ),
+                )
+                .with_evidence(h.nvlink_errors as f64, 0.0, "errors", ExpectationSource::Rule),
+            );
         }
         if !h.xids.is_empty() {
             let list: Vec<String> = h.xids.iter().map(u64::to_string).collect();
-            out.push(Finding::new(FindingKind::Xid, subject(), Metric::Xid, Severity::Critical, format!(
-                    "GPU {gpu} on {node} raised XID {} during the check; look the code up in NVIDIA's XID catalogue and drain the node for a GPU reset or replacement.",
-                    list.join(", ")
-                )).with_evidence(h.xids.len() as f64, 0.0, "events", ExpectationSource::Rule));
+            out.push(
+                Finding::new(
+                    FindingKind::Xid,
+                    subject(),
+                    Metric::Xid,
+                    Severity::Critical,
+                    format!(
+                        "GPU {gpu} on {node} raised XID {} during the check; look the code up in NVIDIA's XID catalogue and drain the node for a GPU reset or replacement.",
+                        list.join(", ")
+                    ),
+                )
+                .with_evidence(h.xids.len() as f64, 0.0, "events", ExpectationSource::Rule),
+            );
         }
         if h.ecc_uncorrected > 0 {
-            out.push(Finding::new(FindingKind::EccUncorrectable, subject(), Metric::EccUncorrected, Severity::Critical, format!(
-                    "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
-                    h.ecc_uncorrected
-                )).with_evidence(h.ecc_uncorrected as f64, 0.0, "errors", ExpectationSource::Rule));
+            out.push(
+                Finding::new(
+                    FindingKind::EccUncorrectable,
+                    subject(),
+                    Metric::EccUncorrected,
+                    Severity::Critical,
+                    format!(
+                        "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
+                        h.ecc_uncorrected
+                    ),
+                )
+                .with_evidence(h.ecc_uncorrected as f64, 0.0, "errors", ExpectationSource::Rule),
+            );
         }
         if h.row_remap & 2 != 0 {
             out.push(finding(
@@ -141,56 +209,23 @@ pub(super) fn check_health(
                 ),
             ));
         }
-        let (gen_now, gen_max, width_now, width_max) = h.pcie;
-        if width_now < width_max {
-            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, Severity::Critical, format!(
-                    "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
-                )).with_evidence(f64::from(width_now), f64::from(width_max), "lanes", ExpectationSource::Rule));
-        } else if gen_now < gen_max {
-            // NVML reports the current generation, which an idle GPU lowers to save power:
-            // only host copies slower than the maximum link could carry confirm a fault.
-            let best_host = [r.host_to_device.get(i), r.device_to_host.get(i)]
-                .into_iter()
-                .flatten()
-                .copied()
-                .filter(|v| *v > 0.0)
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
-            let link = profiles::pcie_x16_gbps(gen_max)
-                .map(|g| g * f64::from(width_max) / 16.0 * profiles::FLOOR_FRACTION);
-            let confirmed = matches!((best_host, link), (Some(b), Some(l)) if b < l);
-            let (severity, why) = if confirmed {
-                (
-                    Severity::Critical,
-                    format!(
-                        "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
-                        num(best_host.unwrap_or(0.0))
-                    ),
-                )
-            } else {
-                (
-                    Severity::Info,
-                    "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
-                )
-            };
-            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, severity, format!(
-                    "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
-                )).with_evidence(f64::from(gen_now), f64::from(gen_max), "generation", ExpectationSource::Rule));
-        } else if let Some(p) = exp.and_then(|e| e.profile)
-            && gen_max > 0
-            && gen_max < p.pcie_gen
-        {
-            out.push(Finding::new(FindingKind::PcieDegraded, subject(), Metric::PcieLink, Severity::Info, format!(
-                    "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
-                    p.product, p.pcie_gen
-                )).with_evidence(f64::from(gen_max), f64::from(p.pcie_gen), "generation", ExpectationSource::Profile));
-        }
+        check_pcie(node, gpu, h, r, exp, out);
         if let Some(max) = t.max_temperature_c
             && h.temperature_c > max
         {
-            out.push(Finding::new(FindingKind::Thermal, subject(), Metric::Temperature, Severity::Critical, format!(
-                    "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
-                    h.temperature_c
-                )).with_evidence(h.temperature_c, max, "°C", ExpectationSource::Threshold));
+            out.push(
+                Finding::new(
+                    FindingKind::Thermal,
+                    subject(),
+                    Metric::Temperature,
+                    Severity::Critical,
+                    format!(
+                        "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
+                        h.temperature_c
+                    ),
+                )
+                .with_evidence(h.temperature_c, max, "°C", ExpectationSource::Threshold),
+            );
         }
         if !h.throttle.is_empty() {
             out.push(Finding {
@@ -213,24 +248,139 @@ pub(super) fn check_health(
     }
 }
 
+/// A GPU's PCIe link: narrower than its maximum, at a lower generation than its maximum
+/// (critical only where host copies confirm it), or able to train only below its product.
+fn check_pcie(
+    node: &str,
+    gpu: u32,
+    h: &CompactGpuHealth,
+    r: &CompactResult,
+    exp: Option<&Expectations>,
+    out: &mut Vec<Finding>,
+) {
+    let i = gpu as usize;
+    let subject = || Subject::gpu(node, gpu);
+    let (gen_now, gen_max, width_now, width_max) = h.pcie;
+    if width_now < width_max {
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} runs its PCIe link at x{width_now}, below its maximum x{width_max} (Gen{gen_now} of Gen{gen_max}); reseat the GPU or its riser and check the slot."
+                ),
+            )
+            .with_evidence(
+                f64::from(width_now),
+                f64::from(width_max),
+                "lanes",
+                ExpectationSource::Rule,
+            ),
+        );
+    } else if gen_now < gen_max {
+        // NVML reports the current generation, which an idle GPU lowers to save power:
+        // only host copies slower than the maximum link could carry confirm a fault.
+        let best_host = [r.host_to_device.get(i), r.device_to_host.get(i)]
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|v| *v > 0.0)
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let link = profiles::pcie_x16_gbps(gen_max)
+            .map(|g| g * f64::from(width_max) / 16.0 * profiles::FLOOR_FRACTION);
+        let confirmed = matches!((best_host, link), (Some(b), Some(l)) if b < l);
+        let (severity, why) = if confirmed {
+            (
+                Severity::Critical,
+                format!(
+                    "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
+                    num(best_host.unwrap_or(0.0))
+                ),
+            )
+        } else {
+            (
+                Severity::Info,
+                "host copies are not slow, so the GPU may simply have lowered its link speed while idle".to_string(),
+            )
+        };
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                severity,
+                format!(
+                    "GPU {gpu} on {node} reported its PCIe link at Gen{gen_now}, below its maximum Gen{gen_max}; {why}."
+                ),
+            )
+            .with_evidence(
+                f64::from(gen_now),
+                f64::from(gen_max),
+                "generation",
+                ExpectationSource::Rule,
+            ),
+        );
+    } else if let Some(p) = exp.and_then(|e| e.profile)
+        && gen_max > 0
+        && gen_max < p.pcie_gen
+    {
+        out.push(
+            Finding::new(
+                FindingKind::PcieDegraded,
+                subject(),
+                Metric::PcieLink,
+                Severity::Info,
+                format!(
+                    "GPU {gpu} on {node} can train its PCIe link only to Gen{gen_max}, the {} supports Gen{}; the slot, riser or BIOS setting limits host bandwidth.",
+                    p.product, p.pcie_gen
+                ),
+            )
+            .with_evidence(
+                f64::from(gen_max),
+                f64::from(p.pcie_gen),
+                "generation",
+                ExpectationSource::Profile,
+            ),
+        );
+    }
+}
+
 pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<Finding>) {
     for c in &r.collectives {
         if c.wrong > 0 {
             out.push(Finding {
                 collective: Some(c.collective),
-                ..Finding::new(FindingKind::WrongResults, Subject::node(node), Metric::NcclWrong, Severity::Critical, format!(
+                ..Finding::new(
+                    FindingKind::WrongResults,
+                    Subject::node(node),
+                    Metric::NcclWrong,
+                    Severity::Critical,
+                    format!(
                         "{} on {node} produced {} wrong elements; the node corrupts data in flight: drain it and check dmesg for XIDs and NVLink errors.",
                         c.collective.nccl_tests_name(),
                         c.wrong
-                    )).with_evidence(c.wrong as f64, 0.0, "elements", ExpectationSource::Rule)
+                    ),
+                )
+                .with_evidence(c.wrong as f64, 0.0, "elements", ExpectationSource::Rule)
             });
         }
     }
     if r.corrupt_copies > 0 {
-        out.push(Finding::new(FindingKind::WrongResults, Subject::node(node), Metric::PairBandwidth, Severity::Critical, format!(
-                "{} GPU-to-GPU copies on {node} arrived corrupted; drain the node and check NVLink errors and ECC.",
-                r.corrupt_copies
-            )).with_evidence(f64::from(r.corrupt_copies), 0.0, "copies", ExpectationSource::Rule));
+        out.push(
+            Finding::new(
+                FindingKind::WrongResults,
+                Subject::node(node),
+                Metric::PairBandwidth,
+                Severity::Critical,
+                format!(
+                    "{} GPU-to-GPU copies on {node} arrived corrupted; drain the node and check NVLink errors and ECC.",
+                    r.corrupt_copies
+                ),
+            )
+            .with_evidence(f64::from(r.corrupt_copies), 0.0, "copies", ExpectationSource::Rule),
+        );
     }
 }
 

@@ -1,5 +1,6 @@
 //! One measured node: every per-node check in order, and what the fleet comparison needs from it.
 
+use super::gpu_pairs::*;
 use super::hardware::*;
 use super::perf::*;
 use super::*;

@@ -13,6 +13,7 @@ fn policy(mode: QuarantineMode, max: i32, failures: u32, confirm: bool) -> Quara
         release_on_delete: true,
         storm_threshold_percent: 100,
         storm_min_nodes: 4,
+        graduated_taints: false,
     }
 }
 

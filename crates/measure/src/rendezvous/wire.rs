@@ -87,24 +87,38 @@ pub(super) fn write_frame(link: &mut TcpStream, seq: u8, data: &[u8]) -> std::io
 }
 
 pub(super) fn read_frame(link: &mut TcpStream, seq: u8) -> std::io::Result<Vec<u8>> {
+    let len = read_head(link, seq)? as usize;
+    read_contribution(link, len)
+}
+
+/// The head of a frame (the step's sequence byte and a big-endian count), refused when it
+/// belongs to another step.
+fn read_head(link: &mut TcpStream, seq: u8) -> std::io::Result<u32> {
     let mut head = [0u8; 5];
     link.read_exact(&mut head)?;
     if head[0] != seq {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("step {} arrived while waiting for step {seq}", head[0]),
-        ));
+        return Err(invalid(format!(
+            "step {} arrived while waiting for step {seq}",
+            head[0]
+        )));
     }
-    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    Ok(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
+}
+
+/// One rank's contribution of `len` bytes, refused when over [`MAX_GATHER_BYTES`].
+fn read_contribution(link: &mut TcpStream, len: usize) -> std::io::Result<Vec<u8>> {
     if len > MAX_GATHER_BYTES {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("a contribution of {len} bytes is over {MAX_GATHER_BYTES}"),
-        ));
+        return Err(invalid(format!(
+            "a contribution of {len} bytes is over {MAX_GATHER_BYTES}"
+        )));
     }
     let mut data = vec![0u8; len];
     link.read_exact(&mut data)?;
     Ok(data)
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(ErrorKind::InvalidData, message)
 }
 
 pub(super) fn encode_all(seq: u8, all: &[Vec<u8>]) -> Vec<u8> {
@@ -118,35 +132,17 @@ pub(super) fn encode_all(seq: u8, all: &[Vec<u8>]) -> Vec<u8> {
 }
 
 pub(super) fn read_all(link: &mut TcpStream, seq: u8) -> std::io::Result<Vec<Vec<u8>>> {
-    let mut head = [0u8; 5];
-    link.read_exact(&mut head)?;
-    if head[0] != seq {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("step {} arrived while waiting for step {seq}", head[0]),
-        ));
-    }
-    let count = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let count = read_head(link, seq)? as usize;
     if count > 4096 {
-        return Err(std::io::Error::new(
-            ErrorKind::InvalidData,
-            format!("{count} contributions is more than a group has"),
-        ));
+        return Err(invalid(format!(
+            "{count} contributions is more than a group has"
+        )));
     }
     let mut all = Vec::with_capacity(count);
     for _ in 0..count {
         let mut len = [0u8; 4];
         link.read_exact(&mut len)?;
-        let len = u32::from_be_bytes(len) as usize;
-        if len > MAX_GATHER_BYTES {
-            return Err(std::io::Error::new(
-                ErrorKind::InvalidData,
-                format!("a contribution of {len} bytes is over {MAX_GATHER_BYTES}"),
-            ));
-        }
-        let mut data = vec![0u8; len];
-        link.read_exact(&mut data)?;
-        all.push(data);
+        all.push(read_contribution(link, u32::from_be_bytes(len) as usize)?);
     }
     Ok(all)
 }

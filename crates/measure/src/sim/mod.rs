@@ -137,40 +137,7 @@ pub fn node_check(
         node.name, node.gpus, node.product, m.product.name
     ));
 
-    let gpus: Vec<GpuInfo> = (0..node.gpus)
-        .map(|i| GpuInfo {
-            index: i,
-            product: node.product.clone(),
-            uuid: Some(format!(
-                "GPU-{:016x}",
-                Rng::new(seed, &node.name, &format!("uuid/{i}")).next_u64()
-            )),
-            pci_bus_id: Some(format!("00000000:{:02X}:00.0", bus_id(i))),
-            memory_bytes: m.product.memory_bytes,
-        })
-        .collect();
-
-    let mut doc = ResultDocument {
-        schema: FULL_SCHEMA.to_string(),
-        node: opts.node.clone(),
-        backend: Backend::Sim,
-        started_at,
-        duration_s: 0.0,
-        versions: Versions {
-            agent: env!("CARGO_PKG_VERSION").to_string(),
-            driver: None,
-            cuda: None,
-            nccl: None,
-        },
-        gpus,
-        nccl: None,
-        pairs: None,
-        ddp: None,
-        health: None,
-        transports: Vec::new(),
-        nics: Vec::new(),
-        errors: Vec::new(),
-    };
+    let mut doc = empty_document(opts, node, &m, seed, started_at);
 
     if let Err(e) = run_phase(&m, Phase::Setup, timeout, progress, || ()) {
         doc.errors.push(e);
@@ -229,6 +196,50 @@ pub fn node_check(
     }
     doc.duration_s = started.elapsed().as_secs_f64();
     Ok(doc)
+}
+
+/// The document of `node` before any phase ran: its GPUs and versions, nothing measured.
+fn empty_document(
+    opts: &CheckOptions,
+    node: &FleetNode,
+    m: &NodeModel,
+    seed: u64,
+    started_at: String,
+) -> ResultDocument {
+    let gpus: Vec<GpuInfo> = (0..node.gpus)
+        .map(|i| GpuInfo {
+            index: i,
+            product: node.product.clone(),
+            uuid: Some(format!(
+                "GPU-{:016x}",
+                Rng::new(seed, &node.name, &format!("uuid/{i}")).next_u64()
+            )),
+            pci_bus_id: Some(format!("00000000:{:02X}:00.0", bus_id(i))),
+            memory_bytes: m.product.memory_bytes,
+        })
+        .collect();
+
+    ResultDocument {
+        schema: FULL_SCHEMA.to_string(),
+        node: opts.node.clone(),
+        backend: Backend::Sim,
+        started_at,
+        duration_s: 0.0,
+        versions: Versions {
+            agent: env!("CARGO_PKG_VERSION").to_string(),
+            driver: None,
+            cuda: None,
+            nccl: None,
+        },
+        gpus,
+        nccl: None,
+        pairs: None,
+        ddp: None,
+        health: None,
+        transports: Vec::new(),
+        nics: Vec::new(),
+        errors: Vec::new(),
+    }
 }
 
 /// PCI bus numbers of the eight GPUs of an HGX board (as `nvidia-smi` lists them on

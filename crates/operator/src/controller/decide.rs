@@ -300,7 +300,6 @@ mod tests {
                 ..FabricTestSpec::default()
             },
         );
-        t.metadata.namespace = Some("gpu".into());
         t.metadata.creation_timestamp = Some(to_time(at(1, 0)));
         t.metadata.resource_version = Some("7".into());
         t

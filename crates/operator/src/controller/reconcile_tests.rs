@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
-const TESTS: &str = "/apis/gpufabric.io/v1alpha1/namespaces/gpu/fabrictests";
-const RUNS: &str = "/apis/gpufabric.io/v1alpha1/namespaces/gpu/fabrictestruns";
+const TESTS: &str = "/apis/gpufabric.io/v1alpha1/fabrictests";
+const RUNS: &str = "/apis/gpufabric.io/v1alpha1/fabrictestruns";
 
 fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
     let (nodes, _) = reflector::store();
@@ -43,7 +43,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         runs: run_store,
         shards: reflector::store().0,
         shard_writes: Default::default(),
-        namespace: None,
+        pod_namespace: "gpufabric".into(),
         backoff: Default::default(),
         synced,
         agent_image: "registry.local/fabric-agent:test".into(),
@@ -54,7 +54,6 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
 
 fn fabric_test(name: &str, spec: FabricTestSpec, status: Option<FabricTestStatus>) -> FabricTest {
     let mut t = FabricTest::new(name, spec);
-    t.metadata.namespace = Some("gpu".into());
     t.metadata.uid = Some("uid-1".into());
     t.metadata.generation = Some(1);
     t.metadata.resource_version = Some("5".into());
@@ -139,7 +138,6 @@ fn active_run(name: &str) -> FabricTestRun {
             None,
         ),
     );
-    r.metadata.namespace = Some("gpu".into());
     r.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "gpufabric.io/v1alpha1".into(),
         kind: "FabricTest".into(),

@@ -46,7 +46,7 @@ pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
 pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 
 /// Reconciles one run.
-#[tracing::instrument(skip_all, fields(run = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
+#[tracing::instrument(skip_all, fields(run = %obj.name_any()))]
 pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let action = reconcile_run(&obj, &ctx).await?;
@@ -56,11 +56,8 @@ pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Act
 
 async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
-    let ns = obj
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
-    let key = format!("{ns}/{}", obj.name_any());
-    let api: Api<FabricTestRun> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = obj.name_any();
+    let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     // The cache may lag behind our own last status write: read the run itself.
     let Some(run) = api.get_opt(&obj.name_any()).await? else {
         ctx.metrics.set_active_pods(&key, 0);
@@ -106,9 +103,9 @@ async fn apply_status(
         .await?)
 }
 
-/// The shard API in the run's namespace.
-fn shards_api(ctx: &Context, run: &FabricTestRun) -> Api<FabricTestRunShard> {
-    Api::namespaced(ctx.client.clone(), &run.namespace().unwrap_or_default())
+/// The shard API (shards are cluster-scoped, like their run).
+fn shards_api(ctx: &Context, _run: &FabricTestRun) -> Api<FabricTestRunShard> {
+    Api::all(ctx.client.clone())
 }
 
 /// Resolves the nodes and freezes them into the run's shards, or fails the run when there
@@ -306,8 +303,7 @@ async fn gpus_in_use(ctx: &Context) -> Result<std::collections::BTreeMap<String,
 
 /// The owning test's `includeBusyNodes`, read when the run starts (false without a test).
 async fn include_busy_nodes(run: &FabricTestRun, ctx: &Context) -> Result<bool> {
-    let ns = run.namespace().unwrap_or_default();
-    let api: Api<gpufabric_api::test::FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<gpufabric_api::test::FabricTest> = Api::all(ctx.client.clone());
     Ok(api
         .get_opt(&run.spec.test)
         .await?
@@ -419,9 +415,9 @@ async fn progress(
     key: &str,
 ) -> Result<Action> {
     let name = run.name_any();
-    let ns = run.namespace().unwrap_or_default();
+    let ns = ctx.pod_namespace.as_str();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let timeout = i64::from(run.spec.agent.timeout_seconds);
     let now_t = Utc::now();
     let shards = shards_of(run, ctx).await?;
@@ -431,7 +427,7 @@ async fn progress(
         .pods
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.namespace().as_deref() == Some(ns))
         .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
         .map(|p| (p.name_any(), p))
         .collect();
@@ -719,7 +715,7 @@ async fn finish(
         next.phase = RunPhase::Succeeded;
     }
     // Before the run ends, so before the history limits can delete its pods.
-    notes.extend(results::store::keep_all(&ctx.client, run, &entries).await);
+    notes.extend(results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &entries).await);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"

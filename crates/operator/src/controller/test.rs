@@ -31,7 +31,7 @@ pub use super::decide::{CONDITION_DEGRADED, CONDITION_READY};
 pub const CONTROLLER: &str = "fabrictest";
 
 /// Reconciles one FabricTest.
-#[tracing::instrument(skip_all, fields(test = %obj.name_any(), ns = obj.namespace().unwrap_or_default()))]
+#[tracing::instrument(skip_all, fields(test = %obj.name_any()))]
 pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let action = reconcile_test(&obj, &ctx).await?;
@@ -41,10 +41,7 @@ pub async fn reconcile(obj: Arc<FabricTest>, ctx: Arc<Context>) -> Result<Action
 
 async fn reconcile_test(obj: &Arc<FabricTest>, ctx: &Arc<Context>) -> Result<Action> {
     ctx.caches_ready().await;
-    let ns = obj
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
-    let api: Api<FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<FabricTest> = Api::all(ctx.client.clone());
     // The cache may lag behind our own last status write; folding from a stale status
     // would count a run twice. Read the test itself.
     let Some(test) = api.get_opt(&obj.name_any()).await? else {
@@ -66,6 +63,13 @@ async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let released = quarantine::release_all(&ctx.client, &ctx.events, &ctx.metrics.quarantine, test)
         .await
         .map_err(Error::Quarantine)?;
+    if let Ok(key) = quarantine::test_key(test) {
+        match crate::signals::release_suspect_taints(&ctx.client, &key).await {
+            Ok(failures) if failures.is_empty() => {}
+            Ok(failures) => tracing::warn!(?failures, "suspect taints left on nodes"),
+            Err(e) => tracing::warn!(error = %e, "listing nodes for suspect taints"),
+        }
+    }
     tracing::info!(released = released.len(), "FabricTest deleted");
     Ok(Action::await_change())
 }
@@ -94,11 +98,8 @@ fn is_active(run: &FabricTestRun) -> bool {
 /// the history (and quarantine after each), decide whether a run starts ([`decide`]), carry
 /// that out, write the status, prune old runs, and requeue at the next schedule time.
 async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
-    let ns = test
-        .namespace()
-        .ok_or(Error::Missing("metadata.namespace"))?;
     let name = test.name_any();
-    let api: Api<FabricTest> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<FabricTest> = Api::all(ctx.client.clone());
     let test_ref = test.object_ref(&());
     let stamp = now();
     let original = test.status.clone().unwrap_or_default();
@@ -182,21 +183,18 @@ async fn runs_of(
     ctx: &Context,
     status: &FabricTestStatus,
 ) -> Result<Vec<FabricTestRun>> {
-    let ns = test.namespace();
     let uid = test.uid().ok_or(Error::Missing("metadata.uid"))?;
     let mut runs: Vec<FabricTestRun> = ctx
         .runs
         .state()
         .iter()
-        .filter(|r| r.namespace() == ns)
         .filter(|r| r.owner_references().iter().any(|o| o.uid == uid))
         .map(|r| (**r).clone())
         .collect();
     if let Some(active) = &status.active_run
         && !runs.iter().any(|r| &r.name_any() == active)
     {
-        let api: Api<FabricTestRun> =
-            Api::namespaced(ctx.client.clone(), ns.as_deref().unwrap_or_default());
+        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
         if let Some(r) = api.get_opt(active).await?
             && r.owner_references().iter().any(|o| o.uid == uid)
         {
@@ -250,8 +248,7 @@ async fn carry_out(
     status: &mut FabricTestStatus,
 ) -> Result<()> {
     let test_ref = test.object_ref(&());
-    let runs_api: Api<FabricTestRun> =
-        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+    let runs_api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     for note in &decision.notes {
         let ev = events::event(
             if note.warning {
@@ -316,8 +313,7 @@ async fn carry_out(
     }
     if start.trigger == Trigger::Manual {
         let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: null}}});
-        let api: Api<FabricTest> =
-            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        let api: Api<FabricTest> = Api::all(ctx.client.clone());
         api.patch(
             &test.name_any(),
             &PatchParams::default(),
@@ -359,8 +355,7 @@ async fn delete_run(api: &Api<FabricTestRun>, name: &str) -> Result<()> {
 
 /// Deletes finished runs beyond the history limits.
 async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun]) -> Result<()> {
-    let api: Api<FabricTestRun> =
-        Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+    let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
     let finished: Vec<&FabricTestRun> = runs
         .iter()
         .filter(|r| !is_active(r) && r.meta().deletion_timestamp.is_none())
@@ -480,12 +475,11 @@ async fn quarantine_after(
     // With the breaker open nothing on a node changes, its signals included: a remediation
     // tool that acts on GPUFabricHealthy=False must not act on a storm either.
     if !plan.breaker_open {
-        publish_signals(test, run, status, &plan.confirm, ctx).await;
+        publish_signals(test, run, status, &plan, ctx).await;
     }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
-        let api: Api<FabricTestRun> =
-            Api::namespaced(ctx.client.clone(), &test.namespace().unwrap_or_default());
+        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
         if create_run(ctx, &api, &confirm).await? {
             ctx.events
                 .normal(
@@ -504,16 +498,22 @@ async fn quarantine_after(
     Ok(outcome.errors.is_empty())
 }
 
-/// Writes the node signals of a folded run (condition, result label, last pass). A node
-/// that cannot be written is logged and reported in one Event; nothing else waits on it.
+/// Writes the node signals of a folded run (condition, result label, last pass), unless the
+/// breaker is open. A node that cannot be written is logged and reported in one Event;
+/// nothing else waits on it.
 async fn publish_signals(
     test: &FabricTest,
     run: &FabricTestRun,
     status: &FabricTestStatus,
-    confirm: &[String],
+    plan: &gpufabric_health::Plan,
     ctx: &Context,
 ) {
-    let signals = crate::signals::decide(test, run, &status.nodes, confirm, &ctx.nodes);
+    if plan.breaker_open {
+        // A storm: the environment is suspected, so no node is touched, signals included.
+        tracing::info!(run = %run.name_any(), "breaker open: node signals left as they are");
+        return;
+    }
+    let signals = crate::signals::decide(test, run, &status.nodes, &plan.confirm, &ctx.nodes);
     let published = crate::signals::write(&ctx.client, signals).await;
     if published.failures.is_empty() {
         return;

@@ -1,5 +1,5 @@
 //! Progress of the runs under way: nodes done, nodes in all, and the wave, per run
-//! (`{namespace, name}` of the FabricTestRun). A finished run's series are removed.
+//! (`{name}` of the cluster-scoped FabricTestRun, `test` of its FabricTest). A finished run's series are removed.
 
 use gpufabric_api::run::{FabricTestRun, RunProgress};
 use kube::ResourceExt;
@@ -8,11 +8,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// `{namespace, name}` of a FabricTestRun.
+/// `{name, test}` of a FabricTestRun.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabels {
-    pub namespace: String,
     pub name: String,
+    pub test: String,
 }
 
 /// The run progress families.
@@ -51,8 +51,8 @@ impl ProgressMetrics {
     /// Sets the series of `run`, or removes them (`None`: the run finished).
     pub fn set(&self, run: &FabricTestRun, progress: Option<&RunProgress>) {
         let l = RunLabels {
-            namespace: run.namespace().unwrap_or_default(),
             name: run.name_any(),
+            test: run.spec.test.clone(),
         };
         let families = [&self.done, &self.total, &self.wave, &self.waves];
         match progress {

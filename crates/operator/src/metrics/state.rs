@@ -2,7 +2,7 @@
 //! names), so that they are the same on every replica and survive a restart: per node the
 //! last result, peak all_reduce busbw and worst GPU-pair bandwidth; per test the last and
 //! next run, the last successful run, and the nodes it holds in quarantine. Labels
-//! `namespace` and `name` (of the FabricTest) and `node` join kube-state-metrics.
+//! `name` (of the cluster-scoped FabricTest) and `node` join kube-state-metrics.
 
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase};
 use gpufabric_api::test::{FabricTest, NodeHealth};
@@ -12,25 +12,22 @@ use prometheus_client::encoding::EncodeLabelSet;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// `{namespace, name}` of a FabricTest.
+/// `{name}` of a FabricTest.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct TestLabels {
-    pub namespace: String,
     pub name: String,
 }
 
-/// `{namespace, name, node}`: a node as a FabricTest saw it.
+/// `{name, node}`: a node as a FabricTest saw it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct NodeLabels {
-    pub namespace: String,
     pub name: String,
     pub node: String,
 }
 
-/// `{namespace, name, node, result}`: one of a node's possible last results.
+/// `{name, node, result}`: one of a node's possible last results.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct NodeResultLabels {
-    pub namespace: String,
     pub name: String,
     pub node: String,
     pub result: String,
@@ -68,13 +65,14 @@ impl NodeResult {
         }
     }
 
-    /// The result of a node from the FabricTest's view of it.
-    pub fn of(health: &NodeHealth) -> NodeResult {
+    /// The result of a node from the FabricTest's view of it. While the test's breaker is
+    /// open its failures are not trusted (a storm points at the environment): a failing node
+    /// not quarantined is a suspect, not a confirmed failure.
+    pub fn of(health: &NodeHealth, breaker_open: bool) -> NodeResult {
         match health.verdict {
             NodeVerdict::Passed => NodeResult::Pass,
-            NodeVerdict::Failed if health.quarantined || health.held_back.is_some() => {
-                NodeResult::Fail
-            }
+            NodeVerdict::Failed if health.quarantined => NodeResult::Fail,
+            NodeVerdict::Failed if health.held_back.is_some() && !breaker_open => NodeResult::Fail,
             NodeVerdict::Failed => NodeResult::Suspect,
             _ => NodeResult::NotMeasured,
         }
@@ -109,14 +107,12 @@ fn run_end(run: &FabricTestRun) -> Option<&Time> {
     s.completion_time.as_ref().or(s.start_time.as_ref())
 }
 
-/// The series of `tests`, with the runs in `runs` (any namespace; matched by the test
-/// label and namespace).
+/// The series of `tests`, with the runs in `runs` (matched by the test label).
 pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSeries {
-    let mut by_key: HashMap<(String, String), &FabricTestRun> = HashMap::new();
-    let mut last_success: HashMap<(String, String), f64> = HashMap::new();
+    let mut by_name: HashMap<String, &FabricTestRun> = HashMap::new();
+    let mut last_success: HashMap<String, f64> = HashMap::new();
     for run in runs {
-        let ns = run.namespace().unwrap_or_default();
-        by_key.insert((ns.clone(), run.name_any()), run);
+        by_name.insert(run.name_any(), run);
         let Some(test) = run.labels().get(gpufabric_api::keys::LABEL_TEST) else {
             continue;
         };
@@ -125,18 +121,16 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
             .as_ref()
             .is_some_and(|s| s.phase == RunPhase::Succeeded);
         if let (true, Some(t)) = (succeeded, run_end(run)) {
-            let e = last_success.entry((ns, test.clone())).or_insert(0.0);
+            let e = last_success.entry(test.clone()).or_insert(0.0);
             *e = e.max(seconds(t));
         }
     }
     let mut out = StateSeries::default();
     for test in tests {
         let test_labels = TestLabels {
-            namespace: test.namespace().unwrap_or_default(),
             name: test.name_any(),
         };
-        let key = (test_labels.namespace.clone(), test_labels.name.clone());
-        if let Some(t) = last_success.get(&key) {
+        if let Some(t) = last_success.get(&test_labels.name) {
             out.last_success_seconds.push((test_labels.clone(), *t));
         }
         let Some(status) = test.status.as_ref() else {
@@ -154,19 +148,17 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         }
         out.quarantined_count
             .push((test_labels.clone(), i64::from(status.quarantined_count)));
-        let open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
+        let breaker_open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
         out.breaker_open
-            .push((test_labels.clone(), i64::from(open)));
+            .push((test_labels.clone(), i64::from(breaker_open)));
         let node_labels = |node: &str| NodeLabels {
-            namespace: test_labels.namespace.clone(),
             name: test_labels.name.clone(),
             node: node.to_string(),
         };
         for health in &status.nodes {
-            let result = NodeResult::of(health);
+            let result = NodeResult::of(health, breaker_open);
             for r in NodeResult::ALL {
                 let l = NodeResultLabels {
-                    namespace: test_labels.namespace.clone(),
                     name: test_labels.name.clone(),
                     node: health.node.clone(),
                     result: r.as_str().into(),
@@ -177,7 +169,7 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         for node in &status.quarantined_nodes {
             out.node_quarantined.push((node_labels(node), 1));
         }
-        let run = last_run.and_then(|r| by_key.get(&(key.0.clone(), r.name.clone())));
+        let run = last_run.and_then(|r| by_name.get(&r.name));
         for n in run
             .and_then(|r| r.status.as_ref())
             .map_or(&[][..], |s| &s.nodes[..])
@@ -207,7 +199,7 @@ mod tests {
         let mut t: FabricTest = serde_json::from_value(json!({
             "apiVersion": "gpufabric.io/v1alpha1",
             "kind": "FabricTest",
-            "metadata": {"name": "nightly", "namespace": "gpu"},
+            "metadata": {"name": "nightly"},
             "spec": {"nodeSelector": {}},
         }))
         .expect("test");
@@ -219,7 +211,7 @@ mod tests {
         let mut r: FabricTestRun = serde_json::from_value(json!({
             "apiVersion": "gpufabric.io/v1alpha1",
             "kind": "FabricTestRun",
-            "metadata": {"name": name, "namespace": "gpu",
+            "metadata": {"name": name,
                          "labels": {gpufabric_api::keys::LABEL_TEST: "nightly"}},
             "spec": {"test": "nightly", "trigger": "Manual"},
         }))
@@ -282,6 +274,21 @@ mod tests {
         assert_eq!(s.breaker_open[0].1, 1);
         let s = series(&[test_with(condition("False"))], &[]);
         assert_eq!(s.breaker_open[0].1, 0);
+    }
+
+    #[test]
+    fn a_failing_node_held_by_an_open_breaker_is_a_suspect_not_a_failure() {
+        let failing = |quarantined: bool| {
+            serde_json::from_value::<NodeHealth>(json!({
+                "node": "a", "verdict": "Failed", "consecutiveFailures": 1,
+                "consecutivePasses": 0, "quarantined": quarantined,
+                "heldBack": "would quarantine: the breaker is open (too many nodes failed at once)"
+            }))
+            .expect("health")
+        };
+        assert_eq!(NodeResult::of(&failing(false), true), NodeResult::Suspect);
+        assert_eq!(NodeResult::of(&failing(false), false), NodeResult::Fail);
+        assert_eq!(NodeResult::of(&failing(true), true), NodeResult::Fail);
     }
 
     #[test]

@@ -168,7 +168,6 @@ mod tests {
         }))
         .unwrap_or_else(|e| panic!("a minimal run spec parses: {e}"));
         let mut run = FabricTestRun::new("nightly-0200", spec);
-        run.metadata.namespace = Some("gpufabric".into());
         run.metadata.uid = Some("uid-1".into());
         run
     }

@@ -76,9 +76,9 @@ pub async fn execute(
 /// finalizer only when it returns `Ok`.
 ///
 /// With `spec.quarantine.releaseOnDelete: false` nothing is released: the nodes keep their
-/// label/cordon/taint and their records (which still name `<namespace>/<name>`; a person
-/// releases them by undoing what the record says and removing the annotation, or a new
-/// FabricTest of the same namespace and name adopts them). An Event on the test lists them,
+/// label/cordon/taint and their records (which still name the test; a person releases
+/// them by undoing what the record says and removing the annotation, or a new FabricTest
+/// of the same name adopts them). An Event on the test lists them,
 /// and `Ok` is returned so the finalizer can go.
 pub async fn release_all(
     client: &Client,
@@ -378,7 +378,6 @@ mod tests {
 
     fn test() -> FabricTest {
         let mut t = FabricTest::new("nightly", FabricTestSpec::default());
-        t.metadata.namespace = Some("gpu".into());
         t.metadata.uid = Some("uid-1".into());
         t
     }
@@ -492,6 +491,6 @@ mod tests {
             NodeChangeError::KeptChanging(MAX_ATTEMPTS)
         ));
         assert_eq!(outcome.nodes_with(Action::Failed), vec!["n1".to_string()]);
-        assert_eq!(metrics.action_count("gpu/nightly", "failed"), 1);
+        assert_eq!(metrics.action_count("nightly", "failed"), 1);
     }
 }

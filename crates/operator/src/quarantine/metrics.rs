@@ -6,13 +6,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// Label set `{test="<namespace>/<name>"}`.
+/// Label set `{test="<name>"}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TestLabels {
     pub test: String,
 }
 
-/// Label set `{test="<namespace>/<name>", action="..."}`.
+/// Label set `{test="<name>", action="..."}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ActionLabels {
     pub test: String,
@@ -102,17 +102,17 @@ mod tests {
         let m = QuarantineMetrics::default();
         let mut r = Registry::default();
         m.register(&mut r);
-        m.set_quarantined("gpu/nightly", 2);
-        m.count("gpu/nightly", "quarantined");
+        m.set_quarantined("nightly", 2);
+        m.count("nightly", "quarantined");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &r).expect("encodes");
         assert!(
-            text.contains(r#"gpufabric_quarantined_nodes{test="gpu/nightly"} 2"#),
+            text.contains(r#"gpufabric_quarantined_nodes{test="nightly"} 2"#),
             "{text}"
         );
         assert!(
             text.contains(
-                r#"gpufabric_quarantine_actions_total{test="gpu/nightly",action="quarantined"} 1"#
+                r#"gpufabric_quarantine_actions_total{test="nightly",action="quarantined"} 1"#
             ),
             "{text}"
         );

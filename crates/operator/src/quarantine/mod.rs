@@ -58,7 +58,7 @@ pub enum QuarantineError {
         #[source]
         source: kube::Error,
     },
-    #[error("the FabricTest has no namespace or name")]
+    #[error("the FabricTest has no name")]
     Unnamed,
     #[error("could not release {} node(s), the finalizer stays until they are: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Release(Vec<NodeFailure>),

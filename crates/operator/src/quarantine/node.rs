@@ -29,7 +29,7 @@ pub struct NodeObservation {
     pub record_error: Option<String>,
     /// The record names this test.
     pub quarantined_by_us: bool,
-    /// The record names another FabricTest (`<namespace>/<name>`): not ours to touch.
+    /// The record names another FabricTest: not ours to touch.
     pub quarantined_by_other_test: Option<String>,
     /// `spec.unschedulable` is true.
     pub unschedulable: bool,
@@ -45,7 +45,7 @@ pub struct NodeObservation {
 
 impl NodeObservation {
     /// Observe `node` (None: the Node object does not exist) as the test `test_key`
-    /// (`<namespace>/<name>`) sees it.
+    /// (its name) sees it.
     pub fn of(name: &str, node: Option<&Node>, test_key: &str) -> Self {
         let Some(node) = node else {
             return NodeObservation {
@@ -346,7 +346,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::collections::BTreeMap;
 
-    const US: &str = "gpu/nightly";
+    const US: &str = "nightly";
 
     fn now() -> Time {
         Time("2026-11-21T02:00:00Z".parse().expect("timestamp"))
@@ -515,6 +515,26 @@ mod tests {
             obs.facts(NodeHealth::default_for("n1"), true)
                 .cordoned_by_others
         );
+    }
+
+    #[test]
+    fn a_node_quarantined_by_the_namespaced_form_of_the_test_is_ours_and_released() {
+        // Quarantined while FabricTest was namespaced: the record says `<namespace>/<name>`.
+        let n = node();
+        let old = apply(
+            &n,
+            &quarantine_step(&n, "gpu/nightly", Enforcement::Cordon, "r", "x", now()),
+        );
+        let obs = NodeObservation::of("n1", Some(&old), US);
+        assert!(obs.quarantined_by_us && obs.quarantined_by_other_test.is_none());
+        assert!(matches!(
+            quarantine(&old, Enforcement::Cordon),
+            Step::AlreadyQuarantined(_)
+        ));
+        let released = apply(&old, &release_step(&old, US));
+        assert!(!is_unschedulable(&released));
+        assert_eq!(released.metadata.labels, n.metadata.labels);
+        assert!(released.metadata.annotations.unwrap_or_default().is_empty());
     }
 
     #[test]

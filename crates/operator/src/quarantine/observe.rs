@@ -13,14 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Node reads [`observe`] keeps in flight at once.
 pub const OBSERVE_CONCURRENCY: usize = 16;
 
-/// `<namespace>/<name>` of a FabricTest: what records and metrics name it by.
+/// The name of a (cluster-scoped) FabricTest: what records and metrics name it by.
 pub fn test_key(test: &FabricTest) -> Result<String, QuarantineError> {
-    match (
-        test.metadata.namespace.as_deref(),
-        test.metadata.name.as_deref(),
-    ) {
-        (Some(ns), Some(name)) => Ok(QuarantineRecord::test_key(ns, name)),
-        _ => Err(QuarantineError::Unnamed),
+    match test.metadata.name.as_deref() {
+        Some(name) => Ok(QuarantineRecord::test_key(name)),
+        None => Err(QuarantineError::Unnamed),
     }
 }
 

@@ -15,7 +15,7 @@ pub enum Refusal {
     /// The quarantine annotation cannot be read (the parse error): nobody can tell what was
     /// done to the node.
     UnreadableRecord(String),
-    /// The record names another FabricTest (`<namespace>/<name>`).
+    /// The record names another FabricTest.
     OtherTest(String),
     /// Unschedulable, and no record says this operator cordoned it.
     CordonedByOthers,

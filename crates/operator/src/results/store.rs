@@ -179,14 +179,16 @@ pub async fn keep(
 pub const KEEP_CONCURRENCY: usize = 16;
 
 /// Keeps the full document of every node of `run` whose pod ended with a result (measured
-/// or a hardware fault; pods stopped at the deadline are gone). Returns a note for the run
-/// status when some could not be kept; never fails the run.
+/// or a hardware fault; pods stopped at the deadline are gone), in `namespace` (the
+/// benchmark pods'; the run itself is cluster-scoped). Returns a note for the run status
+/// when some could not be kept; never fails the run.
 pub async fn keep_all(
     client: &Client,
+    namespace: &str,
     run: &FabricTestRun,
     entries: &[NodeRunResult],
 ) -> Option<String> {
-    let ns = run.namespace()?;
+    let ns = namespace.to_string();
     let owner = run
         .owner_references()
         .iter()

@@ -7,6 +7,7 @@ use super::node::{self, Judgement};
 use crate::time::now;
 use futures::StreamExt;
 use gpufabric_api::keys;
+use gpufabric_api::policy::QuarantineMode;
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::test::{FabricTest, NodeHealth};
 use k8s_openapi::api::core::v1::Node;
@@ -27,6 +28,8 @@ pub struct NodeSignal {
     pub condition: Option<k8s_openapi::api::core::v1::NodeCondition>,
     /// The metadata merge patch; None: label and annotation are already right.
     pub metadata: Option<serde_json::Value>,
+    /// With graduated taints, the test (`<namespace>/<name>`) that owns the suspect taint.
+    pub suspect_taint_owner: Option<String>,
 }
 
 /// What writing the signals of one run did.
@@ -61,6 +64,10 @@ pub fn decide(
     let failures_needed = test.spec.quarantine.failures_to_quarantine;
     let test_name = test.name_any();
     let run_name = run.name_any();
+    let q = &test.spec.quarantine;
+    let taint_owner = (q.graduated_taints && q.mode != QuarantineMode::Observe)
+        .then(|| crate::quarantine::test_key(test).ok())
+        .flatten();
     status
         .nodes
         .iter()
@@ -90,6 +97,7 @@ pub fn decide(
                     &stamp,
                 ),
                 metadata: node::metadata_patch(current.as_deref(), judgement, &passed_at),
+                suspect_taint_owner: taint_owner.clone(),
             })
         })
         .collect()
@@ -147,6 +155,9 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
                 ));
             }
         }
+    }
+    if let Some(owner) = &s.suspect_taint_owner {
+        super::taint::apply(api, &s.node, owner, s.judgement).await?;
     }
     Ok(())
 }

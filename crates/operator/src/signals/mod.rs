@@ -9,11 +9,16 @@
 //!   (`failuresToQuarantine` consecutive failures, and not awaiting a confirmation run);
 //!   before that the node is `suspect` and its condition `Unknown`, never `False`;
 //! - a node not measured (busy GPUs, an image that cannot be pulled, ...) keeps the
-//!   condition and label it had: the infrastructure is not the node's fault.
+//!   condition and label it had: the infrastructure is not the node's fault;
+//! - with `graduatedTaints`, a suspect also gets `gpufabric.io/suspect:PreferNoSchedule`
+//!   (see [`suspect_taint_patch`]);
+//! - while the test's breaker is open (a storm of failures: the environment is suspected)
+//!   no node signal is written at all, as no node is touched.
 
 mod apply;
 mod node;
 mod run;
+mod taint;
 
 pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, write};
 pub use node::{
@@ -21,3 +26,4 @@ pub use node::{
     status_patch,
 };
 pub use run::{CONDITION_COMPLETE, CONDITION_FAILED, set_finished_conditions};
+pub use taint::{SUSPECT_EFFECT, release_all as release_suspect_taints, suspect_taint_patch};

@@ -52,6 +52,31 @@ fn hardware_faults_are_findings_of_their_own_kinds() {
 }
 
 #[test]
+fn a_gpu_alone_on_its_node_is_not_judged_by_its_nvlinks() {
+    // A one-GPU slice of an HGX board (as on a one-GPU cloud VM): NVML reports 0 of 18 links
+    // up, because the slice has no peer, not because a link failed.
+    let mut r = node_of("vm", H100, 1, 1, 0.0);
+    r.health[0].nvlinks = (0, 18);
+    let e = run(vec![r.clone()]);
+    assert!(
+        on(&e, "vm")
+            .iter()
+            .all(|f| f.kind != FindingKind::NvlinkDown),
+        "{:#?}",
+        e.findings
+    );
+    // The same links down with two GPUs on the node are a fault.
+    let mut two = node_of("pair", H100, 2, 1, 0.0);
+    two.health[0].nvlinks = (0, 18);
+    let e = run(vec![two]);
+    assert!(
+        on(&e, "pair")
+            .iter()
+            .any(|f| f.kind == FindingKind::NvlinkDown)
+    );
+}
+
+#[test]
 fn a_slot_below_the_products_pcie_generation_is_info() {
     let mut r = healthy("n", 1, 0.0);
     r.health[0].pcie = (4, 4, 16, 16);

@@ -168,7 +168,7 @@ fn on_pcie_topologies_a_pair_is_compared_with_the_same_pair_of_other_nodes() {
 
 #[test]
 fn blame_names_the_smallest_part() {
-    use super::perf::blame;
+    use super::gpu_pairs::blame;
     let all: BTreeSet<(u32, u32)> = (0..4u32)
         .flat_map(|a| ((a + 1)..4).map(move |b| (a, b)))
         .collect();

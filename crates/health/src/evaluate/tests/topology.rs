@@ -172,3 +172,54 @@ fn one_slow_pair_is_still_named_as_the_pair() {
         "{bad:?}"
     );
 }
+
+#[test]
+fn two_gpus_with_one_direction_far_below_the_other_name_that_direction() {
+    // 2 x H200 on NVSwitch, bench/results/h200x2-2026-11-23-compare: a one-way copy load
+    // from GPU 0 to GPU 1 took that direction to 262.8 GB/s against 389.7 back.
+    let switched = |r: &mut CompactResult| {
+        for h in &mut r.health {
+            h.nvlink_link_gbps = 25.0;
+            h.nvlink_switch = Some(true);
+        }
+    };
+    let mut loaded = node_of("vm", "NVIDIA H200", 2, 1, 0.0);
+    switched(&mut loaded);
+    loaded.copy_uni = vec![0.0, 262.8, 389.7, 0.0];
+    let e = run(vec![loaded]);
+    let f = on(&e, "vm");
+    let slow: Vec<&&Finding> = f.iter().filter(|f| f.kind == FindingKind::Slow).collect();
+    assert_eq!(slow.len(), 1, "{f:#?}");
+    assert_eq!(
+        slow[0].subject,
+        Subject::gpu_pair("vm", 0, 1),
+        "{:#?}",
+        slow[0]
+    );
+    assert_eq!(slow[0].measured, Some(262.8));
+    assert_eq!(slow[0].expected, Some(389.7));
+    assert!(
+        slow[0]
+            .message
+            .contains("GPU 0's sending side or GPU 1's receiving side")
+    );
+    assert_eq!(e.verdicts["vm"], NodeVerdict::Failed);
+    // Five clean runs on the same machine: the directions within 0.1% of each other.
+    for (a, b) in [
+        (394.3, 394.5),
+        (394.5, 394.7),
+        (394.5, 394.3),
+        (394.8, 394.2),
+        (394.3, 394.6),
+    ] {
+        let mut clean = node_of("vm", "NVIDIA H200", 2, 1, 0.0);
+        switched(&mut clean);
+        clean.copy_uni = vec![0.0, a, b, 0.0];
+        let e = run(vec![clean]);
+        assert!(
+            on(&e, "vm").iter().all(|f| f.kind != FindingKind::Slow),
+            "{:#?}",
+            e.findings
+        );
+    }
+}
