@@ -1,0 +1,143 @@
+//! The end of a run: every node judged, every node's result written to the shards, the
+//! run's status and its test's history updated.
+
+use super::*;
+
+/// Judges every node, writes every node's result to the shards, and ends the run.
+pub(super) async fn finish(
+    run: &FabricTestRun,
+    mut next: FabricTestRunStatus,
+    shards: &[Shard],
+    mut entries: Vec<NodeRunResult>,
+    outcomes: &[PodState],
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<Action> {
+    let name = run.name_any();
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let inputs: Vec<NodeInput> = entries
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(e, o)| {
+            let PodState::Ended(outcome) = o else {
+                return None;
+            };
+            Some(node_input(ctx, &e.node, outcome))
+        })
+        .collect();
+    let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
+    let worst = st::worst_finding_per_node(&evaluation.findings);
+    for e in &mut entries {
+        if let Some(v) = evaluation.verdicts.get(&e.node) {
+            e.verdict = *v;
+        }
+        e.findings = evaluation.critical_count(&e.node);
+        e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
+    }
+    let after: Vec<Vec<NodeRunResult>> =
+        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    shards::write_changed(
+        &shards_api(ctx, run),
+        &ctx.shard_writes,
+        &uid,
+        shards,
+        &after,
+    )
+    .await?;
+
+    let (kept, dropped) = st::findings_for_status(evaluation.findings.clone());
+    next.finding_count = evaluation.findings.len() as u32;
+    next.findings = kept;
+    st::set_counts(&mut next, &entries);
+    next.nodes = st::nodes_for_run_status(&entries);
+    let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
+    let completion = now();
+    let started = next
+        .start_time
+        .clone()
+        .unwrap_or_else(|| completion.clone());
+    next.duration = Some(st::duration_string(
+        (to_chrono(&completion) - to_chrono(&started)).num_seconds(),
+    ));
+    next.completion_time = Some(completion);
+    let stopped = next.progress.as_ref().map_or(0, |p| p.stopped);
+    let mut notes = Vec::new();
+    if let Some(m) = &next.message {
+        notes.push(m.clone());
+    }
+    if stopped > 0 {
+        next.phase = RunPhase::Failed;
+        notes.push(format!(
+            "the run deadline passed: {stopped} pods that had not finished were stopped"
+        ));
+    } else {
+        next.phase = RunPhase::Succeeded;
+    }
+    // Before the run ends, so before the history limits can delete its pods.
+    notes.extend(results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &entries).await);
+    if dropped > 0 {
+        notes.push(format!(
+            "{dropped} more findings are not listed (status size limit)"
+        ));
+    }
+    next.message = (!notes.is_empty()).then(|| notes.join("; "));
+    crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
+    apply_status(api, &name, &next).await?;
+
+    ctx.metrics.run_finished(run, next.phase, f + er);
+    ctx.metrics.set_run_progress(run, None);
+    for n in &entries {
+        ctx.metrics
+            .nodes_tested
+            .get_or_create(&VerdictLabels {
+                verdict: format!("{:?}", n.verdict),
+            })
+            .inc();
+    }
+    let summary = format!(
+        "{} nodes: {p} passed, {f} failed, {er} errored or timed out, {nm} not measured; {} findings",
+        entries.len(),
+        evaluation.findings.len()
+    );
+    tracing::info!(phase = ?next.phase, %summary, "run finished");
+    let bad = f + er > 0 || next.phase == RunPhase::Failed;
+    let reason = if next.phase == RunPhase::Failed {
+        "RunFailed"
+    } else if bad {
+        "NodesFailed"
+    } else {
+        "RunSucceeded"
+    };
+    if let Some(issue) = st::infrastructure_issue(&entries) {
+        // One Event for the pattern, on the test: the nodes are not at fault.
+        let note = format!("{name}: {}", issue.message());
+        tracing::warn!(%note, "many nodes not measured for one reason");
+        if let Some(t) = &Context::test_ref_of(run) {
+            ctx.events
+                .warning(t, st::CONDITION_INFRASTRUCTURE_DEGRADED, "Finish", note)
+                .await;
+        }
+    }
+    publish(ctx, run, bad, reason, "Finish", &summary).await;
+    Ok(Action::await_change())
+}
+
+/// What the evaluator needs of one node: its outcome, and what its labels say it holds.
+fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
+    let node = ctx.nodes.get(&ObjectRef::new(name));
+    let product_label = node
+        .as_ref()
+        .and_then(|n| n.labels().get(keys::LABEL_GPU_PRODUCT).cloned());
+    let expected_gpus = node.as_ref().and_then(|n| {
+        n.labels()
+            .get(keys::LABEL_GPU_COUNT)
+            .and_then(|c| c.parse().ok())
+            .or_else(|| Some(allocatable_gpus(n)).filter(|g| *g > 0))
+    });
+    NodeInput {
+        node: name.to_string(),
+        product_label,
+        expected_gpus,
+        outcome: outcome.clone(),
+    }
+}
