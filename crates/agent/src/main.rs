@@ -217,7 +217,15 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         },
     };
     let verdict = match &thresholds {
-        Some(t) => Some(verdict::judge(&doc, t, args.expect_gpus).map_err(invalid)?),
+        Some(t) => {
+            let previous = args.verdict.previous_counters();
+            let judged =
+                verdict::judge(&doc, t, args.expect_gpus, previous.as_ref()).map_err(invalid)?;
+            if let Some(path) = &args.verdict.counters_file {
+                verdict::keep_counters(path, &judged, previous.as_ref())?;
+            }
+            Some(judged.verdict)
+        }
         None => None,
     };
     output::emit(&doc, verdict.as_ref(), &outputs, garbage).context("writing the result")?;

@@ -3,11 +3,13 @@
 
 use anyhow::Context;
 use clap::Args;
+use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::keys;
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::{CompactResult, ResultDocument};
+use gpufabric_health::evaluate::counters::next_baseline;
 use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
 use serde::Serialize;
 use std::fmt::Write;
@@ -58,6 +60,17 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "C", requires = "verdict")]
     pub max_temperature_c: Option<f64>,
 
+    /// Ceiling on the growth of one GPU's NVLink error counters since the previous check
+    /// recorded in --counters-file; past it the node fails.
+    #[arg(long, value_name = "N", requires = "verdict", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_nvlink_error_growth: Option<u64>,
+
+    /// File that keeps the node's error counters between checks: read before the verdict
+    /// (their growth since the previous check is judged) and rewritten after it. Created
+    /// when missing; an unreadable file is reported and replaced.
+    #[arg(long, value_name = "FILE", requires = "verdict")]
+    pub counters_file: Option<PathBuf>,
+
     /// Write the verdict (node, verdict, findings) as JSON to this file, or `-` for stdout
     /// (the tables then go to stderr).
     #[arg(long, value_name = "PATH", requires = "verdict")]
@@ -92,6 +105,9 @@ impl VerdictArgs {
         set(&mut t.host_bandwidth_gbps, self.min_host_gbps);
         set(&mut t.ddp_scaling_efficiency, self.min_ddp_efficiency);
         set(&mut t.max_temperature_c, self.max_temperature_c);
+        if self.max_nvlink_error_growth.is_some() {
+            t.nvlink_error_growth = self.max_nvlink_error_growth;
+        }
         let negative = [
             t.nccl_bus_bw_gbps,
             t.nccl_latency_us,
@@ -112,6 +128,58 @@ impl VerdictArgs {
         }
         Ok(t)
     }
+
+    /// The counters of the previous check from --counters-file; None without the flag,
+    /// before the first check, or when the file cannot be read (said on stderr: the file is
+    /// then replaced after this check).
+    pub fn previous_counters(&self) -> Option<CounterBaseline> {
+        let path = self.counters_file.as_ref()?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                eprintln!(
+                    "fabric-agent: cannot read counters file {}: {e}; counter growth is not judged this time",
+                    path.display()
+                );
+                return None;
+            }
+        };
+        match CounterBaseline::parse(&text) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!(
+                    "fabric-agent: counters file {}: {e}; counter growth is not judged this time and the file is replaced",
+                    path.display()
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Keeps this check's counters in --counters-file for the next check (unless a GPU's
+/// counters grew too fast: then the previous record stays, so the next check still sees
+/// the growth).
+pub fn keep_counters(
+    path: &std::path::Path,
+    judged: &Judged,
+    previous: Option<&CounterBaseline>,
+) -> anyhow::Result<()> {
+    let at = gpufabric_measure::rfc3339(std::time::SystemTime::now());
+    let node = &judged.verdict.node;
+    let Some(next) = next_baseline(
+        node,
+        &judged.compact,
+        previous,
+        &judged.verdict.findings,
+        &format!("node-check on {node}"),
+        &at,
+    ) else {
+        return Ok(());
+    };
+    std::fs::write(path, next.to_json() + "\n")
+        .with_context(|| format!("writing counters file {}", path.display()))
 }
 
 /// The node's verdict and the findings behind it.
@@ -155,20 +223,30 @@ impl Verdict {
     }
 }
 
+/// A verdict and the compact result it was reached on.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub verdict: Verdict,
+    pub compact: CompactResult,
+}
+
 /// Judges `doc` as the operator would: its compact form (the termination message) through
-/// the health rules, with `expected_gpus` as the GPUs the node should have.
+/// the health rules, with `expected_gpus` as the GPUs the node should have and `previous`
+/// the counters of the previous check.
 pub fn judge(
     doc: &ResultDocument,
     thresholds: &Thresholds,
     expected_gpus: Option<u32>,
-) -> anyhow::Result<Verdict> {
+    previous: Option<&CounterBaseline>,
+) -> anyhow::Result<Judged> {
     let compact = CompactResult::parse(&doc.compact_within(keys::TERMINATION_MESSAGE_LIMIT))
         .context("reading back the compact result")?;
     let input = NodeInput {
+        baseline: previous.cloned(),
         node: doc.node.clone(),
         product_label: None,
         expected_gpus,
-        outcome: NodeOutcome::Measured(Box::new(compact)),
+        outcome: NodeOutcome::Measured(Box::new(compact.clone())),
     };
     let evaluation = evaluate(&[input], thresholds);
     let verdict = evaluation
@@ -176,10 +254,13 @@ pub fn judge(
         .get(&doc.node)
         .copied()
         .unwrap_or(NodeVerdict::Errored);
-    Ok(Verdict {
-        node: doc.node.clone(),
-        verdict,
-        findings: evaluation.findings,
+    Ok(Judged {
+        verdict: Verdict {
+            node: doc.node.clone(),
+            verdict,
+            findings: evaluation.findings,
+        },
+        compact,
     })
 }
 

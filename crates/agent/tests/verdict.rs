@@ -130,3 +130,44 @@ fn nccl_tests_flags_that_are_not_measured_are_refused() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(stdout(&out).contains("half"), "the sweep ran in half");
 }
+
+#[test]
+fn nvlink_errors_that_grow_between_checks_fail_the_second_check_and_the_record_stays() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("counters.json");
+    let path = file.to_str().expect("utf-8 path");
+    let gate = ["--max-nvlink-error-growth", "1000", "--counters-file", path];
+    // First check: nothing to compare against; the counters are recorded.
+    let first = verdict("nvlink-growing", &gate);
+    assert_eq!(first.status.code(), Some(0), "stderr: {}", stderr(&first));
+    let recorded = std::fs::read_to_string(&file).expect("the counters file is written");
+    assert!(recorded.contains("\"nvlink\":["), "{recorded}");
+    // Second check: GPU 3 added about a million errors a second in between.
+    let second = verdict("nvlink-growing", &gate);
+    assert_eq!(second.status.code(), Some(3), "stderr: {}", stderr(&second));
+    let text = stdout(&second);
+    assert!(text.contains("NvlinkErrorsGrowing"), "{text}");
+    assert!(text.contains("GPU 3 on nvlink-growing"), "{text}");
+    // The record of the first check stays, so the next check still sees the growth.
+    assert_eq!(std::fs::read_to_string(&file).ok(), Some(recorded));
+}
+
+#[test]
+fn a_clean_node_keeps_passing_with_a_counters_file_and_a_broken_one_is_replaced() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("counters.json");
+    std::fs::write(&file, "not a record").expect("write");
+    let path = file.to_str().expect("utf-8 path");
+    let gate = ["--max-nvlink-error-growth", "1", "--counters-file", path];
+    let first = verdict("clean", &gate);
+    assert_eq!(first.status.code(), Some(0), "stderr: {}", stderr(&first));
+    assert!(
+        stderr(&first).contains("counter growth is not judged this time"),
+        "{}",
+        stderr(&first)
+    );
+    let replaced = std::fs::read_to_string(&file).expect("read");
+    assert!(replaced.starts_with('{'), "{replaced}");
+    let second = verdict("clean", &gate);
+    assert_eq!(second.status.code(), Some(0), "stderr: {}", stderr(&second));
+}

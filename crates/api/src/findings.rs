@@ -35,6 +35,9 @@ pub enum FindingKind {
     NvlinkDown,
     /// NVLink replay, recovery or CRC error counters are non-zero.
     NvlinkErrors,
+    /// A GPU's NVLink error counters grew since the node's previous run by more than the
+    /// threshold (`thresholds.nvlinkErrorGrowth`): a marginal link.
+    NvlinkErrorsGrowing,
     /// The driver reported XID errors during the check.
     Xid,
     /// Uncorrectable ECC errors.
@@ -105,6 +108,8 @@ pub enum Metric {
     DdpComputeTime,
     NvlinkLinks,
     NvlinkErrors,
+    /// Growth of a GPU's NVLink error counters between two runs.
+    NvlinkErrorGrowth,
     Xid,
     EccUncorrected,
     RemappedRows,

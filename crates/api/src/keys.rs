@@ -24,6 +24,10 @@ pub const ANNOTATION_RESET_BREAKER: &str = "gpufabric.io/reset-breaker";
 /// which run, when, and which of cordon/taint/label it applied). Its presence is the only
 /// proof of ownership: the operator never undoes a change this record does not name.
 pub const ANNOTATION_QUARANTINE: &str = "gpufabric.io/quarantine";
+/// Annotation on a Node: the error counters (NVLink per GPU) of the node's latest measured
+/// run, JSON ([`crate::counters::CounterBaseline`]); the next run judges their growth. Any
+/// FabricTest's run updates it: the counters belong to the hardware, not to a test.
+pub const ANNOTATION_COUNTERS: &str = "gpufabric.io/counters";
 
 /// Label the operator sets on a node in `Label` (and stronger) quarantine modes.
 pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";

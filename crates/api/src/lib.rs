@@ -5,6 +5,7 @@
 // kube's `printcolumn(...)` attributes repeat keys by design; clippy reads them as duplicates.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod counters;
 pub mod findings;
 pub mod keys;
 pub mod outcome;

@@ -44,6 +44,13 @@ pub struct Thresholds {
     /// Fewest comparable nodes (same GPU product and count) for a fleet comparison.
     #[schemars(range(min = 2))]
     pub fleet_min_nodes: u32,
+    /// Growth of one GPU's NVLink replay, recovery and CRC error counters since the node's
+    /// previous run beyond which the node fails (Critical). Unset: growth beyond the
+    /// built-in 10,000 is reported as Info and fails nothing (a healthy H200 adds about
+    /// 45-85 per node check, more under training traffic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub nvlink_error_growth: Option<u64>,
     /// Ceiling on GPU temperature (degrees Celsius).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
@@ -63,6 +70,7 @@ impl Default for Thresholds {
             fleet_min_relative_gap: 0.10,
             fleet_outlier_score: 3.5,
             fleet_min_nodes: 4,
+            nvlink_error_growth: None,
             max_temperature_c: None,
         }
     }

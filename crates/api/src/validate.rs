@@ -342,6 +342,11 @@ fn check_thresholds(c: &mut Checker, t: &Thresholds) {
             });
         }
     }
+    if let Some(g) = t.nvlink_error_growth {
+        c.check(g >= 1, "thresholds.nvlinkErrorGrowth", || {
+            format!("must be at least 1 (got {g})")
+        });
+    }
     if let Some(e) = t.ddp_scaling_efficiency {
         c.check(
             (0.0..=1.0).contains(&e),

@@ -35,6 +35,7 @@ fn main() {
             _ => format!("file#{i}"),
         };
         inputs.push(NodeInput {
+            baseline: None,
             node,
             product_label: None,
             expected_gpus: None,

@@ -4,6 +4,7 @@
 
 use crate::fleet::{self, Better, Rule};
 use crate::profiles::{self, Expectations};
+use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::{
     ExpectationSource, Finding, FindingKind, Metric, Severity, Subject, deviation,
 };
@@ -16,6 +17,7 @@ use gpufabric_api::suite::Collective;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod compare;
+pub mod counters;
 mod direction;
 mod gpu_pairs;
 mod hardware;
@@ -35,6 +37,9 @@ pub struct NodeInput {
     /// capacity), if known. Fewer measured GPUs is a GpuMismatch finding.
     pub expected_gpus: Option<u32>,
     pub outcome: NodeOutcome,
+    /// The node's error counters at its previous measured run, if recorded: their growth
+    /// is judged (NVLink errors grow on a marginal link).
+    pub baseline: Option<CounterBaseline>,
 }
 
 impl NodeInput {
@@ -45,6 +50,7 @@ impl NodeInput {
             product_label: None,
             expected_gpus: None,
             outcome: NodeOutcome::Measured(Box::new(result)),
+            baseline: None,
         }
     }
 }
@@ -92,6 +98,7 @@ fn kind_rank(kind: FindingKind) -> u8 {
         FindingKind::RowRemap => 6,
         FindingKind::NvlinkDown => 7,
         FindingKind::WrongResults => 8,
+        FindingKind::NvlinkErrorsGrowing => 8,
         FindingKind::NvlinkErrors => 9,
         FindingKind::NicDown => 10,
         FindingKind::PcieDegraded => 10,

@@ -123,6 +123,7 @@ fn input(i: usize) -> impl Strategy<Value = NodeInput> {
         1 => Just(NodeOutcome::not_measured(NotMeasuredReason::AgentBug, "truncated")),
     ];
     (outcome, prop::option::of(0u32..10)).prop_map(move |(outcome, expected_gpus)| NodeInput {
+        baseline: None,
         node: name.clone(),
         product_label: None,
         expected_gpus,

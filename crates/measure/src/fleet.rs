@@ -80,6 +80,11 @@ pub enum Fault {
     /// The driver reports an XID on a GPU.
     #[serde(rename_all = "camelCase")]
     Xid { gpu: u32, code: u64 },
+    /// A GPU's NVLink error counters grow by `perSecond` every second (a marginal link):
+    /// the count reported is the wall-clock time times the rate, so two checks apart in
+    /// time see it grow, as a real counter since driver load does.
+    #[serde(rename_all = "camelCase")]
+    NvlinkErrors { gpu: u32, per_second: f64 },
     /// Uncorrectable ECC errors on a GPU.
     #[serde(rename_all = "camelCase")]
     Ecc { gpu: u32, count: u64 },
@@ -153,6 +158,9 @@ impl Fleet {
                         gpu_ok(*a) && gpu_ok(*b) && a != b
                     }
                     Fault::Straggler { gpu, factor } => gpu_ok(*gpu) && *factor >= 1.0,
+                    Fault::NvlinkErrors { gpu, per_second } => {
+                        gpu_ok(*gpu) && per_second.is_finite() && *per_second > 0.0
+                    }
                     Fault::DeadLink { gpu, .. }
                     | Fault::Xid { gpu, .. }
                     | Fault::Ecc { gpu, .. }

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod context;
 pub mod controller;
+pub mod counters;
 pub mod error;
 pub mod events;
 pub mod leader;

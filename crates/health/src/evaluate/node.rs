@@ -51,6 +51,7 @@ pub(super) fn judge_node(
     check_identity(input, r, exp.as_ref(), out);
     check_phase_errors(node, r, out);
     check_health(node, r, t, exp.as_ref(), out);
+    super::counters::check_counter_growth(node, r, input.baseline.as_ref(), t, out);
     check_wrong_results(node, r, out);
     check_transports(node, r, exp.as_ref(), out);
     check_nccl(node, r, t, exp.as_ref(), &mut stats, out);

@@ -181,6 +181,7 @@ fn a_gpu_whose_every_pair_falls_back_is_blamed_once() {
 fn fewer_gpus_than_the_node_advertises_is_a_gpu_mismatch() {
     let r = node_of("n", H100, 7, 1, 0.0);
     let nodes = vec![NodeInput {
+        baseline: None,
         node: "n".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -208,6 +209,7 @@ fn an_odd_gpu_count_for_the_product_is_info_without_a_count_label() {
 fn a_stale_product_label_is_info_and_label_spelling_is_not_a_mismatch() {
     let mk = |label: &str| {
         vec![NodeInput {
+            baseline: None,
             node: "n".into(),
             product_label: Some(label.into()),
             expected_gpus: Some(8),
@@ -300,4 +302,120 @@ fn a_pair_matrix_of_the_wrong_size_is_ignored() {
     r.copy_bidir.truncate(3);
     let e = run(vec![r]);
     assert!(e.findings.is_empty(), "{:#?}", e.findings);
+}
+
+fn with_errors(counts: &[u64]) -> CompactResult {
+    let mut r = healthy("n1", 1, 0.0);
+    for (h, c) in r.health.iter_mut().zip(counts) {
+        h.nvlink_errors = *c;
+    }
+    r
+}
+
+fn baseline(counts: &[u64]) -> CounterBaseline {
+    CounterBaseline {
+        run: "nightly-1".into(),
+        at: "2026-11-22T02:00:00Z".into(),
+        nvlink: counts.to_vec(),
+    }
+}
+
+fn growth_findings(now: &[u64], before: Option<&[u64]>, t: &Thresholds) -> Vec<Finding> {
+    let input = NodeInput {
+        baseline: before.map(baseline),
+        ..NodeInput::measured(with_errors(now))
+    };
+    evaluate(&[input], t)
+        .findings
+        .into_iter()
+        .filter(|f| f.kind == FindingKind::NvlinkErrorsGrowing)
+        .collect()
+}
+
+#[test]
+fn nvlink_errors_that_grow_past_the_threshold_fail_the_gpu_and_name_the_growth() {
+    let t = Thresholds {
+        nvlink_error_growth: Some(1000),
+        ..Thresholds::default()
+    };
+    let before = [7062, 6358, 7000, 7000, 7000, 7000, 7000, 7000];
+    // A healthy day: every GPU adds a few hundred; GPU 5 adds 25,000.
+    let now = [7410, 7045, 7300, 7200, 7900, 32_000, 7000, 7999];
+    let f = growth_findings(&now, Some(&before), &t);
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].subject, Subject::gpu("n1", 5));
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert!(f[0].message.contains("grew by 25000"), "{}", f[0].message);
+    assert!(f[0].message.contains("run nightly-1"), "{}", f[0].message);
+    let verdict = evaluate(
+        &[NodeInput {
+            baseline: Some(baseline(&before)),
+            ..NodeInput::measured(with_errors(&now))
+        }],
+        &t,
+    )
+    .verdicts["n1"];
+    assert_eq!(verdict, NodeVerdict::Failed);
+    // Exactly at the threshold is not over it.
+    let at_limit = [8062, 6358, 7000, 7000, 7000, 7000, 7000, 7000];
+    assert!(growth_findings(&at_limit, Some(&before), &t).is_empty());
+}
+
+#[test]
+fn nvlink_error_growth_without_a_threshold_is_info_and_passes_the_node() {
+    let before = [0; 8];
+    let now = [0, 0, 0, 20_000, 0, 0, 0, 0];
+    let f = growth_findings(&now, Some(&before), &Thresholds::default());
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].severity, Severity::Info);
+    assert!(f[0].message.contains("thresholds.nvlinkErrorGrowth"));
+    let input = NodeInput {
+        baseline: Some(baseline(&before)),
+        ..NodeInput::measured(with_errors(&now))
+    };
+    assert_eq!(
+        evaluate(&[input], &Thresholds::default()).verdicts["n1"],
+        NodeVerdict::Passed
+    );
+}
+
+#[test]
+fn nvlink_counters_are_not_judged_without_a_comparable_previous_run() {
+    let t = Thresholds {
+        nvlink_error_growth: Some(10),
+        ..Thresholds::default()
+    };
+    let now = [50_000; 8];
+    // No previous run: counts since the driver loaded say nothing about growth.
+    assert!(growth_findings(&now, None, &t).is_empty());
+    // The counters went down: the driver reloaded; not judged this time.
+    assert!(growth_findings(&[5; 8], Some(&[60_000; 8]), &t).is_empty());
+    // Another GPU count: indices may have moved.
+    assert!(growth_findings(&now, Some(&[0; 4]), &t).is_empty());
+}
+
+#[test]
+fn the_record_kept_after_a_run_stays_put_while_a_gpu_grows_too_fast() {
+    use crate::evaluate::counters::next_baseline;
+    let t = Thresholds {
+        nvlink_error_growth: Some(1000),
+        ..Thresholds::default()
+    };
+    let before = baseline(&[100; 8]);
+    let judge = |now: &[u64]| {
+        let r = with_errors(now);
+        let input = NodeInput {
+            baseline: Some(before.clone()),
+            ..NodeInput::measured(r.clone())
+        };
+        let e = evaluate(&[input], &t);
+        next_baseline("n1", &r, Some(&before), &e.findings, "nightly-2", "t2")
+    };
+    // Healthy growth: this run's counts become the record.
+    let kept = judge(&[150; 8]).expect("a new record");
+    assert_eq!((kept.run.as_str(), kept.nvlink[0]), ("nightly-2", 150));
+    // Too fast on GPU 2: the old record stays for the confirmation run.
+    assert_eq!(judge(&[150, 150, 9000, 150, 150, 150, 150, 150]), None);
+    // Unchanged counts: nothing to write.
+    assert_eq!(judge(&[100; 8]), None);
 }

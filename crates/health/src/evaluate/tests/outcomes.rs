@@ -6,6 +6,7 @@ use super::*;
 fn crash_is_never_slow() {
     let mut nodes = inputs(fleet_of(8, 0.02));
     nodes.push(NodeInput {
+        baseline: None,
         node: "node-crash".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -29,6 +30,7 @@ fn crash_is_never_slow() {
 fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
     let nodes = vec![
         NodeInput {
+            baseline: None,
             node: "a".into(),
             product_label: None,
             expected_gpus: None,
@@ -38,6 +40,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
             ),
         },
         NodeInput {
+            baseline: None,
             node: "b".into(),
             product_label: None,
             expected_gpus: None,
@@ -47,6 +50,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
             ),
         },
         NodeInput {
+            baseline: None,
             node: "c".into(),
             product_label: None,
             expected_gpus: None,
@@ -56,6 +60,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
             ),
         },
         NodeInput {
+            baseline: None,
             node: "d".into(),
             product_label: None,
             expected_gpus: None,

@@ -83,6 +83,17 @@ pub(super) async fn finish(
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
     crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
     apply_status(api, &name, &next).await?;
+    // After the status, so a failed status write cannot make a retry judge against the
+    // counters of the run it is judging.
+    let at = next
+        .completion_time
+        .as_ref()
+        .map(crate::signals::rfc3339)
+        .unwrap_or_default();
+    let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
+    for failure in crate::counters::write(&ctx.client, records).await {
+        tracing::warn!(%failure, "error counters not recorded");
+    }
 
     ctx.metrics.run_finished(run, next.phase, f + er);
     ctx.metrics.set_run_progress(run, None);
@@ -135,6 +146,7 @@ fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
             .or_else(|| Some(allocatable_gpus(n)).filter(|g| *g > 0))
     });
     NodeInput {
+        baseline: node.as_deref().and_then(crate::counters::baseline_of),
         node: name.to_string(),
         product_label,
         expected_gpus,

@@ -1,0 +1,179 @@
+//! NVLink error counters between runs, end to end: the real `fabric-operator` against a
+//! real control plane, the process-kubelet and the sim agents. The first run records each
+//! node's counters in the `gpufabric.io/counters` annotation (replacing one it cannot
+//! read); the next run fails only the node whose GPU's counters grew past
+//! `thresholds.nvlinkErrorGrowth`, names that GPU, cordons it, and keeps its old record so
+//! the growth is not forgotten; healthy nodes pass both runs and stay schedulable.
+//!
+//! Build the binaries first: `cargo build --bins`, then
+//! `cargo test -p gpufabric-tests --test counters`.
+
+use gpufabric_api::counters::CounterBaseline;
+use gpufabric_api::keys::ANNOTATION_COUNTERS;
+use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::{FabricTest, FabricTestStatus, FindingKind, Subject};
+use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_tests::fleet::{H200, SimFleet};
+use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::wait;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use std::time::Duration;
+
+const TEST: &str = "nvlink-growth";
+
+/// Four H200 nodes; GPU 3 of gpu-02 adds a million NVLink errors a second.
+fn fleet() -> Fleet {
+    let mut f = SimFleet::uniform("gpu", 4, H200, 8);
+    f.nodes[1].faults.push(Fault::NvlinkErrors {
+        gpu: 3,
+        per_second: 1e6,
+    });
+    f
+}
+
+async fn node(env: &OperatorEnv, base: &str) -> Node {
+    let api: Api<Node> = Api::all(env.cluster.client());
+    api.get(&env.node(base)).await.expect("node read")
+}
+
+fn record(n: &Node) -> Option<CounterBaseline> {
+    CounterBaseline::parse(n.annotations().get(ANNOTATION_COUNTERS)?).ok()
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+async fn wait_folded(
+    env: &OperatorEnv,
+    api: &Api<FabricTest>,
+    previous: Option<&str>,
+) -> FabricTestStatus {
+    let r = wait::for_object(api, TEST, Duration::from_secs(180), |t| {
+        t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
+            s.active_run.is_none()
+                && s.last_run
+                    .as_ref()
+                    .is_some_and(|l| Some(l.name.as_str()) != previous)
+        })
+    })
+    .await;
+    match r {
+        Ok(Some(t)) => t.status.unwrap_or_default(),
+        other => panic!(
+            "no run after {previous:?} folded: {other:?}\noperator log:\n{}",
+            env.operator.log_tail(80)
+        ),
+    }
+}
+
+fn last_run(s: &FabricTestStatus) -> String {
+    s.last_run.clone().map(|l| l.name).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gpu() {
+    let env = OperatorEnv::shared(fleet(), "counters").await;
+    // A record nobody can read (another tool's, or corrupted) is ignored and replaced.
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    let junk = json!({"metadata": {"annotations": {ANNOTATION_COUNTERS: "{broken"}}});
+    nodes
+        .patch(
+            &env.node("gpu-03"),
+            &PatchParams::default(),
+            &Patch::Merge(&junk),
+        )
+        .await
+        .expect("annotate gpu-03");
+
+    let tests = env
+        .create_test(
+            TEST,
+            json!({
+                "nodeSelector": env.node_selector(),
+                "thresholds": {"nvlinkErrorGrowth": 1000},
+                "quarantine": {
+                    "mode": "Cordon",
+                    "maxQuarantined": "100%",
+                    "failuresToQuarantine": 1,
+                    "confirmRetest": false
+                },
+                "agent": sim_agent(60)
+            }),
+        )
+        .await;
+
+    // Run 1: no node has a record yet, so nothing grew: every node passes and gets one.
+    let s1 = wait_folded(&env, &tests, None).await;
+    let run1 = last_run(&s1);
+    for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
+        let n = node(&env, base).await;
+        let r = record(&n).unwrap_or_else(|| panic!("{base}: no readable record after run 1"));
+        assert_eq!(r.run, run1, "{base}");
+        assert_eq!(r.nvlink.len(), 8, "{base}");
+        assert!(!cordoned(&n), "{base} cordoned after run 1");
+    }
+    let first = record(&node(&env, "gpu-02").await).expect("gpu-02 record");
+    assert!(first.nvlink[3] > 0 && first.nvlink[0] == 0, "{first:?}");
+
+    // Run 2: GPU 3 of gpu-02 grew by about a million a second since run 1.
+    tests
+        .patch(
+            TEST,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}})),
+        )
+        .await
+        .expect("run-now");
+    let s2 = wait_folded(&env, &tests, Some(&run1)).await;
+    let run2 = last_run(&s2);
+    let runs = env.runs_api();
+    let run = runs.get(&run2).await.expect("run 2");
+    let status = run.status.unwrap_or_default();
+    let growing: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::NvlinkErrorsGrowing)
+        .collect();
+    assert_eq!(growing.len(), 1, "{:#?}", status.findings);
+    assert_eq!(growing[0].subject, Subject::gpu(env.node("gpu-02"), 3));
+    assert!(
+        growing[0].message.contains(&format!("since run {run1}")),
+        "{}",
+        growing[0].message
+    );
+    let verdicts: std::collections::BTreeMap<String, NodeVerdict> = s2
+        .nodes
+        .iter()
+        .map(|h| (h.node.clone(), h.verdict))
+        .collect();
+    assert_eq!(
+        verdicts.get(&env.node("gpu-02")),
+        Some(&NodeVerdict::Failed),
+        "{verdicts:?}"
+    );
+    for base in ["gpu-01", "gpu-03", "gpu-04"] {
+        assert_eq!(
+            verdicts.get(&env.node(base)),
+            Some(&NodeVerdict::Passed),
+            "{base}"
+        );
+        let n = node(&env, base).await;
+        assert!(!cordoned(&n), "{base} cordoned");
+        // Unchanged counters are not written again.
+        assert_eq!(record(&n).map(|r| r.run), Some(run1.clone()), "{base}");
+    }
+    let bad = node(&env, "gpu-02").await;
+    assert!(
+        cordoned(&bad),
+        "gpu-02 should be cordoned after its GPU's errors grew"
+    );
+    // The record of run 1 stays: the next run still measures growth from there.
+    assert_eq!(record(&bad), Some(first));
+}
