@@ -373,6 +373,52 @@ async fn pods_that_never_start_cordon_nothing_in_any_mode() {
     }
 }
 
+/// Three nodes whose agents all fail the same way (`fault`).
+fn fleet_all(fault: Fault) -> Fleet {
+    let mut f = fleet(3);
+    for n in f.nodes.iter_mut() {
+        n.faults.push(fault.clone());
+    }
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    // Exit 11: the image's CUDA, NCCL or NVML does not load on this driver. The image is at
+    // fault, not the nodes.
+    let env = OperatorEnv::start(
+        fleet_all(Fault::Crash {
+            exit_code: Some(11),
+        }),
+        NS,
+    )
+    .await;
+    let want = Expect {
+        reason: NotMeasuredReason::AgentIncompatible,
+        label: "AgentIncompatible",
+        detail: "could not be loaded (exit code 11)",
+    };
+    for mode in MODES {
+        check_spared(&env, "incompatible", mode, sim_agent(20), json!({}), &want).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
+    let _serial = SERIAL.lock().await;
+    // Every agent exits 0 with a truncated document: an agent bug, not the nodes.
+    let env = OperatorEnv::start(fleet_all(Fault::Garbage), NS).await;
+    let want = Expect {
+        reason: NotMeasuredReason::AgentBug,
+        label: "AgentBug",
+        detail: "its result is unusable",
+    };
+    for mode in MODES {
+        check_spared(&env, "garbage", mode, sim_agent(20), json!({}), &want).await;
+    }
+}
+
 /// A pod of someone else's that holds `gpus` GPUs of `node` (bound there, sleeping).
 fn gpu_holder(node: &str, gpus: u32) -> Pod {
     serde_json::from_value(json!({
