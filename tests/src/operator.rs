@@ -223,11 +223,23 @@ impl OperatorEnv {
     /// Starts everything for `fleet` on a control plane of its own, with the operator's
     /// namespace `ns` created.
     pub async fn start(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
+        OperatorEnv::start_own(fleet, ns, &[]).await
+    }
+
+    /// [`OperatorEnv::start`], with more arguments for `fabric-operator run`: for settings
+    /// that depend on every node of the cluster (a percent cap counts all GPU nodes), which
+    /// a shared control plane would mix with other tests' nodes.
+    pub async fn start_own(
+        fleet: gpufabric_measure::fleet::Fleet,
+        ns: &str,
+        operator_args: &[&str],
+    ) -> OperatorEnv {
         crate::init_tracing();
         let cluster = Cluster::start().await.expect("local control plane starts");
         cluster.create_namespace(ns).await.expect("namespace");
         let cluster = EnvCluster::Own(Box::new(cluster));
-        let args = vec!["--pod-namespace".to_string(), ns.to_string()];
+        let mut args = vec!["--pod-namespace".to_string(), ns.to_string()];
+        args.extend(operator_args.iter().map(|a| a.to_string()));
         OperatorEnv::start_on(cluster, fleet, ns, args, serde_json::json!({})).await
     }
 

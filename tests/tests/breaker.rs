@@ -417,3 +417,59 @@ async fn the_cluster_cap_refuses_a_node_beyond_it_across_two_fabric_tests() {
         "{views:#?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_cap_counts_the_clusters_gpu_nodes_and_holds_the_rest_back() {
+    let _serial = SERIAL.lock().await;
+    // Ten GPU nodes, four failing (40%: below the storm share), a cap of 20%: two nodes.
+    let env = OperatorEnv::start_own(
+        fleet(10, &[1, 3, 5, 7]),
+        "cap-percent",
+        &["--max-quarantined-nodes", "20%"],
+    )
+    .await;
+    let failing: Vec<String> = ["gpu-02", "gpu-04", "gpu-06", "gpu-08"]
+        .iter()
+        .map(|n| env.node(n))
+        .collect();
+    let api = env.create_test("cap-pct", spec(&env, "Cordon", None)).await;
+    let t = wait_status(&env, &api, "cap-pct", "two nodes quarantined", |_, s| {
+        s.last_run.is_some() && s.quarantined_count == 2
+    })
+    .await;
+    let status = t.status.expect("status");
+    assert!(!breaker_is(&status, true), "no storm: {status:#?}");
+    let held: Vec<&str> = status
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.held_back
+                .as_deref()
+                .is_some_and(|h| h.contains("holds 2 node(s) in the cluster, the cap is 2"))
+        })
+        .map(|n| n.node.as_str())
+        .collect();
+    assert_eq!(held.len(), 2, "{:#?}", status.nodes);
+    let views = node_views(&env).await;
+    let cordoned_nodes: Vec<&String> = views
+        .iter()
+        .filter(|(_, v)| cordoned(v))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(cordoned_nodes.len(), 2, "{views:#?}");
+    for n in cordoned_nodes
+        .iter()
+        .map(|n| n.as_str())
+        .chain(held.iter().copied())
+    {
+        assert!(
+            failing.iter().any(|f| f == n),
+            "{n} is healthy but was acted on"
+        );
+    }
+    assert!(
+        event_reasons(&env, "cap-pct")
+            .await
+            .contains(&"OverClusterCap".to_string())
+    );
+}
