@@ -389,6 +389,40 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
 }
 
 #[tokio::test]
+async fn an_agent_still_running_at_the_run_deadline_is_named_with_its_phase_from_the_log() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(fleet_with_last_hung(2)).await;
+    // gpu-02's kubelet lost track of pod deadlines: only the run deadline (the agent timeout
+    // plus the operator's margin) stops its hung agent, whose termination message is
+    // never written; the phase must come from the pod log.
+    env.kubelet
+        .set_node_ignores_deadlines(&env.node("gpu-02"), true)
+        .await
+        .expect("kubelet setting");
+    env.create_test("rundl", test_spec(&env, json!({"agent": sim_agent(10)})))
+        .await;
+    let runs = wait_runs(&env, "rundl", 1, Duration::from_secs(60)).await;
+    let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(120)).await;
+    let status = run.status.clone().expect("status");
+    let v = verdicts(&run);
+    assert_eq!(v[&env.node("gpu-01")], NodeVerdict::Passed, "{status:?}");
+    assert_eq!(v[&env.node("gpu-02")], NodeVerdict::Timeout, "{status:?}");
+    let hung = status
+        .nodes
+        .iter()
+        .find(|n| n.node == env.node("gpu-02"))
+        .expect("gpu-02");
+    assert!(
+        hung.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("run deadline")
+                && r.contains("in phase \"ncclSweep: stuck")
+                && r.contains("pod log")),
+        "{hung:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_results() {
     let _serial = SERIAL.lock().await;
     // One node hangs until its 10 s deadline, so the run is still going when the operator dies.

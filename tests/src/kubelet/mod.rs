@@ -43,6 +43,8 @@
 //!   [`Kubelet::set_node_stalled`], stays Ready but never starts its pods: they stay Pending
 //!   with no container status and no start time, as behind a hung container runtime.
 //!   Deletions are still confirmed. Un-stalling starts the pods bound to it.
+//! - **Lost deadlines**: with [`Kubelet::set_node_ignores_deadlines`], pods started on a
+//!   node afterwards run past their `activeDeadlineSeconds` until deleted.
 //! - **Status**: Running with a distinct pod IP (`127.x.y.z`), container `running`; then
 //!   Succeeded or Failed with the exit code (128 + signal when killed), reason
 //!   `Completed`/`Error`, and the termination message read from the file (first 4096
@@ -128,6 +130,9 @@ struct NodeState {
     ready: bool,
     removed: bool,
     stalled: bool,
+    /// Pods on this node run past their `activeDeadlineSeconds` (a kubelet that lost track
+    /// of them), so only the operator's run deadline stops them.
+    deadlines_ignored: bool,
     ready_since: String,
 }
 
@@ -208,6 +213,7 @@ impl Kubelet {
                         ready: true,
                         removed: false,
                         stalled: opts.stalled_nodes.contains(&n.name),
+                        deadlines_ignored: false,
                         ready_since: t.clone(),
                     },
                 )
@@ -320,6 +326,13 @@ impl Inner {
             .get(node)
             .filter(|n| !n.removed)
             .map(|n| (u64::from(n.spec.gpus), n.stalled))
+    }
+
+    /// Whether pods on `node` run past their deadline ([`Kubelet::set_node_ignores_deadlines`]).
+    fn ignores_deadlines(&self, node: &str) -> bool {
+        lock(&self.nodes)
+            .get(node)
+            .is_some_and(|n| n.deadlines_ignored)
     }
 
     fn next_pod_ip(&self) -> String {

@@ -213,6 +213,18 @@ impl Kubelet {
         self.inner.patch_node_status(node).await
     }
 
+    /// Makes the pods started on `node` from now on run past their `activeDeadlineSeconds`
+    /// (or enforces the deadline again for pods started later).
+    pub async fn set_node_ignores_deadlines(&self, node: &str, ignore: bool) -> Result<()> {
+        let mut nodes = lock(&self.inner.nodes);
+        let st = nodes
+            .get_mut(node)
+            .filter(|s| !s.removed)
+            .ok_or_else(|| Error::Invalid(format!("no node {node} in this kubelet")))?;
+        st.deadlines_ignored = ignore;
+        Ok(())
+    }
+
     /// Stalls a node (it stays Ready but starts no pod) or resumes it: pods bound to it
     /// while it was stalled start then, as behind a container runtime that recovers.
     /// Pods already running keep running.

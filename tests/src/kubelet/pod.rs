@@ -117,7 +117,11 @@ impl PodRun {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let spec = pod.spec.as_ref();
+        let node = spec
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
         let deadline = spec
+            .filter(|_| !inner.ignores_deadlines(node))
             .and_then(|s| s.active_deadline_seconds)
             .and_then(|s| u64::try_from(s).ok())
             .map(|s| Instant::now() + Duration::from_secs(s));

@@ -13,6 +13,20 @@ use gpufabric_api::result::CompactResult;
 use gpufabric_api::run::{NodeRunResult, NodeVerdict};
 use gpufabric_api::suite::Collective;
 
+/// Prefix of the agent's progress lines on stderr (and so in the pod log).
+pub const LOG_PROGRESS_PREFIX: &str = "[fabric-agent] ";
+
+/// The agent's last progress line in (the tail of) a pod log, cut to 200 characters.
+pub fn last_progress_in_log(log: &str) -> Option<String> {
+    let line = log
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix(LOG_PROGRESS_PREFIX))?
+        .trim();
+    let cut: String = line.chars().take(200).collect();
+    (!cut.is_empty()).then_some(cut)
+}
+
 /// Why the kubelet holds a pod back, when it says (a waiting reason, an unbound pod).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocker {
@@ -40,14 +54,21 @@ impl PodState {
     /// The outcome once the run's deadline has passed and the pod is stopped: an agent that
     /// had started hung; a pod that never started was not measured, with the kubelet's
     /// reason when it gave one.
-    pub fn at_run_deadline(self, seconds: u64) -> NodeOutcome {
+    /// `phase` is the agent's last progress line, read from the pod's log before it was
+    /// stopped (None: the log had none or could not be read).
+    pub fn at_run_deadline(self, seconds: u64, phase: Option<&str>) -> NodeOutcome {
         match self {
             PodState::Ended(o) => o,
             PodState::Running => NodeOutcome::hardware(
                 HardwareFault::Hang,
-                format!(
-                    "the agent had started and was still running when the run deadline ({seconds}s) passed (phase unknown: the pod had not ended, so its last progress line was not read)"
-                ),
+                match phase {
+                    Some(p) => format!(
+                        "the agent had started and was still running when the run deadline ({seconds}s) passed, in phase \"{p}\" (its last progress line in the pod log)"
+                    ),
+                    None => format!(
+                        "the agent had started and was still running when the run deadline ({seconds}s) passed (phase unknown: the pod log had no progress line or could not be read)"
+                    ),
+                },
             ),
             PodState::Waiting(Some(b)) => NodeOutcome::not_measured(
                 b.reason,

@@ -374,19 +374,24 @@ fn running_and_pending_pods_are_not_final() {
 
 #[test]
 fn the_run_deadline_blames_a_started_agent_and_spares_a_pod_that_never_ran() {
-    assert!(matches!(
-        PodState::Running.at_run_deadline(60),
-        NodeOutcome::HardwareFault {
-            fault: HardwareFault::Hang,
-            ..
-        }
-    ));
-    let o = PodState::Waiting(None).at_run_deadline(60);
+    let o = PodState::Running.at_run_deadline(60, Some("ncclSweep: allReduce 64 MiB"));
+    assert!(
+        matches!(&o, NodeOutcome::HardwareFault { fault: HardwareFault::Hang, detail }
+            if detail.contains("in phase \"ncclSweep: allReduce 64 MiB\"")),
+        "{o:?}"
+    );
+    let o = PodState::Running.at_run_deadline(60, None);
+    assert!(
+        matches!(&o, NodeOutcome::HardwareFault { fault: HardwareFault::Hang, detail }
+            if detail.contains("phase unknown")),
+        "{o:?}"
+    );
+    let o = PodState::Waiting(None).at_run_deadline(60, None);
     assert!(
         matches!(&o, NodeOutcome::NotMeasured { reason: NotMeasuredReason::NeverStarted, detail } if detail.contains("60s")),
         "{o:?}"
     );
-    let o = pod_state(&waiting("ErrImagePull", "x")).at_run_deadline(60);
+    let o = pod_state(&waiting("ErrImagePull", "x")).at_run_deadline(60, None);
     assert!(
         matches!(
             &o,
@@ -405,7 +410,7 @@ fn an_entry_in_the_status_gives_back_its_outcome() {
         pod_state(&terminated(134, None, None)),
         pod_state(&terminated(11, None, None)),
         pod_state(&pod("Failed", Some("OutOfnvidia.com/gpu"), None)),
-        PodState::Ended(PodState::Running.at_run_deadline(30)),
+        PodState::Ended(PodState::Running.at_run_deadline(30, None)),
         PodState::Ended(pod_gone()),
     ] {
         let entry = node_result("gpu-1", None, &state);
@@ -414,4 +419,20 @@ fn an_entry_in_the_status_gives_back_its_outcome() {
         };
         assert_eq!(outcome_from_entry(&entry), want);
     }
+}
+
+#[test]
+fn the_last_progress_line_of_a_log_names_the_phase() {
+    let log = "[fabric-agent] node-check on gpu-1 with the cuda backend\n\
+               some NCCL INFO line\n\
+               [fabric-agent] ncclSweep: allGather 16 MiB\n\
+               NCCL WARN something\n";
+    assert_eq!(
+        last_progress_in_log(log).as_deref(),
+        Some("ncclSweep: allGather 16 MiB")
+    );
+    assert_eq!(last_progress_in_log("no progress here\n"), None);
+    assert_eq!(last_progress_in_log(""), None);
+    let long = format!("[fabric-agent] {}", "x".repeat(500));
+    assert_eq!(last_progress_in_log(&long).map(|l| l.len()), Some(200));
 }

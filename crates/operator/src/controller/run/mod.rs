@@ -27,7 +27,7 @@ use gpufabric_api::run::{
 use gpufabric_api::shard::{FabricTestRunShard, NODES_PER_SHARD};
 use gpufabric_health::NodeInput;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -385,6 +385,26 @@ async fn read_states(
     Ok(read)
 }
 
+/// The agent's last progress line in the tail of a running pod's log, to say which phase it
+/// was in when the run deadline stopped it; None when the log cannot be read in a few
+/// seconds (a node whose kubelet is gone) or has none.
+async fn last_progress(pods_api: &Api<Pod>, pod: &str) -> Option<String> {
+    let params = LogParams {
+        container: Some(pods::CONTAINER.to_string()),
+        tail_lines: Some(50),
+        limit_bytes: Some(64 * 1024),
+        ..LogParams::default()
+    };
+    match tokio::time::timeout(Duration::from_secs(5), pods_api.logs(pod, &params)).await {
+        Ok(Ok(log)) => results::last_progress_in_log(&log),
+        Ok(Err(e)) => {
+            tracing::debug!(%pod, error = %e, "log of a pod stopped at the run deadline not read");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 /// Deletes a benchmark pod; one already gone is fine.
 async fn delete_pod(pods_api: &Api<Pod>, name: &str) -> Result<()> {
     match pods_api.delete(name, &DeleteParams::background()).await {
@@ -482,9 +502,15 @@ async fn progress(
             if o.is_final() || !in_wave(i) {
                 continue;
             }
-            delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
+            let pod = names::pod_name(&name, &entries[i].node);
+            let phase = match o {
+                PodState::Running => last_progress(&pods_api, &pod).await,
+                _ => None,
+            };
+            delete_pod(&pods_api, &pod).await?;
             *o = PodState::Ended(
-                std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds),
+                std::mem::replace(o, PodState::Running)
+                    .at_run_deadline(run_seconds, phase.as_deref()),
             );
             prog.stopped += 1;
         }
