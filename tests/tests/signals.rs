@@ -356,6 +356,57 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
             .any(|o| o.kind == "FabricTest" && o.name == "sig"),
         "owned by the FabricTest"
     );
+
+    // Deleting the test removes the signals its runs wrote last, and only those: gpu-05's
+    // condition (written by someone else) and every node's counters record stay.
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    let foreign = json!({"status": {"conditions": [{
+        "type": CONDITION_NODE_HEALTHY, "status": "True", "reason": "Passed",
+        "message": "FabricTest other, run other-1: passed"
+    }]}});
+    nodes
+        .patch_status(
+            &env.node("gpu-05"),
+            &PatchParams::default(),
+            &Patch::Strategic(&foreign),
+        )
+        .await
+        .expect("a condition written by another test");
+    tests
+        .delete("sig", &DeleteParams::default())
+        .await
+        .expect("delete the test");
+    wait::for_deletion(&tests, "sig", Duration::from_secs(60))
+        .await
+        .expect("the test is gone");
+    for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
+        let n = node(&env, base).await;
+        assert_eq!(healthy(&n), None, "{base}: condition left");
+        assert_eq!(result_label(&n), None, "{base}: label left");
+        assert!(
+            !n.annotations().contains_key(ANNOTATION_LAST_PASS),
+            "{base}: last-pass left"
+        );
+        assert!(
+            n.annotations()
+                .contains_key(gpufabric_api::keys::ANNOTATION_COUNTERS),
+            "{base}: the counters record belongs to the hardware"
+        );
+        assert!(
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready")),
+            "{base}: the kubelet's Ready condition stays"
+        );
+    }
+    let other = healthy(&node(&env, "gpu-05").await);
+    assert!(
+        other
+            .and_then(|c| c.message)
+            .is_some_and(|m| m.contains("FabricTest other")),
+        "another test's condition stays"
+    );
 }
 
 /// A pod of someone else's that holds every GPU of `base` (bound there, sleeping).

@@ -70,6 +70,11 @@ async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
             Err(e) => tracing::warn!(error = %e, "listing nodes for suspect taints"),
         }
     }
+    match crate::signals::cleanup::release_all(&ctx.client, &test.name_any()).await {
+        Ok(failures) if failures.is_empty() => {}
+        Ok(failures) => tracing::warn!(?failures, "node signals left on nodes"),
+        Err(e) => tracing::warn!(error = %e, "listing nodes for their signals"),
+    }
     tracing::info!(released = released.len(), "FabricTest deleted");
     Ok(Action::await_change())
 }

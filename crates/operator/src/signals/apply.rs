@@ -123,16 +123,48 @@ pub async fn write(client: &Client, signals: Vec<NodeSignal>) -> Published {
     Published { judged, failures }
 }
 
+/// Waits before the second and third tries of a signal write.
+pub const RETRY_DELAYS: [std::time::Duration; 2] = [
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_secs(2),
+];
+
+/// Whether another try may succeed: not for a node that is gone, a request the API server
+/// refuses as invalid, or a missing permission.
+fn worth_retrying(e: &kube::Error) -> bool {
+    !matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 422))
+}
+
+/// Runs `call`, trying again after each of [`RETRY_DELAYS`] while it fails with an error
+/// worth retrying (a timeout, a conflict, an API server restarting).
+pub async fn retrying<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut delays = RETRY_DELAYS.iter();
+    loop {
+        match call().await {
+            Err(e) if worth_retrying(&e) => match delays.next() {
+                Some(d) => {
+                    tracing::debug!(error = %e, "signal write failed; trying again");
+                    tokio::time::sleep(*d).await;
+                }
+                None => return Err(e),
+            },
+            other => return other,
+        }
+    }
+}
+
 async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
     let pp = PatchParams {
         field_manager: Some(keys::MANAGER.to_string()),
         ..Default::default()
     };
     if let Some(c) = &s.condition {
-        match api
-            .patch_status(&s.node, &pp, &Patch::Strategic(node::status_patch(c)))
-            .await
-        {
+        let patch = Patch::Strategic(node::status_patch(c));
+        match retrying(|| api.patch_status(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
             Err(e) => {
@@ -145,7 +177,8 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
         }
     }
     if let Some(m) = &s.metadata {
-        match api.patch(&s.node, &pp, &Patch::Merge(m)).await {
+        let patch = Patch::Merge(m);
+        match retrying(|| api.patch(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
             Err(e) => {
@@ -161,4 +194,50 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
         super::taint::apply(api, &s.node, owner, s.judgement).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn api_error(code: u16) -> kube::Error {
+        let mut status = kube::core::Status::failure("x", "x");
+        status.code = code;
+        kube::Error::Api(status.boxed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_fails_twice_is_tried_a_third_time() {
+        let calls = AtomicU32::new(0);
+        let r = retrying(|| async {
+            match calls.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(api_error(500)),
+                _ => Ok(7),
+            }
+        })
+        .await;
+        assert_eq!(r.ok(), Some(7));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_is_given_up_after_three_tries_or_at_once_when_retrying_cannot_help() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), _> = retrying(|| async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(api_error(503))
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        let calls = AtomicU32::new(0);
+        let r: Result<(), _> = retrying(|| async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(api_error(404))
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 }

@@ -12,10 +12,14 @@
 //!   condition and label it had: the infrastructure is not the node's fault;
 //! - with `graduatedTaints`, a suspect also gets `gpufabric.io/suspect:PreferNoSchedule`
 //!   (see [`suspect_taint_patch`]);
+//! - when the FabricTest is deleted, the condition, label and annotation its runs wrote
+//!   last are removed (see [`cleanup`]); those another test wrote stay;
+//! - a write that fails is tried again twice before it is reported;
 //! - while the test's breaker is open (a storm of failures: the environment is suspected)
 //!   no node signal is written at all, as no node is touched.
 
 mod apply;
+pub mod cleanup;
 mod node;
 mod run;
 mod taint;
