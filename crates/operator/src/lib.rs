@@ -87,6 +87,67 @@ fn slim<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
+/// The caches the controllers read besides the FabricTests'.
+struct Caches {
+    nodes: reflector::Store<Node>,
+    pods: reflector::Store<Pod>,
+    runs: reflector::Store<FabricTestRun>,
+    shards: reflector::Store<FabricTestRunShard>,
+}
+
+/// What both controllers share.
+fn context(
+    client: &Client,
+    options: &Options,
+    metrics: Arc<metrics::Metrics>,
+    caches: Caches,
+    synced: tokio::sync::watch::Receiver<bool>,
+) -> Arc<Context> {
+    let events = events::Events::new(
+        client.clone(),
+        events::Reporter {
+            controller: keys::MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    Arc::new(Context {
+        client: client.clone(),
+        metrics,
+        events,
+        nodes: caches.nodes,
+        pods: caches.pods,
+        runs: caches.runs,
+        shards: caches.shards,
+        shard_writes: Default::default(),
+        pod_namespace: options.pod_namespace.clone(),
+        backoff: Default::default(),
+        synced,
+        agent_image: options.agent_image.clone(),
+        cluster_cap: options.max_quarantined_nodes,
+        quarantine_lock: Default::default(),
+    })
+}
+
+/// Resolves once every cache has its first full list: the operator is then ready and the
+/// controllers may trust what the caches lack.
+async fn caches_synced(
+    caches: Caches,
+    tests: reflector::Store<FabricTest>,
+    ready: Arc<AtomicBool>,
+    synced: tokio::sync::watch::Sender<bool>,
+) {
+    let _ = tokio::join!(
+        tests.wait_until_ready(),
+        caches.nodes.wait_until_ready(),
+        caches.pods.wait_until_ready(),
+        caches.runs.wait_until_ready(),
+        caches.shards.wait_until_ready()
+    );
+    ready.store(true, Ordering::SeqCst);
+    let _ = synced.send(true);
+    tracing::info!("caches synced; ready");
+}
+
 /// Runs both controllers until SIGINT or SIGTERM.
 pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error> {
     let metrics = Arc::new(metrics::Metrics::new());
@@ -144,30 +205,14 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .for_each(|_| futures::future::ready(()));
     metrics.read_state_from(test_store.clone(), run_store.clone());
 
-    let events = events::Events::new(
-        client.clone(),
-        events::Reporter {
-            controller: keys::MANAGER.into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    );
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        metrics: metrics.clone(),
-        events,
+    let caches = Caches {
         nodes: node_store.clone(),
         pods: pod_store.clone(),
         runs: run_store.clone(),
         shards: shard_store.clone(),
-        shard_writes: Default::default(),
-        pod_namespace: options.pod_namespace.clone(),
-        backoff: Default::default(),
-        synced: synced_rx,
-        agent_image: options.agent_image.clone(),
-        cluster_cap: options.max_quarantined_nodes,
-        quarantine_lock: Default::default(),
-    });
+    };
+    let ctx = context(&client, &options, metrics.clone(), caches, synced_rx);
 
     let shutdown = shutdown_signal()?;
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
@@ -192,22 +237,17 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         )
         .for_each(|_| futures::future::ready(()));
 
-    let readiness = {
-        let (ready, n, p) = (ready.clone(), node_store.clone(), pod_store.clone());
-        let (r, t, s) = (run_store.clone(), test_store.clone(), shard_store.clone());
-        async move {
-            let _ = tokio::join!(
-                t.wait_until_ready(),
-                n.wait_until_ready(),
-                p.wait_until_ready(),
-                r.wait_until_ready(),
-                s.wait_until_ready()
-            );
-            ready.store(true, Ordering::SeqCst);
-            let _ = synced_tx.send(true);
-            tracing::info!("caches synced; ready");
-        }
-    };
+    let readiness = caches_synced(
+        Caches {
+            nodes: node_store,
+            pods: pod_store,
+            runs: run_store.clone(),
+            shards: shard_store,
+        },
+        test_store.clone(),
+        ready.clone(),
+        synced_tx,
+    );
     let work = async move {
         let readiness = async {
             readiness.await;

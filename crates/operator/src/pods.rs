@@ -53,58 +53,9 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
     let spec = &run.spec;
     let agent = &spec.agent;
 
-    let labels = BTreeMap::from([
-        (keys::LABEL_TEST.to_string(), names::label_value(&spec.test)),
-        (keys::LABEL_RUN.to_string(), names::label_value(&run_name)),
-        (keys::LABEL_NODE.to_string(), names::label_value(node)),
-        (keys::LABEL_ROLE.to_string(), ROLE_NODE_CHECK.to_string()),
-        (
-            "app.kubernetes.io/name".to_string(),
-            "fabric-agent".to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            keys::MANAGER.to_string(),
-        ),
-    ]);
-
-    let mut env: Vec<EnvVar> = agent.env.clone();
-    // Ours come last and replace user entries of the same name.
-    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, keys::ENV_SUITE];
-    env.retain(|e| !ours.contains(&e.name.as_str()));
-    env.push(EnvVar {
-        name: keys::ENV_NODE_NAME.into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: "spec.nodeName".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    env.push(EnvVar {
-        name: keys::ENV_RUN.into(),
-        value: Some(run_name.clone()),
-        ..Default::default()
-    });
-    env.push(EnvVar {
-        name: keys::ENV_SUITE.into(),
-        // Serialising the plain suite struct cannot fail.
-        value: Some(serde_json::to_string(&spec.suite).unwrap_or_default()),
-        ..Default::default()
-    });
-
-    let mut resources: ResourceRequirements = agent.resources.clone().unwrap_or_default();
-    let gpu = Quantity(gpus.to_string());
-    resources
-        .limits
-        .get_or_insert_with(BTreeMap::new)
-        .insert(keys::RESOURCE_GPU.into(), gpu.clone());
-    resources
-        .requests
-        .get_or_insert_with(BTreeMap::new)
-        .insert(keys::RESOURCE_GPU.into(), gpu);
+    let labels = pod_labels(&spec.test, &run_name, node);
+    let env = agent_env(agent, &run_name, &spec.suite);
+    let resources = gpu_resources(agent, gpus);
 
     let tolerations = tolerations(agent);
 
@@ -168,6 +119,72 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
         }),
         status: None,
     })
+}
+
+/// The labels of a benchmark pod: its test, run, node and role.
+fn pod_labels(test: &str, run_name: &str, node: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (keys::LABEL_TEST.to_string(), names::label_value(test)),
+        (keys::LABEL_RUN.to_string(), names::label_value(run_name)),
+        (keys::LABEL_NODE.to_string(), names::label_value(node)),
+        (keys::LABEL_ROLE.to_string(), ROLE_NODE_CHECK.to_string()),
+        (
+            "app.kubernetes.io/name".to_string(),
+            "fabric-agent".to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            keys::MANAGER.to_string(),
+        ),
+    ])
+}
+
+/// The agent's environment: the user's, then ours (the node, the run and the suite),
+/// which replace user entries of the same name.
+fn agent_env(agent: &AgentSpec, run_name: &str, suite: &gpufabric_api::Suite) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = agent.env.clone();
+    // Ours come last and replace user entries of the same name.
+    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, keys::ENV_SUITE];
+    env.retain(|e| !ours.contains(&e.name.as_str()));
+    env.push(EnvVar {
+        name: keys::ENV_NODE_NAME.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "spec.nodeName".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    env.push(EnvVar {
+        name: keys::ENV_RUN.into(),
+        value: Some(run_name.to_string()),
+        ..Default::default()
+    });
+    env.push(EnvVar {
+        name: keys::ENV_SUITE.into(),
+        // Serialising the plain suite struct cannot fail.
+        value: Some(serde_json::to_string(suite).unwrap_or_default()),
+        ..Default::default()
+    });
+
+    env
+}
+
+/// The container's resources: the user's, with all `gpus` of the node as request and limit.
+fn gpu_resources(agent: &AgentSpec, gpus: u32) -> ResourceRequirements {
+    let mut resources: ResourceRequirements = agent.resources.clone().unwrap_or_default();
+    let gpu = Quantity(gpus.to_string());
+    resources
+        .limits
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keys::RESOURCE_GPU.into(), gpu.clone());
+    resources
+        .requests
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keys::RESOURCE_GPU.into(), gpu);
+    resources
 }
 
 /// The agent command line: `fabric-agent node-check` with the GPU count the node must show

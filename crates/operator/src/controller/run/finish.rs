@@ -50,7 +50,6 @@ pub(super) async fn finish(
     next.findings = kept;
     st::set_counts(&mut next, &entries);
     next.nodes = st::nodes_for_run_status(&entries);
-    let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
     let completion = now();
     let started = next
         .start_time
@@ -95,9 +94,24 @@ pub(super) async fn finish(
         tracing::warn!(%failure, "error counters not recorded");
     }
 
+    announce(run, &next, &entries, evaluation.findings.len(), ctx).await;
+    Ok(Action::await_change())
+}
+
+/// Metrics, the log line, the Event on the run and, when many nodes were not measured for
+/// one reason, the one Event on the test that says so.
+async fn announce(
+    run: &FabricTestRun,
+    next: &FabricTestRunStatus,
+    entries: &[NodeRunResult],
+    findings: usize,
+    ctx: &Context,
+) {
+    let name = run.name_any();
+    let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
     ctx.metrics.run_finished(run, next.phase, f + er);
     ctx.metrics.set_run_progress(run, None);
-    for n in &entries {
+    for n in entries {
         ctx.metrics
             .nodes_tested
             .get_or_create(&VerdictLabels {
@@ -108,7 +122,7 @@ pub(super) async fn finish(
     let summary = format!(
         "{} nodes: {p} passed, {f} failed, {er} errored or timed out, {nm} not measured; {} findings",
         entries.len(),
-        evaluation.findings.len()
+        findings
     );
     tracing::info!(phase = ?next.phase, %summary, "run finished");
     let bad = f + er > 0 || next.phase == RunPhase::Failed;
@@ -119,7 +133,7 @@ pub(super) async fn finish(
     } else {
         "RunSucceeded"
     };
-    if let Some(issue) = st::infrastructure_issue(&entries) {
+    if let Some(issue) = st::infrastructure_issue(entries) {
         // One Event for the pattern, on the test: the nodes are not at fault.
         let note = format!("{name}: {}", issue.message());
         tracing::warn!(%note, "many nodes not measured for one reason");
@@ -130,7 +144,6 @@ pub(super) async fn finish(
         }
     }
     publish(ctx, run, bad, reason, "Finish", &summary).await;
-    Ok(Action::await_change())
 }
 
 /// What the evaluator needs of one node: its outcome, and what its labels say it holds.

@@ -446,30 +446,15 @@ async fn progress(
     let shards = shards_of(run, ctx).await?;
     let mut entries = shards::results(&shards);
 
-    let pods: HashMap<String, Arc<Pod>> = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
-        .map(|p| (p.name_any(), p))
-        .collect();
+    let pods = pods_of(ctx, ns, &uid);
 
     let mut prog = status.progress.clone().unwrap_or_default();
     let wave_size = match prog.wave_size as usize {
         0 => entries.len().max(1),
         n => n,
     };
-    // The deadline of the wave under way counts from when all its pods existed.
     let stored_wave = prog.wave.saturating_sub(1) as usize;
-    let base = prog
-        .wave_pods_created_time
-        .as_ref()
-        .or(prog.wave_start_time.as_ref())
-        .or(status.start_time.as_ref())
-        .map(to_chrono)
-        .unwrap_or(now_t);
-    let deadline = base + chrono::Duration::seconds(timeout + DEADLINE_MARGIN_SECONDS);
+    let deadline = wave_deadline(&prog, &status, timeout, now_t);
     let past_deadline = now_t >= deadline;
     let in_wave = |i: usize| waves::wave_of(i, wave_size) <= stored_wave;
     let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
@@ -493,48 +478,36 @@ async fn progress(
 
     // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
     if past_deadline {
-        for i in to_create.iter().copied().filter(|i| in_wave(*i)) {
-            outcomes[i] = PodState::Ended(results::never_started(&format!(
-                "the run deadline ({run_seconds}s)"
-            )));
-        }
-        for (i, o) in outcomes.iter_mut().enumerate() {
-            if o.is_final() || !in_wave(i) {
-                continue;
-            }
-            let pod = names::pod_name(&name, &entries[i].node);
-            let phase = match o {
-                PodState::Running => last_progress(&pods_api, &pod).await,
-                _ => None,
-            };
-            delete_pod(&pods_api, &pod).await?;
-            *o = PodState::Ended(
-                std::mem::replace(o, PodState::Running)
-                    .at_run_deadline(run_seconds, phase.as_deref()),
-            );
-            prog.stopped += 1;
-        }
+        let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
+        prog.stopped += stop_at_deadline(
+            &name,
+            &entries,
+            &wave,
+            &to_create,
+            &mut outcomes,
+            &pods_api,
+            run_seconds,
+        )
+        .await?;
     }
 
     let done: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
     let waiting: Vec<usize> = to_create.into_iter().filter(|i| !done[*i]).collect();
     let step = waves::step(&done, &waiting, occupying, wave_size);
-    let mut transient = None;
-    if let Some(step) = step.as_ref().filter(|s| !s.create.is_empty()) {
-        let created = create_pods(run, &entries, &step.create, ctx, &pods_api).await;
-        for (i, res) in created {
-            match res {
-                Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
-                Err(CreateError::Permanent(reason)) => {
-                    outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
-                        NotMeasuredReason::NotAdmitted,
-                        reason,
-                    ))
-                }
-                Err(CreateError::Transient(e)) => transient = Some(e),
-            }
+    let transient = match step.as_ref().filter(|s| !s.create.is_empty()) {
+        Some(step) => {
+            create_step(
+                run,
+                &mut entries,
+                &mut outcomes,
+                &step.create,
+                ctx,
+                &pods_api,
+            )
+            .await
         }
-    }
+        None => None,
+    };
 
     for (e, o) in entries.iter_mut().zip(&outcomes) {
         let pod = e.pod.clone();
@@ -544,6 +517,101 @@ async fn progress(
     ctx.metrics.set_active_pods(key, active as i64);
 
     let mut next = status.clone();
+    record_progress(
+        run,
+        &mut next,
+        prog,
+        step.as_ref(),
+        &entries,
+        &outcomes,
+        wave_size,
+    );
+    ctx.metrics.set_run_progress(run, next.progress.as_ref());
+
+    if step.is_none() && transient.is_none() {
+        return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
+    }
+    save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
+    if let Some(e) = transient {
+        return Err(e.into());
+    }
+    let wait = (deadline - Utc::now()).num_milliseconds().max(100) as u64;
+    Ok(Action::requeue(Duration::from_millis(
+        wait.min(60_000) + 50,
+    )))
+}
+
+/// Writes what changed in this pass: the shards whose nodes changed, and the run's status
+/// (counts and the worst nodes) when it differs from `before`.
+#[allow(clippy::too_many_arguments)]
+async fn save(
+    run: &FabricTestRun,
+    uid: &str,
+    shards: &[Shard],
+    entries: &[NodeRunResult],
+    mut next: FabricTestRunStatus,
+    before: &FabricTestRunStatus,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<()> {
+    let after: Vec<Vec<NodeRunResult>> =
+        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    shards::write_changed(
+        &shards_api(ctx, run),
+        &ctx.shard_writes,
+        uid,
+        shards,
+        &after,
+    )
+    .await?;
+    st::set_counts(&mut next, entries);
+    next.nodes = st::nodes_for_run_status(entries);
+    if next != *before {
+        apply_status(api, &run.name_any(), &next).await?;
+    }
+    Ok(())
+}
+
+/// The run's pods in the cache (the operator's namespace, owned by the run), by name.
+fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
+    ctx.pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .map(|p| (p.name_any(), p))
+        .collect()
+}
+
+/// The deadline of the wave under way: the agent timeout and the operator's margin, from
+/// when all its pods existed (else when the wave, or the run, started).
+fn wave_deadline(
+    prog: &RunProgress,
+    status: &FabricTestRunStatus,
+    timeout: i64,
+    now: chrono::DateTime<Utc>,
+) -> chrono::DateTime<Utc> {
+    let base = prog
+        .wave_pods_created_time
+        .as_ref()
+        .or(prog.wave_start_time.as_ref())
+        .or(status.start_time.as_ref())
+        .map(to_chrono)
+        .unwrap_or(now);
+    base + chrono::Duration::seconds(timeout + DEADLINE_MARGIN_SECONDS)
+}
+
+/// The run's progress after this pass (done, waves, the wave under way and when all its
+/// pods existed) and, once every node has a pod or an outcome, the `PodsCreated` condition.
+fn record_progress(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    mut prog: RunProgress,
+    step: Option<&waves::WaveStep>,
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    wave_size: usize,
+) {
     let has_pod = |i: usize| entries[i].pod.is_some() || outcomes[i].is_final();
     if (0..entries.len()).all(has_pod)
         && !next
@@ -552,7 +620,7 @@ async fn progress(
             .any(|c| c.type_ == CONDITION_PODS_CREATED)
     {
         let c = st::condition(
-            &status.conditions,
+            &next.conditions.clone(),
             CONDITION_PODS_CREATED,
             true,
             "AllPodsCreated",
@@ -567,7 +635,7 @@ async fn progress(
     prog.done = outcomes.iter().filter(|o| o.is_final()).count() as u32;
     prog.wave_size = wave_size as u32;
     prog.waves = entries.len().div_ceil(wave_size) as u32;
-    if let Some(step) = &step {
+    if let Some(step) = step {
         if step.wave + 1 != prog.wave as usize || prog.wave_start_time.is_none() {
             prog.wave = step.wave as u32 + 1;
             prog.wave_start_time = Some(now());
@@ -581,33 +649,70 @@ async fn progress(
         }
     }
     next.progress = Some(prog);
-    ctx.metrics.set_run_progress(run, next.progress.as_ref());
+}
 
-    if step.is_none() && transient.is_none() {
-        return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
+/// Creates the pods of this step; a pod the API server refuses for good ends its node as
+/// not admitted. Returns the last transient error (the pass is retried), if any.
+async fn create_step(
+    run: &FabricTestRun,
+    entries: &mut [NodeRunResult],
+    outcomes: &mut [PodState],
+    create: &[usize],
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Option<kube::Error> {
+    let name = run.name_any();
+    let mut transient = None;
+    for (i, res) in create_pods(run, entries, create, ctx, pods_api).await {
+        match res {
+            Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
+            Err(CreateError::Permanent(reason)) => {
+                outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
+                    NotMeasuredReason::NotAdmitted,
+                    reason,
+                ))
+            }
+            Err(CreateError::Transient(e)) => transient = Some(e),
+        }
     }
-    let after: Vec<Vec<NodeRunResult>> =
-        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
-    shards::write_changed(
-        &shards_api(ctx, run),
-        &ctx.shard_writes,
-        &uid,
-        &shards,
-        &after,
-    )
-    .await?;
-    st::set_counts(&mut next, &entries);
-    next.nodes = st::nodes_for_run_status(&entries);
-    if next != status {
-        apply_status(api, &name, &next).await?;
+    transient
+}
+
+/// Ends the wave's nodes past the run deadline: those without a pod never started, the
+/// others are stopped (with the phase a running agent was in, from its log). Returns how
+/// many pods were stopped.
+async fn stop_at_deadline(
+    name: &str,
+    entries: &[NodeRunResult],
+    wave: &[usize],
+    to_create: &[usize],
+    outcomes: &mut [PodState],
+    pods_api: &Api<Pod>,
+    run_seconds: u64,
+) -> Result<u32> {
+    let mut stopped = 0;
+    for i in to_create.iter().copied().filter(|i| wave.contains(i)) {
+        outcomes[i] = PodState::Ended(results::never_started(&format!(
+            "the run deadline ({run_seconds}s)"
+        )));
     }
-    if let Some(e) = transient {
-        return Err(e.into());
+    for &i in wave {
+        let o = &mut outcomes[i];
+        if o.is_final() {
+            continue;
+        }
+        let pod = names::pod_name(name, &entries[i].node);
+        let phase = match o {
+            PodState::Running => last_progress(pods_api, &pod).await,
+            _ => None,
+        };
+        delete_pod(pods_api, &pod).await?;
+        *o = PodState::Ended(
+            std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds, phase.as_deref()),
+        );
+        stopped += 1;
     }
-    let wait = (deadline - Utc::now()).num_milliseconds().max(100) as u64;
-    Ok(Action::requeue(Duration::from_millis(
-        wait.min(60_000) + 50,
-    )))
+    Ok(stopped)
 }
 
 /// The pod is not in a terminal phase: the kubelet still holds it (and its GPUs).
