@@ -230,36 +230,11 @@ pub(super) fn check_pairs(
         if set.values.is_empty() {
             continue;
         }
-        if !uniform && !explicit(set.metric) {
-            for ((a, b), v) in &set.values {
-                stats.values.insert(
-                    SeriesKey {
-                        metric: set.metric,
-                        collective: None,
-                        gpu: Some(*a),
-                        peer: Some(*b),
-                    },
-                    *v,
-                );
-            }
-        }
-        let all: Vec<f64> = set.values.values().copied().collect();
-        let Some(node_median) = fleet::median(&all) else {
+        let Some((key, node_median)) =
+            record_pair_stats(&set, !uniform && !explicit(set.metric), stats)
+        else {
             continue;
         };
-        let key = SeriesKey {
-            metric: set.metric,
-            collective: None,
-            gpu: None,
-            peer: None,
-        };
-        stats.values.insert(key, node_median);
-        if set
-            .floor
-            .is_some_and(|(_, s)| s == ExpectationSource::Threshold)
-        {
-            stats.judged.insert(key);
-        }
         if covered_node {
             continue;
         }
@@ -298,6 +273,45 @@ pub(super) fn check_pairs(
             covered_pairs.insert((*a, *b));
         }
     }
+}
+
+/// What the fleet comparison keeps of one set of pairs: each pair (`per_pair`: where pairs
+/// are compared across nodes, not within the node) and the node's median, which is
+/// returned with its key; None without values.
+fn record_pair_stats(
+    set: &PairSet,
+    per_pair: bool,
+    stats: &mut NodeStats,
+) -> Option<(SeriesKey, f64)> {
+    if per_pair {
+        for ((a, b), v) in &set.values {
+            stats.values.insert(
+                SeriesKey {
+                    metric: set.metric,
+                    collective: None,
+                    gpu: Some(*a),
+                    peer: Some(*b),
+                },
+                *v,
+            );
+        }
+    }
+    let all: Vec<f64> = set.values.values().copied().collect();
+    let node_median = fleet::median(&all)?;
+    let key = SeriesKey {
+        metric: set.metric,
+        collective: None,
+        gpu: None,
+        peer: None,
+    };
+    stats.values.insert(key, node_median);
+    if set
+        .floor
+        .is_some_and(|(_, s)| s == ExpectationSource::Threshold)
+    {
+        stats.judged.insert(key);
+    }
+    Some((key, node_median))
 }
 
 /// Every GPU pair of the node is slow: the node is blamed, against `floor` from `source`.

@@ -118,133 +118,156 @@ pub(super) fn check_health(
 ) {
     for (i, h) in r.health.iter().take(r.gpus as usize).enumerate() {
         let gpu = i as u32;
-        let subject = || Subject::gpu(node, gpu);
-        let (active, expected) = h.nvlinks;
-        // A GPU alone on its node (a one-GPU VM or slice) has no peer to link to: its links
-        // are down by how the node was cut, not by a fault. A board that lost GPUs shows up
-        // as missing GPUs instead.
-        if active < expected && r.gpus >= 2 {
-            out.push(
-                Finding::new(
-                    FindingKind::NvlinkDown,
-                    subject(),
-                    Metric::NvlinkLinks,
-                    Severity::Critical,
-                    format!(
-                        "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
-                    ),
-                )
-                .with_evidence(
-                    f64::from(active),
-                    f64::from(expected),
-                    "links",
-                    ExpectationSource::Rule,
-                ),
-            );
-        }
-        if h.nvlink_errors > 0 {
-            out.push(
-                Finding::new(
-                    FindingKind::NvlinkErrors,
-                    subject(),
-                    Metric::NvlinkErrors,
-                    Severity::Info,
-                    format!(
-                        "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
-                        h.nvlink_errors
-                    ),
-                )
-                .with_evidence(h.nvlink_errors as f64, 0.0, "errors", ExpectationSource::Rule),
-            );
-        }
-        if !h.xids.is_empty() {
-            let list: Vec<String> = h.xids.iter().map(u64::to_string).collect();
-            out.push(
-                Finding::new(
-                    FindingKind::Xid,
-                    subject(),
-                    Metric::Xid,
-                    Severity::Critical,
-                    format!(
-                        "GPU {gpu} on {node} raised XID {} during the check; look the code up in NVIDIA's XID catalogue and drain the node for a GPU reset or replacement.",
-                        list.join(", ")
-                    ),
-                )
-                .with_evidence(h.xids.len() as f64, 0.0, "events", ExpectationSource::Rule),
-            );
-        }
-        if h.ecc_uncorrected > 0 {
-            out.push(
-                Finding::new(
-                    FindingKind::EccUncorrectable,
-                    subject(),
-                    Metric::EccUncorrected,
-                    Severity::Critical,
-                    format!(
-                        "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
-                        h.ecc_uncorrected
-                    ),
-                )
-                .with_evidence(h.ecc_uncorrected as f64, 0.0, "errors", ExpectationSource::Rule),
-            );
-        }
-        if h.row_remap & 2 != 0 {
-            out.push(finding(
-                FindingKind::RowRemap,
-                subject(),
-                Metric::RemappedRows,
-                Severity::Critical,
-                format!(
-                    "GPU {gpu} on {node} failed to remap a memory row: it has no spare rows left; replace the GPU."
-                ),
-            ));
-        } else if h.row_remap & 1 != 0 {
-            out.push(finding(
-                FindingKind::RowRemap,
-                subject(),
-                Metric::RemappedRows,
-                Severity::Critical,
-                format!(
-                    "GPU {gpu} on {node} has a memory row remap pending; drain the node and reset the GPU to apply it."
-                ),
-            ));
-        }
+        check_nvlink(node, gpu, h, r.gpus, out);
+        check_memory(node, gpu, h, out);
         check_pcie(node, gpu, h, r, exp, out);
-        if let Some(max) = t.max_temperature_c
-            && h.temperature_c > max
-        {
-            out.push(
-                Finding::new(
-                    FindingKind::Thermal,
-                    subject(),
-                    Metric::Temperature,
-                    Severity::Critical,
-                    format!(
-                        "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
-                        h.temperature_c
-                    ),
-                )
-                .with_evidence(h.temperature_c, max, "°C", ExpectationSource::Threshold),
-            );
-        }
-        if !h.throttle.is_empty() {
-            out.push(Finding {
-                measured: Some(h.temperature_c),
-                unit: Some("°C".into()),
-                source: Some(ExpectationSource::Rule),
-                ..finding(
-                    FindingKind::Thermal,
-                    subject(),
-                    Metric::Temperature,
-                    Severity::Info,
-                    format!(
-                        "GPU {gpu} on {node} had its clocks throttled ({}) at {:.0} °C; worth watching if it recurs.",
-                        h.throttle.join(", "),
-                        h.temperature_c
-                    ),
-                )
-            });
-        }
+        check_thermal(node, gpu, h, t, out);
+    }
+}
+
+/// A GPU's NVLink links: down (Critical), and the errors counted since the driver loaded (Info).
+fn check_nvlink(node: &str, gpu: u32, h: &CompactGpuHealth, gpus: u32, out: &mut Vec<Finding>) {
+    let subject = || Subject::gpu(node, gpu);
+    let (active, expected) = h.nvlinks;
+    // A GPU alone on its node (a one-GPU VM or slice) has no peer to link to: its links
+    // are down by how the node was cut, not by a fault. A board that lost GPUs shows up
+    // as missing GPUs instead.
+    if active < expected && gpus >= 2 {
+        out.push(
+            Finding::new(
+                FindingKind::NvlinkDown,
+                subject(),
+                Metric::NvlinkLinks,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} has {active} of {expected} NVLink links up; reseat or replace the GPU or baseboard (nvidia-smi nvlink -s -i {gpu} shows which links are down)."
+                ),
+            )
+            .with_evidence(
+                f64::from(active),
+                f64::from(expected),
+                "links",
+                ExpectationSource::Rule,
+            ),
+        );
+    }
+    if h.nvlink_errors > 0 {
+        out.push(
+            Finding::new(
+                FindingKind::NvlinkErrors,
+                subject(),
+                Metric::NvlinkErrors,
+                Severity::Info,
+                format!(
+                    "GPU {gpu} on {node} has counted {} NVLink replay, recovery or CRC errors since the driver loaded; if the count grows between runs a link is marginal: check nvidia-smi nvlink -e -i {gpu}.",
+                    h.nvlink_errors
+                ),
+            )
+            .with_evidence(h.nvlink_errors as f64, 0.0, "errors", ExpectationSource::Rule),
+        );
+    }
+}
+
+/// A GPU's XIDs, uncorrectable ECC errors and row remapping.
+fn check_memory(node: &str, gpu: u32, h: &CompactGpuHealth, out: &mut Vec<Finding>) {
+    let subject = || Subject::gpu(node, gpu);
+    if !h.xids.is_empty() {
+        let list: Vec<String> = h.xids.iter().map(u64::to_string).collect();
+        out.push(
+            Finding::new(
+                FindingKind::Xid,
+                subject(),
+                Metric::Xid,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} raised XID {} during the check; look the code up in NVIDIA's XID catalogue and drain the node for a GPU reset or replacement.",
+                    list.join(", ")
+                ),
+            )
+            .with_evidence(h.xids.len() as f64, 0.0, "events", ExpectationSource::Rule),
+        );
+    }
+    if h.ecc_uncorrected > 0 {
+        out.push(
+            Finding::new(
+                FindingKind::EccUncorrectable,
+                subject(),
+                Metric::EccUncorrected,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} has {} uncorrectable ECC errors; its memory is corrupting data: drain the node and reset or replace the GPU.",
+                    h.ecc_uncorrected
+                ),
+            )
+            .with_evidence(h.ecc_uncorrected as f64, 0.0, "errors", ExpectationSource::Rule),
+        );
+    }
+    if h.row_remap & 2 != 0 {
+        out.push(finding(
+            FindingKind::RowRemap,
+            subject(),
+            Metric::RemappedRows,
+            Severity::Critical,
+            format!(
+                "GPU {gpu} on {node} failed to remap a memory row: it has no spare rows left; replace the GPU."
+            ),
+        ));
+    } else if h.row_remap & 1 != 0 {
+        out.push(finding(
+            FindingKind::RowRemap,
+            subject(),
+            Metric::RemappedRows,
+            Severity::Critical,
+            format!(
+                "GPU {gpu} on {node} has a memory row remap pending; drain the node and reset the GPU to apply it."
+            ),
+        ));
+    }
+}
+
+/// A GPU above the temperature ceiling (Critical) or throttled (Info).
+fn check_thermal(
+    node: &str,
+    gpu: u32,
+    h: &CompactGpuHealth,
+    t: &Thresholds,
+    out: &mut Vec<Finding>,
+) {
+    let subject = || Subject::gpu(node, gpu);
+    if let Some(max) = t.max_temperature_c
+        && h.temperature_c > max
+    {
+        out.push(
+            Finding::new(
+                FindingKind::Thermal,
+                subject(),
+                Metric::Temperature,
+                Severity::Critical,
+                format!(
+                    "GPU {gpu} on {node} reached {:.0} °C, above the spec's ceiling of {max:.0} °C; check airflow, fans and coolant.",
+                    h.temperature_c
+                ),
+            )
+            .with_evidence(h.temperature_c, max, "°C", ExpectationSource::Threshold),
+        );
+    }
+    if !h.throttle.is_empty() {
+        out.push(Finding {
+            measured: Some(h.temperature_c),
+            unit: Some("°C".into()),
+            source: Some(ExpectationSource::Rule),
+            ..finding(
+                FindingKind::Thermal,
+                subject(),
+                Metric::Temperature,
+                Severity::Info,
+                format!(
+                    "GPU {gpu} on {node} had its clocks throttled ({}) at {:.0} °C; worth watching if it recurs.",
+                    h.throttle.join(", "),
+                    h.temperature_c
+                ),
+            )
+        });
     }
 }
 
