@@ -225,52 +225,8 @@ pub fn run_workers(
         .map(|f| f.contains("fabric-agent-nccl-"))
         .unwrap_or(false);
     for (rank, input) in inputs.iter().enumerate() {
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if quiet_nccl {
-            // The parent's NCCL log file is parsed for transports; workers keep out of it.
-            cmd.env_remove("NCCL_DEBUG_FILE")
-                .env_remove("NCCL_DEBUG_SUBSYS")
-                .env("NCCL_DEBUG", "WARN");
-        }
-        die_with_parent(&mut cmd);
-        let mut child = cmd.spawn().map_err(|e| GpuError::Call {
-            call: "starting a ddp worker",
-            detail: format!("{}: {e}", program.display()),
-        })?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take();
+        let child = spawn_worker(program, args, rank, input, quiet_nccl, tx.clone())?;
         workers.children.push(child);
-        if let Some(mut stdin) = stdin {
-            // A worker that died at once is found below (no report), not here.
-            let _ = writeln!(stdin, "{input}");
-        }
-        let Some(stdout) = stdout else {
-            return Err(GpuError::Call {
-                call: "starting a ddp worker",
-                detail: "no stdout pipe".into(),
-            });
-        };
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut sent = false;
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                match parse_report(&line) {
-                    Some(r) if !sent => {
-                        sent = true;
-                        let _ = tx.send((rank, Some(r)));
-                    }
-                    _ => tracing::debug!(rank, line = %line, "ddp worker output"),
-                }
-            }
-            if !sent {
-                let _ = tx.send((rank, None));
-            }
-        });
     }
     drop(tx);
     let deadline = Instant::now() + limit;
@@ -331,6 +287,65 @@ pub fn run_workers(
         }
     }
     Ok(reports.into_iter().flatten().collect())
+}
+
+/// Starts the worker of `rank`, hands it its task line (`input`) and reads its report on a
+/// thread of its own, which sends `(rank, report)` to `tx` (None: it ended without one).
+fn spawn_worker(
+    program: &Path,
+    args: &[&str],
+    rank: usize,
+    input: &str,
+    quiet_nccl: bool,
+    tx: mpsc::Sender<(usize, Option<WorkerReport>)>,
+) -> GpuResult<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if quiet_nccl {
+        // The parent's NCCL log file is parsed for transports; workers keep out of it.
+        cmd.env_remove("NCCL_DEBUG_FILE")
+            .env_remove("NCCL_DEBUG_SUBSYS")
+            .env("NCCL_DEBUG", "WARN");
+    }
+    die_with_parent(&mut cmd);
+    let mut child = cmd.spawn().map_err(|e| GpuError::Call {
+        call: "starting a ddp worker",
+        detail: format!("{}: {e}", program.display()),
+    })?;
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
+    if let Some(mut stdin) = stdin {
+        // A worker that died at once is found below (no report), not here.
+        let _ = writeln!(stdin, "{input}");
+    }
+    let Some(stdout) = stdout else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(GpuError::Call {
+            call: "starting a ddp worker",
+            detail: "no stdout pipe".into(),
+        });
+    };
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            match parse_report(&line) {
+                Some(r) if !sent => {
+                    sent = true;
+                    let _ = tx.send((rank, Some(r)));
+                }
+                _ => tracing::debug!(rank, line = %line, "ddp worker output"),
+            }
+        }
+        if !sent {
+            let _ = tx.send((rank, None));
+        }
+    });
+    Ok(child)
 }
 
 /// The exit status of a child whose stdout closed, waiting up to a second for it.
