@@ -351,6 +351,32 @@ impl OperatorEnv {
         api
     }
 
+    /// Waits (up to 180 s) until FabricTest `name` has folded a run other than `previous`
+    /// into its status and has none active; panics with the operator's log otherwise.
+    pub async fn wait_folded(
+        &self,
+        name: &str,
+        previous: Option<&str>,
+    ) -> gpufabric_api::FabricTestStatus {
+        let api = self.tests_api();
+        let r = crate::wait::for_object(&api, name, std::time::Duration::from_secs(180), |t| {
+            t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
+                s.active_run.is_none()
+                    && s.last_run
+                        .as_ref()
+                        .is_some_and(|l| Some(l.name.as_str()) != previous)
+            })
+        })
+        .await;
+        match r {
+            Ok(Some(t)) => t.status.unwrap_or_default(),
+            other => panic!(
+                "{name}: no run after {previous:?} folded: {other:?}\noperator log:\n{}",
+                self.operator.log_tail(80)
+            ),
+        }
+    }
+
     /// The name this environment gives node `base` of its fleet (as is on a control plane
     /// of its own, prefixed on the shared one).
     pub fn node(&self, base: &str) -> String {

@@ -17,7 +17,6 @@ use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -145,18 +144,7 @@ fn cordoned(view: &serde_json::Value) -> bool {
 
 /// The reasons of the Events on the FabricTest `name`, one entry per Event object.
 async fn event_reasons(env: &OperatorEnv, name: &str) -> Vec<String> {
-    let api: Api<Event> = Api::namespaced(env.cluster.client(), "default");
-    api.list(&ListParams::default())
-        .await
-        .expect("events listed")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("FabricTest")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-        })
-        .filter_map(|e| e.reason)
-        .collect()
+    gpufabric_tests::events::reasons(&env.cluster.client(), "default", name).await
 }
 
 async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {

@@ -11,16 +11,14 @@
 use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::keys::ANNOTATION_COUNTERS;
 use gpufabric_api::run::NodeVerdict;
-use gpufabric_api::{FabricTest, FabricTestStatus, FindingKind, Subject};
+use gpufabric_api::{FabricTestStatus, FindingKind, Subject};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H200, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, sim_agent};
-use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use std::time::Duration;
 
 const TEST: &str = "nvlink-growth";
 
@@ -48,29 +46,6 @@ fn cordoned(n: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
-}
-
-async fn wait_folded(
-    env: &OperatorEnv,
-    api: &Api<FabricTest>,
-    previous: Option<&str>,
-) -> FabricTestStatus {
-    let r = wait::for_object(api, TEST, Duration::from_secs(180), |t| {
-        t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
-            s.active_run.is_none()
-                && s.last_run
-                    .as_ref()
-                    .is_some_and(|l| Some(l.name.as_str()) != previous)
-        })
-    })
-    .await;
-    match r {
-        Ok(Some(t)) => t.status.unwrap_or_default(),
-        other => panic!(
-            "no run after {previous:?} folded: {other:?}\noperator log:\n{}",
-            env.operator.log_tail(80)
-        ),
-    }
 }
 
 fn last_run(s: &FabricTestStatus) -> String {
@@ -110,7 +85,7 @@ async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gp
         .await;
 
     // Run 1: no node has a record yet, so nothing grew: every node passes and gets one.
-    let s1 = wait_folded(&env, &tests, None).await;
+    let s1 = env.wait_folded(TEST, None).await;
     let run1 = last_run(&s1);
     for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
         let n = node(&env, base).await;
@@ -131,7 +106,7 @@ async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gp
         )
         .await
         .expect("run-now");
-    let s2 = wait_folded(&env, &tests, Some(&run1)).await;
+    let s2 = env.wait_folded(TEST, Some(&run1)).await;
     let run2 = last_run(&s2);
     let runs = env.runs_api();
     let run = runs.get(&run2).await.expect("run 2");

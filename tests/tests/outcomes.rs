@@ -142,16 +142,7 @@ fn assert_untouched(all: &BTreeMap<String, Node>, context: &str) {
 
 /// Events about the FabricTest `name` (cluster-scoped: its Events are in "default").
 async fn test_events(env: &OperatorEnv, name: &str) -> Vec<(String, String)> {
-    let api: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(env.cluster.client(), "default");
-    api.list(&ListParams::default())
-        .await
-        .expect("events listed")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-        .collect()
+    gpufabric_tests::events::about(&env.cluster.client(), "default", name).await
 }
 
 /// What one infrastructure cause must leave in the status of a run over every node.

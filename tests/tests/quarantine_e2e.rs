@@ -107,16 +107,7 @@ async fn run_now(api: &Api<FabricTest>, name: &str) {
 }
 
 async fn event_reasons_for(env: &Env, ns: &str, name: &str) -> Vec<String> {
-    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.cluster.client(), ns);
-    let mut r: Vec<String> = api
-        .list(&ListParams::default())
-        .await
-        .expect("events listed")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .filter_map(|e| e.reason)
-        .collect();
+    let mut r = gpufabric_tests::events::reasons(&env.cluster.client(), ns, name).await;
     r.sort();
     r.dedup();
     r

@@ -55,31 +55,6 @@ fn spec(env: &OperatorEnv) -> serde_json::Value {
     })
 }
 
-/// Waits until a run other than `previous` has been folded into the test's status and
-/// none is active.
-async fn wait_folded(
-    env: &OperatorEnv,
-    api: &Api<FabricTest>,
-    previous: Option<&str>,
-) -> FabricTestStatus {
-    let r = wait::for_object(api, "sig", Duration::from_secs(180), |t| {
-        t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
-            s.active_run.is_none()
-                && s.last_run
-                    .as_ref()
-                    .is_some_and(|l| Some(l.name.as_str()) != previous)
-        })
-    })
-    .await;
-    match r {
-        Ok(Some(t)) => t.status.unwrap_or_default(),
-        other => panic!(
-            "no run after {previous:?} folded: {other:?}\noperator log:\n{}",
-            env.operator.log_tail(80)
-        ),
-    }
-}
-
 fn last_run(s: &FabricTestStatus) -> String {
     s.last_run.clone().map(|l| l.name).unwrap_or_default()
 }
@@ -143,7 +118,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     let tests = env.create_test("sig", spec(&env)).await;
 
     // Run 1: gpu-02 fails once of the two needed: suspect, condition Unknown.
-    let s1 = wait_folded(&env, &tests, None).await;
+    let s1 = env.wait_folded("sig", None).await;
     let run1 = last_run(&s1);
     let n2 = node(&env, "gpu-02").await;
     assert_eq!(result_label(&n2), Some("suspect"), "{:#?}", s1.nodes);
@@ -233,7 +208,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
 
     // Run 2: gpu-02 fails again: confirmed, condition False, label fail, cordoned.
     run_now(&tests).await;
-    let s2 = wait_folded(&env, &tests, Some(&run1)).await;
+    let s2 = env.wait_folded("sig", Some(&run1)).await;
     let n2 = node(&env, "gpu-02").await;
     assert_eq!(result_label(&n2), Some("fail"), "{:#?}", s2.nodes);
     assert_eq!(
@@ -271,7 +246,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         .await
         .expect("holder pod");
     run_now(&tests).await;
-    let s3 = wait_folded(&env, &tests, Some(&last_run(&s2))).await;
+    let s3 = env.wait_folded("sig", Some(&last_run(&s2))).await;
     let h3 = s3
         .nodes
         .iter()

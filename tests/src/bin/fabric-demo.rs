@@ -70,64 +70,7 @@ async fn main() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let bins = default_agent_bin_dir();
 
-    let control_plane = if cli.no_build { None } else { build(&bins)? };
-
-    step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
-    let cluster = Cluster::start_with(ClusterOptions {
-        bin_dir: control_plane,
-        ..Default::default()
-    })
-    .await
-    .context("starting the control plane")?;
-    info(format!(
-        "up in {:.1}s at {}, dir {}",
-        cluster.startup_time().as_secs_f64(),
-        cluster.server(),
-        cluster.dir().display()
-    ));
-
-    let fleet = match cli.fleet.clone().or_else(SimFleet::shipped_demo_file) {
-        Some(path) => SimFleet::load(&path)?,
-        None => SimFleet::write_to(SimFleet::demo(), cluster.dir().join("fleet.yaml"))?,
-    };
-    let faulty: Vec<String> = fleet
-        .fleet()
-        .nodes
-        .iter()
-        .filter(|n| !n.faults.is_empty())
-        .map(|n| format!("{} {:?}", n.name, n.faults))
-        .collect();
-    step(format!(
-        "registering {} simulated GPU nodes from {}",
-        fleet.fleet().nodes.len(),
-        fleet.path().display()
-    ));
-    for f in &faulty {
-        info(format!("injected fault: {f}"));
-    }
-    let kubelet = Kubelet::start(
-        cluster.client(),
-        &fleet,
-        KubeletOptions {
-            agent_bin_dir: bins.clone(),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let nodes: Api<Node> = Api::all(cluster.client());
-    let n = wait_nodes_ready(&nodes, kubelet.node_names().len()).await?;
-    kubectl(
-        &cluster,
-        &[
-            "get",
-            "nodes",
-            "-L",
-            keys::LABEL_GPU_PRODUCT,
-            "-L",
-            keys::LABEL_GPU_COUNT,
-        ],
-    );
-    step(format!("control plane up with {n} GPU nodes"));
+    let (cluster, fleet, kubelet) = bring_up(&cli, &bins).await?;
 
     let operator_bin = bins.join("fabric-operator");
     let agent_bin = bins.join("fabric-agent");
@@ -191,6 +134,70 @@ async fn main() -> anyhow::Result<()> {
     drop(kubelet);
     drop(cluster);
     Ok(())
+}
+
+/// Builds what is missing, starts the control plane and registers the simulated fleet's
+/// nodes with the process-kubelet; returns once they are Ready.
+async fn bring_up(cli: &Cli, bins: &Path) -> anyhow::Result<(Cluster, SimFleet, Kubelet)> {
+    let control_plane = if cli.no_build { None } else { build(bins)? };
+
+    step("starting the control plane (etcd, kube-apiserver, kube-controller-manager)");
+    let cluster = Cluster::start_with(ClusterOptions {
+        bin_dir: control_plane,
+        ..Default::default()
+    })
+    .await
+    .context("starting the control plane")?;
+    info(format!(
+        "up in {:.1}s at {}, dir {}",
+        cluster.startup_time().as_secs_f64(),
+        cluster.server(),
+        cluster.dir().display()
+    ));
+
+    let fleet = match cli.fleet.clone().or_else(SimFleet::shipped_demo_file) {
+        Some(path) => SimFleet::load(&path)?,
+        None => SimFleet::write_to(SimFleet::demo(), cluster.dir().join("fleet.yaml"))?,
+    };
+    let faulty: Vec<String> = fleet
+        .fleet()
+        .nodes
+        .iter()
+        .filter(|n| !n.faults.is_empty())
+        .map(|n| format!("{} {:?}", n.name, n.faults))
+        .collect();
+    step(format!(
+        "registering {} simulated GPU nodes from {}",
+        fleet.fleet().nodes.len(),
+        fleet.path().display()
+    ));
+    for f in &faulty {
+        info(format!("injected fault: {f}"));
+    }
+    let kubelet = Kubelet::start(
+        cluster.client(),
+        &fleet,
+        KubeletOptions {
+            agent_bin_dir: bins.to_path_buf(),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let n = wait_nodes_ready(&nodes, kubelet.node_names().len()).await?;
+    kubectl(
+        &cluster,
+        &[
+            "get",
+            "nodes",
+            "-L",
+            keys::LABEL_GPU_PRODUCT,
+            "-L",
+            keys::LABEL_GPU_COUNT,
+        ],
+    );
+    step(format!("control plane up with {n} GPU nodes"));
+    Ok((cluster, fleet, kubelet))
 }
 
 /// Builds the control-plane binaries and the two programs of this workspace.
@@ -327,6 +334,25 @@ async fn run_nightly(
     operator: &mut std::process::Child,
     busy: Option<&str>,
 ) -> anyhow::Result<()> {
+    let name = apply_nightly(cluster, busy).await?;
+    let tests: Api<FabricTest> = Api::all(cluster.client());
+    let runs: Api<FabricTestRun> = Api::all(cluster.client());
+    let lp = ListParams::default().labels(&format!("{}={name}", keys::LABEL_TEST));
+    wait_settled(&tests, &runs, &lp, &name, timeout, operator).await?;
+    step("kubectl get ft,ftr -o wide");
+    kubectl(cluster, &["get", "ft,ftr", "-o", "wide"]);
+    for r in runs.list(&lp).await?.items {
+        print_run(&r);
+    }
+    let ft = tests.get(&name).await?;
+    print_quarantine(cluster, &ft).await?;
+    not_measured(&runs.list(&lp).await?.items);
+    Ok(())
+}
+
+/// Applies deploy/examples/nightly.yaml (run now, sim backend, the training pool), after
+/// a training job takes every GPU of `busy`. Returns the FabricTest's name.
+async fn apply_nightly(cluster: &Cluster, busy: Option<&str>) -> anyhow::Result<String> {
     cluster.create_namespace(NAMESPACE).await?;
     if let Some(node) = busy {
         step(format!(
@@ -376,9 +402,19 @@ async fn run_nightly(
     ));
     dynamic.create(&PostParams::default(), &obj).await?;
 
-    let tests: Api<FabricTest> = Api::all(cluster.client());
-    let runs: Api<FabricTestRun> = Api::all(cluster.client());
-    let lp = ListParams::default().labels(&format!("{}={name}", keys::LABEL_TEST));
+    Ok(name)
+}
+
+/// Waits until the test's runs (and any confirmation run) have finished and nothing has
+/// changed for 5 s, printing each change of their progress; gives up after `timeout` s.
+async fn wait_settled(
+    tests: &Api<FabricTest>,
+    runs: &Api<FabricTestRun>,
+    lp: &ListParams,
+    name: &str,
+    timeout: u64,
+    operator: &mut std::process::Child,
+) -> anyhow::Result<()> {
     step("waiting for the run(s) to finish");
     let end = Instant::now() + Duration::from_secs(timeout);
     let mut last_line = String::new();
@@ -387,8 +423,8 @@ async fn run_nightly(
         if let Ok(Some(status)) = operator.try_wait() {
             bail!("the operator exited with {status}");
         }
-        let list = runs.list(&lp).await?;
-        let ft = tests.get(&name).await?;
+        let list = runs.list(lp).await?;
+        let ft = tests.get(name).await?;
         let active = ft.status.as_ref().and_then(|s| s.active_run.clone());
         let mut parts = Vec::new();
         for r in &list.items {
@@ -435,74 +471,79 @@ async fn run_nightly(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
-    step("kubectl get ft,ftr -o wide");
-    kubectl(cluster, &["get", "ft,ftr", "-o", "wide"]);
-    for r in runs.list(&lp).await?.items {
-        let st = r.status.clone().unwrap_or_default();
-        step(format!(
-            "run {} ({}): per-node results",
-            r.metadata.name.clone().unwrap_or_default(),
-            r.spec.trigger.as_str()
-        ));
-        let mut rows = vec![vec![
-            "NODE".to_string(),
-            "VERDICT".into(),
-            "PRODUCT".into(),
-            "ALLREDUCE GB/s".into(),
-            "MIN PAIR GB/s".into(),
-            "DDP EFF".into(),
-            "FINDINGS".into(),
-            "REASON".into(),
-        ]];
-        for n in &st.nodes {
-            rows.push(vec![
-                n.node.clone(),
-                format!("{:?}", n.verdict),
-                n.product.clone().unwrap_or_default(),
-                fmt_opt(n.all_reduce_bus_bw_gbps, 1),
-                fmt_opt(n.min_pair_gbps, 1),
-                fmt_opt(n.ddp_efficiency, 3),
-                n.findings.to_string(),
-                n.reason.clone().unwrap_or_default(),
-            ]);
-        }
-        print_table(&rows);
-        step(format!("findings ({})", st.findings.len()));
-        let mut rows = vec![vec![
-            "SEVERITY".to_string(),
-            "NODE".into(),
-            "SUBJECT".into(),
-            "METRIC".into(),
-            "MEASURED".into(),
-            "EXPECTED".into(),
-            "DEVIATION".into(),
-            "MESSAGE".into(),
-        ]];
-        for f in &st.findings {
-            let subject = match &f.subject {
-                Subject::GpuPair { a, b, .. } => format!("gpu {a}<->{b}"),
-                Subject::Gpu { gpu, .. } => format!("gpu {gpu}"),
-                Subject::NodePair { b, .. } => format!("<-> {b}"),
-                Subject::Node { .. } | Subject::Nic { .. } => "node".into(),
-            };
-            let unit = f.unit.clone().unwrap_or_default();
-            rows.push(vec![
-                wire(&f.severity),
-                f.subject.node_name().to_string(),
-                subject,
-                wire(&f.metric),
-                format!("{} {unit}", fmt_opt(f.measured, 2)),
-                format!("{} {unit}", fmt_opt(f.expected, 2)),
-                f.deviation
-                    .map(|d| format!("{:+.0}%", d * 100.0))
-                    .unwrap_or_default(),
-                f.message.clone(),
-            ]);
-        }
-        print_table(&rows);
+    Ok(())
+}
+
+/// One run's per-node results and findings, as tables.
+fn print_run(r: &FabricTestRun) {
+    let st = r.status.clone().unwrap_or_default();
+    step(format!(
+        "run {} ({}): per-node results",
+        r.metadata.name.clone().unwrap_or_default(),
+        r.spec.trigger.as_str()
+    ));
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "VERDICT".into(),
+        "PRODUCT".into(),
+        "ALLREDUCE GB/s".into(),
+        "MIN PAIR GB/s".into(),
+        "DDP EFF".into(),
+        "FINDINGS".into(),
+        "REASON".into(),
+    ]];
+    for n in &st.nodes {
+        rows.push(vec![
+            n.node.clone(),
+            format!("{:?}", n.verdict),
+            n.product.clone().unwrap_or_default(),
+            fmt_opt(n.all_reduce_bus_bw_gbps, 1),
+            fmt_opt(n.min_pair_gbps, 1),
+            fmt_opt(n.ddp_efficiency, 3),
+            n.findings.to_string(),
+            n.reason.clone().unwrap_or_default(),
+        ]);
     }
+    print_table(&rows);
+    step(format!("findings ({})", st.findings.len()));
+    let mut rows = vec![vec![
+        "SEVERITY".to_string(),
+        "NODE".into(),
+        "SUBJECT".into(),
+        "METRIC".into(),
+        "MEASURED".into(),
+        "EXPECTED".into(),
+        "DEVIATION".into(),
+        "MESSAGE".into(),
+    ]];
+    for f in &st.findings {
+        let subject = match &f.subject {
+            Subject::GpuPair { a, b, .. } => format!("gpu {a}<->{b}"),
+            Subject::Gpu { gpu, .. } => format!("gpu {gpu}"),
+            Subject::NodePair { b, .. } => format!("<-> {b}"),
+            Subject::Node { .. } | Subject::Nic { .. } => "node".into(),
+        };
+        let unit = f.unit.clone().unwrap_or_default();
+        rows.push(vec![
+            wire(&f.severity),
+            f.subject.node_name().to_string(),
+            subject,
+            wire(&f.metric),
+            format!("{} {unit}", fmt_opt(f.measured, 2)),
+            format!("{} {unit}", fmt_opt(f.expected, 2)),
+            f.deviation
+                .map(|d| format!("{:+.0}%", d * 100.0))
+                .unwrap_or_default(),
+            f.message.clone(),
+        ]);
+    }
+    print_table(&rows);
+}
+
+/// The nodes the test holds in quarantine, what is done to them, and the failing nodes
+/// held back.
+async fn print_quarantine(cluster: &Cluster, ft: &FabricTest) -> anyhow::Result<()> {
     step("quarantined nodes");
-    let ft = tests.get(&name).await?;
     let quarantined = ft
         .status
         .as_ref()
@@ -510,7 +551,7 @@ async fn run_nightly(
         .unwrap_or_default();
     info(format!(
         "{} holds {} node(s) in quarantine: {}",
-        name,
+        ft.metadata.name.clone().unwrap_or_default(),
         quarantined.len(),
         if quarantined.is_empty() {
             "none".to_string()
@@ -565,7 +606,6 @@ async fn run_nightly(
         rows.extend(held.into_iter().map(|(n, why)| vec![n, why]));
         print_table(&rows);
     }
-    not_measured(&runs.list(&lp).await?.items);
     Ok(())
 }
 
