@@ -98,7 +98,8 @@ async fn wait_status(
     }
 }
 
-/// What gpufabric could change on each of `env`'s nodes: labels, annotations, cordon,
+/// What gpufabric could change on each of `env`'s nodes: labels, annotations (but the
+/// counters record), cordon,
 /// taints (without what the control plane manages itself), and the `GPUFabricHealthy`
 /// condition that remediation tools act on.
 async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
@@ -129,7 +130,13 @@ async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
         let view = json!({
             "healthy": healthy,
             "labels": labels,
-            "annotations": n.annotations(),
+            // The counters record is bookkeeping of the hardware, written after every
+            // measured run whatever the breaker says; it acts on nothing.
+            "annotations": n
+                .annotations()
+                .iter()
+                .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_COUNTERS)
+                .collect::<BTreeMap<_, _>>(),
             "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
             "taints": taints,
         });

@@ -139,6 +139,8 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
             .annotations()
             .iter()
             .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_LAST_PASS)
+            // Bookkeeping of the hardware's error counters, written after every measured run.
+            .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_COUNTERS)
             .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         "taints": taints,
