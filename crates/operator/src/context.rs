@@ -42,6 +42,10 @@ pub struct Context {
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
     /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
     pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Per run (by uid), the nodes whose full result this process has already kept: each
+    /// is kept once, when its pod ends, so the run's end has only the last pods left.
+    pub kept_results:
+        Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>>,
 }
 
 impl Context {

@@ -125,6 +125,7 @@ fn context(
         agent_image: options.agent_image.clone(),
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
+        kept_results: Default::default(),
     })
 }
 

@@ -49,6 +49,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         agent_image: "registry.local/fabric-agent:test".into(),
         cluster_cap: None,
         quarantine_lock: Default::default(),
+        kept_results: Default::default(),
     })
 }
 

@@ -178,16 +178,24 @@ pub async fn keep(
 /// Pod logs read at once.
 pub const KEEP_CONCURRENCY: usize = 16;
 
-/// Keeps the full document of every node of `run` whose pod ended with a result (measured
-/// or a hardware fault; pods stopped at the deadline are gone), in `namespace` (the
-/// benchmark pods'; the run itself is cluster-scoped). Returns a note for the run status
-/// when some could not be kept; never fails the run.
+/// What [`keep_all`] did.
+#[derive(Debug, Default)]
+pub struct Kept {
+    /// Nodes whose document is now stored (or whose pod's log held none to keep).
+    pub nodes: Vec<String>,
+    /// A note for the run status when some could not be kept.
+    pub note: Option<String>,
+}
+
+/// Keeps the full document of every node of `entries` whose pod ended with a result
+/// (measured or a hardware fault; pods stopped at the deadline are gone), in `namespace`
+/// (the benchmark pods'; the run itself is cluster-scoped). Never fails the run.
 pub async fn keep_all(
     client: &Client,
     namespace: &str,
     run: &FabricTestRun,
     entries: &[NodeRunResult],
-) -> Option<String> {
+) -> Kept {
     let ns = namespace.to_string();
     let owner = run
         .owner_references()
@@ -221,25 +229,27 @@ pub async fn keep_all(
                     node: &node,
                     owner,
                 };
-                keep(&pods, &config_maps, &pod, &target)
-                    .await
-                    .err()
-                    .map(|e| format!("{node}: {e}"))
+                match keep(&pods, &config_maps, &pod, &target).await {
+                    Ok(_) => Ok(node),
+                    Err(e) => Err(format!("{node}: {e}")),
+                }
             }
         })
         .collect();
-    let failures: Vec<String> = futures::stream::iter(jobs)
+    let done: Vec<Result<String, String>> = futures::stream::iter(jobs)
         .buffer_unordered(KEEP_CONCURRENCY)
-        .filter_map(|e| async move { e })
         .collect()
         .await;
+    let (nodes, failures): (Vec<_>, Vec<_>) = done.into_iter().partition(Result::is_ok);
+    let nodes = nodes.into_iter().flatten().collect();
+    let failures: Vec<String> = failures.into_iter().filter_map(Result::err).collect();
     if failures.is_empty() {
-        return None;
+        return Kept { nodes, note: None };
     }
     for f in &failures {
         tracing::warn!(failure = %f, "full result not kept");
     }
-    Some(format!(
+    let note = format!(
         "full results not kept for {} node(s): {}",
         failures.len(),
         failures
@@ -248,7 +258,11 @@ pub async fn keep_all(
             .cloned()
             .collect::<Vec<_>>()
             .join("; ")
-    ))
+    );
+    Kept {
+        nodes,
+        note: Some(note),
+    }
 }
 
 #[cfg(test)]

@@ -73,7 +73,8 @@ pub(super) async fn finish(
         next.phase = RunPhase::Succeeded;
     }
     // Before the run ends, so before the history limits can delete its pods.
-    notes.extend(results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &entries).await);
+    notes.extend(keep_results(run, &uid, &entries, None, ctx).await);
+    forget_kept(ctx, &uid);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
@@ -144,6 +145,51 @@ async fn announce(
         }
     }
     publish(ctx, run, bad, reason, "Finish", &summary).await;
+}
+
+/// Keeps the full documents of the nodes of `entries` that have ended (`ended`: which; None:
+/// all) and that this process has not kept yet; returns a note when some could not be kept
+/// (they are tried again at the next pass, at the latest when the run ends).
+pub(super) async fn keep_results(
+    run: &FabricTestRun,
+    uid: &str,
+    entries: &[NodeRunResult],
+    ended: Option<&[bool]>,
+    ctx: &Context,
+) -> Option<String> {
+    let todo: Vec<NodeRunResult> = {
+        let kept = ctx
+            .kept_results
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done = kept.get(uid);
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ended.is_none_or(|e| e.get(*i).copied().unwrap_or(false)))
+            .filter(|(_, e)| !done.is_some_and(|d| d.contains(&e.node)))
+            .map(|(_, e)| e.clone())
+            .collect()
+    };
+    if todo.is_empty() {
+        return None;
+    }
+    let kept = results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &todo).await;
+    ctx.kept_results
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .entry(uid.to_string())
+        .or_default()
+        .extend(kept.nodes);
+    kept.note
+}
+
+/// Drops the record of kept results of a run that has ended.
+fn forget_kept(ctx: &Context, uid: &str) {
+    ctx.kept_results
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(uid);
 }
 
 /// What the evaluator needs of one node: its outcome, and what its labels say it holds.

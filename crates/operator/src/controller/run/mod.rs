@@ -513,6 +513,12 @@ async fn progress(
         let pod = e.pod.clone();
         *e = results::node_result(&e.node, pod.as_deref(), o);
     }
+    // Each pod's full result is kept as soon as the pod ends, so the run's end (and its
+    // verdict) waits only for the last pods' logs.
+    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    if let Some(note) = finish::keep_results(run, &uid, &entries, Some(&ended), ctx).await {
+        tracing::warn!(%note, "full results not kept yet");
+    }
     let active = outcomes.iter().filter(|o| !o.is_final()).count();
     ctx.metrics.set_active_pods(key, active as i64);
 
