@@ -37,19 +37,7 @@ impl OperatorProcess {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> OperatorProcess {
-        let mut op = OperatorProcess {
-            args: args.iter().map(|a| a.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            child: None,
-            log,
-            admin: String::new(),
-            kubeconfig: cluster.kubeconfig_path().to_path_buf(),
-        };
-        op.restart();
-        op
+        OperatorProcess::start_as(cluster.kubeconfig_path().to_path_buf(), log, args, env)
     }
 
     /// As [`OperatorProcess::start_with`], connecting with `kubeconfig` instead of the

@@ -6,7 +6,7 @@
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`.
 
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, Trigger};
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeVerdict, RunPhase, Trigger};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, OperatorProcess, sim_agent};
@@ -346,32 +346,42 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
     assert!(runs_of(&env, "bad").await.is_empty());
 }
 
-#[tokio::test]
-async fn a_hanging_agent_times_out_at_the_pod_deadline() {
-    let _serial = SERIAL.lock().await;
-    let env = setup(fleet_with_last_hung(2)).await;
-    env.create_test("hang", test_spec(&env, json!({"agent": sim_agent(10)})))
+/// Runs FabricTest `name` (agent timeout 10 s) over two nodes of which gpu-02 hangs, and
+/// returns the run's status once gpu-01 passed and gpu-02 timed out, with gpu-02's reason.
+async fn run_with_hung_node(
+    env: &Env,
+    name: &str,
+    wait: Duration,
+) -> (FabricTestRunStatus, String) {
+    env.create_test(name, test_spec(env, json!({"agent": sim_agent(10)})))
         .await;
-    let runs = wait_runs(&env, "hang", 1, Duration::from_secs(60)).await;
-    let started = Instant::now();
-    let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(90)).await;
+    let runs = wait_runs(env, name, 1, Duration::from_secs(60)).await;
+    let run = wait_finished(env, &runs[0].name_any(), wait).await;
     let status = run.status.clone().expect("status");
     let v = verdicts(&run);
     assert_eq!(v[&env.node("gpu-01")], NodeVerdict::Passed, "{status:?}");
     assert_eq!(v[&env.node("gpu-02")], NodeVerdict::Timeout, "{status:?}");
-    let hung = status
+    let reason = status
         .nodes
         .iter()
         .find(|n| n.node == env.node("gpu-02"))
-        .expect("gpu-02");
+        .and_then(|n| n.reason.clone())
+        .unwrap_or_default();
+    (status, reason)
+}
+
+#[tokio::test]
+async fn a_hanging_agent_times_out_at_the_pod_deadline() {
+    let _serial = SERIAL.lock().await;
+    let env = setup(fleet_with_last_hung(2)).await;
+    let started = Instant::now();
+    let (status, reason) = run_with_hung_node(&env, "hang", Duration::from_secs(90)).await;
     // It says that the agent had started and which phase it was in (its last progress line).
     assert!(
-        hung.reason
-            .as_deref()
-            .is_some_and(|r| r.contains("deadline")
-                && r.contains("had started")
-                && r.contains("in phase \"ncclSweep: stuck")),
-        "{hung:?}"
+        reason.contains("deadline")
+            && reason.contains("had started")
+            && reason.contains("in phase \"ncclSweep: stuck"),
+        "{reason}"
     );
     assert!(
         started.elapsed() < Duration::from_secs(60),
@@ -399,26 +409,12 @@ async fn an_agent_still_running_at_the_run_deadline_is_named_with_its_phase_from
         .set_node_ignores_deadlines(&env.node("gpu-02"), true)
         .await
         .expect("kubelet setting");
-    env.create_test("rundl", test_spec(&env, json!({"agent": sim_agent(10)})))
-        .await;
-    let runs = wait_runs(&env, "rundl", 1, Duration::from_secs(60)).await;
-    let run = wait_finished(&env, &runs[0].name_any(), Duration::from_secs(120)).await;
-    let status = run.status.clone().expect("status");
-    let v = verdicts(&run);
-    assert_eq!(v[&env.node("gpu-01")], NodeVerdict::Passed, "{status:?}");
-    assert_eq!(v[&env.node("gpu-02")], NodeVerdict::Timeout, "{status:?}");
-    let hung = status
-        .nodes
-        .iter()
-        .find(|n| n.node == env.node("gpu-02"))
-        .expect("gpu-02");
+    let (_, reason) = run_with_hung_node(&env, "rundl", Duration::from_secs(120)).await;
     assert!(
-        hung.reason
-            .as_deref()
-            .is_some_and(|r| r.contains("run deadline")
-                && r.contains("in phase \"ncclSweep: stuck")
-                && r.contains("pod log")),
-        "{hung:?}"
+        reason.contains("run deadline")
+            && reason.contains("in phase \"ncclSweep: stuck")
+            && reason.contains("pod log"),
+        "{reason}"
     );
 }
 

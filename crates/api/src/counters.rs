@@ -1,6 +1,6 @@
 //! Error counters between runs. NVML and sysfs count errors since the driver loaded, so a
-//! count alone says little (a healthy H200 counts thousands of NVLink replays); what a
-//! marginal link shows is growth. The operator keeps each node's counters of its latest
+//! count alone says little (a link may have erred once, long ago); what a marginal link
+//! shows is growth. The operator keeps each node's counters of its latest
 //! measured run in the node annotation [`crate::keys::ANNOTATION_COUNTERS`]; the standalone
 //! agent keeps them in a file (`node-check --counters-file`). The next run compares.
 
@@ -18,7 +18,7 @@ pub struct CounterBaseline {
     pub run: String,
     /// When, RFC 3339.
     pub at: String,
-    /// NVLink replay + recovery + CRC errors of each GPU, by GPU index.
+    /// NVLink replay + recovery + CRC (flit) errors of each GPU, by GPU index.
     #[serde(default)]
     pub nvlink: Vec<u64>,
 }

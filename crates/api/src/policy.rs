@@ -46,8 +46,7 @@ pub struct Thresholds {
     pub fleet_min_nodes: u32,
     /// Growth of one GPU's NVLink replay, recovery and CRC error counters since the node's
     /// previous run beyond which the node fails (Critical). Unset: growth beyond the
-    /// built-in 10,000 is reported as Info and fails nothing (a healthy H200 adds about
-    /// 45-85 per node check, more under training traffic).
+    /// built-in 100 is reported as Info and fails nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub nvlink_error_growth: Option<u64>,

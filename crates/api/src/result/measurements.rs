@@ -214,7 +214,9 @@ pub struct GpuHealth {
     pub index: u32,
     pub nvlink_active: u32,
     pub nvlink_expected: u32,
-    /// Replay + recovery + CRC error counts over all links.
+    /// Replay + recovery + CRC (flit) error counts over all active links: what
+    /// `nvidia-smi nvlink -e` reports (not the data CRC/ECC counters, which count data
+    /// corrected in flight).
     pub nvlink_errors: u64,
     /// One-direction bandwidth of one NVLink link (GB/s, by the link generation); 0 when
     /// unknown or without NVLink.

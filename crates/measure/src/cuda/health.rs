@@ -173,11 +173,14 @@ impl Monitor {
                         present += 1;
                         if a {
                             active += 1;
+                            // The counters nvidia-smi nvlink -e reports. Not the data CRC
+                            // (or ECC) counter: on Hopper it counts data corrected in flight
+                            // and grows with traffic on healthy links (an H200 pair: about
+                            // 400 per link after a few checks while these three read 0).
                             for c in [
                                 ErrorCounter::DlReplay,
                                 ErrorCounter::DlRecovery,
                                 ErrorCounter::DlCrcFlit,
-                                ErrorCounter::DlCrcData,
                             ] {
                                 h.nvlink_errors += l.error_counter(c).unwrap_or(0);
                             }
