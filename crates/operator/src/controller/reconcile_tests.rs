@@ -16,9 +16,9 @@ use gpufabric_api::run::{
 use gpufabric_api::test::{FabricTest, FabricTestSpec, FabricTestStatus};
 use http::{Method, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::Client;
 use kube::runtime::controller::Action;
 use kube::runtime::{reflector, watcher};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +89,34 @@ fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
         .unwrap_or(&Value::Null)
 }
 
+/// The controller reads the FabricTest `t` first.
+fn get_test(t: &FabricTest) -> Expect {
+    Expect::new(
+        Method::GET,
+        &format!("{TESTS}/{}", t.name_any()),
+        StatusCode::OK,
+        json_of(t),
+    )
+}
+
+/// The controller writes the status of `t`.
+fn patch_test_status(t: &FabricTest) -> Expect {
+    Expect::new(
+        Method::PATCH,
+        &format!("{TESTS}/{}/status", t.name_any()),
+        StatusCode::OK,
+        json_of(t),
+    )
+}
+
+/// Every scripted call was made, and no other.
+fn assert_every_call_as_scripted(seen: &Transcript) {
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_new_test_without_a_schedule_creates_its_one_run_and_records_it() {
     let t = fabric_test("once", FabricTestSpec::default(), None);
@@ -96,27 +124,14 @@ async fn a_new_test_without_a_schedule_creates_its_one_run_and_records_it() {
         &t,
         vec![],
         vec![
-            Expect::new(
-                Method::GET,
-                &format!("{TESTS}/once"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
+            get_test(&t),
             Expect::new(Method::POST, RUNS, StatusCode::CREATED, Value::Null),
-            Expect::new(
-                Method::PATCH,
-                &format!("{TESTS}/once/status"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
+            patch_test_status(&t),
         ],
     )
     .await;
     assert_eq!(result.expect("reconciled"), Action::await_change());
-    assert!(
-        seen.unexpected.is_empty() && seen.missing.is_empty(),
-        "{seen:?}"
-    );
+    assert_every_call_as_scripted(&seen);
     let run = &seen.requests[1].body;
     assert_eq!(run["spec"]["trigger"], "Creation");
     assert_eq!(run["metadata"]["labels"][keys::LABEL_TEST], "once");
@@ -168,26 +183,10 @@ async fn forbid_with_a_run_active_starts_nothing_says_why_and_looks_again_at_the
     let (result, seen) = reconcile(
         &t,
         vec![active_run("every-old")],
-        vec![
-            Expect::new(
-                Method::GET,
-                &format!("{TESTS}/every"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
-            Expect::new(
-                Method::PATCH,
-                &format!("{TESTS}/every/status"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
-        ],
+        vec![get_test(&t), patch_test_status(&t)],
     )
     .await;
-    assert!(
-        seen.unexpected.is_empty() && seen.missing.is_empty(),
-        "{seen:?}"
-    );
+    assert_every_call_as_scripted(&seen);
     let action = result.expect("reconciled");
     assert_ne!(
         action,
@@ -208,30 +207,9 @@ async fn an_invalid_spec_sets_ready_false_once_with_an_event_and_waits_for_a_cha
         ..FabricTestSpec::default()
     };
     let t = fabric_test("bad", spec, None);
-    let (result, seen) = reconcile(
-        &t,
-        vec![],
-        vec![
-            Expect::new(
-                Method::GET,
-                &format!("{TESTS}/bad"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
-            Expect::new(
-                Method::PATCH,
-                &format!("{TESTS}/bad/status"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
-        ],
-    )
-    .await;
+    let (result, seen) = reconcile(&t, vec![], vec![get_test(&t), patch_test_status(&t)]).await;
     assert_eq!(result.expect("reconciled"), Action::await_change());
-    assert!(
-        seen.unexpected.is_empty() && seen.missing.is_empty(),
-        "{seen:?}"
-    );
+    assert_every_call_as_scripted(&seen);
     let ready = condition(&seen.requests[1].body["status"], "Ready");
     assert_eq!(
         (&ready["status"], &ready["reason"]),
@@ -303,18 +281,8 @@ async fn a_reset_closes_the_open_breaker_then_removes_its_annotation() {
         &t,
         vec![],
         vec![
-            Expect::new(
-                Method::GET,
-                &format!("{TESTS}/every"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
-            Expect::new(
-                Method::PATCH,
-                &format!("{TESTS}/every/status"),
-                StatusCode::OK,
-                json_of(&t),
-            ),
+            get_test(&t),
+            patch_test_status(&t),
             // The annotation goes only once the status records the reset.
             Expect::new(
                 Method::PATCH,
@@ -326,10 +294,7 @@ async fn a_reset_closes_the_open_breaker_then_removes_its_annotation() {
     )
     .await;
     result.expect("reconciled");
-    assert!(
-        seen.unexpected.is_empty() && seen.missing.is_empty(),
-        "{seen:?}"
-    );
+    assert_every_call_as_scripted(&seen);
     let breaker = condition(&seen.requests[1].body["status"], "BreakerOpen");
     assert_eq!(breaker["status"], "False", "{breaker}");
     assert_eq!(breaker["reason"], "BreakerReset");
