@@ -205,12 +205,17 @@ impl TestEnv {
         format!("{LABEL_ENV}={}", self.id)
     }
 
-    /// `fleet` as this test registers it: every node renamed with [`TestEnv::node`] and
-    /// labelled with [`TestEnv::label`].
+    /// `fleet` as this test registers it: every node renamed with [`TestEnv::node`] (and the
+    /// peers its faults name) and labelled with [`TestEnv::label`].
     pub fn fleet(&self, mut fleet: Fleet) -> Fleet {
         for n in fleet.nodes.iter_mut() {
             n.name = self.node(&n.name);
             n.labels.insert(LABEL_ENV.to_string(), self.id.clone());
+            for f in n.faults.iter_mut() {
+                if let gpufabric_measure::fleet::Fault::BadPath { peer, .. } = f {
+                    *peer = self.node(peer);
+                }
+            }
         }
         fleet
     }

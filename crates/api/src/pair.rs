@@ -3,6 +3,8 @@
 
 use crate::result::{Backend, PhaseError};
 use crate::suite::Collective;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Schema tag of the node-pair document.
@@ -48,7 +50,9 @@ impl NicPort {
 }
 
 /// The network transport NCCL used between the nodes of a pair.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum NetTransport {
     /// InfiniBand verbs.
@@ -171,6 +175,125 @@ impl NodePairResult {
         }
         Ok(doc)
     }
+}
+
+/// Where one node-pair test of a run stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum PairState {
+    /// Planned; no pod yet.
+    #[default]
+    Pending,
+    /// The rank-0 pod exists; the rank-1 pod follows once rank 0 has an IP.
+    Listening,
+    /// Both pods exist.
+    Joined,
+    /// Both ranks met and measured.
+    Measured,
+    /// Not measured for a reason outside both nodes (a pod not admitted, a peer that never
+    /// arrived): counts against neither node.
+    NotMeasured,
+    /// The ranks met but the test failed (an NCCL error, a crash, a hang): judged as a
+    /// pair with no bandwidth, so that the rules say which side is at fault.
+    Errored,
+}
+
+impl PairState {
+    /// Nothing more will come from the pair.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            PairState::Measured | PairState::NotMeasured | PairState::Errored
+        )
+    }
+}
+
+/// One node-pair test as each of its two nodes' results keeps it (in the run's shards).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairRecord {
+    /// Round of the run's node-pair phase (1-based; the confirmation round is the last).
+    pub round: u32,
+    /// Pair number within its round (0-based; names the pods).
+    pub index: u32,
+    /// The other node.
+    pub partner: String,
+    /// This node's rank in the pair (0 serves the rendezvous).
+    pub rank: u32,
+    /// The two nodes are in different topology groups.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub across: bool,
+    /// A retest of a suspect against a known-good partner.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confirmation: bool,
+    #[serde(default)]
+    pub state: PairState,
+    /// NCCL all_reduce bus bandwidth between the two nodes (GB/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busbw_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<NetTransport>,
+    /// NICs NCCL used on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nics_used: Option<u32>,
+    /// What this node's network ports showed (a port down, one trained below its
+    /// siblings): the worst, on the node's latest record that saw one; empty when every
+    /// port was fine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nic_findings: Vec<crate::findings::Finding>,
+    /// Why the pair was not measured or failed (on rank 0's record, cut to 120 bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Bandwidth of one set of pairs (within topology groups, or across them).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairSetSummary {
+    /// Pairs measured.
+    pub measured: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_gbps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gbps: Option<f64>,
+}
+
+/// The node-pair phase of a run (`suite.nodePairs`): every pair's result is on both of its
+/// nodes in the run's shards; this is the summary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePairsStatus {
+    /// Seed of the pairing (replays a `Random` pairing).
+    pub seed: u64,
+    /// Nodes that passed their own check and take part.
+    pub candidates: u32,
+    /// The round under way (1-based).
+    pub round: u32,
+    /// Rounds of the phase, the confirmation round included once it is planned.
+    pub rounds: u32,
+    /// The round that retests suspects against known-good partners, when one was needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmation_round: Option<u32>,
+    /// Nodes retested in the confirmation round.
+    #[serde(default)]
+    pub retested: u32,
+    /// When the round under way began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round_start_time: Option<Time>,
+    /// Every pair has ended.
+    #[serde(default)]
+    pub done: bool,
+    pub pairs: u32,
+    pub measured: u32,
+    pub not_measured: u32,
+    pub errored: u32,
+    /// Pairs within one topology group (every pair when no `topologyKey` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<PairSetSummary>,
+    /// Pairs across topology groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub across: Option<PairSetSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 #[cfg(test)]

@@ -240,6 +240,9 @@ pub struct NodeRunResult {
     /// The most severe finding on this node, as a sentence (cut to 300 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finding: Option<String>,
+    /// The node-pair tests this node took part in (`suite.nodePairs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<crate::pair::PairRecord>,
 }
 
 /// Observed state of a run.
@@ -298,6 +301,9 @@ pub struct FabricTestRunStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The node-pair phase (`suite.nodePairs`), once it has begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_pairs: Option<crate::pair::NodePairsStatus>,
 }
 
 /// How far a run is.

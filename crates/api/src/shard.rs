@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Most nodes one shard holds. A node's entry is at most about 1 KiB (a 253-character node
 /// name, a pod name, a reason cut to [`MAX_REASON`]), so a shard stays far below etcd's
 /// 1.5 MiB and below 256 KiB.
-pub const NODES_PER_SHARD: usize = 200;
+pub const NODES_PER_SHARD: usize = 100;
 
 /// Longest `reason` or `finding` a shard entry keeps, in bytes (the full text stays in the
 /// pod and its Events).
@@ -43,7 +43,8 @@ pub struct FabricTestRunShardSpec {
     /// Name of the FabricTestRun this shard belongs to.
     pub run: String,
     /// Position of this shard in the run: shard i holds the run's nodes
-    /// `i * 200 .. (i + 1) * 200` in the order the run froze them.
+    /// `i * 100 .. (i + 1) * 100` in the order the run froze them (runs made before the
+    /// shard size was 100 hold 200 per shard).
     pub index: u32,
     /// The nodes of this shard, frozen when the run started.
     #[schemars(length(max = 200))]
@@ -77,6 +78,7 @@ impl FabricTestRunShardStatus {
             for text in [&mut n.reason, &mut n.finding].into_iter().flatten() {
                 cut(text, MAX_REASON);
             }
+            bound_pairs(&mut n.pairs);
         }
         let count =
             |f: fn(NodeVerdict) -> bool| nodes.iter().filter(|n| f(n.verdict)).count() as u32;
@@ -86,6 +88,35 @@ impl FabricTestRunShardStatus {
             passed: count(|v| v == NodeVerdict::Passed),
             failed: count(NodeVerdict::is_bad),
             nodes,
+        }
+    }
+}
+
+/// Longest message of a node-pair record in a shard.
+pub const MAX_PAIR_MESSAGE: usize = 120;
+/// Port findings a node's pair records keep, in all (the worst first).
+pub const MAX_NIC_FINDINGS: usize = 1;
+
+/// Bounds a node's pair records: a pair's message is kept on rank 0's record only, cut to
+/// [`MAX_PAIR_MESSAGE`]; port findings stay on the latest record that has them only, at
+/// most [`MAX_NIC_FINDINGS`], their messages cut to [`MAX_PAIR_MESSAGE`].
+pub fn bound_pairs(pairs: &mut [crate::pair::PairRecord]) {
+    let latest = pairs.iter().rposition(|r| !r.nic_findings.is_empty());
+    for (i, r) in pairs.iter_mut().enumerate() {
+        if r.rank != 0 {
+            r.message = None;
+        }
+        if let Some(m) = r.message.as_mut() {
+            cut(m, MAX_PAIR_MESSAGE);
+        }
+        r.nic_findings
+            .sort_by_key(|f| std::cmp::Reverse(f.severity));
+        if Some(i) != latest {
+            r.nic_findings.clear();
+        }
+        r.nic_findings.truncate(MAX_NIC_FINDINGS);
+        for f in r.nic_findings.iter_mut() {
+            cut(&mut f.message, MAX_PAIR_MESSAGE);
         }
     }
 }
@@ -142,7 +173,8 @@ mod tests {
                 .all(|n| n.reason.as_ref().is_some_and(|r| r.len() <= MAX_REASON))
         );
         assert_eq!(shard_count(0), 0);
-        assert_eq!(shard_count(200), 1);
-        assert_eq!(shard_count(10_001), 51);
+        assert_eq!(shard_count(100), 1);
+        assert_eq!(shard_count(101), 2);
+        assert_eq!(shard_count(10_001), 101);
     }
 }

@@ -268,6 +268,13 @@ pub struct NodePairs {
     /// Message size in bytes.
     #[schemars(range(min = 1))]
     pub bytes: u64,
+    /// Node label that groups nodes (a rack, `topology.kubernetes.io/zone`): pairs within
+    /// a group first, then pairs across groups as a separate, reported set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Also measure all_to_all (all_reduce and sendrecv always).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub all_to_all: bool,
 }
 
 impl Default for NodePairs {
@@ -276,6 +283,8 @@ impl Default for NodePairs {
             enabled: false,
             pairing: Pairing::Ring,
             bytes: 1 << 30,
+            topology_key: None,
+            all_to_all: false,
         }
     }
 }

@@ -243,6 +243,15 @@ pub struct AgentSpec {
     pub tolerations: Vec<Toleration>,
     /// Run the pods in the host network namespace (needed for some RDMA setups).
     pub host_network: bool,
+    /// Add the `IPC_LOCK` capability to the agent container: RDMA (InfiniBand, RoCE)
+    /// registers pinned memory, which NCCL's IB transport needs beyond the default
+    /// locked-memory limit.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ipc_lock: bool,
+    /// Size of the memory-backed `/dev/shm` (NCCL's shared-memory transport and proxy
+    /// buffers); default 1Gi.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     /// Deadline of each benchmark pod (activeDeadlineSeconds) and of the run's phases.
     #[schemars(range(min = 10, max = 86400))]
     pub timeout_seconds: u32,
@@ -257,6 +266,8 @@ impl Default for AgentSpec {
             env: Vec::new(),
             tolerations: Vec::new(),
             host_network: false,
+            ipc_lock: false,
+            shm_size: None,
             timeout_seconds: 900,
         }
     }

@@ -227,6 +227,13 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
         "suite.nodePairs.bytes",
         || "must be at least 1".into(),
     );
+    if let Some(key) = &spec.suite.node_pairs.topology_key
+        && let Some(problem) = labels::label_key_problem(key)
+    {
+        c.check(false, "suite.nodePairs.topologyKey", || {
+            format!("{key:?} is not a label key: {problem}")
+        });
+    }
 
     let ddp = &spec.suite.ddp_probe;
     c.check(ddp.hidden >= 1, "suite.ddpProbe.hidden", || {

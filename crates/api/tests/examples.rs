@@ -144,6 +144,7 @@ fn plain_manifests_parse_as_kubernetes_objects_and_grant_what_the_operator_does(
         ("gpufabric.io", "fabrictestruns/finalizers", "update"),
         ("", "pods", "create"),
         ("", "pods", "delete"),
+        ("", "secrets", "create"),
         ("", "nodes", "patch"),
         ("events.k8s.io", "events", "create"),
         ("coordination.k8s.io", "leases", "update"),

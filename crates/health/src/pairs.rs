@@ -20,12 +20,17 @@
 //! 5. Any other slow pair (a node with no pair to compare, two suspects that met) makes its
 //!    unnamed nodes suspects; the confirmation pass retests suspects against nodes whose
 //!    every pair was fine (the known-good nodes), and only then acts.
+//! 6. **Confirmation.** A Critical finding on a node stands only when the node was retested
+//!    against a known-good partner and that retest was bad too: being named by rules 1 or 3
+//!    with the retest among its pairs says so. Otherwise it becomes Info ("not confirmed"),
+//!    and nothing acts on it ([`require_confirmation`]).
 //!
-//! Pairs that were not measured (a peer that never arrived) are not input here.
+//! Pairs that were not measured (a peer that never arrived) are not input here; pairs
+//! that met and failed (an NCCL error, a crash, a hang) are, with no bandwidth.
 
 use crate::fleet::median;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
-use gpufabric_api::pair::{NetTransport, NodePairResult};
+use gpufabric_api::pair::{NetTransport, NodePairResult, PairRecord, PairState};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One measured node pair.
@@ -70,6 +75,54 @@ impl PairObservation {
             })
             .collect()
     }
+}
+
+impl PairObservation {
+    /// The pairs of a run from the records its nodes keep (`(node, record)`): rank 0's
+    /// record of each pair that was measured, or that failed (with no bandwidth).
+    pub fn from_records<'a>(
+        records: impl IntoIterator<Item = (&'a str, &'a PairRecord)>,
+    ) -> Vec<PairObservation> {
+        records
+            .into_iter()
+            .filter(|(_, r)| r.rank == 0)
+            .filter_map(|(node, r)| {
+                let busbw = match r.state {
+                    PairState::Measured => r.busbw_gbps?,
+                    PairState::Errored => 0.0,
+                    _ => return None,
+                };
+                Some(PairObservation {
+                    a: node.to_string(),
+                    b: r.partner.clone(),
+                    busbw,
+                    transport: r.transport.filter(|_| r.state == PairState::Measured),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Rule 6: Critical findings on nodes not in `retested` (nodes whose retest against a
+/// known-good partner ended, measured or failed) become Info; returns the nodes so spared.
+pub fn require_confirmation(
+    loc: &mut Localization,
+    retested: &BTreeSet<String>,
+) -> BTreeSet<String> {
+    let mut spared = BTreeSet::new();
+    for f in loc.findings.iter_mut() {
+        if f.severity != Severity::Critical
+            || f.subject.kind() != gpufabric_api::SubjectKind::Node
+            || retested.contains(f.subject.node_name())
+        {
+            continue;
+        }
+        f.severity = Severity::Info;
+        f.message
+            .push_str("; not confirmed against a known-good partner, so not acted on");
+        spared.insert(f.subject.node_name().to_string());
+    }
+    spared
 }
 
 /// Settings of the rules.

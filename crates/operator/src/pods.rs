@@ -7,8 +7,8 @@ use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::test::{AgentSpec, PullPolicy};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec,
-    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, Pod,
+    PodSpec, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -103,6 +103,10 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 }]),
                 security_context: Some(SecurityContext {
                     allow_privilege_escalation: Some(false),
+                    capabilities: agent.ipc_lock.then(|| Capabilities {
+                        add: Some(vec!["IPC_LOCK".into()]),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -111,7 +115,12 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 name: SHM_VOLUME.into(),
                 empty_dir: Some(EmptyDirVolumeSource {
                     medium: Some("Memory".into()),
-                    size_limit: Some(Quantity(SHM_SIZE.into())),
+                    size_limit: Some(
+                        agent
+                            .shm_size
+                            .clone()
+                            .unwrap_or_else(|| Quantity(SHM_SIZE.into())),
+                    ),
                 }),
                 ..Default::default()
             }]),
@@ -443,6 +452,8 @@ mod tests {
     fn host_network_and_image_come_from_the_agent_spec() {
         let mut r = run();
         r.spec.agent.host_network = true;
+        r.spec.agent.ipc_lock = true;
+        r.spec.agent.shm_size = Some(Quantity("8Gi".into()));
         r.spec.agent.image = "registry.local/fabric-agent:dev".into();
         r.spec.agent.image_pull_policy = PullPolicy::Always;
         let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
@@ -454,5 +465,26 @@ mod tests {
             Some("registry.local/fabric-agent:dev")
         );
         assert_eq!(container(&p).image_pull_policy.as_deref(), Some("Always"));
+        let caps = container(&p)
+            .security_context
+            .as_ref()
+            .and_then(|s| s.capabilities.as_ref())
+            .and_then(|c| c.add.clone());
+        assert_eq!(caps, Some(vec!["IPC_LOCK".to_string()]));
+        let shm = spec
+            .volumes
+            .as_ref()
+            .and_then(|v| v.iter().find(|v| v.name == SHM_VOLUME))
+            .and_then(|v| v.empty_dir.as_ref())
+            .and_then(|d| d.size_limit.clone());
+        assert_eq!(shm, Some(Quantity("8Gi".into())));
+        // Not asked for: no capability is added.
+        let plain = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        assert!(
+            container(&plain)
+                .security_context
+                .as_ref()
+                .is_some_and(|s| s.capabilities.is_none())
+        );
     }
 }

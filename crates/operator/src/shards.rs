@@ -57,6 +57,21 @@ pub fn build(run: &FabricTestRun, nodes: &[String]) -> Result<Vec<FabricTestRunS
         .collect())
 }
 
+/// `entries` (every node of the run, in shard order) cut into one part per shard, each as
+/// long as that shard's own node list (so shards made with another shard size still get
+/// their own nodes back).
+pub fn split(entries: &[NodeRunResult], shards: &[Shard]) -> Vec<Vec<NodeRunResult>> {
+    let mut rest = entries;
+    shards
+        .iter()
+        .map(|s| {
+            let (part, tail) = rest.split_at(s.spec.nodes.len().min(rest.len()));
+            rest = tail;
+            part.to_vec()
+        })
+        .collect()
+}
+
 /// The entries of one shard: its status when it covers `spec.nodes`, else a Pending entry
 /// per node.
 pub fn entries(
@@ -274,7 +289,7 @@ mod tests {
 
     #[test]
     fn shards_split_the_nodes_in_order_and_are_owned_by_the_run() {
-        let nodes: Vec<String> = (0..450).map(|i| format!("gpu-{i:04}")).collect();
+        let nodes: Vec<String> = (0..250).map(|i| format!("gpu-{i:04}")).collect();
         let shards = build(&run(), &nodes).expect("shards");
         assert_eq!(shards.len(), 3);
         assert_eq!(
@@ -282,7 +297,7 @@ mod tests {
                 .iter()
                 .map(|s| s.spec.nodes.len())
                 .collect::<Vec<_>>(),
-            [200, 200, 50]
+            [100, 100, 50]
         );
         let back: Vec<String> = shards.iter().flat_map(|s| s.spec.nodes.clone()).collect();
         assert_eq!(back, nodes);
@@ -291,6 +306,34 @@ mod tests {
         assert_eq!(shards[0].owner_references()[0].controller, Some(true));
         assert_eq!(shards[0].labels()[LABEL_RUN], "nightly-2026");
         assert!(build(&FabricTestRun::new("x", run().spec), &nodes).is_err());
+    }
+
+    #[test]
+    fn results_go_back_to_each_shard_by_its_own_size() {
+        // A run whose shards were made 200 nodes each keeps them after the size changed.
+        let shard = |index: u32, n: usize| Shard {
+            spec: FabricTestRunShardSpec {
+                run: "r".into(),
+                index,
+                nodes: (0..n).map(|i| format!("s{index}-{i}")).collect(),
+            },
+            entries: Vec::new(),
+        };
+        let shards = [shard(0, 200), shard(1, 30)];
+        let entries: Vec<NodeRunResult> = shards
+            .iter()
+            .flat_map(|s| s.spec.nodes.clone())
+            .map(|node| NodeRunResult {
+                node,
+                ..Default::default()
+            })
+            .collect();
+        let parts = split(&entries, &shards);
+        assert_eq!(parts.len(), 2);
+        for (part, s) in parts.iter().zip(&shards) {
+            let names: Vec<&String> = part.iter().map(|e| &e.node).collect();
+            assert_eq!(names, s.spec.nodes.iter().collect::<Vec<_>>());
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use gpufabric_api::findings::{Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::outcome::HardwareFault;
+use gpufabric_api::pair::{NetTransport, PairRecord, PairState};
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunSpec, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
     RunProgress, SkipReason, SkippedNode, Trigger,
@@ -41,6 +42,42 @@ fn failed(i: usize) -> NodeRunResult {
         ddp_efficiency: Some(0.812345),
         findings: 12,
         finding: Some("f".repeat(2000)),
+        pairs: Vec::new(),
+    }
+}
+
+/// A node that passed its own check and then failed its node-pair tests: the most pair
+/// records a node gets (3 rounds within its group, 2 across groups, 1 retest), every one
+/// not measured with a long message, and port findings on each.
+fn paired(i: usize) -> NodeRunResult {
+    let nic = Finding::new(
+        FindingKind::NicDown,
+        Subject::nic(node(i), "mlx5_10 port 1"),
+        Metric::NicLink,
+        Severity::Critical,
+        "n".repeat(600),
+    );
+    NodeRunResult {
+        reason: None,
+        hardware_fault: None,
+        verdict: NodeVerdict::Failed,
+        pairs: (0..6)
+            .map(|r| PairRecord {
+                round: r + 1,
+                index: 9999,
+                partner: node(i + 1),
+                rank: r % 2,
+                across: r >= 3,
+                confirmation: r == 5,
+                state: PairState::NotMeasured,
+                busbw_gbps: Some(123.456789),
+                transport: Some(NetTransport::Socket),
+                nics_used: Some(16),
+                nic_findings: vec![nic.clone(); 16],
+                message: Some("p".repeat(2000)),
+            })
+            .collect(),
+        ..failed(i)
     }
 }
 
@@ -85,14 +122,17 @@ fn size<T: serde::Serialize>(v: &T) -> usize {
 
 #[test]
 fn every_object_of_a_10000_node_run_stays_below_256_kib() {
-    let nodes: Vec<NodeRunResult> = (0..NODES).map(failed).collect();
+    // Every node failed with long texts; the second half after node-pair tests as well.
+    let nodes: Vec<NodeRunResult> = (0..NODES)
+        .map(|i| if i < NODES / 2 { failed(i) } else { paired(i) })
+        .collect();
     let names: Vec<String> = nodes.iter().map(|n| n.node.clone()).collect();
 
     // Shards: every node's result.
     let mut shard_objects = shards::build(&run(), &names).expect("shards");
-    assert_eq!(shard_objects.len(), 50);
+    assert_eq!(shard_objects.len(), 100);
     let mut largest_shard = 0;
-    for (s, chunk) in shard_objects.iter_mut().zip(nodes.chunks(200)) {
+    for (s, chunk) in shard_objects.iter_mut().zip(nodes.chunks(100)) {
         s.status = Some(FabricTestRunShardStatus::of(chunk.to_vec()));
         largest_shard = largest_shard.max(size(s));
     }
@@ -111,7 +151,7 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
     let mut status = FabricTestRunStatus {
         phase: RunPhase::Succeeded,
         node_count: NODES as u32,
-        shards: 50,
+        shards: 100,
         progress: Some(RunProgress {
             done: NODES as u32,
             total: NODES as u32,
@@ -136,7 +176,7 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
         ..Default::default()
     };
     st::set_counts(&mut status, &nodes);
-    assert_eq!(status.errored, NODES as u32);
+    assert_eq!(status.errored + status.failed, NODES as u32);
     r.status = Some(status);
     let run_bytes = size(&r);
 

@@ -253,3 +253,90 @@ fn documents_become_one_observation_per_measured_pair() {
         ]
     );
 }
+
+fn record(partner: &str, rank: u32, state: PairState, busbw: Option<f64>) -> PairRecord {
+    PairRecord {
+        partner: partner.into(),
+        rank,
+        state,
+        busbw_gbps: busbw,
+        transport: Some(NetTransport::Ib),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn records_give_one_observation_per_pair_and_an_errored_pair_no_bandwidth() {
+    let a_ok = record("b", 0, PairState::Measured, Some(190.0));
+    let b_ok = record("a", 1, PairState::Measured, Some(190.0));
+    let c_err = record("d", 0, PairState::Errored, None);
+    let e_nm = record("f", 0, PairState::NotMeasured, None);
+    let g_pending = record("h", 0, PairState::Joined, None);
+    let obs = PairObservation::from_records([
+        ("a", &a_ok),
+        ("b", &b_ok),
+        ("c", &c_err),
+        ("e", &e_nm),
+        ("g", &g_pending),
+    ]);
+    assert_eq!(
+        obs,
+        vec![
+            PairObservation {
+                a: "a".into(),
+                b: "b".into(),
+                busbw: 190.0,
+                transport: Some(NetTransport::Ib),
+            },
+            PairObservation {
+                a: "c".into(),
+                b: "d".into(),
+                busbw: 0.0,
+                transport: None,
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_node_finding_stands_only_once_its_retest_confirmed_it() {
+    let mut pairs = ring(8, 196.0);
+    set(&mut pairs, 4, 5, 41.0, NetTransport::Ib);
+    set(&mut pairs, 5, 6, 43.0, NetTransport::Ib);
+    let mut l = localize(&pairs, &PairRules::default());
+    assert_eq!(l.blamed_nodes().len(), 1, "{:#?}", l.findings);
+    let spared = require_confirmation(&mut l, &BTreeSet::new());
+    assert_eq!(spared, BTreeSet::from(["h200-05".to_string()]));
+    assert!(l.blamed_nodes().is_empty());
+    assert!(
+        l.findings[0]
+            .message
+            .ends_with("not confirmed against a known-good partner, so not acted on"),
+        "{}",
+        l.findings[0].message
+    );
+
+    // Retested against h200-01 and slow there too: the finding stands.
+    pairs.push(pair(5, 1, 40.0, NetTransport::Ib));
+    let mut l = localize(&pairs, &PairRules::default());
+    let spared = require_confirmation(&mut l, &BTreeSet::from(["h200-05".to_string()]));
+    assert!(spared.is_empty());
+    assert_eq!(l.blamed_nodes(), BTreeSet::from(["h200-05"]));
+}
+
+#[test]
+fn a_suspect_fine_against_a_known_good_partner_is_not_blamed() {
+    // 8 nodes in a ring, 4-5 slow: both suspects (each has one fine pair elsewhere, so rule
+    // 4 names the path). A retest of 5 against 1 that is fine keeps it a path finding.
+    let mut pairs = ring(8, 196.0);
+    set(&mut pairs, 4, 5, 41.0, NetTransport::Ib);
+    pairs.push(pair(5, 1, 195.0, NetTransport::Ib));
+    let mut l = localize(&pairs, &PairRules::default());
+    require_confirmation(&mut l, &BTreeSet::from(["h200-05".to_string()]));
+    assert!(l.blamed_nodes().is_empty(), "{:#?}", l.findings);
+    assert_eq!(l.findings.len(), 1);
+    assert_eq!(
+        l.findings[0].subject,
+        Subject::node_pair("h200-04", "h200-05")
+    );
+}

@@ -41,8 +41,14 @@ pub fn group_name(run: &str, round: usize, index: usize) -> String {
     format!("{run}/r{round}/p{index}")
 }
 
+/// Name of the pod of `rank` of pair `index` of `round` in `run`.
+pub fn pod_name(run: &str, round: usize, index: usize, rank: u32) -> String {
+    names::bounded(&format!("{run}-r{round}-p{index}-{rank}"), 63)
+}
+
 /// The pod of `rank` (0 or 1) of `pair`, in round `round` as pair `index`, on a node of
-/// `gpus` GPUs; `bytes` is the message size of each collective.
+/// `gpus` GPUs; `bytes` is the message size of each collective, and `all_to_all` adds
+/// all_to_all to all_reduce and sendrecv.
 pub fn pair_pod(
     run: &FabricTestRun,
     pair: &NodePair,
@@ -50,6 +56,7 @@ pub fn pair_pod(
     rendezvous: &Rendezvous,
     gpus: u32,
     bytes: u64,
+    all_to_all: bool,
 ) -> Result<Pod, BuildError> {
     let rank = match rendezvous {
         Rendezvous::Listen => 0,
@@ -58,10 +65,7 @@ pub fn pair_pod(
     let node = if rank == 0 { &pair.a } else { &pair.b };
     let mut pod = node_check_pod(run, node, gpus)?;
     let run_name = run.meta().name.clone().ok_or(BuildError::RunNotPersisted)?;
-    pod.metadata.name = Some(names::bounded(
-        &format!("{run_name}-r{round}-p{index}-{rank}"),
-        63,
-    ));
+    pod.metadata.name = Some(pod_name(&run_name, round, index, rank));
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.insert(keys::LABEL_ROLE.into(), ROLE_NODE_PAIR.into());
     }
@@ -73,7 +77,7 @@ pub fn pair_pod(
     else {
         return Err(BuildError::RunNotPersisted);
     };
-    container.command = Some(vec![
+    let mut command: Vec<String> = vec![
         "fabric-agent".into(),
         "node-pair".into(),
         "--bytes".into(),
@@ -83,7 +87,11 @@ pub fn pair_pod(
         (u64::from(run.spec.agent.timeout_seconds) / 3)
             .max(10)
             .to_string(),
-    ]);
+    ];
+    if all_to_all {
+        command.extend(["--collectives".into(), "allReduce,sendRecv,allToAll".into()]);
+    }
+    container.command = Some(command);
     let env = container.env.get_or_insert_with(Vec::new);
     let ours = [
         keys::ENV_RANK,
@@ -195,8 +203,16 @@ mod tests {
 
     #[test]
     fn rank_0_listens_on_its_pod_ip_and_runs_on_the_first_node() {
-        let pod =
-            pair_pod(&run(), &pair(), (1, 3), &Rendezvous::Listen, 8, 1 << 30).expect("builds");
+        let pod = pair_pod(
+            &run(),
+            &pair(),
+            (1, 3),
+            &Rendezvous::Listen,
+            8,
+            1 << 30,
+            false,
+        )
+        .expect("builds");
         let spec = pod.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("h200-01"));
         assert_eq!(spec.automount_service_account_token, Some(false));
@@ -247,7 +263,7 @@ mod tests {
         let join = Rendezvous::Join {
             rank0_ip: "10.1.2.3".into(),
         };
-        let pod = pair_pod(&run(), &pair(), (0, 0), &join, 8, 1 << 20).expect("builds");
+        let pod = pair_pod(&run(), &pair(), (0, 0), &join, 8, 1 << 20, true).expect("builds");
         assert_eq!(
             pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
             Some("h200-02")
@@ -259,10 +275,18 @@ mod tests {
             Some("10.1.2.3:29400")
         );
         assert!(env.iter().all(|e| e.name != ENV_POD_IP));
+        let command = pod.spec.as_ref().map(|s| s.containers[0].command.clone());
+        assert!(
+            command
+                .flatten()
+                .is_some_and(|c| c
+                    .ends_with(&["--collectives".into(), "allReduce,sendRecv,allToAll".into()])),
+            "all_to_all asked for"
+        );
         let v6 = Rendezvous::Join {
             rank0_ip: "fd00::7".into(),
         };
-        let pod = pair_pod(&run(), &pair(), (0, 0), &v6, 8, 1 << 20).expect("builds");
+        let pod = pair_pod(&run(), &pair(), (0, 0), &v6, 8, 1 << 20, false).expect("builds");
         assert_eq!(
             value(&env_of(&pod), keys::ENV_RENDEZVOUS).as_deref(),
             Some("[fd00::7]:29400")
@@ -271,8 +295,8 @@ mod tests {
 
     #[test]
     fn a_node_without_gpus_gets_no_pair_pod() {
-        let err =
-            pair_pod(&run(), &pair(), (0, 0), &Rendezvous::Listen, 0, 8).expect_err("no GPUs");
+        let err = pair_pod(&run(), &pair(), (0, 0), &Rendezvous::Listen, 0, 8, false)
+            .expect_err("no GPUs");
         assert!(matches!(err, BuildError::NoGpus(ref n) if n == "h200-01"));
     }
 }

@@ -33,6 +33,8 @@ pub fn nodes_for_run_status(nodes: &[NodeRunResult]) -> Vec<NodeRunResult> {
         for text in [&mut n.reason, &mut n.finding].into_iter().flatten() {
             cut(text, MAX_REASON);
         }
+        // Node-pair records stay in the shards.
+        n.pairs.clear();
     }
     kept
 }

@@ -15,27 +15,29 @@ pub(super) async fn finish(
 ) -> Result<Action> {
     let name = run.name_any();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    let inputs: Vec<NodeInput> = entries
-        .iter()
-        .zip(outcomes)
-        .filter_map(|(e, o)| {
-            let PodState::Ended(outcome) = o else {
-                return None;
-            };
-            Some(node_input(ctx, &e.node, outcome))
-        })
-        .collect();
-    let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
-    let worst = st::worst_finding_per_node(&evaluation.findings);
+    let (inputs, evaluation) = judge(&entries, outcomes, &run.spec.thresholds, ctx);
+    let mut all_findings = evaluation.findings.clone();
+    if next.node_pairs.is_some() {
+        all_findings.extend(crate::pairs::phase::findings(&entries, &Default::default()));
+        gpufabric_health::evaluate::sort_findings(&mut all_findings);
+    }
+    let blamed = crate::pairs::phase::blamed(&all_findings);
+    let worst = st::worst_finding_per_node(&all_findings);
     for e in &mut entries {
         if let Some(v) = evaluation.verdicts.get(&e.node) {
             e.verdict = *v;
         }
-        e.findings = evaluation.critical_count(&e.node);
+        // The node-pair findings that blame a node fail it (it passed its own check).
+        if e.verdict == gpufabric_api::run::NodeVerdict::Passed
+            && blamed.contains_key(e.node.as_str())
+        {
+            e.verdict = gpufabric_api::run::NodeVerdict::Failed;
+        }
+        e.findings = evaluation.critical_count(&e.node)
+            + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);
         e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
     }
-    let after: Vec<Vec<NodeRunResult>> =
-        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    let after = shards::split(&entries, shards);
     shards::write_changed(
         &shards_api(ctx, run),
         &ctx.shard_writes,
@@ -45,8 +47,8 @@ pub(super) async fn finish(
     )
     .await?;
 
-    let (kept, dropped) = st::findings_for_status(evaluation.findings.clone());
-    next.finding_count = evaluation.findings.len() as u32;
+    let (kept, dropped) = st::findings_for_status(all_findings.clone());
+    next.finding_count = all_findings.len() as u32;
     next.findings = kept;
     st::set_counts(&mut next, &entries);
     next.nodes = st::nodes_for_run_status(&entries);
@@ -95,8 +97,30 @@ pub(super) async fn finish(
         tracing::warn!(%failure, "error counters not recorded");
     }
 
-    announce(run, &next, &entries, evaluation.findings.len(), ctx).await;
+    announce(run, &next, &entries, all_findings.len(), ctx).await;
     Ok(Action::await_change())
+}
+
+/// Judges the nodes whose pods have ended by their own checks: what the evaluator was
+/// given, and what it said.
+pub(super) fn judge(
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    thresholds: &gpufabric_api::policy::Thresholds,
+    ctx: &Context,
+) -> (Vec<NodeInput>, gpufabric_health::Evaluation) {
+    let inputs: Vec<NodeInput> = entries
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(e, o)| {
+            let PodState::Ended(outcome) = o else {
+                return None;
+            };
+            Some(node_input(ctx, &e.node, outcome))
+        })
+        .collect();
+    let evaluation = gpufabric_health::evaluate(&inputs, thresholds);
+    (inputs, evaluation)
 }
 
 /// Metrics, the log line, the Event on the run and, when many nodes were not measured for

@@ -24,7 +24,7 @@ use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase, RunProgress,
 };
-use gpufabric_api::shard::{FabricTestRunShard, NODES_PER_SHARD};
+use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_health::NodeInput;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod finish;
+mod pairs;
 use finish::finish;
 
 /// Name of this controller in metrics and logs.
@@ -511,7 +512,9 @@ async fn progress(
 
     for (e, o) in entries.iter_mut().zip(&outcomes) {
         let pod = e.pod.clone();
+        let pairs = std::mem::take(&mut e.pairs);
         *e = results::node_result(&e.node, pod.as_deref(), o);
+        e.pairs = pairs;
     }
     // Each pod's full result is kept as soon as the pod ends, so the run's end (and its
     // verdict) waits only for the last pods' logs.
@@ -535,7 +538,24 @@ async fn progress(
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
     if step.is_none() && transient.is_none() {
-        return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
+        if !run.spec.suite.node_pairs.enabled {
+            return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
+        }
+        let pairs = pairs::advance(run, &mut next, &mut entries, &outcomes, ctx, &pods_api).await;
+        match pairs {
+            Ok(pairs::PairsStep::Done) => {
+                return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
+            }
+            Ok(pairs::PairsStep::Wait(wait)) => {
+                save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
+                return Ok(Action::requeue(wait));
+            }
+            Err(e) => {
+                // What this pass did (pods created, pairs settled) is kept before the retry.
+                save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
+                return Err(e);
+            }
+        }
     }
     save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
     if let Some(e) = transient {
@@ -560,8 +580,7 @@ async fn save(
     api: &Api<FabricTestRun>,
     ctx: &Context,
 ) -> Result<()> {
-    let after: Vec<Vec<NodeRunResult>> =
-        entries.chunks(NODES_PER_SHARD).map(<[_]>::to_vec).collect();
+    let after = shards::split(entries, shards);
     shards::write_changed(
         &shards_api(ctx, run),
         &ctx.shard_writes,

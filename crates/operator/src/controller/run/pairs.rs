@@ -1,0 +1,368 @@
+//! The node-pair phase of a run (`suite.nodePairs`), after every node's own check: rounds
+//! of node pairs over the nodes that passed it, a confirmation round that retests suspects
+//! against known-good partners, and the findings of the pairs. Each pair's state and
+//! result is kept on both of its nodes' records in the run's shards, so a restarted
+//! operator goes on from there; the decisions are in [`crate::pairs::phase`].
+
+use super::*;
+use crate::pairs::phase::{self, PairPod, Slot, Step};
+use crate::pairs::pods::{Rendezvous, SECRET_KEY, pair_pod, secret_name};
+use crate::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_api::pair::{NodePairsStatus, PairState};
+use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::suite::Pairing;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use std::collections::BTreeMap;
+
+/// Most nodes that `pairing: All` pairs every two of; more are paired as a ring.
+pub const MAX_ALL_PAIRS_NODES: usize = 16;
+
+/// What the phase asks of the run after this pass.
+pub(super) enum PairsStep {
+    /// Pairs are under way: save, and look again after this long.
+    Wait(Duration),
+    /// Every pair has ended (or there were none to test): the run can finish.
+    Done,
+}
+
+/// One pass of the phase: starts it (planning the rounds into the records), moves every
+/// pair of the round under way on a step, and opens the next round (or the confirmation
+/// round) once every pair of this one has ended.
+pub(super) async fn advance(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    entries: &mut [NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<PairsStep> {
+    let Some(mut np) = next.node_pairs.clone() else {
+        return begin(run, next, entries, outcomes, ctx).await;
+    };
+    if np.done {
+        return Ok(PairsStep::Done);
+    }
+    let wave_size = next.progress.as_ref().map_or(0, |p| p.wave_size as usize);
+    let max_pairs = match wave_size {
+        0 => usize::MAX,
+        n => (n / 2).max(1),
+    };
+    let wait = step_round(run, entries, np.round, max_pairs, ctx, pods_api).await?;
+    let slots = phase::slots(entries, np.round);
+    let round_done = slots
+        .iter()
+        .all(|s| phase::record(entries, s).is_none_or(|r| r.state.is_final()));
+    if round_done {
+        open_next_round(run, &mut np, entries);
+    }
+    phase::summarize(entries, &mut np);
+    let done = np.done;
+    next.node_pairs = Some(np);
+    Ok(if done {
+        PairsStep::Done
+    } else if round_done {
+        PairsStep::Wait(Duration::from_millis(100))
+    } else {
+        PairsStep::Wait(wait)
+    })
+}
+
+/// The next round, the confirmation round when the planned ones are over and some node
+/// needs a retest, or the end of the phase.
+fn open_next_round(run: &FabricTestRun, np: &mut NodePairsStatus, entries: &mut [NodeRunResult]) {
+    if np.round < np.rounds {
+        np.round += 1;
+        np.round_start_time = Some(now());
+        tracing::info!(
+            round = np.round,
+            rounds = np.rounds,
+            "node-pair round started"
+        );
+        return;
+    }
+    if np.confirmation_round.is_none() {
+        let loc =
+            gpufabric_health::pairs::localize(&phase::observations(entries), &Default::default());
+        let retests = phase::confirmation_pairs(&loc);
+        if !retests.is_empty() {
+            let plan = crate::pairs::RoundPlan {
+                pairing: run.spec.suite.node_pairs.pairing,
+                seed: np.seed,
+                rounds: vec![crate::pairs::Round {
+                    set: crate::pairs::PairSet::Within,
+                    pairs: retests.clone(),
+                }],
+            };
+            let round = np.rounds + 1;
+            if phase::write_plan(entries, &plan, round, true) > 0 {
+                np.rounds = round;
+                np.round = round;
+                np.confirmation_round = Some(round);
+                np.retested = retests.len() as u32;
+                np.round_start_time = Some(now());
+                tracing::info!(
+                    retests = retests.len(),
+                    "node-pair confirmation round started"
+                );
+                return;
+            }
+        }
+    }
+    np.done = true;
+    np.round_start_time = None;
+    tracing::info!(pairs = np.pairs, "node-pair phase done");
+}
+
+/// Starts the phase: the nodes that passed their own check are planned into rounds and the
+/// run's rendezvous secret is made; with fewer than two such nodes there is nothing to pair.
+async fn begin(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    entries: &mut [NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+) -> Result<PairsStep> {
+    let spec = &run.spec.suite.node_pairs;
+    let (_, evaluation) = finish::judge(entries, outcomes, &run.spec.thresholds, ctx);
+    let candidates: Vec<Candidate> = entries
+        .iter()
+        .filter(|e| evaluation.verdicts.get(&e.node) == Some(&NodeVerdict::Passed))
+        .filter_map(|e| {
+            let node = ctx.nodes.get(&ObjectRef::new(&e.node))?;
+            (allocatable_gpus(&node) > 0).then(|| Candidate {
+                name: e.node.clone(),
+                group: spec
+                    .topology_key
+                    .as_ref()
+                    .and_then(|k| node.labels().get(k).cloned()),
+            })
+        })
+        .collect();
+    let seed = match spec.pairing {
+        // Below 2^53, so that every JSON reader keeps it exact.
+        Pairing::Random => rand::random::<u64>() >> 11,
+        _ => 0,
+    };
+    // Every pair of a large fleet would take n-1 rounds and records per node.
+    let (pairing, note) = if spec.pairing == Pairing::All && candidates.len() > MAX_ALL_PAIRS_NODES
+    {
+        let note = format!(
+            "pairing All is for at most {MAX_ALL_PAIRS_NODES} nodes; {} passed their own check, so they were paired as a ring",
+            candidates.len()
+        );
+        (Pairing::Ring, Some(note))
+    } else {
+        (spec.pairing, None)
+    };
+    let plan = plan_rounds(&candidates, pairing, seed);
+    let mut np = NodePairsStatus {
+        seed,
+        candidates: candidates.len() as u32,
+        message: note,
+        ..Default::default()
+    };
+    for e in entries.iter_mut() {
+        e.pairs.clear();
+    }
+    let rounds = phase::write_plan(entries, &plan, 1, false);
+    if rounds == 0 {
+        np.done = true;
+        np.message = Some(format!(
+            "{} nodes passed their own check: at least 2 are needed for node pairs",
+            candidates.len()
+        ));
+        tracing::info!(candidates = candidates.len(), "no node pairs to test");
+        next.node_pairs = Some(np);
+        return Ok(PairsStep::Done);
+    }
+    ensure_secret(run, ctx).await?;
+    np.rounds = rounds;
+    np.round = 1;
+    np.round_start_time = Some(now());
+    phase::summarize(entries, &mut np);
+    tracing::info!(
+        candidates = candidates.len(),
+        rounds,
+        pairs = np.pairs,
+        seed,
+        "node-pair phase started"
+    );
+    next.node_pairs = Some(np);
+    Ok(PairsStep::Wait(Duration::from_millis(100)))
+}
+
+/// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns; one
+/// that exists already is kept (a restarted operator, a retried pass).
+async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
+    let name = secret_name(&run.name_any());
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let owner = pods::owner_reference(run).map_err(|_| Error::Missing("metadata.uid"))?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name),
+            namespace: Some(ctx.pod_namespace.clone()),
+            owner_references: Some(vec![owner]),
+            labels: Some(BTreeMap::from([(
+                keys::LABEL_RUN.to_string(),
+                run.name_any(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            SECRET_KEY.to_string(),
+            ByteString(hex.into_bytes()),
+        )])),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Moves every pair of round `round` on a step; at most `max_pairs` pairs have pods at
+/// once. Returns how long until the next pair's deadline (at most 10 s).
+async fn step_round(
+    run: &FabricTestRun,
+    entries: &mut [NodeRunResult],
+    round: u32,
+    max_pairs: usize,
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<Duration> {
+    let name = run.name_any();
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
+    let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
+    let slots = phase::slots(entries, round);
+    let mut in_flight = slots
+        .iter()
+        .filter_map(|s| phase::record(entries, s))
+        .filter(|r| matches!(r.state, PairState::Listening | PairState::Joined))
+        .count();
+    let mut wait = Duration::from_secs(10);
+    for slot in &slots {
+        let Some(state) = phase::record(entries, slot).map(|r| r.state) else {
+            continue;
+        };
+        if state.is_final() {
+            continue;
+        }
+        let names = [0, 1].map(|rank| pod_name(&name, slot, rank));
+        let mut pods = [None, None];
+        for rank in 0..2 {
+            pods[rank] = match cached.get(&names[rank]) {
+                Some(p) => Some(p.as_ref().clone()),
+                None if state != PairState::Pending => pods_api.get_opt(&names[rank]).await?,
+                None => None,
+            };
+        }
+        let views = pods
+            .clone()
+            .map(|p| p.as_ref().map_or(PairPod::Absent, phase::pair_pod));
+        let deadline = pods[0]
+            .as_ref()
+            .and_then(|p| p.metadata.creation_timestamp.as_ref())
+            .map(|t| to_chrono(t) + chrono::Duration::seconds(timeout));
+        let now_t = Utc::now();
+        if let Some(d) = deadline
+            && d > now_t
+        {
+            wait = wait.min((d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50));
+        }
+        let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
+        let step = phase::decide(
+            state,
+            (&views[0], &views[1]),
+            nodes,
+            deadline.is_some_and(|d| now_t >= d),
+        );
+        match step {
+            Step::Wait => {}
+            Step::CreateRank0 if in_flight >= max_pairs => {}
+            Step::CreateRank0 => {
+                in_flight += 1;
+                match create(run, entries, slot, &Rendezvous::Listen, ctx, pods_api).await? {
+                    Ok(()) => phase::set_state(entries, slot, PairState::Listening),
+                    Err(why) => phase::settle(entries, slot, &not_admitted(0, &why)),
+                }
+            }
+            Step::CreateRank1 { ip } => {
+                let join = Rendezvous::Join { rank0_ip: ip };
+                match create(run, entries, slot, &join, ctx, pods_api).await? {
+                    Ok(()) => phase::set_state(entries, slot, PairState::Joined),
+                    Err(why) => {
+                        // All or nothing: rank 0 would wait for a peer that never comes.
+                        delete_pod(pods_api, &names[0]).await?;
+                        phase::settle(entries, slot, &not_admitted(1, &why));
+                    }
+                }
+            }
+            Step::Stop(o) => {
+                for n in &names {
+                    delete_pod(pods_api, n).await?;
+                }
+                phase::settle(entries, slot, &o);
+            }
+            Step::Settle(o) => phase::settle(entries, slot, &o),
+        }
+    }
+    Ok(wait)
+}
+
+fn pod_name(run: &str, slot: &Slot, rank: u32) -> String {
+    crate::pairs::pods::pod_name(run, slot.round as usize, slot.index as usize, rank)
+}
+
+fn not_admitted(rank: u32, why: &str) -> phase::PairOutcome {
+    phase::PairOutcome {
+        state: PairState::NotMeasured,
+        message: Some(format!("the rank-{rank} pod was not admitted: {why}")),
+        ..Default::default()
+    }
+}
+
+/// Creates the pod of one rank of `slot`; Ok(Err(why)) when the API server refuses it for
+/// good (the node is gone, a pod it rejects), Err on a transient error (retried).
+async fn create(
+    run: &FabricTestRun,
+    entries: &[NodeRunResult],
+    slot: &Slot,
+    rendezvous: &Rendezvous,
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<std::result::Result<(), String>> {
+    let rank1 = matches!(rendezvous, Rendezvous::Join { .. });
+    let node = &entries[if rank1 { slot.b } else { slot.a }].node;
+    let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
+        return Ok(Err(format!("node {node} no longer exists")));
+    };
+    let pair = crate::pairs::NodePair {
+        a: entries[slot.a].node.clone(),
+        b: entries[slot.b].node.clone(),
+    };
+    let spec = &run.spec.suite.node_pairs;
+    let mut pod = match pair_pod(
+        run,
+        &pair,
+        (slot.round as usize, slot.index as usize),
+        rendezvous,
+        allocatable_gpus(&n),
+        spec.bytes,
+        spec.all_to_all,
+    ) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    ctx.resolve_agent_image(&mut pod);
+    match pods_api.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Ok(())),
+        Err(e) if is_transient(&e) => Err(e.into()),
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}

@@ -1,0 +1,495 @@
+//! The node-pair phase of a run, without a client: the plan written into the nodes'
+//! records, where a pair stands from its two pods, what to do next, and what the pairs of
+//! a run say once every one has ended.
+//!
+//! # A pair, step by step ([`decide`])
+//! 1. `Pending`: the rank-0 pod is created (within the phase's concurrency).
+//! 2. `Listening`: once the rank-0 pod has an IP, the rank-1 pod is created with it. A
+//!    rank-1 pod the API server refuses deletes the rank-0 pod: a pair is all or nothing,
+//!    and such a pair counts against neither node.
+//! 3. `Joined`: both pods exist; the pair settles when both have ended (or when rank 0 has
+//!    ended before rank 1 existed).
+//! 4. Past the pair's deadline (the agent timeout and the operator's margin from the
+//!    rank-0 pod's creation), its pods are stopped: two ranks still running hung
+//!    (`Errored`), a pod that never started was not measured.
+//!
+//! A pair settles `Measured` from rank 0's document, `NotMeasured` when either rank says
+//! so (a peer that never arrived) or a pod never ran for a reason outside the nodes, and
+//! `Errored` otherwise (the ranks met and the test failed).
+
+use super::rounds::{NodePair, RoundPlan};
+use crate::results::{self, PodState};
+use gpufabric_api::findings::{Finding, Severity};
+use gpufabric_api::pair::{
+    NetTransport, NodePairResult, NodePairsStatus, PairRecord, PairSetSummary, PairState,
+};
+use gpufabric_api::run::NodeRunResult;
+use gpufabric_health::nics::{NicRules, nic_findings};
+use gpufabric_health::pairs::{
+    Localization, PairObservation, PairRules, localize, require_confirmation,
+};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Longest message kept on a record.
+const MESSAGE_LIMIT: usize = 300;
+
+/// One pair of a round, by the indexes of its two nodes' results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub round: u32,
+    pub index: u32,
+    /// Rank 0's node.
+    pub a: usize,
+    /// Rank 1's node.
+    pub b: usize,
+}
+
+/// Writes the rounds of `plan` into both nodes' records, numbered from `first_round`
+/// (1-based); nodes the results do not hold are left out. Returns the rounds written.
+pub fn write_plan(
+    entries: &mut [NodeRunResult],
+    plan: &RoundPlan,
+    first_round: u32,
+    confirmation: bool,
+) -> u32 {
+    let at: BTreeMap<String, usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.node.clone(), i))
+        .collect();
+    let mut written = 0;
+    for round in &plan.rounds {
+        let number = first_round + written;
+        let mut index = 0;
+        for p in &round.pairs {
+            let (Some(&a), Some(&b)) = (at.get(&p.a), at.get(&p.b)) else {
+                continue;
+            };
+            let across = round.set == super::rounds::PairSet::Across;
+            for (me, partner, rank) in [(a, &p.b, 0), (b, &p.a, 1)] {
+                entries[me].pairs.push(PairRecord {
+                    round: number,
+                    index,
+                    partner: partner.clone(),
+                    rank,
+                    across,
+                    confirmation,
+                    ..Default::default()
+                });
+            }
+            index += 1;
+        }
+        if index > 0 {
+            written += 1;
+        }
+    }
+    written
+}
+
+/// The pairs of round `round`, in pair order.
+pub fn slots(entries: &[NodeRunResult], round: u32) -> Vec<Slot> {
+    let at: BTreeMap<&str, usize> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.node.as_str(), i))
+        .collect();
+    let mut out: Vec<Slot> = entries
+        .iter()
+        .enumerate()
+        .flat_map(|(a, e)| {
+            e.pairs
+                .iter()
+                .filter(move |r| r.round == round && r.rank == 0)
+                .map(move |r| (a, r))
+        })
+        .filter_map(|(a, r)| {
+            Some(Slot {
+                round,
+                index: r.index,
+                a,
+                b: *at.get(r.partner.as_str())?,
+            })
+        })
+        .collect();
+    out.sort_by_key(|s| s.index);
+    out
+}
+
+/// Rank 0's record of `slot` (where the pair's state is kept).
+pub fn record<'a>(entries: &'a [NodeRunResult], slot: &Slot) -> Option<&'a PairRecord> {
+    entries[slot.a]
+        .pairs
+        .iter()
+        .find(|r| r.round == slot.round && r.index == slot.index && r.rank == 0)
+}
+
+/// Sets the state of both records of `slot`.
+pub fn set_state(entries: &mut [NodeRunResult], slot: &Slot, state: PairState) {
+    for i in [slot.a, slot.b] {
+        if let Some(r) = record_mut(&mut entries[i], slot) {
+            r.state = state;
+        }
+    }
+}
+
+fn record_mut<'a>(e: &'a mut NodeRunResult, slot: &Slot) -> Option<&'a mut PairRecord> {
+    e.pairs
+        .iter_mut()
+        .find(|r| r.round == slot.round && r.index == slot.index)
+}
+
+/// How one pod of a pair ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PairEnd {
+    /// The rank wrote its node-pair document.
+    Document(Box<NodePairResult>),
+    /// The pod never ran the agent for a reason outside the node (not admitted, an image
+    /// that cannot be pulled, evicted).
+    NotMeasured(String),
+    /// The agent ran and left no usable document, or the pod was stopped at its deadline.
+    Failed(String),
+}
+
+/// Where one pod of a pair stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PairPod {
+    Absent,
+    /// Created, not running yet (`ip` once the pod has one).
+    Waiting {
+        ip: Option<String>,
+    },
+    Running {
+        ip: Option<String>,
+    },
+    Ended(PairEnd),
+}
+
+impl PairPod {
+    fn ip(&self) -> Option<&str> {
+        match self {
+            PairPod::Waiting { ip } | PairPod::Running { ip } => ip.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Where a pair pod stands, from its status alone.
+pub fn pair_pod(pod: &Pod) -> PairPod {
+    let status = pod.status.clone().unwrap_or_default();
+    let ip = status.pod_ip.clone().filter(|ip| !ip.is_empty());
+    if status.reason.as_deref() == Some("DeadlineExceeded") {
+        return PairPod::Ended(PairEnd::Failed(
+            "stopped at its deadline (activeDeadlineSeconds) before the pair finished".into(),
+        ));
+    }
+    let terminated = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.name == crate::pods::CONTAINER))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone());
+    if let Some(t) = terminated {
+        let message = t.message.unwrap_or_default();
+        return PairPod::Ended(match NodePairResult::parse(&message) {
+            Ok(doc) => PairEnd::Document(Box::new(doc)),
+            Err(e) => PairEnd::Failed(cut(&format!(
+                "the agent exited with code {} without a node-pair document ({e})",
+                t.exit_code
+            ))),
+        });
+    }
+    match results::pod_state(pod) {
+        PodState::Waiting(_) => PairPod::Waiting { ip },
+        PodState::Running => PairPod::Running { ip },
+        PodState::Ended(o) => {
+            let detail = cut(o.detail().unwrap_or("the pod ended"));
+            PairPod::Ended(if o.counts_against_node() {
+                PairEnd::Failed(detail)
+            } else {
+                PairEnd::NotMeasured(detail)
+            })
+        }
+    }
+}
+
+/// What a settled pair says, for both of its records.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PairOutcome {
+    pub state: PairState,
+    pub busbw: Option<f64>,
+    pub transport: Option<NetTransport>,
+    /// By rank.
+    pub nics_used: [Option<u32>; 2],
+    /// Port findings by rank, from each rank's own document.
+    pub nic_findings: [Vec<Finding>; 2],
+    pub message: Option<String>,
+}
+
+impl PairOutcome {
+    fn not_measured(message: impl Into<String>) -> Self {
+        PairOutcome {
+            state: PairState::NotMeasured,
+            message: Some(cut(&message.into())),
+            ..Default::default()
+        }
+    }
+    fn errored(message: impl Into<String>) -> Self {
+        PairOutcome {
+            state: PairState::Errored,
+            message: Some(cut(&message.into())),
+            ..Default::default()
+        }
+    }
+}
+
+/// The next step for one pair.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    CreateRank0,
+    CreateRank1 {
+        ip: String,
+    },
+    Wait,
+    /// Delete whatever pods are left, then settle.
+    Stop(PairOutcome),
+    Settle(PairOutcome),
+}
+
+/// The next step for a pair in `state` whose pods stand as `p0`, `p1` (by rank), on
+/// nodes `nodes` (by rank); `past_deadline`: the pair's deadline has passed.
+pub fn decide(
+    state: PairState,
+    (p0, p1): (&PairPod, &PairPod),
+    nodes: [&str; 2],
+    past_deadline: bool,
+) -> Step {
+    if state.is_final() {
+        return Step::Wait;
+    }
+    match (p0, p1) {
+        (PairPod::Absent, _) if state == PairState::Pending => Step::CreateRank0,
+        (PairPod::Absent, _) => Step::Stop(PairOutcome::not_measured(format!(
+            "the rank-0 pod on {} is gone",
+            nodes[0]
+        ))),
+        (PairPod::Ended(e0), PairPod::Ended(e1)) => Step::Settle(outcome(Some(e0), Some(e1))),
+        (PairPod::Ended(e0), PairPod::Absent) => Step::Settle(outcome(Some(e0), None)),
+        (PairPod::Ended(e0), _) if past_deadline => Step::Stop(outcome(Some(e0), None)),
+        (_, PairPod::Absent) if state == PairState::Joined => Step::Stop(
+            PairOutcome::not_measured(format!("the rank-1 pod on {} is gone", nodes[1])),
+        ),
+        (p0, PairPod::Absent) if !past_deadline => match p0.ip() {
+            Some(ip) => Step::CreateRank1 { ip: ip.to_string() },
+            None => Step::Wait,
+        },
+        _ if !past_deadline => Step::Wait,
+        (PairPod::Running { .. }, PairPod::Running { .. }) => Step::Stop(PairOutcome::errored(
+            "both ranks were still running at the pair's deadline (a hang in NCCL between the nodes?)",
+        )),
+        (p0, p1) => {
+            let waiting = [p0, p1]
+                .iter()
+                .zip(nodes)
+                .find(|(p, _)| matches!(p, PairPod::Waiting { .. } | PairPod::Absent))
+                .map(|(_, n)| n)
+                .unwrap_or(nodes[1]);
+            Step::Stop(PairOutcome::not_measured(format!(
+                "the pod on {waiting} never started before the pair's deadline"
+            )))
+        }
+    }
+}
+
+/// What the ends of a pair's pods say (`e1`: None when rank 1 never ran).
+fn outcome(e0: Option<&PairEnd>, e1: Option<&PairEnd>) -> PairOutcome {
+    let doc = |e: Option<&PairEnd>| match e {
+        Some(PairEnd::Document(d)) => Some(d.as_ref().clone()),
+        _ => None,
+    };
+    let (d0, d1) = (doc(e0), doc(e1));
+    let nic = |d: &Option<NodePairResult>| {
+        d.as_ref()
+            .map(|d| {
+                let node = d.nodes[(d.rank as usize).min(1)].clone();
+                nic_findings(&node, &d.nics, None, &NicRules::default())
+            })
+            .unwrap_or_default()
+    };
+    let nic_findings = [nic(&d0), nic(&d1)];
+    let nics_used = [
+        d0.as_ref().map(|d| d.nics_used),
+        d1.as_ref().map(|d| d.nics_used),
+    ];
+    let with_docs = |mut o: PairOutcome| {
+        o.nic_findings = nic_findings.clone();
+        o.nics_used = nics_used;
+        o
+    };
+    for d in [&d0, &d1].into_iter().flatten() {
+        if let Some(nm) = &d.not_measured {
+            return with_docs(PairOutcome::not_measured(nm.message.clone()));
+        }
+    }
+    for e in [e0, e1].into_iter().flatten() {
+        if let PairEnd::NotMeasured(m) = e {
+            return with_docs(PairOutcome::not_measured(m.clone()));
+        }
+    }
+    if let Some(d) = &d0
+        && d.errors.is_empty()
+        && d.collectives.iter().all(|c| c.wrong == 0)
+        && let Some(busbw) = d.busbw()
+    {
+        let socket = [&d0, &d1]
+            .into_iter()
+            .flatten()
+            .any(|d| d.transport == Some(NetTransport::Socket));
+        return with_docs(PairOutcome {
+            state: PairState::Measured,
+            busbw: Some(busbw),
+            transport: if socket {
+                Some(NetTransport::Socket)
+            } else {
+                d.transport
+            },
+            ..Default::default()
+        });
+    }
+    let why = [(0, &d0, e0), (1, &d1, e1)]
+        .into_iter()
+        .find_map(|(rank, d, e)| match (d, e) {
+            (Some(d), _) if !d.errors.is_empty() => {
+                Some(format!("rank {rank}: {}", d.errors[0].message))
+            }
+            (Some(d), _) if d.collectives.iter().any(|c| c.wrong > 0) => {
+                Some(format!("rank {rank}: wrong results in a collective"))
+            }
+            (_, Some(PairEnd::Failed(m))) => Some(format!("rank {rank}: {m}")),
+            _ => None,
+        })
+        .unwrap_or_else(|| "the pair ended without a measurement".into());
+    with_docs(PairOutcome::errored(why))
+}
+
+/// Writes a settled pair's outcome into both of its records.
+pub fn settle(entries: &mut [NodeRunResult], slot: &Slot, o: &PairOutcome) {
+    for (rank, i) in [slot.a, slot.b].into_iter().enumerate() {
+        if let Some(r) = record_mut(&mut entries[i], slot) {
+            r.state = o.state;
+            r.busbw_gbps = o.busbw;
+            r.transport = o.transport;
+            r.nics_used = o.nics_used[rank];
+            r.nic_findings = o.nic_findings[rank].clone();
+            r.message = o.message.clone();
+        }
+    }
+}
+
+/// Every pair of the run as the localization rules read it.
+pub fn observations(entries: &[NodeRunResult]) -> Vec<PairObservation> {
+    PairObservation::from_records(
+        entries
+            .iter()
+            .flat_map(|e| e.pairs.iter().map(move |r| (e.node.as_str(), r))),
+    )
+}
+
+/// The retests of the confirmation round: each suspect, and each node a finding blames,
+/// with a known-good partner of its own (in name order, as far as known-good nodes go).
+pub fn confirmation_pairs(loc: &Localization) -> Vec<NodePair> {
+    let retest: BTreeSet<String> = loc
+        .suspects
+        .iter()
+        .cloned()
+        .chain(loc.blamed_nodes().into_iter().map(str::to_string))
+        .collect();
+    let partners = loc.known_good.iter().filter(|n| !retest.contains(*n));
+    retest
+        .iter()
+        .zip(partners)
+        .map(|(a, b)| NodePair {
+            a: a.clone(),
+            b: b.clone(),
+        })
+        .collect()
+}
+
+/// What the run's pairs say once every one has ended: the localization with rule 6
+/// applied (only retested nodes are blamed), and each node's port findings (from its
+/// latest test that read them).
+pub fn findings(entries: &[NodeRunResult], rules: &PairRules) -> Vec<Finding> {
+    let mut loc = localize(&observations(entries), rules);
+    let retested: BTreeSet<String> = entries
+        .iter()
+        .filter(|e| {
+            e.pairs.iter().any(|r| {
+                r.confirmation && matches!(r.state, PairState::Measured | PairState::Errored)
+            })
+        })
+        .map(|e| e.node.clone())
+        .collect();
+    require_confirmation(&mut loc, &retested);
+    let mut out = loc.findings;
+    for e in entries {
+        if let Some(r) = e.pairs.iter().rev().find(|r| !r.nic_findings.is_empty()) {
+            out.extend(r.nic_findings.iter().cloned());
+        }
+    }
+    out
+}
+
+/// Nodes that a Critical finding on the node (or one of its ports) blames.
+pub fn blamed(findings: &[Finding]) -> BTreeMap<&str, Vec<&Finding>> {
+    let mut out: BTreeMap<&str, Vec<&Finding>> = BTreeMap::new();
+    for f in findings.iter().filter(|f| f.severity == Severity::Critical) {
+        if matches!(
+            f.subject.kind(),
+            gpufabric_api::SubjectKind::Node | gpufabric_api::SubjectKind::Nic
+        ) {
+            out.entry(f.subject.node_name()).or_default().push(f);
+        }
+    }
+    out
+}
+
+/// Counts of the pairs (each once, from rank 0's record) and the bandwidth of the pairs
+/// within and across topology groups, into `status`.
+pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {
+    let records: Vec<&PairRecord> = entries
+        .iter()
+        .flat_map(|e| e.pairs.iter())
+        .filter(|r| r.rank == 0)
+        .collect();
+    let count = |s: PairState| records.iter().filter(|r| r.state == s).count() as u32;
+    status.pairs = records.len() as u32;
+    status.measured = count(PairState::Measured);
+    status.not_measured = count(PairState::NotMeasured);
+    status.errored = count(PairState::Errored);
+    let set = |across: bool| {
+        let mut bw: Vec<f64> = records
+            .iter()
+            .filter(|r| r.across == across && r.state == PairState::Measured)
+            .filter_map(|r| r.busbw_gbps)
+            .collect();
+        bw.sort_by(f64::total_cmp);
+        (!bw.is_empty()).then(|| PairSetSummary {
+            measured: bw.len() as u32,
+            median_gbps: gpufabric_health::fleet::median(&bw).map(|m| (m * 10.0).round() / 10.0),
+            min_gbps: bw.first().copied(),
+        })
+    };
+    status.within = set(false);
+    status.across = set(true);
+}
+
+fn cut(text: &str) -> String {
+    let mut end = text.len().min(MESSAGE_LIMIT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests;

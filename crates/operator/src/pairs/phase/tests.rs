@@ -1,0 +1,404 @@
+use super::*;
+use crate::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_api::pair::{NotMeasured, PAIR_SCHEMA, PairCollective};
+use gpufabric_api::result::Backend;
+use gpufabric_api::suite::{Collective, Pairing};
+use gpufabric_api::{FindingKind, Subject};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
+};
+
+fn entries(n: usize) -> Vec<NodeRunResult> {
+    (0..n)
+        .map(|i| NodeRunResult {
+            node: format!("n{i}"),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn planned(n: usize) -> Vec<NodeRunResult> {
+    let mut e = entries(n);
+    let candidates: Vec<Candidate> = e
+        .iter()
+        .map(|e| Candidate {
+            name: e.node.clone(),
+            group: None,
+        })
+        .collect();
+    let rounds = write_plan(
+        &mut e,
+        &plan_rounds(&candidates, Pairing::Ring, 0),
+        1,
+        false,
+    );
+    assert_eq!(rounds, 2);
+    e
+}
+
+fn doc(rank: u32, busbw: f64) -> NodePairResult {
+    NodePairResult {
+        schema: PAIR_SCHEMA.into(),
+        group: "run/r1/p0".into(),
+        nodes: ["n0".into(), "n1".into()],
+        rank,
+        backend: Backend::Sim,
+        started_at: "2026-11-24T02:00:00Z".into(),
+        duration_s: 1.0,
+        gpus_per_node: 8,
+        collectives: vec![PairCollective {
+            collective: Collective::AllReduce,
+            bytes: 1 << 30,
+            time_us: 1.0,
+            algbw: 1.0,
+            busbw,
+            wrong: 0,
+        }],
+        transport: Some(NetTransport::Ib),
+        nics_used: 8,
+        nics: vec![],
+        not_measured: None,
+        errors: vec![],
+    }
+}
+
+fn ended(d: NodePairResult) -> PairPod {
+    PairPod::Ended(PairEnd::Document(Box::new(d)))
+}
+
+fn running(ip: &str) -> PairPod {
+    PairPod::Running {
+        ip: Some(ip.into()),
+    }
+}
+
+const NODES: [&str; 2] = ["n0", "n1"];
+
+#[test]
+fn the_plan_is_written_on_both_nodes_and_read_back_as_slots() {
+    let e = planned(4);
+    for n in &e {
+        assert_eq!(n.pairs.len(), 2, "{}: {:?}", n.node, n.pairs);
+        assert!(n.pairs.iter().all(|r| r.state == PairState::Pending));
+    }
+    for round in [1, 2] {
+        let slots = slots(&e, round);
+        assert_eq!(slots.len(), 2, "round {round}");
+        let mut seen: Vec<usize> = slots.iter().flat_map(|s| [s.a, s.b]).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3], "a matching: each node once");
+        for s in &slots {
+            let r0 = record(&e, s).expect("rank 0 record");
+            assert_eq!(r0.partner, e[s.b].node);
+            let r1 = e[s.b]
+                .pairs
+                .iter()
+                .find(|r| r.round == round && r.index == s.index)
+                .expect("rank 1 record");
+            assert_eq!((r1.rank, r1.partner.as_str()), (1, e[s.a].node.as_str()));
+        }
+    }
+    assert!(slots(&e, 3).is_empty());
+}
+
+#[test]
+fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
+    let absent = PairPod::Absent;
+    assert_eq!(
+        decide(PairState::Pending, (&absent, &absent), NODES, false),
+        Step::CreateRank0
+    );
+    let waiting = PairPod::Waiting { ip: None };
+    assert_eq!(
+        decide(PairState::Listening, (&waiting, &absent), NODES, false),
+        Step::Wait
+    );
+    assert_eq!(
+        decide(
+            PairState::Listening,
+            (&running("10.0.0.7"), &absent),
+            NODES,
+            false
+        ),
+        Step::CreateRank1 {
+            ip: "10.0.0.7".into()
+        }
+    );
+    assert_eq!(
+        decide(
+            PairState::Joined,
+            (&running("10.0.0.7"), &running("10.0.0.8")),
+            NODES,
+            false
+        ),
+        Step::Wait
+    );
+    assert_eq!(
+        decide(PairState::Measured, (&absent, &absent), NODES, true),
+        Step::Wait,
+        "a settled pair is left alone"
+    );
+}
+
+#[test]
+fn a_measured_pair_settles_from_rank_0s_document() {
+    let step = decide(
+        PairState::Joined,
+        (&ended(doc(0, 190.5)), &ended(doc(1, 189.0))),
+        NODES,
+        false,
+    );
+    let Step::Settle(o) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(o.state, PairState::Measured);
+    assert_eq!(o.busbw, Some(190.5));
+    assert_eq!(o.transport, Some(NetTransport::Ib));
+    assert_eq!(o.nics_used, [Some(8), Some(8)]);
+
+    let mut e = planned(4);
+    let slot = slots(&e, 1)[0];
+    settle(&mut e, &slot, &o);
+    for i in [slot.a, slot.b] {
+        let r = e[i].pairs.iter().find(|r| r.round == 1).expect("record");
+        assert_eq!((r.state, r.busbw_gbps), (PairState::Measured, Some(190.5)));
+    }
+    let obs = observations(&e);
+    assert_eq!(obs.len(), 1, "one observation per pair, from rank 0");
+    assert_eq!(obs[0].a, e[slot.a].node);
+}
+
+#[test]
+fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
+    let mut d = doc(0, 0.0);
+    d.collectives.clear();
+    d.not_measured = Some(NotMeasured {
+        peer: Some("n1".into()),
+        message: "rank 1 (node n1) did not arrive within 20s".into(),
+    });
+    let step = decide(
+        PairState::Listening,
+        (&ended(d), &PairPod::Absent),
+        NODES,
+        false,
+    );
+    let Step::Settle(o) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(o.state, PairState::NotMeasured);
+    assert!(o.message.as_deref().is_some_and(|m| m.contains("n1")));
+
+    let step = decide(
+        PairState::Joined,
+        (&running("a"), &running("b")),
+        NODES,
+        true,
+    );
+    assert!(
+        matches!(&step, Step::Stop(o) if o.state == PairState::Errored),
+        "{step:?}"
+    );
+    let step = decide(
+        PairState::Joined,
+        (&running("a"), &PairPod::Waiting { ip: None }),
+        NODES,
+        true,
+    );
+    assert!(
+        matches!(&step, Step::Stop(o) if o.state == PairState::NotMeasured
+            && o.message.as_deref().is_some_and(|m| m.contains("n1 never started"))),
+        "{step:?}"
+    );
+    let step = decide(
+        PairState::Joined,
+        (&running("a"), &PairPod::Absent),
+        NODES,
+        false,
+    );
+    assert!(
+        matches!(&step, Step::Stop(o) if o.state == PairState::NotMeasured),
+        "a rank-1 pod that is gone ends the pair: {step:?}"
+    );
+}
+
+#[test]
+fn ranks_that_met_and_failed_are_errored_with_the_reason() {
+    let crashed = PairPod::Ended(PairEnd::Failed("the agent exited with code 134".into()));
+    let step = decide(
+        PairState::Joined,
+        (&crashed, &ended(doc(1, 150.0))),
+        NODES,
+        false,
+    );
+    let Step::Settle(o) = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(o.state, PairState::Errored);
+    assert_eq!(
+        o.message.as_deref(),
+        Some("rank 0: the agent exited with code 134")
+    );
+    let mut wrong = doc(0, 150.0);
+    wrong.collectives[0].wrong = 3;
+    let step = decide(
+        PairState::Joined,
+        (&ended(wrong), &ended(doc(1, 150.0))),
+        NODES,
+        false,
+    );
+    assert!(
+        matches!(&step, Step::Settle(o) if o.state == PairState::Errored),
+        "{step:?}"
+    );
+    let not_admitted = PairPod::Ended(PairEnd::NotMeasured("image pull".into()));
+    let step = decide(
+        PairState::Joined,
+        (&ended(doc(0, 150.0)), &not_admitted),
+        NODES,
+        false,
+    );
+    assert!(
+        matches!(&step, Step::Settle(o) if o.state == PairState::NotMeasured),
+        "a pod the cluster never ran counts against neither node: {step:?}"
+    );
+}
+
+fn pod(status: PodStatus) -> Pod {
+    Pod {
+        status: Some(status),
+        ..Default::default()
+    }
+}
+
+fn container(state: ContainerState) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("10.1.1.1".into()),
+        container_statuses: Some(vec![ContainerStatus {
+            name: crate::pods::CONTAINER.into(),
+            state: Some(state),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn pair_pods_are_read_from_their_status() {
+    let text = serde_json::to_string(&doc(0, 170.0)).expect("serialises");
+    let done = pod(container(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 0,
+            message: Some(text),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
+    assert!(
+        matches!(pair_pod(&done), PairPod::Ended(PairEnd::Document(d)) if d.busbw() == Some(170.0))
+    );
+    let garbage = pod(container(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 139,
+            message: Some("{\"schema\":".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
+    assert!(matches!(pair_pod(&garbage), PairPod::Ended(PairEnd::Failed(m)) if m.contains("139")));
+    let pulling = pod(PodStatus {
+        phase: Some("Pending".into()),
+        ..container(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("ErrImagePull".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    });
+    assert!(
+        matches!(
+            pair_pod(&pulling),
+            PairPod::Waiting { .. } | PairPod::Ended(PairEnd::NotMeasured(_))
+        ),
+        "{:?}",
+        pair_pod(&pulling)
+    );
+    let up = pod(container(ContainerState {
+        running: Some(Default::default()),
+        ..Default::default()
+    }));
+    assert_eq!(
+        pair_pod(&up),
+        PairPod::Running {
+            ip: Some("10.1.1.1".into())
+        }
+    );
+}
+
+/// Eight nodes in a ring (two rounds), n3 slow with both partners.
+fn slow_node_run() -> Vec<NodeRunResult> {
+    let mut e = planned(8);
+    for round in [1, 2] {
+        for s in slots(&e, round) {
+            let slow = e[s.a].node == "n3" || e[s.b].node == "n3";
+            let o = PairOutcome {
+                state: PairState::Measured,
+                busbw: Some(if slow { 40.0 } else { 195.0 }),
+                transport: Some(NetTransport::Ib),
+                ..Default::default()
+            };
+            settle(&mut e, &s, &o);
+        }
+    }
+    e
+}
+
+#[test]
+fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
+    let mut e = slow_node_run();
+    let loc = localize(&observations(&e), &PairRules::default());
+    let retests = confirmation_pairs(&loc);
+    assert_eq!(retests.len(), 1, "{retests:?}");
+    assert_eq!(retests[0].a, "n3");
+    assert!(loc.known_good.contains(&retests[0].b));
+
+    // Before the retest the finding is there, but not acted on.
+    let before = findings(&e, &PairRules::default());
+    assert!(blamed(&before).is_empty(), "{before:#?}");
+    assert!(before.iter().any(|f| f.subject == Subject::node("n3")));
+
+    let plan = RoundPlan {
+        pairing: Pairing::Ring,
+        seed: 0,
+        rounds: vec![crate::pairs::Round {
+            set: crate::pairs::PairSet::Within,
+            pairs: retests,
+        }],
+    };
+    assert_eq!(write_plan(&mut e, &plan, 3, true), 1);
+    let s = slots(&e, 3)[0];
+    let o = PairOutcome {
+        state: PairState::Measured,
+        busbw: Some(41.0),
+        transport: Some(NetTransport::Ib),
+        ..Default::default()
+    };
+    settle(&mut e, &s, &o);
+    let after = findings(&e, &PairRules::default());
+    let b = blamed(&after);
+    assert_eq!(
+        b.keys().copied().collect::<Vec<_>>(),
+        vec!["n3"],
+        "{after:#?}"
+    );
+    assert_eq!(b["n3"][0].kind, FindingKind::Slow);
+
+    let mut st = NodePairsStatus::default();
+    summarize(&e, &mut st);
+    assert_eq!((st.pairs, st.measured, st.not_measured), (9, 9, 0));
+    let within = st.within.expect("within set");
+    assert_eq!(within.measured, 9);
+    assert_eq!(within.min_gbps, Some(40.0));
+    assert!(st.across.is_none());
+}

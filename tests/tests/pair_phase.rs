@@ -1,0 +1,197 @@
+//! The node-pair phase of a run, end to end: the real `fabric-operator` against a real
+//! control plane, the process-kubelet (each pod on its own loopback address) and the sim
+//! agents, whose two ranks of every pair really meet over TCP with the run's secret.
+//!
+//! Eight H200 nodes in a ring: one node's NIC runs at a fifth of its speed, and the path
+//! between two other nodes at a third. The run tests every node, pairs the nodes that
+//! passed in two rounds, retests the slow node against a known-good partner in a third,
+//! and then fails and cordons that node alone; the slow path is a finding on the node
+//! pair that blames neither node.
+//!
+//! Build the binaries first: `cargo build --bins`, then
+//! `cargo test -p gpufabric-tests --test pair_phase`.
+
+use gpufabric_api::findings::Severity;
+use gpufabric_api::pair::PairState;
+use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
+use gpufabric_api::shard::FabricTestRunShard;
+use gpufabric_api::suite::Pairing;
+use gpufabric_api::{FindingKind, Subject, SubjectKind};
+use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_operator::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_tests::fleet::{H200, SimFleet};
+use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+const TEST: &str = "pairs-slow-nic";
+const SLOW: &str = "np-03";
+
+/// The base names of the fleet, in name order.
+fn names() -> Vec<String> {
+    (1..=8).map(|i| format!("np-{i:02}")).collect()
+}
+
+/// Two nodes that the run pairs, neither of them the slow node nor one of its partners,
+/// so both are fine with their other partner (the plan is the operator's own, for the
+/// same nodes in the same order).
+fn bad_path() -> (String, String) {
+    let candidates: Vec<Candidate> = names()
+        .into_iter()
+        .map(|name| Candidate { name, group: None })
+        .collect();
+    let plan = plan_rounds(&candidates, Pairing::Ring, 0);
+    let touches_slow: Vec<String> = plan
+        .pairs()
+        .filter(|p| p.a == SLOW || p.b == SLOW)
+        .flat_map(|p| [p.a.clone(), p.b.clone()])
+        .collect();
+    plan.pairs()
+        .find(|p| !touches_slow.contains(&p.a) && !touches_slow.contains(&p.b))
+        .map(|p| (p.a.clone(), p.b.clone()))
+        .expect("a ring of 8 has a pair away from the slow node and its partners")
+}
+
+fn fleet(path: &(String, String)) -> Fleet {
+    let mut f = SimFleet::uniform("np", 8, H200, 8);
+    for n in f.nodes.iter_mut() {
+        if n.name == SLOW {
+            n.faults.push(Fault::SlowNic { factor: 0.2 });
+        }
+        if n.name == path.0 {
+            n.faults.push(Fault::BadPath {
+                peer: path.1.clone(),
+                factor: 0.3,
+            });
+        }
+    }
+    f
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither_node() {
+    let path = bad_path();
+    let env = OperatorEnv::shared(fleet(&path), "pair-phase").await;
+    env.create_test(
+        TEST,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": {
+                "ncclSweep": {"enabled": false},
+                "ddpProbe": {"enabled": false},
+                "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
+            },
+            "quarantine": {
+                "mode": "Cordon",
+                "maxQuarantined": "100%",
+                "failuresToQuarantine": 1,
+                "confirmRetest": false
+            },
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
+    let folded = env.wait_folded(TEST, None).await;
+    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
+    let run = env.runs_api().get(&run_name).await.expect("run");
+    let status: FabricTestRunStatus = run.status.unwrap_or_default();
+    let log = || env.operator.log_tail(60);
+
+    // The phase: 2 rounds of the ring, then the confirmation round; every pair measured.
+    let np = status
+        .node_pairs
+        .clone()
+        .unwrap_or_else(|| panic!("no node-pair phase: {status:#?}\n{}", log()));
+    assert!(np.done, "{np:#?}");
+    assert_eq!(np.candidates, 8, "{np:#?}");
+    assert_eq!((np.rounds, np.confirmation_round), (3, Some(3)), "{np:#?}");
+    assert_eq!(np.measured, np.pairs, "{np:#?}");
+    assert!(np.pairs >= 9, "{np:#?}");
+    let median = np
+        .within
+        .as_ref()
+        .and_then(|w| w.median_gbps)
+        .unwrap_or(0.0);
+    assert!(median > 100.0, "{np:#?}");
+
+    // The findings: the slow node, with numbers; the path, on the pair only.
+    let slow = env.node(SLOW);
+    let critical: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .collect();
+    assert_eq!(critical.len(), 1, "{:#?}", status.findings);
+    assert_eq!(critical[0].subject, Subject::node(&slow));
+    assert_eq!(critical[0].kind, FindingKind::Slow);
+    assert!(
+        critical[0]
+            .message
+            .starts_with(&format!("node {slow}: NCCL busbw to 3 partners")),
+        "{}",
+        critical[0].message
+    );
+    let (x, y) = (env.node(&path.0), env.node(&path.1));
+    let pair_findings: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.subject.kind() == SubjectKind::NodePair)
+        .collect();
+    assert_eq!(pair_findings.len(), 1, "{:#?}", status.findings);
+    assert_eq!(pair_findings[0].severity, Severity::Info);
+    assert!(
+        pair_findings[0].subject == Subject::node_pair(&x, &y)
+            || pair_findings[0].subject == Subject::node_pair(&y, &x),
+        "{:#?}",
+        pair_findings[0]
+    );
+    assert!(
+        pair_findings[0].message.contains("not either node"),
+        "{}",
+        pair_findings[0].message
+    );
+
+    // Verdicts, records in the shards, and the one cordon.
+    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
+    let listed = shards
+        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
+        .await
+        .expect("shards");
+    let entries: BTreeMap<String, _> = listed
+        .items
+        .into_iter()
+        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
+        .map(|e| (e.node.clone(), e))
+        .collect();
+    assert_eq!(entries.len(), 8);
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    for base in names() {
+        let name = env.node(&base);
+        let e = &entries[&name];
+        let n = nodes.get(&name).await.expect("node");
+        assert!(
+            e.pairs.iter().all(|r| r.state == PairState::Measured),
+            "{name}: {:#?}",
+            e.pairs
+        );
+        if name == slow {
+            assert_eq!(e.verdict, NodeVerdict::Failed, "{e:#?}");
+            assert_eq!(e.pairs.len(), 3, "{e:#?}");
+            assert!(e.pairs.iter().any(|r| r.confirmation), "{e:#?}");
+            assert!(cordoned(&n), "{name} should be cordoned\n{}", log());
+        } else {
+            assert_eq!(e.verdict, NodeVerdict::Passed, "{name}: {e:#?}");
+            assert!(e.pairs.len() >= 2, "{name} met fewer than 2 partners");
+            assert!(!cordoned(&n), "{name} cordoned");
+        }
+    }
+}
