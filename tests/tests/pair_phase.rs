@@ -195,3 +195,71 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         }
     }
 }
+
+/// Eight nodes: `np-02` finds no RDMA device and falls back to sockets, `np-06` has one of
+/// its eight InfiniBand ports down (NCCL runs on the other seven, not slow enough to be
+/// slow). The first is a transport finding, confirmed by its retest; the second a port
+/// finding read from the pair documents. Both nodes fail, and no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_fallback_and_a_port_down_fail_their_nodes_and_no_other() {
+    let mut f = SimFleet::uniform("np", 8, H200, 8);
+    f.nodes[1].faults.push(Fault::SocketFallback);
+    f.nodes[5].faults.push(Fault::NicDown { nic: 3 });
+    let env = OperatorEnv::shared(f, "pair-transport").await;
+    let test = "pairs-transport";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": {
+                "ncclSweep": {"enabled": false},
+                "ddpProbe": {"enabled": false},
+                "nodePairs": {"enabled": true, "bytes": 268435456, "allToAll": true}
+            },
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
+    let folded = env.wait_folded(test, None).await;
+    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
+    let run = env.runs_api().get(&run_name).await.expect("run");
+    let status = run.status.unwrap_or_default();
+    let np = status.node_pairs.clone().expect("node-pair phase");
+    assert!(np.done && np.confirmation_round.is_some(), "{np:#?}");
+
+    let socket = env.node("np-02");
+    let port_down = env.node("np-06");
+    let critical: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .collect();
+    assert_eq!(critical.len(), 2, "{:#?}", status.findings);
+    assert!(
+        critical
+            .iter()
+            .any(|f| f.kind == FindingKind::TransportFallback
+                && f.subject == Subject::node(&socket)
+                && f.message.contains("fell back to sockets")),
+        "{critical:#?}"
+    );
+    assert!(
+        critical.iter().any(|f| f.kind == FindingKind::NicDown
+            && f.subject == Subject::nic(&port_down, "mlx5_3 port 1")),
+        "{critical:#?}"
+    );
+    let verdicts: BTreeMap<String, NodeVerdict> = folded
+        .nodes
+        .iter()
+        .map(|h| (h.node.clone(), h.verdict))
+        .collect();
+    for base in names() {
+        let name = env.node(&base);
+        let want = if name == socket || name == port_down {
+            NodeVerdict::Failed
+        } else {
+            NodeVerdict::Passed
+        };
+        assert_eq!(verdicts.get(&name), Some(&want), "{name}: {verdicts:?}");
+    }
+}
