@@ -243,6 +243,11 @@ pub struct NodeRunResult {
     /// The node-pair tests this node took part in (`suite.nodePairs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<crate::pair::PairRecord>,
+    /// The node's failure is already confirmed within this run: the node-pair phase
+    /// retested it against a known-good partner. `quarantine.confirmRetest` sends it to no
+    /// confirmation run (which could not rebuild the pairing).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub confirmed: bool,
 }
 
 /// Observed state of a run.

@@ -33,7 +33,8 @@
 //! 9. **Confirmation**: with `confirm_retest`, candidates of a run that is not itself a
 //!    confirmation run go to [`Plan::confirm`] and are held back
 //!    ([`Hold::AwaitingConfirmation`]); on a confirmation run, the candidates (they failed
-//!    again) are quarantined.
+//!    again) are quarantined. A candidate whose failure the run itself confirmed
+//!    ([`NodeFacts::confirmed`]) needs no confirmation run and is planned as on one.
 //! 10. **Over budget**: candidates beyond the free slots are held back ([`Hold::OverBudget`]).
 //!     The worst go first: most consecutive failures, then by name.
 //! 11. **Cluster cap**: gpufabric holds at most [`Guards::cluster_cap`] nodes in the whole
@@ -64,6 +65,9 @@ pub struct NodeFacts {
     pub exists: bool,
     /// The node was measured in the run this plan is for (its verdict is this run's).
     pub tested: bool,
+    /// This run's failure of the node was already confirmed within the run (the node-pair
+    /// phase retested it against a known-good partner): no confirmation run is needed.
+    pub confirmed: bool,
 }
 
 /// What the plan must respect beyond this test's own policy: its breaker, and the
@@ -359,7 +363,7 @@ pub fn plan_guarded(
         cap.saturating_sub(guards.held_by_others + ours)
     });
     for f in candidates {
-        if confirming {
+        if confirming && !f.confirmed {
             plan.confirm.push(f.node.clone());
             plan.held_back
                 .push((f.node.clone(), Hold::AwaitingConfirmation));

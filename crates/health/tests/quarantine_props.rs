@@ -152,6 +152,7 @@ fn simulate(
                 tainted_by_others: exists && bit(s.foreign_taint, i),
                 exists,
                 tested,
+                confirmed: false,
             });
         }
         let guards = Guards {
@@ -359,6 +360,7 @@ proptest! {
                     tainted_by_others: false,
                     exists: true,
                     tested: true,
+                    confirmed: false,
                 }
             })
             .collect();

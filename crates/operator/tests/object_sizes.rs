@@ -43,6 +43,7 @@ fn failed(i: usize) -> NodeRunResult {
         findings: 12,
         finding: Some("f".repeat(2000)),
         pairs: Vec::new(),
+        confirmed: false,
     }
 }
 
@@ -61,6 +62,7 @@ fn paired(i: usize) -> NodeRunResult {
         reason: None,
         hardware_fault: None,
         verdict: NodeVerdict::Failed,
+        confirmed: true,
         pairs: (0..6)
             .map(|r| PairRecord {
                 round: r + 1,

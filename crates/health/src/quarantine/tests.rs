@@ -44,6 +44,7 @@ fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
         tainted_by_others: false,
         exists: true,
         tested: true,
+        confirmed: false,
     }
 }
 
@@ -196,6 +197,39 @@ fn confirm_retest_sends_candidates_to_a_confirmation_run_first() {
     // Manual and creation runs confirm too.
     let p = plan(&[facts("a", 1, 0)], &pol, 10, Trigger::Manual);
     assert_eq!(p.confirm, vec!["a"]);
+}
+
+#[test]
+fn a_failure_the_run_confirmed_itself_needs_no_confirmation_run() {
+    let pol = policy(QuarantineMode::Cordon, 5, 1, true);
+    let mut retested = facts("a", 1, 0);
+    retested.confirmed = true;
+    let p = plan(&[retested, facts("b", 1, 0)], &pol, 10, Trigger::Schedule);
+    assert_eq!(p.quarantine, vec!["a"]);
+    assert_eq!(p.confirm, vec!["b"]);
+    assert_eq!(p.hold_of("b"), Some(Hold::AwaitingConfirmation));
+    // The budget still holds it back.
+    let mut retested = facts("a", 1, 0);
+    retested.confirmed = true;
+    let p = plan(
+        &[retested],
+        &policy(QuarantineMode::Cordon, 0, 1, true),
+        10,
+        Trigger::Schedule,
+    );
+    assert!(p.quarantine.is_empty());
+    assert_eq!(p.hold_of("a"), Some(Hold::OverBudget));
+    // Observe mode still acts on nothing.
+    let mut retested = facts("a", 1, 0);
+    retested.confirmed = true;
+    let p = plan(
+        &[retested],
+        &policy(QuarantineMode::Observe, 5, 1, true),
+        10,
+        Trigger::Schedule,
+    );
+    assert!(p.quarantine.is_empty() && p.confirm.is_empty());
+    assert_eq!(p.hold_of("a"), Some(Hold::ObserveMode));
 }
 
 #[test]

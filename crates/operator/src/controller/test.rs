@@ -409,6 +409,12 @@ async fn quarantine_after(
     let run_name = run.name_any();
     // Only nodes the run measured are judged: a node not measured is never a suspect.
     let tested: BTreeSet<&str> = st::measured_nodes(results);
+    // Failures the run confirmed itself (node pairs retested against a known-good partner).
+    let confirmed: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.confirmed)
+        .map(|r| r.node.as_str())
+        .collect();
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
     let holdings = quarantine::holdings(&ctx.client, test)
@@ -440,7 +446,9 @@ async fn quarantine_after(
                         &run_name,
                     )
                 });
-            o.facts(health, tested.contains(o.node.as_str()))
+            let mut facts = o.facts(health, tested.contains(o.node.as_str()));
+            facts.confirmed = confirmed.contains(o.node.as_str());
+            facts
         })
         .collect();
     // The budget is a share of what the test selects, not of this run: a confirmation run

@@ -128,6 +128,7 @@ impl NodeObservation {
             tainted_by_others: self.tainted_by_others,
             exists: self.exists,
             tested,
+            confirmed: false,
         }
     }
 }

@@ -32,6 +32,8 @@ pub(super) async fn finish(
             && blamed.contains_key(e.node.as_str())
         {
             e.verdict = gpufabric_api::run::NodeVerdict::Failed;
+            // Blame needs a retest against a known-good partner (health::pairs rule 6).
+            e.confirmed = true;
         }
         e.findings = evaluation.critical_count(&e.node)
             + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);

@@ -538,7 +538,12 @@ async fn progress(
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
     if step.is_none() && transient.is_none() {
-        if !run.spec.suite.node_pairs.enabled {
+        // A confirmation run retests node-check suspects only: it has no known-good partners
+        // to pair them with, and a node failed by the node-pair phase was already retested
+        // against one within its own run (see `NodeRunResult::confirmed`).
+        if !run.spec.suite.node_pairs.enabled
+            || run.spec.trigger == gpufabric_api::run::Trigger::Confirmation
+        {
             return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
         }
         let pairs = pairs::advance(run, &mut next, &mut entries, &outcomes, ctx, &pods_api).await;
