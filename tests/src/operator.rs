@@ -169,6 +169,19 @@ pub enum EnvCluster {
     Shared(crate::shared::TestEnv),
 }
 
+impl EnvCluster {
+    /// An admin client for this test's runtime. On the shared control plane that is the
+    /// environment's own: the shared cluster's client keeps its pooled connections on the
+    /// runtime that opened them, and another test's runtime ending closes them under a
+    /// watch of this test.
+    pub fn client(&self) -> kube::Client {
+        match self {
+            EnvCluster::Own(c) => c.client(),
+            EnvCluster::Shared(env) => env.client(),
+        }
+    }
+}
+
 impl std::ops::Deref for EnvCluster {
     type Target = Cluster;
     fn deref(&self) -> &Cluster {

@@ -16,7 +16,7 @@ use gpufabric_api::pair::PairState;
 use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::suite::Pairing;
-use gpufabric_api::{FindingKind, Subject, SubjectKind};
+use gpufabric_api::{FindingKind, Subject, SubjectKind, keys};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_operator::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_tests::fleet::{H200, SimFleet};
@@ -94,7 +94,7 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
                 "mode": "Cordon",
                 "maxQuarantined": "100%",
                 "failuresToQuarantine": 1,
-                "confirmRetest": false
+                "confirmRetest": true
             },
             "agent": sim_agent(60)
         }),
@@ -112,7 +112,14 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         .clone()
         .unwrap_or_else(|| panic!("no node-pair phase: {status:#?}\n{}", log()));
     assert!(np.done, "{np:#?}");
-    assert_eq!(np.candidates, 8, "{np:#?}");
+    assert_eq!(
+        np.candidates,
+        8,
+        "{np:#?}\nnodes: {:?}\nskipped: {:?}\n{}",
+        status.nodes,
+        status.skipped,
+        env.operator.log_tail(200)
+    );
     assert_eq!((np.rounds, np.confirmation_round), (3, Some(3)), "{np:#?}");
     assert_eq!(np.measured, np.pairs, "{np:#?}");
     assert!(np.pairs >= 9, "{np:#?}");
@@ -160,6 +167,26 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         pair_findings[0].message
     );
 
+    // The retest round confirmed the slow node: no confirmation run retests it again.
+    let confirmations = env
+        .runs_api()
+        .list(&ListParams::default().labels(&format!(
+            "{}={TEST},{}=confirmation",
+            keys::LABEL_TEST,
+            keys::LABEL_TRIGGER
+        )))
+        .await
+        .expect("runs");
+    assert!(
+        confirmations.items.is_empty(),
+        "a confirmation run for a failure the pair phase confirmed: {:?}",
+        confirmations
+            .items
+            .iter()
+            .map(|r| r.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+
     // Verdicts, records in the shards, and the one cordon.
     let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
     let listed = shards
@@ -185,6 +212,7 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         );
         if name == slow {
             assert_eq!(e.verdict, NodeVerdict::Failed, "{e:#?}");
+            assert!(e.confirmed, "{e:#?}");
             assert_eq!(e.pairs.len(), 3, "{e:#?}");
             assert!(e.pairs.iter().any(|r| r.confirmation), "{e:#?}");
             assert!(cordoned(&n), "{name} should be cordoned\n{}", log());
@@ -260,6 +288,13 @@ async fn a_socket_fallback_and_a_port_down_fail_their_nodes_and_no_other() {
         } else {
             NodeVerdict::Passed
         };
-        assert_eq!(verdicts.get(&name), Some(&want), "{name}: {verdicts:?}");
+        assert_eq!(
+            verdicts.get(&name),
+            Some(&want),
+            "{name}: {verdicts:?}\nrun nodes: {:?}\nskipped: {:?}\n{}",
+            status.nodes,
+            status.skipped,
+            env.operator.log_tail(200)
+        );
     }
 }

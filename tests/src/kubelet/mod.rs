@@ -116,6 +116,8 @@ pub const ENV_STALLED_NODES: &str = "GPUFABRIC_STALLED_NODES";
 
 const NODE_LEASE_NS: &str = "kube-node-lease";
 const LEASE_SECONDS: i32 = 40;
+/// Longest wait at start for the node lifecycle controller to take the not-ready taint off.
+const NOT_READY_TAINT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 const TERMINATION_LOG_FILE: &str = "termination-log";
 const LOG_FILE: &str = "container.log";
 /// Tries of a pod status write or deletion confirmation before giving up.
@@ -239,6 +241,7 @@ impl Kubelet {
         );
         let hb = tokio::spawn(node::heartbeat_loop(inner.clone()));
         let pw = tokio::spawn(pod_watch::pod_watch_loop(inner.clone()));
+        inner.wait_not_ready_taints_gone(NOT_READY_TAINT_WAIT).await;
         Ok(Kubelet {
             inner,
             tasks: vec![hb, pw, log_server],

@@ -23,7 +23,56 @@ fn now_micro() -> String {
         .to_string()
 }
 
+/// The taint the API server's TaintNodesByCondition admission puts on every new node, and
+/// the node lifecycle controller takes off once it sees the node Ready.
+const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+
 impl Inner {
+    /// Waits until no Ready node of the fleet carries [`TAINT_NOT_READY`], as a real node
+    /// is schedulable only once its kubelet has reported Ready: a run that starts earlier
+    /// skips the node as tainted by someone else. The taint is there from the node's
+    /// creation, so no window lets a node through before the controller has seen it. Gives
+    /// up after `timeout` with a warning (without kube-controller-manager nothing takes the
+    /// taint off).
+    pub(super) async fn wait_not_ready_taints_gone(&self, timeout: Duration) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let names: Vec<String> = lock(&self.nodes)
+            .iter()
+            .filter(|(_, st)| st.ready && !st.removed)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let start = tokio::time::Instant::now();
+        let end = start + timeout;
+        loop {
+            let mut tainted = Vec::new();
+            for name in &names {
+                let has = match nodes.get_opt(name).await {
+                    Ok(Some(n)) => n
+                        .spec
+                        .and_then(|s| s.taints)
+                        .is_some_and(|t| t.iter().any(|t| t.key == TAINT_NOT_READY)),
+                    // A node deleted meanwhile, or an API error: not worth waiting on.
+                    Ok(None) | Err(_) => false,
+                };
+                if has {
+                    tainted.push(name.as_str());
+                }
+            }
+            if tainted.is_empty() {
+                tracing::debug!(waited = ?start.elapsed(), "no node carries {TAINT_NOT_READY}");
+                return;
+            }
+            if tokio::time::Instant::now() >= end {
+                tracing::warn!(
+                    nodes = ?tainted,
+                    "nodes still carry {TAINT_NOT_READY} after {timeout:?}; going on"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub(super) async fn register_node(&self, n: &FleetNode) -> Result<()> {
         let mut labels: BTreeMap<String, String> = n.labels.clone();
         labels.insert("kubernetes.io/hostname".into(), n.name.clone());
