@@ -205,7 +205,7 @@ mod tests {
     }
 
     #[test]
-    fn demo_fleet_has_sixteen_training_nodes_and_two_faulty_ones() {
+    fn demo_fleet_has_sixteen_training_nodes_and_four_faulty_ones() {
         let fleet = sample("demo-16.yaml");
         assert_eq!(fleet.nodes.len(), 16);
         assert!(
@@ -226,7 +226,7 @@ mod tests {
             .filter(|n| !n.faults.is_empty())
             .map(|n| n.name.as_str())
             .collect();
-        assert_eq!(faulty, vec!["h100-03", "h200-05"]);
+        assert_eq!(faulty, vec!["h100-03", "h100-05", "h200-02", "h200-05"]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `fabric-demo`: the whole system on one machine without GPUs: a real control plane, 16
-//! simulated GPU nodes (one slow GPU link, one straggler GPU, one whose GPUs a training job
-//! holds), the process-kubelet, the operator, and a FabricTest run whose findings,
-//! quarantined nodes and not-measured nodes it prints.
+//! simulated GPU nodes (one slow GPU link, one straggler GPU, one slow NIC, one bad path
+//! between two nodes, one node whose GPUs a training job holds), the process-kubelet, the
+//! operator, and a FabricTest run (node checks, then node pairs) whose findings, node
+//! pairs, quarantined nodes and not-measured nodes it prints.
 //!
 //! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
@@ -9,6 +10,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::{FabricTest, FabricTestRun, Subject, keys};
 use gpufabric_tests::cluster::{Cluster, ClusterOptions, ENV_BIN, log_tail};
 use gpufabric_tests::fixtures;
@@ -343,6 +345,7 @@ async fn run_nightly(
     kubectl(cluster, &["get", "ft,ftr", "-o", "wide"]);
     for r in runs.list(&lp).await?.items {
         print_run(&r);
+        print_pairs(cluster, &r).await?;
     }
     let ft = tests.get(&name).await?;
     print_quarantine(cluster, &ft).await?;
@@ -385,6 +388,11 @@ async fn apply_nightly(cluster: &Cluster, busy: Option<&str>) -> anyhow::Result<
         "nodeSelector".into(),
         serde_json::json!({"pool": "training"}),
     );
+    // Node pairs over the nodes that pass their own check, in a ring, then a retest round.
+    spec.insert(
+        "suite".into(),
+        serde_json::json!({"nodePairs": {"enabled": true, "pairing": "ring"}}),
+    );
     spec.insert(
         "agent".into(),
         serde_json::json!({
@@ -397,7 +405,7 @@ async fn apply_nightly(cluster: &Cluster, busy: Option<&str>) -> anyhow::Result<
         &kube::api::ApiResource::erase::<FabricTest>(&()),
     );
     step(format!(
-        "applying deploy/examples/nightly.yaml as FabricTest {name} (cluster-scoped; pods in {NAMESPACE}) with {}, FABRIC_BACKEND=sim, nodeSelector pool=training",
+        "applying deploy/examples/nightly.yaml as FabricTest {name} (cluster-scoped; pods in {NAMESPACE}) with {}, FABRIC_BACKEND=sim, nodeSelector pool=training, suite.nodePairs in a ring",
         keys::ANNOTATION_RUN_NOW
     ));
     dynamic.create(&PostParams::default(), &obj).await?;
@@ -521,7 +529,8 @@ fn print_run(r: &FabricTestRun) {
             Subject::GpuPair { a, b, .. } => format!("gpu {a}<->{b}"),
             Subject::Gpu { gpu, .. } => format!("gpu {gpu}"),
             Subject::NodePair { b, .. } => format!("<-> {b}"),
-            Subject::Node { .. } | Subject::Nic { .. } => "node".into(),
+            Subject::Nic { port, .. } => port.clone(),
+            Subject::Node { .. } => "node".into(),
         };
         let unit = f.unit.clone().unwrap_or_default();
         rows.push(vec![
@@ -538,6 +547,65 @@ fn print_run(r: &FabricTestRun) {
         ]);
     }
     print_table(&rows);
+}
+
+/// The run's node-pair phase: its rounds, and every pair of it from the shards (each pair
+/// once, from its rank-0 node's record).
+async fn print_pairs(cluster: &Cluster, r: &FabricTestRun) -> anyhow::Result<()> {
+    let Some(np) = r.status.as_ref().and_then(|s| s.node_pairs.clone()) else {
+        return Ok(());
+    };
+    let run = r.metadata.name.clone().unwrap_or_default();
+    step(format!(
+        "run {run}: node pairs ({} of the nodes that passed their own check, {} rounds{}, {} pairs: {} measured, {} not measured, {} errored; median {} GB/s)",
+        np.candidates,
+        np.rounds,
+        np.confirmation_round
+            .map(|c| format!(", round {c} retests {} suspect(s)", np.retested))
+            .unwrap_or_default(),
+        np.pairs,
+        np.measured,
+        np.not_measured,
+        np.errored,
+        fmt_opt(np.within.as_ref().and_then(|w| w.median_gbps), 1),
+    ));
+    let shards: Api<FabricTestRunShard> = Api::all(cluster.client());
+    let lp = ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN));
+    let mut pairs: Vec<(u32, u32, Vec<String>)> = Vec::new();
+    for shard in shards.list(&lp).await?.items {
+        for e in shard.status.map(|s| s.nodes).unwrap_or_default() {
+            for p in e.pairs.iter().filter(|p| p.rank == 0) {
+                pairs.push((
+                    p.round,
+                    p.index,
+                    vec![
+                        format!(
+                            "{}{}",
+                            p.round,
+                            if p.confirmation { " (retest)" } else { "" }
+                        ),
+                        format!("{} <-> {}", e.node, p.partner),
+                        wire(&p.state),
+                        fmt_opt(p.busbw_gbps, 1),
+                        p.transport.map(|t| wire(&t)).unwrap_or_default(),
+                        p.message.clone().unwrap_or_default(),
+                    ],
+                ));
+            }
+        }
+    }
+    pairs.sort_by_key(|(round, index, _)| (*round, *index));
+    let mut rows = vec![vec![
+        "ROUND".to_string(),
+        "PAIR".into(),
+        "STATE".into(),
+        "BUSBW GB/s".into(),
+        "TRANSPORT".into(),
+        "MESSAGE".into(),
+    ]];
+    rows.extend(pairs.into_iter().map(|(_, _, row)| row));
+    print_table(&rows);
+    Ok(())
 }
 
 /// The nodes the test holds in quarantine, what is done to them, and the failing nodes
