@@ -6,6 +6,8 @@
 # apiserver_request_total) per node, and the most nodes holding a benchmark pod at once.
 #   SCALE_NODES=N   fleet size (default 1000)
 #   SCALE_WAVE=10%  spec.rollout.maxUnavailable (default: every node at once)
+#   SCALE_PAIRS=1   node checks off and the node-pair phase on (ring): adds per-round pods,
+#                   round times and the phase's total time under "node_pairs"
 # The load average before and after is recorded beside the numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."

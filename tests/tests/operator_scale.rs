@@ -21,7 +21,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,14 +116,117 @@ fn size<T: serde::Serialize>(v: &T) -> usize {
     serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX)
 }
 
+/// When the node-pair phase began and when each of its rounds was first seen, as the
+/// test's polling sees the run's status.
+#[derive(Default)]
+struct PairTimes {
+    began: Option<Duration>,
+    rounds: BTreeMap<u32, Duration>,
+}
+
+impl PairTimes {
+    fn observe(&mut self, status: Option<&gpufabric_api::run::FabricTestRunStatus>, at: Duration) {
+        if let Some(np) = status.and_then(|s| s.node_pairs.as_ref()) {
+            self.began.get_or_insert(at);
+            self.rounds.entry(np.round).or_insert(at);
+        }
+    }
+}
+
+/// The node-pair phase of a finished run: its counts from the run status, and per round
+/// the pods created and the server-side time from the first pod created to the last
+/// agent finished (1 s resolution).
+fn pair_report(
+    status: &gpufabric_api::run::FabricTestRunStatus,
+    pair_pods: &[Pod],
+    times: &PairTimes,
+    succeeded: Option<Duration>,
+) -> serde_json::Value {
+    let Some(np) = status.node_pairs.as_ref() else {
+        return serde_json::Value::Null;
+    };
+    let ts = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second();
+    // round -> (pods, first created, last finished)
+    let mut rounds: BTreeMap<u32, (usize, Option<i64>, Option<i64>)> = BTreeMap::new();
+    for p in pair_pods {
+        let name = p.name_any();
+        let Some(round) = name
+            .rsplit_once("-r")
+            .and_then(|(_, rest)| rest.split_once("-p"))
+            .and_then(|(r, _)| r.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let e = rounds.entry(round).or_insert((0, None, None));
+        e.0 += 1;
+        if let Some(c) = p.metadata.creation_timestamp.as_ref().map(ts) {
+            e.1 = Some(e.1.map_or(c, |v: i64| v.min(c)));
+        }
+        let finished = gpufabric_tests::fixtures::container_state(Some(p))
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.finished_at.as_ref())
+            .map(ts);
+        if let Some(f) = finished {
+            e.2 = Some(e.2.map_or(f, |v: i64| v.max(f)));
+        }
+    }
+    // A round lasts from when it is first seen to when the next one is (the last: to the
+    // run's success), at the polling's resolution (200 ms).
+    let round_s = |r: u32| {
+        let start = times.rounds.get(&r)?;
+        let end = times
+            .rounds
+            .range(r + 1..)
+            .next()
+            .map(|(_, t)| *t)
+            .or(succeeded)?;
+        Some(end.saturating_sub(*start).as_secs_f64())
+    };
+    let per_round: Vec<serde_json::Value> = rounds
+        .iter()
+        .map(|(r, (pods, first, last))| {
+            json!({
+                "round": r,
+                "pods": pods,
+                "round_s": round_s(*r),
+                "server_first_created_to_last_finished_s": first.zip(*last).map(|(a, b)| b - a),
+                "seen_s": times.rounds.get(r).map(|d| d.as_secs_f64()),
+            })
+        })
+        .collect();
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
+    json!({
+        "candidates": np.candidates,
+        "rounds": np.rounds,
+        "confirmation_round": np.confirmation_round,
+        "retested": np.retested,
+        "pairs": np.pairs,
+        "measured": np.measured,
+        "not_measured": np.not_measured,
+        "errored": np.errored,
+        "median_gbps": np.within.as_ref().and_then(|w| w.median_gbps),
+        "pair_pods": pair_pods.len(),
+        "per_round": per_round,
+        "phase_began_s": secs(times.began),
+        "phase_s": secs(succeeded) - secs(times.began),
+    })
+}
+
 /// One run over `nodes` simulated nodes, `wave` as `spec.rollout.maxUnavailable` (all at
-/// once when None); the measurements as JSON.
-async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
+/// once when None), with the node-pair phase (ring) when `pairs`; the measurements as JSON.
+async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::Value {
     gpufabric_tests::init_tracing();
     // The process-kubelet renews each Lease every 30 s; on a loaded machine a renewal can
     // come late, which must not turn nodes NotReady (and so untested) mid-measurement.
     let cluster = Cluster::start_with(ClusterOptions {
-        controller_manager_args: vec!["--node-monitor-grace-period=300s".into()],
+        // The node lifecycle controller takes the not-ready taint off each new node with a
+        // PATCH; at its default 20 requests/s (shared with every other controller) a
+        // thousand nodes were still tainted after two minutes, and the run skipped them.
+        controller_manager_args: vec![
+            "--node-monitor-grace-period=300s".into(),
+            "--kube-api-qps=300".into(),
+            "--kube-api-burst=600".into(),
+        ],
         ..Default::default()
     })
     .await
@@ -185,6 +288,14 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     if let Some(w) = wave {
         spec["rollout"] = json!({"maxUnavailable": w});
     }
+    if pairs {
+        // The node checks as light as they go; the phase under measurement is the pairs'.
+        spec["suite"] = json!({
+            "ncclSweep": {"enabled": false},
+            "ddpProbe": {"enabled": false},
+            "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
+        });
+    }
     let test: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
         "metadata": {"name": "fleet"},
@@ -200,11 +311,13 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
     let runs: Api<FabricTestRun> = Api::all(cluster.client());
     let lp = ListParams::default().labels(keys::LABEL_RUN);
     let (mut run_seen, mut all_pods, mut succeeded, mut run_obj) = (None, None, None, None);
+    let mut pair_times = PairTimes::default();
     let deadline = Instant::now() + Duration::from_secs(1500);
     while Instant::now() < deadline {
         let list = runs.list(&ListParams::default()).await.expect("runs").items;
         if let Some(r) = list.first() {
             run_seen.get_or_insert(created.elapsed());
+            pair_times.observe(r.status.as_ref(), created.elapsed());
             if r.status
                 .as_ref()
                 .is_some_and(|s| s.phase == RunPhase::Succeeded)
@@ -217,7 +330,7 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
         if all_pods.is_none() && pods.list_metadata(&lp).await.expect("pods").items.len() >= nodes {
             all_pods = Some(created.elapsed());
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(if pairs { 200 } else { 500 })).await;
     }
     // The test's status: the run folded into the history (and handed to quarantine).
     let mut folded = None;
@@ -264,11 +377,14 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
         .iter()
         .find(|c| c.type_ == "PodsCreated")
         .map(|c| ts(&c.last_transition_time) - start);
-    let last_finished = pods
+    let (pair_pods, node_pods): (Vec<Pod>, Vec<Pod>) = pods
         .list(&lp)
         .await
         .expect("pods")
         .items
+        .into_iter()
+        .partition(|p| p.labels().get(keys::LABEL_ROLE).map(String::as_str) == Some("node-pair"));
+    let last_finished = node_pods
         .iter()
         .filter_map(|p| {
             gpufabric_tests::fixtures::container_state(Some(p))?
@@ -316,8 +432,14 @@ async fn measure(nodes: usize, wave: Option<&str>) -> serde_json::Value {
         "skipped": status.skipped_count,
         "message": status.message.as_deref().map(|m| m.chars().take(300).collect::<String>()),
         "duration": status.duration,
+        "node_pairs": pair_report(&status, &pair_pods, &pair_times, succeeded),
     });
     println!("SCALE {report}");
+    if pairs {
+        let np = status.node_pairs.as_ref().expect("a node-pair phase");
+        assert!(np.done && np.pairs > 0, "{np:?}");
+        assert_eq!(np.measured, np.pairs, "every pair measured: {np:?}");
+    }
     let tested = status.node_count as usize;
     assert_eq!(results, tested, "every node's result is in a shard");
     assert_eq!(
@@ -337,7 +459,8 @@ async fn a_run_over_many_nodes() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
     let wave = std::env::var("SCALE_WAVE").ok().filter(|w| !w.is_empty());
-    let report = measure(nodes, wave.as_deref()).await;
+    let pairs = std::env::var("SCALE_PAIRS").is_ok_and(|v| v == "1");
+    let report = measure(nodes, wave.as_deref(), pairs).await;
     let largest = report["largest_object_bytes"].as_u64().unwrap_or(u64::MAX);
     assert!(largest < 256 * 1024, "an object of {largest} bytes");
     if let Ok(out) = std::env::var("SCALE_OUT") {
@@ -347,7 +470,7 @@ async fn a_run_over_many_nodes() {
 
 #[tokio::test]
 async fn a_run_in_waves_never_holds_more_than_its_share_of_nodes() {
-    let report = measure(30, Some("10%")).await;
+    let report = measure(30, Some("10%"), false).await;
     assert_eq!(report["wave_size"], 3);
     assert_eq!(report["waves"], 10);
     let peak = report["most_nodes_under_test_at_once"]
