@@ -73,10 +73,26 @@ pub struct NodePairArgs {
     #[arg(long)]
     pub seed: Option<u64>,
 
+    /// Warm-up iterations of each collective (cuda backend).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub warmup: u32,
+
+    /// Timed iterations of each collective (cuda backend).
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub iters: u32,
+
+    /// Longest a collective's iterations may take before the watchdog aborts them and
+    /// the document records a timeout (cuda backend).
+    #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: Duration,
+
     /// Also write the document (pretty JSON) to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
 }
+
+/// Where the kernel lists RDMA devices and their ports.
+const NIC_ROOT: &str = "/sys/class/infiniband";
 
 fn invalid(message: String) -> anyhow::Error {
     anyhow::Error::new(CheckError::InvalidInput(message))
@@ -125,23 +141,6 @@ pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
     let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
     let started = Instant::now();
     let started_at = rfc3339(SystemTime::now());
-    let fleet = match args.backend {
-        BackendArg::Cuda => {
-            return Err(anyhow::Error::new(CheckError::Other(
-                "node-pair runs only with the sim backend in this version; NCCL across nodes on real GPUs is not built yet".into(),
-            )));
-        }
-        BackendArg::Sim => load_fleet(&args, &opts)?,
-    };
-    if let Some(node) = fleet.node(opts.node())
-        && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
-    {
-        eprintln!(
-            "fabric-agent: simulated crash of node {} (fault in the fleet file): exiting with code {exit_code}",
-            opts.node()
-        );
-        return Ok(exit_code);
-    }
     let config = Config {
         group: opts.group.clone(),
         rank: opts.rank,
@@ -150,34 +149,55 @@ pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
         secret,
         timeout: args.rendezvous_timeout,
     };
+    match args.backend {
+        BackendArg::Cuda => run_cuda(&args, &opts, &config, started, started_at),
+        BackendArg::Sim => run_sim(&args, &opts, &config, started, started_at),
+    }
+}
+
+/// Meets the other rank: rank 0 serves `id` (made by `make_id`, called on rank 0 only),
+/// rank 1 receives it. A peer that never comes is a not-measured document and an exit
+/// code, in `Err`.
+fn meet(
+    args: &NodePairArgs,
+    opts: &PairOptions,
+    config: &Config,
+    backend: Backend,
+    started: (Instant, &str),
+    make_id: &mut dyn FnMut() -> anyhow::Result<[u8; rendezvous::ID_BYTES]>,
+) -> anyhow::Result<Result<(rendezvous::Group, [u8; rendezvous::ID_BYTES]), i32>> {
     progress(&format!(
         "node-pair {} <-> {} (group {}, rank {}): rendezvous at {}",
         opts.nodes[0], opts.nodes[1], opts.group, opts.rank, config.addr
     ));
-    let group = if opts.rank == 0 {
-        // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so
-        // that the exchange is the one a real pair makes.
-        let id = rendezvous::random_id().map_err(|e| anyhow::anyhow!("{e}"))?;
-        rendezvous::serve(&config, &id)
+    let met = if opts.rank == 0 {
+        let id = make_id()?;
+        rendezvous::serve(config, &id).map(|group| (group, id))
     } else {
-        rendezvous::join(&config).map(|(group, _id)| group)
+        rendezvous::join(config)
     };
-    let mut group = match group {
-        Ok(g) => g,
+    match met {
+        Ok(m) => Ok(Ok(m)),
         Err(e) => {
-            let doc = not_measured(&opts, Backend::Sim, started_at, started, &e);
+            let doc = not_measured(opts, backend, started.1.to_string(), started.0, &e);
             emit(&doc, args.json.as_deref())?;
             eprintln!("fabric-agent: node pair not measured: {e}");
-            return Ok(match e {
+            Ok(Err(match e {
                 RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
                 _ => EXIT_NOT_MEASURED,
-            });
+            }))
         }
-    };
-    let seed = args.seed.unwrap_or(fleet.seed);
-    let mut doc = gpufabric_measure::pairs::sim::node_pair(&fleet, &opts, seed, started_at)
-        .map_err(|e| invalid(e.to_string()))?;
-    // Both ranks finish together, so neither reports a pair the other abandoned.
+    }
+}
+
+/// Both ranks finish together, so neither reports a pair the other abandoned; then the
+/// document goes out.
+fn finish(
+    mut doc: NodePairResult,
+    mut group: rendezvous::Group,
+    args: &NodePairArgs,
+    started: Instant,
+) -> anyhow::Result<i32> {
     if let Err(e) = group.barrier(args.rendezvous_timeout) {
         doc.errors.push(PhaseError {
             phase: Phase::NodePair,
@@ -188,6 +208,95 @@ pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
     doc.duration_s = started.elapsed().as_secs_f64();
     emit(&doc, args.json.as_deref())?;
     Ok(0)
+}
+
+fn run_sim(
+    args: &NodePairArgs,
+    opts: &PairOptions,
+    config: &Config,
+    started: Instant,
+    started_at: String,
+) -> anyhow::Result<i32> {
+    let fleet = load_fleet(args, opts)?;
+    if let Some(node) = fleet.node(opts.node())
+        && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
+    {
+        eprintln!(
+            "fabric-agent: simulated crash of node {} (fault in the fleet file): exiting with code {exit_code}",
+            opts.node()
+        );
+        return Ok(exit_code);
+    }
+    // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so that
+    // the exchange is the one a real pair makes.
+    let mut make_id = || rendezvous::random_id().map_err(|e| anyhow::anyhow!("{e}"));
+    let (group, _id) = match meet(
+        args,
+        opts,
+        config,
+        Backend::Sim,
+        (started, &started_at),
+        &mut make_id,
+    )? {
+        Ok(m) => m,
+        Err(code) => return Ok(code),
+    };
+    let seed = args.seed.unwrap_or(fleet.seed);
+    let doc = gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, started_at)
+        .map_err(|e| invalid(e.to_string()))?;
+    finish(doc, group, args, started)
+}
+
+fn run_cuda(
+    args: &NodePairArgs,
+    opts: &PairOptions,
+    config: &Config,
+    started: Instant,
+    started_at: String,
+) -> anyhow::Result<i32> {
+    use gpufabric_measure::cuda;
+    // Before any NCCL call or thread: NCCL reads its log settings once.
+    let nccl_log = cuda::nccl_debug_file();
+    if !cuda::nccl::nccl_present() {
+        return Err(anyhow::Error::new(CheckError::LibraryMissing {
+            library: "libnccl.so".into(),
+            detail: "NCCL is not installed or not on the library path".into(),
+        }));
+    }
+    let mut make_id = || {
+        let id = cuda::nccl::unique_id().map_err(|e| {
+            anyhow::Error::new(CheckError::Other(format!(
+                "NCCL could not make the pair's unique id: {e}"
+            )))
+        })?;
+        let mut bytes = [0u8; rendezvous::ID_BYTES];
+        for (b, c) in bytes.iter_mut().zip(id.internal.iter()) {
+            *b = *c as u8;
+        }
+        Ok(bytes)
+    };
+    let (mut group, id) = match meet(
+        args,
+        opts,
+        config,
+        Backend::Cuda,
+        (started, &started_at),
+        &mut make_id,
+    )? {
+        Ok(m) => m,
+        Err(code) => return Ok(code),
+    };
+    let settings = cuda::node_pair::PairSettings {
+        iters: (args.warmup, args.iters),
+        timeout: args.timeout,
+        nics: gpufabric_measure::nic::read_ports(std::path::Path::new(NIC_ROOT))
+            .unwrap_or_default(),
+        nccl_log,
+    };
+    let timeout = args.rendezvous_timeout;
+    let mut barrier = || group.barrier(timeout).map_err(|e| e.to_string());
+    let doc = cuda::node_pair::node_pair(opts, &id, &settings, &mut barrier, started_at)?;
+    finish(doc, group, args, started)
 }
 
 fn load_fleet(args: &NodePairArgs, opts: &PairOptions) -> anyhow::Result<Fleet> {

@@ -195,3 +195,39 @@ fn bad_settings_are_refused_with_exit_code_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rendezvous secret"));
 }
+
+/// The cuda backend on a host without NCCL or GPUs (this test machine, CI) says what is
+/// missing with the library exit code, and never panics. On GPUs it is measured by
+/// `bench/node-pair-check.sh`.
+#[test]
+fn the_cuda_backend_without_nccl_says_what_is_missing() {
+    if gpufabric_measure::cuda::nccl::nccl_present() {
+        eprintln!("libnccl is present here: the cuda backend would run; nothing to check");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_fabric-agent"))
+        .args([
+            "node-pair",
+            "--backend",
+            "cuda",
+            "--nodes",
+            "a,b",
+            "--rank",
+            "0",
+            "--rendezvous",
+            "127.0.0.1:0",
+            "--group",
+            "g",
+            "--secret",
+            SECRET,
+        ])
+        .output()
+        .expect("agent runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(11), "{stderr}");
+    assert!(
+        stderr.contains("libnccl.so could not be loaded"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -7,6 +7,7 @@ pub mod gpu;
 pub mod health;
 pub mod inject;
 pub mod nccl;
+pub mod node_pair;
 pub mod pairs;
 pub mod transport;
 
@@ -103,7 +104,8 @@ pub fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
 }
 
 /// Points NCCL's INFO log at a file we parse for transports, unless the user set NCCL_DEBUG.
-fn nccl_debug_file() -> Option<std::path::PathBuf> {
+/// Call before the first NCCL call and before starting threads.
+pub fn nccl_debug_file() -> Option<std::path::PathBuf> {
     if std::env::var_os("NCCL_DEBUG").is_some() {
         return None;
     }

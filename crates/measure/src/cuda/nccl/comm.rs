@@ -42,6 +42,14 @@ impl Comms {
             aborted: false,
         })
     }
+    /// Communicators created by the caller (one per local GPU of a clique spread over
+    /// processes); they are destroyed on drop as these are.
+    pub fn from_raw(raw: Vec<nsys::ncclComm_t>) -> Comms {
+        Comms {
+            raw,
+            aborted: false,
+        }
+    }
     /// Marks the communicators as aborted by the watchdog (they must not be destroyed).
     pub fn mark_aborted(&mut self) {
         self.aborted = true;
