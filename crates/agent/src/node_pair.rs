@@ -139,33 +139,44 @@ impl NodePairArgs {
 pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
     let opts = args.options()?;
     let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
-    let started = Instant::now();
-    let started_at = rfc3339(SystemTime::now());
-    let config = Config {
-        group: opts.group.clone(),
-        rank: opts.rank,
-        names: opts.nodes.to_vec(),
-        addr: args.rendezvous.clone(),
-        secret,
-        timeout: args.rendezvous_timeout,
+    let rank = RankRun {
+        config: Config {
+            group: opts.group.clone(),
+            rank: opts.rank,
+            names: opts.nodes.to_vec(),
+            addr: args.rendezvous.clone(),
+            secret,
+            timeout: args.rendezvous_timeout,
+        },
+        args: &args,
+        opts: &opts,
+        started: Instant::now(),
+        started_at: rfc3339(SystemTime::now()),
     };
     match args.backend {
-        BackendArg::Cuda => run_cuda(&args, &opts, &config, started, started_at),
-        BackendArg::Sim => run_sim(&args, &opts, &config, started, started_at),
+        BackendArg::Cuda => run_cuda(&rank),
+        BackendArg::Sim => run_sim(&rank),
     }
+}
+
+/// One rank of a pair: what it was asked, how it meets the other, when it started.
+struct RankRun<'a> {
+    args: &'a NodePairArgs,
+    opts: &'a PairOptions,
+    config: Config,
+    started: Instant,
+    started_at: String,
 }
 
 /// Meets the other rank: rank 0 serves `id` (made by `make_id`, called on rank 0 only),
 /// rank 1 receives it. A peer that never comes is a not-measured document and an exit
 /// code, in `Err`.
 fn meet(
-    args: &NodePairArgs,
-    opts: &PairOptions,
-    config: &Config,
+    r: &RankRun,
     backend: Backend,
-    started: (Instant, &str),
     make_id: &mut dyn FnMut() -> anyhow::Result<[u8; rendezvous::ID_BYTES]>,
 ) -> anyhow::Result<Result<(rendezvous::Group, [u8; rendezvous::ID_BYTES]), i32>> {
+    let (args, opts, config) = (r.args, r.opts, &r.config);
     progress(&format!(
         "node-pair {} <-> {} (group {}, rank {}): rendezvous at {}",
         opts.nodes[0], opts.nodes[1], opts.group, opts.rank, config.addr
@@ -179,7 +190,7 @@ fn meet(
     match met {
         Ok(m) => Ok(Ok(m)),
         Err(e) => {
-            let doc = not_measured(opts, backend, started.1.to_string(), started.0, &e);
+            let doc = not_measured(opts, backend, r.started_at.clone(), r.started, &e);
             emit(&doc, args.json.as_deref())?;
             eprintln!("fabric-agent: node pair not measured: {e}");
             Ok(Err(match e {
@@ -195,28 +206,22 @@ fn meet(
 fn finish(
     mut doc: NodePairResult,
     mut group: rendezvous::Group,
-    args: &NodePairArgs,
-    started: Instant,
+    r: &RankRun,
 ) -> anyhow::Result<i32> {
-    if let Err(e) = group.barrier(args.rendezvous_timeout) {
+    if let Err(e) = group.barrier(r.args.rendezvous_timeout) {
         doc.errors.push(PhaseError {
             phase: Phase::NodePair,
             kind: ErrorKind::Failed,
             message: e.to_string(),
         });
     }
-    doc.duration_s = started.elapsed().as_secs_f64();
-    emit(&doc, args.json.as_deref())?;
+    doc.duration_s = r.started.elapsed().as_secs_f64();
+    emit(&doc, r.args.json.as_deref())?;
     Ok(0)
 }
 
-fn run_sim(
-    args: &NodePairArgs,
-    opts: &PairOptions,
-    config: &Config,
-    started: Instant,
-    started_at: String,
-) -> anyhow::Result<i32> {
+fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
+    let (args, opts) = (r.args, r.opts);
     let fleet = load_fleet(args, opts)?;
     if let Some(node) = fleet.node(opts.node())
         && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
@@ -230,30 +235,18 @@ fn run_sim(
     // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so that
     // the exchange is the one a real pair makes.
     let mut make_id = || rendezvous::random_id().map_err(|e| anyhow::anyhow!("{e}"));
-    let (group, _id) = match meet(
-        args,
-        opts,
-        config,
-        Backend::Sim,
-        (started, &started_at),
-        &mut make_id,
-    )? {
+    let (group, _id) = match meet(r, Backend::Sim, &mut make_id)? {
         Ok(m) => m,
         Err(code) => return Ok(code),
     };
     let seed = args.seed.unwrap_or(fleet.seed);
-    let doc = gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, started_at)
+    let doc = gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, r.started_at.clone())
         .map_err(|e| invalid(e.to_string()))?;
-    finish(doc, group, args, started)
+    finish(doc, group, r)
 }
 
-fn run_cuda(
-    args: &NodePairArgs,
-    opts: &PairOptions,
-    config: &Config,
-    started: Instant,
-    started_at: String,
-) -> anyhow::Result<i32> {
+fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
+    let args = r.args;
     use gpufabric_measure::cuda;
     // Before any NCCL call or thread: NCCL reads its log settings once.
     let nccl_log = cuda::nccl_debug_file();
@@ -275,14 +268,7 @@ fn run_cuda(
         }
         Ok(bytes)
     };
-    let (mut group, id) = match meet(
-        args,
-        opts,
-        config,
-        Backend::Cuda,
-        (started, &started_at),
-        &mut make_id,
-    )? {
+    let (mut group, id) = match meet(r, Backend::Cuda, &mut make_id)? {
         Ok(m) => m,
         Err(code) => return Ok(code),
     };
@@ -295,8 +281,9 @@ fn run_cuda(
     };
     let timeout = args.rendezvous_timeout;
     let mut barrier = || group.barrier(timeout).map_err(|e| e.to_string());
-    let doc = cuda::node_pair::node_pair(opts, &id, &settings, &mut barrier, started_at)?;
-    finish(doc, group, args, started)
+    let doc =
+        cuda::node_pair::node_pair(r.opts, &id, &settings, &mut barrier, r.started_at.clone())?;
+    finish(doc, group, r)
 }
 
 fn load_fleet(args: &NodePairArgs, opts: &PairOptions) -> anyhow::Result<Fleet> {

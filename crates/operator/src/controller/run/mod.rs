@@ -510,18 +510,7 @@ async fn progress(
         None => None,
     };
 
-    for (e, o) in entries.iter_mut().zip(&outcomes) {
-        let pod = e.pod.clone();
-        let pairs = std::mem::take(&mut e.pairs);
-        *e = results::node_result(&e.node, pod.as_deref(), o);
-        e.pairs = pairs;
-    }
-    // Each pod's full result is kept as soon as the pod ends, so the run's end (and its
-    // verdict) waits only for the last pods' logs.
-    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
-    if let Some(note) = finish::keep_results(run, &uid, &entries, Some(&ended), ctx).await {
-        tracing::warn!(%note, "full results not kept yet");
-    }
+    refresh_entries(run, &uid, &mut entries, &outcomes, ctx).await;
     let active = outcomes.iter().filter(|o| !o.is_final()).count();
     ctx.metrics.set_active_pods(key, active as i64);
 
@@ -538,29 +527,13 @@ async fn progress(
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
     if step.is_none() && transient.is_none() {
-        // A confirmation run retests node-check suspects only: it has no known-good partners
-        // to pair them with, and a node failed by the node-pair phase was already retested
-        // against one within its own run (see `NodeRunResult::confirmed`).
-        if !run.spec.suite.node_pairs.enabled
-            || run.spec.trigger == gpufabric_api::run::Trigger::Confirmation
-        {
-            return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
-        }
-        let pairs = pairs::advance(run, &mut next, &mut entries, &outcomes, ctx, &pods_api).await;
-        match pairs {
-            Ok(pairs::PairsStep::Done) => {
-                return finish(run, next, &shards, entries, &outcomes, api, ctx).await;
-            }
-            Ok(pairs::PairsStep::Wait(wait)) => {
-                save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
-                return Ok(Action::requeue(wait));
-            }
-            Err(e) => {
-                // What this pass did (pods created, pairs settled) is kept before the retry.
-                save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
-                return Err(e);
-            }
-        }
+        let ended = NodeChecksEnded {
+            shards: &shards,
+            outcomes: &outcomes,
+            status: &status,
+            pods_api: &pods_api,
+        };
+        return after_node_checks(run, next, entries, ended, api, ctx).await;
     }
     save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
     if let Some(e) = transient {
@@ -570,6 +543,72 @@ async fn progress(
     Ok(Action::requeue(Duration::from_millis(
         wait.min(60_000) + 50,
     )))
+}
+
+/// Each node's result from its pod's outcome (its node-pair records kept); each pod's full
+/// result is kept as soon as the pod ends, so the run's end (and its verdict) waits only
+/// for the last pods' logs.
+async fn refresh_entries(
+    run: &FabricTestRun,
+    uid: &str,
+    entries: &mut [NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+) {
+    for (e, o) in entries.iter_mut().zip(outcomes) {
+        let pod = e.pod.clone();
+        let pairs = std::mem::take(&mut e.pairs);
+        *e = results::node_result(&e.node, pod.as_deref(), o);
+        e.pairs = pairs;
+    }
+    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    if let Some(note) = finish::keep_results(run, uid, entries, Some(&ended), ctx).await {
+        tracing::warn!(%note, "full results not kept yet");
+    }
+}
+
+/// What the end of the node checks hands on: the run's shards, the pods' outcomes, the
+/// status read at the start of the pass, and the pods API.
+struct NodeChecksEnded<'a> {
+    shards: &'a [Shard],
+    outcomes: &'a [PodState],
+    status: &'a FabricTestRunStatus,
+    pods_api: &'a Api<Pod>,
+}
+
+/// Every node check has ended: the run finishes, or its node-pair phase takes a step (and
+/// the run waits for it). A confirmation run retests node-check suspects only: it has no
+/// known-good partners to pair them with, and a node failed by the node-pair phase was
+/// already retested against one within its own run (see `NodeRunResult::confirmed`).
+async fn after_node_checks(
+    run: &FabricTestRun,
+    mut next: FabricTestRunStatus,
+    mut entries: Vec<NodeRunResult>,
+    e: NodeChecksEnded<'_>,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<Action> {
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    if !run.spec.suite.node_pairs.enabled
+        || run.spec.trigger == gpufabric_api::run::Trigger::Confirmation
+    {
+        return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
+    }
+    let pairs = pairs::advance(run, &mut next, &mut entries, e.outcomes, ctx, e.pods_api).await;
+    match pairs {
+        Ok(pairs::PairsStep::Done) => {
+            finish(run, next, e.shards, entries, e.outcomes, api, ctx).await
+        }
+        Ok(pairs::PairsStep::Wait(wait)) => {
+            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            Ok(Action::requeue(wait))
+        }
+        Err(err) => {
+            // What this pass did (pods created, pairs settled) is kept before the retry.
+            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            Err(err)
+        }
+    }
 }
 
 /// Writes what changed in this pass: the shards whose nodes changed, and the run's status
