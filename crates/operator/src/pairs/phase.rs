@@ -453,6 +453,16 @@ pub fn blamed(findings: &[Finding]) -> BTreeMap<&str, Vec<&Finding>> {
     out
 }
 
+/// Whether the findings that blame a node were confirmed within the run: a finding on the
+/// node itself stands only after a retest against a known-good partner (health::pairs rule
+/// 6); a port finding is a reading of the node's sysfs, retested by nothing, so it alone
+/// does not make the failure confirmed.
+pub fn confirmed_by_retest(blaming: &[&Finding]) -> bool {
+    blaming
+        .iter()
+        .any(|f| f.subject.kind() == gpufabric_api::SubjectKind::Node)
+}
+
 /// Counts of the pairs (each once, from rank 0's record) and the bandwidth of the pairs
 /// within and across topology groups, into `status`.
 pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {

@@ -29,11 +29,10 @@ pub(super) async fn finish(
         }
         // The node-pair findings that blame a node fail it (it passed its own check).
         if e.verdict == gpufabric_api::run::NodeVerdict::Passed
-            && blamed.contains_key(e.node.as_str())
+            && let Some(blaming) = blamed.get(e.node.as_str())
         {
             e.verdict = gpufabric_api::run::NodeVerdict::Failed;
-            // Blame needs a retest against a known-good partner (health::pairs rule 6).
-            e.confirmed = true;
+            e.confirmed = crate::pairs::phase::confirmed_by_retest(blaming);
         }
         e.findings = evaluation.critical_count(&e.node)
             + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);

@@ -402,3 +402,25 @@ fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
     assert_eq!(within.min_gbps, Some(40.0));
     assert!(st.across.is_none());
 }
+
+#[test]
+fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_alone_is_not() {
+    let finding = |subject: Subject| {
+        Finding::new(
+            FindingKind::Slow,
+            subject,
+            gpufabric_api::Metric::NodePairBusBw,
+            Severity::Critical,
+            "m".into(),
+        )
+    };
+    let node = finding(Subject::node("n1"));
+    let port = Finding {
+        kind: FindingKind::NicDown,
+        ..finding(Subject::nic("n1", "mlx5_3 port 1"))
+    };
+    assert!(confirmed_by_retest(&[&node]));
+    assert!(confirmed_by_retest(&[&port, &node]));
+    assert!(!confirmed_by_retest(&[&port]));
+    assert!(!confirmed_by_retest(&[]));
+}
