@@ -199,35 +199,34 @@ fn confirm_retest_sends_candidates_to_a_confirmation_run_first() {
     assert_eq!(p.confirm, vec!["a"]);
 }
 
+/// A node whose failure this run already confirmed (the node-pair retest round).
+fn retested(node: &str) -> NodeFacts {
+    NodeFacts {
+        confirmed: true,
+        ..facts(node, 1, 0)
+    }
+}
+
 #[test]
 fn a_failure_the_run_confirmed_itself_needs_no_confirmation_run() {
     let pol = policy(QuarantineMode::Cordon, 5, 1, true);
-    let mut retested = facts("a", 1, 0);
-    retested.confirmed = true;
-    let p = plan(&[retested, facts("b", 1, 0)], &pol, 10, Trigger::Schedule);
+    let p = plan(
+        &[retested("a"), facts("b", 1, 0)],
+        &pol,
+        10,
+        Trigger::Schedule,
+    );
     assert_eq!(p.quarantine, vec!["a"]);
     assert_eq!(p.confirm, vec!["b"]);
     assert_eq!(p.hold_of("b"), Some(Hold::AwaitingConfirmation));
     // The budget still holds it back.
-    let mut retested = facts("a", 1, 0);
-    retested.confirmed = true;
-    let p = plan(
-        &[retested],
-        &policy(QuarantineMode::Cordon, 0, 1, true),
-        10,
-        Trigger::Schedule,
-    );
+    let no_budget = policy(QuarantineMode::Cordon, 0, 1, true);
+    let p = plan(&[retested("a")], &no_budget, 10, Trigger::Schedule);
     assert!(p.quarantine.is_empty());
     assert_eq!(p.hold_of("a"), Some(Hold::OverBudget));
     // Observe mode still acts on nothing.
-    let mut retested = facts("a", 1, 0);
-    retested.confirmed = true;
-    let p = plan(
-        &[retested],
-        &policy(QuarantineMode::Observe, 5, 1, true),
-        10,
-        Trigger::Schedule,
-    );
+    let observe = policy(QuarantineMode::Observe, 5, 1, true);
+    let p = plan(&[retested("a")], &observe, 10, Trigger::Schedule);
     assert!(p.quarantine.is_empty() && p.confirm.is_empty());
     assert_eq!(p.hold_of("a"), Some(Hold::ObserveMode));
 }
