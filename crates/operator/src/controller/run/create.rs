@@ -1,0 +1,93 @@
+//! Benchmark pods created with bounded concurrency; a pod the API server refuses for good
+//! ends its node as not admitted.
+
+use super::*;
+
+pub(super) fn is_transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        _ => true,
+    }
+}
+
+/// Creates the pods of this step; a pod the API server refuses for good ends its node as
+/// not admitted. Returns the last transient error (the pass is retried), if any.
+pub(super) async fn create_step(
+    run: &FabricTestRun,
+    entries: &mut [NodeRunResult],
+    outcomes: &mut [PodState],
+    create: &[usize],
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Option<kube::Error> {
+    let name = run.name_any();
+    let mut transient = None;
+    for (i, res) in create_pods(run, entries, create, ctx, pods_api).await {
+        match res {
+            Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
+            Err(CreateError::Permanent(reason)) => {
+                outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
+                    NotMeasuredReason::NotAdmitted,
+                    reason,
+                ))
+            }
+            Err(CreateError::Transient(e)) => transient = Some(e),
+        }
+    }
+    transient
+}
+
+pub(super) enum CreateError {
+    Permanent(String),
+    Transient(kube::Error),
+}
+
+/// Creates the missing pods, at most [`CREATE_CONCURRENCY`] at once. A pod that already
+/// exists counts as created.
+pub(super) async fn create_pods(
+    run: &FabricTestRun,
+    entries: &[NodeRunResult],
+    which: &[usize],
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Vec<(usize, Result<(), CreateError>)> {
+    let jobs: Vec<_> = which
+        .iter()
+        .copied()
+        .map(|i| {
+            let node_name = entries[i].node.clone();
+            let node: Option<Arc<Node>> = ctx.nodes.get(&ObjectRef::new(&node_name));
+            async move {
+                let Some(node) = node else {
+                    return (
+                        i,
+                        Err(CreateError::Permanent(format!(
+                            "node {node_name} no longer exists"
+                        ))),
+                    );
+                };
+                let gpus = allocatable_gpus(&node);
+                let mut pod = match pods::node_check_pod(run, &node_name, gpus) {
+                    Ok(p) => p,
+                    Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
+                };
+                ctx.resolve_agent_image(&mut pod);
+                match pods_api.create(&PostParams::default(), &pod).await {
+                    Ok(_) => (i, Ok(())),
+                    Err(kube::Error::Api(s)) if s.code == 409 => (i, Ok(())),
+                    Err(e) if is_transient(&e) => (i, Err(CreateError::Transient(e))),
+                    Err(e) => (
+                        i,
+                        Err(CreateError::Permanent(format!(
+                            "the benchmark pod could not be created: {e}"
+                        ))),
+                    ),
+                }
+            }
+        })
+        .collect();
+    futures::stream::iter(jobs)
+        .buffer_unordered(CREATE_CONCURRENCY)
+        .collect()
+        .await
+}

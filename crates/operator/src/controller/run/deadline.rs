@@ -1,0 +1,87 @@
+//! The deadline of the wave under way, and what happens to its pods when it passes.
+
+use super::*;
+
+/// The agent's last progress line in the tail of a running pod's log, to say which phase it
+/// was in when the run deadline stopped it; None when the log cannot be read in a few
+/// seconds (a node whose kubelet is gone) or has none.
+pub(super) async fn last_progress(pods_api: &Api<Pod>, pod: &str) -> Option<String> {
+    let params = LogParams {
+        container: Some(pods::CONTAINER.to_string()),
+        tail_lines: Some(50),
+        limit_bytes: Some(64 * 1024),
+        ..LogParams::default()
+    };
+    match tokio::time::timeout(Duration::from_secs(5), pods_api.logs(pod, &params)).await {
+        Ok(Ok(log)) => results::last_progress_in_log(&log),
+        Ok(Err(e)) => {
+            tracing::debug!(%pod, error = %e, "log of a pod stopped at the run deadline not read");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// Deletes a benchmark pod; one already gone is fine.
+pub(super) async fn delete_pod(pods_api: &Api<Pod>, name: &str) -> Result<()> {
+    match pods_api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The deadline of the wave under way: the agent timeout and the operator's margin, from
+/// when all its pods existed (else when the wave, or the run, started).
+pub(super) fn wave_deadline(
+    prog: &RunProgress,
+    status: &FabricTestRunStatus,
+    timeout: i64,
+    now: chrono::DateTime<Utc>,
+) -> chrono::DateTime<Utc> {
+    let base = prog
+        .wave_pods_created_time
+        .as_ref()
+        .or(prog.wave_start_time.as_ref())
+        .or(status.start_time.as_ref())
+        .map(to_chrono)
+        .unwrap_or(now);
+    base + chrono::Duration::seconds(timeout + DEADLINE_MARGIN_SECONDS)
+}
+
+/// Ends the wave's nodes past the run deadline: those without a pod never started, the
+/// others are stopped (with the phase a running agent was in, from its log). Returns how
+/// many pods were stopped.
+pub(super) async fn stop_at_deadline(
+    name: &str,
+    entries: &[NodeRunResult],
+    wave: &[usize],
+    to_create: &[usize],
+    outcomes: &mut [PodState],
+    pods_api: &Api<Pod>,
+    run_seconds: u64,
+) -> Result<u32> {
+    let mut stopped = 0;
+    for i in to_create.iter().copied().filter(|i| wave.contains(i)) {
+        outcomes[i] = PodState::Ended(results::never_started(&format!(
+            "the run deadline ({run_seconds}s)"
+        )));
+    }
+    for &i in wave {
+        let o = &mut outcomes[i];
+        if o.is_final() {
+            continue;
+        }
+        let pod = names::pod_name(name, &entries[i].node);
+        let phase = match o {
+            PodState::Running => last_progress(pods_api, &pod).await,
+            _ => None,
+        };
+        delete_pod(pods_api, &pod).await?;
+        *o = PodState::Ended(
+            std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds, phase.as_deref()),
+        );
+        stopped += 1;
+    }
+    Ok(stopped)
+}

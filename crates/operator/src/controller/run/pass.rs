@@ -1,0 +1,365 @@
+//! One pass over a running run: where each node's pod stands, the pods of the wave to
+//! create, the results kept and written, and the hand-over to the node-pair phase or the
+//! end of the run.
+
+use super::*;
+
+/// Where each node's pod stands, which pods to create and which to stop.
+pub(super) struct Read {
+    outcomes: Vec<PodState>,
+    to_create: Vec<usize>,
+    /// Pods that ended while the kubelet still holds them (an image that cannot be pulled, a
+    /// missing Secret): deleted so that they stop holding the node's GPUs.
+    to_stop: Vec<usize>,
+    /// Nodes whose pod holds them now (running, waiting, or ended and not yet gone).
+    occupying: usize,
+}
+
+pub(super) async fn read_states(
+    name: &str,
+    entries: &[NodeRunResult],
+    pods: &HashMap<String, Arc<Pod>>,
+    pods_api: &Api<Pod>,
+    past_deadline: &(dyn Fn(usize) -> bool + Sync),
+    run_seconds: u64,
+) -> Result<Read> {
+    let mut read = Read {
+        outcomes: Vec::with_capacity(entries.len()),
+        to_create: Vec::new(),
+        to_stop: Vec::new(),
+        occupying: 0,
+    };
+    for (i, e) in entries.iter().enumerate() {
+        let pod_name = names::pod_name(name, &e.node);
+        let live = match pods.get(&pod_name) {
+            Some(p) => Some(p.clone()),
+            // Created before; the cache may lag, so ask the API server.
+            None if e.pod.is_some() => pods_api.get_opt(&pod_name).await?.map(Arc::new),
+            None => None,
+        };
+        let o = if let Some(p) = live {
+            let state = results::pod_state(&p);
+            if !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded") | Some("Failed")
+            ) {
+                read.occupying += 1;
+            }
+            if state.is_final() && holds_node(&p) {
+                read.to_stop.push(i);
+            }
+            state
+        } else if e.verdict.is_final() {
+            // Ended earlier (a blocked pod this controller deleted): the status remembers why.
+            PodState::Ended(results::outcome_from_entry(e))
+        } else if e.pod.is_some() {
+            if past_deadline(i) {
+                PodState::Ended(results::never_started(&format!(
+                    "the run deadline ({run_seconds}s)"
+                )))
+            } else {
+                PodState::Ended(results::pod_gone())
+            }
+        } else {
+            read.to_create.push(i);
+            PodState::Waiting(None)
+        };
+        read.outcomes.push(o);
+    }
+    Ok(read)
+}
+
+/// The run's shards: from the cache, or listed when the cache has not caught up.
+pub(super) async fn shards_of(run: &FabricTestRun, ctx: &Context) -> Result<Vec<Shard>> {
+    let want = run.status.as_ref().map_or(0, |s| s.shards) as usize;
+    let found = match shards::cached(&ctx.shards, &ctx.shard_writes, run) {
+        Some(s) => s,
+        None => shards::listed(&shards_api(ctx, run), &ctx.shard_writes, run).await?,
+    };
+    if found.len() < want {
+        return Err(Error::Missing("the run's FabricTestRunShards"));
+    }
+    Ok(found)
+}
+
+/// Reads every node's pod, stops what ended or passed its wave's deadline, creates the
+/// pods of the wave under way, writes the shards that changed and the run's progress, and
+/// finishes the run once every node has a result.
+pub(super) async fn progress(
+    run: &FabricTestRun,
+    status: FabricTestRunStatus,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+    key: &str,
+) -> Result<Action> {
+    let name = run.name_any();
+    let ns = ctx.pod_namespace.as_str();
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let timeout = i64::from(run.spec.agent.timeout_seconds);
+    let now_t = Utc::now();
+    let shards = shards_of(run, ctx).await?;
+    let mut entries = shards::results(&shards);
+
+    let pods = pods_of(ctx, ns, &uid);
+
+    let mut prog = status.progress.clone().unwrap_or_default();
+    let wave_size = match prog.wave_size as usize {
+        0 => entries.len().max(1),
+        n => n,
+    };
+    let stored_wave = prog.wave.saturating_sub(1) as usize;
+    let deadline = wave_deadline(&prog, &status, timeout, now_t);
+    let past_deadline = now_t >= deadline;
+    let in_wave = |i: usize| waves::wave_of(i, wave_size) <= stored_wave;
+    let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
+    let Read {
+        mut outcomes,
+        to_create,
+        to_stop,
+        occupying,
+    } = read_states(
+        &name,
+        &entries,
+        &pods,
+        &pods_api,
+        &|i| past_deadline && in_wave(i),
+        run_seconds,
+    )
+    .await?;
+    for i in to_stop {
+        delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
+    }
+
+    // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
+    if past_deadline {
+        let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
+        prog.stopped += stop_at_deadline(
+            &name,
+            &entries,
+            &wave,
+            &to_create,
+            &mut outcomes,
+            &pods_api,
+            run_seconds,
+        )
+        .await?;
+    }
+
+    let done: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    let waiting: Vec<usize> = to_create.into_iter().filter(|i| !done[*i]).collect();
+    let step = waves::step(&done, &waiting, occupying, wave_size);
+    let transient = match step.as_ref().filter(|s| !s.create.is_empty()) {
+        Some(step) => {
+            create_step(
+                run,
+                &mut entries,
+                &mut outcomes,
+                &step.create,
+                ctx,
+                &pods_api,
+            )
+            .await
+        }
+        None => None,
+    };
+
+    refresh_entries(run, &uid, &mut entries, &outcomes, ctx).await;
+    let active = outcomes.iter().filter(|o| !o.is_final()).count();
+    ctx.metrics.set_active_pods(key, active as i64);
+
+    let mut next = status.clone();
+    record_progress(
+        run,
+        &mut next,
+        prog,
+        step.as_ref(),
+        &entries,
+        &outcomes,
+        wave_size,
+    );
+    ctx.metrics.set_run_progress(run, next.progress.as_ref());
+
+    if step.is_none() && transient.is_none() {
+        let ended = NodeChecksEnded {
+            shards: &shards,
+            outcomes: &outcomes,
+            status: &status,
+            pods_api: &pods_api,
+        };
+        return after_node_checks(run, next, entries, ended, api, ctx).await;
+    }
+    save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
+    if let Some(e) = transient {
+        return Err(e.into());
+    }
+    let wait = (deadline - Utc::now()).num_milliseconds().max(100) as u64;
+    Ok(Action::requeue(Duration::from_millis(
+        wait.min(60_000) + 50,
+    )))
+}
+
+/// Each node's result from its pod's outcome (its node-pair records kept); each pod's full
+/// result is kept as soon as the pod ends, so the run's end (and its verdict) waits only
+/// for the last pods' logs.
+pub(super) async fn refresh_entries(
+    run: &FabricTestRun,
+    uid: &str,
+    entries: &mut [NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+) {
+    for (e, o) in entries.iter_mut().zip(outcomes) {
+        let pod = e.pod.clone();
+        let pairs = std::mem::take(&mut e.pairs);
+        *e = results::node_result(&e.node, pod.as_deref(), o);
+        e.pairs = pairs;
+    }
+    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    if let Some(note) = finish::keep_results(run, uid, entries, Some(&ended), ctx).await {
+        tracing::warn!(%note, "full results not kept yet");
+    }
+}
+
+/// What the end of the node checks hands on: the run's shards, the pods' outcomes, the
+/// status read at the start of the pass, and the pods API.
+pub(super) struct NodeChecksEnded<'a> {
+    shards: &'a [Shard],
+    outcomes: &'a [PodState],
+    status: &'a FabricTestRunStatus,
+    pods_api: &'a Api<Pod>,
+}
+
+/// Every node check has ended: the run finishes, or its node-pair phase takes a step (and
+/// the run waits for it). A confirmation run retests node-check suspects only: it has no
+/// known-good partners to pair them with, and a node failed by the node-pair phase was
+/// already retested against one within its own run (see `NodeRunResult::confirmed`).
+pub(super) async fn after_node_checks(
+    run: &FabricTestRun,
+    mut next: FabricTestRunStatus,
+    mut entries: Vec<NodeRunResult>,
+    e: NodeChecksEnded<'_>,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<Action> {
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    if !run.spec.suite.node_pairs.enabled
+        || run.spec.trigger == gpufabric_api::run::Trigger::Confirmation
+    {
+        return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
+    }
+    let pairs = pairs::advance(run, &mut next, &mut entries, e.outcomes, ctx, e.pods_api).await;
+    match pairs {
+        Ok(pairs::PairsStep::Done) => {
+            finish(run, next, e.shards, entries, e.outcomes, api, ctx).await
+        }
+        Ok(pairs::PairsStep::Wait(wait)) => {
+            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            Ok(Action::requeue(wait))
+        }
+        Err(err) => {
+            // What this pass did (pods created, pairs settled) is kept before the retry.
+            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            Err(err)
+        }
+    }
+}
+
+/// Writes what changed in this pass: the shards whose nodes changed, and the run's status
+/// (counts and the worst nodes) when it differs from `before`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn save(
+    run: &FabricTestRun,
+    uid: &str,
+    shards: &[Shard],
+    entries: &[NodeRunResult],
+    mut next: FabricTestRunStatus,
+    before: &FabricTestRunStatus,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<()> {
+    let after = shards::split(entries, shards);
+    shards::write_changed(
+        &shards_api(ctx, run),
+        &ctx.shard_writes,
+        uid,
+        shards,
+        &after,
+    )
+    .await?;
+    st::set_counts(&mut next, entries);
+    next.nodes = st::nodes_for_run_status(entries);
+    if next != *before {
+        apply_status(api, &run.name_any(), &next).await?;
+    }
+    Ok(())
+}
+
+/// The run's pods in the cache (the operator's namespace, owned by the run), by name.
+pub(super) fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
+    ctx.pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns))
+        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .map(|p| (p.name_any(), p))
+        .collect()
+}
+
+/// The run's progress after this pass (done, waves, the wave under way and when all its
+/// pods existed) and, once every node has a pod or an outcome, the `PodsCreated` condition.
+pub(super) fn record_progress(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    mut prog: RunProgress,
+    step: Option<&waves::WaveStep>,
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    wave_size: usize,
+) {
+    let has_pod = |i: usize| entries[i].pod.is_some() || outcomes[i].is_final();
+    if (0..entries.len()).all(has_pod)
+        && !next
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_PODS_CREATED)
+    {
+        let c = st::condition(
+            &next.conditions.clone(),
+            CONDITION_PODS_CREATED,
+            true,
+            "AllPodsCreated",
+            format!("{} benchmark pods created", entries.len()),
+            run.metadata.generation,
+            &now(),
+        );
+        next.conditions.push(c);
+        tracing::info!(pods = entries.len(), "all pods created");
+    }
+    prog.total = entries.len() as u32;
+    prog.done = outcomes.iter().filter(|o| o.is_final()).count() as u32;
+    prog.wave_size = wave_size as u32;
+    prog.waves = entries.len().div_ceil(wave_size) as u32;
+    if let Some(step) = step {
+        if step.wave + 1 != prog.wave as usize || prog.wave_start_time.is_none() {
+            prog.wave = step.wave as u32 + 1;
+            prog.wave_start_time = Some(now());
+            prog.wave_pods_created_time = None;
+            tracing::info!(wave = prog.wave, waves = prog.waves, "wave started");
+        }
+        let start = step.wave * wave_size;
+        let end = (start + wave_size).min(entries.len());
+        if prog.wave_pods_created_time.is_none() && (start..end).all(has_pod) {
+            prog.wave_pods_created_time = Some(now());
+        }
+    }
+    next.progress = Some(prog);
+}
+
+/// The pod is not in a terminal phase: the kubelet still holds it (and its GPUs).
+pub(super) fn holds_node(p: &Pod) -> bool {
+    !matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded") | Some("Failed")
+    ) && p.meta().deletion_timestamp.is_none()
+}
