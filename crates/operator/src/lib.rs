@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod cache;
 pub mod context;
 pub mod controller;
 pub mod counters;
@@ -36,12 +37,12 @@ use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::test::FabricTest;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Config as WatchConfig};
-use kube::{Client, Resource};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,11 +82,7 @@ pub fn controller_options(pod_namespace: String, admin_addr: Option<SocketAddr>)
     }
 }
 
-/// Drops what the operator never reads from a cached object (managed fields; a Node's image
-/// list), so a cache of thousands of objects stays small.
-fn slim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-}
+use cache::{slim, slim_node, slim_pod};
 
 /// The caches the controllers read besides the FabricTests'.
 struct Caches {
@@ -167,7 +164,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let (pod_store, pod_writer) = reflector::store();
     let pod_stream = watcher::watcher(pods_api, WatchConfig::default().labels(keys::LABEL_RUN))
         .default_backoff()
-        .modify(slim::<Pod>)
+        .modify(slim_pod)
         .reflect(pod_writer)
         .touched_objects();
 
@@ -290,12 +287,7 @@ fn node_cache(
     let (store, writer) = reflector::store();
     let watch = watcher::watcher(Api::<Node>::all(client.clone()), WatchConfig::default())
         .default_backoff()
-        .modify(|n: &mut Node| {
-            slim(n);
-            if let Some(s) = n.status.as_mut() {
-                s.images = None;
-            }
-        })
+        .modify(slim_node)
         .reflect(writer)
         .for_each(|_| futures::future::ready(()));
     (store, watch)

@@ -1,0 +1,164 @@
+//! What the operator's caches keep of each object: only the fields its controllers read, so
+//! that a cache of thousands of Nodes and benchmark Pods stays small. Objects read from the
+//! API server directly (a pod the cache has not seen yet) are whole; the readers need no
+//! more than what is kept here.
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec};
+use kube::Resource;
+
+/// Drops what no reader of any cached object needs: managed fields.
+pub fn slim<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
+/// A benchmark pod as the run controller reads it: its metadata, its whole status (phase,
+/// conditions, container states and termination messages, pod IP) and, of its spec, only the
+/// node it is bound to and its `activeDeadlineSeconds`. The containers (arguments,
+/// environment, volumes) are what the operator wrote and never reads back.
+pub fn slim_pod(pod: &mut Pod) {
+    slim(pod);
+    if let Some(spec) = pod.spec.take() {
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            active_deadline_seconds: spec.active_deadline_seconds,
+            ..PodSpec::default()
+        });
+    }
+}
+
+/// A Node as node selection, quarantine and the node signals read it: metadata (labels,
+/// annotations), taints and `unschedulable`, GPU capacity and allocatable, and conditions.
+/// Its image list, addresses, system info and volumes are dropped.
+pub fn slim_node(node: &mut Node) {
+    slim(node);
+    if let Some(spec) = node.spec.take() {
+        node.spec = Some(NodeSpec {
+            taints: spec.taints,
+            unschedulable: spec.unschedulable,
+            ..NodeSpec::default()
+        });
+    }
+    if let Some(status) = node.status.take() {
+        node.status = Some(NodeStatus {
+            allocatable: status.allocatable,
+            capacity: status.capacity,
+            conditions: status.conditions,
+            ..NodeStatus::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::results::{self, PodState};
+    use serde_json::json;
+
+    fn pod(state: serde_json::Value, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                "managedFields": [{"manager": "x", "operation": "Apply"}]},
+            "spec": {
+                "nodeName": "gpu-0",
+                "activeDeadlineSeconds": 600,
+                "containers": [{"name": crate::pods::CONTAINER, "image": "i",
+                    "args": ["node-check"], "env": [{"name": "A", "value": "b"}]}]
+            },
+            "status": {
+                "phase": phase,
+                "podIP": "10.0.0.1",
+                "reason": if phase == "Failed" { "DeadlineExceeded" } else { "" },
+                "containerStatuses": [{"name": crate::pods::CONTAINER, "image": "i",
+                    "imageID": "", "ready": false, "restartCount": 0, "state": state}]
+            }
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn a_slim_pod_reads_as_the_whole_pod_does() {
+        let cases = [
+            pod(
+                json!({"running": {"startedAt": "2026-11-25T00:00:00Z"}}),
+                "Running",
+            ),
+            pod(
+                json!({"waiting": {"reason": "ImagePullBackOff", "message": "no"}}),
+                "Pending",
+            ),
+            pod(
+                json!({"terminated": {"exitCode": 3, "message": "not a document"}}),
+                "Failed",
+            ),
+            pod(
+                json!({"terminated": {"exitCode": 0, "message": "{}"}}),
+                "Succeeded",
+            ),
+        ];
+        for whole in cases {
+            let mut kept = whole.clone();
+            slim_pod(&mut kept);
+            assert!(kept.metadata.managed_fields.is_none());
+            let spec = kept.spec.as_ref().expect("spec kept");
+            assert!(spec.containers.is_empty());
+            assert_eq!(spec.node_name.as_deref(), Some("gpu-0"));
+            assert_eq!(spec.active_deadline_seconds, Some(600));
+            assert_eq!(
+                format!("{:?}", results::pod_state(&kept)),
+                format!("{:?}", results::pod_state(&whole))
+            );
+            assert_eq!(
+                format!("{:?}", crate::pairs::phase::pair_pod(&kept)),
+                format!("{:?}", crate::pairs::phase::pair_pod(&whole))
+            );
+        }
+        // The cases above are not all alike: the comparison means something.
+        let states: std::collections::BTreeSet<String> = [
+            pod(json!({"running": {}}), "Running"),
+            pod(json!({"terminated": {"exitCode": 3}}), "Failed"),
+        ]
+        .iter()
+        .map(|p| format!("{:?}", results::pod_state(p)))
+        .collect();
+        assert_eq!(states.len(), 2);
+        assert!(matches!(
+            results::pod_state(&pod(json!({"running": {}}), "Running")),
+            PodState::Running
+        ));
+    }
+
+    #[test]
+    fn a_slim_node_keeps_what_selection_and_signals_read() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "gpu-0", "labels": {"pool": "a"},
+                "annotations": {"gpufabric.io/counters": "{}"}},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}], "unschedulable": true,
+                "podCIDR": "10.0.0.0/24", "providerID": "x"},
+            "status": {
+                "capacity": {"nvidia.com/gpu": "8"},
+                "allocatable": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                "images": [{"names": ["a"], "sizeBytes": 1}],
+                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                    "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                    "machineID": "", "operatingSystem": "linux", "osImage": "", "systemUUID": ""}
+            }
+        }))
+        .expect("a node");
+        let whole = node.clone();
+        slim_node(&mut node);
+        assert_eq!(crate::pods::allocatable_gpus(&node), 8);
+        assert_eq!(node.metadata.labels, whole.metadata.labels);
+        assert_eq!(node.metadata.annotations, whole.metadata.annotations);
+        let (spec, status) = (node.spec.expect("spec"), node.status.expect("status"));
+        assert_eq!(spec.taints.map(|t| t.len()), Some(1));
+        assert_eq!(spec.unschedulable, Some(true));
+        assert!(spec.pod_cidr.is_none() && spec.provider_id.is_none());
+        assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+        assert!(status.capacity.is_some());
+        assert!(
+            status.addresses.is_none() && status.images.is_none() && status.node_info.is_none()
+        );
+    }
+}
