@@ -5,6 +5,10 @@
 # links shaped with tc; PyTorch's NCCL in the same namespaces as the reference.
 #
 #   bench/node-pair-check.sh [SIZE] [ROUNDS]   (default 256M, 3)
+#   bench/node-pair-check.sh clique [SIZE] [ROUNDS]   both ranks on all of this host's GPUs
+#       (G > 1 a node), as two hosts
+#   bench/node-pair-check.sh peer-lost   a peer that meets the rendezvous and never joins
+#       NCCL: rank 0 ends within the rendezvous timeout, not at the pod's deadline
 #   bench/node-pair-check.sh localize [SIZE] [CLEAN] [SHAPED]   (default 64M, 5, 3)
 #       four emulated nodes, all six pairs in three rounds (two pairs at once): CLEAN clean
 #       runs, SHAPED runs with node 2's link at 2gbit, SHAPED runs with only the path
@@ -22,6 +26,8 @@ set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 MODE=pair
 if [ "${1:-}" = localize ]; then MODE=localize; shift; fi
+if [ "${1:-}" = peer-lost ]; then MODE=peer-lost; shift; fi
+if [ "${1:-}" = clique ]; then MODE=clique; shift; fi
 SIZE=${1:-256M}
 ROUNDS=${2:-3}
 [ $MODE = localize ] && { SIZE=${1:-64M}; CLEAN=${2:-5}; SHAPED=${3:-3}; }
@@ -42,6 +48,7 @@ bytes=$(python3 -c "import sys;s='$SIZE';m={'K':1<<10,'M':1<<20,'G':1<<30};print
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
+
 
 # pair NAME PREFIX0 PREFIX1 ADDR [NODES]: both ranks, rank 0's prefix (e.g. the netns exec)
 # first; NODES (default node0,node1) names them in the documents.
@@ -120,6 +127,52 @@ banner versions
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 "$AGENT" --version
+# peer-lost: rank 1 (the sim backend) meets the rendezvous and never joins NCCL, as a peer
+# that dies right after it would; the cuda rank 0 must not hang in ncclCommInitRank but end
+# within --rendezvous-timeout with a not-measured document naming its peer (exit 3).
+if [ $MODE = peer-lost ]; then
+  banner "peer-lost: rank 1 meets the rendezvous, then never joins NCCL"
+  lost=(node-pair --nodes h100-00,h100-01 --group t/lost --secret "$SECRET" -b 64M
+        --rendezvous 127.0.0.1:29401 --rendezvous-timeout 20 --timeout 60)
+  t0=$(date +%s)
+  timeout 120 "$AGENT" "${lost[@]}" --backend cuda --rank 0 --json "$OUT/lost-r0.json" \
+      > "$OUT/lost-r0.log" 2>&1 &
+  a=$!
+  "$AGENT" "${lost[@]}" --backend sim --fleet "$PWD/.device/demo-16.yaml" --rank 1 \
+      --json "$OUT/lost-r1.json" > "$OUT/lost-r1.log" 2>&1
+  rb=$?
+  wait $a; ra=$?
+  echo "peer-lost: rank 0 exit $ra after $(( $(date +%s) - t0 ))s (124 = hung until killed), rank 1 exit $rb"
+  tail -3 "$OUT/lost-r0.log"
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('rank 0 durationS:', d.get('durationS'), 'notMeasured:', d.get('notMeasured'))" "$OUT/lost-r0.json"
+  banner "peer-lost control: both ranks cuda on this host, the same binary and watch"
+  pair host-control "env NCCL_HOSTID=hostA" "env NCCL_HOSTID=hostB" 127.0.0.1
+  exit 0
+fi
+
+# clique: both ranks see every GPU of this host, as two hosts (NCCL_HOSTID), so each
+# rank's clique has G = the host's GPU count: the G > 1 init (G communicators in one NCCL
+# group) and the collectives' G-GPU enqueue, NVLink within a "node", sockets between them.
+if [ $MODE = clique ]; then
+  G=$(nvidia-smi -L | wc -l)
+  for i in $(seq 1 "$ROUNDS"); do
+    banner "clique $i: two ranks, each with all $G GPUs, as two hosts"
+    pair "clique$i" "env NCCL_HOSTID=hostA" "env NCCL_HOSTID=hostB" 127.0.0.1
+  done
+  banner "clique: PyTorch reference, $G processes a host, the same two host ids"
+  pids=()
+  for r in $(seq 0 $((2 * G - 1))); do
+    host=hostA; [ "$r" -ge "$G" ] && host=hostB
+    env NCCL_HOSTID=$host RANK=$r WORLD_SIZE=$((2 * G)) LOCAL_RANK=$((r % G)) GPUS_PER_NODE=$G \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python3 bench/pair_reference.py "$bytes" 20 \
+      > "$OUT/clique-ref-r$r.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  grep -h "^REF" "$OUT/clique-ref-r0.log" || tail -5 "$OUT/clique-ref-r0.log"
+  exit 0
+fi
+
 if [ $MODE = localize ]; then localize; exit 0; fi
 
 # With one GPU both emulated nodes use it: NCCL tells ranks apart by host (NCCL_HOSTID

@@ -4,6 +4,10 @@ agent time them (warm-up, barrier, timed iterations, host time per iteration).
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=192.0.2.10 MASTER_PORT=29500 python3 pair_reference.py BYTES [ITERS]
 
+With G GPUs a node, run G processes a node with LOCAL_RANK=0..G-1 (the GPU each uses) and
+GPUS_PER_NODE=G: ranks node * G + LOCAL_RANK, and sendRecv pairs GPU i of one node with GPU i
+of the other (rail to rail), as the agent does.
+
 Rank 0 prints `REF {json}` with time_us, algbw and busbw (GB/s) per collective.
 """
 import json
@@ -19,14 +23,16 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     addr = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-    torch.cuda.set_device(0)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    per_node = int(os.environ.get("GPUS_PER_NODE", "1"))
+    torch.cuda.set_device(local)
     dist.init_process_group("nccl", init_method=addr, rank=rank, world_size=world,
-                            device_id=torch.device("cuda", 0))
+                            device_id=torch.device("cuda", local))
     n = int(sys.argv[1]) // 4
     iters = int(sys.argv[2]) if len(sys.argv) > 2 else 20
     x = torch.ones(n, device="cuda")
     y = torch.empty_like(x)
-    peer = (rank + 1) % world
+    peer = (rank + per_node) % world
     res = {}
     for name in ("allReduce", "sendRecv"):
         def op():

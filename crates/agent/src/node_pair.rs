@@ -16,6 +16,8 @@ use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Exit code of a pair that could not be measured (a peer that never arrived): the
@@ -190,7 +192,13 @@ fn meet(
     match met {
         Ok(m) => Ok(Ok(m)),
         Err(e) => {
-            let doc = not_measured(opts, backend, r.started_at.clone(), r.started, &e);
+            let doc = not_measured(
+                opts,
+                backend,
+                r.started_at.clone(),
+                r.started,
+                e.to_string(),
+            );
             emit(&doc, args.json.as_deref())?;
             eprintln!("fabric-agent: node pair not measured: {e}");
             Ok(Err(match e {
@@ -272,18 +280,69 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
         Ok(m) => m,
         Err(code) => return Ok(code),
     };
+    let joined = Arc::new(AtomicBool::new(false));
     let settings = cuda::node_pair::PairSettings {
         iters: (args.warmup, args.iters),
         timeout: args.timeout,
         nics: gpufabric_measure::nic::read_ports(std::path::Path::new(NIC_ROOT))
             .unwrap_or_default(),
         nccl_log,
+        joined: Some(joined.clone()),
     };
+    let _watch = watch_init(joined, args.rendezvous_timeout, {
+        let doc = not_measured(
+            r.opts,
+            Backend::Cuda,
+            r.started_at.clone(),
+            r.started,
+            format!(
+                "{} met the rendezvous but did not join NCCL's communicator within {}s \
+                 (its agent died, or NCCL cannot reach it on the network)",
+                r.opts.peer(),
+                args.rendezvous_timeout.as_secs()
+            ),
+        );
+        let (json, started) = (args.json.clone(), r.started);
+        move || {
+            let mut doc = doc;
+            doc.duration_s = started.elapsed().as_secs_f64();
+            // NCCL's init cannot be aborted: the document goes out and the process ends.
+            if let Err(e) = emit(&doc, json.as_deref()) {
+                eprintln!("fabric-agent: {e:#}");
+            }
+            if let Some(m) = &doc.not_measured {
+                eprintln!("fabric-agent: node pair not measured: {}", m.message);
+            }
+            std::process::exit(EXIT_NOT_MEASURED);
+        }
+    });
     let timeout = args.rendezvous_timeout;
     let mut barrier = || group.barrier(timeout).map_err(|e| e.to_string());
     let doc =
         cuda::node_pair::node_pair(r.opts, &id, &settings, &mut barrier, r.started_at.clone())?;
     finish(doc, group, r)
+}
+
+/// Watches NCCL's communicator set-up from a thread: when `joined` is not set within
+/// `timeout`, calls `expire` (which ends the process: `ncclCommInitRank` blocks for ever
+/// on a peer that died after the rendezvous, and cannot be aborted). The thread ends on
+/// its own once `joined` is set.
+fn watch_init(
+    joined: Arc<AtomicBool>,
+    timeout: Duration,
+    expire: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + timeout;
+        while !joined.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= deadline {
+                expire();
+                return;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+        }
+    })
 }
 
 fn load_fleet(args: &NodePairArgs, opts: &PairOptions) -> anyhow::Result<Fleet> {
@@ -309,7 +368,7 @@ fn not_measured(
     backend: Backend,
     started_at: String,
     started: Instant,
-    e: &RendezvousError,
+    message: String,
 ) -> NodePairResult {
     NodePairResult {
         schema: PAIR_SCHEMA.into(),
@@ -326,7 +385,7 @@ fn not_measured(
         nics: Vec::new(),
         not_measured: Some(NotMeasured {
             peer: Some(opts.peer().to_string()),
-            message: e.to_string(),
+            message,
         }),
         errors: Vec::new(),
     }
@@ -379,4 +438,37 @@ fn emit(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn the_init_watch_expires_when_the_communicator_never_forms() {
+        let (tx, rx) = mpsc::channel();
+        let joined = Arc::new(AtomicBool::new(false));
+        let t = watch_init(joined, Duration::from_millis(100), move || {
+            let _ = tx.send(());
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(10)).is_ok(), "expired");
+        t.join().expect("the watch ends");
+    }
+
+    #[test]
+    fn the_init_watch_stands_down_once_joined() {
+        let (tx, rx) = mpsc::channel::<()>();
+        let joined = Arc::new(AtomicBool::new(false));
+        let t = watch_init(joined.clone(), Duration::from_millis(300), move || {
+            let _ = tx.send(());
+        });
+        joined.store(true, Ordering::SeqCst);
+        t.join().expect("the watch ends");
+        // The watch has ended without expiring: the sender is dropped unused.
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(1)),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+    }
 }

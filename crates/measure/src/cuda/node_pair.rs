@@ -42,6 +42,10 @@ pub struct PairSettings {
     pub nics: Vec<NicPort>,
     /// NCCL's INFO log, when this process pointed it at a file.
     pub nccl_log: Option<std::path::PathBuf>,
+    /// Set once this rank's communicators exist (NCCL's bootstrap with the other node is
+    /// done). `ncclCommInitRank` cannot be aborted: a caller that must not hang for ever on
+    /// a peer that died after the rendezvous watches this flag (see the agent's init watch).
+    pub joined: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// This node's GPUs in the clique.
@@ -125,6 +129,9 @@ fn measure(
         *d = *s as std::ffi::c_char;
     }
     let mut comms = init_ranks(&gpus, uid, world, first)?;
+    if let Some(joined) = &set.joined {
+        joined.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     let bytes = (opts.bytes.max(4 * world as u64) / 4 * 4) as usize;
     let mut local = Local {
         streams: gpus.iter().map(Stream::new).collect::<GpuResult<_>>()?,
