@@ -42,10 +42,11 @@ pub struct Context {
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
     /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
     pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
-    /// Per run (by uid), the nodes whose full result this process has already kept: each
-    /// is kept once, when its pod ends, so the run's end has only the last pods left.
-    pub kept_results:
-        Arc<std::sync::Mutex<std::collections::HashMap<String, std::collections::HashSet<String>>>>,
+    /// Keeps each node's full result once, in the background, as its pod ends; the run's
+    /// end has only the last pods left.
+    pub keeper: Arc<crate::controller::run::Keeper>,
+    /// When each run's last pass began: a run gets at most one pass a second.
+    pub passes: Arc<crate::controller::run::PassThrottle>,
 }
 
 impl Context {

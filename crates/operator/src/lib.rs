@@ -122,7 +122,8 @@ fn context(
         agent_image: options.agent_image.clone(),
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
-        kept_results: Default::default(),
+        keeper: Arc::new(crate::controller::run::Keeper::new()),
+        passes: Default::default(),
     })
 }
 
@@ -214,8 +215,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
 
     let shutdown = shutdown_signal()?;
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
+    // No debounce for runs: it would restart with each of thousands of pod events and hold
+    // a busy run's passes back until its pods all ended; a throttle spaces them instead.
     let run_controller = Controller::for_shared_stream(run_sub_runs, run_store.clone())
-        .with_config(config.clone())
+        .with_config(ControllerConfig::default())
         .watches_stream(pod_stream, runs_owning)
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(

@@ -55,6 +55,8 @@ pub enum StoreError {
         #[source]
         source: kube::Error,
     },
+    #[error("reading the log of pod {pod}: no answer within {}s", LOG_READ_TIMEOUT.as_secs())]
+    LogTimeout { pod: String },
     #[error("writing ConfigMap {name}: {source}")]
     Write {
         name: String,
@@ -152,9 +154,11 @@ pub async fn keep(
         limit_bytes: Some(MAX_LOG_BYTES),
         ..Default::default()
     };
-    let log = pods
-        .logs(pod, &lp)
+    let log = tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(pod, &lp))
         .await
+        .map_err(|_| StoreError::LogTimeout {
+            pod: pod.to_string(),
+        })?
         .map_err(|source| StoreError::Log {
             pod: pod.to_string(),
             source,
@@ -175,6 +179,9 @@ pub async fn keep(
     Ok(true)
 }
 
+/// Longest wait for one pod's log (a node whose kubelet is gone may never answer).
+pub const LOG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Pod logs read at once.
 pub const KEEP_CONCURRENCY: usize = 16;
 
@@ -185,6 +192,12 @@ pub struct Kept {
     pub nodes: Vec<String>,
     /// A note for the run status when some could not be kept.
     pub note: Option<String>,
+}
+
+/// Whether a node's pod left a full result to keep: it ran, and the agent measured (or met a
+/// hardware fault); a pod not measured or stopped at the deadline has none.
+pub fn worth_keeping(e: &NodeRunResult) -> bool {
+    e.pod.is_some() && !matches!(e.verdict, NodeVerdict::NotMeasured | NodeVerdict::Timeout)
 }
 
 /// Keeps the full document of every node of `entries` whose pod ended with a result
@@ -211,7 +224,7 @@ pub async fn keep_all(
     let run_name = run.name_any();
     let jobs: Vec<_> = entries
         .iter()
-        .filter(|e| !matches!(e.verdict, NodeVerdict::NotMeasured | NodeVerdict::Timeout))
+        .filter(|e| worth_keeping(e))
         .filter_map(|e| e.pod.clone().map(|p| (e.node.clone(), p)))
         .map(|(node, pod)| {
             let (pods, config_maps) = (pods.clone(), config_maps.clone());

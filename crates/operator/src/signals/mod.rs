@@ -29,5 +29,8 @@ pub use node::{
     Judgement, MAX_MESSAGE, condition, current_condition, message, metadata_patch, rfc3339,
     status_patch,
 };
-pub use run::{CONDITION_COMPLETE, CONDITION_FAILED, set_finished_conditions};
+pub use run::{
+    CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_RESULTS_KEPT, results_pending,
+    set_finished_conditions, set_results_kept,
+};
 pub use taint::{SUSPECT_EFFECT, release_all as release_suspect_taints, suspect_taint_patch};

@@ -64,6 +64,56 @@ pub fn set_finished_conditions(
     status.conditions.push(failed);
 }
 
+/// Condition type: the full result documents of the run's measured nodes are kept
+/// (ConfigMaps, see the README). False from the verdict until they are: the verdict is
+/// written first, so it never waits for hundreds of log reads.
+pub const CONDITION_RESULTS_KEPT: &str = "ResultsKept";
+
+/// Sets `ResultsKept`: False while `pending` (with how many are left), True once the run's
+/// results were kept (`note`: the ones that could not be, if any).
+pub fn set_results_kept(
+    status: &mut FabricTestRunStatus,
+    pending: Option<usize>,
+    note: Option<&str>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let (kept, reason, message) = match (pending, note) {
+        (Some(n), _) => (
+            false,
+            "Keeping",
+            format!("keeping the full results of {n} nodes"),
+        ),
+        (None, Some(note)) => (true, "PartlyKept", note.to_string()),
+        (None, None) => (
+            true,
+            "Kept",
+            "every measured node's full result is kept".into(),
+        ),
+    };
+    let c = st::condition(
+        &status.conditions,
+        CONDITION_RESULTS_KEPT,
+        kept,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_RESULTS_KEPT);
+    status.conditions.push(c);
+}
+
+/// Whether a finished run's full results are still to be kept.
+pub fn results_pending(status: &FabricTestRunStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_RESULTS_KEPT && c.status == "False")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +171,32 @@ mod tests {
         };
         set_finished_conditions(&mut s, Some(1), &now());
         assert!(s.conditions.is_empty());
+    }
+
+    #[test]
+    fn results_kept_is_false_while_pending_and_true_after() {
+        let mut s = FabricTestRunStatus::default();
+        assert!(!results_pending(&s), "no condition: nothing pending");
+        set_results_kept(&mut s, Some(12), None, Some(1), &now());
+        assert!(results_pending(&s));
+        assert!(s.conditions.iter().any(|c| c.message.contains("12 nodes")));
+        set_results_kept(
+            &mut s,
+            None,
+            Some("full results not kept for 1 node(s): a"),
+            Some(1),
+            &now(),
+        );
+        assert!(!results_pending(&s));
+        let c: Vec<_> = s
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == CONDITION_RESULTS_KEPT)
+            .collect();
+        assert_eq!(c.len(), 1);
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("True", "PartlyKept")
+        );
     }
 }

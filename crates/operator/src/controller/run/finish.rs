@@ -9,13 +9,17 @@ pub(super) async fn finish(
     mut next: FabricTestRunStatus,
     shards: &[Shard],
     mut entries: Vec<NodeRunResult>,
-    outcomes: &[PodState],
+    outcomes: Vec<PodState>,
     api: &Api<FabricTestRun>,
     ctx: &Context,
 ) -> Result<Action> {
+    let began = std::time::Instant::now();
     let name = run.name_any();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    let (inputs, evaluation) = judge(&entries, outcomes, &run.spec.thresholds, ctx);
+    // The outcomes move into the evaluator's inputs: at thousands of nodes a second copy of
+    // every parsed result is the largest thing the operator would hold.
+    let inputs = node_inputs(&entries, outcomes, ctx);
+    let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
     let mut all_findings = evaluation.findings.clone();
     if next.node_pairs.is_some() {
         all_findings.extend(crate::pairs::phase::findings(&entries, &Default::default()));
@@ -75,9 +79,6 @@ pub(super) async fn finish(
     } else {
         next.phase = RunPhase::Succeeded;
     }
-    // Before the run ends, so before the history limits can delete its pods.
-    notes.extend(keep_results(run, &uid, &entries, None, ctx).await);
-    forget_kept(ctx, &uid);
     if dropped > 0 {
         notes.push(format!(
             "{dropped} more findings are not listed (status size limit)"
@@ -85,7 +86,18 @@ pub(super) async fn finish(
     }
     next.message = (!notes.is_empty()).then(|| notes.join("; "));
     crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
+    // The verdict first, the full results after it: the history limits leave a run alone
+    // while its `ResultsKept` is False, so its pods stay until they are read.
+    let pending = ctx.keeper.unclaimed(&uid, &entries) + ctx.keeper.in_flight(&uid);
+    crate::signals::set_results_kept(
+        &mut next,
+        (pending > 0).then_some(pending),
+        None,
+        run.metadata.generation,
+        &now(),
+    );
     apply_status(api, &name, &next).await?;
+    tracing::debug!(took_ms = began.elapsed().as_millis(), "verdict written");
     // After the status, so a failed status write cannot make a retry judge against the
     // counters of the run it is judging.
     let at = next
@@ -93,13 +105,55 @@ pub(super) async fn finish(
         .as_ref()
         .map(crate::signals::rfc3339)
         .unwrap_or_default();
+    announce(run, &next, &entries, all_findings.len(), ctx).await;
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
     }
-
-    announce(run, &next, &entries, all_findings.len(), ctx).await;
+    if pending > 0 {
+        keep_after_verdict(run, next, &entries, api, ctx).await?;
+    } else {
+        ctx.keeper.settle(&uid).await;
+        ctx.keeper.forget(&uid);
+    }
     Ok(Action::await_change())
+}
+
+/// Keeps the full results of a judged run that are not kept yet, then sets `ResultsKept`
+/// (with the nodes whose result could not be kept, also added to the run's message).
+pub(super) async fn keep_after_verdict(
+    run: &FabricTestRun,
+    mut status: FabricTestRunStatus,
+    entries: &[NodeRunResult],
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<()> {
+    let began = std::time::Instant::now();
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    // The batches under way first: what they could not keep is tried again here.
+    ctx.keeper.settle(&uid).await;
+    let todo = ctx.keeper.claim(&uid, entries, None);
+    let note = ctx
+        .keeper
+        .keep(&ctx.client, &ctx.pod_namespace, run, &uid, todo)
+        .await;
+    ctx.keeper.forget(&uid);
+    if let Some(n) = &note {
+        status.message = Some(match status.message.take() {
+            Some(m) => format!("{m}; {n}"),
+            None => n.clone(),
+        });
+    }
+    crate::signals::set_results_kept(
+        &mut status,
+        None,
+        note.as_deref(),
+        run.metadata.generation,
+        &now(),
+    );
+    apply_status(api, &run.name_any(), &status).await?;
+    tracing::debug!(took_ms = began.elapsed().as_millis(), "full results kept");
+    Ok(())
 }
 
 /// Judges the nodes whose pods have ended by their own checks: what the evaluator was
@@ -117,11 +171,27 @@ pub(super) fn judge(
             let PodState::Ended(outcome) = o else {
                 return None;
             };
-            Some(node_input(ctx, &e.node, outcome))
+            Some(node_input(ctx, &e.node, outcome.clone()))
         })
         .collect();
     let evaluation = gpufabric_health::evaluate(&inputs, thresholds);
     (inputs, evaluation)
+}
+
+/// What the evaluator is given: the nodes whose pods have ended by their own checks.
+fn node_inputs(
+    entries: &[NodeRunResult],
+    outcomes: Vec<PodState>,
+    ctx: &Context,
+) -> Vec<NodeInput> {
+    entries
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(e, o)| match o {
+            PodState::Ended(outcome) => Some(node_input(ctx, &e.node, outcome)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Metrics, the log line, the Event on the run and, when many nodes were not measured for
@@ -172,53 +242,8 @@ async fn announce(
     publish(ctx, run, bad, reason, "Finish", &summary).await;
 }
 
-/// Keeps the full documents of the nodes of `entries` that have ended (`ended`: which; None:
-/// all) and that this process has not kept yet; returns a note when some could not be kept
-/// (they are tried again at the next pass, at the latest when the run ends).
-pub(super) async fn keep_results(
-    run: &FabricTestRun,
-    uid: &str,
-    entries: &[NodeRunResult],
-    ended: Option<&[bool]>,
-    ctx: &Context,
-) -> Option<String> {
-    let todo: Vec<NodeRunResult> = {
-        let kept = ctx
-            .kept_results
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let done = kept.get(uid);
-        entries
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| ended.is_none_or(|e| e.get(*i).copied().unwrap_or(false)))
-            .filter(|(_, e)| !done.is_some_and(|d| d.contains(&e.node)))
-            .map(|(_, e)| e.clone())
-            .collect()
-    };
-    if todo.is_empty() {
-        return None;
-    }
-    let kept = results::store::keep_all(&ctx.client, &ctx.pod_namespace, run, &todo).await;
-    ctx.kept_results
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .entry(uid.to_string())
-        .or_default()
-        .extend(kept.nodes);
-    kept.note
-}
-
-/// Drops the record of kept results of a run that has ended.
-fn forget_kept(ctx: &Context, uid: &str) {
-    ctx.kept_results
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(uid);
-}
-
 /// What the evaluator needs of one node: its outcome, and what its labels say it holds.
-fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
+fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome) -> NodeInput {
     let node = ctx.nodes.get(&ObjectRef::new(name));
     let product_label = node
         .as_ref()
@@ -234,6 +259,6 @@ fn node_input(ctx: &Context, name: &str, outcome: &NodeOutcome) -> NodeInput {
         node: name.to_string(),
         product_label,
         expected_gpus,
-        outcome: outcome.clone(),
+        outcome,
     }
 }

@@ -39,14 +39,18 @@ use std::time::Duration;
 mod create;
 mod deadline;
 mod finish;
+mod keeper;
 mod pairs;
 mod pass;
 mod start;
+mod throttle;
 use create::*;
 use deadline::*;
 use finish::finish;
+pub use keeper::Keeper;
 use pass::*;
 use start::*;
+pub use throttle::{MIN_PASS_INTERVAL, PassThrottle};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "fabrictestrun";
@@ -60,6 +64,10 @@ pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 /// Reconciles one run.
 #[tracing::instrument(skip_all, fields(run = %obj.name_any()))]
 pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
+    let finished = obj.status.as_ref().is_some_and(|s| s.phase.is_finished());
+    if !finished && let Err(wait) = ctx.passes.begin(&obj.name_any(), std::time::Instant::now()) {
+        return Ok(Action::requeue(wait));
+    }
     let _timer = ctx.metrics.reconcile_timer(CONTROLLER);
     let action = reconcile_run(&obj, &ctx).await?;
     super::succeeded(&ctx, obj.as_ref());
@@ -73,6 +81,7 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
     // The cache may lag behind our own last status write: read the run itself.
     let Some(run) = api.get_opt(&obj.name_any()).await? else {
         ctx.metrics.set_active_pods(&key, 0);
+        ctx.passes.forget(&key);
         if let Some(uid) = obj.uid() {
             ctx.shard_writes.forget(&uid);
         }
@@ -80,6 +89,7 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
     };
     if run.meta().deletion_timestamp.is_some() {
         ctx.metrics.set_active_pods(&key, 0);
+        ctx.passes.forget(&key);
         if let Some(uid) = run.uid() {
             ctx.shard_writes.forget(&uid);
         }
@@ -88,6 +98,13 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
     let status = run.status.clone().unwrap_or_default();
     if status.phase.is_finished() {
         ctx.metrics.set_active_pods(&key, 0);
+        ctx.passes.forget(&key);
+        if crate::signals::results_pending(&status) {
+            // Judged before its full results were all kept (an operator restarted in
+            // between): keep them now.
+            let entries = shards::results(&shards_of(&run, ctx).await?);
+            finish::keep_after_verdict(&run, status, &entries, &api, ctx).await?;
+        }
         return Ok(Action::await_change());
     }
     if status.start_time.is_none() {

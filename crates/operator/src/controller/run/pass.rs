@@ -92,6 +92,7 @@ pub(super) async fn progress(
     ctx: &Context,
     key: &str,
 ) -> Result<Action> {
+    let pass_began = std::time::Instant::now();
     let name = run.name_any();
     let ns = ctx.pod_namespace.as_str();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
@@ -164,8 +165,12 @@ pub(super) async fn progress(
         None => None,
     };
 
-    refresh_entries(run, &uid, &mut entries, &outcomes, ctx).await;
+    let read_ms = pass_began.elapsed().as_millis();
+    // The last pass of the node checks keeps no results: the verdict goes first.
+    let checks_ended = step.is_none() && transient.is_none();
+    refresh_entries(run, &uid, &mut entries, &outcomes, !checks_ended, ctx);
     let active = outcomes.iter().filter(|o| !o.is_final()).count();
+    tracing::debug!(active, nodes = entries.len(), read_ms, "pass");
     ctx.metrics.set_active_pods(key, active as i64);
 
     let mut next = status.clone();
@@ -180,10 +185,10 @@ pub(super) async fn progress(
     );
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
-    if step.is_none() && transient.is_none() {
+    if checks_ended {
         let ended = NodeChecksEnded {
             shards: &shards,
-            outcomes: &outcomes,
+            outcomes,
             status: &status,
             pods_api: &pods_api,
         };
@@ -199,14 +204,15 @@ pub(super) async fn progress(
     )))
 }
 
-/// Each node's result from its pod's outcome (its node-pair records kept); each pod's full
-/// result is kept as soon as the pod ends, so the run's end (and its verdict) waits only
-/// for the last pods' logs.
-pub(super) async fn refresh_entries(
+/// Each node's result from its pod's outcome (its node-pair records kept); with `keep`, the
+/// full result of each pod that ended since the last pass goes to the keeper (in the
+/// background), so that after the verdict only the last pods' logs are left to read.
+pub(super) fn refresh_entries(
     run: &FabricTestRun,
     uid: &str,
     entries: &mut [NodeRunResult],
     outcomes: &[PodState],
+    keep: bool,
     ctx: &Context,
 ) {
     for (e, o) in entries.iter_mut().zip(outcomes) {
@@ -215,17 +221,25 @@ pub(super) async fn refresh_entries(
         *e = results::node_result(&e.node, pod.as_deref(), o);
         e.pairs = pairs;
     }
-    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
-    if let Some(note) = finish::keep_results(run, uid, entries, Some(&ended), ctx).await {
-        tracing::warn!(%note, "full results not kept yet");
+    if !keep {
+        return;
     }
+    let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
+    let todo = ctx.keeper.claim(uid, entries, Some(&ended));
+    ctx.keeper.spawn(
+        ctx.client.clone(),
+        ctx.pod_namespace.clone(),
+        run.clone(),
+        uid.to_string(),
+        todo,
+    );
 }
 
 /// What the end of the node checks hands on: the run's shards, the pods' outcomes, the
 /// status read at the start of the pass, and the pods API.
 pub(super) struct NodeChecksEnded<'a> {
     shards: &'a [Shard],
-    outcomes: &'a [PodState],
+    outcomes: Vec<PodState>,
     status: &'a FabricTestRunStatus,
     pods_api: &'a Api<Pod>,
 }
@@ -248,7 +262,7 @@ pub(super) async fn after_node_checks(
     {
         return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
     }
-    let pairs = pairs::advance(run, &mut next, &mut entries, e.outcomes, ctx, e.pods_api).await;
+    let pairs = pairs::advance(run, &mut next, &mut entries, &e.outcomes, ctx, e.pods_api).await;
     match pairs {
         Ok(pairs::PairsStep::Done) => {
             finish(run, next, e.shards, entries, e.outcomes, api, ctx).await
