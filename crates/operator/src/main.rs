@@ -85,6 +85,11 @@ enum Command {
     },
 }
 
+/// mimalloc gives memory back to the system as the caches churn (thousands of Node and Pod
+/// updates a run): with glibc's allocator the operator's resident size kept every peak.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
