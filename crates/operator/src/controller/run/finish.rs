@@ -42,8 +42,9 @@ pub(super) async fn finish(
             + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);
         e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
     }
+    let judged_ms = began.elapsed().as_millis();
     let after = shards::split(&entries, shards);
-    shards::write_changed(
+    let written = shards::write_changed(
         &shards_api(ctx, run),
         &ctx.shard_writes,
         &uid,
@@ -97,7 +98,12 @@ pub(super) async fn finish(
         &now(),
     );
     apply_status(api, &name, &next).await?;
-    tracing::debug!(took_ms = began.elapsed().as_millis(), "verdict written");
+    tracing::debug!(
+        took_ms = began.elapsed().as_millis(),
+        judged_ms,
+        shards_written = written,
+        "verdict written"
+    );
     // After the status, so a failed status write cannot make a retry judge against the
     // counters of the run it is judging.
     let at = next
