@@ -6,6 +6,7 @@
 # apiserver_request_total) per node, and the most nodes holding a benchmark pod at once.
 #   SCALE_NODES=N   fleet size (default 1000)
 #   SCALE_WAVE=10%  spec.rollout.maxUnavailable (default: every node at once)
+#   SCALE_PROFILE=P cargo profile of the operator and the agents (default release)
 #   SCALE_PAIRS=1   node checks off and the node-pair phase on (ring): adds per-round pods,
 #                   round times and the phase's total time under "node_pairs"
 # The load average before and after is recorded beside the numbers.
@@ -15,7 +16,11 @@ if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
     GPUFABRIC_CLUSTER_BIN="$(tests/cluster/build.sh)"
     export GPUFABRIC_CLUSTER_BIN
 fi
-cargo build -p gpufabric-agent -p gpufabric-operator
+# The operator and the agents as they ship: release builds (SCALE_PROFILE=dev for debug).
+profile="${SCALE_PROFILE:-release}"
+cargo build --profile "$profile" -p gpufabric-agent -p gpufabric-operator
+case "$profile" in dev) bin_dir=target/debug ;; *) bin_dir="target/$profile" ;; esac
+export GPUFABRIC_AGENT_BIN_DIR="$PWD/$bin_dir"
 export SCALE_OUT="${SCALE_OUT:-$PWD/bench/operator-scale.json}"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture a_run_over_many_nodes
@@ -30,6 +35,7 @@ report["machine"] = {
     "mem_gib": round(int(next(l.split()[1] for l in open("/proc/meminfo") if l.startswith("MemTotal"))) / 2**20, 1),
     "loadavg_before": before,
     "loadavg_after": after,
+    "profile": os.environ.get("SCALE_PROFILE", "release"),
 }
 json.dump(report, open(path, "w"), indent=1)
 PY

@@ -50,9 +50,13 @@ fn holds_node(p: &Pod) -> bool {
 
 /// Watches the benchmark pods and keeps the largest number of nodes that held one at the
 /// same moment, checked at every event.
-fn watch_pods_under_test(pods: Api<Pod>) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+fn watch_pods_under_test(
+    pods: Api<Pod>,
+) -> (Arc<AtomicUsize>, LastEnd, tokio::task::JoinHandle<()>) {
     let peak = Arc::new(AtomicUsize::new(0));
     let seen = peak.clone();
+    let last_end = LastEnd::default();
+    let ended = last_end.clone();
     let task = tokio::spawn(async move {
         let mut holding: HashMap<String, bool> = HashMap::new();
         let stream = watcher::watcher(pods, watcher::Config::default().labels(keys::LABEL_RUN));
@@ -60,7 +64,10 @@ fn watch_pods_under_test(pods: Api<Pod>) -> (Arc<AtomicUsize>, tokio::task::Join
         while let Some(ev) = stream.next().await {
             match ev {
                 Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
-                    holding.insert(p.name_any(), holds_node(&p));
+                    let holds = holds_node(&p);
+                    if holding.insert(p.name_any(), holds) != Some(false) && !holds {
+                        *ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                    }
                 }
                 Ok(watcher::Event::Delete(p)) => {
                     holding.remove(&p.name_any());
@@ -71,8 +78,12 @@ fn watch_pods_under_test(pods: Api<Pod>) -> (Arc<AtomicUsize>, tokio::task::Join
             seen.fetch_max(now, Ordering::SeqCst);
         }
     });
-    (peak, task)
+    (peak, last_end, task)
 }
+
+/// When this test's watch last saw a benchmark pod end (its phase terminal), close to when
+/// the operator's own pod watch saw it: the end of the agents as the operator learns it.
+type LastEnd = Arc<std::sync::Mutex<Option<Instant>>>;
 
 /// Waits until `count` nodes are Ready and the node lifecycle controller has taken its
 /// `not-ready` taint off them, so that the run selects every one of them.
@@ -253,7 +264,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     cluster.create_namespace(NS).await.expect("namespace");
     wait_until_ready(&cluster, nodes).await;
     let pods: Api<Pod> = Api::namespaced(cluster.client(), NS);
-    let (peak, watch) = watch_pods_under_test(pods.clone());
+    let (peak, last_end, watch) = watch_pods_under_test(pods.clone());
     let requests_before = RequestCounts::read(&cluster.client())
         .await
         .expect("API server metrics");
@@ -272,7 +283,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
             "--kubeconfig",
         ])
         .arg(cluster.kubeconfig_path())
-        .env("RUST_LOG", "info,kube=warn")
+        .env(
+            "RUST_LOG",
+            "info,kube=warn,gpufabric_operator::controller::run=debug",
+        )
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
@@ -353,6 +367,17 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .expect("API server metrics")
         .since(&requests_before);
     let hwm = vm_hwm_kib(pid);
+    let last_end_seen = last_end
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|t| t.saturating_duration_since(created));
+    if let Ok(out) = std::env::var("SCALE_OUT") {
+        // The operator's log beside the numbers, to break the times down.
+        let _ = std::fs::copy(
+            dir.path().join("operator.log"),
+            format!("{out}.operator.log"),
+        );
+    }
     let _ = op.kill();
     let _ = op.wait();
     watch.abort();
@@ -415,6 +440,8 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         "pods_created_per_s": pods_created.filter(|s| *s > 0 && wave.is_none()).map(|s| status.node_count as f64 / s as f64),
         "server_last_agent_finished_after_start_s": last_finished.map(|t| t - start),
         "server_run_completed_after_last_agent_s": completion.zip(last_finished).map(|(c, l)| c - l),
+        "last_pod_end_seen_s": secs(last_end_seen),
+        "run_succeeded_after_last_pod_end_seen_s": secs(succeeded) - secs(last_end_seen),
         "test_status_folded_s": secs(folded),
         "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
         "run_object_bytes": objects[0],
