@@ -432,7 +432,7 @@ async fn quarantine_after(
     names.extend(held.keys().cloned());
     names.sort();
     names.dedup();
-    let observed = quarantine::observe(&ctx.client, test, &names)
+    let observed = quarantine::observe_cached(&ctx.client, &ctx.nodes, test, &names)
         .await
         .map_err(Error::Quarantine)?;
     let history: BTreeMap<&str, &NodeHealth> =

@@ -42,7 +42,9 @@ pub use node::{
     NodeObservation, Step, TAINT_EFFECT, is_our_taint, is_unschedulable, quarantine_step,
     release_step, taints_of,
 };
-pub use observe::{Holdings, OBSERVE_CONCURRENCY, holdings, observe, quarantined_by, test_key};
+pub use observe::{
+    Holdings, OBSERVE_CONCURRENCY, holdings, observe, observe_cached, quarantined_by, test_key,
+};
 pub use outcome::{Action, ActionTaken, Outcome};
 pub use refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 
