@@ -25,7 +25,7 @@ pub const MAX_REASON: usize = 300;
     shortname = "ftrs",
     category = "gpufabric",
     status = "FabricTestRunShardStatus",
-    doc = "The per-node results of one slice (at most 200 nodes) of a FabricTestRun; owned by the run and deleted with it.",
+    doc = "The per-node results of one slice (at most 100 nodes; 200 in runs made by earlier versions) of a FabricTestRun; owned by the run and deleted with it.",
     printcolumn(name = "Run", type_ = "string", json_path = ".spec.run"),
     printcolumn(name = "Index", type_ = "integer", json_path = ".spec.index"),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodeCount"),
