@@ -162,26 +162,16 @@ pub(super) async fn keep_after_verdict(
     Ok(())
 }
 
-/// Judges the nodes whose pods have ended by their own checks: what the evaluator was
-/// given, and what it said.
+/// Judges the nodes whose pods have ended by their own checks (a copy of their outcomes:
+/// the run goes on with them).
 pub(super) fn judge(
     entries: &[NodeRunResult],
     outcomes: &[PodState],
     thresholds: &gpufabric_api::policy::Thresholds,
     ctx: &Context,
-) -> (Vec<NodeInput>, gpufabric_health::Evaluation) {
-    let inputs: Vec<NodeInput> = entries
-        .iter()
-        .zip(outcomes)
-        .filter_map(|(e, o)| {
-            let PodState::Ended(outcome) = o else {
-                return None;
-            };
-            Some(node_input(ctx, &e.node, outcome.clone()))
-        })
-        .collect();
-    let evaluation = gpufabric_health::evaluate(&inputs, thresholds);
-    (inputs, evaluation)
+) -> gpufabric_health::Evaluation {
+    let inputs = node_inputs(entries, outcomes.to_vec(), ctx);
+    gpufabric_health::evaluate(&inputs, thresholds)
 }
 
 /// What the evaluator is given: the nodes whose pods have ended by their own checks.

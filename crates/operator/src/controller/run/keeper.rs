@@ -57,8 +57,7 @@ impl Keeper {
             .iter()
             .enumerate()
             .filter(|(i, _)| ended.is_none_or(|e| e.get(*i).copied().unwrap_or(false)))
-            .filter(|(_, e)| results::store::worth_keeping(e))
-            .filter(|(_, e)| !run.claimed.contains(&e.node))
+            .filter(|(_, e)| to_keep(e, Some(&run.claimed)))
             .map(|(_, e)| e.clone())
             .collect();
         run.claimed.extend(todo.iter().map(|e| e.node.clone()));
@@ -69,11 +68,7 @@ impl Keeper {
     pub fn unclaimed(&self, uid: &str, entries: &[NodeRunResult]) -> usize {
         let runs = self.runs.lock().unwrap_or_else(PoisonError::into_inner);
         let claimed = runs.get(uid).map(|r| &r.claimed);
-        entries
-            .iter()
-            .filter(|e| results::store::worth_keeping(e))
-            .filter(|e| !claimed.is_some_and(|c| c.contains(&e.node)))
-            .count()
+        entries.iter().filter(|e| to_keep(e, claimed)).count()
     }
 
     /// Nodes in the run's batches that have not ended yet.
@@ -165,6 +160,11 @@ impl Keeper {
             }
         }
     }
+}
+
+/// Whether `e` left a full result that no batch has claimed yet.
+fn to_keep(e: &NodeRunResult, claimed: Option<&HashSet<String>>) -> bool {
+    results::store::worth_keeping(e) && !claimed.is_some_and(|c| c.contains(&e.node))
 }
 
 #[cfg(test)]

@@ -226,6 +226,9 @@ pub(super) fn refresh_entries(
     }
     let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
     let todo = ctx.keeper.claim(uid, entries, Some(&ended));
+    if todo.is_empty() {
+        return;
+    }
     ctx.keeper.spawn(
         ctx.client.clone(),
         ctx.pod_namespace.clone(),
