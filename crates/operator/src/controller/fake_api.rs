@@ -36,6 +36,8 @@ impl Expect {
 pub struct Seen {
     pub method: Method,
     pub path: String,
+    /// The query string, empty when there is none.
+    pub query: String,
     pub body: Value,
 }
 
@@ -87,13 +89,19 @@ pub fn serve(mut handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle
         while let Some((request, respond)) = handle.next_request().await {
             let method = request.method().clone();
             let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or_default().to_string();
             let bytes = request
                 .into_body()
                 .collect_bytes()
                 .await
                 .unwrap_or_default();
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let request = Seen { method, path, body };
+            let request = Seen {
+                method,
+                path,
+                query,
+                body,
+            };
             let (code, answer) = if request.path.contains("/events") {
                 let echo = request.body.clone();
                 seen.events.push(request);

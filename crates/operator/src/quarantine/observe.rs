@@ -98,27 +98,19 @@ pub struct Holdings {
     pub others: usize,
 }
 
-/// Every node held in quarantine in the cluster (one list of node metadata), split into
-/// this test's and the others'.
+/// Every node held in quarantine in the cluster (read from the API server, see
+/// [`each_record`]), split into this test's and the others'.
 pub async fn holdings(client: &Client, test: &FabricTest) -> Result<Holdings, QuarantineError> {
     let key = test_key(test)?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes
-        .list_metadata(&Default::default())
-        .await
-        .map_err(QuarantineError::ListNodes)?;
     let mut out = Holdings::default();
-    for m in list.items {
-        match QuarantineRecord::from_annotations(m.metadata.annotations.as_ref()) {
-            Ok(None) => {}
-            Ok(Some(record)) if record.is_owned_by(&key) => {
-                if let Some(name) = m.metadata.name {
-                    out.ours.insert(name, record);
-                }
-            }
-            Ok(Some(_)) | Err(_) => out.others += 1,
+    each_record(client, |name, record| match record {
+        Ok(None) => {}
+        Ok(Some(record)) if record.is_owned_by(&key) => {
+            out.ours.insert(name, record);
         }
-    }
+        Ok(Some(_)) | Err(_) => out.others += 1,
+    })
+    .await?;
     Ok(out)
 }
 
@@ -136,21 +128,79 @@ pub(super) async fn records_of(
     client: &Client,
     key: &str,
 ) -> Result<BTreeMap<String, QuarantineRecord>, QuarantineError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = nodes
-        .list_metadata(&Default::default())
-        .await
-        .map_err(QuarantineError::ListNodes)?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|m| {
-            let record =
-                QuarantineRecord::from_annotations(m.metadata.annotations.as_ref()).ok()??;
-            let name = m.metadata.name?;
-            record.is_owned_by(key).then_some((name, record))
-        })
-        .collect())
+    let mut out = BTreeMap::new();
+    each_record(client, |name, record| {
+        if let Ok(Some(record)) = record
+            && record.is_owned_by(key)
+        {
+            out.insert(name, record);
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Nodes listed a page at a time.
+const LIST_PAGE: u32 = 500;
+
+/// What a node list keeps of each node: its name and annotations. Everything else in the
+/// metadata (managed fields above all: most of a Node's metadata) is skipped while parsing.
+#[derive(serde::Deserialize)]
+struct NodeAnnotations {
+    metadata: AnnotationsOnly,
+}
+
+#[derive(serde::Deserialize)]
+struct AnnotationsOnly {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(serde::Deserialize)]
+struct NodePage {
+    #[serde(default)]
+    items: Vec<NodeAnnotations>,
+    #[serde(default)]
+    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta,
+}
+
+/// Calls `f` with every node's name and quarantine record (`Err` for one that cannot be
+/// read), from the API server itself rather than the node cache: budgets and releases must
+/// see every record written so far. Lists node metadata in pages of [`LIST_PAGE`] and keeps
+/// only names and annotations, so that memory does not grow with the fleet.
+async fn each_record(
+    client: &Client,
+    mut f: impl FnMut(String, Result<Option<QuarantineRecord>, String>),
+) -> Result<(), QuarantineError> {
+    let request = kube::core::Request::new("/api/v1/nodes");
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = kube::api::ListParams::default().limit(LIST_PAGE);
+        if let Some(t) = token.take() {
+            lp = lp.continue_token(&t);
+        }
+        let mut req = request
+            .list_metadata(&lp)
+            .map_err(|e| QuarantineError::ListNodes(kube::Error::BuildRequest(e)))?;
+        req.extensions_mut().insert("list_metadata");
+        let page: NodePage = client
+            .request(req)
+            .await
+            .map_err(QuarantineError::ListNodes)?;
+        for node in page.items {
+            let record = QuarantineRecord::from_annotations(node.metadata.annotations.as_ref())
+                .map_err(|e| e.to_string());
+            if let Some(name) = node.metadata.name {
+                f(name, record);
+            }
+        }
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => return Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -201,5 +251,88 @@ mod tests {
             .map(|o| (o.node.as_str(), o.exists, o.cordoned_by_others))
             .collect();
         assert_eq!(by_name, [("a", true, true), ("b", true, false)]);
+    }
+
+    fn record(test: &str) -> String {
+        json!({
+            "test": test, "run": "r1", "reason": "slow", "since": "2026-11-25T02:00:00Z",
+            "mode": "Cordon", "cordoned": true
+        })
+        .to_string()
+    }
+
+    /// A page of node metadata as the API server lists it, managed fields and all.
+    fn page(nodes: &[(&str, Option<String>)], next: Option<&str>) -> serde_json::Value {
+        let items: Vec<serde_json::Value> = nodes
+            .iter()
+            .map(|(name, rec)| {
+                let annotations = rec
+                    .as_ref()
+                    .map(|r| json!({ gpufabric_api::keys::ANNOTATION_QUARANTINE: r }))
+                    .unwrap_or(json!({}));
+                json!({
+                    "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {"name": name, "annotations": annotations,
+                        "managedFields": [{"manager": "kubelet", "operation": "Update",
+                            "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]}
+                })
+            })
+            .collect();
+        json!({
+            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+            "metadata": {"resourceVersion": "9", "continue": next.unwrap_or("")},
+            "items": items,
+        })
+    }
+
+    #[tokio::test]
+    async fn records_are_read_from_every_page_of_the_node_list() {
+        let (client, handle) = fake_api::client();
+        let server = fake_api::serve(
+            handle,
+            vec![
+                Expect::new(
+                    Method::GET,
+                    "/api/v1/nodes",
+                    StatusCode::OK,
+                    page(&[("a", Some(record("t"))), ("b", None)], Some("next-page")),
+                ),
+                Expect::new(
+                    Method::GET,
+                    "/api/v1/nodes",
+                    StatusCode::OK,
+                    page(
+                        &[
+                            ("c", Some(record("other"))),
+                            ("d", Some("not json".into())),
+                            ("e", Some(record("ns/t"))),
+                        ],
+                        None,
+                    ),
+                ),
+            ],
+        );
+        let test: FabricTest = serde_json::from_value(json!({
+            "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
+            "metadata": {"name": "t"}, "spec": {}
+        }))
+        .expect("a test");
+        let held = holdings(&client, &test).await.expect("listed");
+        drop(client);
+        let transcript = server.await.expect("server");
+        assert!(transcript.unexpected.is_empty() && transcript.missing.is_empty());
+        let queries: Vec<&str> = transcript
+            .requests
+            .iter()
+            .map(|r| r.query.as_str())
+            .collect();
+        assert!(
+            queries[0].contains("limit=500") && !queries[0].contains("continue"),
+            "{queries:?}"
+        );
+        assert!(queries[1].contains("continue=next-page"), "{queries:?}");
+        assert_eq!(held.ours.keys().collect::<Vec<_>>(), ["a", "e"]);
+        // Another test's record and an unreadable one count against the cluster cap.
+        assert_eq!(held.others, 2);
     }
 }

@@ -6,7 +6,7 @@
 
 use gpufabric_api::keys::{ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_RESULT, MANAGER};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -41,10 +41,7 @@ pub async fn release_all(client: &Client, test: &str) -> Result<Vec<String>, kub
         ..Default::default()
     };
     let mut failures = Vec::new();
-    for n in api.list(&ListParams::default()).await?.items {
-        if !written_by(&n, test) {
-            continue;
-        }
+    for n in super::nodes_where(&api, |n| written_by(n, test)).await? {
         let name = n.name_any();
         let status = api
             .patch_status(&name, &pp, &Patch::Strategic(remove_condition_patch()))

@@ -34,3 +34,28 @@ pub use run::{
     set_finished_conditions, set_results_kept,
 };
 pub use taint::{SUSPECT_EFFECT, release_all as release_suspect_taints, suspect_taint_patch};
+
+/// Nodes listed at once by [`nodes_where`].
+const LIST_PAGE: u32 = 500;
+
+/// The nodes `keep` selects, read from the API server a page at a time, so that a fleet's
+/// worth of Nodes is never held at once.
+async fn nodes_where(
+    api: &kube::Api<k8s_openapi::api::core::v1::Node>,
+    keep: impl Fn(&k8s_openapi::api::core::v1::Node) -> bool,
+) -> Result<Vec<k8s_openapi::api::core::v1::Node>, kube::Error> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = kube::api::ListParams::default().limit(LIST_PAGE);
+        if let Some(t) = token.take() {
+            lp = lp.continue_token(&t);
+        }
+        let page = api.list(&lp).await?;
+        out.extend(page.items.into_iter().filter(|n| keep(n)));
+        match page.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => return Ok(out),
+        }
+    }
+}

@@ -8,7 +8,7 @@
 use super::node::Judgement;
 use gpufabric_api::keys::{ANNOTATION_SUSPECT_TAINT, MANAGER, TAINT_SUSPECT};
 use k8s_openapi::api::core::v1::{Node, Taint};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -109,16 +109,15 @@ pub async fn apply(
 /// being deleted). Returns the nodes that could not be changed, with why.
 pub async fn release_all(client: &Client, test_key: &str) -> Result<Vec<String>, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
-    let nodes = api.list(&ListParams::default()).await?;
-    let mut failures = Vec::new();
-    for n in nodes.items {
-        if n.annotations()
+    let ours = super::nodes_where(&api, |n| {
+        n.annotations()
             .get(ANNOTATION_SUSPECT_TAINT)
             .map(String::as_str)
-            != Some(test_key)
-        {
-            continue;
-        }
+            == Some(test_key)
+    })
+    .await?;
+    let mut failures = Vec::new();
+    for n in ours {
         // Any judgement but Suspect removes our taint.
         if let Err(e) = apply(&api, &n.name_any(), test_key, Judgement::Pass).await {
             failures.push(e);
