@@ -505,6 +505,117 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_over() {
+    let _serial = SERIAL.lock().await;
+    let env = OperatorEnv::start(fleet(2), NS).await;
+    let client = env.cluster.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 4))
+        .await
+        .expect("holder pod");
+
+    // Waiting: the run stays Pending and says for which node, until the training pod ends.
+    let tests = env
+        .create_test(
+            "patient",
+            spec(
+                "Cordon",
+                sim_agent(30),
+                json!({"waitForBusyNodesSeconds": 300}),
+            ),
+        )
+        .await;
+    let runs_api = env.runs_api();
+    let pending = wait::poll(
+        "a run waiting for gpu-02",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let runs = runs_of(&env, "patient").await;
+            Ok(runs.into_iter().find_map(|r| {
+                let s = r.status.clone()?;
+                let waiting = s.phase == gpufabric_api::run::RunPhase::Pending
+                    && s.message.as_deref().is_some_and(|m| m.contains("gpu-02"));
+                waiting.then_some(r)
+            }))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)));
+    // Still waiting a few passes later: no pod was created for either node.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let run = runs_api.get(&pending.name_any()).await.expect("the run");
+    let status = run.status.clone().unwrap_or_default();
+    assert_eq!(
+        status.phase,
+        gpufabric_api::run::RunPhase::Pending,
+        "{status:#?}"
+    );
+    let bench = env
+        .pods_api()
+        .list(&ListParams::default().labels(&format!("{LABEL_TEST}=patient")))
+        .await
+        .expect("pods listed");
+    assert!(bench.items.is_empty(), "no benchmark pod while waiting");
+    pods.delete("training-gpu-02", &Default::default())
+        .await
+        .expect("the training pod ends");
+    wait_folded(&env, &tests, "patient").await;
+    let runs = runs_of(&env, "patient").await;
+    let run = runs[0].status.clone().expect("run status");
+    let tested: Vec<(&str, NodeVerdict)> = run
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.verdict))
+        .collect();
+    assert_eq!(
+        tested,
+        [
+            ("gpu-01", NodeVerdict::Passed),
+            ("gpu-02", NodeVerdict::Passed)
+        ],
+        "{run:#?}"
+    );
+    assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+
+    // A wait that ends while the node is still busy: the run starts without it, which is
+    // skipped with the reason, and nothing is done to it.
+    wait::for_object(&pods, "training-gpu-02", Duration::from_secs(60), |p| {
+        p.is_none()
+    })
+    .await
+    .expect("the training pod is gone");
+    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 2))
+        .await
+        .expect("holder pod again");
+    let tests = env
+        .create_test(
+            "short-wait",
+            spec(
+                "Cordon",
+                sim_agent(30),
+                json!({"waitForBusyNodesSeconds": 4}),
+            ),
+        )
+        .await;
+    wait_folded(&env, &tests, "short-wait").await;
+    let runs = runs_of(&env, "short-wait").await;
+    let run = runs[0].status.clone().expect("run status");
+    let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(tested, ["gpu-01"], "{run:#?}");
+    assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
+    assert_eq!(run.skipped[0].reason, SkipReason::Busy);
+    assert!(
+        run.skipped[0]
+            .message
+            .contains("still busy after waiting 4s"),
+        "{:?}",
+        run.skipped[0]
+    );
+    assert_untouched(&nodes(&env).await, "short-wait");
+}
+
 /// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
 /// as the kubelet does when the node runs low on memory), until `n` are.
 async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize) {

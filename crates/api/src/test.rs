@@ -138,6 +138,13 @@ pub struct FabricTestSpec {
     /// then be refused by the kubelet: not measured, never held against the node). Off:
     /// busy nodes are skipped.
     pub include_busy_nodes: bool,
+    /// Wait up to this many seconds for busy nodes before a run starts: the run stays
+    /// Pending (its message names the busy nodes) while other pods hold GPUs of any selected
+    /// node, and starts once none do or the time is up; nodes still busy then are skipped.
+    /// Absent: busy nodes are skipped at once. Has no effect with `includeBusyNodes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub wait_for_busy_nodes_seconds: Option<u32>,
     /// What to do when a run is due while another is active (as CronJob).
     pub concurrency_policy: ConcurrencyPolicy,
     /// A run that could not start within this many seconds of its time is skipped.
@@ -172,6 +179,7 @@ impl Default for FabricTestSpec {
             node_selector: BTreeMap::new(),
             nodes: None,
             include_busy_nodes: false,
+            wait_for_busy_nodes_seconds: None,
             concurrency_policy: ConcurrencyPolicy::Forbid,
             starting_deadline_seconds: None,
             suite: Suite::default(),

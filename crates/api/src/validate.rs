@@ -183,6 +183,14 @@ fn check_when_and_where(c: &mut Checker, spec: &FabricTestSpec) {
             format!("must be at least 1 (got {d})")
         });
     }
+    if let Some(w) = spec.wait_for_busy_nodes_seconds {
+        c.check((1..=86_400).contains(&w), "waitForBusyNodesSeconds", || {
+            format!("must be 1 to 86400 (got {w})")
+        });
+        c.check(!spec.include_busy_nodes, "waitForBusyNodesSeconds", || {
+            "has no effect with includeBusyNodes (busy nodes are then tested at once): set one of the two".into()
+        });
+    }
 }
 
 fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {

@@ -156,6 +156,21 @@ fn negative_counts_are_refused() {
 }
 
 #[test]
+fn waiting_for_busy_nodes_takes_a_bounded_wait_and_not_with_include() {
+    accept("  waitForBusyNodesSeconds: 1800\n");
+    let msg = refuse("  waitForBusyNodesSeconds: 0\n");
+    assert!(
+        msg.contains("waitForBusyNodesSeconds: must be 1 to 86400 (got 0)"),
+        "{msg}"
+    );
+    let msg = refuse("  waitForBusyNodesSeconds: 600\n  includeBusyNodes: true\n");
+    assert!(
+        msg.contains("waitForBusyNodesSeconds: has no effect with includeBusyNodes"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn empty_gpu_counts_is_refused() {
     let msg = refuse("  suite:\n    ddpProbe:\n      gpuCounts: []\n");
     assert!(

@@ -227,7 +227,7 @@ fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, S
         return Some((
             SkipReason::Busy,
             format!(
-                "is busy: other pods hold {used} of its {gpus} nvidia.com/gpu (set includeBusyNodes to test it anyway)"
+                "is busy: other pods hold {used} of its {gpus} nvidia.com/gpu (set includeBusyNodes to test it anyway, or waitForBusyNodesSeconds to wait for it)"
             ),
         ));
     }

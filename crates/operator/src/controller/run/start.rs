@@ -14,7 +14,16 @@ pub(super) async fn start(
     let shards_api = shards_api(ctx, run);
     let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
     let (targets, skipped) = if existing.is_empty() {
-        let (t, s) = resolve(run, ctx).await?;
+        let busy = busy_nodes_policy(run, ctx).await?;
+        let (t, mut s) = resolve(run, ctx, busy.include).await?;
+        if let Some(wait) = busy.wait {
+            match busy_wait(run, &mut s, wait, Utc::now()) {
+                BusyWait::Wait { message, recheck } => {
+                    return wait_for_busy_nodes(run, message, recheck, api).await;
+                }
+                BusyWait::Go => {}
+            }
+        }
         (t.into_iter().map(|t| t.name).collect::<Vec<_>>(), s)
     } else {
         let frozen = existing.iter().flat_map(|s| s.spec.nodes.clone()).collect();
@@ -138,10 +147,12 @@ pub(super) async fn publish(
     }
 }
 
-/// The nodes a run tests and the selected nodes it skips, from the node cache.
+/// The nodes a run tests and the selected nodes it skips, from the node cache; busy nodes
+/// are tested when `include_busy`.
 pub(super) async fn resolve(
     run: &FabricTestRun,
     ctx: &Context,
+    include_busy: bool,
 ) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
     let all = ctx.nodes.state();
     let in_use = gpus_in_use(ctx).await?;
@@ -153,9 +164,98 @@ pub(super) async fn resolve(
             names: run.spec.nodes.as_deref(),
             tolerations: &tolerations,
             gpus_in_use: &in_use,
-            include_busy: include_busy_nodes(run, ctx).await?,
+            include_busy,
         },
     ))
+}
+
+/// Longest a run waiting for busy nodes goes without looking at them again.
+const BUSY_RECHECK: Duration = Duration::from_secs(15);
+
+/// What a run with `waitForBusyNodesSeconds` does at its start.
+#[derive(Debug, PartialEq)]
+pub(super) enum BusyWait {
+    /// Start now: no selected node is busy, or the wait is over (the busy nodes' skip
+    /// messages then say how long they were waited for).
+    Go,
+    /// Stay Pending, saying so, and look again after `recheck`.
+    Wait { message: String, recheck: Duration },
+}
+
+/// Whether a run created at its `creationTimestamp` waits (up to `wait`) for the busy
+/// nodes among `skipped`. Pure.
+pub(super) fn busy_wait(
+    run: &FabricTestRun,
+    skipped: &mut [gpufabric_api::run::SkippedNode],
+    wait: Duration,
+    now: chrono::DateTime<Utc>,
+) -> BusyWait {
+    let busy: Vec<&gpufabric_api::run::SkippedNode> = skipped
+        .iter()
+        .filter(|s| s.reason == gpufabric_api::run::SkipReason::Busy)
+        .collect();
+    if busy.is_empty() {
+        return BusyWait::Go;
+    }
+    let created = run
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(to_chrono)
+        .unwrap_or(now);
+    let until = created + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero());
+    if now < until {
+        let names: Vec<&str> = busy.iter().take(10).map(|s| s.node.as_str()).collect();
+        let more = busy.len().saturating_sub(names.len());
+        let message = format!(
+            "waiting until {} (waitForBusyNodesSeconds) for {} busy nodes, whose GPUs other pods hold: {}{}",
+            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            busy.len(),
+            names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+        );
+        let left = (until - now).to_std().unwrap_or_default();
+        return BusyWait::Wait {
+            message,
+            recheck: left.min(BUSY_RECHECK),
+        };
+    }
+    for s in skipped
+        .iter_mut()
+        .filter(|s| s.reason == gpufabric_api::run::SkipReason::Busy)
+    {
+        s.message = format!(
+            "{} (still busy after waiting {}s)",
+            s.message,
+            wait.as_secs()
+        );
+    }
+    BusyWait::Go
+}
+
+/// Keeps the run Pending with `message` (written only when it changed) and looks again
+/// after `recheck`.
+async fn wait_for_busy_nodes(
+    run: &FabricTestRun,
+    message: String,
+    recheck: Duration,
+    api: &Api<FabricTestRun>,
+) -> Result<Action> {
+    let current = run.status.clone().unwrap_or_default();
+    if current.message.as_deref() != Some(message.as_str()) {
+        let status = FabricTestRunStatus {
+            phase: RunPhase::Pending,
+            message: Some(message.clone()),
+            ..current
+        };
+        apply_status(api, &run.name_any(), &status).await?;
+        tracing::info!(%message, "run waits for busy nodes");
+    }
+    Ok(Action::requeue(recheck))
 }
 
 /// Creates the run's shards over `targets`, at most [`CREATE_CONCURRENCY`] at once; a
@@ -200,11 +300,110 @@ pub(super) async fn gpus_in_use(ctx: &Context) -> Result<std::collections::BTree
     }
 }
 
-/// The owning test's `includeBusyNodes`, read when the run starts (false without a test).
-pub(super) async fn include_busy_nodes(run: &FabricTestRun, ctx: &Context) -> Result<bool> {
+/// What the owning test says of busy nodes.
+#[derive(Debug, Default)]
+pub(super) struct BusyNodesPolicy {
+    /// `includeBusyNodes`: test them anyway.
+    pub include: bool,
+    /// `waitForBusyNodesSeconds`: wait for them before starting.
+    pub wait: Option<Duration>,
+}
+
+/// The owning test's busy-node settings, read when the run starts (none without a test).
+pub(super) async fn busy_nodes_policy(
+    run: &FabricTestRun,
+    ctx: &Context,
+) -> Result<BusyNodesPolicy> {
     let api: Api<gpufabric_api::test::FabricTest> = Api::all(ctx.client.clone());
     Ok(api
         .get_opt(&run.spec.test)
         .await?
-        .is_some_and(|t| t.spec.include_busy_nodes))
+        .map(|t| BusyNodesPolicy {
+            include: t.spec.include_busy_nodes,
+            wait: t
+                .spec
+                .wait_for_busy_nodes_seconds
+                .filter(|_| !t.spec.include_busy_nodes)
+                .map(|s| Duration::from_secs(u64::from(s))),
+        })
+        .unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::run::{FabricTestRunSpec, SkipReason, SkippedNode, Trigger};
+
+    fn run_created_at(t: chrono::DateTime<Utc>) -> FabricTestRun {
+        let mut r = FabricTestRun::new(
+            "nightly-29000000",
+            FabricTestRunSpec {
+                test: "nightly".into(),
+                trigger: Trigger::Schedule,
+                scheduled_time: None,
+                node_selector: Default::default(),
+                nodes: None,
+                suite: Default::default(),
+                thresholds: Default::default(),
+                quarantine: Default::default(),
+                agent: Default::default(),
+                rollout: None,
+            },
+        );
+        r.metadata.creation_timestamp = Some(crate::time::to_time(t));
+        r
+    }
+
+    fn skipped(node: &str, reason: SkipReason) -> SkippedNode {
+        SkippedNode {
+            node: node.into(),
+            reason,
+            message: "is busy".into(),
+        }
+    }
+
+    #[test]
+    fn a_run_waits_for_busy_nodes_until_its_wait_is_over() {
+        // Whole seconds: a creationTimestamp has no fraction.
+        let created = chrono::DateTime::parse_from_rfc3339("2026-11-25T02:00:00Z")
+            .expect("a time")
+            .with_timezone(&Utc);
+        let run = run_created_at(created);
+        let wait = Duration::from_secs(600);
+        let mut s = vec![
+            skipped("gpu-01", SkipReason::Tainted),
+            skipped("gpu-02", SkipReason::Busy),
+        ];
+        // Busy, within the wait: Pending, naming the node, looked at again soon.
+        let at = created + chrono::Duration::seconds(60);
+        let BusyWait::Wait { message, recheck } = busy_wait(&run, &mut s, wait, at) else {
+            panic!("waits");
+        };
+        assert!(
+            message.contains("1 busy nodes") && message.contains("gpu-02"),
+            "{message}"
+        );
+        assert!(!message.contains("gpu-01"), "{message}");
+        assert_eq!(recheck, BUSY_RECHECK);
+        // 5 s before the end: looked at again at the end, not later.
+        let at = created + chrono::Duration::seconds(595);
+        let BusyWait::Wait { recheck, .. } = busy_wait(&run, &mut s, wait, at) else {
+            panic!("waits");
+        };
+        assert_eq!(recheck, Duration::from_secs(5));
+        // Over: starts, and the busy node's skip says it was waited for.
+        let at = created + chrono::Duration::seconds(600);
+        assert_eq!(busy_wait(&run, &mut s, wait, at), BusyWait::Go);
+        assert_eq!(s[1].message, "is busy (still busy after waiting 600s)");
+        assert_eq!(s[0].message, "is busy", "only busy nodes");
+    }
+
+    #[test]
+    fn a_run_without_busy_nodes_starts_at_once() {
+        let run = run_created_at(Utc::now());
+        let mut s = vec![skipped("gpu-01", SkipReason::Tainted)];
+        let wait = Duration::from_secs(600);
+        assert_eq!(busy_wait(&run, &mut s, wait, Utc::now()), BusyWait::Go);
+        assert_eq!(busy_wait(&run, &mut [], wait, Utc::now()), BusyWait::Go);
+    }
 }
