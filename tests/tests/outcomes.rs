@@ -618,7 +618,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
 
 /// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
 /// as the kubelet does when the node runs low on memory), until `n` are.
-async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize) {
+async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Eviction) {
     let pods = env.pods_api();
     let selector = format!("{LABEL_TEST}={name}");
     let mut evicted = std::collections::BTreeSet::new();
@@ -638,7 +638,7 @@ async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize) {
             let pod = p.name_any();
             if running && !evicted.contains(&pod) {
                 env.kubelet
-                    .evict_pod(NS, &pod, Eviction::NodePressure)
+                    .evict_pod(NS, &pod, how)
                     .expect("the kubelet runs the pod");
                 evicted.insert(pod);
             }
@@ -669,7 +669,33 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
         let name = format!("evicted-{}", mode.to_lowercase());
         tokio::join!(
             check_spared(&env, "evicted", mode, sim_agent(60), json!({}), &want),
-            evict_running_pods(&env, &name, 3),
+            evict_running_pods(&env, &name, 3, Eviction::NodePressure),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preempted_benchmark_pods_cordon_nothing() {
+    let _serial = SERIAL.lock().await;
+    // As above, but the kubelet preempts each running pod to admit a critical one.
+    let mut f = fleet(3);
+    for n in f.nodes.iter_mut() {
+        n.faults.push(Fault::Hang {
+            phase: Some(Phase::Health),
+            stuck: true,
+        });
+    }
+    let env = OperatorEnv::start(f, NS).await;
+    let want = Expect {
+        reason: NotMeasuredReason::Preempted,
+        label: "Preempted",
+        detail: "Preempted in order to admit critical pod",
+    };
+    for mode in ["Cordon", "Taint"] {
+        let name = format!("preempted-{}", mode.to_lowercase());
+        tokio::join!(
+            check_spared(&env, "preempted", mode, sim_agent(60), json!({}), &want),
+            evict_running_pods(&env, &name, 3, Eviction::Preemption),
         );
     }
 }

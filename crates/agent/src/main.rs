@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod ddp_nodes;
 mod inject;
 mod node_pair;
 mod output;
@@ -80,6 +81,20 @@ enum Command {
     ///     --rendezvous 127.0.0.1:29400 --group demo --secret $S
     #[command(verbatim_doc_comment)]
     NodePair(Box<node_pair::NodePairArgs>),
+    /// One rank (node) of the multi-node DDP probe: the node probe's training step,
+    /// weak-scaled over 1, 2, 4, ... of --nodes (all GPUs each), with step time, scaling
+    /// efficiency and exposed communication per node count, and the straggler nodes.
+    ///
+    /// The ranks meet as a node pair's do (rank 0 serves --rendezvous, the others present
+    /// the secret; any start order); a rank that never arrives ends every rank within
+    /// --rendezvous-timeout with exit code 3 and a document saying why. Every rank prints
+    /// the same points.
+    ///
+    /// Example (one shell per node):
+    ///   fabric-agent ddp-nodes --nodes a,b,c,d --rank 0 --rendezvous a:29400 \
+    ///     --group nightly --secret $S
+    #[command(verbatim_doc_comment)]
+    DdpNodes(Box<ddp_nodes::DdpNodesArgs>),
     /// One rank of the DDP probe run with one process per GPU: reads its task as one JSON
     /// line on stdin, prints its report as one JSON line. Started by node-check itself.
     #[command(hide = true)]
@@ -99,6 +114,7 @@ fn main() -> ExitCode {
         Command::NodeCheck(args) => node_check(*args),
         Command::Inject(args) => inject::run(args).map(|()| 0),
         Command::NodePair(args) => node_pair::run(*args),
+        Command::DdpNodes(args) => ddp_nodes::run(*args),
         Command::DdpWorker => ddp_worker(),
     };
     match result {

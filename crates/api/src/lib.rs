@@ -6,6 +6,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod counters;
+pub mod ddp_nodes;
 pub mod findings;
 pub mod keys;
 pub mod outcome;

@@ -2,6 +2,7 @@
 //! cuda and a sim backend; no Kubernetes.
 
 pub mod cuda;
+pub mod ddp_nodes;
 pub mod fleet;
 pub mod model;
 pub mod nic;

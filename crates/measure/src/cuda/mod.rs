@@ -2,6 +2,7 @@
 //! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
 pub mod ddp;
+pub mod ddp_nodes;
 pub mod ddp_procs;
 pub mod gpu;
 pub mod health;

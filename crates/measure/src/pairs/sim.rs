@@ -124,6 +124,16 @@ fn noise(seed: u64, a: &str, b: &str, c: Collective) -> f64 {
     1.0 + 0.01 * sum * 3f64.sqrt()
 }
 
+/// Bandwidth in GB/s between nodes `a` and `b` as the model has it: sockets when either
+/// falls back to them, else the slower node's NICs times a bad path's factor.
+pub fn path_gbps(a: &FleetNode, b: &FleetNode) -> f64 {
+    if socket(a) || socket(b) {
+        SOCKET_GBPS
+    } else {
+        node_gbps(a).min(node_gbps(b)) * path_factor(a, b)
+    }
+}
+
 /// The document rank `opts.rank` writes for the pair, from the fleet's model.
 pub fn node_pair(
     fleet: &Fleet,

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod ddp_nodes;
 mod node_model;
 mod noise;
 mod phases;

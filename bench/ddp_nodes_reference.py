@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""PyTorch DDP reference for `fabric-agent ddp-nodes`: the same MLP step (LAYERS x
+Linear(HIDDEN, HIDDEN), BATCH samples per GPU, bf16 autocast, DDP's default buckets: first
+1 MiB, then 25 MiB; forward + backward + bucketed all-reduce, no optimizer step), one
+process per node started like torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+LOCAL_RANK picks the GPU, default 0). Rank 0 prints
+  REF {"world": N, "step_ms": ..., "wall_ms": ...}
+where step_ms is GPU event time per step and wall_ms host time per step, each the slowest
+rank's.
+
+Usage: RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. \
+       python3 bench/ddp_nodes_reference.py [HIDDEN] [LAYERS] [BATCH] [STEPS] [WARMUP]
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+
+def main():
+    defaults = [8192, 8, 4096, 10, 3]
+    given = [int(a) for a in sys.argv[1:6]]
+    hidden, layers, batch, steps, warmup = given + defaults[len(given):]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dev = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", dev))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(hidden, hidden) for _ in range(layers)]).cuda(dev)
+    ddp = DDP(model, device_ids=[dev])
+    x = torch.randn(batch, hidden, device=dev)
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = ddp(x)
+        y.float().mean().backward()
+        ddp.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3 / steps
+    t = torch.tensor([start.elapsed_time(end) / steps, wall], device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        print("REF " + json.dumps({"world": world, "step_ms": round(float(t[0]), 3), "wall_ms": round(float(t[1]), 3)}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,493 @@
+//! `fabric-agent ddp-nodes`: one rank (node) of the multi-node DDP probe. The ranks meet over
+//! TCP as a node pair's do (rank 0 serves, the others present the run's secret), then
+//! measure the node probe's training step weak-scaled over 1, 2, 4, ... of their nodes, all
+//! GPUs each, gather every node's times, and each writes the same document: step time,
+//! scaling efficiency and exposed communication per node count, and the straggler nodes.
+
+use crate::args::{BackendArg, parse_seconds, parse_size};
+use anyhow::Context;
+use clap::Args;
+use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesResult};
+use gpufabric_api::keys;
+use gpufabric_api::pair::NotMeasured;
+use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
+use gpufabric_api::suite::DdpProbe;
+use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
+use gpufabric_measure::fleet::Fleet;
+use gpufabric_measure::rendezvous::{self, Config, Group, RendezvousError, Secret};
+use gpufabric_measure::{CheckError, rfc3339};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Exit code when the probe could not be measured (a rank that never arrived).
+pub const EXIT_NOT_MEASURED: i32 = crate::node_pair::EXIT_NOT_MEASURED;
+
+/// Arguments of `fabric-agent ddp-nodes`.
+#[derive(Args, Debug, Clone)]
+pub struct DdpNodesArgs {
+    /// Backend. `sim` is only used when asked for by name.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
+    pub backend: BackendArg,
+
+    /// The nodes of the probe, by rank, comma-separated. Node count k uses the first k.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "NODE0,NODE1,...",
+        required = true
+    )]
+    pub nodes: Vec<String>,
+
+    /// This process's rank: its node's position in --nodes; 0 serves the rendezvous.
+    #[arg(long, env = keys::ENV_RANK, value_name = "N")]
+    pub rank: u32,
+
+    /// `host:port` of the rendezvous: rank 0 listens on it, the others connect to it.
+    #[arg(long, env = keys::ENV_RENDEZVOUS, value_name = "HOST:PORT")]
+    pub rendezvous: String,
+
+    /// Name of the rendezvous group, the same on every rank.
+    #[arg(long, env = keys::ENV_GROUP, value_name = "NAME")]
+    pub group: String,
+
+    /// The run's rendezvous secret, hex (at least 32 digits).
+    #[arg(long, env = keys::ENV_RENDEZVOUS_SECRET, hide_env_values = true, value_name = "HEX")]
+    pub secret: String,
+
+    /// Seconds to wait for the other ranks; then the probe is "not measured", naming them.
+    #[arg(long, default_value = "120", value_parser = parse_seconds, value_name = "SECS")]
+    pub rendezvous_timeout: Duration,
+
+    /// Node counts to measure (default 1, 2, 4, ... and all of --nodes).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub node_counts: Option<Vec<u32>>,
+
+    /// Width of each square Linear layer.
+    #[arg(long, default_value_t = 8192, value_name = "N")]
+    pub hidden: u32,
+
+    /// Number of Linear layers.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub layers: u32,
+
+    /// Samples per GPU per step (fixed: weak scaling).
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub batch_per_gpu: u32,
+
+    /// First gradient bucket (PyTorch DDP: 1 MiB).
+    #[arg(long, default_value = "1M", value_parser = parse_size, value_name = "SIZE")]
+    pub first_bucket: u64,
+
+    /// Other gradient buckets (PyTorch DDP: 25 MiB).
+    #[arg(long, default_value = "25M", value_parser = parse_size, value_name = "SIZE")]
+    pub bucket: u64,
+
+    /// Untimed steps before each node count.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub warmup: u32,
+
+    /// Timed steps of each node count.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub steps: u32,
+
+    /// A node whose compute is more than this many percent slower than the fastest node's
+    /// is named a straggler.
+    #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
+    pub straggler_percent: f64,
+
+    /// Longest one node count may take before its workers are stopped (cuda backend).
+    #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
+    pub timeout: Duration,
+
+    /// This node's name (default: the node of this rank in --nodes).
+    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Fleet description the `sim` backend simulates; required for `sim`.
+    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
+    pub fleet: Option<PathBuf>,
+
+    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Also write the document (pretty JSON) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+fn invalid(message: String) -> anyhow::Error {
+    anyhow::Error::new(CheckError::InvalidInput(message))
+}
+
+impl DdpNodesArgs {
+    fn check(&self) -> anyhow::Result<()> {
+        if self.nodes.is_empty() || self.nodes.iter().any(|n| n.trim().is_empty()) {
+            return Err(invalid("--nodes takes one or more node names".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = self.nodes.iter().find(|n| !seen.insert(n.as_str())) {
+            return Err(invalid(format!("--nodes names {dup} twice")));
+        }
+        let me = self.nodes.get(self.rank as usize).ok_or_else(|| {
+            invalid(format!(
+                "--rank {} is past the last of the {} nodes in --nodes",
+                self.rank,
+                self.nodes.len()
+            ))
+        })?;
+        if let Some(node) = self.node.as_deref().filter(|n| !n.trim().is_empty())
+            && node.trim() != me
+        {
+            return Err(invalid(format!(
+                "this is node {node}, but rank {} of --nodes is {me}",
+                self.rank
+            )));
+        }
+        if self.node_counts.as_ref().is_some_and(|c| c.contains(&0)) {
+            return Err(invalid("--node-counts must be at least 1".into()));
+        }
+        if self.steps == 0 || self.hidden == 0 || self.layers == 0 || self.batch_per_gpu == 0 {
+            return Err(invalid(
+                "--steps, --hidden, --layers and --batch-per-gpu must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn shape(&self) -> DdpProbe {
+        DdpProbe {
+            enabled: true,
+            hidden: self.hidden,
+            layers: self.layers,
+            batch_per_gpu: self.batch_per_gpu,
+            gpu_counts: None,
+            first_bucket_bytes: self.first_bucket,
+            bucket_bytes: self.bucket,
+            warmup_steps: self.warmup,
+            steps: self.steps,
+        }
+    }
+}
+
+/// Runs one rank; returns the exit code.
+pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
+    args.check()?;
+    let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
+    let started = Instant::now();
+    let started_at = rfc3339(SystemTime::now());
+    let config = Config {
+        group: args.group.clone(),
+        rank: args.rank,
+        names: args.nodes.clone(),
+        addr: args.rendezvous.clone(),
+        secret,
+        timeout: args.rendezvous_timeout,
+    };
+    let backend = match args.backend {
+        BackendArg::Cuda => Backend::Cuda,
+        BackendArg::Sim => Backend::Sim,
+    };
+    let mut doc = empty_doc(&args, backend, started_at);
+    // The backend is ready (a fleet loaded, libraries found) before the others are met.
+    let fleet = match args.backend {
+        BackendArg::Sim => Some(load_fleet(&args)?),
+        BackendArg::Cuda => {
+            check_cuda()?;
+            None
+        }
+    };
+    progress(&format!(
+        "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
+        args.nodes[args.rank as usize],
+        args.group,
+        args.rank,
+        args.nodes.len(),
+        config.addr
+    ));
+    let met = if args.rank == 0 {
+        rendezvous::random_id().and_then(|id| rendezvous::serve(&config, &id))
+    } else {
+        rendezvous::join(&config).map(|(g, _)| g)
+    };
+    let mut group = match met {
+        Ok(g) => g,
+        Err(e) => return not_measured(doc, &args, started, e),
+    };
+    let measured = match &fleet {
+        Some(f) => {
+            let nodes = args
+                .nodes
+                .iter()
+                .filter_map(|n| f.node(n))
+                .collect::<Vec<_>>();
+            let g = nodes.get(args.rank as usize).map_or(0, |n| n.gpus);
+            let mut m = gpufabric_measure::sim::ddp_nodes::SimDdpNodes {
+                fleet: f,
+                nodes,
+                rank: args.rank,
+                shape: args.shape(),
+                seed: args.seed.unwrap_or(f.seed),
+            };
+            measure(&mut doc, &mut group, &args, g, &mut m)
+        }
+        None => {
+            let mut m = cuda_measure(&args)?;
+            let g = m.devices.len() as u32;
+            measure(&mut doc, &mut group, &args, g, &mut m)
+        }
+    };
+    if let Err(e) = measured {
+        return not_measured(doc, &args, started, e);
+    }
+    if let Err(e) = group.barrier(args.rendezvous_timeout) {
+        doc.errors.push(error(e.to_string()));
+    }
+    doc.duration_s = started.elapsed().as_secs_f64();
+    emit(&doc, args.json.as_deref())?;
+    Ok(0)
+}
+
+fn empty_doc(args: &DdpNodesArgs, backend: Backend, started_at: String) -> DdpNodesResult {
+    DdpNodesResult {
+        schema: DDP_NODES_SCHEMA.into(),
+        group: args.group.clone(),
+        nodes: args.nodes.clone(),
+        rank: args.rank,
+        backend,
+        started_at,
+        duration_s: 0.0,
+        gpus_per_node: 0,
+        hidden: args.hidden,
+        layers: args.layers,
+        batch_per_gpu: args.batch_per_gpu,
+        buckets: gpufabric_measure::model::buckets(
+            u64::from(args.hidden),
+            args.layers as usize,
+            args.first_bucket,
+            args.bucket,
+        )
+        .iter()
+        .map(|b| b.bytes)
+        .collect(),
+        points: Vec::new(),
+        stragglers: Vec::new(),
+        not_measured: None,
+        errors: Vec::new(),
+    }
+}
+
+fn error(message: String) -> PhaseError {
+    PhaseError {
+        phase: Phase::DdpProbe,
+        kind: ErrorKind::Failed,
+        message,
+    }
+}
+
+/// Agrees on the GPUs per node, measures every node count and fills in the points and the
+/// stragglers. A rendezvous failure (a rank gone) is `Err`; a node count that failed is an
+/// error in the document.
+fn measure(
+    doc: &mut DdpNodesResult,
+    group: &mut Group,
+    args: &DdpNodesArgs,
+    gpus: u32,
+    m: &mut dyn NodeMeasure,
+) -> Result<(), RendezvousError> {
+    let all = group.all_gather(&gpus.to_le_bytes(), args.rendezvous_timeout)?;
+    let per_node: Vec<u32> = all
+        .iter()
+        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+        .collect();
+    if per_node.iter().any(|g| *g != gpus || *g == 0) {
+        doc.errors.push(error(format!(
+            "the nodes have different GPU counts ({}); the probe needs the same on each",
+            args.nodes
+                .iter()
+                .zip(&per_node)
+                .map(|(n, g)| format!("{n}: {g}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+        return Ok(());
+    }
+    doc.gpus_per_node = gpus;
+    let counts = ddp_nodes::node_counts(args.node_counts.as_deref(), args.nodes.len() as u32);
+    // A node count may take the whole --timeout on the slowest node.
+    let wait = args.timeout * 2 + args.rendezvous_timeout;
+    let measured = ddp_nodes::measure_counts(group, &args.nodes, &counts, wait, m, &progress)?;
+    let shape = args.shape();
+    for (k, reports) in &measured.counts {
+        let base = doc.points.first().map(|p| &p.point);
+        if let Some(p) = ddp_nodes::point(&shape, *k, reports, gpus, base) {
+            progress(&format!(
+                "ddp-nodes: {} node(s), {} GPUs: step {:.2} ms, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms",
+                k,
+                p.point.gpus,
+                p.point.step_ms,
+                p.point.scaling_efficiency * 100.0,
+                p.compute_alone_ms,
+                p.comm_alone_ms,
+                p.exposed_comm_ms
+            ));
+            doc.points.push(p);
+        }
+    }
+    if let Some(e) = measured.error {
+        doc.errors.push(error(e));
+    }
+    if let Some(last) = doc.points.last().filter(|p| p.nodes > 1) {
+        let names = &args.nodes[..last.nodes as usize];
+        doc.stragglers = ddp_nodes::stragglers(names, last, args.straggler_percent);
+    }
+    Ok(())
+}
+
+fn check_cuda() -> anyhow::Result<()> {
+    use gpufabric_measure::cuda;
+    if !cuda::nccl::nccl_present() {
+        return Err(anyhow::Error::new(CheckError::LibraryMissing {
+            library: "libnccl.so".into(),
+            detail: "NCCL is not installed or not on the library path".into(),
+        }));
+    }
+    if !cuda::ddp::cublas_present() {
+        return Err(anyhow::Error::new(CheckError::LibraryMissing {
+            library: "libcublas.so".into(),
+            detail: "cuBLAS is not installed or not on the library path".into(),
+        }));
+    }
+    Ok(())
+}
+
+fn cuda_measure(
+    args: &DdpNodesArgs,
+) -> anyhow::Result<gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes> {
+    use gpufabric_measure::cuda;
+    let count = cuda::gpu::init_and_count().map_err(|e| {
+        anyhow::Error::new(CheckError::NoGpu(format!(
+            "CUDA could not count the GPUs: {e}"
+        )))
+    })?;
+    if count == 0 {
+        return Err(anyhow::Error::new(CheckError::NoGpu(
+            "CUDA sees no GPU".into(),
+        )));
+    }
+    let exe = std::env::current_exe().context("finding this program for the ddp workers")?;
+    let shape = args.shape();
+    Ok(cuda::ddp_nodes::CudaDdpNodes {
+        devices: (0..count).collect(),
+        rank: args.rank,
+        settings: cuda::ddp::DdpSettings {
+            hidden: shape.hidden as usize,
+            layers: shape.layers as usize,
+            batch: shape.batch_per_gpu as usize,
+            first_bucket_bytes: shape.first_bucket_bytes,
+            bucket_bytes: shape.bucket_bytes,
+            warmup: shape.warmup_steps,
+            steps: shape.steps,
+            counts: Vec::new(),
+            timeout: args.timeout,
+            trace: false,
+        },
+        exe,
+        limit: args.timeout * 2 + Duration::from_secs(30),
+    })
+}
+
+fn load_fleet(args: &DdpNodesArgs) -> anyhow::Result<Fleet> {
+    let path = args.fleet.as_ref().ok_or_else(|| {
+        invalid(
+            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
+        )
+    })?;
+    let fleet = Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
+    if let Some(n) = args.nodes.iter().find(|n| fleet.node(n).is_none()) {
+        return Err(invalid(format!(
+            "node {n:?} is not in fleet file {}",
+            path.display()
+        )));
+    }
+    Ok(fleet)
+}
+
+/// The document of a probe whose ranks did not all meet: what is known, the missing ranks
+/// named, exit code 3 (2 for a bad address).
+fn not_measured(
+    mut doc: DdpNodesResult,
+    args: &DdpNodesArgs,
+    started: Instant,
+    e: RendezvousError,
+) -> anyhow::Result<i32> {
+    doc.duration_s = started.elapsed().as_secs_f64();
+    doc.not_measured = Some(NotMeasured {
+        peer: None,
+        message: e.to_string(),
+    });
+    emit(&doc, args.json.as_deref())?;
+    eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
+    Ok(match e {
+        RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
+        _ => EXIT_NOT_MEASURED,
+    })
+}
+
+fn progress(line: &str) {
+    eprintln!("[fabric-agent] {line}");
+    crate::output::write_progress(line);
+}
+
+/// The table on stdout, the document as the last stdout line, in the termination message
+/// and (pretty) in `--json`.
+fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let line = serde_json::to_string(doc).context("serialising the ddp-nodes document")?;
+    crate::output::write_termination(&line);
+    if let Some(path) = json {
+        let pretty = serde_json::to_string_pretty(doc).context("serialising")?;
+        std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut text = format!(
+        "# multi-node DDP probe  {} nodes x {} GPUs  rank {}  MLP {} x {}, batch {} per GPU\n",
+        doc.nodes.len(),
+        doc.gpus_per_node,
+        doc.rank,
+        doc.layers,
+        doc.hidden,
+        doc.batch_per_gpu
+    );
+    text.push_str("#  nodes  gpus  step(ms)  samples/s  efficiency  compute(ms)  comm alone(ms)  exposed comm(ms)\n");
+    for p in &doc.points {
+        text.push_str(&format!(
+            "  {:>5} {:>5} {:>9.2} {:>10.0} {:>10.1}% {:>12.2} {:>15.2} {:>17.2}\n",
+            p.nodes,
+            p.point.gpus,
+            p.point.step_ms,
+            p.point.samples_per_s,
+            p.point.scaling_efficiency * 100.0,
+            p.compute_alone_ms,
+            p.comm_alone_ms,
+            p.exposed_comm_ms
+        ));
+    }
+    for s in &doc.stragglers {
+        text.push_str(&format!(
+            "# straggler: {} computes a step in {:.2} ms, {:.1}% slower than the fastest node ({:.2} ms)\n",
+            s.node, s.compute_ms, s.slower_percent, s.fastest_ms
+        ));
+    }
+    for e in &doc.errors {
+        text.push_str(&format!("# error: {}\n", e.message));
+    }
+    if let Some(nm) = &doc.not_measured {
+        text.push_str(&format!("# not measured: {}\n", nm.message));
+    }
+    text.push_str(&line);
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
+}

@@ -1,0 +1,186 @@
+//! `fabric-agent ddp-nodes` end to end on the sim backend: four agent processes meet over
+//! TCP on loopback, measure 1, 2 and 4 nodes, and each writes the same points; a straggler
+//! node is named; a rank that never arrives is named within the rendezvous timeout.
+
+use gpufabric_api::ddp_nodes::DdpNodesResult;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const FLEET: &str = r#"
+seed: 9
+nodes:
+  - {name: a, product: NVIDIA-H200, gpus: 8}
+  - {name: b, product: NVIDIA-H200, gpus: 8}
+  - {name: c, product: NVIDIA-H200, gpus: 8}
+  - name: slowgpu
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: straggler, gpu: 5, factor: 1.3}]
+  - name: slownic
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: slowNic, factor: 0.1}]
+"#;
+
+const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+struct Env {
+    dir: tempfile::TempDir,
+    fleet: PathBuf,
+    addr: String,
+}
+
+impl Env {
+    fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fleet = dir.path().join("fleet.yaml");
+        std::fs::write(&fleet, FLEET).expect("write fleet");
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("address").to_string();
+        drop(l);
+        Env { dir, fleet, addr }
+    }
+
+    fn rank(&self, nodes: &str, rank: u32, timeout: &str) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
+        for var in [
+            "FABRIC_BACKEND",
+            "FABRIC_SIM_FLEET",
+            "FABRIC_NODE_NAME",
+            "FABRIC_RENDEZVOUS",
+            "FABRIC_RENDEZVOUS_SECRET",
+            "FABRIC_GROUP",
+            "FABRIC_RANK",
+            "RUST_LOG",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env(
+            "FABRIC_TERMINATION_LOG",
+            self.dir.path().join(format!("termination-{rank}")),
+        )
+        .env("FABRIC_RENDEZVOUS_SECRET", SECRET)
+        .args(["ddp-nodes", "--backend", "sim", "--fleet"])
+        .arg(&self.fleet)
+        .args(["--nodes", nodes, "--rank", &rank.to_string()])
+        .args(["--rendezvous", &self.addr, "--group", "run-1/ddp"])
+        .args(["--rendezvous-timeout", timeout])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        cmd.spawn().expect("agent starts")
+    }
+
+    /// Every rank of `nodes`, the last first (they may start in any order).
+    fn all(&self, nodes: &str) -> Vec<(Output, DdpNodesResult)> {
+        let n = nodes.split(',').count() as u32;
+        let children: Vec<Child> = (0..n).rev().map(|r| self.rank(nodes, r, "20")).collect();
+        let mut done: Vec<(Output, DdpNodesResult)> = children.into_iter().map(finish).collect();
+        done.reverse();
+        done
+    }
+}
+
+fn finish(child: Child) -> (Output, DdpNodesResult) {
+    let out = child.wait_with_output().expect("agent ends");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    let doc = serde_json::from_str(&last).unwrap_or_else(|e| {
+        panic!(
+            "last line is a ddp-nodes document ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, doc)
+}
+
+#[test]
+fn four_agents_measure_one_two_and_four_nodes_and_agree() {
+    let env = Env::new();
+    let ranks = env.all("a,b,c,slowgpu");
+    for (r, (out, doc)) in ranks.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "rank {r}: {doc:?}");
+        assert_eq!(doc.rank, r as u32);
+        assert!(
+            doc.errors.is_empty() && doc.not_measured.is_none(),
+            "{doc:?}"
+        );
+    }
+    let d = &ranks[0].1;
+    // Every rank gathered the same times.
+    for (_, other) in &ranks[1..] {
+        assert_eq!(other.points, d.points);
+        assert_eq!(other.stragglers, d.stragglers);
+    }
+    let counts: Vec<(u32, u32)> = d.points.iter().map(|p| (p.nodes, p.point.gpus)).collect();
+    assert_eq!(counts, [(1, 8), (2, 16), (4, 32)]);
+    assert_eq!(d.gpus_per_node, 8);
+    assert!((d.points[0].point.scaling_efficiency - 1.0).abs() < 1e-9);
+    // Healthy nodes on InfiniBand hide most of the all-reduce behind backward; the
+    // straggling GPU of the fourth node sets the step of four nodes (1.3x compute).
+    let (two, four) = (&d.points[1], &d.points[2]);
+    assert!(
+        (0.9..1.05).contains(&two.point.scaling_efficiency),
+        "{two:?}"
+    );
+    assert!(
+        four.point.scaling_efficiency < two.point.scaling_efficiency - 0.15,
+        "{four:?}"
+    );
+    assert!(four.exposed_comm_ms > 0.0 && four.comm_alone_ms > 0.0);
+    assert_eq!(four.node_compute_ms.len(), 4);
+    assert_eq!(d.stragglers.len(), 1, "{:?}", d.stragglers);
+    assert_eq!(d.stragglers[0].node, "slowgpu");
+    assert!(d.stragglers[0].slower_percent > 25.0, "{:?}", d.stragglers);
+    let table = String::from_utf8_lossy(&ranks[0].0.stdout);
+    assert!(table.contains("# straggler: slowgpu"), "{table}");
+}
+
+#[test]
+fn a_slow_nic_lowers_the_efficiency_of_every_count_it_joins() {
+    let env = Env::new();
+    let clean = env.all("a,b");
+    let env = Env::new();
+    let slow = env.all("a,slownic");
+    let eff = |r: &[(Output, DdpNodesResult)]| r[0].1.points[1].point.scaling_efficiency;
+    assert!(
+        eff(&slow) < eff(&clean) - 0.1,
+        "{} vs {}",
+        eff(&slow),
+        eff(&clean)
+    );
+    // Compute is the same: a slow NIC is no straggler.
+    assert!(
+        slow[0].1.stragglers.is_empty(),
+        "{:?}",
+        slow[0].1.stragglers
+    );
+}
+
+#[test]
+fn a_rank_that_never_arrives_ends_every_rank_in_bounded_time() {
+    let env = Env::new();
+    let started = Instant::now();
+    let r0 = env.rank("a,b,c", 0, "3");
+    let r1 = env.rank("a,b,c", 1, "3");
+    let (out0, d0) = finish(r0);
+    let (out1, _) = finish(r1);
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(out0.status.code(), Some(3));
+    assert_eq!(out1.status.code(), Some(3));
+    let nm = d0.not_measured.expect("not measured");
+    assert!(nm.message.contains('c'), "{}", nm.message);
+    assert!(d0.points.is_empty());
+}
+
+#[test]
+fn bad_settings_are_refused_with_exit_code_2() {
+    let env = Env::new();
+    for (nodes, rank) in [("a,a", 0), ("a,b", 2), ("a,nowhere", 0)] {
+        let out = env.rank(nodes, rank, "5").wait_with_output().expect("ends");
+        assert_eq!(out.status.code(), Some(2), "{nodes} rank {rank}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("fabric-agent: error:"), "{err}");
+    }
+}

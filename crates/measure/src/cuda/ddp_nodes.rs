@@ -1,0 +1,118 @@
+//! The cuda backend's part of the multi-node DDP probe: this node's GPUs as global ranks
+//! `rank x G ..` of a clique of `nodes x G`, one `ddp-worker` process per GPU (as PyTorch
+//! DDP runs), joined through the id rank 0 made and the rendezvous handed over.
+
+use super::ddp::DdpSettings;
+use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerReport, WorkerTask, run_workers};
+use super::nccl;
+use crate::ddp_nodes::{NodeMeasure, NodeTimes};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One rank (node) of the probe on real GPUs.
+pub struct CudaDdpNodes {
+    /// CUDA device ordinals of this node's GPUs, in local rank order.
+    pub devices: Vec<u32>,
+    /// This node's rank in the group.
+    pub rank: u32,
+    pub settings: DdpSettings,
+    /// The program started per GPU (its `ddp-worker` subcommand): this agent.
+    pub exe: PathBuf,
+    /// Longest one node count's workers may take; they are killed then.
+    pub limit: Duration,
+}
+
+impl NodeMeasure for CudaDdpNodes {
+    fn make_id(&mut self) -> Result<Vec<u8>, String> {
+        let id = nccl::unique_id().map_err(|e| e.to_string())?;
+        Ok(id.internal.iter().map(|c| *c as u8).collect())
+    }
+
+    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, String> {
+        let g = self.devices.len() as u32;
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let first = self.rank * g;
+        let inputs = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, &device)| {
+                serde_json::to_string(&WorkerTask {
+                    rank: first + i as u32,
+                    world: nodes * g,
+                    device,
+                    id: hex.clone(),
+                    settings: self.settings.clone(),
+                })
+                .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit)
+            .map_err(|e| e.to_string())?;
+        local_times(&reports, first)
+    }
+}
+
+/// This node's times from its workers' reports (global ranks from `first`, in order).
+pub fn local_times(reports: &[WorkerReport], first: u32) -> Result<NodeTimes, String> {
+    let mut t = NodeTimes {
+        step_ms: 0.0,
+        compute_ms: Vec::new(),
+        compute_alone_ms: 0.0,
+        comm_alone_ms: 0.0,
+    };
+    for (i, r) in reports.iter().enumerate() {
+        match r {
+            WorkerReport::Measured {
+                rank,
+                step_ms,
+                compute_ms,
+                compute_alone_ms,
+                comm_alone_ms,
+            } => {
+                if *rank != first + i as u32 {
+                    return Err(format!(
+                        "report {i} is of rank {rank}, not {}",
+                        first + i as u32
+                    ));
+                }
+                t.step_ms = t.step_ms.max(*step_ms);
+                t.compute_ms.push(*compute_ms);
+                t.compute_alone_ms = t.compute_alone_ms.max(*compute_alone_ms);
+                t.comm_alone_ms = t.comm_alone_ms.max(*comm_alone_ms);
+            }
+            WorkerReport::Failed { message, .. } => {
+                return Err(format!("rank {}: {message}", first + i as u32));
+            }
+        }
+    }
+    if reports.is_empty() {
+        return Err("no GPU reported".into());
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nodes_times_are_its_slowest_gpu_and_its_ranks_are_global() {
+        let r = |rank: u32, step: f64| WorkerReport::Measured {
+            rank,
+            step_ms: step,
+            compute_ms: step - 10.0,
+            compute_alone_ms: step - 12.0,
+            comm_alone_ms: 30.0 + f64::from(rank),
+        };
+        let t = local_times(&[r(4, 100.0), r(5, 104.0)], 4).expect("times");
+        assert_eq!(t.step_ms, 104.0);
+        assert_eq!(t.compute_ms, [90.0, 94.0]);
+        assert_eq!((t.compute_alone_ms, t.comm_alone_ms), (92.0, 35.0));
+        assert!(
+            local_times(&[r(0, 100.0)], 4).is_err(),
+            "a report of another rank"
+        );
+        assert!(local_times(&[], 0).is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! The sim backend's part of the multi-node DDP probe: one node's times at a node count,
+//! from the fleet's model. Compute as in the node probe (a straggling GPU slows its node);
+//! between nodes, each bucket's all-reduce runs as a ring over the slowest link of the
+//! ring's nodes (a slow NIC, a bad path or sockets slow every node count that includes it).
+
+use super::node_model::NodeModel;
+use super::phases::{COMPUTE_CONTENTION, overlapped_end};
+use crate::ddp_nodes::{NodeMeasure, NodeTimes};
+use crate::fleet::{Fleet, FleetNode};
+use crate::model;
+use gpufabric_api::suite::{Collective, DdpProbe};
+
+/// Latency of one inter-node all-reduce step, µs.
+const NET_ALPHA_US: f64 = 20.0;
+
+/// One rank of the probe on the sim backend.
+pub struct SimDdpNodes<'a> {
+    pub fleet: &'a Fleet,
+    /// The group's nodes, by rank (all in the fleet).
+    pub nodes: Vec<&'a FleetNode>,
+    pub rank: u32,
+    pub shape: DdpProbe,
+    pub seed: u64,
+}
+
+impl NodeMeasure for SimDdpNodes<'_> {
+    fn make_id(&mut self) -> Result<Vec<u8>, String> {
+        // No NCCL here: random bytes take the id's place, exchanged as a real one is.
+        crate::rendezvous::random_id()
+            .map(|id| id.to_vec())
+            .map_err(|e| e.to_string())
+    }
+
+    fn measure(&mut self, k: u32, _id: &[u8]) -> Result<NodeTimes, String> {
+        let me = self
+            .nodes
+            .get(self.rank as usize)
+            .ok_or_else(|| format!("rank {} has no node", self.rank))?;
+        let ring = self.nodes.get(..k as usize).ok_or("too few nodes")?;
+        Ok(node_times(me, ring, &self.shape, self.seed, k))
+    }
+}
+
+fn node_times(
+    me: &FleetNode,
+    ring: &[&FleetNode],
+    shape: &DdpProbe,
+    seed: u64,
+    k: u32,
+) -> NodeTimes {
+    let m = NodeModel::new(me, seed);
+    let (hidden, layers) = (u64::from(shape.hidden.max(1)), shape.layers.max(1));
+    let batch = u64::from(shape.batch_per_gpu.max(1));
+    let flops = model::step_flops(hidden, u64::from(layers), batch);
+    let gemms = model::gemms_per_step(u64::from(layers)) as f64;
+    let buckets = model::buckets(
+        hidden,
+        layers as usize,
+        shape.first_bucket_bytes,
+        shape.bucket_bytes,
+    );
+    let mut rng = m.rng(&format!("ddp-nodes-{k}"));
+    let gpus: Vec<u32> = (0..m.gpus()).collect();
+    let ranks = k * m.gpus();
+    let alone: Vec<f64> = gpus
+        .iter()
+        .map(|&g| {
+            flops / (m.product.tflops * 1e12 * m.compute_bias)
+                * 1e3
+                * m.straggler(g)
+                * rng.jitter(0.002)
+        })
+        .collect();
+    let contention = if ranks > 1 { COMPUTE_CONTENTION } else { 1.0 };
+    let compute: Vec<f64> = alone.iter().map(|c| c * contention).collect();
+    let compute_max = compute.iter().copied().fold(0.0, f64::max);
+    let per_gemm = compute_max / gemms;
+    // The ring's slowest link between consecutive nodes.
+    let net_gbps = (0..ring.len())
+        .filter(|_| ring.len() > 1)
+        .map(|i| crate::pairs::sim::path_gbps(ring[i], ring[(i + 1) % ring.len()]))
+        .fold(f64::INFINITY, f64::min);
+    let gemms_done = |l: usize| {
+        let back: u32 = (l as u32..layers).map(|j| if j == 0 { 1 } else { 2 }).sum();
+        f64::from(layers + back)
+    };
+    let (mut comm_end, mut comm_alone) = (0.0f64, 0.0f64);
+    if ranks > 1 {
+        for b in &buckets {
+            let t = if ring.len() > 1 {
+                let n = f64::from(ranks);
+                (NET_ALPHA_US + b.bytes as f64 * 2.0 * (n - 1.0) / n / (net_gbps * 1e3)) / 1e3
+            } else {
+                m.collective_time_us(Collective::AllReduce, &gpus, b.bytes) / 1e3
+            } * rng.jitter(0.004);
+            comm_alone += t;
+            let ready = per_gemm * gemms_done(b.ready_after_layer);
+            comm_end = overlapped_end(comm_end.max(ready), t, compute_max);
+        }
+    }
+    NodeTimes {
+        step_ms: compute_max.max(comm_end),
+        compute_ms: compute,
+        compute_alone_ms: alone.iter().copied().fold(0.0, f64::max),
+        comm_alone_ms: comm_alone,
+    }
+}
