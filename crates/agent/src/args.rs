@@ -15,6 +15,49 @@ pub enum BackendArg {
     Sim,
 }
 
+/// How one rank of a test over several nodes meets the others (`node-pair`, `ddp-nodes`).
+#[derive(Args, Debug, Clone)]
+pub struct RendezvousArgs {
+    /// `host:port` of the rendezvous: rank 0 listens on it, the others connect to it.
+    #[arg(long, env = keys::ENV_RENDEZVOUS, value_name = "HOST:PORT")]
+    pub rendezvous: String,
+
+    /// Name of the rendezvous group, the same on every rank (e.g. `<run>/r0/p3`).
+    #[arg(long, env = keys::ENV_GROUP, value_name = "NAME")]
+    pub group: String,
+
+    /// The run's rendezvous secret, hex (at least 32 digits).
+    #[arg(long, env = keys::ENV_RENDEZVOUS_SECRET, hide_env_values = true, value_name = "HEX")]
+    pub secret: String,
+
+    /// Seconds to wait for the other ranks; then the test is "not measured", naming them.
+    #[arg(long, default_value = "120", value_parser = parse_seconds, value_name = "SECS")]
+    pub rendezvous_timeout: std::time::Duration,
+}
+
+impl RendezvousArgs {
+    /// The rendezvous of rank `rank` among `names` (the nodes, by rank); a bad secret is
+    /// invalid input.
+    pub fn config(
+        &self,
+        rank: u32,
+        names: Vec<String>,
+    ) -> anyhow::Result<gpufabric_measure::rendezvous::Config> {
+        let secret =
+            gpufabric_measure::rendezvous::Secret::from_hex(&self.secret).map_err(|e| {
+                anyhow::Error::new(gpufabric_measure::CheckError::InvalidInput(e.to_string()))
+            })?;
+        Ok(gpufabric_measure::rendezvous::Config {
+            group: self.group.clone(),
+            rank,
+            names,
+            addr: self.rendezvous.clone(),
+            secret,
+            timeout: self.rendezvous_timeout,
+        })
+    }
+}
+
 /// Arguments of `fabric-agent node-check`.
 #[derive(Args, Debug, Clone)]
 pub struct NodeCheckArgs {

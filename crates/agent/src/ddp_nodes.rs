@@ -4,7 +4,8 @@
 //! GPUs each, gather every node's times, and each writes the same document: step time,
 //! scaling efficiency and exposed communication per node count, and the straggler nodes.
 
-use crate::args::{BackendArg, parse_seconds, parse_size};
+use crate::args::{BackendArg, RendezvousArgs, parse_seconds, parse_size};
+use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
 use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesResult};
@@ -14,7 +15,7 @@ use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
 use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
 use gpufabric_measure::fleet::Fleet;
-use gpufabric_measure::rendezvous::{self, Config, Group, RendezvousError, Secret};
+use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,21 +44,9 @@ pub struct DdpNodesArgs {
     #[arg(long, env = keys::ENV_RANK, value_name = "N")]
     pub rank: u32,
 
-    /// `host:port` of the rendezvous: rank 0 listens on it, the others connect to it.
-    #[arg(long, env = keys::ENV_RENDEZVOUS, value_name = "HOST:PORT")]
-    pub rendezvous: String,
-
-    /// Name of the rendezvous group, the same on every rank.
-    #[arg(long, env = keys::ENV_GROUP, value_name = "NAME")]
-    pub group: String,
-
-    /// The run's rendezvous secret, hex (at least 32 digits).
-    #[arg(long, env = keys::ENV_RENDEZVOUS_SECRET, hide_env_values = true, value_name = "HEX")]
-    pub secret: String,
-
-    /// Seconds to wait for the other ranks; then the probe is "not measured", naming them.
-    #[arg(long, default_value = "120", value_parser = parse_seconds, value_name = "SECS")]
-    pub rendezvous_timeout: Duration,
+    /// How this rank meets the others.
+    #[command(flatten)]
+    pub meet: RendezvousArgs,
 
     /// Node counts to measure (default 1, 2, 4, ... and all of --nodes).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -174,17 +163,9 @@ impl DdpNodesArgs {
 /// Runs one rank; returns the exit code.
 pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     args.check()?;
-    let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
+    let config = args.meet.config(args.rank, args.nodes.clone())?;
     let started = Instant::now();
     let started_at = rfc3339(SystemTime::now());
-    let config = Config {
-        group: args.group.clone(),
-        rank: args.rank,
-        names: args.nodes.clone(),
-        addr: args.rendezvous.clone(),
-        secret,
-        timeout: args.rendezvous_timeout,
-    };
     let backend = match args.backend {
         BackendArg::Cuda => Backend::Cuda,
         BackendArg::Sim => Backend::Sim,
@@ -201,7 +182,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     progress(&format!(
         "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
         args.nodes[args.rank as usize],
-        args.group,
+        args.meet.group,
         args.rank,
         args.nodes.len(),
         config.addr
@@ -241,7 +222,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     if let Err(e) = measured {
         return not_measured(doc, &args, started, e);
     }
-    if let Err(e) = group.barrier(args.rendezvous_timeout) {
+    if let Err(e) = group.barrier(args.meet.rendezvous_timeout) {
         doc.errors.push(error(e.to_string()));
     }
     doc.duration_s = started.elapsed().as_secs_f64();
@@ -252,7 +233,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
 fn empty_doc(args: &DdpNodesArgs, backend: Backend, started_at: String) -> DdpNodesResult {
     DdpNodesResult {
         schema: DDP_NODES_SCHEMA.into(),
-        group: args.group.clone(),
+        group: args.meet.group.clone(),
         nodes: args.nodes.clone(),
         rank: args.rank,
         backend,
@@ -296,7 +277,7 @@ fn measure(
     gpus: u32,
     m: &mut dyn NodeMeasure,
 ) -> Result<(), RendezvousError> {
-    let all = group.all_gather(&gpus.to_le_bytes(), args.rendezvous_timeout)?;
+    let all = group.all_gather(&gpus.to_le_bytes(), args.meet.rendezvous_timeout)?;
     let per_node: Vec<u32> = all
         .iter()
         .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
@@ -316,7 +297,7 @@ fn measure(
     doc.gpus_per_node = gpus;
     let counts = ddp_nodes::node_counts(args.node_counts.as_deref(), args.nodes.len() as u32);
     // A node count may take the whole --timeout on the slowest node.
-    let wait = args.timeout * 2 + args.rendezvous_timeout;
+    let wait = args.timeout * 2 + args.meet.rendezvous_timeout;
     let measured = ddp_nodes::measure_counts(group, &args.nodes, &counts, wait, m, &progress)?;
     let shape = args.shape();
     for (k, reports) in &measured.counts {
@@ -433,11 +414,6 @@ fn not_measured(
         RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
         _ => EXIT_NOT_MEASURED,
     })
-}
-
-fn progress(line: &str) {
-    eprintln!("[fabric-agent] {line}");
-    crate::output::write_progress(line);
 }
 
 /// The table on stdout, the document as the last stdout line, in the termination message

@@ -17,6 +17,7 @@ use gpufabric_measure::cuda::CudaOptions;
 use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, CheckOptions};
+use output::progress;
 use std::process::ExitCode;
 
 /// Tests the GPU fabric of this node: NCCL collective sweep, GPU-pair copy bandwidth, a
@@ -183,12 +184,6 @@ fn ddp_worker() -> anyhow::Result<i32> {
     gpufabric_measure::cuda::ddp_procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
         .context("writing the ddp worker report")?;
     Ok(0)
-}
-
-/// A progress line: on stderr, and as the termination message until the result is written.
-fn progress(line: &str) {
-    eprintln!("[fabric-agent] {line}");
-    output::write_progress(line);
 }
 
 fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {

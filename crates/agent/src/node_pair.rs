@@ -2,7 +2,8 @@
 //! (rank 0 serves the NCCL unique id to the rank that presents the run's secret), measure
 //! NCCL across both nodes' GPUs, pass a barrier, and each writes its node-pair document.
 
-use crate::args::{BackendArg, parse_collective, parse_seconds, parse_size};
+use crate::args::{BackendArg, RendezvousArgs, parse_collective, parse_seconds, parse_size};
+use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
 use gpufabric_api::keys;
@@ -11,7 +12,7 @@ use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::Collective;
 use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::pairs::{DEFAULT_COLLECTIVES, PairOptions};
-use gpufabric_measure::rendezvous::{self, Config, RendezvousError, Secret};
+use gpufabric_measure::rendezvous::{self, Config, RendezvousError};
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
@@ -39,21 +40,9 @@ pub struct NodePairArgs {
     #[arg(long, env = keys::ENV_RANK, value_name = "0|1")]
     pub rank: u32,
 
-    /// `host:port` of the rendezvous: rank 0 listens on it, rank 1 connects to it.
-    #[arg(long, env = keys::ENV_RENDEZVOUS, value_name = "HOST:PORT")]
-    pub rendezvous: String,
-
-    /// Name of the rendezvous group, the same on both ranks (e.g. `<run>/r0/p3`).
-    #[arg(long, env = keys::ENV_GROUP, value_name = "NAME")]
-    pub group: String,
-
-    /// The run's rendezvous secret, hex (at least 32 digits).
-    #[arg(long, env = keys::ENV_RENDEZVOUS_SECRET, hide_env_values = true, value_name = "HEX")]
-    pub secret: String,
-
-    /// Seconds to wait for the peer; then the pair is "not measured" and the peer named.
-    #[arg(long, default_value = "120", value_parser = parse_seconds, value_name = "SECS")]
-    pub rendezvous_timeout: Duration,
+    /// How this rank meets the others.
+    #[command(flatten)]
+    pub meet: RendezvousArgs,
 
     /// Message size of each collective (8, 1K, 16M, 1G).
     #[arg(long, short = 'b', default_value = "1G", value_parser = parse_size, value_name = "SIZE")]
@@ -115,7 +104,7 @@ impl NodePairArgs {
             return Err(invalid(format!("--rank is 0 or 1, got {}", self.rank)));
         }
         let opts = PairOptions {
-            group: self.group.clone(),
+            group: self.meet.group.clone(),
             rank: self.rank,
             nodes: [a.clone(), b.clone()],
             bytes: self.bytes,
@@ -140,16 +129,8 @@ impl NodePairArgs {
 /// Runs one rank; returns the exit code.
 pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
     let opts = args.options()?;
-    let secret = Secret::from_hex(&args.secret).map_err(|e| invalid(e.to_string()))?;
     let rank = RankRun {
-        config: Config {
-            group: opts.group.clone(),
-            rank: opts.rank,
-            names: opts.nodes.to_vec(),
-            addr: args.rendezvous.clone(),
-            secret,
-            timeout: args.rendezvous_timeout,
-        },
+        config: args.meet.config(opts.rank, opts.nodes.to_vec())?,
         args: &args,
         opts: &opts,
         started: Instant::now(),
@@ -216,7 +197,7 @@ fn finish(
     mut group: rendezvous::Group,
     r: &RankRun,
 ) -> anyhow::Result<i32> {
-    if let Err(e) = group.barrier(r.args.rendezvous_timeout) {
+    if let Err(e) = group.barrier(r.args.meet.rendezvous_timeout) {
         doc.errors.push(PhaseError {
             phase: Phase::NodePair,
             kind: ErrorKind::Failed,
@@ -289,7 +270,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
         nccl_log,
         joined: Some(joined.clone()),
     };
-    let _watch = watch_init(joined, args.rendezvous_timeout, {
+    let _watch = watch_init(joined, args.meet.rendezvous_timeout, {
         let doc = not_measured(
             r.opts,
             Backend::Cuda,
@@ -299,7 +280,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
                 "{} met the rendezvous but did not join NCCL's communicator within {}s \
                  (its agent died, or NCCL cannot reach it on the network)",
                 r.opts.peer(),
-                args.rendezvous_timeout.as_secs()
+                args.meet.rendezvous_timeout.as_secs()
             ),
         );
         let (json, started) = (args.json.clone(), r.started);
@@ -316,7 +297,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
             std::process::exit(EXIT_NOT_MEASURED);
         }
     });
-    let timeout = args.rendezvous_timeout;
+    let timeout = args.meet.rendezvous_timeout;
     let mut barrier = || group.barrier(timeout).map_err(|e| e.to_string());
     let doc =
         cuda::node_pair::node_pair(r.opts, &id, &settings, &mut barrier, r.started_at.clone())?;
@@ -389,11 +370,6 @@ fn not_measured(
         }),
         errors: Vec::new(),
     }
-}
-
-fn progress(line: &str) {
-    eprintln!("[fabric-agent] {line}");
-    crate::output::write_progress(line);
 }
 
 /// The table on stdout, the document as the last stdout line, in the termination message

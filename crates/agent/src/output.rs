@@ -30,6 +30,13 @@ pub(crate) fn write_termination(text: &str) {
     write_termination_message(text, true);
 }
 
+/// A progress line: on stderr, and kept as the termination message (see
+/// [`write_progress`]).
+pub(crate) fn progress(line: &str) {
+    eprintln!("[fabric-agent] {line}");
+    write_progress(line);
+}
+
 /// Keeps `line` as the termination message, behind [`keys::PROGRESS_PREFIX`], until the
 /// result replaces it: an agent killed at its deadline then still says where it was. Quiet
 /// when the message cannot be written (the result write says so).

@@ -2,10 +2,12 @@
 //! TCP on loopback, measure 1, 2 and 4 nodes, and each writes the same points; a straggler
 //! node is named; a rank that never arrives is named within the rendezvous timeout.
 
+mod common;
+
+use common::{SECRET, agent, free_addr};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
@@ -24,8 +26,6 @@ nodes:
     faults: [{kind: slowNic, factor: 0.1}]
 "#;
 
-const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-
 struct Env {
     dir: tempfile::TempDir,
     fleet: PathBuf,
@@ -37,26 +37,12 @@ impl Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let fleet = dir.path().join("fleet.yaml");
         std::fs::write(&fleet, FLEET).expect("write fleet");
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("address").to_string();
-        drop(l);
+        let addr = free_addr();
         Env { dir, fleet, addr }
     }
 
     fn rank(&self, nodes: &str, rank: u32, timeout: &str) -> Child {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
-        for var in [
-            "FABRIC_BACKEND",
-            "FABRIC_SIM_FLEET",
-            "FABRIC_NODE_NAME",
-            "FABRIC_RENDEZVOUS",
-            "FABRIC_RENDEZVOUS_SECRET",
-            "FABRIC_GROUP",
-            "FABRIC_RANK",
-            "RUST_LOG",
-        ] {
-            cmd.env_remove(var);
-        }
+        let mut cmd = agent();
         cmd.env(
             "FABRIC_TERMINATION_LOG",
             self.dir.path().join(format!("termination-{rank}")),

@@ -1,10 +1,12 @@
 //! `fabric-agent node-pair` end to end: two agent processes meet over TCP on loopback and
 //! report the pair from the fleet file; a missing or foreign peer is named in bounded time.
 
+mod common;
+
+use common::{SECRET, agent, free_addr};
 use gpufabric_api::pair::{NetTransport, NodePairResult};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
@@ -22,8 +24,6 @@ nodes:
     faults: [{kind: socketFallback}]
 "#;
 
-const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-
 struct Env {
     dir: tempfile::TempDir,
     fleet: PathBuf,
@@ -35,10 +35,7 @@ impl Env {
         let dir = tempfile::tempdir().expect("temp dir");
         let fleet = dir.path().join("fleet.yaml");
         std::fs::write(&fleet, FLEET).expect("write fleet");
-        // A free loopback port: bound, then released for rank 0.
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let addr = l.local_addr().expect("address").to_string();
-        drop(l);
+        let addr = free_addr();
         Env { dir, fleet, addr }
     }
 
@@ -47,20 +44,7 @@ impl Env {
     }
 
     fn rank(&self, nodes: &str, rank: u32, secret: &str, timeout: &str) -> Child {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
-        for var in [
-            "FABRIC_BACKEND",
-            "FABRIC_SIM_FLEET",
-            "FABRIC_NODE_NAME",
-            "FABRIC_RENDEZVOUS",
-            "FABRIC_RENDEZVOUS_SECRET",
-            "FABRIC_GROUP",
-            "FABRIC_RANK",
-            "FABRIC_PAIR_NODES",
-            "RUST_LOG",
-        ] {
-            cmd.env_remove(var);
-        }
+        let mut cmd = agent();
         cmd.env("FABRIC_TERMINATION_LOG", self.term(rank))
             .env("FABRIC_RENDEZVOUS_SECRET", secret)
             .args(["node-pair", "--backend", "sim", "--fleet"])
@@ -205,7 +189,7 @@ fn the_cuda_backend_without_nccl_says_what_is_missing() {
         eprintln!("libnccl is present here: the cuda backend would run; nothing to check");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_fabric-agent"))
+    let out = agent()
         .args([
             "node-pair",
             "--backend",

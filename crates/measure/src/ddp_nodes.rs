@@ -17,19 +17,9 @@ use gpufabric_api::suite::DdpProbe;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// What one node measured at one node count, over its own GPUs (times in ms).
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeTimes {
-    /// Mean overlapped step, its slowest GPU.
-    pub step_ms: f64,
-    /// Compute per GPU in the overlapped steps, by local GPU.
-    pub compute_ms: Vec<f64>,
-    /// Compute alone, its slowest GPU.
-    pub compute_alone_ms: f64,
-    /// The all-reduces alone, its slowest GPU.
-    pub comm_alone_ms: f64,
-}
+/// What one node measured at one node count, over its own GPUs: the slowest of its GPUs,
+/// and each GPU's compute.
+pub type NodeTimes = PointTimes;
 
 /// One rank's report of one node count, as it travels to the others.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

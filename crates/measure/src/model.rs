@@ -102,7 +102,9 @@ pub fn step_flops(hidden: u64, layers: u64, batch: u64) -> f64 {
 }
 
 /// What one GPU count of the DDP probe measured (times in ms; slowest GPU unless per GPU).
-#[derive(Debug, Clone, PartialEq)]
+/// The multi-node probe's ranks send theirs to each other as JSON.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PointTimes {
     /// Mean overlapped step (forward, backward, all-reduces, copy-back).
     pub step_ms: f64,

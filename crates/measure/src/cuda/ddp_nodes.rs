@@ -3,7 +3,7 @@
 //! DDP runs), joined through the id rank 0 made and the rendezvous handed over.
 
 use super::ddp::DdpSettings;
-use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerReport, WorkerTask, run_workers};
+use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerReport, WorkerTask, combine_ranks, run_workers};
 use super::nccl;
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
 use std::path::PathBuf;
@@ -55,41 +55,7 @@ impl NodeMeasure for CudaDdpNodes {
 
 /// This node's times from its workers' reports (global ranks from `first`, in order).
 pub fn local_times(reports: &[WorkerReport], first: u32) -> Result<NodeTimes, String> {
-    let mut t = NodeTimes {
-        step_ms: 0.0,
-        compute_ms: Vec::new(),
-        compute_alone_ms: 0.0,
-        comm_alone_ms: 0.0,
-    };
-    for (i, r) in reports.iter().enumerate() {
-        match r {
-            WorkerReport::Measured {
-                rank,
-                step_ms,
-                compute_ms,
-                compute_alone_ms,
-                comm_alone_ms,
-            } => {
-                if *rank != first + i as u32 {
-                    return Err(format!(
-                        "report {i} is of rank {rank}, not {}",
-                        first + i as u32
-                    ));
-                }
-                t.step_ms = t.step_ms.max(*step_ms);
-                t.compute_ms.push(*compute_ms);
-                t.compute_alone_ms = t.compute_alone_ms.max(*compute_alone_ms);
-                t.comm_alone_ms = t.comm_alone_ms.max(*comm_alone_ms);
-            }
-            WorkerReport::Failed { message, .. } => {
-                return Err(format!("rank {}: {message}", first + i as u32));
-            }
-        }
-    }
-    if reports.is_empty() {
-        return Err("no GPU reported".into());
-    }
-    Ok(t)
+    combine_ranks(reports, first)
 }
 
 #[cfg(test)]

@@ -158,6 +158,12 @@ fn run_task(task: &WorkerTask) -> WorkerReport {
 /// slowest rank's, compute per GPU in rank order, compute and communication alone the
 /// slowest rank's.
 pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
+    combine_ranks(reports, 0)
+}
+
+/// [`combine`] for reports of the ranks `first`, `first + 1`, ... (one node's GPUs in a
+/// clique over several nodes).
+pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes, String> {
     let mut t = PointTimes {
         step_ms: 0.0,
         compute_ms: Vec::new(),
@@ -173,8 +179,9 @@ pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
                 compute_alone_ms,
                 comm_alone_ms,
             } => {
-                if *rank as usize != i {
-                    return Err(format!("report {i} is of rank {rank}"));
+                let want = first + i as u32;
+                if *rank != want {
+                    return Err(format!("report {i} is of rank {rank}, not {want}"));
                 }
                 t.step_ms = t.step_ms.max(*step_ms);
                 t.compute_ms.push(*compute_ms);
@@ -182,7 +189,7 @@ pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
                 t.comm_alone_ms = t.comm_alone_ms.max(*comm_alone_ms);
             }
             WorkerReport::Failed { message, .. } => {
-                return Err(format!("rank {i} failed: {message}"));
+                return Err(format!("rank {} failed: {message}", first + i as u32));
             }
         }
     }

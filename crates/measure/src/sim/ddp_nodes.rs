@@ -4,7 +4,7 @@
 //! ring's nodes (a slow NIC, a bad path or sockets slow every node count that includes it).
 
 use super::node_model::NodeModel;
-use super::phases::{COMPUTE_CONTENTION, overlapped_end};
+use super::phases::{COMPUTE_CONTENTION, compute_alone, gemms_done, overlapped_end};
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
 use crate::fleet::{Fleet, FleetNode};
 use crate::model;
@@ -62,15 +62,7 @@ fn node_times(
     let mut rng = m.rng(&format!("ddp-nodes-{k}"));
     let gpus: Vec<u32> = (0..m.gpus()).collect();
     let ranks = k * m.gpus();
-    let alone: Vec<f64> = gpus
-        .iter()
-        .map(|&g| {
-            flops / (m.product.tflops * 1e12 * m.compute_bias)
-                * 1e3
-                * m.straggler(g)
-                * rng.jitter(0.002)
-        })
-        .collect();
+    let alone = compute_alone(&m, flops, &gpus, &mut rng, 0.002);
     let contention = if ranks > 1 { COMPUTE_CONTENTION } else { 1.0 };
     let compute: Vec<f64> = alone.iter().map(|c| c * contention).collect();
     let compute_max = compute.iter().copied().fold(0.0, f64::max);
@@ -80,10 +72,6 @@ fn node_times(
         .filter(|_| ring.len() > 1)
         .map(|i| crate::pairs::sim::path_gbps(ring[i], ring[(i + 1) % ring.len()]))
         .fold(f64::INFINITY, f64::min);
-    let gemms_done = |l: usize| {
-        let back: u32 = (l as u32..layers).map(|j| if j == 0 { 1 } else { 2 }).sum();
-        f64::from(layers + back)
-    };
     let (mut comm_end, mut comm_alone) = (0.0f64, 0.0f64);
     if ranks > 1 {
         for b in &buckets {
@@ -94,7 +82,7 @@ fn node_times(
                 m.collective_time_us(Collective::AllReduce, &gpus, b.bytes) / 1e3
             } * rng.jitter(0.004);
             comm_alone += t;
-            let ready = per_gemm * gemms_done(b.ready_after_layer);
+            let ready = per_gemm * gemms_done(layers, b.ready_after_layer);
             comm_end = overlapped_end(comm_end.max(ready), t, compute_max);
         }
     }

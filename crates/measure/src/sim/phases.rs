@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use super::node_model::NodeModel;
+use super::noise::Rng;
 use crate::fleet::Fault;
 use crate::{CheckOptions, Progress, model, stats};
 use gpufabric_api::result::{
@@ -158,6 +159,32 @@ pub(super) fn overlapped_end(start: f64, work: f64, compute_end: f64) -> f64 {
     }
 }
 
+/// Each GPU's compute alone for one step (ms): the product's speed, the node's bias, a
+/// straggling GPU's factor, and `jitter` of noise.
+pub(super) fn compute_alone(
+    m: &NodeModel,
+    flops: f64,
+    gpus: &[u32],
+    rng: &mut Rng,
+    jitter: f64,
+) -> Vec<f64> {
+    gpus.iter()
+        .map(|&g| {
+            flops / (m.product.tflops * 1e12 * m.compute_bias)
+                * 1e3
+                * m.straggler(g)
+                * rng.jitter(jitter)
+        })
+        .collect()
+}
+
+/// GEMMs done when the backward of layer `l` (of `layers`) has finished: forward (one per
+/// layer), then layers L-1 down to l, two GEMMs each except layer 0 (wgrad only).
+pub(super) fn gemms_done(layers: u32, l: usize) -> f64 {
+    let back: u32 = (l as u32..layers).map(|k| if k == 0 { 1 } else { 2 }).sum();
+    f64::from(layers + back)
+}
+
 pub(super) fn ddp_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) -> DdpResult {
     let probe: &DdpProbe = &opts.suite.ddp_probe;
     let layers = probe.layers.max(1);
@@ -179,31 +206,17 @@ pub(super) fn ddp_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) 
         // Compute per GPU alone, then under overlap: NCCL kernels take SMs and HBM
         // bandwidth from the GEMMs (5%: 21.6 ms with overlap against 20.5 alone, measured
         // on 4 x H200).
-        let alone: Vec<f64> = idx
-            .iter()
-            .map(|&g| {
-                flops / (m.product.tflops * 1e12 * m.compute_bias)
-                    * 1e3
-                    * m.straggler(g)
-                    * rng.jitter(0.002 * steps_scale)
-            })
-            .collect();
+        let alone = compute_alone(m, flops, &idx, &mut rng, 0.002 * steps_scale);
         let contention = if count > 1 { COMPUTE_CONTENTION } else { 1.0 };
         let compute: Vec<f64> = alone.iter().map(|c| c * contention).collect();
         let per_gemm: Vec<f64> = compute.iter().map(|c| c / gemms).collect();
-        // GEMMs done when the backward of layer `l` has finished: forward (one per layer),
-        // then layers L-1 down to l, two GEMMs each except layer 0 (wgrad only).
-        let gemms_done = |l: usize| {
-            let back: u32 = (l as u32..layers).map(|k| if k == 0 { 1 } else { 2 }).sum();
-            f64::from(layers + back)
-        };
         let compute_max = compute.iter().copied().fold(0.0, f64::max);
         let (mut comm_end, mut comm_alone) = (0.0f64, 0.0f64);
         if count > 1 {
             for b in &buckets {
                 let ready = per_gemm
                     .iter()
-                    .map(|t| t * gemms_done(b.ready_after_layer))
+                    .map(|t| t * gemms_done(layers, b.ready_after_layer))
                     .fold(0.0, f64::max);
                 let t = m.collective_time_us(Collective::AllReduce, &idx, b.bytes) / 1e3
                     * rng.jitter(0.004 * steps_scale);
