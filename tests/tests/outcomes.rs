@@ -616,6 +616,18 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
     assert_untouched(&nodes(&env).await, "short-wait");
 }
 
+/// `n` nodes whose agents block in their health phase until stopped.
+fn hung_fleet(n: usize) -> Fleet {
+    let mut f = fleet(n);
+    for node in f.nodes.iter_mut() {
+        node.faults.push(Fault::Hang {
+            phase: Some(Phase::Health),
+            stuck: true,
+        });
+    }
+    f
+}
+
 /// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
 /// as the kubelet does when the node runs low on memory), until `n` are.
 async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Eviction) {
@@ -652,14 +664,7 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     // Every agent blocks in its health phase until it is stopped: each pod is still running
     // when the kubelet evicts it.
-    let mut f = fleet(3);
-    for n in f.nodes.iter_mut() {
-        n.faults.push(Fault::Hang {
-            phase: Some(Phase::Health),
-            stuck: true,
-        });
-    }
-    let env = OperatorEnv::start(f, NS).await;
+    let env = OperatorEnv::start(hung_fleet(3), NS).await;
     let want = Expect {
         reason: NotMeasuredReason::Evicted,
         label: "Evicted",
@@ -678,14 +683,7 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
 async fn preempted_benchmark_pods_cordon_nothing() {
     let _serial = SERIAL.lock().await;
     // As above, but the kubelet preempts each running pod to admit a critical one.
-    let mut f = fleet(3);
-    for n in f.nodes.iter_mut() {
-        n.faults.push(Fault::Hang {
-            phase: Some(Phase::Health),
-            stuck: true,
-        });
-    }
-    let env = OperatorEnv::start(f, NS).await;
+    let env = OperatorEnv::start(hung_fleet(3), NS).await;
     let want = Expect {
         reason: NotMeasuredReason::Preempted,
         label: "Preempted",

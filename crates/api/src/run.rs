@@ -185,6 +185,19 @@ pub enum NodeVerdict {
 }
 
 impl NodeVerdict {
+    /// The verdict's name as the API spells it (metric labels, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeVerdict::Pending => "Pending",
+            NodeVerdict::Running => "Running",
+            NodeVerdict::Passed => "Passed",
+            NodeVerdict::Failed => "Failed",
+            NodeVerdict::Errored => "Errored",
+            NodeVerdict::Timeout => "Timeout",
+            NodeVerdict::NotMeasured => "NotMeasured",
+        }
+    }
+
     pub fn is_final(self) -> bool {
         !matches!(self, NodeVerdict::Pending | NodeVerdict::Running)
     }
@@ -398,5 +411,28 @@ impl SkipReason {
 impl std::fmt::Display for SkipReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_names_are_the_api_spelling() {
+        for v in [
+            NodeVerdict::Pending,
+            NodeVerdict::Running,
+            NodeVerdict::Passed,
+            NodeVerdict::Failed,
+            NodeVerdict::Errored,
+            NodeVerdict::Timeout,
+            NodeVerdict::NotMeasured,
+        ] {
+            assert_eq!(
+                serde_json::to_value(v).ok(),
+                Some(serde_json::Value::String(v.name().into()))
+            );
+        }
     }
 }

@@ -26,8 +26,10 @@ pub struct NodeSignal {
     pub judgement: Judgement,
     /// The condition to write; None: the node keeps the one it has.
     pub condition: Option<k8s_openapi::api::core::v1::NodeCondition>,
-    /// The metadata merge patch; None: label and annotation are already right.
-    pub metadata: Option<serde_json::Value>,
+    /// The metadata merge patch, as JSON text (a fleet's worth of them is held between
+    /// deciding and writing: text is a tenth of the parsed form); None: label and
+    /// annotation are already right.
+    pub metadata: Option<String>,
     /// With graduated taints, the test (`<namespace>/<name>`) that owns the suspect taint.
     pub suspect_taint_owner: Option<String>,
 }
@@ -97,7 +99,8 @@ pub fn decide(
                     node::current_condition(current.as_deref()),
                     &stamp,
                 ),
-                metadata: node::metadata_patch(current.as_deref(), judgement, &passed_at),
+                metadata: node::metadata_patch(current.as_deref(), judgement, &passed_at)
+                    .map(|p| p.to_string()),
                 suspect_taint_owner: taint_owner.clone(),
             })
         })
@@ -177,7 +180,9 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
         }
     }
     if let Some(m) = &s.metadata {
-        let patch = Patch::Merge(m);
+        let parsed: serde_json::Value = serde_json::from_str(m)
+            .map_err(|e| format!("node {}: the label patch is not JSON: {e}", s.node))?;
+        let patch = Patch::Merge(parsed);
         match retrying(|| api.patch(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),

@@ -97,6 +97,16 @@ pub(super) async fn finish(
         run.metadata.generation,
         &now(),
     );
+    // The error counters to record, worked out now so that every node's parsed result can be
+    // let go before the writes: at thousands of nodes they are most of what this pass holds.
+    let at = next
+        .completion_time
+        .as_ref()
+        .map(crate::signals::rfc3339)
+        .unwrap_or_default();
+    let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
+    drop(inputs);
+    drop(evaluation);
     apply_status(api, &name, &next).await?;
     tracing::debug!(
         took_ms = began.elapsed().as_millis(),
@@ -104,15 +114,10 @@ pub(super) async fn finish(
         shards_written = written,
         "verdict written"
     );
+    announce(run, &next, &entries, all_findings.len(), ctx).await;
+    drop(all_findings);
     // After the status, so a failed status write cannot make a retry judge against the
     // counters of the run it is judging.
-    let at = next
-        .completion_time
-        .as_ref()
-        .map(crate::signals::rfc3339)
-        .unwrap_or_default();
-    announce(run, &next, &entries, all_findings.len(), ctx).await;
-    let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
     }
@@ -207,7 +212,7 @@ async fn announce(
         ctx.metrics
             .nodes_tested
             .get_or_create(&VerdictLabels {
-                verdict: format!("{:?}", n.verdict),
+                verdict: n.verdict.name().to_string(),
             })
             .inc();
     }

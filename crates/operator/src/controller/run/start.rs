@@ -335,20 +335,10 @@ mod tests {
     use gpufabric_api::run::{FabricTestRunSpec, SkipReason, SkippedNode, Trigger};
 
     fn run_created_at(t: chrono::DateTime<Utc>) -> FabricTestRun {
+        let spec = gpufabric_api::test::FabricTestSpec::default();
         let mut r = FabricTestRun::new(
             "nightly-29000000",
-            FabricTestRunSpec {
-                test: "nightly".into(),
-                trigger: Trigger::Schedule,
-                scheduled_time: None,
-                node_selector: Default::default(),
-                nodes: None,
-                suite: Default::default(),
-                thresholds: Default::default(),
-                quarantine: Default::default(),
-                agent: Default::default(),
-                rollout: None,
-            },
+            FabricTestRunSpec::of_test("nightly", &spec, Trigger::Schedule, None, None),
         );
         r.metadata.creation_timestamp = Some(crate::time::to_time(t));
         r
