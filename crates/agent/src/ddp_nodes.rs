@@ -171,12 +171,36 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         BackendArg::Sim => Backend::Sim,
     };
     let mut doc = empty_doc(&args, backend, started_at);
-    // The backend is ready (a fleet loaded, libraries found) before the others are met.
+    // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
+    // met: a rank that cannot measure fails alone, and at once.
     let fleet = match args.backend {
         BackendArg::Sim => Some(load_fleet(&args)?),
         BackendArg::Cuda => {
             check_cuda()?;
             None
+        }
+    };
+    let (mut m, gpus): (Box<dyn NodeMeasure + '_>, u32) = match &fleet {
+        Some(f) => {
+            let nodes = args
+                .nodes
+                .iter()
+                .filter_map(|n| f.node(n))
+                .collect::<Vec<_>>();
+            let g = nodes.get(args.rank as usize).map_or(0, |n| n.gpus);
+            let sim = gpufabric_measure::sim::ddp_nodes::SimDdpNodes {
+                fleet: f,
+                nodes,
+                rank: args.rank,
+                shape: args.shape(),
+                seed: args.seed.unwrap_or(f.seed),
+            };
+            (Box::new(sim), g)
+        }
+        None => {
+            let cuda = cuda_measure(&args)?;
+            let g = cuda.devices.len() as u32;
+            (Box::new(cuda), g)
         }
     };
     progress(&format!(
@@ -196,29 +220,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         Ok(g) => g,
         Err(e) => return not_measured(doc, &args, started, e),
     };
-    let measured = match &fleet {
-        Some(f) => {
-            let nodes = args
-                .nodes
-                .iter()
-                .filter_map(|n| f.node(n))
-                .collect::<Vec<_>>();
-            let g = nodes.get(args.rank as usize).map_or(0, |n| n.gpus);
-            let mut m = gpufabric_measure::sim::ddp_nodes::SimDdpNodes {
-                fleet: f,
-                nodes,
-                rank: args.rank,
-                shape: args.shape(),
-                seed: args.seed.unwrap_or(f.seed),
-            };
-            measure(&mut doc, &mut group, &args, g, &mut m)
-        }
-        None => {
-            let mut m = cuda_measure(&args)?;
-            let g = m.devices.len() as u32;
-            measure(&mut doc, &mut group, &args, g, &mut m)
-        }
-    };
+    let measured = measure(&mut doc, &mut group, &args, gpus, m.as_mut());
     if let Err(e) = measured {
         return not_measured(doc, &args, started, e);
     }

@@ -170,3 +170,40 @@ fn bad_settings_are_refused_with_exit_code_2() {
         assert!(err.contains("fabric-agent: error:"), "{err}");
     }
 }
+
+#[test]
+fn a_rank_that_cannot_measure_says_why_before_it_meets_the_others() {
+    if gpufabric_measure::cuda::nccl::nccl_present() {
+        eprintln!("libnccl is present here: the cuda backend would run; nothing to check");
+        return;
+    }
+    let env = Env::new();
+    let started = Instant::now();
+    // Rank 1 with no rank 0 anywhere: it would wait 60 s for the rendezvous, but ends at
+    // once, naming the missing library.
+    let out = agent()
+        .args([
+            "ddp-nodes",
+            "--backend",
+            "cuda",
+            "--nodes",
+            "a,b",
+            "--rank",
+            "1",
+        ])
+        .args([
+            "--rendezvous",
+            &env.addr,
+            "--group",
+            "g",
+            "--secret",
+            SECRET,
+        ])
+        .args(["--rendezvous-timeout", "60"])
+        .output()
+        .expect("agent runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(11), "{stderr}");
+    assert!(stderr.contains("libnccl.so"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{stderr}");
+}
