@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
+pub mod paging;
 pub mod pairs;
 pub mod pods;
 pub mod quarantine;

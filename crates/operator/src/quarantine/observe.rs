@@ -140,9 +140,6 @@ pub(super) async fn records_of(
     Ok(out)
 }
 
-/// Nodes listed a page at a time.
-const LIST_PAGE: u32 = 500;
-
 /// What a node list keeps of each node: its name and annotations. Everything else in the
 /// metadata (managed fields above all: most of a Node's metadata) is skipped while parsing.
 #[derive(serde::Deserialize)]
@@ -168,19 +165,15 @@ struct NodePage {
 
 /// Calls `f` with every node's name and quarantine record (`Err` for one that cannot be
 /// read), from the API server itself rather than the node cache: budgets and releases must
-/// see every record written so far. Lists node metadata in pages of [`LIST_PAGE`] and keeps
+/// see every record written so far. Lists node metadata a page at a time ([`crate::paging`]) and keeps
 /// only names and annotations, so that memory does not grow with the fleet.
 async fn each_record(
     client: &Client,
     mut f: impl FnMut(String, Result<Option<QuarantineRecord>, String>),
 ) -> Result<(), QuarantineError> {
     let request = kube::core::Request::new("/api/v1/nodes");
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = kube::api::ListParams::default().limit(LIST_PAGE);
-        if let Some(t) = token.take() {
-            lp = lp.continue_token(&t);
-        }
+    let mut pages = crate::paging::Pages::default();
+    while let Some(lp) = pages.next_params() {
         let mut req = request
             .list_metadata(&lp)
             .map_err(|e| QuarantineError::ListNodes(kube::Error::BuildRequest(e)))?;
@@ -196,11 +189,9 @@ async fn each_record(
                 f(name, record);
             }
         }
-        match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(t) => token = Some(t),
-            None => return Ok(()),
-        }
+        pages.read(page.metadata.continue_);
     }
+    Ok(())
 }
 
 #[cfg(test)]

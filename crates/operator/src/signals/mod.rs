@@ -35,27 +35,18 @@ pub use run::{
 };
 pub use taint::{SUSPECT_EFFECT, release_all as release_suspect_taints, suspect_taint_patch};
 
-/// Nodes listed at once by [`nodes_where`].
-const LIST_PAGE: u32 = 500;
-
-/// The nodes `keep` selects, read from the API server a page at a time, so that a fleet's
-/// worth of Nodes is never held at once.
+/// The nodes `keep` selects, read from the API server a page at a time
+/// ([`crate::paging`]), so that a fleet's worth of Nodes is never held at once.
 async fn nodes_where(
     api: &kube::Api<k8s_openapi::api::core::v1::Node>,
     keep: impl Fn(&k8s_openapi::api::core::v1::Node) -> bool,
 ) -> Result<Vec<k8s_openapi::api::core::v1::Node>, kube::Error> {
     let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
-        let mut lp = kube::api::ListParams::default().limit(LIST_PAGE);
-        if let Some(t) = token.take() {
-            lp = lp.continue_token(&t);
-        }
+    let mut pages = crate::paging::Pages::default();
+    while let Some(lp) = pages.next_params() {
         let page = api.list(&lp).await?;
         out.extend(page.items.into_iter().filter(|n| keep(n)));
-        match page.metadata.continue_.filter(|t| !t.is_empty()) {
-            Some(t) => token = Some(t),
-            None => return Ok(out),
-        }
+        pages.read(page.metadata.continue_);
     }
+    Ok(out)
 }
