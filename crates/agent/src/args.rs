@@ -58,6 +58,28 @@ impl RendezvousArgs {
     }
 }
 
+/// The fleet file the `sim` backend of a multi-node command simulates (`--fleet`), checked
+/// to hold every node of `nodes`.
+pub fn load_sim_fleet(
+    path: Option<&std::path::Path>,
+    nodes: &[String],
+) -> anyhow::Result<gpufabric_measure::fleet::Fleet> {
+    let invalid = |m: String| anyhow::Error::new(gpufabric_measure::CheckError::InvalidInput(m));
+    let path = path.ok_or_else(|| {
+        invalid(
+            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
+        )
+    })?;
+    let fleet = gpufabric_measure::fleet::Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
+    if let Some(n) = nodes.iter().find(|n| fleet.node(n).is_none()) {
+        return Err(invalid(format!(
+            "node {n:?} is not in fleet file {}",
+            path.display()
+        )));
+    }
+    Ok(fleet)
+}
+
 /// Arguments of `fabric-agent node-check`.
 #[derive(Args, Debug, Clone)]
 pub struct NodeCheckArgs {

@@ -4,7 +4,7 @@
 //! GPUs each, gather every node's times, and each writes the same document: step time,
 //! scaling efficiency and exposed communication per node count, and the straggler nodes.
 
-use crate::args::{BackendArg, RendezvousArgs, parse_seconds, parse_size};
+use crate::args::{BackendArg, RendezvousArgs, load_sim_fleet, parse_seconds, parse_size};
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -14,7 +14,6 @@ use gpufabric_api::pair::NotMeasured;
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
 use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
-use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
@@ -174,7 +173,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
     // met: a rank that cannot measure fails alone, and at once.
     let fleet = match args.backend {
-        BackendArg::Sim => Some(load_fleet(&args)?),
+        BackendArg::Sim => Some(load_sim_fleet(args.fleet.as_deref(), &args.nodes)?),
         BackendArg::Cuda => {
             check_cuda()?;
             None
@@ -189,7 +188,6 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
                 .collect::<Vec<_>>();
             let g = nodes.get(args.rank as usize).map_or(0, |n| n.gpus);
             let sim = gpufabric_measure::sim::ddp_nodes::SimDdpNodes {
-                fleet: f,
                 nodes,
                 rank: args.rank,
                 shape: args.shape(),
@@ -379,22 +377,6 @@ fn cuda_measure(
         exe,
         limit: args.timeout * 2 + Duration::from_secs(30),
     })
-}
-
-fn load_fleet(args: &DdpNodesArgs) -> anyhow::Result<Fleet> {
-    let path = args.fleet.as_ref().ok_or_else(|| {
-        invalid(
-            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
-        )
-    })?;
-    let fleet = Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
-    if let Some(n) = args.nodes.iter().find(|n| fleet.node(n).is_none()) {
-        return Err(invalid(format!(
-            "node {n:?} is not in fleet file {}",
-            path.display()
-        )));
-    }
-    Ok(fleet)
 }
 
 /// The document of a probe whose ranks did not all meet: what is known, the missing ranks

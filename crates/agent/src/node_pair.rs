@@ -2,7 +2,9 @@
 //! (rank 0 serves the NCCL unique id to the rank that presents the run's secret), measure
 //! NCCL across both nodes' GPUs, pass a barrier, and each writes its node-pair document.
 
-use crate::args::{BackendArg, RendezvousArgs, parse_collective, parse_seconds, parse_size};
+use crate::args::{
+    BackendArg, RendezvousArgs, load_sim_fleet, parse_collective, parse_seconds, parse_size,
+};
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -10,7 +12,6 @@ use gpufabric_api::keys;
 use gpufabric_api::pair::{NodePairResult, NotMeasured, PAIR_SCHEMA};
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::Collective;
-use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::pairs::{DEFAULT_COLLECTIVES, PairOptions};
 use gpufabric_measure::rendezvous::{self, Config, RendezvousError};
 use gpufabric_measure::sim::{self, ProcessFault};
@@ -211,7 +212,7 @@ fn finish(
 
 fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     let (args, opts) = (r.args, r.opts);
-    let fleet = load_fleet(args, opts)?;
+    let fleet = load_sim_fleet(args.fleet.as_deref(), &opts.nodes)?;
     if let Some(node) = fleet.node(opts.node())
         && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
     {
@@ -324,24 +325,6 @@ fn watch_init(
             std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
         }
     })
-}
-
-fn load_fleet(args: &NodePairArgs, opts: &PairOptions) -> anyhow::Result<Fleet> {
-    let path = args.fleet.as_ref().ok_or_else(|| {
-        invalid(
-            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
-        )
-    })?;
-    let fleet = Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
-    for node in &opts.nodes {
-        if fleet.node(node).is_none() {
-            return Err(invalid(format!(
-                "node {node:?} is not in fleet file {}",
-                path.display()
-            )));
-        }
-    }
-    Ok(fleet)
 }
 
 fn not_measured(

@@ -143,26 +143,18 @@ pub fn point(
     gpus_per_node: u32,
     base: Option<&DdpPoint>,
 ) -> Option<DdpNodesPoint> {
-    let mut t = PointTimes {
-        step_ms: 0.0,
-        compute_ms: Vec::new(),
-        compute_alone_ms: 0.0,
-        comm_alone_ms: 0.0,
-    };
-    let mut node_compute_ms = Vec::new();
+    let mut nodes = Vec::new();
     for r in reports.iter().take(k as usize) {
         let NodeReport::Measured(n) = r else {
             return None;
         };
-        t.step_ms = t.step_ms.max(n.step_ms);
-        t.compute_ms.extend(&n.compute_ms);
-        t.compute_alone_ms = t.compute_alone_ms.max(n.compute_alone_ms);
-        t.comm_alone_ms = t.comm_alone_ms.max(n.comm_alone_ms);
-        node_compute_ms.push(n.compute_alone_ms);
+        nodes.push(n.clone());
     }
-    if node_compute_ms.len() != k as usize {
+    if nodes.len() != k as usize {
         return None;
     }
+    let node_compute_ms: Vec<f64> = nodes.iter().map(|n| n.compute_alone_ms).collect();
+    let t = PointTimes::together(nodes);
     let flops = model::step_flops(
         u64::from(shape.hidden),
         u64::from(shape.layers),

@@ -116,6 +116,26 @@ pub struct PointTimes {
     pub comm_alone_ms: f64,
 }
 
+impl PointTimes {
+    /// The times of GPUs (or nodes) that stepped together, in order: the slowest step,
+    /// compute alone and communication alone, and every part's compute per GPU.
+    pub fn together(parts: impl IntoIterator<Item = PointTimes>) -> PointTimes {
+        let empty = PointTimes {
+            step_ms: 0.0,
+            compute_ms: Vec::new(),
+            compute_alone_ms: 0.0,
+            comm_alone_ms: 0.0,
+        };
+        parts.into_iter().fold(empty, |mut t, p| {
+            t.step_ms = t.step_ms.max(p.step_ms);
+            t.compute_ms.extend(p.compute_ms);
+            t.compute_alone_ms = t.compute_alone_ms.max(p.compute_alone_ms);
+            t.comm_alone_ms = t.comm_alone_ms.max(p.comm_alone_ms);
+            t
+        })
+    }
+}
+
 /// The figures of one DDP point: throughput from `batch` samples per GPU and `flops` per
 /// step, efficiency against `base` (the first point measured, or this one), exposed
 /// communication as the step beyond compute alone, and overlap as the share of the

@@ -3,7 +3,7 @@
 //! DDP runs), joined through the id rank 0 made and the rendezvous handed over.
 
 use super::ddp::DdpSettings;
-use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerReport, WorkerTask, combine_ranks, run_workers};
+use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerTask, combine_ranks, encode_id, run_workers};
 use super::nccl;
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
 use std::path::PathBuf;
@@ -23,14 +23,16 @@ pub struct CudaDdpNodes {
 }
 
 impl NodeMeasure for CudaDdpNodes {
+    /// The id as the workers take it: 256 hex digits.
     fn make_id(&mut self) -> Result<Vec<u8>, String> {
         let id = nccl::unique_id().map_err(|e| e.to_string())?;
-        Ok(id.internal.iter().map(|c| *c as u8).collect())
+        Ok(encode_id(&id).into_bytes())
     }
 
     fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, String> {
         let g = self.devices.len() as u32;
-        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = String::from_utf8(id.to_vec())
+            .map_err(|_| "the communicator id is not hex text".to_string())?;
         let first = self.rank * g;
         let inputs = self
             .devices
@@ -49,18 +51,14 @@ impl NodeMeasure for CudaDdpNodes {
             .collect::<Result<Vec<_>, _>>()?;
         let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit)
             .map_err(|e| e.to_string())?;
-        local_times(&reports, first)
+        combine_ranks(&reports, first)
     }
-}
-
-/// This node's times from its workers' reports (global ranks from `first`, in order).
-pub fn local_times(reports: &[WorkerReport], first: u32) -> Result<NodeTimes, String> {
-    combine_ranks(reports, first)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cuda::ddp_procs::WorkerReport;
 
     #[test]
     fn a_nodes_times_are_its_slowest_gpu_and_its_ranks_are_global() {
@@ -71,14 +69,14 @@ mod tests {
             compute_alone_ms: step - 12.0,
             comm_alone_ms: 30.0 + f64::from(rank),
         };
-        let t = local_times(&[r(4, 100.0), r(5, 104.0)], 4).expect("times");
+        let t = combine_ranks(&[r(4, 100.0), r(5, 104.0)], 4).expect("times");
         assert_eq!(t.step_ms, 104.0);
         assert_eq!(t.compute_ms, [90.0, 94.0]);
         assert_eq!((t.compute_alone_ms, t.comm_alone_ms), (92.0, 35.0));
         assert!(
-            local_times(&[r(0, 100.0)], 4).is_err(),
+            combine_ranks(&[r(0, 100.0)], 4).is_err(),
             "a report of another rank"
         );
-        assert!(local_times(&[], 0).is_err());
+        assert!(combine_ranks(&[], 0).is_err());
     }
 }

@@ -164,39 +164,37 @@ pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
 /// [`combine`] for reports of the ranks `first`, `first + 1`, ... (one node's GPUs in a
 /// clique over several nodes).
 pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes, String> {
-    let mut t = PointTimes {
-        step_ms: 0.0,
-        compute_ms: Vec::new(),
-        compute_alone_ms: 0.0,
-        comm_alone_ms: 0.0,
-    };
-    for (i, r) in reports.iter().enumerate() {
-        match r {
-            WorkerReport::Measured {
-                rank,
-                step_ms,
-                compute_ms,
-                compute_alone_ms,
-                comm_alone_ms,
-            } => {
-                let want = first + i as u32;
-                if *rank != want {
-                    return Err(format!("report {i} is of rank {rank}, not {want}"));
-                }
-                t.step_ms = t.step_ms.max(*step_ms);
-                t.compute_ms.push(*compute_ms);
-                t.compute_alone_ms = t.compute_alone_ms.max(*compute_alone_ms);
-                t.comm_alone_ms = t.comm_alone_ms.max(*comm_alone_ms);
-            }
-            WorkerReport::Failed { message, .. } => {
-                return Err(format!("rank {} failed: {message}", first + i as u32));
-            }
-        }
-    }
     if reports.is_empty() {
         return Err("no reports".into());
     }
-    Ok(t)
+    let ranks = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let want = first + i as u32;
+            match r {
+                WorkerReport::Measured {
+                    rank,
+                    step_ms,
+                    compute_ms,
+                    compute_alone_ms,
+                    comm_alone_ms,
+                } if *rank == want => Ok(PointTimes {
+                    step_ms: *step_ms,
+                    compute_ms: vec![*compute_ms],
+                    compute_alone_ms: *compute_alone_ms,
+                    comm_alone_ms: *comm_alone_ms,
+                }),
+                WorkerReport::Measured { rank, .. } => {
+                    Err(format!("report {i} is of rank {rank}, not {want}"))
+                }
+                WorkerReport::Failed { message, .. } => {
+                    Err(format!("rank {want} failed: {message}"))
+                }
+            }
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(PointTimes::together(ranks))
 }
 
 /// Children killed and reaped when dropped: no worker outlives the probe.

@@ -150,14 +150,11 @@ pub fn node_pair(
     let me = node(opts.node())?;
     let gpus = a.gpus.min(b.gpus);
     let on_sockets = socket(a) || socket(b);
-    let (bandwidth, transport, alpha_us) = if on_sockets {
-        (SOCKET_GBPS, NetTransport::Socket, 60.0)
+    let bandwidth = path_gbps(a, b);
+    let (transport, alpha_us) = if on_sockets {
+        (NetTransport::Socket, 60.0)
     } else {
-        (
-            node_gbps(a).min(node_gbps(b)) * path_factor(a, b),
-            NetTransport::Ib,
-            20.0,
-        )
+        (NetTransport::Ib, 20.0)
     };
     let ranks = 2 * gpus as usize;
     let collectives = opts

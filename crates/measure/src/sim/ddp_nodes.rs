@@ -4,10 +4,9 @@
 //! ring's nodes (a slow NIC, a bad path or sockets slow every node count that includes it).
 
 use super::node_model::NodeModel;
-use super::phases::{COMPUTE_CONTENTION, compute_alone, gemms_done, overlapped_end};
+use super::phases::{COMPUTE_CONTENTION, StepShape, compute_alone, gemms_done, overlapped_end};
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
-use crate::fleet::{Fleet, FleetNode};
-use crate::model;
+use crate::fleet::FleetNode;
 use gpufabric_api::suite::{Collective, DdpProbe};
 
 /// Latency of one inter-node all-reduce step, µs.
@@ -15,7 +14,6 @@ const NET_ALPHA_US: f64 = 20.0;
 
 /// One rank of the probe on the sim backend.
 pub struct SimDdpNodes<'a> {
-    pub fleet: &'a Fleet,
     /// The group's nodes, by rank (all in the fleet).
     pub nodes: Vec<&'a FleetNode>,
     pub rank: u32,
@@ -49,16 +47,13 @@ fn node_times(
     k: u32,
 ) -> NodeTimes {
     let m = NodeModel::new(me, seed);
-    let (hidden, layers) = (u64::from(shape.hidden.max(1)), shape.layers.max(1));
-    let batch = u64::from(shape.batch_per_gpu.max(1));
-    let flops = model::step_flops(hidden, u64::from(layers), batch);
-    let gemms = model::gemms_per_step(u64::from(layers)) as f64;
-    let buckets = model::buckets(
-        hidden,
-        layers as usize,
-        shape.first_bucket_bytes,
-        shape.bucket_bytes,
-    );
+    let StepShape {
+        layers,
+        flops,
+        gemms,
+        buckets,
+        ..
+    } = StepShape::of(shape);
     let mut rng = m.rng(&format!("ddp-nodes-{k}"));
     let gpus: Vec<u32> = (0..m.gpus()).collect();
     let ranks = k * m.gpus();

@@ -185,19 +185,47 @@ pub(super) fn gemms_done(layers: u32, l: usize) -> f64 {
     f64::from(layers + back)
 }
 
+/// The probe's training step as the model sees it.
+pub(super) struct StepShape {
+    pub layers: u32,
+    /// Samples per GPU.
+    pub batch: u64,
+    /// FLOPs and GEMMs of one step on one GPU.
+    pub flops: f64,
+    pub gemms: f64,
+    /// Gradient buckets, in all-reduce order.
+    pub buckets: Vec<model::Bucket>,
+}
+
+impl StepShape {
+    pub(super) fn of(probe: &DdpProbe) -> StepShape {
+        let layers = probe.layers.max(1);
+        let hidden = u64::from(probe.hidden.max(1));
+        let batch = u64::from(probe.batch_per_gpu.max(1));
+        StepShape {
+            layers,
+            batch,
+            flops: model::step_flops(hidden, u64::from(layers), batch),
+            gemms: model::gemms_per_step(u64::from(layers)) as f64,
+            buckets: model::buckets(
+                hidden,
+                layers as usize,
+                probe.first_bucket_bytes,
+                probe.bucket_bytes,
+            ),
+        }
+    }
+}
+
 pub(super) fn ddp_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) -> DdpResult {
     let probe: &DdpProbe = &opts.suite.ddp_probe;
-    let layers = probe.layers.max(1);
-    let hidden = u64::from(probe.hidden.max(1));
-    let batch = u64::from(probe.batch_per_gpu.max(1));
-    let flops = model::step_flops(hidden, u64::from(layers), batch);
-    let gemms = model::gemms_per_step(u64::from(layers)) as f64;
-    let buckets = model::buckets(
-        hidden,
-        layers as usize,
-        probe.first_bucket_bytes,
-        probe.bucket_bytes,
-    );
+    let StepShape {
+        layers,
+        batch,
+        flops,
+        gemms,
+        buckets,
+    } = StepShape::of(probe);
     let steps_scale = (10.0 / f64::from(opts.ddp_steps().1)).sqrt();
     let mut rng = m.rng("ddp");
     let mut points: Vec<DdpPoint> = Vec::new();
