@@ -6,6 +6,10 @@
 #
 #   bench/ddp-nodes-check.sh [ROUNDS] [HIDDEN] [LAYERS] [BATCH]   (default 3, 2048, 8, 131072)
 #   bench/ddp-nodes-check.sh straggler [HIDDEN] [LAYERS] [BATCH]
+#   NODES_N=4 bench/ddp-nodes-check.sh ...
+#       4 emulated nodes whatever the GPU count: node i uses GPU i mod the GPU count, so
+#       on 2 GPUs two nodes share each GPU (NCCL sees distinct hosts; their GEMMs share
+#       the GPU, the same for the agent and PyTorch).
 #       one clean round, then one round with `fabric-agent inject straggler` loading the
 #       last node's GPU: that node, and no other, must be named a straggler.
 #
@@ -44,6 +48,7 @@ banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 NGPU=$(nvidia-smi -L | wc -l)
 N=2; [ "$NGPU" -ge 4 ] && N=4
+N=${NODES_N:-$N}
 NODES=$(seq -s, -f "node%g" 0 $((N - 1)))
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 nvidia-smi -L
@@ -51,7 +56,7 @@ banner "namespaces up: $N emulated nodes, shape $LAYERS x $HIDDEN, batch $BATCH 
 $NETNS down >/dev/null 2>&1
 $NETNS up $N || { echo "netns setup failed"; exit 1; }
 A0=192.0.2.10
-gpu_of() { if [ "$NGPU" -ge 2 ]; then echo "$1"; else echo 0; fi; }
+gpu_of() { echo $(($1 % NGPU)); }
 
 agent_round() {
   local r=$1 pids=()
