@@ -404,7 +404,7 @@ fn not_measured(
 /// and (pretty) in `--json`.
 fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
     let line = serde_json::to_string(doc).context("serialising the ddp-nodes document")?;
-    crate::output::write_termination(&line);
+    crate::output::write_termination(&doc.termination_text());
     if let Some(path) = json {
         let pretty = serde_json::to_string_pretty(doc).context("serialising")?;
         std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;

@@ -160,20 +160,7 @@ impl NodePairResult {
 
     /// Reads a node-pair document, rejecting malformed and unknown-schema input.
     pub fn parse(text: &str) -> Result<NodePairResult, crate::result::ParseError> {
-        use crate::result::ParseError;
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(ParseError::Empty);
-        }
-        let doc: NodePairResult =
-            serde_json::from_str(text).map_err(|e| ParseError::Malformed(e.to_string()))?;
-        if doc.schema != PAIR_SCHEMA {
-            return Err(ParseError::Malformed(format!(
-                "schema is {:?}, expected {PAIR_SCHEMA:?}",
-                doc.schema
-            )));
-        }
-        Ok(doc)
+        crate::result::parse_tagged(text, |d: &NodePairResult| &d.schema, PAIR_SCHEMA)
     }
 }
 

@@ -322,6 +322,9 @@ pub struct FabricTestRunStatus {
     /// The node-pair phase (`suite.nodePairs`), once it has begun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_pairs: Option<crate::pair::NodePairsStatus>,
+    /// The multi-node DDP probe (`suite.ddpNodes`), once it has begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_nodes: Option<crate::ddp_nodes::DdpNodesStatus>,
 }
 
 /// How far a run is.

@@ -16,6 +16,8 @@ pub struct Suite {
     pub node_pairs: NodePairs,
     /// A synthetic data-parallel training step, weak-scaled over GPU counts.
     pub ddp_probe: DdpProbe,
+    /// The same step weak-scaled over whole nodes (1, 2, 4, ... nodes, all GPUs each).
+    pub ddp_nodes: DdpNodes,
     /// NVML health snapshot: NVLink, PCIe, XID, ECC, remapped rows, throttling.
     pub health: HealthCheck,
 }
@@ -285,6 +287,30 @@ impl Default for NodePairs {
             bytes: 1 << 30,
             topology_key: None,
             all_to_all: false,
+        }
+    }
+}
+
+/// The multi-node DDP probe: `ddpProbe`'s step (its shape, buckets and step counts) over
+/// 1, 2, 4, ... whole nodes, after the node checks and node pairs, on nodes that passed
+/// them. It reports step time, scaling efficiency and exposed communication per node count,
+/// and names straggler nodes (Info: a node's own check judges its GPUs).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DdpNodes {
+    /// Run the multi-node probe.
+    pub enabled: bool,
+    /// Most nodes in the probe; the run picks them among the nodes that passed (a different
+    /// set each run, named in status).
+    #[schemars(range(min = 2, max = 16))]
+    pub max_nodes: u32,
+}
+
+impl Default for DdpNodes {
+    fn default() -> Self {
+        DdpNodes {
+            enabled: false,
+            max_nodes: 4,
         }
     }
 }

@@ -243,6 +243,13 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
         });
     }
 
+    let max_nodes = spec.suite.ddp_nodes.max_nodes;
+    c.check(
+        (2..=16).contains(&max_nodes),
+        "suite.ddpNodes.maxNodes",
+        || format!("must be 2 to 16 (got {max_nodes})"),
+    );
+
     let ddp = &spec.suite.ddp_probe;
     c.check(ddp.hidden >= 1, "suite.ddpProbe.hidden", || {
         "must be at least 1".into()

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod context;
 pub mod controller;
 pub mod counters;
+pub mod ddp_nodes;
 pub mod error;
 pub mod events;
 pub mod leader;

@@ -171,6 +171,27 @@ pub enum ParseError {
     Version { found: u32, expected: u32 },
 }
 
+/// Reads a document tagged with a schema string (`schema` of the parsed value must be
+/// `expected`); never panics on what a pod wrote.
+pub(crate) fn parse_tagged<T: serde::de::DeserializeOwned>(
+    text: &str,
+    schema: impl Fn(&T) -> &str,
+    expected: &str,
+) -> Result<T, ParseError> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(ParseError::Empty);
+    }
+    let doc: T = serde_json::from_str(text).map_err(|e| ParseError::Malformed(e.to_string()))?;
+    if schema(&doc) != expected {
+        return Err(ParseError::Malformed(format!(
+            "schema is {:?}, expected {expected:?}",
+            schema(&doc)
+        )));
+    }
+    Ok(doc)
+}
+
 impl ResultDocument {
     /// Reads a full document, rejecting malformed and unknown-schema input.
     pub fn parse(text: &str) -> Result<ResultDocument, ParseError> {

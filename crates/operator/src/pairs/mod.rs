@@ -3,6 +3,7 @@
 
 pub mod phase;
 pub mod pods;
+pub mod rank;
 pub mod rounds;
 
 pub use rounds::{NodePair, PairSet, Round, RoundPlan, plan_rounds};

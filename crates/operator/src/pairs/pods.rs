@@ -1,7 +1,8 @@
-//! The two pods of a node pair, built without a client from the node-check pod (same
-//! pinning, GPUs, tolerations, deadline, no credentials): the agent runs `node-pair`, the
-//! rank-0 pod listens on its own pod IP, the rank-1 pod is created once that IP is known,
-//! and both read the run's rendezvous secret from a Secret owned by the run.
+//! The pods of a rendezvous group (the two of a node pair, the k of the multi-node DDP
+//! probe), built without a client from the node-check pod (same pinning, GPUs,
+//! tolerations, deadline, no credentials): the rank-0 pod listens on its own pod IP, the
+//! others are created once that IP is known, and all read the run's rendezvous secret from
+//! a Secret owned by the run.
 
 use super::rounds::NodePair;
 use crate::names;
@@ -62,14 +63,66 @@ pub fn pair_pod(
         Rendezvous::Listen => 0,
         Rendezvous::Join { .. } => 1,
     };
-    let node = if rank == 0 { &pair.a } else { &pair.b };
-    let mut pod = node_check_pod(run, node, gpus)?;
     let run_name = run.meta().name.clone().ok_or(BuildError::RunNotPersisted)?;
-    pod.metadata.name = Some(pod_name(&run_name, round, index, rank));
-    if let Some(labels) = pod.metadata.labels.as_mut() {
-        labels.insert(keys::LABEL_ROLE.into(), ROLE_NODE_PAIR.into());
+    let mut command: Vec<String> = vec![
+        "fabric-agent".into(),
+        "node-pair".into(),
+        "--bytes".into(),
+        bytes.to_string(),
+        "--rendezvous-timeout".into(),
+        rendezvous_timeout(run).to_string(),
+    ];
+    if all_to_all {
+        command.extend(["--collectives".into(), "allReduce,sendRecv,allToAll".into()]);
     }
-    let group = group_name(&run_name, round, index);
+    rank_pod(
+        run,
+        RankPod {
+            node: if rank == 0 { &pair.a } else { &pair.b },
+            gpus,
+            name: pod_name(&run_name, round, index, rank),
+            role: ROLE_NODE_PAIR,
+            rank,
+            group: group_name(&run_name, round, index),
+            rendezvous,
+            command,
+            env: vec![(keys::ENV_PAIR_NODES, format!("{},{}", pair.a, pair.b))],
+        },
+    )
+}
+
+/// How long a rank waits for the others (`--rendezvous-timeout`, seconds): the later ranks
+/// start after rank 0 has an IP, and all wait at most a third of the pod's deadline.
+pub fn rendezvous_timeout(run: &FabricTestRun) -> u64 {
+    (u64::from(run.spec.agent.timeout_seconds) / 3).max(10)
+}
+
+/// One rank's pod of a rendezvous group (a node pair, the multi-node DDP probe).
+pub struct RankPod<'a> {
+    pub node: &'a str,
+    pub gpus: u32,
+    pub name: String,
+    /// Value of the `gpufabric.io/role` label.
+    pub role: &'a str,
+    pub rank: u32,
+    pub group: String,
+    pub rendezvous: &'a Rendezvous,
+    /// The agent's command line.
+    pub command: Vec<String>,
+    /// Further variables for the agent.
+    pub env: Vec<(&'a str, String)>,
+}
+
+/// The pod of one rank, built from the node-check pod (same pinning, GPUs, tolerations,
+/// deadline, no credentials): rank 0 listens on its own pod IP, the others join it there,
+/// and every rank reads the run's rendezvous secret from the Secret the run owns.
+pub fn rank_pod(run: &FabricTestRun, r: RankPod<'_>) -> Result<Pod, BuildError> {
+    let mut pod = node_check_pod(run, r.node, r.gpus)?;
+    let run_name = run.meta().name.clone().ok_or(BuildError::RunNotPersisted)?;
+    pod.metadata.name = Some(r.name);
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.insert(keys::LABEL_ROLE.into(), r.role.into());
+    }
     let Some(container) = pod
         .spec
         .as_mut()
@@ -77,43 +130,28 @@ pub fn pair_pod(
     else {
         return Err(BuildError::RunNotPersisted);
     };
-    let mut command: Vec<String> = vec![
-        "fabric-agent".into(),
-        "node-pair".into(),
-        "--bytes".into(),
-        bytes.to_string(),
-        "--rendezvous-timeout".into(),
-        // Rank 1 starts after rank 0 has an IP; both wait at most a third of the deadline.
-        (u64::from(run.spec.agent.timeout_seconds) / 3)
-            .max(10)
-            .to_string(),
-    ];
-    if all_to_all {
-        command.extend(["--collectives".into(), "allReduce,sendRecv,allToAll".into()]);
-    }
-    container.command = Some(command);
+    container.command = Some(r.command);
     let env = container.env.get_or_insert_with(Vec::new);
+    let extra: Vec<&str> = r.env.iter().map(|(k, _)| *k).collect();
     let ours = [
         keys::ENV_RANK,
-        keys::ENV_PAIR_NODES,
         keys::ENV_GROUP,
         keys::ENV_RENDEZVOUS,
         keys::ENV_RENDEZVOUS_SECRET,
         ENV_POD_IP,
     ];
-    env.retain(|e| !ours.contains(&e.name.as_str()));
+    env.retain(|e| !ours.contains(&e.name.as_str()) && !extra.contains(&e.name.as_str()));
     let value = |name: &str, value: String| EnvVar {
         name: name.into(),
         value: Some(value),
         ..Default::default()
     };
-    env.push(value(keys::ENV_RANK, rank.to_string()));
-    env.push(value(
-        keys::ENV_PAIR_NODES,
-        format!("{},{}", pair.a, pair.b),
-    ));
-    env.push(value(keys::ENV_GROUP, group));
-    match rendezvous {
+    env.push(value(keys::ENV_RANK, r.rank.to_string()));
+    for (k, v) in r.env {
+        env.push(value(k, v));
+    }
+    env.push(value(keys::ENV_GROUP, r.group));
+    match r.rendezvous {
         Rendezvous::Listen => {
             env.push(EnvVar {
                 name: ENV_POD_IP.into(),

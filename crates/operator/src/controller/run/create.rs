@@ -10,6 +10,32 @@ pub(super) fn is_transient(e: &kube::Error) -> bool {
     }
 }
 
+/// Creates the pod of one rank of a rendezvous group on `node`, built by `build` from the
+/// node's GPU count; Ok(Err(why)) when it cannot be made or the API server refuses it for
+/// good (the node is gone, a pod it rejects), Err on a transient error (retried). A pod that
+/// exists already (a retried pass) counts as created.
+pub(super) async fn create_rank_pod(
+    node: &str,
+    build: impl FnOnce(u32) -> std::result::Result<Pod, pods::BuildError>,
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<std::result::Result<(), String>> {
+    let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
+        return Ok(Err(format!("node {node} no longer exists")));
+    };
+    let mut pod = match build(allocatable_gpus(&n)) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    ctx.resolve_agent_image(&mut pod);
+    match pods_api.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(Ok(())),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Ok(())),
+        Err(e) if is_transient(&e) => Err(e.into()),
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}
+
 /// Creates the pods of this step; a pod the API server refuses for good ends its node as
 /// not admitted. Returns the last transient error (the pass is retried), if any.
 pub(super) async fn create_step(

@@ -23,6 +23,11 @@ pub(super) async fn finish(
     let mut all_findings = evaluation.findings.clone();
     if next.node_pairs.is_some() {
         all_findings.extend(crate::pairs::phase::findings(&entries, &Default::default()));
+    }
+    if let Some(probe) = &next.ddp_nodes {
+        all_findings.extend(crate::ddp_nodes::findings(probe));
+    }
+    if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
     }
     let blamed = crate::pairs::phase::blamed(&all_findings);

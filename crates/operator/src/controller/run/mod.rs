@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod create;
+mod ddp_nodes;
 mod deadline;
 mod finish;
 mod keeper;

@@ -194,7 +194,7 @@ async fn begin(
 
 /// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns; one
 /// that exists already is kept (a restarted operator, a retried pass).
-async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
+pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
     let name = secret_name(&run.name_any());
     let bytes: [u8; 32] = rand::random();
@@ -326,8 +326,7 @@ fn not_admitted(rank: u32, why: &str) -> phase::PairOutcome {
     }
 }
 
-/// Creates the pod of one rank of `slot`; Ok(Err(why)) when the API server refuses it for
-/// good (the node is gone, a pod it rejects), Err on a transient error (retried).
+/// Creates the pod of one rank of `slot` (see [`create_rank_pod`]).
 async fn create(
     run: &FabricTestRun,
     entries: &[NodeRunResult],
@@ -338,31 +337,22 @@ async fn create(
 ) -> Result<std::result::Result<(), String>> {
     let rank1 = matches!(rendezvous, Rendezvous::Join { .. });
     let node = &entries[if rank1 { slot.b } else { slot.a }].node;
-    let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
-        return Ok(Err(format!("node {node} no longer exists")));
-    };
     let pair = crate::pairs::NodePair {
         a: entries[slot.a].node.clone(),
         b: entries[slot.b].node.clone(),
     };
     let spec = &run.spec.suite.node_pairs;
-    let mut pod = match pair_pod(
-        run,
-        &pair,
-        (slot.round as usize, slot.index as usize),
-        rendezvous,
-        allocatable_gpus(&n),
-        spec.bytes,
-        spec.all_to_all,
-    ) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e.to_string())),
+    let place = (slot.round as usize, slot.index as usize);
+    let build = |gpus| {
+        pair_pod(
+            run,
+            &pair,
+            place,
+            rendezvous,
+            gpus,
+            spec.bytes,
+            spec.all_to_all,
+        )
     };
-    ctx.resolve_agent_image(&mut pod);
-    match pods_api.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(Ok(())),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Ok(())),
-        Err(e) if is_transient(&e) => Err(e.into()),
-        Err(e) => Ok(Err(e.to_string())),
-    }
+    create_rank_pod(node, build, ctx, pods_api).await
 }

@@ -247,10 +247,11 @@ pub(super) struct NodeChecksEnded<'a> {
     pods_api: &'a Api<Pod>,
 }
 
-/// Every node check has ended: the run finishes, or its node-pair phase takes a step (and
-/// the run waits for it). A confirmation run retests node-check suspects only: it has no
-/// known-good partners to pair them with, and a node failed by the node-pair phase was
-/// already retested against one within its own run (see `NodeRunResult::confirmed`).
+/// Every node check has ended: the run finishes, or its node-pair phase, then its
+/// multi-node DDP probe, takes a step (and the run waits for it). A confirmation run retests
+/// node-check suspects only: it has no known-good partners to pair them with, and a node
+/// failed by the node-pair phase was already retested against one within its own run (see
+/// `NodeRunResult::confirmed`).
 pub(super) async fn after_node_checks(
     run: &FabricTestRun,
     mut next: FabricTestRunStatus,
@@ -260,13 +261,22 @@ pub(super) async fn after_node_checks(
     ctx: &Context,
 ) -> Result<Action> {
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    if !run.spec.suite.node_pairs.enabled
-        || run.spec.trigger == gpufabric_api::run::Trigger::Confirmation
-    {
+    if run.spec.trigger == gpufabric_api::run::Trigger::Confirmation {
         return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
     }
-    let pairs = pairs::advance(run, &mut next, &mut entries, &e.outcomes, ctx, e.pods_api).await;
-    match pairs {
+    let suite = &run.spec.suite;
+    let step = if suite.node_pairs.enabled {
+        pairs::advance(run, &mut next, &mut entries, &e.outcomes, ctx, e.pods_api).await
+    } else {
+        Ok(pairs::PairsStep::Done)
+    };
+    let step = match step {
+        Ok(pairs::PairsStep::Done) if suite.ddp_nodes.enabled => {
+            ddp_nodes::advance(run, &mut next, &entries, &e.outcomes, ctx, e.pods_api).await
+        }
+        other => other,
+    };
+    match step {
         Ok(pairs::PairsStep::Done) => {
             finish(run, next, e.shards, entries, e.outcomes, api, ctx).await
         }

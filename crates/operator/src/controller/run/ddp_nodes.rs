@@ -1,0 +1,190 @@
+//! The multi-node DDP probe of a run (`suite.ddpNodes`), after the node checks and the node
+//! pairs: one group of pods over nodes that passed both, rank 0 first, the others once it
+//! has an IP, all meeting over TCP with the run's rendezvous secret. Where the probe stands
+//! is kept in the run's status, so a restarted operator goes on from there; the decisions
+//! are in [`crate::ddp_nodes`].
+
+use super::pairs::{PairsStep, ensure_secret};
+use super::*;
+use crate::ddp_nodes::{self, ProbePod, Settled, Step};
+use crate::pairs::pods::Rendezvous;
+use crate::pairs::rank::{RankPod, rank_pod};
+use gpufabric_api::ddp_nodes::DdpNodesStatus;
+use gpufabric_api::pair::PairState;
+use gpufabric_api::run::NodeVerdict;
+
+/// One pass of the probe: chooses its nodes, then moves it on a step.
+pub(super) async fn advance(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<PairsStep> {
+    let Some(mut status) = next.ddp_nodes.clone() else {
+        return begin(run, next, entries, outcomes, ctx).await;
+    };
+    if status.done {
+        return Ok(PairsStep::Done);
+    }
+    let result = step(run, &mut status, ctx, pods_api).await;
+    let done = status.done;
+    next.ddp_nodes = Some(status);
+    let wait = result?;
+    Ok(if done {
+        PairsStep::Done
+    } else {
+        PairsStep::Wait(wait)
+    })
+}
+
+/// Chooses the probe's nodes among those that passed their own check and were not blamed
+/// by the node pairs; with fewer than two there is nothing to probe.
+async fn begin(
+    run: &FabricTestRun,
+    next: &mut FabricTestRunStatus,
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+) -> Result<PairsStep> {
+    let evaluation = finish::judge(entries, outcomes, &run.spec.thresholds, ctx);
+    let pair_findings = if next.node_pairs.is_some() {
+        crate::pairs::phase::findings(entries, &Default::default())
+    } else {
+        Vec::new()
+    };
+    let blamed = crate::pairs::phase::blamed(&pair_findings);
+    let candidates: Vec<(String, u32)> = entries
+        .iter()
+        .filter(|e| evaluation.verdicts.get(&e.node) == Some(&NodeVerdict::Passed))
+        .filter(|e| !blamed.contains_key(e.node.as_str()))
+        .filter_map(|e| {
+            let node = ctx.nodes.get(&ObjectRef::new(&e.node))?;
+            Some((e.node.clone(), allocatable_gpus(&node)))
+        })
+        .collect();
+    let seed = gpufabric_api::fnv1a(run.uid().unwrap_or_default().as_bytes());
+    let max = run.spec.suite.ddp_nodes.max_nodes as usize;
+    let nodes = ddp_nodes::choose(&candidates, max, seed);
+    if nodes.len() < 2 {
+        tracing::info!(
+            candidates = candidates.len(),
+            "no multi-node DDP probe: fewer than 2 nodes"
+        );
+        next.ddp_nodes = Some(DdpNodesStatus {
+            done: true,
+            message: Some(format!(
+                "{} nodes with the same GPU count passed their own check and the node pairs: at least 2 are needed",
+                nodes.len()
+            )),
+            ..Default::default()
+        });
+        return Ok(PairsStep::Done);
+    }
+    ensure_secret(run, ctx).await?;
+    tracing::info!(nodes = ?nodes, "multi-node DDP probe started");
+    next.ddp_nodes = Some(DdpNodesStatus {
+        nodes,
+        ..Default::default()
+    });
+    Ok(PairsStep::Wait(Duration::from_millis(100)))
+}
+
+/// Moves the probe on one step; returns how long until its deadline (at most 10 s).
+async fn step(
+    run: &FabricTestRun,
+    status: &mut DdpNodesStatus,
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<Duration> {
+    let name = run.name_any();
+    let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
+    let names: Vec<String> = (0..status.nodes.len() as u32)
+        .map(|rank| ddp_nodes::pod_name(&name, rank))
+        .collect();
+    let mut pods = Vec::with_capacity(names.len());
+    for n in &names {
+        pods.push(match cached.get(n) {
+            Some(p) => Some(p.as_ref().clone()),
+            None if status.state != PairState::Pending => pods_api.get_opt(n).await?,
+            None => None,
+        });
+    }
+    let views: Vec<ProbePod> = pods
+        .iter()
+        .map(|p| p.as_ref().map_or(RankPod::Absent, rank_pod))
+        .collect();
+    let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
+    let deadline = pods[0]
+        .as_ref()
+        .and_then(|p| p.metadata.creation_timestamp.as_ref())
+        .map(|t| to_chrono(t) + chrono::Duration::seconds(timeout));
+    let now_t = Utc::now();
+    let mut wait = Duration::from_secs(10);
+    if let Some(d) = deadline
+        && d > now_t
+    {
+        wait = wait.min((d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50));
+    }
+    let past = deadline.is_some_and(|d| now_t >= d);
+    match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
+        Step::Wait => {}
+        Step::CreateRank0 => {
+            match create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await? {
+                Ok(()) => status.state = PairState::Listening,
+                Err(why) => ddp_nodes::settle(status, not_admitted(0, &why)),
+            }
+        }
+        Step::CreateOthers { ip } => {
+            let join = Rendezvous::Join { rank0_ip: ip };
+            for rank in 1..status.nodes.len() as u32 {
+                if !matches!(views[rank as usize], RankPod::Absent) {
+                    continue;
+                }
+                if let Err(why) = create(run, status, rank, &join, ctx, pods_api).await? {
+                    // All or nothing: the others would wait for a rank that never comes.
+                    for n in &names {
+                        delete_pod(pods_api, n).await?;
+                    }
+                    ddp_nodes::settle(status, not_admitted(rank, &why));
+                    return Ok(wait);
+                }
+            }
+            status.state = PairState::Joined;
+        }
+        Step::Stop(s) => {
+            for n in &names {
+                delete_pod(pods_api, n).await?;
+            }
+            ddp_nodes::settle(status, s);
+        }
+        Step::Settle(s) => ddp_nodes::settle(status, s),
+    }
+    if status.done {
+        tracing::info!(state = ?status.state, "multi-node DDP probe done");
+    }
+    Ok(wait)
+}
+
+fn not_admitted(rank: u32, why: &str) -> Settled {
+    Settled {
+        state: PairState::NotMeasured,
+        doc: None,
+        message: Some(format!("the rank-{rank} pod was not admitted: {why}")),
+    }
+}
+
+/// Creates the pod of `rank` (see [`create_rank_pod`]).
+async fn create(
+    run: &FabricTestRun,
+    status: &DdpNodesStatus,
+    rank: u32,
+    rendezvous: &Rendezvous,
+    ctx: &Context,
+    pods_api: &Api<Pod>,
+) -> Result<std::result::Result<(), String>> {
+    let build = |gpus| ddp_nodes::probe_pod(run, &status.nodes, rank, rendezvous, gpus);
+    create_rank_pod(&status.nodes[rank as usize], build, ctx, pods_api).await
+}

@@ -1,0 +1,266 @@
+use super::*;
+use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpStraggler};
+use gpufabric_api::pair::NotMeasured;
+use gpufabric_api::result::{Backend, DdpPoint, ErrorKind, Phase, PhaseError};
+use gpufabric_api::run::FabricTestRunSpec;
+
+fn nodes(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("gpu-{i:02}")).collect()
+}
+
+fn doc(k: u32) -> DdpNodesResult {
+    DdpNodesResult {
+        schema: DDP_NODES_SCHEMA.into(),
+        group: "nightly/ddp".into(),
+        nodes: nodes(k as usize),
+        rank: 0,
+        backend: Backend::Sim,
+        started_at: "2026-11-25T02:00:00Z".into(),
+        duration_s: 12.0,
+        gpus_per_node: 8,
+        hidden: 8192,
+        layers: 8,
+        batch_per_gpu: 4096,
+        buckets: vec![1 << 20],
+        points: [1, k]
+            .iter()
+            .map(|&n| DdpNodesPoint {
+                nodes: n,
+                point: DdpPoint {
+                    gpus: n * 8,
+                    step_ms: if n == 1 { 100.0 } else { 125.0 },
+                    samples_per_s: 1.0,
+                    scaling_efficiency: if n == 1 { 1.0 } else { 0.8 },
+                    comm_fraction: 0.2,
+                    overlap_efficiency: 0.5,
+                    tflops_per_gpu: 400.0,
+                    compute_ms: vec![],
+                    gpu_indices: vec![],
+                },
+                compute_alone_ms: 90.0,
+                comm_alone_ms: 40.0,
+                exposed_comm_ms: 25.0,
+                node_compute_ms: vec![90.0; n as usize],
+            })
+            .collect(),
+        stragglers: vec![DdpStraggler {
+            node: "gpu-02".into(),
+            compute_ms: 130.0,
+            fastest_ms: 90.0,
+            slower_percent: 44.4,
+        }],
+        not_measured: None,
+        errors: vec![],
+    }
+}
+
+fn ended(d: DdpNodesResult) -> ProbePod {
+    RankPod::Ended(RankEnd::Document(Box::new(d)))
+}
+
+fn running(ip: &str) -> ProbePod {
+    RankPod::Running {
+        ip: Some(ip.into()),
+    }
+}
+
+#[test]
+fn the_chosen_nodes_share_a_gpu_count_change_with_the_seed_and_are_sorted() {
+    let mut c: Vec<(String, u32)> = nodes(10).into_iter().map(|n| (n, 8)).collect();
+    c.push(("odd-4gpu".into(), 4));
+    c.push(("no-gpus".into(), 0));
+    let a = choose(&c, 4, 1);
+    assert_eq!(a.len(), 4);
+    assert!(a.iter().all(|n| n.starts_with("gpu-")), "{a:?}");
+    assert!(a.windows(2).all(|w| w[0] < w[1]), "sorted: {a:?}");
+    assert_eq!(choose(&c, 4, 1), a, "the same seed, the same set");
+    let sets: std::collections::BTreeSet<Vec<String>> =
+        (0..20).map(|seed| choose(&c, 4, seed)).collect();
+    assert!(sets.len() > 1, "other seeds, other sets");
+    assert_eq!(choose(&c, 16, 3).len(), 10, "at most the nodes there are");
+    assert!(choose(&[("x".into(), 0)], 4, 0).is_empty());
+}
+
+#[test]
+fn rank_0_first_then_every_other_rank_once_it_has_an_ip() {
+    let n = nodes(4);
+    let absent = vec![RankPod::Absent; 4];
+    assert_eq!(
+        decide(PairState::Pending, &absent, &n, false),
+        Step::CreateRank0
+    );
+    let mut pods = absent.clone();
+    pods[0] = RankPod::Waiting { ip: None };
+    assert_eq!(decide(PairState::Listening, &pods, &n, false), Step::Wait);
+    pods[0] = RankPod::Waiting {
+        ip: Some("10.0.0.7".into()),
+    };
+    assert_eq!(
+        decide(PairState::Listening, &pods, &n, false),
+        Step::CreateOthers {
+            ip: "10.0.0.7".into()
+        }
+    );
+    let joined = vec![
+        running("10.0.0.7"),
+        running("a"),
+        running("b"),
+        running("c"),
+    ];
+    assert_eq!(decide(PairState::Joined, &joined, &n, false), Step::Wait);
+}
+
+#[test]
+fn rank_0_s_document_settles_the_probe_once_every_rank_ended() {
+    let n = nodes(4);
+    let mut pods = vec![ended(doc(4)), running("a"), running("b"), running("c")];
+    assert_eq!(decide(PairState::Joined, &pods, &n, false), Step::Wait);
+    for p in &mut pods[1..] {
+        *p = ended(doc(4));
+    }
+    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    assert_eq!(s.state, PairState::Measured);
+    let mut status = DdpNodesStatus {
+        nodes: n.clone(),
+        ..Default::default()
+    };
+    settle(&mut status, s);
+    assert!(status.done);
+    assert_eq!(status.points.len(), 2);
+    assert_eq!(status.points[1].scaling_efficiency, 0.8);
+    let f = findings(&status);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].severity, Severity::Info, "reported, never acted on");
+    assert_eq!(f[0].subject.node_name(), "gpu-02");
+    assert!(f[0].message.contains("44.4% slower"), "{}", f[0].message);
+}
+
+#[test]
+fn a_rank_that_never_arrived_or_was_not_admitted_is_not_measured() {
+    let n = nodes(2);
+    let mut lost = doc(2);
+    lost.points.clear();
+    lost.not_measured = Some(NotMeasured {
+        peer: Some("gpu-01".into()),
+        message: "rank 1 (gpu-01) never arrived within 40 s".into(),
+    });
+    let pods = vec![
+        ended(lost),
+        RankPod::Ended(RankEnd::Failed("exit 3".into())),
+    ];
+    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    assert!(s.message.is_some_and(|m| m.contains("never arrived")));
+
+    let pods = vec![
+        RankPod::Ended(RankEnd::NotMeasured("evicted".into())),
+        RankPod::Absent,
+    ];
+    let Step::Settle(s) = decide(PairState::Listening, &pods, &n, false) else {
+        panic!("settles");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+}
+
+#[test]
+fn errors_hangs_and_pods_that_never_started_at_the_deadline() {
+    let n = nodes(2);
+    let mut bad = doc(2);
+    bad.errors.push(PhaseError {
+        phase: Phase::DdpProbe,
+        kind: ErrorKind::Failed,
+        message: "ncclAllReduce failed".into(),
+    });
+    let pods = vec![ended(bad), ended(doc(2))];
+    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    assert_eq!(s.state, PairState::Errored);
+    assert!(s.message.is_some_and(|m| m.contains("ncclAllReduce")));
+
+    let hung = vec![running("a"), running("b")];
+    let Step::Stop(s) = decide(PairState::Joined, &hung, &n, true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::Errored);
+
+    let stuck = vec![running("a"), RankPod::Waiting { ip: None }];
+    let Step::Stop(s) = decide(PairState::Joined, &stuck, &n, true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    assert!(s.message.is_some_and(|m| m.contains("gpu-01")));
+
+    let gone = vec![running("a"), RankPod::Absent];
+    let Step::Stop(s) = decide(PairState::Joined, &gone, &n, false) else {
+        panic!("stops");
+    };
+    assert!(
+        s.message
+            .is_some_and(|m| m.contains("rank-1 pod on gpu-01 is gone"))
+    );
+}
+
+#[test]
+fn the_pods_run_the_probe_with_the_ddp_probe_shape() {
+    let spec: FabricTestRunSpec = serde_json::from_value(serde_json::json!({
+        "test": "nightly",
+        "trigger": "Schedule",
+        "nodes": ["gpu-00", "gpu-01", "gpu-02"],
+        "suite": {"ddpProbe": {"hidden": 4096, "layers": 4}},
+    }))
+    .unwrap_or_else(|e| panic!("a run spec parses: {e}"));
+    let mut run = FabricTestRun::new("nightly-0200", spec);
+    run.metadata.uid = Some("uid-1".into());
+    let n = nodes(3);
+    let join = Rendezvous::Join {
+        rank0_ip: "10.0.0.7".into(),
+    };
+    let pod = probe_pod(&run, &n, 2, &join, 8).expect("builds");
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.node_name.as_deref(), Some("gpu-02"));
+    assert_eq!(pod.metadata.name.as_deref(), Some("nightly-0200-ddp-2"));
+    let c = &spec.containers[0];
+    let command = c.command.clone().unwrap_or_default();
+    assert_eq!(
+        &command[..4],
+        &[
+            "fabric-agent",
+            "ddp-nodes",
+            "--nodes",
+            "gpu-00,gpu-01,gpu-02"
+        ]
+    );
+    let at = |flag: &str| {
+        command
+            .iter()
+            .position(|a| a == flag)
+            .and_then(|i| command.get(i + 1))
+            .cloned()
+    };
+    assert_eq!(at("--hidden").as_deref(), Some("4096"));
+    assert_eq!(at("--layers").as_deref(), Some("4"));
+    let env = c.env.clone().unwrap_or_default();
+    let value = |k: &str| {
+        env.iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value(gpufabric_api::keys::ENV_RANK).as_deref(), Some("2"));
+    assert_eq!(
+        value(gpufabric_api::keys::ENV_GROUP).as_deref(),
+        Some("nightly-0200/ddp")
+    );
+    assert_eq!(
+        value(gpufabric_api::keys::ENV_RENDEZVOUS).as_deref(),
+        Some("10.0.0.7:29400")
+    );
+    assert!(
+        probe_pod(&run, &n, 3, &join, 8).is_err(),
+        "no rank 3 of 3 nodes"
+    );
+}

@@ -1,0 +1,117 @@
+//! Where one rank's pod of a rendezvous group stands, from its status alone: waiting (with
+//! its IP once it has one), running, or ended with the rank's document, with a reason
+//! outside the node, or with a failure.
+
+use crate::results::{self, PodState};
+use gpufabric_api::ddp_nodes::DdpNodesResult;
+use gpufabric_api::pair::NodePairResult;
+use gpufabric_api::result::ParseError;
+use k8s_openapi::api::core::v1::Pod;
+
+/// Longest message kept from a pod.
+pub const MESSAGE_LIMIT: usize = 300;
+
+/// A document a rank writes as its termination message.
+pub trait RankDocument: Sized {
+    /// What the document is, for messages ("node-pair document").
+    const WHAT: &'static str;
+    fn parse(text: &str) -> Result<Self, ParseError>;
+}
+
+impl RankDocument for NodePairResult {
+    const WHAT: &'static str = "node-pair document";
+    fn parse(text: &str) -> Result<Self, ParseError> {
+        NodePairResult::parse(text)
+    }
+}
+
+impl RankDocument for DdpNodesResult {
+    const WHAT: &'static str = "ddp-nodes document";
+    fn parse(text: &str) -> Result<Self, ParseError> {
+        DdpNodesResult::parse(text)
+    }
+}
+
+/// How one rank's pod ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RankEnd<D> {
+    /// The rank wrote its document.
+    Document(Box<D>),
+    /// The pod never ran the agent for a reason outside the node (not admitted, an image
+    /// that cannot be pulled, evicted).
+    NotMeasured(String),
+    /// The agent ran and left no usable document, or the pod was stopped at its deadline.
+    Failed(String),
+}
+
+/// Where one rank's pod stands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RankPod<D> {
+    Absent,
+    /// Created, not running yet (`ip` once the pod has one).
+    Waiting {
+        ip: Option<String>,
+    },
+    Running {
+        ip: Option<String>,
+    },
+    Ended(RankEnd<D>),
+}
+
+impl<D> RankPod<D> {
+    pub fn ip(&self) -> Option<&str> {
+        match self {
+            RankPod::Waiting { ip } | RankPod::Running { ip } => ip.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// Where a rank's pod stands, from its status alone.
+pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
+    let status = pod.status.clone().unwrap_or_default();
+    let ip = status.pod_ip.clone().filter(|ip| !ip.is_empty());
+    if status.reason.as_deref() == Some("DeadlineExceeded") {
+        return RankPod::Ended(RankEnd::Failed(
+            "stopped at its deadline (activeDeadlineSeconds) before the test finished".into(),
+        ));
+    }
+    let terminated = status
+        .container_statuses
+        .as_ref()
+        .and_then(|cs| cs.iter().find(|c| c.name == crate::pods::CONTAINER))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.clone());
+    if let Some(t) = terminated {
+        let message = t.message.unwrap_or_default();
+        return RankPod::Ended(match D::parse(&message) {
+            Ok(doc) => RankEnd::Document(Box::new(doc)),
+            Err(e) => RankEnd::Failed(cut(&format!(
+                "the agent exited with code {} without a {} ({e})",
+                t.exit_code,
+                D::WHAT
+            ))),
+        });
+    }
+    match results::pod_state(pod) {
+        PodState::Waiting(_) => RankPod::Waiting { ip },
+        PodState::Running => RankPod::Running { ip },
+        PodState::Ended(o) => {
+            let detail = cut(o.detail().unwrap_or("the pod ended"));
+            RankPod::Ended(if o.counts_against_node() {
+                RankEnd::Failed(detail)
+            } else {
+                RankEnd::NotMeasured(detail)
+            })
+        }
+    }
+}
+
+/// `text` cut to [`MESSAGE_LIMIT`] bytes on a character boundary.
+pub fn cut(text: &str) -> String {
+    let mut end = text.len().min(MESSAGE_LIMIT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}

@@ -1,0 +1,147 @@
+//! The multi-node DDP probe of a run, end to end: the real `fabric-operator` against a real
+//! control plane, the process-kubelet (each pod on its own loopback address) and the sim
+//! agents, whose ranks really meet over TCP with the run's secret.
+//!
+//! Six H200 nodes: `dn-06`'s NIC runs at a fifth of its speed and `dn-02` has a GPU that
+//! computes 30% slower. The node checks pass all six (the per-node DDP probe is off, so
+//! nothing looks at compute there); the node pairs fail and cordon `dn-06`; the probe then
+//! runs over the five others only, at 1, 2, 4 and 5 nodes, and names `dn-02` a straggler,
+//! as an Info finding that cordons nothing.
+//!
+//! Build the binaries first: `cargo build --bins`, then
+//! `cargo test -p gpufabric-tests --test ddp_nodes`.
+
+use gpufabric_api::findings::Severity;
+use gpufabric_api::pair::PairState;
+use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
+use gpufabric_api::{FindingKind, Subject};
+use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_tests::fleet::{H200, SimFleet};
+use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use serde_json::json;
+
+const TEST: &str = "ddp-nodes";
+const SLOW_NIC: &str = "dn-06";
+const STRAGGLER: &str = "dn-02";
+
+fn fleet() -> Fleet {
+    let mut f = SimFleet::uniform("dn", 6, H200, 8);
+    for n in f.nodes.iter_mut() {
+        if n.name == SLOW_NIC {
+            n.faults.push(Fault::SlowNic { factor: 0.2 });
+        }
+        if n.name == STRAGGLER {
+            n.faults.push(Fault::Straggler {
+                gpu: 5,
+                factor: 1.3,
+            });
+        }
+    }
+    f
+}
+
+fn cordoned(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_it_does_not_cordon()
+{
+    let env = OperatorEnv::shared(fleet(), "ddp-nodes").await;
+    env.create_test(
+        TEST,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": {
+                "ncclSweep": {"enabled": false},
+                "ddpProbe": {"enabled": false, "hidden": 4096, "layers": 4},
+                "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456},
+                "ddpNodes": {"enabled": true, "maxNodes": 8}
+            },
+            "quarantine": {
+                "mode": "Cordon",
+                "maxQuarantined": "100%",
+                "failuresToQuarantine": 1,
+                "confirmRetest": true
+            },
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
+    let folded = env.wait_folded(TEST, None).await;
+    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
+    let run = env.runs_api().get(&run_name).await.expect("run");
+    let status: FabricTestRunStatus = run.status.unwrap_or_default();
+    let log = || env.operator.log_tail(80);
+
+    let probe = status
+        .ddp_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
+    assert!(probe.done, "{probe:#?}");
+    assert_eq!(probe.state, PairState::Measured, "{probe:#?}\n{}", log());
+    let slow_nic = env.node(SLOW_NIC);
+    let mut expected: Vec<String> = ["dn-01", "dn-02", "dn-03", "dn-04", "dn-05"]
+        .iter()
+        .map(|b| env.node(b))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        probe.nodes, expected,
+        "every node but the one the pairs failed"
+    );
+    let counts: Vec<u32> = probe.points.iter().map(|p| p.nodes).collect();
+    assert_eq!(counts, vec![1, 2, 4, 5], "{probe:#?}");
+    assert_eq!(probe.points[3].gpus, 40);
+    assert_eq!(probe.points[0].scaling_efficiency, 1.0, "{probe:#?}");
+    for p in &probe.points[1..] {
+        assert!(
+            p.scaling_efficiency > 0.0 && p.scaling_efficiency < 1.0,
+            "{probe:#?}"
+        );
+        assert!(p.comm_alone_ms > 0.0, "{probe:#?}");
+    }
+    let straggler = env.node(STRAGGLER);
+    let named: Vec<&str> = probe.stragglers.iter().map(|s| s.node.as_str()).collect();
+    assert_eq!(named, vec![straggler.as_str()], "{probe:#?}");
+
+    // The straggler is an Info finding on its node; the slow NIC the pairs' Critical one.
+    let finding = status
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::Straggler)
+        .unwrap_or_else(|| panic!("no straggler finding: {:#?}", status.findings));
+    assert_eq!(finding.subject, Subject::node(&straggler));
+    assert_eq!(finding.severity, Severity::Info);
+    assert!(
+        finding.message.contains("multi-node DDP step"),
+        "{}",
+        finding.message
+    );
+    let critical: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .collect();
+    assert_eq!(critical.len(), 1, "{:#?}", status.findings);
+    assert_eq!(critical[0].subject, Subject::node(&slow_nic));
+
+    // Only the slow NIC's node is failed and cordoned.
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    for n in status.nodes.iter() {
+        let node = nodes.get(&n.node).await.expect("node");
+        if n.node == slow_nic {
+            assert_eq!(n.verdict, NodeVerdict::Failed, "{n:#?}");
+            assert!(cordoned(&node), "{} should be cordoned\n{}", n.node, log());
+        } else {
+            assert_eq!(n.verdict, NodeVerdict::Passed, "{n:#?}");
+            assert!(!cordoned(&node), "{} cordoned\n{}", n.node, log());
+        }
+    }
+    assert_eq!(status.nodes.len(), 6, "{:#?}", status.nodes);
+}
