@@ -189,6 +189,19 @@ fn step_factor_under_two_is_refused() {
 }
 
 #[test]
+fn a_multi_node_probe_of_one_node_or_over_sixteen_is_refused() {
+    for n in [1, 17] {
+        let msg = refuse(&format!("  suite:\n    ddpNodes:\n      maxNodes: {n}\n"));
+        assert!(
+            msg.contains(&format!(
+                "suite.ddpNodes.maxNodes: must be 2 to 16 (got {n})"
+            )),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let msg = refuse(
         "  schedule: \"bad\"\n  suite:\n    ncclSweep:\n      stepFactor: 1\n      iters: 0\n",
