@@ -38,6 +38,9 @@ fn the_demo_finds_every_injected_fault_and_cordons_within_the_budget() {
     shown("Info      h100-05  <-> h100-06  nodePairBusBw");
     shown("round 4 retests 1 suspect(s)");
     shown("4 (retest)  h200-02 <-> ");
+    // The multi-node probe over four nodes that passed both, at 1, 2 and 4 nodes.
+    shown(": multi-node DDP probe over ");
+    assert_eq!(rows(&stdout, "4      32 ").len(), 1, "{stdout}");
 
     // One node cordoned (the budget), the other two failures held back, the busy node
     // skipped and never blamed.

@@ -346,6 +346,7 @@ async fn run_nightly(
     for r in runs.list(&lp).await?.items {
         print_run(&r);
         print_pairs(cluster, &r).await?;
+        print_ddp_nodes(&r);
     }
     let ft = tests.get(&name).await?;
     print_quarantine(cluster, &ft).await?;
@@ -388,10 +389,14 @@ async fn apply_nightly(cluster: &Cluster, busy: Option<&str>) -> anyhow::Result<
         "nodeSelector".into(),
         serde_json::json!({"pool": "training"}),
     );
-    // Node pairs over the nodes that pass their own check, in a ring, then a retest round.
+    // Node pairs over the nodes that pass their own check, in a ring, then a retest round;
+    // then the multi-node DDP probe over 4 of the nodes that passed both.
     spec.insert(
         "suite".into(),
-        serde_json::json!({"nodePairs": {"enabled": true, "pairing": "ring"}}),
+        serde_json::json!({
+            "nodePairs": {"enabled": true, "pairing": "ring"},
+            "ddpNodes": {"enabled": true, "maxNodes": 4},
+        }),
     );
     spec.insert(
         "agent".into(),
@@ -405,7 +410,7 @@ async fn apply_nightly(cluster: &Cluster, busy: Option<&str>) -> anyhow::Result<
         &kube::api::ApiResource::erase::<FabricTest>(&()),
     );
     step(format!(
-        "applying deploy/examples/nightly.yaml as FabricTest {name} (cluster-scoped; pods in {NAMESPACE}) with {}, FABRIC_BACKEND=sim, nodeSelector pool=training, suite.nodePairs in a ring",
+        "applying deploy/examples/nightly.yaml as FabricTest {name} (cluster-scoped; pods in {NAMESPACE}) with {}, FABRIC_BACKEND=sim, nodeSelector pool=training, suite.nodePairs in a ring, suite.ddpNodes over 4 nodes",
         keys::ANNOTATION_RUN_NOW
     ));
     dynamic.create(&PostParams::default(), &obj).await?;
@@ -606,6 +611,45 @@ async fn print_pairs(cluster: &Cluster, r: &FabricTestRun) -> anyhow::Result<()>
     rows.extend(pairs.into_iter().map(|(_, _, row)| row));
     print_table(&rows);
     Ok(())
+}
+
+/// The run's multi-node DDP probe: its nodes, and step time and efficiency per node count.
+fn print_ddp_nodes(r: &FabricTestRun) {
+    let Some(p) = r.status.as_ref().and_then(|s| s.ddp_nodes.clone()) else {
+        return;
+    };
+    let run = r.metadata.name.clone().unwrap_or_default();
+    step(format!(
+        "run {run}: multi-node DDP probe over {} ({}{})",
+        p.nodes.join(", "),
+        wire(&p.state),
+        p.message.map(|m| format!(": {m}")).unwrap_or_default()
+    ));
+    let mut rows = vec![vec![
+        "NODES".to_string(),
+        "GPUS".into(),
+        "STEP ms".into(),
+        "EFFICIENCY".into(),
+        "COMM ALONE ms".into(),
+        "EXPOSED COMM ms".into(),
+    ]];
+    rows.extend(p.points.iter().map(|x| {
+        vec![
+            x.nodes.to_string(),
+            x.gpus.to_string(),
+            format!("{:.2}", x.step_ms),
+            format!("{:.1}%", x.scaling_efficiency * 100.0),
+            format!("{:.2}", x.comm_alone_ms),
+            format!("{:.2}", x.exposed_comm_ms),
+        ]
+    }));
+    print_table(&rows);
+    for s in &p.stragglers {
+        info(format!(
+            "straggler: {} computes a step {:.1}% slower than the fastest node",
+            s.node, s.slower_percent
+        ));
+    }
 }
 
 /// The nodes the test holds in quarantine, what is done to them, and the failing nodes
