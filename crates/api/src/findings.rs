@@ -56,7 +56,7 @@ pub enum FindingKind {
     NicDown,
     /// A network port trained below the rate of its siblings on the node.
     NicDegraded,
-    /// A network port's error counters grew since the previous run.
+    /// A network port's error counters grew since the node's previous node-pair test.
     NicErrors,
 }
 

@@ -28,6 +28,12 @@ pub const ANNOTATION_QUARANTINE: &str = "gpufabric.io/quarantine";
 /// run, JSON ([`crate::counters::CounterBaseline`]); the next run judges their growth. Any
 /// FabricTest's run updates it: the counters belong to the hardware, not to a test.
 pub const ANNOTATION_COUNTERS: &str = "gpufabric.io/counters";
+/// Annotation on a Node: the error counters (symbol, receive and link-downed errors per
+/// InfiniBand/RoCE port) of the node's latest node-pair test, JSON
+/// ([`crate::nic_counters::NicCounters`]); the next pair test judges their growth. Apart from
+/// [`ANNOTATION_COUNTERS`], which the node check writes at another time. Any FabricTest's
+/// run updates it: the counters belong to the hardware, not to a test.
+pub const ANNOTATION_NIC_COUNTERS: &str = "gpufabric.io/nic-counters";
 
 /// Label the operator sets on a node in `Label` (and stronger) quarantine modes.
 pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";

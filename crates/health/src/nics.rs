@@ -1,5 +1,6 @@
 //! Network port findings of one node (InfiniBand / RoCE ports from sysfs): a port down, a
-//! port trained below its siblings, error counters that grew since the previous run.
+//! port trained below its siblings, error counters that grew since the node's previous
+//! node-pair test.
 //!
 //! # Rules
 //! 1. A port that is not `ACTIVE` and `LinkUp` is Critical `NicDown`, unless its physical
@@ -7,13 +8,23 @@
 //! 2. Among the up ports of one link layer (InfiniBand, Ethernet), a port whose active rate
 //!    is below the highest is Critical `NicDegraded` (a cable or transceiver that trained
 //!    down: NCCL's rings through it run at its rate).
-//! 3. With the previous run's ports: `link_downed` grown is Critical `NicErrors` (the link
-//!    went down and came back); `symbol_error` or `port_rcv_errors` grown by at least
-//!    [`NicRules::errors_critical`] is Critical, by less Info. Counters that went backwards
-//!    (driver reload) and ports new since the previous run give no finding. Without a
-//!    previous run counters are not judged: they count since the driver loaded.
+//! 3. Against the node's record of its previous pair test ([`NicCounters`], the node
+//!    annotation `gpufabric.io/nic-counters`), ports matched by device and port:
+//!    `link_downed` grown is Critical `NicErrors` (the link went down and came back);
+//!    `symbol_error` or `port_rcv_errors` grown by at least [`NicRules::errors_critical`]
+//!    is Critical, by less Info. The finding names the run and time it compares against.
+//!    A counter that went down (driver reload) is not judged, nor is a port the record does
+//!    not hold. Without a record counters are not judged: they count since the driver
+//!    loaded. A node meets two or more partners a run, so its later pairs compare against
+//!    its first pair's reading of the same run: growth during the run is a finding too, and
+//!    its message says so.
+//! 4. The record to keep after a pair test ([`next_record`]): this test's counters, unless
+//!    a counter grew into a Critical finding; then the older record stays, so that a later
+//!    pair or a confirmation compares against the same starting point and the growth is not
+//!    forgotten (a driver reload, which lowers the counts, ends that).
 
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::NicPort;
 
 /// Settings of the rules.
@@ -31,11 +42,13 @@ impl Default for NicRules {
     }
 }
 
-/// The findings of one node's ports, by the rules above.
+/// The findings of one node's ports read in run `run`, by the rules above; `previous` is
+/// the node's record of its previous pair test.
 pub fn nic_findings(
     node: &str,
     ports: &[NicPort],
-    previous: Option<&[NicPort]>,
+    previous: Option<&NicCounters>,
+    run: &str,
     rules: &NicRules,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -59,7 +72,7 @@ pub fn nic_findings(
     }
     out.extend(slow_ports(node, ports));
     if let Some(previous) = previous {
-        out.extend(grown_counters(node, ports, previous, rules));
+        out.extend(grown_counters(node, ports, previous, run, rules));
     }
     out
 }
@@ -111,36 +124,39 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
 fn grown_counters(
     node: &str,
     ports: &[NicPort],
-    previous: &[NicPort],
+    previous: &NicCounters,
+    run: &str,
     rules: &NicRules,
 ) -> Vec<Finding> {
+    let since = since(previous, run);
     let mut out = Vec::new();
     for p in ports {
-        let Some(before) = previous
-            .iter()
-            .find(|q| q.device == p.device && q.port == p.port)
-        else {
+        let Some(before) = previous.port(&p.device, p.port) else {
             continue;
         };
-        let grew = |now: Option<u64>, then: Option<u64>| match (now, then) {
-            (Some(n), Some(t)) if n > t => Some(n - t),
-            _ => None,
-        };
         let counters = [
-            ("link_downed", grew(p.link_downed, before.link_downed), 1),
+            ("link_downed", p.link_downed, before.link_downed, 1),
             (
                 "symbol_error",
-                grew(p.symbol_errors, before.symbol_errors),
+                p.symbol_errors,
+                before.symbol_errors,
                 rules.errors_critical,
             ),
             (
                 "port_rcv_errors",
-                grew(p.rcv_errors, before.rcv_errors),
+                p.rcv_errors,
+                before.rcv_errors,
                 rules.errors_critical,
             ),
         ];
-        for (name, delta, critical_from) in counters {
-            let Some(delta) = delta else { continue };
+        for (name, now, then, critical_from) in counters {
+            let (Some(now), Some(then)) = (now, then) else {
+                continue;
+            };
+            if now <= then {
+                continue;
+            }
+            let delta = now - then;
             let severity = if delta >= critical_from {
                 Severity::Critical
             } else {
@@ -153,7 +169,7 @@ fn grown_counters(
                     Metric::NicErrors,
                     severity,
                     format!(
-                        "{} {name} grew by {delta} since the previous run: check the cable and the switch port",
+                        "{} {name} grew by {delta} (from {then} to {now}) {since}: check the cable and the switch port",
                         p.name()
                     ),
                 )
@@ -162,6 +178,50 @@ fn grown_counters(
         }
     }
     out
+}
+
+/// What a growth is measured from, for the message: the previous run's pair test, or an
+/// earlier pair test of this same run.
+fn since(previous: &NicCounters, run: &str) -> String {
+    let at = if previous.at.is_empty() {
+        String::new()
+    } else {
+        format!(" at {}", previous.at)
+    };
+    if previous.run == run {
+        format!(
+            "since an earlier pair test of this run ({run}){at}: the counters grew during the run"
+        )
+    } else {
+        format!("since run {}{at}", previous.run)
+    }
+}
+
+/// The record to keep for `node` after its pair test of run `run` at `at` read `ports`
+/// (rule 4): None when there is nothing new to keep (a counter grew into a Critical
+/// finding in `findings`, the counts are those of `previous`, or the ports have no
+/// counters).
+pub fn next_record(
+    node: &str,
+    ports: &[NicPort],
+    previous: Option<&NicCounters>,
+    findings: &[Finding],
+    run: &str,
+    at: &str,
+) -> Option<NicCounters> {
+    let growing = findings.iter().any(|f| {
+        f.kind == FindingKind::NicErrors
+            && f.severity == Severity::Critical
+            && f.subject.node_name() == node
+    });
+    if growing {
+        return None;
+    }
+    let next = NicCounters::of(ports, run, at)?;
+    match previous {
+        Some(p) if p.same_counts(&next) => None,
+        _ => Some(next),
+    }
 }
 
 fn num(x: f64) -> String {
@@ -194,10 +254,21 @@ mod tests {
         (0..8).map(|i| port(&format!("mlx5_{i}"), 400.0)).collect()
     }
 
+    const AT: &str = "2026-11-24T02:00:00Z";
+
+    /// The record of `ports` as read by a pair test of run `run`.
+    fn record(ports: &[NicPort], run: &str) -> NicCounters {
+        NicCounters::of(ports, run, AT).expect("ports with counters")
+    }
+
+    fn findings(now: &[NicPort], before: Option<&NicCounters>) -> Vec<Finding> {
+        nic_findings("n", now, before, "nightly-2", &NicRules::default())
+    }
+
     #[test]
     fn healthy_ports_give_no_finding() {
         let ports = eight();
-        assert!(nic_findings("n", &ports, Some(&ports), &NicRules::default()).is_empty());
+        assert!(findings(&ports, Some(&record(&ports, "nightly-1"))).is_empty());
     }
 
     #[test]
@@ -207,7 +278,7 @@ mod tests {
         ports[3].phys_state = "Polling".into();
         ports[5].state = "DOWN".into();
         ports[5].phys_state = "Disabled".into();
-        let f = nic_findings("h200-05", &ports, None, &NicRules::default());
+        let f = nic_findings("h200-05", &ports, None, "r", &NicRules::default());
         assert_eq!(f.len(), 2, "{f:#?}");
         assert_eq!(f[0].kind, FindingKind::NicDown);
         assert_eq!(f[0].severity, Severity::Critical);
@@ -224,7 +295,7 @@ mod tests {
     fn a_port_trained_below_its_siblings_is_named_with_both_rates() {
         let mut ports = eight();
         ports[2].rate_gbps = Some(200.0);
-        let f = nic_findings("n", &ports, None, &NicRules::default());
+        let f = findings(&ports, None);
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].kind, FindingKind::NicDegraded);
         assert_eq!((f[0].measured, f[0].expected), (Some(200.0), Some(400.0)));
@@ -241,23 +312,23 @@ mod tests {
         let mut eth = port("mlx5_bond_0", 100.0);
         eth.link_layer = Some("Ethernet".into());
         ports.push(eth);
-        assert!(nic_findings("n", &ports, None, &NicRules::default()).is_empty());
+        assert!(findings(&ports, None).is_empty());
     }
 
     #[test]
     fn a_single_port_has_no_sibling_to_be_slower_than() {
         let ports = vec![port("mlx5_0", 100.0)];
-        assert!(nic_findings("n", &ports, None, &NicRules::default()).is_empty());
+        assert!(findings(&ports, None).is_empty());
     }
 
     #[test]
     fn counters_that_grew_since_the_previous_run_are_found() {
-        let before = eight();
+        let before = record(&eight(), "nightly-1");
         let mut now = eight();
         now[1].link_downed = Some(2);
         now[4].symbol_errors = Some(250);
         now[6].rcv_errors = Some(3);
-        let f = nic_findings("n", &now, Some(&before), &NicRules::default());
+        let f = findings(&now, Some(&before));
         let seen: Vec<(String, Severity, Option<f64>)> = f
             .iter()
             .map(|f| {
@@ -276,10 +347,45 @@ mod tests {
                 ("mlx5_6 port 1".into(), Severity::Info, Some(3.0)),
             ]
         );
-        assert!(
-            f[1].message.contains("symbol_error grew by 250"),
-            "{}",
-            f[1].message
+        assert!(f.iter().all(|f| f.kind == FindingKind::NicErrors));
+        assert_eq!(
+            f[1].message,
+            "mlx5_4 port 1 symbol_error grew by 250 (from 0 to 250) since run nightly-1 at 2026-11-24T02:00:00Z: check the cable and the switch port"
+        );
+    }
+
+    #[test]
+    fn symbol_and_receive_errors_are_critical_from_the_rule_setting() {
+        let before = record(&eight(), "nightly-1");
+        let mut now = eight();
+        now[0].symbol_errors = Some(99);
+        now[1].rcv_errors = Some(100);
+        let f = findings(&now, Some(&before));
+        let severities: Vec<Severity> = f.iter().map(|f| f.severity).collect();
+        assert_eq!(
+            severities,
+            vec![Severity::Info, Severity::Critical],
+            "{f:#?}"
+        );
+        let strict = NicRules {
+            errors_critical: 50,
+        };
+        let f = nic_findings("n", &now, Some(&before), "nightly-2", &strict);
+        assert!(f.iter().all(|f| f.severity == Severity::Critical), "{f:#?}");
+    }
+
+    #[test]
+    fn growth_during_the_run_says_so() {
+        let mut first = eight();
+        first[2].symbol_errors = Some(1_000);
+        let mut second = first.clone();
+        second[2].symbol_errors = Some(5_000);
+        let f = findings(&second, Some(&record(&first, "nightly-2")));
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Critical);
+        assert_eq!(
+            f[0].message,
+            "mlx5_2 port 1 symbol_error grew by 4000 (from 1000 to 5000) since an earlier pair test of this run (nightly-2) at 2026-11-24T02:00:00Z: the counters grew during the run: check the cable and the switch port"
         );
     }
 
@@ -287,16 +393,93 @@ mod tests {
     fn counters_are_not_judged_without_a_previous_run_or_when_they_reset() {
         let mut now = eight();
         now[0].symbol_errors = Some(5_000);
-        assert!(nic_findings("n", &now, None, &NicRules::default()).is_empty());
+        assert!(findings(&now, None).is_empty());
         let mut before = eight();
         before[0].symbol_errors = Some(9_000);
-        assert!(nic_findings("n", &now, Some(&before), &NicRules::default()).is_empty());
+        assert!(findings(&now, Some(&record(&before, "nightly-1"))).is_empty());
         // A port that was not there before is not compared.
         let mut later = now.clone();
         later.push(NicPort {
             symbol_errors: Some(77),
             ..port("mlx5_9", 400.0)
         });
-        assert!(nic_findings("n", &later, Some(&now), &NicRules::default()).is_empty());
+        assert!(findings(&later, Some(&record(&now, "nightly-1"))).is_empty());
+        // Nor is a counter the record (or this reading) does not hold.
+        let mut unknown = record(&eight(), "nightly-1");
+        unknown.ports[0].symbol_errors = None;
+        assert!(findings(&now, Some(&unknown)).is_empty());
+        let mut unread = eight();
+        unread[0].link_downed = None;
+        let mut downed = record(&eight(), "nightly-1");
+        downed.ports[0].link_downed = Some(0);
+        assert!(findings(&unread, Some(&downed)).is_empty());
+    }
+
+    #[test]
+    fn ports_are_matched_by_device_and_port() {
+        let mut two_ports = vec![port("mlx5_0", 400.0), port("mlx5_0", 400.0)];
+        two_ports[1].port = 2;
+        let before = record(&two_ports, "nightly-1");
+        let mut now = two_ports.clone();
+        now.reverse();
+        now[0].link_downed = Some(1);
+        let f = findings(&now, Some(&before));
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].subject.nic_port(), Some("mlx5_0 port 2"));
+    }
+
+    #[test]
+    fn the_record_moves_on_unless_a_counter_grew_into_a_critical_finding() {
+        let before = record(&eight(), "nightly-1");
+        // Unchanged counts: nothing new to write.
+        assert_eq!(
+            next_record("n", &eight(), Some(&before), &[], "nightly-2", "t2"),
+            None
+        );
+        // No record yet: this reading.
+        let first = next_record("n", &eight(), None, &[], "nightly-2", "t2");
+        assert_eq!(
+            first.map(|r| (r.run, r.at)),
+            Some(("nightly-2".into(), "t2".into()))
+        );
+        // Info growth: the new counts are kept.
+        let mut now = eight();
+        now[6].rcv_errors = Some(3);
+        let f = findings(&now, Some(&before));
+        let next = next_record("n", &now, Some(&before), &f, "nightly-2", "t2");
+        assert_eq!(
+            next.and_then(|r| r.port("mlx5_6", 1).and_then(|p| p.rcv_errors)),
+            Some(3)
+        );
+        // Critical growth: the older record stays.
+        now[4].symbol_errors = Some(250);
+        let f = findings(&now, Some(&before));
+        assert_eq!(
+            next_record("n", &now, Some(&before), &f, "nightly-2", "t2"),
+            None
+        );
+        // ... but only for the node the finding is on.
+        assert!(next_record("other", &now, None, &f, "nightly-2", "t2").is_some());
+        // A driver reload (counts went down) ends it: the new counts are kept.
+        let mut reloaded = eight();
+        reloaded[4].symbol_errors = Some(0);
+        let high = record(&now, "nightly-1");
+        let f = findings(&reloaded, Some(&high));
+        assert!(f.is_empty(), "{f:#?}");
+        assert_eq!(
+            next_record("n", &reloaded, Some(&high), &f, "nightly-3", "t3").map(|r| r.run),
+            Some("nightly-3".into())
+        );
+        // Ports without counters: nothing to keep.
+        let bare: Vec<NicPort> = eight()
+            .into_iter()
+            .map(|p| NicPort {
+                symbol_errors: None,
+                link_downed: None,
+                rcv_errors: None,
+                ..p
+            })
+            .collect();
+        assert_eq!(next_record("n", &bare, None, &[], "r", "t"), None);
     }
 }

@@ -160,6 +160,8 @@ fn every_fault_kind_is_found_at_its_part_and_the_clean_node_passes() {
     assert!(hw.iter().all(|(k, _)| *k != FindingKind::Slow), "{hw:#?}");
     // A slow NIC shows only in node-pair tests, which this node check does not run.
     assert_eq!(e.verdicts["slow-nic"], NodeVerdict::Passed);
+    // So do a port's growing error counters.
+    assert_eq!(e.verdicts["nic-errors"], NodeVerdict::Passed);
     let hang = kinds_on("hang");
     assert!(
         hang.iter().any(|(k, _)| *k == FindingKind::Timeout),

@@ -57,6 +57,11 @@ pub enum Fault {
     /// Network port `nic` (0-based, one per GPU) of the node is down: NCCL uses the others.
     #[serde(rename_all = "camelCase")]
     NicDown { nic: u32 },
+    /// Network port `nic`'s symbol error counter grows by `perSecond` every second (a
+    /// marginal cable or transceiver), as `nvlinkErrors` does for a GPU: two pair tests
+    /// apart in time see it grow. The port stays up at full rate.
+    #[serde(rename_all = "camelCase")]
+    NicErrors { nic: u32, per_second: f64 },
     /// NCCL on this node finds no usable RDMA device and falls back to TCP sockets.
     SocketFallback,
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
@@ -118,9 +123,9 @@ pub enum FleetError {
 }
 
 impl Fleet {
-    /// Reads a fleet description (YAML or JSON) and checks it: unique node names, GPU
-    /// indices of faults within the node's GPUs, factors in (0, 1] for slow faults and
-    /// >= 1 for stragglers.
+    /// Reads a fleet description (YAML or JSON) and checks it: unique node names, GPU and
+    /// NIC indices of faults within the node's GPUs, factors in (0, 1] for slow faults and
+    /// >= 1 for stragglers, error rates finite and above 0.
     pub fn load(path: &Path) -> Result<Fleet, FleetError> {
         let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| FleetError::Io {
@@ -160,6 +165,9 @@ impl Fleet {
                     Fault::Straggler { gpu, factor } => gpu_ok(*gpu) && *factor >= 1.0,
                     Fault::NvlinkErrors { gpu, per_second } => {
                         gpu_ok(*gpu) && per_second.is_finite() && *per_second > 0.0
+                    }
+                    Fault::NicErrors { nic, per_second } => {
+                        gpu_ok(*nic) && per_second.is_finite() && *per_second > 0.0
                     }
                     Fault::DeadLink { gpu, .. }
                     | Fault::Xid { gpu, .. }
@@ -281,5 +289,36 @@ mod tests {
         .expect("write");
         assert!(matches!(Fleet::load(&path), Err(FleetError::Parse { .. })));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn nic_errors_name_a_port_of_the_node_and_a_rate_above_zero() {
+        let fleet = |fault: &str| -> Result<Fleet, String> {
+            let yaml = format!("nodes:\n  - {{name: a, product: X, gpus: 8, faults: [{fault}]}}\n");
+            let f: Fleet = serde_yaml::from_str(&yaml).map_err(|e| e.to_string())?;
+            f.check().map(|()| f)
+        };
+        let ok = fleet("{kind: nicErrors, nic: 7, perSecond: 1000}").expect("valid");
+        assert_eq!(
+            ok.nodes[0].faults,
+            vec![Fault::NicErrors {
+                nic: 7,
+                per_second: 1000.0
+            }]
+        );
+        for bad in [
+            "{kind: nicErrors, nic: 8, perSecond: 1000}",
+            "{kind: nicErrors, nic: 0, perSecond: 0}",
+            "{kind: nicErrors, nic: 0, perSecond: -5}",
+            "{kind: nicErrors, nic: 0, perSecond: .inf}",
+            "{kind: nicErrors, nic: 0, perSecond: .nan}",
+        ] {
+            let err = fleet(bad).expect_err(bad);
+            assert!(err.contains("names a GPU, NIC or peer"), "{bad}: {err}");
+        }
+        assert!(
+            fleet("{kind: nicErrors, nic: 0}").is_err(),
+            "perSecond is required"
+        );
     }
 }

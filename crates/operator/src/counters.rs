@@ -1,14 +1,18 @@
-//! The node annotation `gpufabric.io/counters`: each node's error counters at its latest
-//! measured run, read back by the next run to judge their growth
-//! (`gpufabric_health::evaluate::counters`). Read from the node cache (no request); written
-//! after a run's status, only for nodes whose counters changed, with a merge patch of that
-//! one annotation. Writing is best effort: a node that cannot be written keeps its older
-//! record, so the next run compares over a longer span, never a shorter one.
+//! The node annotations `gpufabric.io/counters` and `gpufabric.io/nic-counters`: each
+//! node's error counters at its latest measured run (NVLink, from the node check) and at
+//! its latest node-pair test (network ports), read back by the next run or pair test to
+//! judge their growth (`gpufabric_health::evaluate::counters`, `gpufabric_health::nics`).
+//! Read from the node cache (no request); written after what judged them is saved (the
+//! run's status, the pass of the node-pair phase), only for nodes whose counters changed,
+//! with a merge patch of that one annotation. Writing is best effort: a node that cannot be
+//! written keeps its older record, so the next run compares over a longer span, never a
+//! shorter one.
 
 use futures::StreamExt;
 use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::Finding;
-use gpufabric_api::keys::{ANNOTATION_COUNTERS, MANAGER};
+use gpufabric_api::keys::{ANNOTATION_COUNTERS, ANNOTATION_NIC_COUNTERS, MANAGER};
+use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_health::NodeInput;
 use gpufabric_health::evaluate::counters::next_baseline;
@@ -33,9 +37,31 @@ pub fn baseline_of(node: &Node) -> Option<CounterBaseline> {
     }
 }
 
+/// The network port record on `node`, if it carries a readable one; an unreadable record
+/// is logged and treated as none, as [`baseline_of`] does.
+pub fn nic_record_of(node: &Node) -> Option<NicCounters> {
+    let text = node.annotations().get(ANNOTATION_NIC_COUNTERS)?;
+    match NicCounters::parse(text) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(node = %node.name_any(), error = %e, "ignoring the NIC counters annotation");
+            None
+        }
+    }
+}
+
 /// The merge patch that sets the record.
 pub fn patch(record: &CounterBaseline) -> Value {
-    json!({ "metadata": { "annotations": { ANNOTATION_COUNTERS: record.to_json() } } })
+    annotation_patch(ANNOTATION_COUNTERS, record.to_json())
+}
+
+/// The merge patch that sets the network port record.
+pub fn nic_patch(record: &NicCounters) -> Value {
+    annotation_patch(ANNOTATION_NIC_COUNTERS, record.to_json())
+}
+
+fn annotation_patch(key: &str, value: String) -> Value {
+    json!({ "metadata": { "annotations": { key: value } } })
 }
 
 /// The records to write after a run: one per measured node whose counters changed and
@@ -61,19 +87,33 @@ pub fn to_write(
 /// Writes `records`; returns the nodes that could not be written, with why. A node that
 /// is gone is skipped.
 pub async fn write(client: &Client, records: Vec<(String, CounterBaseline)>) -> Vec<String> {
+    let patches = records.iter().map(|(n, r)| (n.clone(), patch(r))).collect();
+    write_patches(client, patches, "error counters").await
+}
+
+/// Writes the network port `records`, as [`write`] does.
+pub async fn write_nic(client: &Client, records: Vec<(String, NicCounters)>) -> Vec<String> {
+    let patches = records
+        .iter()
+        .map(|(n, r)| (n.clone(), nic_patch(r)))
+        .collect();
+    write_patches(client, patches, "NIC error counters").await
+}
+
+async fn write_patches(client: &Client, patches: Vec<(String, Value)>, what: &str) -> Vec<String> {
     let api: Api<Node> = Api::all(client.clone());
     let pp = PatchParams {
         field_manager: Some(MANAGER.to_string()),
         ..Default::default()
     };
-    futures::stream::iter(records)
-        .map(|(node, record)| {
+    futures::stream::iter(patches)
+        .map(|(node, body)| {
             let (api, pp) = (api.clone(), pp.clone());
             async move {
-                match api.patch(&node, &pp, &Patch::Merge(patch(&record))).await {
+                match api.patch(&node, &pp, &Patch::Merge(&body)).await {
                     Ok(_) => None,
                     Err(kube::Error::Api(e)) if e.code == 404 => None,
-                    Err(e) => Some(format!("node {node}: recording its error counters: {e}")),
+                    Err(e) => Some(format!("node {node}: recording its {what}: {e}")),
                 }
             }
         })
@@ -116,6 +156,35 @@ mod tests {
         );
         assert_eq!(baseline_of(&node(Some("cordon me"))), None);
         assert_eq!(baseline_of(&node(None)), None);
+    }
+
+    #[test]
+    fn a_readable_nic_record_is_read_and_junk_is_ignored() {
+        let good = r#"{"run":"r1","at":"2026-11-24T02:00:00Z","ports":[{"device":"mlx5_0","port":1,"symbolErrors":4}]}"#;
+        let mut n = node(None);
+        n.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_NIC_COUNTERS.to_string(),
+            good.to_string(),
+        )]));
+        let r = nic_record_of(&n).expect("a readable record");
+        assert_eq!(r.port("mlx5_0", 1).and_then(|p| p.symbol_errors), Some(4));
+        let p = nic_patch(&r);
+        let text = p["metadata"]["annotations"][ANNOTATION_NIC_COUNTERS]
+            .as_str()
+            .unwrap_or_default();
+        assert_eq!(NicCounters::parse(text).ok(), Some(r));
+        assert_eq!(
+            p["metadata"]["annotations"].as_object().map(|a| a.len()),
+            Some(1),
+            "the patch sets that one annotation only"
+        );
+        n.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_NIC_COUNTERS.to_string(),
+            "[1,2".to_string(),
+        )]));
+        assert_eq!(nic_record_of(&n), None);
+        // The NVLink record is another annotation.
+        assert_eq!(nic_record_of(&node(Some(good))), None);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - `socketFallback` on either node: NCCL's socket transport, 12 GB/s (model value for
 //!   TCP over one 100 GbE-class interface), one interface used.
 //! - `nicDown`: that port is `DOWN`/`Polling` in the node's ports; NCCL uses the others.
+//! - `nicErrors`: that port's symbol error counter is the wall-clock time times the rate
+//!   (as a counter since driver load grows on a marginal link); bandwidth is untouched.
 //! - time per iteration = latency (20 µs RDMA, 60 µs sockets) + bytes / algbw, with
 //!   algbw = busbw / the collective's bus factor for 2 x G ranks (nccl-tests' definitions).
 
@@ -45,8 +47,14 @@ pub enum SimPairError {
     UnknownNode(String),
 }
 
-/// The node's network ports as sysfs would show them.
+/// The node's network ports as sysfs would show them now.
 pub fn ports(node: &FleetNode) -> Vec<NicPort> {
+    ports_at(node, crate::sim::counter_at_now)
+}
+
+/// The node's network ports, with `counter(per_second)` the count of an error counter
+/// growing at that rate (the `nicErrors` faults).
+pub fn ports_at(node: &FleetNode, counter: impl Fn(f64) -> u64) -> Vec<NicPort> {
     let rate = port_rate_gbps(&node.product);
     (0..node.gpus)
         .map(|i| {
@@ -54,6 +62,14 @@ pub fn ports(node: &FleetNode) -> Vec<NicPort> {
                 .faults
                 .iter()
                 .any(|f| matches!(f, Fault::NicDown { nic } if *nic == i));
+            let symbol_errors: u64 = node
+                .faults
+                .iter()
+                .filter_map(|f| match f {
+                    Fault::NicErrors { nic, per_second } if *nic == i => Some(counter(*per_second)),
+                    _ => None,
+                })
+                .fold(0, u64::saturating_add);
             NicPort {
                 device: format!("mlx5_{i}"),
                 port: 1,
@@ -61,7 +77,7 @@ pub fn ports(node: &FleetNode) -> Vec<NicPort> {
                 state: if down { "DOWN" } else { "ACTIVE" }.into(),
                 phys_state: if down { "Polling" } else { "LinkUp" }.into(),
                 rate_gbps: Some(rate),
-                symbol_errors: Some(0),
+                symbol_errors: Some(symbol_errors),
                 link_downed: Some(0),
                 rcv_errors: Some(0),
             }
@@ -304,6 +320,43 @@ mod tests {
         // The peer's own ports are all up.
         let peer = node_pair(&f, &opts("a", "b", 1), 3, String::new()).expect("simulates");
         assert!(peer.nics.iter().all(NicPort::is_up));
+    }
+
+    #[test]
+    fn a_nic_with_errors_counts_them_up_with_time_and_stays_up() {
+        let f = fleet(&[(
+            "a",
+            Fault::NicErrors {
+                nic: 5,
+                per_second: 1000.0,
+            },
+        )]);
+        let node = f.node("a").expect("node a");
+        let at = |secs: u64| {
+            ports_at(node, |per_second| {
+                crate::sim::counter_at(per_second, std::time::Duration::from_secs(secs))
+            })
+        };
+        let (then, later) = (at(1_000), at(1_060));
+        assert_eq!(then[5].symbol_errors, Some(1_000_000));
+        assert_eq!(later[5].symbol_errors, Some(1_060_000));
+        for p in then.iter().chain(&later) {
+            assert!(p.is_up(), "{p:?}");
+            assert_eq!((p.link_downed, p.rcv_errors), (Some(0), Some(0)));
+            if p.device != "mlx5_5" {
+                assert_eq!(p.symbol_errors, Some(0), "{p:?}");
+            }
+        }
+        // The pair runs at full speed, and its document carries the growing port.
+        let d = node_pair(&f, &opts("a", "b", 0), 3, String::new()).expect("simulates");
+        assert!(
+            d.nics[5].symbol_errors.is_some_and(|n| n > 1_000_000_000),
+            "{:?}",
+            d.nics[5]
+        );
+        assert!(busbw(&f, "a", "b") > 350.0);
+        let peer = node_pair(&f, &opts("a", "b", 1), 3, String::new()).expect("simulates");
+        assert!(peer.nics.iter().all(|p| p.symbol_errors == Some(0)));
     }
 
     #[test]

@@ -24,6 +24,22 @@ use noise::Rng;
 use phases::{ddp_phase, health_phase, nccl_phase, pairs_phase};
 use std::time::{Duration, Instant, SystemTime};
 
+/// A counter that grows by `per_second` every second of wall-clock time (millisecond
+/// resolution), as an error counter since driver load does on a marginal link: the
+/// faults `nvlinkErrors` and `nicErrors`.
+pub(crate) fn counter_at_now(per_second: f64) -> u64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    counter_at(per_second, since_epoch)
+}
+
+/// The count of a counter growing by `per_second` at `since_epoch` after the Unix epoch.
+pub fn counter_at(per_second: f64, since_epoch: Duration) -> u64 {
+    // Milliseconds since the epoch fit an f64 exactly for the next 285,000 years.
+    (since_epoch.as_millis() as f64 / 1000.0 * per_second) as u64
+}
+
 /// A fault that acts on the agent process rather than on a measurement. The agent acts on
 /// it; [`node_check`] itself ignores these.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -279,17 +279,6 @@ pub(super) fn ddp_phase(m: &NodeModel, opts: &CheckOptions, progress: Progress) 
     }
 }
 
-/// A counter that grows by `per_second` every second of wall-clock time (millisecond
-/// resolution), as an error counter since driver load does on a marginal link.
-fn counter_at_now(per_second: f64) -> u64 {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    // Milliseconds since the epoch fit an f64 exactly for the next 285,000 years.
-    (ms as f64 / 1000.0 * per_second) as u64
-}
-
 pub(super) fn health_phase(m: &NodeModel, progress: Progress) -> HealthSnapshot {
     let mut rng = m.rng("health");
     let gpus = (0..m.gpus())
@@ -318,7 +307,7 @@ pub(super) fn health_phase(m: &NodeModel, progress: Progress) -> HealthSnapshot 
                 match f {
                     Fault::Xid { gpu: g, code } if *g == gpu => h.xids.push(*code),
                     Fault::NvlinkErrors { gpu: g, per_second } if *g == gpu => {
-                        h.nvlink_errors += counter_at_now(*per_second);
+                        h.nvlink_errors += super::counter_at_now(*per_second);
                     }
                     Fault::Ecc { gpu: g, count } if *g == gpu => {
                         h.ecc_uncorrected += count;

@@ -16,15 +16,21 @@
 //! A pair settles `Measured` from rank 0's document, `NotMeasured` when either rank says
 //! so (a peer that never arrived) or a pod never ran for a reason outside the nodes, and
 //! `Errored` otherwise (the ranks met and the test failed).
+//!
+//! Whatever the state, each rank's document carries its node's network ports: they are
+//! judged against the node's record of its previous pair test ([`NicHistory`], read from
+//! the node by the caller), and the settled outcome says which records to write next
+//! (`health::nics` rules 3 and 4).
 
 use super::rounds::{NodePair, RoundPlan};
 use crate::results::{self, PodState};
 use gpufabric_api::findings::{Finding, Severity};
+use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{
     NetTransport, NodePairResult, NodePairsStatus, PairRecord, PairSetSummary, PairState,
 };
 use gpufabric_api::run::NodeRunResult;
-use gpufabric_health::nics::{NicRules, nic_findings};
+use gpufabric_health::nics::{NicRules, next_record, nic_findings};
 use gpufabric_health::pairs::{
     Localization, PairObservation, PairRules, localize, require_confirmation,
 };
@@ -223,7 +229,19 @@ pub struct PairOutcome {
     pub nics_used: [Option<u32>; 2],
     /// Port findings by rank, from each rank's own document.
     pub nic_findings: [Vec<Finding>; 2],
+    /// The port counter records to write on the nodes, by rank; None: nothing new to keep.
+    pub nic_records: [Option<NicCounters>; 2],
     pub message: Option<String>,
+}
+
+/// What a pair's port counters are judged against: the run reading them, when (RFC 3339,
+/// the time the records written are stamped with), and each node's record of its previous
+/// pair test, by rank.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NicHistory<'a> {
+    pub run: &'a str,
+    pub at: &'a str,
+    pub previous: [Option<&'a NicCounters>; 2],
 }
 
 impl PairOutcome {
@@ -257,12 +275,14 @@ pub enum Step {
 }
 
 /// The next step for a pair in `state` whose pods stand as `p0`, `p1` (by rank), on
-/// nodes `nodes` (by rank); `past_deadline`: the pair's deadline has passed.
+/// nodes `nodes` (by rank); `past_deadline`: the pair's deadline has passed; `nics`: what
+/// the ports read by the pair are judged against.
 pub fn decide(
     state: PairState,
     (p0, p1): (&PairPod, &PairPod),
     nodes: [&str; 2],
     past_deadline: bool,
+    nics: &NicHistory<'_>,
 ) -> Step {
     if state.is_final() {
         return Step::Wait;
@@ -273,9 +293,15 @@ pub fn decide(
             "the rank-0 pod on {} is gone",
             nodes[0]
         ))),
-        (PairPod::Ended(e0), PairPod::Ended(e1)) => Step::Settle(outcome(Some(e0), Some(e1))),
-        (PairPod::Ended(e0), PairPod::Absent) => Step::Settle(outcome(Some(e0), None)),
-        (PairPod::Ended(e0), _) if past_deadline => Step::Stop(outcome(Some(e0), None)),
+        (PairPod::Ended(e0), PairPod::Ended(e1)) => {
+            Step::Settle(outcome([Some(e0), Some(e1)], nodes, nics))
+        }
+        (PairPod::Ended(e0), PairPod::Absent) => {
+            Step::Settle(outcome([Some(e0), None], nodes, nics))
+        }
+        (PairPod::Ended(e0), _) if past_deadline => {
+            Step::Stop(outcome([Some(e0), None], nodes, nics))
+        }
         (_, PairPod::Absent) if state == PairState::Joined => Step::Stop(
             PairOutcome::not_measured(format!("the rank-1 pod on {} is gone", nodes[1])),
         ),
@@ -301,28 +327,50 @@ pub fn decide(
     }
 }
 
-/// What the ends of a pair's pods say (`e1`: None when rank 1 never ran).
-fn outcome(e0: Option<&PairEnd>, e1: Option<&PairEnd>) -> PairOutcome {
+/// The port findings of each rank's document (on the rank's node, against its record)
+/// and the records to write next, by rank.
+fn nic_outcome(
+    docs: [Option<&NodePairResult>; 2],
+    nodes: [&str; 2],
+    nics: &NicHistory<'_>,
+) -> ([Vec<Finding>; 2], [Option<NicCounters>; 2]) {
+    let mut findings: [Vec<Finding>; 2] = Default::default();
+    let mut records: [Option<NicCounters>; 2] = Default::default();
+    for (rank, d) in docs.into_iter().enumerate() {
+        let Some(d) = d else { continue };
+        let previous = nics.previous[rank];
+        let f = nic_findings(
+            nodes[rank],
+            &d.nics,
+            previous,
+            nics.run,
+            &NicRules::default(),
+        );
+        records[rank] = next_record(nodes[rank], &d.nics, previous, &f, nics.run, nics.at);
+        findings[rank] = f;
+    }
+    (findings, records)
+}
+
+/// What the ends of a pair's pods say, by rank (rank 1: None when it never ran).
+fn outcome(
+    [e0, e1]: [Option<&PairEnd>; 2],
+    nodes: [&str; 2],
+    nics: &NicHistory<'_>,
+) -> PairOutcome {
     let doc = |e: Option<&PairEnd>| match e {
         Some(PairEnd::Document(d)) => Some(d.as_ref().clone()),
         _ => None,
     };
     let (d0, d1) = (doc(e0), doc(e1));
-    let nic = |d: &Option<NodePairResult>| {
-        d.as_ref()
-            .map(|d| {
-                let node = d.nodes[(d.rank as usize).min(1)].clone();
-                nic_findings(&node, &d.nics, None, &NicRules::default())
-            })
-            .unwrap_or_default()
-    };
-    let nic_findings = [nic(&d0), nic(&d1)];
+    let (nic_findings, nic_records) = nic_outcome([d0.as_ref(), d1.as_ref()], nodes, nics);
     let nics_used = [
         d0.as_ref().map(|d| d.nics_used),
         d1.as_ref().map(|d| d.nics_used),
     ];
     let with_docs = |mut o: PairOutcome| {
         o.nic_findings = nic_findings.clone();
+        o.nic_records = nic_records.clone();
         o.nics_used = nics_used;
         o
     };

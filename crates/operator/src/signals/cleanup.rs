@@ -2,7 +2,8 @@
 //! condition's message names the test whose run wrote it (`FabricTest nightly, run ...`):
 //! that is the record of who wrote the condition, the result label and the last-pass
 //! annotation together. Nodes whose condition another test (or anyone else) wrote are not
-//! touched. The `gpufabric.io/counters` record belongs to the hardware and stays.
+//! touched. The `gpufabric.io/counters` and `gpufabric.io/nic-counters` records belong to
+//! the hardware and stay.
 
 use gpufabric_api::keys::{ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_RESULT, MANAGER};
 use k8s_openapi::api::core::v1::Node;

@@ -3,11 +3,17 @@
 //! against known-good partners, and the findings of the pairs. Each pair's state and
 //! result is kept on both of its nodes' records in the run's shards, so a restarted
 //! operator goes on from there; the decisions are in [`crate::pairs::phase`].
+//!
+//! Each settled pair's port counters are judged against its nodes' records of their
+//! previous pair test (the node annotation `gpufabric.io/nic-counters`, read from the node
+//! cache); the records to write next are handed back to the caller, which writes them once
+//! the pass is saved (`crate::counters::write_nic`).
 
 use super::*;
 use crate::pairs::phase::{self, PairPod, Slot, Step};
 use crate::pairs::pods::{Rendezvous, SECRET_KEY, pair_pod, secret_name};
 use crate::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{NodePairsStatus, PairState};
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::suite::Pairing;
@@ -26,9 +32,15 @@ pub(super) enum PairsStep {
     Done,
 }
 
+/// The port counter records a pass settled, by node, for the caller to write once the
+/// pass is saved: written before, a retried pass would judge the same reading against
+/// itself.
+pub(super) type NicRecords = Vec<(String, NicCounters)>;
+
 /// One pass of the phase: starts it (planning the rounds into the records), moves every
 /// pair of the round under way on a step, and opens the next round (or the confirmation
-/// round) once every pair of this one has ended.
+/// round) once every pair of this one has ended. The port counter records of the pairs it
+/// settles go to `nic_records`, also when it fails.
 pub(super) async fn advance(
     run: &FabricTestRun,
     next: &mut FabricTestRunStatus,
@@ -36,6 +48,7 @@ pub(super) async fn advance(
     outcomes: &[PodState],
     ctx: &Context,
     pods_api: &Api<Pod>,
+    nic_records: &mut NicRecords,
 ) -> Result<PairsStep> {
     let Some(mut np) = next.node_pairs.clone() else {
         return begin(run, next, entries, outcomes, ctx).await;
@@ -48,7 +61,11 @@ pub(super) async fn advance(
         0 => usize::MAX,
         n => (n / 2).max(1),
     };
-    let wait = step_round(run, entries, np.round, max_pairs, ctx, pods_api).await?;
+    let round = Round {
+        number: np.round,
+        max_pairs,
+    };
+    let wait = step_round(run, entries, round, ctx, pods_api, nic_records).await?;
     let slots = phase::slots(entries, np.round);
     let round_done = slots
         .iter()
@@ -224,17 +241,29 @@ pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<
     }
 }
 
-/// Moves every pair of round `round` on a step; at most `max_pairs` pairs have pods at
-/// once. Returns how long until the next pair's deadline (at most 10 s).
+/// The round a pass steps, and how many of its pairs may have pods at once.
+struct Round {
+    number: u32,
+    max_pairs: usize,
+}
+
+/// Moves every pair of `round` on a step; at most `round.max_pairs` pairs have pods at
+/// once. The port counter records of the pairs settled go to `nic_records`. Returns how
+/// long until the next pair's deadline (at most 10 s).
 async fn step_round(
     run: &FabricTestRun,
     entries: &mut [NodeRunResult],
-    round: u32,
-    max_pairs: usize,
+    round: Round,
     ctx: &Context,
     pods_api: &Api<Pod>,
+    nic_records: &mut NicRecords,
 ) -> Result<Duration> {
+    let Round {
+        number: round,
+        max_pairs,
+    } = round;
     let name = run.name_any();
+    let at = crate::signals::rfc3339(&now());
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
     let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
@@ -275,11 +304,22 @@ async fn step_round(
             wait = wait.min((d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50));
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
+        let previous = nodes.map(|n| {
+            ctx.nodes
+                .get(&ObjectRef::new(n))
+                .and_then(|node| crate::counters::nic_record_of(&node))
+        });
+        let nics = phase::NicHistory {
+            run: &name,
+            at: &at,
+            previous: [previous[0].as_ref(), previous[1].as_ref()],
+        };
         let step = phase::decide(
             state,
             (&views[0], &views[1]),
             nodes,
             deadline.is_some_and(|d| now_t >= d),
+            &nics,
         );
         match step {
             Step::Wait => {}
@@ -307,11 +347,28 @@ async fn step_round(
                     delete_pod(pods_api, n).await?;
                 }
                 phase::settle(entries, slot, &o);
+                nic_records.extend(records_of(entries, slot, o));
             }
-            Step::Settle(o) => phase::settle(entries, slot, &o),
+            Step::Settle(o) => {
+                phase::settle(entries, slot, &o);
+                nic_records.extend(records_of(entries, slot, o));
+            }
         }
     }
     Ok(wait)
+}
+
+/// The port counter records a settled pair says to write, with their nodes.
+fn records_of(
+    entries: &[NodeRunResult],
+    slot: &Slot,
+    o: phase::PairOutcome,
+) -> impl Iterator<Item = (String, NicCounters)> {
+    let nodes = [entries[slot.a].node.clone(), entries[slot.b].node.clone()];
+    nodes
+        .into_iter()
+        .zip(o.nic_records)
+        .filter_map(|(node, r)| r.map(|r| (node, r)))
 }
 
 fn pod_name(run: &str, slot: &Slot, rank: u32) -> String {

@@ -265,8 +265,10 @@ pub(super) async fn after_node_checks(
         return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
     }
     let suite = &run.spec.suite;
+    let mut nic_records = Vec::new();
     let step = if suite.node_pairs.enabled {
-        pairs::advance(run, &mut next, &mut entries, &e.outcomes, ctx, e.pods_api).await
+        let (n, o) = (&mut next, &e.outcomes);
+        pairs::advance(run, n, &mut entries, o, ctx, e.pods_api, &mut nic_records).await
     } else {
         Ok(pairs::PairsStep::Done)
     };
@@ -276,19 +278,35 @@ pub(super) async fn after_node_checks(
         }
         other => other,
     };
+    // The port counter records only once the pairs that read them are saved as settled.
     match step {
         Ok(pairs::PairsStep::Done) => {
-            finish(run, next, e.shards, entries, e.outcomes, api, ctx).await
+            let action = finish(run, next, e.shards, entries, e.outcomes, api, ctx).await?;
+            write_nic_records(ctx, nic_records).await;
+            Ok(action)
         }
         Ok(pairs::PairsStep::Wait(wait)) => {
             save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            write_nic_records(ctx, nic_records).await;
             Ok(Action::requeue(wait))
         }
         Err(err) => {
             // What this pass did (pods created, pairs settled) is kept before the retry.
             save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            write_nic_records(ctx, nic_records).await;
             Err(err)
         }
+    }
+}
+
+/// Writes the port counter records of the pairs a pass settled; best effort: a record not
+/// written leaves the older one, and the run goes on.
+async fn write_nic_records(ctx: &Context, records: pairs::NicRecords) {
+    if records.is_empty() {
+        return;
+    }
+    for failure in crate::counters::write_nic(&ctx.client, records).await {
+        tracing::warn!(%failure, "NIC error counters not recorded");
     }
 }
 
