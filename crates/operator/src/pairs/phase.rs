@@ -22,8 +22,8 @@
 //! the node by the caller), and the settled outcome says which records to write next
 //! (`health::nics` rules 3 and 4).
 
+use super::rank::{RankEnd, RankPod, cut, rank_pod};
 use super::rounds::{NodePair, RoundPlan};
-use crate::results::{self, PodState};
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{
@@ -36,9 +36,6 @@ use gpufabric_health::pairs::{
 };
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// Longest message kept on a record.
-const MESSAGE_LIMIT: usize = 300;
 
 /// One pair of a round, by the indexes of its two nodes' results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,77 +143,14 @@ fn record_mut<'a>(e: &'a mut NodeRunResult, slot: &Slot) -> Option<&'a mut PairR
 }
 
 /// How one pod of a pair ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PairEnd {
-    /// The rank wrote its node-pair document.
-    Document(Box<NodePairResult>),
-    /// The pod never ran the agent for a reason outside the node (not admitted, an image
-    /// that cannot be pulled, evicted).
-    NotMeasured(String),
-    /// The agent ran and left no usable document, or the pod was stopped at its deadline.
-    Failed(String),
-}
+pub type PairEnd = RankEnd<NodePairResult>;
 
 /// Where one pod of a pair stands.
-#[derive(Debug, Clone, PartialEq)]
-pub enum PairPod {
-    Absent,
-    /// Created, not running yet (`ip` once the pod has one).
-    Waiting {
-        ip: Option<String>,
-    },
-    Running {
-        ip: Option<String>,
-    },
-    Ended(PairEnd),
-}
-
-impl PairPod {
-    fn ip(&self) -> Option<&str> {
-        match self {
-            PairPod::Waiting { ip } | PairPod::Running { ip } => ip.as_deref(),
-            _ => None,
-        }
-    }
-}
+pub type PairPod = RankPod<NodePairResult>;
 
 /// Where a pair pod stands, from its status alone.
 pub fn pair_pod(pod: &Pod) -> PairPod {
-    let status = pod.status.clone().unwrap_or_default();
-    let ip = status.pod_ip.clone().filter(|ip| !ip.is_empty());
-    if status.reason.as_deref() == Some("DeadlineExceeded") {
-        return PairPod::Ended(PairEnd::Failed(
-            "stopped at its deadline (activeDeadlineSeconds) before the pair finished".into(),
-        ));
-    }
-    let terminated = status
-        .container_statuses
-        .as_ref()
-        .and_then(|cs| cs.iter().find(|c| c.name == crate::pods::CONTAINER))
-        .and_then(|c| c.state.as_ref())
-        .and_then(|s| s.terminated.clone());
-    if let Some(t) = terminated {
-        let message = t.message.unwrap_or_default();
-        return PairPod::Ended(match NodePairResult::parse(&message) {
-            Ok(doc) => PairEnd::Document(Box::new(doc)),
-            Err(e) => PairEnd::Failed(cut(&format!(
-                "the agent exited with code {} without a node-pair document ({e})",
-                t.exit_code
-            ))),
-        });
-    }
-    match results::pod_state(pod) {
-        PodState::Waiting(_) => PairPod::Waiting { ip },
-        PodState::Running => PairPod::Running { ip },
-        PodState::Ended(o) => {
-            let detail = cut(o.detail().unwrap_or("the pod ended"));
-            PairPod::Ended(if o.counts_against_node() {
-                PairEnd::Failed(detail)
-            } else {
-                PairEnd::NotMeasured(detail)
-            })
-        }
-    }
+    rank_pod(pod)
 }
 
 /// What a settled pair says, for both of its records.
@@ -539,14 +473,6 @@ pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {
     };
     status.within = set(false);
     status.across = set(true);
-}
-
-fn cut(text: &str) -> String {
-    let mut end = text.len().min(MESSAGE_LIMIT);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
 }
 
 #[cfg(test)]
