@@ -414,3 +414,11 @@ impl OperatorEnv {
         out
     }
 }
+
+/// Whether the node is cordoned (`spec.unschedulable`).
+pub fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}

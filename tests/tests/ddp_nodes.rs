@@ -17,7 +17,7 @@ use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
 use gpufabric_api::{FindingKind, Subject};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use serde_json::json;
@@ -40,13 +40,6 @@ fn fleet() -> Fleet {
         }
     }
     f
-}
-
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
 use gpufabric_api::{FabricTestStatus, FindingKind, Subject};
 use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -42,13 +42,6 @@ async fn node(env: &OperatorEnv, base: &str) -> Node {
 
 fn record(n: &Node) -> Option<NicCounters> {
     NicCounters::parse(n.annotations().get(ANNOTATION_NIC_COUNTERS)?).ok()
-}
-
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 fn last_run(s: &FabricTestStatus) -> String {

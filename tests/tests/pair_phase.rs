@@ -20,7 +20,7 @@ use gpufabric_api::{FindingKind, Subject, SubjectKind, keys};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_operator::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -68,13 +68,6 @@ fn fleet(path: &(String, String)) -> Fleet {
         }
     }
     f
-}
-
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -52,13 +52,6 @@ async fn nodes(env: &Env) -> BTreeMap<String, Node> {
         .into_iter()
         .map(|n| (n.name_any(), n))
         .collect()
-}
-
-fn cordoned(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
