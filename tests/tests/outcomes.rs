@@ -33,8 +33,38 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const MODES: [&str; 4] = ["Observe", "Label", "Cordon", "Taint"];
 
+/// Node label that gives each quarantine mode three nodes of its own, so that the four
+/// modes of a cause run at once.
+const MODE_LABEL: &str = "outcomes.gpufabric.io/mode";
+
 fn fleet(n: usize) -> Fleet {
     SimFleet::uniform("gpu", n, H100, 8)
+}
+
+/// Three nodes for each mode (gpu-01..03 Observe, gpu-04..06 Label, ...), labelled with it.
+fn fleet_per_mode() -> Fleet {
+    let mut f = fleet(3 * MODES.len());
+    for (i, n) in f.nodes.iter_mut().enumerate() {
+        n.labels
+            .insert(MODE_LABEL.to_string(), MODES[i / 3].to_lowercase());
+    }
+    f
+}
+
+/// Every node name of [`fleet_per_mode`].
+fn all_mode_nodes() -> Vec<String> {
+    (1..=3 * MODES.len())
+        .map(|i| format!("gpu-{i:02}"))
+        .collect()
+}
+
+/// Runs `check` for every mode in `modes` at once (each on its own nodes).
+async fn each_mode<F, Fut>(modes: &[&'static str], check: F)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    futures::future::join_all(modes.iter().map(|m| check(m))).await;
 }
 
 /// A small suite on the sim backend that acts on the first bad result: one failure is
@@ -154,7 +184,7 @@ struct Expect {
     detail: &'static str,
 }
 
-/// Creates one FabricTest in `mode` and checks its first run: every node not measured for
+/// Creates one FabricTest in `mode` over that mode's nodes and checks its first run: every node not measured for
 /// `want.reason`, nothing held against any node, one InfrastructureDegraded condition and
 /// Event, no pod left holding GPUs, and no node touched.
 async fn check_spared(
@@ -166,7 +196,9 @@ async fn check_spared(
     want: &Expect,
 ) {
     let name = format!("{cause}-{}", mode.to_lowercase());
-    let tests = env.create_test(&name, spec(mode, agent, extra)).await;
+    let mut spec = spec(mode, agent, extra);
+    spec["nodeSelector"][MODE_LABEL] = json!(mode.to_lowercase());
+    let tests = env.create_test(&name, spec).await;
     let status = wait_folded(env, &tests, &name).await;
     let context = format!("{cause}/{mode}");
 
@@ -279,13 +311,13 @@ fn holds_gpus(p: &Pod) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(3), NS).await;
+    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
     let want = Expect {
         reason: NotMeasuredReason::ContainerConfig,
         label: "CreateContainerConfigError",
         detail: "secret \"no-such-secret\" not found",
     };
-    for mode in MODES {
+    each_mode(&MODES, |mode| {
         check_spared(
             &env,
             "secret",
@@ -294,14 +326,14 @@ async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
             json!({}),
             &want,
         )
-        .await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(3), NS).await;
+    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
     let mut agent = sim_agent(20);
     agent["image"] = json!(fixtures::MISSING_IMAGE);
     let want = Expect {
@@ -309,19 +341,20 @@ async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
         label: "ImagePullBackOff",
         detail: "ImagePullBackOff",
     };
-    for mode in MODES {
-        check_spared(&env, "image", mode, agent.clone(), json!({}), &want).await;
-    }
+    each_mode(&MODES, |mode| {
+        check_spared(&env, "image", mode, agent.clone(), json!({}), &want)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(3), NS).await;
+    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
     // A training job holds every GPU of every node; the tests opt in to busy nodes, so
     // their pods reach the kubelet, which refuses them.
-    for node in ["gpu-01", "gpu-02", "gpu-03"] {
-        fixtures::hold_gpus(&env.cluster.client(), NS, node, 8)
+    for node in all_mode_nodes() {
+        fixtures::hold_gpus(&env.cluster.client(), NS, &node, 8)
             .await
             .expect("GPUs held");
     }
@@ -330,7 +363,7 @@ async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
         label: "OutOfnvidia.com/gpu",
         detail: "used: 8, capacity: 8",
     };
-    for mode in MODES {
+    each_mode(&MODES, |mode| {
         check_spared(
             &env,
             "busy",
@@ -339,17 +372,17 @@ async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
             json!({"includeBusyNodes": true}),
             &want,
         )
-        .await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_never_start_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(3), NS).await;
-    for node in ["gpu-01", "gpu-02", "gpu-03"] {
+    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
+    for node in all_mode_nodes() {
         env.kubelet
-            .set_node_stalled(node, true)
+            .set_node_stalled(&node, true)
             .await
             .expect("node stalled");
     }
@@ -359,14 +392,15 @@ async fn pods_that_never_start_cordon_nothing_in_any_mode() {
         detail: "no container ever ran",
     };
     // The run deadline is the agent timeout plus the operator's margin: the shortest timeout the schema allows (10 s).
-    for mode in MODES {
-        check_spared(&env, "stalled", mode, sim_agent(10), json!({}), &want).await;
-    }
+    each_mode(&MODES, |mode| {
+        check_spared(&env, "stalled", mode, sim_agent(10), json!({}), &want)
+    })
+    .await;
 }
 
-/// Three nodes whose agents all fail the same way (`fault`).
+/// The nodes of every mode, whose agents all fail the same way (`fault`).
 fn fleet_all(fault: Fault) -> Fleet {
-    let mut f = fleet(3);
+    let mut f = fleet_per_mode();
     for n in f.nodes.iter_mut() {
         n.faults.push(fault.clone());
     }
@@ -390,9 +424,10 @@ async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
         label: "AgentIncompatible",
         detail: "could not be loaded (exit code 11)",
     };
-    for mode in MODES {
-        check_spared(&env, "incompatible", mode, sim_agent(20), json!({}), &want).await;
-    }
+    each_mode(&MODES, |mode| {
+        check_spared(&env, "incompatible", mode, sim_agent(20), json!({}), &want)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -405,9 +440,10 @@ async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
         label: "AgentBug",
         detail: "its result is unusable",
     };
-    for mode in MODES {
-        check_spared(&env, "garbage", mode, sim_agent(20), json!({}), &want).await;
-    }
+    each_mode(&MODES, |mode| {
+        check_spared(&env, "garbage", mode, sim_agent(20), json!({}), &want)
+    })
+    .await;
 }
 
 /// A pod of someone else's that holds `gpus` GPUs of `node` (bound there, sleeping).
@@ -616,9 +652,9 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
     assert_untouched(&nodes(&env).await, "short-wait");
 }
 
-/// `n` nodes whose agents block in their health phase until stopped.
-fn hung_fleet(n: usize) -> Fleet {
-    let mut f = fleet(n);
+/// The nodes of every mode, whose agents block in their health phase until stopped.
+fn hung_fleet() -> Fleet {
+    let mut f = fleet_per_mode();
     for node in f.nodes.iter_mut() {
         node.faults.push(Fault::Hang {
             phase: Some(Phase::Health),
@@ -664,36 +700,40 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     // Every agent blocks in its health phase until it is stopped: each pod is still running
     // when the kubelet evicts it.
-    let env = OperatorEnv::start(hung_fleet(3), NS).await;
+    let env = OperatorEnv::start(hung_fleet(), NS).await;
     let want = Expect {
         reason: NotMeasuredReason::Evicted,
         label: "Evicted",
         detail: "low on resource: memory",
     };
-    for mode in MODES {
+    let (env, want) = (&env, &want);
+    each_mode(&MODES, |mode| async move {
         let name = format!("evicted-{}", mode.to_lowercase());
         tokio::join!(
-            check_spared(&env, "evicted", mode, sim_agent(60), json!({}), &want),
-            evict_running_pods(&env, &name, 3, Eviction::NodePressure),
+            check_spared(env, "evicted", mode, sim_agent(60), json!({}), want),
+            evict_running_pods(env, &name, 3, Eviction::NodePressure),
         );
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preempted_benchmark_pods_cordon_nothing() {
     let _serial = SERIAL.lock().await;
     // As above, but the kubelet preempts each running pod to admit a critical one.
-    let env = OperatorEnv::start(hung_fleet(3), NS).await;
+    let env = OperatorEnv::start(hung_fleet(), NS).await;
     let want = Expect {
         reason: NotMeasuredReason::Preempted,
         label: "Preempted",
         detail: "Preempted in order to admit critical pod",
     };
-    for mode in ["Cordon", "Taint"] {
+    let (env, want) = (&env, &want);
+    each_mode(&["Cordon", "Taint"], |mode| async move {
         let name = format!("preempted-{}", mode.to_lowercase());
         tokio::join!(
-            check_spared(&env, "preempted", mode, sim_agent(60), json!({}), &want),
-            evict_running_pods(&env, &name, 3, Eviction::Preemption),
+            check_spared(env, "preempted", mode, sim_agent(60), json!({}), want),
+            evict_running_pods(env, &name, 3, Eviction::Preemption),
         );
-    }
+    })
+    .await;
 }
