@@ -80,6 +80,50 @@ pub fn load_sim_fleet(
     Ok(fleet)
 }
 
+/// What a rank of a group (`node-pair`, `ddp-nodes`) is told about itself and where its
+/// document goes, beside its rank and the rendezvous.
+#[derive(Args, Debug, Clone)]
+pub struct RankArgs {
+    /// This node's name (default: the node of this rank in --nodes).
+    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
+    pub node: Option<String>,
+
+    /// Fleet description the `sim` backend simulates; required for `sim`.
+    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
+    pub fleet: Option<std::path::PathBuf>,
+
+    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+
+    /// Also write the document (pretty JSON) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl RankArgs {
+    /// Refuses a `--node` (or `FABRIC_NODE_NAME`) that is not `me`, the node of `rank` in
+    /// `--nodes`: a pod on one node must not measure as another.
+    pub fn check_node(&self, rank: u32, me: &str) -> anyhow::Result<()> {
+        match self
+            .node
+            .as_deref()
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            Some(node) if node != me => Err(invalid(format!(
+                "this is node {node}, but rank {rank} of --nodes is {me}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An error of the arguments (exit code 2).
+pub fn invalid(message: String) -> anyhow::Error {
+    anyhow::Error::new(gpufabric_measure::CheckError::InvalidInput(message))
+}
+
 /// Arguments of `fabric-agent node-check`.
 #[derive(Args, Debug, Clone)]
 pub struct NodeCheckArgs {
@@ -435,6 +479,29 @@ fn check_suite(suite: &Suite) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rank_refuses_to_measure_as_another_node() {
+        let me = |node: Option<&str>| RankArgs {
+            node: node.map(String::from),
+            fleet: None,
+            seed: None,
+            json: None,
+        };
+        assert!(me(None).check_node(1, "gpu-02").is_ok());
+        assert!(
+            me(Some("  ")).check_node(1, "gpu-02").is_ok(),
+            "unset downward API"
+        );
+        assert!(me(Some("gpu-02")).check_node(1, "gpu-02").is_ok());
+        let err = me(Some("gpu-01"))
+            .check_node(1, "gpu-02")
+            .expect_err("another node");
+        assert_eq!(
+            err.to_string(),
+            "invalid input: this is node gpu-01, but rank 1 of --nodes is gpu-02"
+        );
+    }
 
     #[test]
     fn sizes_take_binary_suffixes() {

@@ -4,7 +4,9 @@
 //! GPUs each, gather every node's times, and each writes the same document: step time,
 //! scaling efficiency and exposed communication per node count, and the straggler nodes.
 
-use crate::args::{BackendArg, RendezvousArgs, load_sim_fleet, parse_seconds, parse_size};
+use crate::args::{
+    BackendArg, RankArgs, RendezvousArgs, invalid, load_sim_fleet, parse_seconds, parse_size,
+};
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -17,7 +19,6 @@ use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
 use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Exit code when the probe could not be measured (a rank that never arrived).
@@ -88,25 +89,9 @@ pub struct DdpNodesArgs {
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
-    /// This node's name (default: the node of this rank in --nodes).
-    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
-    pub node: Option<String>,
-
-    /// Fleet description the `sim` backend simulates; required for `sim`.
-    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
-    pub fleet: Option<PathBuf>,
-
-    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
-    #[arg(long)]
-    pub seed: Option<u64>,
-
-    /// Also write the document (pretty JSON) to this file.
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
-}
-
-fn invalid(message: String) -> anyhow::Error {
-    anyhow::Error::new(CheckError::InvalidInput(message))
+    /// This node, the sim fleet, the document file.
+    #[command(flatten)]
+    pub me: RankArgs,
 }
 
 impl DdpNodesArgs {
@@ -125,14 +110,7 @@ impl DdpNodesArgs {
                 self.nodes.len()
             ))
         })?;
-        if let Some(node) = self.node.as_deref().filter(|n| !n.trim().is_empty())
-            && node.trim() != me
-        {
-            return Err(invalid(format!(
-                "this is node {node}, but rank {} of --nodes is {me}",
-                self.rank
-            )));
-        }
+        self.me.check_node(self.rank, me)?;
         if self.node_counts.as_ref().is_some_and(|c| c.contains(&0)) {
             return Err(invalid("--node-counts must be at least 1".into()));
         }
@@ -173,7 +151,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
     // met: a rank that cannot measure fails alone, and at once.
     let fleet = match args.backend {
-        BackendArg::Sim => Some(load_sim_fleet(args.fleet.as_deref(), &args.nodes)?),
+        BackendArg::Sim => Some(load_sim_fleet(args.me.fleet.as_deref(), &args.nodes)?),
         BackendArg::Cuda => {
             check_cuda()?;
             None
@@ -191,7 +169,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
                 nodes,
                 rank: args.rank,
                 shape: args.shape(),
-                seed: args.seed.unwrap_or(f.seed),
+                seed: args.me.seed.unwrap_or(f.seed),
             };
             (Box::new(sim), g)
         }
@@ -226,7 +204,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         doc.errors.push(error(e.to_string()));
     }
     doc.duration_s = started.elapsed().as_secs_f64();
-    emit(&doc, args.json.as_deref())?;
+    emit(&doc, args.me.json.as_deref())?;
     Ok(0)
 }
 
@@ -392,7 +370,7 @@ fn not_measured(
         peer: None,
         message: e.to_string(),
     });
-    emit(&doc, args.json.as_deref())?;
+    emit(&doc, args.me.json.as_deref())?;
     eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
     Ok(match e {
         RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,

@@ -3,7 +3,8 @@
 //! NCCL across both nodes' GPUs, pass a barrier, and each writes its node-pair document.
 
 use crate::args::{
-    BackendArg, RendezvousArgs, load_sim_fleet, parse_collective, parse_seconds, parse_size,
+    BackendArg, RankArgs, RendezvousArgs, invalid, load_sim_fleet, parse_collective, parse_seconds,
+    parse_size,
 };
 use crate::output::progress;
 use anyhow::Context;
@@ -17,7 +18,6 @@ use gpufabric_measure::rendezvous::{self, Config, RendezvousError};
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, rfc3339};
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -53,18 +53,6 @@ pub struct NodePairArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_collective, value_name = "LIST")]
     pub collectives: Option<Vec<Collective>>,
 
-    /// This node's name (default: the node of this rank in --nodes).
-    #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
-    pub node: Option<String>,
-
-    /// Fleet description the `sim` backend simulates; required for `sim`.
-    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
-    pub fleet: Option<PathBuf>,
-
-    /// Seed of the `sim` backend's noise (default: the fleet file's seed).
-    #[arg(long)]
-    pub seed: Option<u64>,
-
     /// Warm-up iterations of each collective (cuda backend).
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub warmup: u32,
@@ -78,17 +66,13 @@ pub struct NodePairArgs {
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
-    /// Also write the document (pretty JSON) to this file.
-    #[arg(long, value_name = "PATH")]
-    pub json: Option<PathBuf>,
+    /// This node, the sim fleet, the document file.
+    #[command(flatten)]
+    pub me: RankArgs,
 }
 
 /// Where the kernel lists RDMA devices and their ports.
 const NIC_ROOT: &str = "/sys/class/infiniband";
-
-fn invalid(message: String) -> anyhow::Error {
-    anyhow::Error::new(CheckError::InvalidInput(message))
-}
 
 impl NodePairArgs {
     fn options(&self) -> anyhow::Result<PairOptions> {
@@ -114,15 +98,7 @@ impl NodePairArgs {
                 .clone()
                 .unwrap_or_else(|| DEFAULT_COLLECTIVES.to_vec()),
         };
-        if let Some(node) = self.node.as_deref().filter(|n| !n.trim().is_empty())
-            && node.trim() != opts.node()
-        {
-            return Err(invalid(format!(
-                "this is node {node}, but rank {} of --nodes is {}",
-                self.rank,
-                opts.node()
-            )));
-        }
+        self.me.check_node(self.rank, opts.node())?;
         Ok(opts)
     }
 }
@@ -181,7 +157,7 @@ fn meet(
                 r.started,
                 e.to_string(),
             );
-            emit(&doc, args.json.as_deref())?;
+            emit(&doc, args.me.json.as_deref())?;
             eprintln!("fabric-agent: node pair not measured: {e}");
             Ok(Err(match e {
                 RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
@@ -206,13 +182,13 @@ fn finish(
         });
     }
     doc.duration_s = r.started.elapsed().as_secs_f64();
-    emit(&doc, r.args.json.as_deref())?;
+    emit(&doc, r.args.me.json.as_deref())?;
     Ok(0)
 }
 
 fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     let (args, opts) = (r.args, r.opts);
-    let fleet = load_sim_fleet(args.fleet.as_deref(), &opts.nodes)?;
+    let fleet = load_sim_fleet(args.me.fleet.as_deref(), &opts.nodes)?;
     if let Some(node) = fleet.node(opts.node())
         && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
     {
@@ -229,7 +205,7 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
         Ok(m) => m,
         Err(code) => return Ok(code),
     };
-    let seed = args.seed.unwrap_or(fleet.seed);
+    let seed = args.me.seed.unwrap_or(fleet.seed);
     let doc = gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, r.started_at.clone())
         .map_err(|e| invalid(e.to_string()))?;
     finish(doc, group, r)
@@ -284,7 +260,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
                 args.meet.rendezvous_timeout.as_secs()
             ),
         );
-        let (json, started) = (args.json.clone(), r.started);
+        let (json, started) = (args.me.json.clone(), r.started);
         move || {
             let mut doc = doc;
             doc.duration_s = started.elapsed().as_secs_f64();
