@@ -58,6 +58,52 @@ def read_wall(path):
         return None
 
 
+def by_round(out, rounds):
+    """(coll, size) -> ([nccl-tests (us, busbw) by round], [agent (us, busbw) by round])."""
+    table = {}
+    for rnd in rounds:
+        with open(os.path.join(out, f"agent-sweep-r{rnd}.json")) as f:
+            doc = json.load(f)
+        for coll in AGENT_NAME:
+            path = os.path.join(out, f"nccltests-{coll}-r{rnd}.txt")
+            if not os.path.exists(path):
+                continue
+            nt, ag = nccl_tests_rows(path), agent_rows(doc, coll)
+            for size in set(nt) & set(ag):
+                e = table.setdefault((coll, size), ([], []))
+                e[0].append(nt[size])
+                e[1].append(ag[size])
+    return table
+
+
+def spread(out, rounds):
+    """How far each tool moves between its own rounds (its largest over its smallest value
+    per point), and the agent's median over rounds against nccl-tests' median over rounds:
+    the same targets, judged with the run-to-run noise of the reference in view."""
+    if len(rounds) < 2:
+        return
+    table = by_round(out, rounds)
+    print(f"\n## spread over {len(rounds)} rounds, and medians over rounds")
+    for what, limit, cond, col in [
+        ("busbw >= 16 MiB", 0.01, lambda s: s >= 16 << 20, 1),
+        ("time <= 1 MiB", 0.10, lambda s: s <= 1 << 20, 0),
+    ]:
+        pts = [(k, v) for k, v in table.items() if cond(k[1]) and min(x[col] for x in v[0]) > 0]
+        if not pts:
+            continue
+        for name, side in (("nccl-tests", 0), ("agent", 1)):
+            sp = [max(x[col] for x in v[side]) / min(x[col] for x in v[side]) - 1.0
+                  for _, v in pts if min(x[col] for x in v[side]) > 0]
+            inside = sum(1 for x in sp if x <= limit)
+            print(f"{what}: {name} against itself: {inside} of {len(sp)} points move by at most "
+                  f"{limit:.0%} between rounds; largest move {max(sp):.1%}, median {statistics.median(sp):.1%}")
+        ratios = [statistics.median(x[col] for x in v[1]) / statistics.median(x[col] for x in v[0])
+                  for _, v in pts]
+        inside = sum(1 for r in ratios if abs(r - 1.0) <= limit)
+        print(f"{what}: agent median / nccl-tests median: {inside} of {len(ratios)} within "
+              f"{limit:.0%}, range {min(ratios):.3f}-{max(ratios):.3f}")
+
+
 def sweep(out):
     rounds = sorted(
         int(m.group(1))
@@ -100,6 +146,7 @@ def sweep(out):
             missing = sorted(set(nt) ^ set(ag))
             if missing:
                 print(f"{coll:>15} sizes in one only: {missing}")
+    spread(out, rounds)
     print("\n## targets")
     if big:
         worst = max(big, key=lambda x: abs(x[0] - 1.0))

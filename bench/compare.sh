@@ -9,7 +9,8 @@
 #                             program_options carried in $BOOST
 #   bench/compare.sh sweep    nccl-tests' seven binaries (-b 8 -e 1G -f 8 -w 5 -n 20 -c 1
 #                             -g N, one process each), then the agent's sweep with the same
-#                             flags in one process, twice in alternating order; wall times
+#                             flags in one process, SWEEP_ROUNDS times (default 2) in
+#                             alternating order; wall times
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -137,9 +138,12 @@ PY
   done
 }
 
-sweep() {
-  nccl_tests_sweep 1; agent_sweep 1
-  agent_sweep 2; nccl_tests_sweep 2
+sweep() { # SWEEP_ROUNDS rounds (default 2), the order alternating
+  local r
+  for r in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
+    if [ $((r % 2)) = 1 ]; then nccl_tests_sweep "$r"; agent_sweep "$r"
+    else agent_sweep "$r"; nccl_tests_sweep "$r"; fi
+  done
 }
 
 copies() {
