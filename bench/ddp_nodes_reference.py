@@ -5,8 +5,9 @@ Linear(HIDDEN, HIDDEN), BATCH samples per GPU, bf16 autocast, DDP's default buck
 process per node started like torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
 LOCAL_RANK picks the GPU, default 0). Rank 0 prints
   REF {"world": N, "step_ms": ..., "wall_ms": ...}
-where step_ms is GPU event time per step and wall_ms host time per step, each the slowest
-rank's.
+where step_ms is GPU event time per step, wall_ms host time per step and comm_alone_ms
+the gradient all-reduces alone per step (every parameter's, back to back), each the
+slowest rank's.
 
 Usage: RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. \
        python3 bench/ddp_nodes_reference.py [HIDDEN] [LAYERS] [BATCH] [STEPS] [WARMUP]
@@ -57,10 +58,23 @@ def main():
     end.record()
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) * 1e3 / steps
-    t = torch.tensor([start.elapsed_time(end) / steps, wall], device=dev)
+    # The gradient all-reduces alone (as the agent's "comm alone"): every parameter's
+    # gradient, last layer first, in fp32, back to back.
+    grads = [torch.ones_like(p, dtype=torch.float32) for p in reversed(list(model.parameters()))]
+    torch.cuda.synchronize()
+    dist.barrier()
+    c0, c1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    c0.record()
+    for _ in range(steps):
+        for g in grads:
+            dist.all_reduce(g)
+    c1.record()
+    torch.cuda.synchronize()
+    t = torch.tensor([start.elapsed_time(end) / steps, wall, c0.elapsed_time(c1) / steps], device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
-        print("REF " + json.dumps({"world": world, "step_ms": round(float(t[0]), 3), "wall_ms": round(float(t[1]), 3)}), flush=True)
+        print("REF " + json.dumps({"world": world, "step_ms": round(float(t[0]), 3), "wall_ms": round(float(t[1]), 3),
+                                   "comm_alone_ms": round(float(t[2]), 3)}), flush=True)
     dist.destroy_process_group()
 
 
