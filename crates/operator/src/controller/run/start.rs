@@ -155,7 +155,7 @@ pub(super) async fn resolve(
     include_busy: bool,
 ) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
     let all = ctx.nodes.state();
-    let in_use = gpus_in_use(ctx).await?;
+    let in_use = gpus_in_use(&ctx.client).await?;
     let tolerations = pods::tolerations(&run.spec.agent);
     Ok(nodes::resolve(
         all.iter().map(|n| n.as_ref()),
@@ -286,18 +286,32 @@ pub(super) async fn create_shards(
 }
 
 /// GPUs held by pods that are not gpufabric's, by node, read from the API server when a
-/// run starts. Without the right to list pods cluster-wide, no node counts as busy.
-pub(super) async fn gpus_in_use(ctx: &Context) -> Result<std::collections::BTreeMap<String, u32>> {
-    let api: Api<Pod> = Api::all(ctx.client.clone());
-    let lp = ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    match api.list(&lp).await {
-        Ok(list) => Ok(nodes::gpus_in_use(&list.items)),
-        Err(kube::Error::Api(s)) if s.code == 403 => {
-            tracing::warn!(error = %s.message, "cannot list pods cluster-wide: busy nodes are not skipped");
-            Ok(Default::default())
+/// run starts (and while it waits for busy nodes), 500 pods a page so that a large
+/// cluster's pods are never held at once. Without the right to list pods cluster-wide, no
+/// node counts as busy.
+pub(super) async fn gpus_in_use(
+    client: &kube::Client,
+) -> Result<std::collections::BTreeMap<String, u32>> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let mut used = std::collections::BTreeMap::new();
+    let mut pages = crate::paging::Pages::default();
+    while let Some(lp) = pages.next_params() {
+        let lp = lp.fields("status.phase!=Succeeded,status.phase!=Failed");
+        match api.list(&lp).await {
+            Ok(list) => {
+                for (node, gpus) in nodes::gpus_in_use(&list.items) {
+                    *used.entry(node).or_insert(0) += gpus;
+                }
+                pages.read(list.metadata.continue_);
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 => {
+                tracing::warn!(error = %s.message, "cannot list pods cluster-wide: busy nodes are not skipped");
+                return Ok(Default::default());
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => Err(e.into()),
     }
+    Ok(used)
 }
 
 /// What the owning test says of busy nodes.
@@ -395,5 +409,85 @@ mod tests {
         let wait = Duration::from_secs(600);
         assert_eq!(busy_wait(&run, &mut s, wait, Utc::now()), BusyWait::Go);
         assert_eq!(busy_wait(&run, &mut [], wait, Utc::now()), BusyWait::Go);
+    }
+
+    /// A pod of someone else's holding `gpus` GPUs of `node`, as the API server lists it.
+    fn pod(name: &str, node: &str, gpus: u32) -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"nodeName": node, "containers": [{"name": "c",
+                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+            "status": {"phase": "Running"}
+        })
+    }
+
+    fn page(items: Vec<serde_json::Value>, next: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "PodList",
+            "metadata": {"resourceVersion": "7", "continue": next}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn busy_gpus_are_summed_over_every_page_of_the_pod_list() {
+        use crate::controller::fake_api::{self, Expect};
+        use http::{Method, StatusCode};
+        let (client, handle) = fake_api::client();
+        let server = fake_api::serve(
+            handle,
+            vec![
+                Expect::new(
+                    Method::GET,
+                    "/api/v1/pods",
+                    StatusCode::OK,
+                    page(vec![pod("a", "gpu-01", 4), pod("b", "gpu-02", 8)], "more"),
+                ),
+                Expect::new(
+                    Method::GET,
+                    "/api/v1/pods",
+                    StatusCode::OK,
+                    page(vec![pod("c", "gpu-01", 2)], ""),
+                ),
+            ],
+        );
+        let used = gpus_in_use(&client).await.expect("listed");
+        drop(client);
+        let transcript = server.await.expect("server");
+        assert!(transcript.unexpected.is_empty() && transcript.missing.is_empty());
+        let q: Vec<&str> = transcript
+            .requests
+            .iter()
+            .map(|r| r.query.as_str())
+            .collect();
+        assert!(
+            q[0].contains("limit=500") && !q[0].contains("continue"),
+            "{q:?}"
+        );
+        assert!(q[1].contains("continue=more"), "{q:?}");
+        assert!(q.iter().all(|q| q.contains("fieldSelector")), "{q:?}");
+        assert_eq!(
+            used,
+            std::collections::BTreeMap::from([
+                ("gpu-01".to_string(), 6),
+                ("gpu-02".to_string(), 8)
+            ])
+        );
+    }
+
+    #[tokio::test]
+    async fn without_the_right_to_list_pods_no_node_is_busy() {
+        use crate::controller::fake_api::{self, Expect};
+        use http::{Method, StatusCode};
+        let (client, handle) = fake_api::client();
+        let server = fake_api::serve(
+            handle,
+            vec![Expect::new(
+                Method::GET,
+                "/api/v1/pods",
+                StatusCode::FORBIDDEN,
+                fake_api::status(403, "Forbidden"),
+            )],
+        );
+        assert!(gpus_in_use(&client).await.expect("not an error").is_empty());
+        drop(client);
+        assert!(server.await.expect("server").missing.is_empty());
     }
 }
