@@ -31,18 +31,8 @@ exec > >(tee -a "$OUT/ddp-nodes-check.log") 2>&1
 AGENT=$PWD/.device/fabric-agent
 NETNS="bash $PWD/.device/netns-nodes.sh"
 export DEBS=$PWD/.device/debs
-LIBS=/tmp/fabric-libs
-mkdir -p $LIBS
-SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))')
-# cudarc looks for libnccl.so and libcublas.so: PyTorch's wheels have the versioned names.
-for pat in libnccl.so libcublas.so libcublasLt.so; do
-  f=$(find "$SP/nvidia" -name "$pat.[0-9]*" 2>/dev/null | sort | head -1)
-  if [ -n "$f" ]; then
-    ln -sf "$f" "$LIBS/$pat"
-    LD_LIBRARY_PATH=$(dirname "$f"):${LD_LIBRARY_PATH:-}
-  fi
-done
-export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/lib.sh"
+wheel_libs
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 

@@ -38,18 +38,9 @@ for cand in .device/fabric-agent target/release/fabric-agent; do
 done
 [ -z "$AGENT" ] && { echo "no fabric-agent binary found"; exit 1; }
 
-# Libraries from the Python wheels: cudarc looks for libnccl.so and libcublas.so(.13).
-LIBS=/tmp/fabric-libs
-mkdir -p $LIBS
-SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
-for pat in libnccl.so libcublas.so libcublasLt.so; do
-  f=$(find "$SP/nvidia" -name "$pat.[0-9]*" 2>/dev/null | sort | head -1)
-  if [ -n "$f" ]; then
-    ln -sf "$f" "$LIBS/$pat"
-    LD_LIBRARY_PATH=$(dirname "$f"):${LD_LIBRARY_PATH:-}
-  fi
-done
-export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+# Libraries from the Python wheels under the names cudarc opens (bench/lib.sh).
+. "$(dirname "$0")/lib.sh"
+wheel_libs
 
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 

@@ -5,12 +5,8 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-check-out}; mkdir -p "$OUT"; R=$OUT/nccl-channels.txt
-L=/tmp/fl; mkdir -p $L
-SP=$(python3 -c 'import nvidia,os;print(os.path.dirname(list(nvidia.__path__)[0]))')
-for p in libnccl.so libcublas.so libcublasLt.so; do
-  f=$(find $SP/nvidia -name "$p.[0-9]*" | sort | head -1); ln -sf $f $L/$p; LD_LIBRARY_PATH=$(dirname $f):${LD_LIBRARY_PATH:-}
-done
-export LD_LIBRARY_PATH=$L:$LD_LIBRARY_PATH
+. "$(dirname "$0")/lib.sh"
+wheel_libs
 rm -f /tmp/ncclp.* /tmp/ncclt.*
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV NCCL_DEBUG_FILE=/tmp/ncclp.%p .device/fabric-agent node-check --no-nccl --no-pairs --no-health --ddp-gpu-counts 4 2>&1 | grep "ddp 4" > $R
 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING,ENV NCCL_DEBUG_FILE=/tmp/ncclt.%p python3 bench/ddp_reference.py --counts 4 >> $R 2>&1

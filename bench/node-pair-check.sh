@@ -38,12 +38,8 @@ AGENT=$PWD/.device/fabric-agent
 NETNS="bash $PWD/.device/netns-nodes.sh"
 export DEBS=$PWD/.device/debs
 
-LIBS=/tmp/fabric-libs
-mkdir -p $LIBS
-SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))')
-f=$(find "$SP/nvidia" -name "libnccl.so.[0-9]*" | sort | head -1)
-ln -sf "$f" "$LIBS/libnccl.so"
-export LD_LIBRARY_PATH=$LIBS:$(dirname "$f"):${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/lib.sh"
+wheel_libs
 bytes=$(python3 -c "import sys;s='$SIZE';m={'K':1<<10,'M':1<<20,'G':1<<30};print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))")
 SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 

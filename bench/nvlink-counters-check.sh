@@ -22,14 +22,8 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/check.log") 2>&1
 AGENT=$(realpath "${AGENT:-.device/fabric-agent}")
 [ -x "$AGENT" ] || { echo "no agent binary at $AGENT"; exit 1; }
-LIBS=/tmp/fabric-libs
-mkdir -p $LIBS
-SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
-for pat in libnccl.so libcublas.so libcublasLt.so; do
-  f=$(find "$SP/nvidia" -name "$pat.[0-9]*" 2>/dev/null | sort | head -1)
-  [ -n "$f" ] && ln -sf "$f" "$LIBS/$pat" && LD_LIBRARY_PATH=$(dirname "$f"):${LD_LIBRARY_PATH:-}
-done
-export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+. "$(dirname "$0")/lib.sh"
+wheel_libs
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 smi_counts() {
   # Sum of the replay, recovery and CRC counters per GPU, as nvidia-smi reports them.

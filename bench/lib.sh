@@ -1,0 +1,22 @@
+# Set-up shared by the bench scripts on a GPU host; sourced, never run:
+#   . "$(dirname "$0")/lib.sh"
+# NVLink multicast (NVLS) stays off everywhere: shared hosts can be put out of service by it.
+# wheel_libs: NCCL and cuBLAS come from PyTorch's wheels (nvidia-*), which ship versioned
+# names (libnccl.so.2, libcublas.so.13); cudarc opens the unversioned ones. Links them into
+# $LIBS (default /tmp/fabric-libs) and puts it and the wheels' folders on LD_LIBRARY_PATH.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+LIBS=${LIBS:-/tmp/fabric-libs}
+SP=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2>/dev/null)
+
+wheel_libs() {
+  local pat f
+  mkdir -p "$LIBS"
+  for pat in libnccl.so libcublas.so libcublasLt.so; do
+    f=$(find "$SP/nvidia" -name "$pat.[0-9]*" 2>/dev/null | sort | head -1)
+    if [ -n "$f" ]; then
+      ln -sf "$f" "$LIBS/$pat"
+      LD_LIBRARY_PATH=$(dirname "$f"):${LD_LIBRARY_PATH:-}
+    fi
+  done
+  export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
+}
