@@ -227,6 +227,10 @@ pub struct PairRecord {
     /// port was fine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nic_findings: Vec<crate::findings::Finding>,
+    /// How many of this node's pair tests of the run, this one included, read the worst
+    /// of `nicFindings` on the same port (each pair test reads the ports again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nic_readings: u32,
     /// Why the pair was not measured or failed (on rank 0's record, cut to 120 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -281,6 +285,10 @@ pub struct NodePairsStatus {
     pub across: Option<PairSetSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

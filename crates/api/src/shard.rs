@@ -100,8 +100,9 @@ pub const MAX_PAIR_MESSAGE: usize = 96;
 pub const MAX_NIC_FINDINGS: usize = 1;
 
 /// Bounds a node's pair records: a pair's message is kept on rank 0's record only, cut to
-/// [`MAX_PAIR_MESSAGE`]; port findings stay on the latest record that has them only, at
-/// most [`MAX_NIC_FINDINGS`], their messages cut to [`MAX_PAIR_MESSAGE`].
+/// [`MAX_PAIR_MESSAGE`]; port findings (and their count of readings) stay on the latest
+/// record that has them only, at most [`MAX_NIC_FINDINGS`], their messages cut to
+/// [`MAX_PAIR_MESSAGE`].
 pub fn bound_pairs(pairs: &mut [crate::pair::PairRecord]) {
     let latest = pairs.iter().rposition(|r| !r.nic_findings.is_empty());
     for (i, r) in pairs.iter_mut().enumerate() {
@@ -115,6 +116,7 @@ pub fn bound_pairs(pairs: &mut [crate::pair::PairRecord]) {
             .sort_by_key(|f| std::cmp::Reverse(f.severity));
         if Some(i) != latest {
             r.nic_findings.clear();
+            r.nic_readings = 0;
         }
         r.nic_findings.truncate(MAX_NIC_FINDINGS);
         for f in r.nic_findings.iter_mut() {

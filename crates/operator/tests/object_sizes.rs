@@ -76,6 +76,7 @@ fn paired(i: usize) -> NodeRunResult {
                 transport: Some(NetTransport::Socket),
                 nics_used: Some(16),
                 nic_findings: vec![nic.clone(); 16],
+                nic_readings: u32::MAX,
                 message: Some("p".repeat(2000)),
             })
             .collect(),

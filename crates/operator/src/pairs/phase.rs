@@ -354,18 +354,41 @@ fn outcome(
     with_docs(PairOutcome::errored(why))
 }
 
-/// Writes a settled pair's outcome into both of its records.
+/// Writes a settled pair's outcome into both of its records; a port finding that the
+/// node's latest earlier reading also had counts one more reading (`nicReadings`).
 pub fn settle(entries: &mut [NodeRunResult], slot: &Slot, o: &PairOutcome) {
     for (rank, i) in [slot.a, slot.b].into_iter().enumerate() {
+        let readings = nic_readings(&entries[i], slot, &o.nic_findings[rank]);
         if let Some(r) = record_mut(&mut entries[i], slot) {
             r.state = o.state;
             r.busbw_gbps = o.busbw;
             r.transport = o.transport;
             r.nics_used = o.nics_used[rank];
             r.nic_findings = o.nic_findings[rank].clone();
+            r.nic_readings = readings;
             r.message = o.message.clone();
         }
     }
+}
+
+/// How many readings of the node's worst port finding `found` makes, with the node's
+/// latest earlier record that kept one (shards keep port findings on that record only).
+fn nic_readings(e: &NodeRunResult, slot: &Slot, found: &[Finding]) -> u32 {
+    let Some(worst) = found.iter().max_by_key(|f| f.severity) else {
+        return 0;
+    };
+    let earlier = e
+        .pairs
+        .iter()
+        .filter(|r| !(r.round == slot.round && r.index == slot.index))
+        .rev()
+        .find(|r| !r.nic_findings.is_empty());
+    let same = |r: &&PairRecord| {
+        r.nic_findings
+            .iter()
+            .any(|f| f.kind == worst.kind && f.subject == worst.subject)
+    };
+    1 + earlier.filter(same).map_or(0, |r| r.nic_readings.max(1))
 }
 
 /// Every pair of the run as the localization rules read it.
@@ -435,14 +458,23 @@ pub fn blamed(findings: &[Finding]) -> BTreeMap<&str, Vec<&Finding>> {
     out
 }
 
-/// Whether the findings that blame a node were confirmed within the run: a finding on the
-/// node itself stands only after a retest against a known-good partner (health::pairs rule
-/// 6); a port finding is a reading of the node's sysfs, retested by nothing, so it alone
-/// does not make the failure confirmed.
-pub fn confirmed_by_retest(blaming: &[&Finding]) -> bool {
-    blaming
-        .iter()
-        .any(|f| f.subject.kind() == gpufabric_api::SubjectKind::Node)
+/// Whether the findings that blame a node were confirmed within the run (`entry`: the
+/// node's result, with its pair records): a finding on the node itself stands only after a
+/// retest against a known-good partner (health::pairs rule 6); a port finding is a reading
+/// of the node's sysfs, which every pair test of the node takes again, so it is confirmed
+/// when at least two of the node's pair tests of the run found the same on that port
+/// (`nicReadings`, counted as the pairs settle).
+pub fn confirmed_within_run(entry: &NodeRunResult, blaming: &[&Finding]) -> bool {
+    blaming.iter().any(|f| match f.subject.kind() {
+        gpufabric_api::SubjectKind::Node => true,
+        gpufabric_api::SubjectKind::Nic => entry.pairs.iter().any(|r| {
+            r.nic_readings >= 2
+                && r.nic_findings
+                    .iter()
+                    .any(|g| g.kind == f.kind && g.subject == f.subject)
+        }),
+        _ => false,
+    })
 }
 
 /// Counts of the pairs (each once, from rank 0's record) and the bandwidth of the pairs

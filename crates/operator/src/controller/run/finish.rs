@@ -41,7 +41,7 @@ pub(super) async fn finish(
             && let Some(blaming) = blamed.get(e.node.as_str())
         {
             e.verdict = gpufabric_api::run::NodeVerdict::Failed;
-            e.confirmed = crate::pairs::phase::confirmed_by_retest(blaming);
+            e.confirmed = crate::pairs::phase::confirmed_within_run(e, blaming);
         }
         e.findings = evaluation.critical_count(&e.node)
             + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);

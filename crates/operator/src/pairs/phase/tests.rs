@@ -438,7 +438,7 @@ fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
 }
 
 #[test]
-fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_alone_is_not() {
+fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_by_a_second_reading() {
     let finding = |subject: Subject| {
         Finding::new(
             FindingKind::Slow,
@@ -453,10 +453,57 @@ fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_alone_is_not() {
         kind: FindingKind::NicDown,
         ..finding(Subject::nic("n1", "mlx5_3 port 1"))
     };
-    assert!(confirmed_by_retest(&[&node]));
-    assert!(confirmed_by_retest(&[&port, &node]));
-    assert!(!confirmed_by_retest(&[&port]));
-    assert!(!confirmed_by_retest(&[]));
+    // Two pairs of n1 (rank 1 in both) settle with the port down; the shards then keep the
+    // port finding on the latest record only, with its count of readings.
+    let mut e = vec![
+        NodeRunResult {
+            node: "n0".into(),
+            ..Default::default()
+        },
+        NodeRunResult {
+            node: "n1".into(),
+            ..Default::default()
+        },
+    ];
+    let plan = crate::pairs::RoundPlan {
+        pairing: Pairing::Ring,
+        seed: 0,
+        rounds: (0..2)
+            .map(|_| crate::pairs::Round {
+                set: crate::pairs::PairSet::Within,
+                pairs: vec![crate::pairs::NodePair {
+                    a: "n0".into(),
+                    b: "n1".into(),
+                }],
+            })
+            .collect(),
+    };
+    assert_eq!(write_plan(&mut e, &plan, 1, false), 2);
+    let down = PairOutcome {
+        state: PairState::Measured,
+        nic_findings: [vec![], vec![port.clone()]],
+        ..Default::default()
+    };
+    let first = slots(&e, 1)[0];
+    settle(&mut e, &first, &down);
+    assert!(confirmed_within_run(&e[1], &[&node]));
+    assert!(!confirmed_within_run(&e[1], &[&port]), "one reading");
+    let second = slots(&e, 2)[0];
+    settle(&mut e, &second, &down);
+    gpufabric_api::shard::bound_pairs(&mut e[1].pairs);
+    assert!(e[1].pairs[0].nic_findings.is_empty(), "{:#?}", e[1].pairs);
+    assert_eq!(e[1].pairs[1].nic_readings, 2, "{:#?}", e[1].pairs);
+    assert!(
+        confirmed_within_run(&e[1], &[&port]),
+        "two pair tests read the same port down"
+    );
+    let other_port = Finding {
+        subject: Subject::nic("n1", "mlx5_4 port 1"),
+        ..port.clone()
+    };
+    assert!(!confirmed_within_run(&e[1], &[&other_port]), "another port");
+    assert!(!confirmed_within_run(&e[1], &[]));
+    assert!(!confirmed_within_run(&e[0], &[&port]), "n0 read nothing");
 }
 
 /// Eight up ports; `mlx5_2` has `symbol_errors` symbol errors.
@@ -598,7 +645,15 @@ fn critical_growth_keeps_the_older_record_and_blames_the_node() {
         "n0 keeps the older record; n1's counts did not change"
     );
     let blaming = o.nic_findings[0].iter().collect::<Vec<_>>();
-    assert!(!confirmed_by_retest(&blaming));
+    let one_reading = NodeRunResult {
+        node: "n0".into(),
+        pairs: vec![PairRecord {
+            nic_findings: o.nic_findings[0].clone(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    assert!(!confirmed_within_run(&one_reading, &blaming));
     // A pair with unchanged counters writes nothing.
     let o = settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
     assert_eq!(o.nic_records, [None, None]);
