@@ -53,6 +53,24 @@ pub struct Transcript {
 }
 
 impl Transcript {
+    /// Asserts that every scripted request came, in order, as one paged list: a first page
+    /// of [`crate::paging::PAGE`] without a continue token, then one page for each of
+    /// `tokens`, continuing from it. Returns the queries.
+    pub fn assert_paged(&self, tokens: &[&str]) -> Vec<&str> {
+        assert!(
+            self.unexpected.is_empty() && self.missing.is_empty(),
+            "{self:#?}"
+        );
+        let q: Vec<&str> = self.requests.iter().map(|r| r.query.as_str()).collect();
+        assert_eq!(q.len(), tokens.len() + 1, "{q:?}");
+        let limit = format!("limit={}", crate::paging::PAGE);
+        assert!(q[0].contains(&limit) && !q[0].contains("continue"), "{q:?}");
+        for (query, token) in q[1..].iter().zip(tokens) {
+            assert!(query.contains(&format!("continue={token}")), "{q:?}");
+        }
+        q
+    }
+
     /// Reasons of the Events published, in order.
     pub fn event_reasons(&self) -> Vec<String> {
         self.events

@@ -310,18 +310,7 @@ mod tests {
         .expect("a test");
         let held = holdings(&client, &test).await.expect("listed");
         drop(client);
-        let transcript = server.await.expect("server");
-        assert!(transcript.unexpected.is_empty() && transcript.missing.is_empty());
-        let queries: Vec<&str> = transcript
-            .requests
-            .iter()
-            .map(|r| r.query.as_str())
-            .collect();
-        assert!(
-            queries[0].contains("limit=500") && !queries[0].contains("continue"),
-            "{queries:?}"
-        );
-        assert!(queries[1].contains("continue=next-page"), "{queries:?}");
+        server.await.expect("server").assert_paged(&["next-page"]);
         assert_eq!(held.ours.keys().collect::<Vec<_>>(), ["a", "e"]);
         // Another test's record and an unreadable one count against the cluster cap.
         assert_eq!(held.others, 2);

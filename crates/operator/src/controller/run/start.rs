@@ -451,17 +451,7 @@ mod tests {
         let used = gpus_in_use(&client).await.expect("listed");
         drop(client);
         let transcript = server.await.expect("server");
-        assert!(transcript.unexpected.is_empty() && transcript.missing.is_empty());
-        let q: Vec<&str> = transcript
-            .requests
-            .iter()
-            .map(|r| r.query.as_str())
-            .collect();
-        assert!(
-            q[0].contains("limit=500") && !q[0].contains("continue"),
-            "{q:?}"
-        );
-        assert!(q[1].contains("continue=more"), "{q:?}");
+        let q = transcript.assert_paged(&["more"]);
         assert!(q.iter().all(|q| q.contains("fieldSelector")), "{q:?}");
         assert_eq!(
             used,
