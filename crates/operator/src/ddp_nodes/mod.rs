@@ -223,14 +223,15 @@ fn outcome(e0: &RankEnd<DdpNodesResult>, others: &[ProbePod]) -> Settled {
         RankPod::Ended(e) => Some(e),
         _ => None,
     }));
-    for e in ends.clone() {
+    for e in ends {
         match e {
-            RankEnd::Document(d) if d.not_measured.is_some() => {
-                let m = d.not_measured.as_ref().map(|n| n.message.clone());
-                return Settled::not_measured(m.unwrap_or_default());
+            RankEnd::Document(d) => {
+                if let Some(n) = &d.not_measured {
+                    return Settled::not_measured(n.message.clone());
+                }
             }
             RankEnd::NotMeasured(m) => return Settled::not_measured(m.clone()),
-            _ => {}
+            RankEnd::Failed(_) => {}
         }
     }
     match e0 {

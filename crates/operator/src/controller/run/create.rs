@@ -36,6 +36,49 @@ pub(super) async fn create_rank_pod(
     }
 }
 
+/// The pods of a rendezvous group's ranks (`names`, by rank), from the pod cache; a pod
+/// the cache does not hold yet is read from the API server once the group has any pod
+/// (`created`), so that a pod just created is not taken for one that is gone.
+pub(super) async fn rank_pods(
+    names: &[String],
+    cached: &HashMap<String, Arc<Pod>>,
+    created: bool,
+    pods_api: &Api<Pod>,
+) -> Result<Vec<Option<Pod>>> {
+    let mut pods = Vec::with_capacity(names.len());
+    for n in names {
+        pods.push(match cached.get(n) {
+            Some(p) => Some(p.as_ref().clone()),
+            None if created => pods_api.get_opt(n).await?,
+            None => None,
+        });
+    }
+    Ok(pods)
+}
+
+/// A rendezvous group against its deadline: the agent timeout and the operator's margin,
+/// from the creation of its rank-0 pod.
+pub(super) struct GroupDeadline {
+    /// The deadline has passed.
+    pub past: bool,
+    /// How long until it passes (and 50 ms), while it has not.
+    pub until: Option<Duration>,
+}
+
+pub(super) fn group_deadline(run: &FabricTestRun, rank0: Option<&Pod>) -> GroupDeadline {
+    let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
+    let deadline = rank0
+        .and_then(|p| p.metadata.creation_timestamp.as_ref())
+        .map(|t| to_chrono(t) + chrono::Duration::seconds(timeout));
+    let now_t = Utc::now();
+    GroupDeadline {
+        past: deadline.is_some_and(|d| now_t >= d),
+        until: deadline
+            .filter(|d| *d > now_t)
+            .map(|d| (d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50)),
+    }
+}
+
 /// Creates the pods of this step; a pod the API server refuses for good ends its node as
 /// not admitted. Returns the last transient error (the pass is retried), if any.
 pub(super) async fn create_step(

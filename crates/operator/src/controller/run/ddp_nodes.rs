@@ -104,31 +104,17 @@ async fn step(
     let names: Vec<String> = (0..status.nodes.len() as u32)
         .map(|rank| ddp_nodes::pod_name(&name, rank))
         .collect();
-    let mut pods = Vec::with_capacity(names.len());
-    for n in &names {
-        pods.push(match cached.get(n) {
-            Some(p) => Some(p.as_ref().clone()),
-            None if status.state != PairState::Pending => pods_api.get_opt(n).await?,
-            None => None,
-        });
-    }
+    let created = status.state != PairState::Pending;
+    let pods = rank_pods(&names, &cached, created, pods_api).await?;
     let views: Vec<ProbePod> = pods
         .iter()
         .map(|p| p.as_ref().map_or(RankPod::Absent, rank_pod))
         .collect();
-    let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
-    let deadline = pods[0]
-        .as_ref()
-        .and_then(|p| p.metadata.creation_timestamp.as_ref())
-        .map(|t| to_chrono(t) + chrono::Duration::seconds(timeout));
-    let now_t = Utc::now();
-    let mut wait = Duration::from_secs(10);
-    if let Some(d) = deadline
-        && d > now_t
-    {
-        wait = wait.min((d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50));
-    }
-    let past = deadline.is_some_and(|d| now_t >= d);
+    let deadline = group_deadline(run, pods.first().and_then(Option::as_ref));
+    let wait = deadline
+        .until
+        .map_or(Duration::from_secs(10), |u| u.min(Duration::from_secs(10)));
+    let past = deadline.past;
     match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
         Step::Wait => {}
         Step::CreateRank0 => {

@@ -266,7 +266,6 @@ async fn step_round(
     let at = crate::signals::rfc3339(&now());
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
-    let timeout = i64::from(run.spec.agent.timeout_seconds) + DEADLINE_MARGIN_SECONDS;
     let slots = phase::slots(entries, round);
     let mut in_flight = slots
         .iter()
@@ -282,26 +281,11 @@ async fn step_round(
             continue;
         }
         let names = [0, 1].map(|rank| pod_name(&name, slot, rank));
-        let mut pods = [None, None];
-        for rank in 0..2 {
-            pods[rank] = match cached.get(&names[rank]) {
-                Some(p) => Some(p.as_ref().clone()),
-                None if state != PairState::Pending => pods_api.get_opt(&names[rank]).await?,
-                None => None,
-            };
-        }
-        let views = pods
-            .clone()
-            .map(|p| p.as_ref().map_or(PairPod::Absent, phase::pair_pod));
-        let deadline = pods[0]
-            .as_ref()
-            .and_then(|p| p.metadata.creation_timestamp.as_ref())
-            .map(|t| to_chrono(t) + chrono::Duration::seconds(timeout));
-        let now_t = Utc::now();
-        if let Some(d) = deadline
-            && d > now_t
-        {
-            wait = wait.min((d - now_t).to_std().unwrap_or_default() + Duration::from_millis(50));
+        let pods = rank_pods(&names, &cached, state != PairState::Pending, pods_api).await?;
+        let views = [0, 1].map(|rank| pods[rank].as_ref().map_or(PairPod::Absent, phase::pair_pod));
+        let deadline = group_deadline(run, pods[0].as_ref());
+        if let Some(until) = deadline.until {
+            wait = wait.min(until);
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
         let previous = nodes.map(|n| {
@@ -314,13 +298,7 @@ async fn step_round(
             at: &at,
             previous: [previous[0].as_ref(), previous[1].as_ref()],
         };
-        let step = phase::decide(
-            state,
-            (&views[0], &views[1]),
-            nodes,
-            deadline.is_some_and(|d| now_t >= d),
-            &nics,
-        );
+        let step = phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics);
         match step {
             Step::Wait => {}
             Step::CreateRank0 if in_flight >= max_pairs => {}
