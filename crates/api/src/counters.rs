@@ -32,6 +32,16 @@ pub enum BaselineError {
     Malformed(String),
 }
 
+/// Parses a counters record kept in a node annotation (this one, or
+/// [`crate::nic_counters::NicCounters`]): at most [`MAX_ANNOTATION_BYTES`], valid JSON of
+/// its shape; never panics on what a person or another tool wrote there.
+pub fn parse_record<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, BaselineError> {
+    if text.len() > MAX_ANNOTATION_BYTES {
+        return Err(BaselineError::TooLarge(text.len()));
+    }
+    serde_json::from_str(text).map_err(|e| BaselineError::Malformed(e.to_string()))
+}
+
 impl CounterBaseline {
     /// The counters of a measured node; None when the result has no GPU health (a sim
     /// node without NVML, a check that stopped before its health phase).
@@ -48,10 +58,7 @@ impl CounterBaseline {
 
     /// Parses a stored record; never panics on what a person or another tool wrote there.
     pub fn parse(text: &str) -> Result<CounterBaseline, BaselineError> {
-        if text.len() > MAX_ANNOTATION_BYTES {
-            return Err(BaselineError::TooLarge(text.len()));
-        }
-        serde_json::from_str(text).map_err(|e| BaselineError::Malformed(e.to_string()))
+        parse_record(text)
     }
 
     /// The record as stored (compact JSON).

@@ -5,12 +5,13 @@
 //! (apart from [`crate::keys::ANNOTATION_COUNTERS`]: the node check and the node-pair phase
 //! read their counters at different times); the next pair test compares.
 
-use crate::counters::{BaselineError, MAX_ANNOTATION_BYTES};
+use crate::counters::BaselineError;
 use crate::pair::NicPort;
 use serde::{Deserialize, Serialize};
 
 /// Most ports a record keeps: far more than a node has. With device names of at most
-/// [`MAX_DEVICE_NAME`] bytes a record always fits [`MAX_ANNOTATION_BYTES`], so that what is
+/// [`MAX_DEVICE_NAME`] bytes a record always fits
+/// [`crate::counters::MAX_ANNOTATION_BYTES`], so that what is
 /// written can be read back.
 pub const MAX_PORTS: usize = 64;
 /// Longest device name kept (the kernel's `IB_DEVICE_NAME_MAX`); a port with a longer one
@@ -87,10 +88,7 @@ impl NicCounters {
 
     /// Parses a stored record; never panics on what a person or another tool wrote there.
     pub fn parse(text: &str) -> Result<NicCounters, BaselineError> {
-        if text.len() > MAX_ANNOTATION_BYTES {
-            return Err(BaselineError::TooLarge(text.len()));
-        }
-        serde_json::from_str(text).map_err(|e| BaselineError::Malformed(e.to_string()))
+        crate::counters::parse_record(text)
     }
 
     /// The record as stored (compact JSON).
@@ -109,6 +107,7 @@ impl NicCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::MAX_ANNOTATION_BYTES;
 
     fn port(device: &str, symbol_errors: Option<u64>) -> NicPort {
         NicPort {

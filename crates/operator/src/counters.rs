@@ -9,7 +9,7 @@
 //! shorter one.
 
 use futures::StreamExt;
-use gpufabric_api::counters::CounterBaseline;
+use gpufabric_api::counters::{BaselineError, CounterBaseline};
 use gpufabric_api::findings::Finding;
 use gpufabric_api::keys::{ANNOTATION_COUNTERS, ANNOTATION_NIC_COUNTERS, MANAGER};
 use gpufabric_api::nic_counters::NicCounters;
@@ -27,24 +27,21 @@ pub const WRITE_CONCURRENCY: usize = 16;
 /// The record on `node`, if it carries a readable one. An unreadable record is logged and
 /// treated as none: nothing is judged against it, and the next write replaces it.
 pub fn baseline_of(node: &Node) -> Option<CounterBaseline> {
-    let text = node.annotations().get(ANNOTATION_COUNTERS)?;
-    match CounterBaseline::parse(text) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            tracing::warn!(node = %node.name_any(), error = %e, "ignoring the counters annotation");
-            None
-        }
-    }
+    record_on(node, ANNOTATION_COUNTERS, CounterBaseline::parse)
 }
 
 /// The network port record on `node`, if it carries a readable one; an unreadable record
 /// is logged and treated as none, as [`baseline_of`] does.
 pub fn nic_record_of(node: &Node) -> Option<NicCounters> {
-    let text = node.annotations().get(ANNOTATION_NIC_COUNTERS)?;
-    match NicCounters::parse(text) {
+    record_on(node, ANNOTATION_NIC_COUNTERS, NicCounters::parse)
+}
+
+fn record_on<T>(node: &Node, key: &str, parse: fn(&str) -> Result<T, BaselineError>) -> Option<T> {
+    let text = node.annotations().get(key)?;
+    match parse(text) {
         Ok(r) => Some(r),
         Err(e) => {
-            tracing::warn!(node = %node.name_any(), error = %e, "ignoring the NIC counters annotation");
+            tracing::warn!(node = %node.name_any(), annotation = key, error = %e, "ignoring an unreadable counters annotation");
             None
         }
     }
