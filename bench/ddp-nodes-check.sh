@@ -13,6 +13,13 @@
 #       one clean round, then one round with `fabric-agent inject straggler` loading the
 #       last node's GPU: that node, and no other, must be named a straggler.
 #
+#   AGENT_ONLY=1 bench/ddp-nodes-check.sh ...
+#       the agent's rounds alone (no PyTorch reference)
+#   TRACE=1 bench/ddp-nodes-check.sh ...
+#       also each rank's timeline of its last timed step (`ddp-nodes --trace`) in the agent's
+#       logs, and PyTorch's GPU timeline of one more step (torch.profiler, PROFILE=1) in
+#       rank 0's reference log: where each side's all-reduces start and end beside backward.
+#
 # The default shape puts compute and the gradient all-reduce of the same order over
 # sockets (~3 GB/s): 134 MB of fp32 gradients against about 50 ms of GEMMs per step; the
 # node probe's own shape (8192 x 8, batch 4096) would be almost all communication here.
@@ -25,6 +32,7 @@ MODE=compare
 if [ "${1:-}" = straggler ]; then MODE=straggler; shift; set -- 1 "$@"; fi
 ROUNDS=${1:-3}; HIDDEN=${2:-2048}; LAYERS=${3:-8}; BATCH=${4:-131072}
 STEPS=10; WARMUP=3
+[ "${TRACE:-0}" = 1 ] && export FABRIC_DDP_TRACE=true PROFILE=1
 OUT=${OUT:-$PWD/ddp-nodes-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ddp-nodes-check.log") 2>&1
@@ -114,6 +122,7 @@ fi
 for r in $(seq 1 "$ROUNDS"); do
   banner "round $r: fabric-agent ddp-nodes"
   agent_round $r
+  [ "${AGENT_ONLY:-0}" = 1 ] && continue
   banner "round $r: PyTorch DDP"
   reference_round $r
 done

@@ -7,7 +7,9 @@ LOCAL_RANK picks the GPU, default 0). Rank 0 prints
   REF {"world": N, "step_ms": ..., "wall_ms": ...}
 where step_ms is GPU event time per step, wall_ms host time per step and comm_alone_ms
 the gradient all-reduces alone per step (every parameter's, back to back), each the
-slowest rank's.
+slowest rank's. With PROFILE=1, rank 0 then runs one more step under torch.profiler and
+prints its GPU timeline (kernels and copies over 0.2 ms, ms from the step's first one)
+and the host's CUDA calls that took 0.5 ms or more, to set beside `fabric-agent ddp-nodes --trace`.
 
 Usage: RANK=.. WORLD_SIZE=.. MASTER_ADDR=.. MASTER_PORT=.. \
        python3 bench/ddp_nodes_reference.py [HIDDEN] [LAYERS] [BATCH] [STEPS] [WARMUP]
@@ -72,10 +74,51 @@ def main():
     torch.cuda.synchronize()
     t = torch.tensor([start.elapsed_time(end) / steps, wall, c0.elapsed_time(c1) / steps], device=dev)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if os.environ.get("PROFILE") == "1":
+        profile_step(step, rank)
     if rank == 0:
         print("REF " + json.dumps({"world": world, "step_ms": round(float(t[0]), 3), "wall_ms": round(float(t[1]), 3),
                                    "comm_alone_ms": round(float(t[2]), 3)}), flush=True)
     dist.destroy_process_group()
+
+
+def profile_step(step, rank):
+    """One step under torch.profiler (every rank, as DDP's collectives need); rank 0 prints
+    the GPU timeline."""
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    dist.barrier()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    if rank != 0:
+        return
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name)).get("traceEvents", [])
+    gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    if not gpu:
+        print("PROF no GPU events")
+        return
+    t0 = min(e["ts"] for e in gpu)
+    sums = {}
+    for e in sorted(gpu, key=lambda e: e["ts"]):
+        name, dur = e["name"], e["dur"] / 1e3
+        kind = "nccl" if "nccl" in name.lower() else ("copy" if e["cat"] != "kernel" else (
+            "gemm" if any(k in name.lower() for k in ("gemm", "cutlass", "xmma", "nvjet", "sm90")) else "elementwise"))
+        n, total = sums.get(kind, (0, 0.0))
+        sums[kind] = (n + 1, total + dur)
+        if dur >= 0.2:
+            print(f"PROF stream {e.get('args', {}).get('stream', '?'):>3} {kind:<11} start {(e['ts'] - t0) / 1e3:8.3f} ms"
+                  f"  dur {dur:7.3f} ms  {name[:60]}")
+    for kind, (n, total) in sums.items():
+        print(f"PROF sum {kind:<11} {n:4} x  total {total:8.3f} ms")
+    # The host's CUDA calls that held it 0.5 ms or more: where it waited for the GPU.
+    for e in sorted(events, key=lambda e: e.get("ts", 0)):
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("dur", 0) >= 500:
+            print(f"PROF host {e['name']:<28} start {(e['ts'] - t0) / 1e3:8.3f} ms  dur {e['dur'] / 1e3:7.3f} ms")
 
 
 if __name__ == "__main__":

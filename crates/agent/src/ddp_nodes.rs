@@ -89,6 +89,11 @@ pub struct DdpNodesArgs {
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
+    /// Print each GPU's timeline of its last timed step on stderr (every GEMM, memory pass
+    /// and all-reduce, cuda backend), to set beside a profiler trace of PyTorch DDP.
+    #[arg(long, env = "FABRIC_DDP_TRACE")]
+    pub trace: bool,
+
     /// This node, the sim fleet, the document file.
     #[command(flatten)]
     pub me: RankArgs,
@@ -350,7 +355,7 @@ fn cuda_measure(
             steps: shape.steps,
             counts: Vec::new(),
             timeout: args.timeout,
-            trace: false,
+            trace: args.trace,
         },
         exe,
         limit: args.timeout * 2 + Duration::from_secs(30),

@@ -29,7 +29,8 @@ pub struct WorkerTask {
     pub device: u32,
     /// The NCCL unique id, 128 bytes as hex.
     pub id: String,
-    /// The probe's settings; `counts` and `trace` are the parent's business and ignored.
+    /// The probe's settings; `counts` is the parent's business and ignored. With `trace`,
+    /// the worker prints its last timed step's timeline on stderr.
     pub settings: DdpSettings,
 }
 
@@ -37,7 +38,6 @@ impl WorkerTask {
     fn settings(&self) -> DdpSettings {
         DdpSettings {
             counts: vec![self.world],
-            trace: false,
             ..self.settings.clone()
         }
     }

@@ -272,6 +272,12 @@ pub fn measure_rank(
     let t = measure_point(std::slice::from_ref(&rep), &mut comms, &wd, set, &bks);
     drop(wd);
     drop(comms);
+    if t.is_ok() && rep.trace.is_some() {
+        let last = set.steps.max(1) as usize - 1;
+        for line in trace_lines(&rep.take_trace(last)?) {
+            eprintln!("ddp trace rank {rank} of {world}: {line}");
+        }
+    }
     t
 }
 
