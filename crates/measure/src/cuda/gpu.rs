@@ -426,6 +426,13 @@ impl Event {
             sys::cuEventRecord(self.raw, stream.raw)
         })
     }
+    /// Blocks this thread until the work before the event's record is done.
+    pub fn synchronize(&self) -> GpuResult<()> {
+        // SAFETY: live event.
+        check("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.raw)
+        })
+    }
     /// Milliseconds from `self` to `end` (both recorded and complete).
     pub fn elapsed_ms(&self, end: &Event) -> GpuResult<f64> {
         let mut ms = 0f32;

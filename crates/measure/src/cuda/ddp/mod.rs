@@ -116,7 +116,7 @@ fn run_steps_armed(
         r.comm.wait(&r.t0)?;
     }
     // One launching thread per GPU, as each DDP process has: a bucket's all-reduce is
-    // launched as soon as its gradients are enqueued.
+    // launched as soon as its gradients are done (`Replica::compute_step`).
     let results: Vec<GpuResult<()>> = std::thread::scope(|sc| {
         let handles: Vec<_> = reps
             .iter()
