@@ -11,6 +11,12 @@
 #                             -g N, one process each), then the agent's sweep with the same
 #                             flags in one process, SWEEP_ROUNDS times (default 2) in
 #                             alternating order; wall times
+#   bench/compare.sh steady   the sweep's seven collectives at 8 B - 1 MiB with enough
+#                             iterations that nccl-tests' own time per size settles
+#                             (STEADY_FLAGS, default -w 50 -n 1000), STEADY_ROUNDS times
+#                             (default 3) in alternating order, into $OUT/steady, then
+#                             compare.py's ratios of that folder: small-message times judged
+#                             where the reference repeats itself
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -146,6 +152,20 @@ sweep() { # SWEEP_ROUNDS rounds (default 2), the order alternating
   done
 }
 
+steady() {
+  local out=$OUT flags=$SWEEP_FLAGS r
+  SWEEP_FLAGS=${STEADY_FLAGS:-"-b 8 -e 1M -f 8 -w 50 -n 1000"}
+  OUT=$out/steady
+  mkdir -p "$OUT"
+  for r in $(seq 1 "${STEADY_ROUNDS:-3}"); do
+    if [ $((r % 2)) = 1 ]; then nccl_tests_sweep "$r"; agent_sweep "$r"
+    else agent_sweep "$r"; nccl_tests_sweep "$r"; fi
+  done
+  banner "steady ratios"
+  python3 "$HERE/compare.py" "$OUT" | tee "$OUT/ratios.txt"
+  OUT=$out SWEEP_FLAGS=$flags
+}
+
 copies() {
   banner "nvbandwidth copy-engine tests, 256 MiB"
   local tests="device_to_device_memcpy_write_ce device_to_device_memcpy_read_ce device_to_device_bidirectional_memcpy_write_ce host_to_device_memcpy_ce device_to_host_memcpy_ce"
@@ -167,10 +187,11 @@ check() { # name, env settings..., then -- and agent flags
   [ $# -gt 0 ] && shift
   banner "node-check $name: ${envs[*]:-} $*"
   local t0; t0=$(now)
-  env "${envs[@]}" NCCL_NVLS_ENABLE=0 timeout 300 "$AGENT" node-check --no-ddp -f 8 "$@" \
-    --json "$OUT/$name.json" > /dev/null 2> "$OUT/$name.log"
-  echo "rc=$? wall $(since "$t0") s"
+  env "${envs[@]}" NCCL_NVLS_ENABLE=0 timeout 300 "$AGENT" node-check --no-ddp --verdict -f 8 "$@" \
+    --json "$OUT/$name.json" > "$OUT/$name.verdict" 2> "$OUT/$name.log"
+  echo "rc=$? (3: the verdict failed the node) wall $(since "$t0") s"
   grep -E 'all_reduce +1073741824|pair [0-9] -> [0-9]' "$OUT/$name.log" | head -14
+  grep -E '^# Verdict|^#  ' "$OUT/$name.verdict"
 }
 
 faults() {
@@ -203,11 +224,12 @@ for stage in "${@:-all}"; do
   case $stage in
     build) build ;;
     sweep) sweep ;;
+    steady) steady ;;
     copies) copies ;;
     faults) faults ;;
     summary) summary ;;
     all) build; sweep; copies; faults; summary ;;
     latency) latency ;;
-    *) echo "usage: $0 build|sweep|copies|faults|summary|all ..."; exit 2 ;;
+    *) echo "usage: $0 build|sweep|steady|copies|faults|summary|all|latency ..."; exit 2 ;;
   esac
 done
