@@ -175,8 +175,8 @@ fn one_slow_pair_is_still_named_as_the_pair() {
 
 #[test]
 fn two_gpus_with_one_direction_far_below_the_other_name_that_direction() {
-    // 2 x H200 on NVSwitch, bench/results/h200x2-2026-11-23-compare: a one-way copy load
-    // from GPU 0 to GPU 1 took that direction to 262.8 GB/s against 389.7 back.
+    // 2 x H200 on NVSwitch, bench/results/h200x2-2026-11-26-compare: a one-way copy load
+    // from GPU 0 to GPU 1 took that direction to 263 GB/s against 390 back.
     let switched = |r: &mut CompactResult| {
         for h in &mut r.health {
             h.nvlink_link_gbps = 25.0;
