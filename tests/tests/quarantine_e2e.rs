@@ -2,6 +2,9 @@
 //! (with kube-controller-manager), the process-kubelet and the sim agents. What a user sees
 //! on the nodes after runs find faults, pass again, or the FabricTest is deleted.
 //!
+//! The tests share the binary's control plane: each has its own operator, namespace and
+//! prefixed, labelled nodes, and its FabricTests select only those nodes.
+//!
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
 //! `cargo test -p gpufabric-tests --test quarantine_e2e`.
 
@@ -22,36 +25,36 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const NS: &str = "gpu-quarantine";
-
-/// One cluster at a time: the machine has few cores.
+/// One operator and its agents at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 type Env = OperatorEnv;
 
-async fn setup(fleet: Fleet) -> Env {
-    OperatorEnv::start(fleet, NS).await
+/// The operator, a kubelet and `fleet` (nodes prefixed and labelled for the test) on the
+/// shared control plane.
+async fn setup(fleet: Fleet, name: &str) -> Env {
+    OperatorEnv::shared(fleet, name).await
 }
 
 /// A FabricTest on the sim backend with the default suite (the sim models it in well under
 /// a second per node): the GPU-pair copy matrix finds a slow pair, the DDP probe a straggler.
-fn spec(quarantine: serde_json::Value) -> serde_json::Value {
+fn spec(env: &Env, quarantine: serde_json::Value) -> serde_json::Value {
     json!({
-        "nodeSelector": {"pool": "training"},
+        "nodeSelector": env.node_selector(),
         "quarantine": quarantine,
         "agent": sim_agent(60)
     })
 }
 
+/// Every node of the test's fleet, by name: all the nodes its operator could change.
 async fn nodes(env: &Env) -> BTreeMap<String, Node> {
     let api: Api<Node> = Api::all(env.cluster.client());
-    api.list(&ListParams::default())
-        .await
-        .expect("nodes listed")
-        .items
-        .into_iter()
-        .map(|n| (n.name_any(), n))
-        .collect()
+    let mut out = BTreeMap::new();
+    for name in env.fleet.node_names() {
+        let n = api.get(&name).await.expect("node");
+        out.insert(name, n);
+    }
+    out
 }
 
 async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
@@ -143,12 +146,13 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned() {
     let _serial = SERIAL.lock().await;
-    let env = setup(SimFleet::demo()).await;
+    let env = setup(SimFleet::demo(), "demo").await;
+    let (slow, straggler) = (env.node("h100-03"), env.node("h200-06"));
     let tests = env
         .create_test(
             "demo",
             // A budget of 4 nodes: "exactly two" comes from the findings, not from the budget.
-            spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
+            spec(&env, json!({"mode": "Cordon", "maxQuarantined": "25%"})),
         )
         .await;
 
@@ -164,7 +168,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
     let status = t.status.expect("status");
     assert_eq!(
         status.quarantined_nodes,
-        vec!["h100-03".to_string(), "h200-06".to_string()],
+        vec![slow.clone(), straggler.clone()],
         "{status:#?}"
     );
     let all = nodes(&env).await;
@@ -173,8 +177,8 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         .filter(|(_, n)| cordoned(n))
         .map(|(name, _)| name.as_str())
         .collect();
-    assert_eq!(cordoned_now, vec!["h100-03", "h200-06"]);
-    for name in ["h100-03", "h200-06"] {
+    assert_eq!(cordoned_now, vec![slow.as_str(), straggler.as_str()]);
+    for name in [slow.as_str(), straggler.as_str()] {
         let n = &all[name];
         let record = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
             .expect("readable record")
@@ -204,9 +208,9 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         .expect("a confirmation run");
     assert_eq!(
         confirm.spec.nodes,
-        Some(vec!["h100-03".to_string(), "h200-06".to_string()])
+        Some(vec![slow.clone(), straggler.clone()])
     );
-    let record = QuarantineRecord::from_annotations(all["h100-03"].metadata.annotations.as_ref())
+    let record = QuarantineRecord::from_annotations(all[&slow].metadata.annotations.as_ref())
         .expect("record")
         .expect("record");
     assert_eq!(record.run, confirm.name_any());
@@ -225,7 +229,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         findings
             .iter()
             .any(|f| f.subject.kind() == SubjectKind::GpuPair
-                && f.subject.node_name() == "h100-03"
+                && f.subject.node_name() == slow
                 && {
                     let mut g = [f.subject.gpu_index(), f.subject.peer_gpu_index()];
                     g.sort();
@@ -235,13 +239,13 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
     );
     assert!(
         findings.iter().any(|f| f.subject.kind() == SubjectKind::Gpu
-            && f.subject.node_name() == "h200-06"
+            && f.subject.node_name() == straggler
             && f.subject.gpu_index() == Some(5)),
         "a finding on GPU 5 of h200-06: {findings:#?}"
     );
     assert!(
-        findings.iter().all(|f| f.subject.node_name() == "h100-03"
-            || f.subject.node_name() == "h200-06"
+        findings.iter().all(|f| f.subject.node_name() == slow
+            || f.subject.node_name() == straggler
             || f.severity != gpufabric_api::Severity::Critical),
         "no critical finding on a healthy node: {findings:#?}"
     );
@@ -270,11 +274,11 @@ async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
             factor: 1.5,
         });
     }
-    let env = setup(fleet).await;
+    let env = setup(fleet, "pct").await;
     let tests = env
         .create_test(
             "pct",
-            spec(json!({"mode": "Cordon", "maxQuarantined": "25%"})),
+            spec(&env, json!({"mode": "Cordon", "maxQuarantined": "25%"})),
         )
         .await;
     let t = wait_status(
@@ -293,7 +297,7 @@ async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
     let status = t.status.expect("status");
     assert_eq!(
         status.quarantined_nodes,
-        vec!["gpu-02".to_string(), "gpu-05".to_string()],
+        vec![env.node("gpu-02"), env.node("gpu-05")],
         "both failing nodes fit the budget of 25% of 8 nodes: {:#?}",
         status.nodes
     );
@@ -312,10 +316,11 @@ fn small_fleet() -> Fleet {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
     let _serial = SERIAL.lock().await;
-    let env = setup(small_fleet()).await;
+    let env = setup(small_fleet(), "heal").await;
+    let failing = env.node("gpu-02");
     let tests = env.create_test(
         "heal",
-        spec(json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2})),
+        spec(&env, json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2})),
     )
     .await;
     wait_status(
@@ -324,10 +329,10 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
         "heal",
         Duration::from_secs(180),
         "gpu-02 quarantined",
-        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    assert!(cordoned(&nodes(&env).await["gpu-02"]));
+    assert!(cordoned(&nodes(&env).await[&failing]));
 
     // The node is repaired: the fault goes from the fleet the agents read.
     let mut repaired = env.fleet.fleet().clone();
@@ -345,13 +350,13 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
         |s| {
             s.nodes
                 .iter()
-                .any(|n| n.node == "gpu-02" && n.consecutive_passes == 1)
+                .any(|n| n.node == failing && n.consecutive_passes == 1)
         },
     )
     .await;
     assert_eq!(t.status.expect("status").quarantined_count, 1);
     assert!(
-        cordoned(&nodes(&env).await["gpu-02"]),
+        cordoned(&nodes(&env).await[&failing]),
         "still cordoned after one pass"
     );
 
@@ -367,16 +372,16 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
             s.quarantined_count == 0
                 && s.nodes
                     .iter()
-                    .any(|n| n.node == "gpu-02" && n.consecutive_passes >= 2)
+                    .any(|n| n.node == failing && n.consecutive_passes >= 2)
         },
     )
     .await;
-    let n = &nodes(&env).await["gpu-02"];
+    let n = &nodes(&env).await[&failing];
     assert!(!cordoned(n));
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
     assert!(!n.labels().contains_key(LABEL_QUARANTINED));
     assert!(
-        event_reasons_for(&env, "default", "gpu-02")
+        event_reasons_for(&env, "default", &failing)
             .await
             .contains(&"Released".to_string())
     );
@@ -385,12 +390,13 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
     let _serial = SERIAL.lock().await;
-    let env = setup(small_fleet()).await;
+    let env = setup(small_fleet(), "gone").await;
+    let (failing, person) = (env.node("gpu-02"), env.node("gpu-04"));
     // A person cordoned gpu-04 for maintenance before the test existed.
     let node_api: Api<Node> = Api::all(env.cluster.client());
     node_api
         .patch(
-            "gpu-04",
+            &person,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"unschedulable": true}})),
         )
@@ -399,7 +405,10 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
     let tests = env
         .create_test(
             "gone",
-            spec(json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false})),
+            spec(
+                &env,
+                json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false}),
+            ),
         )
         .await;
     wait_status(
@@ -408,10 +417,10 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
         "gone",
         Duration::from_secs(180),
         "gpu-02 quarantined",
-        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    assert!(cordoned(&nodes(&env).await["gpu-02"]));
+    assert!(cordoned(&nodes(&env).await[&failing]));
 
     tests
         .delete("gone", &DeleteParams::default())
@@ -424,17 +433,18 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
         );
     }
     let all = nodes(&env).await;
-    let n = &all["gpu-02"];
+    let n = &all[&failing];
     assert!(!cordoned(n), "our cordon is released");
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
     assert!(!n.labels().contains_key(LABEL_QUARANTINED));
-    assert!(cordoned(&all["gpu-04"]), "the person's cordon stays");
+    assert!(cordoned(&all[&person]), "the person's cordon stays");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_changes_no_node() {
     let _serial = SERIAL.lock().await;
-    let env = setup(small_fleet()).await;
+    let env = setup(small_fleet(), "watch").await;
+    let failing = env.node("gpu-02");
     let before: BTreeMap<String, serde_json::Value> = nodes(&env)
         .await
         .iter()
@@ -442,7 +452,7 @@ async fn observe_mode_changes_no_node() {
         .collect();
     // Observe is the default mode.
     let tests = env
-        .create_test("watch", spec(json!({"maxQuarantined": 4})))
+        .create_test("watch", spec(&env, json!({"maxQuarantined": 4})))
         .await;
     let t = wait_status(
         &env,
@@ -453,7 +463,7 @@ async fn observe_mode_changes_no_node() {
         |s| {
             s.nodes
                 .iter()
-                .any(|n| n.node == "gpu-02" && n.held_back.is_some())
+                .any(|n| n.node == failing && n.held_back.is_some())
         },
     )
     .await;
@@ -461,7 +471,7 @@ async fn observe_mode_changes_no_node() {
     let held = status
         .nodes
         .iter()
-        .find(|n| n.node == "gpu-02")
+        .find(|n| n.node == failing)
         .and_then(|n| n.held_back.clone())
         .expect("held back");
     assert!(held.contains("would quarantine"), "{held}");
@@ -493,11 +503,12 @@ async fn observe_mode_changes_no_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
     let _serial = SERIAL.lock().await;
-    let env = setup(small_fleet()).await;
+    let env = setup(small_fleet(), "flaky").await;
+    let failing = env.node("gpu-02");
     let tests = env
         .create_test(
             "flaky",
-            spec(json!({"mode": "Cordon", "maxQuarantined": 1})),
+            spec(&env, json!({"mode": "Cordon", "maxQuarantined": 1})),
         )
         .await;
     // The first run finds the straggler on gpu-02 ...
@@ -527,7 +538,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         .map(|s| {
             s.nodes
                 .iter()
-                .any(|n| n.node == "gpu-02" && n.verdict.is_bad())
+                .any(|n| n.node == failing && n.verdict.is_bad())
         })
         .unwrap_or(false);
     assert!(
@@ -554,7 +565,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         .into_iter()
         .find(|r| r.spec.trigger == Trigger::Confirmation)
         .expect("a confirmation run");
-    assert_eq!(confirm.spec.nodes, Some(vec!["gpu-02".to_string()]));
+    assert_eq!(confirm.spec.nodes, Some(vec![failing.clone()]));
     let confirm = runs_api.get(&confirm.name_any()).await.expect("run");
     let passed = confirm
         .status
@@ -562,13 +573,13 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         .map(|s| {
             s.nodes
                 .iter()
-                .any(|n| n.node == "gpu-02" && !n.verdict.is_bad())
+                .any(|n| n.node == failing && !n.verdict.is_bad())
         })
         .unwrap_or(false);
     assert!(passed, "gpu-02 passes its retest: {:?}", confirm.status);
     let status = t.status.expect("status");
     assert_eq!(status.quarantined_count, 0, "{status:#?}");
-    let n = &nodes(&env).await["gpu-02"];
+    let n = &nodes(&env).await[&failing];
     assert!(!cordoned(n));
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
 }
@@ -576,10 +587,11 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint() {
     let _serial = SERIAL.lock().await;
-    let env = setup(small_fleet()).await;
+    let env = setup(small_fleet(), "taint").await;
+    let failing = env.node("gpu-02");
     let tests = env.create_test(
         "taint",
-        spec(json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1})),
+        spec(&env, json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1})),
     )
     .await;
     wait_status(
@@ -588,10 +600,10 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
         "taint",
         Duration::from_secs(120),
         "gpu-02 quarantined",
-        |s| s.quarantined_nodes == vec!["gpu-02".to_string()],
+        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    let n = &nodes(&env).await["gpu-02"];
+    let n = &nodes(&env).await[&failing];
     assert!(!cordoned(n), "Taint mode does not cordon");
     let ours: Vec<_> = n
         .spec
@@ -609,7 +621,7 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
     let node_api: Api<Node> = Api::all(env.cluster.client());
     let mut attempts = 0;
     loop {
-        let n = node_api.get("gpu-02").await.expect("node");
+        let n = node_api.get(&failing).await.expect("node");
         let mut taints = n
             .spec
             .as_ref()
@@ -624,7 +636,7 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
         let patch = json!({"metadata": {"resourceVersion": n.resource_version()},
                            "spec": {"taints": taints}});
         match node_api
-            .patch("gpu-02", &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&failing, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => break,
@@ -645,7 +657,7 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
         |s| s.quarantined_count == 0,
     )
     .await;
-    let n = &nodes(&env).await["gpu-02"];
+    let n = &nodes(&env).await[&failing];
     let keys: Vec<String> = n
         .spec
         .as_ref()
