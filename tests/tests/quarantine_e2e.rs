@@ -2,8 +2,9 @@
 //! (with kube-controller-manager), the process-kubelet and the sim agents. What a user sees
 //! on the nodes after runs find faults, pass again, or the FabricTest is deleted.
 //!
-//! The tests share the binary's control plane: each has its own operator, namespace and
-//! prefixed, labelled nodes, and its FabricTests select only those nodes.
+//! The tests share the binary's control plane and run in parallel: each has its own
+//! operator, namespace and prefixed, labelled nodes, and its FabricTests select only those
+//! nodes.
 //!
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
 //! `cargo test -p gpufabric-tests --test quarantine_e2e`.
@@ -24,9 +25,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// One operator and its agents at a time: the machine has few cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 type Env = OperatorEnv;
 
@@ -145,7 +143,6 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned() {
-    let _serial = SERIAL.lock().await;
     let env = setup(SimFleet::demo(), "demo").await;
     let (slow, straggler) = (env.node("h100-03"), env.node("h200-06"));
     let tests = env
@@ -264,7 +261,6 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
-    let _serial = SERIAL.lock().await;
     // 8 selected nodes, two stragglers; "25%" of 8 is 2. The confirmation run retests only
     // the 2 suspects, and 25% of those would be 1.
     let mut fleet = SimFleet::uniform("gpu", 8, H100, 8);
@@ -315,7 +311,6 @@ fn small_fleet() -> Fleet {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
-    let _serial = SERIAL.lock().await;
     let env = setup(small_fleet(), "heal").await;
     let failing = env.node("gpu-02");
     let tests = env.create_test(
@@ -389,7 +384,6 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
-    let _serial = SERIAL.lock().await;
     let env = setup(small_fleet(), "gone").await;
     let (failing, person) = (env.node("gpu-02"), env.node("gpu-04"));
     // A person cordoned gpu-04 for maintenance before the test existed.
@@ -442,7 +436,6 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observe_mode_changes_no_node() {
-    let _serial = SERIAL.lock().await;
     let env = setup(small_fleet(), "watch").await;
     let failing = env.node("gpu-02");
     let before: BTreeMap<String, serde_json::Value> = nodes(&env)
@@ -502,7 +495,6 @@ async fn observe_mode_changes_no_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
-    let _serial = SERIAL.lock().await;
     let env = setup(small_fleet(), "flaky").await;
     let failing = env.node("gpu-02");
     let tests = env
@@ -586,7 +578,6 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint() {
-    let _serial = SERIAL.lock().await;
     let env = setup(small_fleet(), "taint").await;
     let failing = env.node("gpu-02");
     let tests = env.create_test(
