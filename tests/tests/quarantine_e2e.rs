@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 type Env = OperatorEnv;
@@ -297,6 +297,11 @@ async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
         "both failing nodes fit the budget of 25% of 8 nodes: {:#?}",
         status.nodes
     );
+    // The budget's 8 nodes are this test's: other tests' nodes on the shared control plane
+    // are not selected.
+    let selected: BTreeSet<&str> = status.nodes.iter().map(|n| n.node.as_str()).collect();
+    let own = env.fleet.node_names();
+    assert_eq!(selected, own.iter().map(String::as_str).collect());
 }
 
 /// Four nodes, node 2 with a straggler GPU.
