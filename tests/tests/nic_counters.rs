@@ -121,7 +121,7 @@ async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the
         assert_eq!(r.run, run1, "{base}");
         assert_eq!(r.ports.len(), 8, "{base}: {r:?}");
         assert!(
-            r.ports.iter().all(|p| p.symbol_errors == Some(0)),
+            r.ports.iter().all(|p| p.errors.symbol_errors == Some(0)),
             "{base}: {r:?}"
         );
         // The node check's NVLink record is another annotation, written at another time.

@@ -18,6 +18,30 @@ pub const MAX_PORTS: usize = 64;
 /// is left out of the record.
 pub const MAX_DEVICE_NAME: usize = 64;
 
+/// A port's error counters since the driver loaded (sysfs `counters/`); each is absent
+/// when sysfs has none. Flattened into [`NicPort`] and [`PortCounters`]: the fields sit in
+/// their objects as they always did.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PortErrors {
+    /// `symbol_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol_errors: Option<u64>,
+    /// `link_downed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_downed: Option<u64>,
+    /// `port_rcv_errors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcv_errors: Option<u64>,
+}
+
+impl PortErrors {
+    /// Whether sysfs gave any of the counters.
+    pub fn any(&self) -> bool {
+        self.symbol_errors.is_some() || self.link_downed.is_some() || self.rcv_errors.is_some()
+    }
+}
+
 /// The error counters of one port.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -25,19 +49,8 @@ pub struct PortCounters {
     /// Device, e.g. `mlx5_0`.
     pub device: String,
     pub port: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub symbol_errors: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_downed: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rcv_errors: Option<u64>,
-}
-
-impl PortCounters {
-    /// `mlx5_0 port 1`.
-    pub fn name(&self) -> String {
-        format!("{} port {}", self.device, self.port)
-    }
+    #[serde(flatten)]
+    pub errors: PortErrors,
 }
 
 /// The port counters of one node at one node-pair test.
@@ -60,16 +73,12 @@ impl NicCounters {
         let ports: Vec<PortCounters> = ports
             .iter()
             .filter(|p| p.device.len() <= MAX_DEVICE_NAME)
-            .filter(|p| {
-                p.symbol_errors.is_some() || p.link_downed.is_some() || p.rcv_errors.is_some()
-            })
+            .filter(|p| p.errors.any())
             .take(MAX_PORTS)
             .map(|p| PortCounters {
                 device: p.device.clone(),
                 port: p.port,
-                symbol_errors: p.symbol_errors,
-                link_downed: p.link_downed,
-                rcv_errors: p.rcv_errors,
+                errors: p.errors,
             })
             .collect();
         (!ports.is_empty()).then(|| NicCounters {
@@ -117,9 +126,11 @@ mod tests {
             state: "ACTIVE".into(),
             phys_state: "LinkUp".into(),
             rate_gbps: Some(400.0),
-            symbol_errors,
-            link_downed: Some(0),
-            rcv_errors: Some(3),
+            errors: PortErrors {
+                symbol_errors,
+                link_downed: Some(0),
+                rcv_errors: Some(3),
+            },
         }
     }
 
@@ -142,12 +153,17 @@ mod tests {
             Some(&PortCounters {
                 device: "mlx5_0".into(),
                 port: 1,
-                symbol_errors: Some(12),
-                link_downed: Some(0),
-                rcv_errors: Some(3),
+                errors: PortErrors {
+                    symbol_errors: Some(12),
+                    link_downed: Some(0),
+                    rcv_errors: Some(3),
+                },
             })
         );
-        assert_eq!(r.port("mlx5_1", 1).and_then(|p| p.symbol_errors), None);
+        assert_eq!(
+            r.port("mlx5_1", 1).and_then(|p| p.errors.symbol_errors),
+            None
+        );
         assert_eq!(r.port("mlx5_0", 2), None);
         assert_eq!(
             r.to_json(),
@@ -156,10 +172,27 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_record_reads_and_writes_back_byte_for_byte() {
+        let text = concat!(
+            r#"{"run":"nightly-1","at":"2026-11-24T02:00:00Z","ports":["#,
+            r#"{"device":"mlx5_0","port":1,"symbolErrors":12,"linkDowned":0,"rcvErrors":3},"#,
+            r#"{"device":"mlx5_1","port":2,"rcvErrors":18446744073709551615}]}"#
+        );
+        let r = NicCounters::parse(text).expect("parses");
+        assert_eq!(
+            r.port("mlx5_1", 2).map(|p| p.errors),
+            Some(PortErrors {
+                rcv_errors: Some(u64::MAX),
+                ..Default::default()
+            })
+        );
+        assert_eq!(r.to_json(), text);
+    }
+
+    #[test]
     fn ports_without_counters_make_no_record() {
         let bare = NicPort {
-            link_downed: None,
-            rcv_errors: None,
+            errors: PortErrors::default(),
             ..port("mlx5_0", None)
         };
         assert_eq!(NicCounters::of(&[bare], "r", "t"), None);
@@ -172,9 +205,11 @@ mod tests {
             .map(|i| NicPort {
                 device: format!("mlx5_{i:03}_{}", "x".repeat(MAX_DEVICE_NAME - 9)),
                 port: u32::MAX,
-                symbol_errors: Some(u64::MAX),
-                link_downed: Some(u64::MAX),
-                rcv_errors: Some(u64::MAX),
+                errors: PortErrors {
+                    symbol_errors: Some(u64::MAX),
+                    link_downed: Some(u64::MAX),
+                    rcv_errors: Some(u64::MAX),
+                },
                 ..port("d", None)
             })
             .collect();
@@ -233,7 +268,7 @@ mod tests {
         };
         assert!(a.same_counts(&b));
         let mut c = a.clone();
-        c.ports[1].rcv_errors = Some(4);
+        c.ports[1].errors.rcv_errors = Some(4);
         assert!(!a.same_counts(&c));
         let mut d = a.clone();
         d.ports.pop();

@@ -1,6 +1,7 @@
 //! Between nodes: the network ports of a node (InfiniBand / RoCE, from sysfs) and the
 //! result document of one node-pair test (NCCL across the GPUs of two nodes).
 
+use crate::nic_counters::PortErrors;
 use crate::result::{Backend, PhaseError};
 use crate::suite::Collective;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -28,13 +29,8 @@ pub struct NicPort {
     /// Active rate in Gb/s (`400` of `400 Gb/sec (4X NDR)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_gbps: Option<f64>,
-    /// Error counters since the driver loaded; absent when sysfs has none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub symbol_errors: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_downed: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rcv_errors: Option<u64>,
+    #[serde(flatten)]
+    pub errors: PortErrors,
 }
 
 impl NicPort {
@@ -332,9 +328,11 @@ mod tests {
                 state: "ACTIVE".into(),
                 phys_state: "LinkUp".into(),
                 rate_gbps: Some(400.0),
-                symbol_errors: Some(0),
-                link_downed: Some(0),
-                rcv_errors: Some(0),
+                errors: PortErrors {
+                    symbol_errors: Some(0),
+                    link_downed: Some(0),
+                    rcv_errors: Some(0),
+                },
             }],
             not_measured: None,
             errors: vec![],
@@ -350,6 +348,52 @@ mod tests {
         let back = NodePairResult::parse(&text).expect("parses");
         assert_eq!(back, d);
         assert_eq!(back.busbw(), Some(183.0));
+    }
+
+    #[test]
+    fn a_pair_document_of_the_agent_reads_and_writes_back_byte_for_byte() {
+        // The wire form the agent writes: the port's counters sit beside its other fields;
+        // a counter sysfs lacks is absent.
+        let text = concat!(
+            r#"{"schema":"gpufabric.io/node-pair/v1","group":"run-a/r0/p1","#,
+            r#""nodes":["h200-01","h200-02"],"rank":1,"backend":"sim","#,
+            r#""startedAt":"2026-11-23T02:00:00Z","durationS":3.2,"gpusPerNode":8,"#,
+            r#""transport":"ib","nicsUsed":2,"nics":["#,
+            r#"{"device":"mlx5_0","port":1,"linkLayer":"InfiniBand","state":"ACTIVE","#,
+            r#""physState":"LinkUp","rateGbps":400.0,"symbolErrors":12,"linkDowned":1,"#,
+            r#""rcvErrors":3},"#,
+            r#"{"device":"mlx5_1","port":1,"state":"DOWN","physState":"Polling","#,
+            r#""linkDowned":0}]}"#
+        );
+        let d = NodePairResult::parse(text).expect("parses");
+        assert_eq!(
+            d.nics[0].errors,
+            PortErrors {
+                symbol_errors: Some(12),
+                link_downed: Some(1),
+                rcv_errors: Some(3),
+            }
+        );
+        assert_eq!(
+            d.nics[1].errors,
+            PortErrors {
+                link_downed: Some(0),
+                ..Default::default()
+            }
+        );
+        assert_eq!(serde_json::to_string(&d).expect("serialises"), text);
+        // A null counter reads as absent; a negative or repeated one is refused.
+        let port = |fields: &str| {
+            serde_json::from_str::<NicPort>(&format!(
+                r#"{{"device":"d","port":1,"state":"ACTIVE","physState":"LinkUp"{fields}}}"#
+            ))
+        };
+        assert_eq!(
+            port(r#","symbolErrors":null"#).ok().map(|p| p.errors),
+            Some(PortErrors::default())
+        );
+        assert!(port(r#","rcvErrors":-1"#).is_err());
+        assert!(port(r#","linkDowned":1,"linkDowned":2"#).is_err());
     }
 
     #[test]

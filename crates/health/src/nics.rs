@@ -134,18 +134,19 @@ fn grown_counters(
         let Some(before) = previous.port(&p.device, p.port) else {
             continue;
         };
+        let (now, then) = (p.errors, before.errors);
         let counters = [
-            ("link_downed", p.link_downed, before.link_downed, 1),
+            ("link_downed", now.link_downed, then.link_downed, 1),
             (
                 "symbol_error",
-                p.symbol_errors,
-                before.symbol_errors,
+                now.symbol_errors,
+                then.symbol_errors,
                 rules.errors_critical,
             ),
             (
                 "port_rcv_errors",
-                p.rcv_errors,
-                before.rcv_errors,
+                now.rcv_errors,
+                then.rcv_errors,
                 rules.errors_critical,
             ),
         ];
@@ -235,6 +236,7 @@ fn num(x: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufabric_api::nic_counters::PortErrors;
 
     fn port(device: &str, rate: f64) -> NicPort {
         NicPort {
@@ -244,9 +246,11 @@ mod tests {
             state: "ACTIVE".into(),
             phys_state: "LinkUp".into(),
             rate_gbps: Some(rate),
-            symbol_errors: Some(0),
-            link_downed: Some(0),
-            rcv_errors: Some(0),
+            errors: PortErrors {
+                symbol_errors: Some(0),
+                link_downed: Some(0),
+                rcv_errors: Some(0),
+            },
         }
     }
 
@@ -325,9 +329,9 @@ mod tests {
     fn counters_that_grew_since_the_previous_run_are_found() {
         let before = record(&eight(), "nightly-1");
         let mut now = eight();
-        now[1].link_downed = Some(2);
-        now[4].symbol_errors = Some(250);
-        now[6].rcv_errors = Some(3);
+        now[1].errors.link_downed = Some(2);
+        now[4].errors.symbol_errors = Some(250);
+        now[6].errors.rcv_errors = Some(3);
         let f = findings(&now, Some(&before));
         let seen: Vec<(String, Severity, Option<f64>)> = f
             .iter()
@@ -358,8 +362,8 @@ mod tests {
     fn symbol_and_receive_errors_are_critical_from_the_rule_setting() {
         let before = record(&eight(), "nightly-1");
         let mut now = eight();
-        now[0].symbol_errors = Some(99);
-        now[1].rcv_errors = Some(100);
+        now[0].errors.symbol_errors = Some(99);
+        now[1].errors.rcv_errors = Some(100);
         let f = findings(&now, Some(&before));
         let severities: Vec<Severity> = f.iter().map(|f| f.severity).collect();
         assert_eq!(
@@ -377,9 +381,9 @@ mod tests {
     #[test]
     fn growth_during_the_run_says_so() {
         let mut first = eight();
-        first[2].symbol_errors = Some(1_000);
+        first[2].errors.symbol_errors = Some(1_000);
         let mut second = first.clone();
-        second[2].symbol_errors = Some(5_000);
+        second[2].errors.symbol_errors = Some(5_000);
         let f = findings(&second, Some(&record(&first, "nightly-2")));
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].severity, Severity::Critical);
@@ -392,26 +396,25 @@ mod tests {
     #[test]
     fn counters_are_not_judged_without_a_previous_run_or_when_they_reset() {
         let mut now = eight();
-        now[0].symbol_errors = Some(5_000);
+        now[0].errors.symbol_errors = Some(5_000);
         assert!(findings(&now, None).is_empty());
         let mut before = eight();
-        before[0].symbol_errors = Some(9_000);
+        before[0].errors.symbol_errors = Some(9_000);
         assert!(findings(&now, Some(&record(&before, "nightly-1"))).is_empty());
         // A port that was not there before is not compared.
         let mut later = now.clone();
-        later.push(NicPort {
-            symbol_errors: Some(77),
-            ..port("mlx5_9", 400.0)
-        });
+        let mut new_port = port("mlx5_9", 400.0);
+        new_port.errors.symbol_errors = Some(77);
+        later.push(new_port);
         assert!(findings(&later, Some(&record(&now, "nightly-1"))).is_empty());
         // Nor is a counter the record (or this reading) does not hold.
         let mut unknown = record(&eight(), "nightly-1");
-        unknown.ports[0].symbol_errors = None;
+        unknown.ports[0].errors.symbol_errors = None;
         assert!(findings(&now, Some(&unknown)).is_empty());
         let mut unread = eight();
-        unread[0].link_downed = None;
+        unread[0].errors.link_downed = None;
         let mut downed = record(&eight(), "nightly-1");
-        downed.ports[0].link_downed = Some(0);
+        downed.ports[0].errors.link_downed = Some(0);
         assert!(findings(&unread, Some(&downed)).is_empty());
     }
 
@@ -422,7 +425,7 @@ mod tests {
         let before = record(&two_ports, "nightly-1");
         let mut now = two_ports.clone();
         now.reverse();
-        now[0].link_downed = Some(1);
+        now[0].errors.link_downed = Some(1);
         let f = findings(&now, Some(&before));
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].subject.nic_port(), Some("mlx5_0 port 2"));
@@ -444,15 +447,15 @@ mod tests {
         );
         // Info growth: the new counts are kept.
         let mut now = eight();
-        now[6].rcv_errors = Some(3);
+        now[6].errors.rcv_errors = Some(3);
         let f = findings(&now, Some(&before));
         let next = next_record("n", &now, Some(&before), &f, "nightly-2", "t2");
         assert_eq!(
-            next.and_then(|r| r.port("mlx5_6", 1).and_then(|p| p.rcv_errors)),
+            next.and_then(|r| r.port("mlx5_6", 1).and_then(|p| p.errors.rcv_errors)),
             Some(3)
         );
         // Critical growth: the older record stays.
-        now[4].symbol_errors = Some(250);
+        now[4].errors.symbol_errors = Some(250);
         let f = findings(&now, Some(&before));
         assert_eq!(
             next_record("n", &now, Some(&before), &f, "nightly-2", "t2"),
@@ -462,7 +465,7 @@ mod tests {
         assert!(next_record("other", &now, None, &f, "nightly-2", "t2").is_some());
         // A driver reload (counts went down) ends it: the new counts are kept.
         let mut reloaded = eight();
-        reloaded[4].symbol_errors = Some(0);
+        reloaded[4].errors.symbol_errors = Some(0);
         let high = record(&now, "nightly-1");
         let f = findings(&reloaded, Some(&high));
         assert!(f.is_empty(), "{f:#?}");
@@ -474,9 +477,7 @@ mod tests {
         let bare: Vec<NicPort> = eight()
             .into_iter()
             .map(|p| NicPort {
-                symbol_errors: None,
-                link_downed: None,
-                rcv_errors: None,
+                errors: PortErrors::default(),
                 ..p
             })
             .collect();

@@ -2,6 +2,7 @@
 //! (`/sys/class/infiniband/<device>/ports/<port>/`): state, physical state, active rate and
 //! error counters. Reads from any root so that tests use a directory fixture.
 
+use gpufabric_api::nic_counters::PortErrors;
 use gpufabric_api::pair::NicPort;
 use std::path::Path;
 
@@ -71,9 +72,11 @@ fn read_port(device: &str, port: u32, dir: &Path) -> NicPort {
             .map(|s| without_number(&s))
             .unwrap_or_else(|| "unknown".into()),
         rate_gbps: text("rate").and_then(|r| parse_rate(&r)),
-        symbol_errors: counter("symbol_error"),
-        link_downed: counter("link_downed"),
-        rcv_errors: counter("port_rcv_errors"),
+        errors: PortErrors {
+            symbol_errors: counter("symbol_error"),
+            link_downed: counter("link_downed"),
+            rcv_errors: counter("port_rcv_errors"),
+        },
     }
 }
 
@@ -148,7 +151,11 @@ mod tests {
         assert_eq!(p.link_layer.as_deref(), Some("InfiniBand"));
         assert_eq!(p.rate_gbps, Some(200.0));
         assert_eq!(
-            (p.symbol_errors, p.link_downed, p.rcv_errors),
+            (
+                p.errors.symbol_errors,
+                p.errors.link_downed,
+                p.errors.rcv_errors
+            ),
             (Some(0), Some(1), Some(7))
         );
         assert!(p.is_up());
@@ -184,7 +191,7 @@ mod tests {
         assert_eq!(ports[0].state, "DOWN");
         assert_eq!(ports[0].phys_state, "Disabled");
         assert_eq!(ports[0].rate_gbps, None);
-        assert_eq!(ports[0].symbol_errors, None);
+        assert_eq!(ports[0].errors.symbol_errors, None);
         assert!(!ports[0].is_up());
         assert_eq!(
             (ports[1].state.as_str(), ports[1].rate_gbps),

@@ -164,7 +164,10 @@ mod tests {
             good.to_string(),
         )]));
         let r = nic_record_of(&n).expect("a readable record");
-        assert_eq!(r.port("mlx5_0", 1).and_then(|p| p.symbol_errors), Some(4));
+        assert_eq!(
+            r.port("mlx5_0", 1).and_then(|p| p.errors.symbol_errors),
+            Some(4)
+        );
         let p = nic_patch(&r);
         let text = p["metadata"]["annotations"][ANNOTATION_NIC_COUNTERS]
             .as_str()

@@ -391,9 +391,7 @@ mod tests {
             state: "ACTIVE".into(),
             phys_state: "LinkUp".into(),
             rate_gbps: Some(400.0),
-            symbol_errors: None,
-            link_downed: None,
-            rcv_errors: None,
+            errors: Default::default(),
         }
     }
 

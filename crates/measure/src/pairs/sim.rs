@@ -20,6 +20,7 @@
 
 use super::PairOptions;
 use crate::fleet::{Fault, Fleet, FleetNode};
+use gpufabric_api::nic_counters::PortErrors;
 use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PAIR_SCHEMA, PairCollective};
 use gpufabric_api::result::Backend;
 use gpufabric_api::suite::Collective;
@@ -77,9 +78,11 @@ pub fn ports_at(node: &FleetNode, counter: impl Fn(f64) -> u64) -> Vec<NicPort> 
                 state: if down { "DOWN" } else { "ACTIVE" }.into(),
                 phys_state: if down { "Polling" } else { "LinkUp" }.into(),
                 rate_gbps: Some(rate),
-                symbol_errors: Some(symbol_errors),
-                link_downed: Some(0),
-                rcv_errors: Some(0),
+                errors: PortErrors {
+                    symbol_errors: Some(symbol_errors),
+                    link_downed: Some(0),
+                    rcv_errors: Some(0),
+                },
             }
         })
         .collect()
@@ -338,25 +341,31 @@ mod tests {
             })
         };
         let (then, later) = (at(1_000), at(1_060));
-        assert_eq!(then[5].symbol_errors, Some(1_000_000));
-        assert_eq!(later[5].symbol_errors, Some(1_060_000));
+        assert_eq!(then[5].errors.symbol_errors, Some(1_000_000));
+        assert_eq!(later[5].errors.symbol_errors, Some(1_060_000));
         for p in then.iter().chain(&later) {
             assert!(p.is_up(), "{p:?}");
-            assert_eq!((p.link_downed, p.rcv_errors), (Some(0), Some(0)));
+            assert_eq!(
+                (p.errors.link_downed, p.errors.rcv_errors),
+                (Some(0), Some(0))
+            );
             if p.device != "mlx5_5" {
-                assert_eq!(p.symbol_errors, Some(0), "{p:?}");
+                assert_eq!(p.errors.symbol_errors, Some(0), "{p:?}");
             }
         }
         // The pair runs at full speed, and its document carries the growing port.
         let d = node_pair(&f, &opts("a", "b", 0), 3, String::new()).expect("simulates");
         assert!(
-            d.nics[5].symbol_errors.is_some_and(|n| n > 1_000_000_000),
+            d.nics[5]
+                .errors
+                .symbol_errors
+                .is_some_and(|n| n > 1_000_000_000),
             "{:?}",
             d.nics[5]
         );
         assert!(busbw(&f, "a", "b") > 350.0);
         let peer = node_pair(&f, &opts("a", "b", 1), 3, String::new()).expect("simulates");
-        assert!(peer.nics.iter().all(|p| p.symbol_errors == Some(0)));
+        assert!(peer.nics.iter().all(|p| p.errors.symbol_errors == Some(0)));
     }
 
     #[test]

@@ -516,9 +516,11 @@ fn ports(symbol_errors: u64) -> Vec<gpufabric_api::pair::NicPort> {
             state: "ACTIVE".into(),
             phys_state: "LinkUp".into(),
             rate_gbps: Some(400.0),
-            symbol_errors: Some(if i == 2 { symbol_errors } else { 0 }),
-            link_downed: Some(0),
-            rcv_errors: Some(0),
+            errors: gpufabric_api::nic_counters::PortErrors {
+                symbol_errors: Some(if i == 2 { symbol_errors } else { 0 }),
+                link_downed: Some(0),
+                rcv_errors: Some(0),
+            },
         })
         .collect()
 }
@@ -562,7 +564,7 @@ fn a_first_pair_test_records_both_nodes_counters_and_judges_none() {
         assert_eq!((r.run.as_str(), r.at.as_str()), (nics.run, nics.at));
         assert_eq!(r.ports.len(), 8);
         assert_eq!(
-            r.port("mlx5_2", 1).and_then(|p| p.symbol_errors),
+            r.port("mlx5_2", 1).and_then(|p| p.errors.symbol_errors),
             Some(want)
         );
     }
@@ -599,7 +601,10 @@ fn counters_grown_since_the_previous_run_are_found_on_their_node_with_the_delta(
     );
     let r = o.nic_records[1].as_ref().expect("n1's new counts");
     assert_eq!(r.run, "nightly-2");
-    assert_eq!(r.port("mlx5_2", 1).and_then(|p| p.symbol_errors), Some(7));
+    assert_eq!(
+        r.port("mlx5_2", 1).and_then(|p| p.errors.symbol_errors),
+        Some(7)
+    );
 
     // The findings reach both records of the pair and the run's findings.
     let mut e = entries(2);
