@@ -14,3 +14,30 @@ pub mod quarantine;
 
 pub use evaluate::{Evaluation, NodeInput, NodeOutcome, evaluate};
 pub use quarantine::{ClusterCap, Guards, Hold, NodeFacts, Plan, Storm, plan, plan_guarded};
+
+/// What a counter's growth is measured from, for a finding's message: `since run R at T`,
+/// or `since run R` for a record without a time.
+pub(crate) fn since_run(run: &str, at: &str) -> String {
+    format!("since run {run}{}", at_time(at))
+}
+
+/// ` at T`, or nothing for a record without a time.
+pub(crate) fn at_time(at: &str) -> String {
+    if at.is_empty() {
+        String::new()
+    } else {
+        format!(" at {at}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn since_run_names_the_time_only_when_the_record_has_one() {
+        assert_eq!(
+            super::since_run("nightly-1", "2026-11-24T02:00:00Z"),
+            "since run nightly-1 at 2026-11-24T02:00:00Z"
+        );
+        assert_eq!(super::since_run("nightly-1", ""), "since run nightly-1");
+    }
+}

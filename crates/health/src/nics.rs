@@ -184,17 +184,13 @@ fn grown_counters(
 /// What a growth is measured from, for the message: the previous run's pair test, or an
 /// earlier pair test of this same run.
 fn since(previous: &NicCounters, run: &str) -> String {
-    let at = if previous.at.is_empty() {
-        String::new()
-    } else {
-        format!(" at {}", previous.at)
-    };
     if previous.run == run {
         format!(
-            "since an earlier pair test of this run ({run}){at}: the counters grew during the run"
+            "since an earlier pair test of this run ({run}){}: the counters grew during the run",
+            crate::at_time(&previous.at)
         )
     } else {
-        format!("since run {}{at}", previous.run)
+        crate::since_run(&previous.run, &previous.at)
     }
 }
 

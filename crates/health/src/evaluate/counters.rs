@@ -48,11 +48,7 @@ pub(super) fn check_counter_growth(
             continue;
         }
         let gpu = i as u32;
-        let since = if before.at.is_empty() {
-            format!("run {}", before.run)
-        } else {
-            format!("run {} at {}", before.run, before.at)
-        };
+        let since = crate::since_run(&before.run, &before.at);
         let consequence = if severity == Severity::Critical {
             "a link is marginal: drain the node, read nvidia-smi nvlink -e -i {gpu} for the link, and reseat or replace the GPU or baseboard"
         } else {
@@ -66,7 +62,7 @@ pub(super) fn check_counter_growth(
                 Metric::NvlinkErrorGrowth,
                 severity,
                 format!(
-                    "GPU {gpu} on {node}: NVLink replay, recovery and CRC errors grew by {growth} (from {was} to {now}) since {since}, over the threshold of {limit}; {consequence}."
+                    "GPU {gpu} on {node}: NVLink replay, recovery and CRC errors grew by {growth} (from {was} to {now}) {since}, over the threshold of {limit}; {consequence}."
                 ),
             )
             .with_evidence(growth as f64, limit as f64, "errors", source),

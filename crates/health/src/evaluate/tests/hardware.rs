@@ -345,8 +345,13 @@ fn nvlink_errors_that_grow_past_the_threshold_fail_the_gpu_and_name_the_growth()
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!(f[0].subject, Subject::gpu("n1", 5));
     assert_eq!(f[0].severity, Severity::Critical);
-    assert!(f[0].message.contains("grew by 25000"), "{}", f[0].message);
-    assert!(f[0].message.contains("run nightly-1"), "{}", f[0].message);
+    assert!(
+        f[0].message.contains(
+            "grew by 25000 (from 7000 to 32000) since run nightly-1 at 2026-11-22T02:00:00Z, over"
+        ),
+        "{}",
+        f[0].message
+    );
     let verdict = evaluate(
         &[NodeInput {
             baseline: Some(baseline(&before)),
