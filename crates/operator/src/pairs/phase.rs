@@ -19,8 +19,8 @@
 //!
 //! Whatever the state, each rank's document carries its node's network ports: they are
 //! judged against the node's record of its previous pair test ([`NicHistory`], read from
-//! the node by the caller), and the settled outcome says which records to write next
-//! (`health::nics` rules 3 and 4).
+//! the node through the caller only when the pair settles), and the settled outcome says
+//! which records to write next (`health::nics` rules 3 and 4).
 
 use super::rank::{RankEnd, RankPod, cut, rank_pod};
 use super::rounds::{NodePair, RoundPlan};
@@ -169,13 +169,14 @@ pub struct PairOutcome {
 }
 
 /// What a pair's port counters are judged against: the run reading them, when (RFC 3339,
-/// the time the records written are stamped with), and each node's record of its previous
-/// pair test, by rank.
-#[derive(Debug, Clone, Copy, Default)]
+/// the time the records written are stamped with), and a node's record of its previous
+/// pair test, by node name; `previous` is called only for the nodes of a pair that
+/// settles, and only for those whose rank wrote a document.
+#[derive(Clone, Copy)]
 pub struct NicHistory<'a> {
     pub run: &'a str,
     pub at: &'a str,
-    pub previous: [Option<&'a NicCounters>; 2],
+    pub previous: &'a (dyn Fn(&str) -> Option<NicCounters> + Sync),
 }
 
 impl PairOutcome {
@@ -272,7 +273,8 @@ fn nic_outcome(
     let mut records: [Option<NicCounters>; 2] = Default::default();
     for (rank, d) in docs.into_iter().enumerate() {
         let Some(d) = d else { continue };
-        let previous = nics.previous[rank];
+        let previous = (nics.previous)(nodes[rank]);
+        let previous = previous.as_ref();
         let f = nic_findings(
             nodes[rank],
             &d.nics,

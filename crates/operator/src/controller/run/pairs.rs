@@ -273,6 +273,16 @@ async fn step_round(
         .filter(|r| matches!(r.state, PairState::Listening | PairState::Joined))
         .count();
     let mut wait = Duration::from_secs(10);
+    let previous = |node: &str| {
+        ctx.nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|node| crate::counters::nic_record_of(&node))
+    };
+    let nics = phase::NicHistory {
+        run: &name,
+        at: &at,
+        previous: &previous,
+    };
     for slot in &slots {
         let Some(state) = phase::record(entries, slot).map(|r| r.state) else {
             continue;
@@ -288,16 +298,6 @@ async fn step_round(
             wait = wait.min(until);
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
-        let previous = nodes.map(|n| {
-            ctx.nodes
-                .get(&ObjectRef::new(n))
-                .and_then(|node| crate::counters::nic_record_of(&node))
-        });
-        let nics = phase::NicHistory {
-            run: &name,
-            at: &at,
-            previous: [previous[0].as_ref(), previous[1].as_ref()],
-        };
         let step = phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics);
         match step {
             Step::Wait => {}

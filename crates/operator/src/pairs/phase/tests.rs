@@ -77,8 +77,17 @@ const NODES: [&str; 2] = ["n0", "n1"];
 const NO_NICS: NicHistory<'static> = NicHistory {
     run: "r1",
     at: "",
-    previous: [None, None],
+    previous: &no_record,
 };
+
+fn no_record(_: &str) -> Option<NicCounters> {
+    None
+}
+
+/// Reads `records` (by rank) as the records of the nodes of [`NODES`].
+fn on_nodes(records: [Option<NicCounters>; 2]) -> impl Fn(&str) -> Option<NicCounters> {
+    move |node| records[NODES.iter().position(|n| *n == node)?].clone()
+}
 
 #[test]
 fn the_plan_is_written_on_both_nodes_and_read_back_as_slots() {
@@ -548,7 +557,7 @@ fn a_first_pair_test_records_both_nodes_counters_and_judges_none() {
     let nics = NicHistory {
         run: "nightly-1",
         at: "2026-11-24T02:00:00Z",
-        previous: [None, None],
+        previous: &no_record,
     };
     let o = settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
     assert_eq!(o.state, PairState::Measured);
@@ -577,10 +586,11 @@ fn counters_grown_since_the_previous_run_are_found_on_their_node_with_the_delta(
         NicCounters::of(&ports(1_000), "nightly-1", "2026-11-23T02:00:00Z"),
         NicCounters::of(&ports(0), "nightly-1", "2026-11-23T02:00:00Z"),
     ];
+    let read = on_nodes(before);
     let nics = NicHistory {
         run: "nightly-2",
         at: "2026-11-24T02:00:00Z",
-        previous: [before[0].as_ref(), before[1].as_ref()],
+        previous: &read,
     };
     let o = settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
     // Rank 0 (n0): unchanged, no finding and nothing new to write.
@@ -636,10 +646,11 @@ fn critical_growth_keeps_the_older_record_and_blames_the_node() {
     let (p0, p1) = docs_with_ports(0, 0);
     let (q0, _) = docs_with_ports(900, 0);
     let before = NicCounters::of(&ports(0), "nightly-1", "2026-11-23T02:00:00Z");
+    let read = on_nodes([before.clone(), before]);
     let nics = NicHistory {
         run: "nightly-2",
         at: "2026-11-24T02:00:00Z",
-        previous: [before.as_ref(), before.as_ref()],
+        previous: &read,
     };
     let o = settled(decide(PairState::Joined, (&q0, &p1), NODES, false, &nics));
     assert_eq!(o.nic_findings[0].len(), 1, "{:#?}", o.nic_findings);
@@ -669,10 +680,11 @@ fn a_later_pair_of_the_same_run_compares_against_the_first_pairs_reading() {
     // n0's first pair of nightly-2 read 100 symbol errors; its second pair reads 400.
     let first = NicCounters::of(&ports(100), "nightly-2", "2026-11-24T02:00:00Z");
     let (p0, p1) = docs_with_ports(400, 0);
+    let read = on_nodes([first, None]);
     let nics = NicHistory {
         run: "nightly-2",
         at: "2026-11-24T02:03:00Z",
-        previous: [first.as_ref(), None],
+        previous: &read,
     };
     let o = settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
     let f = &o.nic_findings[0];
@@ -699,10 +711,11 @@ fn a_pair_that_failed_still_judges_and_records_the_ports_its_documents_read() {
         message: "rank 1 (node n1) did not arrive within 20s".into(),
     });
     let before = NicCounters::of(&ports(0), "nightly-1", "t1");
+    let read = on_nodes([before, None]);
     let nics = NicHistory {
         run: "nightly-2",
         at: "t2",
-        previous: [before.as_ref(), None],
+        previous: &read,
     };
     let o = settled(decide(
         PairState::Listening,
@@ -726,4 +739,47 @@ fn a_pair_that_failed_still_judges_and_records_the_ports_its_documents_read() {
     ));
     assert_eq!(o.nic_records, [None, None]);
     assert!(o.nic_findings.iter().all(Vec::is_empty));
+}
+
+#[test]
+fn the_nic_records_are_read_only_for_the_nodes_of_a_settling_pair_with_documents() {
+    let reads = std::sync::Mutex::new(Vec::<String>::new());
+    let taken = || std::mem::take(&mut *reads.lock().expect("not poisoned"));
+    let read = |node: &str| {
+        reads.lock().expect("not poisoned").push(node.to_string());
+        None
+    };
+    let nics = NicHistory {
+        run: "r1",
+        at: "",
+        previous: &read,
+    };
+    let (p0, p1) = docs_with_ports(0, 0);
+    let (absent, r0, r1) = (PairPod::Absent, running("10.0.0.1"), running("10.0.0.2"));
+    // Under way: nothing is read.
+    for (state, pods) in [
+        (PairState::Pending, (&absent, &absent)),
+        (PairState::Listening, (&r0, &absent)),
+        (PairState::Joined, (&r0, &r1)),
+        (PairState::Joined, (&p0, &r1)),
+    ] {
+        let step = decide(state, pods, NODES, false, &nics);
+        assert!(!matches!(step, Step::Settle(_) | Step::Stop(_)), "{step:?}");
+    }
+    assert_eq!(taken(), Vec::<String>::new());
+    // Settling: each node whose rank wrote a document, once.
+    settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
+    assert_eq!(taken(), ["n0", "n1"]);
+    let step = decide(PairState::Joined, (&p0, &r1), NODES, true, &nics);
+    assert!(matches!(step, Step::Stop(_)), "{step:?}");
+    assert_eq!(taken(), ["n0"], "rank 1 wrote no document");
+    let crashed = PairPod::Ended(PairEnd::Failed("exit 134".into()));
+    settled(decide(
+        PairState::Joined,
+        (&crashed, &crashed),
+        NODES,
+        false,
+        &nics,
+    ));
+    assert_eq!(taken(), Vec::<String>::new());
 }
