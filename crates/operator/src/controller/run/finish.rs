@@ -30,23 +30,7 @@ pub(super) async fn finish(
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
     }
-    let blamed = crate::pairs::phase::blamed(&all_findings);
-    let worst = st::worst_finding_per_node(&all_findings);
-    for e in &mut entries {
-        if let Some(v) = evaluation.verdicts.get(&e.node) {
-            e.verdict = *v;
-        }
-        // The node-pair findings that blame a node fail it (it passed its own check).
-        if e.verdict == gpufabric_api::run::NodeVerdict::Passed
-            && let Some(blaming) = blamed.get(e.node.as_str())
-        {
-            e.verdict = gpufabric_api::run::NodeVerdict::Failed;
-            e.confirmed = crate::pairs::phase::confirmed_within_run(e, blaming);
-        }
-        e.findings = evaluation.critical_count(&e.node)
-            + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);
-        e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
-    }
+    judge_entries(&mut entries, &evaluation, &all_findings);
     let judged_ms = began.elapsed().as_millis();
     let after = shards::split(&entries, shards);
     let written = shards::write_changed(
@@ -58,40 +42,13 @@ pub(super) async fn finish(
     )
     .await?;
 
-    let (kept, dropped) = st::findings_for_status(all_findings.clone());
-    next.finding_count = all_findings.len() as u32;
-    next.findings = kept;
-    st::set_counts(&mut next, &entries);
-    next.nodes = st::nodes_for_run_status(&entries);
-    let completion = now();
-    let started = next
-        .start_time
-        .clone()
-        .unwrap_or_else(|| completion.clone());
-    next.duration = Some(st::duration_string(
-        (to_chrono(&completion) - to_chrono(&started)).num_seconds(),
-    ));
-    next.completion_time = Some(completion);
-    let stopped = next.progress.as_ref().map_or(0, |p| p.stopped);
-    let mut notes = Vec::new();
-    if let Some(m) = &next.message {
-        notes.push(m.clone());
-    }
-    if stopped > 0 {
-        next.phase = RunPhase::Failed;
-        notes.push(format!(
-            "the run deadline passed: {stopped} pods that had not finished were stopped"
-        ));
-    } else {
-        next.phase = RunPhase::Succeeded;
-    }
-    if dropped > 0 {
-        notes.push(format!(
-            "{dropped} more findings are not listed (status size limit)"
-        ));
-    }
-    next.message = (!notes.is_empty()).then(|| notes.join("; "));
-    crate::signals::set_finished_conditions(&mut next, run.metadata.generation, &now());
+    end_status(
+        &mut next,
+        &all_findings,
+        &entries,
+        run.metadata.generation,
+        now(),
+    );
     // The verdict first, the full results after it: the history limits leave a run alone
     // while its `ResultsKept` is False, so its pods stay until they are read.
     let pending = ctx.keeper.unclaimed(&uid, &entries) + ctx.keeper.in_flight(&uid);
@@ -133,6 +90,76 @@ pub(super) async fn finish(
         ctx.keeper.forget(&uid);
     }
     Ok(Action::await_change())
+}
+
+/// Each node's verdict and finding count from the evaluation, and a node that passed its
+/// own check but is blamed by node-pair findings failed (confirmed when its pair tests read
+/// the fault twice); each node's worst finding as its one-line reason.
+fn judge_entries(
+    entries: &mut [NodeRunResult],
+    evaluation: &gpufabric_health::Evaluation,
+    all_findings: &[gpufabric_api::Finding],
+) {
+    let blamed = crate::pairs::phase::blamed(all_findings);
+    let worst = st::worst_finding_per_node(all_findings);
+    for e in entries {
+        if let Some(v) = evaluation.verdicts.get(&e.node) {
+            e.verdict = *v;
+        }
+        if e.verdict == gpufabric_api::run::NodeVerdict::Passed
+            && let Some(blaming) = blamed.get(e.node.as_str())
+        {
+            e.verdict = gpufabric_api::run::NodeVerdict::Failed;
+            e.confirmed = crate::pairs::phase::confirmed_within_run(e, blaming);
+        }
+        e.findings = evaluation.critical_count(&e.node)
+            + blamed.get(e.node.as_str()).map_or(0, |b| b.len() as u32);
+        e.finding = worst.get(e.node.as_str()).map(|f| f.message.clone());
+    }
+}
+
+/// The ended run's status: its findings (as many as fit), counts, nodes, times, phase
+/// (Failed when the deadline stopped pods), message and finished conditions.
+fn end_status(
+    next: &mut FabricTestRunStatus,
+    all_findings: &[gpufabric_api::Finding],
+    entries: &[NodeRunResult],
+    generation: Option<i64>,
+    completion: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) {
+    let (kept, dropped) = st::findings_for_status(all_findings.to_vec());
+    next.finding_count = all_findings.len() as u32;
+    next.findings = kept;
+    st::set_counts(next, entries);
+    next.nodes = st::nodes_for_run_status(entries);
+    let started = next
+        .start_time
+        .clone()
+        .unwrap_or_else(|| completion.clone());
+    next.duration = Some(st::duration_string(
+        (to_chrono(&completion) - to_chrono(&started)).num_seconds(),
+    ));
+    next.completion_time = Some(completion.clone());
+    let stopped = next.progress.as_ref().map_or(0, |p| p.stopped);
+    let mut notes = Vec::new();
+    if let Some(m) = &next.message {
+        notes.push(m.clone());
+    }
+    if stopped > 0 {
+        next.phase = RunPhase::Failed;
+        notes.push(format!(
+            "the run deadline passed: {stopped} pods that had not finished were stopped"
+        ));
+    } else {
+        next.phase = RunPhase::Succeeded;
+    }
+    if dropped > 0 {
+        notes.push(format!(
+            "{dropped} more findings are not listed (status size limit)"
+        ));
+    }
+    next.message = (!notes.is_empty()).then(|| notes.join("; "));
+    crate::signals::set_finished_conditions(next, generation, &completion);
 }
 
 /// Keeps the full results of a judged run that are not kept yet, then sets `ResultsKept`
@@ -266,5 +293,67 @@ fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome) -> NodeInput {
         product_label,
         expected_gpus,
         outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::to_time;
+    use gpufabric_api::run::{NodeVerdict, RunProgress};
+
+    fn node(name: &str, verdict: NodeVerdict) -> NodeRunResult {
+        NodeRunResult {
+            node: name.into(),
+            verdict,
+            ..Default::default()
+        }
+    }
+
+    fn at(secs: i64) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+        to_time(chrono::DateTime::from_timestamp(secs, 0).expect("a time"))
+    }
+
+    #[test]
+    fn an_ended_run_counts_its_nodes_and_takes_its_time_from_the_start() {
+        let mut next = FabricTestRunStatus {
+            start_time: Some(at(1_000)),
+            message: Some("2 nodes waited for GPUs".into()),
+            ..Default::default()
+        };
+        let entries = [
+            node("a", NodeVerdict::Passed),
+            node("b", NodeVerdict::Failed),
+            node("c", NodeVerdict::NotMeasured),
+        ];
+        end_status(&mut next, &[], &entries, Some(3), at(1_125));
+        assert_eq!(next.phase, RunPhase::Succeeded);
+        assert_eq!((next.passed, next.failed, next.not_measured), (1, 1, 1));
+        assert_eq!(next.duration.as_deref(), Some("2m5s"));
+        assert_eq!(next.completion_time, Some(at(1_125)));
+        assert_eq!(next.message.as_deref(), Some("2 nodes waited for GPUs"));
+        assert!(!next.conditions.is_empty(), "finished conditions set");
+    }
+
+    #[test]
+    fn pods_stopped_at_the_deadline_fail_the_run_and_say_so() {
+        let mut next = FabricTestRunStatus {
+            progress: Some(RunProgress {
+                stopped: 2,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        end_status(&mut next, &[], &[], None, at(10));
+        assert_eq!(next.phase, RunPhase::Failed);
+        assert_eq!(
+            next.message.as_deref(),
+            Some("the run deadline passed: 2 pods that had not finished were stopped")
+        );
+        // No start time: the run took no time rather than failing to end.
+        assert_eq!(
+            next.duration.as_deref(),
+            Some(st::duration_string(0).as_str())
+        );
     }
 }
