@@ -402,14 +402,16 @@ pub fn observations(entries: &[NodeRunResult]) -> Vec<PairObservation> {
     )
 }
 
-/// The retests of the confirmation round: each suspect, and each node a finding blames,
-/// with a known-good partner of its own (in name order, as far as known-good nodes go).
-pub fn confirmation_pairs(loc: &Localization) -> Vec<NodePair> {
+/// The retests of the confirmation round: each suspect, each node a finding blames, and
+/// each node in `ports` (a port finding to read again), with a known-good partner of its
+/// own (in name order, as far as known-good nodes go).
+pub fn confirmation_pairs(loc: &Localization, ports: &BTreeSet<String>) -> Vec<NodePair> {
     let retest: BTreeSet<String> = loc
         .suspects
         .iter()
         .cloned()
         .chain(loc.blamed_nodes().into_iter().map(str::to_string))
+        .chain(ports.iter().cloned())
         .collect();
     let partners = loc.known_good.iter().filter(|n| !retest.contains(*n));
     retest
@@ -419,6 +421,28 @@ pub fn confirmation_pairs(loc: &Localization) -> Vec<NodePair> {
             a: a.clone(),
             b: b.clone(),
         })
+        .collect()
+}
+
+/// The nodes whose latest port reading of the run has a Critical finding that only one of
+/// their pair tests read: a retest reads the ports once more, and a second reading of the
+/// same finding confirms it within the run ([`confirmed_within_run`]).
+pub fn unconfirmed_ports(entries: &[NodeRunResult]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|e| {
+            e.pairs
+                .iter()
+                .rev()
+                .find(|r| !r.nic_findings.is_empty())
+                .is_some_and(|r| {
+                    r.nic_readings < 2
+                        && r.nic_findings
+                            .iter()
+                            .any(|f| f.severity == Severity::Critical)
+                })
+        })
+        .map(|e| e.node.clone())
         .collect()
 }
 

@@ -101,7 +101,7 @@ fn open_next_round(run: &FabricTestRun, np: &mut NodePairsStatus, entries: &mut 
     if np.confirmation_round.is_none() {
         let loc =
             gpufabric_health::pairs::localize(&phase::observations(entries), &Default::default());
-        let retests = phase::confirmation_pairs(&loc);
+        let retests = phase::confirmation_pairs(&loc, &phase::unconfirmed_ports(entries));
         if !retests.is_empty() {
             let plan = crate::pairs::RoundPlan {
                 pairing: run.spec.suite.node_pairs.pairing,

@@ -401,7 +401,7 @@ fn slow_node_run() -> Vec<NodeRunResult> {
 fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
     let mut e = slow_node_run();
     let loc = localize(&observations(&e), &PairRules::default());
-    let retests = confirmation_pairs(&loc);
+    let retests = confirmation_pairs(&loc, &unconfirmed_ports(&e));
     assert_eq!(retests.len(), 1, "{retests:?}");
     assert_eq!(retests[0].a, "n3");
     assert!(loc.known_good.contains(&retests[0].b));
@@ -497,6 +497,11 @@ fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_by_a_second_read
     settle(&mut e, &first, &down);
     assert!(confirmed_within_run(&e[1], &[&node]));
     assert!(!confirmed_within_run(&e[1], &[&port]), "one reading");
+    assert_eq!(
+        unconfirmed_ports(&e).into_iter().collect::<Vec<_>>(),
+        vec!["n1".to_string()],
+        "one reading: the confirmation round reads it again"
+    );
     let second = slots(&e, 2)[0];
     settle(&mut e, &second, &down);
     gpufabric_api::shard::bound_pairs(&mut e[1].pairs);
@@ -506,6 +511,7 @@ fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_by_a_second_read
         confirmed_within_run(&e[1], &[&port]),
         "two pair tests read the same port down"
     );
+    assert!(unconfirmed_ports(&e).is_empty(), "read twice: no retest");
     let other_port = Finding {
         subject: Subject::nic("n1", "mlx5_4 port 1"),
         ..port.clone()
@@ -513,6 +519,74 @@ fn a_node_finding_is_confirmed_by_the_retest_and_a_port_finding_by_a_second_read
     assert!(!confirmed_within_run(&e[1], &[&other_port]), "another port");
     assert!(!confirmed_within_run(&e[1], &[]));
     assert!(!confirmed_within_run(&e[0], &[&port]), "n0 read nothing");
+}
+
+#[test]
+fn a_port_read_down_once_is_read_again_in_the_confirmation_round_and_then_confirmed() {
+    let port = Finding::new(
+        FindingKind::NicDown,
+        Subject::nic("n5", "mlx5_3 port 1"),
+        gpufabric_api::Metric::NodePairBusBw,
+        Severity::Critical,
+        "mlx5_3 port 1 is down".into(),
+    );
+    // Eight fast nodes in a ring; n5's port reads down in its round-1 pair test only.
+    let mut e = planned(8);
+    for round in [1, 2] {
+        for s in slots(&e, round) {
+            let mut o = PairOutcome {
+                state: PairState::Measured,
+                busbw: Some(195.0),
+                transport: Some(NetTransport::Ib),
+                ..Default::default()
+            };
+            for (rank, i) in [s.a, s.b].into_iter().enumerate() {
+                if round == 1 && e[i].node == "n5" {
+                    o.nic_findings[rank] = vec![port.clone()];
+                }
+            }
+            settle(&mut e, &s, &o);
+        }
+    }
+    let n5 = e.iter().position(|x| x.node == "n5").expect("n5");
+    assert!(!confirmed_within_run(&e[n5], &[&port]), "one reading");
+    let loc = localize(&observations(&e), &PairRules::default());
+    assert!(loc.suspects.is_empty(), "{loc:#?}");
+    let retests = confirmation_pairs(&loc, &unconfirmed_ports(&e));
+    assert_eq!(retests.len(), 1, "{retests:?}");
+    assert_eq!(retests[0].a, "n5");
+    assert!(loc.known_good.contains(&retests[0].b) && retests[0].b != "n5");
+
+    let plan = RoundPlan {
+        pairing: Pairing::Ring,
+        seed: 0,
+        rounds: vec![crate::pairs::Round {
+            set: crate::pairs::PairSet::Within,
+            pairs: retests,
+        }],
+    };
+    assert_eq!(write_plan(&mut e, &plan, 3, true), 1);
+    let s = slots(&e, 3)[0];
+    let rank = if e[s.a].node == "n5" { 0 } else { 1 };
+    let mut o = PairOutcome {
+        state: PairState::Measured,
+        busbw: Some(194.0),
+        transport: Some(NetTransport::Ib),
+        ..Default::default()
+    };
+    o.nic_findings[rank] = vec![port.clone()];
+    settle(&mut e, &s, &o);
+    assert!(
+        confirmed_within_run(&e[n5], &[&port]),
+        "read down again: {:#?}",
+        e[n5].pairs
+    );
+    assert!(unconfirmed_ports(&e).is_empty());
+    let found = findings(&e, &PairRules::default());
+    assert_eq!(
+        blamed(&found).keys().copied().collect::<Vec<_>>(),
+        vec!["n5"]
+    );
 }
 
 /// Eight up ports; `mlx5_2` has `symbol_errors` symbol errors.
