@@ -18,7 +18,6 @@ use gpufabric_api::suite::DdpProbe;
 use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
 use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
 use gpufabric_measure::{CheckError, rfc3339};
-use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Exit code when the probe could not be measured (a rank that never arrived).
@@ -386,12 +385,6 @@ fn not_measured(
 /// The table on stdout, the document as the last stdout line, in the termination message
 /// and (pretty) in `--json`.
 fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let line = serde_json::to_string(doc).context("serialising the ddp-nodes document")?;
-    crate::output::write_termination(&doc.termination_text());
-    if let Some(path) = json {
-        let pretty = serde_json::to_string_pretty(doc).context("serialising")?;
-        std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;
-    }
     let mut text = format!(
         "# multi-node DDP probe  {} nodes x {} GPUs  rank {}  MLP {} x {}, batch {} per GPU\n",
         doc.nodes.len(),
@@ -427,10 +420,5 @@ fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<
     if let Some(nm) = &doc.not_measured {
         text.push_str(&format!("# not measured: {}\n", nm.message));
     }
-    text.push_str(&line);
-    text.push('\n');
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    crate::output::emit_rank(doc, Some(&doc.termination_text()), json, text)
 }

@@ -7,7 +7,6 @@ use crate::args::{
     parse_size,
 };
 use crate::output::progress;
-use anyhow::Context;
 use clap::Args;
 use gpufabric_api::keys;
 use gpufabric_api::pair::{NodePairResult, NotMeasured, PAIR_SCHEMA};
@@ -17,7 +16,6 @@ use gpufabric_measure::pairs::{DEFAULT_COLLECTIVES, PairOptions};
 use gpufabric_measure::rendezvous::{self, Config, RendezvousError};
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, rfc3339};
-use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -334,12 +332,6 @@ fn not_measured(
 /// The table on stdout, the document as the last stdout line, in the termination message
 /// and (pretty) in `--json`.
 fn emit(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let line = serde_json::to_string(doc).context("serialising the node-pair document")?;
-    crate::output::write_termination(&line);
-    if let Some(path) = json {
-        let pretty = serde_json::to_string_pretty(doc).context("serialising")?;
-        std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;
-    }
     let mut text = String::new();
     text.push_str(&format!(
         "# node pair {} <-> {}  rank {}  {} GPUs each  transport {}  NICs used {}\n",
@@ -367,12 +359,7 @@ fn emit(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<
     if let Some(nm) = &doc.not_measured {
         text.push_str(&format!("# not measured: {}\n", nm.message));
     }
-    text.push_str(&line);
-    text.push('\n');
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing to stdout")
+    crate::output::emit_rank(doc, None, json, text)
 }
 
 #[cfg(test)]

@@ -193,3 +193,25 @@ pub fn emit(
     }
     Ok(())
 }
+
+/// A rank's document (node-pair, ddp-nodes): `termination` (or the document's line) to the
+/// termination message, the document pretty to `json`, then `table` and the document as
+/// the last line on stdout.
+pub fn emit_rank<T: serde::Serialize>(
+    doc: &T,
+    termination: Option<&str>,
+    json: Option<&Path>,
+    table: String,
+) -> anyhow::Result<()> {
+    let line = serde_json::to_string(doc).context("serialising the document")?;
+    write_termination(termination.unwrap_or(&line));
+    if let Some(path) = json {
+        let pretty = serde_json::to_string_pretty(doc).context("serialising the document")?;
+        std::fs::write(path, pretty).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let text = format!("{table}{line}\n");
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing to stdout")
+}
