@@ -189,7 +189,8 @@ check() { # name, env settings..., then -- and agent flags
   local t0; t0=$(now)
   env "${envs[@]}" NCCL_NVLS_ENABLE=0 timeout 300 "$AGENT" node-check --no-ddp --verdict -f 8 "$@" \
     --json "$OUT/$name.json" > "$OUT/$name.verdict" 2> "$OUT/$name.log"
-  echo "rc=$? (3: the verdict failed the node) wall $(since "$t0") s"
+  local rc=$?
+  echo "rc=$rc$([ $rc = 3 ] && echo ' (the verdict failed the node)') wall $(since "$t0") s"
   grep -E 'all_reduce +1073741824|pair [0-9] -> [0-9]' "$OUT/$name.log" | head -14
   grep -E '^# Verdict|^#  ' "$OUT/$name.verdict"
 }
