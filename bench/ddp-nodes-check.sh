@@ -36,12 +36,8 @@ STEPS=10; WARMUP=3
 OUT=${OUT:-$PWD/ddp-nodes-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/ddp-nodes-check.log") 2>&1
-AGENT=$PWD/.device/fabric-agent
-NETNS="bash $PWD/.device/netns-nodes.sh"
-export DEBS=$PWD/.device/debs
 . "$(dirname "$0")/lib.sh"
-wheel_libs
-SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+netns_setup
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 NGPU=$(nvidia-smi -L | wc -l)

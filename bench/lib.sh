@@ -20,3 +20,14 @@ wheel_libs() {
   done
   export LD_LIBRARY_PATH=$LIBS:${LD_LIBRARY_PATH:-}
 }
+
+# netns_setup: what the emulated-node scripts share (ddp-nodes-check.sh, node-pair-check.sh):
+# the agent, netns-nodes.sh and its Debian packages from .device, the wheels' libraries, and a
+# run-scoped rendezvous secret in $SECRET.
+netns_setup() {
+  AGENT=$PWD/.device/fabric-agent
+  NETNS="bash $PWD/.device/netns-nodes.sh"
+  export DEBS=$PWD/.device/debs
+  wheel_libs
+  SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+}

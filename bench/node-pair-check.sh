@@ -34,14 +34,9 @@ ROUNDS=${2:-3}
 OUT=${OUT:-$PWD/node-pair-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/node-pair-check.log") 2>&1
-AGENT=$PWD/.device/fabric-agent
-NETNS="bash $PWD/.device/netns-nodes.sh"
-export DEBS=$PWD/.device/debs
-
 . "$(dirname "$0")/lib.sh"
-wheel_libs
+netns_setup
 bytes=$(python3 -c "import sys;s='$SIZE';m={'K':1<<10,'M':1<<20,'G':1<<30};print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))")
-SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 
 banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
