@@ -3,6 +3,9 @@
 //! missing Secret, busy GPUs, an eviction, someone's maintenance taint) leave every node untouched in
 //! every quarantine mode, and the reason is in the status.
 //!
+//! The tests share the binary's control plane: each has its own operator, namespace and
+//! prefixed, labelled nodes, and its FabricTests select only those nodes.
+//!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test outcomes`.
 
@@ -26,9 +29,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const NS: &str = "gpu-outcomes";
-
-/// One cluster at a time: the machine has few cores.
+/// One operator and its agents at a time: the machine has few cores.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const MODES: [&str; 4] = ["Observe", "Label", "Cordon", "Taint"];
@@ -51,10 +52,10 @@ fn fleet_per_mode() -> Fleet {
     f
 }
 
-/// Every node name of [`fleet_per_mode`].
-fn all_mode_nodes() -> Vec<String> {
+/// Every node name of [`fleet_per_mode`], as `env` registered them.
+fn all_mode_nodes(env: &OperatorEnv) -> Vec<String> {
     (1..=3 * MODES.len())
-        .map(|i| format!("gpu-{i:02}"))
+        .map(|i| env.node(&format!("gpu-{i:02}")))
         .collect()
 }
 
@@ -69,9 +70,14 @@ where
 
 /// A small suite on the sim backend that acts on the first bad result: one failure is
 /// enough to quarantine, no confirmation run, every node may be held.
-fn spec(mode: &str, agent: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+fn spec(
+    env: &OperatorEnv,
+    mode: &str,
+    agent: serde_json::Value,
+    extra: serde_json::Value,
+) -> serde_json::Value {
     let mut spec = json!({
-        "nodeSelector": {"pool": "training"},
+        "nodeSelector": env.node_selector(),
         "suite": {
             "ncclSweep": {"collectives": ["allReduce"]},
             "ddpProbe": {"hidden": 256, "layers": 2, "batchPerGpu": 8, "warmupSteps": 1, "steps": 2}
@@ -132,15 +138,15 @@ async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {
     runs
 }
 
+/// Every node of the test's fleet, by name: all the nodes its operator could change.
 async fn nodes(env: &OperatorEnv) -> BTreeMap<String, Node> {
     let api: Api<Node> = Api::all(env.cluster.client());
-    api.list(&ListParams::default())
-        .await
-        .expect("nodes listed")
-        .items
-        .into_iter()
-        .map(|n| (n.name_any(), n))
-        .collect()
+    let mut out = BTreeMap::new();
+    for name in env.fleet.node_names() {
+        let n = api.get(&name).await.expect("node");
+        out.insert(name, n);
+    }
+    out
 }
 
 /// Asserts that gpufabric changed nothing on any node: no cordon, taint, label or record.
@@ -196,7 +202,7 @@ async fn check_spared(
     want: &Expect,
 ) {
     let name = format!("{cause}-{}", mode.to_lowercase());
-    let mut spec = spec(mode, agent, extra);
+    let mut spec = spec(env, mode, agent, extra);
     spec["nodeSelector"][MODE_LABEL] = json!(mode.to_lowercase());
     let tests = env.create_test(&name, spec).await;
     let status = wait_folded(env, &tests, &name).await;
@@ -278,7 +284,7 @@ async fn check_spared(
     assert!(events[0].1.contains(&pattern), "{context}: {events:?}");
 
     // No pod of the run still holds a node's GPUs: each is gone or has ended.
-    let pods: Api<Pod> = Api::namespaced(env.cluster.client(), NS);
+    let pods: Api<Pod> = env.pods_api();
     let selector = format!("{}={}", gpufabric_api::keys::LABEL_RUN, runs[0].name_any());
     wait::poll(
         "blocked pods stopped",
@@ -311,7 +317,7 @@ fn holds_gpus(p: &Pod) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
+    let env = OperatorEnv::shared(fleet_per_mode(), "secret").await;
     let want = Expect {
         reason: NotMeasuredReason::ContainerConfig,
         label: "CreateContainerConfigError",
@@ -333,7 +339,7 @@ async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
+    let env = OperatorEnv::shared(fleet_per_mode(), "image").await;
     let mut agent = sim_agent(20);
     agent["image"] = json!(fixtures::MISSING_IMAGE);
     let want = Expect {
@@ -350,11 +356,11 @@ async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
+    let env = OperatorEnv::shared(fleet_per_mode(), "busy").await;
     // A training job holds every GPU of every node; the tests opt in to busy nodes, so
     // their pods reach the kubelet, which refuses them.
-    for node in all_mode_nodes() {
-        fixtures::hold_gpus(&env.cluster.client(), NS, &node, 8)
+    for node in all_mode_nodes(&env) {
+        fixtures::hold_gpus(&env.cluster.client(), &env.ns, &node, 8)
             .await
             .expect("GPUs held");
     }
@@ -379,8 +385,8 @@ async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_never_start_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet_per_mode(), NS).await;
-    for node in all_mode_nodes() {
+    let env = OperatorEnv::shared(fleet_per_mode(), "stalled").await;
+    for node in all_mode_nodes(&env) {
         env.kubelet
             .set_node_stalled(&node, true)
             .await
@@ -412,11 +418,11 @@ async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     // Exit 11: the image's CUDA, NCCL or NVML does not load on this driver. The image is at
     // fault, not the nodes.
-    let env = OperatorEnv::start(
+    let env = OperatorEnv::shared(
         fleet_all(Fault::Crash {
             exit_code: Some(11),
         }),
-        NS,
+        "incompatible",
     )
     .await;
     let want = Expect {
@@ -434,7 +440,7 @@ async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
 async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     // Every agent exits 0 with a truncated document: an agent bug, not the nodes.
-    let env = OperatorEnv::start(fleet_all(Fault::Garbage), NS).await;
+    let env = OperatorEnv::shared(fleet_all(Fault::Garbage), "garbage").await;
     let want = Expect {
         reason: NotMeasuredReason::AgentBug,
         label: "AgentBug",
@@ -446,12 +452,12 @@ async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
     .await;
 }
 
-/// A pod of someone else's that holds `gpus` GPUs of `node` (bound there, sleeping).
-fn gpu_holder(node: &str, gpus: u32) -> Pod {
+/// A pod of someone else's in `ns` that holds `gpus` GPUs of `node` (bound there, sleeping).
+fn gpu_holder(ns: &str, node: &str, gpus: u32) -> Pod {
     serde_json::from_value(json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": format!("training-{node}"), "namespace": NS},
+        "metadata": {"name": format!("training-{node}"), "namespace": ns},
         "spec": {
             "nodeName": node,
             "restartPolicy": "Never",
@@ -469,7 +475,8 @@ fn gpu_holder(node: &str, gpus: u32) -> Pod {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(3), NS).await;
+    let env = OperatorEnv::shared(fleet(3), "skipped").await;
+    let (n1, n2, n3) = (env.node("gpu-01"), env.node("gpu-02"), env.node("gpu-03"));
     let client = env.cluster.client();
     // gpu-01: under someone's maintenance. gpu-02: a training job holds half its GPUs.
     let node_api: Api<Node> = Api::all(client.clone());
@@ -477,22 +484,22 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
         {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
     ]}});
     node_api
-        .patch("gpu-01", &PatchParams::default(), &Patch::Merge(&taint))
+        .patch(&n1, &PatchParams::default(), &Patch::Merge(&taint))
         .await
         .expect("taint gpu-01");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 4))
+    let pods: Api<Pod> = env.pods_api();
+    pods.create(&PostParams::default(), &gpu_holder(&env.ns, &n2, 4))
         .await
         .expect("holder pod");
 
     let tests = env
-        .create_test("idle", spec("Cordon", sim_agent(30), json!({})))
+        .create_test("idle", spec(&env, "Cordon", sim_agent(30), json!({})))
         .await;
     wait_folded(&env, &tests, "idle").await;
     let runs = runs_of(&env, "idle").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
-    assert_eq!(tested, ["gpu-03"], "{run:#?}");
+    assert_eq!(tested, [n3.as_str()], "{run:#?}");
     assert_eq!(run.nodes[0].verdict, NodeVerdict::Passed, "{run:#?}");
     let skipped: Vec<(&str, SkipReason)> = run
         .skipped
@@ -502,8 +509,8 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     assert_eq!(
         skipped,
         [
-            ("gpu-01", SkipReason::Tainted),
-            ("gpu-02", SkipReason::Busy)
+            (n1.as_str(), SkipReason::Tainted),
+            (n2.as_str(), SkipReason::Busy)
         ]
     );
     assert!(
@@ -519,7 +526,7 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     let all = nodes(&env).await;
     assert_untouched(&all, "idle");
     // The maintenance taint is still the administrator's alone.
-    let taints = all["gpu-01"]
+    let taints = all[&n1]
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
@@ -530,24 +537,30 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
     let tests = env
         .create_test(
             "busy-too",
-            spec("Observe", sim_agent(30), json!({"includeBusyNodes": true})),
+            spec(
+                &env,
+                "Observe",
+                sim_agent(30),
+                json!({"includeBusyNodes": true}),
+            ),
         )
         .await;
     wait_folded(&env, &tests, "busy-too").await;
     let runs = runs_of(&env, "busy-too").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
-    assert_eq!(tested, ["gpu-02", "gpu-03"], "{run:#?}");
+    assert_eq!(tested, [n2.as_str(), n3.as_str()], "{run:#?}");
     assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_over() {
     let _serial = SERIAL.lock().await;
-    let env = OperatorEnv::start(fleet(2), NS).await;
-    let client = env.cluster.client();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 4))
+    let env = OperatorEnv::shared(fleet(2), "wait").await;
+    let (n1, n2) = (env.node("gpu-01"), env.node("gpu-02"));
+    let holder = format!("training-{n2}");
+    let pods: Api<Pod> = env.pods_api();
+    pods.create(&PostParams::default(), &gpu_holder(&env.ns, &n2, 4))
         .await
         .expect("holder pod");
 
@@ -556,6 +569,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         .create_test(
             "patient",
             spec(
+                &env,
                 "Cordon",
                 sim_agent(30),
                 json!({"waitForBusyNodesSeconds": 300}),
@@ -572,7 +586,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
             Ok(runs.into_iter().find_map(|r| {
                 let s = r.status.clone()?;
                 let waiting = s.phase == gpufabric_api::run::RunPhase::Pending
-                    && s.message.as_deref().is_some_and(|m| m.contains("gpu-02"));
+                    && s.message.as_deref().is_some_and(|m| m.contains(&n2));
                 waiting.then_some(r)
             }))
         },
@@ -594,7 +608,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         .await
         .expect("pods listed");
     assert!(bench.items.is_empty(), "no benchmark pod while waiting");
-    pods.delete("training-gpu-02", &Default::default())
+    pods.delete(&holder, &Default::default())
         .await
         .expect("the training pod ends");
     wait_folded(&env, &tests, "patient").await;
@@ -608,8 +622,8 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
     assert_eq!(
         tested,
         [
-            ("gpu-01", NodeVerdict::Passed),
-            ("gpu-02", NodeVerdict::Passed)
+            (n1.as_str(), NodeVerdict::Passed),
+            (n2.as_str(), NodeVerdict::Passed)
         ],
         "{run:#?}"
     );
@@ -617,18 +631,17 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
 
     // A wait that ends while the node is still busy: the run starts without it, which is
     // skipped with the reason, and nothing is done to it.
-    wait::for_object(&pods, "training-gpu-02", Duration::from_secs(60), |p| {
-        p.is_none()
-    })
-    .await
-    .expect("the training pod is gone");
-    pods.create(&PostParams::default(), &gpu_holder("gpu-02", 2))
+    wait::for_object(&pods, &holder, Duration::from_secs(60), |p| p.is_none())
+        .await
+        .expect("the training pod is gone");
+    pods.create(&PostParams::default(), &gpu_holder(&env.ns, &n2, 2))
         .await
         .expect("holder pod again");
     let tests = env
         .create_test(
             "short-wait",
             spec(
+                &env,
                 "Cordon",
                 sim_agent(30),
                 json!({"waitForBusyNodesSeconds": 4}),
@@ -639,7 +652,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
     let runs = runs_of(&env, "short-wait").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
-    assert_eq!(tested, ["gpu-01"], "{run:#?}");
+    assert_eq!(tested, [n1.as_str()], "{run:#?}");
     assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
     assert_eq!(run.skipped[0].reason, SkipReason::Busy);
     assert!(
@@ -686,7 +699,7 @@ async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Evicti
             let pod = p.name_any();
             if running && !evicted.contains(&pod) {
                 env.kubelet
-                    .evict_pod(NS, &pod, how)
+                    .evict_pod(&env.ns, &pod, how)
                     .expect("the kubelet runs the pod");
                 evicted.insert(pod);
             }
@@ -700,7 +713,7 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
     let _serial = SERIAL.lock().await;
     // Every agent blocks in its health phase until it is stopped: each pod is still running
     // when the kubelet evicts it.
-    let env = OperatorEnv::start(hung_fleet(), NS).await;
+    let env = OperatorEnv::shared(hung_fleet(), "evicted").await;
     let want = Expect {
         reason: NotMeasuredReason::Evicted,
         label: "Evicted",
@@ -721,7 +734,7 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
 async fn preempted_benchmark_pods_cordon_nothing() {
     let _serial = SERIAL.lock().await;
     // As above, but the kubelet preempts each running pod to admit a critical one.
-    let env = OperatorEnv::start(hung_fleet(), NS).await;
+    let env = OperatorEnv::shared(hung_fleet(), "preempted").await;
     let want = Expect {
         reason: NotMeasuredReason::Preempted,
         label: "Preempted",
