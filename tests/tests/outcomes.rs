@@ -3,8 +3,9 @@
 //! missing Secret, busy GPUs, an eviction, someone's maintenance taint) leave every node untouched in
 //! every quarantine mode, and the reason is in the status.
 //!
-//! The tests share the binary's control plane: each has its own operator, namespace and
-//! prefixed, labelled nodes, and its FabricTests select only those nodes.
+//! The tests share the binary's control plane and run in parallel: each has its own
+//! operator, namespace and prefixed, labelled nodes, and its FabricTests select only those
+//! nodes.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test outcomes`.
@@ -28,9 +29,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// One operator and its agents at a time: the machine has few cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const MODES: [&str; 4] = ["Observe", "Label", "Cordon", "Taint"];
 
@@ -316,7 +314,6 @@ fn holds_gpus(p: &Pod) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet_per_mode(), "secret").await;
     let want = Expect {
         reason: NotMeasuredReason::ContainerConfig,
@@ -338,7 +335,6 @@ async fn a_missing_secret_on_every_node_cordons_nothing_in_any_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet_per_mode(), "image").await;
     let mut agent = sim_agent(20);
     agent["image"] = json!(fixtures::MISSING_IMAGE);
@@ -355,7 +351,6 @@ async fn an_image_that_cannot_be_pulled_cordons_nothing_in_any_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet_per_mode(), "busy").await;
     // A training job holds every GPU of every node; the tests opt in to busy nodes, so
     // their pods reach the kubelet, which refuses them.
@@ -384,7 +379,6 @@ async fn pods_refused_for_busy_gpus_cordon_nothing_in_any_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_that_never_start_cordon_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet_per_mode(), "stalled").await;
     for node in all_mode_nodes(&env) {
         env.kubelet
@@ -415,7 +409,6 @@ fn fleet_all(fault: Fault) -> Fleet {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     // Exit 11: the image's CUDA, NCCL or NVML does not load on this driver. The image is at
     // fault, not the nodes.
     let env = OperatorEnv::shared(
@@ -438,7 +431,6 @@ async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     // Every agent exits 0 with a truncated document: an agent bug, not the nodes.
     let env = OperatorEnv::shared(fleet_all(Fault::Garbage), "garbage").await;
     let want = Expect {
@@ -474,7 +466,6 @@ fn gpu_holder(ns: &str, node: &str, gpus: u32) -> Pod {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet(3), "skipped").await;
     let (n1, n2, n3) = (env.node("gpu-01"), env.node("gpu-02"), env.node("gpu-03"));
     let client = env.cluster.client();
@@ -555,7 +546,6 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_over() {
-    let _serial = SERIAL.lock().await;
     let env = OperatorEnv::shared(fleet(2), "wait").await;
     let (n1, n2) = (env.node("gpu-01"), env.node("gpu-02"));
     let holder = format!("training-{n2}");
@@ -710,7 +700,6 @@ async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Evicti
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
-    let _serial = SERIAL.lock().await;
     // Every agent blocks in its health phase until it is stopped: each pod is still running
     // when the kubelet evicts it.
     let env = OperatorEnv::shared(hung_fleet(), "evicted").await;
@@ -732,7 +721,6 @@ async fn evicted_benchmark_pods_cordon_nothing_in_any_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preempted_benchmark_pods_cordon_nothing() {
-    let _serial = SERIAL.lock().await;
     // As above, but the kubelet preempts each running pod to admit a critical one.
     let env = OperatorEnv::shared(hung_fleet(), "preempted").await;
     let want = Expect {
