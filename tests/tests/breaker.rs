@@ -4,6 +4,10 @@
 //! reset closes it; it survives the operator being killed; the cluster-wide cap holds over
 //! two FabricTests.
 //!
+//! The tests run in parallel. All but the percent cap share the binary's control plane,
+//! each with its own operator, namespace and prefixed, labelled nodes; the count cap counts
+//! every node gpufabric holds in the cluster, and the other shared tests hold none.
+//!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test breaker`.
 
@@ -23,9 +27,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// One operator environment at a time: the machine has few cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `n` nodes; those whose index is in `failing` have a straggler GPU, which the default
 /// suite measures and fails.
@@ -198,7 +199,6 @@ async fn wait_breaker_metric(env: &OperatorEnv, name: &str, want: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_storm_opens_the_breaker_touches_no_node_and_only_a_reset_closes_it() {
-    let _serial = SERIAL.lock().await;
     // Every node fails: an agent image that measures garbage looks like this.
     let env = OperatorEnv::shared(fleet(4, &[0, 1, 2, 3]), "storm").await;
     let before = node_views(&env).await;
@@ -281,7 +281,6 @@ async fn a_storm_opens_the_breaker_touches_no_node_and_only_a_reset_closes_it() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_stays_open_when_the_operator_is_killed_and_started_again() {
-    let _serial = SERIAL.lock().await;
     let mut env = OperatorEnv::shared(fleet(4, &[0, 1, 2, 3]), "restart").await;
     let tests = env.create_test("restart", spec(&env, "Cordon", None)).await;
     let t = wait_status(&env, &tests, "restart", "the breaker opens", |_, s| {
@@ -344,7 +343,6 @@ async fn the_breaker_stays_open_when_the_operator_is_killed_and_started_again() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_cap_refuses_a_node_beyond_it_across_two_fabric_tests() {
-    let _serial = SERIAL.lock().await;
     // gpu-02 and gpu-04 fail; each test sees one failing node of two (no storm).
     let env =
         OperatorEnv::shared_with(fleet(4, &[1, 3]), "cap", &["--max-quarantined-nodes", "1"]).await;
@@ -415,7 +413,6 @@ async fn the_cluster_cap_refuses_a_node_beyond_it_across_two_fabric_tests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_percent_cap_counts_the_clusters_gpu_nodes_and_holds_the_rest_back() {
-    let _serial = SERIAL.lock().await;
     // Ten GPU nodes, four failing (40%: below the storm share), a cap of 20%: two nodes.
     let env = OperatorEnv::start_own(
         fleet(10, &[1, 3, 5, 7]),
