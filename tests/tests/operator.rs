@@ -3,6 +3,10 @@
 //! crashes and hangs are reported as such, a restarted operator resumes, and the history
 //! limits clean up. The operator runs as the real `fabric-operator` binary.
 //!
+//! The tests share the binary's control plane and run in parallel: each has its own
+//! operator, namespace and prefixed, labelled nodes, and its FabricTests select only those
+//! nodes.
+//!
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`.
 
 use gpufabric_api::keys;
@@ -17,9 +21,6 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
-
-/// One operator and its agents at a time: the machine has few cores.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 type Env = OperatorEnv;
 
@@ -149,7 +150,6 @@ fn fleet_with_last_hung(n: usize) -> Fleet {
 
 #[tokio::test]
 async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
-    let _serial = SERIAL.lock().await;
     let mut f = fleet(3);
     f.nodes[2].faults.push(Fault::Crash { exit_code: None });
     let env = setup(f).await;
@@ -312,7 +312,6 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
 
 #[tokio::test]
 async fn invalid_spec_is_reported_and_starts_no_run() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet(1)).await;
     // The CRD schema cannot see that 30 February never comes, nor an unknown time zone.
     let tests = env
@@ -372,7 +371,6 @@ async fn run_with_hung_node(
 
 #[tokio::test]
 async fn a_hanging_agent_times_out_at_the_pod_deadline() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet_with_last_hung(2)).await;
     let started = Instant::now();
     let (status, reason) = run_with_hung_node(&env, "hang", Duration::from_secs(90)).await;
@@ -400,7 +398,6 @@ async fn a_hanging_agent_times_out_at_the_pod_deadline() {
 
 #[tokio::test]
 async fn an_agent_still_running_at_the_run_deadline_is_named_with_its_phase_from_the_log() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet_with_last_hung(2)).await;
     // gpu-02's kubelet lost track of pod deadlines: only the run deadline (the agent timeout
     // plus the operator's margin) stops its hung agent, whose termination message is
@@ -420,7 +417,6 @@ async fn an_agent_still_running_at_the_run_deadline_is_named_with_its_phase_from
 
 #[tokio::test]
 async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_results() {
-    let _serial = SERIAL.lock().await;
     // One node hangs until its 10 s deadline, so the run is still going when the operator dies.
     let mut env = setup(fleet_with_last_hung(12)).await;
     env.create_test("restart", test_spec(&env, json!({"agent": sim_agent(10)})))
@@ -479,7 +475,6 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
 
 #[tokio::test]
 async fn history_limits_delete_old_runs_and_their_pods() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet(2)).await;
     let tests = env
         .create_test(
@@ -564,7 +559,6 @@ async fn history_limits_delete_old_runs_and_their_pods() {
 
 #[tokio::test]
 async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet_with_last_hung(2)).await;
     // Every minute; each run lasts ~70 s (one node hangs to its deadline), so the next
     // minute comes while a run is active.
@@ -642,7 +636,6 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
 
 #[tokio::test]
 async fn replace_deletes_the_active_run_for_the_new_one() {
-    let _serial = SERIAL.lock().await;
     let env = setup(fleet_with_last_hung(1)).await;
     let tests = env
         .create_test(
@@ -680,7 +673,6 @@ async fn replace_deletes_the_active_run_for_the_new_one() {
 
 #[tokio::test]
 async fn only_the_leader_acts_and_a_follower_takes_over_when_it_dies() {
-    let _serial = SERIAL.lock().await;
     let mut env = setup(fleet(1)).await;
     env.operator.kill();
     let mut lease_args = env.operator_args();
