@@ -67,11 +67,12 @@ async fn pods_of(env: &Env, run: &str) -> Vec<Pod> {
         .items
 }
 
-/// The Events about the FabricTest `test` and its runs (cluster-scoped objects: their
-/// Events are in "default", beside those of other tests on the shared control plane).
+/// The Events about the FabricTest `test` and its runs (`<test>-<suffix>`): cluster-scoped
+/// objects, whose Events are in "default" beside those of the tests running alongside.
 async fn events_about(env: &Env, test: &str) -> Vec<k8s_openapi::api::events::v1::Event> {
     let api: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(env.cluster.client(), "default");
+    let run_prefix = format!("{test}-");
     api.list(&ListParams::default())
         .await
         .expect("events")
@@ -79,8 +80,12 @@ async fn events_about(env: &Env, test: &str) -> Vec<k8s_openapi::api::events::v1
         .into_iter()
         .filter(|e| {
             e.regarding.as_ref().is_some_and(|r| {
-                matches!(r.kind.as_deref(), Some("FabricTest" | "FabricTestRun"))
-                    && r.name.as_deref().is_some_and(|n| n.starts_with(test))
+                let name = r.name.as_deref().unwrap_or_default();
+                match r.kind.as_deref() {
+                    Some("FabricTest") => name == test,
+                    Some("FabricTestRun") => name.starts_with(&run_prefix),
+                    _ => false,
+                }
             })
         })
         .collect()
