@@ -379,6 +379,21 @@ fn pair_pods_are_read_from_their_status() {
     );
 }
 
+/// Writes `retests` as the confirmation round (round 3, after a ring's two) and returns
+/// its one slot.
+fn retest_round(e: &mut [NodeRunResult], retests: Vec<crate::pairs::NodePair>) -> Slot {
+    let plan = RoundPlan {
+        pairing: Pairing::Ring,
+        seed: 0,
+        rounds: vec![crate::pairs::Round {
+            set: crate::pairs::PairSet::Within,
+            pairs: retests,
+        }],
+    };
+    assert_eq!(write_plan(e, &plan, 3, true), 1);
+    slots(e, 3)[0]
+}
+
 /// Eight nodes in a ring (two rounds), n3 slow with both partners.
 fn slow_node_run() -> Vec<NodeRunResult> {
     let mut e = planned(8);
@@ -411,16 +426,7 @@ fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
     assert!(blamed(&before).is_empty(), "{before:#?}");
     assert!(before.iter().any(|f| f.subject == Subject::node("n3")));
 
-    let plan = RoundPlan {
-        pairing: Pairing::Ring,
-        seed: 0,
-        rounds: vec![crate::pairs::Round {
-            set: crate::pairs::PairSet::Within,
-            pairs: retests,
-        }],
-    };
-    assert_eq!(write_plan(&mut e, &plan, 3, true), 1);
-    let s = slots(&e, 3)[0];
+    let s = retest_round(&mut e, retests);
     let o = PairOutcome {
         state: PairState::Measured,
         busbw: Some(41.0),
@@ -557,16 +563,7 @@ fn a_port_read_down_once_is_read_again_in_the_confirmation_round_and_then_confir
     assert_eq!(retests[0].a, "n5");
     assert!(loc.known_good.contains(&retests[0].b) && retests[0].b != "n5");
 
-    let plan = RoundPlan {
-        pairing: Pairing::Ring,
-        seed: 0,
-        rounds: vec![crate::pairs::Round {
-            set: crate::pairs::PairSet::Within,
-            pairs: retests,
-        }],
-    };
-    assert_eq!(write_plan(&mut e, &plan, 3, true), 1);
-    let s = slots(&e, 3)[0];
+    let s = retest_round(&mut e, retests);
     let rank = if e[s.a].node == "n5" { 0 } else { 1 };
     let mut o = PairOutcome {
         state: PairState::Measured,
