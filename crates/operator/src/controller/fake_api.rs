@@ -93,6 +93,29 @@ pub fn status(code: u16, reason: &str) -> Value {
     })
 }
 
+/// The answers to a list of `kind` (e.g. `PodList`) read page by page from `path`: page i
+/// holds `pages[i]` and continues with `tokens[i]`, the last page with none. Checked by
+/// [`Transcript::assert_paged`] with the same tokens.
+pub fn paged_list(
+    path: &str,
+    api_version: &str,
+    kind: &str,
+    pages: Vec<Vec<Value>>,
+    tokens: &[&str],
+) -> Vec<Expect> {
+    assert_eq!(pages.len(), tokens.len() + 1, "one token between two pages");
+    pages
+        .into_iter()
+        .enumerate()
+        .map(|(i, items)| {
+            let next = tokens.get(i).copied().unwrap_or("");
+            let body = json!({"apiVersion": api_version, "kind": kind,
+                "metadata": {"resourceVersion": "7", "continue": next}, "items": items});
+            Expect::new(Method::GET, path, StatusCode::OK, body)
+        })
+        .collect()
+}
+
 /// A client whose requests `serve` answers.
 pub fn client() -> (Client, Handle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();

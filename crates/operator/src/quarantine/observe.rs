@@ -252,9 +252,9 @@ mod tests {
         .to_string()
     }
 
-    /// A page of node metadata as the API server lists it, managed fields and all.
-    fn page(nodes: &[(&str, Option<String>)], next: Option<&str>) -> serde_json::Value {
-        let items: Vec<serde_json::Value> = nodes
+    /// Node metadata as the API server lists it, managed fields and all.
+    fn nodes(nodes: &[(&str, Option<String>)]) -> Vec<serde_json::Value> {
+        nodes
             .iter()
             .map(|(name, rec)| {
                 let annotations = rec
@@ -268,12 +268,7 @@ mod tests {
                             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]}
                 })
             })
-            .collect();
-        json!({
-            "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-            "metadata": {"resourceVersion": "9", "continue": next.unwrap_or("")},
-            "items": items,
-        })
+            .collect()
     }
 
     #[tokio::test]
@@ -281,27 +276,20 @@ mod tests {
         let (client, handle) = fake_api::client();
         let server = fake_api::serve(
             handle,
-            vec![
-                Expect::new(
-                    Method::GET,
-                    "/api/v1/nodes",
-                    StatusCode::OK,
-                    page(&[("a", Some(record("t"))), ("b", None)], Some("next-page")),
-                ),
-                Expect::new(
-                    Method::GET,
-                    "/api/v1/nodes",
-                    StatusCode::OK,
-                    page(
-                        &[
-                            ("c", Some(record("other"))),
-                            ("d", Some("not json".into())),
-                            ("e", Some(record("ns/t"))),
-                        ],
-                        None,
-                    ),
-                ),
-            ],
+            fake_api::paged_list(
+                "/api/v1/nodes",
+                "meta.k8s.io/v1",
+                "PartialObjectMetadataList",
+                vec![
+                    nodes(&[("a", Some(record("t"))), ("b", None)]),
+                    nodes(&[
+                        ("c", Some(record("other"))),
+                        ("d", Some("not json".into())),
+                        ("e", Some(record("ns/t"))),
+                    ]),
+                ],
+                &["next-page"],
+            ),
         );
         let test: FabricTest = serde_json::from_value(json!({
             "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",

@@ -421,32 +421,22 @@ mod tests {
         })
     }
 
-    fn page(items: Vec<serde_json::Value>, next: &str) -> serde_json::Value {
-        serde_json::json!({"apiVersion": "v1", "kind": "PodList",
-            "metadata": {"resourceVersion": "7", "continue": next}, "items": items})
-    }
-
     #[tokio::test]
     async fn busy_gpus_are_summed_over_every_page_of_the_pod_list() {
-        use crate::controller::fake_api::{self, Expect};
-        use http::{Method, StatusCode};
+        use crate::controller::fake_api;
         let (client, handle) = fake_api::client();
         let server = fake_api::serve(
             handle,
-            vec![
-                Expect::new(
-                    Method::GET,
-                    "/api/v1/pods",
-                    StatusCode::OK,
-                    page(vec![pod("a", "gpu-01", 4), pod("b", "gpu-02", 8)], "more"),
-                ),
-                Expect::new(
-                    Method::GET,
-                    "/api/v1/pods",
-                    StatusCode::OK,
-                    page(vec![pod("c", "gpu-01", 2)], ""),
-                ),
-            ],
+            fake_api::paged_list(
+                "/api/v1/pods",
+                "v1",
+                "PodList",
+                vec![
+                    vec![pod("a", "gpu-01", 4), pod("b", "gpu-02", 8)],
+                    vec![pod("c", "gpu-01", 2)],
+                ],
+                &["more"],
+            ),
         );
         let used = gpus_in_use(&client).await.expect("listed");
         drop(client);
