@@ -424,6 +424,12 @@ pub fn confirmation_pairs(loc: &Localization, ports: &BTreeSet<String>) -> Vec<N
         .collect()
 }
 
+/// The node's latest pair record that found something on its ports (the shards keep port
+/// findings on that record only).
+fn latest_port_reading(e: &NodeRunResult) -> Option<&PairRecord> {
+    e.pairs.iter().rev().find(|r| !r.nic_findings.is_empty())
+}
+
 /// The nodes whose latest port reading of the run has a Critical finding that only one of
 /// their pair tests read: a retest reads the ports once more, and a second reading of the
 /// same finding confirms it within the run ([`confirmed_within_run`]).
@@ -431,16 +437,12 @@ pub fn unconfirmed_ports(entries: &[NodeRunResult]) -> BTreeSet<String> {
     entries
         .iter()
         .filter(|e| {
-            e.pairs
-                .iter()
-                .rev()
-                .find(|r| !r.nic_findings.is_empty())
-                .is_some_and(|r| {
-                    r.nic_readings < 2
-                        && r.nic_findings
-                            .iter()
-                            .any(|f| f.severity == Severity::Critical)
-                })
+            latest_port_reading(e).is_some_and(|r| {
+                r.nic_readings < 2
+                    && r.nic_findings
+                        .iter()
+                        .any(|f| f.severity == Severity::Critical)
+            })
         })
         .map(|e| e.node.clone())
         .collect()
@@ -463,7 +465,7 @@ pub fn findings(entries: &[NodeRunResult], rules: &PairRules) -> Vec<Finding> {
     require_confirmation(&mut loc, &retested);
     let mut out = loc.findings;
     for e in entries {
-        if let Some(r) = e.pairs.iter().rev().find(|r| !r.nic_findings.is_empty()) {
+        if let Some(r) = latest_port_reading(e) {
             out.extend(r.nic_findings.iter().cloned());
         }
     }
