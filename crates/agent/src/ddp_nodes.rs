@@ -88,8 +88,9 @@ pub struct DdpNodesArgs {
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
-    /// Print each GPU's timeline of its last timed step on stderr (every GEMM, memory pass
-    /// and all-reduce, cuda backend), to set beside a profiler trace of PyTorch DDP.
+    /// Print the timeline of the last timed step of this node's first GPU on stderr (every
+    /// GEMM, memory pass and all-reduce, cuda backend), to set beside a profiler trace of
+    /// PyTorch DDP.
     #[arg(long, env = "FABRIC_DDP_TRACE")]
     pub trace: bool,
 

@@ -273,8 +273,7 @@ pub fn measure_rank(
     drop(wd);
     drop(comms);
     if t.is_ok() && rep.trace.is_some() {
-        let last = set.steps.max(1) as usize - 1;
-        for line in trace_lines(&rep.take_trace(last)?) {
+        for line in trace_lines(&rep.take_trace()?) {
             eprintln!("ddp trace rank {rank} of {world}: {line}");
         }
     }
@@ -327,8 +326,7 @@ pub fn probe(
         let t = measure_point(sub, &mut comms, wd, set, &bks)?;
         drop(comms);
         if let Some(r) = sub.first().filter(|r| r.trace.is_some()) {
-            let last = set.steps.max(1) as usize - 1;
-            for line in trace_lines(&r.take_trace(last)?) {
+            for line in trace_lines(&r.take_trace()?) {
                 progress(&format!(
                     "ddp trace {count} GPU(s) gpu{}: {line}",
                     r.gpu.index
@@ -395,7 +393,7 @@ mod tests {
         let wd = Watchdog::start();
         let t = measure_point(&reps, &mut comms, &wd, &set, &bks).expect("measured");
         assert!(t.step_ms > 0.0 && t.compute_alone_ms > 0.0 && t.comm_alone_ms > 0.0);
-        let ops = reps[0].take_trace(1).expect("trace");
+        let ops = reps[0].take_trace().expect("trace");
         let find = |name: String| {
             ops.iter()
                 .find(|o| o.name == name)

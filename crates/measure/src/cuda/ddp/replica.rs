@@ -152,10 +152,10 @@ impl<'g> Replica<'g> {
         Ok(())
     }
 
-    /// The traced step's operations (tracing stops after the timed steps, in
+    /// The traced step's operations (the last timed step; tracing stops after it, in
     /// [`super::measure_point`]) in the order they were enqueued, with start and duration in ms
     /// from the step's start.
-    pub(super) fn take_trace(&self, step: usize) -> GpuResult<Vec<TraceLine>> {
+    pub(super) fn take_trace(&self) -> GpuResult<Vec<TraceLine>> {
         let Some(tr) = &self.trace else {
             return Ok(Vec::new());
         };
@@ -163,7 +163,7 @@ impl<'g> Replica<'g> {
             Ok(mut ops) => std::mem::take(&mut *ops),
             Err(_) => return Ok(Vec::new()),
         };
-        let Some(origin) = self.step_start.get(step) else {
+        let Some(origin) = self.step_start.last() else {
             return Ok(Vec::new());
         };
         ops.iter()
