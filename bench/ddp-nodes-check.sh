@@ -47,8 +47,7 @@ NODES=$(seq -s, -f "node%g" 0 $((N - 1)))
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 nvidia-smi -L
 banner "namespaces up: $N emulated nodes, shape $LAYERS x $HIDDEN, batch $BATCH per GPU"
-$NETNS down >/dev/null 2>&1
-$NETNS up $N || { echo "netns setup failed"; exit 1; }
+netns_fresh $N || exit 1
 A0=192.0.2.10
 gpu_of() { echo $(($1 % NGPU)); }
 

@@ -31,3 +31,21 @@ netns_setup() {
   wheel_libs
   SECRET=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
 }
+
+# netns_fresh N: the emulated nodes taken down and brought up again, N of them. Deleting a
+# namespace frees its veth ends asynchronously, so an `up` right after `down` can meet the
+# old names ("RTNETLINK answers: File exists") and stop half-way, which loses the run; the
+# pair retried until `up` takes (at most 20 times, half a second apart).
+netns_fresh() {
+  local n=$1 t
+  for t in $(seq 1 20); do
+    $NETNS down >/dev/null 2>&1
+    if $NETNS up "$n" 2>/dev/null; then
+      [ "$t" -gt 1 ] && echo "netns: up took $t tries"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "netns: $n emulated nodes could not be brought up"
+  return 1
+}

@@ -99,14 +99,14 @@ localize_run() {
 localize() {
   export PAIR_ARGS="--warmup 3 --iters 10"
   for i in $(seq 1 "$CLEAN"); do
-    banner "clean run $i"; $NETNS down >/dev/null 2>&1; $NETNS up 4; localize_run "clean$i"
+    banner "clean run $i"; netns_fresh 4; localize_run "clean$i"
   done
   for i in $(seq 1 "$SHAPED"); do
-    banner "node 2 at 2gbit, run $i"; $NETNS down >/dev/null 2>&1; $NETNS up 4
+    banner "node 2 at 2gbit, run $i"; netns_fresh 4
     $NETNS shape 2 2gbit; localize_run "node2slow$i"
   done
   for i in $(seq 1 "$SHAPED"); do
-    banner "path 0-3 at 2gbit, run $i"; $NETNS down >/dev/null 2>&1; $NETNS up 4
+    banner "path 0-3 at 2gbit, run $i"; netns_fresh 4
     $NETNS shape-path 0 3 2gbit; localize_run "path03slow$i"
   done
   $NETNS down >/dev/null 2>&1
@@ -178,8 +178,7 @@ else
 fi
 
 banner "namespaces up"
-$NETNS down >/dev/null 2>&1
-$NETNS up 2 || { echo "netns setup failed"; exit 1; }
+netns_fresh 2 || exit 1
 G1=1; [ "$NGPU" -ge 2 ] || G1=0
 N0="env GPUS_OF_NODE=0 $NETNS exec 0"; N1="env GPUS_OF_NODE=$G1 $NETNS exec 1"; A0=192.0.2.10
 

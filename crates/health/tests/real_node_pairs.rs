@@ -1,21 +1,46 @@
-//! The node-pair rules on documents `fabric-agent node-pair --backend cuda` wrote on a real
-//! GPU (`bench/node-pair-check.sh localize`, bench/results/node-pairs-h200-netns-2026-11-24.md):
-//! four emulated nodes, each in its own network namespace, NCCL between them over its
-//! socket transport, all six pairs per run. Clean runs name nothing; a node whose link is
-//! shaped to 2 Gbit/s is named and no other node is; a shaped path between two nodes is a
-//! finding on that pair that blames neither node.
+//! The node-pair rules on documents `fabric-agent node-pair --backend cuda` wrote on real
+//! GPUs (`bench/node-pair-check.sh localize`): four emulated nodes, each in its own network
+//! namespace, NCCL between them over its socket transport, all six pairs per run. Clean
+//! runs name nothing; a node whose link is shaped to 2 Gbit/s is named and no other node
+//! is; a shaped path between two nodes is a finding on that pair that blames neither node.
+//! A run whose namespaces were lost (the emulation, not the agent) has only not-measured
+//! documents, and they name nothing either.
+//!
+//! Two recordings: `h200-netns-node-pairs.jsonl`, four nodes sharing one H200
+//! (bench/results/node-pairs-h200-netns-2026-11-24.md), and `h200x4-netns-node-pairs.jsonl`,
+//! four nodes of one H200 each (bench/results/node-pairs-h200x4-netns-2026-11-26.md).
 
 use gpufabric_api::pair::{NetTransport, NodePairResult};
 use gpufabric_api::{FindingKind, Severity, Subject};
 use gpufabric_health::pairs::{Localization, PairObservation, PairRules, localize};
 use std::collections::BTreeMap;
 
+/// A recording, and how many of its runs of each kind kept their namespaces throughout.
+struct Recording {
+    file: &'static str,
+    complete_clean: usize,
+    complete_node_shaped: usize,
+    complete_path_shaped: usize,
+}
+
+const RECORDINGS: [Recording; 2] = [
+    Recording {
+        file: "h200-netns-node-pairs.jsonl",
+        complete_clean: 4,
+        complete_node_shaped: 3,
+        complete_path_shaped: 3,
+    },
+    Recording {
+        file: "h200x4-netns-node-pairs.jsonl",
+        complete_clean: 4,
+        complete_node_shaped: 2,
+        complete_path_shaped: 2,
+    },
+];
+
 /// The documents of each run (the run is the group's middle part, `t/loc/<run>/<a>-<b>`).
-fn runs() -> BTreeMap<String, Vec<NodePairResult>> {
-    let path = format!(
-        "{}/tests/data/h200-netns-node-pairs.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    );
+fn runs(file: &str) -> BTreeMap<String, Vec<NodePairResult>> {
+    let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).expect("test data is readable");
     let mut runs: BTreeMap<String, Vec<NodePairResult>> = BTreeMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -44,84 +69,117 @@ fn of<'a>(
     runs.iter().filter(|(r, _)| r.starts_with(prefix)).collect()
 }
 
+/// A run is complete when all six pairs were measured; an incomplete one (its namespaces
+/// lost) has nothing measured at all and names nobody.
+fn complete(run: &str, docs: &[NodePairResult]) -> bool {
+    let (pairs, loc) = localized(docs);
+    if pairs.len() == 6 {
+        return true;
+    }
+    assert!(
+        docs.iter().all(|d| d.not_measured.is_some()),
+        "{run}: an incomplete run with a measured document"
+    );
+    assert!(loc.findings.is_empty(), "{run}: {:#?}", loc.findings);
+    assert!(loc.suspects.is_empty(), "{run}: {:?}", loc.suspects);
+    false
+}
+
 #[test]
 fn every_measured_pair_used_sockets_and_checked_its_outputs() {
-    for (run, docs) in runs() {
-        for d in docs.iter().filter(|d| d.not_measured.is_none()) {
-            assert_eq!(d.transport, Some(NetTransport::Socket), "{run}: {d:?}");
-            assert_eq!(d.gpus_per_node, 1, "{run}");
-            assert_eq!(d.collectives.len(), 2, "{run}: {d:?}");
-            assert!(d.collectives.iter().all(|c| c.wrong == 0), "{run}: {d:?}");
+    for rec in &RECORDINGS {
+        for (run, docs) in runs(rec.file) {
+            for d in docs.iter().filter(|d| d.not_measured.is_none()) {
+                assert_eq!(d.transport, Some(NetTransport::Socket), "{run}: {d:?}");
+                assert_eq!(d.gpus_per_node, 1, "{run}");
+                assert_eq!(d.collectives.len(), 2, "{run}: {d:?}");
+                assert!(d.collectives.iter().all(|c| c.wrong == 0), "{run}: {d:?}");
+            }
         }
     }
 }
 
 #[test]
 fn clean_runs_name_nothing() {
-    let runs = runs();
-    let clean = of(&runs, "clean");
-    let mut complete = 0;
-    for (run, docs) in clean {
-        let (pairs, loc) = localized(docs);
-        if pairs.len() == 6 {
-            complete += 1;
+    for rec in &RECORDINGS {
+        let runs = runs(rec.file);
+        let clean = of(&runs, "clean");
+        assert_eq!(clean.len(), 5, "{}", rec.file);
+        let mut n = 0;
+        for (run, docs) in clean {
+            if complete(run, docs) {
+                n += 1;
+            }
+            let (_, loc) = localized(docs);
+            assert!(loc.findings.is_empty(), "{run}: {:#?}", loc.findings);
+            assert!(loc.suspects.is_empty(), "{run}: {:?}", loc.suspects);
         }
-        assert!(loc.findings.is_empty(), "{run}: {:#?}", loc.findings);
-        assert!(loc.suspects.is_empty(), "{run}: {:?}", loc.suspects);
+        assert_eq!(n, rec.complete_clean, "{}: complete clean runs", rec.file);
     }
-    // One of the five clean runs lost its namespaces (the emulation, not the agent): its
-    // ranks wrote not-measured documents or none, which count against no node.
-    assert!(complete >= 4, "{complete} complete clean runs");
 }
 
 #[test]
 fn a_shaped_node_link_names_that_node_and_no_other() {
-    let runs = runs();
-    let shaped = of(&runs, "node2slow");
-    assert_eq!(shaped.len(), 3);
-    for (run, docs) in shaped {
-        let (pairs, loc) = localized(docs);
-        assert_eq!(pairs.len(), 6, "{run}");
-        assert_eq!(
-            loc.blamed_nodes().into_iter().collect::<Vec<_>>(),
-            vec!["node2"],
-            "{run}: {:#?}",
-            loc.findings
-        );
-        let f = &loc.findings[0];
-        assert_eq!(f.kind, FindingKind::Slow, "{run}");
-        assert_eq!(f.subject, Subject::node("node2"), "{run}");
-        assert!(
-            f.message
-                .starts_with("node node2: NCCL busbw to 3 partners"),
-            "{run}: {}",
-            f.message
-        );
-        assert_eq!(loc.findings.len(), 1, "{run}: {:#?}", loc.findings);
+    for rec in &RECORDINGS {
+        let runs = runs(rec.file);
+        let shaped = of(&runs, "node2slow");
+        assert_eq!(shaped.len(), 3, "{}", rec.file);
+        let mut n = 0;
+        for (run, docs) in shaped {
+            if !complete(run, docs) {
+                continue;
+            }
+            n += 1;
+            let (_, loc) = localized(docs);
+            assert_eq!(
+                loc.blamed_nodes().into_iter().collect::<Vec<_>>(),
+                vec!["node2"],
+                "{run}: {:#?}",
+                loc.findings
+            );
+            assert_eq!(loc.findings.len(), 1, "{run}: {:#?}", loc.findings);
+            let f = &loc.findings[0];
+            assert_eq!(f.kind, FindingKind::Slow, "{run}");
+            assert_eq!(f.subject, Subject::node("node2"), "{run}");
+            assert!(
+                f.message
+                    .starts_with("node node2: NCCL busbw to 3 partners"),
+                "{run}: {}",
+                f.message
+            );
+        }
+        assert_eq!(n, rec.complete_node_shaped, "{}", rec.file);
     }
 }
 
 #[test]
 fn a_shaped_path_is_a_finding_on_the_pair_that_blames_neither_node() {
-    let runs = runs();
-    let shaped = of(&runs, "path03slow");
-    assert_eq!(shaped.len(), 3);
-    for (run, docs) in shaped {
-        let (pairs, loc) = localized(docs);
-        assert_eq!(pairs.len(), 6, "{run}");
-        assert!(loc.blamed_nodes().is_empty(), "{run}: {:#?}", loc.findings);
-        assert_eq!(loc.findings.len(), 1, "{run}: {:#?}", loc.findings);
-        let f = &loc.findings[0];
-        assert_eq!(f.severity, Severity::Info, "{run}");
-        assert_eq!(f.kind, FindingKind::Slow, "{run}");
-        let names = match &f.subject {
-            Subject::NodePair { a, b } => {
-                let mut v = [a.as_str(), b.as_str()];
-                v.sort();
-                v
+    for rec in &RECORDINGS {
+        let runs = runs(rec.file);
+        let shaped = of(&runs, "path03slow");
+        assert_eq!(shaped.len(), 3, "{}", rec.file);
+        let mut n = 0;
+        for (run, docs) in shaped {
+            if !complete(run, docs) {
+                continue;
             }
-            other => panic!("{run}: a finding on {other:?}"),
-        };
-        assert_eq!(names, ["node0", "node3"], "{run}");
+            n += 1;
+            let (_, loc) = localized(docs);
+            assert!(loc.blamed_nodes().is_empty(), "{run}: {:#?}", loc.findings);
+            assert_eq!(loc.findings.len(), 1, "{run}: {:#?}", loc.findings);
+            let f = &loc.findings[0];
+            assert_eq!(f.severity, Severity::Info, "{run}");
+            assert_eq!(f.kind, FindingKind::Slow, "{run}");
+            let names = match &f.subject {
+                Subject::NodePair { a, b } => {
+                    let mut v = [a.as_str(), b.as_str()];
+                    v.sort();
+                    v
+                }
+                other => panic!("{run}: a finding on {other:?}"),
+            };
+            assert_eq!(names, ["node0", "node3"], "{run}");
+        }
+        assert_eq!(n, rec.complete_path_shaped, "{}", rec.file);
     }
 }
