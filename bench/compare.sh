@@ -27,7 +27,8 @@
 #                             runs by default (NCCL's INFO log to a file, for the transports),
 #                             and the agent with NCCL_DEBUG=WARN; times side by side
 #
-# The agent binary is $AGENT, else $DEV/fabric-agent, else target/release/fabric-agent.
+# The agent binary is $AGENT, else the first of $DEV/fabric-agent, .device/fabric-agent and
+# target/release/fabric-agent that exists; without one, every stage but build stops at once.
 # NCCL is PyTorch's wheel (nvidia-nccl-*): nccl-tests builds against its nccl.h and
 # libnccl.so.2, and the agent loads the same library. NVLink multicast (NVLS) stays off
 # everywhere: shared hosts can be put out of service by it.
@@ -45,9 +46,15 @@ LOG=$OUT/compare.log
 exec > >(tee -a "$LOG") 2>&1
 
 AGENT=${AGENT:-}
-for cand in "$DEV/fabric-agent" target/release/fabric-agent; do
+for cand in "$DEV/fabric-agent" .device/fabric-agent target/release/fabric-agent; do
   [ -z "$AGENT" ] && [ -x "$cand" ] && AGENT=$cand
 done
+# Every stage but build runs the agent: stop before minutes of reference runs without one.
+if [ -z "$AGENT" ] && [ "${*:-all}" != build ]; then
+  echo "no fabric-agent: set AGENT, or put a release build at $DEV/fabric-agent," \
+    ".device/fabric-agent or target/release/fabric-agent" >&2
+  exit 2
+fi
 
 # NCCL from the Python wheel, as a home nccl-tests can build against, and on the library
 # path under the name cudarc opens (libnccl.so).
