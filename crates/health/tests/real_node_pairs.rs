@@ -118,19 +118,25 @@ fn clean_runs_name_nothing() {
     }
 }
 
+/// The localizations of a recording's complete runs named `prefix<N>`, after checking that
+/// it has three such runs and `expected` of them kept their namespaces.
+fn complete_runs(rec: &Recording, prefix: &str, expected: usize) -> Vec<(String, Localization)> {
+    let runs = runs(rec.file);
+    let shaped = of(&runs, prefix);
+    assert_eq!(shaped.len(), 3, "{}", rec.file);
+    let done: Vec<(String, Localization)> = shaped
+        .into_iter()
+        .filter(|(run, docs)| complete(run, docs))
+        .map(|(run, docs)| (run.clone(), localized(docs).1))
+        .collect();
+    assert_eq!(done.len(), expected, "{}: complete {prefix} runs", rec.file);
+    done
+}
+
 #[test]
 fn a_shaped_node_link_names_that_node_and_no_other() {
     for rec in &RECORDINGS {
-        let runs = runs(rec.file);
-        let shaped = of(&runs, "node2slow");
-        assert_eq!(shaped.len(), 3, "{}", rec.file);
-        let mut n = 0;
-        for (run, docs) in shaped {
-            if !complete(run, docs) {
-                continue;
-            }
-            n += 1;
-            let (_, loc) = localized(docs);
+        for (run, loc) in complete_runs(rec, "node2slow", rec.complete_node_shaped) {
             assert_eq!(
                 loc.blamed_nodes().into_iter().collect::<Vec<_>>(),
                 vec!["node2"],
@@ -148,23 +154,13 @@ fn a_shaped_node_link_names_that_node_and_no_other() {
                 f.message
             );
         }
-        assert_eq!(n, rec.complete_node_shaped, "{}", rec.file);
     }
 }
 
 #[test]
 fn a_shaped_path_is_a_finding_on_the_pair_that_blames_neither_node() {
     for rec in &RECORDINGS {
-        let runs = runs(rec.file);
-        let shaped = of(&runs, "path03slow");
-        assert_eq!(shaped.len(), 3, "{}", rec.file);
-        let mut n = 0;
-        for (run, docs) in shaped {
-            if !complete(run, docs) {
-                continue;
-            }
-            n += 1;
-            let (_, loc) = localized(docs);
+        for (run, loc) in complete_runs(rec, "path03slow", rec.complete_path_shaped) {
             assert!(loc.blamed_nodes().is_empty(), "{run}: {:#?}", loc.findings);
             assert_eq!(loc.findings.len(), 1, "{run}: {:#?}", loc.findings);
             let f = &loc.findings[0];
@@ -180,6 +176,5 @@ fn a_shaped_path_is_a_finding_on_the_pair_that_blames_neither_node() {
             };
             assert_eq!(names, ["node0", "node3"], "{run}");
         }
-        assert_eq!(n, rec.complete_path_shaped, "{}", rec.file);
     }
 }
