@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One FabricTestRun over simulated nodes against a local control plane (process-kubelet):
-# prints, and writes to $SCALE_OUT (default bench/operator-scale.json), the time to create
+# prints, and writes to $SCALE_OUT (default target/operator-scale.json; name a file under
+# bench/results/ to keep it), the time to create
 # every pod and the rate, the time from the last agent to the verdict, the largest object,
 # the operator's peak RSS, the API server's requests by verb and resource (its own
 # apiserver_request_total) per node, and the most nodes holding a benchmark pod at once.
@@ -21,7 +22,7 @@ profile="${SCALE_PROFILE:-release}"
 cargo build --profile "$profile" -p gpufabric-agent -p gpufabric-operator
 case "$profile" in dev) bin_dir=target/debug ;; *) bin_dir="target/$profile" ;; esac
 export GPUFABRIC_AGENT_BIN_DIR="$PWD/$bin_dir"
-export SCALE_OUT="${SCALE_OUT:-$PWD/bench/operator-scale.json}"
+export SCALE_OUT="${SCALE_OUT:-$PWD/target/operator-scale.json}"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture a_run_over_many_nodes
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
