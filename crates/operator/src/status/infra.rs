@@ -136,16 +136,7 @@ pub fn infrastructure_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn not_measured(node: &str, reason: NotMeasuredReason, detail: &str) -> NodeRunResult {
-        NodeRunResult {
-            node: node.into(),
-            verdict: NodeVerdict::NotMeasured,
-            not_measured: Some(reason),
-            reason: Some(detail.into()),
-            ..Default::default()
-        }
-    }
+    use crate::status::tests::not_measured;
 
     #[test]
     fn many_nodes_unmeasured_for_one_reason_are_an_infrastructure_issue() {

@@ -298,6 +298,7 @@ mod tests {
     use gpufabric_api::findings::{FindingKind, Metric, Subject};
     use gpufabric_api::outcome::NotMeasuredReason;
     use gpufabric_api::run::{FabricTestRunSpec, FabricTestRunStatus, Trigger};
+    use gpufabric_api::test::FabricTestSpec;
 
     fn at(min: u32) -> Time {
         to_time(
@@ -315,18 +316,13 @@ mod tests {
     ) -> FabricTestRun {
         let mut r = FabricTestRun::new(
             name,
-            FabricTestRunSpec {
-                test: "t".into(),
-                trigger: Trigger::Schedule,
-                scheduled_time: None,
-                node_selector: Default::default(),
-                nodes: None,
-                suite: Default::default(),
-                thresholds: Default::default(),
-                quarantine: Default::default(),
-                agent: Default::default(),
-                rollout: None,
-            },
+            FabricTestRunSpec::of_test(
+                "t",
+                &FabricTestSpec::default(),
+                Trigger::Schedule,
+                None,
+                None,
+            ),
         );
         let nodes: Vec<NodeRunResult> = nodes
             .iter()
@@ -458,18 +454,14 @@ mod tests {
             Some(1),
             &[("a", NodeVerdict::Failed)],
         );
-        let finding = |sev, msg: &str| Finding {
-            kind: FindingKind::Slow,
-            subject: Subject::node("a"),
-            metric: Metric::NcclBusBw,
-            collective: None,
-            measured: None,
-            expected: None,
-            deviation: None,
-            unit: None,
-            source: None,
-            severity: sev,
-            message: msg.into(),
+        let finding = |sev, msg: &str| {
+            Finding::new(
+                FindingKind::Slow,
+                Subject::node("a"),
+                Metric::NcclBusBw,
+                sev,
+                msg.into(),
+            )
         };
         if let Some(s) = r.status.as_mut() {
             s.findings = vec![
@@ -502,18 +494,14 @@ mod tests {
 
     #[test]
     fn findings_in_status_are_capped_critical_first() {
-        let f = |i: usize, sev| Finding {
-            kind: FindingKind::Slow,
-            subject: Subject::node(format!("n{i:04}")),
-            metric: Metric::NcclBusBw,
-            collective: None,
-            measured: None,
-            expected: None,
-            deviation: None,
-            unit: None,
-            source: None,
-            severity: sev,
-            message: String::new(),
+        let f = |i: usize, sev| {
+            Finding::new(
+                FindingKind::Slow,
+                Subject::node(format!("n{i:04}")),
+                Metric::NcclBusBw,
+                sev,
+                String::new(),
+            )
         };
         let mut all: Vec<Finding> = (0..600).map(|i| f(i, Severity::Info)).collect();
         all.push(f(9999, Severity::Critical));
@@ -523,7 +511,12 @@ mod tests {
         assert_eq!(kept[0].severity, Severity::Critical);
     }
 
-    fn not_measured(node: &str, reason: NotMeasuredReason, detail: &str) -> NodeRunResult {
+    /// A node the run did not measure, for `reason`, with `detail` as its reason.
+    pub(super) fn not_measured(
+        node: &str,
+        reason: NotMeasuredReason,
+        detail: &str,
+    ) -> NodeRunResult {
         NodeRunResult {
             node: node.into(),
             verdict: NodeVerdict::NotMeasured,
