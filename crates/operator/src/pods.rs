@@ -246,7 +246,7 @@ pub fn allocatable_gpus(node: &k8s_openapi::api::core::v1::Node) -> u32 {
 mod tests {
     use super::*;
     use gpufabric_api::run::{FabricTestRunSpec, Trigger};
-    use gpufabric_api::test::AgentSpec;
+    use gpufabric_api::test::{AgentSpec, FabricTestSpec};
 
     fn run() -> FabricTestRun {
         let mut agent = AgentSpec {
@@ -270,20 +270,13 @@ mod tests {
             effect: Some("NoSchedule".into()),
             ..Default::default()
         });
+        let spec = FabricTestSpec {
+            agent,
+            ..Default::default()
+        };
         let mut r = FabricTestRun::new(
             "nightly-29000000",
-            FabricTestRunSpec {
-                test: "nightly".into(),
-                trigger: Trigger::Schedule,
-                scheduled_time: None,
-                node_selector: Default::default(),
-                nodes: None,
-                suite: Default::default(),
-                thresholds: Default::default(),
-                quarantine: Default::default(),
-                agent,
-                rollout: None,
-            },
+            FabricTestRunSpec::of_test("nightly", &spec, Trigger::Schedule, None, None),
         );
         r.metadata.uid = Some("run-uid".into());
         r
