@@ -8,7 +8,7 @@ use super::metrics::QuarantineMetrics;
 use super::node::{NodeObservation, Step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
-use super::refusal::{Change, NodeChangeError, NodeFailure};
+use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 use crate::events::{EventType, Events};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::FabricTest;
@@ -251,14 +251,12 @@ impl<'a> Executor<'a> {
                 step: Step::Refuse(refusal),
                 node,
             }) => {
-                self.act(name, Some(&node), refusal.action(), refusal.to_string())
-                    .await;
+                self.refused(name, Some(&node), &refusal).await;
                 None
             }
             Ok(Applied::Unchanged { .. }) => None,
             Ok(Applied::Gone) => {
-                let gone = super::Refusal::Gone;
-                self.act(name, None, gone.action(), gone.to_string()).await;
+                self.refused(name, None, &Refusal::Gone).await;
                 None
             }
             Err(error) => {
@@ -284,8 +282,7 @@ impl<'a> Executor<'a> {
                 step: Step::Refuse(refusal),
                 node,
             }) => {
-                self.act(name, Some(&node), refusal.action(), refusal.to_string())
-                    .await;
+                self.refused(name, Some(&node), &refusal).await;
                 false
             }
             Ok(Applied::Unchanged { .. }) => {
@@ -335,11 +332,13 @@ impl<'a> Executor<'a> {
                     Ok(node) => NodeObservation::of(name, node.as_ref(), &self.key).refusal(),
                     Err(_) => None,
                 };
-                let (action, message) = match refusal {
-                    Some(r) => (r.action(), r.to_string()),
-                    None => (Action::LeftAlone, hold.to_string()),
-                };
-                self.act(name, None, action, message).await;
+                match refusal {
+                    Some(r) => self.refused(name, None, &r).await,
+                    None => {
+                        self.act(name, None, Action::LeftAlone, hold.to_string())
+                            .await
+                    }
+                }
             }
             // The breaker's one Event is on the test; a storm of many nodes is not an Event
             // on each of them.

@@ -3,12 +3,20 @@
 
 use super::apply::Executor;
 use super::outcome::{Action, ActionTaken};
+use super::refusal::Refusal;
 use crate::events::{EventType, event};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::Resource;
 use tracing::{info, warn};
 
 impl Executor<'_> {
+    /// Record node `name` left alone for `refusal` (`node`: as last read, when it was):
+    /// the action and the sentence are the refusal's own.
+    pub(super) async fn refused(&mut self, name: &str, node: Option<&Node>, refusal: &Refusal) {
+        self.act(name, node, refusal.action(), refusal.to_string())
+            .await;
+    }
+
     /// Record one action on node `name` (`node`: as last read, when it was).
     pub(super) async fn act(
         &mut self,
