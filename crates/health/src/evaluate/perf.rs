@@ -46,13 +46,11 @@ fn nccl_below_copy_engines(
     if busbw >= bar {
         return None;
     }
-    Some(Finding {
-        collective: Some(Collective::AllReduce),
-        ..Finding::new(
-            FindingKind::Slow,
-            Subject::node(node),
+    Some(
+        slow_collective(
+            node,
+            Collective::AllReduce,
             Metric::NcclBusBw,
-            Severity::Critical,
             format!(
                 "all_reduce peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way); on NVSwitch NCCL reaches about 90% of it, so the links are healthy and NCCL is not using them: check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
                 num(busbw),
@@ -60,8 +58,23 @@ fn nccl_below_copy_engines(
                 num(pair)
             ),
         )
-        .with_evidence(busbw, bar, "GB/s", ExpectationSource::Node)
-    })
+        .with_evidence(busbw, bar, "GB/s", ExpectationSource::Node),
+    )
+}
+
+/// A collective slower on `node` than it should be, by `metric`: Critical, and the node's
+/// own (the caller adds the evidence).
+fn slow_collective(node: &str, collective: Collective, metric: Metric, message: String) -> Finding {
+    Finding {
+        collective: Some(collective),
+        ..Finding::new(
+            FindingKind::Slow,
+            Subject::node(node),
+            metric,
+            Severity::Critical,
+            message,
+        )
+    }
 }
 
 pub(super) fn check_nccl(
@@ -107,13 +120,11 @@ pub(super) fn check_nccl(
             if let Some((floor, source)) = floor {
                 stats.judged.insert(bw_key);
                 if c.peak_busbw < floor {
-                    out.push(Finding {
-                        collective: Some(c.collective),
-                        ..Finding::new(
-                            FindingKind::Slow,
-                            Subject::node(node),
+                    out.push(
+                        slow_collective(
+                            node,
+                            c.collective,
                             Metric::NcclBusBw,
-                            Severity::Critical,
                             format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
                                 c.collective.nccl_tests_name(),
@@ -123,8 +134,8 @@ pub(super) fn check_nccl(
                                 num(floor)
                             ),
                         )
-                        .with_evidence(c.peak_busbw, floor, "GB/s", source)
-                    });
+                        .with_evidence(c.peak_busbw, floor, "GB/s", source),
+                    );
                 }
             }
         }
@@ -145,13 +156,11 @@ pub(super) fn check_nccl(
             {
                 stats.judged.insert(key);
                 if latency > ceiling {
-                    out.push(Finding {
-                        collective: Some(c.collective),
-                        ..Finding::new(
-                            FindingKind::Slow,
-                            Subject::node(node),
+                    out.push(
+                        slow_collective(
+                            node,
+                            c.collective,
                             Metric::NcclLatency,
-                            Severity::Critical,
                             format!(
                                 "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; check NCCL's transport and protocol choice (NCCL_DEBUG=INFO).",
                                 num(latency),
@@ -159,8 +168,8 @@ pub(super) fn check_nccl(
                                 num(ceiling)
                             ),
                         )
-                        .with_evidence(latency, ceiling, "µs", ExpectationSource::Threshold)
-                    });
+                        .with_evidence(latency, ceiling, "µs", ExpectationSource::Threshold),
+                    );
                 }
             }
         }
