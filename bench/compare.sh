@@ -17,6 +17,8 @@
 #                             (default 3) in alternating order, into $OUT/steady, then
 #                             compare.py's ratios of that folder: small-message times judged
 #                             where the reference repeats itself
+#                             (sweep and steady also time a fixed CPU loop before each process
+#                             into host-speed.txt, to set beside the two small-message states)
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -97,10 +99,34 @@ build() {
   echo "build wall $(since "$t0") s"
 }
 
+# host_speed LABEL: one line in $OUT/host-speed.txt with the time of a fixed loop on this CPU
+# and the kernel's clock of the cores this script may run on. Small-message times sit in one
+# of two states per process (bench/results/h200x4-2026-11-26-compare.md); this says whether the
+# host's own speed moves with them.
+host_speed() {
+  python3 - "$1" >> "$OUT/host-speed.txt" <<'PY'
+import os, sys, time
+t = time.perf_counter()
+s = 0
+for i in range(1_000_000):
+    s += i
+loop = (time.perf_counter() - t) * 1e3
+cpus = sorted(os.sched_getaffinity(0))
+mhz = []
+for c in cpus[:4]:
+    try:
+        mhz.append(int(open(f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_cur_freq").read()) // 1000)
+    except OSError:
+        pass
+print(f"{sys.argv[1]:<32} loop {loop:7.2f} ms  cpus {cpus[0]}-{cpus[-1]}  MHz {mhz or 'n/a'}")
+PY
+}
+
 nccl_tests_sweep() { # round
   banner "nccl-tests, seven processes: $SWEEP_FLAGS -c 1 -g $NGPU"
   local t0; t0=$(now)
   for c in $COLLS; do
+    host_speed "nccl-tests $c r$1"
     timeout 300 "$REF/nccl-tests/build/${c}_perf" $SWEEP_FLAGS -c 1 -g "$NGPU" > "$OUT/nccltests-$c-r$1.txt" 2>&1
     echo "$c rc=$?"
   done
@@ -110,6 +136,7 @@ nccl_tests_sweep() { # round
 agent_sweep() { # round
   banner "fabric-agent sweep, one process: $SWEEP_FLAGS"
   local t0; t0=$(now)
+  host_speed "agent r$1"
   timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health $SWEEP_FLAGS \
     --json "$OUT/agent-sweep-r$1.json" > /dev/null 2> "$OUT/agent-sweep-r$1.log"
   echo "agent rc=$? wall $(since "$t0") s" | tee "$OUT/agent-wall-r$1.txt"
