@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{SECRET, agent, free_addr};
+use common::{SECRET, agent, finish_rank, fleet_dir, free_addr};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
 use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
@@ -34,9 +34,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let fleet = dir.path().join("fleet.yaml");
-        std::fs::write(&fleet, FLEET).expect("write fleet");
+        let (dir, fleet) = fleet_dir(FLEET);
         let addr = free_addr();
         Env { dir, fleet, addr }
     }
@@ -69,16 +67,7 @@ impl Env {
 }
 
 fn finish(child: Child) -> (Output, DdpNodesResult) {
-    let out = child.wait_with_output().expect("agent ends");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let last = stdout.lines().last().unwrap_or_default().to_string();
-    let doc = serde_json::from_str(&last).unwrap_or_else(|e| {
-        panic!(
-            "last line is a ddp-nodes document ({e}); stdout:\n{stdout}\nstderr:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out, doc)
+    finish_rank(child, "ddp-nodes", |l| serde_json::from_str(l))
 }
 
 #[test]

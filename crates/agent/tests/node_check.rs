@@ -1,6 +1,9 @@
 //! The `fabric-agent` binary end to end: sim node checks against fleet files, the outputs
 //! the operator reads (last stdout line, termination message), fault behaviour and exit codes.
 
+mod common;
+
+use common::{fleet_dir, stderr, stdout};
 use gpufabric_api::result::{ErrorKind, Phase};
 use gpufabric_api::{CompactResult, ResultDocument};
 use std::path::{Path, PathBuf};
@@ -42,9 +45,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let fleet = dir.path().join("fleet.yaml");
-        std::fs::write(&fleet, FLEET).expect("write fleet");
+        let (dir, fleet) = fleet_dir(FLEET);
         Env { dir, fleet }
     }
 
@@ -77,14 +78,6 @@ impl Env {
             .args(extra);
         cmd.output().expect("agent runs")
     }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn last_line(o: &Output) -> String {

@@ -1,6 +1,9 @@
 //! `fabric-agent node-check --verdict` as a gate: the operator's health rules on the sim
 //! backend's fault fleet; a faulty node exits 3 with its findings, a clean one exits 0.
 
+mod common;
+
+use common::{stderr, stdout};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -25,14 +28,6 @@ fn verdict(node: &str, extra: &[&str]) -> Output {
         .args(["--node", node, "--verdict"])
         .args(extra);
     cmd.output().expect("agent runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

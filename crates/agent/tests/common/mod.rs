@@ -1,8 +1,14 @@
-//! What the tests of the multi-node subcommands share: the secret, a free port for rank 0,
-//! and the agent started without the environment a pod would give it.
+//! What the agent's end-to-end tests share: the fleet file in a temp dir, the agent's
+//! output as text, and for the multi-node subcommands the secret, a free port for rank 0,
+//! the agent started without the environment a pod would give it, and a rank's document.
 
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
+use std::fmt::Display;
 use std::net::TcpListener;
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output};
 
 /// The rendezvous secret of every test rank.
 pub const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
@@ -11,6 +17,43 @@ pub const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aa
 pub fn free_addr() -> String {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("address").to_string()
+}
+
+/// A temp dir with `yaml` written to its `fleet.yaml`, and the path of that file.
+pub fn fleet_dir(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fleet = dir.path().join("fleet.yaml");
+    std::fs::write(&fleet, yaml).expect("write fleet");
+    (dir, fleet)
+}
+
+/// The agent's stdout, as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The agent's stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Waits for a rank and reads its last stdout line with `parse`, or fails with both
+/// outputs where that line is not a `what` document.
+pub fn finish_rank<T, E: Display>(
+    child: Child,
+    what: &str,
+    parse: impl Fn(&str) -> Result<T, E>,
+) -> (Output, T) {
+    let out = child.wait_with_output().expect("agent ends");
+    let stdout = stdout(&out);
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    let doc = parse(&last).unwrap_or_else(|e| {
+        panic!(
+            "last line is a {what} document ({e}); stdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out, doc)
 }
 
 /// `fabric-agent` with none of the `FABRIC_*` settings of the environment it runs in.
