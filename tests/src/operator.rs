@@ -220,6 +220,32 @@ pub fn sim_agent(timeout_seconds: u32) -> serde_json::Value {
     })
 }
 
+/// The `quarantine` of a FabricTest spec that acts in `mode` on a node's first failure
+/// (after a confirmation run where `confirm_retest`) and may hold every node.
+pub fn quarantine_on_first_failure(mode: &str, confirm_retest: bool) -> serde_json::Value {
+    serde_json::json!({
+        "mode": mode,
+        "maxQuarantined": "100%",
+        "failuresToQuarantine": 1,
+        "confirmRetest": confirm_retest
+    })
+}
+
+/// The `suite` of a FabricTest spec that runs the node pairs alone: a ring of 256 MiB pair
+/// tests, the single-node NCCL sweep and DDP probe off.
+pub fn node_pairs_suite() -> serde_json::Value {
+    serde_json::json!({
+        "ncclSweep": {"enabled": false},
+        "ddpProbe": {"enabled": false},
+        "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
+    })
+}
+
+/// The name of the run a FabricTest status last folded in (`""` before the first).
+pub fn last_run_name(s: &gpufabric_api::FabricTestStatus) -> String {
+    s.last_run.clone().map(|l| l.name).unwrap_or_default()
+}
+
 impl OperatorEnv {
     /// Starts everything for `fleet` on a control plane of its own, with the operator's
     /// namespace `ns` created.
@@ -376,6 +402,47 @@ impl OperatorEnv {
                 self.operator.log_tail(80)
             ),
         }
+    }
+
+    /// Asks for a run of FabricTest `name` now, as a person does: the run-now annotation.
+    pub async fn run_now(&self, name: &str) {
+        let annotations = serde_json::json!({gpufabric_api::keys::ANNOTATION_RUN_NOW: "true"});
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        self.tests_api()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .expect("run-now annotation");
+    }
+
+    /// The status of the FabricTestRun `run` (empty while it has none).
+    pub async fn run_status(&self, run: &str) -> gpufabric_api::run::FabricTestRunStatus {
+        let run = self.runs_api().get(run).await.expect("run");
+        run.status.unwrap_or_default()
+    }
+
+    /// Node `base` of the fleet, as the API server has it now.
+    pub async fn read_node(&self, base: &str) -> k8s_openapi::api::core::v1::Node {
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client());
+        api.get(&self.node(base)).await.expect("node read")
+    }
+
+    /// Sets annotation `key` of node `base` to `value` (merged over the node's others).
+    pub async fn annotate_node(&self, base: &str, key: &str, value: &str) {
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client());
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        api.patch(
+            &self.node(base),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("annotate {base}: {e}"));
     }
 
     /// The name this environment gives node `base` of its fleet (as is on a control plane

@@ -11,13 +11,14 @@
 use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::keys::ANNOTATION_COUNTERS;
 use gpufabric_api::run::NodeVerdict;
-use gpufabric_api::{FabricTestStatus, FindingKind, Subject};
+use gpufabric_api::{FindingKind, Subject};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, cordoned, last_run_name, quarantine_on_first_failure, sim_agent,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 const TEST: &str = "nvlink-growth";
@@ -32,78 +33,46 @@ fn fleet() -> Fleet {
     f
 }
 
-async fn node(env: &OperatorEnv, base: &str) -> Node {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    api.get(&env.node(base)).await.expect("node read")
-}
-
 fn record(n: &Node) -> Option<CounterBaseline> {
     CounterBaseline::parse(n.annotations().get(ANNOTATION_COUNTERS)?).ok()
-}
-
-fn last_run(s: &FabricTestStatus) -> String {
-    s.last_run.clone().map(|l| l.name).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gpu() {
     let env = OperatorEnv::shared(fleet(), "counters").await;
     // A record nobody can read (another tool's, or corrupted) is ignored and replaced.
-    let nodes: Api<Node> = Api::all(env.cluster.client());
-    let junk = json!({"metadata": {"annotations": {ANNOTATION_COUNTERS: "{broken"}}});
-    nodes
-        .patch(
-            &env.node("gpu-03"),
-            &PatchParams::default(),
-            &Patch::Merge(&junk),
-        )
-        .await
-        .expect("annotate gpu-03");
-
-    let tests = env
-        .create_test(
-            TEST,
-            json!({
-                "nodeSelector": env.node_selector(),
-                "thresholds": {"nvlinkErrorGrowth": 1000},
-                "quarantine": {
-                    "mode": "Cordon",
-                    "maxQuarantined": "100%",
-                    "failuresToQuarantine": 1,
-                    "confirmRetest": false
-                },
-                "agent": sim_agent(60)
-            }),
-        )
+    env.annotate_node("gpu-03", ANNOTATION_COUNTERS, "{broken")
         .await;
+
+    env.create_test(
+        TEST,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "thresholds": {"nvlinkErrorGrowth": 1000},
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
 
     // Run 1: no node has a record yet, so nothing grew: every node passes and gets one.
     let s1 = env.wait_folded(TEST, None).await;
-    let run1 = last_run(&s1);
+    let run1 = last_run_name(&s1);
     for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         let r = record(&n).unwrap_or_else(|| panic!("{base}: no readable record after run 1"));
         assert_eq!(r.run, run1, "{base}");
         assert_eq!(r.nvlink.len(), 8, "{base}");
         assert!(!cordoned(&n), "{base} cordoned after run 1");
     }
-    let first = record(&node(&env, "gpu-02").await).expect("gpu-02 record");
+    let first = record(&env.read_node("gpu-02").await).expect("gpu-02 record");
     assert!(first.nvlink[3] > 0 && first.nvlink[0] == 0, "{first:?}");
 
     // Run 2: GPU 3 of gpu-02 grew by about a million a second since run 1.
-    tests
-        .patch(
-            TEST,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}})),
-        )
-        .await
-        .expect("run-now");
+    env.run_now(TEST).await;
     let s2 = env.wait_folded(TEST, Some(&run1)).await;
-    let run2 = last_run(&s2);
-    let runs = env.runs_api();
-    let run = runs.get(&run2).await.expect("run 2");
-    let status = run.status.unwrap_or_default();
+    let run2 = last_run_name(&s2);
+    let status = env.run_status(&run2).await;
     let growing: Vec<_> = status
         .findings
         .iter()
@@ -132,12 +101,12 @@ async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gp
             Some(&NodeVerdict::Passed),
             "{base}"
         );
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         assert!(!cordoned(&n), "{base} cordoned");
         // Unchanged counters are not written again.
         assert_eq!(record(&n).map(|r| r.run), Some(run1.clone()), "{base}");
     }
-    let bad = node(&env, "gpu-02").await;
+    let bad = env.read_node("gpu-02").await;
     assert!(
         cordoned(&bad),
         "gpu-02 should be cordoned after its GPU's errors grew"

@@ -13,11 +13,13 @@
 
 use gpufabric_api::findings::Severity;
 use gpufabric_api::pair::PairState;
-use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
+use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::{FindingKind, Subject};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, cordoned, last_run_name, quarantine_on_first_failure, sim_agent,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use serde_json::json;
@@ -56,20 +58,13 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
                 "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456},
                 "ddpNodes": {"enabled": true, "maxNodes": 8}
             },
-            "quarantine": {
-                "mode": "Cordon",
-                "maxQuarantined": "100%",
-                "failuresToQuarantine": 1,
-                "confirmRetest": true
-            },
+            "quarantine": quarantine_on_first_failure("Cordon", true),
             "agent": sim_agent(60)
         }),
     )
     .await;
     let folded = env.wait_folded(TEST, None).await;
-    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
-    let run = env.runs_api().get(&run_name).await.expect("run");
-    let status: FabricTestRunStatus = run.status.unwrap_or_default();
+    let status = env.run_status(&last_run_name(&folded)).await;
     let log = || env.operator.log_tail(80);
 
     let probe = status

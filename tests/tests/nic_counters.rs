@@ -18,13 +18,14 @@ use gpufabric_api::findings::Severity;
 use gpufabric_api::keys::{ANNOTATION_COUNTERS, ANNOTATION_NIC_COUNTERS};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
-use gpufabric_api::{FabricTestStatus, FindingKind, Subject};
+use gpufabric_api::{FindingKind, Subject};
 use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, cordoned, last_run_name, node_pairs_suite, quarantine_on_first_failure, sim_agent,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -35,22 +36,8 @@ const FAULTY: &str = "nic-02";
 const PORT: &str = "mlx5_5 port 1";
 const NODES: [&str; 4] = ["nic-01", "nic-02", "nic-03", "nic-04"];
 
-async fn node(env: &OperatorEnv, base: &str) -> Node {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    api.get(&env.node(base)).await.expect("node read")
-}
-
 fn record(n: &Node) -> Option<NicCounters> {
     NicCounters::parse(n.annotations().get(ANNOTATION_NIC_COUNTERS)?).ok()
-}
-
-fn last_run(s: &FabricTestStatus) -> String {
-    s.last_run.clone().map(|l| l.name).unwrap_or_default()
-}
-
-async fn run_status(env: &OperatorEnv, run: &str) -> FabricTestRunStatus {
-    let run = env.runs_api().get(run).await.expect("run");
-    run.status.unwrap_or_default()
 }
 
 fn nic_errors(status: &FabricTestRunStatus) -> Vec<&gpufabric_api::Finding> {
@@ -65,43 +52,25 @@ fn nic_errors(status: &FabricTestRunStatus) -> Vec<&gpufabric_api::Finding> {
 async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the_port() {
     let env = OperatorEnv::shared(SimFleet::uniform("nic", 4, H200, 8), "nic-counters").await;
     // A record nobody can read (another tool's, or corrupted) is ignored and replaced.
-    let nodes: Api<Node> = Api::all(env.cluster.client());
-    let junk = json!({"metadata": {"annotations": {ANNOTATION_NIC_COUNTERS: "{broken"}}});
-    nodes
-        .patch(
-            &env.node("nic-04"),
-            &PatchParams::default(),
-            &Patch::Merge(&junk),
-        )
-        .await
-        .expect("annotate nic-04");
-
-    let tests = env
-        .create_test(
-            TEST,
-            json!({
-                "nodeSelector": env.node_selector(),
-                "suite": {
-                    "ncclSweep": {"enabled": false},
-                    "ddpProbe": {"enabled": false},
-                    "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
-                },
-                "quarantine": {
-                    "mode": "Cordon",
-                    "maxQuarantined": "100%",
-                    "failuresToQuarantine": 1,
-                    "confirmRetest": false
-                },
-                "agent": sim_agent(60)
-            }),
-        )
+    env.annotate_node("nic-04", ANNOTATION_NIC_COUNTERS, "{broken")
         .await;
+
+    env.create_test(
+        TEST,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": node_pairs_suite(),
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
 
     // Run 1: no node has a readable record, so nothing is judged; every paired node gets
     // one, stamped with this run.
     let s1 = env.wait_folded(TEST, None).await;
-    let run1 = last_run(&s1);
-    let status1 = run_status(&env, &run1).await;
+    let run1 = last_run_name(&s1);
+    let status1 = env.run_status(&run1).await;
     let np = status1.node_pairs.clone().expect("a node-pair phase");
     assert!(
         np.done && np.candidates == 4 && np.measured == np.pairs && np.pairs >= 4,
@@ -110,7 +79,7 @@ async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the
     );
     assert!(nic_errors(&status1).is_empty(), "{:#?}", status1.findings);
     for base in NODES {
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         let r = record(&n).unwrap_or_else(|| {
             panic!(
                 "{base}: no readable NIC record after run 1: {:?}\n{}",
@@ -131,7 +100,7 @@ async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the
         );
         assert!(!cordoned(&n), "{base} cordoned after run 1");
     }
-    let first = record(&node(&env, FAULTY).await).expect("the faulty node's record");
+    let first = record(&env.read_node(FAULTY).await).expect("the faulty node's record");
 
     // After run 1 a cable of nic-02 goes marginal: its port 5 counts a million symbol
     // errors a second from now on.
@@ -150,17 +119,10 @@ async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the
     SimFleet::write_to(marginal, env.fleet.path()).expect("fleet rewritten");
 
     // Run 2: the port's growth since run 1 is found on that node and port, and no other.
-    tests
-        .patch(
-            TEST,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}})),
-        )
-        .await
-        .expect("run-now");
+    env.run_now(TEST).await;
     let s2 = env.wait_folded(TEST, Some(&run1)).await;
-    let run2 = last_run(&s2);
-    let status2 = run_status(&env, &run2).await;
+    let run2 = last_run_name(&s2);
+    let status2 = env.run_status(&run2).await;
     let growing = nic_errors(&status2);
     assert_eq!(growing.len(), 1, "{:#?}", status2.findings);
     assert_eq!(growing[0].subject, Subject::nic(&faulty, PORT));
@@ -192,7 +154,7 @@ async fn nic_errors_growing_between_pair_tests_fail_only_their_node_and_name_the
         .collect();
     for base in NODES {
         let name = env.node(base);
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         let r = record(&n).unwrap_or_else(|| panic!("{base}: no readable record after run 2"));
         if base == FAULTY {
             assert_eq!(

@@ -13,14 +13,16 @@
 
 use gpufabric_api::findings::Severity;
 use gpufabric_api::pair::PairState;
-use gpufabric_api::run::{FabricTestRunStatus, NodeVerdict};
+use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::suite::Pairing;
 use gpufabric_api::{FindingKind, Subject, SubjectKind, keys};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_operator::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_tests::fleet::{H200, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, cordoned, last_run_name, node_pairs_suite, quarantine_on_first_failure, sim_agent,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -78,25 +80,15 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         TEST,
         json!({
             "nodeSelector": env.node_selector(),
-            "suite": {
-                "ncclSweep": {"enabled": false},
-                "ddpProbe": {"enabled": false},
-                "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
-            },
-            "quarantine": {
-                "mode": "Cordon",
-                "maxQuarantined": "100%",
-                "failuresToQuarantine": 1,
-                "confirmRetest": true
-            },
+            "suite": node_pairs_suite(),
+            "quarantine": quarantine_on_first_failure("Cordon", true),
             "agent": sim_agent(60)
         }),
     )
     .await;
     let folded = env.wait_folded(TEST, None).await;
-    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
-    let run = env.runs_api().get(&run_name).await.expect("run");
-    let status: FabricTestRunStatus = run.status.unwrap_or_default();
+    let run_name = last_run_name(&folded);
+    let status = env.run_status(&run_name).await;
     let log = || env.operator.log_tail(60);
 
     // The phase: 2 rounds of the ring, then the confirmation round; every pair measured.
@@ -243,9 +235,7 @@ async fn a_socket_fallback_and_a_port_down_fail_their_nodes_and_no_other() {
     )
     .await;
     let folded = env.wait_folded(test, None).await;
-    let run_name = folded.last_run.map(|l| l.name).unwrap_or_default();
-    let run = env.runs_api().get(&run_name).await.expect("run");
-    let status = run.status.unwrap_or_default();
+    let status = env.run_status(&last_run_name(&folded)).await;
     let np = status.node_pairs.clone().expect("node-pair phase");
     assert!(np.done && np.confirmation_round.is_some(), "{np:#?}");
 
