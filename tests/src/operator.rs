@@ -424,11 +424,40 @@ impl OperatorEnv {
         run.status.unwrap_or_default()
     }
 
+    /// The runs of FabricTest `test`, oldest first.
+    pub async fn runs_of(&self, test: &str) -> Vec<gpufabric_api::run::FabricTestRun> {
+        use kube::ResourceExt;
+        let selector = format!("{}={test}", gpufabric_api::keys::LABEL_TEST);
+        let mut runs = self
+            .runs_api()
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .expect("runs listed")
+            .items;
+        runs.sort_by_key(|r| r.creation_timestamp());
+        runs
+    }
+
     /// Node `base` of the fleet, as the API server has it now.
     pub async fn read_node(&self, base: &str) -> k8s_openapi::api::core::v1::Node {
         let api: kube::Api<k8s_openapi::api::core::v1::Node> =
             kube::Api::all(self.cluster.client());
         api.get(&self.node(base)).await.expect("node read")
+    }
+
+    /// Every node of the fleet, by name: all the nodes this environment's operator could
+    /// change.
+    pub async fn nodes(
+        &self,
+    ) -> std::collections::BTreeMap<String, k8s_openapi::api::core::v1::Node> {
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client());
+        let mut out = std::collections::BTreeMap::new();
+        for name in self.fleet.node_names() {
+            let n = api.get(&name).await.expect("node");
+            out.insert(name, n);
+        }
+        out
     }
 
     /// Sets annotation `key` of node `base` to `value` (merged over the node's others).
@@ -480,6 +509,20 @@ impl OperatorEnv {
         }
         out
     }
+}
+
+/// The node's taints, without those of the node lifecycle controller
+/// (`node.kubernetes.io/*`), which come and go as nodes come up.
+pub fn taints_without_lifecycle(
+    n: &k8s_openapi::api::core::v1::Node,
+) -> Vec<k8s_openapi::api::core::v1::Taint> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
+        .collect()
 }
 
 /// Whether the node is cordoned (`spec.unschedulable`).

@@ -15,7 +15,7 @@ use gpufabric_api::keys::{
 };
 use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::Phase;
-use gpufabric_api::run::{FabricTestRun, NodeVerdict, SkipReason};
+use gpufabric_api::run::{NodeVerdict, SkipReason};
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fixtures;
@@ -125,28 +125,6 @@ async fn wait_folded(env: &OperatorEnv, api: &Api<FabricTest>, name: &str) -> Fa
     }
 }
 
-async fn runs_of(env: &OperatorEnv, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = env.runs_api();
-    let mut runs = api
-        .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
-        .await
-        .expect("runs listed")
-        .items;
-    runs.sort_by_key(|r| r.creation_timestamp());
-    runs
-}
-
-/// Every node of the test's fleet, by name: all the nodes its operator could change.
-async fn nodes(env: &OperatorEnv) -> BTreeMap<String, Node> {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    let mut out = BTreeMap::new();
-    for name in env.fleet.node_names() {
-        let n = api.get(&name).await.expect("node");
-        out.insert(name, n);
-    }
-    out
-}
-
 /// Asserts that gpufabric changed nothing on any node: no cordon, taint, label or record.
 fn assert_untouched(all: &BTreeMap<String, Node>, context: &str) {
     for (name, n) in all {
@@ -207,7 +185,7 @@ async fn check_spared(
     let context = format!("{cause}/{mode}");
 
     // Every node is listed as not measured, with the kubelet's reason.
-    let runs = runs_of(env, &name).await;
+    let runs = env.runs_of(&name).await;
     assert_eq!(runs.len(), 1, "{context}: one run, no confirmation run");
     let run = runs[0].status.clone().expect("run status");
     assert_eq!(run.nodes.len(), 3, "{context}: {run:?}");
@@ -300,7 +278,7 @@ async fn check_spared(
     .await
     .expect("the pods of the run hold no GPUs");
 
-    assert_untouched(&nodes(env).await, &context);
+    assert_untouched(&env.nodes().await, &context);
 }
 
 /// The pod is neither ended nor being deleted.
@@ -487,7 +465,7 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
         .create_test("idle", spec(&env, "Cordon", sim_agent(30), json!({})))
         .await;
     wait_folded(&env, &tests, "idle").await;
-    let runs = runs_of(&env, "idle").await;
+    let runs = env.runs_of("idle").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
     assert_eq!(tested, [n3.as_str()], "{run:#?}");
@@ -514,7 +492,7 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
         "{:?}",
         run.skipped[1]
     );
-    let all = nodes(&env).await;
+    let all = env.nodes().await;
     assert_untouched(&all, "idle");
     // The maintenance taint is still the administrator's alone.
     let taints = all[&n1]
@@ -537,7 +515,7 @@ async fn busy_and_foreign_tainted_nodes_are_skipped_with_the_reason() {
         )
         .await;
     wait_folded(&env, &tests, "busy-too").await;
-    let runs = runs_of(&env, "busy-too").await;
+    let runs = env.runs_of("busy-too").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
     assert_eq!(tested, [n2.as_str(), n3.as_str()], "{run:#?}");
@@ -572,7 +550,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         Duration::from_secs(60),
         Duration::from_millis(300),
         || async {
-            let runs = runs_of(&env, "patient").await;
+            let runs = env.runs_of("patient").await;
             Ok(runs.into_iter().find_map(|r| {
                 let s = r.status.clone()?;
                 let waiting = s.phase == gpufabric_api::run::RunPhase::Pending
@@ -602,7 +580,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         .await
         .expect("the training pod ends");
     wait_folded(&env, &tests, "patient").await;
-    let runs = runs_of(&env, "patient").await;
+    let runs = env.runs_of("patient").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<(&str, NodeVerdict)> = run
         .nodes
@@ -639,7 +617,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         )
         .await;
     wait_folded(&env, &tests, "short-wait").await;
-    let runs = runs_of(&env, "short-wait").await;
+    let runs = env.runs_of("short-wait").await;
     let run = runs[0].status.clone().expect("run status");
     let tested: Vec<&str> = run.nodes.iter().map(|n| n.node.as_str()).collect();
     assert_eq!(tested, [n1.as_str()], "{run:#?}");
@@ -652,7 +630,7 @@ async fn a_run_waits_for_busy_nodes_when_asked_and_skips_them_when_the_wait_is_o
         "{:?}",
         run.skipped[0]
     );
-    assert_untouched(&nodes(&env).await, "short-wait");
+    assert_untouched(&env.nodes().await, "short-wait");
 }
 
 /// The nodes of every mode, whose agents block in their health phase until stopped.

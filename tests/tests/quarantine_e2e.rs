@@ -9,19 +9,17 @@
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
 //! `cargo test -p gpufabric-tests --test quarantine_e2e`.
 
-use gpufabric_api::keys::{
-    ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST, TAINT_QUARANTINED,
-};
+use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, TAINT_QUARANTINED};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::{FabricTest, SubjectKind};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent, taints_without_lifecycle};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -42,28 +40,6 @@ fn spec(env: &Env, quarantine: serde_json::Value) -> serde_json::Value {
         "quarantine": quarantine,
         "agent": sim_agent(60)
     })
-}
-
-/// Every node of the test's fleet, by name: all the nodes its operator could change.
-async fn nodes(env: &Env) -> BTreeMap<String, Node> {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    let mut out = BTreeMap::new();
-    for name in env.fleet.node_names() {
-        let n = api.get(&name).await.expect("node");
-        out.insert(name, n);
-    }
-    out
-}
-
-async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = env.runs_api();
-    let mut runs = api
-        .list(&ListParams::default().labels(&format!("{LABEL_TEST}={test}")))
-        .await
-        .expect("runs listed")
-        .items;
-    runs.sort_by_key(|r| r.creation_timestamp());
-    runs
 }
 
 /// Waits until the test's status satisfies `cond` (and no run is active), or fails with
@@ -93,11 +69,26 @@ async fn wait_status(
     }
 }
 
-async fn run_now(api: &Api<FabricTest>, name: &str) {
-    let patch = json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("run-now annotation");
+/// Waits until FabricTest `name` has folded in its confirmation run.
+async fn wait_confirmation_folded(
+    env: &Env,
+    api: &Api<FabricTest>,
+    name: &str,
+    timeout: Duration,
+) -> FabricTest {
+    wait_status(
+        env,
+        api,
+        name,
+        timeout,
+        "the confirmation run folded in",
+        |s| {
+            s.last_run
+                .as_ref()
+                .is_some_and(|r| r.trigger == Trigger::Confirmation)
+        },
+    )
+    .await
 }
 
 async fn event_reasons_for(env: &Env, ns: &str, name: &str) -> Vec<String> {
@@ -119,14 +110,6 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
         .filter(|(k, _)| k.as_str() != gpufabric_api::keys::LABEL_RESULT)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let taints: Vec<_> = n
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
-        .collect();
     json!({
         "labels": labels,
         "annotations": n
@@ -137,7 +120,7 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
             .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_COUNTERS)
             .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-        "taints": taints,
+        "taints": taints_without_lifecycle(n),
     })
 }
 
@@ -168,7 +151,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         vec![slow.clone(), straggler.clone()],
         "{status:#?}"
     );
-    let all = nodes(&env).await;
+    let all = env.nodes().await;
     let cordoned_now: Vec<&str> = all
         .iter()
         .filter(|(_, n)| cordoned(n))
@@ -198,7 +181,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
 
     // Confirmation: a run over exactly the two suspects came first, and the quarantine
     // names it.
-    let runs = runs_of(&env, "demo").await;
+    let runs = env.runs_of("demo").await;
     let confirm = runs
         .iter()
         .find(|r| r.spec.trigger == Trigger::Confirmation)
@@ -277,19 +260,7 @@ async fn a_percent_budget_is_taken_of_the_selected_nodes_not_of_the_suspects() {
             spec(&env, json!({"mode": "Cordon", "maxQuarantined": "25%"})),
         )
         .await;
-    let t = wait_status(
-        &env,
-        &tests,
-        "pct",
-        Duration::from_secs(180),
-        "the confirmation run folded in",
-        |s| {
-            s.last_run
-                .as_ref()
-                .is_some_and(|r| r.trigger == Trigger::Confirmation)
-        },
-    )
-    .await;
+    let t = wait_confirmation_folded(&env, &tests, "pct", Duration::from_secs(180)).await;
     let status = t.status.expect("status");
     assert_eq!(
         status.quarantined_nodes,
@@ -314,33 +285,48 @@ fn small_fleet() -> Fleet {
     f
 }
 
+/// Repairs gpu-02 of [`small_fleet`]: its fault goes from the fleet file the agents read.
+fn repair_gpu_02(env: &Env) {
+    let mut repaired = env.fleet.fleet().clone();
+    repaired.nodes[1].faults.clear();
+    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
+}
+
+/// Creates FabricTest `name` over [`small_fleet`] with `quarantine` and waits (up to
+/// `timeout`) until gpu-02, its straggler, is the one node quarantined.
+async fn quarantine_gpu_02(
+    env: &Env,
+    name: &str,
+    quarantine: serde_json::Value,
+    timeout: Duration,
+) -> Api<FabricTest> {
+    let failing = env.node("gpu-02");
+    let tests = env.create_test(name, spec(env, quarantine)).await;
+    wait_status(env, &tests, name, timeout, "gpu-02 quarantined", |s| {
+        s.quarantined_nodes == [failing.clone()]
+    })
+    .await;
+    tests
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
     let env = setup(small_fleet(), "heal").await;
     let failing = env.node("gpu-02");
-    let tests = env.create_test(
-        "heal",
-        spec(&env, json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2})),
-    )
-    .await;
-    wait_status(
+    let tests = quarantine_gpu_02(
         &env,
-        &tests,
         "heal",
+        json!({"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 2}),
         Duration::from_secs(180),
-        "gpu-02 quarantined",
-        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    assert!(cordoned(&nodes(&env).await[&failing]));
+    assert!(cordoned(&env.nodes().await[&failing]));
 
-    // The node is repaired: the fault goes from the fleet the agents read.
-    let mut repaired = env.fleet.fleet().clone();
-    repaired.nodes[1].faults.clear();
-    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
+    // The node is repaired.
+    repair_gpu_02(&env);
 
     // One passing run is not enough.
-    run_now(&tests, "heal").await;
+    env.run_now("heal").await;
     let t = wait_status(
         &env,
         &tests,
@@ -356,12 +342,12 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
     .await;
     assert_eq!(t.status.expect("status").quarantined_count, 1);
     assert!(
-        cordoned(&nodes(&env).await[&failing]),
+        cordoned(&env.nodes().await[&failing]),
         "still cordoned after one pass"
     );
 
     // The second one releases it.
-    run_now(&tests, "heal").await;
+    env.run_now("heal").await;
     wait_status(
         &env,
         &tests,
@@ -376,7 +362,7 @@ async fn a_repaired_node_is_released_after_passes_to_release_passing_runs() {
         },
     )
     .await;
-    let n = &nodes(&env).await[&failing];
+    let n = &env.nodes().await[&failing];
     assert!(!cordoned(n));
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
     assert!(!n.labels().contains_key(LABEL_QUARANTINED));
@@ -401,25 +387,14 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
         )
         .await
         .expect("person cordons gpu-04");
-    let tests = env
-        .create_test(
-            "gone",
-            spec(
-                &env,
-                json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false}),
-            ),
-        )
-        .await;
-    wait_status(
+    let tests = quarantine_gpu_02(
         &env,
-        &tests,
         "gone",
+        json!({"mode": "Cordon", "maxQuarantined": 2, "confirmRetest": false}),
         Duration::from_secs(180),
-        "gpu-02 quarantined",
-        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    assert!(cordoned(&nodes(&env).await[&failing]));
+    assert!(cordoned(&env.nodes().await[&failing]));
 
     tests
         .delete("gone", &DeleteParams::default())
@@ -431,7 +406,7 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
             env.operator.log_tail(80)
         );
     }
-    let all = nodes(&env).await;
+    let all = env.nodes().await;
     let n = &all[&failing];
     assert!(!cordoned(n), "our cordon is released");
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
@@ -443,7 +418,8 @@ async fn deleting_the_fabric_test_releases_its_cordons_but_not_a_persons() {
 async fn observe_mode_changes_no_node() {
     let env = setup(small_fleet(), "watch").await;
     let failing = env.node("gpu-02");
-    let before: BTreeMap<String, serde_json::Value> = nodes(&env)
+    let before: BTreeMap<String, serde_json::Value> = env
+        .nodes()
         .await
         .iter()
         .map(|(k, n)| (k.clone(), quarantine_view(n)))
@@ -474,7 +450,8 @@ async fn observe_mode_changes_no_node() {
         .expect("held back");
     assert!(held.contains("would quarantine"), "{held}");
     assert_eq!(status.quarantined_count, 0);
-    let after: BTreeMap<String, serde_json::Value> = nodes(&env)
+    let after: BTreeMap<String, serde_json::Value> = env
+        .nodes()
         .await
         .iter()
         .map(|(k, n)| (k.clone(), quarantine_view(n)))
@@ -483,7 +460,7 @@ async fn observe_mode_changes_no_node() {
         after, before,
         "no node's labels, annotations, cordon or taints changed"
     );
-    for (name, n) in nodes(&env).await {
+    for (name, n) in env.nodes().await {
         assert!(
             !n.annotations().contains_key(ANNOTATION_QUARANTINE)
                 && !n.labels().contains_key(LABEL_QUARANTINED)
@@ -515,7 +492,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         Duration::from_secs(120),
         Duration::from_millis(50),
         || async {
-            let runs = runs_of(&env, "flaky").await;
+            let runs = env.runs_of("flaky").await;
             Ok(runs.into_iter().find(|r| {
                 r.spec.trigger == Trigger::Creation
                     && r.status.as_ref().is_some_and(|s| s.phase.is_finished())
@@ -526,9 +503,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
     .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(80)));
     // ... and the fault is gone before its confirmation run starts (the operator waits
     // for the run to be folded into the test first): a one-off slowdown.
-    let mut healthy = env.fleet.fleet().clone();
-    healthy.nodes[1].faults.clear();
-    SimFleet::write_to(healthy, env.fleet.path()).expect("fleet rewritten");
+    repair_gpu_02(&env);
     let failed_first = first
         .status
         .as_ref()
@@ -544,20 +519,9 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
         first.status
     );
 
-    let t = wait_status(
-        &env,
-        &tests,
-        "flaky",
-        Duration::from_secs(120),
-        "the confirmation run folded in",
-        |s| {
-            s.last_run
-                .as_ref()
-                .is_some_and(|r| r.trigger == Trigger::Confirmation)
-        },
-    )
-    .await;
-    let confirm = runs_of(&env, "flaky")
+    let t = wait_confirmation_folded(&env, &tests, "flaky", Duration::from_secs(120)).await;
+    let confirm = env
+        .runs_of("flaky")
         .await
         .into_iter()
         .find(|r| r.spec.trigger == Trigger::Confirmation)
@@ -576,7 +540,7 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
     assert!(passed, "gpu-02 passes its retest: {:?}", confirm.status);
     let status = t.status.expect("status");
     assert_eq!(status.quarantined_count, 0, "{status:#?}");
-    let n = &nodes(&env).await[&failing];
+    let n = &env.nodes().await[&failing];
     assert!(!cordoned(n));
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
 }
@@ -585,21 +549,14 @@ async fn a_node_that_passes_its_confirmation_run_is_not_quarantined() {
 async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint() {
     let env = setup(small_fleet(), "taint").await;
     let failing = env.node("gpu-02");
-    let tests = env.create_test(
-        "taint",
-        spec(&env, json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1})),
-    )
-    .await;
-    wait_status(
+    let tests = quarantine_gpu_02(
         &env,
-        &tests,
         "taint",
+        json!({"mode": "Taint", "maxQuarantined": 1, "confirmRetest": false, "passesToRelease": 1}),
         Duration::from_secs(120),
-        "gpu-02 quarantined",
-        |s| s.quarantined_nodes == [failing.clone()],
     )
     .await;
-    let n = &nodes(&env).await[&failing];
+    let n = &env.nodes().await[&failing];
     assert!(!cordoned(n), "Taint mode does not cordon");
     let ours: Vec<_> = n
         .spec
@@ -640,10 +597,8 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
             Err(e) => panic!("someone adds a taint: {e}"),
         }
     }
-    let mut repaired = env.fleet.fleet().clone();
-    repaired.nodes[1].faults.clear();
-    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
-    run_now(&tests, "taint").await;
+    repair_gpu_02(&env);
+    env.run_now("taint").await;
     wait_status(
         &env,
         &tests,
@@ -653,15 +608,10 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
         |s| s.quarantined_count == 0,
     )
     .await;
-    let n = &nodes(&env).await[&failing];
-    let keys: Vec<String> = n
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
+    let n = &env.nodes().await[&failing];
+    let keys: Vec<String> = taints_without_lifecycle(n)
         .into_iter()
         .map(|t| t.key)
-        .filter(|k| !k.starts_with("node.kubernetes.io/"))
         .collect();
     assert_eq!(keys, vec!["maintenance.example.com/fw".to_string()]);
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
