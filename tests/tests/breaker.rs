@@ -18,9 +18,10 @@ use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, quarantine_on_first_failure, sim_agent, taints_without_lifecycle,
+};
 use gpufabric_tests::wait;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -46,12 +47,7 @@ fn fleet(n: usize, failing: &[usize]) -> Fleet {
 fn spec(env: &OperatorEnv, mode: &str, nodes: Option<Vec<String>>) -> serde_json::Value {
     let mut spec = json!({
         "nodeSelector": env.node_selector(),
-        "quarantine": {
-            "mode": mode,
-            "maxQuarantined": "100%",
-            "failuresToQuarantine": 1,
-            "confirmRetest": false
-        },
+        "quarantine": quarantine_on_first_failure(mode, false),
         "agent": sim_agent(60)
     });
     if let Some(nodes) = nodes {
@@ -104,23 +100,13 @@ async fn wait_status(
 /// taints (without what the control plane manages itself), and the `GPUFabricHealthy`
 /// condition that remediation tools act on.
 async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
-    let api: Api<Node> = Api::all(env.cluster.client());
     let mut out = BTreeMap::new();
-    for name in env.fleet.node_names() {
-        let n = api.get(&name).await.expect("node");
+    for (name, n) in env.nodes().await {
         let labels: BTreeMap<String, String> = n
             .labels()
             .iter()
             .filter(|(k, _)| !k.starts_with("beta.kubernetes.io/"))
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let taints: Vec<_> = n
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
             .collect();
         let healthy = n
             .status
@@ -139,7 +125,7 @@ async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
                 .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_COUNTERS)
                 .collect::<BTreeMap<_, _>>(),
             "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
-            "taints": taints,
+            "taints": taints_without_lifecycle(&n),
         });
         out.insert(name, view);
     }
