@@ -108,6 +108,11 @@ async fn create_nodes(e: &Env, names: &[&str]) {
     }
 }
 
+/// A `maxQuarantined` as a share of the selected nodes, such as `"50%"`.
+fn percent(share: &str) -> IntOrString {
+    IntOrString::String(share.into())
+}
+
 /// The FabricTest `name`, prefixed with the test's id (FabricTests are cluster-scoped).
 async fn create_test(e: &Env, name: &str, mode: QuarantineMode, max: IntOrString) -> FabricTest {
     let spec = FabricTestSpec {
@@ -498,13 +503,7 @@ async fn label_mode_only_labels_and_release_removes_the_label() {
     let e = env().await;
     create_nodes(&e, &["l1", "l2"]).await;
     let before = get(&e.client, "l1").await;
-    let test = create_test(
-        &e,
-        "nightly",
-        QuarantineMode::Label,
-        IntOrString::String("50%".into()),
-    )
-    .await;
+    let test = create_test(&e, "nightly", QuarantineMode::Label, percent("50%")).await;
 
     let (_, outcome) = observe_plan_execute(&e, &test, &["l1", "l2"], &["l1"]).await;
     assert_eq!(outcome.quarantined_nodes(), vec!["l1".to_string()]);
@@ -877,13 +876,7 @@ async fn quarantine_of_a_large_fleet_keeps_to_the_budget() {
     let names: Vec<String> = (1..=300).map(|i| format!("big-{i:03}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     create_nodes(&e, &refs).await;
-    let test = create_test(
-        &e,
-        "nightly",
-        QuarantineMode::Cordon,
-        IntOrString::String("10%".into()),
-    )
-    .await;
+    let test = create_test(&e, "nightly", QuarantineMode::Cordon, percent("10%")).await;
     let bad: Vec<&str> = refs.iter().copied().step_by(7).collect(); // 43 failing nodes
     let t0 = std::time::Instant::now();
     let (p, outcome) = observe_plan_execute(&e, &test, &refs, &bad).await;
