@@ -14,10 +14,9 @@ use gpufabric_api::keys::{
     LABEL_RESULT, LABEL_RUN, LABEL_TEST, TAINT_QUARANTINED, TAINT_SUSPECT,
 };
 use gpufabric_api::run::{FabricTestRun, NodeVerdict};
-use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, POOL_LABEL, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, last_run_name, sim_agent, taints_without_lifecycle};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeCondition, Pod};
 use kube::ResourceExt;
@@ -55,15 +54,6 @@ fn spec(env: &OperatorEnv) -> serde_json::Value {
     })
 }
 
-fn last_run(s: &FabricTestStatus) -> String {
-    s.last_run.clone().map(|l| l.name).unwrap_or_default()
-}
-
-async fn node(env: &OperatorEnv, base: &str) -> Node {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    api.get(&env.node(base)).await.expect("node read")
-}
-
 fn healthy(n: &Node) -> Option<NodeCondition> {
     n.status
         .as_ref()?
@@ -76,12 +66,8 @@ fn healthy(n: &Node) -> Option<NodeCondition> {
 
 /// The node's taints as `key:effect`, without the node lifecycle controller's.
 fn taints_of(n: &Node) -> Vec<String> {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
+    taints_without_lifecycle(n)
         .into_iter()
-        .filter(|t| !t.key.starts_with("node.kubernetes.io/"))
         .map(|t| format!("{}:{}", t.key, t.effect))
         .collect()
 }
@@ -94,13 +80,6 @@ fn status_reason(c: &Option<NodeCondition>) -> (String, String) {
     c.as_ref()
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
         .unwrap_or_default()
-}
-
-async fn run_now(api: &Api<FabricTest>) {
-    let patch = json!({"metadata": {"annotations": {"gpufabric.io/run-now": "true"}}});
-    api.patch("sig", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("run-now annotation");
 }
 
 fn condition_status(run: &FabricTestRun, type_: &str) -> Option<String> {
@@ -119,8 +98,8 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
 
     // Run 1: gpu-02 fails once of the two needed: suspect, condition Unknown.
     let s1 = env.wait_folded("sig", None).await;
-    let run1 = last_run(&s1);
-    let n2 = node(&env, "gpu-02").await;
+    let run1 = last_run_name(&s1);
+    let n2 = env.read_node("gpu-02").await;
     assert_eq!(result_label(&n2), Some("suspect"), "{:#?}", s1.nodes);
     assert_eq!(
         status_reason(&healthy(&n2)),
@@ -144,7 +123,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     );
     let mut passed_since = Vec::new();
     for base in ["gpu-01", "gpu-03", "gpu-04"] {
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         assert_eq!(result_label(&n), Some("pass"), "{base}");
         let c = healthy(&n);
         assert_eq!(
@@ -172,7 +151,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         );
     }
     // A node no test selects carries no signal.
-    let untested = node(&env, "gpu-05").await;
+    let untested = env.read_node("gpu-05").await;
     assert_eq!(result_label(&untested), None);
     assert_eq!(healthy(&untested), None);
 
@@ -207,9 +186,9 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     );
 
     // Run 2: gpu-02 fails again: confirmed, condition False, label fail, cordoned.
-    run_now(&tests).await;
+    env.run_now("sig").await;
     let s2 = env.wait_folded("sig", Some(&run1)).await;
-    let n2 = node(&env, "gpu-02").await;
+    let n2 = env.read_node("gpu-02").await;
     assert_eq!(result_label(&n2), Some("fail"), "{:#?}", s2.nodes);
     assert_eq!(
         status_reason(&healthy(&n2)),
@@ -222,10 +201,10 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     );
     assert!(!n2.annotations().contains_key(ANNOTATION_SUSPECT_TAINT));
     for base in ["gpu-01", "gpu-03", "gpu-04"] {
-        assert!(taints_of(&node(&env, base).await).is_empty(), "{base}");
+        assert!(taints_of(&env.read_node(base).await).is_empty(), "{base}");
     }
     for (i, base) in ["gpu-01", "gpu-03", "gpu-04"].iter().enumerate() {
-        let c = healthy(&node(&env, base).await);
+        let c = healthy(&env.read_node(base).await);
         assert_eq!(
             status_reason(&c),
             ("True".into(), "Passed".into()),
@@ -240,20 +219,20 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
 
     // Run 3: a training job holds every GPU of gpu-03: not measured. Its condition and label
     // stay as run 2 left them; never False.
-    let before = healthy(&node(&env, "gpu-03").await);
+    let before = healthy(&env.read_node("gpu-03").await);
     let pods: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
     pods.create(&PostParams::default(), &gpu_holder(&env, "gpu-03"))
         .await
         .expect("holder pod");
-    run_now(&tests).await;
-    let s3 = env.wait_folded("sig", Some(&last_run(&s2))).await;
+    env.run_now("sig").await;
+    let s3 = env.wait_folded("sig", Some(&last_run_name(&s2))).await;
     let h3 = s3
         .nodes
         .iter()
         .find(|n| n.node == env.node("gpu-03"))
         .expect("gpu-03 in history");
     assert_eq!(h3.verdict, NodeVerdict::NotMeasured, "{h3:#?}");
-    let n3 = node(&env, "gpu-03").await;
+    let n3 = env.read_node("gpu-03").await;
     assert_eq!(
         healthy(&n3),
         before,
@@ -263,7 +242,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
 
     // The full result documents outlive the pods: delete every benchmark pod, then read
     // gpu-01's latest document back as README says.
-    let run3 = last_run(&s3);
+    let run3 = last_run_name(&s3);
     let bench = ListParams::default().labels(&format!("{LABEL_TEST}=sig"));
     pods.delete_collection(&DeleteParams::default(), &bench)
         .await
@@ -320,7 +299,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     );
     assert_eq!(
         of("gpu-03").labels().get(LABEL_RUN).map(String::as_str),
-        Some(last_run(&s2).as_str()),
+        Some(last_run_name(&s2).as_str()),
         "not measured in run 3: the document of run 2 stays"
     );
     assert_eq!(stored.len(), 4, "one per tested node: {stored:#?}");
@@ -355,7 +334,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         .await
         .expect("the test is gone");
     for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
-        let n = node(&env, base).await;
+        let n = env.read_node(base).await;
         assert_eq!(healthy(&n), None, "{base}: condition left");
         assert_eq!(result_label(&n), None, "{base}: label left");
         assert!(
@@ -375,7 +354,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
             "{base}: the kubelet's Ready condition stays"
         );
     }
-    let other = healthy(&node(&env, "gpu-05").await);
+    let other = healthy(&env.read_node("gpu-05").await);
     assert!(
         other
             .and_then(|c| c.message)
