@@ -48,17 +48,6 @@ fn test_spec(env: &Env, extra: serde_json::Value) -> serde_json::Value {
     spec
 }
 
-async fn runs_of(env: &Env, test: &str) -> Vec<FabricTestRun> {
-    let api: Api<FabricTestRun> = env.runs_api();
-    let mut runs = api
-        .list(&ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST)))
-        .await
-        .expect("list runs")
-        .items;
-    runs.sort_by_key(|r| r.creation_timestamp());
-    runs
-}
-
 async fn pods_of(env: &Env, run: &str) -> Vec<Pod> {
     let api: Api<Pod> = env.pods_api();
     api.list(&ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN)))
@@ -114,7 +103,7 @@ async fn wait_runs(env: &Env, test: &str, n: usize, timeout: Duration) -> Vec<Fa
         timeout,
         Duration::from_millis(500),
         || async {
-            let runs = runs_of(env, test).await;
+            let runs = env.runs_of(test).await;
             Ok((runs.len() >= n).then_some(runs))
         },
     )
@@ -253,14 +242,10 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
 
     // Once: no second run comes by itself.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(runs_of(&env, "once").await.len(), 1);
+    assert_eq!(env.runs_of("once").await.len(), 1);
 
     // run-now starts a Manual run and the annotation is removed.
-    let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "true"}}});
-    tests
-        .patch("once", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("annotate");
+    env.run_now("once").await;
     let runs = wait_runs(&env, "once", 2, Duration::from_secs(30)).await;
     let manual = runs
         .iter()
@@ -347,7 +332,7 @@ async fn invalid_spec_is_reported_and_starts_no_run() {
         .expect("Ready");
     assert_eq!(ready.reason, "InvalidSpec");
     assert!(ready.message.contains("Mars/Olympus"), "{}", ready.message);
-    assert!(runs_of(&env, "bad").await.is_empty());
+    assert!(env.runs_of("bad").await.is_empty());
 }
 
 /// Runs FabricTest `name` (agent timeout 10 s) over two nodes of which gpu-02 hangs, and
@@ -475,7 +460,7 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
         "{status:?}"
     );
     assert_eq!(v[&env.node("gpu-12")], NodeVerdict::Timeout);
-    assert_eq!(runs_of(&env, "restart").await.len(), 1, "no second run");
+    assert_eq!(env.runs_of("restart").await.len(), 1, "no second run");
 }
 
 #[tokio::test]
@@ -505,7 +490,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
                     .get("hist")
                     .await
                     .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
-                let runs = runs_of(&env, "hist").await;
+                let runs = env.runs_of("hist").await;
                 let manual = runs
                     .iter()
                     .filter(|r| r.spec.trigger == Trigger::Manual)
@@ -531,7 +516,7 @@ async fn history_limits_delete_old_runs_and_their_pods() {
         Duration::from_secs(60),
         Duration::from_millis(500),
         || async {
-            let runs = runs_of(&env, "hist").await;
+            let runs = env.runs_of("hist").await;
             Ok((runs.len() == 1).then_some(runs))
         },
     )
@@ -600,7 +585,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
     let end = Instant::now() + Duration::from_secs(100);
     let mut max_active = 0;
     while Instant::now() < end {
-        let runs = runs_of(&env, "cron").await;
+        let runs = env.runs_of("cron").await;
         let active = runs.iter().filter(|r| !finished(r)).count();
         max_active = max_active.max(active);
         if runs.len() >= 2 {
@@ -609,7 +594,7 @@ async fn a_scheduled_run_fires_and_forbid_skips_while_one_is_active() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert_eq!(max_active, 1, "Forbid: one active run at a time");
-    let runs = runs_of(&env, "cron").await;
+    let runs = env.runs_of("cron").await;
     assert!(
         runs.len() >= 2,
         "the schedule went on after the first run: {}",
