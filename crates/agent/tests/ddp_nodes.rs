@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{SECRET, agent, finish_rank, fleet_dir, free_addr};
+use common::{RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
-use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,19 +25,7 @@ nodes:
     faults: [{kind: slowNic, factor: 0.1}]
 "#;
 
-struct Env {
-    dir: tempfile::TempDir,
-    fleet: PathBuf,
-    addr: String,
-}
-
-impl Env {
-    fn new() -> Env {
-        let (dir, fleet) = fleet_dir(FLEET);
-        let addr = free_addr();
-        Env { dir, fleet, addr }
-    }
-
+impl RankEnv {
     fn rank(&self, nodes: &str, rank: u32, timeout: &str) -> Child {
         let mut cmd = agent();
         cmd.env(
@@ -72,7 +59,7 @@ fn finish(child: Child) -> (Output, DdpNodesResult) {
 
 #[test]
 fn four_agents_measure_one_two_and_four_nodes_and_agree() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let ranks = env.all("a,b,c,slowgpu");
     for (r, (out, doc)) in ranks.iter().enumerate() {
         assert_eq!(out.status.code(), Some(0), "rank {r}: {doc:?}");
@@ -114,9 +101,9 @@ fn four_agents_measure_one_two_and_four_nodes_and_agree() {
 
 #[test]
 fn a_slow_nic_lowers_the_efficiency_of_every_count_it_joins() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let clean = env.all("a,b");
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let slow = env.all("a,slownic");
     let eff = |r: &[(Output, DdpNodesResult)]| r[0].1.points[1].point.scaling_efficiency;
     assert!(
@@ -135,7 +122,7 @@ fn a_slow_nic_lowers_the_efficiency_of_every_count_it_joins() {
 
 #[test]
 fn a_rank_that_never_arrives_ends_every_rank_in_bounded_time() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let started = Instant::now();
     let r0 = env.rank("a,b,c", 0, "3");
     let r1 = env.rank("a,b,c", 1, "3");
@@ -151,7 +138,7 @@ fn a_rank_that_never_arrives_ends_every_rank_in_bounded_time() {
 
 #[test]
 fn bad_settings_are_refused_with_exit_code_2() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     for (nodes, rank) in [("a,a", 0), ("a,b", 2), ("a,nowhere", 0)] {
         let out = env.rank(nodes, rank, "5").wait_with_output().expect("ends");
         assert_eq!(out.status.code(), Some(2), "{nodes} rank {rank}");
@@ -166,7 +153,7 @@ fn a_rank_that_cannot_measure_says_why_before_it_meets_the_others() {
         eprintln!("libnccl is present here: the cuda backend would run; nothing to check");
         return;
     }
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let started = Instant::now();
     // Rank 1 with no rank 0 anywhere: it would wait 60 s for the rendezvous, but ends at
     // once, naming the missing library.

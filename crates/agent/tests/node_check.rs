@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fleet_dir, stderr, stdout};
+use common::{agent, fleet_dir, stderr, stdout};
 use gpufabric_api::result::{ErrorKind, Phase};
 use gpufabric_api::{CompactResult, ResultDocument};
 use std::path::{Path, PathBuf};
@@ -55,17 +55,7 @@ impl Env {
 
     /// The agent with a clean environment and the termination message in the temp dir.
     fn agent(&self) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
-        for var in [
-            "FABRIC_BACKEND",
-            "FABRIC_SIM_FLEET",
-            "FABRIC_NODE_NAME",
-            "FABRIC_TERMINATION_LOG",
-            "FABRIC_SUITE",
-            "RUST_LOG",
-        ] {
-            cmd.env_remove(var);
-        }
+        let mut cmd = agent();
         cmd.env("FABRIC_TERMINATION_LOG", self.term());
         cmd
     }

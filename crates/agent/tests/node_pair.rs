@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{SECRET, agent, finish_rank, fleet_dir, free_addr};
+use common::{RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::pair::{NetTransport, NodePairResult};
 use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
@@ -24,19 +24,7 @@ nodes:
     faults: [{kind: socketFallback}]
 "#;
 
-struct Env {
-    dir: tempfile::TempDir,
-    fleet: PathBuf,
-    addr: String,
-}
-
-impl Env {
-    fn new() -> Env {
-        let (dir, fleet) = fleet_dir(FLEET);
-        let addr = free_addr();
-        Env { dir, fleet, addr }
-    }
-
+impl RankEnv {
     fn term(&self, rank: u32) -> PathBuf {
         self.dir.path().join(format!("termination-{rank}"))
     }
@@ -62,7 +50,7 @@ fn finish(child: Child) -> (Output, NodePairResult) {
 
 #[test]
 fn two_agents_meet_over_tcp_in_either_start_order_and_report_the_same_pair() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     // Rank 1 first: it retries until rank 0 listens.
     let r1 = env.rank("a,b", 1, SECRET, "20");
     std::thread::sleep(Duration::from_millis(300));
@@ -90,14 +78,14 @@ fn two_agents_meet_over_tcp_in_either_start_order_and_report_the_same_pair() {
 
 #[test]
 fn a_slow_nic_and_a_socket_fallback_show_in_the_pair() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let r0 = env.rank("slow,b", 0, SECRET, "20");
     let r1 = env.rank("slow,b", 1, SECRET, "20");
     let (_, d) = finish(r0);
     finish(r1);
     assert!(d.busbw().expect("all_reduce") < 100.0);
 
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let r0 = env.rank("a,tcp", 0, SECRET, "20");
     let r1 = env.rank("a,tcp", 1, SECRET, "20");
     finish(r0);
@@ -107,7 +95,7 @@ fn a_slow_nic_and_a_socket_fallback_show_in_the_pair() {
 
 #[test]
 fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let started = Instant::now();
     let (out, doc) = finish(env.rank("a,b", 0, SECRET, "1"));
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -122,7 +110,7 @@ fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
     );
     assert!(doc.collectives.is_empty());
 
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let (out, doc) = finish(env.rank("a,b", 1, SECRET, "1"));
     assert_eq!(out.status.code(), Some(3));
     let nm = doc.not_measured.expect("not measured");
@@ -136,7 +124,7 @@ fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
 
 #[test]
 fn a_rank_with_another_secret_is_turned_away_and_both_say_so() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let r0 = env.rank("a,b", 0, SECRET, "2");
     std::thread::sleep(Duration::from_millis(200));
     let other = "ff".repeat(32);
@@ -155,7 +143,7 @@ fn a_rank_with_another_secret_is_turned_away_and_both_say_so() {
 
 #[test]
 fn bad_settings_are_refused_with_exit_code_2() {
-    let env = Env::new();
+    let env = RankEnv::new(FLEET);
     let (out, _) = {
         let child = env.rank("a,a", 0, SECRET, "1");
         let out = child.wait_with_output().expect("ends");

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{stderr, stdout};
+use common::{agent, stderr, stdout};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn fleet() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../measure/fleets/faults.yaml")
@@ -13,15 +13,7 @@ fn fleet() -> PathBuf {
 
 fn verdict(node: &str, extra: &[&str]) -> Output {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-agent"));
-    for var in [
-        "FABRIC_BACKEND",
-        "FABRIC_SIM_FLEET",
-        "FABRIC_NODE_NAME",
-        "FABRIC_SUITE",
-    ] {
-        cmd.env_remove(var);
-    }
+    let mut cmd = agent();
     cmd.env("FABRIC_TERMINATION_LOG", dir.path().join("termination-log"))
         .args(["node-check", "--backend", "sim", "--fleet"])
         .arg(fleet())

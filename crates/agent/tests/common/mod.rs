@@ -1,6 +1,6 @@
-//! What the agent's end-to-end tests share: the fleet file in a temp dir, the agent's
-//! output as text, and for the multi-node subcommands the secret, a free port for rank 0,
-//! the agent started without the environment a pod would give it, and a rank's document.
+//! What the agent's end-to-end tests share: the agent started without the environment a
+//! pod would give it, the fleet file in a temp dir, the agent's output as text, and for the
+//! multi-node subcommands the secret, a free port for rank 0 and a rank's document.
 
 // Each test binary that includes this module uses a part of it.
 #![allow(dead_code)]
@@ -25,6 +25,23 @@ pub fn fleet_dir(yaml: &str) -> (tempfile::TempDir, PathBuf) {
     let fleet = dir.path().join("fleet.yaml");
     std::fs::write(&fleet, yaml).expect("write fleet");
     (dir, fleet)
+}
+
+/// The fleet file in a temp dir and a free rendezvous address: what the ranks of one
+/// multi-node test share.
+pub struct RankEnv {
+    pub dir: tempfile::TempDir,
+    pub fleet: PathBuf,
+    pub addr: String,
+}
+
+impl RankEnv {
+    /// `yaml` as the fleet file, and a free address for rank 0.
+    pub fn new(yaml: &str) -> RankEnv {
+        let (dir, fleet) = fleet_dir(yaml);
+        let addr = free_addr();
+        RankEnv { dir, fleet, addr }
+    }
 }
 
 /// The agent's stdout, as text.
@@ -63,6 +80,8 @@ pub fn agent() -> Command {
         "FABRIC_BACKEND",
         "FABRIC_SIM_FLEET",
         "FABRIC_NODE_NAME",
+        "FABRIC_TERMINATION_LOG",
+        "FABRIC_SUITE",
         "FABRIC_RENDEZVOUS",
         "FABRIC_RENDEZVOUS_SECRET",
         "FABRIC_GROUP",
