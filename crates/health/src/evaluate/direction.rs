@@ -152,12 +152,7 @@ pub(super) fn check_sides(
             .collect();
         // The expectation the side's copies missed: a floor, else the node's fastest pair
         // when most copies are slow, else the median of the copies not through it.
-        let missed = theirs
-            .iter()
-            .find(|m| matches!(m, Missed::Floor(..)))
-            .or_else(|| theirs.iter().find(|m| matches!(m, Missed::NodeFastest(_))))
-            .copied()
-            .unwrap_or(Missed::NodeMedian(fleet::median(&others).unwrap_or(0.0)));
+        let missed = Missed::of_group(&theirs, fleet::median(&others).unwrap_or(0.0));
         let (expected, source) = missed.expectation();
         let against = match missed {
             Missed::Floor(_, s) => source_words(s, "pair copy bandwidth"),

@@ -108,6 +108,18 @@ pub(super) enum Missed {
 }
 
 impl Missed {
+    /// What a group of slow copies missed together: a floor one of them missed, else the
+    /// node's fastest pair when that is what they missed, else `median` (the median of the
+    /// node's copies outside the group).
+    pub(super) fn of_group(missed: &[Missed], median: f64) -> Missed {
+        missed
+            .iter()
+            .find(|m| matches!(m, Missed::Floor(..)))
+            .or_else(|| missed.iter().find(|m| matches!(m, Missed::NodeFastest(_))))
+            .copied()
+            .unwrap_or(Missed::NodeMedian(median))
+    }
+
     pub(super) fn expectation(self) -> (f64, ExpectationSource) {
         match self {
             Missed::Floor(v, s) => (v, s),
@@ -368,14 +380,7 @@ fn gpu_slow_to_every_peer(
         .filter(|((a, b), _)| *a == k || *b == k)
         .map(|(_, m)| *m)
         .collect();
-    let missed = theirs
-        .iter()
-        .find(|m| matches!(m, Missed::Floor(..)))
-        .or_else(|| theirs.iter().find(|m| matches!(m, Missed::NodeFastest(_))))
-        .copied()
-        .unwrap_or(Missed::NodeMedian(
-            fleet::median(&others).unwrap_or(node_median),
-        ));
+    let missed = Missed::of_group(&theirs, fleet::median(&others).unwrap_or(node_median));
     let (expected, source) = missed.expectation();
     let against = match missed {
         Missed::NodeFastest(_) => "the node's fastest pair".to_string(),
