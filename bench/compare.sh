@@ -255,6 +255,10 @@ nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --form
 nvidia-smi topo -m
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
 echo "agent: $AGENT"; uname -r; nproc
+# Which logical CPUs share a core: a launch thread beside a busy sibling is one suspect for
+# the two small-message states.
+lscpu 2>/dev/null | grep -E "^(Model name|Thread|Core|Socket|NUMA node)" || true
+cat /sys/devices/system/cpu/cpu{0,8}/topology/thread_siblings_list 2>/dev/null | paste -sd" " || true
 for stage in "${@:-all}"; do
   case $stage in
     build) build ;;
