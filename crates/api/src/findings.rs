@@ -412,6 +412,14 @@ impl Finding {
         }
     }
 
+    /// The finding about one collective (`c`).
+    pub fn with_collective(self, c: Collective) -> Self {
+        Finding {
+            collective: Some(c),
+            ..self
+        }
+    }
+
     /// The finding with its evidence: `measured` against `expected` in `unit`, the
     /// expectation from `source`; the deviation follows from the two ([`deviation`]).
     pub fn with_evidence(

@@ -373,9 +373,8 @@ fn check_pcie(
 pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<Finding>) {
     for c in &r.collectives {
         if c.wrong > 0 {
-            out.push(Finding {
-                collective: Some(c.collective),
-                ..Finding::new(
+            out.push(
+                Finding::new(
                     FindingKind::WrongResults,
                     Subject::node(node),
                     Metric::NcclWrong,
@@ -386,8 +385,9 @@ pub(super) fn check_wrong_results(node: &str, r: &CompactResult, out: &mut Vec<F
                         c.wrong
                     ),
                 )
-                .with_evidence(c.wrong as f64, 0.0, "elements", ExpectationSource::Rule)
-            });
+                .with_collective(c.collective)
+                .with_evidence(c.wrong as f64, 0.0, "elements", ExpectationSource::Rule),
+            );
         }
     }
     if r.corrupt_copies > 0 {

@@ -65,16 +65,14 @@ fn nccl_below_copy_engines(
 /// A collective slower on `node` than it should be, by `metric`: Critical, and the node's
 /// own (the caller adds the evidence).
 fn slow_collective(node: &str, collective: Collective, metric: Metric, message: String) -> Finding {
-    Finding {
-        collective: Some(collective),
-        ..Finding::new(
-            FindingKind::Slow,
-            Subject::node(node),
-            metric,
-            Severity::Critical,
-            message,
-        )
-    }
+    Finding::new(
+        FindingKind::Slow,
+        Subject::node(node),
+        metric,
+        Severity::Critical,
+        message,
+    )
+    .with_collective(collective)
 }
 
 pub(super) fn check_nccl(
