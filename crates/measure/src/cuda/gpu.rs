@@ -168,6 +168,8 @@ pub struct DevBuf {
     pub ptr: sys::CUdeviceptr,
     pub bytes: usize,
     ctx: sys::CUcontext,
+    /// What gives the memory back (the allocator that made it), run in `ctx`.
+    free: unsafe fn(sys::CUdeviceptr),
 }
 
 // SAFETY: a device pointer is a plain address usable from any thread.
@@ -187,7 +189,28 @@ impl DevBuf {
             ptr,
             bytes,
             ctx: gpu.ctx,
+            free: cu_mem_free,
         })
+    }
+
+    /// Takes ownership of `bytes` at `ptr`, allocated on `gpu` by an allocator other than
+    /// `cuMemAlloc`; `free` gives it back (called with `gpu`'s context current).
+    ///
+    /// # Safety
+    /// `ptr` must be a live allocation of at least `bytes` on `gpu` that `free` releases,
+    /// owned by nothing else.
+    pub unsafe fn adopt(
+        gpu: &Gpu,
+        ptr: sys::CUdeviceptr,
+        bytes: usize,
+        free: unsafe fn(sys::CUdeviceptr),
+    ) -> DevBuf {
+        DevBuf {
+            ptr,
+            bytes,
+            ctx: gpu.ctx,
+            free,
+        }
     }
 
     pub fn void(&self) -> *mut c_void {
@@ -206,9 +229,16 @@ impl Drop for DevBuf {
         // outlives the buffer in every caller.
         unsafe {
             sys::cuCtxSetCurrent(self.ctx);
-            sys::cuMemFree_v2(self.ptr);
+            (self.free)(self.ptr);
         }
     }
+}
+
+/// # Safety
+/// `ptr` came from `cuMemAlloc` in the current context and is freed once.
+unsafe fn cu_mem_free(ptr: sys::CUdeviceptr) {
+    // SAFETY: see the function's contract.
+    unsafe { sys::cuMemFree_v2(ptr) };
 }
 
 /// Page-locked host memory, freed on drop.

@@ -274,7 +274,7 @@ fn measure(
                 "libnccl.so could not be loaded (put NCCL's lib directory on LD_LIBRARY_PATH)",
             ));
         } else {
-            match sweep(opts, cuda.check_values, gpus, &wd, timeout, &p) {
+            match sweep(opts, cuda, gpus, &wd, timeout, &p) {
                 Ok((r, errs)) => {
                     nccl_result = Some(r);
                     errors.extend(errs);
@@ -361,7 +361,7 @@ fn ddp_probe(
 #[tracing::instrument(name = "ncclSweep", skip_all)]
 fn sweep(
     opts: &CheckOptions,
-    check: bool,
+    cuda: &CudaOptions,
     gpus: &[Gpu],
     wd: &nccl::Watchdog,
     timeout: Duration,
@@ -391,8 +391,8 @@ fn sweep(
         ranks.push(nccl::Rank {
             gpu: g,
             stream,
-            send: gpu::DevBuf::new(g, buf)?,
-            recv: gpu::DevBuf::new(g, buf)?,
+            send: nccl::comm_buffer(g, buf)?,
+            recv: nccl::comm_buffer(g, buf)?,
             input,
             host,
             start: gpu::Event::new(g)?,
@@ -400,7 +400,12 @@ fn sweep(
         });
     }
     progress(&format!(
-        "nccl sweep: communicators, buffers and inputs ready in {:.2} s",
+        "nccl sweep: communicators, buffers ({}) and inputs ready in {:.2} s",
+        if nccl::mem_alloc_call() {
+            "ncclMemAlloc"
+        } else {
+            "cuMemAlloc"
+        },
         setup.elapsed().as_secs_f64()
     ));
     let set = nccl::SweepSettings {
@@ -409,7 +414,7 @@ fn sweep(
         iters,
         data_type: cfg.data_type,
         timeout,
-        check,
+        check: cuda.check_values,
     };
     let mut out = Vec::new();
     let mut errors = Vec::new();

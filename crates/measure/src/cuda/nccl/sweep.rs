@@ -3,7 +3,7 @@
 
 use super::check::count_wrong;
 use super::comm::{Comms, Watchdog, group, sync_all};
-use super::timing::{Op, RAMP, RAMP_ROUNDS_MAX, time_blocks};
+use super::timing::{Blocks, Op, RAMP, RAMP_ROUNDS_MAX, time_block};
 use super::{nccl_type, ncheck};
 use crate::cuda::gpu::{DevBuf, Event, Gpu, GpuResult, HostBuf, Stream};
 use crate::model::{counts, has_in_place, row_count};
@@ -29,13 +29,7 @@ pub struct Rank<'g> {
 /// Whether the loaded NCCL has `ncclAlltoAll` (2.28 and later): nccl-tests times that call
 /// where it exists, and grouped sends and receives before it, and so does the sweep.
 pub fn alltoall_call() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        let mut v = 0i32;
-        // SAFETY: valid out-pointer.
-        let r = unsafe { nsys::ncclGetVersion(&mut v) };
-        r == nsys::ncclResult_t::ncclSuccess && v >= 22800
-    })
+    super::nccl_version_code().is_some_and(|v| v >= 22800)
 }
 
 /// Enqueues one collective on every rank (one NCCL group).
@@ -229,6 +223,72 @@ fn ramp_up(
     Ok(())
 }
 
+/// One placement (out of place or in place) of one size: its call, timed blocks and the
+/// wrong elements its validation found.
+struct Place {
+    op: Op,
+    blocks: Blocks,
+    wrong: u64,
+}
+
+/// One size of the sweep until its blocks are all timed.
+struct Entry {
+    bytes: u64,
+    count: u64,
+    /// Out of place, then in place where the collective has it.
+    places: Vec<Place>,
+}
+
+impl Entry {
+    fn wants_more(&self) -> bool {
+        self.places.iter().any(|p| p.blocks.wants_more())
+    }
+
+    fn row(&self, c: Collective, n: u64) -> SweepRow {
+        let timing =
+            |p: &Place| stats::timing(c, n as u32, self.bytes, p.blocks.timing().host_us, p.wrong);
+        SweepRow {
+            bytes: self.bytes,
+            count: self.count,
+            out_of_place: self.places.first().map(timing).unwrap_or_default(),
+            in_place: self.places.get(1).map(timing),
+        }
+    }
+
+    /// The progress line of the size: host times (nccl-tests' column), the GPU event times
+    /// beside them, and each block where a short size was timed more than once.
+    fn line(&self, c: Collective, row: &SweepRow) -> String {
+        let gpu = |i: usize| {
+            self.places
+                .get(i)
+                .map(|p| p.blocks.timing().gpu_us)
+                .unwrap_or_default()
+        };
+        let mut line = format!(
+            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
+            c.nccl_tests_name(),
+            row.bytes,
+            row.out_of_place.time_us,
+            row.out_of_place.busbw,
+            row.in_place.unwrap_or_default().busbw,
+            row.in_place.unwrap_or_default().time_us,
+            row.wrong(),
+            gpu(0),
+            gpu(1),
+        );
+        if let Some(p) = self.places.first().filter(|p| p.blocks.host_us().len() > 1) {
+            let blocks: Vec<String> = p
+                .blocks
+                .host_us()
+                .iter()
+                .map(|b| format!("{b:.1}"))
+                .collect();
+            line.push_str(&format!(" blocks {}", blocks.join(" ")));
+        }
+        line
+    }
+}
+
 /// Times and checks one collective over all sizes.
 pub fn sweep_collective(
     c: Collective,
@@ -253,6 +313,7 @@ pub fn sweep_collective(
         .map(|&size| counts(c, size, elem, n).2)
         .max()
         .unwrap_or(0);
+    let mut entries: Vec<Entry> = Vec::new();
     let mut rows: Vec<SweepRow> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for &size in &set.sizes {
@@ -261,14 +322,11 @@ pub fn sweep_collective(
             continue;
         }
         let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
-        let mut row = SweepRow {
+        let mut entry = Entry {
             bytes,
             count: row_count(c, sc, rc, n),
-            out_of_place: Default::default(),
-            in_place: None,
+            places: Vec::new(),
         };
-        // GPU event time per iteration (out of place, in place): for the progress log only.
-        let mut gpu_us = [0.0f64; 2];
         for in_place in [false, true] {
             if in_place && !has_in_place(c) {
                 continue;
@@ -283,11 +341,10 @@ pub fn sweep_collective(
                 total: bytes,
                 max_total,
             };
+            let mut blocks = Blocks::default();
             let t0 = Instant::now();
-            let timing = time_blocks(&op, comms, ranks, wd, set, &what)?;
+            time_block(&op, comms, ranks, wd, set, &what, &mut blocks)?;
             timed += t0.elapsed();
-            let time_us = timing.host_us;
-            gpu_us[usize::from(in_place)] = timing.gpu_us;
             let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
             let mut wrong = 0;
             if set.check {
@@ -297,27 +354,22 @@ pub fn sweep_collective(
                 sync_all(&streams, comms, wd, &what, set.timeout)?;
                 wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
             }
-            let timing = stats::timing(c, n as u32, bytes, time_us, wrong);
-            if in_place {
-                row.in_place = Some(timing);
-            } else {
-                row.out_of_place = timing;
-            }
+            entry.places.push(Place { op, blocks, wrong });
         }
-        progress(&format!(
-            "{:>14} {:>12} {:>10.2} us {:>8.2} GB/s busbw {:>8.2} in-place {:>10.2} us wrong {} (gpu-event {:.2} / {:.2} us)",
-            c.nccl_tests_name(),
-            row.bytes,
-            row.out_of_place.time_us,
-            row.out_of_place.busbw,
-            row.in_place.unwrap_or_default().busbw,
-            row.in_place.unwrap_or_default().time_us,
-            row.wrong(),
-            gpu_us[0],
-            gpu_us[1],
-        ));
-        rows.push(row);
+        let settled = !entry.wants_more();
+        entries.push(entry);
+        // The short sizes before a long one get their repeats now, round by round.
+        if settled {
+            let t0 = Instant::now();
+            repeat_short(&mut entries[rows.len()..], comms, ranks, wd, set)?;
+            timed += t0.elapsed();
+            finish(c, n, &entries, &mut rows, progress);
+        }
     }
+    let t0 = Instant::now();
+    repeat_short(&mut entries[rows.len()..], comms, ranks, wd, set)?;
+    timed += t0.elapsed();
+    finish(c, n, &entries, &mut rows, progress);
     progress(&format!(
         "{} swept in {:.2} s, {:.2} s of it timed iterations, the rest loading and checking",
         c.nccl_tests_name(),
@@ -335,6 +387,49 @@ pub fn sweep_collective(
         fit: stats::fit_sweep(c, n as u32, &points),
         rows,
     })
+}
+
+/// Repeats the short blocks of `entries` in rounds, one block of each size and placement
+/// that wants one per round, until none does.
+fn repeat_short(
+    entries: &mut [Entry],
+    comms: &mut Comms,
+    ranks: &[Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+) -> GpuResult<()> {
+    loop {
+        let mut more = false;
+        for e in entries.iter_mut() {
+            let what = format!(
+                "{} {} bytes",
+                e.places.first().map_or("", |p| p.op.c.nccl_tests_name()),
+                e.bytes
+            );
+            for p in e.places.iter_mut().filter(|p| p.blocks.wants_more()) {
+                time_block(&p.op, comms, ranks, wd, set, &what, &mut p.blocks)?;
+                more = true;
+            }
+        }
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
+/// Turns the timed entries after the rows made so far into rows, with a progress line each.
+fn finish(
+    c: Collective,
+    n: u64,
+    entries: &[Entry],
+    rows: &mut Vec<SweepRow>,
+    progress: &dyn Fn(&str),
+) {
+    for e in &entries[rows.len()..] {
+        let row = e.row(c, n);
+        progress(&e.line(c, &row));
+        rows.push(row);
+    }
 }
 
 /// Copies each rank's inputs (kept in `input`) to where the collective reads them.

@@ -1,5 +1,6 @@
 //! How the sweep times one size: nccl-tests' warm-up and block of iterations, short blocks
-//! repeated and the median kept, buffers moved per iteration as nccl-tests does.
+//! repeated (in rounds over a collective's short sizes) and the median kept, buffers moved
+//! per iteration as nccl-tests does.
 
 use super::comm::{Comms, Watchdog, sync_all};
 use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
@@ -9,6 +10,7 @@ use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
 
 /// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
+#[derive(Clone, Copy, Debug)]
 pub(super) struct Op {
     pub(super) c: Collective,
     pub(super) dt: nsys::ncclDataType_t,
@@ -47,8 +49,12 @@ pub(super) const RAMP_ROUNDS_MAX: u32 = 2000;
 
 /// Most timed blocks of one size; short blocks are repeated (see [`blocks_wanted`]).
 pub const MAX_BLOCKS: u32 = 5;
-/// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times.
-pub const SHORT_BLOCK: Duration = Duration::from_millis(2);
+/// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times. At 1 ms the sizes of
+/// nccl-tests' latency range (<= 1 MiB, 0.2-0.6 ms a block of 20 on H200) are repeated and
+/// its bandwidth range (>= 16 MiB, 1 ms and more) is timed once, as nccl-tests times it:
+/// with 2 ms, 16 MiB all_to_all on 2 x H200 (1.0-1.1 ms a block) was the median of five
+/// blocks, which leaves out the slower first block that nccl-tests' single one is.
+pub const SHORT_BLOCK: Duration = Duration::from_millis(1);
 
 /// Whether another timed block is wanted after `done` blocks, the last of which took `last`:
 /// one block of n iterations is nccl-tests' measurement; blocks shorter than
@@ -65,18 +71,52 @@ pub fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// Times one size as nccl-tests does: warm-up iterations, a wait for every stream, then the
-/// host time around `iters` back-to-back iterations and the wait for their end, divided by
-/// `iters`. Short blocks are repeated and the median block kept ([`blocks_wanted`]). GPU
-/// events around each block give the GPU time per iteration beside it.
-pub(super) fn time_blocks(
+/// The timed blocks of one size and placement so far.
+#[derive(Debug, Default)]
+pub(super) struct Blocks {
+    /// Host time per iteration of each block, µs.
+    host: Vec<f64>,
+    /// GPU event time per iteration of each block (the slowest rank's), µs.
+    gpu: Vec<f64>,
+    /// How long the last block took (by the GPU's clock where that is shorter).
+    last: Duration,
+}
+
+impl Blocks {
+    /// Whether another block is wanted ([`blocks_wanted`]); never before the first.
+    pub(super) fn wants_more(&self) -> bool {
+        !self.host.is_empty() && blocks_wanted(self.host.len() as u32, self.last)
+    }
+
+    /// The median block.
+    pub(super) fn timing(&self) -> Timing {
+        Timing {
+            host_us: median(&self.host),
+            gpu_us: median(&self.gpu),
+        }
+    }
+
+    /// Host time per iteration of each block, in the order timed.
+    pub(super) fn host_us(&self) -> &[f64] {
+        &self.host
+    }
+}
+
+/// Times one block of a size as nccl-tests does: warm-up iterations, a wait for every
+/// stream, then the host time around `iters` back-to-back iterations and the wait for their
+/// end, divided by `iters`; GPU events around the block give the GPU time beside it. The
+/// sweep repeats short blocks ([`Blocks::wants_more`]) in rounds over the short sizes of a
+/// collective, so that a change of the host's speed while they are timed (both tools meet
+/// two such states, ~1.45x apart) falls on all of them alike, not on one size.
+pub(super) fn time_block(
     op: &Op,
     comms: &mut Comms,
     ranks: &[Rank],
     wd: &Watchdog,
     set: &SweepSettings,
     what: &str,
-) -> GpuResult<Timing> {
+    blocks: &mut Blocks,
+) -> GpuResult<()> {
     let iters = set.iters.max(1);
     let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
     let run = |comms: &Comms, iter: u32| {
@@ -93,44 +133,39 @@ pub(super) fn time_blocks(
         )
     };
     wd.arm(comms, what, set.timeout);
-    load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
+    if blocks.host.is_empty() {
+        load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
+    }
     for iter in 0..set.warmup {
         run(comms, iter)?;
     }
     sync_all(&streams, comms, wd, what, set.timeout)?;
-    let (mut host, mut gpu) = (Vec::new(), Vec::new());
-    loop {
-        wd.arm(comms, what, set.timeout);
-        let t0 = Instant::now();
-        for rk in ranks {
-            rk.start.record(&rk.stream)?;
-        }
-        for iter in 0..iters {
-            run(comms, iter)?;
-        }
-        for rk in ranks {
-            rk.end.record(&rk.stream)?;
-        }
-        sync_all(&streams, comms, wd, what, set.timeout)?;
-        let took = t0.elapsed();
-        host.push(took.as_secs_f64() * 1e6 / f64::from(iters));
-        let mut ms: f64 = 0.0;
-        for rk in ranks {
-            ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
-        }
-        gpu.push(ms * 1000.0 / f64::from(iters));
-        // The block's length by the GPU's clock where that is shorter: a host stall inside
-        // the first block must not make a short size look long and stop the repeats that
-        // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
-        let gpu_took = Duration::from_secs_f64((ms / 1000.0).max(0.0));
-        if !blocks_wanted(host.len() as u32, took.min(gpu_took)) {
-            break;
-        }
+    wd.arm(comms, what, set.timeout);
+    let t0 = Instant::now();
+    for rk in ranks {
+        rk.start.record(&rk.stream)?;
     }
-    Ok(Timing {
-        host_us: median(&host),
-        gpu_us: median(&gpu),
-    })
+    for iter in 0..iters {
+        run(comms, iter)?;
+    }
+    for rk in ranks {
+        rk.end.record(&rk.stream)?;
+    }
+    sync_all(&streams, comms, wd, what, set.timeout)?;
+    let took = t0.elapsed();
+    blocks
+        .host
+        .push(took.as_secs_f64() * 1e6 / f64::from(iters));
+    let mut ms: f64 = 0.0;
+    for rk in ranks {
+        ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
+    }
+    blocks.gpu.push(ms * 1000.0 / f64::from(iters));
+    // The block's length by the GPU's clock where that is shorter: a host stall inside
+    // the first block must not make a short size look long and stop the repeats that
+    // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
+    blocks.last = took.min(Duration::from_secs_f64((ms / 1000.0).max(0.0)));
+    Ok(())
 }
 
 #[cfg(test)]
@@ -171,6 +206,33 @@ mod tests {
         let o = op(3 << 20, 10 << 20);
         assert!((0..100).all(|i| o.shift(i) + o.total <= o.max_total));
         assert_eq!(op(0, 1 << 30).shift(5), 0);
+    }
+
+    #[test]
+    fn blocks_keep_the_median_and_ask_for_more_only_while_short() {
+        let mut b = Blocks::default();
+        assert!(
+            !b.wants_more(),
+            "nothing is repeated before the first block"
+        );
+        for (us, took) in [(40.0, 800), (24.1, 480), (24.0, 480), (24.3, 490)] {
+            b.host.push(us);
+            b.gpu.push(us - 0.5);
+            b.last = Duration::from_micros(took);
+            assert!(b.wants_more());
+        }
+        b.host.push(23.9);
+        b.gpu.push(23.4);
+        assert!(!b.wants_more(), "at most MAX_BLOCKS blocks");
+        assert_eq!(b.timing().host_us, 24.1);
+        assert_eq!(b.timing().gpu_us, 23.6);
+        assert_eq!(b.host_us(), &[40.0, 24.1, 24.0, 24.3, 23.9]);
+        let long = Blocks {
+            host: vec![90_000.0],
+            gpu: vec![89_000.0],
+            last: Duration::from_millis(90),
+        };
+        assert!(!long.wants_more());
     }
 
     #[test]
