@@ -234,6 +234,14 @@ pub struct NodeCheckArgs {
     #[arg(long, env = "FABRIC_DDP_TRACE")]
     pub ddp_trace: bool,
 
+    /// Time each collective of the NCCL sweep from the CPU that runs a fixed piece of work
+    /// fastest just before it (cuda backend). Small sizes time the host's launches, and on
+    /// shared hosts some CPUs run at half speed at any moment. On one such 2 x H200 host it
+    /// held times at -n 1000 steadier (5-13% spread over eight runs, against 18-19%), not at
+    /// -n 20; off by default, so that the sweep runs as nccl-tests does.
+    #[arg(long, env = "FABRIC_PIN_LAUNCH_CPU")]
+    pub pin_launch_cpu: bool,
+
     /// Run the DDP probe with one process per GPU, as PyTorch DDP runs (cuda backend):
     /// this program started once per rank.
     #[arg(long, env = "FABRIC_DDP_PROCESS_PER_GPU")]

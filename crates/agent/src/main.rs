@@ -216,6 +216,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
                 check_values: args.check.unwrap_or(true),
                 ddp_trace: args.ddp_trace,
                 ddp_worker: ddp_worker_exe(&args)?,
+                launch_pin: args.pin_launch_cpu,
             };
             (
                 gpufabric_measure::cuda::node_check(&opts, &cuda, &progress)?,

@@ -4,6 +4,7 @@
 pub mod cuda;
 pub mod ddp_nodes;
 pub mod fleet;
+pub mod launch_cpu;
 pub mod model;
 pub mod nic;
 pub mod pairs;

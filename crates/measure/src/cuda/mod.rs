@@ -41,6 +41,10 @@ pub struct CudaOptions {
     /// every GPU (the default: on 4 x H200 both modes measured the same multi-GPU step,
     /// bench/results/ddp-modes-2026-11-21.md).
     pub ddp_worker: Option<std::path::PathBuf>,
+    /// Time each collective of the NCCL sweep from the CPU that runs a fixed piece of work
+    /// fastest before it ([`crate::launch_cpu`]); false (the default) leaves the thread
+    /// where the scheduler puts it, as nccl-tests does.
+    pub launch_pin: bool,
 }
 
 impl Default for CudaOptions {
@@ -49,6 +53,7 @@ impl Default for CudaOptions {
             check_values: true,
             ddp_trace: false,
             ddp_worker: None,
+            launch_pin: false,
         }
     }
 }
@@ -408,13 +413,14 @@ fn sweep(
         },
         setup.elapsed().as_secs_f64()
     ));
-    let set = nccl::SweepSettings {
+    let mut set = nccl::SweepSettings {
         sizes,
         warmup,
         iters,
         data_type: cfg.data_type,
         timeout,
         check: cuda.check_values,
+        launch: None,
     };
     let mut out = Vec::new();
     let mut errors = Vec::new();
@@ -423,7 +429,27 @@ fn sweep(
         .filter(|c| cfg.collectives.contains(c))
         .collect();
     for c in wanted {
-        progress(&format!("nccl sweep: {}", c.nccl_tests_name()));
+        // Small sizes time the host's launches: when asked, time each collective's iterations
+        // from the CPU that runs a fixed piece of work fastest now (crate::launch_cpu).
+        set.launch = None;
+        if cuda.launch_pin {
+            match crate::launch_cpu::probe() {
+                Ok(launch) => {
+                    progress(&format!(
+                        "nccl sweep: {}, {}",
+                        c.nccl_tests_name(),
+                        launch.choice.describe()
+                    ));
+                    set.launch = Some(launch);
+                }
+                Err(e) => progress(&format!(
+                    "nccl sweep: {}, launching thread left unpinned ({e})",
+                    c.nccl_tests_name()
+                )),
+            }
+        } else {
+            progress(&format!("nccl sweep: {}", c.nccl_tests_name()));
+        }
         match nccl::sweep_collective(c, &mut comms, &mut ranks, wd, &set, progress) {
             Ok(s) => out.push(s),
             Err(e) => {

@@ -187,6 +187,15 @@ pub struct SweepSettings {
     pub data_type: DataType,
     pub timeout: Duration,
     pub check: bool,
+    /// The CPU the timed iterations are launched from (held only while they run).
+    pub launch: Option<crate::launch_cpu::Launch>,
+}
+
+impl SweepSettings {
+    /// Pins the calling thread to the launch CPU, if one was chosen, until the guard drops.
+    pub(super) fn hold_launch_cpu(&self) -> Option<crate::launch_cpu::Pin> {
+        self.launch.as_ref().and_then(|l| l.hold().ok())
+    }
 }
 
 /// NCCL connects peers lazily at the first call of each kind: do that outside timing, at
@@ -209,6 +218,7 @@ fn ramp_up(
     wd.arm(comms, c.nccl_tests_name(), set.timeout);
     load_inputs(c, ranks, elem, sc, false)?;
     let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+    let _pin = set.hold_launch_cpu();
     let ramp_start = Instant::now();
     for round in 0..RAMP_ROUNDS_MAX {
         for _ in 0..5 {

@@ -152,6 +152,7 @@ pub(super) fn time_block(
         )
     };
     wd.arm(comms, what, set.timeout);
+    let _pin = set.hold_launch_cpu();
     if blocks.host.is_empty() {
         load_inputs(op.c, ranks, op.elem, op.sc, op.in_place)?;
     }
