@@ -25,6 +25,16 @@
 #                             then NCCL_P2P_DISABLE=1), a one-way copy load (bench/one_way_load.py),
 #                             five clean runs
 #   bench/compare.sh all      build, sweep, copies, faults, then the ratios
+#   bench/compare.sh clocks   one steady round of each tool (STEADY_FLAGS) with the GPUs' SM
+#                             clocks sampled every 100 ms (nvidia-smi) and every line
+#                             timed, into $OUT/clocks; bench/clocks.py sets each small-size
+#                             time beside the clock it ran at. A diagnostic: the sampling
+#                             costs host time, so its times are not ratios
+#   bench/compare.sh large    LARGE_COLLS (default alltoall sendrecv) at 16 MiB - 1 GiB,
+#                             -w 5 -n 20, LARGE_ROUNDS times (default 3): nccl-tests, the
+#                             agent and, when $AGENT_B names another build, that build, the
+#                             order turning each round; ratios of each agent into
+#                             $OUT/large-a and $OUT/large-b
 #   bench/compare.sh latency  all_reduce 8 B - 1 MiB, three rounds: nccl-tests, the agent as it
 #                             runs by default (NCCL's INFO log to a file, for the transports),
 #                             and the agent with NCCL_DEBUG=WARN; times side by side
@@ -178,6 +188,60 @@ PY
   done
 }
 
+clocks() {
+  local d=$OUT/clocks flags=${STEADY_FLAGS:-"-b 8 -e 1M -f 8 -w 50 -n 1000"} c
+  mkdir -p "$d"
+  banner "clocks: one steady round of each tool, SM clocks sampled every 100 ms"
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,pstate,utilization.gpu,power.draw \
+    --format=csv,noheader,nounits -lms 100 > "$d/gpu-clocks.csv" 2>&1 &
+  local smi=$!
+  sleep 1
+  for c in $COLLS; do
+    echo "$(now) start $c" >> "$d/marks.txt"
+    timeout 300 "$REF/nccl-tests/build/${c}_perf" $flags -c 1 -g "$NGPU" > "$d/nccltests-$c.txt" 2>&1
+    echo "$(now) end $c" >> "$d/marks.txt"
+  done
+  timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health $flags 2>&1 >/dev/null |
+    while IFS= read -r l; do echo "$(now) $l"; done > "$d/agent.log"
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  python3 "$HERE/clocks.py" "$d" | tee "$d/clocks.txt"
+}
+
+large() {
+  local flags="-b 16M -e 1G -f 8 -w 5 -n 20" r c
+  local colls=${LARGE_COLLS:-"alltoall sendrecv"} names
+  names=$(echo "$colls" | tr ' ' ,)
+  mkdir -p "$OUT/large-a" "$OUT/large-b"
+  banner "large: $colls $flags, nccl-tests, $AGENT${AGENT_B:+ and $AGENT_B}"
+  for r in $(seq 1 "${LARGE_ROUNDS:-3}"); do
+    local order="nt a b"
+    [ $((r % 3)) = 2 ] && order="a b nt"
+    [ $((r % 3)) = 0 ] && order="b nt a"
+    for who in $order; do
+      case $who in
+        nt) for c in $colls; do
+              timeout 300 "$REF/nccl-tests/build/${c}_perf" $flags -c 1 -g "$NGPU" \
+                > "$OUT/large-a/nccltests-$c-r$r.txt" 2>&1
+              cp "$OUT/large-a/nccltests-$c-r$r.txt" "$OUT/large-b/"
+            done ;;
+        a) timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health --collectives "$names" \
+             $flags --json "$OUT/large-a/agent-sweep-r$r.json" > /dev/null 2> "$OUT/large-a/agent-r$r.log"
+           echo "round $r agent rc=$?" ;;
+        b) [ -n "${AGENT_B:-}" ] || continue
+           timeout 300 "$AGENT_B" node-check --no-pairs --no-ddp --no-health --collectives "$names" \
+             $flags --json "$OUT/large-b/agent-sweep-r$r.json" > /dev/null 2> "$OUT/large-b/agent-r$r.log"
+           echo "round $r agent B rc=$?" ;;
+      esac
+    done
+  done
+  echo "--- $AGENT"
+  python3 "$HERE/compare.py" "$OUT/large-a" | tee "$OUT/large-a/ratios.txt"
+  if [ -n "${AGENT_B:-}" ]; then
+    echo "--- $AGENT_B"
+    python3 "$HERE/compare.py" "$OUT/large-b" | tee "$OUT/large-b/ratios.txt"
+  fi
+}
+
 sweep() { # SWEEP_ROUNDS rounds (default 2), the order alternating
   local r
   for r in $(seq 1 "${SWEEP_ROUNDS:-2}"); do
@@ -269,6 +333,8 @@ for stage in "${@:-all}"; do
     summary) summary ;;
     all) build; sweep; copies; faults; summary ;;
     latency) latency ;;
-    *) echo "usage: $0 build|sweep|steady|copies|faults|summary|all|latency ..."; exit 2 ;;
+    clocks) clocks ;;
+    large) large ;;
+    *) echo "usage: $0 build|sweep|steady|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
   esac
 done
