@@ -371,13 +371,17 @@ pub fn sweep_collective(
         // The short sizes before a long one get their repeats now, round by round.
         if settled {
             let t0 = Instant::now();
-            repeat_short(&mut entries[rows.len()..], comms, ranks, wd, set)?;
+            repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
+                time_block(op, comms, ranks, wd, set, what, b)
+            })?;
             timed += t0.elapsed();
             finish(c, n, &entries, &mut rows, progress);
         }
     }
     let t0 = Instant::now();
-    repeat_short(&mut entries[rows.len()..], comms, ranks, wd, set)?;
+    repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
+        time_block(op, comms, ranks, wd, set, what, b)
+    })?;
     timed += t0.elapsed();
     finish(c, n, &entries, &mut rows, progress);
     progress(&format!(
@@ -401,12 +405,10 @@ pub fn sweep_collective(
 
 /// Repeats the short blocks of `entries` in rounds, one block of each size and placement
 /// that wants one per round, until none does.
+/// `time` times one more block of a call (the sweep's [`time_block`]).
 fn repeat_short(
     entries: &mut [Entry],
-    comms: &mut Comms,
-    ranks: &[Rank],
-    wd: &Watchdog,
-    set: &SweepSettings,
+    time: &mut dyn FnMut(&Op, &str, &mut Blocks) -> GpuResult<()>,
 ) -> GpuResult<()> {
     loop {
         let mut more = false;
@@ -417,7 +419,7 @@ fn repeat_short(
                 e.bytes
             );
             for p in e.places.iter_mut().filter(|p| p.blocks.wants_more()) {
-                time_block(&p.op, comms, ranks, wd, set, &what, &mut p.blocks)?;
+                time(&p.op, &what, &mut p.blocks)?;
                 more = true;
             }
         }
@@ -498,4 +500,111 @@ fn check_outputs(
         wrong += count_wrong(dt, c, n, r as u64, rc, per, rk.host.as_slice());
     }
     Ok(wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::gpu::GpuError;
+
+    fn place(bytes: u64, in_place: bool, host_us: f64, wrong: u64) -> Place {
+        let mut blocks = Blocks::default();
+        // A first block as the sweep times it: 20 iterations.
+        blocks.record(
+            host_us,
+            host_us * 0.97,
+            Duration::from_secs_f64(host_us * 20.0 / 1e6),
+        );
+        Place {
+            op: Op {
+                c: Collective::AllReduce,
+                dt: nsys::ncclDataType_t::ncclFloat32,
+                elem: 4,
+                sc: bytes / 4,
+                rc: bytes / 4,
+                in_place,
+                total: bytes,
+                max_total: 1 << 30,
+            },
+            blocks,
+            wrong,
+        }
+    }
+
+    fn entry(bytes: u64, host_us: f64) -> Entry {
+        Entry {
+            bytes,
+            count: bytes / 4,
+            places: vec![
+                place(bytes, false, host_us, 0),
+                place(bytes, true, host_us, 0),
+            ],
+        }
+    }
+
+    #[test]
+    fn repeats_go_round_the_short_sizes_until_each_has_five_blocks() {
+        // 8 B and 64 B take ~0.4 ms a block: short. 16 MiB takes 1.6 ms: timed once.
+        let mut entries = vec![entry(8, 20.0), entry(64, 20.5), entry(16 << 20, 80.0)];
+        let mut order = Vec::new();
+        repeat_short(&mut entries, &mut |op, what, b| {
+            order.push((op.total, op.in_place));
+            assert!(what.contains(&op.total.to_string()), "{what}");
+            b.record(19.0, 18.5, Duration::from_micros(380));
+            Ok(())
+        })
+        .expect("no GPU call fails here");
+        let round = [(8, false), (8, true), (64, false), (64, true)];
+        assert_eq!(
+            order,
+            round.repeat(4),
+            "rounds over the short sizes, not five in a row"
+        );
+        for e in &entries[..2] {
+            assert!(e.places.iter().all(|p| p.blocks.host_us().len() == 5));
+        }
+        assert!(
+            entries[2]
+                .places
+                .iter()
+                .all(|p| p.blocks.host_us().len() == 1)
+        );
+    }
+
+    #[test]
+    fn a_failed_repeat_ends_the_repeats_with_its_error() {
+        let mut entries = vec![entry(8, 20.0)];
+        let mut calls = 0;
+        let r = repeat_short(&mut entries, &mut |_, _, _| {
+            calls += 1;
+            Err(GpuError::Timeout(
+                "all_reduce 8 bytes".into(),
+                Duration::from_secs(1),
+            ))
+        });
+        assert!(matches!(r, Err(GpuError::Timeout(..))));
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn the_row_is_the_median_block_with_the_wrong_elements_and_the_line_lists_the_blocks() {
+        let mut e = entry(8, 40.0);
+        for us in [24.1, 24.0, 24.3, 23.9] {
+            e.places[0]
+                .blocks
+                .record(us, us - 0.5, Duration::from_micros(480));
+        }
+        e.places[1].wrong = 3;
+        let row = e.row(Collective::AllReduce, 2);
+        assert_eq!(row.bytes, 8);
+        assert_eq!(row.out_of_place.time_us, 24.1);
+        let in_place = row.in_place.expect("all_reduce has an in-place run");
+        assert_eq!(in_place.time_us, 40.0);
+        assert_eq!(row.wrong(), 3);
+        let line = e.line(Collective::AllReduce, &row);
+        assert!(line.contains("blocks 40.0 24.1 24.0 24.3 23.9"), "{line}");
+        // A collective without an in-place run has no in-place timing.
+        e.places.truncate(1);
+        assert!(e.row(Collective::SendRecv, 2).in_place.is_none());
+    }
 }

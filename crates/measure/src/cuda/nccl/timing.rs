@@ -115,6 +115,13 @@ impl Blocks {
         }
     }
 
+    /// Adds a block: host and GPU time per iteration (µs), and how long it took.
+    pub(super) fn record(&mut self, host_us: f64, gpu_us: f64, took: Duration) {
+        self.host.push(host_us);
+        self.gpu.push(gpu_us);
+        self.last = took;
+    }
+
     /// Host time per iteration of each block, in the order timed.
     pub(super) fn host_us(&self) -> &[f64] {
         &self.host
@@ -173,18 +180,18 @@ pub(super) fn time_block(
     }
     sync_all(&streams, comms, wd, what, set.timeout)?;
     let took = t0.elapsed();
-    blocks
-        .host
-        .push(took.as_secs_f64() * 1e6 / f64::from(iters));
     let mut ms: f64 = 0.0;
     for rk in ranks {
         ms = ms.max(rk.start.elapsed_ms(&rk.end)?);
     }
-    blocks.gpu.push(ms * 1000.0 / f64::from(iters));
     // The block's length by the GPU's clock where that is shorter: a host stall inside
     // the first block must not make a short size look long and stop the repeats that
     // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
-    blocks.last = took.min(Duration::from_secs_f64((ms / 1000.0).max(0.0)));
+    blocks.record(
+        took.as_secs_f64() * 1e6 / f64::from(iters),
+        ms * 1000.0 / f64::from(iters),
+        took.min(Duration::from_secs_f64((ms / 1000.0).max(0.0))),
+    );
     Ok(())
 }
 
