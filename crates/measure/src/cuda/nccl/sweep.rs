@@ -311,7 +311,6 @@ pub fn sweep_collective(
     let n = ranks.len() as u64;
     let dt = set.data_type;
     let elem = dt.size();
-    let ndt = nccl_type(dt);
     if let Some(&first) = set.sizes.first() {
         ramp_up(c, comms, ranks, wd, set, first)?;
     }
@@ -326,64 +325,38 @@ pub fn sweep_collective(
     let mut entries: Vec<Entry> = Vec::new();
     let mut rows: Vec<SweepRow> = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    for &size in &set.sizes {
-        let (sc, rc, bytes) = counts(c, size, elem, n);
-        if !seen.insert(bytes) {
-            continue;
-        }
-        let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
-        let mut entry = Entry {
-            bytes,
-            count: row_count(c, sc, rc, n),
-            places: Vec::new(),
-        };
-        for in_place in [false, true] {
-            if in_place && !has_in_place(c) {
+    // After the last size, `None`: whatever is still short gets its repeats.
+    for size in set.sizes.iter().copied().map(Some).chain([None]) {
+        if let Some(size) = size {
+            let (sc, rc, bytes) = counts(c, size, elem, n);
+            if !seen.insert(bytes) {
                 continue;
             }
-            let op = Op {
+            let entry = first_blocks(
                 c,
-                dt: ndt,
-                elem,
-                sc,
-                rc,
-                in_place,
-                total: bytes,
+                comms,
+                ranks,
+                wd,
+                set,
+                (sc, rc, bytes),
                 max_total,
-            };
-            let mut blocks = Blocks::default();
-            let t0 = Instant::now();
-            time_block(&op, comms, ranks, wd, set, &what, &mut blocks)?;
-            timed += t0.elapsed();
-            let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-            let mut wrong = 0;
-            if set.check {
-                wd.arm(comms, &what, set.timeout);
-                load_inputs(c, ranks, elem, sc, in_place)?;
-                enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
-                sync_all(&streams, comms, wd, &what, set.timeout)?;
-                wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
+                &mut timed,
+            )?;
+            let settled = !entry.wants_more();
+            entries.push(entry);
+            if !settled {
+                continue;
             }
-            entry.places.push(Place { op, blocks, wrong });
         }
-        let settled = !entry.wants_more();
-        entries.push(entry);
-        // The short sizes before a long one get their repeats now, round by round.
-        if settled {
-            let t0 = Instant::now();
-            repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
-                time_block(op, comms, ranks, wd, set, what, b)
-            })?;
-            timed += t0.elapsed();
-            finish(c, n, &entries, &mut rows, progress);
-        }
+        // The short sizes before a long one (or the end) get their repeats now, round by
+        // round.
+        let t0 = Instant::now();
+        repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
+            time_block(op, comms, ranks, wd, set, what, b)
+        })?;
+        timed += t0.elapsed();
+        finish(c, n, &entries, &mut rows, progress);
     }
-    let t0 = Instant::now();
-    repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
-        time_block(op, comms, ranks, wd, set, what, b)
-    })?;
-    timed += t0.elapsed();
-    finish(c, n, &entries, &mut rows, progress);
     progress(&format!(
         "{} swept in {:.2} s, {:.2} s of it timed iterations, the rest loading and checking",
         c.nccl_tests_name(),
@@ -401,6 +374,61 @@ pub fn sweep_collective(
         fit: stats::fit_sweep(c, n as u32, &points),
         rows,
     })
+}
+
+/// One size's first block of each placement, and the check of its outputs after each;
+/// `timed` adds the time spent in timed blocks.
+#[allow(clippy::too_many_arguments)]
+fn first_blocks(
+    c: Collective,
+    comms: &mut Comms,
+    ranks: &mut [Rank],
+    wd: &Watchdog,
+    set: &SweepSettings,
+    (sc, rc, bytes): (u64, u64, u64),
+    max_total: u64,
+    timed: &mut Duration,
+) -> GpuResult<Entry> {
+    let n = ranks.len() as u64;
+    let dt = set.data_type;
+    let elem = dt.size();
+    let ndt = nccl_type(dt);
+    let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
+    let mut entry = Entry {
+        bytes,
+        count: row_count(c, sc, rc, n),
+        places: Vec::new(),
+    };
+    for in_place in [false, true] {
+        if in_place && !has_in_place(c) {
+            continue;
+        }
+        let op = Op {
+            c,
+            dt: ndt,
+            elem,
+            sc,
+            rc,
+            in_place,
+            total: bytes,
+            max_total,
+        };
+        let mut blocks = Blocks::default();
+        let t0 = Instant::now();
+        time_block(&op, comms, ranks, wd, set, &what, &mut blocks)?;
+        *timed += t0.elapsed();
+        let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
+        let mut wrong = 0;
+        if set.check {
+            wd.arm(comms, &what, set.timeout);
+            load_inputs(c, ranks, elem, sc, in_place)?;
+            enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
+            sync_all(&streams, comms, wd, &what, set.timeout)?;
+            wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
+        }
+        entry.places.push(Place { op, blocks, wrong });
+    }
+    Ok(entry)
 }
 
 /// Repeats the short blocks of `entries` in rounds, one block of each size and placement
