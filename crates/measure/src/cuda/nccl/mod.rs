@@ -90,9 +90,10 @@ pub fn mem_alloc_call() -> bool {
 
 /// A buffer for collectives, allocated as nccl-tests allocates its send and receive buffers:
 /// `ncclMemAlloc` where NCCL has it (memory mapped with `cuMemCreate` and made accessible
-/// to every peer GPU), else `cuMemAlloc`. NCCL reads and writes peers' buffers directly
-/// between GPUs of one process, and the two kinds of memory do not move data at the same
-/// speed there (all_to_all at 16 MiB was 3-5% below nccl-tests on H200 with `cuMemAlloc`).
+/// to every peer GPU), else `cuMemAlloc`, so that the sweep and nccl-tests time the same
+/// kind of memory. (A side-by-side of the two on 2 x H200 at 16 MiB - 1 GiB did not show
+/// the allocator to change busbw beyond the 3-6% the sizes move between rounds;
+/// bench/results/h200x2-2026-11-26-compare.md.)
 pub fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<DevBuf> {
     if !mem_alloc_call() {
         return DevBuf::new(gpu, bytes);

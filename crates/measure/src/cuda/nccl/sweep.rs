@@ -351,8 +351,8 @@ pub fn sweep_collective(
         // The short sizes before a long one (or the end) get their repeats now, round by
         // round.
         let t0 = Instant::now();
-        repeat_short(&mut entries[rows.len()..], &mut |op, what, b| {
-            time_block(op, comms, ranks, wd, set, what, b)
+        repeat_short(&mut entries[rows.len()..], &mut |op, b| {
+            time_block(op, comms, ranks, wd, set, b)
         })?;
         timed += t0.elapsed();
         finish(c, n, &entries, &mut rows, progress);
@@ -393,7 +393,6 @@ fn first_blocks(
     let dt = set.data_type;
     let elem = dt.size();
     let ndt = nccl_type(dt);
-    let what = format!("{} {} bytes", c.nccl_tests_name(), bytes);
     let mut entry = Entry {
         bytes,
         count: row_count(c, sc, rc, n),
@@ -415,8 +414,9 @@ fn first_blocks(
         };
         let mut blocks = Blocks::default();
         let t0 = Instant::now();
-        time_block(&op, comms, ranks, wd, set, &what, &mut blocks)?;
+        time_block(&op, comms, ranks, wd, set, &mut blocks)?;
         *timed += t0.elapsed();
+        let what = op.what();
         let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
         let mut wrong = 0;
         if set.check {
@@ -432,22 +432,17 @@ fn first_blocks(
 }
 
 /// Repeats the short blocks of `entries` in rounds, one block of each size and placement
-/// that wants one per round, until none does.
-/// `time` times one more block of a call (the sweep's [`time_block`]).
+/// that wants one per round, until none does. `time` times one more block of a call (the
+/// sweep's [`time_block`]).
 fn repeat_short(
     entries: &mut [Entry],
-    time: &mut dyn FnMut(&Op, &str, &mut Blocks) -> GpuResult<()>,
+    time: &mut dyn FnMut(&Op, &mut Blocks) -> GpuResult<()>,
 ) -> GpuResult<()> {
     loop {
         let mut more = false;
-        for e in entries.iter_mut() {
-            let what = format!(
-                "{} {} bytes",
-                e.places.first().map_or("", |p| p.op.c.nccl_tests_name()),
-                e.bytes
-            );
-            for p in e.places.iter_mut().filter(|p| p.blocks.wants_more()) {
-                time(&p.op, &what, &mut p.blocks)?;
+        for p in entries.iter_mut().flat_map(|e| e.places.iter_mut()) {
+            if p.blocks.wants_more() {
+                time(&p.op, &mut p.blocks)?;
                 more = true;
             }
         }
@@ -575,9 +570,9 @@ mod tests {
         // 8 B and 64 B take ~0.4 ms a block: short. 16 MiB takes 1.6 ms: timed once.
         let mut entries = vec![entry(8, 20.0), entry(64, 20.5), entry(16 << 20, 80.0)];
         let mut order = Vec::new();
-        repeat_short(&mut entries, &mut |op, what, b| {
+        repeat_short(&mut entries, &mut |op, b| {
             order.push((op.total, op.in_place));
-            assert!(what.contains(&op.total.to_string()), "{what}");
+            assert!(op.what().contains(&op.total.to_string()), "{}", op.what());
             b.record(19.0, 18.5, Duration::from_micros(380));
             Ok(())
         })
@@ -603,7 +598,7 @@ mod tests {
     fn a_failed_repeat_ends_the_repeats_with_its_error() {
         let mut entries = vec![entry(8, 20.0)];
         let mut calls = 0;
-        let r = repeat_short(&mut entries, &mut |_, _, _| {
+        let r = repeat_short(&mut entries, &mut |_, _| {
             calls += 1;
             Err(GpuError::Timeout(
                 "all_reduce 8 bytes".into(),

@@ -25,6 +25,11 @@ pub(super) struct Op {
 }
 
 impl Op {
+    /// The call as the watchdog and errors name it ("all_reduce 8 bytes").
+    pub(super) fn what(&self) -> String {
+        format!("{} {} bytes", self.c.nccl_tests_name(), self.total)
+    }
+
     /// Where iteration `iter` places its buffers, as nccl-tests does: consecutive
     /// iterations move by one size through the buffers sized for the largest, so a size
     /// that fits the L2 cache is not timed from it (one H200 timed 16 MiB at 7.0 µs from
@@ -140,9 +145,9 @@ pub(super) fn time_block(
     ranks: &[Rank],
     wd: &Watchdog,
     set: &SweepSettings,
-    what: &str,
     blocks: &mut Blocks,
 ) -> GpuResult<()> {
+    let what = &op.what();
     let iters = set.iters.max(1);
     let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
     let run = |comms: &Comms, iter: u32| {
@@ -243,13 +248,10 @@ mod tests {
             "nothing is repeated before the first block"
         );
         for (us, took) in [(40.0, 800), (24.1, 480), (24.0, 480), (24.3, 490)] {
-            b.host.push(us);
-            b.gpu.push(us - 0.5);
-            b.last = Duration::from_micros(took);
+            b.record(us, us - 0.5, Duration::from_micros(took));
             assert!(b.wants_more());
         }
-        b.host.push(23.9);
-        b.gpu.push(23.4);
+        b.record(23.9, 23.4, Duration::from_micros(480));
         assert!(!b.wants_more(), "at most MAX_BLOCKS blocks");
         assert_eq!(b.timing().host_us, 24.1);
         assert_eq!(b.timing().gpu_us, 23.6);
@@ -268,16 +270,14 @@ mod tests {
         };
         assert!(stalled.wants_more());
         for _ in 0..MAX_BLOCKS - 1 {
-            stalled.host.push(113.7);
-            stalled.gpu.push(78.5);
+            stalled.record(113.7, 78.5, Duration::from_micros(1570));
         }
         assert!(!stalled.wants_more(), "at most MAX_BLOCKS blocks");
         // Repeated until the stalled blocks are a minority, so the median is one that kept up.
         stalled.host = vec![113.7, 79.4];
         stalled.gpu = vec![78.5, 78.8];
         assert!(stalled.wants_more());
-        stalled.host.push(79.2);
-        stalled.gpu.push(78.6);
+        stalled.record(79.2, 78.6, Duration::from_micros(1580));
         assert!(!stalled.wants_more());
         assert_eq!(stalled.timing().host_us, 79.4);
     }
