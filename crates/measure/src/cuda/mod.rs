@@ -385,6 +385,8 @@ fn sweep(
     let setup = Instant::now();
     let mut comms = nccl::Comms::init(&devs)?;
     let mut ranks = Vec::new();
+    // Which allocators gave the send and receive buffers (nccl::comm_buffer).
+    let mut allocators = std::collections::BTreeSet::new();
     for (r, g) in gpus.iter().enumerate() {
         let mut host = HostBuf::new(g, buf)?;
         let count = (buf / elem) as u64;
@@ -393,11 +395,14 @@ fn sweep(
         let stream = Stream::new(g)?;
         stream.memcpy_htod(input.ptr, &host, buf)?;
         stream.sync()?;
+        let (send, from_send) = nccl::comm_buffer(g, buf)?;
+        let (recv, from_recv) = nccl::comm_buffer(g, buf)?;
+        allocators.extend([from_send, from_recv]);
         ranks.push(nccl::Rank {
             gpu: g,
             stream,
-            send: nccl::comm_buffer(g, buf)?,
-            recv: nccl::comm_buffer(g, buf)?,
+            send,
+            recv,
             input,
             host,
             start: gpu::Event::new(g)?,
@@ -406,11 +411,7 @@ fn sweep(
     }
     progress(&format!(
         "nccl sweep: communicators, buffers ({}) and inputs ready in {:.2} s",
-        if nccl::mem_alloc_call() {
-            "ncclMemAlloc"
-        } else {
-            "cuMemAlloc"
-        },
+        allocators.into_iter().collect::<Vec<_>>().join("; "),
         setup.elapsed().as_secs_f64()
     ));
     let mut set = nccl::SweepSettings {

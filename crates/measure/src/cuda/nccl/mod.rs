@@ -93,20 +93,30 @@ pub fn mem_alloc_call() -> bool {
 /// to every peer GPU), else `cuMemAlloc`, so that the sweep and nccl-tests time the same
 /// kind of memory. (A side-by-side of the two on 2 x H200 at 16 MiB - 1 GiB did not show
 /// the allocator to change busbw beyond the 3-6% the sizes move between rounds;
-/// bench/results/h200x2-2026-11-26-compare.md.)
-pub fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<DevBuf> {
+/// bench/results/h200x2-2026-11-26-compare.md.) Where `ncclMemAlloc` fails, the buffer comes
+/// from `cuMemAlloc`, as before: a host whose driver or container refuses NCCL's way of
+/// mapping memory must not fail its sweep for it. Also returns which allocator gave it,
+/// and why not `ncclMemAlloc` where that failed.
+pub fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<(DevBuf, String)> {
     if !mem_alloc_call() {
-        return DevBuf::new(gpu, bytes);
+        return Ok((DevBuf::new(gpu, bytes)?, "cuMemAlloc".into()));
     }
     gpu.bind()?;
     let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
     // SAFETY: valid out-pointer; NCCL allocates on the current device (bound above).
-    ncheck("ncclMemAlloc", unsafe {
+    let r = ncheck("ncclMemAlloc", unsafe {
         nsys::ncclMemAlloc(&mut ptr, bytes.max(1))
-    })?;
-    // SAFETY: a live allocation of at least `bytes` on this GPU, owned by nothing else and
-    // given back by ncclMemFree.
-    Ok(unsafe { DevBuf::adopt(gpu, ptr as csys::CUdeviceptr, bytes, nccl_mem_free) })
+    });
+    match r {
+        Ok(()) => {
+            let ptr = ptr as csys::CUdeviceptr;
+            // SAFETY: a live allocation of at least `bytes` on this GPU, owned by nothing
+            // else and given back by ncclMemFree.
+            let buf = unsafe { DevBuf::adopt(gpu, ptr, bytes, nccl_mem_free) };
+            Ok((buf, "ncclMemAlloc".into()))
+        }
+        Err(e) => Ok((DevBuf::new(gpu, bytes)?, format!("cuMemAlloc, because {e}"))),
+    }
 }
 
 /// # Safety
