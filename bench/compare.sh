@@ -19,6 +19,11 @@
 #                             where the reference repeats itself
 #                             (sweep and steady also time a fixed CPU loop before each process
 #                             into host-speed.txt, to set beside the two small-message states)
+#   bench/compare.sh graph    the sweep with CUDA graphs in both tools (GRAPH_FLAGS, default
+#                             the sweep's flags and -G 1: each block's -n iterations recorded
+#                             into one graph per GPU and launched), GRAPH_ROUNDS times (default
+#                             3) into $OUT/graph, then the ratios: small sizes timed with the
+#                             host's launches taken out of both tools alike
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -250,18 +255,25 @@ sweep() { # SWEEP_ROUNDS rounds (default 2), the order alternating
   done
 }
 
-steady() {
+rounds_in() { # folder, flags, rounds: both tools in alternating order, then the ratios
   local out=$OUT flags=$SWEEP_FLAGS r
-  SWEEP_FLAGS=${STEADY_FLAGS:-"-b 8 -e 1M -f 8 -w 50 -n 1000"}
-  OUT=$out/steady
+  OUT=$out/$1 SWEEP_FLAGS=$2
   mkdir -p "$OUT"
-  for r in $(seq 1 "${STEADY_ROUNDS:-3}"); do
+  for r in $(seq 1 "$3"); do
     if [ $((r % 2)) = 1 ]; then nccl_tests_sweep "$r"; agent_sweep "$r"
     else agent_sweep "$r"; nccl_tests_sweep "$r"; fi
   done
-  banner "steady ratios"
+  banner "$1 ratios"
   python3 "$HERE/compare.py" "$OUT" | tee "$OUT/ratios.txt"
   OUT=$out SWEEP_FLAGS=$flags
+}
+
+steady() {
+  rounds_in steady "${STEADY_FLAGS:-"-b 8 -e 1M -f 8 -w 50 -n 1000"}" "${STEADY_ROUNDS:-3}"
+}
+
+graph() {
+  rounds_in graph "${GRAPH_FLAGS:-"$SWEEP_FLAGS -G 1"}" "${GRAPH_ROUNDS:-3}"
 }
 
 copies() {
@@ -328,6 +340,7 @@ for stage in "${@:-all}"; do
     build) build ;;
     sweep) sweep ;;
     steady) steady ;;
+    graph) graph ;;
     copies) copies ;;
     faults) faults ;;
     summary) summary ;;
@@ -335,6 +348,6 @@ for stage in "${@:-all}"; do
     latency) latency ;;
     clocks) clocks ;;
     large) large ;;
-    *) echo "usage: $0 build|sweep|steady|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
+    *) echo "usage: $0 build|sweep|steady|graph|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
   esac
 done

@@ -196,6 +196,15 @@ pub struct NodeCheckArgs {
     #[arg(long = "blocking", short = 'z', value_parser = parse_blocking, value_name = "0")]
     pub blocking: Option<u8>,
 
+    /// Time the NCCL sweep with CUDA graphs, as nccl-tests' `-G`: each block's `-n`
+    /// iterations are recorded into one graph per GPU, and the time per iteration is that
+    /// of N launches of the graphs (cuda backend). The host then launches one graph per GPU
+    /// instead of every call, so small sizes time the GPUs and links rather than the
+    /// launching CPU. 0 (the default) launches every iteration, as nccl-tests does without
+    /// `-G`.
+    #[arg(long = "cudagraph", short = 'G', value_name = "N")]
+    pub graph_launches: Option<u32>,
+
     /// Bytes per GPU-pair copy (8, 1K, 16M, 1G).
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pair_bytes: Option<u64>,
@@ -443,6 +452,9 @@ impl NodeCheckArgs {
         }
         if let Some(v) = self.data_type {
             n.data_type = v;
+        }
+        if let Some(v) = self.graph_launches {
+            n.graph_launches = v;
         }
         if let Some(v) = self.pair_bytes {
             suite.gpu_pairs.bytes = v;

@@ -116,6 +116,17 @@ fn nccl_tests_flags_that_are_not_measured_are_refused() {
     );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(stdout(&out).contains("half"), "the sweep ran in half");
+    // CUDA graph launches, as nccl-tests' -G: a count within the suite's bound is taken,
+    // one past it is refused before anything runs.
+    let out = verdict("clean", &["-G", "10"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let out = verdict("clean", &["-G", "1001"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("suite.ncclSweep.graphLaunches: must be at most 1000 (got 1001)"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

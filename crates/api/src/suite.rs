@@ -179,6 +179,12 @@ pub struct NcclSweep {
     pub iters: u32,
     /// Element type.
     pub data_type: DataType,
+    /// Time each size as launches of a CUDA graph of its `iters` iterations, this many
+    /// (nccl-tests' `-G`); 0 launches every iteration from the host, as nccl-tests does by
+    /// default. Small sizes then time the GPUs and links rather than the launching CPU,
+    /// whose speed moved them by up to 1.5x between runs on shared 4 x H200 hosts.
+    #[schemars(range(max = 1000))]
+    pub graph_launches: u32,
 }
 
 impl Default for NcclSweep {
@@ -192,6 +198,7 @@ impl Default for NcclSweep {
             warmup_iters: 5,
             iters: 20,
             data_type: DataType::Float32,
+            graph_launches: 0,
         }
     }
 }

@@ -55,6 +55,9 @@ pub fn parse_schedule(schedule: &str) -> Result<Cron, String> {
 
 /// Years searched for a matching day: 28 years repeat every (date, weekday) pair of the
 /// Gregorian calendar between century years, leap days included.
+/// Most graph launches per size (`suite.ncclSweep.graphLaunches`), as the CRD's schema says.
+pub const MAX_GRAPH_LAUNCHES: u32 = 1000;
+
 const SCHEDULE_YEARS: std::ops::RangeInclusive<i32> = 2024..=2051;
 
 /// Whether some day of [`SCHEDULE_YEARS`] matches the day-of-month, month and day-of-week
@@ -225,6 +228,16 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
     c.check(nccl.iters >= 1, "suite.ncclSweep.iters", || {
         "must be at least 1".into()
     });
+    c.check(
+        nccl.graph_launches <= MAX_GRAPH_LAUNCHES,
+        "suite.ncclSweep.graphLaunches",
+        || {
+            format!(
+                "must be at most {MAX_GRAPH_LAUNCHES} (got {}): each size runs iters times this many iterations",
+                nccl.graph_launches
+            )
+        },
+    );
 
     let pairs = &spec.suite.gpu_pairs;
     c.check(pairs.bytes >= 1, "suite.gpuPairs.bytes", || {

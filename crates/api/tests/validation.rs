@@ -189,6 +189,15 @@ fn step_factor_under_two_is_refused() {
 }
 
 #[test]
+fn more_graph_launches_than_the_bound_are_refused() {
+    let msg = refuse("  suite:\n    ncclSweep:\n      graphLaunches: 1001\n");
+    assert!(
+        msg.contains("suite.ncclSweep.graphLaunches: must be at most 1000 (got 1001)"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_multi_node_probe_of_one_node_or_over_sixteen_is_refused() {
     for n in [1, 17] {
         let msg = refuse(&format!("  suite:\n    ddpNodes:\n      maxNodes: {n}\n"));

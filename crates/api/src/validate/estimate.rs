@@ -161,7 +161,9 @@ fn nccl_sweep_s(sweep: &NcclSweep, node: &NodeModel) -> f64 {
     if !sweep.enabled {
         return 0.0;
     }
-    let ops = f64::from(sweep.warmup_iters) + f64::from(sweep.iters);
+    // With graph launches every timed block runs its iterations that many times.
+    let ops = f64::from(sweep.warmup_iters)
+        + f64::from(sweep.iters) * f64::from(sweep.graph_launches.max(1));
     let sizes = sweep.sizes();
     sweep
         .collectives
@@ -257,6 +259,29 @@ mod tests {
         assert!(more_iters > 5.0 * base, "{base} -> {more_iters}");
         suite.nccl_sweep.max_bytes *= 16;
         assert!(estimate(&suite, &TYPICAL).nccl_sweep_s > 10.0 * more_iters);
+    }
+
+    #[test]
+    fn graph_launches_run_the_timed_iterations_that_many_times() {
+        let mut sweep = NcclSweep {
+            collectives: vec![Collective::AllReduce],
+            min_bytes: 1 << 30,
+            max_bytes: 1 << 30,
+            warmup_iters: 5,
+            iters: 10,
+            ..NcclSweep::default()
+        };
+        let once = nccl_sweep_s(&sweep, &TYPICAL);
+        sweep.graph_launches = 1;
+        assert_eq!(
+            nccl_sweep_s(&sweep, &TYPICAL),
+            once,
+            "one launch is the plain block"
+        );
+        sweep.graph_launches = 10;
+        // 5 warm-up iterations and 10 x 10 timed ones, against 5 + 10.
+        let ratio = nccl_sweep_s(&sweep, &TYPICAL) / once;
+        assert!((ratio - 105.0 / 15.0).abs() < 1e-9, "{ratio}");
     }
 
     #[test]

@@ -481,6 +481,129 @@ impl Drop for Event {
     }
 }
 
+/// Streams whose work is being recorded into CUDA graphs instead of run, as nccl-tests
+/// records its timed iterations with `-G`: [`Capture::begin`] starts recording on every
+/// stream, [`Capture::finish`] ends it and instantiates one graph per stream. Dropped
+/// unfinished (an enqueue failed while recording), it ends the recording and discards what
+/// was recorded, so the streams can run work again.
+pub struct Capture<'s> {
+    streams: Vec<(&'s Gpu, &'s Stream)>,
+    open: usize,
+}
+
+impl<'s> Capture<'s> {
+    /// Starts recording on each stream, in the calling thread's capture mode (work that
+    /// other threads enqueue meanwhile is not affected, nor refused).
+    pub fn begin(streams: &[(&'s Gpu, &'s Stream)]) -> GpuResult<Capture<'s>> {
+        let mut cap = Capture {
+            streams: streams.to_vec(),
+            open: 0,
+        };
+        for (gpu, s) in streams {
+            gpu.bind()?;
+            // SAFETY: live stream; ended in finish() or Drop.
+            check("cuStreamBeginCapture", unsafe {
+                sys::cuStreamBeginCapture_v2(
+                    s.raw,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                )
+            })?;
+            cap.open += 1;
+        }
+        Ok(cap)
+    }
+
+    /// Ends the recording on every stream, then instantiates each stream's graph (not
+    /// before every recording has ended: the driver refuses to instantiate while the
+    /// thread still records on another stream).
+    pub fn finish(mut self) -> GpuResult<Vec<Graph>> {
+        let open = std::mem::take(&mut self.open);
+        let mut graphs = Vec::with_capacity(open);
+        let mut first_err = None;
+        for (gpu, s) in self.streams.iter().take(open) {
+            let mut raw: sys::CUgraph = std::ptr::null_mut();
+            let _ = gpu.bind();
+            // SAFETY: the stream is recording (begun above); valid out-pointer. The graph
+            // is owned by a Graph from here and destroyed with it.
+            let ended = check("cuStreamEndCapture", unsafe {
+                sys::cuStreamEndCapture(s.raw, &mut raw)
+            });
+            graphs.push(Graph {
+                graph: raw,
+                exec: std::ptr::null_mut(),
+            });
+            if let Err(e) = ended {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        for ((gpu, _), g) in self.streams.iter().zip(&mut graphs) {
+            g.instantiate(gpu)?;
+        }
+        Ok(graphs)
+    }
+}
+
+impl Drop for Capture<'_> {
+    fn drop(&mut self) {
+        for (gpu, s) in self.streams.iter().take(self.open) {
+            let _ = gpu.bind();
+            let mut raw: sys::CUgraph = std::ptr::null_mut();
+            // SAFETY: the stream is recording; a graph it returns is destroyed at once.
+            unsafe {
+                sys::cuStreamEndCapture(s.raw, &mut raw);
+                if !raw.is_null() {
+                    sys::cuGraphDestroy(raw);
+                }
+            }
+        }
+    }
+}
+
+/// One recorded and instantiated CUDA graph, launched on a stream of its GPU.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: graphs may be launched from any thread.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    fn instantiate(&mut self, gpu: &Gpu) -> GpuResult<()> {
+        gpu.bind()?;
+        // SAFETY: a graph returned by cuStreamEndCapture; valid out-pointer; both are
+        // destroyed in Drop.
+        check("cuGraphInstantiate", unsafe {
+            sys::cuGraphInstantiateWithFlags(&mut self.exec, self.graph, 0)
+        })
+    }
+
+    /// Enqueues the graph's work on `stream`.
+    pub fn launch(&self, stream: &Stream) -> GpuResult<()> {
+        // SAFETY: live executable graph and stream of the same GPU.
+        check("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(self.exec, stream.raw)
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: destroys what instantiate() made; null handles are skipped.
+        unsafe {
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
+
 /// Deterministic 64-bit pattern word (splitmix64 of seed and index).
 pub fn pattern_word(seed: u64, i: u64) -> u64 {
     let mut z = seed

@@ -422,7 +422,15 @@ fn sweep(
         timeout,
         check: cuda.check_values,
         launch: None,
+        graph_launches: cfg.graph_launches,
     };
+    if set.graph_launches > 0 {
+        progress(&format!(
+            "nccl sweep: each block records its {iters} iterations into a CUDA graph per GPU and \
+             times {} launches of them (nccl-tests' -G {0})",
+            set.graph_launches
+        ));
+    }
     let mut out = Vec::new();
     let mut errors = Vec::new();
     let wanted: Vec<Collective> = Collective::ALL
@@ -455,6 +463,7 @@ fn sweep(
             Ok(s) => out.push(s),
             Err(e) => {
                 let e = nccl::settle(e, &mut comms, wd, timeout);
+                progress(&format!("nccl sweep: {} failed: {e}", c.nccl_tests_name()));
                 let timed_out = matches!(e, GpuError::Timeout(..));
                 errors.push(phase_error(Phase::NcclSweep, &e));
                 if timed_out {

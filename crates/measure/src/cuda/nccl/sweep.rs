@@ -189,6 +189,9 @@ pub struct SweepSettings {
     pub check: bool,
     /// The CPU the timed iterations are launched from (held only while they run).
     pub launch: Option<crate::launch_cpu::Launch>,
+    /// Launches of a CUDA graph of the `iters` iterations that one timed block makes, as
+    /// nccl-tests' `-G`; 0 (the default) launches every iteration from the host.
+    pub graph_launches: u32,
 }
 
 impl SweepSettings {

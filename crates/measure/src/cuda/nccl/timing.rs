@@ -4,7 +4,7 @@
 
 use super::comm::{Comms, Watchdog, sync_all};
 use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
-use crate::cuda::gpu::{GpuResult, Stream};
+use crate::cuda::gpu::{Capture, Gpu, GpuResult, Stream};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
@@ -135,7 +135,11 @@ impl Blocks {
 
 /// Times one block of a size as nccl-tests does: warm-up iterations, a wait for every
 /// stream, then the host time around `iters` back-to-back iterations and the wait for their
-/// end, divided by `iters`; GPU events around the block give the GPU time beside it. The
+/// end, divided by `iters`; GPU events around the block give the GPU time beside it. With
+/// [`SweepSettings::graph_launches`] (nccl-tests' `-G`), the `iters` iterations are recorded
+/// into a CUDA graph per GPU after the warm-up, and the block times that many launches of
+/// the graphs, divided by `iters` times the launches: the host launches one graph per GPU,
+/// not one call per iteration, so a slow launching CPU barely moves small sizes. The
 /// sweep repeats short blocks ([`Blocks::wants_more`]) in rounds over the short sizes of a
 /// collective, so that a change of the host's speed while they are timed (both tools meet
 /// two such states, ~1.45x apart) falls on all of them alike, not on one size.
@@ -172,13 +176,37 @@ pub(super) fn time_block(
         run(comms, iter)?;
     }
     sync_all(&streams, comms, wd, what, set.timeout)?;
+    // With graph launches, the iterations are recorded into one graph per GPU first, and
+    // the timed block launches those graphs (nccl-tests' `-G`).
+    let graphs = match set.graph_launches {
+        0 => None,
+        _ => {
+            let on: Vec<(&Gpu, &Stream)> = ranks.iter().map(|r| (r.gpu, &r.stream)).collect();
+            let capture = Capture::begin(&on)?;
+            for iter in 0..iters {
+                run(comms, iter)?;
+            }
+            Some(capture.finish()?)
+        }
+    };
     wd.arm(comms, what, set.timeout);
     let t0 = Instant::now();
     for rk in ranks {
         rk.start.record(&rk.stream)?;
     }
-    for iter in 0..iters {
-        run(comms, iter)?;
+    match &graphs {
+        Some(graphs) => {
+            for _ in 0..set.graph_launches {
+                for (rk, g) in ranks.iter().zip(graphs) {
+                    g.launch(&rk.stream)?;
+                }
+            }
+        }
+        None => {
+            for iter in 0..iters {
+                run(comms, iter)?;
+            }
+        }
     }
     for rk in ranks {
         rk.end.record(&rk.stream)?;
@@ -192,9 +220,10 @@ pub(super) fn time_block(
     // The block's length by the GPU's clock where that is shorter: a host stall inside
     // the first block must not make a short size look long and stop the repeats that
     // would outvote it (one H200 timed 16 MiB at 101.6 us host against 11.1 us GPU).
+    let per = f64::from(iters) * f64::from(set.graph_launches.max(1));
     blocks.record(
-        took.as_secs_f64() * 1e6 / f64::from(iters),
-        ms * 1000.0 / f64::from(iters),
+        took.as_secs_f64() * 1e6 / per,
+        ms * 1000.0 / per,
         took.min(Duration::from_secs_f64((ms / 1000.0).max(0.0))),
     );
     Ok(())
