@@ -212,6 +212,27 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
         "  nodeSelector:\n    pool: \"-training\"\n",
         &["is invalid", "spec.nodeSelector.pool", "should match"],
     );
+    // CUDA graph launches: the schema bounds the count, and the webhook counts the timed
+    // iterations they multiply (the same sweep at 20 iterations and no graphs fits).
+    refused(
+        &cluster,
+        "graph-launches",
+        "  suite:\n    ncclSweep:\n      graphLaunches: 1001\n",
+        &[
+            "is invalid",
+            "spec.suite.ncclSweep.graphLaunches",
+            "less than or equal to 1000",
+        ],
+    );
+    refused(
+        &cluster,
+        "endless-graphs",
+        "  suite:\n    ncclSweep:\n      minBytes: 1073741824\n      maxBytes: 8589934592\n      graphLaunches: 1000\n  agent:\n    timeoutSeconds: 60\n",
+        &[
+            DENIED,
+            "suite: cannot finish within agent.timeoutSeconds (60 s)",
+        ],
+    );
     // Every problem at once, in one refusal.
     refused(
         &cluster,
@@ -224,6 +245,8 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
         "mars",
         "bad-node-name",
         "endless",
+        "graph-launches",
+        "endless-graphs",
         "bad-selector-key",
         "bad-selector-value",
         "two-problems",
@@ -244,6 +267,12 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
         "{out}"
     );
     assert!(!err.contains("Warning"), "{err}");
+    let (ok, _, err) = apply(
+        &cluster,
+        "big-sizes-no-graphs",
+        "  suite:\n    ncclSweep:\n      minBytes: 1073741824\n      maxBytes: 8589934592\n  agent:\n    timeoutSeconds: 60\n",
+    );
+    assert!(ok, "the sweep of endless-graphs without graphs fits: {err}");
     let (ok, _, err) = apply(&cluster, "tight", "  agent:\n    timeoutSeconds: 20\n");
     assert!(ok, "{err}");
     eprintln!("kubectl apply of `tight` printed: {err}");
