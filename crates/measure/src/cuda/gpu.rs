@@ -12,6 +12,20 @@ pub enum GpuError {
     Call { call: &'static str, detail: String },
     #[error("{0} did not finish within {1:?}")]
     Timeout(String, Duration),
+    /// A call this node's driver or libraries refuse for a feature the settings asked for
+    /// (CUDA graph capture), not a fault of its GPUs or links: the phase cannot run here.
+    #[error("{call} was refused: {detail}")]
+    Refused { call: &'static str, detail: String },
+}
+
+impl GpuError {
+    /// The same failure, as a refusal of the feature rather than a fault ([`GpuError::Refused`]).
+    pub fn refused(self) -> GpuError {
+        match self {
+            GpuError::Call { call, detail } => GpuError::Refused { call, detail },
+            other => other,
+        }
+    }
 }
 
 pub type GpuResult<T> = Result<T, GpuError>;
@@ -33,6 +47,39 @@ pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
             .into_owned()
     };
     Err(GpuError::Call { call, detail })
+}
+
+/// Like [`check`], for the calls that record and instantiate CUDA graphs: a status saying
+/// the driver will not record or instantiate this work ([`is_capture_refusal`]) is
+/// [`GpuError::Refused`]; any other status, such as the error a faulted GPU leaves on its
+/// context, stays a fault.
+fn check_capture(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
+    let checked = check(call, status);
+    if is_capture_refusal(status) {
+        checked.map_err(GpuError::refused)
+    } else {
+        checked
+    }
+}
+
+/// Statuses with which the driver declines to record or instantiate work in a CUDA graph
+/// (capture unsupported, invalidated or misused, not permitted, not supported).
+pub fn is_capture_refusal(status: sys::CUresult) -> bool {
+    use sys::CUresult as R;
+    matches!(
+        status,
+        R::CUDA_ERROR_NOT_PERMITTED
+            | R::CUDA_ERROR_NOT_SUPPORTED
+            | R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            | R::CUDA_ERROR_STREAM_CAPTURE_MERGE
+            | R::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED
+            | R::CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+            | R::CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+            | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+            | R::CUDA_ERROR_CAPTURED_EVENT
+            | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+    )
 }
 
 /// Whether the driver library can be opened at all.
@@ -485,7 +532,8 @@ impl Drop for Event {
 /// records its timed iterations with `-G`: [`Capture::begin`] starts recording on every
 /// stream, [`Capture::finish`] ends it and instantiates one graph per stream. Dropped
 /// unfinished (an enqueue failed while recording), it ends the recording and discards what
-/// was recorded, so the streams can run work again.
+/// was recorded, so the streams can run work again. Recording and instantiating run on the
+/// host alone: their failures are [`GpuError::Refused`], never a fault of the GPUs.
 pub struct Capture<'s> {
     streams: Vec<(&'s Gpu, &'s Stream)>,
     open: usize,
@@ -502,7 +550,7 @@ impl<'s> Capture<'s> {
         for (gpu, s) in streams {
             gpu.bind()?;
             // SAFETY: live stream; ended in finish() or Drop.
-            check("cuStreamBeginCapture", unsafe {
+            check_capture("cuStreamBeginCapture", unsafe {
                 sys::cuStreamBeginCapture_v2(
                     s.raw,
                     sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
@@ -511,6 +559,18 @@ impl<'s> Capture<'s> {
             cap.open += 1;
         }
         Ok(cap)
+    }
+
+    /// Whether the driver gave up recording on any stream (work it cannot record was
+    /// enqueued): an enqueue that failed then failed for the recording, not for the GPUs.
+    pub fn invalidated(&self) -> bool {
+        self.streams.iter().take(self.open).any(|(_, s)| {
+            let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: live stream, valid out-pointer.
+            let ok = unsafe { sys::cuStreamIsCapturing(s.raw, &mut status) };
+            ok == sys::CUresult::CUDA_SUCCESS
+                && status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        })
     }
 
     /// Ends the recording on every stream, then instantiates each stream's graph (not
@@ -525,7 +585,7 @@ impl<'s> Capture<'s> {
             let _ = gpu.bind();
             // SAFETY: the stream is recording (begun above); valid out-pointer. The graph
             // is owned by a Graph from here and destroyed with it.
-            let ended = check("cuStreamEndCapture", unsafe {
+            let ended = check_capture("cuStreamEndCapture", unsafe {
                 sys::cuStreamEndCapture(s.raw, &mut raw)
             });
             graphs.push(Graph {
@@ -576,7 +636,7 @@ impl Graph {
         gpu.bind()?;
         // SAFETY: a graph returned by cuStreamEndCapture; valid out-pointer; both are
         // destroyed in Drop.
-        check("cuGraphInstantiate", unsafe {
+        check_capture("cuGraphInstantiate", unsafe {
             sys::cuGraphInstantiateWithFlags(&mut self.exec, self.graph, 0)
         })
     }
@@ -690,5 +750,37 @@ mod tests {
             count_pattern_mismatch(&buf, 8) > 290_000,
             "another seed is another pattern"
         );
+    }
+
+    #[test]
+    fn a_refused_recording_is_not_a_fault_but_a_faulted_gpu_still_is() {
+        use sys::CUresult as R;
+        // The status an instantiation met while another stream still recorded.
+        assert!(is_capture_refusal(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+        assert!(is_capture_refusal(R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+        assert!(is_capture_refusal(R::CUDA_ERROR_NOT_SUPPORTED));
+        // Errors a faulted GPU leaves on its context stay faults.
+        for fault in [
+            R::CUDA_ERROR_ILLEGAL_ADDRESS,
+            R::CUDA_ERROR_LAUNCH_FAILED,
+            R::CUDA_ERROR_ECC_UNCORRECTABLE,
+            R::CUDA_ERROR_NVLINK_UNCORRECTABLE,
+            R::CUDA_ERROR_OUT_OF_MEMORY,
+        ] {
+            assert!(!is_capture_refusal(fault), "{fault:?}");
+        }
+        let call = GpuError::Call {
+            call: "ncclGroupEnd",
+            detail: "unhandled cuda error".into(),
+        };
+        assert!(matches!(
+            call.refused(),
+            GpuError::Refused {
+                call: "ncclGroupEnd",
+                ..
+            }
+        ));
+        let hung = GpuError::Timeout("all_reduce 8 bytes".into(), Duration::from_secs(1));
+        assert!(matches!(hung.refused(), GpuError::Timeout(..)));
     }
 }

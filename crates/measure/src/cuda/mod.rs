@@ -130,12 +130,24 @@ fn phase_error(phase: Phase, e: &GpuError) -> PhaseError {
     let kind = match e {
         GpuError::Timeout(..) => ErrorKind::Timeout,
         GpuError::Call { .. } => ErrorKind::Failed,
+        GpuError::Refused { .. } => ErrorKind::Unavailable,
     };
     PhaseError {
         phase,
         kind,
         message: e.to_string(),
     }
+}
+
+/// The sweep's error when the node refuses CUDA graph capture (`graphLaunches` > 0): the
+/// phase could not run as asked, which is no finding against the node's hardware.
+fn graphs_refused(e: &GpuError) -> PhaseError {
+    unavailable(
+        Phase::NcclSweep,
+        &format!(
+            "CUDA graphs cannot be used here ({e}); the sweep needs suite.ncclSweep.graphLaunches 0 (node-check -G 0) on this node"
+        ),
+    )
 }
 
 fn unavailable(phase: Phase, message: &str) -> PhaseError {
@@ -464,11 +476,19 @@ fn sweep(
             Err(e) => {
                 let e = nccl::settle(e, &mut comms, wd, timeout);
                 progress(&format!("nccl sweep: {} failed: {e}", c.nccl_tests_name()));
-                let timed_out = matches!(e, GpuError::Timeout(..));
-                errors.push(phase_error(Phase::NcclSweep, &e));
-                if timed_out {
-                    // The communicators are aborted; the rest of the sweep cannot run.
-                    break;
+                match e {
+                    GpuError::Timeout(..) => {
+                        // The communicators are aborted; the rest of the sweep cannot run.
+                        errors.push(phase_error(Phase::NcclSweep, &e));
+                        break;
+                    }
+                    GpuError::Refused { .. } => {
+                        // The node's software refuses CUDA graphs: every collective would
+                        // meet the same refusal, and it says nothing about the GPUs.
+                        errors.push(graphs_refused(&e));
+                        break;
+                    }
+                    GpuError::Call { .. } => errors.push(phase_error(Phase::NcclSweep, &e)),
                 }
             }
         }
@@ -494,6 +514,35 @@ mod tests {
             classify_panic("index out of bounds"),
             CheckError::Other(_)
         ));
+    }
+
+    #[test]
+    fn a_node_that_refuses_cuda_graphs_gets_no_fault_from_the_sweep() {
+        let refused = GpuError::Refused {
+            call: "cuGraphInstantiate",
+            detail: "operation not permitted when stream is capturing".into(),
+        };
+        let e = graphs_refused(&refused);
+        assert_eq!(e.phase, Phase::NcclSweep);
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert!(
+            e.message.contains("cuGraphInstantiate was refused")
+                && e.message.contains("graphLaunches 0"),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            phase_error(Phase::NcclSweep, &refused).kind,
+            ErrorKind::Unavailable
+        );
+        let fault = GpuError::Call {
+            call: "cuGraphLaunch",
+            detail: "an illegal memory access was encountered".into(),
+        };
+        assert_eq!(
+            phase_error(Phase::NcclSweep, &fault).kind,
+            ErrorKind::Failed
+        );
     }
 
     #[test]

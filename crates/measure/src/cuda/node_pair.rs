@@ -108,6 +108,7 @@ fn phase_error(e: &GpuError) -> PhaseError {
         kind: match e {
             GpuError::Timeout(..) => ErrorKind::Timeout,
             GpuError::Call { .. } => ErrorKind::Failed,
+            GpuError::Refused { .. } => ErrorKind::Unavailable,
         },
         message: e.to_string(),
     }

@@ -118,6 +118,30 @@ fn a_phase_that_cannot_run_here_is_info_and_does_not_fail_the_node() {
 }
 
 #[test]
+fn a_sweep_the_node_could_not_record_in_cuda_graphs_does_not_fail_it() {
+    // graphLaunches > 0 on a node whose driver refuses graph capture: no sweep at all, an
+    // Unavailable phase error, and the node's copies and health still judged.
+    let mut fleet = fleet_of(4, 0.0);
+    fleet[1].collectives.clear();
+    fleet[1].errors = vec![PhaseError {
+        phase: Phase::NcclSweep,
+        kind: ErrorKind::Unavailable,
+        message: "CUDA graphs cannot be used here (cuGraphInstantiate was refused: operation not permitted when stream is capturing)".into(),
+    }];
+    let e = run(fleet);
+    let on_it: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.subject.node_name() == "node-01")
+        .collect();
+    assert!(
+        on_it.iter().all(|f| f.severity == Severity::Info),
+        "{on_it:?}"
+    );
+    assert_eq!(e.verdicts["node-01"], NodeVerdict::Passed);
+}
+
+#[test]
 fn findings_are_sorted_and_independent_of_input_order() {
     let mut fleet = fleet_of(10, 0.02);
     slow_pair(&mut fleet[7], 0, 1, 0.4);

@@ -184,7 +184,15 @@ pub(super) fn time_block(
             let on: Vec<(&Gpu, &Stream)> = ranks.iter().map(|r| (r.gpu, &r.stream)).collect();
             let capture = Capture::begin(&on)?;
             for iter in 0..iters {
-                run(comms, iter)?;
+                if let Err(e) = run(comms, iter) {
+                    // NCCL fails a call the driver would not record: the recording's
+                    // failure, not the GPUs'.
+                    return Err(if capture.invalidated() {
+                        e.refused()
+                    } else {
+                        e
+                    });
+                }
             }
             Some(capture.finish()?)
         }
