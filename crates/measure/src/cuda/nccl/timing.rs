@@ -204,6 +204,11 @@ pub(super) fn time_block(
     }
     match &graphs {
         Some(graphs) => {
+            // Launch k on every GPU before launch k + 1, as nccl-tests does: a launch that
+            // waits for room in its GPU's queue then waits only for work whose peers are
+            // already launched. NCCL warns that one thread launching graphs on several GPUs
+            // can deadlock in some cases; none did here (4 x H200, NCCL 2.28), and a hang
+            // would end at the phase watchdog.
             for _ in 0..set.graph_launches {
                 for (rk, g) in ranks.iter().zip(graphs) {
                     g.launch(&rk.stream)?;
