@@ -76,7 +76,10 @@ fn eight_gpu_document() -> ResultDocument {
                 memory_bytes: 150_754_820_096,
             })
             .collect(),
-        nccl: Some(NcclSweepResult { collectives }),
+        nccl: Some(NcclSweepResult {
+            collectives,
+            graph_launches: 0,
+        }),
         pairs: Some(PairMatrix {
             bytes: 256 << 20,
             unidirectional: uni,
@@ -187,6 +190,33 @@ fn compact_within_never_exceeds_the_limit() {
     let text = doc.compact_within(4096);
     assert!(text.len() <= 4096, "{} bytes", text.len());
     assert!(CompactResult::parse(&text).is_ok());
+}
+
+#[test]
+fn how_the_sweep_was_timed_reaches_the_compact_form_and_only_when_graphs_were_used() {
+    let mut doc = eight_gpu_document();
+    let host = CompactResult::from(&doc).to_json();
+    assert!(
+        !host.contains("\"gl\""),
+        "host-launched adds nothing: {host}"
+    );
+    assert!(
+        !serde_json::to_string(&doc)
+            .expect("json")
+            .contains("graphLaunches")
+    );
+    if let Some(n) = doc.nccl.as_mut() {
+        n.graph_launches = 10;
+    }
+    let full = serde_json::to_string(&doc).expect("json");
+    assert!(full.contains("\"graphLaunches\":10"), "{full}");
+    let graphs = CompactResult::from(&doc).to_json();
+    let c = CompactResult::parse(&graphs).expect("parses back");
+    assert_eq!(c.graph_launches, 10);
+    assert_eq!(
+        CompactResult::parse(&host).expect("parses").graph_launches,
+        0
+    );
 }
 
 #[test]

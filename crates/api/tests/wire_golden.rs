@@ -98,7 +98,10 @@ fn document() -> ResultDocument {
                 memory_bytes: 150_754_820_096,
             })
             .collect(),
-        nccl: Some(NcclSweepResult { collectives }),
+        nccl: Some(NcclSweepResult {
+            collectives,
+            graph_launches: 0,
+        }),
         pairs: Some(PairMatrix {
             bytes: 256 << 20,
             unidirectional,

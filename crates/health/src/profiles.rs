@@ -400,6 +400,7 @@ mod tests {
                 .collect(),
             transport_fallbacks: Vec::new(),
             errors: Vec::new(),
+            graph_launches: 0,
         }
     }
 

@@ -109,6 +109,8 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 health: h,
                 transport_fallbacks: tf,
                 errors: e,
+                // Host-launched and graph-timed sweeps alike.
+                graph_launches: pc * 5,
             })
     })
 }

@@ -66,6 +66,10 @@ pub struct CompactResult {
     /// Phase errors (messages cut to 160 characters).
     #[serde(rename = "e", default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PhaseError>,
+    /// The sweep's CUDA graph launches ([`super::NcclSweepResult::graph_launches`]): 0, its
+    /// small sizes timed host-launched calls and move with the launching CPU's speed.
+    #[serde(rename = "gl", default, skip_serializing_if = "is_zero")]
+    pub graph_launches: u32,
 }
 
 /// One collective of the sweep, summarised.
@@ -255,6 +259,7 @@ impl From<&ResultDocument> for CompactResult {
                     message: cut(&e.message, 160),
                 })
                 .collect(),
+            graph_launches: doc.nccl.as_ref().map_or(0, |n| n.graph_launches),
         };
         if let Some(p) = &doc.pairs {
             let n = g as usize;

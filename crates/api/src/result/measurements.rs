@@ -138,6 +138,11 @@ impl CollectiveSweep {
 #[serde(rename_all = "camelCase")]
 pub struct NcclSweepResult {
     pub collectives: Vec<CollectiveSweep>,
+    /// How the times were taken: 0 (absent), every iteration launched from the host, as
+    /// nccl-tests without `-G`; N, as N launches of a CUDA graph of each block's iterations
+    /// (`suite.ncclSweep.graphLaunches`), which leaves the launching CPU out of small sizes.
+    #[serde(default, skip_serializing_if = "super::is_zero")]
+    pub graph_launches: u32,
 }
 
 /// Copy bandwidth of one ordered GPU pair.

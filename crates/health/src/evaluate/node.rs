@@ -25,6 +25,9 @@ pub(super) struct NodeStats {
     pub(super) values: BTreeMap<SeriesKey, f64>,
     /// Series already judged on this node by a threshold or a profile floor.
     pub(super) judged: BTreeSet<SeriesKey>,
+    /// Whether the sweep's small sizes were timed with CUDA graphs (`graphLaunches` > 0),
+    /// not host-launched calls that move with the launching CPU's speed.
+    pub(super) graph_timed: bool,
 }
 
 pub(super) fn judge_node(
@@ -46,6 +49,7 @@ pub(super) fn judge_node(
         product: product.clone(),
         values: BTreeMap::new(),
         judged: BTreeSet::new(),
+        graph_timed: r.graph_launches > 0,
     };
 
     check_identity(input, r, exp.as_ref(), out);

@@ -495,7 +495,13 @@ fn sweep(
     }
     drop(ranks);
     drop(comms);
-    Ok((NcclSweepResult { collectives: out }, errors))
+    Ok((
+        NcclSweepResult {
+            collectives: out,
+            graph_launches: set.graph_launches,
+        },
+        errors,
+    ))
 }
 
 #[cfg(test)]

@@ -71,7 +71,10 @@ pub(super) fn nccl_phase(
         ));
         collectives.push(cs);
     }
-    NcclSweepResult { collectives }
+    NcclSweepResult {
+        collectives,
+        graph_launches: sweep.graph_launches,
+    }
 }
 
 pub(super) fn pairs_phase(m: &NodeModel, suite: &Suite, progress: Progress) -> PairMatrix {

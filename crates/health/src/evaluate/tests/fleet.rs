@@ -103,6 +103,31 @@ fn fleet_outliers_are_flagged_only_in_the_worse_direction() {
 }
 
 #[test]
+fn a_host_launched_latency_outlier_is_info_and_a_graph_timed_one_fails_the_node() {
+    // The two host states of one 4 x H200 host: 27 and 38 us for all_reduce 8 B.
+    let fleet = |graph_launches: u32| {
+        let mut fleet = fleet_of(8, 0.01);
+        for r in &mut fleet {
+            r.graph_launches = graph_launches;
+        }
+        all_reduce(&mut fleet[5]).smallest_time_us *= 38.0 / 27.0;
+        fleet
+    };
+    let e = run(fleet(0));
+    let f = on(&e, "node-05");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].metric, Metric::NcclLatency);
+    assert_eq!(f[0].severity, Severity::Info);
+    assert!(f[0].message.contains("graphLaunches"), "{}", f[0].message);
+    assert_eq!(e.verdicts["node-05"], NodeVerdict::Passed);
+    let e = run(fleet(10));
+    let f = on(&e, "node-05");
+    assert_eq!(f.len(), 1, "{f:#?}");
+    assert_eq!(f[0].severity, Severity::Critical);
+    assert_eq!(e.verdicts["node-05"], NodeVerdict::Failed);
+}
+
+#[test]
 fn tight_fleet_with_zero_spread_does_not_flag_a_small_gap() {
     let mut fleet = fleet_of(8, 0.0);
     all_reduce(&mut fleet[4]).peak_busbw *= 0.95;
