@@ -616,3 +616,70 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
     assert_eq!(keys, vec!["maintenance.example.com/fw".to_string()]);
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_launching_cpu_is_slow_is_reported_and_not_cordoned() {
+    // gpu-04 launches the sweep's calls from a CPU 1.4x slower (the two host states of a
+    // shared 4 x H200 host: 27 and 38 us at 8 B); gpu-07 has a straggler GPU, so the run
+    // still has a node that must be cordoned.
+    let mut fleet = SimFleet::uniform("gpu", 8, H100, 8);
+    fleet.nodes[3]
+        .faults
+        .push(Fault::SlowLaunchCpu { factor: 1.4 });
+    fleet.nodes[6].faults.push(Fault::Straggler {
+        gpu: 2,
+        factor: 1.5,
+    });
+    let env = setup(fleet, "launch").await;
+    let (slow_cpu, straggler) = (env.node("gpu-04"), env.node("gpu-07"));
+    let tests = env
+        .create_test("launch", spec(&env, json!({"mode": "Cordon"})))
+        .await;
+    let t = wait_confirmation_folded(&env, &tests, "launch", Duration::from_secs(180)).await;
+    let status = t.status.expect("status");
+    assert_eq!(
+        status.quarantined_nodes,
+        vec![straggler.clone()],
+        "{:#?}",
+        status.nodes
+    );
+    let all = env.nodes().await;
+    assert!(!cordoned(&all[&slow_cpu]), "{slow_cpu} was cordoned");
+    // The first run reports gpu-04's latency, as Info, and says how to take the CPU out.
+    let runs = env.runs_of("launch").await;
+    let first = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Creation)
+        .expect("the first run");
+    let findings = first
+        .status
+        .as_ref()
+        .map(|s| s.findings.clone())
+        .unwrap_or_default();
+    let on_it: Vec<_> = findings
+        .iter()
+        .filter(|f| f.subject.node_name() == slow_cpu)
+        .collect();
+    assert!(
+        on_it
+            .iter()
+            .any(|f| f.metric == gpufabric_api::Metric::NcclLatency
+                && f.severity == gpufabric_api::Severity::Info
+                && f.message.contains("graphLaunches")),
+        "an Info latency finding on {slow_cpu}: {findings:#?}"
+    );
+    assert!(
+        on_it
+            .iter()
+            .all(|f| f.severity != gpufabric_api::Severity::Critical),
+        "{on_it:#?}"
+    );
+    // The confirmation run retested the straggler alone: gpu-04 was never a suspect (a
+    // confirmation run of two nodes has no fleet to compare with, and would have cleared it
+    // only by that accident).
+    let confirm = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Confirmation)
+        .expect("a confirmation run");
+    assert_eq!(confirm.spec.nodes, Some(vec![straggler]));
+}

@@ -64,6 +64,12 @@ pub enum Fault {
     NicErrors { nic: u32, per_second: f64 },
     /// NCCL on this node finds no usable RDMA device and falls back to TCP sockets.
     SocketFallback,
+    /// The CPU that launches the NCCL sweep's calls runs `factor` times slower (e.g. 1.4: a
+    /// busy core, or the slow state of a shared host): the small sizes of a host-launched
+    /// sweep take that much longer per call, while a sweep timed with CUDA graphs
+    /// (`graphLaunches`) does not see it. Not a fault of the GPUs.
+    #[serde(rename_all = "camelCase")]
+    SlowLaunchCpu { factor: f64 },
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
     /// With `stuck: true` the whole agent hangs beyond any watchdog, so that only the
     /// pod's deadline (`activeDeadlineSeconds`) ends it.
@@ -182,6 +188,7 @@ impl Fleet {
                     }
                     Fault::NicDown { nic } => gpu_ok(*nic),
                     Fault::SocketFallback => true,
+                    Fault::SlowLaunchCpu { factor } => factor.is_finite() && *factor >= 1.0,
                     Fault::Hang { .. } | Fault::Crash { .. } | Fault::Garbage => true,
                 };
                 if !ok {

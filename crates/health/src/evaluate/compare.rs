@@ -156,7 +156,7 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
     let (severity, advice) = if host_timed_latency {
         (
             Severity::Info,
-            "its sweep launched every call from the host, whose CPU speed moves small-message times by up to 1.5x on healthy nodes, so this alone does not fail it; set suite.ncclSweep.graphLaunches to time the GPUs alone.",
+            "not failed: host-launched calls also time the launching CPU (suite.ncclSweep.graphLaunches times the GPUs alone).",
         )
     } else {
         (

@@ -161,6 +161,18 @@ impl<'a> NodeModel<'a> {
             .product()
     }
 
+    /// How much slower than normal the CPU launching the NCCL sweep runs (1.0: normal).
+    pub(crate) fn launch_cpu_factor(&self) -> f64 {
+        self.node
+            .faults
+            .iter()
+            .map(|f| match f {
+                Fault::SlowLaunchCpu { factor } => *factor,
+                _ => 1.0,
+            })
+            .product()
+    }
+
     /// Large-size bus bandwidth (GB/s) of a collective among `ranks`.
     pub(crate) fn busbw(&self, c: Collective, ranks: &[u32]) -> f64 {
         // Ratios to all_reduce (sendrecv: to the one-way copy) as measured on 4 x H200

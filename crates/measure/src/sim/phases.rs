@@ -25,6 +25,12 @@ pub(super) fn nccl_phase(
     // Timing noise shrinks with the number of timed iterations (20 is the default).
     let iters_scale = (20.0 / f64::from(opts.sweep_iters().1)).sqrt();
     let mut collectives = Vec::new();
+    // A slow launching CPU stretches the per-call latency of host-launched calls; graph
+    // launches leave the host out of it.
+    let launch = match sweep.graph_launches {
+        0 => m.launch_cpu_factor(),
+        _ => 1.0,
+    };
     // In the order the cuda backend runs them, whatever order the suite lists them in.
     let wanted = Collective::ALL
         .into_iter()
@@ -37,7 +43,8 @@ pub(super) fn nccl_phase(
             if rows.last().is_some_and(|r| r.bytes == bytes) {
                 continue;
             }
-            let modelled = m.collective_time_us(c, &ranks, bytes);
+            let modelled =
+                m.collective_time_us(c, &ranks, bytes) + m.alpha_us(c, n) * (launch - 1.0);
             // Small messages are noisier (launch jitter), large ones steady.
             let sigma =
                 (0.004 + 0.03 * (-(bytes as f64) / (1u64 << 20) as f64).exp()) * iters_scale;

@@ -172,6 +172,38 @@ fn slow_pair_slows_that_pair_only_and_bounds_the_ring() {
 }
 
 #[test]
+fn a_slow_launching_cpu_stretches_host_launched_small_sizes_and_not_graph_timed_ones() {
+    let slow = h100(vec![Fault::SlowLaunchCpu { factor: 1.4 }]);
+    let small = |doc: &ResultDocument| {
+        let nccl = doc.nccl.as_ref().expect("nccl");
+        let ar = &nccl.collectives[0];
+        assert_eq!(ar.collective, Collective::AllReduce);
+        (
+            ar.rows[0].out_of_place.time_us,
+            ar.rows.last().map(|r| r.out_of_place.busbw),
+        )
+    };
+    let (clean_t, clean_bw) = small(&check(&h100(vec![])));
+    let (slow_t, slow_bw) = small(&check(&slow));
+    assert!(
+        (slow_t / clean_t - 1.4).abs() < 0.1,
+        "{slow_t} vs {clean_t}"
+    );
+    // The launch cost is per call: 1 GiB keeps its bandwidth.
+    let (a, b) = (slow_bw.expect("rows"), clean_bw.expect("rows"));
+    assert!((a / b - 1.0).abs() < 0.01, "{a} vs {b}");
+    let mut graphs = opts();
+    graphs.suite.nccl_sweep.graph_launches = 10;
+    let doc = node_check(&graphs, &slow, 7, &|_| {}).expect("sim check");
+    assert_eq!(doc.nccl.as_ref().map(|n| n.graph_launches), Some(10));
+    let (graph_t, _) = small(&doc);
+    assert!(
+        (graph_t / clean_t - 1.0).abs() < 0.1,
+        "{graph_t} vs {clean_t}"
+    );
+}
+
+#[test]
 fn straggler_slows_that_gpus_compute_and_stretches_the_step() {
     let clean = check(&h100(vec![]));
     let doc = check(&h100(vec![Fault::Straggler {
