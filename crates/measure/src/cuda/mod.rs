@@ -283,6 +283,10 @@ fn measure(
     let timeout = opts.phase_timeout.max(Duration::from_secs(1));
     let p = |s: &str| progress(s);
 
+    let blocking = blocking_launches(
+        gpus.len(),
+        std::env::var("CUDA_LAUNCH_BLOCKING").ok().as_deref(),
+    );
     let mut nccl_result = None;
     if suite.nccl_sweep.enabled {
         if !nccl_ok {
@@ -290,6 +294,8 @@ fn measure(
                 Phase::NcclSweep,
                 "libnccl.so could not be loaded (put NCCL's lib directory on LD_LIBRARY_PATH)",
             ));
+        } else if let Some(why) = &blocking {
+            errors.push(unavailable(Phase::NcclSweep, why));
         } else {
             match sweep(opts, cuda, gpus, &wd, timeout, &p) {
                 Ok((r, errs)) => {
@@ -317,6 +323,9 @@ fn measure(
                 Phase::DdpProbe,
                 "libnccl.so or libcublas.so could not be loaded",
             ));
+        } else if let Some(why) = blocking.as_ref().filter(|_| cuda.ddp_worker.is_none()) {
+            // One process per GPU (--ddp-process-per-gpu) is not affected.
+            errors.push(unavailable(Phase::DdpProbe, why));
         } else {
             match ddp_probe(opts, cuda, gpus, &wd, timeout, &p) {
                 Ok(r) => ddp_result = Some(r),
@@ -325,6 +334,19 @@ fn measure(
         }
     }
     (nccl_result, pairs_result, ddp_result, errors)
+}
+
+/// Why NCCL cannot run in this process, if so: with `CUDA_LAUNCH_BLOCKING=1` (`env`) the
+/// first GPU's kernel launch waits for kernels the one thread has not yet launched on the
+/// other GPUs, and a collective over `gpus` > 1 GPUs of one process never ends (NCCL's
+/// maintainers say so; one 4 x H200 sweep hung in its first all_reduce). That is the
+/// agent's environment, not the node's hardware: the phase is Unavailable, not a hang.
+pub(crate) fn blocking_launches(gpus: usize, env: Option<&str>) -> Option<String> {
+    (gpus > 1 && env.is_some_and(|v| v.trim() == "1")).then(|| {
+        format!(
+            "CUDA_LAUNCH_BLOCKING=1 is set: NCCL deadlocks when one process drives {gpus} GPUs with blocking launches; unset it in the agent's environment"
+        )
+    })
 }
 
 /// The GPU-pair copy matrix.
@@ -520,6 +542,25 @@ mod tests {
             classify_panic("index out of bounds"),
             CheckError::Other(_)
         ));
+    }
+
+    #[test]
+    fn blocking_launches_make_nccl_unavailable_only_where_one_process_drives_several_gpus() {
+        assert!(blocking_launches(4, None).is_none());
+        assert!(blocking_launches(4, Some("0")).is_none());
+        assert!(
+            blocking_launches(1, Some("1")).is_none(),
+            "one GPU cannot deadlock"
+        );
+        let why = blocking_launches(4, Some("1")).expect("refused");
+        assert!(
+            why.contains("CUDA_LAUNCH_BLOCKING=1") && why.contains("4 GPUs"),
+            "{why}"
+        );
+        assert_eq!(
+            unavailable(Phase::NcclSweep, &why).kind,
+            ErrorKind::Unavailable
+        );
     }
 
     #[test]

@@ -85,6 +85,17 @@ pub fn node_pair(
         not_measured: None,
         errors: Vec::new(),
     };
+    // Both nodes of a pair share the agent's environment, so both stop here alike.
+    let blocking = std::env::var("CUDA_LAUNCH_BLOCKING").ok();
+    if let Some(why) = super::blocking_launches(gpus.len(), blocking.as_deref()) {
+        doc.errors.push(PhaseError {
+            phase: Phase::NodePair,
+            kind: ErrorKind::Unavailable,
+            message: why,
+        });
+        doc.duration_s = started.elapsed().as_secs_f64();
+        return Ok(doc);
+    }
     let run = std::panic::AssertUnwindSafe(|| measure(opts, id, set, gpus, barrier, &mut doc));
     match std::panic::catch_unwind(run) {
         Ok(Ok(())) => {}
