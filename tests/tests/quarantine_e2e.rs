@@ -98,6 +98,17 @@ async fn event_reasons_for(env: &Env, ns: &str, name: &str) -> Vec<String> {
     r
 }
 
+/// The findings of the run the FabricTest's creation started.
+fn first_run_findings(runs: &[FabricTestRun]) -> Vec<gpufabric_api::Finding> {
+    runs.iter()
+        .find(|r| r.spec.trigger == Trigger::Creation)
+        .expect("the first run")
+        .status
+        .as_ref()
+        .map(|s| s.findings.clone())
+        .unwrap_or_default()
+}
+
 /// The parts of a node a quarantine could change, without what the control plane and the
 /// kubelet manage themselves while nodes come up (`beta.kubernetes.io/*` labels, the
 /// `node.kubernetes.io/*` taints of the node lifecycle controller).
@@ -196,15 +207,7 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
     assert_eq!(record.run, confirm.name_any());
 
     // The findings name the pair and the GPU.
-    let first = runs
-        .iter()
-        .find(|r| r.spec.trigger == Trigger::Creation)
-        .expect("the first run");
-    let findings = first
-        .status
-        .as_ref()
-        .map(|s| s.findings.clone())
-        .unwrap_or_default();
+    let findings = first_run_findings(&runs);
     assert!(
         findings
             .iter()
@@ -647,15 +650,7 @@ async fn a_node_whose_launching_cpu_is_slow_is_reported_and_not_cordoned() {
     assert!(!cordoned(&all[&slow_cpu]), "{slow_cpu} was cordoned");
     // The first run reports gpu-04's latency, as Info, and says how to take the CPU out.
     let runs = env.runs_of("launch").await;
-    let first = runs
-        .iter()
-        .find(|r| r.spec.trigger == Trigger::Creation)
-        .expect("the first run");
-    let findings = first
-        .status
-        .as_ref()
-        .map(|s| s.findings.clone())
-        .unwrap_or_default();
+    let findings = first_run_findings(&runs);
     let on_it: Vec<_> = findings
         .iter()
         .filter(|f| f.subject.node_name() == slow_cpu)
