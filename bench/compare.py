@@ -102,6 +102,12 @@ def spread(out, rounds):
         inside = sum(1 for r in ratios if abs(r - 1.0) <= limit)
         print(f"{what}: agent median / nccl-tests median: {inside} of {len(ratios)} within "
               f"{limit:.0%}, range {min(ratios):.3f}-{max(ratios):.3f}")
+        # The points outside, each with both tools' values per round, to read the misses.
+        for (k, v), r in zip(pts, ratios):
+            if abs(r - 1.0) > limit:
+                nt = " ".join(f"{x[col]:.2f}" for x in v[0])
+                ag = " ".join(f"{x[col]:.2f}" for x in v[1])
+                print(f"    outside: {k[0]} {k[1]} B median ratio {r:.3f}  nccl-tests {nt}  agent {ag}")
         # Each tool's best round per point (least time, most busbw): what either reaches
         # when the host leaves it alone, the same estimator for both.
         best = min if col == 0 else max
