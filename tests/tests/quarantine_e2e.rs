@@ -678,3 +678,36 @@ async fn a_node_whose_launching_cpu_is_slow_is_reported_and_not_cordoned() {
         .expect("a confirmation run");
     assert_eq!(confirm.spec.nodes, Some(vec![straggler]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graph_launches_reach_the_agents_and_take_the_launching_cpu_out_of_latency() {
+    // The same slow launching CPU, with the suite timing small sizes by CUDA graphs: the
+    // setting travels from the FabricTest to the pods, and the node's latency is its fleet's.
+    let mut fleet = SimFleet::uniform("gpu", 6, H100, 8);
+    fleet.nodes[3]
+        .faults
+        .push(Fault::SlowLaunchCpu { factor: 1.4 });
+    let env = setup(fleet, "graphs").await;
+    let mut spec = spec(&env, json!({"mode": "Cordon"}));
+    spec["suite"] = json!({"ncclSweep": {"graphLaunches": 10}});
+    let tests = env.create_test("graphs", spec).await;
+    let t = wait_status(
+        &env,
+        &tests,
+        "graphs",
+        Duration::from_secs(180),
+        "the first run folded in",
+        |s| s.last_run.is_some(),
+    )
+    .await;
+    let status = t.status.expect("status");
+    let last = status.last_run.as_ref().expect("last run");
+    assert_eq!(
+        (last.passed, last.failed, last.findings),
+        (6, 0, 0),
+        "{status:#?}"
+    );
+    assert!(status.quarantined_nodes.is_empty(), "{status:#?}");
+    let findings = first_run_findings(&env.runs_of("graphs").await);
+    assert!(findings.is_empty(), "{findings:#?}");
+}
