@@ -5,6 +5,7 @@ pub mod ddp;
 pub mod ddp_nodes;
 pub mod ddp_procs;
 pub mod gpu;
+pub mod graph;
 pub mod health;
 pub mod inject;
 pub mod nccl;

@@ -4,7 +4,8 @@
 
 use super::comm::{Comms, Watchdog, sync_all};
 use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
-use crate::cuda::gpu::{Capture, Gpu, GpuResult, Stream};
+use crate::cuda::gpu::{Gpu, GpuResult, Stream};
+use crate::cuda::graph::Capture;
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
