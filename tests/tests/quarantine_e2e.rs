@@ -620,15 +620,21 @@ async fn taint_mode_taints_the_failing_node_and_release_removes_only_that_taint(
     assert!(!n.annotations().contains_key(ANNOTATION_QUARANTINE));
 }
 
+/// `nodes` H100 nodes, gpu-04 launching its sweep's calls from a CPU 1.4x slower.
+fn slow_launch_cpu_fleet(nodes: usize) -> Fleet {
+    let mut fleet = SimFleet::uniform("gpu", nodes, H100, 8);
+    fleet.nodes[3]
+        .faults
+        .push(Fault::SlowLaunchCpu { factor: 1.4 });
+    fleet
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_launching_cpu_is_slow_is_reported_and_not_cordoned() {
     // gpu-04 launches the sweep's calls from a CPU 1.4x slower (the two host states of a
     // shared 4 x H200 host: 27 and 38 us at 8 B); gpu-07 has a straggler GPU, so the run
     // still has a node that must be cordoned.
-    let mut fleet = SimFleet::uniform("gpu", 8, H100, 8);
-    fleet.nodes[3]
-        .faults
-        .push(Fault::SlowLaunchCpu { factor: 1.4 });
+    let mut fleet = slow_launch_cpu_fleet(8);
     fleet.nodes[6].faults.push(Fault::Straggler {
         gpu: 2,
         factor: 1.5,
@@ -683,10 +689,7 @@ async fn a_node_whose_launching_cpu_is_slow_is_reported_and_not_cordoned() {
 async fn graph_launches_reach_the_agents_and_take_the_launching_cpu_out_of_latency() {
     // The same slow launching CPU, with the suite timing small sizes by CUDA graphs: the
     // setting travels from the FabricTest to the pods, and the node's latency is its fleet's.
-    let mut fleet = SimFleet::uniform("gpu", 6, H100, 8);
-    fleet.nodes[3]
-        .faults
-        .push(Fault::SlowLaunchCpu { factor: 1.4 });
+    let fleet = slow_launch_cpu_fleet(6);
     let env = setup(fleet, "graphs").await;
     let mut spec = spec(&env, json!({"mode": "Cordon"}));
     spec["suite"] = json!({"ncclSweep": {"graphLaunches": 10}});
