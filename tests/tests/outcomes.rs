@@ -408,6 +408,30 @@ async fn an_agent_that_cannot_load_its_libraries_cordons_nothing_in_any_mode() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpus_held_by_work_outside_the_scheduler_cordon_nothing_in_any_mode() {
+    // Exit 14: another process (started on the host, or a pod that sees the GPUs without
+    // asking for them) holds 40 GiB of GPU 0 when the agent starts. Its load would read as
+    // slow links and GPUs; the agent does not measure, and the node is not at fault.
+    let env = OperatorEnv::shared(
+        fleet_all(Fault::GpusInUse {
+            gpu: 0,
+            bytes: 40 << 30,
+        }),
+        "shared",
+    )
+    .await;
+    let want = Expect {
+        reason: NotMeasuredReason::GpusInUse,
+        label: "GpusInUse",
+        detail: "(exit code 14): the GPUs are in use by other work: GPU 0: 40.0 GiB of",
+    };
+    each_mode(&MODES, |mode| {
+        check_spared(&env, "shared", mode, sim_agent(20), json!({}), &want)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_result_document_cordons_nothing_in_any_mode() {
     // Every agent exits 0 with a truncated document: an agent bug, not the nodes.
     let env = OperatorEnv::shared(fleet_all(Fault::Garbage), "garbage").await;

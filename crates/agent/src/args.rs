@@ -276,6 +276,14 @@ pub struct NodeCheckArgs {
     #[arg(long)]
     pub seed: Option<u64>,
 
+    /// Measure even when another process holds the GPUs. Without it, a GPU with memory in
+    /// use before the check starts (or a process NVML lists on it) ends the check with exit
+    /// code 14 and the GPUs and processes named: work the scheduler does not know about
+    /// would slow every measurement, and the node is not measured. With it, what that work
+    /// costs counts against the node.
+    #[arg(long, env = "FABRIC_SHARED_GPUS")]
+    pub shared_gpus: bool,
+
     /// Fail (exit 12) when fewer GPUs than this are visible.
     #[arg(long, value_name = "N")]
     pub expect_gpus: Option<u32>,

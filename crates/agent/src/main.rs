@@ -51,7 +51,8 @@ enum Command {
     ///
     /// Exit codes: 0 measured (and, with --verdict, passed), 2 invalid input, 3 the node
     /// failed the health rules (--verdict), 4 wrong values (with -c 1, as nccl-tests),
-    /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure.
+    /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure,
+    /// 14 the GPUs are in use by another process (not measured; see --shared-gpus).
     ///
     /// Examples:
     ///   fabric-agent node-check
@@ -122,10 +123,13 @@ fn main() -> ExitCode {
         Ok(code) => exit_code(code),
         Err(e) => {
             eprintln!("fabric-agent: error: {e:#}");
-            let code = e
-                .downcast_ref::<CheckError>()
-                .map(CheckError::exit_code)
-                .unwrap_or(1);
+            let check = e.downcast_ref::<CheckError>();
+            if let Some(c) = check {
+                // The reason replaces the last progress line as the termination message,
+                // so that the operator's node entry says it.
+                output::write_termination(&c.to_string());
+            }
+            let code = check.map(CheckError::exit_code).unwrap_or(1);
             if let Some(hint) = e.downcast_ref::<CheckError>().and_then(hint) {
                 eprintln!("fabric-agent: {hint}");
             }
@@ -148,6 +152,9 @@ fn hint(e: &CheckError) -> Option<&'static str> {
         CheckError::TooFewGpus { .. } => {
             Some("request every GPU of the node, or lower --expect-gpus")
         }
+        CheckError::GpusInUse(_) => Some(
+            "this is not a fault of the node; run the check when its GPUs are idle, or pass --shared-gpus",
+        ),
         _ => None,
     }
 }
@@ -208,6 +215,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         quick: args.quick,
         expect_gpus: args.expect_gpus,
         phase_timeout: args.phase_timeout,
+        shared_gpus: args.shared_gpus,
     };
     let (doc, garbage) = match args.backend {
         BackendArg::Cuda => {

@@ -36,6 +36,10 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: hang, phase: health, stuck: true}]
+  - name: shared
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 3, bytes: 42949672960}]
 "#;
 
 struct Env {
@@ -162,6 +166,33 @@ fn crash_fault_exits_with_its_code_and_writes_nothing() {
 }
 
 #[test]
+fn gpus_held_by_other_work_are_not_measured_unless_shared() {
+    let env = Env::new();
+    let path = env.dir.path().join("out.json");
+    let out = env.sim("shared", &["--json", path.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(14), "stderr: {}", stderr(&out));
+    assert!(!path.exists(), "nothing measured, no document");
+    // The reason is the termination message, for the operator's node entry, and on stderr.
+    let term = std::fs::read_to_string(env.term()).expect("termination message");
+    assert!(
+        term.starts_with("the GPUs are in use by other work: GPU 3: 40.0 GiB of 140.4 GiB in use"),
+        "{term}"
+    );
+    let err = stderr(&out);
+    assert!(err.contains("--shared-gpus"), "{err}");
+    assert!(err.contains("not a fault of the node"), "{err}");
+    // Told to share, the same node is measured, and says what it measured beside.
+    let out = env.sim("shared", &["--shared-gpus", "--quick"]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(doc_of(&out).gpus.len(), 8);
+    assert!(
+        stderr(&out).contains("measuring beside other work (--shared-gpus)"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn garbage_fault_writes_documents_the_operator_refuses() {
     let env = Env::new();
     let out = env.sim("garbage", &[]);
@@ -240,10 +271,10 @@ fn cuda_backend_without_gpus_exits_with_a_clear_code_and_message() {
     let err = stderr(&out);
     assert!(err.contains("fabric-agent: error:"), "{err}");
     assert!(err.contains("--backend sim"), "a hint on what to do: {err}");
-    // No result: at most the progress line of where it stopped.
+    // No result: the reason is the termination message, for the operator's node entry.
     let term = std::fs::read_to_string(env.term()).unwrap_or_default();
     assert!(
-        term.is_empty() || term.starts_with(gpufabric_api::keys::PROGRESS_PREFIX),
+        term.contains("could not be loaded") || term.starts_with("no GPU found"),
         "{term}"
     );
 }

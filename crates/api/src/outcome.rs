@@ -135,6 +135,10 @@ pub enum NotMeasuredReason {
     AgentIncompatible,
     /// The pod stayed Pending until the deadline; no container ever ran.
     NeverStarted,
+    /// Other work the scheduler does not know about held the node's GPUs when the agent
+    /// started (agent exit code 14): memory in use before the agent's own contexts, or a
+    /// process NVML lists.
+    GpusInUse,
     /// The agent's result could not be read (unparseable document) or the agent panicked
     /// (exit codes 1 and 101).
     AgentBug,
@@ -153,6 +157,7 @@ impl NotMeasuredReason {
             NotMeasuredReason::OutOfMemory => "OutOfMemory",
             NotMeasuredReason::AgentIncompatible => "AgentIncompatible",
             NotMeasuredReason::NeverStarted => "NeverStarted",
+            NotMeasuredReason::GpusInUse => "GpusInUse",
             NotMeasuredReason::AgentBug => "AgentBug",
         }
     }
@@ -178,6 +183,9 @@ impl NotMeasuredReason {
             }
             NotMeasuredReason::NeverStarted => {
                 "the kubelets did not start the pods; check the nodes and their runtime"
+            }
+            NotMeasuredReason::GpusInUse => {
+                "processes outside the scheduler's view (host processes, pods that did not request GPUs, an MPS server) hold the nodes' GPUs; stop them, or set FABRIC_SHARED_GPUS=1 in agent.env to measure anyway"
             }
             NotMeasuredReason::AgentBug => "the agent wrote no readable result; report a bug",
         }
@@ -213,6 +221,10 @@ pub fn exit_code_outcome(code: i32) -> (Result<HardwareFault, NotMeasuredReason>
             "fewer GPUs than the node advertises",
         ),
         13 => (Ok(HardwareFault::GpuUnusable), "the check could not run"),
+        14 => (
+            Err(NotMeasuredReason::GpusInUse),
+            "other work held the GPUs when the agent started",
+        ),
         134 => (Ok(HardwareFault::Crash), "aborted (SIGABRT)"),
         135 => (Ok(HardwareFault::Crash), "bus error (SIGBUS)"),
         137 => (Ok(HardwareFault::Crash), "killed (SIGKILL)"),
@@ -243,6 +255,7 @@ mod tests {
             Err(NotMeasuredReason::AgentIncompatible)
         );
         assert_eq!(exit_code_outcome(101).0, Err(NotMeasuredReason::AgentBug));
+        assert_eq!(exit_code_outcome(14).0, Err(NotMeasuredReason::GpusInUse));
         assert_eq!(exit_code_outcome(134).0, Ok(HardwareFault::Crash));
         assert_eq!(exit_code_outcome(77).0, Ok(HardwareFault::Crash));
     }

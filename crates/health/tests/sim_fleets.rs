@@ -51,6 +51,7 @@ fn run_fleet(fleet: &Fleet) -> Vec<NodeInput> {
                             quick: true,
                             expect_gpus: None,
                             phase_timeout: Duration::from_millis(300),
+                            shared_gpus: false,
                         };
                         let doc = sim::node_check(&opts, node, fleet.seed, &progress)
                             .expect("the sim measures every node without a process fault");

@@ -70,6 +70,11 @@ pub enum Fault {
     /// (`graphLaunches`) does not see it. Not a fault of the GPUs.
     #[serde(rename_all = "camelCase")]
     SlowLaunchCpu { factor: f64 },
+    /// Another process (unknown to the scheduler) holds `bytes` of GPU `gpu`'s memory when
+    /// the check starts: the agent does not measure (exit 14) unless told `--shared-gpus`.
+    /// Not a fault of the GPUs.
+    #[serde(rename_all = "camelCase")]
+    GpusInUse { gpu: u32, bytes: u64 },
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
     /// With `stuck: true` the whole agent hangs beyond any watchdog, so that only the
     /// pod's deadline (`activeDeadlineSeconds`) ends it.
@@ -176,6 +181,7 @@ impl Fleet {
                         gpu_ok(*nic) && per_second.is_finite() && *per_second > 0.0
                     }
                     Fault::DeadLink { gpu, .. }
+                    | Fault::GpusInUse { gpu, .. }
                     | Fault::Xid { gpu, .. }
                     | Fault::Ecc { gpu, .. }
                     | Fault::PcieDegraded { gpu, .. } => gpu_ok(*gpu),

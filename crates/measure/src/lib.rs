@@ -4,6 +4,7 @@
 pub mod cuda;
 pub mod ddp_nodes;
 pub mod fleet;
+pub mod gpu_use;
 pub mod launch_cpu;
 pub mod model;
 pub mod nic;
@@ -29,6 +30,9 @@ pub struct CheckOptions {
     /// Watchdog per phase: a collective or copy that does not finish in time is aborted
     /// and reported as a `timeout` phase error.
     pub phase_timeout: Duration,
+    /// Measure even when another process holds the GPUs ([`gpu_use`]); otherwise the
+    /// check ends with [`CheckError::GpusInUse`].
+    pub shared_gpus: bool,
 }
 
 /// What `quick` does, the same for both backends: NCCL sizes up to 64 MiB, every third
@@ -119,6 +123,9 @@ pub enum CheckError {
     LibraryMissing { library: String, detail: String },
     #[error("found {found} GPUs, {wanted} expected")]
     TooFewGpus { found: u32, wanted: u32 },
+    /// Another process holds the node's GPUs ([`gpu_use::not_measured`]).
+    #[error("the GPUs are in use by other work: {0}")]
+    GpusInUse(String),
     #[error("invalid input: {0}")]
     InvalidInput(String),
     #[error("{0}")]
@@ -134,6 +141,7 @@ impl CheckError {
             CheckError::TooFewGpus { .. } => 12,
             CheckError::InvalidInput(_) => 2,
             CheckError::Other(_) => 13,
+            CheckError::GpusInUse(_) => 14,
         }
     }
 }
@@ -173,6 +181,7 @@ mod tests {
             quick: false,
             expect_gpus: None,
             phase_timeout: Duration::from_secs(60),
+            shared_gpus: false,
         };
         assert_eq!(opts.sweep_sizes(), Suite::default().nccl_sweep.sizes());
         assert_eq!(opts.sweep_iters(), (5, 20));

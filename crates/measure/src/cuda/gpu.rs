@@ -16,6 +16,10 @@ pub enum GpuError {
     /// (CUDA graph capture), not a fault of its GPUs or links: the phase cannot run here.
     #[error("{call} was refused: {detail}")]
     Refused { call: &'static str, detail: String },
+    /// An allocation failed with the GPU's memory nearly all taken (by other work, or a
+    /// suite larger than the GPU): no fault of its hardware, the phase cannot run here.
+    #[error("{call} failed: {detail}")]
+    MemoryFull { call: &'static str, detail: String },
 }
 
 impl GpuError {
@@ -46,7 +50,41 @@ pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
             .to_string_lossy()
             .into_owned()
     };
+    if status == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        let mut free = 0usize;
+        let mut total = 0usize;
+        // SAFETY: valid out-pointers; fails harmlessly without a current context.
+        let st = unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
+        if st == sys::CUresult::CUDA_SUCCESS {
+            return Err(out_of_memory(call, detail, free as u64, total as u64));
+        }
+    }
     Err(GpuError::Call { call, detail })
+}
+
+/// Below this share of its memory free, a GPU whose allocation failed is full, not faulty.
+const FULL_BELOW: f64 = 0.10;
+
+/// An allocation that failed with `free` of `total` bytes of the GPU free: with less than
+/// [`FULL_BELOW`] free the memory is taken ([`GpuError::MemoryFull`]); with more, the failure
+/// is the GPU's ([`GpuError::Call`]). Either way the message says how much was free.
+fn out_of_memory(call: &'static str, detail: String, free: u64, total: u64) -> GpuError {
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let detail = format!(
+        "{detail} with {:.1} GiB of {:.1} GiB free",
+        gib(free),
+        gib(total)
+    );
+    if (free as f64) < FULL_BELOW * total as f64 {
+        GpuError::MemoryFull {
+            call,
+            detail: format!(
+                "{detail}: the GPU's memory is taken (by other work on it, or a suite larger than the GPU), which is not a fault of the GPU"
+            ),
+        }
+    } else {
+        GpuError::Call { call, detail }
+    }
 }
 
 /// Whether the driver library can be opened at all.
@@ -72,6 +110,32 @@ pub fn driver_cuda_version() -> Option<String> {
     // SAFETY: valid out-pointer.
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
     ok.then(|| format!("{}.{}", v / 1000, (v % 1000) / 10))
+}
+
+/// The PCI bus id of device `index` (after [`init_and_count`]), read without creating a
+/// context on it.
+pub fn device_bus_id(index: u32) -> Option<String> {
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: valid out-pointer.
+    let st = unsafe { sys::cuDeviceGet(&mut dev, index as i32) };
+    (st == sys::CUresult::CUDA_SUCCESS)
+        .then(|| bus_id_of(dev))
+        .flatten()
+}
+
+fn bus_id_of(dev: sys::CUdevice) -> Option<String> {
+    let mut buf = [0 as std::ffi::c_char; 64];
+    // SAFETY: the buffer is 64 bytes as declared.
+    let st = unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, dev) };
+    if st != sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: NUL-terminated by the driver.
+    Some(
+        unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 /// One device with its primary context.
@@ -123,18 +187,7 @@ impl Gpu {
     }
 
     pub fn pci_bus_id(&self) -> Option<String> {
-        let mut buf = [0 as std::ffi::c_char; 64];
-        // SAFETY: the buffer is 64 bytes as declared.
-        let st = unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), 64, self.dev) };
-        if st != sys::CUresult::CUDA_SUCCESS {
-            return None;
-        }
-        // SAFETY: NUL-terminated by the driver.
-        Some(
-            unsafe { CStr::from_ptr(buf.as_ptr()) }
-                .to_string_lossy()
-                .into_owned(),
-        )
+        bus_id_of(self.dev)
     }
 
     pub fn total_mem(&self) -> u64 {
@@ -566,6 +619,32 @@ pub fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn out_of_memory_on_a_full_gpu_is_no_fault_and_on_a_free_one_is() {
+        let total = 143_771u64 << 20;
+        let full = out_of_memory("cuMemAlloc", "out of memory".into(), 3 << 30, total);
+        assert!(matches!(full, GpuError::MemoryFull { .. }), "{full:?}");
+        assert_eq!(
+            full.to_string(),
+            "cuMemAlloc failed: out of memory with 3.0 GiB of 140.4 GiB free: the GPU's memory is taken (by other work on it, or a suite larger than the GPU), which is not a fault of the GPU"
+        );
+        assert_eq!(
+            super::super::phase_error(gpufabric_api::result::Phase::NcclSweep, &full).kind,
+            gpufabric_api::result::ErrorKind::Unavailable
+        );
+        // With most of its memory free, an allocation that fails is the GPU's failure.
+        let free = out_of_memory("cuMemAlloc", "out of memory".into(), 100 << 30, total);
+        assert!(matches!(free, GpuError::Call { .. }), "{free:?}");
+        assert!(
+            free.to_string()
+                .ends_with("with 100.0 GiB of 140.4 GiB free")
+        );
+        assert_eq!(
+            super::super::phase_error(gpufabric_api::result::Phase::NcclSweep, &free).kind,
+            gpufabric_api::result::ErrorKind::Failed
+        );
+    }
 
     #[test]
     fn pattern_check_finds_exactly_the_corrupted_words() {

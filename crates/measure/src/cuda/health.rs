@@ -7,6 +7,7 @@ use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use std::collections::BTreeMap;
 
@@ -148,6 +149,46 @@ impl Monitor {
             }
         }
         (value, xids)
+    }
+
+    /// What each GPU has in use, and the processes NVML lists on it; read before this
+    /// process creates its contexts, all of it is other work's ([`crate::gpu_use`]). A GPU
+    /// NVML cannot read is left out (the health snapshot reports it).
+    pub fn gpu_use(&self) -> Vec<crate::gpu_use::GpuUse> {
+        let mut out = Vec::new();
+        for (idx, bus) in &self.buses {
+            let Ok(dev) = self.device(*idx, bus) else {
+                continue;
+            };
+            let Ok(mem) = dev.memory_info() else {
+                continue;
+            };
+            let mut processes = Vec::new();
+            for list in [
+                dev.running_compute_processes(),
+                dev.running_graphics_processes(),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                for p in list {
+                    let bytes = match p.used_gpu_memory {
+                        UsedGpuMemory::Used(b) => Some(b),
+                        UsedGpuMemory::Unavailable => None,
+                    };
+                    if !processes.iter().any(|(pid, _)| *pid == p.pid) {
+                        processes.push((p.pid, bytes));
+                    }
+                }
+            }
+            out.push(crate::gpu_use::GpuUse {
+                gpu: *idx,
+                used_bytes: mem.used,
+                total_bytes: mem.total,
+                processes,
+            });
+        }
+        out
     }
 
     /// Reads the snapshot of every GPU.

@@ -93,6 +93,11 @@ fn classify_panic(msg: &str) -> CheckError {
 
 /// Opens the driver and every visible GPU, or says why not.
 pub fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
+    open_devices(count_gpus()?)
+}
+
+/// Initialises the driver and counts the visible GPUs, creating no context yet.
+fn count_gpus() -> Result<u32, CheckError> {
     if !gpu::driver_present() {
         return Err(CheckError::LibraryMissing {
             library: "libcuda.so (NVIDIA driver)".into(),
@@ -105,6 +110,11 @@ pub fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
     if n == 0 {
         return Err(CheckError::NoGpu("the CUDA driver sees no GPU".into()));
     }
+    Ok(n)
+}
+
+/// Opens GPUs `0..n` with their primary contexts.
+fn open_devices(n: u32) -> Result<Vec<Gpu>, CheckError> {
     (0..n)
         .map(|i| Gpu::open(i).map_err(|e| CheckError::Other(format!("GPU {i}: {e}"))))
         .collect()
@@ -131,7 +141,7 @@ fn phase_error(phase: Phase, e: &GpuError) -> PhaseError {
     let kind = match e {
         GpuError::Timeout(..) => ErrorKind::Timeout,
         GpuError::Call { .. } => ErrorKind::Failed,
-        GpuError::Refused { .. } => ErrorKind::Unavailable,
+        GpuError::Refused { .. } | GpuError::MemoryFull { .. } => ErrorKind::Unavailable,
     };
     PhaseError {
         phase,
@@ -172,13 +182,35 @@ fn check(
             "ncclSweep.minBytes is larger than ncclSweep.maxBytes".into(),
         ));
     }
-    let gpus = open_gpus()?;
-    let found = gpus.len() as u32;
+    let found = count_gpus()?;
     if let Some(wanted) = opts.expect_gpus
         && found < wanted
     {
         return Err(CheckError::TooFewGpus { found, wanted });
     }
+    let buses: Vec<(u32, String)> = (0..found)
+        .map(|i| (i, gpu::device_bus_id(i).unwrap_or_default()))
+        .collect();
+    let monitor = match health::Monitor::open(buses) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML unavailable");
+            None
+        }
+    };
+    // Before this process holds any context: what the GPUs have in use is other work's.
+    if let Some(held) = monitor
+        .as_ref()
+        .and_then(|m| crate::gpu_use::held(&m.gpu_use()))
+    {
+        if !opts.shared_gpus {
+            return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
+        }
+        progress(&format!(
+            "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
+        ));
+    }
+    let gpus = open_devices(found)?;
     progress(&format!("{found} GPU(s): {}", gpus[0].name()));
     let debug_file = nccl_debug_file();
     let infos: Vec<GpuInfo> = gpus
@@ -191,17 +223,6 @@ fn check(
             memory_bytes: g.total_mem(),
         })
         .collect();
-    let buses: Vec<(u32, String)> = infos
-        .iter()
-        .map(|i| (i.index, i.pci_bus_id.clone().unwrap_or_default()))
-        .collect();
-    let monitor = match health::Monitor::open(buses) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            tracing::warn!(error = %e, "NVML unavailable");
-            None
-        }
-    };
     let mut errors = Vec::new();
     let nccl_ok = nccl::nccl_present();
     let versions = Versions {
@@ -511,6 +532,11 @@ fn sweep(
                         errors.push(graphs_refused(&e));
                         break;
                     }
+                    GpuError::MemoryFull { .. } => {
+                        // The next collective would meet the same full GPU.
+                        errors.push(phase_error(Phase::NcclSweep, &e));
+                        break;
+                    }
                     GpuError::Call { .. } => errors.push(phase_error(Phase::NcclSweep, &e)),
                 }
             }
@@ -601,6 +627,7 @@ mod tests {
             quick: true,
             expect_gpus: None,
             phase_timeout: Duration::from_secs(30),
+            shared_gpus: false,
         };
         match node_check(&opts, &CudaOptions::default(), &|_| {}) {
             Ok(doc) => {

@@ -114,15 +114,7 @@ pub fn node_pair(
 }
 
 fn phase_error(e: &GpuError) -> PhaseError {
-    PhaseError {
-        phase: Phase::NodePair,
-        kind: match e {
-            GpuError::Timeout(..) => ErrorKind::Timeout,
-            GpuError::Call { .. } => ErrorKind::Failed,
-            GpuError::Refused { .. } => ErrorKind::Unavailable,
-        },
-        message: e.to_string(),
-    }
+    super::phase_error(Phase::NodePair, e)
 }
 
 fn measure(

@@ -69,6 +69,26 @@ pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
     })
 }
 
+/// What the node's GPUs have in use when the check starts: idle, but for `gpusInUse`
+/// faults, whose process is not visible (as from a container).
+fn gpu_use(node: &FleetNode, total_bytes: u64) -> Vec<crate::gpu_use::GpuUse> {
+    (0..node.gpus)
+        .map(|gpu| crate::gpu_use::GpuUse {
+            gpu,
+            used_bytes: node
+                .faults
+                .iter()
+                .filter_map(|f| match f {
+                    Fault::GpusInUse { gpu: g, bytes } if *g == gpu => Some(*bytes),
+                    _ => None,
+                })
+                .sum(),
+            total_bytes,
+            processes: Vec::new(),
+        })
+        .collect()
+}
+
 /// Runs `work` as the phase `phase` under the watchdog: when the node has a `hang` fault for
 /// this phase, the work never finishes and the watchdog aborts it after `timeout`.
 fn run_phase<T>(
@@ -143,6 +163,14 @@ pub fn node_check(
         });
     }
     let m = NodeModel::new(node, seed);
+    if let Some(held) = crate::gpu_use::held(&gpu_use(node, m.product.memory_bytes)) {
+        if !opts.shared_gpus {
+            return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
+        }
+        progress(&format!(
+            "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
+        ));
+    }
     if m.product.name == GENERIC_PCIE.name {
         tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
     }

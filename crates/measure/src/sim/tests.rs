@@ -23,6 +23,7 @@ fn opts() -> CheckOptions {
         quick: false,
         expect_gpus: None,
         phase_timeout: Duration::from_secs(30),
+        shared_gpus: false,
     }
 }
 

@@ -193,6 +193,14 @@ fn agent_exit_codes_separate_hardware_faults_from_agent_problems() {
         not_measured(&terminated(101, None, None)).0,
         NotMeasuredReason::AgentBug
     );
+    // Exit 14: other work held the GPUs; the agent's reason is the termination message.
+    let held = "the GPUs are in use by other work: GPU 2: 40.0 GiB of 140.4 GiB in use (no process of it is visible here) before the check started; ...";
+    let (r, detail) = not_measured(&terminated(14, Some(held), Some("Error")));
+    assert_eq!(r, NotMeasuredReason::GpusInUse);
+    assert!(
+        detail.starts_with("other work held the GPUs when the agent started (exit code 14): the GPUs are in use by other work: GPU 2: 40.0 GiB"),
+        "{detail}"
+    );
     assert_eq!(
         not_measured(&terminated(1, None, None)).0,
         NotMeasuredReason::AgentBug
