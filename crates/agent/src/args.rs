@@ -99,6 +99,12 @@ pub struct RankArgs {
     /// Also write the document (pretty JSON) to this file.
     #[arg(long, value_name = "PATH")]
     pub json: Option<std::path::PathBuf>,
+
+    /// Measure even when another process holds this node's GPUs (cuda backend). Without
+    /// it, such a rank ends at once with exit code 14, before meeting the others, and the
+    /// test is not measured; see node-check --shared-gpus.
+    #[arg(long, env = "FABRIC_SHARED_GPUS")]
+    pub shared_gpus: bool,
 }
 
 impl RankArgs {
@@ -515,6 +521,7 @@ mod tests {
             fleet: None,
             seed: None,
             json: None,
+            shared_gpus: false,
         };
         assert!(me(None).check_node(1, "gpu-02").is_ok());
         assert!(

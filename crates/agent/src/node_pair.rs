@@ -196,6 +196,9 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
         );
         return Ok(exit_code);
     }
+    if let Some(node) = fleet.node(opts.node()) {
+        sim::refuse_shared_gpus(node, args.me.shared_gpus, &progress)?;
+    }
     // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so that
     // the exchange is the one a real pair makes.
     let mut make_id = || rendezvous::random_id().map_err(|e| anyhow::anyhow!("{e}"));
@@ -220,6 +223,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
             detail: "NCCL is not installed or not on the library path".into(),
         }));
     }
+    cuda::refuse_shared_gpus(args.me.shared_gpus, &progress)?;
     let mut make_id = || {
         let id = cuda::nccl::unique_id().map_err(|e| {
             anyhow::Error::new(CheckError::Other(format!(

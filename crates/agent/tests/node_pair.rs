@@ -6,7 +6,7 @@ mod common;
 use common::{RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::pair::{NetTransport, NodePairResult};
 use std::path::PathBuf;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
@@ -22,6 +22,10 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: socketFallback}]
+  - name: shared
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 5, bytes: 8589934592}]
 "#;
 
 impl RankEnv {
@@ -30,6 +34,12 @@ impl RankEnv {
     }
 
     fn rank(&self, nodes: &str, rank: u32, secret: &str, timeout: &str) -> Child {
+        self.rank_cmd(nodes, rank, secret, timeout)
+            .spawn()
+            .expect("agent starts")
+    }
+
+    fn rank_cmd(&self, nodes: &str, rank: u32, secret: &str, timeout: &str) -> Command {
         let mut cmd = agent();
         cmd.env("FABRIC_TERMINATION_LOG", self.term(rank))
             .env("FABRIC_RENDEZVOUS_SECRET", secret)
@@ -40,7 +50,7 @@ impl RankEnv {
             .args(["--rendezvous-timeout", timeout])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        cmd.spawn().expect("agent starts")
+        cmd
     }
 }
 
@@ -120,6 +130,37 @@ fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
         "{}",
         nm.message
     );
+}
+
+#[test]
+fn a_rank_whose_gpus_other_work_holds_ends_at_once_and_its_peer_is_not_measured() {
+    let env = RankEnv::new(FLEET);
+    let started = Instant::now();
+    let r0 = env.rank("a,shared", 0, SECRET, "2");
+    let r1 = env.rank("a,shared", 1, SECRET, "2");
+    let out1 = r1.wait_with_output().expect("rank 1 ends");
+    assert_eq!(out1.status.code(), Some(14));
+    let term = std::fs::read_to_string(env.term(1)).expect("termination message");
+    assert!(
+        term.starts_with("the GPUs are in use by other work: GPU 5: 8.0 GiB of 140.4 GiB in use"),
+        "{term}"
+    );
+    // Rank 0 never meets it: the pair is not measured, and says which peer.
+    let (out0, d0) = finish(r0);
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_eq!(out0.status.code(), Some(3));
+    let nm = d0.not_measured.expect("not measured");
+    assert_eq!(nm.peer.as_deref(), Some("shared"));
+    // Told to share, the same rank measures.
+    let env = RankEnv::new(FLEET);
+    let r0 = env.rank("a,shared", 0, SECRET, "20");
+    let mut shared = env.rank_cmd("a,shared", 1, SECRET, "20");
+    shared.env("FABRIC_SHARED_GPUS", "true");
+    let (out1, d1) = finish(shared.spawn().expect("agent starts"));
+    let (_, d0) = finish(r0);
+    assert_eq!(out1.status.code(), Some(0));
+    assert!(d0.not_measured.is_none() && d1.not_measured.is_none());
+    assert!(d0.busbw().is_some());
 }
 
 #[test]

@@ -120,6 +120,50 @@ fn open_devices(n: u32) -> Result<Vec<Gpu>, CheckError> {
         .collect()
 }
 
+/// NVML over GPUs `0..n` (CUDA's order, matched by PCI bus id read without a context), or
+/// None where NVML does not load.
+fn open_monitor(n: u32) -> Option<health::Monitor> {
+    let buses: Vec<(u32, String)> = (0..n)
+        .map(|i| (i, gpu::device_bus_id(i).unwrap_or_default()))
+        .collect();
+    match health::Monitor::open(buses) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML unavailable");
+            None
+        }
+    }
+}
+
+/// Ends with [`CheckError::GpusInUse`] when other work holds any GPU ([`crate::gpu_use`]),
+/// unless `shared`, which says so on progress and goes on. Call before this process creates
+/// any context: what the GPUs have in use is then other work's. Without NVML it cannot
+/// tell, and goes on.
+fn refuse_gpus_in_use(
+    monitor: Option<&health::Monitor>,
+    shared: bool,
+    progress: Progress,
+) -> Result<(), CheckError> {
+    let Some(held) = monitor.and_then(|m| crate::gpu_use::held(&m.gpu_use())) else {
+        return Ok(());
+    };
+    if !shared {
+        return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
+    }
+    progress(&format!(
+        "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
+    ));
+    Ok(())
+}
+
+/// The same refusal for a rank of a node pair or group, before it meets the others: a rank
+/// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
+/// test as not measured.
+pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
+    let n = count_gpus()?;
+    refuse_gpus_in_use(open_monitor(n).as_ref(), shared, progress)
+}
+
 /// Points NCCL's INFO log at a file we parse for transports, unless the user set NCCL_DEBUG.
 /// Call before the first NCCL call and before starting threads.
 pub fn nccl_debug_file() -> Option<std::path::PathBuf> {
@@ -188,28 +232,8 @@ fn check(
     {
         return Err(CheckError::TooFewGpus { found, wanted });
     }
-    let buses: Vec<(u32, String)> = (0..found)
-        .map(|i| (i, gpu::device_bus_id(i).unwrap_or_default()))
-        .collect();
-    let monitor = match health::Monitor::open(buses) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            tracing::warn!(error = %e, "NVML unavailable");
-            None
-        }
-    };
-    // Before this process holds any context: what the GPUs have in use is other work's.
-    if let Some(held) = monitor
-        .as_ref()
-        .and_then(|m| crate::gpu_use::held(&m.gpu_use()))
-    {
-        if !opts.shared_gpus {
-            return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
-        }
-        progress(&format!(
-            "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
-        ));
-    }
+    let monitor = open_monitor(found);
+    refuse_gpus_in_use(monitor.as_ref(), opts.shared_gpus, progress)?;
     let gpus = open_devices(found)?;
     progress(&format!("{found} GPU(s): {}", gpus[0].name()));
     let debug_file = nccl_debug_file();

@@ -69,6 +69,26 @@ pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
     })
 }
 
+/// The cuda backend's refusal to measure beside other work ([`crate::gpu_use`]), on the
+/// simulated node's `gpusInUse` faults: [`CheckError::GpusInUse`] unless `shared`.
+pub fn refuse_shared_gpus(
+    node: &FleetNode,
+    shared: bool,
+    progress: Progress,
+) -> Result<(), CheckError> {
+    let total = NodeModel::new(node, 0).product.memory_bytes;
+    let Some(held) = crate::gpu_use::held(&gpu_use(node, total)) else {
+        return Ok(());
+    };
+    if !shared {
+        return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
+    }
+    progress(&format!(
+        "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
+    ));
+    Ok(())
+}
+
 /// What the node's GPUs have in use when the check starts: idle, but for `gpusInUse`
 /// faults, whose process is not visible (as from a container).
 fn gpu_use(node: &FleetNode, total_bytes: u64) -> Vec<crate::gpu_use::GpuUse> {
@@ -163,14 +183,7 @@ pub fn node_check(
         });
     }
     let m = NodeModel::new(node, seed);
-    if let Some(held) = crate::gpu_use::held(&gpu_use(node, m.product.memory_bytes)) {
-        if !opts.shared_gpus {
-            return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
-        }
-        progress(&format!(
-            "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
-        ));
-    }
+    refuse_shared_gpus(node, opts.shared_gpus, progress)?;
     if m.product.name == GENERIC_PCIE.name {
         tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
     }

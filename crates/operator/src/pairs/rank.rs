@@ -38,7 +38,8 @@ pub enum RankEnd<D> {
     /// The rank wrote its document.
     Document(Box<D>),
     /// The pod never ran the agent for a reason outside the node (not admitted, an image
-    /// that cannot be pulled, evicted).
+    /// that cannot be pulled, evicted), or the agent ended without a document for one
+    /// (other work holding the GPUs, a library the image cannot load, a stopped pod).
     NotMeasured(String),
     /// The agent ran and left no usable document, or the pod was stopped at its deadline.
     Failed(String),
@@ -86,11 +87,18 @@ pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
         let message = t.message.unwrap_or_default();
         return RankPod::Ended(match D::parse(&message) {
             Ok(doc) => RankEnd::Document(Box::new(doc)),
-            Err(e) => RankEnd::Failed(cut(&format!(
-                "the agent exited with code {} without a {} ({e})",
-                t.exit_code,
-                D::WHAT
-            ))),
+            // Without a document the exit says who is at fault, as for a node check: a
+            // reason outside the node must not end the pair as a failure of its nodes.
+            Err(e) => match results::pod_state(pod) {
+                PodState::Ended(o) if !o.counts_against_node() => {
+                    RankEnd::NotMeasured(cut(o.detail().unwrap_or("not measured")))
+                }
+                _ => RankEnd::Failed(cut(&format!(
+                    "the agent exited with code {} without a {} ({e})",
+                    t.exit_code,
+                    D::WHAT
+                ))),
+            },
         });
     }
     match results::pod_state(pod) {

@@ -349,6 +349,38 @@ fn pair_pods_are_read_from_their_status() {
         ..Default::default()
     }));
     assert!(matches!(pair_pod(&garbage), PairPod::Ended(PairEnd::Failed(m)) if m.contains("139")));
+    // A rank that ended without a document for a reason outside its node (other work held
+    // its GPUs, the image's NCCL does not load): the pair is not measured, not failed, so
+    // no 0 GB/s pair is held against either node.
+    for (code, message, says) in [
+        (
+            14,
+            "the GPUs are in use by other work: GPU 0: 40.0 GiB of 79.6 GiB in use",
+            "(exit code 14): the GPUs are in use by other work",
+        ),
+        (
+            11,
+            "libnccl.so could not be loaded",
+            "could not be loaded (exit code 11)",
+        ),
+    ] {
+        let spared = pod(PodStatus {
+            phase: Some("Failed".into()),
+            ..container(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    message: Some(message.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        });
+        assert!(
+            matches!(pair_pod(&spared), PairPod::Ended(PairEnd::NotMeasured(m)) if m.contains(says)),
+            "{:?}",
+            pair_pod(&spared)
+        );
+    }
     let pulling = pod(PodStatus {
         phase: Some("Pending".into()),
         ..container(ContainerState {
