@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Other work on a node's GPUs, on real GPUs: the agent must not measure beside it (exit 14,
+# the GPU and what it holds named), must measure with --shared-gpus, and must not fail the
+# node when that work has taken a GPU's memory (the allocation's error is Unavailable, not a
+# fault); the ranks of node-pair and ddp-nodes end at once the same way. Also:
+# CUDA_LAUNCH_BLOCKING=1 with several GPUs gives Unavailable phases at once, not a hang.
+# Each case's stderr, termination message, document and verdict go to $OUT (default
+# ./gpu-use-out); summary.txt has one line per case.
+#
+#   OUT=... AGENT=.device/fabric-agent bash bench/gpu-use-check.sh
+#
+# The other work is a PyTorch process (the wheel that ships the NCCL the agent loads)
+# holding GPU memory and sleeping.
+set -u
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-$PWD/gpu-use-out}
+AGENT=${AGENT:-.device/fabric-agent}
+mkdir -p "$OUT"
+SUM=$OUT/summary.txt
+: > "$SUM"
+# The agent loads libnccl.so: PyTorch's libnccl.so.2 under that name.
+NCCL_LIB=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))")
+mkdir -p /tmp/gf-use-lib
+ln -sf "$NCCL_LIB/libnccl.so.2" /tmp/gf-use-lib/libnccl.so
+export LD_LIBRARY_PATH=/tmp/gf-use-lib:$NCCL_LIB:${LD_LIBRARY_PATH:-}
+
+nvidia-smi --query-gpu=index,memory.used,memory.reserved,memory.total --format=csv > "$OUT/idle-memory.csv" 2>&1
+
+# hold GPU LEAVE_GIB: allocate all of the GPU's free memory but LEAVE_GIB (or HOLD_GIB when
+# set), print "held", sleep until killed.
+hold() {
+  local gpu=$1
+  python3 - "$gpu" <<'PY' > "$OUT/holder-$gpu.log" 2>&1 &
+import os, sys, time, torch
+gpu = int(sys.argv[1])
+torch.cuda.set_device(gpu)
+free, total = torch.cuda.mem_get_info()
+if os.environ.get("HOLD_GIB"):
+    n = int(float(os.environ["HOLD_GIB"]) * 2**30)
+else:
+    n = free - int(float(os.environ.get("LEAVE_GIB", "2")) * 2**30)
+x = torch.empty(n, dtype=torch.uint8, device=f"cuda:{gpu}")
+x.fill_(1)
+torch.cuda.synchronize()
+free2, _ = torch.cuda.mem_get_info()
+print(f"held {n / 2**30:.1f} GiB of GPU {gpu}; {free2 / 2**30:.1f} GiB free of {total / 2**30:.1f}", flush=True)
+time.sleep(600)
+PY
+  HOLDER=$!
+  for _ in $(seq 1 120); do
+    grep -q '^held' "$OUT/holder-$gpu.log" 2>/dev/null && break
+    sleep 0.5
+  done
+  cat "$OUT/holder-$gpu.log"
+}
+
+# case NAME ARGS...: one node-check, with its outputs under $OUT/NAME.*
+case_() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  FABRIC_TERMINATION_LOG=$OUT/$name.term timeout 300 "$AGENT" node-check --node gpu-use \
+    --verdict --verdict-json "$OUT/$name.verdict.json" --json "$OUT/$name.json" "$@" \
+    > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
+  local rc=$?
+  local errs=""
+  [ -s "$OUT/$name.json" ] && errs=$(python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+print('; '.join(f\"{e['phase']} {e['kind']}: {e['message'][:160]}\" for e in d.get('errors', [])) or 'no phase error')
+" "$OUT/$name.json")
+  local verdict=""
+  [ -s "$OUT/$name.verdict.json" ] && verdict=$(python3 -c "
+import json, sys
+v = json.load(open(sys.argv[1]))
+print(v.get('verdict'), [(f.get('severity'), f.get('kind')) for f in v.get('findings', [])])
+" "$OUT/$name.verdict.json")
+  {
+    echo "== $name: exit $rc in $((SECONDS - t0)) s; args: $*"
+    echo "   termination: $(head -c 400 "$OUT/$name.term" 2>/dev/null)"
+    echo "   stderr tail: $(grep -v '^\[' "$OUT/$name.stderr" | tail -2 | tr '\n' ' ' | head -c 600)"
+    [ -n "$errs" ] && echo "   errors: $errs"
+    [ -n "$verdict" ] && echo "   verdict: $verdict"
+  } | tee -a "$SUM"
+}
+
+# 1. A process holds 40 GiB of GPU 2 and sleeps: not measured (exit 14), then measured with
+#    --shared-gpus.
+HOLD_GIB=40 hold 2
+case_ held-40g --quick --no-ddp
+case_ held-40g-shared --quick --no-ddp --shared-gpus
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+
+# 2. A process has taken all but 2 GiB of GPU 0: with --shared-gpus the sweep's 1 GiB buffers
+#    do not fit. The phase is Unavailable (the GPU's memory is taken), not a fault.
+LEAVE_GIB=2 hold 0
+case_ full-gpu0 --no-ddp --collectives all_reduce -w 1 -n 2
+case_ full-gpu0-shared --no-ddp --collectives all_reduce -w 1 -n 2 --shared-gpus
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+
+# 2b. The ranks of node-pair and ddp-nodes refuse the same way, at once, before meeting
+#     their peers (rank 1 alone; rank 0 is never started).
+HOLD_GIB=8 hold 1
+rank_() {
+  local name=$1 cmd=$2
+  local t0=$SECONDS
+  FABRIC_TERMINATION_LOG=$OUT/$name.term FABRIC_RENDEZVOUS_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff \
+    timeout 60 "$AGENT" "$cmd" --nodes a,b --rank 1 --rendezvous 127.0.0.1:29511 --group gpu-use \
+    --rendezvous-timeout 20 > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
+  local rc=$?
+  {
+    echo "== $name: exit $rc in $((SECONDS - t0)) s; $cmd rank 1"
+    echo "   termination: $(head -c 300 "$OUT/$name.term" 2>/dev/null)"
+  } | tee -a "$SUM"
+}
+rank_ node-pair-held node-pair
+rank_ ddp-nodes-held ddp-nodes
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+
+# 3. Nothing else on the GPUs: measured, passed.
+case_ idle --quick --no-ddp
+
+# 4. CUDA_LAUNCH_BLOCKING=1 with every GPU in one process: Unavailable, at once.
+CUDA_LAUNCH_BLOCKING=1 case_ launch-blocking --quick --no-pairs
