@@ -253,7 +253,8 @@ pub struct NodeCheckArgs {
     /// fastest just before it (cuda backend). Small sizes time the host's launches, and on
     /// shared hosts some CPUs run at half speed at any moment. On one such 2 x H200 host it
     /// held times at -n 1000 steadier (5-13% spread over eight runs, against 18-19%), not at
-    /// -n 20; off by default, so that the sweep runs as nccl-tests does.
+    /// -n 20; off by default, so that the sweep runs as nccl-tests does. Not with -G, whose
+    /// launches come from one thread per GPU.
     #[arg(long, env = "FABRIC_PIN_LAUNCH_CPU")]
     pub pin_launch_cpu: bool,
 

@@ -182,9 +182,9 @@ pub struct NcclSweep {
     /// Time each size as launches of a CUDA graph of its `iters` iterations, this many
     /// (nccl-tests' `-G`); 0 launches every iteration from the host, as nccl-tests does by
     /// default. Small sizes then time the GPUs and links rather than the launching CPU,
-    /// whose speed moved them by up to 1.5x between runs on shared 4 x H200 hosts. As in
-    /// nccl-tests, one thread launches every GPU's graphs, which NCCL does not promise to be
-    /// free of deadlock on every system: turn it on where a trial run has passed.
+    /// whose speed moved them by up to 1.5x between runs on shared 4 x H200 hosts. Each GPU's
+    /// graphs are launched from a thread of its own, as NCCL recommends where one process
+    /// drives several GPUs (one thread launching them all can deadlock).
     #[schemars(range(max = 1000))]
     pub graph_launches: u32,
 }

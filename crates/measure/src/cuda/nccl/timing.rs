@@ -4,8 +4,8 @@
 
 use super::comm::{Comms, Watchdog, sync_all};
 use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
-use crate::cuda::gpu::{Gpu, GpuResult, Stream};
-use crate::cuda::graph::Capture;
+use crate::cuda::gpu::{Gpu, GpuError, GpuResult, Stream};
+use crate::cuda::graph::{Capture, Graph};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
@@ -179,7 +179,7 @@ pub(super) fn time_block(
     sync_all(&streams, comms, wd, what, set.timeout)?;
     // With graph launches, the iterations are recorded into one graph per GPU first, and
     // the timed block launches those graphs (nccl-tests' `-G`).
-    let graphs = match set.graph_launches {
+    let mut graphs = match set.graph_launches {
         0 => None,
         _ => {
             let on: Vec<(&Gpu, &Stream)> = ranks.iter().map(|r| (r.gpu, &r.stream)).collect();
@@ -199,29 +199,17 @@ pub(super) fn time_block(
         }
     };
     wd.arm(comms, what, set.timeout);
-    let t0 = Instant::now();
-    for rk in ranks {
-        rk.start.record(&rk.stream)?;
-    }
-    match &graphs {
-        Some(graphs) => {
-            // Launch k on every GPU before launch k + 1, as nccl-tests does: a launch that
-            // waits for room in its GPU's queue then waits only for work whose peers are
-            // already launched. NCCL warns that one thread launching graphs on several GPUs
-            // can deadlock in some cases; none did here (4 x H200, NCCL 2.28), and a hang
-            // would end at the phase watchdog.
-            for _ in 0..set.graph_launches {
-                for (rk, g) in ranks.iter().zip(graphs) {
-                    g.launch(&rk.stream)?;
-                }
-            }
-        }
+    let t0 = match &mut graphs {
+        Some(graphs) => launch_graphs(ranks, graphs, set.graph_launches)?,
         None => {
+            let t0 = Instant::now();
+            record_starts(ranks)?;
             for iter in 0..iters {
                 run(comms, iter)?;
             }
+            t0
         }
-    }
+    };
     for rk in ranks {
         rk.end.record(&rk.stream)?;
     }
@@ -241,6 +229,64 @@ pub(super) fn time_block(
         took.min(Duration::from_secs_f64((ms / 1000.0).max(0.0))),
     );
     Ok(())
+}
+
+/// Records each rank's start event on its stream.
+fn record_starts(ranks: &[Rank]) -> GpuResult<()> {
+    for rk in ranks {
+        rk.start.record(&rk.stream)?;
+    }
+    Ok(())
+}
+
+/// The timed launches of a block with CUDA graphs: each GPU's graph `launches` times, from
+/// one thread per GPU. NCCL warns that one thread launching graphs on several GPUs of a
+/// process can deadlock, as a launch that blocks holds up the launches on the other GPUs
+/// its own work waits for; with a thread each, a blocked launch holds up only its GPU (on
+/// 4 x H200 the rooted collectives' small sizes also moved less between runs than with
+/// one thread: bench/results/h200x4-2026-11-26-graph-threads.md). The threads are started
+/// and bound to their GPUs before the clock starts, and released together after the start
+/// events; returns when the clock started, once every launch is enqueued.
+fn launch_graphs(ranks: &[Rank], graphs: &mut [Graph], launches: u32) -> GpuResult<Instant> {
+    let go = std::sync::Barrier::new(ranks.len() + 1);
+    std::thread::scope(|s| {
+        let launchers: Vec<_> = ranks
+            .iter()
+            .zip(graphs.iter_mut())
+            .map(|(rk, g)| {
+                let go = &go;
+                s.spawn(move || -> GpuResult<()> {
+                    let bound = rk.gpu.bind();
+                    go.wait();
+                    bound?;
+                    for _ in 0..launches {
+                        g.launch(&rk.stream)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let t0 = Instant::now();
+        // Every thread waits for this release, so it comes whatever the events do.
+        let started = record_starts(ranks);
+        go.wait();
+        let mut result = started.map(|()| t0);
+        for l in launchers {
+            let launched = l.join().unwrap_or_else(|p| {
+                Err(GpuError::Call {
+                    call: "cuGraphLaunch",
+                    detail: format!(
+                        "a launching thread panicked: {}",
+                        crate::cuda::panic_message(p.as_ref())
+                    ),
+                })
+            });
+            if let (Ok(_), Err(e)) = (&result, launched) {
+                result = Err(e);
+            }
+        }
+        result
+    })
 }
 
 #[cfg(test)]
