@@ -13,6 +13,8 @@
 //! it is another process's. It is the evidence that holds in a container too: there NVML
 //! often lists no process of another PID namespace, while the memory they hold shows.
 
+use crate::{CheckError, Progress};
+
 /// Memory in use on a GPU, before the check's own contexts exist, above which another
 /// process holds it. An idle GPU reports a few MiB besides the driver's reserve (which is
 /// not counted as used); one CUDA context takes 300-600 MiB.
@@ -78,6 +80,21 @@ pub fn held(gpus: &[GpuUse]) -> Option<String> {
         .map(GpuUse::describe)
         .collect();
     (!busy.is_empty()).then(|| busy.join("; "))
+}
+
+/// The check's answer to other work on `gpus`: [`CheckError::GpusInUse`] when it holds any
+/// of them, unless `shared`, which says so on `progress` and goes on.
+pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), CheckError> {
+    let Some(held) = held(gpus) else {
+        return Ok(());
+    };
+    if !shared {
+        return Err(CheckError::GpusInUse(not_measured(&held)));
+    }
+    progress(&format!(
+        "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
+    ));
+    Ok(())
 }
 
 /// Why the check did not run: what other work holds ([`held`]), and what to do.

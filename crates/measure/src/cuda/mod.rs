@@ -144,16 +144,8 @@ fn refuse_gpus_in_use(
     shared: bool,
     progress: Progress,
 ) -> Result<(), CheckError> {
-    let Some(held) = monitor.and_then(|m| crate::gpu_use::held(&m.gpu_use())) else {
-        return Ok(());
-    };
-    if !shared {
-        return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
-    }
-    progress(&format!(
-        "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
-    ));
-    Ok(())
+    let gpus = monitor.map(health::Monitor::gpu_use).unwrap_or_default();
+    crate::gpu_use::refuse(&gpus, shared, progress)
 }
 
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank

@@ -77,16 +77,7 @@ pub fn refuse_shared_gpus(
     progress: Progress,
 ) -> Result<(), CheckError> {
     let total = NodeModel::new(node, 0).product.memory_bytes;
-    let Some(held) = crate::gpu_use::held(&gpu_use(node, total)) else {
-        return Ok(());
-    };
-    if !shared {
-        return Err(CheckError::GpusInUse(crate::gpu_use::not_measured(&held)));
-    }
-    progress(&format!(
-        "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
-    ));
-    Ok(())
+    crate::gpu_use::refuse(&gpu_use(node, total), shared, progress)
 }
 
 /// What the node's GPUs have in use when the check starts: idle, but for `gpusInUse`
