@@ -8,6 +8,7 @@ use crate::cuda::gpu::{Gpu, GpuError, GpuResult, Stream};
 use crate::cuda::graph::{Capture, Graph};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::suite::Collective;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
@@ -242,37 +243,96 @@ fn record_starts(ranks: &[Rank]) -> GpuResult<()> {
 /// The timed launches of a block with CUDA graphs: each GPU's graph `launches` times, from
 /// one thread per GPU. NCCL warns that one thread launching graphs on several GPUs of a
 /// process can deadlock, as a launch that blocks holds up the launches on the other GPUs
-/// its own work waits for; with a thread each, a blocked launch holds up only its GPU (on
-/// 4 x H200 the rooted collectives' small sizes also moved less between runs than with
-/// one thread: bench/results/h200x4-2026-11-26-graph-threads.md). The threads are started
-/// and bound to their GPUs before the clock starts, and released together after the start
-/// events; returns when the clock started, once every launch is enqueued.
+/// its own work waits for; with a thread each, a blocked launch holds up only its GPU
+/// (bench/results/h200x4-2026-11-26-graph-threads.md sets this beside one thread). Returns
+/// when the clock started, once every launch is enqueued ([`released_together`]).
 fn launch_graphs(ranks: &[Rank], graphs: &mut [Graph], launches: u32) -> GpuResult<Instant> {
-    let go = std::sync::Barrier::new(ranks.len() + 1);
-    std::thread::scope(|s| {
-        let launchers: Vec<_> = ranks
-            .iter()
-            .zip(graphs.iter_mut())
-            .map(|(rk, g)| {
-                let go = &go;
-                s.spawn(move || -> GpuResult<()> {
-                    let bound = rk.gpu.bind();
-                    go.wait();
-                    bound?;
+    let jobs = ranks
+        .iter()
+        .zip(graphs.iter_mut())
+        .map(|(rk, g)| {
+            (
+                move || rk.gpu.bind(),
+                move || -> GpuResult<()> {
                     for _ in 0..launches {
                         g.launch(&rk.stream)?;
                     }
                     Ok(())
-                })
-            })
-            .collect();
+                },
+            )
+        })
+        .collect();
+    released_together(jobs, || record_starts(ranks))
+}
+
+/// Runs each job `(prepare, work)` on a thread of its own: every `prepare` (binding a GPU)
+/// before the clock starts, then `start` (the start events) on this thread, then every
+/// `work` at once. Returns when the clock started, after every `work` ended; the first
+/// error of any part otherwise. A failed `prepare` or `start` runs no `work`. A thread the
+/// system will not start is a refusal ([`GpuError::Refused`]: the sweep then stops, with
+/// `graphLaunches 0` as the way out), never a hang or a fault of the GPUs.
+fn released_together<'a, P, W>(
+    jobs: Vec<(P, W)>,
+    start: impl FnOnce() -> GpuResult<()>,
+) -> GpuResult<Instant>
+where
+    P: FnOnce() -> GpuResult<()> + Send + 'a,
+    W: FnOnce() -> GpuResult<()> + Send + 'a,
+{
+    let gate = std::sync::RwLock::new(());
+    let ready = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Held until the clock starts: every thread waits to read it.
+        let hold = gate
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut threads = Vec::with_capacity(jobs.len());
+        let mut result = Ok(());
+        for (i, (prepare, work)) in jobs.into_iter().enumerate() {
+            let (gate, ready, failed, abort) = (&gate, &ready, &failed, &abort);
+            let spawned = std::thread::Builder::new()
+                .name(format!("graph-launch-{i}"))
+                .spawn_scoped(s, move || -> GpuResult<()> {
+                    let prepared = prepare();
+                    if prepared.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    drop(gate.read());
+                    prepared?;
+                    if abort.load(Ordering::SeqCst) {
+                        return Ok(());
+                    }
+                    work()
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    result = Err(GpuError::Refused {
+                        call: "std::thread::spawn",
+                        detail: format!("a thread to launch GPU {i}'s graphs could not start: {e}"),
+                    });
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            while ready.load(Ordering::SeqCst) < threads.len() {
+                std::thread::yield_now();
+            }
+        }
         let t0 = Instant::now();
-        // Every thread waits for this release, so it comes whatever the events do.
-        let started = record_starts(ranks);
-        go.wait();
-        let mut result = started.map(|()| t0);
-        for l in launchers {
-            let launched = l.join().unwrap_or_else(|p| {
+        if result.is_ok() && !failed.load(Ordering::SeqCst) {
+            result = start();
+        }
+        if result.is_err() || failed.load(Ordering::SeqCst) {
+            abort.store(true, Ordering::SeqCst);
+        }
+        drop(hold);
+        for t in threads {
+            let ended = t.join().unwrap_or_else(|p| {
                 Err(GpuError::Call {
                     call: "cuGraphLaunch",
                     detail: format!(
@@ -281,17 +341,124 @@ fn launch_graphs(ranks: &[Rank], graphs: &mut [Graph], launches: u32) -> GpuResu
                     ),
                 })
             });
-            if let (Ok(_), Err(e)) = (&result, launched) {
+            if let (Ok(()), Err(e)) = (&result, ended) {
                 result = Err(e);
             }
         }
-        result
+        result.map(|()| t0)
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    fn fail(what: &'static str) -> GpuError {
+        GpuError::Call {
+            call: what,
+            detail: "failed".into(),
+        }
+    }
+
+    type Job<'a> = (
+        Box<dyn FnOnce() -> GpuResult<()> + Send + 'a>,
+        Box<dyn FnOnce() -> GpuResult<()> + Send + 'a>,
+    );
+
+    /// Four jobs that log "prepare i" and "work i"; `bad` fails one part of one job (or
+    /// panics its work: `("panic", i)`).
+    fn jobs<'a>(log: &'a Mutex<Vec<String>>, bad: Option<(&'static str, usize)>) -> Vec<Job<'a>> {
+        (0..4)
+            .map(|i| -> Job<'a> {
+                let note = move |what: &'static str| -> GpuResult<()> {
+                    // The prepares take a while, so that a start that did not wait for them
+                    // would come first.
+                    if what == "prepare" {
+                        std::thread::sleep(Duration::from_millis(20 * i as u64));
+                    }
+                    log.lock().expect("log").push(format!("{what} {i}"));
+                    match bad {
+                        Some((part, at)) if part == what && at == i => Err(fail(part)),
+                        Some(("panic", at)) if at == i && what == "work" => {
+                            panic!("launch {i} panicked")
+                        }
+                        _ => Ok(()),
+                    }
+                };
+                (
+                    Box::new(move || note("prepare")),
+                    Box::new(move || note("work")),
+                )
+            })
+            .collect()
+    }
+
+    fn starter(log: &Mutex<Vec<String>>, ok: bool) -> impl FnOnce() -> GpuResult<()> + '_ {
+        move || {
+            log.lock().expect("log").push("start".into());
+            if ok { Ok(()) } else { Err(fail("start")) }
+        }
+    }
+
+    #[test]
+    fn launching_threads_are_released_together_after_every_prepare_and_the_start() {
+        let log = Mutex::new(Vec::new());
+        let t0 = released_together(jobs(&log, None), starter(&log, true)).expect("runs");
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        let log = log.into_inner().expect("log");
+        let at = |e: &str| log.iter().position(|x| x == e).expect(e);
+        for i in 0..4 {
+            assert!(at(&format!("prepare {i}")) < at("start"), "{log:?}");
+            assert!(at("start") < at(&format!("work {i}")), "{log:?}");
+        }
+        assert_eq!(log.len(), 9);
+    }
+
+    #[test]
+    fn a_failed_part_stops_the_block_and_runs_no_work_after_a_failed_prepare_or_start() {
+        let works = |log: &[String]| log.iter().filter(|e| e.starts_with("work")).count();
+        // A GPU that cannot be bound: its error, no start, no launch anywhere.
+        let log = Mutex::new(Vec::new());
+        let e = released_together(jobs(&log, Some(("prepare", 2))), starter(&log, true));
+        assert!(
+            matches!(
+                e,
+                Err(GpuError::Call {
+                    call: "prepare",
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let log = log.into_inner().expect("log");
+        assert!(
+            !log.contains(&"start".to_string()) && works(&log) == 0,
+            "{log:?}"
+        );
+        // Start events that fail: no launch.
+        let log = Mutex::new(Vec::new());
+        let e = released_together(jobs(&log, None), starter(&log, false));
+        assert!(
+            matches!(e, Err(GpuError::Call { call: "start", .. })),
+            "{e:?}"
+        );
+        assert_eq!(works(&log.into_inner().expect("log")), 0);
+        // A launch that fails, or panics: the block's error, after every thread ended.
+        let log = Mutex::new(Vec::new());
+        let e = released_together(jobs(&log, Some(("work", 1))), starter(&log, true));
+        assert!(
+            matches!(e, Err(GpuError::Call { call: "work", .. })),
+            "{e:?}"
+        );
+        assert_eq!(works(&log.into_inner().expect("log")), 4);
+        let log = Mutex::new(Vec::new());
+        let e = released_together(jobs(&log, Some(("panic", 3))), starter(&log, true));
+        assert!(
+            matches!(&e, Err(GpuError::Call { detail, .. }) if detail.contains("launch 3 panicked")),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn short_blocks_are_repeated_and_long_ones_are_not() {
