@@ -287,7 +287,8 @@ pub struct NodeCheckArgs {
     /// use before the check starts (or a process NVML lists on it) ends the check with exit
     /// code 14 and the GPUs and processes named: work the scheduler does not know about
     /// would slow every measurement, and the node is not measured. With it, what that work
-    /// costs counts against the node.
+    /// costs counts against the node. A GPU whose compute mode is Prohibited ends the check
+    /// with exit code 14 either way.
     #[arg(long, env = "FABRIC_SHARED_GPUS")]
     pub shared_gpus: bool,
 

@@ -137,7 +137,7 @@ pub enum NotMeasuredReason {
     NeverStarted,
     /// Other work the scheduler does not know about held the node's GPUs when the agent
     /// started (agent exit code 14): memory in use before the agent's own contexts, or a
-    /// process NVML lists.
+    /// process NVML lists; or an administrator reserved a GPU (compute mode Prohibited).
     GpusInUse,
     /// The agent's result could not be read (unparseable document) or the agent panicked
     /// (exit codes 1 and 101).
@@ -185,7 +185,7 @@ impl NotMeasuredReason {
                 "the kubelets did not start the pods; check the nodes and their runtime"
             }
             NotMeasuredReason::GpusInUse => {
-                "processes outside the scheduler's view (host processes, pods that did not request GPUs, an MPS server) hold the nodes' GPUs; stop them, or set FABRIC_SHARED_GPUS=1 in agent.env to measure anyway"
+                "processes outside the scheduler's view (host processes, pods that did not request GPUs, an MPS server) hold the nodes' GPUs, or their compute mode is Prohibited; stop them, or set FABRIC_SHARED_GPUS=1 in agent.env to measure beside them"
             }
             NotMeasuredReason::AgentBug => "the agent wrote no readable result; report a bug",
         }

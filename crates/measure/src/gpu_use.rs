@@ -7,7 +7,8 @@
 //! hardware, so the check does not run on it: the agent ends with exit code 14 and says which
 //! GPUs hold what, and the operator records the node as not measured (`GpusInUse`). With
 //! `--shared-gpus` the check measures anyway, and what the other work costs counts against
-//! the node.
+//! the node. A GPU whose compute mode an administrator set to Prohibited refuses every
+//! context; it is not measured either, with or without `--shared-gpus`.
 //!
 //! The memory a GPU has in use is read before the agent creates its own contexts, so all of
 //! it is another process's. It is the evidence that holds in a container too: there NVML
@@ -31,15 +32,37 @@ pub struct GpuUse {
     /// The processes NVML lists on the GPU (compute and graphics), with the memory each
     /// holds when NVML knows it.
     pub processes: Vec<(u32, Option<u64>)>,
+    /// The GPU's compute mode is Prohibited: an administrator reserved it, and it refuses
+    /// every context (a check on it would fail as if the GPU were unusable).
+    pub prohibited: bool,
 }
 
 impl GpuUse {
-    /// Whether another process holds this GPU.
+    /// Whether another process holds this GPU, or its compute mode reserves it.
     pub fn in_use(&self) -> bool {
+        self.held_by_work() || self.prohibited
+    }
+
+    fn held_by_work(&self) -> bool {
         self.used_bytes >= FOREIGN_BYTES || !self.processes.is_empty()
     }
 
     fn describe(&self) -> String {
+        let work = self.held_by_work().then(|| self.describe_work());
+        let mode = self.prohibited.then(|| {
+            format!(
+                "GPU {}: compute mode Prohibited, which refuses every context (nvidia-smi -i {0} -c DEFAULT lifts it)",
+                self.gpu
+            )
+        });
+        [work, mode]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn describe_work(&self) -> String {
         let held = format!(
             "GPU {}: {} of {} in use",
             self.gpu,
@@ -83,12 +106,13 @@ pub fn held(gpus: &[GpuUse]) -> Option<String> {
 }
 
 /// The check's answer to other work on `gpus`: [`CheckError::GpusInUse`] when it holds any
-/// of them, unless `shared`, which says so on `progress` and goes on.
+/// of them, unless `shared`, which says so on `progress` and goes on. A GPU whose compute
+/// mode is Prohibited refuses the check whatever `shared` says.
 pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), CheckError> {
     let Some(held) = held(gpus) else {
         return Ok(());
     };
-    if !shared {
+    if !shared || gpus.iter().any(|g| g.prohibited) {
         return Err(CheckError::GpusInUse(not_measured(&held)));
     }
     progress(&format!(
@@ -100,7 +124,7 @@ pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), C
 /// Why the check did not run: what other work holds ([`held`]), and what to do.
 pub fn not_measured(held: &str) -> String {
     format!(
-        "{held} before the check started; work the scheduler does not know about shares this node's GPUs and would slow every measurement, so the node was not measured. Stop it (nvidia-smi on the node lists it), or measure anyway with --shared-gpus (FABRIC_SHARED_GPUS=1)"
+        "{held} before the check started; work the scheduler does not know about shares this node's GPUs (or an administrator reserved them) and would slow or stop every measurement, so the node was not measured. Stop it (nvidia-smi on the node lists it), or measure beside it with --shared-gpus (FABRIC_SHARED_GPUS=1)"
     )
 }
 
@@ -114,6 +138,7 @@ mod tests {
             used_bytes: 4 << 20,
             total_bytes: 143_771 << 20,
             processes: vec![],
+            prohibited: false,
         }
     }
 
@@ -145,5 +170,31 @@ mod tests {
         g.processes = vec![(7, None), (8, None)];
         assert!(g.in_use());
         assert!(g.describe().ends_with("by 2 processes (pid 7, pid 8)"));
+    }
+
+    #[test]
+    fn a_gpu_reserved_by_its_compute_mode_refuses_the_check_even_when_shared() {
+        let mut gpus: Vec<GpuUse> = (0..2).map(idle).collect();
+        gpus[1].prohibited = true;
+        let says = |gpus: &[GpuUse], shared| match refuse(gpus, shared, &|_| {}) {
+            Err(CheckError::GpusInUse(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        let why = says(&gpus, true);
+        assert!(
+            why.starts_with("GPU 1: compute mode Prohibited, which refuses every context (nvidia-smi -i 1 -c DEFAULT lifts it) before the check started"),
+            "{why}"
+        );
+        // With other work on it too, both are named.
+        gpus[1].used_bytes = 2 << 30;
+        assert!(
+            says(&gpus, false).starts_with("GPU 1: 2.0 GiB of 140.4 GiB in use (no process of it is visible here); GPU 1: compute mode Prohibited"),
+            "{}",
+            says(&gpus, false)
+        );
+        // Other work alone: shared measures.
+        gpus[1].prohibited = false;
+        assert!(refuse(&gpus, true, &|_| {}).is_ok());
+        assert!(refuse(&gpus, false, &|_| {}).is_err());
     }
 }

@@ -5,7 +5,9 @@ use gpufabric_api::result::{GpuHealth, HealthSnapshot};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{
+    ComputeMode, EccCounter, MemoryError, TemperatureSensor,
+};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -186,6 +188,7 @@ impl Monitor {
                 used_bytes: mem.used,
                 total_bytes: mem.total,
                 processes,
+                prohibited: matches!(dev.compute_mode(), Ok(ComputeMode::Prohibited)),
             });
         }
         out

@@ -96,6 +96,7 @@ fn gpu_use(node: &FleetNode, total_bytes: u64) -> Vec<crate::gpu_use::GpuUse> {
                 .sum(),
             total_bytes,
             processes: Vec::new(),
+            prohibited: false,
         })
         .collect()
 }
