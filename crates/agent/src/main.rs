@@ -130,7 +130,7 @@ fn main() -> ExitCode {
                 output::write_termination(&c.to_string());
             }
             let code = check.map(CheckError::exit_code).unwrap_or(1);
-            if let Some(hint) = e.downcast_ref::<CheckError>().and_then(hint) {
+            if let Some(hint) = check.and_then(hint) {
                 eprintln!("fabric-agent: {hint}");
             }
             exit_code(code)

@@ -39,7 +39,7 @@ pub struct GpuUse {
 
 impl GpuUse {
     /// Whether another process holds this GPU, or its compute mode reserves it.
-    pub fn in_use(&self) -> bool {
+    fn in_use(&self) -> bool {
         self.held_by_work() || self.prohibited
     }
 
@@ -96,7 +96,7 @@ fn gib(bytes: u64) -> String {
 /// What other work holds, when it holds any of these GPUs: each such GPU, what it has in
 /// use and by which processes ("GPU 2: 40.0 GiB of 140.4 GiB in use by 1 process (pid
 /// 4321 40.0 GiB)"), separated by "; ".
-pub fn held(gpus: &[GpuUse]) -> Option<String> {
+fn held(gpus: &[GpuUse]) -> Option<String> {
     let busy: Vec<String> = gpus
         .iter()
         .filter(|g| g.in_use())
@@ -122,7 +122,7 @@ pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), C
 }
 
 /// Why the check did not run: what other work holds ([`held`]), and what to do.
-pub fn not_measured(held: &str) -> String {
+fn not_measured(held: &str) -> String {
     format!(
         "{held} before the check started; work the scheduler does not know about shares this node's GPUs (or an administrator reserved them) and would slow or stop every measurement, so the node was not measured. Stop it (nvidia-smi on the node lists it), or measure beside it with --shared-gpus (FABRIC_SHARED_GPUS=1)"
     )

@@ -123,7 +123,7 @@ pub enum CheckError {
     LibraryMissing { library: String, detail: String },
     #[error("found {found} GPUs, {wanted} expected")]
     TooFewGpus { found: u32, wanted: u32 },
-    /// Another process holds the node's GPUs ([`gpu_use::not_measured`]).
+    /// Another process holds the node's GPUs ([`gpu_use::refuse`]).
     #[error("the GPUs are in use by other work: {0}")]
     GpusInUse(String),
     #[error("invalid input: {0}")]

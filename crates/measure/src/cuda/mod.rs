@@ -550,8 +550,9 @@ fn sweep(
                 let e = nccl::settle(e, &mut comms, wd, timeout);
                 progress(&format!("nccl sweep: {} failed: {e}", c.nccl_tests_name()));
                 match e {
-                    GpuError::Timeout(..) => {
-                        // The communicators are aborted; the rest of the sweep cannot run.
+                    GpuError::Timeout(..) | GpuError::MemoryFull { .. } => {
+                        // After a timeout the communicators are aborted; on a full GPU the
+                        // next collective would meet the same memory: the rest cannot run.
                         errors.push(phase_error(Phase::NcclSweep, &e));
                         break;
                     }
@@ -559,11 +560,6 @@ fn sweep(
                         // The node's software refuses CUDA graphs: every collective would
                         // meet the same refusal, and it says nothing about the GPUs.
                         errors.push(graphs_refused(&e));
-                        break;
-                    }
-                    GpuError::MemoryFull { .. } => {
-                        // The next collective would meet the same full GPU.
-                        errors.push(phase_error(Phase::NcclSweep, &e));
                         break;
                     }
                     GpuError::Call { .. } => errors.push(phase_error(Phase::NcclSweep, &e)),

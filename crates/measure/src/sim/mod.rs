@@ -76,13 +76,13 @@ pub fn refuse_shared_gpus(
     shared: bool,
     progress: Progress,
 ) -> Result<(), CheckError> {
-    let total = NodeModel::new(node, 0).product.memory_bytes;
-    crate::gpu_use::refuse(&gpu_use(node, total), shared, progress)
+    crate::gpu_use::refuse(&gpu_use(node), shared, progress)
 }
 
 /// What the node's GPUs have in use when the check starts: idle, but for `gpusInUse`
 /// faults, whose process is not visible (as from a container).
-fn gpu_use(node: &FleetNode, total_bytes: u64) -> Vec<crate::gpu_use::GpuUse> {
+fn gpu_use(node: &FleetNode) -> Vec<crate::gpu_use::GpuUse> {
+    let total_bytes = products::product_model(&node.product).memory_bytes;
     (0..node.gpus)
         .map(|gpu| crate::gpu_use::GpuUse {
             gpu,

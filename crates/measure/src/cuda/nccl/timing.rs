@@ -271,17 +271,18 @@ fn launch_graphs(ranks: &[Rank], graphs: &mut [Graph], launches: u32) -> GpuResu
 /// error of any part otherwise. A failed `prepare` or `start` runs no `work`. A thread the
 /// system will not start is a refusal ([`GpuError::Refused`]: the sweep then stops, with
 /// `graphLaunches 0` as the way out), never a hang or a fault of the GPUs.
-fn released_together<'a, P, W>(
+fn released_together<P, W>(
     jobs: Vec<(P, W)>,
     start: impl FnOnce() -> GpuResult<()>,
 ) -> GpuResult<Instant>
 where
-    P: FnOnce() -> GpuResult<()> + Send + 'a,
-    W: FnOnce() -> GpuResult<()> + Send + 'a,
+    P: FnOnce() -> GpuResult<()> + Send,
+    W: FnOnce() -> GpuResult<()> + Send,
 {
     let gate = std::sync::RwLock::new(());
     let ready = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
+    // Set by a thread whose prepare failed, or here when the start or a spawn failed: the
+    // threads then run no work.
     let abort = AtomicBool::new(false);
     std::thread::scope(|s| {
         // Held until the clock starts: every thread waits to read it.
@@ -291,13 +292,13 @@ where
         let mut threads = Vec::with_capacity(jobs.len());
         let mut result = Ok(());
         for (i, (prepare, work)) in jobs.into_iter().enumerate() {
-            let (gate, ready, failed, abort) = (&gate, &ready, &failed, &abort);
+            let (gate, ready, abort) = (&gate, &ready, &abort);
             let spawned = std::thread::Builder::new()
                 .name(format!("graph-launch-{i}"))
                 .spawn_scoped(s, move || -> GpuResult<()> {
                     let prepared = prepare();
                     if prepared.is_err() {
-                        failed.store(true, Ordering::SeqCst);
+                        abort.store(true, Ordering::SeqCst);
                     }
                     ready.fetch_add(1, Ordering::SeqCst);
                     drop(gate.read());
@@ -324,10 +325,10 @@ where
             }
         }
         let t0 = Instant::now();
-        if result.is_ok() && !failed.load(Ordering::SeqCst) {
+        if result.is_ok() && !abort.load(Ordering::SeqCst) {
             result = start();
         }
-        if result.is_err() || failed.load(Ordering::SeqCst) {
+        if result.is_err() {
             abort.store(true, Ordering::SeqCst);
         }
         drop(hold);
