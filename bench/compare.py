@@ -108,6 +108,15 @@ def spread(out, rounds):
                 nt = " ".join(f"{x[col]:.2f}" for x in v[0])
                 ag = " ".join(f"{x[col]:.2f}" for x in v[1])
                 print(f"    outside: {k[0]} {k[1]} B median ratio {r:.3f}  nccl-tests {nt}  agent {ag}")
+        # Each round's agent over the same round's nccl-tests, median over rounds: the
+        # estimator for runs where the two tools ran side by side in time (and, pinned, on
+        # one CPU), so that each pair of values saw the same host.
+        ratios = [statistics.median(a[col] / n[col] for n, a in zip(v[0], v[1]) if n[col] > 0)
+                  for _, v in pts]
+        inside = sum(1 for r in ratios if abs(r - 1.0) <= limit)
+        print(f"{what}: agent / nccl-tests of the same round, median over rounds: {inside} of "
+              f"{len(ratios)} within {limit:.0%}, range {min(ratios):.3f}-{max(ratios):.3f}, "
+              f"median {statistics.median(ratios):.3f}")
         # Each tool's best round per point (least time, most busbw): what either reaches
         # when the host leaves it alone, the same estimator for both.
         best = min if col == 0 else max

@@ -24,6 +24,14 @@
 #                             into one graph per GPU and launched), GRAPH_ROUNDS times (default
 #                             3) into $OUT/graph, then the ratios: small sizes timed with the
 #                             host's launches taken out of both tools alike
+#   bench/compare.sh paired   small sizes (PAIRED_FLAGS, default -b 8 -e 1M -f 8 -w 5 -n 20),
+#                             PAIRED_ROUNDS times (default 3), both tools started one right
+#                             after the other per collective (the order turning), first both
+#                             on one CPU (taskset; the CPU that runs a fixed loop fastest at
+#                             the start of the round) into $OUT/paired-pinned, then unpinned
+#                             into $OUT/paired-free; the ratios of each. On a host whose CPUs
+#                             are not all equally fast, this sets the two tools' launch paths
+#                             side by side from the same CPU in the same minute
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -276,6 +284,85 @@ graph() {
   rounds_in graph "${GRAPH_FLAGS:-"$SWEEP_FLAGS -G 1"}" "${GRAPH_ROUNDS:-3}"
 }
 
+# fastest_cpu: the allowed CPU that runs a fixed loop fastest now (best of three). On a
+# shared host some CPUs run it up to twice as slow at any moment, and which ones moves
+# (bench/results/h200x2-2026-11-26-compare.md).
+fastest_cpu() {
+  python3 - <<'PY'
+import os, time
+def loop():
+    t = time.perf_counter()
+    s = 0
+    for i in range(200_000):
+        s += i
+    return time.perf_counter() - t
+times = []
+for c in sorted(os.sched_getaffinity(0)):
+    os.sched_setaffinity(0, {c})
+    times.append((min(loop() for _ in range(3)), c))
+print(min(times)[1])
+PY
+}
+
+# paired_in FOLDER FLAGS ROUNDS PIN: per collective nccl-tests and the agent one right after
+# the other, the order turning with each collective and round; with PIN=1 both under
+# taskset on the CPU fastest_cpu names at the start of the round. The agent's documents of
+# one round are merged into agent-sweep-rN.json for compare.py.
+paired_in() {
+  local d=$OUT/$1 flags=$2 rounds=$3 pin=$4 r c i who order cpu rc
+  local pre=()
+  mkdir -p "$d"
+  banner "paired $1: $flags, $rounds rounds, $([ "$pin" = 1 ] && echo 'both tools on one CPU' || echo 'not pinned')"
+  for r in $(seq 1 "$rounds"); do
+    pre=()
+    if [ "$pin" = 1 ]; then
+      cpu=$(fastest_cpu)
+      pre=(taskset -c "$cpu")
+      echo "round $r: both tools on CPU $cpu"
+    fi
+    i=0
+    for c in $COLLS; do
+      i=$((i + 1))
+      order="nt agent"
+      [ $(((i + r) % 2)) = 1 ] && order="agent nt"
+      for who in $order; do
+        if [ "$who" = nt ]; then
+          timeout 120 "${pre[@]}" "$REF/nccl-tests/build/${c}_perf" $flags -c 1 -g "$NGPU" \
+            > "$d/nccltests-$c-r$r.txt" 2>&1
+        else
+          timeout 120 "${pre[@]}" "$AGENT" node-check --no-pairs --no-ddp --no-health \
+            --collectives "$c" $flags --json "$d/agent-$c-r$r.json" > /dev/null 2> "$d/agent-$c-r$r.log"
+        fi
+        rc=$?
+        [ $rc = 0 ] || echo "round $r $c $who rc=$rc"
+      done
+    done
+    python3 - "$d" "$r" <<'PY'
+import glob, json, sys
+d, r = sys.argv[1], sys.argv[2]
+merged = None
+for path in sorted(glob.glob(f"{d}/agent-*-r{r}.json")):
+    if "/agent-sweep-" in path:
+        continue
+    doc = json.load(open(path))
+    if merged is None:
+        merged = doc
+    elif doc.get("nccl"):
+        merged.setdefault("nccl", {}).setdefault("collectives", []).extend(doc["nccl"]["collectives"])
+if merged is not None:
+    json.dump(merged, open(f"{d}/agent-sweep-r{r}.json", "w"))
+PY
+  done
+  banner "$1 ratios"
+  python3 "$HERE/compare.py" "$d" | tee "$d/ratios.txt"
+}
+
+paired() {
+  local flags=${PAIRED_FLAGS:-"-b 8 -e 1M -f 8 -w 5 -n 20"} rounds=${PAIRED_ROUNDS:-3}
+  paired_in paired-pinned "$flags" "$rounds" 1
+  paired_in paired-free "$flags" "$rounds" 0
+}
+
 copies() {
   banner "nvbandwidth copy-engine tests, 256 MiB"
   local tests="device_to_device_memcpy_write_ce device_to_device_memcpy_read_ce device_to_device_bidirectional_memcpy_write_ce host_to_device_memcpy_ce device_to_host_memcpy_ce"
@@ -341,6 +428,7 @@ for stage in "${@:-all}"; do
     sweep) sweep ;;
     steady) steady ;;
     graph) graph ;;
+    paired) paired ;;
     copies) copies ;;
     faults) faults ;;
     summary) summary ;;
@@ -348,6 +436,6 @@ for stage in "${@:-all}"; do
     latency) latency ;;
     clocks) clocks ;;
     large) large ;;
-    *) echo "usage: $0 build|sweep|steady|graph|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
+    *) echo "usage: $0 build|sweep|steady|graph|paired|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
   esac
 done

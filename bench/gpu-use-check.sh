@@ -4,13 +4,16 @@
 # node when that work has taken a GPU's memory (the allocation's error is Unavailable, not a
 # fault); the ranks of node-pair and ddp-nodes end at once the same way. Also:
 # CUDA_LAUNCH_BLOCKING=1 with several GPUs gives Unavailable phases at once, not a hang.
+# Work that starts while the check measures ends it with exit 14 too, and clean checks
+# (the agent's own memory before and after its measurements, logged) must not.
 # Each case's stderr, termination message, document and verdict go to $OUT (default
 # ./gpu-use-out); summary.txt has one line per case.
 #
-#   OUT=... AGENT=.device/fabric-agent bash bench/gpu-use-check.sh
+#   OUT=... AGENT=.device/fabric-agent bash bench/gpu-use-check.sh [CASE...]
 #
+# CASE: held (1, 2, 2b), idle (3), blocking (4), during (5); default all.
 # The other work is a PyTorch process (the wheel that ships the NCCL the agent loads)
-# holding GPU memory and sleeping.
+# holding GPU memory and sleeping, or with BUSY=1 multiplying matrices until killed.
 set -u
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-$PWD/gpu-use-out}
@@ -44,6 +47,12 @@ x.fill_(1)
 torch.cuda.synchronize()
 free2, _ = torch.cuda.mem_get_info()
 print(f"held {n / 2**30:.1f} GiB of GPU {gpu}; {free2 / 2**30:.1f} GiB free of {total / 2**30:.1f}", flush=True)
+if os.environ.get("BUSY"):
+    a = torch.randn(8192, 8192, device=f"cuda:{gpu}")
+    t = time.time()
+    while time.time() - t < 600:
+        a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
 time.sleep(600)
 PY
   HOLDER=$!
@@ -59,10 +68,26 @@ case_() {
   local name=$1
   shift
   local t0=$SECONDS
-  FABRIC_TERMINATION_LOG=$OUT/$name.term timeout 300 "$AGENT" node-check --node gpu-use \
-    --verdict --verdict-json "$OUT/$name.verdict.json" --json "$OUT/$name.json" "$@" \
-    > "$OUT/$name.stdout" 2> "$OUT/$name.stderr"
-  local rc=$?
+  start_ "$name" "$@"
+  wait "$AGENT_PID"
+  report_ "$name" $? "$t0" "$@"
+}
+
+# start_ NAME ARGS...: a node-check in the background ($AGENT_PID), its memory readings
+# before and after its measurements logged.
+start_() {
+  local name=$1
+  shift
+  RUST_LOG=gpufabric_measure=info FABRIC_TERMINATION_LOG=$OUT/$name.term timeout 300 \
+    "$AGENT" node-check --node gpu-use --verdict --verdict-json "$OUT/$name.verdict.json" \
+    --json "$OUT/$name.json" "$@" > "$OUT/$name.stdout" 2> "$OUT/$name.stderr" &
+  AGENT_PID=$!
+}
+
+# report_ NAME RC T0 ARGS...: the case's line in the summary.
+report_() {
+  local name=$1 rc=$2 t0=$3
+  shift 3
   local errs=""
   [ -s "$OUT/$name.json" ] && errs=$(python3 -c "
 import json, sys
@@ -81,9 +106,14 @@ print(v.get('verdict'), [(f.get('severity'), f.get('kind')) for f in v.get('find
     echo "   stderr tail: $(grep -v '^\[' "$OUT/$name.stderr" | tail -2 | tr '\n' ' ' | head -c 600)"
     [ -n "$errs" ] && echo "   errors: $errs"
     [ -n "$verdict" ] && echo "   verdict: $verdict"
+    grep 'once the contexts were open' "$OUT/$name.stderr" | sed -E 's/.*(gpu=[0-9]+ .*processes=[0-9]+).*/   memory: \1/'
   } | tee -a "$SUM"
 }
 
+CASES=" ${*:-held idle blocking during} "
+want() { [[ $CASES == *" $1 "* ]]; }
+
+if want held; then
 # 1. A process holds 40 GiB of GPU 2 and sleeps: not measured (exit 14), then measured with
 #    --shared-gpus.
 HOLD_GIB=40 hold 2
@@ -116,9 +146,34 @@ rank_() {
 rank_ node-pair-held node-pair
 rank_ ddp-nodes-held ddp-nodes
 kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+fi
 
 # 3. Nothing else on the GPUs: measured, passed.
-case_ idle --quick --no-ddp
+want idle && case_ idle --quick --no-ddp
 
 # 4. CUDA_LAUNCH_BLOCKING=1 with every GPU in one process: Unavailable, at once.
-CUDA_LAUNCH_BLOCKING=1 case_ launch-blocking --quick --no-pairs
+want blocking && CUDA_LAUNCH_BLOCKING=1 case_ launch-blocking --quick --no-pairs
+
+if want during; then
+# 5. The default check twice on idle GPUs (what the agent's own contexts hold before and
+#    after its measurements), then work that starts while it measures: a process that takes
+#    8 GiB of GPU 1 DELAY s (default 4) after the check started and multiplies matrices on
+#    it. The check must end with exit 14, naming GPU 1, and not fail the node.
+case_ clean-default-1
+case_ clean-default-2
+t0=$SECONDS
+start_ started-during
+sleep "${DELAY:-4}"
+HOLD_GIB=8 BUSY=1 hold 1
+wait "$AGENT_PID"
+report_ started-during $? "$t0" "(default suite; work on GPU 1 from ${DELAY:-4} s)"
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+# The same with --shared-gpus: measured, and what the work costs counts against the node.
+t0=$SECONDS
+start_ started-during-shared --shared-gpus
+sleep "${DELAY:-4}"
+HOLD_GIB=8 BUSY=1 hold 1
+wait "$AGENT_PID"
+report_ started-during-shared $? "$t0" --shared-gpus
+kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+fi

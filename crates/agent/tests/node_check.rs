@@ -40,6 +40,14 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: gpusInUse, gpu: 3, bytes: 42949672960}]
+  - name: started-during
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 6, bytes: 12884901888, during: true}]
+  - name: started-during-hang
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 6, bytes: 12884901888, during: true}, {kind: hang}]
 "#;
 
 struct Env {
@@ -190,6 +198,38 @@ fn gpus_held_by_other_work_are_not_measured_unless_shared() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn work_that_starts_during_the_check_voids_its_measurements() {
+    let env = Env::new();
+    let path = env.dir.path().join("out.json");
+    let out = env.sim(
+        "started-during",
+        &["--quick", "--json", path.to_str().expect("utf-8 path")],
+    );
+    assert_eq!(out.status.code(), Some(14), "stderr: {}", stderr(&out));
+    assert!(
+        !path.exists(),
+        "measurements beside other work are not written"
+    );
+    let term = std::fs::read_to_string(env.term()).expect("termination message");
+    assert!(
+        term.starts_with("the GPUs are in use by other work: GPU 6: 0.0 GiB in use once the check's contexts were open, 12.0 GiB after its measurements; work the scheduler does not know about started on this node's GPUs while the check measured them"),
+        "{term}"
+    );
+    // Told to share, the check keeps what it measured.
+    let out = env.sim("started-during", &["--quick", "--shared-gpus"]);
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(doc_of(&out).nccl.is_some());
+    // A phase that timed out is reported as such: a thread stuck in it holds the check's
+    // own memory, which the end of the check cannot tell from other work's.
+    let out = env.sim(
+        "started-during-hang",
+        &["--quick", "--phase-timeout", "0.3"],
+    );
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(doc_of(&out).errors[0].kind, ErrorKind::Timeout);
 }
 
 #[test]

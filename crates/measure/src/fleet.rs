@@ -71,10 +71,16 @@ pub enum Fault {
     #[serde(rename_all = "camelCase")]
     SlowLaunchCpu { factor: f64 },
     /// Another process (unknown to the scheduler) holds `bytes` of GPU `gpu`'s memory when
-    /// the check starts: the agent does not measure (exit 14) unless told `--shared-gpus`.
-    /// Not a fault of the GPUs.
+    /// the check starts, or with `during: true` starts while the check measures (its first
+    /// look sees nothing, its last does): the agent does not measure (exit 14) unless told
+    /// `--shared-gpus`. Not a fault of the GPUs.
     #[serde(rename_all = "camelCase")]
-    GpusInUse { gpu: u32, bytes: u64 },
+    GpusInUse {
+        gpu: u32,
+        bytes: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        during: bool,
+    },
     /// NCCL hangs in this phase (default: the NCCL sweep); the watchdog must catch it.
     /// With `stuck: true` the whole agent hangs beyond any watchdog, so that only the
     /// pod's deadline (`activeDeadlineSeconds`) ends it.

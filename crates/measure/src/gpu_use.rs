@@ -13,6 +13,12 @@
 //! The memory a GPU has in use is read before the agent creates its own contexts, so all of
 //! it is another process's. It is the evidence that holds in a container too: there NVML
 //! often lists no process of another PID namespace, while the memory they hold shows.
+//!
+//! Work can also start while the check runs, after that first look. The agent looks again
+//! once its contexts are open and once more after its measurements ([`started_during`]): a
+//! process NVML lists at the end that it did not list at the start, or memory in use grown by
+//! [`GROWTH_BYTES`] or more, is other work's, and the measurements it shared the GPUs with
+//! are not the node's. The check then ends with exit code 14 as well.
 
 use crate::{CheckError, Progress};
 
@@ -20,6 +26,13 @@ use crate::{CheckError, Progress};
 /// process holds it. An idle GPU reports a few MiB besides the driver's reserve (which is
 /// not counted as used); one CUDA context takes 300-600 MiB.
 pub const FOREIGN_BYTES: u64 = 256 << 20;
+
+/// How much more memory a GPU may have in use after the check's measurements than once its
+/// contexts were open, before the difference is taken for other work's. Every buffer of the
+/// check is freed by then; what stays is the kernels NCCL and cuBLAS load lazily into the
+/// check's contexts and their caches (tens to a few hundred MiB), while a process that
+/// computes holds its own context (300-600 MiB) and its data, gigabytes for any training job.
+pub const GROWTH_BYTES: u64 = 1 << 30;
 
 /// One GPU as NVML reports it before the check starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,14 +85,7 @@ impl GpuUse {
         if self.processes.is_empty() {
             return format!("{held} (no process of it is visible here)");
         }
-        let procs: Vec<String> = self
-            .processes
-            .iter()
-            .map(|(pid, bytes)| match bytes {
-                Some(b) => format!("pid {pid} {}", gib(*b)),
-                None => format!("pid {pid}"),
-            })
-            .collect();
+        let procs: Vec<String> = self.processes.iter().map(describe_process).collect();
         let n = self.processes.len();
         format!(
             "{held} by {n} process{} ({})",
@@ -119,6 +125,63 @@ pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), C
         "measuring beside other work (--shared-gpus); what it costs counts against the node: {held}"
     ));
     Ok(())
+}
+
+/// What other work started on the GPUs while the check measured: each GPU whose reading at
+/// the `end` lists a process the reading at the `start` (once the check's own contexts were
+/// open) did not, or has [`GROWTH_BYTES`] more in use, with both readings and the new
+/// processes, separated by "; ". A GPU missing from either reading is not judged.
+pub fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
+    let grown: Vec<String> = end
+        .iter()
+        .filter_map(|e| {
+            let s = start.iter().find(|s| s.gpu == e.gpu)?;
+            let new: Vec<&(u32, Option<u64>)> = e
+                .processes
+                .iter()
+                .filter(|(pid, _)| !s.processes.iter().any(|(p, _)| p == pid))
+                .collect();
+            let grew = e.used_bytes.saturating_sub(s.used_bytes) >= GROWTH_BYTES;
+            if new.is_empty() && !grew {
+                return None;
+            }
+            let mut line = format!(
+                "GPU {}: {} in use once the check's contexts were open, {} after its measurements",
+                e.gpu,
+                gib(s.used_bytes),
+                gib(e.used_bytes)
+            );
+            if !new.is_empty() {
+                let procs: Vec<String> = new.iter().map(|p| describe_process(p)).collect();
+                line.push_str(&format!(
+                    ", {} process{} the check did not start ({})",
+                    new.len(),
+                    if new.len() == 1 { "" } else { "es" },
+                    procs.join(", ")
+                ));
+            }
+            Some(line)
+        })
+        .collect();
+    (!grown.is_empty()).then(|| grown.join("; "))
+}
+
+/// The check's answer to other work that started while it measured ([`started_during`]):
+/// [`CheckError::GpusInUse`], since its measurements shared the GPUs with that work.
+pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> {
+    match started_during(start, end) {
+        None => Ok(()),
+        Some(grown) => Err(CheckError::GpusInUse(format!(
+            "{grown}; work the scheduler does not know about started on this node's GPUs while the check measured them, so its measurements are not the node's and the node was not measured. Stop it (nvidia-smi on the node lists it), or measure beside it with --shared-gpus (FABRIC_SHARED_GPUS=1)"
+        ))),
+    }
+}
+
+fn describe_process((pid, bytes): &(u32, Option<u64>)) -> String {
+    match bytes {
+        Some(b) => format!("pid {pid} {}", gib(*b)),
+        None => format!("pid {pid}"),
+    }
 }
 
 /// Why the check did not run: what other work holds ([`held`]), and what to do.
@@ -170,6 +233,38 @@ mod tests {
         g.processes = vec![(7, None), (8, None)];
         assert!(g.in_use());
         assert!(g.describe().ends_with("by 2 processes (pid 7, pid 8)"));
+    }
+
+    #[test]
+    fn work_that_starts_during_the_check_is_told_from_what_the_check_leaves() {
+        // Once the check's contexts are open: its own process and context on every GPU.
+        let mut start: Vec<GpuUse> = (0..4).map(idle).collect();
+        for g in &mut start {
+            g.used_bytes = 520 << 20;
+            g.processes = vec![(100, Some(500 << 20))];
+        }
+        // After the measurements: what NCCL and cuBLAS keep in the check's contexts.
+        let mut end = start.clone();
+        for g in &mut end {
+            g.used_bytes += GROWTH_BYTES - (1 << 20);
+        }
+        assert_eq!(started_during(&start, &end), None);
+        assert!(refuse_after(&start, &end).is_ok());
+        // A process the check did not start, listed on GPU 1 (even one whose memory is small).
+        end[1].processes.push((963, Some(200 << 20)));
+        // Memory grown by a process NVML does not list here (another PID namespace), GPU 3.
+        end[3].used_bytes = 12 << 30;
+        let why = match refuse_after(&start, &end) {
+            Err(CheckError::GpusInUse(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            why.starts_with("GPU 1: 0.5 GiB in use once the check's contexts were open, 1.5 GiB after its measurements, 1 process the check did not start (pid 963 0.2 GiB); GPU 3: 0.5 GiB in use once the check's contexts were open, 12.0 GiB after its measurements; work the scheduler does not know about started"),
+            "{why}"
+        );
+        assert!(!why.contains("GPU 0") && !why.contains("GPU 2"), "{why}");
+        // A GPU NVML could not read at either end is not judged.
+        assert_eq!(started_during(&start[..3], &end[3..]), None);
     }
 
     #[test]

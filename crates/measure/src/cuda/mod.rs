@@ -148,6 +148,39 @@ fn refuse_gpus_in_use(
     crate::gpu_use::refuse(&gpus, shared, progress)
 }
 
+/// Ends with [`CheckError::GpusInUse`] when other work started on the GPUs while the check
+/// measured them ([`crate::gpu_use::started_during`]: set against `opened`, the GPUs once
+/// this process's contexts were open). Not with `shared` (the check measures beside other
+/// work by request), and not where a phase timed out or a GPU raised an XID: a thread
+/// still stuck in a phase holds the check's own memory, and an XID is the GPU's evidence
+/// whatever ran beside it.
+fn refuse_work_started(
+    monitor: Option<&health::Monitor>,
+    opened: &[crate::gpu_use::GpuUse],
+    shared: bool,
+    errors: &[PhaseError],
+    xids: &std::collections::BTreeMap<u32, Vec<u64>>,
+) -> Result<(), CheckError> {
+    let Some(monitor) = monitor else {
+        return Ok(());
+    };
+    if shared || errors.iter().any(|e| e.kind == ErrorKind::Timeout) || !xids.is_empty() {
+        return Ok(());
+    }
+    let end = monitor.gpu_use();
+    for (s, e) in opened.iter().zip(&end) {
+        tracing::info!(
+            gpu = e.gpu,
+            opened_mib = s.used_bytes >> 20,
+            end_mib = e.used_bytes >> 20,
+            opened_processes = s.processes.len(),
+            end_processes = e.processes.len(),
+            "GPU memory in use once the contexts were open and after the measurements"
+        );
+    }
+    crate::gpu_use::refuse_after(opened, &end)
+}
+
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank
 /// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
 /// test as not measured.
@@ -227,6 +260,12 @@ fn check(
     let monitor = open_monitor(found);
     refuse_gpus_in_use(monitor.as_ref(), opts.shared_gpus, progress)?;
     let gpus = open_devices(found)?;
+    // The GPUs once this process's contexts are open: what the end of the check is set
+    // beside, to tell other work that started meanwhile (crate::gpu_use::started_during).
+    let opened = monitor
+        .as_ref()
+        .map(health::Monitor::gpu_use)
+        .unwrap_or_default();
     progress(&format!("{found} GPU(s): {}", gpus[0].name()));
     let debug_file = nccl_debug_file();
     let infos: Vec<GpuInfo> = gpus
@@ -253,6 +292,13 @@ fn check(
         None => (run(), Default::default()),
     };
     let (nccl_result, pairs_result, ddp_result, mut phase_errors) = measured;
+    refuse_work_started(
+        monitor.as_ref(),
+        &opened,
+        opts.shared_gpus,
+        &phase_errors,
+        &xids,
+    )?;
     errors.append(&mut phase_errors);
     let health = if suite.health.enabled {
         match &monitor {

@@ -76,12 +76,29 @@ pub fn refuse_shared_gpus(
     shared: bool,
     progress: Progress,
 ) -> Result<(), CheckError> {
-    crate::gpu_use::refuse(&gpu_use(node), shared, progress)
+    crate::gpu_use::refuse(&gpu_use(node, false), shared, progress)
 }
 
-/// What the node's GPUs have in use when the check starts: idle, but for `gpusInUse`
-/// faults, whose process is not visible (as from a container).
-fn gpu_use(node: &FleetNode) -> Vec<crate::gpu_use::GpuUse> {
+/// The end of a simulated check: the cuda backend's [`crate::gpu_use::refuse_after`] on the
+/// node's `gpusInUse` faults with `during: true`; as there, not when `shared`, when a phase
+/// of `doc` timed out or when a GPU raised an XID.
+fn refuse_work_started(
+    node: &FleetNode,
+    doc: &ResultDocument,
+    shared: bool,
+) -> Result<(), CheckError> {
+    let timed_out = doc.errors.iter().any(|e| e.kind == ErrorKind::Timeout);
+    let xid = node.faults.iter().any(|f| matches!(f, Fault::Xid { .. }));
+    if shared || timed_out || xid {
+        return Ok(());
+    }
+    crate::gpu_use::refuse_after(&gpu_use(node, false), &gpu_use(node, true))
+}
+
+/// What the node's GPUs have in use when the check starts (or, with `end`, after its
+/// measurements): idle, but for `gpusInUse` faults (those with `during` only at the end),
+/// whose process is not visible (as from a container).
+fn gpu_use(node: &FleetNode, end: bool) -> Vec<crate::gpu_use::GpuUse> {
     let total_bytes = products::product_model(&node.product).memory_bytes;
     (0..node.gpus)
         .map(|gpu| crate::gpu_use::GpuUse {
@@ -90,7 +107,11 @@ fn gpu_use(node: &FleetNode) -> Vec<crate::gpu_use::GpuUse> {
                 .faults
                 .iter()
                 .filter_map(|f| match f {
-                    Fault::GpusInUse { gpu: g, bytes } if *g == gpu => Some(*bytes),
+                    Fault::GpusInUse {
+                        gpu: g,
+                        bytes,
+                        during,
+                    } if *g == gpu && (end || !during) => Some(*bytes),
                     _ => None,
                 })
                 .sum(),
@@ -244,6 +265,7 @@ pub fn node_check(
     {
         tracing::debug!(node = %node.name, "slowNic fault: no node-pair phase in a node check");
     }
+    refuse_work_started(node, &doc, opts.shared_gpus)?;
     doc.duration_s = started.elapsed().as_secs_f64();
     Ok(doc)
 }
