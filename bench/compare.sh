@@ -29,9 +29,16 @@
 #                             after the other per collective (the order turning), first both
 #                             on one CPU (taskset; the CPU that runs a fixed loop fastest at
 #                             the start of the round) into $OUT/paired-pinned, then unpinned
-#                             into $OUT/paired-free; the ratios of each. On a host whose CPUs
+#                             into $OUT/paired-free (PAIRED_PIN="1 0"; 0 for the second
+#                             only); the ratios of each. On a host whose CPUs
 #                             are not all equally fast, this sets the two tools' launch paths
 #                             side by side from the same CPU in the same minute
+#   bench/compare.sh states   all_reduce and broadcast at 8 B - 4 KiB (-w 5 -n 20), STATES_RUNS
+#                             processes of each tool (default 6) per setting that could decide
+#                             which of the two small-message states a process lands in (none;
+#                             CUDA_DEVICE_MAX_CONNECTIONS=1 and 32; address randomisation off;
+#                             CUDA_MODULE_LOADING=EAGER; NCCL_LAUNCH_MODE=GROUP), into
+#                             $OUT/states; each process's median time per collective
 #   bench/compare.sh copies   nvbandwidth's copy-engine tests (256 MiB), then the agent's
 #                             pair matrix (256 MiB)
 #   bench/compare.sh faults   an NCCL setting that cuts bus bandwidth (NCCL_MAX_NCHANNELS=1,
@@ -359,8 +366,65 @@ PY
 
 paired() {
   local flags=${PAIRED_FLAGS:-"-b 8 -e 1M -f 8 -w 5 -n 20"} rounds=${PAIRED_ROUNDS:-3}
-  paired_in paired-pinned "$flags" "$rounds" 1
-  paired_in paired-free "$flags" "$rounds" 0
+  local pin
+  for pin in ${PAIRED_PIN:-1 0}; do
+    if [ "$pin" = 1 ]; then paired_in paired-pinned "$flags" "$rounds" 1
+    else paired_in paired-free "$flags" "$rounds" 0; fi
+  done
+}
+
+states() {
+  local d=$OUT/states n=${STATES_RUNS:-6} v r c flags="-b 8 -e 4K -f 8 -w 5 -n 20"
+  local pre=() envs=()
+  mkdir -p "$d"
+  for v in none conn1 conn32 noaslr eager group; do
+    banner "states: $v, $n processes of each tool"
+    pre=()
+    envs=(GF_STATES="$v")
+    case $v in
+      conn1) envs+=(CUDA_DEVICE_MAX_CONNECTIONS=1) ;;
+      conn32) envs+=(CUDA_DEVICE_MAX_CONNECTIONS=32) ;;
+      noaslr) pre=(setarch "$(uname -m)" -R) ;;
+      eager) envs+=(CUDA_MODULE_LOADING=EAGER) ;;
+      group) envs+=(NCCL_LAUNCH_MODE=GROUP) ;;
+    esac
+    for r in $(seq 1 "$n"); do
+      for c in all_reduce broadcast; do
+        env "${envs[@]}" timeout 60 "${pre[@]}" "$REF/nccl-tests/build/${c}_perf" $flags -c 1 \
+          -g "$NGPU" > "$d/$v-nt-$c-r$r.txt" 2>&1 || echo "$v nccl-tests $c r$r failed"
+      done
+      env "${envs[@]}" timeout 60 "${pre[@]}" "$AGENT" node-check --no-pairs --no-ddp --no-health \
+        --collectives all_reduce,broadcast $flags --json "$d/$v-agent-r$r.json" > /dev/null \
+        2> "$d/$v-agent-r$r.log" || echo "$v agent r$r failed"
+    done
+  done
+  python3 - "$d" <<'PY' | tee "$d/states.txt"
+import glob, json, statistics, sys
+d = sys.argv[1]
+def nt(path):
+    t = []
+    for line in open(path):
+        f = line.split()
+        if len(f) > 8 and f[0].isdigit():
+            try:
+                t.append(float(f[5]))
+            except ValueError:
+                pass
+    return statistics.median(t) if t else None
+names = {"allReduce": "all_reduce", "broadcast": "broadcast"}
+print("median time over 8 B - 4 KiB per process (us), by setting, tool and collective")
+for v in ["none", "conn1", "conn32", "noaslr", "eager", "group"]:
+    for c in ["all_reduce", "broadcast"]:
+        a = [nt(p) for p in sorted(glob.glob(f"{d}/{v}-nt-{c}-r*.txt"))]
+        b = []
+        for p in sorted(glob.glob(f"{d}/{v}-agent-r*.json")):
+            doc = json.load(open(p))
+            for col in (doc.get("nccl") or {}).get("collectives", []):
+                if names.get(col["collective"]) == c:
+                    b.append(statistics.median(r["timeUs"] for r in col["rows"]))
+        fmt = lambda xs: " ".join("-" if x is None else f"{x:.1f}" for x in xs)
+        print(f"{v:>7} {c:>10}  nccl-tests {fmt(a):<40} agent {fmt(b)}")
+PY
 }
 
 copies() {
@@ -429,6 +493,7 @@ for stage in "${@:-all}"; do
     steady) steady ;;
     graph) graph ;;
     paired) paired ;;
+    states) states ;;
     copies) copies ;;
     faults) faults ;;
     summary) summary ;;
@@ -436,6 +501,6 @@ for stage in "${@:-all}"; do
     latency) latency ;;
     clocks) clocks ;;
     large) large ;;
-    *) echo "usage: $0 build|sweep|steady|graph|paired|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
+    *) echo "usage: $0 build|sweep|steady|graph|paired|states|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
   esac
 done

@@ -11,7 +11,7 @@
 #
 #   OUT=... AGENT=.device/fabric-agent bash bench/gpu-use-check.sh [CASE...]
 #
-# CASE: held (1, 2, 2b), idle (3), blocking (4), during (5); default all.
+# CASE: held (1, 2, 2b), idle (3), blocking (4), during (5), procs (6); default all.
 # The other work is a PyTorch process (the wheel that ships the NCCL the agent loads)
 # holding GPU memory and sleeping, or with BUSY=1 multiplying matrices until killed.
 set -u
@@ -63,6 +63,17 @@ PY
   cat "$OUT/holder-$gpu.log"
 }
 
+# stop_holder: the holder ends, by SIGKILL when SIGTERM has not ended it in 10 s.
+stop_holder() {
+  kill "$HOLDER" 2>/dev/null
+  for _ in $(seq 1 20); do
+    kill -0 "$HOLDER" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -9 "$HOLDER" 2>/dev/null
+  wait "$HOLDER" 2>/dev/null
+}
+
 # case NAME ARGS...: one node-check, with its outputs under $OUT/NAME.*
 case_() {
   local name=$1
@@ -110,7 +121,7 @@ print(v.get('verdict'), [(f.get('severity'), f.get('kind')) for f in v.get('find
   } | tee -a "$SUM"
 }
 
-CASES=" ${*:-held idle blocking during} "
+CASES=" ${*:-held idle blocking during procs} "
 want() { [[ $CASES == *" $1 "* ]]; }
 
 if want held; then
@@ -119,14 +130,14 @@ if want held; then
 HOLD_GIB=40 hold 2
 case_ held-40g --quick --no-ddp
 case_ held-40g-shared --quick --no-ddp --shared-gpus
-kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+stop_holder
 
 # 2. A process has taken all but 2 GiB of GPU 0: with --shared-gpus the sweep's 1 GiB buffers
 #    do not fit. The phase is Unavailable (the GPU's memory is taken), not a fault.
 LEAVE_GIB=2 hold 0
 case_ full-gpu0 --no-ddp --collectives all_reduce -w 1 -n 2
 case_ full-gpu0-shared --no-ddp --collectives all_reduce -w 1 -n 2 --shared-gpus
-kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+stop_holder
 
 # 2b. The ranks of node-pair and ddp-nodes refuse the same way, at once, before meeting
 #     their peers (rank 1 alone; rank 0 is never started).
@@ -145,7 +156,7 @@ rank_() {
 }
 rank_ node-pair-held node-pair
 rank_ ddp-nodes-held ddp-nodes
-kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+stop_holder
 fi
 
 # 3. Nothing else on the GPUs: measured, passed.
@@ -167,7 +178,7 @@ sleep "${DELAY:-4}"
 HOLD_GIB=8 BUSY=1 hold 1
 wait "$AGENT_PID"
 report_ started-during $? "$t0" "(default suite; work on GPU 1 from ${DELAY:-4} s)"
-kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+stop_holder
 # The same with --shared-gpus: measured, and what the work costs counts against the node.
 t0=$SECONDS
 start_ started-during-shared --shared-gpus
@@ -175,5 +186,9 @@ sleep "${DELAY:-4}"
 HOLD_GIB=8 BUSY=1 hold 1
 wait "$AGENT_PID"
 report_ started-during-shared $? "$t0" --shared-gpus
-kill "$HOLDER" 2>/dev/null; wait "$HOLDER" 2>/dev/null
+stop_holder
 fi
+
+# 6. The DDP probe with one process per GPU: those processes have ended before the check's
+#    last look at the GPUs, which must not take them for other work.
+want procs && case_ ddp-procs --no-pairs --ddp-process-per-gpu
