@@ -416,6 +416,7 @@ async fn gpus_held_by_work_outside_the_scheduler_cordon_nothing_in_any_mode() {
         fleet_all(Fault::GpusInUse {
             gpu: 0,
             bytes: 40 << 30,
+            during: false,
         }),
         "shared",
     )

@@ -714,3 +714,82 @@ async fn graph_launches_reach_the_agents_and_take_the_launching_cpu_out_of_laten
     let findings = first_run_findings(&env.runs_of("graphs").await);
     assert!(findings.is_empty(), "{findings:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_gpu_held_by_a_stuck_process_is_cordoned_and_a_busy_healthy_node_is_not() {
+    // gpu-02: a process stuck on GPU 2 holds 3 GiB of it, and the GPU has uncorrectable ECC
+    // errors (a failed GPU whose job cannot exit). gpu-03: the same process on a healthy GPU.
+    // Other work keeps both from being measured; gpu-02's own readings still fail it.
+    let mut fleet = SimFleet::uniform("gpu", 4, H100, 8);
+    for n in [1, 2] {
+        fleet.nodes[n].faults.push(Fault::GpusInUse {
+            gpu: 2,
+            bytes: 3 << 30,
+            during: false,
+        });
+    }
+    fleet.nodes[1].faults.push(Fault::Ecc { gpu: 2, count: 4 });
+    let env = setup(fleet, "stuck").await;
+    let (failed, busy) = (env.node("gpu-02"), env.node("gpu-03"));
+    let tests = env
+        .create_test("stuck", spec(&env, json!({"mode": "Cordon"})))
+        .await;
+    let t = wait_confirmation_folded(&env, &tests, "stuck", Duration::from_secs(180)).await;
+    let status = t.status.expect("status");
+    assert_eq!(
+        status.quarantined_nodes,
+        vec![failed.clone()],
+        "{:#?}",
+        status.nodes
+    );
+    let all = env.nodes().await;
+    assert!(cordoned(&all[&failed]), "{failed} was not cordoned");
+    assert!(!cordoned(&all[&busy]), "{busy} was cordoned");
+    // The first run: gpu-03 not measured for the other work, gpu-02 failed on its GPU's
+    // own evidence.
+    let runs = env.runs_of("stuck").await;
+    let first = runs
+        .iter()
+        .find(|r| r.spec.trigger == Trigger::Creation)
+        .and_then(|r| r.status.clone())
+        .expect("the first run's status");
+    let entry = |name: &str| {
+        first
+            .nodes
+            .iter()
+            .find(|n| n.node == name)
+            .cloned()
+            .expect("node entry")
+    };
+    let b = entry(&busy);
+    assert_eq!(
+        b.verdict,
+        gpufabric_api::run::NodeVerdict::NotMeasured,
+        "{b:?}"
+    );
+    assert_eq!(
+        b.not_measured,
+        Some(gpufabric_api::outcome::NotMeasuredReason::GpusInUse),
+        "{b:?}"
+    );
+    assert_eq!(
+        entry(&failed).verdict,
+        gpufabric_api::run::NodeVerdict::Failed
+    );
+    let findings = first_run_findings(&runs);
+    let critical: Vec<_> = findings
+        .iter()
+        .filter(|f| f.severity == gpufabric_api::Severity::Critical)
+        .collect();
+    assert!(!critical.is_empty(), "{findings:#?}");
+    assert!(
+        critical.iter().all(|f| f.subject.node_name() == failed),
+        "{critical:#?}"
+    );
+    assert!(
+        critical
+            .iter()
+            .any(|f| f.kind == gpufabric_api::FindingKind::EccUncorrectable),
+        "{critical:#?}"
+    );
+}

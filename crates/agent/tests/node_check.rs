@@ -40,6 +40,10 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: gpusInUse, gpu: 3, bytes: 42949672960}]
+  - name: stuck-on-a-failed-gpu
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 2, bytes: 3221225472}, {kind: ecc, gpu: 2, count: 4}]
   - name: started-during
     product: NVIDIA-H200
     gpus: 8
@@ -198,6 +202,55 @@ fn gpus_held_by_other_work_are_not_measured_unless_shared() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_gpu_held_by_other_work_is_still_judged_on_its_own_faults() {
+    let env = Env::new();
+    let verdict = env.dir.path().join("verdict.json");
+    let out = env.sim(
+        "stuck-on-a-failed-gpu",
+        &[
+            "--verdict",
+            "--verdict-json",
+            verdict.to_str().expect("utf-8 path"),
+        ],
+    );
+    // Not "not measured" (exit 14): the node fails on its GPU's own evidence.
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("other work holds the GPUs, but their own readings show faults (GPU 2: 4 uncorrectable ECC errors; GPU 2: a memory row remap pending): reporting their health alone"),
+        "{err}"
+    );
+    let doc = doc_of(&out);
+    assert!(doc.nccl.is_none() && doc.pairs.is_none() && doc.ddp.is_none());
+    assert_eq!(
+        doc.health.as_ref().map(|h| h.gpus[2].ecc_uncorrected),
+        Some(4)
+    );
+    assert!(!doc.errors.is_empty());
+    for e in &doc.errors {
+        assert_eq!(e.kind, ErrorKind::Unavailable, "{e:?}");
+        assert!(
+            e.message.contains("GPU 2: 3.0 GiB of 140.4 GiB in use"),
+            "{e:?}"
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&verdict).expect("verdict")).expect("json");
+    assert_eq!(v["verdict"], "Failed", "{v}");
+    let kinds: Vec<&str> = v["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["severity"] == "Critical")
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["EccUncorrectable", "RowRemap"], "{v}");
+    // The same node without the fault is not measured at all (exit 14).
+    let out = env.sim("shared", &[]);
+    assert_eq!(out.status.code(), Some(14));
 }
 
 #[test]

@@ -19,8 +19,16 @@
 //! process NVML lists at the end that it did not list at the start, or memory in use grown by
 //! [`GROWTH_BYTES`] or more, is other work's, and the measurements it shared the GPUs with
 //! are not the node's. The check then ends with exit code 14 as well.
+//!
+//! Other work does not hide a GPU's own faults. A process stuck on a GPU that has failed
+//! (after an uncorrectable memory error, say) holds it as any other work does; when the GPUs'
+//! NVML readings show such a fault ([`own_faults`]), the agent writes a document of their
+//! health alone, its measuring phases `unavailable` ([`unmeasured_phases`]), and the node is
+//! judged on that evidence instead of going unmeasured run after run.
 
 use crate::{CheckError, Progress};
+use gpufabric_api::result::{ErrorKind, HealthSnapshot, Phase, PhaseError};
+use gpufabric_api::suite::Suite;
 
 /// Memory in use on a GPU, before the check's own contexts exist, above which another
 /// process holds it. An idle GPU reports a few MiB besides the driver's reserve (which is
@@ -177,6 +185,63 @@ pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> 
     }
 }
 
+/// What the GPUs' own NVML readings say is wrong with them, whatever else runs on them:
+/// uncorrectable ECC errors since the driver loaded, a row remap pending or failed, NVLink
+/// links down (on a node of two GPUs or more). Each is a fault of the GPU that the health
+/// rules hold against the node; temperatures and throttling are left out, since other work
+/// heats and loads a GPU.
+pub fn own_faults(health: &HealthSnapshot) -> Vec<String> {
+    let several = health.gpus.len() >= 2;
+    let mut out = Vec::new();
+    for h in &health.gpus {
+        let g = h.index;
+        if h.ecc_uncorrected > 0 {
+            out.push(format!(
+                "GPU {g}: {} uncorrectable ECC errors",
+                h.ecc_uncorrected
+            ));
+        }
+        if h.remapped_failed {
+            out.push(format!("GPU {g}: a memory row remap failed"));
+        } else if h.remapped_pending {
+            out.push(format!("GPU {g}: a memory row remap pending"));
+        }
+        if several && h.nvlink_active < h.nvlink_expected {
+            out.push(format!(
+                "GPU {g}: {} of {} NVLink links up",
+                h.nvlink_active, h.nvlink_expected
+            ));
+        }
+    }
+    out
+}
+
+/// The measuring phases of `suite` that other work kept from running, each `unavailable`
+/// with `why` (the refusal's reason), for a document of the GPUs' health alone.
+pub fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
+    [
+        (Phase::NcclSweep, suite.nccl_sweep.enabled),
+        (Phase::GpuPairs, suite.gpu_pairs.enabled),
+        (Phase::DdpProbe, suite.ddp_probe.enabled),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(phase, _)| PhaseError {
+        phase,
+        kind: ErrorKind::Unavailable,
+        message: format!("not measured, only the GPUs' health was read: {why}"),
+    })
+    .collect()
+}
+
+/// The progress line of a check that reports the GPUs' health alone beside other work.
+pub fn health_alone(faults: &[String]) -> String {
+    format!(
+        "other work holds the GPUs, but their own readings show faults ({}): reporting their health alone",
+        faults.join("; ")
+    )
+}
+
 fn describe_process((pid, bytes): &(u32, Option<u64>)) -> String {
     match bytes {
         Some(b) => format!("pid {pid} {}", gib(*b)),
@@ -265,6 +330,55 @@ mod tests {
         assert!(!why.contains("GPU 0") && !why.contains("GPU 2"), "{why}");
         // A GPU NVML could not read at either end is not judged.
         assert_eq!(started_during(&start[..3], &end[3..]), None);
+    }
+
+    #[test]
+    fn a_gpus_own_faults_are_read_beside_other_work() {
+        use gpufabric_api::result::GpuHealth;
+        let gpu = |index| GpuHealth {
+            index,
+            nvlink_active: 18,
+            nvlink_expected: 18,
+            temperature_c: 90.0,
+            throttle: vec!["hwThermal".into()],
+            ..GpuHealth::default()
+        };
+        let mut health = HealthSnapshot {
+            gpus: (0..4).map(gpu).collect(),
+        };
+        // Heat and throttling are what other work does to a GPU: not its fault here.
+        assert!(own_faults(&health).is_empty());
+        health.gpus[1].ecc_uncorrected = 2;
+        health.gpus[2].remapped_pending = true;
+        health.gpus[2].remapped_failed = true;
+        health.gpus[3].nvlink_active = 16;
+        assert_eq!(
+            own_faults(&health),
+            [
+                "GPU 1: 2 uncorrectable ECC errors",
+                "GPU 2: a memory row remap failed",
+                "GPU 3: 16 of 18 NVLink links up"
+            ]
+        );
+        // A GPU alone on its node has no peer to link to.
+        let alone = HealthSnapshot {
+            gpus: vec![GpuHealth {
+                nvlink_expected: 18,
+                ..GpuHealth::default()
+            }],
+        };
+        assert!(own_faults(&alone).is_empty());
+        // Only the phases the suite runs are reported, each unavailable with the reason.
+        let mut suite = Suite::default();
+        suite.ddp_probe.enabled = false;
+        let errs = unmeasured_phases(&suite, "GPU 1: 3.0 GiB in use");
+        let phases: Vec<Phase> = errs.iter().map(|e| e.phase).collect();
+        assert_eq!(phases, [Phase::NcclSweep, Phase::GpuPairs]);
+        assert!(errs.iter().all(|e| {
+            e.kind == ErrorKind::Unavailable
+                && e.message
+                    .ends_with("only the GPUs' health was read: GPU 1: 3.0 GiB in use")
+        }));
     }
 
     #[test]

@@ -194,6 +194,30 @@ impl Monitor {
         out
     }
 
+    /// The GPUs as NVML describes them, read without a CUDA context (product, PCI bus id,
+    /// memory); a GPU NVML cannot read is described by its bus id alone.
+    pub fn gpu_infos(&self) -> Vec<gpufabric_api::result::GpuInfo> {
+        self.buses
+            .iter()
+            .map(|(idx, bus)| {
+                let dev = self.device(*idx, bus).ok();
+                gpufabric_api::result::GpuInfo {
+                    index: *idx,
+                    product: dev
+                        .as_ref()
+                        .and_then(|d| d.name().ok())
+                        .unwrap_or_else(|| "unknown".into()),
+                    uuid: dev.as_ref().and_then(|d| d.uuid().ok()),
+                    pci_bus_id: (!bus.is_empty()).then(|| bus.clone()),
+                    memory_bytes: dev
+                        .as_ref()
+                        .and_then(|d| d.memory_info().ok())
+                        .map_or(0, |m| m.total),
+                }
+            })
+            .collect()
+    }
+
     /// Reads the snapshot of every GPU.
     pub fn snapshot(&self, xids: &BTreeMap<u32, Vec<u64>>) -> HealthSnapshot {
         let mut gpus = Vec::new();

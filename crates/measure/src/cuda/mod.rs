@@ -258,7 +258,16 @@ fn check(
         return Err(CheckError::TooFewGpus { found, wanted });
     }
     let monitor = open_monitor(found);
-    refuse_gpus_in_use(monitor.as_ref(), opts.shared_gpus, progress)?;
+    if let Err(refused) = refuse_gpus_in_use(monitor.as_ref(), opts.shared_gpus, progress) {
+        return health_beside_work(
+            opts,
+            monitor.as_ref(),
+            refused,
+            started_at,
+            started,
+            progress,
+        );
+    }
     let gpus = open_devices(found)?;
     // The GPUs once this process's contexts are open: what the end of the check is set
     // beside, to tell other work that started meanwhile (crate::gpu_use::started_during).
@@ -280,12 +289,6 @@ fn check(
         .collect();
     let mut errors = Vec::new();
     let nccl_ok = nccl::nccl_present();
-    let versions = Versions {
-        agent: env!("CARGO_PKG_VERSION").to_string(),
-        driver: monitor.as_ref().and_then(|m| m.driver_version()),
-        cuda: gpu::driver_cuda_version(),
-        nccl: if nccl_ok { nccl::nccl_version() } else { None },
-    };
     let run = || measure(opts, cuda, &gpus, nccl_ok, progress);
     let (measured, xids) = match &monitor {
         Some(m) => m.watch_xids(run),
@@ -324,27 +327,83 @@ fn check(
         }
         let _ = std::fs::remove_file(path);
     }
-    Ok(ResultDocument {
+    let mut doc = document(opts, monitor.as_ref(), infos, started_at);
+    doc.nccl = nccl_result;
+    doc.pairs = pairs_result;
+    doc.ddp = ddp_result;
+    doc.health = health;
+    doc.transports = transports;
+    doc.errors = errors;
+    doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(doc)
+}
+
+/// The document of a check on `gpus`, nothing measured yet: versions, GPUs, network ports.
+fn document(
+    opts: &CheckOptions,
+    monitor: Option<&health::Monitor>,
+    gpus: Vec<GpuInfo>,
+    started_at: String,
+) -> ResultDocument {
+    let nccl_ok = nccl::nccl_present();
+    ResultDocument {
         schema: FULL_SCHEMA.to_string(),
         node: opts.node.clone(),
         backend: Backend::Cuda,
         started_at,
-        duration_s: started.elapsed().as_secs_f64(),
-        versions,
-        gpus: infos,
-        nccl: nccl_result,
-        pairs: pairs_result,
-        ddp: ddp_result,
-        health,
-        transports,
+        duration_s: 0.0,
+        versions: Versions {
+            agent: env!("CARGO_PKG_VERSION").to_string(),
+            driver: monitor.and_then(health::Monitor::driver_version),
+            cuda: gpu::driver_cuda_version(),
+            nccl: if nccl_ok { nccl::nccl_version() } else { None },
+        },
+        gpus,
+        nccl: None,
+        pairs: None,
+        ddp: None,
+        health: None,
+        transports: Vec::new(),
         nics: crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)).unwrap_or_else(
             |e| {
                 tracing::warn!("network ports not listed: {e}");
                 Vec::new()
             },
         ),
-        errors,
-    })
+        errors: Vec::new(),
+    }
+}
+
+/// Other work holds the GPUs (`refused`): the check does not measure. When the GPUs' own
+/// NVML readings show a fault ([`crate::gpu_use::own_faults`]: a process stuck on a failed
+/// GPU holds it like any other work), the document of their health alone, read without a
+/// context of this process, so that the node is judged on that evidence; otherwise the
+/// refusal.
+fn health_beside_work(
+    opts: &CheckOptions,
+    monitor: Option<&health::Monitor>,
+    refused: CheckError,
+    started_at: String,
+    started: Instant,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
+    let (Some(m), CheckError::GpusInUse(why)) = (monitor, &refused) else {
+        return Err(refused);
+    };
+    if !opts.suite.health.enabled {
+        return Err(refused);
+    }
+    let snapshot = m.snapshot(&Default::default());
+    let faults = crate::gpu_use::own_faults(&snapshot);
+    if faults.is_empty() {
+        return Err(refused);
+    }
+    progress(&crate::gpu_use::health_alone(&faults));
+    let mut doc = document(opts, monitor, m.gpu_infos(), started_at);
+    doc.health = Some(snapshot);
+    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
+    doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(doc)
 }
 
 type Measured = (

@@ -196,7 +196,9 @@ pub fn node_check(
         });
     }
     let m = NodeModel::new(node, seed);
-    refuse_shared_gpus(node, opts.shared_gpus, progress)?;
+    if let Err(refused) = refuse_shared_gpus(node, opts.shared_gpus, progress) {
+        return health_beside_work(opts, node, &m, seed, started_at, refused, progress);
+    }
     if m.product.name == GENERIC_PCIE.name {
         tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
     }
@@ -267,6 +269,36 @@ pub fn node_check(
     }
     refuse_work_started(node, &doc, opts.shared_gpus)?;
     doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(doc)
+}
+
+/// The cuda backend's answer to other work holding the GPUs: the document of their health
+/// alone when it shows faults of their own ([`crate::gpu_use::own_faults`]), else the
+/// refusal.
+fn health_beside_work(
+    opts: &CheckOptions,
+    node: &FleetNode,
+    m: &NodeModel,
+    seed: u64,
+    started_at: String,
+    refused: CheckError,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
+    let CheckError::GpusInUse(why) = &refused else {
+        return Err(refused);
+    };
+    if !opts.suite.health.enabled {
+        return Err(refused);
+    }
+    let health = health_phase(m, progress);
+    let faults = crate::gpu_use::own_faults(&health);
+    if faults.is_empty() {
+        return Err(refused);
+    }
+    progress(&crate::gpu_use::health_alone(&faults));
+    let mut doc = empty_document(opts, node, m, seed, started_at);
+    doc.health = Some(health);
+    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
     Ok(doc)
 }
 
