@@ -193,6 +193,32 @@ pub(crate) fn parse_tagged<T: serde::de::DeserializeOwned>(
 }
 
 impl ResultDocument {
+    /// The document of a check of `gpus` on `node`, nothing measured yet.
+    pub fn unmeasured(
+        node: String,
+        backend: Backend,
+        started_at: String,
+        versions: Versions,
+        gpus: Vec<GpuInfo>,
+    ) -> ResultDocument {
+        ResultDocument {
+            schema: FULL_SCHEMA.to_string(),
+            node,
+            backend,
+            started_at,
+            duration_s: 0.0,
+            versions,
+            gpus,
+            nccl: None,
+            pairs: None,
+            ddp: None,
+            health: None,
+            transports: Vec::new(),
+            nics: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
     /// Reads a full document, rejecting malformed and unknown-schema input.
     pub fn parse(text: &str) -> Result<ResultDocument, ParseError> {
         let text = text.trim();

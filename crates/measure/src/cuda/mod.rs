@@ -17,7 +17,7 @@ use crate::{CheckError, CheckOptions, Progress};
 use gpu::{Gpu, GpuError, HostBuf, Stream};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    Backend, ErrorKind, FULL_SCHEMA, GpuInfo, NcclSweepResult, Phase, PhaseError, Versions,
+    Backend, ErrorKind, GpuInfo, NcclSweepResult, Phase, PhaseError, Versions,
 };
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
@@ -346,32 +346,20 @@ fn document(
     started_at: String,
 ) -> ResultDocument {
     let nccl_ok = nccl::nccl_present();
-    ResultDocument {
-        schema: FULL_SCHEMA.to_string(),
-        node: opts.node.clone(),
-        backend: Backend::Cuda,
-        started_at,
-        duration_s: 0.0,
-        versions: Versions {
-            agent: env!("CARGO_PKG_VERSION").to_string(),
-            driver: monitor.and_then(health::Monitor::driver_version),
-            cuda: gpu::driver_cuda_version(),
-            nccl: if nccl_ok { nccl::nccl_version() } else { None },
-        },
-        gpus,
-        nccl: None,
-        pairs: None,
-        ddp: None,
-        health: None,
-        transports: Vec::new(),
-        nics: crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)).unwrap_or_else(
-            |e| {
-                tracing::warn!("network ports not listed: {e}");
-                Vec::new()
-            },
-        ),
-        errors: Vec::new(),
-    }
+    let versions = Versions {
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        driver: monitor.and_then(health::Monitor::driver_version),
+        cuda: gpu::driver_cuda_version(),
+        nccl: if nccl_ok { nccl::nccl_version() } else { None },
+    };
+    let mut doc =
+        ResultDocument::unmeasured(opts.node.clone(), Backend::Cuda, started_at, versions, gpus);
+    doc.nics =
+        crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)).unwrap_or_else(|e| {
+            tracing::warn!("network ports not listed: {e}");
+            Vec::new()
+        });
+    doc
 }
 
 /// Other work holds the GPUs (`refused`): the check does not measure. When the GPUs' own

@@ -17,7 +17,7 @@ use crate::fleet::{Fault, FleetNode};
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    Backend, ErrorKind, FULL_SCHEMA, GpuInfo, Phase, PhaseError, TransportInfo, Versions,
+    Backend, ErrorKind, GpuInfo, Phase, PhaseError, TransportInfo, Versions,
 };
 use node_model::NodeModel;
 use noise::Rng;
@@ -323,27 +323,13 @@ fn empty_document(
         })
         .collect();
 
-    ResultDocument {
-        schema: FULL_SCHEMA.to_string(),
-        node: opts.node.clone(),
-        backend: Backend::Sim,
-        started_at,
-        duration_s: 0.0,
-        versions: Versions {
-            agent: env!("CARGO_PKG_VERSION").to_string(),
-            driver: None,
-            cuda: None,
-            nccl: None,
-        },
-        gpus,
+    let versions = Versions {
+        agent: env!("CARGO_PKG_VERSION").to_string(),
+        driver: None,
+        cuda: None,
         nccl: None,
-        pairs: None,
-        ddp: None,
-        health: None,
-        transports: Vec::new(),
-        nics: Vec::new(),
-        errors: Vec::new(),
-    }
+    };
+    ResultDocument::unmeasured(opts.node.clone(), Backend::Sim, started_at, versions, gpus)
 }
 
 /// PCI bus numbers of the eight GPUs of an HGX board (as `nvidia-smi` lists them on
