@@ -11,7 +11,8 @@
 #
 #   OUT=... AGENT=.device/fabric-agent bash bench/gpu-use-check.sh [CASE...]
 #
-# CASE: held (1, 2, 2b), idle (3), blocking (4), during (5), procs (6); default all.
+# CASE: held (1, 2, 2b), idle (3), blocking (4), during (5), procs (6), ranks (7; ddp-during
+# alone: its last part); default all.
 # The other work is a PyTorch process (the wheel that ships the NCCL the agent loads)
 # holding GPU memory and sleeping, or with BUSY=1 multiplying matrices until killed.
 set -u
@@ -117,11 +118,12 @@ print(v.get('verdict'), [(f.get('severity'), f.get('kind')) for f in v.get('find
     echo "   stderr tail: $(grep -v '^\[' "$OUT/$name.stderr" | tail -2 | tr '\n' ' ' | head -c 600)"
     [ -n "$errs" ] && echo "   errors: $errs"
     [ -n "$verdict" ] && echo "   verdict: $verdict"
-    grep 'once the contexts were open' "$OUT/$name.stderr" | sed -E 's/.*(gpu=[0-9]+ .*processes=[0-9]+).*/   memory: \1/'
+    grep 'once the contexts were open' "$OUT/$name.stderr" |
+      sed -E 's/\x1b\[[0-9;]*m//g; s/.*(gpu=[0-9]+ .*processes=[0-9]+).*/   memory: \1/'
   } | tee -a "$SUM"
 }
 
-CASES=" ${*:-held idle blocking during procs} "
+CASES=" ${*:-held idle blocking during procs ranks} "
 want() { [[ $CASES == *" $1 "* ]]; }
 
 if want held; then
@@ -192,3 +194,46 @@ fi
 # 6. The DDP probe with one process per GPU: those processes have ended before the check's
 #    last look at the GPUs, which must not take them for other work.
 want procs && case_ ddp-procs --no-pairs --ddp-process-per-gpu
+
+# 7. Both ranks of node-pair and of ddp-nodes on this host (rank 0 on GPUs 0-1, rank 1 on
+#    GPUs 2-3; needs 4 GPUs): on idle GPUs both measure and neither takes its own memory for
+#    other work; then a process that takes 8 GiB of GPU 3 8 s after the start and multiplies
+#    matrices on it: rank 1 writes its document as not measured, rank 0 measures.
+ranks_() { # NAME CMD WORK ARGS...: WORK=1 starts the holder on GPU 3
+  local name=$1 cmd=$2 work=$3
+  shift 3
+  local t0=$SECONDS r0 r1 rc0 rc1 r
+  local common=(--nodes a,b --rendezvous 127.0.0.1:29513 --group "$name" --rendezvous-timeout 90)
+  for r in 0 1; do
+    local devs=0,1
+    [ $r = 1 ] && devs=2,3
+    RUST_LOG=gpufabric_measure=info CUDA_VISIBLE_DEVICES=$devs FABRIC_TERMINATION_LOG=$OUT/$name-r$r.term \
+      FABRIC_RENDEZVOUS_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff \
+      timeout 240 "$AGENT" "$cmd" "${common[@]}" --rank $r "$@" \
+      > "$OUT/$name-r$r.stdout" 2> "$OUT/$name-r$r.stderr" &
+    [ $r = 0 ] && r0=$! && sleep 1
+    [ $r = 1 ] && r1=$!
+  done
+  if [ "$work" = 1 ]; then
+    sleep 8
+    HOLD_GIB=8 BUSY=1 hold 3
+  fi
+  wait "$r0"; rc0=$?
+  wait "$r1"; rc1=$?
+  [ "$work" = 1 ] && stop_holder
+  {
+    echo "== $name: rank 0 exit $rc0, rank 1 exit $rc1 in $((SECONDS - t0)) s; $cmd $*"
+    for r in 0 1; do
+      echo "   rank $r: $(head -c 500 "$OUT/$name-r$r.term" 2>/dev/null)"
+      grep 'once the contexts were open' "$OUT/$name-r$r.stderr" |
+      sed -E 's/\x1b\[[0-9;]*m//g; s/.*(gpu=[0-9]+ .*processes=[0-9]+).*/   memory: \1/'
+    done
+  } | tee -a "$SUM"
+}
+if want ranks; then
+  ranks_ pair-clean node-pair 0
+  ranks_ ddp-clean ddp-nodes 0
+  ranks_ pair-during node-pair 1 --iters 4000
+fi
+# The probe's timed steps long enough that the work starts while they run.
+want ranks || want ddp-during && ranks_ ddp-during ddp-nodes 1 --steps 400

@@ -216,12 +216,29 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     if let Err(e) = measured {
         return not_measured(doc, &args, started, e);
     }
+    // The workers have ended: what the GPUs hold now is work that started while they
+    // measured (not after a failure: a worker that was killed may still be letting go).
+    if fleet.is_none()
+        && doc.errors.is_empty()
+        && let Err(CheckError::GpusInUse(message)) =
+            gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus)
+    {
+        eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");
+        doc.not_measured = Some(NotMeasured {
+            peer: None,
+            message,
+        });
+    }
     if let Err(e) = group.barrier(args.meet.rendezvous_timeout) {
         doc.errors.push(error(e.to_string()));
     }
     doc.duration_s = started.elapsed().as_secs_f64();
     emit(&doc, args.me.json.as_deref())?;
-    Ok(0)
+    Ok(if doc.not_measured.is_some() {
+        EXIT_NOT_MEASURED
+    } else {
+        0
+    })
 }
 
 fn empty_doc(args: &DdpNodesArgs, backend: Backend, started_at: String) -> DdpNodesResult {

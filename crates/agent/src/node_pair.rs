@@ -181,7 +181,13 @@ fn finish(
     }
     doc.duration_s = r.started.elapsed().as_secs_f64();
     emit(&doc, r.args.me.json.as_deref())?;
-    Ok(0)
+    Ok(match &doc.not_measured {
+        Some(m) => {
+            eprintln!("fabric-agent: node pair not measured: {}", m.message);
+            EXIT_NOT_MEASURED
+        }
+        None => 0,
+    })
 }
 
 fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
@@ -207,8 +213,18 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
         Err(code) => return Ok(code),
     };
     let seed = args.me.seed.unwrap_or(fleet.seed);
-    let doc = gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, r.started_at.clone())
-        .map_err(|e| invalid(e.to_string()))?;
+    let mut doc =
+        gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, r.started_at.clone())
+            .map_err(|e| invalid(e.to_string()))?;
+    // The cuda backend's last look at this node's GPUs.
+    if let Some(node) = fleet.node(opts.node())
+        && let Err(CheckError::GpusInUse(message)) = sim::work_started(node, args.me.shared_gpus)
+    {
+        doc.not_measured = Some(NotMeasured {
+            peer: None,
+            message,
+        });
+    }
     finish(doc, group, r)
 }
 
@@ -248,6 +264,7 @@ fn run_cuda(r: &RankRun) -> anyhow::Result<i32> {
             .unwrap_or_default(),
         nccl_log,
         joined: Some(joined.clone()),
+        shared_gpus: args.me.shared_gpus,
     };
     let _watch = watch_init(joined, args.meet.rendezvous_timeout, {
         let doc = not_measured(

@@ -268,7 +268,7 @@ fn work_that_starts_during_the_check_voids_its_measurements() {
     );
     let term = std::fs::read_to_string(env.term()).expect("termination message");
     assert!(
-        term.starts_with("the GPUs are in use by other work: GPU 6: 0.0 GiB in use once the check's contexts were open, 12.0 GiB after its measurements; work the scheduler does not know about started on this node's GPUs while the check measured them"),
+        term.starts_with("the GPUs are in use by other work: GPU 6: 0.0 GiB in use once the check's contexts were open, 12.0 GiB after its measurements; work the scheduler does not know about started on this node's GPUs while they were measured"),
         "{term}"
     );
     // Told to share, the check keeps what it measured.

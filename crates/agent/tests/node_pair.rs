@@ -26,6 +26,10 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: gpusInUse, gpu: 5, bytes: 8589934592}]
+  - name: started-during
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 4, bytes: 8589934592, during: true}]
 "#;
 
 impl RankEnv {
@@ -161,6 +165,34 @@ fn a_rank_whose_gpus_other_work_holds_ends_at_once_and_its_peer_is_not_measured(
     assert_eq!(out1.status.code(), Some(0));
     assert!(d0.not_measured.is_none() && d1.not_measured.is_none());
     assert!(d0.busbw().is_some());
+}
+
+#[test]
+fn work_that_starts_on_a_ranks_gpus_while_the_pair_measures_leaves_the_pair_not_measured() {
+    let env = RankEnv::new(FLEET);
+    let r0 = env.rank("a,started-during", 0, SECRET, "20");
+    let r1 = env.rank("a,started-during", 1, SECRET, "20");
+    let (out1, d1) = finish(r1);
+    let (out0, d0) = finish(r0);
+    // Rank 1's last look finds the work: its document says the pair is not measured
+    // (which the operator reads for the pair), with exit 3; rank 0 measured.
+    assert_eq!((out0.status.code(), out1.status.code()), (Some(0), Some(3)));
+    assert!(d0.not_measured.is_none());
+    let nm = d1.not_measured.expect("not measured");
+    assert!(
+        nm.message.starts_with("GPU 4: 0.0 GiB in use once the check's contexts were open, 8.0 GiB after its measurements; work the scheduler does not know about started"),
+        "{}",
+        nm.message
+    );
+    // Told to share, rank 1 keeps its measurement.
+    let env = RankEnv::new(FLEET);
+    let r0 = env.rank("a,started-during", 0, SECRET, "20");
+    let mut shared = env.rank_cmd("a,started-during", 1, SECRET, "20");
+    shared.env("FABRIC_SHARED_GPUS", "true");
+    let (out1, d1) = finish(shared.spawn().expect("agent starts"));
+    let _ = finish(r0);
+    assert_eq!(out1.status.code(), Some(0));
+    assert!(d1.not_measured.is_none());
 }
 
 #[test]

@@ -177,12 +177,22 @@ pub fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
 /// The check's answer to other work that started while it measured ([`started_during`]):
 /// [`CheckError::GpusInUse`], since its measurements shared the GPUs with that work.
 pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> {
-    match started_during(start, end) {
-        None => Ok(()),
-        Some(grown) => Err(CheckError::GpusInUse(format!(
-            "{grown}; work the scheduler does not know about started on this node's GPUs while the check measured them, so its measurements are not the node's and the node was not measured. Stop it (nvidia-smi on the node lists it), or measure beside it with --shared-gpus (FABRIC_SHARED_GPUS=1)"
-        ))),
-    }
+    started_during(start, end).map_or(Ok(()), |grown| Err(started_meanwhile(&grown)))
+}
+
+/// The same answer for a process that holds no context of its own when it looks (its
+/// measuring processes have ended): what the GPUs hold then is other work's, by the rule of
+/// the first look ([`refuse`] without `shared`).
+pub fn refuse_at_end(gpus: &[GpuUse]) -> Result<(), CheckError> {
+    held(gpus).map_or(Ok(()), |held| {
+        Err(started_meanwhile(&format!("{held} after the measurements")))
+    })
+}
+
+fn started_meanwhile(what: &str) -> CheckError {
+    CheckError::GpusInUse(format!(
+        "{what}; work the scheduler does not know about started on this node's GPUs while they were measured, so the measurements are not the node's and the node was not measured. Stop it (nvidia-smi on the node lists it), or measure beside it with --shared-gpus (FABRIC_SHARED_GPUS=1)"
+    ))
 }
 
 /// What the GPUs' own NVML readings say is wrong with them, whatever else runs on them:
@@ -330,6 +340,17 @@ mod tests {
         assert!(!why.contains("GPU 0") && !why.contains("GPU 2"), "{why}");
         // A GPU NVML could not read at either end is not judged.
         assert_eq!(started_during(&start[..3], &end[3..]), None);
+        // Read with no context of the reader's own: the first look's rule.
+        let mut gpus: Vec<GpuUse> = (0..2).map(idle).collect();
+        assert!(refuse_at_end(&gpus).is_ok());
+        gpus[1].used_bytes = 6 << 30;
+        match refuse_at_end(&gpus) {
+            Err(CheckError::GpusInUse(m)) => assert!(
+                m.starts_with("GPU 1: 6.0 GiB of 140.4 GiB in use (no process of it is visible here) after the measurements; work the scheduler does not know about started"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -148,37 +148,46 @@ fn refuse_gpus_in_use(
     crate::gpu_use::refuse(&gpus, shared, progress)
 }
 
-/// Ends with [`CheckError::GpusInUse`] when other work started on the GPUs while the check
-/// measured them ([`crate::gpu_use::started_during`]: set against `opened`, the GPUs once
-/// this process's contexts were open). Not with `shared` (the check measures beside other
-/// work by request), and not where a phase timed out or a GPU raised an XID: a thread
-/// still stuck in a phase holds the check's own memory, and an XID is the GPU's evidence
-/// whatever ran beside it.
-fn refuse_work_started(
-    monitor: Option<&health::Monitor>,
-    opened: &[crate::gpu_use::GpuUse],
-    shared: bool,
-    errors: &[PhaseError],
-    xids: &std::collections::BTreeMap<u32, Vec<u64>>,
-) -> Result<(), CheckError> {
-    let Some(monitor) = monitor else {
-        return Ok(());
-    };
-    if shared || errors.iter().any(|e| e.kind == ErrorKind::Timeout) || !xids.is_empty() {
-        return Ok(());
+/// The GPUs' use once this process's contexts are open, to set the end of its measurements
+/// beside ([`crate::gpu_use::started_during`]); it sees nothing without NVML.
+pub(crate) struct UseWatch<'m> {
+    monitor: Option<&'m health::Monitor>,
+    opened: Vec<crate::gpu_use::GpuUse>,
+}
+
+impl<'m> UseWatch<'m> {
+    /// Reads the GPUs now: call once this process's contexts are open.
+    pub(crate) fn start(monitor: Option<&'m health::Monitor>) -> UseWatch<'m> {
+        let opened = monitor.map(health::Monitor::gpu_use).unwrap_or_default();
+        UseWatch { monitor, opened }
     }
-    let end = monitor.gpu_use();
-    for (s, e) in opened.iter().zip(&end) {
-        tracing::info!(
-            gpu = e.gpu,
-            opened_mib = s.used_bytes >> 20,
-            end_mib = e.used_bytes >> 20,
-            opened_processes = s.processes.len(),
-            end_processes = e.processes.len(),
-            "GPU memory in use once the contexts were open and after the measurements"
-        );
+
+    /// [`CheckError::GpusInUse`] when other work started on the GPUs since [`Self::start`].
+    /// Not when `skip`: the caller measures beside other work by request, a phase timed out
+    /// (a thread still stuck in it holds this process's own memory) or a GPU raised an XID
+    /// (the GPU's evidence whatever ran beside it).
+    pub(crate) fn finish(&self, skip: bool) -> Result<(), CheckError> {
+        let Some(monitor) = self.monitor.filter(|_| !skip) else {
+            return Ok(());
+        };
+        let end = monitor.gpu_use();
+        for (s, e) in self.opened.iter().zip(&end) {
+            tracing::info!(
+                gpu = e.gpu,
+                opened_mib = s.used_bytes >> 20,
+                end_mib = e.used_bytes >> 20,
+                opened_processes = s.processes.len(),
+                end_processes = e.processes.len(),
+                "GPU memory in use once the contexts were open and after the measurements"
+            );
+        }
+        crate::gpu_use::refuse_after(&self.opened, &end)
     }
-    crate::gpu_use::refuse_after(opened, &end)
+}
+
+/// Whether a phase of `errors` timed out.
+pub(crate) fn timed_out(errors: &[PhaseError]) -> bool {
+    errors.iter().any(|e| e.kind == ErrorKind::Timeout)
 }
 
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank
@@ -187,6 +196,21 @@ fn refuse_work_started(
 pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
     let n = count_gpus()?;
     refuse_gpus_in_use(open_monitor(n).as_ref(), shared, progress)
+}
+
+/// For a rank whose measuring processes have ended and that holds no context of its own:
+/// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while they
+/// were measured ([`crate::gpu_use::refuse_at_end`]). Without NVML it cannot tell.
+pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
+    if shared {
+        return Ok(());
+    }
+    let n = count_gpus()?;
+    let gpus = open_monitor(n)
+        .as_ref()
+        .map(health::Monitor::gpu_use)
+        .unwrap_or_default();
+    crate::gpu_use::refuse_at_end(&gpus)
 }
 
 /// Points NCCL's INFO log at a file we parse for transports, unless the user set NCCL_DEBUG.
@@ -270,11 +294,8 @@ fn check(
     }
     let gpus = open_devices(found)?;
     // The GPUs once this process's contexts are open: what the end of the check is set
-    // beside, to tell other work that started meanwhile (crate::gpu_use::started_during).
-    let opened = monitor
-        .as_ref()
-        .map(health::Monitor::gpu_use)
-        .unwrap_or_default();
+    // beside, to tell other work that started meanwhile.
+    let watch = UseWatch::start(monitor.as_ref());
     progress(&format!("{found} GPU(s): {}", gpus[0].name()));
     let debug_file = nccl_debug_file();
     let infos: Vec<GpuInfo> = gpus
@@ -295,13 +316,7 @@ fn check(
         None => (run(), Default::default()),
     };
     let (nccl_result, pairs_result, ddp_result, mut phase_errors) = measured;
-    refuse_work_started(
-        monitor.as_ref(),
-        &opened,
-        opts.shared_gpus,
-        &phase_errors,
-        &xids,
-    )?;
+    watch.finish(opts.shared_gpus || timed_out(&phase_errors) || !xids.is_empty())?;
     errors.append(&mut phase_errors);
     let health = if suite.health.enabled {
         match &monitor {

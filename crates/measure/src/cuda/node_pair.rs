@@ -46,6 +46,9 @@ pub struct PairSettings {
     /// done). `ncclCommInitRank` cannot be aborted: a caller that must not hang for ever on
     /// a peer that died after the rendezvous watches this flag (see the agent's init watch).
     pub joined: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Measure beside other work on this node's GPUs (`--shared-gpus`); otherwise work that
+    /// starts on them while the pair measures makes the pair not measured.
+    pub shared_gpus: bool,
 }
 
 /// This node's GPUs in the clique.
@@ -67,8 +70,17 @@ pub fn node_pair(
     started_at: String,
 ) -> Result<NodePairResult, CheckError> {
     let started = Instant::now();
-    let gpus = super::open_gpus()?;
+    // Other work may have started while this rank waited for its peer: a second look,
+    // before this process's contexts exist (the first was before the rendezvous).
+    let late = super::refuse_shared_gpus(set.shared_gpus, &|_| {}).err();
+    let gpus = match late {
+        Some(CheckError::GpusInUse(_)) => Vec::new(),
+        Some(e) => return Err(e),
+        None => super::open_gpus()?,
+    };
     let g = gpus.len() as u32;
+    let monitor = super::open_monitor(g);
+    let watch = super::UseWatch::start(monitor.as_ref());
     let mut doc = NodePairResult {
         schema: PAIR_SCHEMA.into(),
         group: opts.group.clone(),
@@ -85,6 +97,14 @@ pub fn node_pair(
         not_measured: None,
         errors: Vec::new(),
     };
+    if let Some(CheckError::GpusInUse(message)) = late {
+        doc.not_measured = Some(gpufabric_api::pair::NotMeasured {
+            peer: None,
+            message,
+        });
+        doc.duration_s = started.elapsed().as_secs_f64();
+        return Ok(doc);
+    }
     // Both nodes of a pair share the agent's environment, so both stop here alike.
     let blocking = std::env::var("CUDA_LAUNCH_BLOCKING").ok();
     if let Some(why) = super::blocking_launches(gpus.len(), blocking.as_deref()) {
@@ -101,6 +121,16 @@ pub fn node_pair(
         Ok(Ok(())) => {}
         Ok(Err(e)) => doc.errors.push(phase_error(&e)),
         Err(p) => return Err(CheckError::Other(super::panic_message(p.as_ref()))),
+    }
+    // Work that started on this node's GPUs while the pair measured shared them with it:
+    // the pair's numbers are not the nodes'.
+    if let Err(CheckError::GpusInUse(message)) =
+        watch.finish(set.shared_gpus || super::timed_out(&doc.errors))
+    {
+        doc.not_measured = Some(gpufabric_api::pair::NotMeasured {
+            peer: None,
+            message,
+        });
     }
     if let Some(log) = set.nccl_log.as_ref()
         && let Ok(text) = std::fs::read_to_string(log)

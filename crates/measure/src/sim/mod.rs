@@ -89,7 +89,13 @@ fn refuse_work_started(
 ) -> Result<(), CheckError> {
     let timed_out = doc.errors.iter().any(|e| e.kind == ErrorKind::Timeout);
     let xid = node.faults.iter().any(|f| matches!(f, Fault::Xid { .. }));
-    if shared || timed_out || xid {
+    work_started(node, shared || timed_out || xid)
+}
+
+/// [`CheckError::GpusInUse`] when the node's `gpusInUse` faults with `during: true` started
+/// while it measured, unless `skip` (as the cuda backend's last look at the GPUs).
+pub fn work_started(node: &FleetNode, skip: bool) -> Result<(), CheckError> {
+    if skip {
         return Ok(());
     }
     crate::gpu_use::refuse_after(&gpu_use(node, false), &gpu_use(node, true))
