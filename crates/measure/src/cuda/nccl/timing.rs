@@ -203,8 +203,10 @@ pub(super) fn time_block(
     let t0 = match &mut graphs {
         Some(graphs) => launch_graphs(ranks, graphs, set.graph_launches)?,
         None => {
-            let t0 = Instant::now();
+            // The clock starts right before the first call, as nccl-tests' does: the start
+            // events are this tool's own, and their records are not the collective's time.
             record_starts(ranks)?;
+            let t0 = Instant::now();
             for iter in 0..iters {
                 run(comms, iter)?;
             }
@@ -266,7 +268,7 @@ fn launch_graphs(ranks: &[Rank], graphs: &mut [Graph], launches: u32) -> GpuResu
 }
 
 /// Runs each job `(prepare, work)` on a thread of its own: every `prepare` (binding a GPU)
-/// before the clock starts, then `start` (the start events) on this thread, then every
+/// and then `start` (the start events) on this thread before the clock starts, then every
 /// `work` at once. Returns when the clock started, after every `work` ended; the first
 /// error of any part otherwise. A failed `prepare` or `start` runs no `work`. A thread the
 /// system will not start is a refusal ([`GpuError::Refused`]: the sweep then stops, with
@@ -324,10 +326,12 @@ where
                 std::thread::yield_now();
             }
         }
-        let t0 = Instant::now();
         if result.is_ok() && !abort.load(Ordering::SeqCst) {
             result = start();
         }
+        // After the start events, right before the launches are released (as the
+        // host-launched block starts its clock).
+        let t0 = Instant::now();
         if result.is_err() {
             abort.store(true, Ordering::SeqCst);
         }
@@ -405,8 +409,20 @@ mod tests {
     #[test]
     fn launching_threads_are_released_together_after_every_prepare_and_the_start() {
         let log = Mutex::new(Vec::new());
-        let t0 = released_together(jobs(&log, None), starter(&log, true)).expect("runs");
+        let started = Mutex::new(None);
+        let start = || {
+            // The start events take a while: the clock must not count them.
+            std::thread::sleep(Duration::from_millis(30));
+            *started.lock().expect("mark") = Some(Instant::now());
+            starter(&log, true)()
+        };
+        let t0 = released_together(jobs(&log, None), start).expect("runs");
         assert!(t0.elapsed() < Duration::from_secs(5));
+        let started = started.into_inner().expect("mark").expect("start ran");
+        assert!(
+            t0 >= started,
+            "the clock started before the start events ended"
+        );
         let log = log.into_inner().expect("log");
         let at = |e: &str| log.iter().position(|x| x == e).expect(e);
         for i in 0..4 {
