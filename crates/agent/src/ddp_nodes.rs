@@ -218,11 +218,18 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     }
     // The workers have ended: what the GPUs hold now is work that started while they
     // measured (not after a failure: a worker that was killed may still be letting go).
-    if fleet.is_none()
-        && doc.errors.is_empty()
-        && let Err(CheckError::GpusInUse(message)) =
-            gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus)
-    {
+    let looked = match &fleet {
+        _ if !doc.errors.is_empty() => Ok(()),
+        None => gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus),
+        Some(f) => args
+            .nodes
+            .get(args.rank as usize)
+            .and_then(|n| f.node(n))
+            .map_or(Ok(()), |node| {
+                gpufabric_measure::sim::work_at_end(node, args.me.shared_gpus)
+            }),
+    };
+    if let Err(CheckError::GpusInUse(message)) = looked {
         eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");
         doc.not_measured = Some(NotMeasured {
             peer: None,

@@ -23,6 +23,10 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: slowNic, factor: 0.1}]
+  - name: started-during
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: gpusInUse, gpu: 7, bytes: 4294967296, during: true}]
 "#;
 
 impl RankEnv {
@@ -117,6 +121,23 @@ fn a_slow_nic_lowers_the_efficiency_of_every_count_it_joins() {
         slow[0].1.stragglers.is_empty(),
         "{:?}",
         slow[0].1.stragglers
+    );
+}
+
+#[test]
+fn work_that_starts_on_a_ranks_gpus_while_it_measures_leaves_the_probe_not_measured() {
+    let env = RankEnv::new(FLEET);
+    let done = env.all("a,started-during");
+    let (out0, d0) = &done[0];
+    let (out1, d1) = &done[1];
+    assert_eq!((out0.status.code(), out1.status.code()), (Some(0), Some(3)));
+    assert!(d0.not_measured.is_none());
+    let nm = d1.not_measured.as_ref().expect("not measured");
+    assert!(
+        nm.message
+            .starts_with("GPU 7: 4.0 GiB of 140.4 GiB in use (no process of it is visible here) after the measurements; work the scheduler does not know about started"),
+        "{}",
+        nm.message
     );
 }
 

@@ -92,6 +92,16 @@ fn refuse_work_started(
     work_started(node, shared || timed_out || xid)
 }
 
+/// The cuda backend's look of a ddp-nodes rank once its workers ended (no context of its
+/// own then, [`crate::gpu_use::refuse_at_end`]): what the node's `gpusInUse` faults hold at
+/// the end, unless `shared`.
+pub fn work_at_end(node: &FleetNode, shared: bool) -> Result<(), CheckError> {
+    if shared {
+        return Ok(());
+    }
+    crate::gpu_use::refuse_at_end(&gpu_use(node, true))
+}
+
 /// [`CheckError::GpusInUse`] when the node's `gpusInUse` faults with `during: true` started
 /// while it measured, unless `skip` (as the cuda backend's last look at the GPUs).
 pub fn work_started(node: &FleetNode, skip: bool) -> Result<(), CheckError> {
