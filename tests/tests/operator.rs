@@ -406,6 +406,72 @@ async fn an_agent_still_running_at_the_run_deadline_is_named_with_its_phase_from
 }
 
 #[tokio::test]
+async fn an_agent_on_a_node_that_stopped_reporting_is_not_measured_not_timed_out() {
+    let env = setup(fleet_with_last_hung(2)).await;
+    let lost = env.node("gpu-02");
+    // gpu-02's kubelet goes away while its agent runs: the node turns NotReady and nothing
+    // there enforces the pod's deadline or reports on the pod any more. Its pod still reads
+    // Running at the run deadline; that says nothing of its GPUs.
+    env.kubelet
+        .set_node_ignores_deadlines(&lost, true)
+        .await
+        .expect("kubelet setting");
+    env.create_test("lost", test_spec(&env, json!({"agent": sim_agent(10)})))
+        .await;
+    let runs = wait_runs(&env, "lost", 1, Duration::from_secs(60)).await;
+    let run_name = runs[0].name_any();
+    wait::poll(
+        "gpu-02's pod running",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let running = pods_of(&env, &run_name).await.iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lost.as_str())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            Ok(running.then_some(()))
+        },
+    )
+    .await
+    .expect("pod running");
+    env.kubelet
+        .set_node_ready(&lost, false)
+        .await
+        .expect("NotReady");
+    let run = wait_finished(&env, &run_name, Duration::from_secs(120)).await;
+    let status = run.status.clone().expect("status");
+    let v = verdicts(&run);
+    assert_eq!(v[&env.node("gpu-01")], NodeVerdict::Passed, "{status:?}");
+    assert_eq!(v[&lost], NodeVerdict::NotMeasured, "{status:?}");
+    let entry = status.nodes.iter().find(|n| n.node == lost).expect("entry");
+    assert_eq!(
+        entry.not_measured,
+        Some(gpufabric_api::outcome::NotMeasuredReason::NodeNotReady),
+        "{entry:?}"
+    );
+    let reason = entry.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains(
+            "the node stopped reporting while the agent ran (its Ready condition is False"
+        ) && reason.contains("run deadline"),
+        "{reason}"
+    );
+    assert!(
+        !status
+            .findings
+            .iter()
+            .any(|f| f.subject.node_name() == lost
+                && f.severity == gpufabric_api::Severity::Critical),
+        "{:?}",
+        status.findings
+    );
+    env.kubelet
+        .set_node_ready(&lost, true)
+        .await
+        .expect("Ready again");
+}
+
+#[tokio::test]
 async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_results() {
     // One node hangs until its 10 s deadline, so the run is still going when the operator dies.
     let mut env = setup(fleet_with_last_hung(12)).await;

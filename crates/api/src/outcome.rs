@@ -142,6 +142,10 @@ pub enum NotMeasuredReason {
     /// The agent's result could not be read (unparseable document) or the agent panicked
     /// (exit codes 1 and 101).
     AgentBug,
+    /// The node stopped reporting (its Ready condition not True) while its agent ran, and
+    /// the agent was still running, as far as anyone could tell, at the run deadline: its
+    /// kubelet or its network failed to answer, which says nothing of its GPUs.
+    NodeNotReady,
 }
 
 impl NotMeasuredReason {
@@ -159,6 +163,7 @@ impl NotMeasuredReason {
             NotMeasuredReason::NeverStarted => "NeverStarted",
             NotMeasuredReason::GpusInUse => "GpusInUse",
             NotMeasuredReason::AgentBug => "AgentBug",
+            NotMeasuredReason::NodeNotReady => "NodeNotReady",
         }
     }
 
@@ -188,6 +193,9 @@ impl NotMeasuredReason {
                 "processes outside the scheduler's view (host processes, pods that did not request GPUs, an MPS server) hold the nodes' GPUs, or their compute mode is Prohibited; stop them, or set FABRIC_SHARED_GPUS=1 in agent.env to measure beside them"
             }
             NotMeasuredReason::AgentBug => "the agent wrote no readable result; report a bug",
+            NotMeasuredReason::NodeNotReady => {
+                "the nodes stopped reporting to the API server while their agents ran; check their kubelets and network"
+            }
         }
     }
 }

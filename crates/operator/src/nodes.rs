@@ -40,6 +40,35 @@ pub fn is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
+/// Why the node is not Ready, from its Ready condition ("its Ready condition is Unknown
+/// since 2026-11-26T14:00:00Z (NodeStatusUnknown: Kubelet stopped posting node status.)");
+/// None when it is Ready.
+pub fn not_ready_because(node: &Node) -> Option<String> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let Some(c) = ready else {
+        return Some("it reports no Ready condition".into());
+    };
+    if c.status == "True" {
+        return None;
+    }
+    let since = c
+        .last_transition_time
+        .as_ref()
+        .map(|t| format!(" since {}", t.0))
+        .unwrap_or_default();
+    let why = match (c.reason.as_deref(), c.message.as_deref()) {
+        (Some(r), Some(m)) => format!(" ({r}: {m})"),
+        (Some(r), None) => format!(" ({r})"),
+        (None, Some(m)) => format!(" ({m})"),
+        (None, None) => String::new(),
+    };
+    Some(format!("its Ready condition is {}{since}{why}", c.status))
+}
+
 /// The node is cordoned and no quarantine record of this operator explains it.
 pub fn cordoned_by_others(node: &Node) -> bool {
     let unschedulable = node
@@ -337,6 +366,40 @@ mod tests {
 
     fn names(t: &[Target]) -> Vec<&str> {
         t.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_node_that_is_not_ready_says_why_from_its_condition() {
+        assert_eq!(not_ready_because(&node("a", 8, true, &[])), None);
+        let mut n = node("a", 8, false, &[]);
+        assert_eq!(
+            not_ready_because(&n).as_deref(),
+            Some("its Ready condition is False")
+        );
+        if let Some(c) = n
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.first_mut())
+        {
+            c.status = "Unknown".into();
+            c.reason = Some("NodeStatusUnknown".into());
+            c.message = Some("Kubelet stopped posting node status.".into());
+            c.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-26T14:00:00Z".parse().expect("time"),
+            ));
+        }
+        assert_eq!(
+            not_ready_because(&n).as_deref(),
+            Some(
+                "its Ready condition is Unknown since 2026-11-26T14:00:00Z (NodeStatusUnknown: Kubelet stopped posting node status.)"
+            )
+        );
+        n.status = None;
+        assert_eq!(
+            not_ready_because(&n).as_deref(),
+            Some("it reports no Ready condition")
+        );
     }
 
     fn resolve_plain<'a>(

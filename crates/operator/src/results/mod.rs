@@ -105,6 +105,18 @@ pub fn provisional_verdict(o: &NodeOutcome) -> NodeVerdict {
     }
 }
 
+/// A pod still Running at the run deadline (`seconds`) on a node that is not Ready (`why`,
+/// [`crate::nodes::not_ready_because`]): its kubelet stopped reporting, so whether the agent
+/// hung, finished or died is unknown. Not measured, never a hang held against the GPUs.
+pub fn node_not_ready(seconds: u64, why: &str) -> NodeOutcome {
+    NodeOutcome::not_measured(
+        NotMeasuredReason::NodeNotReady,
+        format!(
+            "the node stopped reporting while the agent ran ({why}), and its pod still read Running when the run deadline ({seconds}s) passed; what the agent did is unknown, and its kubelet or network, not its GPUs, failed to answer"
+        ),
+    )
+}
+
 /// A pod that stayed Pending, with no container ever running, until `deadline`.
 pub fn never_started(deadline: &str) -> NodeOutcome {
     NodeOutcome::not_measured(

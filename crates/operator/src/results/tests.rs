@@ -444,3 +444,19 @@ fn the_last_progress_line_of_a_log_names_the_phase() {
     let long = format!("[fabric-agent] {}", "x".repeat(500));
     assert_eq!(last_progress_in_log(&long).map(|l| l.len()), Some(200));
 }
+
+#[test]
+fn a_running_pod_on_a_node_that_stopped_reporting_is_not_measured_at_the_run_deadline() {
+    let o = node_not_ready(60, "its Ready condition is Unknown");
+    match &o {
+        NodeOutcome::NotMeasured { reason, detail } => {
+            assert_eq!(*reason, NotMeasuredReason::NodeNotReady);
+            assert!(
+                detail.starts_with("the node stopped reporting while the agent ran (its Ready condition is Unknown), and its pod still read Running when the run deadline (60s) passed"),
+                "{detail}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(provisional_verdict(&o), NodeVerdict::NotMeasured);
+}

@@ -50,8 +50,9 @@ pub(super) fn wave_deadline(
 }
 
 /// Ends the wave's nodes past the run deadline: those without a pod never started, the
-/// others are stopped (with the phase a running agent was in, from its log). Returns how
-/// many pods were stopped.
+/// others are stopped (with the phase a running agent was in, from its log; on a node that
+/// is not Ready, `not_ready` says why, not measured). Returns how many pods were stopped.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn stop_at_deadline(
     name: &str,
     entries: &[NodeRunResult],
@@ -60,6 +61,7 @@ pub(super) async fn stop_at_deadline(
     outcomes: &mut [PodState],
     pods_api: &Api<Pod>,
     run_seconds: u64,
+    not_ready: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<u32> {
     let mut stopped = 0;
     for i in to_create.iter().copied().filter(|i| wave.contains(i)) {
@@ -73,14 +75,22 @@ pub(super) async fn stop_at_deadline(
             continue;
         }
         let pod = names::pod_name(name, &entries[i].node);
-        let phase = match o {
-            PodState::Running => last_progress(pods_api, &pod).await,
+        // A Running pod on a node that stopped reporting: its status is the kubelet's last
+        // word, not a hang of the agent.
+        let lost = match o {
+            PodState::Running => not_ready(&entries[i].node),
+            _ => None,
+        };
+        let phase = match (&*o, &lost) {
+            (PodState::Running, None) => last_progress(pods_api, &pod).await,
             _ => None,
         };
         delete_pod(pods_api, &pod).await?;
-        *o = PodState::Ended(
-            std::mem::replace(o, PodState::Running).at_run_deadline(run_seconds, phase.as_deref()),
-        );
+        *o = PodState::Ended(match lost {
+            Some(why) => results::node_not_ready(run_seconds, &why),
+            None => std::mem::replace(o, PodState::Running)
+                .at_run_deadline(run_seconds, phase.as_deref()),
+        });
         stopped += 1;
     }
     Ok(stopped)

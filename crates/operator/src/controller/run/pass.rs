@@ -135,6 +135,11 @@ pub(super) async fn progress(
     // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
     if past_deadline {
         let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
+        let not_ready = |node: &str| {
+            ctx.nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(node))
+                .and_then(|n| crate::nodes::not_ready_because(&n))
+        };
         prog.stopped += stop_at_deadline(
             &name,
             &entries,
@@ -143,6 +148,7 @@ pub(super) async fn progress(
             &mut outcomes,
             &pods_api,
             run_seconds,
+            &not_ready,
         )
         .await?;
     }
