@@ -126,7 +126,7 @@ pub struct Settled {
 }
 
 impl Settled {
-    fn not_measured(message: impl Into<String>) -> Self {
+    pub(crate) fn not_measured(message: impl Into<String>) -> Self {
         Settled {
             state: PairState::NotMeasured,
             doc: None,

@@ -180,7 +180,7 @@ pub struct NicHistory<'a> {
 }
 
 impl PairOutcome {
-    fn not_measured(message: impl Into<String>) -> Self {
+    pub(crate) fn not_measured(message: impl Into<String>) -> Self {
         PairOutcome {
             state: PairState::NotMeasured,
             message: Some(cut(&message.into())),

@@ -68,6 +68,25 @@ impl<D> RankPod<D> {
     }
 }
 
+/// Why a group stopped at its deadline without a result is not held against its nodes:
+/// the first rank still Running on a node that is not Ready (`not_ready(node)` says why,
+/// [`crate::nodes::not_ready_because`]). That pod's status is its kubelet's last word, not a
+/// hang of the rank. `nodes` by rank, as `pods`.
+pub fn lost_rank<D>(
+    pods: &[RankPod<D>],
+    nodes: &[&str],
+    not_ready: &dyn Fn(&str) -> Option<String>,
+) -> Option<String> {
+    pods.iter().zip(nodes).find_map(|(p, node)| match p {
+        RankPod::Running { .. } => not_ready(node).map(|why| {
+            format!(
+                "{node} stopped reporting while its rank ran ({why}); whether the rank hung is unknown: its kubelet or network, not its fabric, failed to answer"
+            )
+        }),
+        _ => None,
+    })
+}
+
 /// Where a rank's pod stands, from its status alone.
 pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
     let status = pod.status.clone().unwrap_or_default();
@@ -122,4 +141,30 @@ pub fn cut(text: &str) -> String {
         end -= 1;
     }
     text[..end].to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_running_on_a_node_that_stopped_reporting_is_named() {
+        let running = || RankPod::<NodePairResult>::Running { ip: None };
+        let pods = [running(), running()];
+        let lost = |n: &str| (n == "b").then(|| "its Ready condition is Unknown".to_string());
+        assert_eq!(
+            lost_rank(&pods, &["a", "b"], &lost).as_deref(),
+            Some(
+                "b stopped reporting while its rank ran (its Ready condition is Unknown); whether the rank hung is unknown: its kubelet or network, not its fabric, failed to answer"
+            )
+        );
+        // Every node Ready: nothing to say, the group's own outcome stands.
+        assert_eq!(lost_rank(&pods, &["a", "c"], &lost), None);
+        // A rank that ended is not the kubelet's last word.
+        let ended = [
+            running(),
+            RankPod::Ended(RankEnd::Failed("exit 134".into())),
+        ];
+        assert_eq!(lost_rank(&ended, &["a", "b"], &lost), None);
+    }
 }

@@ -115,7 +115,24 @@ async fn step(
         .until
         .map_or(Duration::from_secs(10), |u| u.min(Duration::from_secs(10)));
     let past = deadline.past;
-    match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
+    let not_ready = |node: &str| {
+        ctx.nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(node))
+            .and_then(|n| crate::nodes::not_ready_because(&n))
+    };
+    let nodes: Vec<&str> = status.nodes.iter().map(String::as_str).collect();
+    let step = match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
+        // Stopped without a result while a rank's node had stopped reporting: not a failed
+        // probe.
+        Step::Stop(s) if s.state == PairState::Errored => {
+            match crate::pairs::rank::lost_rank(&views, &nodes, &not_ready) {
+                Some(why) => Step::Stop(ddp_nodes::Settled::not_measured(why)),
+                None => Step::Stop(s),
+            }
+        }
+        s => s,
+    };
+    match step {
         Step::Wait => {}
         Step::CreateRank0 => {
             match create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await? {

@@ -283,6 +283,11 @@ async fn step_round(
         at: &at,
         previous: &previous,
     };
+    let not_ready = |node: &str| {
+        ctx.nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|n| crate::nodes::not_ready_because(&n))
+    };
     for slot in &slots {
         let Some(state) = phase::record(entries, slot).map(|r| r.state) else {
             continue;
@@ -298,7 +303,17 @@ async fn step_round(
             wait = wait.min(until);
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
-        let step = phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics);
+        let step = match phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics) {
+            // Stopped without a result while a rank's node had stopped reporting: not a
+            // failed pair held against its nodes.
+            Step::Stop(o) if o.state == PairState::Errored => {
+                match crate::pairs::rank::lost_rank(&views, &nodes, &not_ready) {
+                    Some(why) => Step::Stop(phase::PairOutcome::not_measured(why)),
+                    None => Step::Stop(o),
+                }
+            }
+            s => s,
+        };
         match step {
             Step::Wait => {}
             Step::CreateRank0 if in_flight >= max_pairs => {}
