@@ -69,6 +69,14 @@ pub fn not_ready_because(node: &Node) -> Option<String> {
     Some(format!("its Ready condition is {}{since}{why}", c.status))
 }
 
+/// [`not_ready_because`] of the node named `node` in the cache; None when it is Ready or
+/// not in the cache (a node removed is not a node that stopped reporting).
+pub fn not_ready_in(nodes: &kube::runtime::reflector::Store<Node>, node: &str) -> Option<String> {
+    nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(node))
+        .and_then(|n| not_ready_because(&n))
+}
+
 /// The node is cordoned and no quarantine record of this operator explains it.
 pub fn cordoned_by_others(node: &Node) -> bool {
     let unschedulable = node

@@ -115,11 +115,7 @@ async fn step(
         .until
         .map_or(Duration::from_secs(10), |u| u.min(Duration::from_secs(10)));
     let past = deadline.past;
-    let not_ready = |node: &str| {
-        ctx.nodes
-            .get(&kube::runtime::reflector::ObjectRef::new(node))
-            .and_then(|n| crate::nodes::not_ready_because(&n))
-    };
+    let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
     let nodes: Vec<&str> = status.nodes.iter().map(String::as_str).collect();
     let step = match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
         // Stopped without a result while a rank's node had stopped reporting: not a failed

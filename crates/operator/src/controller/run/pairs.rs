@@ -283,11 +283,7 @@ async fn step_round(
         at: &at,
         previous: &previous,
     };
-    let not_ready = |node: &str| {
-        ctx.nodes
-            .get(&ObjectRef::new(node))
-            .and_then(|n| crate::nodes::not_ready_because(&n))
-    };
+    let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
     for slot in &slots {
         let Some(state) = phase::record(entries, slot).map(|r| r.state) else {
             continue;

@@ -135,11 +135,7 @@ pub(super) async fn progress(
     // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
     if past_deadline {
         let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
-        let not_ready = |node: &str| {
-            ctx.nodes
-                .get(&kube::runtime::reflector::ObjectRef::new(node))
-                .and_then(|n| crate::nodes::not_ready_because(&n))
-        };
+        let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
         prog.stopped += stop_at_deadline(
             &name,
             &entries,
