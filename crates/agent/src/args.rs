@@ -102,7 +102,8 @@ pub struct RankArgs {
 
     /// Measure even when another process holds this node's GPUs (cuda backend). Without
     /// it, such a rank ends at once with exit code 14, before meeting the others, and the
-    /// test is not measured; see node-check --shared-gpus.
+    /// test is not measured; work that starts while the rank waits or measures makes it
+    /// write its document as not measured (exit code 3). See node-check --shared-gpus.
     #[arg(long, env = "FABRIC_SHARED_GPUS")]
     pub shared_gpus: bool,
 }
@@ -287,8 +288,11 @@ pub struct NodeCheckArgs {
     /// use before the check starts (or a process NVML lists on it) ends the check with exit
     /// code 14 and the GPUs and processes named: work the scheduler does not know about
     /// would slow every measurement, and the node is not measured. With it, what that work
-    /// costs counts against the node. A GPU whose compute mode is Prohibited ends the check
-    /// with exit code 14 either way.
+    /// costs counts against the node. Work that starts while the check measures (a process
+    /// NVML lists only at the end, or 1 GiB more in use) ends it with exit code 14 too. A
+    /// GPU whose compute mode is Prohibited ends the check with exit code 14 either way.
+    /// Other work never hides a GPU's own faults: with uncorrectable ECC errors, a row
+    /// remap or NVLink links down, the document holds the GPUs' health alone.
     #[arg(long, env = "FABRIC_SHARED_GPUS")]
     pub shared_gpus: bool,
 

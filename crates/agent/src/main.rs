@@ -52,7 +52,8 @@ enum Command {
     /// Exit codes: 0 measured (and, with --verdict, passed), 2 invalid input, 3 the node
     /// failed the health rules (--verdict), 4 wrong values (with -c 1, as nccl-tests),
     /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure,
-    /// 14 the GPUs are in use by another process (not measured; see --shared-gpus).
+    /// 14 the GPUs are in use by another process, before or during the check (not
+    /// measured; see --shared-gpus).
     ///
     /// Examples:
     ///   fabric-agent node-check
