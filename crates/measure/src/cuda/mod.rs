@@ -5,6 +5,7 @@ pub mod ddp;
 pub mod ddp_nodes;
 pub mod ddp_procs;
 pub mod gpu;
+pub mod gpu_use;
 pub mod graph;
 pub mod health;
 pub mod inject;
@@ -15,6 +16,8 @@ pub mod transport;
 
 use crate::{CheckError, CheckOptions, Progress};
 use gpu::{Gpu, GpuError, HostBuf, Stream};
+use gpu_use::{UseWatch, health_beside_work, refuse_gpus_in_use, timed_out};
+pub use gpu_use::{refuse_shared_gpus, refuse_work_started};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
     Backend, ErrorKind, GpuInfo, NcclSweepResult, Phase, PhaseError, Versions,
@@ -97,7 +100,7 @@ pub fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
 }
 
 /// Initialises the driver and counts the visible GPUs, creating no context yet.
-fn count_gpus() -> Result<u32, CheckError> {
+pub(crate) fn count_gpus() -> Result<u32, CheckError> {
     if !gpu::driver_present() {
         return Err(CheckError::LibraryMissing {
             library: "libcuda.so (NVIDIA driver)".into(),
@@ -114,7 +117,7 @@ fn count_gpus() -> Result<u32, CheckError> {
 }
 
 /// Opens GPUs `0..n` with their primary contexts.
-fn open_devices(n: u32) -> Result<Vec<Gpu>, CheckError> {
+pub(crate) fn open_devices(n: u32) -> Result<Vec<Gpu>, CheckError> {
     (0..n)
         .map(|i| Gpu::open(i).map_err(|e| CheckError::Other(format!("GPU {i}: {e}"))))
         .collect()
@@ -122,7 +125,7 @@ fn open_devices(n: u32) -> Result<Vec<Gpu>, CheckError> {
 
 /// NVML over GPUs `0..n` (CUDA's order, matched by PCI bus id read without a context), or
 /// None where NVML does not load.
-fn open_monitor(n: u32) -> Option<health::Monitor> {
+pub(crate) fn open_monitor(n: u32) -> Option<health::Monitor> {
     let buses: Vec<(u32, String)> = (0..n)
         .map(|i| (i, gpu::device_bus_id(i).unwrap_or_default()))
         .collect();
@@ -133,84 +136,6 @@ fn open_monitor(n: u32) -> Option<health::Monitor> {
             None
         }
     }
-}
-
-/// Ends with [`CheckError::GpusInUse`] when other work holds any GPU ([`crate::gpu_use`]),
-/// unless `shared`, which says so on progress and goes on. Call before this process creates
-/// any context: what the GPUs have in use is then other work's. Without NVML it cannot
-/// tell, and goes on.
-fn refuse_gpus_in_use(
-    monitor: Option<&health::Monitor>,
-    shared: bool,
-    progress: Progress,
-) -> Result<(), CheckError> {
-    let gpus = monitor.map(health::Monitor::gpu_use).unwrap_or_default();
-    crate::gpu_use::refuse(&gpus, shared, progress)
-}
-
-/// The GPUs' use once this process's contexts are open, to set the end of its measurements
-/// beside ([`crate::gpu_use::started_during`]); it sees nothing without NVML.
-pub(crate) struct UseWatch<'m> {
-    monitor: Option<&'m health::Monitor>,
-    opened: Vec<crate::gpu_use::GpuUse>,
-}
-
-impl<'m> UseWatch<'m> {
-    /// Reads the GPUs now: call once this process's contexts are open.
-    pub(crate) fn start(monitor: Option<&'m health::Monitor>) -> UseWatch<'m> {
-        let opened = monitor.map(health::Monitor::gpu_use).unwrap_or_default();
-        UseWatch { monitor, opened }
-    }
-
-    /// [`CheckError::GpusInUse`] when other work started on the GPUs since [`Self::start`].
-    /// Not when `skip`: the caller measures beside other work by request, a phase timed out
-    /// (a thread still stuck in it holds this process's own memory) or a GPU raised an XID
-    /// (the GPU's evidence whatever ran beside it).
-    pub(crate) fn finish(&self, skip: bool) -> Result<(), CheckError> {
-        let Some(monitor) = self.monitor.filter(|_| !skip) else {
-            return Ok(());
-        };
-        let end = monitor.gpu_use();
-        for (s, e) in self.opened.iter().zip(&end) {
-            tracing::info!(
-                gpu = e.gpu,
-                opened_mib = s.used_bytes >> 20,
-                end_mib = e.used_bytes >> 20,
-                opened_processes = s.processes.len(),
-                end_processes = e.processes.len(),
-                "GPU memory in use once the contexts were open and after the measurements"
-            );
-        }
-        crate::gpu_use::refuse_after(&self.opened, &end)
-    }
-}
-
-/// Whether a phase of `errors` timed out.
-pub(crate) fn timed_out(errors: &[PhaseError]) -> bool {
-    errors.iter().any(|e| e.kind == ErrorKind::Timeout)
-}
-
-/// The same refusal for a rank of a node pair or group, before it meets the others: a rank
-/// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
-/// test as not measured.
-pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
-    let n = count_gpus()?;
-    refuse_gpus_in_use(open_monitor(n).as_ref(), shared, progress)
-}
-
-/// For a rank whose measuring processes have ended and that holds no context of its own:
-/// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while they
-/// were measured ([`crate::gpu_use::refuse_at_end`]). Without NVML it cannot tell.
-pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
-    if shared {
-        return Ok(());
-    }
-    let n = count_gpus()?;
-    let gpus = open_monitor(n)
-        .as_ref()
-        .map(health::Monitor::gpu_use)
-        .unwrap_or_default();
-    crate::gpu_use::refuse_at_end(&gpus)
 }
 
 /// Points NCCL's INFO log at a file we parse for transports, unless the user set NCCL_DEBUG.
@@ -354,7 +279,7 @@ fn check(
 }
 
 /// The document of a check on `gpus`, nothing measured yet: versions, GPUs, network ports.
-fn document(
+pub(crate) fn document(
     opts: &CheckOptions,
     monitor: Option<&health::Monitor>,
     gpus: Vec<GpuInfo>,
@@ -375,38 +300,6 @@ fn document(
             Vec::new()
         });
     doc
-}
-
-/// Other work holds the GPUs (`refused`): the check does not measure. When the GPUs' own
-/// NVML readings show a fault ([`crate::gpu_use::own_faults`]: a process stuck on a failed
-/// GPU holds it like any other work), the document of their health alone, read without a
-/// context of this process, so that the node is judged on that evidence; otherwise the
-/// refusal.
-fn health_beside_work(
-    opts: &CheckOptions,
-    monitor: Option<&health::Monitor>,
-    refused: CheckError,
-    started_at: String,
-    started: Instant,
-    progress: Progress,
-) -> Result<ResultDocument, CheckError> {
-    let (Some(m), CheckError::GpusInUse(why)) = (monitor, &refused) else {
-        return Err(refused);
-    };
-    if !opts.suite.health.enabled {
-        return Err(refused);
-    }
-    let snapshot = m.snapshot(&Default::default());
-    let faults = crate::gpu_use::own_faults(&snapshot);
-    if faults.is_empty() {
-        return Err(refused);
-    }
-    progress(&crate::gpu_use::health_alone(&faults));
-    let mut doc = document(opts, monitor, m.gpu_infos(), started_at);
-    doc.health = Some(snapshot);
-    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
-    doc.duration_s = started.elapsed().as_secs_f64();
-    Ok(doc)
 }
 
 type Measured = (

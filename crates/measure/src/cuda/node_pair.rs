@@ -71,15 +71,17 @@ pub fn node_pair(
 ) -> Result<NodePairResult, CheckError> {
     let started = Instant::now();
     // Other work may have started while this rank waited for its peer: a second look,
-    // before this process's contexts exist (the first was before the rendezvous).
-    let late = super::refuse_shared_gpus(set.shared_gpus, &|_| {}).err();
+    // before this process's contexts exist (the first was before the rendezvous), and the
+    // same NVML session for the look after the measurements.
+    let n = super::count_gpus()?;
+    let monitor = super::open_monitor(n);
+    let late = super::refuse_gpus_in_use(monitor.as_ref(), set.shared_gpus, &|_| {}).err();
     let gpus = match late {
         Some(CheckError::GpusInUse(_)) => Vec::new(),
         Some(e) => return Err(e),
-        None => super::open_gpus()?,
+        None => super::open_devices(n)?,
     };
     let g = gpus.len() as u32;
-    let monitor = super::open_monitor(g);
     let watch = super::UseWatch::start(monitor.as_ref());
     let mut doc = NodePairResult {
         schema: PAIR_SCHEMA.into(),

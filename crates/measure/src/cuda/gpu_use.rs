@@ -1,0 +1,124 @@
+//! The cuda backend's looks at other work on the node's GPUs (the rules are
+//! [`crate::gpu_use`]'s): before any context of this process, once its contexts are open
+//! and after its measurements, and the document of the GPUs' health alone when other work
+//! holds GPUs whose own readings show faults.
+
+use super::{count_gpus, document, health, open_monitor};
+use crate::gpu_use::GpuUse;
+use crate::{CheckError, CheckOptions, Progress};
+use gpufabric_api::ResultDocument;
+use gpufabric_api::result::{ErrorKind, PhaseError};
+use std::time::Instant;
+
+/// What the GPUs `monitor` covers have in use now, with their processes; nothing without
+/// NVML.
+fn in_use(monitor: Option<&health::Monitor>) -> Vec<GpuUse> {
+    monitor.map(health::Monitor::gpu_use).unwrap_or_default()
+}
+
+/// Ends with [`CheckError::GpusInUse`] when other work holds any GPU ([`crate::gpu_use`]),
+/// unless `shared`, which says so on progress and goes on. Call before this process creates
+/// any context: what the GPUs have in use is then other work's. Without NVML it cannot
+/// tell, and goes on.
+pub(crate) fn refuse_gpus_in_use(
+    monitor: Option<&health::Monitor>,
+    shared: bool,
+    progress: Progress,
+) -> Result<(), CheckError> {
+    crate::gpu_use::refuse(&in_use(monitor), shared, progress)
+}
+
+/// The GPUs' use once this process's contexts are open, to set the end of its measurements
+/// beside ([`crate::gpu_use::started_during`]); it sees nothing without NVML.
+pub(crate) struct UseWatch<'m> {
+    monitor: Option<&'m health::Monitor>,
+    opened: Vec<GpuUse>,
+}
+
+impl<'m> UseWatch<'m> {
+    /// Reads the GPUs now: call once this process's contexts are open.
+    pub(crate) fn start(monitor: Option<&'m health::Monitor>) -> UseWatch<'m> {
+        UseWatch {
+            monitor,
+            opened: in_use(monitor),
+        }
+    }
+
+    /// [`CheckError::GpusInUse`] when other work started on the GPUs since [`Self::start`].
+    /// Not when `skip`: the caller measures beside other work by request, a phase timed out
+    /// (a thread still stuck in it holds this process's own memory) or a GPU raised an XID
+    /// (the GPU's evidence whatever ran beside it).
+    pub(crate) fn finish(&self, skip: bool) -> Result<(), CheckError> {
+        let Some(monitor) = self.monitor.filter(|_| !skip) else {
+            return Ok(());
+        };
+        let end = monitor.gpu_use();
+        for (s, e) in self.opened.iter().zip(&end) {
+            tracing::info!(
+                gpu = e.gpu,
+                opened_mib = s.used_bytes >> 20,
+                end_mib = e.used_bytes >> 20,
+                opened_processes = s.processes.len(),
+                end_processes = e.processes.len(),
+                "GPU memory in use once the contexts were open and after the measurements"
+            );
+        }
+        crate::gpu_use::refuse_after(&self.opened, &end)
+    }
+}
+
+/// Whether a phase of `errors` timed out.
+pub(crate) fn timed_out(errors: &[PhaseError]) -> bool {
+    errors.iter().any(|e| e.kind == ErrorKind::Timeout)
+}
+
+/// The same refusal for a rank of a node pair or group, before it meets the others: a rank
+/// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
+/// test as not measured.
+pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
+    let n = count_gpus()?;
+    refuse_gpus_in_use(open_monitor(n).as_ref(), shared, progress)
+}
+
+/// For a rank whose measuring processes have ended and that holds no context of its own:
+/// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while they
+/// were measured ([`crate::gpu_use::refuse_at_end`]). Without NVML it cannot tell.
+pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
+    if shared {
+        return Ok(());
+    }
+    let monitor = open_monitor(count_gpus()?);
+    crate::gpu_use::refuse_at_end(&in_use(monitor.as_ref()))
+}
+
+/// Other work holds the GPUs (`refused`): the check does not measure. When the GPUs' own
+/// NVML readings show a fault ([`crate::gpu_use::own_faults`]: a process stuck on a failed
+/// GPU holds it like any other work), the document of their health alone, read without a
+/// context of this process, so that the node is judged on that evidence; otherwise the
+/// refusal.
+pub(crate) fn health_beside_work(
+    opts: &CheckOptions,
+    monitor: Option<&health::Monitor>,
+    refused: CheckError,
+    started_at: String,
+    started: Instant,
+    progress: Progress,
+) -> Result<ResultDocument, CheckError> {
+    let (Some(m), CheckError::GpusInUse(why)) = (monitor, &refused) else {
+        return Err(refused);
+    };
+    if !opts.suite.health.enabled {
+        return Err(refused);
+    }
+    let snapshot = m.snapshot(&Default::default());
+    let faults = crate::gpu_use::own_faults(&snapshot);
+    if faults.is_empty() {
+        return Err(refused);
+    }
+    progress(&crate::gpu_use::health_alone(&faults));
+    let mut doc = document(opts, monitor, m.gpu_infos(), started_at);
+    doc.health = Some(snapshot);
+    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
+    doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(doc)
+}
