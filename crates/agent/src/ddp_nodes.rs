@@ -156,23 +156,20 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
     // met: a rank that cannot measure fails alone, and at once.
     let fleet = match args.backend {
-        BackendArg::Sim => {
-            let fleet = load_sim_fleet(args.me.fleet.as_deref(), &args.nodes)?;
-            if let Some(node) = args
-                .nodes
-                .get(args.rank as usize)
-                .and_then(|n| fleet.node(n))
-            {
-                gpufabric_measure::sim::refuse_shared_gpus(node, args.me.shared_gpus, &progress)?;
-            }
-            Some(fleet)
-        }
+        BackendArg::Sim => Some(load_sim_fleet(args.me.fleet.as_deref(), &args.nodes)?),
         BackendArg::Cuda => {
             check_cuda()?;
             gpufabric_measure::cuda::refuse_shared_gpus(args.me.shared_gpus, &progress)?;
             None
         }
     };
+    // This rank's node in the sim fleet.
+    let sim_node = fleet
+        .as_ref()
+        .and_then(|f| args.nodes.get(args.rank as usize).and_then(|n| f.node(n)));
+    if let Some(node) = sim_node {
+        gpufabric_measure::sim::refuse_shared_gpus(node, args.me.shared_gpus, &progress)?;
+    }
     let (mut m, gpus): (Box<dyn NodeMeasure + '_>, u32) = match &fleet {
         Some(f) => {
             let nodes = args
@@ -218,16 +215,11 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     }
     // The workers have ended: what the GPUs hold now is work that started while they
     // measured (not after a failure: a worker that was killed may still be letting go).
-    let looked = match &fleet {
+    let looked = match (&fleet, sim_node) {
         _ if !doc.errors.is_empty() => Ok(()),
-        None => gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus),
-        Some(f) => args
-            .nodes
-            .get(args.rank as usize)
-            .and_then(|n| f.node(n))
-            .map_or(Ok(()), |node| {
-                gpufabric_measure::sim::work_at_end(node, args.me.shared_gpus)
-            }),
+        (None, _) => gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus),
+        (Some(_), Some(node)) => gpufabric_measure::sim::work_at_end(node, args.me.shared_gpus),
+        (Some(_), None) => Ok(()),
     };
     if let Err(CheckError::GpusInUse(message)) = looked {
         eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");

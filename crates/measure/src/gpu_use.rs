@@ -27,6 +27,7 @@
 //! judged on that evidence instead of going unmeasured run after run.
 
 use crate::{CheckError, Progress};
+use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{ErrorKind, HealthSnapshot, Phase, PhaseError};
 use gpufabric_api::suite::Suite;
 
@@ -226,9 +227,44 @@ pub fn own_faults(health: &HealthSnapshot) -> Vec<String> {
     out
 }
 
+/// Either backend's answer when other work holds the GPUs (`refused`): when `health` (the
+/// GPUs' NVML readings, None where they cannot be read) shows faults of their own
+/// ([`own_faults`]), the document `unmeasured` makes with that health alone and the
+/// measuring phases of `suite` `unavailable`, so that the node is judged on that evidence;
+/// otherwise the refusal. Not when the suite reads no health.
+pub fn health_alone(
+    refused: CheckError,
+    suite: &Suite,
+    progress: Progress,
+    health: impl FnOnce() -> Option<HealthSnapshot>,
+    unmeasured: impl FnOnce() -> ResultDocument,
+) -> Result<ResultDocument, CheckError> {
+    let CheckError::GpusInUse(why) = &refused else {
+        return Err(refused);
+    };
+    if !suite.health.enabled {
+        return Err(refused);
+    }
+    let Some(snapshot) = health() else {
+        return Err(refused);
+    };
+    let faults = own_faults(&snapshot);
+    if faults.is_empty() {
+        return Err(refused);
+    }
+    progress(&format!(
+        "other work holds the GPUs, but their own readings show faults ({}): reporting their health alone",
+        faults.join("; ")
+    ));
+    let mut doc = unmeasured();
+    doc.health = Some(snapshot);
+    doc.errors = unmeasured_phases(suite, why);
+    Ok(doc)
+}
+
 /// The measuring phases of `suite` that other work kept from running, each `unavailable`
 /// with `why` (the refusal's reason), for a document of the GPUs' health alone.
-pub fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
+fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
     [
         (Phase::NcclSweep, suite.nccl_sweep.enabled),
         (Phase::GpuPairs, suite.gpu_pairs.enabled),
@@ -242,14 +278,6 @@ pub fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
         message: format!("not measured, only the GPUs' health was read: {why}"),
     })
     .collect()
-}
-
-/// The progress line of a check that reports the GPUs' health alone beside other work.
-pub fn health_alone(faults: &[String]) -> String {
-    format!(
-        "other work holds the GPUs, but their own readings show faults ({}): reporting their health alone",
-        faults.join("; ")
-    )
 }
 
 fn describe_process((pid, bytes): &(u32, Option<u64>)) -> String {

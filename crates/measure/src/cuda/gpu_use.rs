@@ -91,11 +91,10 @@ pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
     crate::gpu_use::refuse_at_end(&in_use(monitor.as_ref()))
 }
 
-/// Other work holds the GPUs (`refused`): the check does not measure. When the GPUs' own
-/// NVML readings show a fault ([`crate::gpu_use::own_faults`]: a process stuck on a failed
-/// GPU holds it like any other work), the document of their health alone, read without a
-/// context of this process, so that the node is judged on that evidence; otherwise the
-/// refusal.
+/// Other work holds the GPUs (`refused`): the check does not measure, but reports the
+/// GPUs' health alone when it shows faults of their own ([`crate::gpu_use::health_alone`]: a
+/// process stuck on a failed GPU holds it like any other work), read without a context of
+/// this process.
 pub(crate) fn health_beside_work(
     opts: &CheckOptions,
     monitor: Option<&health::Monitor>,
@@ -104,21 +103,16 @@ pub(crate) fn health_beside_work(
     started: Instant,
     progress: Progress,
 ) -> Result<ResultDocument, CheckError> {
-    let (Some(m), CheckError::GpusInUse(why)) = (monitor, &refused) else {
-        return Err(refused);
-    };
-    if !opts.suite.health.enabled {
-        return Err(refused);
-    }
-    let snapshot = m.snapshot(&Default::default());
-    let faults = crate::gpu_use::own_faults(&snapshot);
-    if faults.is_empty() {
-        return Err(refused);
-    }
-    progress(&crate::gpu_use::health_alone(&faults));
-    let mut doc = document(opts, monitor, m.gpu_infos(), started_at);
-    doc.health = Some(snapshot);
-    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
-    doc.duration_s = started.elapsed().as_secs_f64();
-    Ok(doc)
+    crate::gpu_use::health_alone(
+        refused,
+        &opts.suite,
+        progress,
+        || monitor.map(|m| m.snapshot(&Default::default())),
+        || {
+            let infos = monitor.map(health::Monitor::gpu_infos).unwrap_or_default();
+            let mut doc = document(opts, monitor, infos, started_at);
+            doc.duration_s = started.elapsed().as_secs_f64();
+            doc
+        },
+    )
 }

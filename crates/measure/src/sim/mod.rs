@@ -288,9 +288,8 @@ pub fn node_check(
     Ok(doc)
 }
 
-/// The cuda backend's answer to other work holding the GPUs: the document of their health
-/// alone when it shows faults of their own ([`crate::gpu_use::own_faults`]), else the
-/// refusal.
+/// The cuda backend's answer to other work holding the GPUs
+/// ([`crate::gpu_use::health_alone`]).
 fn health_beside_work(
     opts: &CheckOptions,
     node: &FleetNode,
@@ -300,22 +299,13 @@ fn health_beside_work(
     refused: CheckError,
     progress: Progress,
 ) -> Result<ResultDocument, CheckError> {
-    let CheckError::GpusInUse(why) = &refused else {
-        return Err(refused);
-    };
-    if !opts.suite.health.enabled {
-        return Err(refused);
-    }
-    let health = health_phase(m, progress);
-    let faults = crate::gpu_use::own_faults(&health);
-    if faults.is_empty() {
-        return Err(refused);
-    }
-    progress(&crate::gpu_use::health_alone(&faults));
-    let mut doc = empty_document(opts, node, m, seed, started_at);
-    doc.health = Some(health);
-    doc.errors = crate::gpu_use::unmeasured_phases(&opts.suite, why);
-    Ok(doc)
+    crate::gpu_use::health_alone(
+        refused,
+        &opts.suite,
+        progress,
+        || Some(health_phase(m, progress)),
+        || empty_document(opts, node, m, seed, started_at),
+    )
 }
 
 /// The document of `node` before any phase ran: its GPUs and versions, nothing measured.
