@@ -5,7 +5,7 @@
 use crate::pods::allocatable_gpus;
 use gpufabric_api::keys;
 use gpufabric_api::run::{SkipReason, SkippedNode};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 
@@ -31,25 +31,24 @@ pub struct Selection<'a> {
     pub include_busy: bool,
 }
 
-/// The node's Ready condition is True.
-pub fn is_ready(node: &Node) -> bool {
+/// The node's Ready condition, if it reports one.
+fn ready_condition(node: &Node) -> Option<&NodeCondition> {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
+}
+
+/// The node's Ready condition is True.
+pub fn is_ready(node: &Node) -> bool {
+    ready_condition(node).is_some_and(|c| c.status == "True")
 }
 
 /// Why the node is not Ready, from its Ready condition ("its Ready condition is Unknown
 /// since 2026-11-26T14:00:00Z (NodeStatusUnknown: Kubelet stopped posting node status.)");
 /// None when it is Ready.
 pub fn not_ready_because(node: &Node) -> Option<String> {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-    let Some(c) = ready else {
+    let Some(c) = ready_condition(node) else {
         return Some("it reports no Ready condition".into());
     };
     if c.status == "True" {
