@@ -23,7 +23,7 @@
 //! Other work does not hide a GPU's own faults. A process stuck on a GPU that has failed
 //! (after an uncorrectable memory error, say) holds it as any other work does; when the GPUs'
 //! NVML readings show such a fault ([`own_faults`]), the agent writes a document of their
-//! health alone, its measuring phases `unavailable` ([`unmeasured_phases`]), and the node is
+//! health alone, its measuring phases `unavailable` ([`health_alone`]), and the node is
 //! judged on that evidence instead of going unmeasured run after run.
 
 use crate::{CheckError, Progress};
