@@ -68,12 +68,13 @@ pub const SHORT_BLOCK: Duration = Duration::from_millis(1);
 /// 8 B, 79.4 / 78.8 us at 16 MiB on 2 x H200).
 pub const STALL: f64 = 1.2;
 
-/// Whether another timed block is wanted after `done` blocks, the last of which took `last`:
-/// one block of n iterations is nccl-tests' measurement; blocks shorter than
-/// [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching thread moves
-/// the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the median kept.
-pub fn blocks_wanted(done: u32, last: Duration) -> bool {
-    done < MAX_BLOCKS && last < SHORT_BLOCK
+/// Whether another timed block is wanted after `done` blocks, the shortest of which took
+/// `shortest`: one block of n iterations is nccl-tests' measurement; sizes whose blocks can
+/// be shorter than [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching
+/// thread moves the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the
+/// median kept.
+pub fn blocks_wanted(done: u32, shortest: Duration) -> bool {
+    done < MAX_BLOCKS && shortest < SHORT_BLOCK
 }
 
 /// The median of `v` (the upper middle of an even count); 0 when empty.
@@ -90,8 +91,11 @@ pub(super) struct Blocks {
     host: Vec<f64>,
     /// GPU event time per iteration of each block (the slowest rank's), µs.
     gpu: Vec<f64>,
-    /// How long the last block took (by the GPU's clock where that is shorter).
-    last: Duration,
+    /// How long the shortest block took (by the GPU's clock where that is shorter). The
+    /// shortest, not the last: a block slowed 4x by the host (2 x H100 timed all_reduce 8 B at
+    /// 14.5 us, then 66.1 us by both clocks) must not end the repeats of a short size and
+    /// leave the median of two, the slow one.
+    shortest: Option<Duration>,
 }
 
 impl Blocks {
@@ -110,7 +114,7 @@ impl Blocks {
             .filter(|&(&h, &g)| g > 0.0 && h > STALL * g)
             .count() as u32;
         done > 0
-            && (blocks_wanted(done, self.last)
+            && (blocks_wanted(done, self.shortest.unwrap_or(Duration::ZERO))
                 || (stalled > 0 && 2 * stalled >= done && done < MAX_BLOCKS))
     }
 
@@ -126,7 +130,7 @@ impl Blocks {
     pub(super) fn record(&mut self, host_us: f64, gpu_us: f64, took: Duration) {
         self.host.push(host_us);
         self.gpu.push(gpu_us);
-        self.last = took;
+        self.shortest = Some(self.shortest.map_or(took, |s| s.min(took)));
     }
 
     /// Host time per iteration of each block, in the order timed.
@@ -135,8 +139,8 @@ impl Blocks {
     }
 }
 
-/// Times one block of a size as nccl-tests does: warm-up iterations, a wait for every
-/// stream, then the host time around `iters` back-to-back iterations and the wait for their
+/// Times one block of a size as nccl-tests does: warm-up iterations, nccl-tests' sync call
+/// (one more at iteration 0's place), a wait for every stream, then the host time around `iters` back-to-back iterations and the wait for their
 /// end, divided by `iters`; GPU events around the block give the GPU time beside it. With
 /// [`SweepSettings::graph_launches`] (nccl-tests' `-G`), the `iters` iterations are recorded
 /// into a CUDA graph per GPU after the warm-up, and the block times that many launches of
@@ -177,6 +181,11 @@ pub(super) fn time_block(
     for iter in 0..set.warmup {
         run(comms, iter)?;
     }
+    // nccl-tests' sync call: one more call at the first iteration's place, so the block's
+    // first iteration finds its buffers where nccl-tests' does (in L2 at 16 MiB). On
+    // 2 x H100 this did not move the 16 MiB ratios beyond their spread between rounds
+    // (bench/results/h100x2-2026-11-26-point.md); it keeps the block nccl-tests' shape.
+    run(comms, 0)?;
     sync_all(&streams, comms, wd, what, set.timeout)?;
     // With graph launches, the iterations are recorded into one graph per GPU first, and
     // the timed block launches those graphs (nccl-tests' `-G`).
@@ -532,14 +541,14 @@ mod tests {
         let long = Blocks {
             host: vec![90_000.0],
             gpu: vec![89_000.0],
-            last: Duration::from_millis(90),
+            shortest: Some(Duration::from_millis(90)),
         };
         assert!(!long.wants_more());
         // A long block whose host time ran far past its GPU time is timed again.
         let mut stalled = Blocks {
             host: vec![113.7],
             gpu: vec![78.5],
-            last: Duration::from_micros(1570),
+            shortest: Some(Duration::from_micros(1570)),
         };
         assert!(stalled.wants_more());
         for _ in 0..MAX_BLOCKS - 1 {
@@ -553,6 +562,26 @@ mod tests {
         stalled.record(79.2, 78.6, Duration::from_micros(1580));
         assert!(!stalled.wants_more());
         assert_eq!(stalled.timing().host_us, 79.4);
+    }
+
+    #[test]
+    fn a_short_size_slowed_by_the_host_is_still_repeated() {
+        // 2 x H100, all_reduce 8 B: a first block of 20 at 14.5 us (0.29 ms), then one the
+        // host held up to 66.1 us by both clocks (1.32 ms). The size is short: five blocks,
+        // and the median is a block that kept up, not the upper of two.
+        let mut b = Blocks::default();
+        b.record(14.5, 14.1, Duration::from_micros(290));
+        b.record(66.1, 65.1, Duration::from_micros(1302));
+        assert!(b.wants_more());
+        for us in [14.9, 15.2, 14.7] {
+            b.record(us, us - 0.4, Duration::from_micros(300));
+        }
+        assert!(!b.wants_more(), "at most MAX_BLOCKS blocks");
+        assert_eq!(b.timing().host_us, 14.9);
+        // A size none of whose blocks is short is still timed once.
+        let mut long = Blocks::default();
+        long.record(80.4, 80.0, Duration::from_micros(1608));
+        assert!(!long.wants_more());
     }
 
     #[test]
