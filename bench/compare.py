@@ -108,6 +108,14 @@ def spread(out, rounds):
                 nt = " ".join(f"{x[col]:.2f}" for x in v[0])
                 ag = " ".join(f"{x[col]:.2f}" for x in v[1])
                 print(f"    outside: {k[0]} {k[1]} B median ratio {r:.3f}  nccl-tests {nt}  agent {ag}")
+        # The same medians, judged against the reference's own reproducibility: a point counts
+        # when the ratio is within the limit, or within nccl-tests' own largest move between
+        # its rounds at that point where that is larger (the limit cannot be read finer than
+        # the reference repeats itself).
+        own = [max(x[col] for x in v[0]) / min(x[col] for x in v[0]) - 1.0 for _, v in pts]
+        inside = sum(1 for r, o in zip(ratios, own) if abs(r - 1.0) <= max(limit, o))
+        print(f"{what}: agent median / nccl-tests median within {limit:.0%} or within "
+              f"nccl-tests' own move between rounds where larger: {inside} of {len(ratios)}")
         # Each round's agent over the same round's nccl-tests, median over rounds: the
         # estimator for runs where the two tools ran side by side in time (and, pinned, on
         # one CPU), so that each pair of values saw the same host.

@@ -55,6 +55,15 @@
 #                             agent and, when $AGENT_B names another build, that build, the
 #                             order turning each round; ratios of each agent into
 #                             $OUT/large-a and $OUT/large-b
+#   bench/compare.sh point    one collective's first size under several settings: POINT_COLL
+#                             (default all_reduce), POINT_FLAGS (settings separated by '|',
+#                             default 16 MiB alone at -n 20 and -n 200, and 16 MiB - 1 GiB at
+#                             -n 200; leading NAME=value words set both tools' environment),
+#                             POINT_ROUNDS rounds (default 4), both tools per setting
+#                             (the order turning), into $OUT/point; the first size's out-of-
+#                             and in-place times side by side, the agent's GPU event time
+#                             beside its host time: whether a gap is in the first iterations
+#                             (it shrinks at -n 200) or in the buffers moving through 1 GiB
 #   bench/compare.sh latency  all_reduce 8 B - 1 MiB, three rounds: nccl-tests, the agent as it
 #                             runs by default (NCCL's INFO log to a file, for the transports),
 #                             and the agent with NCCL_DEBUG=WARN; times side by side
@@ -260,6 +269,68 @@ large() {
     echo "--- $AGENT_B"
     python3 "$HERE/compare.py" "$OUT/large-b" | tee "$OUT/large-b/ratios.txt"
   fi
+}
+
+point() {
+  local d=$OUT/point c=${POINT_COLL:-all_reduce} r i v
+  local variants=${POINT_FLAGS:-"-b 16M -e 16M -w 5 -n 20|-b 16M -e 16M -w 5 -n 200|-b 16M -e 1G -f 8 -w 5 -n 200"}
+  mkdir -p "$d"
+  banner "point: $c under $variants, ${POINT_ROUNDS:-4} rounds"
+  IFS='|' read -r -a vs <<< "$variants"
+  for r in $(seq 1 "${POINT_ROUNDS:-4}"); do
+    for i in "${!vs[@]}"; do
+      # Leading NAME=value words are the environment of both tools for that setting.
+      local envs=() flags=() w
+      for w in ${vs[$i]}; do
+        if [ ${#flags[@]} = 0 ] && [[ $w == [A-Z]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
+      done
+      for who in $([ $(((r + i) % 2)) = 1 ] && echo "nt a" || echo "a nt"); do
+        if [ "$who" = nt ]; then
+          env "${envs[@]}" timeout 300 "$REF/nccl-tests/build/${c}_perf" "${flags[@]}" -c 1 -g "$NGPU" \
+            > "$d/nt-v$i-r$r.txt" 2>&1
+        else
+          env "${envs[@]}" timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health \
+            --collectives "$c" "${flags[@]}" \
+            > /dev/null 2> "$d/agent-v$i-r$r.log"
+        fi
+      done
+    done
+  done
+  printf '%s\n' "${vs[@]}" > "$d/variants.txt"
+  python3 - "$d" "$c" <<'POINT' | tee "$d/point.txt"
+import re, sys, statistics as st
+d, c = sys.argv[1], sys.argv[2]
+vs = open(f"{d}/variants.txt").read().splitlines()
+def nt(path):
+    for l in open(path, errors="replace"):
+        f = l.split()
+        if len(f) > 9 and f[0].isdigit() and not l.lstrip().startswith("#"):
+            return float(f[5]), float(f[-4]) if f[-4] != "N/A" else float("nan")
+    return float("nan"), float("nan")
+pat = re.compile(r"\]\s+\S+\s+(\d+)\s+([\d.]+) us .*?in-place\s+([\d.]+) us .*gpu-event ([\d.]+) / ([\d.]+) us")
+def agent(path):
+    for l in open(path, errors="replace"):
+        m = pat.search(l)
+        if m:
+            return tuple(float(x) for x in m.groups()[1:])
+    return (float("nan"),) * 4
+import glob
+print(f"{c}, first size: time per iteration, us (nccl-tests host; agent host and GPU event)")
+print(f"{'setting':<32} {'round':>5} {'nt out':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}  {'nt in':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}")
+for i, v in enumerate(vs):
+    rows = []
+    for r in range(1, 100):
+        try:
+            a, b = nt(f"{d}/nt-v{i}-r{r}.txt"), agent(f"{d}/agent-v{i}-r{r}.log")
+        except FileNotFoundError:
+            break
+        rows.append((a, b))
+        print(f"{v:<32} {r:>5} {a[0]:>8.2f} {b[0]:>8.2f} {b[2]:>8.2f} {a[0]/b[0]:>6.3f}  {a[1]:>8.2f} {b[1]:>8.2f} {b[3]:>8.2f} {a[1]/b[1]:>6.3f}")
+    if rows:
+        med = lambda k, j: st.median(x[k][j] for x in rows)
+        print(f"{v:<32} {'med':>5} {med(0,0):>8.2f} {med(1,0):>8.2f} {med(1,2):>8.2f} {med(0,0)/med(1,0):>6.3f}  {med(0,1):>8.2f} {med(1,1):>8.2f} {med(1,3):>8.2f} {med(0,1)/med(1,1):>6.3f}")
+print("ratio: nccl-tests time / agent time (busbw agent / nccl-tests)")
+POINT
 }
 
 sweep() { # SWEEP_ROUNDS rounds (default 2), the order alternating
@@ -501,6 +572,7 @@ for stage in "${@:-all}"; do
     latency) latency ;;
     clocks) clocks ;;
     large) large ;;
-    *) echo "usage: $0 build|sweep|steady|graph|paired|states|copies|faults|summary|all|latency|clocks|large ..."; exit 2 ;;
+    point) point ;;
+    *) echo "usage: $0 build|sweep|steady|graph|paired|states|copies|faults|summary|all|latency|clocks|large|point ..."; exit 2 ;;
   esac
 done
