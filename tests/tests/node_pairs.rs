@@ -67,6 +67,19 @@ fn spawn_rank(
     port: u16,
     seed: u64,
 ) -> Child {
+    spawn_rank_with(fleet, pair, rank, group, port, seed, &[])
+}
+
+/// [`spawn_rank`] with more arguments for `fabric-agent node-pair`.
+fn spawn_rank_with(
+    fleet: &Path,
+    pair: [&str; 2],
+    rank: u32,
+    group: &str,
+    port: u16,
+    seed: u64,
+    more: &[&str],
+) -> Child {
     let mut cmd = Command::new(agent());
     cmd.env_clear()
         .env("FABRIC_RENDEZVOUS_SECRET", SECRET)
@@ -77,6 +90,7 @@ fn spawn_rank(
         .args(["--rendezvous", &format!("{}:{port}", node_addr(pair[0]))])
         .args(["--group", group, "--rendezvous-timeout", "20"])
         .args(["--seed", &seed.to_string(), "--bytes", "256M"])
+        .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.spawn().expect("agent starts")
@@ -203,4 +217,32 @@ fn clean_fleets_give_no_finding_in_five_runs() {
         assert!(l.findings.is_empty(), "seed {seed}: {:#?}", l.findings);
         assert_eq!(l.known_good.len(), 8);
     }
+}
+
+#[test]
+fn a_hung_pair_is_its_watchdogs_timeout_on_the_rank_that_hung() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fleet = fleet(dir.path(), &[("n01", "{kind: hang, phase: nodePair}")]);
+    let port = free_port();
+    let nodes = ["n00", "n01"];
+    let timeout = ["--timeout", "1"];
+    let started = std::time::Instant::now();
+    let r1 = spawn_rank_with(&fleet, nodes, 1, "hang/r0/p0", port, 5, &timeout);
+    let r0 = spawn_rank_with(&fleet, nodes, 0, "hang/r0/p0", port, 5, &timeout);
+    let (d0, d1) = (document(r0), document(r1));
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    // The rank that hung reports its watchdog's timeout and no bandwidth; its peer measured.
+    assert!(d1.collectives.is_empty(), "{d1:#?}");
+    assert!(
+        d1.errors
+            .iter()
+            .any(|e| e.kind == gpufabric_api::result::ErrorKind::Timeout
+                && e.phase == gpufabric_api::result::Phase::NodePair
+                && e.message.contains("did not finish within 1.0 s")),
+        "{d1:#?}"
+    );
+    assert!(
+        d0.errors.is_empty() && !d0.collectives.is_empty(),
+        "{d0:#?}"
+    );
 }

@@ -294,3 +294,120 @@ async fn a_socket_fallback_and_a_port_down_fail_their_nodes_and_no_other() {
         );
     }
 }
+
+/// Four nodes: `np-02`'s rank of its first pair gets stuck (sim `hang` in phase `nodePair`,
+/// beyond any watchdog), its kubelet enforces no deadline, and then the node stops reporting
+/// (NotReady) while the rank still reads Running. At the pair's deadline that status is the
+/// kubelet's last word, not a hang of the rank: the pair is not measured, counts against
+/// neither node, and nothing is cordoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() {
+    let mut f = SimFleet::uniform("np", 4, H200, 8);
+    f.nodes[1].faults.push(Fault::Hang {
+        phase: Some(gpufabric_api::result::Phase::NodePair),
+        stuck: true,
+    });
+    let env = OperatorEnv::shared(f, "pair-lost").await;
+    let lost = env.node("np-02");
+    env.kubelet
+        .set_node_ignores_deadlines(&lost, true)
+        .await
+        .expect("kubelet setting");
+    let test = "pairs-lost";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": node_pairs_suite(),
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(10)
+        }),
+    )
+    .await;
+    // A rank of a pair running on the node: the node then stops reporting.
+    let pods = env.pods_api();
+    gpufabric_tests::wait::poll(
+        "a pair rank running on np-02",
+        std::time::Duration::from_secs(120),
+        std::time::Duration::from_millis(200),
+        || async {
+            let role = format!(
+                "{}={}",
+                keys::LABEL_ROLE,
+                gpufabric_operator::pairs::pods::ROLE_NODE_PAIR
+            );
+            let Ok(listed) = pods.list(&ListParams::default().labels(&role)).await else {
+                return Ok(None);
+            };
+            let running = listed.items.iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lost.as_str())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            Ok(running.then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(80)));
+    env.kubelet
+        .set_node_ready(&lost, false)
+        .await
+        .expect("NotReady");
+    let folded = env.wait_folded(test, None).await;
+    let run_name = last_run_name(&folded);
+    let status = env.run_status(&run_name).await;
+    env.kubelet
+        .set_node_ready(&lost, true)
+        .await
+        .expect("Ready again");
+    let log = || env.operator.log_tail(120);
+    let np = status
+        .node_pairs
+        .clone()
+        .unwrap_or_else(|| panic!("no node-pair phase: {status:#?}\n{}", log()));
+    assert!(np.done && np.not_measured >= 1, "{np:#?}\n{}", log());
+    assert_eq!(np.errored, 0, "{np:#?}");
+
+    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
+    let listed = shards
+        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
+        .await
+        .expect("shards");
+    let entries: Vec<_> = listed
+        .items
+        .into_iter()
+        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
+        .collect();
+    assert_eq!(entries.len(), 4, "{entries:#?}");
+    let lost_entry = entries.iter().find(|e| e.node == lost).expect("np-02");
+    assert!(
+        lost_entry
+            .pairs
+            .iter()
+            .any(|r| r.state == PairState::NotMeasured),
+        "{lost_entry:#?}"
+    );
+    // The reason is on rank 0's record, whichever node that is.
+    assert!(
+        entries.iter().flat_map(|e| &e.pairs).any(|r| {
+            r.state == PairState::NotMeasured
+                && r.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("stopped reporting while its rank ran"))
+        }),
+        "{entries:#?}"
+    );
+    assert!(
+        !status
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Critical),
+        "{:#?}",
+        status.findings
+    );
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    for e in &entries {
+        assert_ne!(e.verdict, NodeVerdict::Failed, "{e:#?}\n{}", log());
+        let n = nodes.get(&e.node).await.expect("node");
+        assert!(!cordoned(&n), "{} cordoned\n{}", e.node, log());
+    }
+}

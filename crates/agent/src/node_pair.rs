@@ -60,7 +60,8 @@ pub struct NodePairArgs {
     pub iters: u32,
 
     /// Longest a collective's iterations may take before the watchdog aborts them and
-    /// the document records a timeout (cuda backend).
+    /// the document records a timeout (cuda backend; the sim's `hang` fault in phase
+    /// `nodePair` waits this long).
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
@@ -216,6 +217,16 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     let mut doc =
         gpufabric_measure::pairs::sim::node_pair(&fleet, opts, seed, r.started_at.clone())
             .map_err(|e| invalid(e.to_string()))?;
+    // A hang of the pair's collectives (sim fault `hang` in phase `nodePair`): with
+    // `stuck: true` the rank never returns, as one whose thread is stuck in a driver call;
+    // else its watchdog's timeout is the document, as the cuda backend writes it.
+    if let Some(node) = fleet.node(opts.node())
+        && let Some(e) = sim::hang(node, Phase::NodePair, args.timeout, &progress)
+    {
+        doc.collectives.clear();
+        doc.errors.push(e);
+        return finish(doc, group, r);
+    }
     // The cuda backend's last look at this node's GPUs.
     if let Some(node) = fleet.node(opts.node())
         && let Err(CheckError::GpusInUse(message)) = sim::work_started(node, args.me.shared_gpus)

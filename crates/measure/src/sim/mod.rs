@@ -147,18 +147,33 @@ fn run_phase<T>(
     progress: Progress,
     work: impl FnOnce() -> T,
 ) -> Result<T, PhaseError> {
-    let hang = m.node.faults.iter().find_map(|f| match f {
+    match hang(m.node, phase, timeout, progress) {
+        None => Ok(work()),
+        Some(e) => Err(e),
+    }
+}
+
+/// A `hang` fault of `node` in `phase`: `None` without one; with `stuck: true` it never
+/// returns (only the pod's deadline or a kill ends the process); otherwise it waits
+/// `timeout`, as on a hung NCCL call, and returns the watchdog's timeout of the phase.
+pub fn hang(
+    node: &FleetNode,
+    phase: Phase,
+    timeout: Duration,
+    progress: Progress,
+) -> Option<PhaseError> {
+    let hang = node.faults.iter().find_map(|f| match f {
         Fault::Hang { phase: p, stuck } if p.unwrap_or(Phase::NcclSweep) == phase => Some(*stuck),
         _ => None,
     });
     match hang {
-        None => Ok(work()),
+        None => None,
         Some(true) => {
             progress(&format!(
                 "{}: stuck (simulated hang beyond the watchdog)",
                 phase.api_name()
             ));
-            tracing::warn!(node = %m.node.name, ?phase, "simulated stuck agent: blocking until killed");
+            tracing::warn!(node = %node.name, ?phase, "simulated stuck agent: blocking until killed");
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
@@ -175,7 +190,7 @@ fn run_phase<T>(
                 timeout.as_secs_f64()
             );
             progress(&format!("{}: timeout", phase.api_name()));
-            Err(PhaseError {
+            Some(PhaseError {
                 phase,
                 kind: ErrorKind::Timeout,
                 message,
