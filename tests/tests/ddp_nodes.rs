@@ -133,3 +133,108 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
     }
     assert_eq!(status.nodes.len(), 6, "{:#?}", status.nodes);
 }
+
+/// Four nodes whose ranks of the multi-node probe all get stuck (sim `hang` in phase
+/// `ddpProbe`, beyond any watchdog; the per-node probe is off) under kubelets that enforce no
+/// deadline, so that every rank still reads Running at the probe's deadline (one rank that
+/// hangs alone is left by the others, who write that it never arrived). Then `dl-02` stops
+/// reporting (NotReady). Its rank's Running is its kubelet's last word, not a hang: the probe
+/// is not measured, where with every node Ready it would be errored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_measured() {
+    let mut f = SimFleet::uniform("dl", 4, H200, 8);
+    for n in f.nodes.iter_mut() {
+        n.faults.push(Fault::Hang {
+            phase: Some(gpufabric_api::result::Phase::DdpProbe),
+            stuck: true,
+        });
+    }
+    let env = OperatorEnv::shared(f, "ddp-lost").await;
+    let lost = env.node("dl-02");
+    for base in ["dl-01", "dl-02", "dl-03", "dl-04"] {
+        env.kubelet
+            .set_node_ignores_deadlines(&env.node(base), true)
+            .await
+            .expect("kubelet setting");
+    }
+    let test = "ddp-nodes-lost";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": {
+                "ncclSweep": {"enabled": false},
+                "ddpProbe": {"enabled": false, "hidden": 4096, "layers": 4},
+                "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456},
+                "ddpNodes": {"enabled": true, "maxNodes": 8}
+            },
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(10)
+        }),
+    )
+    .await;
+    let pods = env.pods_api();
+    let role = format!(
+        "{}={}",
+        gpufabric_api::keys::LABEL_ROLE,
+        gpufabric_operator::ddp_nodes::ROLE_DDP_NODES
+    );
+    gpufabric_tests::wait::poll(
+        "a probe rank running on dl-02",
+        std::time::Duration::from_secs(180),
+        std::time::Duration::from_millis(200),
+        || async {
+            let Ok(listed) = pods
+                .list(&kube::api::ListParams::default().labels(&role))
+                .await
+            else {
+                return Ok(None);
+            };
+            let running = listed.items.iter().any(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lost.as_str())
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            });
+            Ok(running.then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(80)));
+    env.kubelet
+        .set_node_ready(&lost, false)
+        .await
+        .expect("NotReady");
+    let folded = env.wait_folded(test, None).await;
+    let status = env.run_status(&last_run_name(&folded)).await;
+    env.kubelet
+        .set_node_ready(&lost, true)
+        .await
+        .expect("Ready again");
+    let log = || env.operator.log_tail(120);
+    let probe = status
+        .ddp_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
+    assert!(probe.done, "{probe:#?}");
+    assert_eq!(probe.state, PairState::NotMeasured, "{probe:#?}\n{}", log());
+    assert!(
+        probe
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("stopped reporting while its rank ran")),
+        "{probe:#?}"
+    );
+    assert!(
+        !status
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Critical),
+        "{:#?}",
+        status.findings
+    );
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    for n in status.nodes.iter() {
+        assert_ne!(n.verdict, NodeVerdict::Failed, "{n:#?}\n{}", log());
+        let node = nodes.get(&n.node).await.expect("node");
+        assert!(!cordoned(&node), "{} cordoned\n{}", n.node, log());
+    }
+}

@@ -84,7 +84,8 @@ pub struct DdpNodesArgs {
     #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
     pub straggler_percent: f64,
 
-    /// Longest one node count may take before its workers are stopped (cuda backend).
+    /// Longest one node count may take before its workers are stopped (cuda backend; the
+    /// sim's `hang` fault in phase `ddpProbe` waits this long).
     #[arg(long, default_value = "300", value_parser = parse_seconds, value_name = "SECS")]
     pub timeout: Duration,
 
@@ -209,6 +210,19 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         Ok(g) => g,
         Err(e) => return not_measured(doc, &args, started, e),
     };
+    // A hang of the probe (sim fault `hang` in phase `ddpProbe`): for good with `stuck:
+    // true`, as a rank whose thread is stuck in a driver call; else, after `--timeout`, the
+    // timeout is the document, with no points.
+    if let Some(e) = sim_node.and_then(|node| {
+        gpufabric_measure::sim::hang(node, Phase::DdpProbe, args.timeout, &progress)
+    }) {
+        // The others find the group closed, as when a rank's process ends.
+        drop(group);
+        doc.errors.push(e);
+        doc.duration_s = started.elapsed().as_secs_f64();
+        emit(&doc, args.me.json.as_deref())?;
+        return Ok(0);
+    }
     let measured = measure(&mut doc, &mut group, &args, gpus, m.as_mut());
     if let Err(e) = measured {
         return not_measured(doc, &args, started, e);

@@ -27,10 +27,19 @@ nodes:
     product: NVIDIA-H200
     gpus: 8
     faults: [{kind: gpusInUse, gpu: 7, bytes: 4294967296, during: true}]
+  - name: hung
+    product: NVIDIA-H200
+    gpus: 8
+    faults: [{kind: hang, phase: ddpProbe}]
 "#;
 
 impl RankEnv {
     fn rank(&self, nodes: &str, rank: u32, timeout: &str) -> Child {
+        self.rank_with(nodes, rank, timeout, &[])
+    }
+
+    /// [`RankEnv::rank`] with more arguments for `fabric-agent ddp-nodes`.
+    fn rank_with(&self, nodes: &str, rank: u32, timeout: &str, more: &[&str]) -> Child {
         let mut cmd = agent();
         cmd.env(
             "FABRIC_TERMINATION_LOG",
@@ -42,6 +51,7 @@ impl RankEnv {
         .args(["--nodes", nodes, "--rank", &rank.to_string()])
         .args(["--rendezvous", &self.addr, "--group", "run-1/ddp"])
         .args(["--rendezvous-timeout", timeout])
+        .args(more)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
         cmd.spawn().expect("agent starts")
@@ -203,4 +213,38 @@ fn a_rank_that_cannot_measure_says_why_before_it_meets_the_others() {
     assert_eq!(out.status.code(), Some(11), "{stderr}");
     assert!(stderr.contains("libnccl.so"), "{stderr}");
     assert!(started.elapsed() < Duration::from_secs(30), "{stderr}");
+}
+
+#[test]
+fn a_rank_that_hangs_writes_its_timeout_and_the_others_end_in_bounded_time() {
+    let env = RankEnv::new(FLEET);
+    let started = Instant::now();
+    let more = ["--timeout", "1"];
+    let children: Vec<Child> = (0..3)
+        .rev()
+        .map(|r| env.rank_with("a,hung,b", r, "20", &more))
+        .collect();
+    let mut done: Vec<(Output, DdpNodesResult)> = children.into_iter().map(finish).collect();
+    done.reverse();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let hung = &done[1].1;
+    assert!(hung.points.is_empty(), "{hung:?}");
+    assert!(
+        hung.errors
+            .iter()
+            .any(|e| e.kind == gpufabric_api::result::ErrorKind::Timeout
+                && e.message.contains("did not finish within 1.0 s")),
+        "{hung:?}"
+    );
+    // The others lost a rank: none of them reports points of a probe that did not run whole.
+    for (r, (_, doc)) in done.iter().enumerate().filter(|(r, _)| *r != 1) {
+        assert!(
+            doc.points.is_empty() && (!doc.errors.is_empty() || doc.not_measured.is_some()),
+            "rank {r}: {doc:?}"
+        );
+    }
 }
