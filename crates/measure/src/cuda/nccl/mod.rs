@@ -1,9 +1,11 @@
 //! NCCL in one process over several GPUs: communicators and the watchdog that aborts a hung
-//! collective (`comm`), the nccl-tests style sweep (`sweep`), its timing (`timing`) and the
-//! validation of its outputs (`check`).
+//! collective (`comm`), the nccl-tests style sweep (`sweep`), its timing (`timing`), the
+//! threads that launch a block's CUDA graphs (`launch`) and the validation of its outputs
+//! (`check`).
 
 mod check;
 mod comm;
+mod launch;
 mod sweep;
 mod timing;
 
