@@ -404,6 +404,49 @@ impl OperatorEnv {
         }
     }
 
+    /// Waits (up to 180 s) until a pod of `role` (its `gpufabric.io/role` label) runs on
+    /// `node`; then the node stops reporting (NotReady) while that pod still reads Running.
+    /// Once FabricTest `test` has folded its run, the node is Ready again. Returns the run's
+    /// name and status.
+    pub async fn fold_with_node_lost_under(
+        &self,
+        test: &str,
+        node: &str,
+        role: &str,
+    ) -> (String, gpufabric_api::run::FabricTestRunStatus) {
+        let pods = self.pods_api();
+        let role = format!("{}={role}", gpufabric_api::keys::LABEL_ROLE);
+        crate::wait::poll(
+            &format!("a {role} pod running on {node}"),
+            std::time::Duration::from_secs(180),
+            std::time::Duration::from_millis(200),
+            || async {
+                let params = kube::api::ListParams::default().labels(&role);
+                let Ok(listed) = pods.list(&params).await else {
+                    return Ok(None);
+                };
+                let running = listed.items.iter().any(|p| {
+                    p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                });
+                Ok(running.then_some(()))
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.operator.log_tail(80)));
+        self.kubelet
+            .set_node_ready(node, false)
+            .await
+            .expect("NotReady");
+        let run = last_run_name(&self.wait_folded(test, None).await);
+        let status = self.run_status(&run).await;
+        self.kubelet
+            .set_node_ready(node, true)
+            .await
+            .expect("Ready again");
+        (run, status)
+    }
+
     /// Asks for a run of FabricTest `name` now, as a person does: the run-now annotation.
     pub async fn run_now(&self, name: &str) {
         let annotations = serde_json::json!({gpufabric_api::keys::ANNOTATION_RUN_NOW: "true"});

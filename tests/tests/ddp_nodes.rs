@@ -173,42 +173,9 @@ async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_meas
         }),
     )
     .await;
-    let pods = env.pods_api();
-    let role = format!(
-        "{}={}",
-        gpufabric_api::keys::LABEL_ROLE,
-        gpufabric_operator::ddp_nodes::ROLE_DDP_NODES
-    );
-    gpufabric_tests::wait::poll(
-        "a probe rank running on dl-02",
-        std::time::Duration::from_secs(180),
-        std::time::Duration::from_millis(200),
-        || async {
-            let Ok(listed) = pods
-                .list(&kube::api::ListParams::default().labels(&role))
-                .await
-            else {
-                return Ok(None);
-            };
-            let running = listed.items.iter().any(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lost.as_str())
-                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            });
-            Ok(running.then_some(()))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(80)));
-    env.kubelet
-        .set_node_ready(&lost, false)
-        .await
-        .expect("NotReady");
-    let folded = env.wait_folded(test, None).await;
-    let status = env.run_status(&last_run_name(&folded)).await;
-    env.kubelet
-        .set_node_ready(&lost, true)
-        .await
-        .expect("Ready again");
+    let (_, status) = env
+        .fold_with_node_lost_under(test, &lost, gpufabric_operator::ddp_nodes::ROLE_DDP_NODES)
+        .await;
     let log = || env.operator.log_tail(120);
     let probe = status
         .ddp_nodes

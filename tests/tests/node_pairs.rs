@@ -59,19 +59,8 @@ fn node_addr(node: &str) -> String {
     format!("127.0.1.{}", index + 1)
 }
 
+/// One rank of `pair`, with `more` arguments for `fabric-agent node-pair`.
 fn spawn_rank(
-    fleet: &Path,
-    pair: [&str; 2],
-    rank: u32,
-    group: &str,
-    port: u16,
-    seed: u64,
-) -> Child {
-    spawn_rank_with(fleet, pair, rank, group, port, seed, &[])
-}
-
-/// [`spawn_rank`] with more arguments for `fabric-agent node-pair`.
-fn spawn_rank_with(
     fleet: &Path,
     pair: [&str; 2],
     rank: u32,
@@ -123,8 +112,8 @@ fn run_plan(fleet: &Path, plan: &RoundPlan, seed: u64) -> Vec<NodePairResult> {
                 let nodes = [pair.a.as_str(), pair.b.as_str()];
                 // The joining rank first: start order must not matter.
                 [
-                    spawn_rank(fleet, nodes, 1, &group, port, seed),
-                    spawn_rank(fleet, nodes, 0, &group, port, seed),
+                    spawn_rank(fleet, nodes, 1, &group, port, seed, &[]),
+                    spawn_rank(fleet, nodes, 0, &group, port, seed, &[]),
                 ]
             })
             .collect();
@@ -227,8 +216,8 @@ fn a_hung_pair_is_its_watchdogs_timeout_on_the_rank_that_hung() {
     let nodes = ["n00", "n01"];
     let timeout = ["--timeout", "1"];
     let started = std::time::Instant::now();
-    let r1 = spawn_rank_with(&fleet, nodes, 1, "hang/r0/p0", port, 5, &timeout);
-    let r0 = spawn_rank_with(&fleet, nodes, 0, "hang/r0/p0", port, 5, &timeout);
+    let r1 = spawn_rank(&fleet, nodes, 1, "hang/r0/p0", port, 5, &timeout);
+    let r0 = spawn_rank(&fleet, nodes, 0, "hang/r0/p0", port, 5, &timeout);
     let (d0, d1) = (document(r0), document(r1));
     assert!(started.elapsed() >= std::time::Duration::from_secs(1));
     // The rank that hung reports its watchdog's timeout and no bandwidth; its peer measured.

@@ -325,40 +325,9 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
     )
     .await;
     // A rank of a pair running on the node: the node then stops reporting.
-    let pods = env.pods_api();
-    gpufabric_tests::wait::poll(
-        "a pair rank running on np-02",
-        std::time::Duration::from_secs(120),
-        std::time::Duration::from_millis(200),
-        || async {
-            let role = format!(
-                "{}={}",
-                keys::LABEL_ROLE,
-                gpufabric_operator::pairs::pods::ROLE_NODE_PAIR
-            );
-            let Ok(listed) = pods.list(&ListParams::default().labels(&role)).await else {
-                return Ok(None);
-            };
-            let running = listed.items.iter().any(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(lost.as_str())
-                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            });
-            Ok(running.then_some(()))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(80)));
-    env.kubelet
-        .set_node_ready(&lost, false)
-        .await
-        .expect("NotReady");
-    let folded = env.wait_folded(test, None).await;
-    let run_name = last_run_name(&folded);
-    let status = env.run_status(&run_name).await;
-    env.kubelet
-        .set_node_ready(&lost, true)
-        .await
-        .expect("Ready again");
+    let (run_name, status) = env
+        .fold_with_node_lost_under(test, &lost, gpufabric_operator::pairs::pods::ROLE_NODE_PAIR)
+        .await;
     let log = || env.operator.log_tail(120);
     let np = status
         .node_pairs
