@@ -447,6 +447,33 @@ impl OperatorEnv {
         (run, status)
     }
 
+    /// Asserts that a run held nothing against any node: no Critical finding in `status`, and
+    /// none of `nodes` (name and verdict) Failed or cordoned.
+    pub async fn assert_none_held<'a>(
+        &self,
+        status: &gpufabric_api::run::FabricTestRunStatus,
+        nodes: impl IntoIterator<Item = (&'a str, gpufabric_api::run::NodeVerdict)>,
+    ) {
+        let critical: Vec<_> = status
+            .findings
+            .iter()
+            .filter(|f| f.severity == gpufabric_api::findings::Severity::Critical)
+            .collect();
+        assert!(critical.is_empty(), "{critical:#?}");
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client());
+        for (name, verdict) in nodes {
+            let log = self.operator.log_tail(120);
+            assert_ne!(
+                verdict,
+                gpufabric_api::run::NodeVerdict::Failed,
+                "{name}\n{log}"
+            );
+            let node = api.get(name).await.expect("node");
+            assert!(!cordoned(&node), "{name} cordoned\n{log}");
+        }
+    }
+
     /// Asks for a run of FabricTest `name` now, as a person does: the run-now annotation.
     pub async fn run_now(&self, name: &str) {
         let annotations = serde_json::json!({gpufabric_api::keys::ANNOTATION_RUN_NOW: "true"});

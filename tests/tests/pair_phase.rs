@@ -365,18 +365,9 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
         }),
         "{entries:#?}"
     );
-    assert!(
-        !status
-            .findings
-            .iter()
-            .any(|f| f.severity == Severity::Critical),
-        "{:#?}",
-        status.findings
-    );
-    let nodes: Api<Node> = Api::all(env.cluster.client());
-    for e in &entries {
-        assert_ne!(e.verdict, NodeVerdict::Failed, "{e:#?}\n{}", log());
-        let n = nodes.get(&e.node).await.expect("node");
-        assert!(!cordoned(&n), "{} cordoned\n{}", e.node, log());
-    }
+    env.assert_none_held(
+        &status,
+        entries.iter().map(|e| (e.node.as_str(), e.verdict)),
+    )
+    .await;
 }
