@@ -237,10 +237,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     };
     if let Err(CheckError::GpusInUse(message)) = looked {
         eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");
-        doc.not_measured = Some(NotMeasured {
-            peer: None,
-            message,
-        });
+        doc.not_measured = Some(NotMeasured::own_node(message));
     }
     if let Err(e) = group.barrier(args.meet.rendezvous_timeout) {
         doc.errors.push(error(e.to_string()));

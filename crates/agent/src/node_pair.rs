@@ -194,7 +194,9 @@ fn finish(
 fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     let (args, opts) = (r.args, r.opts);
     let fleet = load_sim_fleet(args.me.fleet.as_deref(), &opts.nodes)?;
-    if let Some(node) = fleet.node(opts.node())
+    // This rank's node in the sim fleet.
+    let node = fleet.node(opts.node());
+    if let Some(node) = node
         && let Some(ProcessFault::Crash { exit_code }) = sim::process_fault(node)
     {
         eprintln!(
@@ -203,7 +205,7 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
         );
         return Ok(exit_code);
     }
-    if let Some(node) = fleet.node(opts.node()) {
+    if let Some(node) = node {
         sim::refuse_shared_gpus(node, args.me.shared_gpus, &progress)?;
     }
     // The sim has no NCCL; it serves random bytes in place of NCCL's unique id, so that
@@ -220,7 +222,7 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     // A hang of the pair's collectives (sim fault `hang` in phase `nodePair`): with
     // `stuck: true` the rank never returns, as one whose thread is stuck in a driver call;
     // else its watchdog's timeout is the document, as the cuda backend writes it.
-    if let Some(node) = fleet.node(opts.node())
+    if let Some(node) = node
         && let Some(e) = sim::hang(node, Phase::NodePair, args.timeout, &progress)
     {
         doc.collectives.clear();
@@ -228,13 +230,10 @@ fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
         return finish(doc, group, r);
     }
     // The cuda backend's last look at this node's GPUs.
-    if let Some(node) = fleet.node(opts.node())
+    if let Some(node) = node
         && let Err(CheckError::GpusInUse(message)) = sim::work_started(node, args.me.shared_gpus)
     {
-        doc.not_measured = Some(NotMeasured {
-            peer: None,
-            message,
-        });
+        doc.not_measured = Some(NotMeasured::own_node(message));
     }
     finish(doc, group, r)
 }

@@ -103,6 +103,17 @@ pub struct NotMeasured {
     pub message: String,
 }
 
+impl NotMeasured {
+    /// Not measured for a reason on the writing rank's own node that is not its fabric's
+    /// (other work on its GPUs): no peer at fault.
+    pub fn own_node(message: String) -> NotMeasured {
+        NotMeasured {
+            peer: None,
+            message,
+        }
+    }
+}
+
 /// The result one rank of a node pair writes (its termination message and last stdout line;
 /// small enough for both).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -280,6 +280,12 @@ fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
     .collect()
 }
 
+/// Whether a phase of `errors` timed out: the look after the measurements is then not taken
+/// (a thread still stuck in the phase holds the check's own memory).
+pub fn timed_out(errors: &[PhaseError]) -> bool {
+    errors.iter().any(|e| e.kind == ErrorKind::Timeout)
+}
+
 fn describe_process((pid, bytes): &(u32, Option<u64>)) -> String {
     match bytes {
         Some(b) => format!("pid {pid} {}", gib(*b)),

@@ -7,7 +7,6 @@ use super::{count_gpus, document, health, open_monitor};
 use crate::gpu_use::GpuUse;
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
-use gpufabric_api::result::{ErrorKind, PhaseError};
 use std::time::Instant;
 
 /// What the GPUs `monitor` covers have in use now, with their processes; nothing without
@@ -65,11 +64,6 @@ impl<'m> UseWatch<'m> {
         }
         crate::gpu_use::refuse_after(&self.opened, &end)
     }
-}
-
-/// Whether a phase of `errors` timed out.
-pub(crate) fn timed_out(errors: &[PhaseError]) -> bool {
-    errors.iter().any(|e| e.kind == ErrorKind::Timeout)
 }
 
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank

@@ -14,9 +14,10 @@ pub mod node_pair;
 pub mod pairs;
 pub mod transport;
 
+use crate::gpu_use::timed_out;
 use crate::{CheckError, CheckOptions, Progress};
 use gpu::{Gpu, GpuError, HostBuf, Stream};
-use gpu_use::{UseWatch, health_beside_work, refuse_gpus_in_use, timed_out};
+use gpu_use::{UseWatch, health_beside_work, refuse_gpus_in_use};
 pub use gpu_use::{refuse_shared_gpus, refuse_work_started};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{

@@ -100,10 +100,7 @@ pub fn node_pair(
         errors: Vec::new(),
     };
     if let Some(CheckError::GpusInUse(message)) = late {
-        doc.not_measured = Some(gpufabric_api::pair::NotMeasured {
-            peer: None,
-            message,
-        });
+        doc.not_measured = Some(gpufabric_api::pair::NotMeasured::own_node(message));
         doc.duration_s = started.elapsed().as_secs_f64();
         return Ok(doc);
     }
@@ -127,12 +124,9 @@ pub fn node_pair(
     // Work that started on this node's GPUs while the pair measured shared them with it:
     // the pair's numbers are not the nodes'.
     if let Err(CheckError::GpusInUse(message)) =
-        watch.finish(set.shared_gpus || super::timed_out(&doc.errors))
+        watch.finish(set.shared_gpus || crate::gpu_use::timed_out(&doc.errors))
     {
-        doc.not_measured = Some(gpufabric_api::pair::NotMeasured {
-            peer: None,
-            message,
-        });
+        doc.not_measured = Some(gpufabric_api::pair::NotMeasured::own_node(message));
     }
     if let Some(log) = set.nccl_log.as_ref()
         && let Ok(text) = std::fs::read_to_string(log)

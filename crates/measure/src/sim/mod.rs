@@ -87,9 +87,11 @@ fn refuse_work_started(
     doc: &ResultDocument,
     shared: bool,
 ) -> Result<(), CheckError> {
-    let timed_out = doc.errors.iter().any(|e| e.kind == ErrorKind::Timeout);
     let xid = node.faults.iter().any(|f| matches!(f, Fault::Xid { .. }));
-    work_started(node, shared || timed_out || xid)
+    work_started(
+        node,
+        shared || crate::gpu_use::timed_out(&doc.errors) || xid,
+    )
 }
 
 /// The cuda backend's look of a ddp-nodes rank once its workers ended (no context of its
@@ -303,8 +305,8 @@ pub fn node_check(
     Ok(doc)
 }
 
-/// The cuda backend's answer to other work holding the GPUs
-/// ([`crate::gpu_use::health_alone`]).
+/// The sim's answer to other work holding the GPUs, as the cuda backend's
+/// ([`crate::gpu_use::health_alone`]), with the node's simulated health.
 fn health_beside_work(
     opts: &CheckOptions,
     node: &FleetNode,
