@@ -63,7 +63,8 @@
 #                             (the order turning), into $OUT/point; the first size's out-of-
 #                             and in-place times side by side, the agent's GPU event time
 #                             beside its host time: whether a gap is in the first iterations
-#                             (it shrinks at -n 200) or in the buffers moving through 1 GiB
+#                             (it shrinks at -n 200) or in the buffers moving through 1 GiB;
+#                             with $AGENT_B, that build as a third (the order turning)
 #   bench/compare.sh latency  all_reduce 8 B - 1 MiB, three rounds: nccl-tests, the agent as it
 #                             runs by default (NCCL's INFO log to a file, for the transports),
 #                             and the agent with NCCL_DEBUG=WARN; times side by side
@@ -284,15 +285,21 @@ point() {
       for w in ${vs[$i]}; do
         if [ ${#flags[@]} = 0 ] && [[ $w == [A-Z]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
       done
-      for who in $([ $(((r + i) % 2)) = 1 ] && echo "nt a" || echo "a nt"); do
-        if [ "$who" = nt ]; then
-          env "${envs[@]}" timeout 300 "$REF/nccl-tests/build/${c}_perf" "${flags[@]}" -c 1 -g "$NGPU" \
-            > "$d/nt-v$i-r$r.txt" 2>&1
-        else
-          env "${envs[@]}" timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health \
-            --collectives "$c" "${flags[@]}" \
-            > /dev/null 2> "$d/agent-v$i-r$r.log"
-        fi
+      # The order turns each round and setting: nt a (b), a (b) nt, ...
+      local who_all=(nt a) k
+      [ -n "${AGENT_B:-}" ] && who_all+=(b)
+      for k in "${!who_all[@]}"; do
+        local who=${who_all[$(((k + r + i) % ${#who_all[@]}))]}
+        case $who in
+          nt) env "${envs[@]}" timeout 300 "$REF/nccl-tests/build/${c}_perf" "${flags[@]}" -c 1 -g "$NGPU" \
+                > "$d/nt-v$i-r$r.txt" 2>&1 ;;
+          a) env "${envs[@]}" timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health \
+               --collectives "$c" "${flags[@]}" \
+               > /dev/null 2> "$d/agent-v$i-r$r.log" ;;
+          b) env "${envs[@]}" timeout 300 "$AGENT_B" node-check --no-pairs --no-ddp --no-health \
+               --collectives "$c" "${flags[@]}" \
+               > /dev/null 2> "$d/agentb-v$i-r$r.log" ;;
+        esac
       done
     done
   done
@@ -315,13 +322,17 @@ def agent(path):
             return tuple(float(x) for x in m.groups()[1:])
     return (float("nan"),) * 4
 import glob
-print(f"{c}, first size: time per iteration, us (nccl-tests host; agent host and GPU event)")
-print(f"{'setting':<32} {'round':>5} {'nt out':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}  {'nt in':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}")
-for i, v in enumerate(vs):
+import os
+for tag in ("agent", "agentb"):
+  if not os.path.exists(f"{d}/{tag}-v0-r1.log"):
+    continue
+  print(f"{c}, first size: time per iteration, us (nccl-tests host; {'the agent' if tag == 'agent' else 'agent B'} host and GPU event)")
+  print(f"{'setting':<32} {'round':>5} {'nt out':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}  {'nt in':>8} {'agent':>8} {'gpu':>8} {'ratio':>6}")
+  for i, v in enumerate(vs):
     rows = []
     for r in range(1, 100):
         try:
-            a, b = nt(f"{d}/nt-v{i}-r{r}.txt"), agent(f"{d}/agent-v{i}-r{r}.log")
+            a, b = nt(f"{d}/nt-v{i}-r{r}.txt"), agent(f"{d}/{tag}-v{i}-r{r}.log")
         except FileNotFoundError:
             break
         rows.append((a, b))

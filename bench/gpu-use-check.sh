@@ -62,6 +62,9 @@ PY
     sleep 0.5
   done
   cat "$OUT/holder-$gpu.log"
+  # A case whose other work never started would read as a clean check: say so.
+  grep -q '^held' "$OUT/holder-$gpu.log" 2>/dev/null ||
+    echo "== the other work on GPU $gpu did not start: $(tail -1 "$OUT/holder-$gpu.log")" | tee -a "$SUM"
 }
 
 # stop_holder: the holder ends, by SIGKILL when SIGTERM has not ended it in 10 s.
@@ -127,9 +130,9 @@ CASES=" ${*:-held idle blocking during procs ranks} "
 want() { [[ $CASES == *" $1 "* ]]; }
 
 if want held; then
-# 1. A process holds 40 GiB of GPU 2 and sleeps: not measured (exit 14), then measured with
-#    --shared-gpus.
-HOLD_GIB=40 hold 2
+# 1. A process holds 40 GiB of the last GPU and sleeps: not measured (exit 14), then measured
+#    with --shared-gpus.
+HOLD_GIB=40 hold $(( $(nvidia-smi -L | wc -l) - 1 ))
 case_ held-40g --quick --no-ddp
 case_ held-40g-shared --quick --no-ddp --shared-gpus
 stop_holder

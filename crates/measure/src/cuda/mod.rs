@@ -460,15 +460,29 @@ fn sweep(
     let max = sizes.iter().copied().max().unwrap_or(8) as usize;
     let elem = cfg.data_type.size() as usize;
     let n = gpus.len();
-    // Largest buffer: n elements at least (one per rank) for the smallest sizes.
+    // Largest buffer: n elements at least (one per rank) for the smallest sizes. Not the
+    // largest size exactly, as nccl-tests allocates: on 2 x H100 that build timed all_reduce
+    // 16 MiB 1.2% slower than this one in the same call (the buffers' place in the GPU's
+    // memory moves that size by about 1%; bench/results/h100x2-2026-11-26-alloc.md).
     let buf = max.max(n * elem) + n * elem;
     let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
     let setup = Instant::now();
     let mut comms = nccl::Comms::init(&devs)?;
-    let mut ranks = Vec::new();
+    // The send and receive buffers of every rank come first, right after the
+    // communicators, as nccl-tests allocates them (before anything else of the sweep's).
+    // On 2 x H100 this did not move busbw at 16 MiB - 1 GiB beyond the spread between
+    // rounds (bench/results/h100x2-2026-11-26-alloc.md).
+    let mut comm_bufs = Vec::new();
     // Which allocators gave the send and receive buffers (nccl::comm_buffer).
     let mut allocators = std::collections::BTreeSet::new();
-    for (r, g) in gpus.iter().enumerate() {
+    for g in gpus {
+        let (send, from_send) = nccl::comm_buffer(g, buf)?;
+        let (recv, from_recv) = nccl::comm_buffer(g, buf)?;
+        allocators.extend([from_send, from_recv]);
+        comm_bufs.push((send, recv));
+    }
+    let mut ranks = Vec::new();
+    for ((r, g), (send, recv)) in gpus.iter().enumerate().zip(comm_bufs) {
         let mut host = HostBuf::new(g, buf)?;
         let count = (buf / elem) as u64;
         nccl::fill_inputs(cfg.data_type, r as u64, count, host.as_mut_slice());
@@ -476,9 +490,6 @@ fn sweep(
         let stream = Stream::new(g)?;
         stream.memcpy_htod(input.ptr, &host, buf)?;
         stream.sync()?;
-        let (send, from_send) = nccl::comm_buffer(g, buf)?;
-        let (recv, from_recv) = nccl::comm_buffer(g, buf)?;
-        allocators.extend([from_send, from_recv]);
         ranks.push(nccl::Rank {
             gpu: g,
             stream,
