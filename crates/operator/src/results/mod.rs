@@ -133,6 +133,24 @@ pub fn pod_gone() -> NodeOutcome {
     )
 }
 
+/// The outcome of a node whose pod was created and is gone, with no outcome kept in the
+/// status; `last` is the node's verdict as last written there. Before its wave's deadline the
+/// pod was deleted. After it, a pod last seen Pending never started; one last seen Running had
+/// started, and was stopped at the deadline (whose status write then failed) or deleted:
+/// what it was doing then is not known, so not measured, not a hang and not "never started".
+pub fn gone_pod(last: NodeVerdict, past_deadline: bool, run_seconds: u64) -> NodeOutcome {
+    match (past_deadline, last) {
+        (false, _) => pod_gone(),
+        (true, NodeVerdict::Running) => NodeOutcome::not_measured(
+            NotMeasuredReason::PodDeleted,
+            format!(
+                "the agent had started, and its pod was gone after the run deadline ({run_seconds}s): it was stopped at the deadline or deleted, and what it was doing then was not recorded"
+            ),
+        ),
+        (true, _) => never_started(&format!("the run deadline ({run_seconds}s)")),
+    }
+}
+
 /// An outcome decided earlier and kept only in the run status (no pod to re-read).
 pub fn outcome_from_entry(e: &NodeRunResult) -> NodeOutcome {
     let detail = e.reason.clone().unwrap_or_else(|| "no result".into());

@@ -430,6 +430,34 @@ fn an_entry_in_the_status_gives_back_its_outcome() {
 }
 
 #[test]
+fn a_gone_pod_is_never_a_hang_and_never_started_only_if_it_was_last_seen_pending() {
+    let reason = |o: &NodeOutcome| match o {
+        NodeOutcome::NotMeasured { reason, .. } => Some(*reason),
+        _ => None,
+    };
+    // Before the deadline: deleted.
+    for last in [NodeVerdict::Pending, NodeVerdict::Running] {
+        assert_eq!(
+            reason(&gone_pod(last, false, 60)),
+            Some(NotMeasuredReason::PodDeleted)
+        );
+    }
+    // After it, last seen Pending: it never started.
+    let o = gone_pod(NodeVerdict::Pending, true, 60);
+    assert_eq!(reason(&o), Some(NotMeasuredReason::NeverStarted));
+    // Last seen Running: it had started (stopped at the deadline, the status write after that
+    // lost, or deleted); not measured, and the sentence says so.
+    let o = gone_pod(NodeVerdict::Running, true, 60);
+    assert_eq!(reason(&o), Some(NotMeasuredReason::PodDeleted), "{o:?}");
+    let detail = o.detail().unwrap_or_default();
+    assert!(
+        detail.contains("had started") && !detail.contains("Pending"),
+        "{detail}"
+    );
+    assert!(!o.counts_against_node());
+}
+
+#[test]
 fn the_last_progress_line_of_a_log_names_the_phase() {
     let log = "[fabric-agent] node-check on gpu-1 with the cuda backend\n\
                some NCCL INFO line\n\

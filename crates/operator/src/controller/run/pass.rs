@@ -53,13 +53,7 @@ pub(super) async fn read_states(
             // Ended earlier (a blocked pod this controller deleted): the status remembers why.
             PodState::Ended(results::outcome_from_entry(e))
         } else if e.pod.is_some() {
-            if past_deadline(i) {
-                PodState::Ended(results::never_started(&format!(
-                    "the run deadline ({run_seconds}s)"
-                )))
-            } else {
-                PodState::Ended(results::pod_gone())
-            }
+            PodState::Ended(results::gone_pod(e.verdict, past_deadline(i), run_seconds))
         } else {
             read.to_create.push(i);
             PodState::Waiting(None)
