@@ -15,7 +15,7 @@
 
 use crate::names;
 use crate::pairs::pods::{RankPod as RankPodSpec, Rendezvous, rank_pod, rendezvous_timeout};
-use crate::pairs::rank::{RankEnd, RankPod, cut};
+use crate::pairs::rank::{GroupOutcome, RankEnd, RankPod, cut};
 use crate::pods::BuildError;
 use gpufabric_api::ddp_nodes::{DdpNodesResult, DdpNodesStatus};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
@@ -123,6 +123,15 @@ pub struct Settled {
     pub state: PairState,
     pub doc: Option<Box<DdpNodesResult>>,
     pub message: Option<String>,
+}
+
+impl GroupOutcome for Settled {
+    fn errored(&self) -> bool {
+        self.state == PairState::Errored
+    }
+    fn not_measured(why: String) -> Self {
+        Settled::not_measured(why)
+    }
 }
 
 impl Settled {

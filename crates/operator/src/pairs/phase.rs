@@ -22,7 +22,7 @@
 //! the node through the caller only when the pair settles), and the settled outcome says
 //! which records to write next (`health::nics` rules 3 and 4).
 
-use super::rank::{RankEnd, RankPod, cut, rank_pod};
+use super::rank::{GroupOutcome, RankEnd, RankPod, cut, rank_pod};
 use super::rounds::{NodePair, RoundPlan};
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::nic_counters::NicCounters;
@@ -177,6 +177,15 @@ pub struct NicHistory<'a> {
     pub run: &'a str,
     pub at: &'a str,
     pub previous: &'a (dyn Fn(&str) -> Option<NicCounters> + Sync),
+}
+
+impl GroupOutcome for PairOutcome {
+    fn errored(&self) -> bool {
+        self.state == PairState::Errored
+    }
+    fn not_measured(why: String) -> Self {
+        PairOutcome::not_measured(why)
+    }
 }
 
 impl PairOutcome {

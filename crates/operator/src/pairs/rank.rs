@@ -87,6 +87,33 @@ pub fn lost_rank<D>(
     })
 }
 
+/// The outcome of a rendezvous group (a node pair, the multi-node probe), as far as the
+/// lost-rank rule needs it.
+pub trait GroupOutcome {
+    /// The group failed (held against its nodes).
+    fn errored(&self) -> bool;
+    /// Not measured, for `why`.
+    fn not_measured(why: String) -> Self;
+}
+
+/// `outcome`, unless it is an error while a rank was still Running on a node that stopped
+/// reporting ([`lost_rank`]): then not measured, for that reason. A group stopped without a
+/// result is held against its nodes only while their kubelets answer.
+pub fn spare_lost<O: GroupOutcome, D>(
+    outcome: O,
+    pods: &[RankPod<D>],
+    nodes: &[&str],
+    not_ready: &dyn Fn(&str) -> Option<String>,
+) -> O {
+    if !outcome.errored() {
+        return outcome;
+    }
+    match lost_rank(pods, nodes, not_ready) {
+        Some(why) => O::not_measured(why),
+        None => outcome,
+    }
+}
+
 /// Where a rank's pod stands, from its status alone.
 pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
     let status = pod.status.clone().unwrap_or_default();
@@ -166,5 +193,43 @@ mod tests {
             RankPod::Ended(RankEnd::Failed("exit 134".into())),
         ];
         assert_eq!(lost_rank(&ended, &["a", "b"], &lost), None);
+    }
+
+    #[derive(Debug, PartialEq)]
+    enum Outcome {
+        Errored,
+        Passed,
+        NotMeasured(String),
+    }
+
+    impl GroupOutcome for Outcome {
+        fn errored(&self) -> bool {
+            *self == Outcome::Errored
+        }
+        fn not_measured(why: String) -> Self {
+            Outcome::NotMeasured(why)
+        }
+    }
+
+    #[test]
+    fn only_an_error_with_a_rank_on_a_lost_node_is_spared() {
+        let running = || RankPod::<NodePairResult>::Running { ip: None };
+        let pods = [running(), running()];
+        let lost = |n: &str| (n == "b").then(|| "its Ready condition is Unknown".to_string());
+        let spared = spare_lost(Outcome::Errored, &pods, &["a", "b"], &lost);
+        assert!(
+            matches!(&spared, Outcome::NotMeasured(why) if why.starts_with("b stopped reporting")),
+            "{spared:?}"
+        );
+        // Every node Ready: the error stands.
+        assert_eq!(
+            spare_lost(Outcome::Errored, &pods, &["a", "c"], &lost),
+            Outcome::Errored
+        );
+        // What is not an error is left as it is.
+        assert_eq!(
+            spare_lost(Outcome::Passed, &pods, &["a", "b"], &lost),
+            Outcome::Passed
+        );
     }
 }

@@ -8,7 +8,7 @@ use super::pairs::{PairsStep, ensure_secret};
 use super::*;
 use crate::ddp_nodes::{self, ProbePod, Settled, Step};
 use crate::pairs::pods::Rendezvous;
-use crate::pairs::rank::{RankPod, rank_pod};
+use crate::pairs::rank::{RankPod, rank_pod, spare_lost};
 use gpufabric_api::ddp_nodes::DdpNodesStatus;
 use gpufabric_api::pair::PairState;
 use gpufabric_api::run::NodeVerdict;
@@ -118,14 +118,7 @@ async fn step(
     let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
     let nodes: Vec<&str> = status.nodes.iter().map(String::as_str).collect();
     let step = match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
-        // Stopped without a result while a rank's node had stopped reporting: not a failed
-        // probe.
-        Step::Stop(s) if s.state == PairState::Errored => {
-            match crate::pairs::rank::lost_rank(&views, &nodes, &not_ready) {
-                Some(why) => Step::Stop(ddp_nodes::Settled::not_measured(why)),
-                None => Step::Stop(s),
-            }
-        }
+        Step::Stop(s) => Step::Stop(spare_lost(s, &views, &nodes, &not_ready)),
         s => s,
     };
     match step {

@@ -12,6 +12,7 @@
 use super::*;
 use crate::pairs::phase::{self, PairPod, Slot, Step};
 use crate::pairs::pods::{Rendezvous, SECRET_KEY, pair_pod, secret_name};
+use crate::pairs::rank::spare_lost;
 use crate::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{NodePairsStatus, PairState};
@@ -300,14 +301,7 @@ async fn step_round(
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
         let step = match phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics) {
-            // Stopped without a result while a rank's node had stopped reporting: not a
-            // failed pair held against its nodes.
-            Step::Stop(o) if o.state == PairState::Errored => {
-                match crate::pairs::rank::lost_rank(&views, &nodes, &not_ready) {
-                    Some(why) => Step::Stop(phase::PairOutcome::not_measured(why)),
-                    None => Step::Stop(o),
-                }
-            }
+            Step::Stop(o) => Step::Stop(spare_lost(o, &views, &nodes, &not_ready)),
             s => s,
         };
         match step {
