@@ -15,7 +15,7 @@
 
 use crate::names;
 use crate::pairs::pods::{RankPod as RankPodSpec, Rendezvous, rank_pod, rendezvous_timeout};
-use crate::pairs::rank::{GroupOutcome, RankEnd, RankPod, cut};
+use crate::pairs::rank::{GroupOutcome, RankEnd, RankPod, cut, still_running};
 use crate::pods::BuildError;
 use gpufabric_api::ddp_nodes::{DdpNodesResult, DdpNodesStatus};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
@@ -188,7 +188,7 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
                 return Step::Settle(outcome(e0, others));
             }
             if past_deadline {
-                return Step::Stop(outcome(e0, others));
+                return Step::Stop(with_stuck_rank(outcome(e0, others), others, &node));
             }
             return Step::Wait;
         }
@@ -216,6 +216,29 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
             "every rank was still running at the probe's deadline (a hang in NCCL between the nodes?)",
         ));
     }
+    if matches!(pods[0], RankPod::Running { .. })
+        && others.iter().any(|p| matches!(p, RankPod::Ended(_)))
+    {
+        // Rank 0 stuck while others ended: named, with what the others said.
+        let others_said = others
+            .iter()
+            .find_map(|p| match p {
+                RankPod::Ended(RankEnd::Document(d)) => d
+                    .not_measured
+                    .as_ref()
+                    .map(|n| n.message.clone())
+                    .or_else(|| d.errors.first().map(|e| e.message.clone())),
+                RankPod::Ended(RankEnd::NotMeasured(m) | RankEnd::Failed(m)) => Some(m.clone()),
+                _ => None,
+            })
+            .map(|m| format!("another rank: {m}"));
+        return Step::Stop(Settled::not_measured(still_running(
+            0,
+            node(0),
+            "probe",
+            others_said,
+        )));
+    }
     let waiting = pods
         .iter()
         .position(|p| matches!(p, RankPod::Waiting { .. } | RankPod::Absent))
@@ -224,6 +247,23 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
         "the pod on {} never started before the probe's deadline",
         node(waiting)
     )))
+}
+
+/// `settled`, with the first rank still Running at the deadline after rank 0 ended named in
+/// its message ([`still_running`]). Its state is left as it is: a rank stuck alone may wait on
+/// its node or on the network between, and the probe holds nothing against a node for it.
+fn with_stuck_rank<'a>(
+    mut settled: Settled,
+    others: &[ProbePod],
+    node: &dyn Fn(usize) -> &'a str,
+) -> Settled {
+    if let Some(i) = others
+        .iter()
+        .position(|p| matches!(p, RankPod::Running { .. }))
+    {
+        settled.message = Some(still_running(i + 1, node(i + 1), "probe", settled.message));
+    }
+    settled
 }
 
 /// What rank 0's end says, with the other ranks' ends for a reason when it has none.

@@ -156,6 +156,31 @@ fn a_rank_that_never_arrived_or_was_not_admitted_is_not_measured() {
     assert_eq!(s.state, PairState::NotMeasured);
     assert!(s.message.is_some_and(|m| m.contains("never arrived")));
 
+    // The same with rank 1 still running at the deadline: it was stuck, and the message
+    // says so before the others' account; still not measured.
+    let mut lost = doc(3);
+    lost.points.clear();
+    lost.not_measured = Some(NotMeasured {
+        peer: Some("gpu-02".into()),
+        message: "rank 2 (gpu-02) never arrived within 40 s".into(),
+    });
+    let pods = vec![
+        ended(lost),
+        RankPod::Ended(RankEnd::Failed("exit 3".into())),
+        running("c"),
+    ];
+    let Step::Stop(s) = decide(PairState::Joined, &pods, &nodes(3), true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    let m = s.message.unwrap_or_default();
+    assert!(
+        m.starts_with(
+            "rank 2 on gpu-02 was still running at the probe's deadline, after another rank"
+        ) && m.contains("never arrived"),
+        "{m}"
+    );
+
     let pods = vec![
         RankPod::Ended(RankEnd::NotMeasured("evicted".into())),
         RankPod::Absent,
@@ -194,6 +219,27 @@ fn errors_hangs_and_pods_that_never_started_at_the_deadline() {
     };
     assert_eq!(s.state, PairState::NotMeasured);
     assert!(s.message.is_some_and(|m| m.contains("gpu-01")));
+
+    // Rank 0 stuck alone: named, not "never started".
+    let mut left = doc(2);
+    left.points.clear();
+    left.not_measured = Some(NotMeasured {
+        peer: Some("gpu-00".into()),
+        message: "rank 0 (gpu-00) did not arrive within 40 s".into(),
+    });
+    let rank0_stuck = vec![running("a"), ended(left)];
+    let Step::Stop(s) = decide(PairState::Joined, &rank0_stuck, &n, true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    let m = s.message.unwrap_or_default();
+    assert!(
+        m.starts_with(
+            "rank 0 on gpu-00 was still running at the probe's deadline, after another rank"
+        ) && m.contains("did not arrive")
+            && !m.contains("never started"),
+        "{m}"
+    );
 
     let gone = vec![running("a"), RankPod::Absent];
     let Step::Stop(s) = decide(PairState::Joined, &gone, &n, false) else {

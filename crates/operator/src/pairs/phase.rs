@@ -22,7 +22,7 @@
 //! the node through the caller only when the pair settles), and the settled outcome says
 //! which records to write next (`health::nics` rules 3 and 4).
 
-use super::rank::{GroupOutcome, RankEnd, RankPod, cut, rank_pod};
+use super::rank::{GroupOutcome, RankEnd, RankPod, cut, rank_pod, still_running};
 use super::rounds::{NodePair, RoundPlan};
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::nic_counters::NicCounters;
@@ -254,6 +254,12 @@ pub fn decide(
             None => Step::Wait,
         },
         _ if !past_deadline => Step::Wait,
+        // Rank 0 stuck while rank 1 ended: what rank 1 says, with rank 0 named.
+        (PairPod::Running { .. }, PairPod::Ended(e1)) => {
+            let mut o = outcome([None, Some(e1)], nodes, nics);
+            o.message = Some(still_running(0, nodes[0], "pair", o.message));
+            Step::Stop(o)
+        }
         (PairPod::Running { .. }, PairPod::Running { .. }) => Step::Stop(PairOutcome::errored(
             "both ranks were still running at the pair's deadline (a hang in NCCL between the nodes?)",
         )),

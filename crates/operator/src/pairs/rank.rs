@@ -114,6 +114,19 @@ pub fn spare_lost<O: GroupOutcome, D>(
     }
 }
 
+/// `message` led by the note that rank `rank` on `node` was still Running at the `group`'s
+/// deadline while another rank had ended: what the others then say of it ("did not arrive",
+/// a timeout) means it was stuck, not that it never came.
+pub fn still_running(rank: usize, node: &str, group: &str, message: Option<String>) -> String {
+    let note = format!(
+        "rank {rank} on {node} was still running at the {group}'s deadline, after another rank had ended"
+    );
+    cut(&match message {
+        Some(m) => format!("{note}; {m}"),
+        None => note,
+    })
+}
+
 /// Where a rank's pod stands, from its status alone.
 pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
     let status = pod.status.clone().unwrap_or_default();

@@ -1,7 +1,7 @@
 use super::*;
 use crate::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_api::pair::{NotMeasured, PAIR_SCHEMA, PairCollective};
-use gpufabric_api::result::Backend;
+use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::{Collective, Pairing};
 use gpufabric_api::{FindingKind, Subject};
 use k8s_openapi::api::core::v1::{
@@ -258,6 +258,33 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
     assert!(
         matches!(&step, Step::Stop(o) if o.state == PairState::NotMeasured),
         "a rank-1 pod that is gone ends the pair: {step:?}"
+    );
+    // Rank 0 stuck past the deadline while rank 1 ended on a timeout: the pair hung, errored
+    // with rank 1's reason, rank 0 named; never "never started".
+    let mut timed_out = doc(1, 0.0);
+    timed_out.collectives.clear();
+    timed_out.errors.push(PhaseError {
+        phase: Phase::NodePair,
+        kind: ErrorKind::Timeout,
+        message: "all_reduce did not finish within 10 s".into(),
+    });
+    let step = decide(
+        PairState::Joined,
+        (&running("a"), &ended(timed_out)),
+        NODES,
+        true,
+        &NO_NICS,
+    );
+    let Step::Stop(o) = &step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(o.state, PairState::Errored, "{step:?}");
+    let m = o.message.as_deref().unwrap_or_default();
+    assert!(
+        m.starts_with("rank 0 on n0 was still running at the pair's deadline")
+            && m.contains("rank 1: all_reduce did not finish")
+            && !m.contains("never started"),
+        "{m}"
     );
 }
 
