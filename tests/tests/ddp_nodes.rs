@@ -197,3 +197,60 @@ async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_meas
     )
     .await;
 }
+
+/// One rank of the multi-node probe stuck alone (sim `hang` in phase `ddpProbe`, beyond any
+/// watchdog) on a Ready node whose kubelet enforces no deadline. The other ranks leave it and
+/// end; it still reads Running at the probe's deadline. The probe names that rank and its
+/// node as still running (not "never started"), and holds nothing against any node: a rank
+/// stuck alone may wait on its node or on the network between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_rank_stuck_alone_is_named_and_holds_nothing() {
+    let mut f = SimFleet::uniform("ds", 4, H200, 8);
+    for n in f.nodes.iter_mut() {
+        if n.name == "ds-03" {
+            n.faults.push(Fault::Hang {
+                phase: Some(gpufabric_api::result::Phase::DdpProbe),
+                stuck: true,
+            });
+        }
+    }
+    let env = OperatorEnv::shared(f, "ddp-stuck").await;
+    let stuck = env.node("ds-03");
+    env.kubelet
+        .set_node_ignores_deadlines(&stuck, true)
+        .await
+        .expect("kubelet setting");
+    let test = "ddp-nodes-stuck";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": probe_suite(),
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(10)
+        }),
+    )
+    .await;
+    let run = last_run_name(&env.wait_folded(test, None).await);
+    let status = env.run_status(&run).await;
+    let log = || env.operator.log_tail(120);
+    let probe = status
+        .ddp_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
+    assert!(probe.done, "{probe:#?}");
+    assert_ne!(probe.state, PairState::Measured, "{probe:#?}");
+    let message = probe.message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "on {stuck} was still running at the probe's deadline"
+        )) && !message.contains("never started"),
+        "{probe:#?}\n{}",
+        log()
+    );
+    env.assert_none_held(
+        &status,
+        status.nodes.iter().map(|n| (n.node.as_str(), n.verdict)),
+    )
+    .await;
+}
