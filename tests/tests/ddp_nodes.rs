@@ -55,6 +55,38 @@ fn probe_suite() -> serde_json::Value {
     })
 }
 
+/// Four H200 nodes named `prefix`-01..04; the multi-node probe ranks of those in `stuck`
+/// never return (sim `hang` in phase `ddpProbe`, beyond any watchdog).
+fn stuck_fleet(prefix: &str, stuck: &[&str]) -> Fleet {
+    let mut f = SimFleet::uniform(prefix, 4, H200, 8);
+    for n in f
+        .nodes
+        .iter_mut()
+        .filter(|n| stuck.contains(&n.name.as_str()))
+    {
+        n.faults.push(Fault::Hang {
+            phase: Some(gpufabric_api::result::Phase::DdpProbe),
+            stuck: true,
+        });
+    }
+    f
+}
+
+/// Creates FabricTest `test` over the environment's nodes: the probe suite, 10 s agents, the
+/// first failure cordoned.
+async fn create_probe_test(env: &OperatorEnv, test: &str) {
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": probe_suite(),
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(10)
+        }),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_it_does_not_cordon()
 {
@@ -148,32 +180,17 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
 /// is not measured, where with every node Ready it would be errored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_measured() {
-    let mut f = SimFleet::uniform("dl", 4, H200, 8);
-    for n in f.nodes.iter_mut() {
-        n.faults.push(Fault::Hang {
-            phase: Some(gpufabric_api::result::Phase::DdpProbe),
-            stuck: true,
-        });
-    }
-    let env = OperatorEnv::shared(f, "ddp-lost").await;
+    let all = ["dl-01", "dl-02", "dl-03", "dl-04"];
+    let env = OperatorEnv::shared(stuck_fleet("dl", &all), "ddp-lost").await;
     let lost = env.node("dl-02");
-    for base in ["dl-01", "dl-02", "dl-03", "dl-04"] {
+    for base in all {
         env.kubelet
             .set_node_ignores_deadlines(&env.node(base), true)
             .await
             .expect("kubelet setting");
     }
     let test = "ddp-nodes-lost";
-    env.create_test(
-        test,
-        json!({
-            "nodeSelector": env.node_selector(),
-            "suite": probe_suite(),
-            "quarantine": quarantine_on_first_failure("Cordon", false),
-            "agent": sim_agent(10)
-        }),
-    )
-    .await;
+    create_probe_test(&env, test).await;
     let (_, status) = env
         .fold_with_node_lost_under(test, &lost, gpufabric_operator::ddp_nodes::ROLE_DDP_NODES)
         .await;
@@ -205,32 +222,14 @@ async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_meas
 /// stuck alone may wait on its node or on the network between.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_probe_rank_stuck_alone_is_named_and_holds_nothing() {
-    let mut f = SimFleet::uniform("ds", 4, H200, 8);
-    for n in f.nodes.iter_mut() {
-        if n.name == "ds-03" {
-            n.faults.push(Fault::Hang {
-                phase: Some(gpufabric_api::result::Phase::DdpProbe),
-                stuck: true,
-            });
-        }
-    }
-    let env = OperatorEnv::shared(f, "ddp-stuck").await;
+    let env = OperatorEnv::shared(stuck_fleet("ds", &["ds-03"]), "ddp-stuck").await;
     let stuck = env.node("ds-03");
     env.kubelet
         .set_node_ignores_deadlines(&stuck, true)
         .await
         .expect("kubelet setting");
     let test = "ddp-nodes-stuck";
-    env.create_test(
-        test,
-        json!({
-            "nodeSelector": env.node_selector(),
-            "suite": probe_suite(),
-            "quarantine": quarantine_on_first_failure("Cordon", false),
-            "agent": sim_agent(10)
-        }),
-    )
-    .await;
+    create_probe_test(&env, test).await;
     let run = last_run_name(&env.wait_folded(test, None).await);
     let status = env.run_status(&run).await;
     let log = || env.operator.log_tail(120);
