@@ -36,7 +36,9 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "GBPS", requires = "verdict")]
     pub min_busbw: Option<f64>,
 
-    /// Ceiling on the fitted all_reduce latency (microseconds).
+    /// Ceiling on the fitted all_reduce latency (microseconds). It fails the node only with
+    /// -G (CUDA graphs); host-launched small sizes also time the launching CPU, and over the
+    /// ceiling they give an Info finding.
     #[arg(long, value_name = "US", requires = "verdict")]
     pub max_latency_us: Option<f64>,
 

@@ -154,20 +154,32 @@ pub(super) fn check_nccl(
             {
                 stats.judged.insert(key);
                 if latency > ceiling {
-                    out.push(
-                        slow_collective(
-                            node,
-                            c.collective,
-                            Metric::NcclLatency,
-                            format!(
-                                "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; check NCCL's transport and protocol choice (NCCL_DEBUG=INFO).",
-                                num(latency),
-                                how_far(latency, ceiling),
-                                num(ceiling)
-                            ),
-                        )
-                        .with_evidence(latency, ceiling, "µs", ExpectationSource::Threshold),
-                    );
+                    // Host-launched small sizes time the launching CPU as much as the GPUs
+                    // (the same healthy host moves between two states up to 3x apart): over
+                    // the ceiling that is reported, not held against the node. Timed with
+                    // CUDA graphs, it fails the node.
+                    let host_timed = r.graph_launches == 0;
+                    let mut f = slow_collective(
+                        node,
+                        c.collective,
+                        Metric::NcclLatency,
+                        format!(
+                            "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; {}",
+                            num(latency),
+                            how_far(latency, ceiling),
+                            num(ceiling),
+                            if host_timed {
+                                "not failed: host-launched calls also time the launching CPU (suite.ncclSweep.graphLaunches times the GPUs alone, and then the ceiling fails the node)."
+                            } else {
+                                "check NCCL's transport and protocol choice (NCCL_DEBUG=INFO)."
+                            }
+                        ),
+                    )
+                    .with_evidence(latency, ceiling, "µs", ExpectationSource::Threshold);
+                    if host_timed {
+                        f.severity = Severity::Info;
+                    }
+                    out.push(f);
                 }
             }
         }

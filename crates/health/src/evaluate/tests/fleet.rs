@@ -346,6 +346,7 @@ fn a_node_whose_every_gpu_computes_slowly_is_a_fleet_outlier_not_a_straggler() {
 #[test]
 fn latency_and_host_thresholds_fail_what_exceeds_them() {
     let mut r = healthy("n", 2, 0.0);
+    r.graph_launches = 10;
     all_reduce(&mut r).smallest_time_us = 40.0;
     r.host_to_device[5] = 30.0;
     let t = Thresholds {
@@ -374,6 +375,36 @@ fn latency_and_host_thresholds_fail_what_exceeds_them() {
             ),
         ]
     );
+}
+
+#[test]
+fn a_latency_ceiling_fails_a_node_only_when_its_sweep_was_timed_with_cuda_graphs() {
+    let t = Thresholds {
+        nccl_latency_us: Some(30.0),
+        ..Thresholds::default()
+    };
+    let judged = |graph_launches: u32| {
+        let mut r = healthy("n", 2, 0.0);
+        r.graph_launches = graph_launches;
+        all_reduce(&mut r).smallest_time_us = 40.0;
+        evaluate(&[NodeInput::measured(r)], &t)
+    };
+    // Host-launched: the launching CPU's state is in the number; reported, not failed.
+    let e = judged(0);
+    assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
+    assert_eq!(e.findings[0].metric, Metric::NcclLatency);
+    assert_eq!(e.findings[0].severity, Severity::Info);
+    assert!(
+        e.findings[0].message.contains("graphLaunches"),
+        "{}",
+        e.findings[0].message
+    );
+    assert_eq!(e.verdicts["n"], NodeVerdict::Passed);
+    // Timed with CUDA graphs: the GPUs alone; over the ceiling fails.
+    let e = judged(10);
+    assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
+    assert_eq!(e.findings[0].severity, Severity::Critical);
+    assert_eq!(e.verdicts["n"], NodeVerdict::Failed);
 }
 
 #[test]
