@@ -65,6 +65,15 @@
 #                             beside its host time: whether a gap is in the first iterations
 #                             (it shrinks at -n 200) or in the buffers moving through 1 GiB;
 #                             with $AGENT_B, that build as a third (the order turning)
+#   bench/compare.sh layout   nccl-tests against itself where its buffers lie: all_reduce_perf
+#                             built again into $REF/nccl-tests-pad with one line added (by
+#                             sed, here; nothing of its code is kept) that first takes
+#                             GF_PAD_MIB of device memory per GPU with ncclMemAlloc, then
+#                             16 MiB (LAYOUT_FLAGS, default -b 16M -e 16M -w 5 -n 200) at pads
+#                             LAYOUT_PADS (default 0 2 4 8 18), LAYOUT_ROUNDS times (default 3),
+#                             into $OUT/layout, the agent once a round beside them; out- and
+#                             in-place times per pad: how far the place of the buffers alone
+#                             moves the reference at that size
 #   bench/compare.sh latency  all_reduce 8 B - 1 MiB, three rounds: nccl-tests, the agent as it
 #                             runs by default (NCCL's INFO log to a file, for the transports),
 #                             and the agent with NCCL_DEBUG=WARN; times side by side
@@ -181,6 +190,72 @@ agent_sweep() { # round
     --json "$OUT/agent-sweep-r$1.json" > /dev/null 2> "$OUT/agent-sweep-r$1.log"
   echo "agent rc=$? wall $(since "$t0") s" | tee "$OUT/agent-wall-r$1.txt"
   grep -E 'all_reduce +[0-9]+ ' "$OUT/agent-sweep-r$1.log" | head -4
+}
+
+layout() {
+  local d=$OUT/layout r pad
+  local flags=${LAYOUT_FLAGS:-"-b 16M -e 16M -w 5 -n 200"} pads=${LAYOUT_PADS:-"0 2 4 8 18"}
+  mkdir -p "$d"
+  banner "layout: all_reduce_perf $flags at pads of $pads MiB, ${LAYOUT_ROUNDS:-3} rounds"
+  local cc; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  rm -rf "$REF/nccl-tests-pad"
+  cp -r "$SRC/nccl-tests" "$REF/nccl-tests-pad"
+  # The one added line: GF_PAD_MIB of device memory taken (and kept) before the buffers.
+  sed -i '/^testResult_t AllocateBuffs(/a\    { const char* gfPad = getenv("GF_PAD_MIB"); if (gfPad \&\& atoi(gfPad) > 0) { void* gfPadBuf; NCCLCHECK(ncclMemAlloc(\&gfPadBuf, (size_t)atoi(gfPad) << 20)); } }' \
+    "$REF/nccl-tests-pad/src/common.cu"
+  grep -n 'GF_PAD_MIB' "$REF/nccl-tests-pad/src/common.cu" || { echo "layout: the pad line was not added"; return 1; }
+  ( cd "$REF/nccl-tests-pad" && make -j16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=$NCCL_HOME \
+      NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" > "$d/build.log" 2>&1 ) ||
+    { tail -5 "$d/build.log"; return 1; }
+  for r in $(seq 1 "${LAYOUT_ROUNDS:-3}"); do
+    for pad in $pads; do
+      GF_PAD_MIB=$pad timeout 120 "$REF/nccl-tests-pad/build/all_reduce_perf" $flags -c 1 -g "$NGPU" \
+        > "$d/pad$pad-r$r.txt" 2>&1
+    done
+    timeout 120 "$AGENT" node-check --no-pairs --no-ddp --no-health --collectives all_reduce $flags \
+      > /dev/null 2> "$d/agent-r$r.log"
+  done
+  python3 - "$d" "$pads" <<'LAYOUT' | tee "$d/layout.txt"
+import sys, statistics as st
+d, pads = sys.argv[1], sys.argv[2].split()
+def first(path):
+    for l in open(path, errors="replace"):
+        f = l.split()
+        if len(f) > 9 and f[0].isdigit() and not l.lstrip().startswith("#"):
+            return float(f[5]), float(f[-4])
+    return float("nan"), float("nan")
+print("all_reduce_perf, first size: time per iteration, us, by pad before the buffers")
+print(f"{'pad MiB':>8} {'rounds out of place':>32} {'median':>8} {'rounds in place':>32} {'median':>8}")
+meds = {}
+for p in pads:
+    rows = []
+    for r in range(1, 100):
+        try:
+            rows.append(first(f"{d}/pad{p}-r{r}.txt"))
+        except FileNotFoundError:
+            break
+    o = [x[0] for x in rows]; i = [x[1] for x in rows]
+    meds[p] = (st.median(o), st.median(i))
+    print(f"{p:>8} {' '.join(f'{x:.2f}' for x in o):>32} {meds[p][0]:>8.2f} {' '.join(f'{x:.2f}' for x in i):>32} {meds[p][1]:>8.2f}")
+for k, name in ((0, "out of place"), (1, "in place")):
+    v = [m[k] for m in meds.values()]
+    print(f"nccl-tests {name}: medians {min(v):.2f}-{max(v):.2f} us over the pads, slowest / fastest {max(v) / min(v):.4f}")
+import re
+pat = re.compile(r"\]\s+\S+\s+(\d+)\s+([\d.]+) us .*?in-place\s+([\d.]+) us")
+rows = []
+for r in range(1, 100):
+    try:
+        for l in open(f"{d}/agent-r{r}.log", errors="replace"):
+            m = pat.search(l)
+            if m:
+                rows.append((float(m.group(2)), float(m.group(3))))
+                break
+    except FileNotFoundError:
+        break
+if rows:
+    o = [x[0] for x in rows]; i = [x[1] for x in rows]
+    print(f"{'agent':>8} {' '.join(f'{x:.2f}' for x in o):>32} {st.median(o):>8.2f} {' '.join(f'{x:.2f}' for x in i):>32} {st.median(i):>8.2f}")
+LAYOUT
 }
 
 latency() {
@@ -584,6 +659,7 @@ for stage in "${@:-all}"; do
     clocks) clocks ;;
     large) large ;;
     point) point ;;
-    *) echo "usage: $0 build|sweep|steady|graph|paired|states|copies|faults|summary|all|latency|clocks|large|point ..."; exit 2 ;;
+    layout) layout ;;
+    *) echo "usage: $0 build|sweep|steady|graph|paired|states|copies|faults|summary|all|latency|clocks|large|point|layout ..."; exit 2 ;;
   esac
 done
