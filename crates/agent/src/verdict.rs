@@ -32,7 +32,8 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "FILE", requires = "verdict")]
     pub thresholds: Option<PathBuf>,
 
-    /// Floor on the peak all_reduce bus bandwidth (GB/s).
+    /// Floor on the peak all_reduce bus bandwidth (GB/s). Judged only when the sweep reaches
+    /// 64 MiB (-e); below that busbw is set by latency, and an Info finding says so.
     #[arg(long, value_name = "GBPS", requires = "verdict")]
     pub min_busbw: Option<f64>,
 

@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Thresholds {
-    /// Floor on the peak all_reduce bus bandwidth of a node (GB/s).
+    /// Floor on the peak all_reduce bus bandwidth of a node (GB/s). Needs a sweep that reaches
+    /// 64 MiB (`suite.ncclSweep.maxBytes`): below that busbw is set by latency, not by the
+    /// links, and a test that sets this floor with a shorter sweep is refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub nccl_bus_bw_gbps: Option<f64>,

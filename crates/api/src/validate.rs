@@ -116,6 +116,7 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     check_when_and_where(&mut c, spec);
     check_suite(&mut c, spec);
     check_thresholds(&mut c, &spec.thresholds);
+    check_bandwidth_reach(&mut c, spec);
     check_quarantine_and_agent(&mut c, spec);
     if c.problems.is_empty() {
         Ok(())
@@ -353,6 +354,31 @@ fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
             format!(
                 "must be between 10 and 86400 (got {})",
                 agent.timeout_seconds
+            )
+        },
+    );
+}
+
+/// A bus bandwidth threshold needs a sweep that reaches the sizes where busbw is bandwidth
+/// ([`crate::result::BANDWIDTH_BYTES`]); below them the evaluation cannot judge it.
+fn check_bandwidth_reach(c: &mut Checker, spec: &FabricTestSpec) {
+    let nccl = &spec.suite.nccl_sweep;
+    let judged = nccl.enabled
+        && spec.thresholds.nccl_bus_bw_gbps.is_some()
+        && nccl
+            .collectives
+            .contains(&crate::suite::Collective::AllReduce);
+    let Some(&largest) = nccl.sizes().last() else {
+        return;
+    };
+    let min = crate::result::BANDWIDTH_BYTES;
+    c.check(
+        !judged || largest >= min,
+        "thresholds.ncclBusBwGbps",
+        || {
+            format!(
+                "needs a sweep that reaches {} MiB, where busbw nears what the links carry; suite.ncclSweep ends at {largest} bytes: raise suite.ncclSweep.maxBytes, or drop the threshold",
+                min >> 20
             )
         },
     );

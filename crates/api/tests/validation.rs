@@ -66,6 +66,24 @@ fn min_bytes_over_max_bytes_is_refused() {
 }
 
 #[test]
+fn a_busbw_threshold_with_a_sweep_that_ends_below_the_bandwidth_sizes_is_refused() {
+    let msg = refuse(
+        "  thresholds:\n    ncclBusBwGbps: 300\n  suite:\n    ncclSweep:\n      maxBytes: 1048576\n",
+    );
+    assert!(
+        msg.contains("thresholds.ncclBusBwGbps: needs a sweep that reaches 64 MiB")
+            && msg.contains("ends at 1048576 bytes"),
+        "{msg}"
+    );
+    // Without the threshold a latency test is fine (its busbw is reported, not judged), and
+    // so is the threshold with a sweep to 64 MiB.
+    accept("  suite:\n    ncclSweep:\n      maxBytes: 1048576\n");
+    accept(
+        "  thresholds:\n    ncclBusBwGbps: 300\n  suite:\n    ncclSweep:\n      maxBytes: 67108864\n",
+    );
+}
+
+#[test]
 fn unknown_collective_is_refused() {
     let msg = refuse("  suite:\n    ncclSweep:\n      collectives: [allReduce, allreduce2]\n");
     assert!(

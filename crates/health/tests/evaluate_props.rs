@@ -57,14 +57,20 @@ fn collective() -> impl Strategy<Value = CompactCollective> {
         0.0f64..100.0,
         prop_oneof![3 => Just(0u64), 1 => 0u64..100],
         prop::option::of((0.0f64..50.0, 0.0f64..500.0)),
+        prop::option::of(prop_oneof![
+            Just(1u64 << 20),
+            Just(64u64 << 20),
+            Just(1u64 << 30)
+        ]),
     )
-        .prop_map(|(c, pk, lt, w, ab)| CompactCollective {
+        .prop_map(|(c, pk, lt, w, ab, mx)| CompactCollective {
             collective: c,
             peak_busbw: pk,
             largest_busbw: pk,
             smallest_time_us: lt,
             alpha_beta: ab,
             wrong: w,
+            largest_bytes: mx,
         })
 }
 

@@ -92,7 +92,18 @@ pub struct CompactCollective {
     /// Wrong elements, all sizes, in and out of place.
     #[serde(rename = "w", default, skip_serializing_if = "is_zero_u64")]
     pub wrong: u64,
+    /// Largest size of the sweep (bytes, nccl-tests' size column); None from agents that
+    /// did not say. Below [`BANDWIDTH_BYTES`] the peak busbw is not the links' bandwidth.
+    #[serde(rename = "mx", default, skip_serializing_if = "Option::is_none")]
+    pub largest_bytes: Option<u64>,
 }
+
+/// Smallest largest-size of a sweep whose peak bus bandwidth is judged as bandwidth (floors,
+/// the relation to the copy engines, the fleet comparison). A healthy all_reduce reaches more
+/// than half of what its links carry there: 262 GB/s of 450 on 2 x H100 at 64 MiB, 249 on
+/// 4 x H200 already at 16 MiB; at 1 MiB 2 x H100 read 12-31 GB/s. A sweep that ends below it
+/// (a latency test, `ncclSweep.maxBytes` set low) says nothing of the links' bandwidth.
+pub const BANDWIDTH_BYTES: u64 = 64 << 20;
 
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -286,6 +297,7 @@ impl From<&CollectiveSweep> for CompactCollective {
             smallest_time_us: r1(c.min_time_us().unwrap_or(0.0)),
             alpha_beta: c.fit.map(|f| (r1(f.alpha_us), r1(f.beta_gbps))),
             wrong: c.total_wrong(),
+            largest_bytes: c.rows.iter().map(|r| r.bytes).max(),
         }
     }
 }

@@ -12,7 +12,8 @@ mod compact;
 mod measurements;
 
 pub use compact::{
-    CompactCollective, CompactDdpPoint, CompactGpuHealth, CompactResult, upper_index,
+    BANDWIDTH_BYTES, CompactCollective, CompactDdpPoint, CompactGpuHealth, CompactResult,
+    upper_index,
 };
 pub use measurements::{
     AlphaBeta, CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HealthSnapshot, HostBandwidth,

@@ -62,6 +62,36 @@ fn nccl_below_copy_engines(
     )
 }
 
+/// The Info finding of an all_reduce whose sweep ended below
+/// [`gpufabric_api::result::BANDWIDTH_BYTES`]: its bus bandwidth was not judged, and why.
+fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective) -> Finding {
+    let mib = |b: u64| match b % (1 << 20) {
+        0 => format!("{} MiB", b >> 20),
+        _ => format!("{b} bytes"),
+    };
+    let largest = c.largest_bytes.unwrap_or(0);
+    let min = gpufabric_api::result::BANDWIDTH_BYTES;
+    Finding::new(
+        FindingKind::Slow,
+        Subject::node(node),
+        Metric::NcclBusBw,
+        Severity::Info,
+        format!(
+            "all_reduce bus bandwidth on {node} not judged: the sweep's largest size is {}, below the {} at which busbw nears what the links carry (peak here {} GB/s); raise suite.ncclSweep.maxBytes (nccl-tests' sweep ends at 1 GiB) to judge it.",
+            mib(largest),
+            mib(min),
+            num(c.peak_busbw)
+        ),
+    )
+    .with_collective(c.collective)
+    .with_evidence(
+        largest as f64 / f64::from(1u32 << 20),
+        min as f64 / f64::from(1u32 << 20),
+        "MiB",
+        ExpectationSource::Rule,
+    )
+}
+
 /// A collective slower on `node` than it should be, by `metric`: Critical, and the node's
 /// own (the caller adds the evidence).
 fn slow_collective(node: &str, collective: Collective, metric: Metric, message: String) -> Finding {
@@ -90,7 +120,16 @@ pub(super) fn check_nccl(
             gpu: None,
             peer: None,
         };
-        if c.peak_busbw > 0.0 {
+        let below_bandwidth = c
+            .largest_bytes
+            .is_some_and(|b| b < gpufabric_api::result::BANDWIDTH_BYTES);
+        if below_bandwidth {
+            // The sweep ended where busbw is still set by latency (and, host-launched, by the
+            // launching CPU): no floor, relation or fleet comparison holds it.
+            if c.collective == Collective::AllReduce && c.peak_busbw > 0.0 {
+                out.push(bandwidth_not_judged(node, c));
+            }
+        } else if c.peak_busbw > 0.0 {
             stats.values.insert(bw_key, c.peak_busbw);
             let floor = if c.collective != Collective::AllReduce {
                 None

@@ -408,6 +408,26 @@ fn a_latency_ceiling_fails_a_node_only_when_its_sweep_was_timed_with_cuda_graphs
 }
 
 #[test]
+fn busbw_of_sweeps_that_end_below_the_bandwidth_sizes_is_not_compared_across_the_fleet() {
+    // Eight nodes of a latency test (maxBytes 1 MiB); one reads half the others' busbw, as a
+    // slower launching CPU makes it. Nothing held against it.
+    let mut fleet = fleet_of(8, 0.01);
+    for r in &mut fleet {
+        for c in &mut r.collectives {
+            c.largest_bytes = Some(1 << 20);
+        }
+    }
+    all_reduce(&mut fleet[6]).peak_busbw *= 0.5;
+    let e = run(fleet);
+    assert!(
+        e.findings.iter().all(|f| f.severity != Severity::Critical),
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["node-06"], NodeVerdict::Passed);
+}
+
+#[test]
 fn a_node_fifteen_percent_slow_stands_out_of_a_noisy_fleet() {
     let mut fleet = fleet_of(16, 0.03);
     let ar = all_reduce(&mut fleet[9]);

@@ -65,6 +65,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         smallest_time_us: n.scale(*lt),
         alpha_beta: None,
         wrong: 0,
+        largest_bytes: Some(1 << 30),
     })
     .collect();
     let dp = [1u32, 2, 4, 8]

@@ -223,3 +223,53 @@ fn two_gpus_with_one_direction_far_below_the_other_name_that_direction() {
         );
     }
 }
+
+#[test]
+fn a_sweep_that_ends_below_the_bandwidth_sizes_is_not_judged_on_bandwidth() {
+    // A latency test (maxBytes 1 MiB) on a healthy switched slice: its peak busbw is set by
+    // latency, far below the floor and the copy engines. Not judged, and an Info says so.
+    let t = Thresholds {
+        nccl_bus_bw_gbps: Some(300.0),
+        ..Thresholds::default()
+    };
+    for largest in [1u64 << 20, 16 << 20] {
+        let mut r = switched_slice("latency-test", 4, 5);
+        let ar = all_reduce(&mut r);
+        ar.peak_busbw = 12.4;
+        ar.largest_bytes = Some(largest);
+        for th in [Thresholds::default(), t.clone()] {
+            let e = evaluate(&[NodeInput::measured(r.clone())], &th);
+            assert!(
+                critical_of(&e, "latency-test").is_empty(),
+                "{:#?}",
+                e.findings
+            );
+            assert_eq!(e.verdicts["latency-test"], NodeVerdict::Passed);
+            let info: Vec<_> = e
+                .findings_of("latency-test")
+                .filter(|f| f.metric == Metric::NcclBusBw)
+                .collect();
+            assert_eq!(info.len(), 1, "{info:#?}");
+            assert_eq!(info[0].severity, Severity::Info);
+            assert!(
+                info[0].message.contains("not judged"),
+                "{}",
+                info[0].message
+            );
+            assert!(info[0].message.contains("maxBytes"), "{}", info[0].message);
+        }
+    }
+    // From 64 MiB the same reading fails the node (the copy engines' relation).
+    let mut r = switched_slice("bandwidth-test", 4, 5);
+    let ar = all_reduce(&mut r);
+    ar.peak_busbw = 12.4;
+    ar.largest_bytes = Some(64 << 20);
+    let e = run(vec![r]);
+    assert_eq!(
+        critical_of(&e, "bandwidth-test").len(),
+        1,
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["bandwidth-test"], NodeVerdict::Failed);
+}
