@@ -212,7 +212,8 @@ pub struct NodeCheckArgs {
     #[arg(long = "cudagraph", short = 'G', value_name = "N")]
     pub graph_launches: Option<u32>,
 
-    /// Bytes per GPU-pair copy (8, 1K, 16M, 1G).
+    /// Bytes per GPU-pair copy (8, 1K, 16M, 1G). Copy bandwidths are judged only from 16M up;
+    /// shorter copies are set by latency, and an Info finding says so.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pair_bytes: Option<u64>,
 

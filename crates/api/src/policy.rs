@@ -21,15 +21,18 @@ pub struct Thresholds {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub nccl_latency_us: Option<f64>,
-    /// Floor on one-way copy bandwidth of every GPU pair (GB/s).
+    /// Floor on one-way copy bandwidth of every GPU pair (GB/s). Needs copies of at least
+    /// 16 MiB (`suite.gpuPairs.bytes`); a test that sets it with shorter ones is refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub pair_bandwidth_gbps: Option<f64>,
     /// Floor on bidirectional copy bandwidth of every GPU pair, both directions summed (GB/s).
+    /// Needs copies of at least 16 MiB, as `pairBandwidthGbps`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub pair_bidir_bandwidth_gbps: Option<f64>,
-    /// Floor on host-to-device and device-to-host bandwidth per GPU (GB/s).
+    /// Floor on host-to-device and device-to-host bandwidth per GPU (GB/s). Needs copies of
+    /// at least 16 MiB, as `pairBandwidthGbps`.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub host_bandwidth_gbps: Option<f64>,

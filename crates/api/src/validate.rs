@@ -117,6 +117,7 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     check_suite(&mut c, spec);
     check_thresholds(&mut c, &spec.thresholds);
     check_bandwidth_reach(&mut c, spec);
+    check_copy_reach(&mut c, spec);
     check_quarantine_and_agent(&mut c, spec);
     if c.problems.is_empty() {
         Ok(())
@@ -382,6 +383,39 @@ fn check_bandwidth_reach(c: &mut Checker, spec: &FabricTestSpec) {
             )
         },
     );
+}
+
+/// Copy bandwidth thresholds need copies long enough to show the links
+/// ([`crate::result::COPY_BYTES`]).
+fn check_copy_reach(c: &mut Checker, spec: &FabricTestSpec) {
+    let pairs = &spec.suite.gpu_pairs;
+    let t = &spec.thresholds;
+    let min = crate::result::COPY_BYTES;
+    if !pairs.enabled || pairs.bytes >= min {
+        return;
+    }
+    for (field, set) in [
+        (
+            "thresholds.pairBandwidthGbps",
+            t.pair_bandwidth_gbps.is_some(),
+        ),
+        (
+            "thresholds.pairBidirBandwidthGbps",
+            t.pair_bidir_bandwidth_gbps.is_some(),
+        ),
+        (
+            "thresholds.hostBandwidthGbps",
+            t.host_bandwidth_gbps.is_some(),
+        ),
+    ] {
+        c.check(!set, field, || {
+            format!(
+                "needs copies of at least {} MiB, where they near what the links carry; suite.gpuPairs.bytes is {}: raise it, or drop the threshold",
+                min >> 20,
+                pairs.bytes
+            )
+        });
+    }
 }
 
 fn check_thresholds(c: &mut Checker, t: &Thresholds) {

@@ -84,6 +84,27 @@ fn a_busbw_threshold_with_a_sweep_that_ends_below_the_bandwidth_sizes_is_refused
 }
 
 #[test]
+fn a_copy_threshold_with_copies_too_short_to_show_the_links_is_refused() {
+    let msg = refuse(
+        "  thresholds:\n    pairBandwidthGbps: 300\n    hostBandwidthGbps: 40\n  suite:\n    gpuPairs:\n      bytes: 1048576\n",
+    );
+    for field in [
+        "thresholds.pairBandwidthGbps",
+        "thresholds.hostBandwidthGbps",
+    ] {
+        assert!(
+            msg.contains(&format!("{field}: needs copies of at least 16 MiB")),
+            "{msg}"
+        );
+    }
+    assert!(!msg.contains("pairBidirBandwidthGbps"), "{msg}");
+    accept("  suite:\n    gpuPairs:\n      bytes: 1048576\n");
+    accept(
+        "  thresholds:\n    pairBandwidthGbps: 300\n  suite:\n    gpuPairs:\n      bytes: 16777216\n",
+    );
+}
+
+#[test]
 fn unknown_collective_is_refused() {
     let msg = refuse("  suite:\n    ncclSweep:\n      collectives: [allReduce, allreduce2]\n");
     assert!(

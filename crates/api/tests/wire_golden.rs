@@ -219,12 +219,14 @@ fn full_form_is_byte_for_byte_the_committed_text() {
 }
 
 #[test]
-fn a_compact_form_from_an_agent_that_did_not_give_the_largest_size_still_reads() {
-    // An older agent's form: no "mx". It reads, with the size unknown (judged as before).
+fn a_compact_form_from_an_agent_that_did_not_give_its_sizes_still_reads() {
+    // An older agent's form: no "mx" nor "pz". It reads, the sizes unknown (judged as before).
     let text = r#"{"v":1,"n":"gpu-node-7","b":"sim","p":"NVIDIA H200","g":2,"d":1.0,"nc":[{"c":"allReduce","pk":94.8,"bb":94.8,"lt":11.3}]}"#;
     let c = CompactResult::parse(text).expect("an older compact form reads");
     assert_eq!(c.collectives[0].largest_bytes, None);
-    // This agent's form carries it.
+    assert_eq!(c.pair_bytes, None);
+    // This agent's form carries both.
     let now = CompactResult::from(&document());
     assert_eq!(now.collectives[0].largest_bytes, Some(1 << 20));
+    assert!(now.pair_bytes.is_some_and(|b| b > 0));
 }

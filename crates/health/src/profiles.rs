@@ -387,6 +387,7 @@ mod tests {
             host_to_device: Vec::new(),
             device_to_host: Vec::new(),
             corrupt_copies: 0,
+            pair_bytes: None,
             ddp_points: Vec::new(),
             ddp_compute_ms: Vec::new(),
             health: (0..g)

@@ -108,6 +108,8 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 host_to_device: hd.clone(),
                 device_to_host: hd,
                 corrupt_copies: pc,
+                // Copies of unknown size, too short to judge, and long enough.
+                pair_bytes: [None, Some(1 << 20), Some(256 << 20)][pc as usize % 3],
                 ddp_points: eff
                     .map(|e| vec![CompactDdpPoint { gpus: g, step_ms: 10.0, scaling_efficiency: e, comm_fraction: 0.1, overlap_efficiency: 0.9, tflops_per_gpu: 100.0 }])
                     .unwrap_or_default(),

@@ -51,6 +51,10 @@ pub struct CompactResult {
     /// Corrupt copies in the pair matrix.
     #[serde(rename = "pc", default, skip_serializing_if = "is_zero")]
     pub corrupt_copies: u32,
+    /// Bytes of each copy of the pair matrix; None from agents that did not say. Below
+    /// [`COPY_BYTES`] the copies do not show the links' bandwidth.
+    #[serde(rename = "pz", default, skip_serializing_if = "Option::is_none")]
+    pub pair_bytes: Option<u64>,
     /// DDP weak-scaling points.
     #[serde(rename = "dp", default, skip_serializing_if = "Vec::is_empty")]
     pub ddp_points: Vec<CompactDdpPoint>,
@@ -104,6 +108,12 @@ pub struct CompactCollective {
 /// 4 x H200 already at 16 MiB; at 1 MiB 2 x H100 read 12-31 GB/s. A sweep that ends below it
 /// (a latency test, `ncclSweep.maxBytes` set low) says nothing of the links' bandwidth.
 pub const BANDWIDTH_BYTES: u64 = 64 << 20;
+
+/// Smallest copy of the pair matrix whose bandwidths are judged as the links' (pair and host
+/// floors, the node's and the fleet's comparisons). 2 x H200, one-way copies between the two
+/// GPUs: 74 GB/s at 256 KiB, 190 at 1 MiB, 305 at 4 MiB, 357 at 16 MiB, 394 at 256 MiB (the
+/// floor is 225); host to device 16-42 GB/s at 1 MiB, 48-52 at 16 MiB, 55 at 256 MiB.
+pub const COPY_BYTES: u64 = 16 << 20;
 
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -250,6 +260,7 @@ impl From<&ResultDocument> for CompactResult {
             host_to_device: Vec::new(),
             device_to_host: Vec::new(),
             corrupt_copies: 0,
+            pair_bytes: None,
             ddp_points: Vec::new(),
             ddp_compute_ms: Vec::new(),
             health: doc.health.as_ref().map_or_else(Vec::new, |s| {
@@ -279,6 +290,7 @@ impl From<&ResultDocument> for CompactResult {
             c.host_to_device = per_gpu(&p.host_to_device, n);
             c.device_to_host = per_gpu(&p.device_to_host, n);
             c.corrupt_copies = p.corrupt_copies;
+            c.pair_bytes = Some(p.bytes);
         }
         if let Some(d) = &doc.ddp {
             c.ddp_points = d.points.iter().map(CompactDdpPoint::from).collect();

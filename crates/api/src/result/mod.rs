@@ -12,8 +12,8 @@ mod compact;
 mod measurements;
 
 pub use compact::{
-    BANDWIDTH_BYTES, CompactCollective, CompactDdpPoint, CompactGpuHealth, CompactResult,
-    upper_index,
+    BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuHealth,
+    CompactResult, upper_index,
 };
 pub use measurements::{
     AlphaBeta, CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HealthSnapshot, HostBandwidth,

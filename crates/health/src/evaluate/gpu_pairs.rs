@@ -192,6 +192,16 @@ pub(super) fn check_pairs(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
+    if super::perf::copies_too_short(r) {
+        let measured = !r.copy_uni.is_empty()
+            || !r.copy_bidir.is_empty()
+            || !r.host_to_device.is_empty()
+            || !r.device_to_host.is_empty();
+        if measured {
+            out.push(super::perf::copies_not_judged(node, r));
+        }
+        return;
+    }
     let sets = [
         PairSet {
             metric: Metric::PairBandwidth,

@@ -17,7 +17,7 @@ pub(super) fn floor_of(
 /// The median one-way copy bandwidth of a node's GPU pairs (GB/s), if it measured any.
 fn median_pair_copy(r: &CompactResult) -> Option<f64> {
     let n = r.gpus as usize;
-    if n < 2 || r.copy_uni.len() != n * n {
+    if n < 2 || r.copy_uni.len() != n * n || copies_too_short(r) {
         return None;
     }
     let cells: Vec<f64> = (0..n)
@@ -59,6 +59,37 @@ fn nccl_below_copy_engines(
             ),
         )
         .with_evidence(busbw, bar, "GB/s", ExpectationSource::Node),
+    )
+}
+
+/// Whether the pair matrix's copies were shorter than
+/// [`gpufabric_api::result::COPY_BYTES`]: their bandwidths then do not show the links'.
+pub(super) fn copies_too_short(r: &CompactResult) -> bool {
+    r.pair_bytes
+        .is_some_and(|b| b < gpufabric_api::result::COPY_BYTES)
+}
+
+/// The Info finding of a node whose pair matrix copied fewer than
+/// [`gpufabric_api::result::COPY_BYTES`] at a time: none of its copy bandwidths (pairs,
+/// host) was judged, and why.
+pub(super) fn copies_not_judged(node: &str, r: &CompactResult) -> Finding {
+    let bytes = r.pair_bytes.unwrap_or(0);
+    let min = gpufabric_api::result::COPY_BYTES;
+    Finding::new(
+        FindingKind::Slow,
+        Subject::node(node),
+        Metric::PairBandwidth,
+        Severity::Info,
+        format!(
+            "copy bandwidth on {node} (GPU pairs and host) not judged: each copy moved {bytes} bytes, below the {} MiB at which copies near what the links carry; raise suite.gpuPairs.bytes (default 256 MiB) to judge it.",
+            min >> 20
+        ),
+    )
+    .with_evidence(
+        bytes as f64 / f64::from(1u32 << 20),
+        min as f64 / f64::from(1u32 << 20),
+        "MiB",
+        ExpectationSource::Rule,
     )
 }
 
@@ -233,6 +264,10 @@ pub(super) fn check_host(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
+    if copies_too_short(r) {
+        // Said once for pairs and host alike (check_pairs).
+        return;
+    }
     let floor = floor_of(t.host_bandwidth_gbps, exp.and_then(|e| e.host_floor_gbps));
     for (values, metric, what) in [
         (&r.host_to_device, Metric::H2dBandwidth, "host-to-device"),

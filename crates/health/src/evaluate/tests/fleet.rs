@@ -428,6 +428,27 @@ fn busbw_of_sweeps_that_end_below_the_bandwidth_sizes_is_not_compared_across_the
 }
 
 #[test]
+fn copies_too_short_to_show_the_links_are_not_compared_across_the_fleet() {
+    // Eight nodes whose pair matrix copied 1 MiB at a time; one reads half the others' copy
+    // and host bandwidth. Nothing held against it.
+    let mut fleet = fleet_of(8, 0.01);
+    for r in &mut fleet {
+        r.pair_bytes = Some(1 << 20);
+    }
+    let r = &mut fleet[2];
+    for v in r.copy_uni.iter_mut().chain(r.host_to_device.iter_mut()) {
+        *v *= 0.5;
+    }
+    let e = run(fleet);
+    assert!(
+        e.findings.iter().all(|f| f.severity != Severity::Critical),
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["node-02"], NodeVerdict::Passed);
+}
+
+#[test]
 fn a_node_fifteen_percent_slow_stands_out_of_a_noisy_fleet() {
     let mut fleet = fleet_of(16, 0.03);
     let ar = all_reduce(&mut fleet[9]);

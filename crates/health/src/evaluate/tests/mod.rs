@@ -107,6 +107,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         host_to_device: (0..gu).map(|_| n.scale(55.0)).collect(),
         device_to_host: (0..gu).map(|_| n.scale(52.0)).collect(),
         corrupt_copies: 0,
+        pair_bytes: Some(256 << 20),
         ddp_points: dp,
         ddp_compute_ms: dc,
         health: h,

@@ -273,3 +273,51 @@ fn a_sweep_that_ends_below_the_bandwidth_sizes_is_not_judged_on_bandwidth() {
     );
     assert_eq!(e.verdicts["bandwidth-test"], NodeVerdict::Failed);
 }
+
+#[test]
+fn copies_too_short_to_show_the_links_are_not_judged() {
+    // gpuPairs.bytes 256 KiB: a healthy switched slice copies at ~74 GB/s one way and ~29
+    // GB/s from the host (2 x H200). Not judged, against floors or each other; one Info.
+    let slow = |bytes: u64| {
+        let mut r = switched_slice("short-copies", 4, 9);
+        for v in r.copy_uni.iter_mut().chain(r.copy_bidir.iter_mut()) {
+            *v *= 74.0 / 394.0;
+        }
+        for v in r
+            .host_to_device
+            .iter_mut()
+            .chain(r.device_to_host.iter_mut())
+        {
+            *v = 29.0;
+        }
+        r.copy_uni[1] *= 0.5;
+        r.pair_bytes = Some(bytes);
+        r
+    };
+    let e = run(vec![slow(256 << 10)]);
+    assert!(
+        critical_of(&e, "short-copies").is_empty(),
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["short-copies"], NodeVerdict::Passed);
+    let info: Vec<_> = e
+        .findings_of("short-copies")
+        .filter(|f| f.message.contains("not judged"))
+        .collect();
+    assert_eq!(info.len(), 1, "{:#?}", e.findings);
+    assert_eq!(info[0].severity, Severity::Info);
+    assert!(
+        info[0].message.contains("gpuPairs.bytes"),
+        "{}",
+        info[0].message
+    );
+    // Copies of 16 MiB that slow fail the node.
+    let e = run(vec![slow(16 << 20)]);
+    assert!(
+        !critical_of(&e, "short-copies").is_empty(),
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["short-copies"], NodeVerdict::Failed);
+}
