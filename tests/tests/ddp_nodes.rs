@@ -87,6 +87,20 @@ async fn create_probe_test(env: &OperatorEnv, test: &str) {
     .await;
 }
 
+/// The run's multi-node probe, which must have ended; `log` is the operator's, for the
+/// panic.
+fn ended_probe(
+    status: &gpufabric_api::run::FabricTestRunStatus,
+    log: &dyn Fn() -> String,
+) -> gpufabric_api::ddp_nodes::DdpNodesStatus {
+    let probe = status
+        .ddp_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
+    assert!(probe.done, "{probe:#?}");
+    probe
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_it_does_not_cordon()
 {
@@ -105,11 +119,7 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
     let status = env.run_status(&last_run_name(&folded)).await;
     let log = || env.operator.log_tail(80);
 
-    let probe = status
-        .ddp_nodes
-        .clone()
-        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
-    assert!(probe.done, "{probe:#?}");
+    let probe = ended_probe(&status, &log);
     assert_eq!(probe.state, PairState::Measured, "{probe:#?}\n{}", log());
     let slow_nic = env.node(SLOW_NIC);
     let mut expected: Vec<String> = ["dn-01", "dn-02", "dn-03", "dn-04", "dn-05"]
@@ -195,11 +205,7 @@ async fn a_probe_rank_on_a_node_that_stopped_reporting_leaves_the_probe_not_meas
         .fold_with_node_lost_under(test, &lost, gpufabric_operator::ddp_nodes::ROLE_DDP_NODES)
         .await;
     let log = || env.operator.log_tail(120);
-    let probe = status
-        .ddp_nodes
-        .clone()
-        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
-    assert!(probe.done, "{probe:#?}");
+    let probe = ended_probe(&status, &log);
     assert_eq!(probe.state, PairState::NotMeasured, "{probe:#?}\n{}", log());
     assert!(
         probe
@@ -233,11 +239,7 @@ async fn a_probe_rank_stuck_alone_is_named_and_holds_nothing() {
     let run = last_run_name(&env.wait_folded(test, None).await);
     let status = env.run_status(&run).await;
     let log = || env.operator.log_tail(120);
-    let probe = status
-        .ddp_nodes
-        .clone()
-        .unwrap_or_else(|| panic!("no multi-node probe: {status:#?}\n{}", log()));
-    assert!(probe.done, "{probe:#?}");
+    let probe = ended_probe(&status, &log);
     assert_ne!(probe.state, PairState::Measured, "{probe:#?}");
     let message = probe.message.as_deref().unwrap_or_default();
     assert!(

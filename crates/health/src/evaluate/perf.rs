@@ -75,52 +75,59 @@ pub(super) fn copies_too_short(r: &CompactResult) -> bool {
 pub(super) fn copies_not_judged(node: &str, r: &CompactResult) -> Finding {
     let bytes = r.pair_bytes.unwrap_or(0);
     let min = gpufabric_api::result::COPY_BYTES;
-    Finding::new(
-        FindingKind::Slow,
-        Subject::node(node),
+    not_judged(
+        node,
         Metric::PairBandwidth,
-        Severity::Info,
         format!(
-            "copy bandwidth on {node} (GPU pairs and host) not judged: each copy moved {bytes} bytes, below the {} MiB at which copies near what the links carry; raise suite.gpuPairs.bytes (default 256 MiB) to judge it.",
-            min >> 20
+            "copy bandwidth on {node} (GPU pairs and host) not judged: each copy moved {}, below the {} at which copies near what the links carry; raise suite.gpuPairs.bytes (default 256 MiB) to judge it.",
+            size_words(bytes),
+            size_words(min)
         ),
-    )
-    .with_evidence(
-        bytes as f64 / f64::from(1u32 << 20),
-        min as f64 / f64::from(1u32 << 20),
-        "MiB",
-        ExpectationSource::Rule,
+        bytes,
+        min,
     )
 }
 
 /// The Info finding of an all_reduce whose sweep ended below
 /// [`gpufabric_api::result::BANDWIDTH_BYTES`]: its bus bandwidth was not judged, and why.
 fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective) -> Finding {
-    let mib = |b: u64| match b % (1 << 20) {
-        0 => format!("{} MiB", b >> 20),
-        _ => format!("{b} bytes"),
-    };
     let largest = c.largest_bytes.unwrap_or(0);
     let min = gpufabric_api::result::BANDWIDTH_BYTES;
+    not_judged(
+        node,
+        Metric::NcclBusBw,
+        format!(
+            "all_reduce bus bandwidth on {node} not judged: the sweep's largest size is {}, below the {} at which busbw nears what the links carry (peak here {} GB/s); raise suite.ncclSweep.maxBytes (nccl-tests' sweep ends at 1 GiB) to judge it.",
+            size_words(largest),
+            size_words(min),
+            num(c.peak_busbw)
+        ),
+        largest,
+        min,
+    )
+    .with_collective(c.collective)
+}
+
+/// An Info finding on `node`: `metric` was not judged because what was measured (`bytes`)
+/// is smaller than the rule's minimum (`min`); evidence in MiB.
+fn not_judged(node: &str, metric: Metric, message: String, bytes: u64, min: u64) -> Finding {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
     Finding::new(
         FindingKind::Slow,
         Subject::node(node),
-        Metric::NcclBusBw,
+        metric,
         Severity::Info,
-        format!(
-            "all_reduce bus bandwidth on {node} not judged: the sweep's largest size is {}, below the {} at which busbw nears what the links carry (peak here {} GB/s); raise suite.ncclSweep.maxBytes (nccl-tests' sweep ends at 1 GiB) to judge it.",
-            mib(largest),
-            mib(min),
-            num(c.peak_busbw)
-        ),
+        message,
     )
-    .with_collective(c.collective)
-    .with_evidence(
-        largest as f64 / f64::from(1u32 << 20),
-        min as f64 / f64::from(1u32 << 20),
-        "MiB",
-        ExpectationSource::Rule,
-    )
+    .with_evidence(mib(bytes), mib(min), "MiB", ExpectationSource::Rule)
+}
+
+/// A size in whole MiB where it is one, else in bytes.
+fn size_words(b: u64) -> String {
+    match b % (1 << 20) {
+        0 => format!("{} MiB", b >> 20),
+        _ => format!("{b} bytes"),
+    }
 }
 
 /// A collective slower on `node` than it should be, by `metric`: Critical, and the node's
