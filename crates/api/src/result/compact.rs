@@ -115,6 +115,12 @@ pub const BANDWIDTH_BYTES: u64 = 64 << 20;
 /// floor is 225); host to device 16-42 GB/s at 1 MiB, 48-52 at 16 MiB, 55 at 256 MiB.
 pub const COPY_BYTES: u64 = 16 << 20;
 
+/// Least compute time per step (ms, the node's median GPU) of a DDP probe whose stragglers
+/// and scaling are judged. Below it kernel launches set the time: on 2 x H200 one GPU read
+/// 1.08-1.24x the other at 0.06-0.17 ms (hidden 512-1024), 1.00-1.01x from 0.42 ms (hidden
+/// 2048, 4 layers) up to the default probe's 22.5 ms; a straggler is 1.10x.
+pub const DDP_COMPUTE_MS: f64 = 1.0;
+
 /// One DDP scaling point, summarised.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CompactDdpPoint {

@@ -13,7 +13,7 @@ mod measurements;
 
 pub use compact::{
     BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuHealth,
-    CompactResult, upper_index,
+    CompactResult, DDP_COMPUTE_MS, upper_index,
 };
 pub use measurements::{
     AlphaBeta, CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HealthSnapshot, HostBandwidth,

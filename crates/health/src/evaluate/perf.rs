@@ -108,6 +108,24 @@ fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective
     .with_collective(c.collective)
 }
 
+/// The Info finding of a DDP probe whose GPUs computed `ms` a step (the median), below
+/// [`gpufabric_api::result::DDP_COMPUTE_MS`]: its stragglers and scaling were not judged.
+fn ddp_not_judged(node: &str, ms: f64) -> Finding {
+    let min = gpufabric_api::result::DDP_COMPUTE_MS;
+    Finding::new(
+        FindingKind::Slow,
+        Subject::node(node),
+        Metric::DdpComputeTime,
+        Severity::Info,
+        format!(
+            "DDP probe on {node} not judged (stragglers, scaling): its GPUs computed {} ms a step, below the {} ms at which kernel launches stop setting the time; raise suite.ddpProbe.hidden, layers or batchPerGpu (defaults 8192, 8, 4096) to judge it.",
+            num(ms),
+            num(min)
+        ),
+    )
+    .with_evidence(ms, min, "ms", ExpectationSource::Rule)
+}
+
 /// An Info finding on `node`: `metric` was not judged because what was measured (`bytes`)
 /// is smaller than the rule's minimum (`min`); evidence in MiB.
 fn not_judged(node: &str, metric: Metric, message: String, bytes: u64, min: u64) -> Finding {
@@ -325,6 +343,20 @@ pub(super) fn check_ddp(
     stats: &mut NodeStats,
     out: &mut Vec<Finding>,
 ) {
+    let times: Vec<f64> = r
+        .ddp_compute_ms
+        .iter()
+        .take(r.gpus as usize)
+        .copied()
+        .filter(|v| *v > 0.0)
+        .collect();
+    let median_compute = fleet::median(&times);
+    if let Some(m) = median_compute.filter(|m| *m < gpufabric_api::result::DDP_COMPUTE_MS) {
+        // A probe this small times kernel launches, not the GPUs: neither its stragglers nor
+        // its scaling (against a threshold or the fleet) say anything of the node.
+        out.push(ddp_not_judged(node, m));
+        return;
+    }
     if let Some(last) = r.ddp_points.iter().max_by_key(|p| p.gpus)
         && last.gpus > 1
         && last.scaling_efficiency > 0.0
@@ -364,17 +396,10 @@ pub(super) fn check_ddp(
         }
     }
 
-    let times: Vec<f64> = r
-        .ddp_compute_ms
-        .iter()
-        .take(r.gpus as usize)
-        .copied()
-        .filter(|v| *v > 0.0)
-        .collect();
     if times.len() < 2 {
         return;
     }
-    let Some(m) = fleet::median(&times) else {
+    let Some(m) = median_compute else {
         return;
     };
     stats.values.insert(

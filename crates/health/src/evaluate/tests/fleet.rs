@@ -216,6 +216,59 @@ fn straggler_needs_more_than_the_ratio_above_the_node_median() {
 }
 
 #[test]
+fn a_probe_too_small_to_time_the_gpus_names_no_straggler_and_judges_no_scaling() {
+    // Hidden 512: the GPUs computed 0.06-0.10 ms a step and one read 1.24x the other on a
+    // healthy 2 x H200. Kernel launches set that time.
+    let t = Thresholds {
+        ddp_scaling_efficiency: Some(0.9),
+        ..Thresholds::default()
+    };
+    let tiny = |ms: f64| {
+        let mut r = healthy("n", 5, 0.0);
+        for v in r.ddp_compute_ms.iter_mut() {
+            *v = ms;
+        }
+        r.ddp_compute_ms[3] = ms * 1.24;
+        for p in r.ddp_points.iter_mut() {
+            p.scaling_efficiency = 0.5;
+        }
+        r
+    };
+    let e = evaluate(&[NodeInput::measured(tiny(0.08))], &t);
+    assert!(
+        e.findings.iter().all(|f| f.severity != Severity::Critical),
+        "{:#?}",
+        e.findings
+    );
+    assert_eq!(e.verdicts["n"], NodeVerdict::Passed);
+    let info: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.metric == Metric::DdpComputeTime)
+        .collect();
+    assert_eq!(info.len(), 1, "{:#?}", e.findings);
+    assert!(
+        info[0].message.contains("not judged"),
+        "{}",
+        info[0].message
+    );
+    // From 1 ms a step the same spread is a straggler, and the scaling is judged.
+    let e = evaluate(&[NodeInput::measured(tiny(2.0))], &t);
+    let kinds: Vec<(FindingKind, Metric)> = e
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| (f.kind, f.metric))
+        .collect();
+    assert!(
+        kinds.contains(&(FindingKind::Straggler, Metric::DdpComputeTime))
+            && kinds.contains(&(FindingKind::Slow, Metric::DdpScalingEfficiency)),
+        "{:#?}",
+        e.findings
+    );
+}
+
+#[test]
 fn node_wide_fleet_findings_are_dropped_when_a_gpu_is_already_blamed() {
     let mut fleet = fleet_of(8, 0.01);
     fleet[0].health[3].nvlinks = (10, 18);
