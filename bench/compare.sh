@@ -125,14 +125,20 @@ banner() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 now() { date +%s.%N; }
 since() { python3 -c "print(f'{$(now) - $1:.2f}')"; }
 
+# make_nccl_tests DIR LOG: nccl-tests in DIR against the wheel's NCCL, for this host's GPUs.
+make_nccl_tests() {
+  local cc; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  ( cd "$1" && make -j16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=$NCCL_HOME \
+      NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" ) > "$2" 2>&1
+}
+
 build() {
   banner "build nccl-tests and nvbandwidth ($NGPU GPUs, nvcc $(nvcc --version | tail -1))"
   local cc; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
   local t0; t0=$(now)
   rm -rf "$REF/nccl-tests" "$REF/nvbandwidth"
   cp -r "$SRC/nccl-tests" "$SRC/nvbandwidth" "$REF/"
-  ( cd "$REF/nccl-tests" && make -j16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=$NCCL_HOME \
-      NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" > "$OUT/build-nccl-tests.log" 2>&1
+  ( make_nccl_tests "$REF/nccl-tests" "$OUT/build-nccl-tests.log"
     echo "nccl-tests rc=$?" ) &
   local p1=$!
   ( cd "$REF/nvbandwidth" && nvcc -O3 -std=c++17 -arch=sm_$cc -DGIT_VERSION='"v0.8"' -I. \
@@ -197,16 +203,13 @@ layout() {
   local flags=${LAYOUT_FLAGS:-"-b 16M -e 16M -w 5 -n 200"} pads=${LAYOUT_PADS:-"0 2 4 8 18"}
   mkdir -p "$d"
   banner "layout: all_reduce_perf $flags at pads of $pads MiB, ${LAYOUT_ROUNDS:-3} rounds"
-  local cc; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
   rm -rf "$REF/nccl-tests-pad"
   cp -r "$SRC/nccl-tests" "$REF/nccl-tests-pad"
   # The one added line: GF_PAD_MIB of device memory taken (and kept) before the buffers.
   sed -i '/^testResult_t AllocateBuffs(/a\    { const char* gfPad = getenv("GF_PAD_MIB"); if (gfPad \&\& atoi(gfPad) > 0) { void* gfPadBuf; NCCLCHECK(ncclMemAlloc(\&gfPadBuf, (size_t)atoi(gfPad) << 20)); } }' \
     "$REF/nccl-tests-pad/src/common.cu"
   grep -n 'GF_PAD_MIB' "$REF/nccl-tests-pad/src/common.cu" || { echo "layout: the pad line was not added"; return 1; }
-  ( cd "$REF/nccl-tests-pad" && make -j16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=$NCCL_HOME \
-      NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" > "$d/build.log" 2>&1 ) ||
-    { tail -5 "$d/build.log"; return 1; }
+  make_nccl_tests "$REF/nccl-tests-pad" "$d/build.log" || { tail -5 "$d/build.log"; return 1; }
   for r in $(seq 1 "${LAYOUT_ROUNDS:-3}"); do
     for pad in $pads; do
       GF_PAD_MIB=$pad timeout 120 "$REF/nccl-tests-pad/build/all_reduce_perf" $flags -c 1 -g "$NGPU" \

@@ -83,8 +83,7 @@ pub(super) fn copies_not_judged(node: &str, r: &CompactResult) -> Finding {
             size_words(bytes),
             size_words(min)
         ),
-        bytes,
-        min,
+        in_mib(bytes, min),
     )
 }
 
@@ -102,8 +101,7 @@ fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective
             size_words(min),
             num(c.peak_busbw)
         ),
-        largest,
-        min,
+        in_mib(largest, min),
     )
     .with_collective(c.collective)
 }
@@ -112,24 +110,26 @@ fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective
 /// [`gpufabric_api::result::DDP_COMPUTE_MS`]: its stragglers and scaling were not judged.
 fn ddp_not_judged(node: &str, ms: f64) -> Finding {
     let min = gpufabric_api::result::DDP_COMPUTE_MS;
-    Finding::new(
-        FindingKind::Slow,
-        Subject::node(node),
+    not_judged(
+        node,
         Metric::DdpComputeTime,
-        Severity::Info,
         format!(
             "DDP probe on {node} not judged (stragglers, scaling): its GPUs computed {} ms a step, below the {} ms at which kernel launches stop setting the time; raise suite.ddpProbe.hidden, layers or batchPerGpu (defaults 8192, 8, 4096) to judge it.",
             num(ms),
             num(min)
         ),
+        (ms, min, "ms"),
     )
-    .with_evidence(ms, min, "ms", ExpectationSource::Rule)
 }
 
-/// An Info finding on `node`: `metric` was not judged because what was measured (`bytes`)
-/// is smaller than the rule's minimum (`min`); evidence in MiB.
-fn not_judged(node: &str, metric: Metric, message: String, bytes: u64, min: u64) -> Finding {
-    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+/// An Info finding on `node`: `metric` was not judged because what was measured is smaller
+/// than the rule's minimum; `(measured, minimum, unit)` is its evidence.
+fn not_judged(
+    node: &str,
+    metric: Metric,
+    message: String,
+    (value, min, unit): (f64, f64, &str),
+) -> Finding {
     Finding::new(
         FindingKind::Slow,
         Subject::node(node),
@@ -137,7 +137,13 @@ fn not_judged(node: &str, metric: Metric, message: String, bytes: u64, min: u64)
         Severity::Info,
         message,
     )
-    .with_evidence(mib(bytes), mib(min), "MiB", ExpectationSource::Rule)
+    .with_evidence(value, min, unit, ExpectationSource::Rule)
+}
+
+/// Bytes as MiB, with the unit, for a [`not_judged`] finding's evidence.
+fn in_mib(bytes: u64, min: u64) -> (f64, f64, &'static str) {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    (mib(bytes), mib(min), "MiB")
 }
 
 /// A size in whole MiB where it is one, else in bytes.
