@@ -4,6 +4,7 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use gpufabric_api::keys;
 use gpufabric_api::suite::{Collective, DataType, Suite};
+use gpufabric_measure::fleet::{Fleet, FleetSource};
 use std::path::PathBuf;
 
 /// Which backend measures.
@@ -58,24 +59,60 @@ impl RendezvousArgs {
     }
 }
 
-/// The fleet file the `sim` backend of a multi-node command simulates (`--fleet`), checked
-/// to hold every node of `nodes`.
-pub fn load_sim_fleet(
-    path: Option<&std::path::Path>,
-    nodes: &[String],
-) -> anyhow::Result<gpufabric_measure::fleet::Fleet> {
-    let invalid = |m: String| anyhow::Error::new(gpufabric_measure::CheckError::InvalidInput(m));
-    let path = path.ok_or_else(|| {
-        invalid(
-            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET".into(),
-        )
-    })?;
-    let fleet = gpufabric_measure::fleet::Fleet::load(path).map_err(|e| invalid(e.to_string()))?;
+/// The fleet the `sim` backend simulates: a file, or the document itself.
+#[derive(Args, Debug, Clone, Default)]
+pub struct FleetArgs {
+    /// Fleet description (YAML or JSON) the `sim` backend simulates; `sim` needs it or
+    /// --fleet-doc.
+    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
+    pub fleet: Option<PathBuf>,
+
+    /// The fleet description itself (YAML or JSON) instead of a file: how a benchmark pod
+    /// gets one, from a ConfigMap key through the FabricTest's spec.agent.env.
+    #[arg(
+        long,
+        env = keys::ENV_SIM_FLEET_DOC,
+        value_name = "YAML",
+        conflicts_with = "fleet",
+        hide_env_values = true
+    )]
+    pub fleet_doc: Option<String>,
+}
+
+impl FleetArgs {
+    /// Where the fleet comes from; an input error when neither is given.
+    pub fn source(&self) -> anyhow::Result<FleetSource> {
+        match (&self.fleet, &self.fleet_doc) {
+            (Some(path), _) => Ok(FleetSource::File(path.clone())),
+            (None, Some(doc)) => Ok(FleetSource::Document(doc.clone())),
+            (None, None) => Err(anyhow::Error::new(
+                gpufabric_measure::CheckError::InvalidInput(format!(
+                    "the sim backend needs a fleet: pass --fleet PATH (or set {}) or --fleet-doc YAML (or set {})",
+                    keys::ENV_SIM_FLEET,
+                    keys::ENV_SIM_FLEET_DOC
+                )),
+            )),
+        }
+    }
+
+    /// The fleet, read and checked.
+    pub fn load(&self) -> anyhow::Result<(FleetSource, Fleet)> {
+        let source = self.source()?;
+        let fleet = source.load().map_err(|e| {
+            anyhow::Error::new(gpufabric_measure::CheckError::InvalidInput(e.to_string()))
+        })?;
+        Ok((source, fleet))
+    }
+}
+
+/// The fleet the `sim` backend of a multi-node command simulates, checked to hold every
+/// node of `nodes`.
+pub fn load_sim_fleet(fleet: &FleetArgs, nodes: &[String]) -> anyhow::Result<Fleet> {
+    let (source, fleet) = fleet.load()?;
     if let Some(n) = nodes.iter().find(|n| fleet.node(n).is_none()) {
-        return Err(invalid(format!(
-            "node {n:?} is not in fleet file {}",
-            path.display()
-        )));
+        return Err(anyhow::Error::new(
+            gpufabric_measure::CheckError::InvalidInput(format!("node {n:?} is not in {source}")),
+        ));
     }
     Ok(fleet)
 }
@@ -88,9 +125,8 @@ pub struct RankArgs {
     #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
     pub node: Option<String>,
 
-    /// Fleet description the `sim` backend simulates; required for `sim`.
-    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
-    pub fleet: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
 
     /// Seed of the `sim` backend's noise (default: the fleet file's seed).
     #[arg(long)]
@@ -277,9 +313,8 @@ pub struct NodeCheckArgs {
     #[arg(long, env = keys::ENV_NODE_NAME, value_name = "NAME")]
     pub node: Option<String>,
 
-    /// Fleet description (YAML or JSON) the `sim` backend simulates; required for `sim`.
-    #[arg(long, env = keys::ENV_SIM_FLEET, value_name = "PATH")]
-    pub fleet: Option<PathBuf>,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
 
     /// Seed of the `sim` backend's noise (default: the fleet file's seed).
     #[arg(long)]

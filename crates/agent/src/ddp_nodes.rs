@@ -157,7 +157,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
     // met: a rank that cannot measure fails alone, and at once.
     let fleet = match args.backend {
-        BackendArg::Sim => Some(load_sim_fleet(args.me.fleet.as_deref(), &args.nodes)?),
+        BackendArg::Sim => Some(load_sim_fleet(&args.me.fleet, &args.nodes)?),
         BackendArg::Cuda => {
             check_cuda()?;
             gpufabric_measure::cuda::refuse_shared_gpus(args.me.shared_gpus, &progress)?;

@@ -14,7 +14,6 @@ use anyhow::Context;
 use args::{BackendArg, NodeCheckArgs};
 use clap::{Parser, Subcommand};
 use gpufabric_measure::cuda::CudaOptions;
-use gpufabric_measure::fleet::Fleet;
 use gpufabric_measure::sim::{self, ProcessFault};
 use gpufabric_measure::{CheckError, CheckOptions};
 use output::progress;
@@ -292,25 +291,18 @@ enum SimRun {
 /// The sim backend's check of the fleet file's node, with its process faults.
 fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun> {
     let node = &opts.node;
-    let path = args.fleet.as_ref().ok_or_else(|| {
-        invalid(anyhow::anyhow!(
-            "the sim backend needs a fleet file: pass --fleet PATH or set FABRIC_SIM_FLEET"
-        ))
-    })?;
-    let fleet = Fleet::load(path).map_err(|e| invalid(e.into()))?;
+    let (source, fleet) = args.fleet.load()?;
     let Some(fleet_node) = fleet.node(node) else {
         let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
         return Err(invalid(anyhow::anyhow!(
-            "node {node:?} is not in fleet file {} (it has: {}); pass --node with one of them",
-            path.display(),
+            "node {node:?} is not in {source} (it has: {}); pass --node with one of them",
             known.join(", ")
         )));
     };
     let garbage = match sim::process_fault(fleet_node) {
         Some(ProcessFault::Crash { exit_code }) => {
             eprintln!(
-                "fabric-agent: simulated crash of node {node} (fault in {}): exiting with code {exit_code}",
-                path.display()
+                "fabric-agent: simulated crash of node {node} (fault in {source}): exiting with code {exit_code}"
             );
             return Ok(SimRun::Crashed(exit_code));
         }
@@ -319,8 +311,7 @@ fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun
     };
     let seed = args.seed.unwrap_or(fleet.seed);
     progress(&format!(
-        "node-check on {node} with the sim backend (fleet {}, seed {seed})",
-        path.display()
+        "node-check on {node} with the sim backend ({source}, seed {seed})"
     ));
     let doc = sim::node_check(opts, fleet_node, seed, &progress)?;
     Ok(SimRun::Measured {

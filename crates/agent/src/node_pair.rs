@@ -193,7 +193,7 @@ fn finish(
 
 fn run_sim(r: &RankRun) -> anyhow::Result<i32> {
     let (args, opts) = (r.args, r.opts);
-    let fleet = load_sim_fleet(args.me.fleet.as_deref(), &opts.nodes)?;
+    let fleet = load_sim_fleet(&args.me.fleet, &opts.nodes)?;
     // This rank's node in the sim fleet.
     let node = fleet.node(opts.node());
     if let Some(node) = node

@@ -72,6 +72,9 @@ pub const ENV_RANK: &str = "FABRIC_RANK";
 pub const ENV_PAIR_NODES: &str = "FABRIC_PAIR_NODES";
 /// Agent env: path of the simulated fleet description (sim backend only).
 pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
+/// The sim backend's fleet description itself, rather than a file: how a benchmark pod in a
+/// container gets one (a FabricTest's `spec.agent.env`, `valueFrom` a ConfigMap key).
+pub const ENV_SIM_FLEET_DOC: &str = "FABRIC_SIM_FLEET_DOC";
 /// Agent env: backend override (`cuda` or `sim`).
 pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
 

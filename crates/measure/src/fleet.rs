@@ -7,7 +7,7 @@
 use gpufabric_api::result::{Phase, Transport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A simulated fleet.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,29 +133,62 @@ pub enum FleetError {
         path: String,
         source: std::io::Error,
     },
-    #[error("fleet file {path} is not a valid fleet description: {detail}")]
-    Parse { path: String, detail: String },
-    #[error("fleet file {path}: {detail}")]
-    Invalid { path: String, detail: String },
+    #[error("{origin} is not a valid fleet description: {detail}")]
+    Parse { origin: String, detail: String },
+    #[error("{origin}: {detail}")]
+    Invalid { origin: String, detail: String },
+}
+
+/// Where a fleet description comes from: a file, or the document itself (how a benchmark
+/// pod gets one: an environment variable filled from a ConfigMap key).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FleetSource {
+    File(PathBuf),
+    Document(String),
+}
+
+impl std::fmt::Display for FleetSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FleetSource::File(path) => write!(f, "fleet file {}", path.display()),
+            FleetSource::Document(_) => write!(f, "the fleet document given inline"),
+        }
+    }
+}
+
+impl FleetSource {
+    /// Reads and checks the description (see [`Fleet::parse`]).
+    pub fn load(&self) -> Result<Fleet, FleetError> {
+        match self {
+            FleetSource::File(path) => Fleet::load(path),
+            FleetSource::Document(text) => Fleet::parse(text, &self.to_string()),
+        }
+    }
 }
 
 impl Fleet {
-    /// Reads a fleet description (YAML or JSON) and checks it: unique node names, GPU and
-    /// NIC indices of faults within the node's GPUs, factors in (0, 1] for slow faults and
-    /// >= 1 for stragglers, error rates finite and above 0.
+    /// Reads a fleet description (YAML or JSON) from a file and checks it (see
+    /// [`Fleet::parse`]).
     pub fn load(path: &Path) -> Result<Fleet, FleetError> {
-        let p = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| FleetError::Io {
-            path: p.clone(),
+            path: path.display().to_string(),
             source,
         })?;
-        let fleet: Fleet = serde_yaml::from_str(&text).map_err(|e| FleetError::Parse {
-            path: p.clone(),
+        Fleet::parse(&text, &FleetSource::File(path.to_path_buf()).to_string())
+    }
+
+    /// Parses a fleet description (YAML or JSON) and checks it: unique node names, GPU and
+    /// NIC indices of faults within the node's GPUs, factors in (0, 1] for slow faults and
+    /// >= 1 for stragglers, error rates finite and above 0. `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Fleet, FleetError> {
+        let fleet: Fleet = serde_yaml::from_str(text).map_err(|e| FleetError::Parse {
+            origin: origin.to_string(),
             detail: e.to_string(),
         })?;
-        fleet
-            .check()
-            .map_err(|detail| FleetError::Invalid { path: p, detail })?;
+        fleet.check().map_err(|detail| FleetError::Invalid {
+            origin: origin.to_string(),
+            detail,
+        })?;
         Ok(fleet)
     }
 
