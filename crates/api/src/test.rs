@@ -5,7 +5,7 @@ use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::rollout::Rollout;
 use crate::run::{NodeVerdict, RunPhase, Trigger};
 use crate::suite::Suite;
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
@@ -240,6 +240,22 @@ pub struct AgentSpec {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub image: String,
     pub image_pull_policy: PullPolicy,
+    /// Secrets in the operator's namespace to pull the agent image with (a private
+    /// registry), as a pod's `imagePullSecrets`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// RuntimeClass of the benchmark pods: `nvidia` where the NVIDIA container runtime is a
+    /// RuntimeClass rather than the container runtime's default (k3s, RKE2, containerd set
+    /// up by the GPU operator without `default_runtime_name`). Empty: the node's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub runtime_class_name: Option<String>,
+    /// PriorityClass of the benchmark pods. A pod bound with `nodeName` is still preempted
+    /// by the scheduler for a pod of higher priority that needs its GPUs; the node is then
+    /// not measured (Preempted), never failed. Empty: the cluster's default priority.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class_name: Option<String>,
     /// Resources of the agent container besides the GPUs (which are always all of the node's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -270,6 +286,9 @@ impl Default for AgentSpec {
         AgentSpec {
             image: String::new(),
             image_pull_policy: PullPolicy::IfNotPresent,
+            image_pull_secrets: Vec::new(),
+            runtime_class_name: None,
+            priority_class_name: None,
             resources: None,
             env: Vec::new(),
             tolerations: Vec::new(),

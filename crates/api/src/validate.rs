@@ -348,6 +348,32 @@ fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
     c.check(agent.image.trim() == agent.image, "agent.image", || {
         "must not start or end with spaces (leave it out for the operator's --agent-image)".into()
     });
+    let names = [
+        ("agent.runtimeClassName", agent.runtime_class_name.as_deref()),
+        (
+            "agent.priorityClassName",
+            agent.priority_class_name.as_deref(),
+        ),
+    ];
+    for (field, name) in names {
+        if let Some(name) = name {
+            c.check(labels::is_dns_subdomain(name), field, || {
+                format!("{name:?} is not a valid object name (a DNS subdomain: lowercase letters, digits, '-' and '.', at most 253)")
+            });
+        }
+    }
+    for (i, secret) in agent.image_pull_secrets.iter().enumerate() {
+        c.check(
+            labels::is_dns_subdomain(&secret.name),
+            "agent.imagePullSecrets",
+            || {
+                format!(
+                    "entry {i} ({:?}) is not a valid Secret name (a DNS subdomain)",
+                    secret.name
+                )
+            },
+        );
+    }
     c.check(
         (10..=86400).contains(&agent.timeout_seconds),
         "agent.timeoutSeconds",

@@ -425,3 +425,25 @@ fn a_suite_close_to_its_timeout_is_allowed_with_a_warning() {
         "{said:?}"
     );
 }
+
+#[test]
+fn runtime_priority_and_pull_secret_names_must_be_object_names() {
+    let msg = refuse("  agent:\n    runtimeClassName: NVIDIA\n");
+    assert!(
+        msg.contains("agent.runtimeClassName: \"NVIDIA\" is not a valid object name"),
+        "{msg}"
+    );
+    let msg = refuse("  agent:\n    priorityClassName: \"gpu tests\"\n");
+    assert!(
+        msg.contains("agent.priorityClassName: \"gpu tests\" is not a valid object name"),
+        "{msg}"
+    );
+    let msg = refuse("  agent:\n    imagePullSecrets: [{name: regcred}, {name: Reg_Cred}]\n");
+    assert!(
+        msg.contains("agent.imagePullSecrets: entry 1 (\"Reg_Cred\") is not a valid Secret name"),
+        "{msg}"
+    );
+    accept(
+        "  agent:\n    runtimeClassName: nvidia\n    priorityClassName: gpu-tests\n    imagePullSecrets: [{name: regcred}]\n",
+    );
+}

@@ -8,7 +8,8 @@ use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::test::{AgentSpec, PullPolicy};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, Pod,
-    PodSpec, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -26,6 +27,9 @@ pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 /// eight GPUs (NCCL's docs ask for `--shm-size=1g` under Docker).
 pub const SHM_SIZE: &str = "1Gi";
 const SHM_VOLUME: &str = "dshm";
+/// A writable `/tmp` under a read-only root filesystem (NCCL's debug files, CUDA's caches).
+const TMP_VOLUME: &str = "tmp";
+const TMP_SIZE: &str = "256Mi";
 
 /// Why a pod could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +91,14 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 .then(|| "ClusterFirstWithHostNet".to_string()),
             tolerations: Some(tolerations),
             termination_grace_period_seconds: Some(10),
+            image_pull_secrets: (!agent.image_pull_secrets.is_empty())
+                .then(|| agent.image_pull_secrets.clone()),
+            runtime_class_name: agent.runtime_class_name.clone(),
+            priority_class_name: agent.priority_class_name.clone(),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(runtime_default_seccomp()),
+                ..Default::default()
+            }),
             containers: vec![Container {
                 name: CONTAINER.into(),
                 image: Some(agent.image.clone()),
@@ -96,38 +108,76 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
                 resources: Some(resources),
                 termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
                 termination_message_policy: Some("File".into()),
-                volume_mounts: Some(vec![VolumeMount {
-                    name: SHM_VOLUME.into(),
-                    mount_path: "/dev/shm".into(),
-                    ..Default::default()
-                }]),
-                security_context: Some(SecurityContext {
-                    allow_privilege_escalation: Some(false),
-                    capabilities: agent.ipc_lock.then(|| Capabilities {
-                        add: Some(vec!["IPC_LOCK".into()]),
+                volume_mounts: Some(vec![
+                    VolumeMount {
+                        name: SHM_VOLUME.into(),
+                        mount_path: "/dev/shm".into(),
                         ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
+                    },
+                    VolumeMount {
+                        name: TMP_VOLUME.into(),
+                        mount_path: "/tmp".into(),
+                        ..Default::default()
+                    },
+                ]),
+                security_context: Some(container_security(agent)),
                 ..Default::default()
             }],
-            volumes: Some(vec![Volume {
-                name: SHM_VOLUME.into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".into()),
-                    size_limit: Some(
-                        agent
-                            .shm_size
-                            .clone()
-                            .unwrap_or_else(|| Quantity(SHM_SIZE.into())),
-                    ),
-                }),
-                ..Default::default()
-            }]),
+            volumes: Some(vec![
+                memory_dir(
+                    SHM_VOLUME,
+                    agent
+                        .shm_size
+                        .clone()
+                        .unwrap_or_else(|| Quantity(SHM_SIZE.into())),
+                ),
+                memory_dir(TMP_VOLUME, Quantity(TMP_SIZE.into())),
+            ]),
             ..Default::default()
         }),
         status: None,
     })
+}
+
+/// A memory-backed emptyDir of at most `size`.
+fn memory_dir(name: &str, size: Quantity) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(size),
+        }),
+        ..Default::default()
+    }
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        ..Default::default()
+    }
+}
+
+/// The agent container's security context, as tight as the agent spec allows: no
+/// privilege escalation, every capability dropped, the runtime's seccomp profile, a
+/// read-only root filesystem and a non-root user (the image's, 65532), so that a namespace
+/// enforcing Pod Security `restricted` admits the pod. With `ipcLock` the agent runs as
+/// root with `IPC_LOCK` alone: a capability is effective only for root when the runtime
+/// gives no ambient capabilities (Kubernetes gives none), and RDMA's pinned memory needs
+/// it; such a pod needs the `privileged` Pod Security level, as `hostNetwork` does.
+pub fn container_security(agent: &AgentSpec) -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: (!agent.ipc_lock).then_some(true),
+        run_as_user: agent.ipc_lock.then_some(0),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: agent.ipc_lock.then(|| vec!["IPC_LOCK".into()]),
+        }),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    }
 }
 
 /// The labels of a benchmark pod: its test, run, node and role.
@@ -247,6 +297,7 @@ mod tests {
     use super::*;
     use gpufabric_api::run::{FabricTestRunSpec, Trigger};
     use gpufabric_api::test::{AgentSpec, FabricTestSpec};
+    use k8s_openapi::api::core::v1::LocalObjectReference;
 
     fn run() -> FabricTestRun {
         let mut agent = AgentSpec {
@@ -477,7 +528,80 @@ mod tests {
             container(&plain)
                 .security_context
                 .as_ref()
-                .is_some_and(|s| s.capabilities.is_none())
+                .and_then(|s| s.capabilities.as_ref())
+                .is_some_and(|c| c.add.is_none())
         );
+    }
+
+    #[test]
+    fn the_agent_container_meets_pod_security_restricted() {
+        let p = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let spec = p.spec.as_ref().expect("spec");
+        let pod_seccomp = spec
+            .security_context
+            .as_ref()
+            .and_then(|s| s.seccomp_profile.as_ref())
+            .map(|s| s.type_.as_str());
+        assert_eq!(pod_seccomp, Some("RuntimeDefault"));
+        assert_eq!(spec.host_network, None);
+        let sc = container(&p).security_context.clone().expect("security");
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.run_as_user, None, "the image's non-root user");
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        let caps = sc.capabilities.expect("capabilities");
+        assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(caps.add, None);
+        // Only emptyDir volumes, and a writable /tmp under the read-only root.
+        let volumes = spec.volumes.clone().unwrap_or_default();
+        assert!(volumes.iter().all(|v| v.empty_dir.is_some()));
+        assert!(
+            container(&p)
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == "/tmp")
+        );
+    }
+
+    #[test]
+    fn ipc_lock_runs_the_agent_as_root_with_that_capability_alone() {
+        let mut r = run();
+        r.spec.agent.ipc_lock = true;
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let sc = container(&p).security_context.clone().expect("security");
+        assert_eq!(sc.run_as_user, Some(0));
+        assert_eq!(sc.run_as_non_root, None);
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        let caps = sc.capabilities.expect("capabilities");
+        assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(caps.add, Some(vec!["IPC_LOCK".to_string()]));
+    }
+
+    #[test]
+    fn pull_secrets_runtime_class_and_priority_come_from_the_agent_spec() {
+        let plain = node_check_pod(&run(), "gpu-1", 8).expect("builds");
+        let spec = plain.spec.as_ref().expect("spec");
+        assert_eq!(spec.image_pull_secrets, None);
+        assert_eq!(spec.runtime_class_name, None);
+        assert_eq!(spec.priority_class_name, None);
+
+        let mut r = run();
+        r.spec.agent.image_pull_secrets = vec![LocalObjectReference {
+            name: "regcred".into(),
+        }];
+        r.spec.agent.runtime_class_name = Some("nvidia".into());
+        r.spec.agent.priority_class_name = Some("gpu-tests".into());
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let spec = p.spec.as_ref().expect("spec");
+        let secrets: Vec<String> = spec
+            .image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|s| s.name.clone())
+            .collect();
+        assert_eq!(secrets, ["regcred"]);
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("nvidia"));
+        assert_eq!(spec.priority_class_name.as_deref(), Some("gpu-tests"));
     }
 }
