@@ -224,6 +224,21 @@ pub fn partitioned(node: &Node) -> Option<String> {
     }
 }
 
+/// The node controller's taints of a node it has not seen Ready: a node that has just
+/// joined carries `not-ready` until its kubelet reports Ready and the controller notices,
+/// a node that stopped reporting `unreachable`. Not someone's decision to keep work away,
+/// so no toleration is the answer: the node is not ready yet.
+const LIFECYCLE_TAINTS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+
+fn lifecycle_taint(node: &Node) -> Option<&k8s_openapi::api::core::v1::Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|t| LIFECYCLE_TAINTS.contains(&t.key.as_str()) && t.effect != "PreferNoSchedule")
+}
+
 /// Why a selected GPU node is not tested now, if it is not.
 fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, String)> {
     if node.metadata.deletion_timestamp.is_some() {
@@ -231,6 +246,15 @@ fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, S
     }
     if !is_ready(node) {
         return Some((SkipReason::NotReady, "is not Ready".into()));
+    }
+    if let Some(t) = lifecycle_taint(node) {
+        return Some((
+            SkipReason::NotReady,
+            format!(
+                "has the taint {}:{}: the node controller has not seen it Ready (it has just joined, or stopped reporting); it is tested once it is Ready",
+                t.key, t.effect
+            ),
+        ));
     }
     if cordoned_by_others(node) {
         return Some((
@@ -544,17 +568,18 @@ mod tests {
         assert_eq!(names(&resolve(&nodes, &sel).0), ["a", "b"]);
     }
 
+    fn taint(mut n: Node, key: &str, effect: &str) -> Node {
+        n.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+            key: key.into(),
+            value: Some("true".into()),
+            effect: effect.into(),
+            ..Default::default()
+        }]);
+        n
+    }
+
     #[test]
     fn a_foreign_taint_skips_the_node_unless_the_agent_tolerates_it() {
-        let taint = |mut n: Node, key: &str, effect: &str| {
-            n.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
-                key: key.into(),
-                value: Some("true".into()),
-                effect: effect.into(),
-                ..Default::default()
-            }]);
-            n
-        };
         let nodes = [
             taint(
                 node("maint", 8, true, &[]),
@@ -605,6 +630,32 @@ mod tests {
             s[0].message
                 .contains("example.com/maintenance=true:NoSchedule")
         );
+    }
+
+    #[test]
+    fn a_node_that_just_joined_is_not_ready_not_tainted() {
+        let joined = taint(
+            node("joined", 8, true, &[]),
+            "node.kubernetes.io/not-ready",
+            "NoSchedule",
+        );
+        let gone = taint(
+            node("gone", 8, true, &[]),
+            "node.kubernetes.io/unreachable",
+            "NoExecute",
+        );
+        let (t, s) = resolve_plain(&[joined, gone], &BTreeMap::new(), None);
+        assert!(t.is_empty());
+        assert_eq!(s.len(), 2);
+        for skipped in &s {
+            assert_eq!(skipped.reason, SkipReason::NotReady, "{skipped:?}");
+            assert!(
+                skipped.message.contains("tested once it is Ready")
+                    && !skipped.message.contains("toleration"),
+                "{}",
+                skipped.message
+            );
+        }
     }
 
     #[test]
