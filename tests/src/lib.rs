@@ -23,6 +23,7 @@ pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod shared;
+pub mod tools;
 pub mod wait;
 
 use std::path::PathBuf;

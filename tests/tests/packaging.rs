@@ -14,6 +14,7 @@ use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
 use gpufabric_tests::operator::{OperatorProcess, sim_agent};
+use gpufabric_tests::tools::{bin_dir as tools_bin, chart, helm, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -34,63 +35,6 @@ const NS: &str = "gpufabric-system";
 const RELEASE: &str = "fabric";
 /// `<release>-operator`: the ServiceAccount, Deployment, roles and Lease of the release.
 const NAME: &str = "fabric-operator";
-
-/// Directory of helm, prometheus and promtool: `$GPUFABRIC_TOOLS_BIN`, else what
-/// `tests/tools/build.sh --print-bin-dir` prints.
-fn tools_bin() -> PathBuf {
-    let dir = match std::env::var_os("GPUFABRIC_TOOLS_BIN") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => {
-            let out = Command::new("bash")
-                .arg(workspace_root().join("tests/tools/build.sh"))
-                .arg("--print-bin-dir")
-                .output()
-                .expect("tests/tools/build.sh runs");
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-    };
-    for tool in ["helm", "prometheus", "promtool"] {
-        assert!(
-            dir.join(tool).is_file(),
-            "{tool} not found in {}: run tests/tools/build.sh (builds helm from its Go module, \
-             unpacks prometheus and promtool from Debian's package; cached) or set GPUFABRIC_TOOLS_BIN",
-            dir.display()
-        );
-    }
-    dir
-}
-
-fn chart() -> PathBuf {
-    workspace_root().join("charts/gpufabric")
-}
-
-/// Runs a tool; panics with its output when it fails.
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?} starts: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn helm(cluster: Option<&Cluster>) -> Command {
-    let mut cmd = Command::new(tools_bin().join("helm"));
-    // Helm's own state (repositories, cache) in a throwaway place, not the user's.
-    let home = std::env::temp_dir().join("gpufabric-helm-home");
-    cmd.env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"));
-    if let Some(c) = cluster {
-        cmd.arg("--kubeconfig").arg(c.kubeconfig_path());
-    }
-    cmd
-}
 
 #[test]
 fn the_chart_lints_and_its_schema_refuses_bad_values() {
