@@ -1,10 +1,13 @@
-//! `fabric-operator`: runs the controllers, or writes the CRDs.
+//! `fabric-operator`: runs the controllers, writes the CRDs, or releases what the operator
+//! made before an uninstall.
 
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+
+mod uninstall;
 
 /// Tests the GPU fabric of a Kubernetes cluster on a schedule and quarantines failing nodes.
 #[derive(Parser, Debug)]
@@ -74,6 +77,35 @@ enum Command {
         #[arg(long, value_name = "PATH", requires = "webhook_addr")]
         webhook_key: Option<PathBuf>,
     },
+    /// Delete the FabricTests this installation acts on and wait until every node they
+    /// quarantined is released (what `helm uninstall` runs first, as a pre-delete hook).
+    ///
+    /// Deletes the FabricTests --selector matches (all when none), then waits for their
+    /// finalizer: the running operator undoes the cordon, taint and label it made on each
+    /// node, and only those (a node's `gpufabric.io/quarantine` record names them; a cordon
+    /// made by someone else stays). When no operator runs (its leader Lease --lease-name is
+    /// absent, released, or not renewed for its duration, e.g. scaled to 0), the same release
+    /// runs here, then the finalizer is removed. A test with `releaseOnDelete: false` keeps
+    /// its quarantines. Prints progress; after --timeout it names the tests still there and
+    /// the nodes they hold, says what to do, and exits 1. Connects as `run` does.
+    Uninstall {
+        /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
+        #[arg(long, value_name = "PATH")]
+        kubeconfig: Option<PathBuf>,
+        /// Delete only the FabricTests with these labels, e.g. `team=infra`: the operator's
+        /// own --selector (default: all).
+        #[arg(long, short = 'l', value_name = "SELECTOR")]
+        selector: Option<String>,
+        /// How long to wait for the finalizers, e.g. 120s, 5m.
+        #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = uninstall::parse_timeout)]
+        timeout: std::time::Duration,
+        /// Namespace of the operator's leader Lease (the chart: the release namespace).
+        #[arg(long, env = "POD_NAMESPACE", value_name = "NS", default_value = gpufabric_operator::DEFAULT_POD_NAMESPACE)]
+        lease_namespace: String,
+        /// Name of the operator's leader Lease (the chart: `<release>-operator`).
+        #[arg(long, value_name = "NAME", default_value = gpufabric_operator::leader::DEFAULT_LEASE_NAME)]
+        lease_name: String,
+    },
     /// Write the CustomResourceDefinitions (FabricTest, FabricTestRun) as YAML.
     ///
     /// With --out DIR, one file per CRD (what `crds/` holds; CI fails when it is stale);
@@ -94,6 +126,26 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Crdgen { out } => crdgen(out),
+        Command::Uninstall {
+            kubeconfig,
+            selector,
+            timeout,
+            lease_namespace,
+            lease_name,
+        } => {
+            init_tracing(false);
+            let opts = uninstall::Options {
+                selector,
+                timeout,
+                lease_namespace,
+                lease_name,
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let client = client(kubeconfig).await?;
+                uninstall::run(client, &opts).await
+            })
+        }
         Command::Run {
             kubeconfig,
             pod_namespace,

@@ -60,23 +60,39 @@ async fn reconcile_test(obj: &Arc<FabricTest>, ctx: &Arc<Context>) -> Result<Act
 
 /// The FabricTest is being deleted: release what it quarantined.
 async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
-    let released = quarantine::release_all(&ctx.client, &ctx.events, &ctx.metrics.quarantine, test)
+    let released = release(&ctx.client, &ctx.events, &ctx.metrics.quarantine, test).await?;
+    tracing::info!(released = released.len(), "FabricTest deleted");
+    Ok(Action::await_change())
+}
+
+/// Undoes on every node what `test` made: its quarantines (only the label, cordon and taint
+/// each node's record says this operator made; none with `releaseOnDelete: false`), its
+/// suspect taints and the node signals its runs wrote last. The finalizer's work: the
+/// controller does it when the test is deleted, and `fabric-operator uninstall` when no
+/// operator runs. Returns the nodes released; an error (the finalizer must stay) when a
+/// quarantine could not be undone. Signals left behind are logged, not an error.
+pub async fn release(
+    client: &kube::Client,
+    events: &events::Events,
+    metrics: &quarantine::QuarantineMetrics,
+    test: &FabricTest,
+) -> Result<Vec<String>> {
+    let released = quarantine::release_all(client, events, metrics, test)
         .await
         .map_err(Error::Quarantine)?;
     if let Ok(key) = quarantine::test_key(test) {
-        match crate::signals::release_suspect_taints(&ctx.client, &key).await {
+        match crate::signals::release_suspect_taints(client, &key).await {
             Ok(failures) if failures.is_empty() => {}
             Ok(failures) => tracing::warn!(?failures, "suspect taints left on nodes"),
             Err(e) => tracing::warn!(error = %e, "listing nodes for suspect taints"),
         }
     }
-    match crate::signals::cleanup::release_all(&ctx.client, &test.name_any()).await {
+    match crate::signals::cleanup::release_all(client, &test.name_any()).await {
         Ok(failures) if failures.is_empty() => {}
         Ok(failures) => tracing::warn!(?failures, "node signals left on nodes"),
         Err(e) => tracing::warn!(error = %e, "listing nodes for their signals"),
     }
-    tracing::info!(released = released.len(), "FabricTest deleted");
-    Ok(Action::await_change())
+    Ok(released)
 }
 
 async fn apply_status(api: &Api<FabricTest>, name: &str, status: &FabricTestStatus) -> Result<()> {
