@@ -46,7 +46,9 @@ async fn admitted(client: &kube::Client, ns: &str, pod: &Pod) -> Result<(), Stri
 
 #[tokio::test]
 async fn each_agent_setting_is_admitted_at_the_level_readme_gives() {
-    let env = TestEnv::new("pod-security").await.expect("test environment");
+    let env = TestEnv::new("pod-security")
+        .await
+        .expect("test environment");
     let client = env.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for level in LEVELS {

@@ -349,7 +349,10 @@ fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {
         "must not start or end with spaces (leave it out for the operator's --agent-image)".into()
     });
     let names = [
-        ("agent.runtimeClassName", agent.runtime_class_name.as_deref()),
+        (
+            "agent.runtimeClassName",
+            agent.runtime_class_name.as_deref(),
+        ),
         (
             "agent.priorityClassName",
             agent.priority_class_name.as_deref(),

@@ -228,7 +228,10 @@ pub fn partitioned(node: &Node) -> Option<String> {
 /// joined carries `not-ready` until its kubelet reports Ready and the controller notices,
 /// a node that stopped reporting `unreachable`. Not someone's decision to keep work away,
 /// so no toleration is the answer: the node is not ready yet.
-const LIFECYCLE_TAINTS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
+const LIFECYCLE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
 
 fn lifecycle_taint(node: &Node) -> Option<&k8s_openapi::api::core::v1::Taint> {
     node.spec
