@@ -17,6 +17,10 @@
 //!
 //! Binaries come from `$GPUFABRIC_CLUSTER_BIN`, else from `tests/cluster/build.sh
 //! --print-bin-dir` (build them once with `tests/cluster/build.sh`).
+//!
+//! A cluster meant for a real node (`crate::realnode`) is started with
+//! [`ClusterOptions::real_node`]: its API server then also listens on the host's address,
+//! which pods reach through the `kubernetes` Service (`10.96.0.1:443`).
 
 use crate::process::{harden, signal_group};
 use crate::{Error, Result, io_err, kube_err, pki, workspace_root};
@@ -27,6 +31,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use nix::sys::signal::Signal;
 use std::fs::File;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,6 +72,12 @@ pub struct ClusterOptions {
     pub apiserver_args: Vec<String>,
     /// Extra kube-controller-manager flags (e.g. `--node-monitor-grace-period=10s`).
     pub controller_manager_args: Vec<String>,
+    /// Make the control plane serve a real node (`crate::realnode::RealNode`): the API
+    /// server listens on every address, advertises the host's address ([`host_ip`]) as
+    /// the `kubernetes` Service's endpoint (so pods reach it at `10.96.0.1:443`), has it
+    /// in its certificate, authorizes kubelets with the Node authorizer, and presents a
+    /// client certificate to kubelets. Default: false (loopback only, as before).
+    pub real_node: bool,
 }
 
 impl Default for ClusterOptions {
@@ -78,14 +89,16 @@ impl Default for ClusterOptions {
             bin_dir: None,
             apiserver_args: Vec::new(),
             controller_manager_args: Vec::new(),
+            real_node: false,
         }
     }
 }
 
-struct Component {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
+/// A child process of the harness with its log file (`<dir>/<name>.log`).
+pub(crate) struct Component {
+    pub(crate) name: &'static str,
+    pub(crate) child: Child,
+    pub(crate) log: PathBuf,
 }
 
 /// A running local control plane. Dropping it stops everything and removes its dir.
@@ -99,6 +112,8 @@ pub struct Cluster {
     config: kube::Config,
     client: Client,
     startup: Duration,
+    pki: Option<pki::Pki>,
+    host_ip: Option<IpAddr>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -166,7 +181,7 @@ fn is_executable(path: &Path) -> bool {
 
 /// A loopback port nothing listens on right now (the kernel picks it). Another process
 /// may take it before we use it; callers retry on "address already in use".
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
     let port = listener
@@ -174,6 +189,27 @@ fn free_port() -> Result<u16> {
         .map_err(io_err("finding a free port"))?
         .port();
     Ok(port)
+}
+
+/// The host's own address: the source address of its default route, which pods on a real
+/// node reach the host at. Fails on a machine without a default route.
+pub fn host_ip() -> Result<IpAddr> {
+    // Connecting a UDP socket sends nothing; it only picks the route and source address.
+    let socket =
+        std::net::UdpSocket::bind("0.0.0.0:0").map_err(io_err("finding the host's address"))?;
+    socket.connect("8.8.8.8:53").map_err(io_err(
+        "finding the host's address (the source of its default route)",
+    ))?;
+    let ip = socket
+        .local_addr()
+        .map_err(io_err("finding the host's address"))?
+        .ip();
+    if ip.is_loopback() || ip.is_unspecified() {
+        return Err(Error::Invalid(format!(
+            "the host's default route leaves from {ip}: a real node needs an address pods can reach"
+        )));
+    }
+    Ok(ip)
 }
 
 /// The last `lines` lines of a log file (or why it cannot be read).
@@ -188,7 +224,14 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     }
 }
 
-fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> Result<Component> {
+/// Starts `program` hardened (own process group, PR_SET_PDEATHSIG) with its output in
+/// `dir/<name>.log`.
+pub(crate) fn spawn(
+    name: &'static str,
+    program: &Path,
+    args: &[String],
+    dir: &Path,
+) -> Result<Component> {
     let log = dir.join(format!("{name}.log"));
     let out = File::create(&log).map_err(io_err(format!("creating {}", log.display())))?;
     let err = out
@@ -210,7 +253,7 @@ fn spawn(name: &'static str, program: &Path, args: &[String], dir: &Path) -> Res
 
 impl Component {
     /// `Some(why)` when the process has exited.
-    fn exited(&mut self) -> Option<String> {
+    pub(crate) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(format!("exited early with {status}")),
             Ok(None) => None,
@@ -218,12 +261,12 @@ impl Component {
         }
     }
 
-    fn port_conflict(&self) -> bool {
+    pub(crate) fn port_conflict(&self) -> bool {
         let tail = log_tail(&self.log, 60);
         tail.contains("address already in use") || tail.contains("bind: address")
     }
 
-    fn start_error(&self, detail: impl Into<String>) -> Error {
+    pub(crate) fn start_error(&self, detail: impl Into<String>) -> Error {
         Error::Start {
             component: self.name.to_string(),
             detail: detail.into(),
@@ -232,7 +275,7 @@ impl Component {
         }
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         crate::process::stop_child(&mut self.child, STOP_GRACE);
     }
 }
@@ -309,13 +352,18 @@ impl Cluster {
             ),
             client: placeholder_client()?,
             startup: Duration::ZERO,
+            pki: None,
+            host_ip: None,
         };
         if opts.keep_dir
             && let Some(d) = cluster.dir.take()
         {
             let _ = d.keep();
         }
-        let pki = pki::write(&dir_path)?;
+        if opts.real_node {
+            cluster.host_ip = Some(host_ip()?);
+        }
+        let pki = pki::write(&dir_path, cluster.host_ip.as_slice())?;
         let etcd_port = cluster.start_etcd(&bin, &dir_path).await?;
         cluster
             .start_apiserver(&bin, &dir_path, etcd_port, &pki, &opts.apiserver_args)
@@ -350,6 +398,11 @@ impl Cluster {
                 format!("--root-ca-file={}", pki.ca_cert.display()),
                 format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
                 format!("--cluster-signing-key-file={}", pki.ca_key.display()),
+                // Its flexvolume prober would create the default dir under /usr/libexec.
+                format!(
+                    "--flex-volume-plugin-dir={}",
+                    dir_path.join("flexvolume").display()
+                ),
                 "--v=1".into(),
             ];
             args.extend(opts.controller_manager_args.iter().cloned());
@@ -361,6 +414,7 @@ impl Cluster {
             )?;
             cluster.components.push(kcm);
         }
+        cluster.pki = Some(pki);
         if opts.install_crds {
             cluster.install_crds().await?;
         }
@@ -432,8 +486,6 @@ impl Cluster {
             let port = free_port()?;
             let mut args = vec![
                 format!("--etcd-servers=http://127.0.0.1:{etcd_port}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
                 format!("--secure-port={port}"),
                 format!("--tls-cert-file={}", pki.apiserver_cert.display()),
                 format!("--tls-private-key-file={}", pki.apiserver_key.display()),
@@ -444,18 +496,41 @@ impl Cluster {
                     "--service-account-signing-key-file={}",
                     pki.sa_key.display()
                 ),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--authorization-mode=RBAC".into(),
+                format!("--service-cluster-ip-range={}", pki::SERVICE_CIDR),
                 "--anonymous-auth=false".into(),
                 "--enable-priority-and-fairness=false".into(),
-                // The `kubernetes` Service cannot point at a loopback address; nothing in
-                // these clusters uses it.
-                "--endpoint-reconciler-type=none".into(),
                 // `kubectl logs` reaches the process-kubelet's log server at the nodes'
-                // InternalIP (127.0.0.1); their Hostname address does not resolve.
+                // InternalIP (127.0.0.1), a real kubelet at the host's address; their
+                // Hostname address does not resolve.
                 "--kubelet-preferred-address-types=InternalIP".into(),
                 "--v=1".into(),
             ];
+            match self.host_ip {
+                None => args.extend([
+                    "--bind-address=127.0.0.1".into(),
+                    "--advertise-address=127.0.0.1".into(),
+                    "--authorization-mode=RBAC".into(),
+                    // The `kubernetes` Service cannot point at a loopback address; nothing
+                    // in these clusters uses it.
+                    "--endpoint-reconciler-type=none".into(),
+                ]),
+                Some(ip) => args.extend([
+                    // Loopback for the harness's kubeconfigs, the host's address for pods
+                    // (through the `kubernetes` Service, whose endpoint it advertises).
+                    "--bind-address=0.0.0.0".into(),
+                    format!("--advertise-address={ip}"),
+                    // A kubelet (user system:node:<name>) may do what a node does.
+                    "--authorization-mode=Node,RBAC".into(),
+                    format!(
+                        "--kubelet-client-certificate={}",
+                        pki.apiserver_kubelet_client_cert.display()
+                    ),
+                    format!(
+                        "--kubelet-client-key={}",
+                        pki.apiserver_kubelet_client_key.display()
+                    ),
+                ]),
+            }
             args.extend(extra.iter().cloned());
             let mut api = spawn("kube-apiserver", &bin.join("kube-apiserver"), &args, dir)?;
             self.server = format!("https://127.0.0.1:{port}");
@@ -568,6 +643,19 @@ impl Cluster {
     /// `https://127.0.0.1:<port>`.
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The certificates of this cluster (its CA issues more with [`pki::Pki::issue_client`]).
+    pub fn pki(&self) -> Result<&pki::Pki> {
+        self.pki
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("the cluster has no certificates yet".into()))
+    }
+
+    /// The host's address the API server also listens on, for a cluster started with
+    /// [`ClusterOptions::real_node`]; `None` for a loopback-only cluster.
+    pub fn host_ip(&self) -> Option<IpAddr> {
+        self.host_ip
     }
 
     /// The cluster's temp dir (certificates, kubeconfigs, etcd data, logs).

@@ -22,6 +22,7 @@ pub mod kubelet;
 pub mod operator;
 pub mod pki;
 pub mod process;
+pub mod realnode;
 pub mod shared;
 pub mod tools;
 pub mod wait;
