@@ -123,9 +123,6 @@ impl Default for RealNodeOptions {
 /// when one is missing.
 pub fn bin_dir() -> Result<PathBuf> {
     let script = workspace_root().join("tests/cluster/build-node.sh");
-    let how = "Build them with `tests/cluster/build-node.sh` (a few minutes after \
-               tests/cluster/build.sh, cached afterwards) or point GPUFABRIC_NODE_BIN at a \
-               directory holding kubelet, kube-proxy, kube-scheduler and busybox";
     let dir = match std::env::var_os(ENV_NODE_BIN) {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => {
@@ -135,12 +132,15 @@ pub fn bin_dir() -> Result<PathBuf> {
                 .stderr(Stdio::piped())
                 .output()
                 .map_err(|e| {
-                    Error::Invalid(format!("cannot run {}: {e}. {how}", script.display()))
+                    Error::Invalid(format!(
+                        "cannot run {}: {e}. {HOW_TO_BUILD}",
+                        script.display()
+                    ))
                 })?;
             let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
             if !out.status.success() || stdout.is_empty() {
                 return Err(Error::Invalid(format!(
-                    "`{} --print-bin-dir` failed: {}. {how}",
+                    "`{} --print-bin-dir` failed: {}. {HOW_TO_BUILD}",
                     script.display(),
                     String::from_utf8_lossy(&out.stderr).trim()
                 )));
@@ -148,6 +148,15 @@ pub fn bin_dir() -> Result<PathBuf> {
             PathBuf::from(stdout)
         }
     };
+    check_bin_dir(dir)
+}
+
+const HOW_TO_BUILD: &str = "Build them with `tests/cluster/build-node.sh` (a few minutes after \
+     tests/cluster/build.sh, cached afterwards) and export GPUFABRIC_NODE_BIN=<the dir it \
+     prints>, or point GPUFABRIC_NODE_BIN at a directory holding kubelet, kube-proxy, \
+     kube-scheduler and busybox";
+
+fn check_bin_dir(dir: PathBuf) -> Result<PathBuf> {
     let missing: Vec<&str> = BINARIES
         .iter()
         .copied()
@@ -155,7 +164,7 @@ pub fn bin_dir() -> Result<PathBuf> {
         .collect();
     if !missing.is_empty() {
         return Err(Error::Invalid(format!(
-            "node binaries not found in {}: missing {}. {how}",
+            "node binaries not found in {}: missing {}. {HOW_TO_BUILD}",
             dir.display(),
             missing.join(", ")
         )));
@@ -196,7 +205,7 @@ impl std::fmt::Debug for RealNode {
 impl RealNode {
     /// Starts a node against `cluster` (started with `ClusterOptions::real_node`) and
     /// waits until it is Ready without the not-ready taint and kube-proxy has written the
-    /// `kubernetes` Service's rules. Takes about 15 s.
+    /// `kubernetes` Service's rules. Takes about 8 s on 2 cores.
     pub async fn start(cluster: &Cluster, opts: RealNodeOptions) -> Result<RealNode> {
         let t0 = Instant::now();
         let ip = cluster.host_ip().ok_or_else(|| {
@@ -208,7 +217,7 @@ impl RealNode {
         })?;
         host::require_root()?;
         let bin_dir = match &opts.bin_dir {
-            Some(d) => d.clone(),
+            Some(d) => check_bin_dir(d.clone())?,
             None => bin_dir()?,
         };
         let tools = HostTools::find()?;

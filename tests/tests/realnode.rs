@@ -408,3 +408,30 @@ async fn image_tagged_anew_runs_under_its_new_reference() {
     let done = ended(&pods, "retagged").await;
     assert_eq!(phase(&done).0, "Succeeded", "{:?}", done.status);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_node_binaries_fail_with_a_message_to_run_build_node_sh() {
+    let env = TestEnv::with_options(
+        "no-binaries",
+        ClusterOptions {
+            real_node: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("control plane for a real node");
+    let empty = tempfile::tempdir().expect("temp dir");
+    let err = RealNode::start(
+        env.cluster(),
+        RealNodeOptions {
+            bin_dir: Some(empty.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect_err("no binaries, no node");
+    let msg = err.to_string();
+    assert!(msg.contains("tests/cluster/build-node.sh"), "{msg}");
+    assert!(msg.contains("GPUFABRIC_NODE_BIN"), "{msg}");
+    assert!(msg.contains("kubelet"), "{msg}");
+}

@@ -50,9 +50,15 @@ async fn dropped_node_leaves_nothing_behind() {
         .create_namespace("teardown")
         .await
         .expect("namespace");
-    let node = RealNode::start(&cluster, RealNodeOptions::default())
-        .await
-        .expect("real node starts (needs root and tests/cluster/build-node.sh)");
+    let node = RealNode::start(
+        &cluster,
+        RealNodeOptions {
+            keep_dir: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("real node starts (needs root and tests/cluster/build-node.sh)");
     let dir = node.dir().to_path_buf();
     let name = node.name().to_string();
 
