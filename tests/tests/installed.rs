@@ -1,0 +1,700 @@
+//! gpufabric installed the way a platform team installs it: the images `deploy/images/build.sh`
+//! built, imported into a real node's containerd (kubelet v1.33, runc, CNI, kube-proxy,
+//! kube-scheduler), and the chart installed with helm into a namespace that enforces Pod
+//! Security `restricted`. Then, with nothing but the API: two operator replicas ready and one
+//! leading; a bad FabricTest refused by the admission webhook through its Service; a clean
+//! node passed by an agent that ran as a container (its result back through the real
+//! termination message and container log); a benchmark pod preempted by a training pod of
+//! higher priority, the node not measured and nothing held against it; a node with a fault
+//! cordoned after its confirmation run while `helm upgrade` changes the operator's image
+//! under the run; `helm uninstall` releasing that cordon and leaving a person's cordon, label
+//! and taint alone.
+//!
+//! Needs root, the node packages (`tests/src/realnode.rs`), the node binaries
+//! (`tests/cluster/build-node.sh`), helm (`tests/tools/build.sh`) and the images
+//! (`deploy/images/build.sh`, or `$GPUFABRIC_IMAGES`).
+
+use gpufabric_api::keys;
+use gpufabric_api::outcome::NotMeasuredReason;
+use gpufabric_api::run::{FabricTestRun, NodeVerdict, Trigger};
+use gpufabric_api::test::FabricTest;
+use gpufabric_tests::cluster::ClusterOptions;
+use gpufabric_tests::operator::cordoned;
+use gpufabric_tests::realnode::{BUSYBOX_IMAGE, RealNode, RealNodeOptions};
+use gpufabric_tests::shared::TestEnv;
+use gpufabric_tests::tools::{self, Images, chart, helm, run_ok};
+use gpufabric_tests::wait;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const RELEASE: &str = "gpufabric";
+/// `<release>-operator`: the Deployment and the leader Lease.
+const OPERATOR: &str = "gpufabric-operator";
+const PRODUCT: &str = "NVIDIA-H100-80GB-HBM3";
+const FLEET_MAP: &str = "sim-fleet";
+const T: Duration = Duration::from_secs(180);
+
+/// A step and how long it took, printed at the end.
+struct Steps {
+    start: Instant,
+    last: Instant,
+    done: Vec<(String, Duration)>,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        let now = Instant::now();
+        Steps {
+            start: now,
+            last: now,
+            done: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, what: &str) {
+        let now = Instant::now();
+        eprintln!(
+            "installed: {what} ({:.1} s)",
+            (now - self.last).as_secs_f64()
+        );
+        self.done.push((what.to_string(), now - self.last));
+        self.last = now;
+    }
+
+    fn print(&self) {
+        eprintln!("\nreal-node end to end, step by step:");
+        for (what, took) in &self.done {
+            eprintln!("  {:>6.1} s  {what}", took.as_secs_f64());
+        }
+        eprintln!(
+            "  {:>6.1} s  in all",
+            (Instant::now() - self.start).as_secs_f64()
+        );
+    }
+}
+
+/// The sim fleet of the real node, as the agent reads it from a ConfigMap key: eight H100s,
+/// with `faults`.
+fn fleet_doc(node: &str, faults: serde_json::Value) -> String {
+    let fleet = json!({
+        "seed": 7,
+        "nodes": [{"name": node, "product": PRODUCT, "gpus": 8, "faults": faults}],
+    });
+    serde_json::to_string(&fleet).expect("a fleet serialises")
+}
+
+async fn set_fleet(client: &Client, ns: &str, node: &str, faults: serde_json::Value) {
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": FLEET_MAP, "namespace": ns},
+        "data": {"fleet.yaml": fleet_doc(node, faults)},
+    }))
+    .expect("a ConfigMap");
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            FLEET_MAP,
+            &PatchParams::apply("installed-test").force(),
+            &Patch::Apply(&cm),
+        )
+        .await
+        .expect("fleet ConfigMap applied");
+}
+
+/// A FabricTest over the real node alone, run once on creation, its agent on the sim
+/// backend with the fleet from the ConfigMap; the image is the chart's `agentImage`.
+fn fabric_test(
+    name: &str,
+    node: &str,
+    quarantine: serde_json::Value,
+    agent: serde_json::Value,
+) -> FabricTest {
+    let mut agent_spec = json!({
+        "timeoutSeconds": 120,
+        "env": [
+            {"name": keys::ENV_BACKEND, "value": "sim"},
+            {"name": keys::ENV_SIM_FLEET_DOC, "valueFrom": {"configMapKeyRef": {"name": FLEET_MAP, "key": "fleet.yaml"}}},
+        ],
+    });
+    if let (Some(a), serde_json::Value::Object(extra)) = (agent_spec.as_object_mut(), agent) {
+        a.extend(extra);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTest",
+        "metadata": {"name": name},
+        "spec": {
+            "nodes": [node],
+            "quarantine": quarantine,
+            "agent": agent_spec,
+        },
+    }))
+    .expect("a FabricTest")
+}
+
+/// The runs of FabricTest `test`, oldest first.
+async fn runs_of(client: &Client, test: &str) -> Vec<FabricTestRun> {
+    let mut runs = Api::<FabricTestRun>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST)))
+        .await
+        .expect("runs listed")
+        .items;
+    runs.sort_by_key(|r| r.metadata.creation_timestamp.clone().map(|t| t.0));
+    runs
+}
+
+/// The verdict and not-measured reason of `node` in `run`.
+fn node_result(run: &FabricTestRun, node: &str) -> (NodeVerdict, Option<NotMeasuredReason>) {
+    run.status
+        .as_ref()
+        .and_then(|s| s.nodes.iter().find(|n| n.node == node))
+        .map(|n| (n.verdict, n.not_measured))
+        .unwrap_or((NodeVerdict::Pending, None))
+}
+
+/// Waits until FabricTest `name` has no active run and its status satisfies `cond`.
+async fn wait_test(
+    client: &Client,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    cond: impl Fn(&gpufabric_api::FabricTestStatus) -> bool + Send + Sync,
+) -> FabricTest {
+    let api: Api<FabricTest> = Api::all(client.clone());
+    match wait::for_object(&api, name, timeout, |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.active_run.is_none() && cond(s))
+    })
+    .await
+    {
+        Ok(Some(t)) => t,
+        other => panic!(
+            "{what}: {other:?}\nstatus: {:#?}",
+            api.get(name).await.ok().and_then(|t| t.status)
+        ),
+    }
+}
+
+async fn delete_test(client: &Client, name: &str) {
+    let api: Api<FabricTest> = Api::all(client.clone());
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    wait::for_deletion(&api, name, T)
+        .await
+        .expect("FabricTest deleted (its finalizer ran)");
+}
+
+/// `kubectl apply -f -` of `doc`; the command's output.
+fn kubectl_apply(env: &TestEnv, doc: &str) -> std::process::Output {
+    let mut child = env
+        .cluster()
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(doc.as_bytes())
+        .expect("kubectl reads the document");
+    child.wait_with_output().expect("kubectl ends")
+}
+
+/// `helm install` (or `upgrade`) of the chart with `images`, operator tag `operator_tag`.
+fn helm_release(env: &TestEnv, verb: &str, images: &Images, operator_tag: &str) {
+    run_ok(
+        helm(Some(env.cluster()))
+            .args([verb, RELEASE])
+            .arg(chart())
+            .args(["--namespace", env.ns()])
+            .args([
+                "--set",
+                &format!("image.repository={}", images.operator.repository),
+            ])
+            .args(["--set", &format!("image.tag={operator_tag}")])
+            .args([
+                "--set",
+                &format!("agentImage.repository={}", images.agent.repository),
+            ])
+            .args(["--set", &format!("agentImage.tag={}", images.agent.tag)])
+            .args(["--wait", "--timeout", "240s"]),
+    );
+}
+
+/// Waits until the operator Deployment has rolled out `image` on two ready replicas, and
+/// returns the Lease's holder, one of its pods.
+async fn operator_ready(client: &Client, ns: &str, image: &str) -> String {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let rolled = wait::for_object(&deployments, OPERATOR, T, |d| {
+        d.is_some_and(|d| {
+            let spec_image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .and_then(|c| c.image.clone());
+            let st = d.status.as_ref();
+            spec_image.as_deref() == Some(image)
+                && st.and_then(|s| s.updated_replicas) == Some(2)
+                && st.and_then(|s| s.ready_replicas) == Some(2)
+                && st.and_then(|s| s.replicas) == Some(2)
+                && st.and_then(|s| s.observed_generation) == d.metadata.generation
+        })
+    })
+    .await;
+    assert!(rolled.is_ok(), "two ready replicas of {image}: {rolled:?}");
+    let pods: Vec<String> = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/name=fabric-operator,app.kubernetes.io/instance={RELEASE}"
+        )))
+        .await
+        .expect("operator pods")
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(ResourceExt::name_any)
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let lease = wait::for_object(&leases, OPERATOR, T, |l| {
+        l.and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.holder_identity.as_ref())
+            .is_some_and(|h| pods.contains(h))
+    })
+    .await;
+    match lease {
+        Ok(Some(l)) => l.spec.and_then(|s| s.holder_identity).expect("a holder"),
+        other => panic!("a running operator pod leads ({pods:?}): {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
+    let mut steps = Steps::new();
+    let images = tools::images();
+    let env = TestEnv::with_options(
+        "installed",
+        ClusterOptions {
+            real_node: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("control plane for a real node");
+    let client = env.client();
+    let ns = env.ns().to_string();
+    let node = RealNode::shared(
+        env.cluster(),
+        RealNodeOptions {
+            labels: [
+                (keys::LABEL_GPU_PRODUCT.to_string(), PRODUCT.to_string()),
+                (keys::LABEL_GPU_COUNT.to_string(), "8".to_string()),
+            ]
+            .into(),
+            images: vec![
+                images.operator.archive.clone(),
+                images.agent.archive.clone(),
+            ],
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("real node starts (needs root, the node packages and tests/cluster/build-node.sh)");
+    node.set_extended_resource(keys::RESOURCE_GPU, 8)
+        .await
+        .expect("GPUs advertised");
+    let name = node.name().to_string();
+    steps.done("real node Ready with both images imported and 8 GPUs advertised");
+
+    // What a person did to the node before gpufabric came: a label and a soft taint that
+    // gpufabric must leave as they are; and another node a person cordoned.
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"example.com/owner": "platform"}},
+                "spec": {"taints": [{"key": "example.com/maintenance", "value": "soon", "effect": "PreferNoSchedule"}]},
+            })),
+        )
+        .await
+        .expect("foreign label and taint");
+    let foreign = format!("{ns}-cordoned-by-admin");
+    let foreign_node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": foreign, "labels": {keys::LABEL_GPU_PRODUCT: PRODUCT}},
+        "spec": {"unschedulable": true},
+    }))
+    .expect("a node");
+    nodes
+        .create(&PostParams::default(), &foreign_node)
+        .await
+        .expect("foreign node");
+
+    // The release namespace enforces Pod Security restricted: the operator and every
+    // benchmark pod must meet it.
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            }}})),
+        )
+        .await
+        .expect("namespace labelled");
+
+    helm_release(&env, "install", &images, &images.operator.tag);
+    let leader = operator_ready(&client, &ns, &images.operator.reference).await;
+    steps.done(&format!(
+        "helm install: two operator replicas ready, {leader} leads"
+    ));
+
+    // A FabricTest the schema admits and the operator could only fail: the webhook, reached
+    // by the API server through its Service (kube-proxy), refuses it at the door.
+    let bad = "apiVersion: gpufabric.io/v1alpha1\nkind: FabricTest\nmetadata:\n  name: never-fires\nspec:\n  schedule: \"0 0 31 2 *\"\n";
+    let out = kubectl_apply(&env, bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a schedule that never fires is refused"
+    );
+    assert!(
+        stderr.contains("admission webhook \"fabrictests.gpufabric.io\" denied the request"),
+        "{stderr}"
+    );
+    steps.done("kubectl apply of a bad FabricTest refused by the webhook");
+
+    // A clean node passes; its agent ran as a container.
+    set_fleet(&client, &ns, &name, json!([])).await;
+    let api: Api<FabricTest> = Api::all(client.clone());
+    let observe = json!({"mode": "Observe"});
+    api.create(
+        &PostParams::default(),
+        &fabric_test("installed-clean", &name, observe, json!({})),
+    )
+    .await
+    .expect("clean test");
+    let t = wait_test(&client, "installed-clean", T, "the clean run", |s| {
+        s.last_run.is_some()
+    })
+    .await;
+    let verdict = t
+        .status
+        .as_ref()
+        .and_then(|s| s.nodes.iter().find(|n| n.node == name))
+        .map(|n| n.verdict);
+    assert_eq!(verdict, Some(NodeVerdict::Passed), "{:#?}", t.status);
+    let runs = runs_of(&client, "installed-clean").await;
+    let run = runs.first().expect("a run");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let run_pods = pods
+        .list(&ListParams::default().labels(&format!("{}={}", keys::LABEL_RUN, run.name_any())))
+        .await
+        .expect("run pods")
+        .items;
+    let pod = run_pods.first().expect("the benchmark pod");
+    let status = pod.status.as_ref().expect("pod status");
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let container = status
+        .container_statuses
+        .as_ref()
+        .and_then(|c| c.first())
+        .expect("container status");
+    assert!(
+        container
+            .container_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("containerd://")),
+        "ran by containerd: {container:?}"
+    );
+    assert_eq!(container.image, images.agent.reference);
+    let message = container
+        .state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    assert!(
+        !message.is_empty() && message.len() <= keys::TERMINATION_MESSAGE_LIMIT,
+        "the compact result as the termination message: {message:?}"
+    );
+    let log = pods
+        .logs(&pod.name_any(), &LogParams::default())
+        .await
+        .expect("the container log");
+    let last = log.lines().last().unwrap_or_default();
+    let doc: serde_json::Value =
+        serde_json::from_str(last).expect("the full document is the log's last line");
+    assert_eq!(doc["node"], name.as_str());
+    assert_eq!(doc["backend"], "sim");
+    delete_test(&client, "installed-clean").await;
+    steps.done("clean node Passed; the agent ran as a non-root container, result from its termination message and log");
+
+    // Preempted: a training pod of higher priority needs the GPUs the benchmark pod holds.
+    let priority = |name: &str, value: i32| -> PriorityClass {
+        serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": name}, "value": value,
+        }))
+        .expect("a PriorityClass")
+    };
+    let classes: Api<PriorityClass> = Api::all(client.clone());
+    let (low, high) = (format!("{ns}-tests"), format!("{ns}-training"));
+    for class in [priority(&low, 100), priority(&high, 100_000)] {
+        classes
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("PriorityClass");
+    }
+    set_fleet(
+        &client,
+        &ns,
+        &name,
+        json!([{"kind": "hang", "stuck": true}]),
+    )
+    .await;
+    let cordon_once = json!({"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1, "confirmRetest": false});
+    api.create(
+        &PostParams::default(),
+        &fabric_test(
+            "installed-preempted",
+            &name,
+            cordon_once,
+            json!({"priorityClassName": low}),
+        ),
+    )
+    .await
+    .expect("preempted test");
+    let running = wait::poll(
+        "the benchmark pod running",
+        T,
+        Duration::from_millis(500),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(
+                        &ListParams::default()
+                            .labels(&format!("{}=installed-preempted", keys::LABEL_TEST)),
+                    )
+                    .await
+                    .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
+                Ok(list.items.into_iter().find(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                }))
+            }
+        },
+    )
+    .await
+    .expect("the benchmark pod runs");
+    let training: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "training"},
+        "spec": {
+            "priorityClassName": high,
+            "nodeSelector": {"kubernetes.io/hostname": name},
+            "tolerations": [{"operator": "Exists"}],
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "train",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", "sleep 3600"],
+                "resources": {"limits": {keys::RESOURCE_GPU: "8"}},
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }))
+    .expect("a pod");
+    pods.create(&PostParams::default(), &training)
+        .await
+        .expect("training pod");
+    let t = wait_test(
+        &client,
+        "installed-preempted",
+        T,
+        "the preempted run",
+        |s| s.last_run.is_some(),
+    )
+    .await;
+    let runs = runs_of(&client, "installed-preempted").await;
+    let run = runs.first().expect("a run");
+    assert_eq!(
+        node_result(run, &name),
+        (NodeVerdict::NotMeasured, Some(NotMeasuredReason::Preempted)),
+        "preempted pod {}: {:#?}",
+        running.name_any(),
+        run.status
+    );
+    let n = nodes.get(&name).await.expect("node");
+    assert!(!cordoned(&n), "nothing is held against a preempted node");
+    assert!(
+        t.status.as_ref().is_some_and(|s| s.quarantined_count == 0),
+        "{:#?}",
+        t.status
+    );
+    let trained = wait::for_object(&pods, "training", T, |p| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Running")
+    })
+    .await;
+    assert!(trained.is_ok(), "the training pod runs: {trained:?}");
+    pods.delete("training", &DeleteParams::default().grace_period(0))
+        .await
+        .expect("training pod deleted");
+    wait::for_deletion(&pods, "training", T)
+        .await
+        .expect("training pod gone");
+    delete_test(&client, "installed-preempted").await;
+    for class in [&low, &high] {
+        let _ = classes.delete(class, &DeleteParams::default()).await;
+    }
+    steps.done("benchmark pod preempted by a training pod: not measured (Preempted), nothing held");
+
+    // A fault: the first run fails the node, the confirmation run fails it again, and the
+    // node is cordoned, while helm upgrade moves the operator to a new image tag under the
+    // runs.
+    set_fleet(
+        &client,
+        &ns,
+        &name,
+        json!([{"kind": "slowPair", "gpus": [2, 5], "factor": 0.3}]),
+    )
+    .await;
+    let confirm = json!({"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1, "confirmRetest": true});
+    api.create(
+        &PostParams::default(),
+        &fabric_test("installed-fault", &name, confirm, json!({})),
+    )
+    .await
+    .expect("fault test");
+    wait::poll("the first run's pod", T, Duration::from_millis(200), || {
+        let pods = pods.clone();
+        async move {
+            let list = pods
+                .list(
+                    &ListParams::default().labels(&format!("{}=installed-fault", keys::LABEL_TEST)),
+                )
+                .await
+                .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
+            Ok((!list.items.is_empty()).then_some(()))
+        }
+    })
+    .await
+    .expect("the fault test's first pod exists");
+    let new_tag = format!("{}-next", images.operator.tag);
+    let new_ref = format!("{}:{new_tag}", images.operator.repository);
+    node.tag_image(&images.operator.reference, &new_ref)
+        .expect("the operator image under a new tag");
+    helm_release(&env, "upgrade", &images, &new_tag);
+    let leader = operator_ready(&client, &ns, &new_ref).await;
+    steps.done(&format!(
+        "helm upgrade to {new_tag} with a run in flight: two replicas ready, {leader} leads"
+    ));
+    let t = wait_test(
+        &client,
+        "installed-fault",
+        T,
+        "the fault confirmed and cordoned",
+        |s| {
+            s.quarantined_count == 1
+                && s.last_run
+                    .as_ref()
+                    .is_some_and(|r| r.trigger == Trigger::Confirmation)
+        },
+    )
+    .await;
+    let runs = runs_of(&client, "installed-fault").await;
+    assert_eq!(runs.len(), 2, "the first run and its confirmation");
+    for run in &runs {
+        assert_eq!(
+            node_result(run, &name).0,
+            NodeVerdict::Failed,
+            "every run kept its result across the upgrade: {:#?}",
+            run.status
+        );
+    }
+    let n = nodes.get(&name).await.expect("node");
+    assert!(cordoned(&n), "cordoned after the confirmation");
+    assert!(n.annotations().contains_key(keys::ANNOTATION_QUARANTINE));
+    assert_eq!(
+        n.labels().get(keys::LABEL_QUARANTINED).map(String::as_str),
+        Some("true"),
+        "{:?}",
+        n.labels()
+    );
+    let mut reasons = gpufabric_tests::events::reasons(&client, "default", "installed-fault").await;
+    reasons.extend(gpufabric_tests::events::reasons(&client, "default", &name).await);
+    assert!(
+        reasons.iter().any(|r| r == "Quarantined"),
+        "an Event says what was done: {reasons:?}"
+    );
+    assert!(
+        t.status
+            .as_ref()
+            .is_some_and(|s| s.quarantined_nodes == [name.clone()])
+    );
+    steps.done("slow GPU pair: Failed, confirmed, cordoned");
+
+    // helm uninstall: its hook deletes the tests while the operator runs; their finalizers
+    // release what gpufabric did, and nothing a person did is touched.
+    run_ok(helm(Some(env.cluster())).args([
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        &ns,
+        "--wait",
+        "--timeout",
+        "240s",
+    ]));
+    let left = api.list(&ListParams::default()).await.expect("tests");
+    assert!(
+        left.items
+            .iter()
+            .all(|t| !t.name_any().starts_with("installed-")),
+        "the hook deleted the tests"
+    );
+    let n = nodes.get(&name).await.expect("node");
+    assert!(!cordoned(&n), "the cordon gpufabric made is gone");
+    assert!(!n.annotations().contains_key(keys::ANNOTATION_QUARANTINE));
+    assert!(!n.labels().contains_key(keys::LABEL_QUARANTINED));
+    assert_eq!(
+        n.labels().get("example.com/owner").map(String::as_str),
+        Some("platform")
+    );
+    let taints = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == "example.com/maintenance"),
+        "{taints:?}"
+    );
+    assert!(
+        !taints.iter().any(|t| t.key.starts_with("gpufabric.io/")),
+        "{taints:?}"
+    );
+    let f = nodes.get(&foreign).await.expect("foreign node");
+    assert!(cordoned(&f), "a person's cordon stays");
+    let _ = nodes.delete(&foreign, &DeleteParams::default()).await;
+    steps.done(
+        "helm uninstall: gpufabric's cordon released, a person's label, taint and cordon kept",
+    );
+    steps.print();
+}
