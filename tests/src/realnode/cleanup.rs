@@ -2,8 +2,9 @@
 //! shims, every process that names the node's directory, the mounts under it (container
 //! root filesystems, `/dev/shm`s, volumes, network namespaces), the pod cgroups, the CNI
 //! bridge and the CNI library's cached results, kube-proxy's iptables chains, the links the
-//! kubelet made in `/var/log/containers`, and the directories they created for these. The same steps clean up after a node whose test process was
-//! killed (found by its directory's name, at the next node's start).
+//! kubelet made in `/var/log/containers`, and the directories they created for these. The
+//! same steps clean up after a node whose test process was killed (found by its
+//! directory's name, at the next node's start).
 
 use crate::process::processes_mentioning;
 use std::path::{Path, PathBuf};
@@ -20,34 +21,43 @@ pub const BRIDGE: &str = "gpufabric0";
 /// Directory where the kubelet links each container's log (hard-coded in the kubelet).
 const CONTAINER_LOG_LINKS: &str = "/var/log/containers";
 
-/// Runs a command with a deadline, returning whether it succeeded; its output is only
-/// logged.
+/// Runs a command with a deadline: its stdout when it succeeded, `None` otherwise (why is
+/// logged). The output is read while it runs, so a large one cannot stall it.
 fn run_quiet(cmd: &mut Command, timeout: Duration) -> Option<String> {
-    let mut child = cmd
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .ok()?;
-    let end = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                tracing::warn!(command = ?cmd, "timed out");
-                return None;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(out)) if out.status.success() => {
+            Some(String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+        Ok(Ok(out)) => {
+            tracing::debug!(command = ?cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "failed");
+            None
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(command = ?cmd, error = %e, "cannot run");
+            None
+        }
+        Err(_) => {
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(raw),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
+            tracing::warn!(command = ?cmd, "timed out");
+            None
         }
     }
-    let out = child.wait_with_output().ok()?;
-    if !out.status.success() {
-        tracing::debug!(command = ?cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "failed");
-        return None;
-    }
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Deletes every container task of a running containerd (SIGKILL, then delete, so each
