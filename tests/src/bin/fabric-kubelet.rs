@@ -29,6 +29,19 @@ struct Cli {
     /// A node that stays Ready but never starts its pods (they stay Pending); repeatable.
     #[arg(long = "stalled-node", value_name = "NAME", env = ENV_STALLED_NODES, value_delimiter = ',')]
     stalled_nodes: Vec<String>,
+    /// The IP every pod of NODE gets, as host-network pods get their node's address (for
+    /// pods run in a network namespace standing for the node); repeatable.
+    #[arg(long = "pod-ip", value_name = "NODE=IP", value_parser = parse_pod_ip)]
+    pod_ips: Vec<(String, String)>,
+}
+
+fn parse_pod_ip(s: &str) -> Result<(String, String), String> {
+    let (node, ip) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NODE=IP"))?;
+    ip.parse::<std::net::IpAddr>()
+        .map_err(|e| format!("{s:?}: {ip:?} is not an IP address: {e}"))?;
+    Ok((node.to_string(), ip.to_string()))
 }
 
 #[tokio::main]
@@ -52,6 +65,7 @@ async fn main() -> anyhow::Result<()> {
     }
     opts.root_dir = cli.root_dir;
     opts.stalled_nodes = cli.stalled_nodes.into_iter().collect();
+    opts.pod_ips = cli.pod_ips.into_iter().collect();
     let mut kubelet = Kubelet::start(client, &fleet, opts).await?;
     tracing::info!(
         nodes = kubelet.node_names().len(),

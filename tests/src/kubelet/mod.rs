@@ -45,7 +45,9 @@
 //!   Deletions are still confirmed. Un-stalling starts the pods bound to it.
 //! - **Lost deadlines**: with [`Kubelet::set_node_ignores_deadlines`], pods started on a
 //!   node afterwards run past their `activeDeadlineSeconds` until deleted.
-//! - **Status**: Running with a distinct pod IP (`127.x.y.z`), container `running`; then
+//! - **Status**: Running with a distinct pod IP (`127.x.y.z`; or, for a node named in
+//!   [`KubeletOptions::pod_ips`], that node's address, as host-network pods get), container
+//!   `running`; then
 //!   Succeeded or Failed with the exit code (128 + signal when killed), reason
 //!   `Completed`/`Error`, and the termination message read from the file (first 4096
 //!   bytes; `FallbackToLogsOnError` uses the log tail); a program that cannot start ends
@@ -338,7 +340,12 @@ impl Inner {
             .is_some_and(|n| n.deadlines_ignored)
     }
 
-    fn next_pod_ip(&self) -> String {
+    /// The IP of a new pod on `node`: the node's own ([`KubeletOptions::pod_ips`]), else
+    /// the next distinct loopback address.
+    fn pod_ip(&self, node: &str) -> String {
+        if let Some(ip) = self.opts.pod_ips.get(node) {
+            return ip.clone();
+        }
         let n = self.next_ip.fetch_add(1, Ordering::SeqCst);
         format!("127.{}.{}.{}", self.ip_base, (n >> 8) & 0xff, n & 0xff)
     }

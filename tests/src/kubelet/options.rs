@@ -37,6 +37,11 @@ pub struct KubeletOptions {
     pub retry_backoff: Duration,
     /// Nodes that stay Ready but never start a pod (see the module docs). Default: none.
     pub stalled_nodes: BTreeSet<String>,
+    /// Node name -> the IP every pod of that node gets, as host-network pods get their
+    /// node's address: for pods that run in a network namespace standing for the node
+    /// (bench/gpu-e2e.sh), whose peers must reach them there. Default: none (each pod gets
+    /// its own `127.x.y.z`).
+    pub pod_ips: BTreeMap<String, String>,
 }
 
 /// The default agent dir: `$GPUFABRIC_AGENT_BIN_DIR`, else the target dir of the current
@@ -69,6 +74,7 @@ impl Default for KubeletOptions {
             max_pods: "110".to_string(),
             retry_backoff: Duration::from_secs(10),
             stalled_nodes: BTreeSet::new(),
+            pod_ips: BTreeMap::new(),
         }
     }
 }

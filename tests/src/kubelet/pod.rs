@@ -126,10 +126,11 @@ impl PodRun {
             .and_then(|s| u64::try_from(s).ok())
             .map(|s| Instant::now() + Duration::from_secs(s));
         let first = spec.and_then(|s| s.containers.first());
+        let ip = inner.pod_ip(node);
         PodRun {
             api: Api::namespaced(inner.client.clone(), &namespace),
             dir: inner.root.join(format!("{namespace}_{name}")),
-            ip: inner.next_pod_ip(),
+            ip,
             start_time: now(),
             deadline,
             container: first.map(|c| c.name.clone()).unwrap_or_default(),
