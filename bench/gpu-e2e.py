@@ -1,0 +1,644 @@
+#!/usr/bin/env python3
+"""The user's side of bench/gpu-e2e.sh: FabricTests applied over the API server's REST API
+(no kubectl needed), and what the operator decided read back from the API (runs, nodes,
+Events) and from its /metrics, with the time each step took.
+
+    python3 bench/gpu-e2e.py STEP...
+
+Steps, in order: `setup` (CRDs, the pod namespace, and what kube-controller-manager does for
+it: the namespace's ServiceAccount, the not-ready taint lifted from the new nodes), `clean`,
+`fault`, `release` (one FabricTest over the GPU host), `nodes` (one FabricTest over the
+emulated nodes: node pairs, a shaped link, the multi-node DDP probe), `table`. Each step
+appends its rows to $E2E_JSON, so a step that fails leaves the earlier ones' results.
+
+Environment (bench/gpu-e2e.sh sets it): E2E_API (https://127.0.0.1:PORT), E2E_PKI (ca.crt,
+admin.crt, admin.key), E2E_METRICS (http://127.0.0.1:PORT/metrics of the operator), E2E_HOST
+(the GPU host's node), E2E_EMULATED (the emulated nodes, comma-separated), E2E_SHAPED (the
+emulated node whose link is shaped), E2E_SHAPE_CMD (the command that shapes it), E2E_FAULT
+(NAME=VALUE, the NCCL setting of the fault), E2E_SIM=1 (dry run: the fault and the shaped
+link are written into the sim fleet file E2E_FLEET instead), E2E_JSON, E2E_DEADLINE (epoch
+seconds by which every wait gives up, so the report is always written).
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+import requests
+import urllib3
+import yaml
+
+urllib3.disable_warnings()
+
+GROUP = "gpufabric.io"
+VERSION = "v1alpha1"
+NS = "gpufabric"
+ROLE_LABEL = "e2e.gpufabric.io/role"
+TEST_HOST = "e2e-host"
+TEST_NODES = "e2e-nodes"
+CONDITION = "GPUFabricHealthy"
+RESULT_LABEL = "gpufabric.io/result"
+QUARANTINE_ANN = "gpufabric.io/quarantine"
+QUARANTINE_LABEL = "gpufabric.io/quarantined"
+RUN_NOW = "gpufabric.io/run-now"
+NOT_READY = "node.kubernetes.io/not-ready"
+
+ENV = os.environ
+API = ENV.get("E2E_API", "")
+PKI = ENV.get("E2E_PKI", "")
+SIM = ENV.get("E2E_SIM") == "1"
+HOST = ENV.get("E2E_HOST", "")
+EMULATED = [n for n in ENV.get("E2E_EMULATED", "").split(",") if n]
+SHAPED = ENV.get("E2E_SHAPED", "")
+JSON_PATH = ENV.get("E2E_JSON", "gpu-e2e.json")
+DEADLINE = float(ENV.get("E2E_DEADLINE", time.time() + 3600))
+FAULT = ENV.get("E2E_FAULT", "NCCL_MAX_NCHANNELS=1")
+GPUS = int(ENV.get("E2E_GPUS", "0") or 0)
+
+S = requests.Session()
+# Given with every request: a session's own `verify` loses to $REQUESTS_CA_BUNDLE.
+TLS = {"verify": os.path.join(PKI, "ca.crt"),
+       "cert": (os.path.join(PKI, "admin.crt"), os.path.join(PKI, "admin.key"))} if PKI else {}
+
+
+def log(msg):
+    print(f"[e2e {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S}] {msg}", flush=True)
+
+
+def req(method, path, body=None, ctype="application/json", ok=(200, 201)):
+    r = S.request(method, API + path, data=None if body is None else json.dumps(body),
+                  headers={"Content-Type": ctype}, timeout=30, **TLS)
+    if r.status_code not in ok:
+        raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:400]}")
+    return r.json() if r.text else {}
+
+
+def get(path, missing_ok=False):
+    r = S.get(API + path, timeout=30, **TLS)
+    if r.status_code == 404 and missing_ok:
+        return None
+    if r.status_code != 200:
+        raise RuntimeError(f"GET {path}: {r.status_code} {r.text[:400]}")
+    return r.json()
+
+
+def merge_patch(path, body):
+    return req("PATCH", path, body, ctype="application/merge-patch+json")
+
+
+def ft_path(name=""):
+    return f"/apis/{GROUP}/{VERSION}/fabrictests" + (f"/{name}" if name else "")
+
+
+def runs_of(test):
+    items = get(f"/apis/{GROUP}/{VERSION}/fabrictestruns?labelSelector=gpufabric.io/test%3D{test}")["items"]
+    return sorted(items, key=lambda r: r["metadata"]["creationTimestamp"])
+
+
+def node(name):
+    return get(f"/api/v1/nodes/{name}")
+
+
+def condition(n, ctype=CONDITION):
+    for c in n.get("status", {}).get("conditions", []):
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def node_events(name):
+    out = []
+    for e in get("/apis/events.k8s.io/v1/events").get("items", []):
+        reg = e.get("regarding") or {}
+        if reg.get("kind") == "Node" and reg.get("name") == name:
+            out.append({"reason": e.get("reason"), "type": e.get("type"), "note": e.get("note"),
+                        "time": e.get("eventTime"), "controller": e.get("reportingController")})
+    return out
+
+
+def metrics(node_name):
+    url = ENV.get("E2E_METRICS")
+    if not url:
+        return []
+    try:
+        text = requests.get(url, timeout=10).text
+    except Exception as e:  # the operator's admin port not answering is reported, not fatal
+        return [f"(no /metrics: {e})"]
+    return [line for line in text.splitlines()
+            if line.startswith("gpufabric_node_") and f'node="{node_name}"' in line]
+
+
+def shards_of(run_name):
+    return get(f"/apis/{GROUP}/{VERSION}/fabrictestrunshards?labelSelector=gpufabric.io/run%3D{run_name}")["items"]
+
+
+def verdict_of(run, name):
+    for n in run.get("status", {}).get("nodes", []):
+        if n.get("node") == name:
+            return n
+    return None
+
+
+def finished(run):
+    return run.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def secs(t0):
+    return round(time.time() - t0, 1)
+
+
+# ---- the record of the run -------------------------------------------------------------
+
+def load():
+    try:
+        with open(JSON_PATH) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"rows": [], "details": {}}
+
+
+def save(doc):
+    with open(JSON_PATH, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+
+
+def row(doc, step, applied, decided, took, ok, **detail):
+    doc["rows"].append({"step": step, "applied": applied, "decided": decided, "took": took,
+                        "ok": ok})
+    if detail:
+        doc["details"][step] = detail
+    save(doc)
+    log(f"{'OK ' if ok else 'NOT OK'} {step}: {decided} ({took})")
+
+
+def wait(what, pred, timeout, every=0.5):
+    """Polls pred() until it returns something truthy, or timeout / the run's deadline."""
+    end = min(time.time() + timeout, DEADLINE)
+    last_err = None
+    while time.time() < end:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # an API hiccup is retried until the deadline
+            last_err = e
+        time.sleep(every)
+    log(f"gave up waiting for {what}" + (f" (last error: {last_err})" if last_err else ""))
+    return None
+
+
+# ---- steps -----------------------------------------------------------------------------
+
+def step_setup(doc):
+    t0 = time.time()
+    crd_dir = ENV.get("E2E_CRDS", "crds")
+    names = []
+    for f in sorted(os.listdir(crd_dir)):
+        if not f.endswith(".yaml"):
+            continue
+        obj = yaml.safe_load(open(os.path.join(crd_dir, f)))
+        name = obj["metadata"]["name"]
+        req("PATCH", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}?fieldManager=gpu-e2e&force=true",
+            obj, ctype="application/apply-patch+yaml")
+        names.append(name)
+
+    def established():
+        for n in names:
+            crd = get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{n}")
+            if not any(c["type"] == "Established" and c["status"] == "True"
+                       for c in crd.get("status", {}).get("conditions", [])):
+                return False
+        return True
+
+    wait("CRDs established", established, 60)
+    req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": NS}}, ok=(200, 201, 409))
+    t_ns = time.time()
+    sa = wait("the namespace's default ServiceAccount (kube-controller-manager)",
+              lambda: get(f"/api/v1/namespaces/{NS}/serviceaccounts/default", missing_ok=True), 90)
+    sa_s = secs(t_ns)
+    row(doc, "CRDs, pod namespace",
+        f"{len(names)} CRDs (server-side apply), namespace {NS}",
+        f"ServiceAccount {NS}/default created by kube-controller-manager after {sa_s} s"
+        if sa else "no ServiceAccount: pods would be refused", f"{secs(t0)} s", bool(sa))
+
+    t_reg = float(ENV.get("E2E_KUBELET_START", t0))
+    all_nodes = [HOST] + EMULATED
+    tainted = set()
+
+    def nodes_ready():
+        out = {}
+        for n in all_nodes:
+            o = get(f"/api/v1/nodes/{n}", missing_ok=True)
+            if not o:
+                return None
+            ready = (condition(o, "Ready") or {}).get("status") == "True"
+            taints = [t["key"] for t in o.get("spec", {}).get("taints", []) or []]
+            if NOT_READY in taints:
+                tainted.add(n)
+            if not ready or NOT_READY in taints:
+                return None
+            out[n] = {"labels": {k: v for k, v in o["metadata"]["labels"].items()
+                                 if k.startswith(("nvidia.com/", "e2e."))},
+                      "gpus": o["status"]["allocatable"].get("nvidia.com/gpu"),
+                      "taints": taints}
+        return out
+
+    ready = wait("nodes Ready without the not-ready taint", nodes_ready, 120)
+    h = (ready or {}).get(HOST, {}).get("labels", {})
+    row(doc, "nodes registered",
+        f"fabric-kubelet: {HOST} ({h.get('nvidia.com/gpu.count', '?')} x "
+        f"{h.get('nvidia.com/gpu.product', '?')}), emulated {', '.join(EMULATED) or 'none'} (1 GPU each)",
+        (f"Ready; the not-ready taint (seen on {len(tainted)} of {len(all_nodes)} nodes here) "
+         "lifted by kube-controller-manager's node lifecycle controller")
+        if ready else "not Ready, or the not-ready taint still on",
+        f"{round(time.time() - t_reg, 1)} s from the kubelet's start", bool(ready), nodes=ready,
+        not_ready_taint_seen=sorted(tainted))
+    if not ready:
+        raise SystemExit("nodes not ready")
+
+
+def host_test():
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "FabricTest",
+        "metadata": {"name": TEST_HOST},
+        "spec": {
+            "nodeSelector": {ROLE_LABEL: "host"},
+            "quarantine": {"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": True,
+                           "failuresToQuarantine": 1, "passesToRelease": 1},
+            "agent": {"timeoutSeconds": 300},
+        },
+    }
+
+
+def node_facts(name):
+    n = node(name)
+    c = condition(n) or {}
+    return {
+        "unschedulable": bool(n.get("spec", {}).get("unschedulable")),
+        "result_label": n["metadata"].get("labels", {}).get(RESULT_LABEL),
+        "quarantine_label": n["metadata"].get("labels", {}).get(QUARANTINE_LABEL),
+        "quarantine_record": n["metadata"].get("annotations", {}).get(QUARANTINE_ANN),
+        "condition": {k: c.get(k) for k in ("status", "reason", "message")} if c else None,
+    }
+
+
+def numbers(v):
+    if not v:
+        return "no result"
+    parts = [v.get("verdict", "?")]
+    if v.get("allReduceBusBwGbps") is not None:
+        parts.append(f"all_reduce {v['allReduceBusBwGbps']:.0f} GB/s")
+    if v.get("minPairGbps") is not None:
+        parts.append(f"min pair {v['minPairGbps']:.0f} GB/s")
+    if v.get("ddpEfficiency") is not None:
+        parts.append(f"DDP {v['ddpEfficiency']:.3f}")
+    return ", ".join(parts)
+
+
+def new_runs(test, before):
+    return [r for r in runs_of(test) if r["metadata"]["name"] not in before]
+
+
+def step_clean(doc):
+    t0 = time.time()
+    req("POST", ft_path(), host_test())
+    log(f"applied FabricTest {TEST_HOST} over {HOST}")
+    run = wait("the clean run", lambda: next((r for r in runs_of(TEST_HOST) if finished(r)), None), 400)
+    took = secs(t0)
+    v = verdict_of(run, HOST) if run else None
+    # The node's signals (condition, label) are written right after the verdict.
+    wait("the node's condition", lambda: (node_facts(HOST)["condition"] or {}).get("status"), 20)
+    facts = node_facts(HOST)
+    m = metrics(HOST)
+    ok = bool(v) and v.get("verdict") == "Passed" and (facts["condition"] or {}).get("status") == "True"
+    decided = (f"run {run['metadata']['name']}: {numbers(v)}; condition {CONDITION}="
+               f"{(facts['condition'] or {}).get('status')}, label {RESULT_LABEL}={facts['result_label']}"
+               if run else "no finished run")
+    row(doc, "clean test", f"FabricTest {TEST_HOST} (Cordon, confirmRetest, passesToRelease 1)",
+        decided, f"apply -> verdict {took} s (run {run.get('status', {}).get('duration') if run else '-'})",
+        ok, verdict=v, node=facts, metrics=m, run_status=(run or {}).get("status"))
+
+
+def set_fault(on):
+    if SIM:
+        # Dry run: the sim backend's fault instead of an NCCL setting.
+        path = ENV["E2E_FLEET"]
+        fleet = yaml.safe_load(open(path))
+        for n in fleet["nodes"]:
+            if n["name"] == HOST:
+                n["faults"] = [{"kind": "slowPair", "gpus": [0, 1], "factor": 0.3}] if on else []
+        yaml.safe_dump(fleet, open(path, "w"))
+        env = []
+    else:
+        k, v = FAULT.split("=", 1)
+        env = [{"name": k, "value": v}] if on else []
+    merge_patch(ft_path(TEST_HOST), {
+        "metadata": {"annotations": {RUN_NOW: datetime.datetime.now(datetime.timezone.utc).isoformat()}},
+        "spec": {"agent": {"env": env}},
+    })
+
+
+def step_fault(doc):
+    before = {r["metadata"]["name"] for r in runs_of(TEST_HOST)}
+    t0 = time.time()
+    set_fault(True)
+    what = "sim slowPair fault" if SIM else FAULT
+    log(f"spec.agent.env {what} and {RUN_NOW} on {TEST_HOST}")
+    first = wait("the run with the fault",
+                 lambda: next((r for r in new_runs(TEST_HOST, before)
+                               if r["spec"]["trigger"] != "Confirmation" and finished(r)), None), 300)
+    t_first = secs(t0)
+    v1 = verdict_of(first, HOST) if first else None
+    conf = None
+    t_conf = None
+    if v1 and v1.get("verdict") in ("Failed", "Errored", "Timeout"):
+        conf = wait("the confirmation run",
+                    lambda: next((r for r in new_runs(TEST_HOST, before)
+                                  if r["spec"]["trigger"] == "Confirmation" and finished(r)), None), 300)
+        t_conf = secs(t0)
+    v2 = verdict_of(conf, HOST) if conf else None
+    cordoned = None
+    t_cordon = None
+    if v2 and v2.get("verdict") in ("Failed", "Errored", "Timeout"):
+        cordoned = wait("the cordon", lambda: node_facts(HOST)["unschedulable"], 60, every=0.2)
+        t_cordon = secs(t0)
+        wait("the node's condition False",
+             lambda: (node_facts(HOST)["condition"] or {}).get("status") == "False", 20)
+    facts = node_facts(HOST)
+    events = node_events(HOST)
+    m = metrics(HOST)
+    ok = bool(cordoned) and (facts["condition"] or {}).get("status") == "False"
+    ev = [e for e in events if e["reason"] == "Quarantined"]
+    decided = (f"{numbers(v1)} ({(v1 or {}).get('finding') or '-'}); confirmation: {numbers(v2)}; "
+               f"cordoned: {facts['unschedulable']}, Event {ev[0]['reason'] if ev else 'none'}, "
+               f"condition {CONDITION}={(facts['condition'] or {}).get('status')}")
+    took = (f"apply -> verdict {t_first} s, -> confirmation verdict {t_conf} s, -> cordon {t_cordon} s"
+            + (f" ({round(t_cordon - t_conf, 1)} s after the confirmation verdict)" if t_cordon and t_conf else ""))
+    row(doc, "injected fault", f"spec.agent.env {what}, {RUN_NOW}", decided, took, ok,
+        first=v1, confirmation=v2, node=facts, events=events, metrics=m,
+        first_status=(first or {}).get("status"), confirmation_status=(conf or {}).get("status"))
+
+
+def step_release(doc):
+    before = {r["metadata"]["name"] for r in runs_of(TEST_HOST)}
+    t0 = time.time()
+    set_fault(False)
+    log(f"fault removed, {RUN_NOW} on {TEST_HOST}")
+    run = wait("the run without the fault",
+               lambda: next((r for r in new_runs(TEST_HOST, before) if finished(r)), None), 300)
+    t_run = secs(t0)
+    v = verdict_of(run, HOST) if run else None
+
+    def released():
+        f = node_facts(HOST)
+        return (not f["unschedulable"] and not f["quarantine_record"] and not f["quarantine_label"]
+                and (f["condition"] or {}).get("status") == "True")
+
+    rel = wait("the release", released, 60, every=0.2) if v and v.get("verdict") == "Passed" else None
+    t_rel = secs(t0)
+    facts = node_facts(HOST)
+    events = [e for e in node_events(HOST) if e["reason"] == "Released"]
+    decided = (f"{numbers(v)}; released: cordon {'undone' if not facts['unschedulable'] else 'still on'}, "
+               f"record {'removed' if not facts['quarantine_record'] else 'still there'}, "
+               f"condition {CONDITION}={(facts['condition'] or {}).get('status')}, "
+               f"Event {events[0]['reason'] if events else 'none'}")
+    row(doc, "release", f"fault removed from spec.agent.env, {RUN_NOW}", decided,
+        f"apply -> verdict {t_run} s, -> released {t_rel} s", bool(rel),
+        verdict=v, node=facts, events=events, metrics=metrics(HOST), run_status=(run or {}).get("status"))
+
+
+TEST_PROBE = "e2e-probe"
+PROBE_LABEL = "e2e.gpufabric.io/own-gpu"
+
+
+def emulated_test(name, selector, suite, extra_env=()):
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "FabricTest",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": selector,
+            "suite": suite,
+            "quarantine": {"mode": "Cordon", "maxQuarantined": 1, "confirmRetest": True,
+                           "failuresToQuarantine": 1, "passesToRelease": 1},
+            "agent": {"timeoutSeconds": 300, "env": list(extra_env)},
+        },
+    }
+
+
+# Sockets over veth carry about 1 GB/s: 64 MiB pairs, and a probe whose gradients (134 MB)
+# take about as long as its GEMMs (bench/ddp-nodes-check.sh).
+PAIRS = {"enabled": True, "pairing": "ring", "bytes": 64 << 20}
+PROBE_SHAPE = {"hidden": 2048, "layers": 8, "batchPerGpu": 131072}
+
+
+def shape():
+    if SIM:
+        path = ENV["E2E_FLEET"]
+        fleet = yaml.safe_load(open(path))
+        for n in fleet["nodes"]:
+            if n["name"] == SHAPED:
+                n["faults"] = [{"kind": "slowNic", "factor": 0.25}]
+        yaml.safe_dump(fleet, open(path, "w"))
+        return "sim slowNic 0.25"
+    cmd = ENV["E2E_SHAPE_CMD"]
+    subprocess.run(cmd, shell=True, check=True)
+    return cmd.split()[-1]
+
+
+def run_marks(test, t0, marks, watch_node=None):
+    """A predicate for wait(): records when the test's first run finished its node checks,
+    its pairs, its probe and itself, and when watch_node was cordoned; true once every run
+    of the test has finished (and a cordon had a few seconds to follow)."""
+
+    def progress():
+        rs = runs_of(test)
+        main = next((r for r in rs if r["spec"]["trigger"] != "Confirmation"), None)
+        if not main:
+            return None
+        st = main.get("status", {})
+        prog = st.get("progress") or {}
+        vs = {n["node"]: n.get("verdict") for n in st.get("nodes", [])}
+        if "checks" not in marks and (
+                (prog.get("total") and prog.get("done") == prog.get("total"))
+                or (vs and all(v not in ("Pending", "Running") for v in vs.values())
+                    and len(vs) == st.get("nodeCount"))):
+            marks["checks"] = secs(t0)
+        if "pairs" not in marks and (st.get("nodePairs") or {}).get("done"):
+            marks["pairs"] = secs(t0)
+        if "probe" not in marks and (st.get("ddpNodes") or {}).get("done"):
+            marks["probe"] = secs(t0)
+        if "run" not in marks and finished(main):
+            marks["run"] = secs(t0)
+        if watch_node and "cordon" not in marks and node_facts(watch_node)["unschedulable"]:
+            marks["cordon"] = secs(t0)
+        active = get(ft_path(test)).get("status", {}).get("activeRun")
+        if "run" in marks and not active and all(finished(r) for r in rs):
+            # Settled: a few seconds more for a cordon that follows the verdict.
+            marks.setdefault("_settled", time.time())
+            return time.time() - marks["_settled"] > 5 or "cordon" in marks
+        return None
+
+    return progress
+
+
+def took_of(marks):
+    return "apply " + ", ".join(f"-> {k} {v} s" for k, v in marks.items() if not k.startswith("_"))
+
+
+def main_run(test):
+    return next((r for r in runs_of(test) if r["spec"]["trigger"] != "Confirmation"), {})
+
+
+def node_checks(run):
+    """The run's nodes, from its shards (every node) or its status."""
+    shard_nodes = [n for sh in (shards_of(run["metadata"]["name"]) if run else [])
+                   for n in sh.get("status", {}).get("nodes", [])]
+    return shard_nodes or run.get("status", {}).get("nodes", [])
+
+
+def step_pairs(doc):
+    if len(EMULATED) < 3:
+        row(doc, "node pairs", "-", "not run: fewer than 2 GPUs", "-", False)
+        return
+    rate = shape()
+    log(f"{SHAPED}'s link shaped to {rate}")
+    t0 = time.time()
+    env = []
+    if GPUS and len(EMULATED) > GPUS:
+        # More emulated nodes than GPUs: the ranks of two nodes may share a GPU, and measure
+        # anyway (the sockets between the namespaces, not the GPUs, set the pairs' bandwidth).
+        env = [{"name": "FABRIC_SHARED_GPUS", "value": "true"}]
+    t = emulated_test(TEST_NODES, {ROLE_LABEL: "emulated"}, {"nodePairs": PAIRS}, env)
+    if GPUS and len(EMULATED) > GPUS:
+        t["spec"]["rollout"] = {"maxUnavailable": GPUS}  # node checks: one node a GPU at once
+    req("POST", ft_path(), t)
+    log(f"applied FabricTest {TEST_NODES} over {', '.join(EMULATED)}")
+    marks = {}
+    wait("the node-pair run", run_marks(TEST_NODES, t0, marks, SHAPED), 300, every=1.0)
+    run = main_run(TEST_NODES)
+    st = run.get("status", {})
+    nodes = node_checks(run)
+    checks = {n["node"]: n.get("verdict") for n in nodes}
+    pairs = []
+    for n in nodes:
+        for p in n.get("pairs", []):
+            if p.get("rank") == 0:
+                pairs.append({"round": p.get("round"), "pair": f"{n['node']} <-> {p.get('partner')}",
+                              "state": p.get("state"), "busbw": p.get("busbwGbps"),
+                              "transport": p.get("transport"),
+                              "retest": p.get("confirmation", False), "message": p.get("message")})
+    pairs.sort(key=lambda p: (p["round"] or 0, p["pair"]))
+    findings = st.get("findings", []) or []
+    named = [f for f in findings if f.get("severity") == "Critical"
+             and SHAPED in json.dumps(f.get("subject", {}))]
+    others = [f for f in findings if f.get("severity") == "Critical" and f not in named]
+    facts = node_facts(SHAPED)
+    events = [e for e in node_events(SHAPED) if e["reason"] == "Quarantined"]
+    np_ = st.get("nodePairs") or {}
+    ok = bool(named) and not others and facts["unschedulable"]
+    check_words = ", ".join(f"{k} {v}" for k, v in checks.items())
+    decided = (f"node verdicts: {check_words}; {np_.get('measured', 0)} of {np_.get('pairs', 0)} pairs "
+               f"measured in {np_.get('rounds', '?')} rounds ({np_.get('retested', 0)} retested); "
+               f"named: {'; '.join(f.get('message', '') for f in named) or 'nobody'}"
+               f"{'; also Critical: ' + '; '.join(f.get('message', '') for f in others) if others else ''}; "
+               f"{SHAPED} cordoned: {facts['unschedulable']}, Event {events[0]['reason'] if events else 'none'}")
+    row(doc, "node pairs",
+        f"FabricTest {TEST_NODES} over {len(EMULATED)} emulated nodes: nodePairs ring 64 MiB; "
+        f"{SHAPED}'s link at {rate}", decided, took_of(marks), ok,
+        checks=checks, pairs=pairs, findings=findings, node=facts, events=events,
+        metrics=metrics(SHAPED), run_status=st,
+        confirmation=[r.get("status") for r in runs_of(TEST_NODES) if r["spec"]["trigger"] == "Confirmation"])
+
+
+def step_probe(doc):
+    probe_nodes = [n for n in EMULATED if n != SHAPED][:4]
+    if GPUS:
+        probe_nodes = probe_nodes[:min(GPUS, 4)]
+    if len(probe_nodes) < 2:
+        row(doc, "multi-node probe", "-", "not run: fewer than 2 GPUs", "-", False)
+        return
+    t0 = time.time()
+    t = emulated_test(TEST_PROBE, {PROBE_LABEL: "true"},
+                      {"ddpNodes": {"enabled": True, "maxNodes": len(probe_nodes)},
+                       "ddpProbe": PROBE_SHAPE})
+    req("POST", ft_path(), t)
+    log(f"applied FabricTest {TEST_PROBE} over {', '.join(probe_nodes)}")
+    marks = {}
+    wait("the probe run", run_marks(TEST_PROBE, t0, marks), 300, every=1.0)
+    run = main_run(TEST_PROBE)
+    st = run.get("status", {})
+    checks = {n["node"]: numbers(n) for n in node_checks(run)}
+    probe = st.get("ddpNodes") or {}
+    pts = "; ".join(f"{p.get('nodes')} node(s) step {p.get('stepMs', 0):.1f} ms, efficiency "
+                    f"{100 * (p.get('scalingEfficiency') or 0):.0f}%" for p in probe.get("points", []))
+    ok = probe.get("state") == "Measured" and len(probe.get("points", [])) >= 2
+    check_words = ", ".join(f"{k} {v.split(',')[0]}" for k, v in checks.items())
+    strag = "; ".join(f"straggler {s.get('node')} +{s.get('slowerPercent', 0):.1f}%"
+                      for s in probe.get("stragglers", []))
+    decided = (f"node checks: {check_words}; probe over {', '.join(probe.get('nodes', []) or [])}: "
+               f"{probe.get('state', '-')}{' (' + probe['message'] + ')' if probe.get('message') else ''}"
+               f": {pts or '-'}{'; ' + strag if strag else ''}")
+    row(doc, "multi-node probe",
+        f"FabricTest {TEST_PROBE} over {len(probe_nodes)} emulated nodes of one GPU each: ddpNodes, "
+        f"probe {PROBE_SHAPE['layers']} x {PROBE_SHAPE['hidden']}, batch {PROBE_SHAPE['batchPerGpu']}",
+        decided, took_of(marks), ok, checks=checks, probe=probe, run_status=st)
+
+
+def step_table(doc):
+    print()
+    print("| # | step | applied | what the operator decided | took | ok |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for i, r in enumerate(doc["rows"], 1):
+        cells = [str(i), r["step"], r["applied"], r["decided"], r["took"], "yes" if r["ok"] else "NO"]
+        print("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    d = doc["details"].get("node pairs")
+    if d:
+        print()
+        print("| round | pair | state | busbw GB/s | transport | message |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for p in d["pairs"]:
+            bw = "-" if p["busbw"] is None else f"{p['busbw']:.2f}"
+            rnd = f"{p['round']}{' (retest)' if p['retest'] else ''}"
+            print(f"| {rnd} | {p['pair']} | {p['state']} | {bw} | {p.get('transport') or '-'} | {p['message'] or ''} |")
+        for f in d.get("findings", []):
+            if f.get("severity") in ("Critical", "Warning") or f.get("metric") == "nodePairBusBw":
+                print(f"finding: {f.get('severity')} {f.get('kind')} {f.get('metric')}: {f.get('message')}")
+    d = doc["details"].get("multi-node probe")
+    if d:
+        pts = d["probe"].get("points", [])
+        if pts:
+            print()
+            print("| nodes | GPUs | step ms | efficiency | comm alone ms | exposed comm ms |")
+            print("| --- | --- | --- | --- | --- | --- |")
+            for p in pts:
+                print(f"| {p.get('nodes')} | {p.get('gpus')} | {p.get('stepMs', 0):.2f} | "
+                      f"{100 * (p.get('scalingEfficiency') or 0):.1f}% | {p.get('commAloneMs', 0):.2f} | "
+                      f"{p.get('exposedCommMs', 0):.2f} |")
+
+
+STEPS = {"setup": step_setup, "clean": step_clean, "fault": step_fault,
+         "release": step_release, "pairs": step_pairs, "probe": step_probe, "table": step_table}
+
+
+def main():
+    doc = load()
+    for s in sys.argv[1:]:
+        if s not in STEPS:
+            raise SystemExit(f"unknown step {s}; steps: {', '.join(STEPS)}")
+        try:
+            STEPS[s](doc)
+        except SystemExit:
+            raise
+        except Exception as e:  # a step that breaks is a row saying so, then the next step
+            row(doc, s, "-", f"the step broke: {e}", "-", False)
+            if s == "setup":
+                raise SystemExit(1)
+        doc = load()
+
+
+if __name__ == "__main__":
+    main()
