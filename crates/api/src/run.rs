@@ -380,6 +380,9 @@ pub struct SkippedNode {
 pub enum SkipReason {
     /// Other pods hold some of its GPUs (set `includeBusyNodes` to test it anyway).
     Busy,
+    /// A pod of another gpufabric run on it has not ended: a node is tested by one run at a
+    /// time (the run waits for it first, up to its agent timeout).
+    InOtherRun,
     /// Someone else's NoSchedule or NoExecute taint (maintenance).
     Tainted,
     /// Unschedulable, cordoned by someone else.
@@ -400,6 +403,7 @@ impl SkipReason {
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::Busy => "Busy",
+            SkipReason::InOtherRun => "InOtherRun",
             SkipReason::Tainted => "Tainted",
             SkipReason::Cordoned => "Cordoned",
             SkipReason::NotReady => "NotReady",

@@ -2,6 +2,7 @@
 //! idle GPUs, and not cordoned or tainted by anyone but this operator. Pure: it reads Node
 //! and Pod objects, nothing else.
 
+use crate::names;
 use crate::pods::allocatable_gpus;
 use gpufabric_api::keys;
 use gpufabric_api::run::{SkipReason, SkippedNode};
@@ -27,6 +28,9 @@ pub struct Selection<'a> {
     pub tolerations: &'a [Toleration],
     /// GPUs held by other pods, by node ([`gpus_in_use`]).
     pub gpus_in_use: &'a BTreeMap<String, u32>,
+    /// Nodes under another gpufabric run whose pod there has not ended, with that run
+    /// ([`other_runs`]).
+    pub other_runs: &'a BTreeMap<String, String>,
     /// Test nodes whose GPUs are partly in use anyway.
     pub include_busy: bool,
 }
@@ -150,6 +154,38 @@ pub fn gpus_in_use<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<Stri
         }
     }
     used
+}
+
+/// The nodes where a pod of a gpufabric run other than `run` has not ended, with that
+/// run: the kubelet counts such a pod's GPUs until its phase is final, which comes a moment
+/// after its container ended (and its result was read), so a pod of `run` made there now
+/// would be refused.
+pub fn other_runs<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    run: &str,
+) -> BTreeMap<String, String> {
+    let mut held = BTreeMap::new();
+    for pod in pods {
+        let ended = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        );
+        let Some(other) = pod.labels().get(keys::LABEL_RUN) else {
+            continue;
+        };
+        if ended || other == &names::label_value(run) {
+            continue;
+        }
+        if let Some(node) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .filter(|n| !n.is_empty())
+        {
+            held.entry(node.clone()).or_insert_with(|| other.clone());
+        }
+    }
+    held
 }
 
 /// Whether a toleration tolerates a taint (the scheduler's rule).
@@ -283,6 +319,14 @@ fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, S
         return Some((
             SkipReason::PartitionedGpus,
             format!("has partitioned GPUs ({why}); the benchmark needs whole GPUs"),
+        ));
+    }
+    if let Some(other) = sel.other_runs.get(&node.name_any()) {
+        return Some((
+            SkipReason::InOtherRun,
+            format!(
+                "is being tested by gpufabric run {other}, whose pod there has not ended: a node is tested by one run at a time"
+            ),
         ));
     }
     let used = sel.gpus_in_use.get(&node.name_any()).copied().unwrap_or(0);
@@ -448,6 +492,7 @@ mod tests {
                 names,
                 tolerations: &[],
                 gpus_in_use: &BTreeMap::new(),
+                other_runs: &BTreeMap::new(),
                 include_busy: false,
             },
         )
@@ -507,6 +552,40 @@ mod tests {
         assert_eq!(s[0].node, "ghost");
     }
 
+    #[test]
+    fn a_node_under_another_runs_pod_that_has_not_ended_is_not_tested_even_busy_included() {
+        let mut other = gpu_pod("a", 8, "Running", true);
+        if let Some(l) = other.metadata.labels.as_mut() {
+            l.insert(keys::LABEL_RUN.into(), "nightly-1".into());
+        }
+        let mut mine = gpu_pod("b", 8, "Running", true);
+        if let Some(l) = mine.metadata.labels.as_mut() {
+            l.insert(keys::LABEL_RUN.into(), "nightly-1-confirm".into());
+        }
+        let mut ended = gpu_pod("c", 8, "Succeeded", true);
+        if let Some(l) = ended.metadata.labels.as_mut() {
+            l.insert(keys::LABEL_RUN.into(), "nightly-1".into());
+        }
+        let held = other_runs([&other, &mine, &ended], "nightly-1-confirm");
+        assert_eq!(
+            held,
+            BTreeMap::from([("a".to_string(), "nightly-1".to_string())])
+        );
+        let nodes = [node("a", 8, true, &[]), node("b", 8, true, &[])];
+        let sel = Selection {
+            selector: &BTreeMap::new(),
+            names: None,
+            tolerations: &[],
+            gpus_in_use: &BTreeMap::new(),
+            other_runs: &held,
+            include_busy: true,
+        };
+        let (t, s) = resolve(&nodes, &sel);
+        assert_eq!(names(&t), ["b"]);
+        assert_eq!(s[0].reason, SkipReason::InOtherRun);
+        assert!(s[0].message.contains("nightly-1"), "{}", s[0].message);
+    }
+
     fn gpu_pod(node: &str, gpus: u32, phase: &str, ours: bool) -> Pod {
         use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus, ResourceRequirements};
         let mut p = Pod::default();
@@ -561,6 +640,7 @@ mod tests {
             names: None,
             tolerations: &[],
             gpus_in_use: &used,
+            other_runs: &BTreeMap::new(),
             include_busy: false,
         };
         let (t, s) = resolve(&nodes, &sel);
@@ -620,6 +700,7 @@ mod tests {
                 names: None,
                 tolerations: &tolerations,
                 gpus_in_use: &BTreeMap::new(),
+                other_runs: &BTreeMap::new(),
                 include_busy: false,
             },
         );

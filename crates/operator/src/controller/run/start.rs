@@ -16,6 +16,9 @@ pub(super) async fn start(
     let (targets, skipped) = if existing.is_empty() {
         let busy = busy_nodes_policy(run, ctx).await?;
         let (t, mut s) = resolve(run, ctx, busy.include).await?;
+        if let BusyWait::Wait { message, recheck } = other_run_wait(run, &mut s, Utc::now()) {
+            return wait_for_busy_nodes(run, message, recheck, api).await;
+        }
         if let Some(wait) = busy.wait {
             match busy_wait(run, &mut s, wait, Utc::now()) {
                 BusyWait::Wait { message, recheck } => {
@@ -155,7 +158,7 @@ pub(super) async fn resolve(
     include_busy: bool,
 ) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
     let all = ctx.nodes.state();
-    let in_use = gpus_in_use(&ctx.client).await?;
+    let in_use = in_use(&ctx.client, &run.name_any()).await?;
     let tolerations = pods::tolerations(&run.spec.agent);
     Ok(nodes::resolve(
         all.iter().map(|n| n.as_ref()),
@@ -163,7 +166,8 @@ pub(super) async fn resolve(
             selector: &run.spec.node_selector,
             names: run.spec.nodes.as_deref(),
             tolerations: &tolerations,
-            gpus_in_use: &in_use,
+            gpus_in_use: &in_use.gpus,
+            other_runs: &in_use.runs,
             include_busy,
         },
     ))
@@ -190,11 +194,65 @@ pub(super) fn busy_wait(
     wait: Duration,
     now: chrono::DateTime<Utc>,
 ) -> BusyWait {
-    let busy: Vec<&gpufabric_api::run::SkippedNode> = skipped
-        .iter()
-        .filter(|s| s.reason == gpufabric_api::run::SkipReason::Busy)
-        .collect();
-    if busy.is_empty() {
+    wait_for(
+        run,
+        skipped,
+        gpufabric_api::run::SkipReason::Busy,
+        wait,
+        now,
+        &|until, n| {
+            format!(
+                "waiting until {until} (waitForBusyNodesSeconds) for {n} busy nodes, whose GPUs other pods hold"
+            )
+        },
+        "still busy",
+    )
+}
+
+/// Longer than its own agent timeout a run waits for its nodes under another gpufabric
+/// run: their pods end by their deadline, and then a moment passes before the kubelet
+/// reports their phase and frees their GPUs.
+const OTHER_RUN_GRACE: Duration = Duration::from_secs(60);
+
+/// Whether a run waits for its nodes under another gpufabric run (always: a node is tested
+/// by one run at a time, and a pod made beside the other run's would be refused by the
+/// kubelet), up to its agent timeout and [`OTHER_RUN_GRACE`]. Pure.
+pub(super) fn other_run_wait(
+    run: &FabricTestRun,
+    skipped: &mut [gpufabric_api::run::SkippedNode],
+    now: chrono::DateTime<Utc>,
+) -> BusyWait {
+    let wait = Duration::from_secs(u64::from(run.spec.agent.timeout_seconds)) + OTHER_RUN_GRACE;
+    wait_for(
+        run,
+        skipped,
+        gpufabric_api::run::SkipReason::InOtherRun,
+        wait,
+        now,
+        &|until, n| {
+            format!(
+                "waiting until {until} for {n} nodes that another gpufabric run is testing (one run at a time)"
+            )
+        },
+        "still under another run",
+    )
+}
+
+/// Whether a run waits (up to `wait` from its creation) for the nodes `skipped` left out
+/// for `reason`: `Wait` while some are and the time is not over; once it is, their skip
+/// messages say how long they were waited for (`still`).
+fn wait_for(
+    run: &FabricTestRun,
+    skipped: &mut [gpufabric_api::run::SkippedNode],
+    reason: gpufabric_api::run::SkipReason,
+    wait: Duration,
+    now: chrono::DateTime<Utc>,
+    waiting: &dyn Fn(String, usize) -> String,
+    still: &str,
+) -> BusyWait {
+    let held: Vec<&gpufabric_api::run::SkippedNode> =
+        skipped.iter().filter(|s| s.reason == reason).collect();
+    if held.is_empty() {
         return BusyWait::Go;
     }
     let created = run
@@ -205,12 +263,14 @@ pub(super) fn busy_wait(
         .unwrap_or(now);
     let until = created + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::zero());
     if now < until {
-        let names: Vec<&str> = busy.iter().take(10).map(|s| s.node.as_str()).collect();
-        let more = busy.len().saturating_sub(names.len());
+        let names: Vec<&str> = held.iter().take(10).map(|s| s.node.as_str()).collect();
+        let more = held.len().saturating_sub(names.len());
         let message = format!(
-            "waiting until {} (waitForBusyNodesSeconds) for {} busy nodes, whose GPUs other pods hold: {}{}",
-            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            busy.len(),
+            "{}: {}{}",
+            waiting(
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                held.len()
+            ),
             names.join(", "),
             if more > 0 {
                 format!(" and {more} more")
@@ -224,15 +284,8 @@ pub(super) fn busy_wait(
             recheck: left.min(BUSY_RECHECK),
         };
     }
-    for s in skipped
-        .iter_mut()
-        .filter(|s| s.reason == gpufabric_api::run::SkipReason::Busy)
-    {
-        s.message = format!(
-            "{} (still busy after waiting {}s)",
-            s.message,
-            wait.as_secs()
-        );
+    for s in skipped.iter_mut().filter(|s| s.reason == reason) {
+        s.message = format!("{} ({still} after waiting {}s)", s.message, wait.as_secs());
     }
     BusyWait::Go
 }
@@ -285,22 +338,30 @@ pub(super) async fn create_shards(
     Ok(())
 }
 
-/// GPUs held by pods that are not gpufabric's, by node, read from the API server when a
-/// run starts (and while it waits for busy nodes), 500 pods a page so that a large
-/// cluster's pods are never held at once. Without the right to list pods cluster-wide, no
-/// node counts as busy.
-pub(super) async fn gpus_in_use(
-    client: &kube::Client,
-) -> Result<std::collections::BTreeMap<String, u32>> {
+/// What the pods that have not ended hold, by node: GPUs of pods that are not gpufabric's,
+/// and the other gpufabric run whose pod is there.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct InUse {
+    pub gpus: std::collections::BTreeMap<String, u32>,
+    pub runs: std::collections::BTreeMap<String, String>,
+}
+
+/// [`InUse`] as seen by run `run`, read from the API server when it starts (and while it
+/// waits for busy nodes), 500 pods a page so that a large cluster's pods are never held at
+/// once. Without the right to list pods cluster-wide, no node counts as busy.
+pub(super) async fn in_use(client: &kube::Client, run: &str) -> Result<InUse> {
     let api: Api<Pod> = Api::all(client.clone());
-    let mut used = std::collections::BTreeMap::new();
+    let mut used = InUse::default();
     let mut pages = crate::paging::Pages::default();
     while let Some(lp) = pages.next_params() {
         let lp = lp.fields("status.phase!=Succeeded,status.phase!=Failed");
         match api.list(&lp).await {
             Ok(list) => {
                 for (node, gpus) in nodes::gpus_in_use(&list.items) {
-                    *used.entry(node).or_insert(0) += gpus;
+                    *used.gpus.entry(node).or_insert(0) += gpus;
+                }
+                for (node, other) in nodes::other_runs(&list.items, run) {
+                    used.runs.entry(node).or_insert(other);
                 }
                 pages.read(list.metadata.continue_);
             }
@@ -403,6 +464,38 @@ mod tests {
     }
 
     #[test]
+    fn a_node_under_another_run_is_waited_for_without_any_setting_until_the_agent_timeout() {
+        let created = chrono::DateTime::parse_from_rfc3339("2026-11-25T02:00:00Z")
+            .expect("a time")
+            .with_timezone(&Utc);
+        let run = run_created_at(created);
+        let wait = u64::from(run.spec.agent.timeout_seconds) + OTHER_RUN_GRACE.as_secs();
+        let mut s = vec![
+            skipped("gpu-01", SkipReason::Busy),
+            skipped("gpu-02", SkipReason::InOtherRun),
+        ];
+        let at = created + chrono::Duration::seconds(1);
+        let BusyWait::Wait { message, .. } = other_run_wait(&run, &mut s, at) else {
+            panic!("waits for the other run");
+        };
+        assert!(
+            message.contains("another gpufabric run") && message.contains("gpu-02"),
+            "{message}"
+        );
+        assert!(
+            !message.contains("gpu-01"),
+            "busy nodes wait only when asked: {message}"
+        );
+        let at = created + chrono::Duration::seconds(wait as i64);
+        assert_eq!(other_run_wait(&run, &mut s, at), BusyWait::Go);
+        assert_eq!(
+            s[1].message,
+            format!("is busy (still under another run after waiting {wait}s)")
+        );
+        assert_eq!(s[0].message, "is busy");
+    }
+
+    #[test]
     fn a_run_without_busy_nodes_starts_at_once() {
         let run = run_created_at(Utc::now());
         let mut s = vec![skipped("gpu-01", SkipReason::Tainted)];
@@ -438,7 +531,7 @@ mod tests {
                 &["more"],
             ),
         );
-        let used = gpus_in_use(&client).await.expect("listed");
+        let used = in_use(&client, "this-run").await.expect("listed").gpus;
         drop(client);
         let transcript = server.await.expect("server");
         let q = transcript.assert_paged(&["more"]);
@@ -466,7 +559,10 @@ mod tests {
                 fake_api::status(403, "Forbidden"),
             )],
         );
-        assert!(gpus_in_use(&client).await.expect("not an error").is_empty());
+        assert_eq!(
+            in_use(&client, "this-run").await.expect("not an error"),
+            InUse::default()
+        );
         drop(client);
         assert!(server.await.expect("server").missing.is_empty());
     }
