@@ -365,8 +365,17 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     // A FabricTest the schema admits and the operator could only fail: the webhook, reached
     // by the API server through its Service (kube-proxy), refuses it at the door.
     let bad = "apiVersion: gpufabric.io/v1alpha1\nkind: FabricTest\nmetadata:\n  name: never-fires\nspec:\n  schedule: \"0 0 31 2 *\"\n";
-    let out = kubectl_apply(&env, bad);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The Service routes once kube-proxy has synced its new endpoints, shortly after the
+    // replicas are Ready: until then the API server cannot reach the webhook at all.
+    let routed = Instant::now() + Duration::from_secs(60);
+    let (out, stderr) = loop {
+        let out = kubectl_apply(&env, bad);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !stderr.contains("failed calling webhook") || Instant::now() > routed {
+            break (out, stderr);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert!(
         !out.status.success(),
         "a schedule that never fires is refused"
@@ -405,7 +414,19 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
         .await
         .expect("run pods")
         .items;
-    let pod = run_pods.first().expect("the benchmark pod");
+    let pod_name = run_pods.first().expect("the benchmark pod").name_any();
+    // The kubelet reports the pod's phase with its next status write after the container
+    // ended.
+    let pod = wait::for_object(&pods, &pod_name, T, |p| {
+        matches!(
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    })
+    .await
+    .expect("the benchmark pod ended")
+    .expect("the benchmark pod");
     let status = pod.status.as_ref().expect("pod status");
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let container = status
