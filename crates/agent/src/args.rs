@@ -560,7 +560,7 @@ mod tests {
     fn a_rank_refuses_to_measure_as_another_node() {
         let me = |node: Option<&str>| RankArgs {
             node: node.map(String::from),
-            fleet: None,
+            fleet: FleetArgs::default(),
             seed: None,
             json: None,
             shared_gpus: false,
