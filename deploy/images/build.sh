@@ -218,7 +218,7 @@ fetch_wheel() {
             || die "$file is not in ${PYPI_SIMPLE:-https://pypi.org/simple}/$project/"
         [ -n "$url" ] || die "$file is not in ${PYPI_SIMPLE:-https://pypi.org/simple}/$project/"
         case $url in http*) ;; *) url=${PYPI_SIMPLE:-https://pypi.org/simple}/$project/$url ;; esac
-        curl -fSL --retry 3 -o "$dest.part" "$url" || die "download of $file failed"
+        curl -fsSL --retry 3 -o "$dest.part" "$url" || die "download of $file failed"
         mv "$dest.part" "$dest"
     fi
     got=$(sha256sum < "$dest" | cut -d' ' -f1)
@@ -257,9 +257,11 @@ build_binaries() {
     say "cargo build --release --locked (target/image)"
     local home=${CARGO_HOME:-$HOME/.cargo}
     # No paths of this machine in the binaries: the workspace reads /src, the cargo home /cargo.
-    # Without debug info and stripped, as they ship. Without SOURCE_DATE_EPOCH, which the cc
-    # crate watches: a new commit time would rebuild ring and mimalloc for nothing.
-    env -u SOURCE_DATE_EPOCH CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
+    # Without debug info and stripped, as they ship. mimalloc's C source embeds __DATE__ and
+    # __TIME__, which the C compiler takes from SOURCE_DATE_EPOCH: a constant here, not the
+    # commit time, which the cc crate watches and would rebuild ring, mimalloc and all that
+    # depends on them for at each commit.
+    SOURCE_DATE_EPOCH=0 CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=symbols \
     RUSTFLAGS="--remap-path-prefix=$root=/src --remap-path-prefix=$home=/cargo" \
     CFLAGS="-ffile-prefix-map=$root=/src -ffile-prefix-map=$home=/cargo" \
         cargo build --release --locked --target-dir target/image \
