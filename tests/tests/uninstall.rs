@@ -13,6 +13,7 @@ use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
 use gpufabric_tests::operator::{OperatorProcess, sim_agent};
+use gpufabric_tests::tools::{self, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -27,7 +28,6 @@ use kube::{Client, ResourceExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 const NS: &str = "gpufabric-system";
@@ -39,44 +39,9 @@ const HOOK: &str = "fabric-operator-uninstall";
 /// The installation acts on the FabricTests with this label only.
 const SELECTOR: &str = "team=infra";
 
-fn tools_bin() -> PathBuf {
-    let dir = match std::env::var_os("GPUFABRIC_TOOLS_BIN") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => {
-            let out = Command::new("bash")
-                .arg(workspace_root().join("tests/tools/build.sh"))
-                .arg("--print-bin-dir")
-                .output()
-                .expect("tests/tools/build.sh runs");
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        }
-    };
-    assert!(
-        dir.join("helm").is_file(),
-        "helm not found in {}: run tests/tools/build.sh or set GPUFABRIC_TOOLS_BIN",
-        dir.display()
-    );
-    dir
-}
-
 /// `helm --kubeconfig <cluster> ARGS`; panics with its output when it fails.
 fn helm(cluster: &Cluster, args: &[&str]) -> String {
-    let home = std::env::temp_dir().join("gpufabric-helm-home");
-    let out = Command::new(tools_bin().join("helm"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("helm starts");
-    assert!(
-        out.status.success(),
-        "helm {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(tools::helm(Some(cluster)).args(args));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
