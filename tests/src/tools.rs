@@ -5,7 +5,7 @@
 use crate::cluster::Cluster;
 use crate::workspace_root;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Env var: directory holding helm, prometheus and promtool.
@@ -151,4 +151,40 @@ pub fn images() -> Images {
         operator: image("OPERATOR"),
         agent: image("AGENT"),
     }
+}
+
+/// A kubeconfig at `path` that acts as ServiceAccount `sa` of namespace `ns` (a token of
+/// it, an hour long) against `cluster`: what a pod of that ServiceAccount may do.
+pub async fn service_account_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, path: &Path) {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), ns);
+    let req: TokenRequest = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}
+    }))
+    .expect("token request");
+    let token = sas
+        .create_token_request(sa, &PostParams::default(), &req)
+        .await
+        .unwrap_or_else(|e| panic!("a token of ServiceAccount {ns}/{sa}: {e}"))
+        .status
+        .expect("token status")
+        .token;
+    let admin =
+        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("admin kubeconfig");
+    let mut cluster_entry = admin.clusters[0].clone();
+    cluster_entry.name = "local".into();
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [serde_json::to_value(&cluster_entry).expect("cluster entry")],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": sa, "context": {"cluster": "local", "user": sa, "namespace": ns}}],
+        "current-context": sa
+    });
+    std::fs::write(path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
+        .expect("kubeconfig written");
 }

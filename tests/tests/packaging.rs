@@ -14,10 +14,9 @@ use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
 use gpufabric_tests::operator::{OperatorProcess, sim_agent};
-use gpufabric_tests::tools::{bin_dir as tools_bin, chart, helm, run_ok};
+use gpufabric_tests::tools::{self, bin_dir as tools_bin, chart, helm, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -128,35 +127,8 @@ fn promtool_passes_the_alert_rule_tests() {
 
 /// A token of the chart's ServiceAccount, in a kubeconfig of its own.
 async fn service_account_kubeconfig(cluster: &Cluster, dir: &Path) -> PathBuf {
-    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), NS);
-    let req: TokenRequest = serde_json::from_value(json!({
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}
-    }))
-    .expect("token request");
-    let token = sas
-        .create_token_request(NAME, &PostParams::default(), &req)
-        .await
-        .expect("a token of the chart's ServiceAccount")
-        .status
-        .expect("token status")
-        .token;
-    let admin =
-        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("admin kubeconfig");
-    let mut cluster_entry = admin.clusters[0].clone();
-    cluster_entry.name = "local".into();
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [serde_json::to_value(&cluster_entry).expect("cluster entry")],
-        "users": [{"name": "sa", "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa", "namespace": NS}}],
-        "current-context": "sa"
-    });
     let path = dir.join("sa.kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
-        .expect("kubeconfig written");
+    tools::service_account_kubeconfig(cluster, NS, NAME, &path).await;
     path
 }
 

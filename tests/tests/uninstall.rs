@@ -16,7 +16,6 @@ use gpufabric_tests::operator::{OperatorProcess, sim_agent};
 use gpufabric_tests::tools::{self, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
@@ -96,34 +95,7 @@ async fn create_hook_rbac(client: &Client, objects: &[Value]) {
 
 /// A kubeconfig with a token of ServiceAccount `sa` in the release namespace.
 async fn token_kubeconfig(cluster: &Cluster, sa: &str, path: PathBuf) -> PathBuf {
-    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), NS);
-    let req: TokenRequest = serde_json::from_value(json!({
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}
-    }))
-    .expect("token request");
-    let token = sas
-        .create_token_request(sa, &PostParams::default(), &req)
-        .await
-        .expect("a ServiceAccount token")
-        .status
-        .expect("token status")
-        .token;
-    let admin =
-        kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("admin kubeconfig");
-    let mut cluster_entry = admin.clusters[0].clone();
-    cluster_entry.name = "local".into();
-    let kubeconfig = json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [serde_json::to_value(&cluster_entry).expect("cluster entry")],
-        "users": [{"name": sa, "user": {"token": token}}],
-        "contexts": [{"name": sa, "context": {"cluster": "local", "user": sa, "namespace": NS}}],
-        "current-context": sa
-    });
-    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
-        .expect("kubeconfig written");
+    tools::service_account_kubeconfig(cluster, NS, sa, &path).await;
     path
 }
 
