@@ -188,3 +188,40 @@ pub async fn service_account_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, p
     std::fs::write(path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
         .expect("kubeconfig written");
 }
+
+/// Whether `client` may `verb` the `resource` (`group/resource`, or a core resource), in
+/// namespace `ns` and by `name` where given: the API server's own answer
+/// (SelfSubjectAccessReview).
+pub async fn can(
+    client: &kube::Client,
+    verb: &str,
+    resource: &str,
+    ns: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    use kube::api::{Api, PostParams};
+    let (group, resource) = resource.split_once('/').unwrap_or(("", resource));
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                namespace: ns.map(Into::into),
+                name: name.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("access review")
+        .status
+        .is_some_and(|s| s.allowed)
+}

@@ -14,12 +14,9 @@ use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions};
 use gpufabric_tests::operator::{OperatorProcess, sim_agent};
-use gpufabric_tests::tools::{self, bin_dir as tools_bin, chart, helm, run_ok};
+use gpufabric_tests::tools::{self, bin_dir as tools_bin, can, chart, helm, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, Role, RoleBinding};
@@ -130,36 +127,6 @@ async fn service_account_kubeconfig(cluster: &Cluster, dir: &Path) -> PathBuf {
     let path = dir.join("sa.kubeconfig");
     tools::service_account_kubeconfig(cluster, NS, NAME, &path).await;
     path
-}
-
-async fn can(
-    client: &Client,
-    verb: &str,
-    resource: &str,
-    ns: Option<&str>,
-    name: Option<&str>,
-) -> bool {
-    let (group, resource) = resource.split_once('/').unwrap_or(("", resource));
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                verb: Some(verb.into()),
-                namespace: ns.map(Into::into),
-                name: name.map(Into::into),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    api.create(&PostParams::default(), &review)
-        .await
-        .expect("access review")
-        .status
-        .is_some_and(|s| s.allowed)
 }
 
 /// What the chart grants, and no more: FabricTests and their runs cluster-wide (they are

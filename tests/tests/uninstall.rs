@@ -13,12 +13,9 @@ use gpufabric_tests::cluster::{Cluster, ClusterOptions};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::kubelet::{Kubelet, KubeletOptions, default_agent_bin_dir};
 use gpufabric_tests::operator::{OperatorProcess, sim_agent};
-use gpufabric_tests::tools::{self, run_ok};
+use gpufabric_tests::tools::{self, can, run_ok};
 use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
@@ -105,36 +102,6 @@ async fn client_of(kubeconfig: &Path) -> Client {
         .await
         .expect("config");
     Client::try_from(config).expect("client")
-}
-
-async fn can(
-    client: &Client,
-    verb: &str,
-    resource: &str,
-    ns: Option<&str>,
-    name: Option<&str>,
-) -> bool {
-    let (group, resource) = resource.split_once('/').unwrap_or(("", resource));
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                verb: Some(verb.into()),
-                namespace: ns.map(Into::into),
-                name: name.map(Into::into),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .expect("access review")
-        .status
-        .is_some_and(|s| s.allowed)
 }
 
 /// The hook may delete FabricTests, release nodes and read the Lease; nothing more.
