@@ -49,20 +49,40 @@ pub enum StoreError {
     TooLarge { raw: usize, compressed: usize },
     #[error("compressing the full result: {0}")]
     Compress(#[source] std::io::Error),
-    #[error("reading the log of pod {pod}: {source}")]
+    #[error("could not read the results of pod {pod}: {}", Answer(.source))]
     Log {
         pod: String,
         #[source]
         source: kube::Error,
     },
-    #[error("reading the log of pod {pod}: no answer within {}s", LOG_READ_TIMEOUT.as_secs())]
+    #[error("could not read the results of pod {pod}: no answer within {}s", LOG_READ_TIMEOUT.as_secs())]
     LogTimeout { pod: String },
-    #[error("writing ConfigMap {name}: {source}")]
+    #[error("could not write ConfigMap {name}: {}", Answer(.source))]
     Write {
         name: String,
         #[source]
         source: kube::Error,
     },
+}
+
+/// A client error as a reader of a run's status takes it: what the API server answered
+/// (`403 Forbidden: pods "x" is forbidden: ...`), not the client's debug text of it.
+struct Answer<'a>(&'a kube::Error);
+
+impl std::fmt::Display for Answer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kube::Error::Api(s) = self.0 else {
+            return write!(f, "{}", self.0);
+        };
+        write!(f, "the API server answered {}", s.code)?;
+        if !s.reason.is_empty() {
+            write!(f, " {}", s.reason)?;
+        }
+        if !s.message.is_empty() {
+            write!(f, ": {}", s.message)?;
+        }
+        Ok(())
+    }
 }
 
 /// The ConfigMap name of `node`'s full result for FabricTest `test`.
@@ -374,6 +394,54 @@ mod tests {
         assert_eq!(
             gz.binary_data.map(|d| d[KEY_GZIP].0.clone()),
             Some(vec![1, 2])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_log_the_api_server_refuses_is_noted_as_its_answer_in_a_sentence() {
+        use crate::controller::fake_api::{self, Expect};
+        use http::{Method, StatusCode};
+        let (client, handle) = fake_api::client();
+        let mut refusal = fake_api::status(403, "Forbidden");
+        refusal["message"] = serde_json::json!(
+            "pods \"nightly-1-gpu-01\" is forbidden: User \"op\" cannot get resource \"pods/log\""
+        );
+        let server = fake_api::serve(
+            handle,
+            vec![Expect::new(
+                Method::GET,
+                "/api/v1/namespaces/gpufabric/pods/nightly-1-gpu-01/log",
+                StatusCode::FORBIDDEN,
+                refusal,
+            )],
+        );
+        let run = FabricTestRun::new(
+            "nightly-1",
+            gpufabric_api::run::FabricTestRunSpec::of_test(
+                "nightly",
+                &Default::default(),
+                gpufabric_api::run::Trigger::Schedule,
+                None,
+                None,
+            ),
+        );
+        let entry = NodeRunResult {
+            node: "gpu-01".into(),
+            verdict: NodeVerdict::Passed,
+            pod: Some("nightly-1-gpu-01".into()),
+            ..Default::default()
+        };
+        let kept = keep_all(&client, "gpufabric", &run, &[entry]).await;
+        drop(client);
+        assert!(server.await.expect("server").missing.is_empty());
+        assert!(kept.nodes.is_empty());
+        assert_eq!(
+            kept.note.as_deref(),
+            Some(
+                "full results not kept for 1 node(s): gpu-01: could not read the results of pod \
+                 nightly-1-gpu-01: the API server answered 403 Forbidden: pods \"nightly-1-gpu-01\" \
+                 is forbidden: User \"op\" cannot get resource \"pods/log\""
+            )
         );
     }
 }
