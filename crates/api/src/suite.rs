@@ -206,6 +206,20 @@ impl Default for NcclSweep {
 }
 
 impl NcclSweep {
+    /// Device buffers the sweep holds on every GPU at once: send, receive, and the inputs it
+    /// reloads them from before each checked size.
+    pub const DEVICE_BUFFERS: u64 = 3;
+
+    /// Bytes of each of the sweep's buffers on a node of `gpus` GPUs whose largest size is
+    /// `largest`: that size, or one element per rank where it is smaller, plus one element
+    /// per rank. nccl-tests' size is the whole collective's (all_gather's output, alltoall's
+    /// send buffer), never a peer's share, so no collective needs more and the GPU count does
+    /// not multiply it.
+    pub fn buffer_bytes(&self, largest: u64, gpus: u32) -> u64 {
+        let per_rank = u64::from(gpus.max(1)).saturating_mul(self.data_type.size());
+        largest.max(per_rank).saturating_add(per_rank)
+    }
+
     /// Message sizes of the sweep: min, min*f, ... up to max (max included when it is a step).
     /// nccl-tests rounds each size down to a whole number of elements; so does this.
     pub fn sizes(&self) -> Vec<u64> {
@@ -224,6 +238,80 @@ impl NcclSweep {
             }
         }
         sizes
+    }
+}
+
+/// GPU memory one part of a suite holds on every GPU at once, and the field that sets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryNeed {
+    /// The phase that holds it.
+    pub phase: crate::result::Phase,
+    /// The field (a JSON path under `spec`) whose size sets it.
+    pub field: &'static str,
+    /// Bytes on each GPU.
+    pub bytes: u64,
+    /// How the bytes follow from the field, said to the user.
+    pub rule: &'static str,
+}
+
+/// The field whose size sets the GPU memory `phase` holds, where one does.
+pub fn memory_field(phase: crate::result::Phase) -> Option<&'static str> {
+    use crate::result::Phase;
+    match phase {
+        Phase::NcclSweep => Some("suite.ncclSweep.maxBytes"),
+        Phase::GpuPairs => Some("suite.gpuPairs.bytes"),
+        Phase::DdpProbe => Some("suite.ddpProbe"),
+        Phase::NodePair => Some("suite.nodePairs.bytes"),
+        Phase::Setup | Phase::Health => None,
+    }
+}
+
+impl Suite {
+    /// The GPU memory each enabled part of the suite holds on every GPU of a node of `gpus`
+    /// GPUs, the NCCL sweep over `sweep_sizes` (its `sizes()`, fewer in a quick check). The
+    /// agent's buffers, as the cuda backend allocates them; the CUDA context, NCCL's and
+    /// cuBLAS's own memory come on top.
+    pub fn memory_needs(&self, gpus: u32, sweep_sizes: &[u64]) -> Vec<MemoryNeed> {
+        use crate::result::Phase;
+        let field = |phase| memory_field(phase).unwrap_or("suite");
+        let mut needs = Vec::new();
+        let nccl = &self.nccl_sweep;
+        if nccl.enabled
+            && let Some(&largest) = sweep_sizes.iter().max()
+        {
+            needs.push(MemoryNeed {
+                phase: Phase::NcclSweep,
+                field: field(Phase::NcclSweep),
+                bytes: NcclSweep::DEVICE_BUFFERS
+                    .saturating_mul(nccl.buffer_bytes(largest, gpus)),
+                rule: "3 x maxBytes: the sweep's send, receive and input buffers; a size is the whole collective's, so the GPU count does not multiply it",
+            });
+        }
+        if self.gpu_pairs.enabled {
+            needs.push(MemoryNeed {
+                phase: Phase::GpuPairs,
+                field: field(Phase::GpuPairs),
+                bytes: self.gpu_pairs.bytes.saturating_mul(2),
+                rule: "2 x bytes: a source and a destination buffer",
+            });
+        }
+        if self.ddp_probe.enabled {
+            needs.push(MemoryNeed {
+                phase: Phase::DdpProbe,
+                field: field(Phase::DdpProbe),
+                bytes: self.ddp_probe.replica_bytes(),
+                rule: "bf16 weights, fp32 gradients and two fp32 scratch layers of hidden x hidden per layer, and bf16 activations of batchPerGpu x hidden per layer",
+            });
+        }
+        if self.node_pairs.enabled {
+            needs.push(MemoryNeed {
+                phase: Phase::NodePair,
+                field: field(Phase::NodePair),
+                bytes: self.node_pairs.bytes.saturating_mul(2),
+                rule: "2 x bytes: a send and a receive buffer",
+            });
+        }
+        needs
     }
 }
 
@@ -377,6 +465,28 @@ impl Default for DdpProbe {
 }
 
 impl DdpProbe {
+    /// Device bytes one replica of the probe holds (the cuda backend's `Replica`): bf16
+    /// weights of every layer, bf16 activations of every layer and the input, two bf16
+    /// output-gradient buffers, fp32 gradients of every weight and bias, and two fp32
+    /// scratch buffers of one weight each.
+    pub fn replica_bytes(&self) -> u64 {
+        let h = u64::from(self.hidden);
+        let l = u64::from(self.layers);
+        let b = u64::from(self.batch_per_gpu);
+        let square = h.saturating_mul(h);
+        let act = b.saturating_mul(h).saturating_mul(2);
+        let weights = square.saturating_mul(2).saturating_mul(l);
+        let acts = act.saturating_mul(l + 1);
+        let dy = act.saturating_mul(2);
+        let grads = l.saturating_mul(h.saturating_mul(4).saturating_add(square.saturating_mul(4)));
+        let scratch = square.saturating_mul(8);
+        weights
+            .saturating_add(acts)
+            .saturating_add(dy)
+            .saturating_add(grads)
+            .saturating_add(scratch)
+    }
+
     /// The GPU counts to measure on a node with `gpus` GPUs: the configured ones that fit,
     /// or 1, 2, 4, ... and always `gpus` itself.
     pub fn counts_for(&self, gpus: u32) -> Vec<u32> {

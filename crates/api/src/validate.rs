@@ -7,6 +7,7 @@
 
 pub mod estimate;
 pub mod labels;
+pub mod memory;
 
 use crate::policy::Thresholds;
 use crate::test::{CRON_MESSAGE, FabricTestSpec};
