@@ -13,7 +13,11 @@
 //! the per-GPU expectations (NVLink link count, PCIe generation and width, host bandwidth)
 //! still apply.
 
+use gpufabric_api::FabricTestSpec;
+use gpufabric_api::keys::LABEL_GPU_PRODUCT;
 use gpufabric_api::result::CompactResult;
+use gpufabric_api::validate::ValidationError;
+use gpufabric_api::validate::memory::{Chosen, GpuMemory, validate_for};
 
 /// Fraction of the nominal peak that a bandwidth floor is set at.
 pub const FLOOR_FRACTION: f64 = 0.5;
@@ -50,6 +54,10 @@ pub struct Profile {
     pub pcie_gen: u32,
     /// PCIe width of the GPU's host link.
     pub pcie_width: u32,
+    /// Device memory, bytes, as the driver reports it (`cuDeviceTotalMem`, nvidia-smi's
+    /// total: 81559 MiB on H100 80GB HBM3, 143771 MiB on H200 141GB, 81920 MiB on A100
+    /// 80GB, 183359 MiB on B200 180GB).
+    pub memory_bytes: u64,
 }
 
 /// The built-in profiles.
@@ -66,6 +74,7 @@ pub const PROFILES: &[Profile] = &[
         nvlink_gbps: 450.0,
         pcie_gen: 5,
         pcie_width: 16,
+        memory_bytes: 81_559 << 20,
     },
     // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): 141GB HBM3e, "NVLink:
     // 900GB/s, PCIe Gen5: 128GB/s"; same 18-link NVLink 4 as H100; HGX H200 4- and 8-GPU.
@@ -78,6 +87,7 @@ pub const PROFILES: &[Profile] = &[
         nvlink_gbps: 450.0,
         pcie_gen: 5,
         pcie_width: 16,
+        memory_bytes: 143_771 << 20,
     },
     // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): "NVLink: 600GB/s,
     // PCIe Gen4: 64GB/s"; NVIDIA Ampere architecture whitepaper: 12 third-generation
@@ -91,6 +101,7 @@ pub const PROFILES: &[Profile] = &[
         nvlink_gbps: 300.0,
         pcie_gen: 4,
         pcie_width: 16,
+        memory_bytes: 81_920 << 20,
     },
     // NVIDIA HGX B200 / DGX B200 datasheets: 8 GPUs, fifth-generation NVLink at 1.8TB/s
     // per GPU (18 links of 100 GB/s), host link PCIe Gen5 x16 (the GPU itself can train
@@ -104,6 +115,7 @@ pub const PROFILES: &[Profile] = &[
         nvlink_gbps: 900.0,
         pcie_gen: 5,
         pcie_width: 16,
+        memory_bytes: 183_359 << 20,
     },
 ];
 
@@ -135,6 +147,34 @@ pub fn find(product: &str) -> Option<&'static Profile> {
     PROFILES
         .iter()
         .find(|p| p.product == n || p.aliases.contains(&n.as_str()))
+}
+
+/// The GPU a FabricTest's suite must fit: the known product its nodeSelector names
+/// ([`LABEL_GPU_PRODUCT`], matched by [`find`]), else the known product with the most
+/// memory (a test that names no product, or one this list does not know, may run on any).
+pub fn suite_gpu(spec: &FabricTestSpec) -> GpuMemory<'static> {
+    let selected = spec
+        .node_selector
+        .get(LABEL_GPU_PRODUCT)
+        .and_then(|label| find(label));
+    let (profile, chosen) = match selected {
+        Some(p) => (Some(p), Chosen::NodeSelector),
+        None => (
+            PROFILES.iter().max_by_key(|p| p.memory_bytes),
+            Chosen::LargestKnown,
+        ),
+    };
+    GpuMemory {
+        product: profile.map_or("known", |p| p.product),
+        bytes: profile.map_or(u64::MAX, |p| p.memory_bytes),
+        chosen,
+    }
+}
+
+/// Every rule of [`gpufabric_api::validate()`], and that the GPU the test selects
+/// ([`suite_gpu`]) holds its suite: what the admission webhook and the operator check.
+pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
+    validate_for(spec, &suite_gpu(spec))
 }
 
 /// A node's GPU links as the agent measured them through NVML: the base of its bandwidth
@@ -466,6 +506,60 @@ mod tests {
         let e = expectations_of("NVIDIA H200", &r).expect("known");
         assert_eq!(e.pair_floor_gbps, None);
         assert!(!e.switched);
+    }
+
+    /// A spec of every default but the sweep's largest size, on the product `label` names.
+    fn spec(max_bytes: u64, label: Option<&str>) -> FabricTestSpec {
+        let mut s = FabricTestSpec::default();
+        s.suite.nccl_sweep.max_bytes = max_bytes;
+        if let Some(label) = label {
+            s.node_selector
+                .insert(LABEL_GPU_PRODUCT.into(), label.into());
+        }
+        s
+    }
+
+    #[test]
+    fn a_suite_is_held_against_the_product_the_node_selector_names() {
+        let s = spec(1 << 40, Some("NVIDIA-H100-80GB-HBM3"));
+        let gpu = suite_gpu(&s);
+        assert_eq!(gpu.product, "H100 80GB HBM3");
+        assert_eq!(gpu.chosen, Chosen::NodeSelector);
+        let msg = validate(&s).expect_err("1 TiB cannot fit").to_string();
+        assert!(
+            msg.contains("suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU")
+                && msg.contains("79.6 GiB of one H100 80GB HBM3 GPU"),
+            "{msg}"
+        );
+        // 32 GiB fits an H200 (3 x 32 of 140 GiB) but not an H100.
+        assert!(validate(&spec(32 << 30, Some("NVIDIA-H100-80GB-HBM3"))).is_err());
+        assert_eq!(validate(&spec(32 << 30, Some("NVIDIA-H200"))), Ok(()));
+    }
+
+    #[test]
+    fn a_test_naming_no_known_product_is_refused_only_what_no_known_gpu_holds() {
+        for label in [None, Some("NVIDIA-GeForce-RTX-4090")] {
+            let s = spec(48 << 30, label);
+            let gpu = suite_gpu(&s);
+            assert_eq!((gpu.product, gpu.chosen), ("B200", Chosen::LargestKnown));
+            assert_eq!(validate(&s), Ok(()), "fits a B200");
+            let msg = validate(&spec(1 << 40, label))
+                .expect_err("fits no GPU")
+                .to_string();
+            assert!(msg.contains("more than any known GPU holds"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn the_default_suite_fits_every_known_product() {
+        for p in PROFILES {
+            let mut s = FabricTestSpec::default();
+            s.suite.node_pairs.enabled = true;
+            let label = format!("NVIDIA-{}", p.product.replace(' ', "-"));
+            s.node_selector.insert(LABEL_GPU_PRODUCT.into(), label);
+            assert_eq!(suite_gpu(&s).bytes, p.memory_bytes);
+            assert_eq!(validate(&s), Ok(()), "{}", p.product);
+        }
     }
 
     #[test]
