@@ -20,6 +20,14 @@ pub enum GpuError {
     /// suite larger than the GPU): no fault of its hardware, the phase cannot run here.
     #[error("{call} failed: {detail}")]
     MemoryFull { call: &'static str, detail: String },
+    /// An allocation the suite made too large for the GPU (more than it has, or than it
+    /// has free with most of it free): the test's fault, never the GPU's.
+    #[error("{call} failed: {detail}")]
+    SuiteTooLarge { call: &'static str, detail: String },
+    /// A call NCCL refused as invalid usage or an invalid argument: its settings (an
+    /// `NCCL_*` variable of the test's agent env, the suite) are wrong, not the node.
+    #[error("{call} was refused: {detail}")]
+    Misconfigured { call: &'static str, detail: String },
 }
 
 impl GpuError {
@@ -36,6 +44,16 @@ pub type GpuResult<T> = Result<T, GpuError>;
 
 /// Turns a driver status into a result.
 pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
+    check_alloc(call, status, None)
+}
+
+/// [`check`] for an allocation of `requested` bytes of device memory: a failure to find
+/// them is judged by [`out_of_memory`].
+pub fn check_alloc(
+    call: &'static str,
+    status: sys::CUresult,
+    requested: Option<u64>,
+) -> GpuResult<()> {
     if status == sys::CUresult::CUDA_SUCCESS {
         return Ok(());
     }
@@ -56,7 +74,13 @@ pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
         // SAFETY: valid out-pointers; fails harmlessly without a current context.
         let st = unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
         if st == sys::CUresult::CUDA_SUCCESS {
-            return Err(out_of_memory(call, detail, free as u64, total as u64));
+            return Err(out_of_memory(
+                call,
+                detail,
+                requested,
+                free as u64,
+                total as u64,
+            ));
         }
     }
     Err(GpuError::Call { call, detail })
@@ -65,25 +89,62 @@ pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
 /// Below this share of its memory free, a GPU whose allocation failed is full, not faulty.
 const FULL_BELOW: f64 = 0.10;
 
-/// An allocation that failed with `free` of `total` bytes of the GPU free: with less than
-/// [`FULL_BELOW`] free the memory is taken ([`GpuError::MemoryFull`]); with more, the failure
-/// is the GPU's ([`GpuError::Call`]). Either way the message says how much was free.
-fn out_of_memory(call: &'static str, detail: String, free: u64, total: u64) -> GpuError {
+/// An allocation of `requested` bytes (when known) that failed with `free` of `total`
+/// bytes of the GPU free, judged in order:
+/// 1. more than the GPU has: the suite is larger than the GPU ([`GpuError::SuiteTooLarge`]);
+/// 2. less than [`FULL_BELOW`] free: the memory is taken ([`GpuError::MemoryFull`]);
+/// 3. more than is free, with most of it free: the suite's buffers together are larger than
+///    the GPU holds ([`GpuError::SuiteTooLarge`]);
+/// 4. otherwise, the failure is the GPU's ([`GpuError::Call`]).
+///
+/// Every message says how much was asked for and how much was free.
+pub fn out_of_memory(
+    call: &'static str,
+    detail: String,
+    requested: Option<u64>,
+    free: u64,
+    total: u64,
+) -> GpuError {
     let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let asked = requested
+        .map(|r| format!(" asking for {:.1} GiB", gib(r)))
+        .unwrap_or_default();
     let detail = format!(
-        "{detail} with {:.1} GiB of {:.1} GiB free",
+        "{detail}{asked} with {:.1} GiB of {:.1} GiB free",
         gib(free),
         gib(total)
     );
-    if (free as f64) < FULL_BELOW * total as f64 {
-        GpuError::MemoryFull {
+    let too_large = |detail: String, what: &str| GpuError::SuiteTooLarge {
+        call,
+        detail: format!(
+            "{detail}: {what}; the FabricTest's suite is wrong, not the GPU, which was not measured on it"
+        ),
+    };
+    match requested {
+        Some(r) if r > total => too_large(detail, "the suite asks for more than the GPU's memory"),
+        _ if (free as f64) < FULL_BELOW * total as f64 => GpuError::MemoryFull {
             call,
             detail: format!(
                 "{detail}: the GPU's memory is taken (by other work on it, or a suite larger than the GPU), which is not a fault of the GPU"
             ),
-        }
-    } else {
-        GpuError::Call { call, detail }
+        },
+        Some(r) if r > free => too_large(
+            detail,
+            "the suite's buffers together are larger than the GPU holds",
+        ),
+        _ => GpuError::Call { call, detail },
+    }
+}
+
+/// Pinned host memory of `requested` bytes that could not be had: the host's or the pod's
+/// memory, which is never a fault of the GPU.
+pub fn host_out_of_memory(call: &'static str, requested: u64) -> GpuError {
+    GpuError::MemoryFull {
+        call,
+        detail: format!(
+            "could not pin {:.1} GiB of host memory: the node's or the pod's memory cannot hold the suite's host buffers (one per GPU, of the largest size), which is not a fault of the GPU; lower the suite's sizes or raise agent.resources memory",
+            requested as f64 / f64::from(1u32 << 30)
+        ),
     }
 }
 
@@ -249,9 +310,8 @@ impl DevBuf {
         gpu.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; freed in Drop.
-        check("cuMemAlloc", unsafe {
-            sys::cuMemAlloc_v2(&mut ptr, bytes.max(1))
-        })?;
+        let status = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) };
+        check_alloc("cuMemAlloc", status, Some(bytes as u64))?;
         Ok(DevBuf {
             ptr,
             bytes,
@@ -324,9 +384,12 @@ impl HostBuf {
         gpu.bind()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: portable pinned allocation, freed in Drop.
-        check("cuMemHostAlloc", unsafe {
-            sys::cuMemHostAlloc(&mut ptr, bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
-        })?;
+        let status =
+            unsafe { sys::cuMemHostAlloc(&mut ptr, bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) };
+        if status == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(host_out_of_memory("cuMemHostAlloc", bytes as u64));
+        }
+        check("cuMemHostAlloc", status)?;
         Ok(HostBuf {
             ptr: ptr as *mut u8,
             bytes,
@@ -620,30 +683,102 @@ pub fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
 mod tests {
     use super::*;
 
+    use gpufabric_api::result::{ErrorKind, Phase};
+
+    fn kind(e: &GpuError) -> ErrorKind {
+        super::super::phase_error(Phase::NcclSweep, e).kind
+    }
+
     #[test]
     fn out_of_memory_on_a_full_gpu_is_no_fault_and_on_a_free_one_is() {
         let total = 143_771u64 << 20;
-        let full = out_of_memory("cuMemAlloc", "out of memory".into(), 3 << 30, total);
+        let full = out_of_memory("cuMemAlloc", "out of memory".into(), None, 3 << 30, total);
         assert!(matches!(full, GpuError::MemoryFull { .. }), "{full:?}");
         assert_eq!(
             full.to_string(),
             "cuMemAlloc failed: out of memory with 3.0 GiB of 140.4 GiB free: the GPU's memory is taken (by other work on it, or a suite larger than the GPU), which is not a fault of the GPU"
         );
-        assert_eq!(
-            super::super::phase_error(gpufabric_api::result::Phase::NcclSweep, &full).kind,
-            gpufabric_api::result::ErrorKind::Unavailable
+        assert_eq!(kind(&full), ErrorKind::Unavailable);
+        // With most of its memory free, an allocation that fits and fails is the GPU's failure.
+        for requested in [None, Some(1 << 30)] {
+            let free = out_of_memory(
+                "cuMemAlloc",
+                "out of memory".into(),
+                requested,
+                100 << 30,
+                total,
+            );
+            assert!(matches!(free, GpuError::Call { .. }), "{free:?}");
+            assert!(
+                free.to_string()
+                    .ends_with("with 100.0 GiB of 140.4 GiB free")
+            );
+            assert_eq!(kind(&free), ErrorKind::Failed);
+        }
+    }
+
+    #[test]
+    fn an_allocation_larger_than_the_gpu_is_the_suites_fault_not_the_gpus() {
+        let total = 81_559u64 << 20;
+        let e = out_of_memory(
+            "cuMemAlloc",
+            "out of memory".into(),
+            Some(1 << 40),
+            79 << 30,
+            total,
         );
-        // With most of its memory free, an allocation that fails is the GPU's failure.
-        let free = out_of_memory("cuMemAlloc", "out of memory".into(), 100 << 30, total);
-        assert!(matches!(free, GpuError::Call { .. }), "{free:?}");
+        assert!(matches!(e, GpuError::SuiteTooLarge { .. }), "{e:?}");
+        let msg = e.to_string();
         assert!(
-            free.to_string()
-                .ends_with("with 100.0 GiB of 140.4 GiB free")
+            msg.contains("asking for 1024.0 GiB with 79.0 GiB of 79.6 GiB free")
+                && msg.contains("more than the GPU's memory")
+                && msg.contains("the FabricTest's suite is wrong, not the GPU"),
+            "{msg}"
         );
-        assert_eq!(
-            super::super::phase_error(gpufabric_api::result::Phase::NcclSweep, &free).kind,
-            gpufabric_api::result::ErrorKind::Failed
+        let phase = super::super::phase_error(Phase::NcclSweep, &e);
+        assert_eq!(phase.kind, ErrorKind::Unavailable);
+        assert!(
+            phase.message.contains("suite.ncclSweep.maxBytes"),
+            "{}",
+            phase.message
         );
+        // Larger than the GPU even when the GPU is also nearly full: still the suite's.
+        let e = out_of_memory("cuMemAlloc", String::new(), Some(1 << 40), 1 << 30, total);
+        assert!(matches!(e, GpuError::SuiteTooLarge { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn buffers_together_larger_than_the_free_memory_are_the_suites_fault() {
+        // Three buffers of 30 GiB on an 80 GB GPU: the third finds 19 GiB of 79.6 free.
+        let total = 81_559u64 << 20;
+        let e = out_of_memory(
+            "cuMemAlloc",
+            "out of memory".into(),
+            Some(30 << 30),
+            19 << 30,
+            total,
+        );
+        assert!(matches!(e, GpuError::SuiteTooLarge { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("the suite's buffers together are larger than the GPU holds"),
+            "{e}"
+        );
+        let phase = super::super::phase_error(Phase::GpuPairs, &e);
+        assert_eq!(phase.kind, ErrorKind::Unavailable);
+        assert!(
+            phase.message.contains("suite.gpuPairs.bytes"),
+            "{}",
+            phase.message
+        );
+    }
+
+    #[test]
+    fn pinned_host_memory_that_runs_out_is_never_the_gpus_fault() {
+        let e = host_out_of_memory("cuMemHostAlloc", 512 << 30);
+        assert!(matches!(e, GpuError::MemoryFull { .. }), "{e:?}");
+        assert!(e.to_string().contains("512.0 GiB of host memory"), "{e}");
+        assert_eq!(kind(&e), ErrorKind::Unavailable);
     }
 
     #[test]

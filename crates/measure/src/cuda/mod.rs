@@ -156,17 +156,69 @@ pub fn nccl_debug_file() -> Option<std::path::PathBuf> {
     Some(path)
 }
 
+/// A phase's error as the result document carries it: a timeout, a failure of the node,
+/// or a phase that could not run here (the node's software refused a feature, its memory
+/// was taken, or the test's suite or agent env asked for what no node of it can do; the
+/// suite's own sizes are named).
 fn phase_error(phase: Phase, e: &GpuError) -> PhaseError {
     let kind = match e {
         GpuError::Timeout(..) => ErrorKind::Timeout,
         GpuError::Call { .. } => ErrorKind::Failed,
-        GpuError::Refused { .. } | GpuError::MemoryFull { .. } => ErrorKind::Unavailable,
+        GpuError::Refused { .. }
+        | GpuError::MemoryFull { .. }
+        | GpuError::SuiteTooLarge { .. }
+        | GpuError::Misconfigured { .. } => ErrorKind::Unavailable,
     };
+    let mut message = e.to_string();
+    if let GpuError::SuiteTooLarge { .. } = e
+        && let Some(field) = gpufabric_api::suite::memory_field(phase)
+    {
+        message.push_str(&format!(" ({field} sets this phase's buffers: lower it)"));
+    }
     PhaseError {
         phase,
         kind,
-        message: e.to_string(),
+        message,
     }
+}
+
+/// Why the suite cannot run on `gpus` at all: a part whose buffers are larger than the
+/// smallest GPU's memory, each named by its field (the node check's phases only; node
+/// pairs run in pods of their own).
+fn suite_too_large(opts: &CheckOptions, gpus: &[Gpu]) -> Option<String> {
+    let smallest = gpus
+        .iter()
+        .map(|g| (g.total_mem(), g))
+        .min_by_key(|(m, _)| *m)?;
+    let product = smallest.1.name();
+    let gpu = gpufabric_api::validate::memory::GpuMemory {
+        product: &product,
+        bytes: smallest.0,
+        chosen: gpufabric_api::validate::memory::Chosen::ThisNode,
+    };
+    refusal(opts, gpus.len() as u32, &gpu)
+}
+
+/// [`suite_too_large`] on a GPU of known memory.
+fn refusal(
+    opts: &CheckOptions,
+    gpus: u32,
+    gpu: &gpufabric_api::validate::memory::GpuMemory,
+) -> Option<String> {
+    let problems: Vec<String> = opts
+        .suite
+        .memory_needs(gpus, &opts.sweep_sizes())
+        .iter()
+        .filter(|need| need.phase != Phase::NodePair)
+        .filter_map(|need| gpufabric_api::validate::memory::need_problem(need, gpu))
+        .map(|p| format!("{}: {}", p.field, p.message))
+        .collect();
+    (!problems.is_empty()).then(|| {
+        format!(
+            "the suite does not fit this node's GPUs, so they were not measured: {}",
+            problems.join("; ")
+        )
+    })
 }
 
 /// The sweep's error when the node refuses CUDA graph capture (`graphLaunches` > 0): the
@@ -219,6 +271,9 @@ fn check(
         );
     }
     let gpus = open_devices(found)?;
+    if let Some(why) = suite_too_large(opts, &gpus) {
+        return Err(CheckError::InvalidInput(why));
+    }
     // The GPUs once this process's contexts are open: what the end of the check is set
     // beside, to tell other work that started meanwhile.
     let watch = UseWatch::start(monitor.as_ref());
@@ -457,14 +512,13 @@ fn sweep(
     // `--quick` reduces sizes and iterations the same way for both backends.
     let sizes = opts.sweep_sizes();
     let (warmup, iters) = opts.sweep_iters();
-    let max = sizes.iter().copied().max().unwrap_or(8) as usize;
+    let max = sizes.iter().copied().max().unwrap_or(8);
     let elem = cfg.data_type.size() as usize;
-    let n = gpus.len();
     // Largest buffer: n elements at least (one per rank) for the smallest sizes. Not the
     // largest size exactly, as nccl-tests allocates: on 2 x H100 that build timed all_reduce
     // 16 MiB 1.2% slower than this one in the same call (the buffers' place in the GPU's
     // memory moves that size by about 1%; bench/results/h100x2-2026-11-26-alloc.md).
-    let buf = max.max(n * elem) + n * elem;
+    let buf = cfg.buffer_bytes(max, gpus.len() as u32) as usize;
     let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
     let setup = Instant::now();
     let mut comms = nccl::Comms::init(&devs)?;
@@ -575,7 +629,16 @@ fn sweep(
                         errors.push(graphs_refused(&e));
                         break;
                     }
-                    GpuError::Call { .. } => errors.push(phase_error(Phase::NcclSweep, &e)),
+                    GpuError::SuiteTooLarge { .. } => {
+                        // The buffers are the sweep's, whichever collective met the limit.
+                        errors.push(phase_error(Phase::NcclSweep, &e));
+                        break;
+                    }
+                    // NCCL refusing its settings (NCCL_ALGO naming an algorithm this
+                    // collective lacks) may refuse this collective alone: go on.
+                    GpuError::Call { .. } | GpuError::Misconfigured { .. } => {
+                        errors.push(phase_error(Phase::NcclSweep, &e))
+                    }
                 }
             }
         }
@@ -626,6 +689,40 @@ mod tests {
             unavailable(Phase::NcclSweep, &why).kind,
             ErrorKind::Unavailable
         );
+    }
+
+    #[test]
+    fn a_suite_larger_than_the_nodes_gpus_is_refused_as_input_naming_the_field() {
+        use gpufabric_api::validate::memory::{Chosen, GpuMemory};
+        let mut opts = CheckOptions {
+            node: "n".into(),
+            suite: Default::default(),
+            quick: false,
+            expect_gpus: None,
+            phase_timeout: Duration::from_secs(30),
+            shared_gpus: false,
+        };
+        let h100 = GpuMemory {
+            product: "NVIDIA H100 80GB HBM3",
+            bytes: 81_559 << 20,
+            chosen: Chosen::ThisNode,
+        };
+        assert_eq!(refusal(&opts, 8, &h100), None, "the default suite fits");
+        opts.suite.nccl_sweep.max_bytes = 1 << 40;
+        // Node pairs run in pods of their own: the node check does not refuse them.
+        opts.suite.node_pairs.enabled = true;
+        opts.suite.node_pairs.bytes = 1 << 40;
+        let why = refusal(&opts, 8, &h100).expect("1 TiB does not fit");
+        assert!(
+            why.contains("suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU")
+                && why.contains("this node's NVIDIA H100 80GB HBM3 GPUs hold (79.6 GiB)")
+                && !why.contains("nodePairs"),
+            "{why}"
+        );
+        assert_eq!(CheckError::InvalidInput(why).exit_code(), 2);
+        // A quick check runs sizes up to 64 MiB only: it fits.
+        opts.quick = true;
+        assert_eq!(refusal(&opts, 8, &h100), None);
     }
 
     #[test]

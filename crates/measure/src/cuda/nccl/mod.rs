@@ -34,10 +34,63 @@ pub fn ncheck(call: &'static str, r: nsys::ncclResult_t) -> GpuResult<()> {
             CStr::from_ptr(p).to_string_lossy().into_owned()
         }
     };
-    Err(GpuError::Call {
-        call,
-        detail: format!("{text} ({r:?})"),
-    })
+    Err(nccl_error(call, r, text))
+}
+
+/// The error of an NCCL call that returned `r` (`text` its description): invalid usage and
+/// invalid arguments are NCCL refusing how it was asked ([`GpuError::Misconfigured`]: an
+/// `NCCL_*` variable in the test's agent env, such as an `NCCL_ALGO` or `NCCL_PROTO` a
+/// collective does not support, or the suite); anything else is a failure of the node.
+pub fn nccl_error(call: &'static str, r: nsys::ncclResult_t, text: String) -> GpuError {
+    use nsys::ncclResult_t::{ncclInvalidArgument, ncclInvalidUsage};
+    let detail = format!("{text} ({r:?})");
+    if matches!(r, ncclInvalidUsage | ncclInvalidArgument) {
+        GpuError::Misconfigured {
+            call,
+            detail: format!(
+                "{detail}: NCCL refused its settings, so the node was not measured on it; the FabricTest's agent env (an NCCL_* variable such as NCCL_ALGO or NCCL_PROTO that this collective does not support) or its suite is wrong, not the node"
+            ),
+        }
+    } else {
+        GpuError::Call { call, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::result::{ErrorKind, Phase};
+
+    #[test]
+    fn nccl_refusing_its_settings_is_the_tests_configuration_never_the_nodes() {
+        use nsys::ncclResult_t::*;
+        for r in [ncclInvalidUsage, ncclInvalidArgument] {
+            let e = nccl_error("ncclGroupEnd", r, "invalid usage".into());
+            assert!(matches!(e, GpuError::Misconfigured { .. }), "{e:?}");
+            let phase = crate::cuda::phase_error(Phase::NcclSweep, &e);
+            assert_eq!(phase.kind, ErrorKind::Unavailable);
+            assert!(
+                phase.message.contains("agent env")
+                    && phase.message.contains("NCCL_ALGO")
+                    && phase.message.contains("not the node"),
+                "{}",
+                phase.message
+            );
+        }
+        for r in [
+            ncclUnhandledCudaError,
+            ncclSystemError,
+            ncclInternalError,
+            ncclRemoteError,
+        ] {
+            let e = nccl_error("ncclAllReduce", r, "failed".into());
+            assert!(matches!(e, GpuError::Call { .. }), "{e:?}");
+            assert_eq!(
+                crate::cuda::phase_error(Phase::NcclSweep, &e).kind,
+                ErrorKind::Failed
+            );
+        }
+    }
 }
 
 /// Whether libnccl can be opened.
