@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Held while a run picks its nodes and freezes them into its shards: two runs starting at
+/// the same moment would otherwise each see the other's nodes free (its pods come a pass
+/// later) and both make a pod on every node, the second refused by the kubelet.
+static ONE_START_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Resolves the nodes and freezes them into the run's shards, or fails the run when there
 /// are none. A start cut short after its shards were made keeps the nodes they hold.
 pub(super) async fn start(
@@ -10,6 +15,7 @@ pub(super) async fn start(
     api: &Api<FabricTestRun>,
     ctx: &Context,
 ) -> Result<Action> {
+    let _starting = ONE_START_AT_A_TIME.lock().await;
     let name = run.name_any();
     let shards_api = shards_api(ctx, run);
     let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
@@ -158,7 +164,10 @@ pub(super) async fn resolve(
     include_busy: bool,
 ) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
     let all = ctx.nodes.state();
-    let in_use = in_use(&ctx.client, &run.name_any()).await?;
+    let mut in_use = in_use(&ctx.client, &run.name_any()).await?;
+    for (node, other) in frozen_by_other_runs(run, ctx).await? {
+        in_use.runs.entry(node).or_insert(other);
+    }
     let tolerations = pods::tolerations(&run.spec.agent);
     Ok(nodes::resolve(
         all.iter().map(|n| n.as_ref()),
@@ -171,6 +180,31 @@ pub(super) async fn resolve(
             include_busy,
         },
     ))
+}
+
+/// The nodes that other runs of this operator froze and have not finished testing, with
+/// the run: such a run makes their pods wave by wave after its start, so they may not
+/// exist yet. Read from the API server (a run that just started may not be in the shard
+/// cache yet).
+async fn frozen_by_other_runs(
+    run: &FabricTestRun,
+    ctx: &Context,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let api = shards_api(ctx, run);
+    let mut held = std::collections::BTreeMap::new();
+    for other in ctx.runs.state() {
+        let finished = other.status.as_ref().is_some_and(|s| s.phase.is_finished());
+        if finished || other.name_any() == run.name_any() {
+            continue;
+        }
+        for shard in shards::listed(&api, &ctx.shard_writes, &other).await? {
+            for e in shard.entries.iter().filter(|e| !e.verdict.is_final()) {
+                held.entry(e.node.clone())
+                    .or_insert_with(|| other.name_any());
+            }
+        }
+    }
+    Ok(held)
 }
 
 /// Longest a run waiting for busy nodes goes without looking at them again.
