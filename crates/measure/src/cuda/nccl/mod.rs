@@ -56,43 +56,6 @@ pub fn nccl_error(call: &'static str, r: nsys::ncclResult_t, text: String) -> Gp
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use gpufabric_api::result::{ErrorKind, Phase};
-
-    #[test]
-    fn nccl_refusing_its_settings_is_the_tests_configuration_never_the_nodes() {
-        use nsys::ncclResult_t::*;
-        for r in [ncclInvalidUsage, ncclInvalidArgument] {
-            let e = nccl_error("ncclGroupEnd", r, "invalid usage".into());
-            assert!(matches!(e, GpuError::Misconfigured { .. }), "{e:?}");
-            let phase = crate::cuda::phase_error(Phase::NcclSweep, &e);
-            assert_eq!(phase.kind, ErrorKind::Unavailable);
-            assert!(
-                phase.message.contains("agent env")
-                    && phase.message.contains("NCCL_ALGO")
-                    && phase.message.contains("not the node"),
-                "{}",
-                phase.message
-            );
-        }
-        for r in [
-            ncclUnhandledCudaError,
-            ncclSystemError,
-            ncclInternalError,
-            ncclRemoteError,
-        ] {
-            let e = nccl_error("ncclAllReduce", r, "failed".into());
-            assert!(matches!(e, GpuError::Call { .. }), "{e:?}");
-            assert_eq!(
-                crate::cuda::phase_error(Phase::NcclSweep, &e).kind,
-                ErrorKind::Failed
-            );
-        }
-    }
-}
-
 /// Whether libnccl can be opened.
 pub fn nccl_present() -> bool {
     // SAFETY: only opens the library.
@@ -179,4 +142,41 @@ pub fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<(DevBuf, String)> {
 unsafe fn nccl_mem_free(ptr: csys::CUdeviceptr) {
     // SAFETY: see the function's contract.
     unsafe { nsys::ncclMemFree(ptr as *mut std::ffi::c_void) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::result::{ErrorKind, Phase};
+
+    #[test]
+    fn nccl_refusing_its_settings_is_the_tests_configuration_never_the_nodes() {
+        use nsys::ncclResult_t::*;
+        for r in [ncclInvalidUsage, ncclInvalidArgument] {
+            let e = nccl_error("ncclGroupEnd", r, "invalid usage".into());
+            assert!(matches!(e, GpuError::Misconfigured { .. }), "{e:?}");
+            let phase = crate::cuda::phase_error(Phase::NcclSweep, &e);
+            assert_eq!(phase.kind, ErrorKind::Unavailable);
+            assert!(
+                phase.message.contains("agent env")
+                    && phase.message.contains("NCCL_ALGO")
+                    && phase.message.contains("not the node"),
+                "{}",
+                phase.message
+            );
+        }
+        for r in [
+            ncclUnhandledCudaError,
+            ncclSystemError,
+            ncclInternalError,
+            ncclRemoteError,
+        ] {
+            let e = nccl_error("ncclAllReduce", r, "failed".into());
+            assert!(matches!(e, GpuError::Call { .. }), "{e:?}");
+            assert_eq!(
+                crate::cuda::phase_error(Phase::NcclSweep, &e).kind,
+                ErrorKind::Failed
+            );
+        }
+    }
 }
