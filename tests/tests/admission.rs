@@ -233,6 +233,29 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
             "suite: cannot finish within agent.timeoutSeconds (60 s)",
         ],
     );
+    // A suite no GPU can hold is the test's fault: refused here, not run to fail every
+    // node. A test naming no product is held against the largest known GPU; one whose
+    // nodeSelector names a product, against that product.
+    refused(
+        &cluster,
+        "terabyte-sweep",
+        "  suite:\n    ncclSweep:\n      maxBytes: 1099511627776\n",
+        &[
+            DENIED,
+            "suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU (3 x maxBytes",
+            "more than any known GPU holds",
+        ],
+    );
+    refused(
+        &cluster,
+        "h100-large-sweep",
+        "  nodeSelector:\n    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3\n  suite:\n    ncclSweep:\n      maxBytes: 34359738368\n",
+        &[
+            DENIED,
+            "suite.ncclSweep.maxBytes: needs 96.0 GiB on each GPU",
+            "the 79.6 GiB of one H100 80GB HBM3 GPU, the product nodeSelector selects",
+        ],
+    );
     // Every problem at once, in one refusal.
     refused(
         &cluster,
@@ -247,6 +270,8 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
         "endless",
         "graph-launches",
         "endless-graphs",
+        "terabyte-sweep",
+        "h100-large-sweep",
         "bad-selector-key",
         "bad-selector-value",
         "two-problems",

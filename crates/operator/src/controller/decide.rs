@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestStatus};
-use gpufabric_api::validate;
+use gpufabric_health::profiles::validate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 

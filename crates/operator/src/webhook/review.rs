@@ -1,8 +1,10 @@
 //! One admission review, decided with no I/O: a FabricTest create or spec change is refused
-//! with every problem `validate()` finds, and allowed with `warnings()` otherwise.
+//! with every problem `validate()` finds (with a suite larger than the GPUs it selects,
+//! `profiles::validate`), and allowed with `warnings()` otherwise.
 
 use gpufabric_api::FabricTestSpec;
-use gpufabric_api::validate::{validate, warnings};
+use gpufabric_api::validate::warnings;
+use gpufabric_health::profiles::validate;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
@@ -171,6 +173,23 @@ mod tests {
         assert_eq!(r["allowed"], true);
         let r = respond(&review("UPDATE", bad, Some(json!({"schedule": "@daily"}))));
         assert_eq!(r["allowed"], false);
+    }
+
+    #[test]
+    fn a_suite_larger_than_the_selected_gpus_is_refused_naming_the_field() {
+        let r = respond(&review(
+            "CREATE",
+            json!({"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                   "suite": {"ncclSweep": {"maxBytes": 1u64 << 40}}}),
+            None,
+        ));
+        assert_eq!(r["allowed"], false);
+        let msg = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU")
+                && msg.contains("H100 80GB HBM3"),
+            "{msg}"
+        );
     }
 
     #[test]
