@@ -13,7 +13,7 @@ fn rows<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn the_demo_finds_every_injected_fault_and_cordons_within_the_budget() {
+fn the_demo_refuses_bad_input_finds_every_injected_fault_and_cordons_within_the_budget() {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-demo"));
     cmd.args(["--once", "--no-build", "--timeout", "300"]);
     if let Ok(dir) = std::env::var(ENV_BIN) {
@@ -29,6 +29,12 @@ fn the_demo_finds_every_injected_fault_and_cordons_within_the_budget() {
             "missing {needle:?} in:\n{stdout}\n{stderr}"
         )
     };
+
+    // The admission webhook the operator serves refuses a FabricTest that cannot work, at
+    // `kubectl apply`.
+    shown("refused: Error from server");
+    shown("admission webhook \"fabrictests.gpufabric.io\" denied the request");
+    shown("schedule \"0 2 31 2 *\" never fires");
 
     // The four faults, each where it belongs: two node checks, a node found against its
     // partners, a path that blames neither node.

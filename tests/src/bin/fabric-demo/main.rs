@@ -1,13 +1,15 @@
 //! `fabric-demo`: the whole system on one machine without GPUs: a real control plane, 16
 //! simulated GPU nodes (one slow GPU link, one straggler GPU, one slow NIC, one bad path
 //! between two nodes, one node whose GPUs a training job holds), the process-kubelet, the
-//! operator, and a FabricTest run (node checks, then node pairs) whose findings, node
-//! pairs, quarantined nodes and not-measured nodes it prints.
+//! operator with its admission webhook (and a FabricTest it refuses), and a FabricTest run
+//! (node checks, then node pairs) whose findings, node pairs, quarantined nodes and
+//! not-measured nodes it prints.
 //!
 //! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
 #![forbid(unsafe_code)]
 
+mod admission;
 mod nightly;
 mod operator;
 mod print;
@@ -78,9 +80,14 @@ async fn main() -> anyhow::Result<()> {
     if cli.no_operator {
         info("--no-operator: not starting the operator");
     } else if operator_bin.is_file() {
-        match start_operator(&cluster, &operator_bin).await {
+        let serving = admission::Serving::new(cluster.dir())?;
+        match start_operator(&cluster, &operator_bin, &serving.operator_args()).await {
             Ok(child) => operator = Some(child),
             Err(e) => info(format!("the operator did not start: {e:#}")),
+        }
+        if operator.is_some() {
+            admission::register(&cluster, &serving).await?;
+            admission::show_refusal(&cluster)?;
         }
     } else {
         info(format!("{} not found", operator_bin.display()));

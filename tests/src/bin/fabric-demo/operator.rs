@@ -9,9 +9,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Starts `fabric-operator run` against `cluster`, with `args` beside the demo's own (the
+/// webhook's).
 pub(crate) async fn start_operator(
     cluster: &Cluster,
     bin: &Path,
+    args: &[String],
 ) -> anyhow::Result<std::process::Child> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -27,6 +30,7 @@ pub(crate) async fn start_operator(
     cmd.args(["run", "--pod-namespace", NAMESPACE, "--kubeconfig"])
         .arg(cluster.kubeconfig_path())
         .args(["--admin-addr", &format!("127.0.0.1:{port}")])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
