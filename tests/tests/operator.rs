@@ -10,7 +10,10 @@
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`.
 
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeVerdict, RunPhase, Trigger};
+use gpufabric_api::run::{
+    FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase, Trigger,
+};
+use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{OperatorEnv, OperatorProcess, sim_agent};
@@ -527,6 +530,66 @@ async fn a_restarted_operator_resumes_the_run_without_duplicate_pods_or_lost_res
     );
     assert_eq!(v[&env.node("gpu-12")], NodeVerdict::Timeout);
     assert_eq!(env.runs_of("restart").await.len(), 1, "no second run");
+}
+
+#[tokio::test]
+async fn an_operator_killed_while_it_creates_pods_leaves_every_shard_entry_naming_its_pod() {
+    const NODES: usize = 40;
+    let mut env = setup(fleet(NODES)).await;
+    env.create_test("killed-creating", test_spec(&env, json!({})))
+        .await;
+    // Killed as soon as the first of the 40 pods exists, before the pass that creates them
+    // writes the shards that name them.
+    let pods: Api<Pod> = env.pods_api();
+    let by_test = ListParams::default().labels(&format!("{}=killed-creating", keys::LABEL_TEST));
+    let first = wait::poll(
+        "the run's first pod",
+        Duration::from_secs(60),
+        Duration::from_millis(10),
+        || async {
+            let listed = pods.list_metadata(&by_test).await.ok();
+            Ok(listed.and_then(|l| l.items.into_iter().next()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", env.operator.log_tail(60)));
+    env.operator.kill();
+    let run_name = first
+        .labels()
+        .get(keys::LABEL_RUN)
+        .cloned()
+        .expect("a run label");
+    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
+    let by_run = ListParams::default().labels(&format!("{}={run_name}", keys::LABEL_RUN));
+    let entries = |list: Vec<FabricTestRunShard>| -> Vec<NodeRunResult> {
+        list.into_iter()
+            .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
+            .collect()
+    };
+    let left = entries(shards.list(&by_run).await.expect("shards").items);
+    let created = pods_of(&env, &run_name).await.len();
+    eprintln!(
+        "killed with {created} pods created and {} shard entries naming a pod",
+        left.iter().filter(|e| e.pod.is_some()).count()
+    );
+    env.operator.restart();
+
+    let run = wait_finished(&env, &run_name, Duration::from_secs(120)).await;
+    let status = run.status.clone().expect("status");
+    assert_eq!(status.phase, RunPhase::Succeeded, "{status:?}");
+    assert_eq!(status.node_count as usize, NODES, "{status:?}");
+    let pod_on: BTreeMap<String, String> = pods_of(&env, &run_name)
+        .await
+        .into_iter()
+        .filter_map(|p| Some((p.spec.as_ref()?.node_name.clone()?, p.name_any())))
+        .collect();
+    assert_eq!(pod_on.len(), NODES, "one pod per node");
+    let whole = entries(shards.list(&by_run).await.expect("shards").items);
+    assert_eq!(whole.len(), NODES);
+    for e in &whole {
+        assert_eq!(e.pod.as_ref(), pod_on.get(&e.node), "{e:?}");
+        assert_eq!(e.verdict, NodeVerdict::Passed, "{e:?}");
+    }
 }
 
 #[tokio::test]
