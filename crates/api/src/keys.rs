@@ -41,6 +41,30 @@ pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";
 /// tolerate it so a quarantined node can still be retested and released.
 pub const TAINT_QUARANTINED: &str = "gpufabric.io/quarantined";
 
+/// Taint key of the validation gate (effect NoSchedule): a node that carries it takes no
+/// work until gpufabric has tested it. Whoever provisions a node may register it with the
+/// taint (kubelet `--register-with-taints`); a FabricTest with `nodeLifecycle.gateNewNodes`
+/// adds it to the nodes it selects that join after it. Every FabricTest that selects a gated
+/// node tests it at once; a run that measures it passing removes the taint; a failure keeps
+/// it. Benchmark pods tolerate it.
+pub const TAINT_VALIDATION: &str = "gpufabric.io/validation";
+/// Annotation on a Node: gpufabric added the validation gate ([`TAINT_VALIDATION`]) to it
+/// once, when it joined; the value names the FabricTest. A node that carries it is never
+/// gated again, so that a person who opens the gate by hand is not overruled.
+pub const ANNOTATION_GATED: &str = "gpufabric.io/gated";
+/// Annotation on a Node, set by a person (any value, e.g. a ticket): the node is back from
+/// repair. Every FabricTest that selects it tests it at once; a pass releases the test's
+/// quarantine of it at once (the repair stands for the confirmation), a failure keeps it
+/// quarantined. The operator removes the annotation once a run has measured the node.
+pub const ANNOTATION_REPAIRED: &str = "gpufabric.io/repaired";
+/// Annotation on a FabricTest: the nodes to test now, comma-separated. The operator starts
+/// a targeted run over them (those the test selects) and removes the annotation.
+pub const ANNOTATION_RUN_NODES: &str = "gpufabric.io/run-nodes";
+/// Annotation on a FabricTest: a label selector (`key=value,key2=value2`) of nodes to test
+/// now, within the test's own selection. The operator starts a targeted run over them and
+/// removes the annotation.
+pub const ANNOTATION_RUN_SELECTOR: &str = "gpufabric.io/run-selector";
+
 /// Finalizer on a FabricTest: release what this test quarantined before it goes.
 pub const FINALIZER: &str = "gpufabric.io/release-quarantine";
 

@@ -133,7 +133,20 @@ pub struct QuarantinePolicy {
     /// removed when it passes or is confirmed; a confirmed failure gets what `mode` does
     /// (in Taint mode, the NoSchedule quarantine taint). Not in Observe mode.
     pub graduated_taints: bool,
+    /// Repeat offenders: a node this test quarantined this many times within
+    /// `repeatOffenderWindowHours` is no longer released by passing runs; it stays
+    /// quarantined until a person marks it repaired (annotation `gpufabric.io/repaired`).
+    /// 0 turns the rule off.
+    pub repeat_offender_quarantines: u32,
+    /// The window of the repeat-offender rule, in hours.
+    #[schemars(range(min = 1, max = 8760))]
+    pub repeat_offender_window_hours: u32,
 }
+
+/// Default of `repeatOffenderQuarantines`: three times...
+pub const DEFAULT_REPEAT_OFFENDER_QUARANTINES: u32 = 3;
+/// ...within a week.
+pub const DEFAULT_REPEAT_OFFENDER_WINDOW_HOURS: u32 = 168;
 
 /// Default of `stormThresholdPercent`.
 pub const DEFAULT_STORM_THRESHOLD_PERCENT: u32 = 50;
@@ -152,6 +165,8 @@ impl Default for QuarantinePolicy {
             storm_threshold_percent: DEFAULT_STORM_THRESHOLD_PERCENT,
             storm_min_nodes: DEFAULT_STORM_MIN_NODES,
             graduated_taints: false,
+            repeat_offender_quarantines: DEFAULT_REPEAT_OFFENDER_QUARANTINES,
+            repeat_offender_window_hours: DEFAULT_REPEAT_OFFENDER_WINDOW_HOURS,
         }
     }
 }

@@ -86,6 +86,10 @@ pub struct FabricTestRunSpec {
     /// Frozen copy of the test's rollout: how many nodes are under test at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Why each node of a targeted run is in it (gated, repaired, a node condition, named
+    /// by hand), by node name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reasons: BTreeMap<String, String>,
 }
 
 impl FabricTestRunSpec {
@@ -110,6 +114,7 @@ impl FabricTestRunSpec {
             quarantine: spec.quarantine.clone(),
             agent: spec.agent.clone(),
             rollout: spec.rollout.clone(),
+            reasons: BTreeMap::new(),
         }
     }
 }
@@ -125,6 +130,10 @@ pub enum Trigger {
     Manual,
     /// A retest of the suspects of an earlier run before quarantining them.
     Confirmation,
+    /// A run over chosen nodes now: nodes that joined behind the validation gate, nodes
+    /// back from repair, nodes another tool reported trouble on, or nodes named by hand
+    /// (`spec.reasons` says which).
+    Targeted,
 }
 
 impl Trigger {
@@ -134,6 +143,7 @@ impl Trigger {
             Trigger::Schedule => "schedule",
             Trigger::Manual => "manual",
             Trigger::Confirmation => "confirmation",
+            Trigger::Targeted => "targeted",
         }
     }
 }

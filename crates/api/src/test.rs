@@ -166,6 +166,28 @@ pub struct FabricTestSpec {
     pub successful_runs_history_limit: u32,
     /// Finished failed runs to keep.
     pub failed_runs_history_limit: u32,
+    /// Testing outside the schedule: nodes that join, and nodes other tools report trouble on.
+    pub node_lifecycle: NodeLifecycle,
+}
+
+/// When a node is tested outside the schedule. Independently of these settings, a node that
+/// carries the validation gate (`gpufabric.io/validation`) or the repaired annotation
+/// (`gpufabric.io/repaired`), and a node whose quarantine someone else undid, is tested at
+/// once by every FabricTest that selects it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NodeLifecycle {
+    /// Put the validation gate (taint `gpufabric.io/validation:NoSchedule`) on selected
+    /// nodes that join after this test was created, so that they take no work until a run
+    /// passes them. Registering nodes with the taint (kubelet `--register-with-taints`)
+    /// closes the moment between joining and the taint; this closes it for pools that
+    /// cannot.
+    pub gate_new_nodes: bool,
+    /// Node condition types (e.g. `GPUProblem`, `XidCriticalError`) that another tool sets
+    /// to True on a node it sees trouble on: such a node is tested at once, once per time
+    /// the condition turns True.
+    #[schemars(length(max = 16))]
+    pub test_on_conditions: Vec<String>,
 }
 
 impl Default for FabricTestSpec {
@@ -189,6 +211,7 @@ impl Default for FabricTestSpec {
             rollout: None,
             successful_runs_history_limit: 3,
             failed_runs_history_limit: 1,
+            node_lifecycle: NodeLifecycle::default(),
         }
     }
 }
@@ -337,6 +360,14 @@ pub struct FabricTestStatus {
     pub quarantined_nodes: Vec<String>,
     #[serde(default)]
     pub quarantined_count: u32,
+    /// Nodes waiting to be tested outside the schedule (gated, repaired, trouble reported),
+    /// at most 200.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
+    pub targets: Vec<NodeTarget>,
+    /// Nodes quarantined too often to be released by passing runs (see `nodes[].repeatOffender`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub repeat_offenders: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -362,7 +393,7 @@ pub struct RunSummary {
 }
 
 /// A node's health over runs of this test.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeHealth {
     pub node: String,
@@ -384,6 +415,53 @@ pub struct NodeHealth {
     pub last_finding: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<String>,
+    /// When a run of this test last measured the node (passed or failed it; a node not
+    /// measured keeps the earlier time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_measured: Option<Time>,
+    /// When this test quarantined the node, within `quarantine.repeatOffenderWindowHours`:
+    /// the evidence of a repeat offender.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantine_times: Vec<Time>,
+    /// Quarantined `quarantine.repeatOffenderQuarantines` times within the window: passing
+    /// runs no longer release the node; only a repair (`gpufabric.io/repaired`) does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub repeat_offender: bool,
+    /// Someone else undid this test's quarantine of the node (uncordoned it, cordoned it
+    /// again, removed the taint or the label): what, and when. The test stopped holding the
+    /// node then; what is on the node now is theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_back: Option<TakenBack>,
+}
+
+/// A quarantine someone else undid.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TakenBack {
+    /// What was done, as a sentence ("uncordoned by kubectl").
+    pub what: String,
+    /// When the operator saw it.
+    pub at: Time,
+    /// Whether it counts as a repair: the node is tested at once (an uncordon, or the
+    /// quarantine taint or label removed; not a cordon of someone else's).
+    #[serde(default)]
+    pub repair: bool,
+}
+
+/// A node this test must test now, outside its schedule, and how often it tried.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTarget {
+    pub node: String,
+    /// Why, as a sentence ("carries the validation gate gpufabric.io/validation").
+    pub reason: String,
+    /// Targeted runs started for it so far that did not measure it.
+    #[serde(default)]
+    pub attempts: u32,
+    /// No targeted run starts for it before this time (backoff after a run that did not
+    /// measure it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt: Option<Time>,
 }
 
 #[cfg(test)]

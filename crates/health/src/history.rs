@@ -1,8 +1,10 @@
 //! A node's health over runs: consecutive failing and passing runs, the hysteresis the
 //! quarantine planner reads.
 
+use gpufabric_api::policy::QuarantinePolicy;
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::test::NodeHealth;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The node's health after one more run.
 ///
@@ -42,7 +44,42 @@ pub fn advance(
         held_back: None,
         last_finding,
         last_run: Some(run.to_string()),
+        last_measured: prev.and_then(|p| p.last_measured.clone()),
+        quarantine_times: prev.map(|p| p.quarantine_times.clone()).unwrap_or_default(),
+        repeat_offender: prev.is_some_and(|p| p.repeat_offender),
+        taken_back: prev.and_then(|p| p.taken_back.clone()),
     }
+}
+
+/// Records that the test quarantined the node at `at`: `quarantine_times` keeps the
+/// quarantines within `policy.repeat_offender_window_hours` of `at`, and the node becomes a
+/// repeat offender when they number `policy.repeat_offender_quarantines` (0: never).
+/// Returns true when this quarantine made it one.
+pub fn note_quarantine(health: &mut NodeHealth, at: Time, policy: &QuarantinePolicy) -> bool {
+    health.quarantine_times.push(at.clone());
+    forget_old_quarantines(health, &at, policy);
+    let was = health.repeat_offender;
+    let limit = policy.repeat_offender_quarantines as usize;
+    health.repeat_offender = limit > 0 && health.quarantine_times.len() >= limit;
+    health.repeat_offender && !was
+}
+
+/// Drops the quarantine times older than the window before `now` (a repeat offender stays
+/// one until it is repaired: the window counts toward the rule, it does not pardon).
+pub fn forget_old_quarantines(health: &mut NodeHealth, now: &Time, policy: &QuarantinePolicy) {
+    let window = i64::from(policy.repeat_offender_window_hours.max(1)) * 3600;
+    let cutoff = now.0.as_second() - window;
+    health.quarantine_times.retain(|t| t.0.as_second() > cutoff);
+    // Bounded whatever the policy: the rule needs no more than its count.
+    let keep = (policy.repeat_offender_quarantines as usize).clamp(1, 16);
+    let excess = health.quarantine_times.len().saturating_sub(keep);
+    health.quarantine_times.drain(..excess);
+}
+
+/// A repair released the node: it starts with a clean record.
+pub fn forgive(health: &mut NodeHealth) {
+    health.quarantine_times.clear();
+    health.repeat_offender = false;
 }
 
 #[cfg(test)]
@@ -140,5 +177,47 @@ mod tests {
         a.consecutive_failures = u32::MAX;
         let b = run(Some(&a), NodeVerdict::Failed);
         assert_eq!(b.consecutive_failures, u32::MAX);
+    }
+
+    fn at(hours: i64) -> Time {
+        let base: k8s_openapi::jiff::Timestamp = "2026-11-20T00:00:00Z".parse().expect("time");
+        Time(
+            k8s_openapi::jiff::Timestamp::from_second(base.as_second() + hours * 3600)
+                .expect("time"),
+        )
+    }
+
+    #[test]
+    fn the_third_quarantine_within_a_week_makes_a_repeat_offender() {
+        let policy = QuarantinePolicy::default();
+        let mut h = NodeHealth::default();
+        assert!(!note_quarantine(&mut h, at(0), &policy));
+        assert!(!note_quarantine(&mut h, at(48), &policy));
+        assert!(note_quarantine(&mut h, at(96), &policy), "{h:?}");
+        assert!(h.repeat_offender);
+        // Once is enough to say so: a fourth quarantine is not news.
+        assert!(!note_quarantine(&mut h, at(100), &policy));
+        forgive(&mut h);
+        assert!(!h.repeat_offender && h.quarantine_times.is_empty());
+    }
+
+    #[test]
+    fn quarantines_outside_the_window_do_not_count() {
+        let policy = QuarantinePolicy::default();
+        let mut h = NodeHealth::default();
+        note_quarantine(&mut h, at(0), &policy);
+        note_quarantine(&mut h, at(100), &policy);
+        // 8 days after the first: only two fall within the week.
+        assert!(!note_quarantine(&mut h, at(8 * 24), &policy));
+        assert_eq!(h.quarantine_times.len(), 2);
+        let off = QuarantinePolicy {
+            repeat_offender_quarantines: 0,
+            ..QuarantinePolicy::default()
+        };
+        let mut h = NodeHealth::default();
+        for i in 0..5 {
+            assert!(!note_quarantine(&mut h, at(i), &off));
+        }
+        assert!(!h.repeat_offender);
     }
 }

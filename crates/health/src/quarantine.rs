@@ -21,8 +21,10 @@
 //! 5. **Ownership**: a node cordoned or tainted by others (see [`NodeFacts`]) is never
 //!    quarantined by us and never released by us ([`Hold::CordonedByOthers`]).
 //! 6. **Release**: a node quarantined by us with `consecutive_passes >= passes_to_release`
-//!    is released. Releases come before new quarantines so a freed slot is reused in the
-//!    same plan.
+//!    is released; a [`NodeFacts::repaired`] node with one pass is released at once.
+//!    Releases come before new quarantines so a freed slot is reused in the same plan. A
+//!    repeat offender (its health's `repeat_offender`) is not released by passes at all,
+//!    only after a repair ([`Hold::RepeatOffender`]).
 //! 7. **Candidates**: a node not quarantined by us, tested in this run, with
 //!    `consecutive_failures >= failures_to_quarantine`. Candidates not tested in this run
 //!    (a confirmation run tests only its suspects) are held back ([`Hold::NotTested`]).
@@ -68,6 +70,10 @@ pub struct NodeFacts {
     /// This run's failure of the node was already confirmed within the run (the node-pair
     /// phase retested it against a known-good partner): no confirmation run is needed.
     pub confirmed: bool,
+    /// A person marked the node repaired (or undid the quarantine, which is read the same
+    /// way) and this run is its first test since: one pass releases it, whatever
+    /// `passes_to_release` and the repeat-offender rule say (rule 6).
+    pub repaired: bool,
 }
 
 /// What the plan must respect beyond this test's own policy: its breaker, and the
@@ -227,6 +233,9 @@ pub enum Hold {
     BreakerOpenRelease,
     /// The cluster-wide cap on nodes gpufabric holds is reached.
     ClusterCap,
+    /// Quarantined too often within the window: passes do not release the node, a repair
+    /// does.
+    RepeatOffender,
 }
 
 impl Hold {
@@ -248,6 +257,9 @@ impl Hold {
             }
             Hold::ClusterCap => {
                 "would quarantine: the cluster-wide cap (--max-quarantined-nodes) is reached"
+            }
+            Hold::RepeatOffender => {
+                "kept: a repeat offender (quarantined too often) is released only after a repair (annotation gpufabric.io/repaired)"
             }
         }
     }
@@ -412,13 +424,17 @@ fn sort_out<'a>(
                 continue;
             }
             ours += 1;
-            if f.health.consecutive_passes >= passes_needed {
+            let passed = f.health.consecutive_passes >= passes_needed
+                || (f.repaired && f.tested && f.health.consecutive_passes >= 1);
+            if passed {
                 let hold = if foreign {
                     Some(Hold::CordonedByOthers)
                 } else if still.breaker_open {
                     Some(Hold::BreakerOpenRelease)
                 } else if still.observe {
                     Some(Hold::ObserveModeRelease)
+                } else if f.health.repeat_offender && !f.repaired {
+                    Some(Hold::RepeatOffender)
                 } else {
                     None
                 };

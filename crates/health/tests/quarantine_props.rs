@@ -73,6 +73,7 @@ fn policy() -> impl Strategy<Value = QuarantinePolicy> {
                     storm_threshold_percent: storm_pct,
                     storm_min_nodes: storm_min,
                     graduated_taints: false,
+                    ..QuarantinePolicy::default()
                 }
             },
         )
@@ -153,6 +154,7 @@ fn simulate(
                 exists,
                 tested,
                 confirmed: false,
+                repaired: false,
             });
         }
         let guards = Guards {
@@ -361,6 +363,7 @@ proptest! {
                     exists: true,
                     tested: true,
                     confirmed: false,
+                    repaired: false,
                 }
             })
             .collect();

@@ -14,6 +14,7 @@ fn policy(mode: QuarantineMode, max: i32, failures: u32, confirm: bool) -> Quara
         storm_threshold_percent: 100,
         storm_min_nodes: 4,
         graduated_taints: false,
+        ..QuarantinePolicy::default()
     }
 }
 
@@ -38,6 +39,7 @@ fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
             held_back: None,
             last_finding: None,
             last_run: Some("r".into()),
+            ..Default::default()
         },
         quarantined_by_us: false,
         cordoned_by_others: false,
@@ -45,6 +47,7 @@ fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
         exists: true,
         tested: true,
         confirmed: false,
+        repaired: false,
     }
 }
 
@@ -203,6 +206,7 @@ fn confirm_retest_sends_candidates_to_a_confirmation_run_first() {
 fn retested(node: &str) -> NodeFacts {
     NodeFacts {
         confirmed: true,
+        repaired: false,
         ..facts(node, 1, 0)
     }
 }
@@ -516,4 +520,50 @@ fn cluster_cap_reads_a_count_or_a_percent_of_gpu_nodes() {
     assert_eq!(ClusterCap::Percent(100).nodes(7), 7);
     assert_eq!(ClusterCap::Nodes(3).nodes(0), 3);
     assert_eq!(ClusterCap::Percent(10).to_string(), "10%");
+}
+
+#[test]
+fn a_repaired_node_is_released_by_its_first_pass() {
+    // passesToRelease is 2 in these tests: one pass is not enough for a node that was not
+    // repaired, and is for one that was.
+    let repaired = NodeFacts {
+        repaired: true,
+        ..ours("fixed", 0, 1)
+    };
+    let p = plan(
+        &[repaired, ours("waiting", 0, 1)],
+        &cordon(2),
+        10,
+        Trigger::Targeted,
+    );
+    assert_eq!(p.release, vec!["fixed"]);
+    assert!(p.held_back.is_empty(), "{:?}", p.held_back);
+    assert_eq!(p.quarantined_after, 1);
+    // A repair that was not tested in this run releases nothing yet.
+    let untested = NodeFacts {
+        repaired: true,
+        tested: false,
+        ..ours("fixed", 0, 1)
+    };
+    assert!(
+        plan(&[untested], &cordon(2), 10, Trigger::Schedule)
+            .release
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_repeat_offender_is_kept_through_passes_until_it_is_repaired() {
+    let mut offender = ours("bad", 0, 5);
+    offender.health.repeat_offender = true;
+    let p = plan(&[offender.clone()], &cordon(2), 10, Trigger::Schedule);
+    assert!(p.release.is_empty());
+    assert_eq!(p.hold_of("bad"), Some(Hold::RepeatOffender));
+    assert_eq!(p.quarantined_after, 1, "it still counts against the budget");
+    let repaired = NodeFacts {
+        repaired: true,
+        ..offender
+    };
+    let p = plan(&[repaired], &cordon(2), 10, Trigger::Targeted);
+    assert_eq!(p.release, vec!["bad"]);
 }
