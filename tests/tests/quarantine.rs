@@ -174,6 +174,7 @@ fn health(node: &str, failing: bool) -> NodeHealth {
         held_back: None,
         last_finding: None,
         last_run: Some("run-1".into()),
+        ..Default::default()
     }
 }
 

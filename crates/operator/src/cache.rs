@@ -4,6 +4,7 @@
 //! more than what is kept here.
 
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::Resource;
 
 /// Drops what no reader of any cached object needs: managed fields.
@@ -27,10 +28,26 @@ pub fn slim_pod(pod: &mut Pod) {
 }
 
 /// A Node as node selection, quarantine and the node signals read it: metadata (labels,
-/// annotations), taints and `unschedulable`, GPU capacity and allocatable, and conditions.
-/// Its image list, addresses, system info and volumes are dropped.
+/// annotations, creation time), taints and `unschedulable`, GPU capacity and allocatable,
+/// and conditions. Of the managed fields, only who set `spec.unschedulable` last (the one
+/// entry that owns it, with that field alone): whose a cordon is. Its image list,
+/// addresses, system info and volumes are dropped.
 pub fn slim_node(node: &mut Node) {
-    slim(node);
+    let cordon = node.metadata.managed_fields.take().and_then(|fields| {
+        fields
+            .into_iter()
+            .find(crate::quarantine::manages_cordon)
+            .map(|m| ManagedFieldsEntry {
+                manager: m.manager,
+                operation: m.operation,
+                fields_type: m.fields_type,
+                fields_v1: Some(FieldsV1(
+                    serde_json::json!({"f:spec": {"f:unschedulable": {}}}),
+                )),
+                ..ManagedFieldsEntry::default()
+            })
+    });
+    node.metadata.managed_fields = cordon.map(|c| vec![c]);
     if let Some(spec) = node.spec.take() {
         node.spec = Some(NodeSpec {
             taints: spec.taints,
@@ -160,5 +177,42 @@ mod tests {
         assert!(
             status.addresses.is_none() && status.images.is_none() && status.node_info.is_none()
         );
+    }
+
+    #[test]
+    fn a_slim_node_keeps_who_cordoned_it_and_no_other_managed_field() {
+        let mut node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "gpu-0", "managedFields": [
+                {"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {"f:conditions": {}}}},
+                {"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:unschedulable": {}, "f:taints": {}},
+                        "f:metadata": {"f:labels": {"f:x": {}}}}}
+            ]},
+            "spec": {"unschedulable": true}
+        }))
+        .expect("a node");
+        assert_eq!(crate::quarantine::cordon_manager(&node), Some("kubectl"));
+        slim_node(&mut node);
+        let kept = node
+            .metadata
+            .managed_fields
+            .clone()
+            .expect("the cordon's entry");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(
+            kept[0].fields_v1.as_ref().map(|f| f.0.clone()),
+            Some(json!({"f:spec": {"f:unschedulable": {}}}))
+        );
+        assert_eq!(crate::quarantine::cordon_manager(&node), Some("kubectl"));
+        // A node nobody cordoned keeps no managed fields at all.
+        let mut plain: Node = serde_json::from_value(json!({
+            "metadata": {"name": "gpu-1", "managedFields": [
+                {"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:status": {}}}]}
+        }))
+        .expect("a node");
+        slim_node(&mut plain);
+        assert!(plain.metadata.managed_fields.is_none());
     }
 }

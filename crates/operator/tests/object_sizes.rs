@@ -195,6 +195,7 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
             held_back: Some("h".repeat(200)),
             last_finding: Some("f".repeat(300)),
             last_run: Some("nightly-29000000".into()),
+            ..Default::default()
         })
         .collect();
     let mut test_status = FabricTestStatus {

@@ -5,7 +5,7 @@
 
 use super::QuarantineError;
 use super::metrics::QuarantineMetrics;
-use super::node::{NodeObservation, Step, quarantine_step, release_step};
+use super::node::{NodeObservation, Step, Undone, hand_back_step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
 use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
@@ -117,6 +117,137 @@ pub async fn release_all(
     Ok(exec.outcome.nodes_with(Action::Released))
 }
 
+/// The parameters of every node change: the field manager names this operator, so that the
+/// node's managed fields tell its cordon from a person's ([`super::node::cordon_manager`]).
+fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(gpufabric_api::keys::MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
+/// What a guarded change decides from the node as read: the merge patch to send (it must
+/// carry the node's resourceVersion) and what to remember of it, or nothing to send.
+pub enum Decision<T> {
+    Patch(serde_json::Value, T),
+    Keep(T),
+}
+
+/// What a guarded change came to: the node as the patch left it, or as read when nothing
+/// was sent; or the node is gone.
+pub enum Guarded<T> {
+    Patched(Node, T),
+    Kept(Node, T),
+    Gone,
+}
+
+/// Reads the node, decides, patches with the resourceVersion it was decided from (under the
+/// operator's field manager), and on a conflict reads it again and decides again, up to
+/// [`MAX_ATTEMPTS`] times. Every change the operator makes to a Node goes through here.
+pub async fn guarded<T>(
+    nodes: &Api<Node>,
+    name: &str,
+    decide: impl Fn(&Node) -> Decision<T>,
+) -> Result<Guarded<T>, NodeChangeError> {
+    for attempt in 1..=MAX_ATTEMPTS {
+        let Some(node) = nodes.get_opt(name).await.map_err(NodeChangeError::Read)? else {
+            return Ok(Guarded::Gone);
+        };
+        let (patch, kept) = match decide(&node) {
+            Decision::Patch(patch, kept) => (patch, kept),
+            Decision::Keep(kept) => return Ok(Guarded::Kept(node, kept)),
+        };
+        match nodes
+            .patch(name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(node) => return Ok(Guarded::Patched(node, kept)),
+            Err(kube::Error::Api(s)) if s.is_conflict() => {
+                info!(
+                    node = name,
+                    attempt, "node changed while deciding; reading it again"
+                );
+            }
+            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Guarded::Gone),
+            Err(e) => return Err(NodeChangeError::Patch(e)),
+        }
+    }
+    Err(NodeChangeError::KeptChanging(MAX_ATTEMPTS))
+}
+
+/// A node whose quarantine someone else undid, handed back by [`hand_back`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HandedBack {
+    pub node: String,
+    pub undone: Undone,
+}
+
+/// Ends this test's claim on every node it holds whose quarantine someone else has undone
+/// since (uncordoned, cordoned again, taint or label removed; see
+/// [`super::node::undone`]): the record goes (and the label), nothing else on the node
+/// changes, an Event on the node and the test says what happened, and the node no longer
+/// counts against the budget. `nodes`: the nodes to look at (the operator's node cache);
+/// each one that looks undone is read again and decided again before it is changed.
+pub async fn hand_back<'n>(
+    client: &Client,
+    events: &Events,
+    metrics: &QuarantineMetrics,
+    test: &FabricTest,
+    nodes: impl IntoIterator<Item = &'n Node>,
+) -> Result<(Vec<HandedBack>, Vec<NodeFailure>), QuarantineError> {
+    let mut exec = Executor::new(client, events, metrics, test)?;
+    let key = exec.key.clone();
+    let suspects: Vec<String> = nodes
+        .into_iter()
+        .filter(|n| {
+            QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.is_owned_by(&key) && super::node::undone(n, &r).is_some())
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    let mut handed = Vec::new();
+    for name in suspects {
+        // What was undone, as seen on the node the patch was decided from.
+        let seen: std::sync::Mutex<Option<Undone>> = std::sync::Mutex::new(None);
+        let decide = |n: &Node| {
+            let step = hand_back_step(n, &key);
+            if let Ok(mut slot) = seen.lock() {
+                *slot = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
+                    .ok()
+                    .flatten()
+                    .and_then(|r| super::node::undone(n, &r));
+            }
+            step
+        };
+        match exec.guarded(&name, decide).await {
+            Ok(Applied::Patched { node, .. }) => {
+                let undone = seen
+                    .lock()
+                    .ok()
+                    .and_then(|mut s| s.take())
+                    .unwrap_or(Undone::Uncordoned);
+                let message = format!(
+                    "{undone} after FabricTest {key} quarantined it: the test no longer holds the node and leaves what is on it alone{}",
+                    if undone.is_repair() {
+                        "; it is tested again now, as a node back from repair"
+                    } else {
+                        ""
+                    }
+                );
+                exec.act(&name, Some(&node), Action::TakenBack, message)
+                    .await;
+                handed.push(HandedBack { node: name, undone });
+            }
+            Ok(_) => {}
+            Err(error) => exec.fail(&name, Change::HandBack, error).await,
+        }
+    }
+    let errors = std::mem::take(&mut exec.outcome.errors);
+    Ok((handed, errors))
+}
+
 /// One execution's state: what it has done so far, and how to report it.
 pub(super) struct Executor<'a> {
     pub(super) nodes: Api<Node>,
@@ -158,58 +289,45 @@ impl<'a> Executor<'a> {
         })
     }
 
-    /// Read the node, decide, patch with the resourceVersion it was decided from, and on a
-    /// conflict read it again and decide again.
+    /// [`guarded`] with a quarantine [`Step`].
     async fn guarded(
         &self,
         name: &str,
         decide: impl Fn(&Node) -> Step,
     ) -> Result<Applied, NodeChangeError> {
-        for attempt in 1..=MAX_ATTEMPTS {
-            let Some(node) = self
-                .nodes
-                .get_opt(name)
-                .await
-                .map_err(NodeChangeError::Read)?
-            else {
-                return Ok(Applied::Gone);
-            };
-            let (patch, record, changes) = match decide(&node) {
+        let applied = guarded(&self.nodes, name, |n| match decide(n) {
+            Step::Patch {
+                patch,
+                record,
+                changes,
+            } => Decision::Patch(
+                patch,
                 Step::Patch {
-                    patch,
+                    patch: serde_json::Value::Null,
                     record,
                     changes,
-                } => (patch, record, changes),
-                step => {
-                    return Ok(Applied::Unchanged {
-                        step,
-                        node: Box::new(node),
-                    });
-                }
-            };
-            match self
-                .nodes
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(node) => {
-                    return Ok(Applied::Patched {
-                        node: Box::new(node),
-                        record,
-                        changes,
-                    });
-                }
-                Err(kube::Error::Api(s)) if s.is_conflict() => {
-                    info!(
-                        node = name,
-                        attempt, "node changed while deciding; reading it again"
-                    );
-                }
-                Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Applied::Gone),
-                Err(e) => return Err(NodeChangeError::Patch(e)),
-            }
-        }
-        Err(NodeChangeError::KeptChanging(MAX_ATTEMPTS))
+                },
+            ),
+            step => Decision::Keep(step),
+        })
+        .await?;
+        Ok(match applied {
+            Guarded::Patched(
+                node,
+                Step::Patch {
+                    record, changes, ..
+                },
+            ) => Applied::Patched {
+                node: Box::new(node),
+                record,
+                changes,
+            },
+            Guarded::Patched(node, step) | Guarded::Kept(node, step) => Applied::Unchanged {
+                step,
+                node: Box::new(node),
+            },
+            Guarded::Gone => Applied::Gone,
+        })
     }
 
     /// Quarantine one node; the record it carries afterwards when it is ours.
@@ -346,7 +464,9 @@ impl<'a> Executor<'a> {
             | Hold::NodeGone
             | Hold::NotTested
             | Hold::BreakerOpen
-            | Hold::BreakerOpenRelease => {
+            | Hold::BreakerOpenRelease
+            // Said once, with an Event, when the node became one.
+            | Hold::RepeatOffender => {
                 self.outcome
                     .held_back
                     .insert(name.to_string(), hold.to_string());

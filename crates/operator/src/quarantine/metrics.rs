@@ -26,8 +26,11 @@ pub struct QuarantineMetrics {
     pub quarantined_nodes: Family<TestLabels, Gauge>,
     /// `gpufabric_quarantine_actions_total{test,action}`: actions by kind
     /// (`quarantined`, `released`, `over_budget`, `over_cluster_cap`, `would_quarantine`, `would_release`,
-    /// `left_alone`, `failed`).
+    /// `left_alone`, `failed`, `taken_back`).
     pub actions: Family<ActionLabels, Counter>,
+    /// `gpufabric_repeat_offender_nodes{test}`: nodes this FabricTest quarantined too often
+    /// to release on passes; each waits for a repair.
+    pub repeat_offenders: Family<TestLabels, Gauge>,
 }
 
 impl QuarantineMetrics {
@@ -45,6 +48,20 @@ impl QuarantineMetrics {
             "Quarantine actions by FabricTest and kind",
             self.actions.clone(),
         );
+        registry.register(
+            "gpufabric_repeat_offender_nodes",
+            "Nodes a FabricTest quarantined too often to release on passes (they wait for a repair)",
+            self.repeat_offenders.clone(),
+        );
+    }
+
+    /// Set the number of repeat offenders of `test`.
+    pub fn set_repeat_offenders(&self, test: &str, count: usize) {
+        self.repeat_offenders
+            .get_or_create(&TestLabels {
+                test: test.to_string(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Set the number of nodes `test` holds.
@@ -59,6 +76,9 @@ impl QuarantineMetrics {
     /// Forget `test` (it was deleted).
     pub fn forget(&self, test: &str) {
         self.quarantined_nodes.remove(&TestLabels {
+            test: test.to_string(),
+        });
+        self.repeat_offenders.remove(&TestLabels {
             test: test.to_string(),
         });
     }
@@ -104,6 +124,7 @@ mod tests {
         m.register(&mut r);
         m.set_quarantined("nightly", 2);
         m.count("nightly", "quarantined");
+        m.set_repeat_offenders("nightly", 1);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &r).expect("encodes");
         assert!(
@@ -114,6 +135,10 @@ mod tests {
             text.contains(
                 r#"gpufabric_quarantine_actions_total{test="nightly",action="quarantined"} 1"#
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"gpufabric_repeat_offender_nodes{test="nightly"} 1"#),
             "{text}"
         );
     }

@@ -21,10 +21,19 @@
 //! - a node cordoned or carrying our taint key by someone else, quarantined by another
 //!   FabricTest, or with an unreadable record is never touched ([`Refusal`]).
 //!
-//! Known limits: a cordon is one bit, so a `kubectl cordon` of a node this operator
-//! cordoned is undone with the release; a node whose record a person removed is no longer
-//! this operator's; a node quarantined in Label mode keeps only its label if the mode later
-//! becomes Cordon.
+//! Ownership follows the node ([`hand_back`]): when someone else undoes a quarantine this
+//! test made (uncordons the node, uncordons and cordons it again, removes the taint or the
+//! label), the test's claim ends at once. The record goes, an Event says so, the node no
+//! longer counts against the budget, and a release never removes what they put there. An
+//! uncordon or a removal reads as "back from repair": the node is tested at once.
+//!
+//! Known limits: a `kubectl cordon` of a node that is already cordoned changes nothing on
+//! the node and is undone with ours (the managed fields say who set `spec.unschedulable`
+//! last; a no-op leaves no trace). A quarantine taint removed and added again between two
+//! looks of the operator is not told apart from ours (taints are one list, whose managed
+//! fields follow whoever changed any taint). A node whose record a person removed is no
+//! longer this operator's; a node quarantined in Label mode keeps only its label if the
+//! mode later becomes Cordon.
 
 mod apply;
 pub mod breaker;
@@ -32,15 +41,20 @@ mod metrics;
 mod node;
 mod observe;
 mod outcome;
+#[cfg(test)]
+mod ownership_tests;
 mod refusal;
 mod report;
+/// RFC 7386 merge, as the API server applies a merge patch (for tests that build nodes).
+#[cfg(test)]
+pub(crate) use node::tests::merge as node_merge_for_tests;
 
-pub use apply::{execute, release_all};
+pub use apply::{Decision, Guarded, HandedBack, execute, guarded, hand_back, release_all};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{
-    NodeObservation, Step, TAINT_EFFECT, is_our_taint, is_unschedulable, quarantine_step,
-    release_step, taints_of,
+    NodeObservation, Step, TAINT_EFFECT, Undone, cordon_manager, hand_back_step, is_our_taint,
+    is_unschedulable, manages_cordon, quarantine_step, release_step, taints_of, undone,
 };
 pub use observe::{
     Holdings, OBSERVE_CONCURRENCY, holdings, observe, observe_cached, quarantined_by, test_key,

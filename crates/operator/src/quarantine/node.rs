@@ -2,12 +2,15 @@
 //! patch that quarantines or releases it. No client here; `super::apply` applies the steps.
 
 use super::refusal::Refusal;
-use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, TAINT_QUARANTINED};
+use gpufabric_api::keys::{
+    ANNOTATION_QUARANTINE, ANNOTATION_REPAIRED, LABEL_QUARANTINED, MANAGER, TAINT_QUARANTINED,
+};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::NodeHealth;
 use gpufabric_health::quarantine::{Enforcement, NodeFacts};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use serde_json::{Map, Value, json};
 
 /// Effect of the operator's own taint.
@@ -41,6 +44,8 @@ pub struct NodeObservation {
     pub tainted_by_others: bool,
     /// Carries the label `gpufabric.io/quarantined` that no record says this operator set.
     pub labeled_by_others: bool,
+    /// Carries the annotation `gpufabric.io/repaired`: a person says it is back from repair.
+    pub repaired: bool,
 }
 
 impl NodeObservation {
@@ -83,6 +88,7 @@ impl NodeObservation {
                 .as_ref()
                 .is_some_and(|l| l.contains_key(LABEL_QUARANTINED))
                 && !labeled_by_record,
+            repaired: node.annotations().contains_key(ANNOTATION_REPAIRED),
             record,
             record_error,
         }
@@ -129,6 +135,7 @@ impl NodeObservation {
             exists: self.exists,
             tested,
             confirmed: false,
+            repaired: self.repaired && tested,
         }
     }
 }
@@ -239,9 +246,11 @@ pub fn quarantine_step(
 /// refused when the record is unreadable or names another test.
 ///
 /// A change the record names but that is already gone (a person uncordoned the node) is
-/// not touched again. A cordon the record names is undone even if someone else also
-/// "cordoned" the node afterwards: a cordon is one bit, and a second `kubectl cordon` of a
-/// cordoned node leaves no trace to tell them apart.
+/// not touched again. A cordon is undone only while this operator is still the one that
+/// last set `spec.unschedulable` (the node's managed fields say who did): a person who
+/// uncordoned the node and cordoned it again owns that cordon, and it stays. A second
+/// `kubectl cordon` of a node that is already cordoned changes nothing on the node and
+/// leaves no trace; it is undone with ours.
 pub fn release_step(node: &Node, test_key: &str) -> Step {
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
@@ -276,7 +285,7 @@ pub fn release_step(node: &Node, test_key: &str) -> Step {
     let mut patch = Map::new();
     patch.insert("metadata".into(), Value::Object(metadata));
     let mut spec = Map::new();
-    if record.cordoned && is_unschedulable(node) {
+    if record.cordoned && is_unschedulable(node) && cordon_is_ours(node) {
         spec.insert("unschedulable".into(), Value::Null);
         changes.push("cordon");
     }
@@ -304,6 +313,143 @@ pub fn release_step(node: &Node, test_key: &str) -> Step {
         record: None,
         changes,
     }
+}
+
+/// What someone else did to a quarantine whose record names this test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Undone {
+    /// The node was uncordoned.
+    Uncordoned,
+    /// The node was uncordoned and cordoned again by `by` (a field manager: `kubectl`, a
+    /// drain controller): the cordon on it is theirs now.
+    CordonedAgain { by: String },
+    /// The quarantine taint was removed.
+    TaintRemoved,
+    /// The quarantine label was removed.
+    LabelRemoved,
+}
+
+impl Undone {
+    /// Whether it reads as "back from repair": the quarantine was lifted (not taken over
+    /// by another cordon), so the node is tested at once.
+    pub fn is_repair(&self) -> bool {
+        !matches!(self, Undone::CordonedAgain { .. })
+    }
+}
+
+impl std::fmt::Display for Undone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Undone::Uncordoned => f.write_str("uncordoned by someone else"),
+            Undone::CordonedAgain { by } => write!(f, "uncordoned and cordoned again by {by}"),
+            Undone::TaintRemoved => {
+                write!(f, "the taint {TAINT_QUARANTINED} removed by someone else")
+            }
+            Undone::LabelRemoved => {
+                write!(f, "the label {LABEL_QUARANTINED} removed by someone else")
+            }
+        }
+    }
+}
+
+/// What of `record`'s quarantine (which this operator made) someone else has undone since,
+/// judged from the node as it is now: a change the record names that is gone, or a cordon
+/// that another field manager set last. None: the quarantine is as this operator left it.
+pub fn undone(node: &Node, record: &QuarantineRecord) -> Option<Undone> {
+    if record.cordoned {
+        if !is_unschedulable(node) {
+            return Some(Undone::Uncordoned);
+        }
+        if let Some(by) = cordon_manager(node).filter(|m| !is_our_manager(m)) {
+            return Some(Undone::CordonedAgain { by: by.to_string() });
+        }
+    }
+    if record.tainted && !taints_of(node).iter().any(is_our_taint) {
+        return Some(Undone::TaintRemoved);
+    }
+    let labeled = node.labels().contains_key(LABEL_QUARANTINED);
+    if record.labeled && !labeled {
+        return Some(Undone::LabelRemoved);
+    }
+    None
+}
+
+/// The step that ends this test's claim on a node whose quarantine someone else undid
+/// ([`undone`]): the record goes, and the label when the record names it and it is still
+/// there. Nothing else on the node changes: what is on it now is theirs.
+/// [`Step::AlreadyQuarantined`] when nothing was undone after all (read again after a
+/// conflict), [`Step::AlreadyReleased`] when the record is gone.
+pub fn hand_back_step(node: &Node, test_key: &str) -> Step {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let obs = NodeObservation::of(&name, Some(node), test_key);
+    if let Some(e) = obs.record_error {
+        return Step::Refuse(Refusal::UnreadableRecord(e));
+    }
+    let Some(record) = obs.record else {
+        return Step::AlreadyReleased;
+    };
+    if !record.is_owned_by(test_key) {
+        return Step::Refuse(Refusal::OtherTest(record.test));
+    }
+    if undone(node, &record).is_none() {
+        return Step::AlreadyQuarantined(record);
+    }
+    let Some(rv) = node.metadata.resource_version.clone() else {
+        return Step::Refuse(Refusal::NoResourceVersion);
+    };
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), json!(rv));
+    metadata.insert(
+        "annotations".into(),
+        json!({ ANNOTATION_QUARANTINE: Value::Null }),
+    );
+    let mut changes = vec!["record"];
+    if record.labeled && node.labels().contains_key(LABEL_QUARANTINED) {
+        metadata.insert("labels".into(), json!({ LABEL_QUARANTINED: Value::Null }));
+        changes.push("label");
+    }
+    Step::Patch {
+        patch: json!({ "metadata": Value::Object(metadata) }),
+        record: None,
+        changes,
+    }
+}
+
+/// The field manager that last set `spec.unschedulable` (from the node's managed fields),
+/// when the node says.
+pub fn cordon_manager(node: &Node) -> Option<&str> {
+    node.metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .filter(|m| manages_cordon(m))
+        .map(|m| m.manager.as_deref().unwrap_or(""))
+        .next()
+}
+
+/// This managed-fields entry owns `spec.unschedulable`.
+pub fn manages_cordon(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry,
+) -> bool {
+    m.fields_v1
+        .as_ref()
+        .and_then(|f| f.0.get("f:spec"))
+        .and_then(|s| s.get("f:unschedulable"))
+        .is_some()
+}
+
+/// A field manager that is this operator: [`MANAGER`], which its quarantine patches name, or
+/// the empty name that the API server records for a request that names no manager and no
+/// user agent (how quarantines were written before the patches named one).
+fn is_our_manager(manager: &str) -> bool {
+    manager == MANAGER || manager.is_empty()
+}
+
+/// The cordon on the node is this operator's as far as the managed fields tell: no other
+/// field manager set `spec.unschedulable` last. A node whose managed fields say nothing
+/// (they were stripped) is taken at its record's word.
+fn cordon_is_ours(node: &Node) -> bool {
+    cordon_manager(node).is_none_or(is_our_manager)
 }
 
 /// `spec.unschedulable` is true.
@@ -341,7 +487,7 @@ fn taints_json(taints: &[Taint]) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -378,7 +524,7 @@ mod tests {
     }
 
     /// Apply a merge patch the way the API server does (RFC 7386), for checking steps.
-    fn merge(target: &mut Value, patch: &Value) {
+    pub(crate) fn merge(target: &mut Value, patch: &Value) {
         if let Value::Object(p) = patch {
             if !target.is_object() {
                 *target = Value::Object(Map::new());
@@ -616,6 +762,7 @@ mod tests {
                 held_back: None,
                 last_finding: None,
                 last_run: None,
+                ..Default::default()
             }
         }
     }

@@ -30,6 +30,8 @@ pub enum Action {
     Unreadable,
     /// The API server refused or failed the change; retried on the next reconcile.
     Failed,
+    /// Someone else undid the quarantine; the test stopped holding the node.
+    TakenBack,
 }
 
 impl Action {
@@ -45,6 +47,7 @@ impl Action {
             Action::LeftAlone => "left_alone",
             Action::Unreadable => "unreadable_record",
             Action::Failed => "failed",
+            Action::TakenBack => "taken_back",
         }
     }
 
@@ -60,6 +63,7 @@ impl Action {
             Action::LeftAlone => "LeftAlone",
             Action::Unreadable => "QuarantineRecordUnreadable",
             Action::Failed => "QuarantineFailed",
+            Action::TakenBack => "QuarantineTakenBack",
         }
     }
 
@@ -153,6 +157,7 @@ mod tests {
             held_back: Some("stale".into()),
             last_finding: None,
             last_run: None,
+            ..Default::default()
         };
         let mut status = FabricTestStatus {
             nodes: vec![health("n1"), health("n2"), health("n3")],

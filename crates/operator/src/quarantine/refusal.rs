@@ -84,6 +84,8 @@ pub enum NodeChangeError {
 pub enum Change {
     Quarantine,
     Release,
+    /// End the claim on a node whose quarantine someone else undid.
+    HandBack,
 }
 
 impl fmt::Display for Change {
@@ -91,6 +93,7 @@ impl fmt::Display for Change {
         f.write_str(match self {
             Change::Quarantine => "quarantine",
             Change::Release => "release",
+            Change::HandBack => "hand back",
         })
     }
 }

@@ -224,6 +224,7 @@ mod tests {
             held_back: None,
             last_finding: None,
             last_run: None,
+            ..Default::default()
         }
     }
 

@@ -133,6 +133,7 @@ mod tests {
             held_back: None,
             last_finding: None,
             last_run: None,
+            ..Default::default()
         }
     }
 
