@@ -13,6 +13,7 @@ pub mod ddp_nodes;
 pub mod error;
 pub mod events;
 pub mod leader;
+pub mod lifecycle;
 pub mod metrics;
 pub mod names;
 pub mod nodes;
@@ -161,7 +162,7 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         None => WatchConfig::default(),
     };
     let shards_api: Api<FabricTestRunShard> = Api::all(client.clone());
-    let (node_store, node_watch) = node_cache(&client);
+    let (node_store, node_stream) = node_cache(&client);
 
     // Benchmark pods: a cache, and the trigger of the run controller.
     let (pod_store, pod_writer) = reflector::store();
@@ -232,6 +233,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
     let test_controller = Controller::for_shared_stream(test_sub, test_store.clone())
         .with_config(config)
         .owns_shared_stream(run_sub_tests)
+        .watches_stream(node_stream, {
+            let tests = test_store.clone();
+            move |node| tests_for_node(&tests.state(), &node)
+        })
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
             controller::test::reconcile,
@@ -259,7 +264,6 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         tokio::select! {
             _ = futures::future::join(run_controller, test_controller) => {}
             _ = readiness => {}
-            _ = node_watch => {}
             _ = run_watch => {}
             _ = shard_watch => {}
             _ = test_watch => {}
@@ -282,20 +286,72 @@ fn runs_owning(pod: Pod) -> Vec<reflector::ObjectRef<FabricTestRun>> {
         .collect()
 }
 
-/// Nodes: a cache for node selection and GPU counts, and the watch that fills it.
+/// Nodes: a cache for node selection and GPU counts, and the watch that fills it (the
+/// FabricTest controller polls it, and hears of the nodes that concern a test).
 fn node_cache(
     client: &Client,
 ) -> (
     reflector::Store<Node>,
-    impl std::future::Future<Output = ()>,
+    impl futures::Stream<Item = Result<Node, watcher::Error>> + Send + 'static,
 ) {
     let (store, writer) = reflector::store();
     let watch = watcher::watcher(Api::<Node>::all(client.clone()), WatchConfig::default())
         .default_backoff()
         .modify(slim_node)
         .reflect(writer)
-        .for_each(|_| futures::future::ready(()));
+        .touched_objects();
     (store, watch)
+}
+
+/// The FabricTests a change of `node` concerns: the one whose quarantine record it carries
+/// (someone may have undone it), and each test that selects it when it carries the
+/// validation gate or the repaired annotation, has a condition the test names turned True,
+/// or may have just joined a test that gates new nodes. Other node changes (status
+/// heartbeats of healthy nodes) trigger nothing.
+fn tests_for_node(
+    tests: &[std::sync::Arc<FabricTest>],
+    node: &Node,
+) -> Vec<reflector::ObjectRef<FabricTest>> {
+    use kube::ResourceExt;
+    let mut out = Vec::new();
+    if let Ok(Some(record)) = gpufabric_api::quarantine::QuarantineRecord::from_annotations(
+        node.metadata.annotations.as_ref(),
+    ) {
+        out.push(reflector::ObjectRef::new(record.test_name()));
+    }
+    let marked = lifecycle::targets::is_gated(node)
+        || node
+            .annotations()
+            .contains_key(gpufabric_api::keys::ANNOTATION_REPAIRED);
+    let conditions = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for t in tests {
+        let lifecycle = &t.spec.node_lifecycle;
+        let troubled = conditions
+            .iter()
+            .any(|c| c.status == "True" && lifecycle.test_on_conditions.contains(&c.type_));
+        let joined = lifecycle.gate_new_nodes
+            && !node
+                .annotations()
+                .contains_key(gpufabric_api::keys::ANNOTATION_GATED)
+            && match (
+                &node.metadata.creation_timestamp,
+                &t.metadata.creation_timestamp,
+            ) {
+                (Some(n), Some(c)) => n.0 > c.0,
+                _ => false,
+            };
+        if (marked || troubled || joined) && lifecycle::targets::selects(t, node) {
+            out.push(reflector::ObjectRef::new(&t.name_any()));
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.dedup();
+    out
 }
 
 /// Serves the admin port, waits for the Lease (when leader election is on; ready while it

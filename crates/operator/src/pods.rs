@@ -261,12 +261,18 @@ pub fn agent_command(gpus: u32, timeout_seconds: u32) -> Vec<String> {
     ]
 }
 
-/// The benchmark pod's tolerations: our quarantine taint, the cordon (a node we quarantined
-/// is still tested), and the user's.
+/// The benchmark pod's tolerations: our quarantine taint, the validation gate (a gated node
+/// takes no work until it is tested), the cordon (a node we quarantined is still tested),
+/// and the user's.
 pub fn tolerations(agent: &AgentSpec) -> Vec<Toleration> {
     let mut tolerations = vec![
         Toleration {
             key: Some(keys::TAINT_QUARANTINED.into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        },
+        Toleration {
+            key: Some(keys::TAINT_VALIDATION.into()),
             operator: Some("Exists".into()),
             ..Default::default()
         },

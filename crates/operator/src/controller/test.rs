@@ -148,14 +148,20 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let runs = runs_of(test, ctx, &original).await?;
     let mut status = original.clone();
     status.observed_generation = test.metadata.generation;
+    // Ownership follows the node: what someone else undid is theirs before anything is
+    // judged, so that no plan counts or releases it.
+    let handed_back = crate::lifecycle::hand_back(test, ctx, &mut status).await?;
     // Runs are folded with the breaker as it was, before a reset applies.
     let mut breaker = quarantine::Breaker::from_conditions(&original.conditions);
-    let requeue_soon = !fold_finished_runs(test, &runs, &mut status, &mut breaker, ctx).await?;
+    let requeue_soon =
+        !fold_finished_runs(test, &runs, &mut status, &mut breaker, ctx).await? || !handed_back;
     let reset = quarantine::breaker::take_reset(&mut breaker, test, &ctx.events).await;
 
     let active: Vec<&FabricTestRun> = runs.iter().filter(|r| is_active(r)).collect();
     let decision = decide(test, schedule.as_ref(), &original, &active, Utc::now());
     carry_out(test, ctx, &decision, &active, &mut status).await?;
+    crate::lifecycle::gate_new_nodes(test, ctx, &status).await;
+    let targets_wait = start_targeted(test, ctx, &active, &mut status).await?;
     status.next_schedule_time = decision.next.map(to_time);
     status.conditions = conditions(test, &original.conditions, &status, &stamp);
     status.conditions.push(breaker.condition(
@@ -188,7 +194,12 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     if requeue_soon {
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
-    match decision.next {
+    // A target waiting out its backoff is looked at again when it is due.
+    let next = match (decision.next, targets_wait) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match next {
         Some(next) => {
             let wait = (next - Utc::now()).num_milliseconds().max(0) as u64 + 200;
             Ok(Action::requeue(Duration::from_millis(wait)))
@@ -346,6 +357,124 @@ async fn carry_out(
     }
     status.active_run = Some(start.name.clone());
     Ok(())
+}
+
+/// Starts a targeted run when nodes wait for one (gated, repaired, a lifted quarantine, a
+/// node condition, named by hand on the test) and no targeted run of the test is active,
+/// and writes the targets into `status`. A targeted run does not wait for the test's other
+/// runs: a node is tested by one run at a time anyway. Returns when the next target is due
+/// (a backoff pending), for the requeue.
+async fn start_targeted(
+    test: &FabricTest,
+    ctx: &Context,
+    active: &[&FabricTestRun],
+    status: &mut FabricTestStatus,
+) -> Result<Option<chrono::DateTime<Utc>>> {
+    use crate::lifecycle::targets;
+    let stamp = now();
+    let cached = ctx.nodes.state();
+    let nodes = || cached.iter().map(|n| n.as_ref());
+    let wanted = targets::wanted(test, nodes(), &status.nodes);
+    let (mut list, mut due) = targets::schedule(&status.targets, &wanted, &stamp);
+    let by_hand = crate::lifecycle::named_by_hand(test, nodes());
+    let busy = active.iter().find(|r| r.spec.trigger == Trigger::Targeted);
+    let test_ref = test.object_ref(&());
+    if let Some(run) = busy {
+        if by_hand.is_some() || !due.is_empty() {
+            tracing::debug!(run = %run.name_any(), "targets wait for the active targeted run");
+        }
+        status.targets = list;
+        return Ok(None);
+    }
+    let mut reasons: BTreeMap<String, String> = due
+        .iter()
+        .filter_map(|n| wanted.get(n).map(|w| (n.clone(), w.clone())))
+        .collect();
+    if let Some((named, not_selected)) = &by_hand {
+        for n in named {
+            reasons
+                .entry(n.clone())
+                .or_insert_with(|| "named by hand on the FabricTest".into());
+        }
+        if !not_selected.is_empty() {
+            ctx.events
+                .warning(
+                    &test_ref,
+                    "TargetNotSelected",
+                    "Lifecycle",
+                    format!(
+                        "not testing {}: the FabricTest does not select them (nodeSelector, nodes, GPUs allocatable)",
+                        not_selected.join(", ")
+                    ),
+                )
+                .await;
+        }
+    }
+    if !reasons.is_empty() {
+        let nodes: Vec<String> = reasons.keys().cloned().collect();
+        let name = crate::names::run_name(
+            &test.name_any(),
+            &format!(
+                "t{}-{:08x}",
+                Utc::now().timestamp() / 60,
+                crate::names::fnv1a(nodes.join(",").as_bytes()) as u32
+            ),
+        );
+        let mut run = runs::new_run(test, &name, Trigger::Targeted, None, Some(nodes.clone()))?;
+        run.spec.reasons = reasons;
+        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
+        if create_run(ctx, &api, &run).await? {
+            tracing::info!(run = %name, nodes = ?nodes, "targeted run created");
+            ctx.events
+                .normal(
+                    &test_ref,
+                    "RunCreated",
+                    "Lifecycle",
+                    format!(
+                        "created targeted run {name} for {}",
+                        describe(&run.spec.reasons)
+                    ),
+                )
+                .await;
+        }
+        targets::attempted(&mut list, &nodes, &stamp);
+        due.clear();
+        status.active_run = Some(name);
+    }
+    if by_hand.is_some() {
+        let patch = json!({"metadata": {"annotations": {
+            keys::ANNOTATION_RUN_NODES: null,
+            keys::ANNOTATION_RUN_SELECTOR: null,
+        }}});
+        let api: Api<FabricTest> = Api::all(ctx.client.clone());
+        api.patch(
+            &test.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    let next = list
+        .iter()
+        .filter_map(|t| t.next_attempt.as_ref())
+        .map(crate::time::to_chrono)
+        .min();
+    status.targets = list;
+    Ok(next)
+}
+
+/// `node (why), ...` for an Event, at most a few nodes.
+fn describe(reasons: &BTreeMap<String, String>) -> String {
+    const SHOWN: usize = 5;
+    let mut parts: Vec<String> = reasons
+        .iter()
+        .take(SHOWN)
+        .map(|(n, why)| format!("{n} ({why})"))
+        .collect();
+    if reasons.len() > SHOWN {
+        parts.push(format!("and {} more", reasons.len() - SHOWN));
+    }
+    parts.join(", ")
 }
 
 /// Creates `run`; false when it exists already (a retry after a lost status write). Counts
@@ -507,6 +636,14 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
+    let repaired: BTreeSet<String> = observed
+        .iter()
+        .filter(|o| o.repaired && tested.contains(o.node.as_str()))
+        .map(|o| o.node.clone())
+        .collect();
+    let lifecycle_applied =
+        crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
+            .await;
     // With the breaker open nothing on a node changes, its signals included: a remediation
     // tool that acts on GPUFabricHealthy=False must not act on a storm either.
     if !plan.breaker_open {
@@ -530,7 +667,7 @@ async fn quarantine_after(
                 .await;
         }
     }
-    Ok(outcome.errors.is_empty())
+    Ok(outcome.errors.is_empty() && lifecycle_applied)
 }
 
 /// Writes the node signals of a folded run (condition, result label, last pass) from every

@@ -217,6 +217,13 @@ pub fn fold_history(
         .unwrap_or_default();
     let worst = worst_finding_per_node(listed);
     let run_name = run.name_any();
+    // When the run measured its nodes: its end (its start would do as well; a node is
+    // measured once per run).
+    let measured_at = run
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone().or_else(|| s.start_time.clone()))
+        .or_else(|| run.metadata.creation_timestamp.clone());
     for n in nodes {
         // A node not measured: its last finding says why.
         let finding = if n.verdict == NodeVerdict::NotMeasured {
@@ -227,13 +234,16 @@ pub fn fold_history(
                 .or_else(|| worst.get(n.node.as_str()).map(|f| f.message.clone()))
                 .or_else(|| n.reason.clone())
         };
-        let next = gpufabric_health::history::advance(
+        let mut next = gpufabric_health::history::advance(
             by_node.get(&n.node),
             &n.node,
             n.verdict,
             finding,
             &run_name,
         );
+        if !matches!(n.verdict, NodeVerdict::NotMeasured | NodeVerdict::Pending) {
+            next.last_measured = measured_at.clone();
+        }
         by_node.insert(n.node.clone(), next);
     }
     by_node.into_values().collect()
