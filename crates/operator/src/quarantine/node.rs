@@ -438,12 +438,17 @@ pub fn manages_cordon(
         .is_some()
 }
 
-/// A field manager that is this operator: [`MANAGER`], which its quarantine patches name, or
-/// the empty name that the API server records for a request that names no manager and no
-/// user agent (how quarantines were written before the patches named one).
+/// A field manager that is this operator: [`MANAGER`], which its node patches name, or
+/// `unknown`, which the API server records for a request that names no manager and sends no
+/// user agent: how quarantines were written before the patches named one. Every kubectl
+/// sends its user agent (`kubectl`), so a person's cordon is never `unknown`.
 fn is_our_manager(manager: &str) -> bool {
-    manager == MANAGER || manager.is_empty()
+    manager == MANAGER || manager == LEGACY_MANAGER || manager.is_empty()
 }
+
+/// The field manager the API server records for an update that names none and sends no
+/// user agent.
+const LEGACY_MANAGER: &str = "unknown";
 
 /// The cordon on the node is this operator's as far as the managed fields tell: no other
 /// field manager set `spec.unschedulable` last. A node whose managed fields say nothing

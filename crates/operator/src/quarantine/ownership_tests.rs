@@ -281,3 +281,18 @@ fn what_was_undone_says_whether_it_reads_as_a_repair() {
     }
     assert!(!Undone::CordonedAgain { by: "x".into() }.is_repair());
 }
+
+#[test]
+fn a_cordon_written_before_patches_named_their_manager_is_still_ours() {
+    // The API server records `unknown` for an update that names no manager and sends no
+    // user agent, as the operator's patches did before they named one.
+    let (node, _) = play(&[Act::Quarantine(Enforcement::Cordon)]);
+    let mut legacy = node.clone();
+    if let Some(fields) = legacy.metadata.managed_fields.as_mut() {
+        fields[0].manager = Some("unknown".into());
+    }
+    let r = record(&legacy).expect("record");
+    assert_eq!(undone(&legacy, &r), None);
+    let released = operator(&legacy, &release_step(&legacy, US));
+    assert!(!super::node::is_unschedulable(&released));
+}
