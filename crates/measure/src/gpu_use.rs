@@ -178,6 +178,16 @@ pub fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
 /// The check's answer to other work that started while it measured ([`started_during`]):
 /// [`CheckError::GpusInUse`], since its measurements shared the GPUs with that work.
 pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> {
+    for (s, e) in start.iter().zip(end) {
+        tracing::info!(
+            gpu = e.gpu,
+            opened_mib = s.used_bytes >> 20,
+            end_mib = e.used_bytes >> 20,
+            opened_processes = s.processes.len(),
+            end_processes = e.processes.len(),
+            "GPU memory in use once the contexts were open and after the measurements"
+        );
+    }
     started_during(start, end).map_or(Ok(()), |grown| Err(started_meanwhile(&grown)))
 }
 

@@ -8,6 +8,7 @@ pub mod gpu_use;
 pub mod launch_cpu;
 pub mod model;
 pub mod nic;
+pub mod node_check;
 pub mod pairs;
 pub mod rendezvous;
 pub mod sim;

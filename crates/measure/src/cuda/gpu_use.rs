@@ -1,17 +1,14 @@
 //! The cuda backend's looks at other work on the node's GPUs (the rules are
 //! [`crate::gpu_use`]'s): before any context of this process, once its contexts are open
-//! and after its measurements, and the document of the GPUs' health alone when other work
-//! holds GPUs whose own readings show faults.
+//! and after its measurements.
 
-use super::{count_gpus, document, health, open_monitor};
+use super::{count_gpus, health, open_monitor};
 use crate::gpu_use::GpuUse;
-use crate::{CheckError, CheckOptions, Progress};
-use gpufabric_api::ResultDocument;
-use std::time::Instant;
+use crate::{CheckError, Progress};
 
 /// What the GPUs `monitor` covers have in use now, with their processes; nothing without
 /// NVML.
-fn in_use(monitor: Option<&health::Monitor>) -> Vec<GpuUse> {
+pub(super) fn in_use(monitor: Option<&health::Monitor>) -> Vec<GpuUse> {
     monitor.map(health::Monitor::gpu_use).unwrap_or_default()
 }
 
@@ -51,18 +48,7 @@ impl<'m> UseWatch<'m> {
         let Some(monitor) = self.monitor.filter(|_| !skip) else {
             return Ok(());
         };
-        let end = monitor.gpu_use();
-        for (s, e) in self.opened.iter().zip(&end) {
-            tracing::info!(
-                gpu = e.gpu,
-                opened_mib = s.used_bytes >> 20,
-                end_mib = e.used_bytes >> 20,
-                opened_processes = s.processes.len(),
-                end_processes = e.processes.len(),
-                "GPU memory in use once the contexts were open and after the measurements"
-            );
-        }
-        crate::gpu_use::refuse_after(&self.opened, &end)
+        crate::gpu_use::refuse_after(&self.opened, &monitor.gpu_use())
     }
 }
 
@@ -83,30 +69,4 @@ pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
     }
     let monitor = open_monitor(count_gpus()?);
     crate::gpu_use::refuse_at_end(&in_use(monitor.as_ref()))
-}
-
-/// Other work holds the GPUs (`refused`): the check does not measure, but reports the
-/// GPUs' health alone when it shows faults of their own ([`crate::gpu_use::health_alone`]: a
-/// process stuck on a failed GPU holds it like any other work), read without a context of
-/// this process.
-pub(crate) fn health_beside_work(
-    opts: &CheckOptions,
-    monitor: Option<&health::Monitor>,
-    refused: CheckError,
-    started_at: String,
-    started: Instant,
-    progress: Progress,
-) -> Result<ResultDocument, CheckError> {
-    crate::gpu_use::health_alone(
-        refused,
-        &opts.suite,
-        progress,
-        || monitor.map(|m| m.snapshot(&Default::default())),
-        || {
-            let infos = monitor.map(health::Monitor::gpu_infos).unwrap_or_default();
-            let mut doc = document(opts, monitor, infos, started_at);
-            doc.duration_s = started.elapsed().as_secs_f64();
-            doc
-        },
-    )
 }

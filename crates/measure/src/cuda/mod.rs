@@ -1,6 +1,7 @@
 //! The cuda backend: real GPUs through cudarc (driver, NCCL, cuBLAS) and nvml-wrapper, one
 //! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
+pub mod check;
 pub mod ddp;
 pub mod ddp_nodes;
 pub mod ddp_procs;
@@ -14,25 +15,20 @@ pub mod node_pair;
 pub mod pairs;
 pub mod transport;
 
-use crate::gpu_use::timed_out;
+use crate::node_check::PhaseRun;
 use crate::{CheckError, CheckOptions, Progress};
+pub use check::CudaCheck;
 use gpu::{Gpu, GpuError, HostBuf, Stream};
-use gpu_use::{UseWatch, health_beside_work, refuse_gpus_in_use};
+use gpu_use::{UseWatch, refuse_gpus_in_use};
 pub use gpu_use::{refuse_shared_gpus, refuse_work_started};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
     Backend, ErrorKind, GpuInfo, NcclSweepResult, Phase, PhaseError, Versions,
 };
 use gpufabric_api::suite::Collective;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// The message a caught panic carried.
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into())
-}
+pub(crate) use crate::node_check::panic_message;
 
 /// How the cuda backend runs: the agent's command line decides.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,19 +59,13 @@ impl Default for CudaOptions {
     }
 }
 
-/// Runs the node check on every visible GPU. NCCL's INFO log goes to a temporary file
-/// (unless `NCCL_DEBUG` is already set) and is read for the transport NCCL chose between
-/// each pair of GPUs.
+/// Runs the node check on every visible GPU ([`CudaCheck`]).
 pub fn node_check(
     opts: &CheckOptions,
     cuda: &CudaOptions,
     progress: Progress,
 ) -> Result<ResultDocument, CheckError> {
-    let run = || check(opts, cuda, progress);
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
-        Ok(r) => r,
-        Err(p) => Err(classify_panic(&panic_message(p.as_ref()))),
-    }
+    crate::node_check::run(&mut CudaCheck::new(cuda.clone()), opts, progress)
 }
 
 /// A panic from the dynamic loader means a library or symbol is missing.
@@ -240,100 +230,6 @@ fn unavailable(phase: Phase, message: &str) -> PhaseError {
     }
 }
 
-fn check(
-    opts: &CheckOptions,
-    cuda: &CudaOptions,
-    progress: Progress,
-) -> Result<ResultDocument, CheckError> {
-    let started = Instant::now();
-    let started_at = crate::rfc3339(std::time::SystemTime::now());
-    let suite = &opts.suite;
-    if suite.nccl_sweep.enabled && suite.nccl_sweep.min_bytes > suite.nccl_sweep.max_bytes {
-        return Err(CheckError::InvalidInput(
-            "ncclSweep.minBytes is larger than ncclSweep.maxBytes".into(),
-        ));
-    }
-    let found = count_gpus()?;
-    if let Some(wanted) = opts.expect_gpus
-        && found < wanted
-    {
-        return Err(CheckError::TooFewGpus { found, wanted });
-    }
-    let monitor = open_monitor(found);
-    if let Err(refused) = refuse_gpus_in_use(monitor.as_ref(), opts.shared_gpus, progress) {
-        return health_beside_work(
-            opts,
-            monitor.as_ref(),
-            refused,
-            started_at,
-            started,
-            progress,
-        );
-    }
-    let gpus = open_devices(found)?;
-    if let Some(why) = suite_too_large(opts, &gpus) {
-        return Err(CheckError::InvalidInput(why));
-    }
-    // The GPUs once this process's contexts are open: what the end of the check is set
-    // beside, to tell other work that started meanwhile.
-    let watch = UseWatch::start(monitor.as_ref());
-    progress(&format!("{found} GPU(s): {}", gpus[0].name()));
-    let debug_file = nccl_debug_file();
-    let infos: Vec<GpuInfo> = gpus
-        .iter()
-        .map(|g| GpuInfo {
-            index: g.index,
-            product: g.name(),
-            uuid: None,
-            pci_bus_id: g.pci_bus_id(),
-            memory_bytes: g.total_mem(),
-        })
-        .collect();
-    let mut errors = Vec::new();
-    let nccl_ok = nccl::nccl_present();
-    let run = || measure(opts, cuda, &gpus, nccl_ok, progress);
-    let (measured, xids) = match &monitor {
-        Some(m) => m.watch_xids(run),
-        None => (run(), Default::default()),
-    };
-    let (nccl_result, pairs_result, ddp_result, mut phase_errors) = measured;
-    watch.finish(opts.shared_gpus || timed_out(&phase_errors) || !xids.is_empty())?;
-    errors.append(&mut phase_errors);
-    let health = if suite.health.enabled {
-        match &monitor {
-            Some(m) => Some(m.snapshot(&xids)),
-            None => {
-                errors.push(unavailable(
-                    Phase::Health,
-                    "NVML (libnvidia-ml.so.1) could not be loaded",
-                ));
-                None
-            }
-        }
-    } else {
-        None
-    };
-    let mut transports = Vec::new();
-    if let Some(path) = &debug_file {
-        if let Ok(log) = std::fs::read_to_string(path) {
-            let pairs = transport::parse(&log);
-            transports = transport::to_infos(&pairs, &|a, b| {
-                monitor.as_ref().and_then(|m| m.nvlink_between(a, b))
-            });
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    let mut doc = document(opts, monitor.as_ref(), infos, started_at);
-    doc.nccl = nccl_result;
-    doc.pairs = pairs_result;
-    doc.ddp = ddp_result;
-    doc.health = health;
-    doc.transports = transports;
-    doc.errors = errors;
-    doc.duration_s = started.elapsed().as_secs_f64();
-    Ok(doc)
-}
-
 /// The document of a check on `gpus`, nothing measured yet: versions, GPUs, network ports.
 pub(crate) fn document(
     opts: &CheckOptions,
@@ -356,79 +252,6 @@ pub(crate) fn document(
             Vec::new()
         });
     doc
-}
-
-type Measured = (
-    Option<NcclSweepResult>,
-    Option<gpufabric_api::result::PairMatrix>,
-    Option<gpufabric_api::result::DdpResult>,
-    Vec<PhaseError>,
-);
-
-fn measure(
-    opts: &CheckOptions,
-    cuda: &CudaOptions,
-    gpus: &[Gpu],
-    nccl_ok: bool,
-    progress: Progress,
-) -> Measured {
-    let suite = &opts.suite;
-    let mut errors = Vec::new();
-    let wd = nccl::Watchdog::start();
-    let timeout = opts.phase_timeout.max(Duration::from_secs(1));
-    let p = |s: &str| progress(s);
-
-    let blocking = blocking_launches(
-        gpus.len(),
-        std::env::var("CUDA_LAUNCH_BLOCKING").ok().as_deref(),
-    );
-    let mut nccl_result = None;
-    if suite.nccl_sweep.enabled {
-        if !nccl_ok {
-            errors.push(unavailable(
-                Phase::NcclSweep,
-                "libnccl.so could not be loaded (put NCCL's lib directory on LD_LIBRARY_PATH)",
-            ));
-        } else if let Some(why) = &blocking {
-            errors.push(unavailable(Phase::NcclSweep, why));
-        } else {
-            match sweep(opts, cuda, gpus, &wd, timeout, &p) {
-                Ok((r, errs)) => {
-                    nccl_result = Some(r);
-                    errors.extend(errs);
-                }
-                Err(e) => errors.push(phase_error(Phase::NcclSweep, &e)),
-            }
-        }
-    }
-
-    let mut pairs_result = None;
-    if suite.gpu_pairs.enabled {
-        match copy_matrix(opts, gpus, timeout, &p) {
-            Ok(m) => pairs_result = Some(m),
-            Err(e) => errors.push(phase_error(Phase::GpuPairs, &e)),
-        }
-    }
-
-    let mut ddp_result = None;
-    let probe = &suite.ddp_probe;
-    if probe.enabled {
-        if !nccl_ok || !ddp::cublas_present() {
-            errors.push(unavailable(
-                Phase::DdpProbe,
-                "libnccl.so or libcublas.so could not be loaded",
-            ));
-        } else if let Some(why) = blocking.as_ref().filter(|_| cuda.ddp_worker.is_none()) {
-            // One process per GPU (--ddp-process-per-gpu) is not affected.
-            errors.push(unavailable(Phase::DdpProbe, why));
-        } else {
-            match ddp_probe(opts, cuda, gpus, &wd, timeout, &p) {
-                Ok(r) => ddp_result = Some(r),
-                Err(e) => errors.push(phase_error(Phase::DdpProbe, &e)),
-            }
-        }
-    }
-    (nccl_result, pairs_result, ddp_result, errors)
 }
 
 /// Why NCCL cannot run in this process, if so: with `CUDA_LAUNCH_BLOCKING=1` (`env`) the
@@ -454,11 +277,10 @@ fn pins_launches(asked: bool, graph_launches: u32) -> bool {
 /// The GPU-pair copy matrix.
 #[tracing::instrument(name = "gpuPairs", skip_all)]
 fn copy_matrix(
-    opts: &CheckOptions,
+    run: &PhaseRun,
     gpus: &[Gpu],
-    timeout: Duration,
-    progress: &dyn Fn(&str),
 ) -> Result<gpufabric_api::result::PairMatrix, GpuError> {
+    let (opts, timeout, progress) = (run.opts, run.timeout, run.progress);
     let suite = &opts.suite;
     let set = pairs::PairSettings {
         bytes: suite.gpu_pairs.bytes as usize,
@@ -474,13 +296,12 @@ fn copy_matrix(
 /// The DDP scaling probe.
 #[tracing::instrument(name = "ddpProbe", skip_all)]
 fn ddp_probe(
-    opts: &CheckOptions,
+    run: &PhaseRun,
     cuda: &CudaOptions,
     gpus: &[Gpu],
     wd: &nccl::Watchdog,
-    timeout: Duration,
-    progress: &dyn Fn(&str),
 ) -> Result<gpufabric_api::result::DdpResult, GpuError> {
+    let (opts, timeout, progress) = (run.opts, run.timeout, run.progress);
     let probe = &opts.suite.ddp_probe;
     let (warmup, steps) = opts.ddp_steps();
     let set = ddp::DdpSettings {
@@ -501,13 +322,12 @@ fn ddp_probe(
 /// The NCCL sweep of every collective of the suite.
 #[tracing::instrument(name = "ncclSweep", skip_all)]
 fn sweep(
-    opts: &CheckOptions,
+    run: &PhaseRun,
     cuda: &CudaOptions,
     gpus: &[Gpu],
     wd: &nccl::Watchdog,
-    timeout: Duration,
-    progress: &dyn Fn(&str),
 ) -> Result<(NcclSweepResult, Vec<PhaseError>), GpuError> {
+    let (opts, timeout, progress) = (run.opts, run.timeout, run.progress);
     let cfg = &opts.suite.nccl_sweep;
     // `--quick` reduces sizes and iterations the same way for both backends.
     let sizes = opts.sweep_sizes();
@@ -657,6 +477,7 @@ fn sweep(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_missing_library_panic_becomes_library_missing() {

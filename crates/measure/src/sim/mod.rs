@@ -14,15 +14,17 @@ mod tests;
 pub use products::{A100, B200, GENERIC_PCIE, H100, H200, ProductModel, product_model};
 
 use crate::fleet::{Fault, FleetNode};
+use crate::node_check::{CheckBackend, Look, PhaseRun, Swept, Xids};
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    Backend, ErrorKind, GpuInfo, Phase, PhaseError, TransportInfo, Versions,
+    Backend, DdpResult, ErrorKind, GpuInfo, HealthSnapshot, PairMatrix, Phase, PhaseError,
+    TransportInfo, Versions,
 };
 use node_model::NodeModel;
 use noise::Rng;
 use phases::{ddp_phase, health_phase, nccl_phase, pairs_phase};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// A counter that grows by `per_second` every second of wall-clock time (millisecond
 /// resolution), as an error counter since driver load does on a marginal link: the
@@ -79,21 +81,6 @@ pub fn refuse_shared_gpus(
     crate::gpu_use::refuse(&gpu_use(node, false), shared, progress)
 }
 
-/// The end of a simulated check: the cuda backend's [`crate::gpu_use::refuse_after`] on the
-/// node's `gpusInUse` faults with `during: true`; as there, not when `shared`, when a phase
-/// of `doc` timed out or when a GPU raised an XID.
-fn refuse_work_started(
-    node: &FleetNode,
-    doc: &ResultDocument,
-    shared: bool,
-) -> Result<(), CheckError> {
-    let xid = node.faults.iter().any(|f| matches!(f, Fault::Xid { .. }));
-    work_started(
-        node,
-        shared || crate::gpu_use::timed_out(&doc.errors) || xid,
-    )
-}
-
 /// The cuda backend's look of a ddp-nodes rank once its workers ended (no context of its
 /// own then, [`crate::gpu_use::refuse_at_end`]): what the node's `gpusInUse` faults hold at
 /// the end, unless `shared`.
@@ -138,21 +125,6 @@ fn gpu_use(node: &FleetNode, end: bool) -> Vec<crate::gpu_use::GpuUse> {
             prohibited: false,
         })
         .collect()
-}
-
-/// Runs `work` as the phase `phase` under the watchdog: when the node has a `hang` fault for
-/// this phase, the work never finishes and the watchdog aborts it after `timeout`.
-fn run_phase<T>(
-    m: &NodeModel,
-    phase: Phase,
-    timeout: Duration,
-    progress: Progress,
-    work: impl FnOnce() -> T,
-) -> Result<T, PhaseError> {
-    match hang(m.node, phase, timeout, progress) {
-        None => Ok(work()),
-        Some(e) => Err(e),
-    }
 }
 
 /// A `hang` fault of `node` in `phase`: `None` without one; with `stuck: true` it never
@@ -212,127 +184,136 @@ pub fn node_check(
     seed: u64,
     progress: Progress,
 ) -> Result<ResultDocument, CheckError> {
-    let started = Instant::now();
-    let started_at = crate::rfc3339(SystemTime::now());
-    if node.gpus == 0 {
-        return Err(CheckError::NoGpu(format!(
-            "simulated node {} declares no GPUs",
-            node.name
-        )));
-    }
-    if let Some(wanted) = opts.expect_gpus
-        && node.gpus < wanted
-    {
-        return Err(CheckError::TooFewGpus {
-            found: node.gpus,
-            wanted,
-        });
-    }
-    let m = NodeModel::new(node, seed);
-    if let Err(refused) = refuse_shared_gpus(node, opts.shared_gpus, progress) {
-        return health_beside_work(opts, node, &m, seed, started_at, refused, progress);
-    }
-    if m.product.name == GENERIC_PCIE.name {
-        tracing::warn!(product = %node.product, "unknown GPU product; simulating a PCIe-only GPU");
-    }
-    let suite = &opts.suite;
-    let timeout = opts.phase_timeout;
-    let _span = tracing::info_span!("sim_node_check", node = %node.name).entered();
-    progress(&format!(
-        "setup: simulated node {}, {} x {} ({} model)",
-        node.name, node.gpus, node.product, m.product.name
-    ));
-
-    let mut doc = empty_document(opts, node, &m, seed, started_at);
-
-    if let Err(e) = run_phase(&m, Phase::Setup, timeout, progress, || ()) {
-        doc.errors.push(e);
-        doc.duration_s = started.elapsed().as_secs_f64();
-        return Ok(doc);
-    }
-    for a in 0..node.gpus {
-        for b in a + 1..node.gpus {
-            doc.transports.push(TransportInfo {
-                a,
-                b,
-                transport: m.transport(a, b),
-            });
-        }
-    }
-    if suite.health.enabled {
-        match run_phase(&m, Phase::Health, timeout, progress, || {
-            health_phase(&m, progress)
-        }) {
-            Ok(h) => doc.health = Some(h),
-            Err(e) => doc.errors.push(e),
-        }
-    }
-    if suite.nccl_sweep.enabled {
-        match run_phase(&m, Phase::NcclSweep, timeout, progress, || {
-            nccl_phase(&m, opts, progress)
-        }) {
-            Ok(n) => doc.nccl = Some(n),
-            Err(e) => doc.errors.push(e),
-        }
-    }
-    if suite.gpu_pairs.enabled {
-        match run_phase(&m, Phase::GpuPairs, timeout, progress, || {
-            pairs_phase(&m, suite, progress)
-        }) {
-            Ok(p) => doc.pairs = Some(p),
-            Err(e) => doc.errors.push(e),
-        }
-    }
-    if suite.ddp_probe.enabled {
-        match run_phase(&m, Phase::DdpProbe, timeout, progress, || {
-            ddp_phase(&m, opts, progress)
-        }) {
-            Ok(d) => doc.ddp = Some(d),
-            Err(e) => doc.errors.push(e),
-        }
-    }
-    // No node-pair phase exists in a single-node check yet; a `slowNic` fault only matters
-    // to node-pair tests and leaves this document untouched.
-    if node
-        .faults
-        .iter()
-        .any(|f| matches!(f, Fault::SlowNic { .. }))
-    {
-        tracing::debug!(node = %node.name, "slowNic fault: no node-pair phase in a node check");
-    }
-    refuse_work_started(node, &doc, opts.shared_gpus)?;
-    doc.duration_s = started.elapsed().as_secs_f64();
-    Ok(doc)
+    crate::node_check::run(&mut SimCheck::new(node.clone(), seed), opts, progress)
 }
 
-/// The sim's answer to other work holding the GPUs, as the cuda backend's
-/// ([`crate::gpu_use::health_alone`]), with the node's simulated health.
-fn health_beside_work(
-    opts: &CheckOptions,
-    node: &FleetNode,
-    m: &NodeModel,
+/// The sim backend of the node check ([`crate::node_check`]): each phase computed from the
+/// model of the fleet's node, its faults injected.
+pub struct SimCheck {
+    node: FleetNode,
     seed: u64,
-    started_at: String,
-    refused: CheckError,
-    progress: Progress,
-) -> Result<ResultDocument, CheckError> {
-    crate::gpu_use::health_alone(
-        refused,
-        &opts.suite,
-        progress,
-        || Some(health_phase(m, progress)),
-        || empty_document(opts, node, m, seed, started_at),
-    )
+}
+
+impl SimCheck {
+    /// The check of `node` with noise seeded by `seed`.
+    pub fn new(node: FleetNode, seed: u64) -> SimCheck {
+        SimCheck { node, seed }
+    }
+
+    fn model(&self) -> NodeModel<'_> {
+        NodeModel::new(&self.node, self.seed)
+    }
+
+    /// Runs `work` as the phase `phase` under the watchdog: when the node has a `hang` fault
+    /// for this phase, the work never finishes and the watchdog aborts it after the timeout.
+    fn run_phase<T>(
+        &self,
+        phase: Phase,
+        run: &PhaseRun,
+        work: impl FnOnce(&NodeModel) -> T,
+    ) -> Result<T, PhaseError> {
+        match hang(&self.node, phase, run.timeout, run.progress) {
+            None => Ok(work(&self.model())),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+impl CheckBackend for SimCheck {
+    fn count_gpus(&mut self) -> Result<u32, CheckError> {
+        match self.node.gpus {
+            0 => Err(CheckError::NoGpu(format!(
+                "simulated node {} declares no GPUs",
+                self.node.name
+            ))),
+            n => Ok(n),
+        }
+    }
+
+    /// The node's `gpusInUse` faults ([`gpu_use`]).
+    fn gpu_use(&mut self, look: Look) -> Vec<crate::gpu_use::GpuUse> {
+        gpu_use(&self.node, look == Look::End)
+    }
+
+    fn health_alone(&self, progress: Progress) -> Option<HealthSnapshot> {
+        Some(health_phase(&self.model(), progress))
+    }
+
+    fn document(&self, opts: &CheckOptions, started_at: String) -> ResultDocument {
+        empty_document(opts, &self.model(), started_at)
+    }
+
+    fn open(&mut self, _opts: &CheckOptions, progress: Progress) -> Result<(), CheckError> {
+        let m = self.model();
+        if m.product.name == GENERIC_PCIE.name {
+            tracing::warn!(product = %self.node.product, "unknown GPU product; simulating a PCIe-only GPU");
+        }
+        progress(&format!(
+            "setup: simulated node {}, {} x {} ({} model)",
+            self.node.name, self.node.gpus, self.node.product, m.product.name
+        ));
+        Ok(())
+    }
+
+    fn setup(&self, run: &PhaseRun) -> Result<(), PhaseError> {
+        self.run_phase(Phase::Setup, run, |_| ())
+    }
+
+    /// The node's `xid` faults.
+    fn watch_xids(&self, measure: &mut dyn FnMut()) -> Xids {
+        measure();
+        let mut xids = Xids::new();
+        for f in &self.node.faults {
+            if let Fault::Xid { gpu, code } = f {
+                xids.entry(*gpu).or_default().push(*code);
+            }
+        }
+        xids
+    }
+
+    fn nccl_sweep(&self, run: &PhaseRun) -> Result<Swept, PhaseError> {
+        self.run_phase(Phase::NcclSweep, run, |m| {
+            (nccl_phase(m, run.opts, run.progress), Vec::new())
+        })
+    }
+
+    fn gpu_pairs(&self, run: &PhaseRun) -> Result<PairMatrix, PhaseError> {
+        self.run_phase(Phase::GpuPairs, run, |m| {
+            pairs_phase(m, &run.opts.suite, run.progress)
+        })
+    }
+
+    fn ddp_probe(&self, run: &PhaseRun) -> Result<DdpResult, PhaseError> {
+        self.run_phase(Phase::DdpProbe, run, |m| {
+            ddp_phase(m, run.opts, run.progress)
+        })
+    }
+
+    /// The model's health; its XIDs are the node's `xid` faults already.
+    fn health(&self, _xids: &Xids, run: &PhaseRun) -> Result<HealthSnapshot, PhaseError> {
+        self.run_phase(Phase::Health, run, |m| health_phase(m, run.progress))
+    }
+
+    /// The transport between each pair of GPUs. No node-pair phase exists in a single-node
+    /// check; a `slowNic` fault only matters to node-pair tests and leaves this document
+    /// untouched.
+    fn finish(&mut self, doc: &mut ResultDocument) {
+        let m = self.model();
+        for a in 0..self.node.gpus {
+            for b in a + 1..self.node.gpus {
+                doc.transports.push(TransportInfo {
+                    a,
+                    b,
+                    transport: m.transport(a, b),
+                });
+            }
+        }
+    }
 }
 
 /// The document of `node` before any phase ran: its GPUs and versions, nothing measured.
-fn empty_document(
-    opts: &CheckOptions,
-    node: &FleetNode,
-    m: &NodeModel,
-    seed: u64,
-    started_at: String,
-) -> ResultDocument {
+fn empty_document(opts: &CheckOptions, m: &NodeModel, started_at: String) -> ResultDocument {
+    let (node, seed) = (m.node, m.seed);
     let gpus: Vec<GpuInfo> = (0..node.gpus)
         .map(|i| GpuInfo {
             index: i,

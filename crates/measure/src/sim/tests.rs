@@ -5,6 +5,7 @@ use crate::fleet::Fault;
 use gpufabric_api::CompactResult;
 use gpufabric_api::result::{DdpPoint, Transport};
 use gpufabric_api::suite::{Collective, Suite};
+use std::time::Instant;
 
 fn node(product: &str, gpus: u32, faults: Vec<Fault>) -> FleetNode {
     FleetNode {
