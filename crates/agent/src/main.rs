@@ -13,8 +13,9 @@ mod verdict;
 use anyhow::Context;
 use args::{BackendArg, NodeCheckArgs};
 use clap::{Parser, Subcommand};
-use gpufabric_measure::cuda::CudaOptions;
-use gpufabric_measure::sim::{self, ProcessFault};
+use gpufabric_measure::cuda::{CudaCheck, CudaOptions};
+use gpufabric_measure::node_check::CheckBackend;
+use gpufabric_measure::sim::{self, ProcessFault, SimCheck};
 use gpufabric_measure::{CheckError, CheckOptions};
 use output::progress;
 use std::process::ExitCode;
@@ -217,25 +218,11 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         phase_timeout: args.phase_timeout,
         shared_gpus: args.shared_gpus,
     };
-    let (doc, garbage) = match args.backend {
-        BackendArg::Cuda => {
-            progress(&format!("node-check on {node} with the cuda backend"));
-            let cuda = CudaOptions {
-                check_values: args.check.unwrap_or(true),
-                ddp_trace: args.ddp_trace,
-                ddp_worker: ddp_worker_exe(&args)?,
-                launch_pin: args.pin_launch_cpu,
-            };
-            (
-                gpufabric_measure::cuda::node_check(&opts, &cuda, &progress)?,
-                false,
-            )
-        }
-        BackendArg::Sim => match sim_check(&args, &opts)? {
-            SimRun::Measured { doc, garbage } => (*doc, garbage),
-            SimRun::Crashed(code) => return Ok(code),
-        },
+    let (mut backend, garbage) = match backend(&args, &node)? {
+        Chosen::Measure { backend, garbage } => (backend, garbage),
+        Chosen::Crashed(code) => return Ok(code),
     };
+    let doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
     let verdict = match &thresholds {
         Some(t) => {
             let previous = args.verdict.previous_counters();
@@ -279,18 +266,40 @@ fn ddp_worker_exe(args: &NodeCheckArgs) -> anyhow::Result<Option<std::path::Path
         .context("finding this program to start it once per GPU")
 }
 
-enum SimRun {
-    Measured {
-        doc: Box<gpufabric_api::ResultDocument>,
+/// The node check's backend, as `--backend` chose it.
+enum Chosen {
+    /// Measure with `backend`; with `garbage` (a sim fault), write a truncated document.
+    Measure {
+        backend: Box<dyn CheckBackend>,
         garbage: bool,
     },
     /// A simulated crash: the exit code, nothing written.
     Crashed(i32),
 }
 
-/// The sim backend's check of the fleet file's node, with its process faults.
-fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun> {
-    let node = &opts.node;
+/// The backend of `node`'s check: the cuda backend with the command line's options, or the
+/// sim backend of the fleet file's node, with its process faults.
+fn backend(args: &NodeCheckArgs, node: &str) -> anyhow::Result<Chosen> {
+    match args.backend {
+        BackendArg::Cuda => {
+            progress(&format!("node-check on {node} with the cuda backend"));
+            let cuda = CudaOptions {
+                check_values: args.check.unwrap_or(true),
+                ddp_trace: args.ddp_trace,
+                ddp_worker: ddp_worker_exe(args)?,
+                launch_pin: args.pin_launch_cpu,
+            };
+            Ok(Chosen::Measure {
+                backend: Box::new(CudaCheck::new(cuda)),
+                garbage: false,
+            })
+        }
+        BackendArg::Sim => sim_backend(args, node),
+    }
+}
+
+/// The sim backend of the fleet file's `node`, unless a process fault of it acts first.
+fn sim_backend(args: &NodeCheckArgs, node: &str) -> anyhow::Result<Chosen> {
     let (source, fleet) = args.fleet.load()?;
     let Some(fleet_node) = fleet.node(node) else {
         let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
@@ -304,7 +313,7 @@ fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun
             eprintln!(
                 "fabric-agent: simulated crash of node {node} (fault in {source}): exiting with code {exit_code}"
             );
-            return Ok(SimRun::Crashed(exit_code));
+            return Ok(Chosen::Crashed(exit_code));
         }
         Some(ProcessFault::Garbage) => true,
         None => false,
@@ -313,9 +322,8 @@ fn sim_check(args: &NodeCheckArgs, opts: &CheckOptions) -> anyhow::Result<SimRun
     progress(&format!(
         "node-check on {node} with the sim backend ({source}, seed {seed})"
     ));
-    let doc = sim::node_check(opts, fleet_node, seed, &progress)?;
-    Ok(SimRun::Measured {
-        doc: Box::new(doc),
+    Ok(Chosen::Measure {
+        backend: Box::new(SimCheck::new(fleet_node.clone(), seed)),
         garbage,
     })
 }
