@@ -56,6 +56,11 @@ fn the_demo_refuses_bad_input_finds_every_injected_fault_and_cordons_within_the_
     assert!(held[0].contains("budget"), "{}", held[0]);
     shown("h200-07  nightly-manual-");
     shown("skipped: Busy");
+    // A node's life: the busy node, free and gated, passes and its gate opens; the node
+    // nightly cordoned is repaired, and one targeted run releases it.
+    shown("h200-07: gated false, cordoned false; ValidationPassed: passed run nightly-t");
+    shown("h200-02: gated false, cordoned false; Released: released by FabricTest nightly");
+    shown("RepairPassed: passed its repair test in run nightly-t");
     for healthy in ["h100-00", "h100-05", "h100-06", "h200-07"] {
         assert!(
             rows(&stdout, &format!("{healthy}  true")).is_empty(),

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod admission;
+mod lifecycle;
 mod nightly;
 mod operator;
 mod print;
@@ -103,7 +104,15 @@ async fn main() -> anyhow::Result<()> {
         .map(|n| n.name.clone());
     match &mut operator {
         Some(op) => {
-            run_nightly(&cluster, cli.timeout, op, busy.as_deref()).await?;
+            let test = run_nightly(&cluster, cli.timeout, op, busy.as_deref()).await?;
+            lifecycle::show_lifecycle(
+                &cluster,
+                &fleet,
+                &test,
+                busy.as_deref(),
+                std::time::Duration::from_secs(cli.timeout.min(180)),
+            )
+            .await?;
         }
         None => {
             step("what comes next");

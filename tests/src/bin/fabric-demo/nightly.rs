@@ -18,7 +18,7 @@ pub(crate) async fn run_nightly(
     timeout: u64,
     operator: &mut std::process::Child,
     busy: Option<&str>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let name = apply_nightly(cluster, busy).await?;
     let tests: Api<FabricTest> = Api::all(cluster.client());
     let runs: Api<FabricTestRun> = Api::all(cluster.client());
@@ -34,7 +34,7 @@ pub(crate) async fn run_nightly(
     let ft = tests.get(&name).await?;
     print_quarantine(cluster, &ft).await?;
     not_measured(&runs.list(&lp).await?.items);
-    Ok(())
+    Ok(name)
 }
 
 /// Applies deploy/examples/nightly.yaml (run now, sim backend, the training pool), after

@@ -37,10 +37,13 @@ pub(crate) async fn bring_up(
         cluster.dir().display()
     ));
 
-    let fleet = match cli.fleet.clone().or_else(SimFleet::shipped_demo_file) {
-        Some(path) => SimFleet::load(&path)?,
-        None => SimFleet::write_to(SimFleet::demo(), cluster.dir().join("fleet.yaml"))?,
+    // The agents read a copy in the cluster's dir: the demo repairs a node by rewriting it,
+    // and never changes the file it was given.
+    let given = match cli.fleet.clone().or_else(SimFleet::shipped_demo_file) {
+        Some(path) => SimFleet::load(&path)?.fleet().clone(),
+        None => SimFleet::demo(),
     };
+    let fleet = SimFleet::write_to(given, cluster.dir().join("fleet.yaml"))?;
     let faulty: Vec<String> = fleet
         .fleet()
         .nodes
