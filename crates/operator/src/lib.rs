@@ -323,12 +323,7 @@ fn tests_for_node(
         || node
             .annotations()
             .contains_key(gpufabric_api::keys::ANNOTATION_REPAIRED);
-    let conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let conditions = lifecycle::targets::conditions(node);
     for t in tests {
         let lifecycle = &t.spec.node_lifecycle;
         let troubled = conditions

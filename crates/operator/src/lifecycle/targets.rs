@@ -78,12 +78,7 @@ pub fn why_now(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option
             t.what
         ));
     }
-    let conditions = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
+    let conditions = conditions(node);
     for wanted in &test.spec.node_lifecycle.test_on_conditions {
         let Some(c) = conditions.iter().find(|c| &c.type_ == wanted) else {
             continue;
@@ -104,6 +99,15 @@ pub fn why_now(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option
         }
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// The node's conditions (none when it reports none).
+pub fn conditions(node: &Node) -> &[k8s_openapi::api::core::v1::NodeCondition] {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default()
 }
 
 fn short(s: &str) -> String {

@@ -252,17 +252,10 @@ pub fn quarantine_step(
 /// `kubectl cordon` of a node that is already cordoned changes nothing on the node and
 /// leaves no trace; it is undone with ours.
 pub fn release_step(node: &Node, test_key: &str) -> Step {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let obs = NodeObservation::of(&name, Some(node), test_key);
-    if let Some(e) = obs.record_error {
-        return Step::Refuse(Refusal::UnreadableRecord(e));
-    }
-    let Some(record) = obs.record else {
-        return Step::AlreadyReleased;
+    let record = match our_record(node, test_key) {
+        Ok(r) => r,
+        Err(step) => return step,
     };
-    if !record.is_owned_by(test_key) {
-        return Step::Refuse(Refusal::OtherTest(record.test));
-    }
     let Some(rv) = node.metadata.resource_version.clone() else {
         return Step::Refuse(Refusal::NoResourceVersion);
     };
@@ -374,23 +367,33 @@ pub fn undone(node: &Node, record: &QuarantineRecord) -> Option<Undone> {
     None
 }
 
+/// This test's record on the node, or the step when there is none of its own: nothing to
+/// release (no record), or a refusal (unreadable, or another test's).
+fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Step> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let obs = NodeObservation::of(&name, Some(node), test_key);
+    if let Some(e) = obs.record_error {
+        return Err(Step::Refuse(Refusal::UnreadableRecord(e)));
+    }
+    let Some(record) = obs.record else {
+        return Err(Step::AlreadyReleased);
+    };
+    if !record.is_owned_by(test_key) {
+        return Err(Step::Refuse(Refusal::OtherTest(record.test)));
+    }
+    Ok(record)
+}
+
 /// The step that ends this test's claim on a node whose quarantine someone else undid
 /// ([`undone`]): the record goes, and the label when the record names it and it is still
 /// there. Nothing else on the node changes: what is on it now is theirs.
 /// [`Step::AlreadyQuarantined`] when nothing was undone after all (read again after a
 /// conflict), [`Step::AlreadyReleased`] when the record is gone.
 pub fn hand_back_step(node: &Node, test_key: &str) -> Step {
-    let name = node.metadata.name.clone().unwrap_or_default();
-    let obs = NodeObservation::of(&name, Some(node), test_key);
-    if let Some(e) = obs.record_error {
-        return Step::Refuse(Refusal::UnreadableRecord(e));
-    }
-    let Some(record) = obs.record else {
-        return Step::AlreadyReleased;
+    let record = match our_record(node, test_key) {
+        Ok(r) => r,
+        Err(step) => return step,
     };
-    if !record.is_owned_by(test_key) {
-        return Step::Refuse(Refusal::OtherTest(record.test));
-    }
     if undone(node, &record).is_none() {
         return Step::AlreadyQuarantined(record);
     }
