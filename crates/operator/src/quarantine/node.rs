@@ -254,7 +254,7 @@ pub fn quarantine_step(
 pub fn release_step(node: &Node, test_key: &str) -> Step {
     let record = match our_record(node, test_key) {
         Ok(r) => r,
-        Err(step) => return step,
+        Err(step) => return *step,
     };
     let Some(rv) = node.metadata.resource_version.clone() else {
         return Step::Refuse(Refusal::NoResourceVersion);
@@ -369,17 +369,17 @@ pub fn undone(node: &Node, record: &QuarantineRecord) -> Option<Undone> {
 
 /// This test's record on the node, or the step when there is none of its own: nothing to
 /// release (no record), or a refusal (unreadable, or another test's).
-fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Step> {
+fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Box<Step>> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
     if let Some(e) = obs.record_error {
-        return Err(Step::Refuse(Refusal::UnreadableRecord(e)));
+        return Err(Box::new(Step::Refuse(Refusal::UnreadableRecord(e))));
     }
     let Some(record) = obs.record else {
-        return Err(Step::AlreadyReleased);
+        return Err(Box::new(Step::AlreadyReleased));
     };
     if !record.is_owned_by(test_key) {
-        return Err(Step::Refuse(Refusal::OtherTest(record.test)));
+        return Err(Box::new(Step::Refuse(Refusal::OtherTest(record.test))));
     }
     Ok(record)
 }
@@ -392,7 +392,7 @@ fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Step> {
 pub fn hand_back_step(node: &Node, test_key: &str) -> Step {
     let record = match our_record(node, test_key) {
         Ok(r) => r,
-        Err(step) => return step,
+        Err(step) => return *step,
     };
     if undone(node, &record).is_none() {
         return Step::AlreadyQuarantined(record);
