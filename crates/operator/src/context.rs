@@ -42,6 +42,10 @@ pub struct Context {
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
     /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
     pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Held while a run picks its nodes and freezes them into its shards: two runs starting
+    /// at the same moment would otherwise each see the other's nodes free (its pods come a
+    /// pass later) and both make a pod on every node, the second refused by the kubelet.
+    pub start_lock: Arc<tokio::sync::Mutex<()>>,
     /// Keeps each node's full result once, in the background, as its pod ends; the run's
     /// end has only the last pods left.
     pub keeper: Arc<crate::controller::run::Keeper>,

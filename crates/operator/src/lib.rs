@@ -125,6 +125,7 @@ fn context(
         agent_image: options.agent_image.clone(),
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
+        start_lock: Default::default(),
         keeper: Arc::new(crate::controller::run::Keeper::new()),
         passes: Default::default(),
     })

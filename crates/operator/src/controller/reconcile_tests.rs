@@ -49,6 +49,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         agent_image: "registry.local/fabric-agent:test".into(),
         cluster_cap: None,
         quarantine_lock: Default::default(),
+        start_lock: Default::default(),
         keeper: Arc::new(crate::controller::run::Keeper::new()),
         passes: Default::default(),
     })

@@ -514,6 +514,7 @@ mod tests {
             agent_image: "registry.local/fabric-agent:test".into(),
             cluster_cap: None,
             quarantine_lock: Default::default(),
+            start_lock: Default::default(),
             keeper: Arc::new(Keeper::new()),
             passes: Default::default(),
         })

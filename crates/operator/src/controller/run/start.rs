@@ -3,11 +3,6 @@
 
 use super::*;
 
-/// Held while a run picks its nodes and freezes them into its shards: two runs starting at
-/// the same moment would otherwise each see the other's nodes free (its pods come a pass
-/// later) and both make a pod on every node, the second refused by the kubelet.
-static ONE_START_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Resolves the nodes and freezes them into the run's shards, or fails the run when there
 /// are none. A start cut short after its shards were made keeps the nodes they hold.
 pub(super) async fn start(
@@ -15,7 +10,8 @@ pub(super) async fn start(
     api: &Api<FabricTestRun>,
     ctx: &Context,
 ) -> Result<Action> {
-    let _starting = ONE_START_AT_A_TIME.lock().await;
+    // One run picks and freezes its nodes at a time (see `Context::start_lock`).
+    let _starting = ctx.start_lock.lock().await;
     let name = run.name_any();
     let shards_api = shards_api(ctx, run);
     let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
