@@ -8,11 +8,12 @@ use crate::status as st;
 use crate::time::to_chrono;
 use chrono::{DateTime, Utc};
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, Trigger};
-use gpufabric_api::test::{FabricTest, FabricTestStatus};
+use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict, Trigger};
+use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
 use gpufabric_health::profiles::validate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Condition: the spec is valid and runs are scheduled.
 pub const CONDITION_READY: &str = "Ready";
@@ -183,6 +184,82 @@ impl Decision {
                 self.notes.push(waits(&blocking));
             }
         }
+    }
+}
+
+/// What a folded run means for quarantine, decided with no client: the plan, why each node
+/// would be quarantined (its latest finding), and the repaired nodes the run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuarantineDecision {
+    pub plan: gpufabric_health::Plan,
+    pub reasons: BTreeMap<String, String>,
+    pub repaired: BTreeSet<String>,
+}
+
+/// Plans quarantine after `run` (already folded into `status`): the planner's facts for
+/// every `observed` node from the test's history, what the run measured (a node not
+/// measured is never a suspect) and confirmed itself (node pairs retested against a
+/// known-good partner), under `guards`. `selected`: the nodes the test selects, the base of
+/// a percent budget (never fewer than the run measured).
+pub fn quarantine_decision(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    results: &[NodeRunResult],
+    status: &FabricTestStatus,
+    observed: &[crate::quarantine::NodeObservation],
+    selected: usize,
+    guards: &gpufabric_health::Guards,
+) -> QuarantineDecision {
+    let run_name = run.name_any();
+    let tested: BTreeSet<&str> = st::measured_nodes(results);
+    let confirmed: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.confirmed)
+        .map(|r| r.node.as_str())
+        .collect();
+    let history: BTreeMap<&str, &NodeHealth> =
+        status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
+    let facts: Vec<_> = observed
+        .iter()
+        .map(|o| {
+            let health = history
+                .get(o.node.as_str())
+                .map(|h| (*h).clone())
+                .unwrap_or_else(|| {
+                    gpufabric_health::history::advance(
+                        None,
+                        &o.node,
+                        NodeVerdict::Pending,
+                        None,
+                        &run_name,
+                    )
+                });
+            let mut facts = o.facts(health, tested.contains(o.node.as_str()));
+            facts.confirmed = confirmed.contains(o.node.as_str());
+            facts
+        })
+        .collect();
+    let plan = gpufabric_health::plan_guarded(
+        &facts,
+        &test.spec.quarantine,
+        selected.max(tested.len()),
+        run.spec.trigger,
+        guards,
+    );
+    let reasons = status
+        .nodes
+        .iter()
+        .filter_map(|h| h.last_finding.clone().map(|f| (h.node.clone(), f)))
+        .collect();
+    let repaired = observed
+        .iter()
+        .filter(|o| o.repaired && tested.contains(o.node.as_str()))
+        .map(|o| o.node.clone())
+        .collect();
+    QuarantineDecision {
+        plan,
+        reasons,
+        repaired,
     }
 }
 
@@ -502,5 +579,69 @@ mod tests {
             (c[1].type_.as_str(), c[1].status.as_str()),
             (CONDITION_DEGRADED, "False")
         );
+    }
+
+    fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
+        serde_json::from_value(serde_json::json!({"node": node, "verdict": verdict}))
+            .expect("a node result")
+    }
+
+    fn node(name: &str, annotations: serde_json::Value) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations}
+        }))
+        .expect("a node")
+    }
+
+    #[test]
+    fn the_quarantine_decision_judges_only_what_the_run_measured() {
+        use gpufabric_api::policy::QuarantineMode;
+        let mut t = test(None);
+        t.spec.quarantine.mode = QuarantineMode::Cordon;
+        t.spec.quarantine.confirm_retest = false;
+        t.spec.quarantine.max_quarantined =
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5);
+        let r = run("nightly-1");
+        let results = [
+            result("bad", NodeVerdict::Failed),
+            result("fixed", NodeVerdict::Passed),
+            result("busy", NodeVerdict::NotMeasured),
+        ];
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        // "busy" failed before; this run did not measure it.
+        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "busy") {
+            h.consecutive_failures = 2;
+            h.last_finding = Some("slow".into());
+        }
+        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "bad") {
+            h.last_finding = Some("GPU 3 straggler".into());
+        }
+        let repaired = serde_json::json!({ keys::ANNOTATION_REPAIRED: "INC-1" });
+        let observed: Vec<_> = [
+            node("bad", serde_json::json!({})),
+            node("fixed", repaired.clone()),
+            node("busy", repaired),
+        ]
+        .iter()
+        .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
+        .collect();
+        let d = quarantine_decision(
+            &t,
+            &r,
+            &results,
+            &status,
+            &observed,
+            10,
+            &gpufabric_health::Guards::default(),
+        );
+        assert_eq!(d.plan.quarantine, ["bad"]);
+        assert_eq!(
+            d.plan.hold_of("busy"),
+            Some(gpufabric_health::Hold::NotTested)
+        );
+        assert_eq!(d.reasons["bad"], "GPU 3 straggler");
+        // Only a repaired node the run measured counts as tested after its repair.
+        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["fixed"]);
     }
 }

@@ -3,7 +3,10 @@
 //! run into the per-node history once, hands it to the quarantine executor, deletes runs
 //! beyond the history limits, and requeues at the next schedule time.
 
-use super::decide::{Decision, conditions, decide, invalid_status, validated_schedule};
+use super::decide::{
+    Decision, QuarantineDecision, conditions, decide, invalid_status, quarantine_decision,
+    validated_schedule,
+};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events::{self, EventType};
@@ -15,7 +18,7 @@ use crate::time::{now, to_time};
 use chrono::Utc;
 use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, Trigger};
-use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
+use gpufabric_api::test::{FabricTest, FabricTestStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -558,14 +561,7 @@ async fn quarantine_after(
         return Ok(true);
     }
     let run_name = run.name_any();
-    // Only nodes the run measured are judged: a node not measured is never a suspect.
     let tested: BTreeSet<&str> = st::measured_nodes(results);
-    // Failures the run confirmed itself (node pairs retested against a known-good partner).
-    let confirmed: BTreeSet<&str> = results
-        .iter()
-        .filter(|r| r.confirmed)
-        .map(|r| r.node.as_str())
-        .collect();
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
     let holdings = quarantine::holdings(&ctx.client, test)
@@ -580,28 +576,6 @@ async fn quarantine_after(
     let observed = quarantine::observe_cached(&ctx.client, &ctx.nodes, test, &names)
         .await
         .map_err(Error::Quarantine)?;
-    let history: BTreeMap<&str, &NodeHealth> =
-        status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
-    let facts: Vec<_> = observed
-        .iter()
-        .map(|o| {
-            let health = history
-                .get(o.node.as_str())
-                .map(|h| (*h).clone())
-                .unwrap_or_else(|| {
-                    gpufabric_health::history::advance(
-                        None,
-                        &o.node,
-                        gpufabric_api::run::NodeVerdict::Pending,
-                        None,
-                        &run_name,
-                    )
-                });
-            let mut facts = o.facts(health, tested.contains(o.node.as_str()));
-            facts.confirmed = confirmed.contains(o.node.as_str());
-            facts
-        })
-        .collect();
     // The budget is a share of what the test selects, not of this run: a confirmation run
     // retests only the suspects, and a percent of those would hold real failures back.
     let selected = crate::nodes::selected_count(
@@ -609,21 +583,22 @@ async fn quarantine_after(
         &test.spec.node_selector,
         test.spec.nodes.as_deref(),
     );
-    let plan = gpufabric_health::plan_guarded(
-        &facts,
-        &test.spec.quarantine,
-        selected.max(tested.len()),
-        run.spec.trigger,
+    let QuarantineDecision {
+        plan,
+        reasons,
+        repaired,
+    } = quarantine_decision(
+        test,
+        run,
+        results,
+        status,
+        &observed,
+        selected,
         &guards(ctx, breaker.open, holdings.others),
     );
     if let Some(storm) = &plan.storm {
         quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
     }
-    let reasons: BTreeMap<String, String> = status
-        .nodes
-        .iter()
-        .filter_map(|h| h.last_finding.clone().map(|f| (h.node.clone(), f)))
-        .collect();
     let outcome = quarantine::execute(
         &ctx.client,
         &ctx.events,
@@ -636,11 +611,6 @@ async fn quarantine_after(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
-    let repaired: BTreeSet<String> = observed
-        .iter()
-        .filter(|o| o.repaired && tested.contains(o.node.as_str()))
-        .map(|o| o.node.clone())
-        .collect();
     let lifecycle_applied =
         crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
             .await;
