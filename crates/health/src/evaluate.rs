@@ -77,13 +77,21 @@ impl Evaluation {
             .filter(|f| f.severity == Severity::Critical)
             .count() as u32
     }
+}
 
-    /// The most severe finding on a node, as its sentence (for `NodeHealth.last_finding`).
-    pub fn headline(&self, node: &str) -> Option<String> {
-        self.findings_of(node)
-            .min_by_key(|f| (std::cmp::Reverse(f.severity), kind_rank(f.kind)))
-            .map(|f| f.message.clone())
+/// The most telling finding about each node, the one its history and its run entry name:
+/// the most severe, then the kind that says most about the node ([`kind_rank`]), then the
+/// first listed.
+pub fn worst_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
+    let telling = |f: &Finding| (std::cmp::Reverse(f.severity), kind_rank(f.kind));
+    let mut worst: BTreeMap<&str, &Finding> = BTreeMap::new();
+    for f in findings {
+        let node = f.subject.node_name();
+        if worst.get(node).is_none_or(|w| telling(f) < telling(w)) {
+            worst.insert(node, f);
+        }
     }
+    worst
 }
 
 /// How much a kind of finding says about a node, most telling first.

@@ -183,21 +183,6 @@ pub fn run_summary(run: &FabricTestRun) -> RunSummary {
     }
 }
 
-/// The most severe finding about each node, as a sentence.
-pub fn worst_finding_per_node(findings: &[Finding]) -> BTreeMap<&str, &Finding> {
-    let mut worst: BTreeMap<&str, &Finding> = BTreeMap::new();
-    for f in findings {
-        let node = f.subject.node_name();
-        match worst.get(node) {
-            Some(w) if w.severity >= f.severity => {}
-            _ => {
-                worst.insert(node, f);
-            }
-        }
-    }
-    worst
-}
-
 /// The test's per-node history after one more finished run, whose nodes' results are
 /// `nodes` (every node, from its shards). Nodes the run did not test keep their history as
 /// it was.
@@ -215,7 +200,7 @@ pub fn fold_history(
         .as_ref()
         .map(|s| s.findings.as_slice())
         .unwrap_or_default();
-    let worst = worst_finding_per_node(listed);
+    let worst = gpufabric_health::evaluate::worst_per_node(listed);
     let run_name = run.name_any();
     // When the run measured its nodes: its end (its start would do as well; a node is
     // measured once per run).

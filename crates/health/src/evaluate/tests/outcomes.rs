@@ -178,8 +178,9 @@ fn headline_is_the_most_telling_critical_finding() {
     r.ddp_compute_ms[2] *= 1.5;
     r.health[4].xids = vec![79];
     let e = run(vec![r]);
-    let h = e.headline("n").expect("a headline");
+    let worst = worst_per_node(&e.findings);
+    let h = &worst.get("n").expect("a headline").message;
     assert!(h.contains("XID 79"), "{h}");
     assert_eq!(e.critical_count("n"), 2);
-    assert_eq!(e.headline("other"), None);
+    assert_eq!(worst.get("other"), None);
 }

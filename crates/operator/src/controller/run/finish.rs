@@ -101,7 +101,7 @@ fn judge_entries(
     all_findings: &[gpufabric_api::Finding],
 ) {
     let blamed = crate::pairs::phase::blamed(all_findings);
-    let worst = st::worst_finding_per_node(all_findings);
+    let worst = gpufabric_health::evaluate::worst_per_node(all_findings);
     for e in entries {
         if let Some(v) = evaluation.verdicts.get(&e.node) {
             e.verdict = *v;
