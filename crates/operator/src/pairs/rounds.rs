@@ -236,27 +236,5 @@ fn shuffle<T>(items: &mut [T], seed: u64) {
     }
 }
 
-/// `plan` with no round over `max_nodes` nodes (the test's `spec.rollout`): a larger round
-/// becomes several rounds of `max_nodes / 2` pairs each, in its order (at least one pair
-/// a round: a pair needs two nodes). Every pair is kept and meets once, as before.
-pub fn fit_rounds(plan: RoundPlan, max_nodes: usize) -> RoundPlan {
-    let per_round = (max_nodes / 2).max(1);
-    let rounds = plan
-        .rounds
-        .into_iter()
-        .flat_map(|r| {
-            let set = r.set;
-            r.pairs
-                .chunks(per_round)
-                .map(|c| Round {
-                    set,
-                    pairs: c.to_vec(),
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    RoundPlan { rounds, ..plan }
-}
-
 #[cfg(test)]
 mod tests;

@@ -247,21 +247,3 @@ proptest! {
         }
     }
 }
-
-proptest! {
-    /// Rounds cut to a wave hold at most the wave's nodes, keep every pair once, and keep
-    /// each round a matching.
-    #[test]
-    fn rounds_fit_inside_the_rollout_limit(n in 2usize..120, max in 1usize..40, seed in any::<u64>()) {
-        let plan = plan_rounds(&nodes(n), Pairing::Random, seed);
-        let before: Vec<NodePair> = plan.pairs().cloned().collect();
-        let fitted = fit_rounds(plan, max);
-        for r in &fitted.rounds {
-            let members: BTreeSet<&str> = r.pairs.iter().flat_map(|p| [p.a.as_str(), p.b.as_str()]).collect();
-            prop_assert_eq!(members.len(), 2 * r.pairs.len(), "a node twice in one round");
-            prop_assert!(members.len() <= max.max(2), "{} nodes in a round, limit {}", members.len(), max);
-        }
-        let after: Vec<NodePair> = fitted.pairs().cloned().collect();
-        prop_assert_eq!(after, before);
-    }
-}
