@@ -71,6 +71,11 @@ const SELECTOR_KEYS_MESSAGE: &str = "nodeSelector keys must be label keys: an op
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(
+        name = "Degraded",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Degraded\")].status"
+    ),
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(
@@ -327,8 +332,10 @@ impl Default for AgentSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FabricTestStatus {
-    /// Ready (the spec is valid and the latest run has ended and been judged) and Degraded
-    /// (nodes failing).
+    /// Ready (the spec is accepted and the operator acts on it: True from the first
+    /// reconcile, reason Scheduled, RunsOnce or Suspended; False only with InvalidSpec),
+    /// Degraded (nodes failing; Unknown until a run is judged), BreakerOpen and
+    /// InfrastructureDegraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -39,6 +39,7 @@ fn crds_carry_printer_columns_and_short_names() {
         columns(0),
         [
             "Ready",
+            "Degraded",
             "Schedule",
             "Suspend",
             "Last Run",

@@ -15,9 +15,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Condition: the spec is valid and runs are scheduled.
+/// Condition: the spec is accepted and the operator acts on it (runs are scheduled, or the
+/// test runs once, or its owner suspended it); False only for a spec that cannot run.
 pub const CONDITION_READY: &str = "Ready";
-/// Condition: nodes of this test are failing.
+/// Condition: nodes of this test are failing (Unknown until a run is judged).
 pub const CONDITION_DEGRADED: &str = "Degraded";
 
 /// A run to start.
@@ -263,7 +264,18 @@ pub fn quarantine_decision(
     }
 }
 
-/// The status conditions: Ready (why runs start or not) and Degraded (failing nodes).
+/// The status conditions of a test whose spec is valid: Ready and Degraded.
+///
+/// Ready says the operator accepted the spec and acts on it, so it is True from the first
+/// reconcile, never waiting for a run: `kubectl wait --for=condition=Ready` and GitOps
+/// health checks return once the spec is taken, whenever the schedule fires. Its reason
+/// says how runs start: `Scheduled`, `RunsOnce` (no schedule), or `Suspended` (the schedule
+/// and the creation run wait; run-now and targeted runs of new or repaired nodes still
+/// start, and held nodes stay held). A suspended test is as its owner asked, so it is Ready
+/// too. Ready is False only for a spec that cannot run ([`invalid_status`]).
+///
+/// Degraded is the nodes' health: Unknown (`NoRunJudged`) until a run is judged, then True
+/// while nodes of the test are failing, else False.
 pub fn conditions(
     test: &FabricTest,
     previous: &[Condition],
@@ -272,46 +284,32 @@ pub fn conditions(
 ) -> Vec<Condition> {
     let generation = test.metadata.generation;
     let (reason, message) = match (&test.spec.schedule, test.spec.suspend) {
-        (_, true) => ("Suspended", "suspended: no new runs start".to_string()),
-        (Some(s), false) => ("Scheduled", format!("runs on the schedule {s:?}")),
+        (_, true) => (
+            "Suspended",
+            "spec accepted; suspended: no scheduled run starts, run-now and targeted runs still do"
+                .to_string(),
+        ),
+        (Some(s), false) => (
+            "Scheduled",
+            format!("spec accepted; runs on the schedule {s:?}"),
+        ),
         (None, false) => (
             "RunsOnce",
-            "no schedule: runs once when created, and on gpufabric.io/run-now".to_string(),
+            "spec accepted; no schedule: runs once when created, and on gpufabric.io/run-now"
+                .to_string(),
         ),
     };
-    // Ready: the spec is valid and the latest run has ended and its nodes are judged.
-    let ready = match &status.last_run {
-        Some(last) => st::condition(
-            previous,
-            CONDITION_READY,
-            true,
-            reason,
-            format!("run {} judged; {message}", last.name),
-            generation,
-            stamp,
-        ),
-        None => st::condition(
-            previous,
-            CONDITION_READY,
-            false,
-            "NoRunJudged",
-            format!("no run has ended yet; {message}"),
-            generation,
-            stamp,
-        ),
-    };
+    let ready = st::condition(
+        previous,
+        CONDITION_READY,
+        true,
+        reason,
+        message,
+        generation,
+        stamp,
+    );
     let failing = st::failing_nodes(&status.nodes);
-    let degraded = if failing.is_empty() {
-        st::condition(
-            previous,
-            CONDITION_DEGRADED,
-            false,
-            "NodesPassing",
-            "no node is failing".into(),
-            generation,
-            stamp,
-        )
-    } else {
+    let degraded = if !failing.is_empty() {
         st::condition(
             previous,
             CONDITION_DEGRADED,
@@ -322,6 +320,25 @@ pub fn conditions(
                 failing.len(),
                 st::name_list(&failing, 10)
             ),
+            generation,
+            stamp,
+        )
+    } else if let Some(last) = &status.last_run {
+        st::condition(
+            previous,
+            CONDITION_DEGRADED,
+            false,
+            "NodesPassing",
+            format!("no node is failing (latest run judged: {})", last.name),
+            generation,
+            stamp,
+        )
+    } else {
+        st::condition_unknown(
+            previous,
+            CONDITION_DEGRADED,
+            "NoRunJudged",
+            "no run has been judged yet".into(),
             generation,
             stamp,
         )
@@ -542,21 +559,15 @@ mod tests {
         assert_eq!(status.next_schedule_time, None);
     }
 
-    #[test]
-    fn conditions_say_ready_and_which_nodes_fail() {
-        let t = test(Some("0 2 * * *"));
-        let stamp = to_time(at(1, 0));
-        let c = conditions(&t, &[], &FabricTestStatus::default(), &stamp);
-        assert_eq!(c.len(), 2);
-        assert_eq!(
-            (
-                c[0].type_.as_str(),
-                c[0].status.as_str(),
-                c[0].reason.as_str()
-            ),
-            (CONDITION_READY, "False", "NoRunJudged")
-        );
-        let judged = FabricTestStatus {
+    fn status_of<'a>(c: &'a [Condition], type_: &str) -> (&'a str, &'a str) {
+        c.iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.as_str(), c.reason.as_str()))
+            .unwrap_or_default()
+    }
+
+    fn judged(stamp: &Time) -> FabricTestStatus {
+        FabricTestStatus {
             last_run: Some(gpufabric_api::test::RunSummary {
                 name: "t-1".into(),
                 phase: gpufabric_api::run::RunPhase::Succeeded,
@@ -569,15 +580,90 @@ mod tests {
                 completion_time: Some(stamp.clone()),
             }),
             ..Default::default()
-        };
-        let c = conditions(&t, &c, &judged, &stamp);
-        assert_eq!(
-            (c[0].status.as_str(), c[0].reason.as_str()),
-            ("True", "Scheduled")
+        }
+    }
+
+    #[test]
+    fn a_valid_test_is_ready_before_its_first_run_and_its_health_is_unknown() {
+        let stamp = to_time(at(1, 0));
+        for (schedule, reason) in [(Some("0 2 * * *"), "Scheduled"), (None, "RunsOnce")] {
+            let c = conditions(&test(schedule), &[], &FabricTestStatus::default(), &stamp);
+            assert_eq!(c.len(), 2);
+            assert_eq!(status_of(&c, CONDITION_READY), ("True", reason));
+            assert_eq!(
+                status_of(&c, CONDITION_DEGRADED),
+                ("Unknown", "NoRunJudged")
+            );
+        }
+    }
+
+    #[test]
+    fn a_suspended_test_is_ready_and_says_it_is_suspended() {
+        let mut t = test(Some("0 2 * * *"));
+        t.spec.suspend = true;
+        let stamp = to_time(at(1, 0));
+        let c = conditions(&t, &[], &FabricTestStatus::default(), &stamp);
+        assert_eq!(status_of(&c, CONDITION_READY), ("True", "Suspended"));
+        // Suspending keeps Ready True since it first became True: nothing transitions.
+        let earlier = to_time(at(0, 30));
+        let before = conditions(
+            &test(Some("0 2 * * *")),
+            &[],
+            &FabricTestStatus::default(),
+            &earlier,
         );
+        let c = conditions(&t, &before, &FabricTestStatus::default(), &stamp);
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == CONDITION_READY)
+            .expect("Ready");
+        assert_eq!(ready.last_transition_time, earlier);
+    }
+
+    #[test]
+    fn a_judged_run_changes_health_and_never_ready() {
+        let t = test(Some("0 2 * * *"));
+        let first = to_time(at(1, 0));
+        let before = conditions(&t, &[], &FabricTestStatus::default(), &first);
+        let later = to_time(at(2, 10));
+        let c = conditions(&t, &before, &judged(&later), &later);
+        assert_eq!(status_of(&c, CONDITION_READY), ("True", "Scheduled"));
+        let ready = c
+            .iter()
+            .find(|c| c.type_ == CONDITION_READY)
+            .expect("Ready");
+        assert_eq!(ready.last_transition_time, first);
+        assert_eq!(status_of(&c, CONDITION_DEGRADED), ("False", "NodesPassing"));
+
+        let r = run("t-2");
+        let mut failing = judged(&later);
+        failing.nodes =
+            crate::status::fold_history(&[], &r, &[result("gpu-3", NodeVerdict::Failed)]);
+        let c = conditions(&t, &c, &failing, &later);
+        assert_eq!(status_of(&c, CONDITION_READY), ("True", "Scheduled"));
+        assert_eq!(status_of(&c, CONDITION_DEGRADED), ("True", "NodesFailing"));
+    }
+
+    #[test]
+    fn only_a_spec_that_cannot_run_is_not_ready() {
+        let mut t = test(Some("0 2 * * *"));
+        let stamp = to_time(at(1, 0));
+        let ready = conditions(&t, &[], &FabricTestStatus::default(), &stamp);
+        t.spec.time_zone = Some("Mars/Olympus".into());
+        let why = validated_schedule(&t).expect_err("invalid");
+        let original = FabricTestStatus {
+            conditions: ready,
+            ..Default::default()
+        };
+        let status = invalid_status(&t, &original, &why, &stamp);
         assert_eq!(
-            (c[1].type_.as_str(), c[1].status.as_str()),
-            (CONDITION_DEGRADED, "False")
+            status_of(&status.conditions, CONDITION_READY),
+            ("False", "InvalidSpec")
+        );
+        // Health is left as it was.
+        assert_eq!(
+            status_of(&status.conditions, CONDITION_DEGRADED),
+            ("Unknown", "NoRunJudged")
         );
     }
 

@@ -141,7 +141,17 @@ async fn a_new_test_without_a_schedule_creates_its_one_run_and_records_it() {
     let status = &seen.requests[2].body["status"];
     assert_eq!(status["activeRun"], run["metadata"]["name"]);
     assert!(status["lastScheduleTime"].is_string(), "{status}");
-    assert_eq!(condition(status, "Ready")["reason"], "NoRunJudged");
+    // Ready at once, before its run is judged; its health is not known yet.
+    let ready = condition(status, "Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("True"), &json!("RunsOnce"))
+    );
+    let degraded = condition(status, "Degraded");
+    assert_eq!(
+        (&degraded["status"], &degraded["reason"]),
+        (&json!("Unknown"), &json!("NoRunJudged"))
+    );
     assert_eq!(seen.event_reasons(), vec!["RunCreated"]);
 }
 

@@ -89,6 +89,31 @@ pub fn condition(
     now: &Time,
 ) -> Condition {
     let status = if status { "True" } else { "False" };
+    condition_of(previous, type_, status, reason, message, generation, now)
+}
+
+/// A condition whose status is `Unknown` (not yet known), keeping the previous transition
+/// time when it was `Unknown` before.
+pub fn condition_unknown(
+    previous: &[Condition],
+    type_: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    condition_of(previous, type_, "Unknown", reason, message, generation, now)
+}
+
+fn condition_of(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
