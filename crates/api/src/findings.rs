@@ -239,14 +239,6 @@ impl Subject {
             _ => None,
         }
     }
-
-    /// The network port of a NIC subject.
-    pub fn nic_port(&self) -> Option<&str> {
-        match self {
-            Subject::Nic { port, .. } => Some(port),
-            _ => None,
-        }
-    }
 }
 
 impl std::fmt::Display for Subject {

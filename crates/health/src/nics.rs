@@ -234,6 +234,14 @@ mod tests {
     use super::*;
     use gpufabric_api::nic_counters::PortErrors;
 
+    /// The network port a finding names, if it is about one.
+    fn nic_port(subject: &Subject) -> Option<&str> {
+        match subject {
+            Subject::Nic { port, .. } => Some(port),
+            _ => None,
+        }
+    }
+
     fn port(device: &str, rate: f64) -> NicPort {
         NicPort {
             device: device.into(),
@@ -288,7 +296,7 @@ mod tests {
             "mlx5_3 port 1 is DOWN (Polling): check the cable, the transceiver and the switch port"
         );
         assert_eq!(f[1].severity, Severity::Info);
-        assert_eq!(f[1].subject.nic_port(), Some("mlx5_5 port 1"));
+        assert_eq!(nic_port(&f[1].subject), Some("mlx5_5 port 1"));
     }
 
     #[test]
@@ -333,7 +341,7 @@ mod tests {
             .iter()
             .map(|f| {
                 (
-                    f.subject.nic_port().unwrap_or_default().to_string(),
+                    nic_port(&f.subject).unwrap_or_default().to_string(),
                     f.severity,
                     f.measured,
                 )
@@ -424,7 +432,7 @@ mod tests {
         now[0].errors.link_downed = Some(1);
         let f = findings(&now, Some(&before));
         assert_eq!(f.len(), 1, "{f:#?}");
-        assert_eq!(f[0].subject.nic_port(), Some("mlx5_0 port 2"));
+        assert_eq!(nic_port(&f[0].subject), Some("mlx5_0 port 2"));
     }
 
     #[test]
