@@ -2,8 +2,6 @@
 //! wrong results, phase errors, GPU pairs, stragglers, explicit thresholds and GPU
 //! profiles), then the fleet comparison of comparable nodes.
 
-use crate::fleet::{self, Better, Rule};
-use crate::profiles::{self, Expectations};
 use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::{
     ExpectationSource, Finding, FindingKind, Metric, Severity, Subject, deviation,
@@ -11,10 +9,9 @@ use gpufabric_api::findings::{
 use gpufabric_api::outcome::HardwareFault;
 pub use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::policy::Thresholds;
-use gpufabric_api::result::{CompactResult, ErrorKind, Phase, Transport};
+use gpufabric_api::result::{CompactResult, Phase, Transport};
 use gpufabric_api::run::NodeVerdict;
-use gpufabric_api::suite::Collective;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 mod compare;
 pub mod counters;

@@ -2,7 +2,12 @@
 
 use super::gpu_pairs::blame;
 use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
-use super::*;
+use super::{how_far, num};
+use crate::fleet::{self, Better, Rule};
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::suite::Collective;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn series_better(metric: Metric) -> Better {
     match metric {

@@ -11,8 +11,10 @@
 //!    [`DEFAULT_NVLINK_ERROR_GROWTH`] is Info (healthy H200 links added none over four full
 //!    checks, but one pair of machines is no basis for failing a fleet's nodes by default).
 
-use super::*;
 use gpufabric_api::counters::CounterBaseline;
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::result::CompactResult;
 
 /// Growth between runs reported (as Info) when `thresholds.nvlinkErrorGrowth` is unset.
 pub const DEFAULT_NVLINK_ERROR_GROWTH: u64 = 100;

@@ -3,7 +3,11 @@
 //! to receive from every peer, is named as that GPU and side, not as the pairs it touches.
 
 use super::gpu_pairs::{Missed, classify};
-use super::*;
+use super::{how_far, num, source_words};
+use crate::fleet::{self, Rule};
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::result::CompactResult;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A side of a GPU's links.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

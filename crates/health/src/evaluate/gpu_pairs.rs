@@ -4,7 +4,13 @@
 use super::direction;
 use super::node::{NodeStats, SeriesKey};
 use super::perf::floor_of;
-use super::*;
+use super::{how_far, num, source_words};
+use crate::fleet::{self, Better, Rule};
+use crate::profiles::Expectations;
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::result::CompactResult;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Debug, PartialEq)]
 pub(super) struct Blame {

@@ -1,8 +1,13 @@
 //! Per-node rules that need no comparison: identity, phase errors, NVML health, wrong results, NCCL transports.
 
 use super::gpu_pairs::blame;
-use super::*;
+use super::{NodeInput, finding, num, phase_metric, phase_name, transport_name};
+use crate::profiles::{self, Expectations};
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::CompactGpuHealth;
+use gpufabric_api::result::{CompactResult, ErrorKind, Transport};
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn check_identity(
     input: &NodeInput,

@@ -1,9 +1,17 @@
 //! One measured node: every per-node check in order, and what the fleet comparison needs from it.
 
-use super::gpu_pairs::*;
-use super::hardware::*;
-use super::perf::*;
-use super::*;
+use super::NodeInput;
+use super::gpu_pairs::check_pairs;
+use super::hardware::{
+    check_health, check_identity, check_phase_errors, check_transports, check_wrong_results,
+};
+use super::perf::{check_ddp, check_host, check_nccl};
+use crate::profiles;
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::result::CompactResult;
+use gpufabric_api::suite::Collective;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A value of one node that the fleet comparison looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

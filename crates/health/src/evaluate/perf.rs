@@ -2,7 +2,13 @@
 //! scaling and stragglers.
 
 use super::node::{NodeStats, SeriesKey};
-use super::*;
+use super::{how_far, num, source_words};
+use crate::fleet;
+use crate::profiles::{self, Expectations};
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::result::CompactResult;
+use gpufabric_api::suite::Collective;
 
 /// The floor a bandwidth is held to: the spec's threshold, else the GPU profile's floor.
 pub(super) fn floor_of(

@@ -10,9 +10,12 @@ mod topology;
 use super::*;
 use gpufabric_api::SubjectKind;
 use gpufabric_api::outcome::NotMeasuredReason;
+use gpufabric_api::result::ErrorKind;
 use gpufabric_api::result::{
     COMPACT_VERSION, CompactCollective, CompactDdpPoint, CompactGpuHealth, PhaseError,
 };
+use gpufabric_api::suite::Collective;
+use std::collections::BTreeSet;
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 
