@@ -1,5 +1,6 @@
 //! Command-line arguments of `fabric-agent node-check` and how they become a suite.
 
+use crate::backend::Choice;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use gpufabric_api::keys;
@@ -105,18 +106,6 @@ impl FleetArgs {
     }
 }
 
-/// The fleet the `sim` backend of a multi-node command simulates, checked to hold every
-/// node of `nodes`.
-pub fn load_sim_fleet(fleet: &FleetArgs, nodes: &[String]) -> anyhow::Result<Fleet> {
-    let (source, fleet) = fleet.load()?;
-    if let Some(n) = nodes.iter().find(|n| fleet.node(n).is_none()) {
-        return Err(anyhow::Error::new(
-            gpufabric_measure::CheckError::InvalidInput(format!("node {n:?} is not in {source}")),
-        ));
-    }
-    Ok(fleet)
-}
-
 /// What a rank of a group (`node-pair`, `ddp-nodes`) is told about itself and where its
 /// document goes, beside its rank and the rendezvous.
 #[derive(Args, Debug, Clone)]
@@ -145,6 +134,16 @@ pub struct RankArgs {
 }
 
 impl RankArgs {
+    /// The backend of a rank of `group` as `backend` and these arguments say.
+    pub fn choice<'a>(&'a self, backend: BackendArg, group: &'a [String]) -> Choice<'a> {
+        Choice {
+            backend,
+            fleet: &self.fleet,
+            seed: self.seed,
+            group,
+        }
+    }
+
     /// Refuses a `--node` (or `FABRIC_NODE_NAME`) that is not `me`, the node of `rank` in
     /// `--nodes`: a pod on one node must not measure as another.
     pub fn check_node(&self, rank: u32, me: &str) -> anyhow::Result<()> {

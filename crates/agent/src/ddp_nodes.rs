@@ -4,9 +4,8 @@
 //! GPUs each, gather every node's times, and each writes the same document: step time,
 //! scaling efficiency and exposed communication per node count, and the straggler nodes.
 
-use crate::args::{
-    BackendArg, RankArgs, RendezvousArgs, invalid, load_sim_fleet, parse_seconds, parse_size,
-};
+use crate::args::{BackendArg, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size};
+use crate::backend::{self, Choice, Chosen, Measures};
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -15,8 +14,12 @@ use gpufabric_api::keys;
 use gpufabric_api::pair::NotMeasured;
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
+use gpufabric_measure::cuda::ddp::DdpSettings;
+use gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes;
 use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
+use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
+use gpufabric_measure::sim::ddp_nodes::SimDdpNodes;
 use gpufabric_measure::{CheckError, rfc3339};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -149,53 +152,21 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     let config = args.meet.config(args.rank, args.nodes.clone())?;
     let started = Instant::now();
     let started_at = rfc3339(SystemTime::now());
-    let backend = match args.backend {
-        BackendArg::Cuda => Backend::Cuda,
-        BackendArg::Sim => Backend::Sim,
+    let me = args
+        .nodes
+        .get(args.rank as usize)
+        .map_or("", String::as_str);
+    let mut m = match backend::choose(&args, me)? {
+        Chosen::Measure { backend, .. } => backend,
+        Chosen::Crashed(code) => return Ok(code),
     };
-    let mut doc = empty_doc(&args, backend, started_at);
-    // The backend is ready (a fleet loaded, libraries and GPUs found) before the others are
-    // met: a rank that cannot measure fails alone, and at once.
-    let fleet = match args.backend {
-        BackendArg::Sim => Some(load_sim_fleet(&args.me.fleet, &args.nodes)?),
-        BackendArg::Cuda => {
-            check_cuda()?;
-            gpufabric_measure::cuda::refuse_shared_gpus(args.me.shared_gpus, &progress)?;
-            None
-        }
-    };
-    // This rank's node in the sim fleet.
-    let sim_node = fleet
-        .as_ref()
-        .and_then(|f| args.nodes.get(args.rank as usize).and_then(|n| f.node(n)));
-    if let Some(node) = sim_node {
-        gpufabric_measure::sim::refuse_shared_gpus(node, args.me.shared_gpus, &progress)?;
-    }
-    let (mut m, gpus): (Box<dyn NodeMeasure + '_>, u32) = match &fleet {
-        Some(f) => {
-            let nodes = args
-                .nodes
-                .iter()
-                .filter_map(|n| f.node(n))
-                .collect::<Vec<_>>();
-            let g = nodes.get(args.rank as usize).map_or(0, |n| n.gpus);
-            let sim = gpufabric_measure::sim::ddp_nodes::SimDdpNodes {
-                nodes,
-                rank: args.rank,
-                shape: args.shape(),
-                seed: args.me.seed.unwrap_or(f.seed),
-            };
-            (Box::new(sim), g)
-        }
-        None => {
-            let cuda = cuda_measure(&args)?;
-            let g = cuda.devices.len() as u32;
-            (Box::new(cuda), g)
-        }
-    };
+    let mut doc = empty_doc(&args, m.kind(), started_at);
+    // The backend is ready (libraries and GPUs found, none held by other work) before the
+    // others are met: a rank that cannot measure fails alone, and at once.
+    let gpus = m.prepare(args.me.shared_gpus, &progress)?;
     progress(&format!(
         "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
-        args.nodes[args.rank as usize],
+        me,
         args.meet.group,
         args.rank,
         args.nodes.len(),
@@ -210,12 +181,9 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         Ok(g) => g,
         Err(e) => return not_measured(doc, &args, started, e),
     };
-    // A hang of the probe (sim fault `hang` in phase `ddpProbe`): for good with `stuck:
-    // true`, as a rank whose thread is stuck in a driver call; else, after `--timeout`, the
-    // timeout is the document, with no points.
-    if let Some(e) = sim_node.and_then(|node| {
-        gpufabric_measure::sim::hang(node, Phase::DdpProbe, args.timeout, &progress)
-    }) {
+    // A hang of the probe: for good, as a rank whose thread is stuck in a driver call; else,
+    // after `--timeout`, the timeout is the document, with no points.
+    if let Some(e) = m.hang(args.timeout, &progress) {
         // The others find the group closed, as when a rank's process ends.
         drop(group);
         doc.errors.push(e);
@@ -229,11 +197,10 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     }
     // The workers have ended: what the GPUs hold now is work that started while they
     // measured (not after a failure: a worker that was killed may still be letting go).
-    let looked = match (&fleet, sim_node) {
-        _ if !doc.errors.is_empty() => Ok(()),
-        (None, _) => gpufabric_measure::cuda::refuse_work_started(args.me.shared_gpus),
-        (Some(_), Some(node)) => gpufabric_measure::sim::work_at_end(node, args.me.shared_gpus),
-        (Some(_), None) => Ok(()),
+    let looked = if args.me.shared_gpus || !doc.errors.is_empty() {
+        Ok(())
+    } else {
+        m.end_look()
     };
     if let Err(CheckError::GpusInUse(message)) = looked {
         eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");
@@ -249,6 +216,55 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+impl Measures for DdpNodesArgs {
+    type Backend = dyn NodeMeasure;
+    const NAME: &'static str = "ddp-nodes";
+    const NODES_FLAG: &'static str = "--nodes";
+
+    fn choice(&self) -> Choice<'_> {
+        self.me.choice(self.backend, &self.nodes)
+    }
+
+    /// This node's GPUs, one `ddp-worker` process (this program) each.
+    fn cuda(&self) -> anyhow::Result<Box<dyn NodeMeasure>> {
+        let exe = std::env::current_exe().context("finding this program for the ddp workers")?;
+        let shape = self.shape();
+        let settings = DdpSettings {
+            hidden: shape.hidden as usize,
+            layers: shape.layers as usize,
+            batch: shape.batch_per_gpu as usize,
+            first_bucket_bytes: shape.first_bucket_bytes,
+            bucket_bytes: shape.bucket_bytes,
+            warmup: shape.warmup_steps,
+            steps: shape.steps,
+            counts: Vec::new(),
+            timeout: self.timeout,
+            trace: self.trace,
+        };
+        let limit = self.timeout * 2 + Duration::from_secs(30);
+        Ok(Box::new(CudaDdpNodes::new(self.rank, settings, exe, limit)))
+    }
+
+    fn sim(
+        &self,
+        fleet: Fleet,
+        _node: FleetNode,
+        seed: u64,
+    ) -> anyhow::Result<Box<dyn NodeMeasure>> {
+        let nodes = self
+            .nodes
+            .iter()
+            .filter_map(|n| fleet.node(n).cloned())
+            .collect();
+        Ok(Box::new(SimDdpNodes {
+            nodes,
+            rank: self.rank,
+            shape: self.shape(),
+            seed,
+        }))
+    }
 }
 
 fn empty_doc(args: &DdpNodesArgs, backend: Backend, started_at: String) -> DdpNodesResult {
@@ -345,59 +361,6 @@ fn measure(
         doc.stragglers = ddp_nodes::stragglers(names, last, args.straggler_percent);
     }
     Ok(())
-}
-
-fn check_cuda() -> anyhow::Result<()> {
-    use gpufabric_measure::cuda;
-    if !cuda::nccl::nccl_present() {
-        return Err(anyhow::Error::new(CheckError::LibraryMissing {
-            library: "libnccl.so".into(),
-            detail: "NCCL is not installed or not on the library path".into(),
-        }));
-    }
-    if !cuda::ddp::cublas_present() {
-        return Err(anyhow::Error::new(CheckError::LibraryMissing {
-            library: "libcublas.so".into(),
-            detail: "cuBLAS is not installed or not on the library path".into(),
-        }));
-    }
-    Ok(())
-}
-
-fn cuda_measure(
-    args: &DdpNodesArgs,
-) -> anyhow::Result<gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes> {
-    use gpufabric_measure::cuda;
-    let count = cuda::gpu::init_and_count().map_err(|e| {
-        anyhow::Error::new(CheckError::NoGpu(format!(
-            "CUDA could not count the GPUs: {e}"
-        )))
-    })?;
-    if count == 0 {
-        return Err(anyhow::Error::new(CheckError::NoGpu(
-            "CUDA sees no GPU".into(),
-        )));
-    }
-    let exe = std::env::current_exe().context("finding this program for the ddp workers")?;
-    let shape = args.shape();
-    Ok(cuda::ddp_nodes::CudaDdpNodes {
-        devices: (0..count).collect(),
-        rank: args.rank,
-        settings: cuda::ddp::DdpSettings {
-            hidden: shape.hidden as usize,
-            layers: shape.layers as usize,
-            batch: shape.batch_per_gpu as usize,
-            first_bucket_bytes: shape.first_bucket_bytes,
-            bucket_bytes: shape.bucket_bytes,
-            warmup: shape.warmup_steps,
-            steps: shape.steps,
-            counts: Vec::new(),
-            timeout: args.timeout,
-            trace: args.trace,
-        },
-        exe,
-        limit: args.timeout * 2 + Duration::from_secs(30),
-    })
 }
 
 /// The document of a probe whose ranks did not all meet: what is known, the missing ranks

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod backend;
 mod ddp_nodes;
 mod inject;
 mod node_pair;
@@ -11,11 +12,13 @@ mod tables;
 mod verdict;
 
 use anyhow::Context;
-use args::{BackendArg, NodeCheckArgs};
+use args::NodeCheckArgs;
+use backend::{Choice, Chosen, Measures};
 use clap::{Parser, Subcommand};
 use gpufabric_measure::cuda::{CudaCheck, CudaOptions};
+use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::node_check::CheckBackend;
-use gpufabric_measure::sim::{self, ProcessFault, SimCheck};
+use gpufabric_measure::sim::SimCheck;
 use gpufabric_measure::{CheckError, CheckOptions};
 use output::progress;
 use std::process::ExitCode;
@@ -189,7 +192,7 @@ fn node_name(arg: Option<String>) -> anyhow::Result<String> {
 fn ddp_worker() -> anyhow::Result<i32> {
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
-    gpufabric_measure::cuda::ddp_procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
+    gpufabric_measure::cuda::ddp::procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
         .context("writing the ddp worker report")?;
     Ok(0)
 }
@@ -218,7 +221,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         phase_timeout: args.phase_timeout,
         shared_gpus: args.shared_gpus,
     };
-    let (mut backend, garbage) = match backend(&args, &node)? {
+    let (mut backend, garbage) = match backend::choose(&args, &node)? {
         Chosen::Measure { backend, garbage } => (backend, garbage),
         Chosen::Crashed(code) => return Ok(code),
     };
@@ -266,66 +269,39 @@ fn ddp_worker_exe(args: &NodeCheckArgs) -> anyhow::Result<Option<std::path::Path
         .context("finding this program to start it once per GPU")
 }
 
-/// The node check's backend, as `--backend` chose it.
-enum Chosen {
-    /// Measure with `backend`; with `garbage` (a sim fault), write a truncated document.
-    Measure {
-        backend: Box<dyn CheckBackend>,
-        garbage: bool,
-    },
-    /// A simulated crash: the exit code, nothing written.
-    Crashed(i32),
-}
+impl Measures for NodeCheckArgs {
+    type Backend = dyn CheckBackend;
+    const NAME: &'static str = "node-check";
+    const NODES_FLAG: &'static str = "--node";
 
-/// The backend of `node`'s check: the cuda backend with the command line's options, or the
-/// sim backend of the fleet file's node, with its process faults.
-fn backend(args: &NodeCheckArgs, node: &str) -> anyhow::Result<Chosen> {
-    match args.backend {
-        BackendArg::Cuda => {
-            progress(&format!("node-check on {node} with the cuda backend"));
-            let cuda = CudaOptions {
-                check_values: args.check.unwrap_or(true),
-                ddp_trace: args.ddp_trace,
-                ddp_worker: ddp_worker_exe(args)?,
-                launch_pin: args.pin_launch_cpu,
-            };
-            Ok(Chosen::Measure {
-                backend: Box::new(CudaCheck::new(cuda)),
-                garbage: false,
-            })
+    fn choice(&self) -> Choice<'_> {
+        Choice {
+            backend: self.backend,
+            fleet: &self.fleet,
+            seed: self.seed,
+            group: &[],
         }
-        BackendArg::Sim => sim_backend(args, node),
     }
-}
 
-/// The sim backend of the fleet file's `node`, unless a process fault of it acts first.
-fn sim_backend(args: &NodeCheckArgs, node: &str) -> anyhow::Result<Chosen> {
-    let (source, fleet) = args.fleet.load()?;
-    let Some(fleet_node) = fleet.node(node) else {
-        let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-        return Err(invalid(anyhow::anyhow!(
-            "node {node:?} is not in {source} (it has: {}); pass --node with one of them",
-            known.join(", ")
-        )));
-    };
-    let garbage = match sim::process_fault(fleet_node) {
-        Some(ProcessFault::Crash { exit_code }) => {
-            eprintln!(
-                "fabric-agent: simulated crash of node {node} (fault in {source}): exiting with code {exit_code}"
-            );
-            return Ok(Chosen::Crashed(exit_code));
-        }
-        Some(ProcessFault::Garbage) => true,
-        None => false,
-    };
-    let seed = args.seed.unwrap_or(fleet.seed);
-    progress(&format!(
-        "node-check on {node} with the sim backend ({source}, seed {seed})"
-    ));
-    Ok(Chosen::Measure {
-        backend: Box::new(SimCheck::new(fleet_node.clone(), seed)),
-        garbage,
-    })
+    /// The cuda backend with the command line's options.
+    fn cuda(&self) -> anyhow::Result<Box<dyn CheckBackend>> {
+        let cuda = CudaOptions {
+            check_values: self.check.unwrap_or(true),
+            ddp_trace: self.ddp_trace,
+            ddp_worker: ddp_worker_exe(self)?,
+            launch_pin: self.pin_launch_cpu,
+        };
+        Ok(Box::new(CudaCheck::new(cuda)))
+    }
+
+    fn sim(
+        &self,
+        _fleet: Fleet,
+        node: FleetNode,
+        seed: u64,
+    ) -> anyhow::Result<Box<dyn CheckBackend>> {
+        Ok(Box::new(SimCheck::new(node, seed)))
+    }
 }
 
 #[cfg(test)]

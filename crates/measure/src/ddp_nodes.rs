@@ -11,8 +11,9 @@
 
 use crate::model::{self, PointTimes};
 use crate::rendezvous::{Group, RendezvousError};
+use crate::{CheckError, Progress};
 use gpufabric_api::ddp_nodes::{DdpNodesPoint, DdpStraggler};
-use gpufabric_api::result::DdpPoint;
+use gpufabric_api::result::{Backend, DdpPoint, PhaseError};
 use gpufabric_api::suite::DdpProbe;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -33,13 +34,27 @@ pub enum NodeReport {
     },
 }
 
-/// How one backend measures its node's part of a node count.
+/// How one backend does its node's part of the probe: ready before the ranks meet, each
+/// node count's measurement, and the looks at the GPUs around them.
 pub trait NodeMeasure {
+    /// The backend the document names.
+    fn kind(&self) -> Backend;
+    /// Before the ranks meet: the backend can measure here, and other work holds none of the
+    /// GPUs (unless `shared`); an error ends this rank alone. Returns this node's GPU count.
+    fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError>;
+    /// Once met, before measuring: the timeout of a probe that hangs before any node count
+    /// (the sim's `hang` fault in phase `ddpProbe`, after `timeout`, or never with `stuck`);
+    /// None to measure.
+    fn hang(&self, timeout: Duration, progress: Progress) -> Option<PhaseError>;
     /// A fresh communicator id (called on rank 0 only, once per node count).
     fn make_id(&mut self) -> Result<Vec<u8>, String>;
     /// This node's GPUs as ranks `rank x G ..` of a clique of `nodes x G` ranks whose id is
     /// `id`.
     fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, String>;
+    /// Once the measurements ended, with no context of this rank's left:
+    /// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while
+    /// they were measured ([`crate::gpu_use::refuse_at_end`]).
+    fn end_look(&mut self) -> Result<(), CheckError>;
 }
 
 /// The node counts of the probe over `n` nodes: the ones asked for (clipped to `1..=n`,

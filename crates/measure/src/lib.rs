@@ -9,6 +9,7 @@ pub mod launch_cpu;
 pub mod model;
 pub mod nic;
 pub mod node_check;
+pub mod node_pair;
 pub mod pairs;
 pub mod rendezvous;
 pub mod sim;

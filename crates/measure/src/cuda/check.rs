@@ -6,8 +6,8 @@ use super::gpu::Gpu;
 use super::gpu_use::in_use;
 use super::{
     CudaOptions, blocking_launches, classify_panic, copy_matrix, count_gpus, ddp, ddp_probe,
-    document, health, nccl, nccl_debug_file, open_devices, open_monitor, phase_error,
-    suite_too_large, sweep, transport, unavailable,
+    document, health, nccl, open_devices, open_monitor, phase_error, suite_too_large, transport,
+    unavailable,
 };
 use crate::gpu_use::GpuUse;
 use crate::node_check::{CheckBackend, Look, PhaseRun, Swept, Xids};
@@ -115,7 +115,7 @@ impl CheckBackend for CudaCheck {
         }
         let product = self.gpus.first().map(Gpu::name).unwrap_or_default();
         progress(&format!("{} GPU(s): {product}", self.found));
-        self.debug_file = nccl_debug_file();
+        self.debug_file = nccl::debug_file();
         self.nccl_ok = nccl::nccl_present();
         Ok(())
     }
@@ -145,7 +145,7 @@ impl CheckBackend for CudaCheck {
         if let Some(why) = self.blocking() {
             return Err(unavailable(Phase::NcclSweep, &why));
         }
-        sweep(&floored(run), &self.options, &self.gpus, self.watchdog())
+        nccl::phase::sweep(&floored(run), &self.options, &self.gpus, self.watchdog())
             .map_err(|e| phase_error(Phase::NcclSweep, &e))
     }
 
@@ -167,8 +167,15 @@ impl CheckBackend for CudaCheck {
         {
             return Err(unavailable(Phase::DdpProbe, &why));
         }
-        ddp_probe(&floored(run), &self.options, &self.gpus, self.watchdog())
-            .map_err(|e| phase_error(Phase::DdpProbe, &e))
+        let log = self.debug_file.as_deref();
+        ddp_probe(
+            &floored(run),
+            &self.options,
+            &self.gpus,
+            log,
+            self.watchdog(),
+        )
+        .map_err(|e| phase_error(Phase::DdpProbe, &e))
     }
 
     /// NVML's snapshot, or `unavailable` without NVML.

@@ -3,26 +3,71 @@
 //! DDP runs), joined through the id rank 0 made and the rendezvous handed over.
 
 use super::ddp::DdpSettings;
-use super::ddp_procs::{WORKER_SUBCOMMAND, WorkerTask, combine_ranks, encode_id, run_workers};
+use super::ddp::procs::{WORKER_SUBCOMMAND, WorkerTask, combine_ranks, encode_id, run_workers};
 use super::nccl;
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
+use crate::{CheckError, Progress};
+use gpufabric_api::result::{Backend, PhaseError};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// One rank (node) of the probe on real GPUs.
 pub struct CudaDdpNodes {
-    /// CUDA device ordinals of this node's GPUs, in local rank order.
-    pub devices: Vec<u32>,
+    /// CUDA device ordinals of this node's GPUs, in local rank order (found by
+    /// [`NodeMeasure::prepare`]).
+    devices: Vec<u32>,
     /// This node's rank in the group.
-    pub rank: u32,
-    pub settings: DdpSettings,
+    rank: u32,
+    settings: DdpSettings,
     /// The program started per GPU (its `ddp-worker` subcommand): this agent.
-    pub exe: PathBuf,
+    exe: PathBuf,
     /// Longest one node count's workers may take; they are killed then.
-    pub limit: Duration,
+    limit: Duration,
+}
+
+impl CudaDdpNodes {
+    /// Rank `rank` measuring the step `settings` with workers of `exe`, each node count
+    /// within `limit`.
+    pub fn new(rank: u32, settings: DdpSettings, exe: PathBuf, limit: Duration) -> CudaDdpNodes {
+        CudaDdpNodes {
+            devices: Vec::new(),
+            rank,
+            settings,
+            exe,
+            limit,
+        }
+    }
 }
 
 impl NodeMeasure for CudaDdpNodes {
+    fn kind(&self) -> Backend {
+        Backend::Cuda
+    }
+
+    /// NCCL and cuBLAS found, the GPUs free of other work, and counted.
+    fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError> {
+        nccl::require()?;
+        if !super::ddp::cublas_present() {
+            return Err(CheckError::LibraryMissing {
+                library: "libcublas.so".into(),
+                detail: "cuBLAS is not installed or not on the library path".into(),
+            });
+        }
+        super::refuse_shared_gpus(shared, progress)?;
+        let count = super::count_gpus()?;
+        self.devices = (0..count).collect();
+        Ok(count)
+    }
+
+    /// A hung node count is its workers' timeout.
+    fn hang(&self, _timeout: Duration, _progress: Progress) -> Option<PhaseError> {
+        None
+    }
+
+    fn end_look(&mut self) -> Result<(), CheckError> {
+        super::refuse_work_started()
+    }
+
     /// The id as the workers take it: 256 hex digits.
     fn make_id(&mut self) -> Result<Vec<u8>, String> {
         let id = nccl::unique_id().map_err(|e| e.to_string())?;
@@ -49,7 +94,7 @@ impl NodeMeasure for CudaDdpNodes {
                 .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit)
+        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit, None)
             .map_err(|e| e.to_string())?;
         combine_ranks(&reports, first)
     }
@@ -58,7 +103,7 @@ impl NodeMeasure for CudaDdpNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::ddp_procs::WorkerReport;
+    use crate::cuda::ddp::procs::WorkerReport;
 
     #[test]
     fn a_nodes_times_are_its_slowest_gpu_and_its_ranks_are_global() {

@@ -24,34 +24,6 @@ pub(crate) fn refuse_gpus_in_use(
     crate::gpu_use::refuse(&in_use(monitor), shared, progress)
 }
 
-/// The GPUs' use once this process's contexts are open, to set the end of its measurements
-/// beside ([`crate::gpu_use::started_during`]); it sees nothing without NVML.
-pub(crate) struct UseWatch<'m> {
-    monitor: Option<&'m health::Monitor>,
-    opened: Vec<GpuUse>,
-}
-
-impl<'m> UseWatch<'m> {
-    /// Reads the GPUs now: call once this process's contexts are open.
-    pub(crate) fn start(monitor: Option<&'m health::Monitor>) -> UseWatch<'m> {
-        UseWatch {
-            monitor,
-            opened: in_use(monitor),
-        }
-    }
-
-    /// [`CheckError::GpusInUse`] when other work started on the GPUs since [`Self::start`].
-    /// Not when `skip`: the caller measures beside other work by request, a phase timed out
-    /// (a thread still stuck in it holds this process's own memory) or a GPU raised an XID
-    /// (the GPU's evidence whatever ran beside it).
-    pub(crate) fn finish(&self, skip: bool) -> Result<(), CheckError> {
-        let Some(monitor) = self.monitor.filter(|_| !skip) else {
-            return Ok(());
-        };
-        crate::gpu_use::refuse_after(&self.opened, &monitor.gpu_use())
-    }
-}
-
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank
 /// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
 /// test as not measured.
@@ -63,10 +35,7 @@ pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckE
 /// For a rank whose measuring processes have ended and that holds no context of its own:
 /// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while they
 /// were measured ([`crate::gpu_use::refuse_at_end`]). Without NVML it cannot tell.
-pub fn refuse_work_started(shared: bool) -> Result<(), CheckError> {
-    if shared {
-        return Ok(());
-    }
+pub(crate) fn refuse_work_started() -> Result<(), CheckError> {
     let monitor = open_monitor(count_gpus()?);
     crate::gpu_use::refuse_at_end(&in_use(monitor.as_ref()))
 }

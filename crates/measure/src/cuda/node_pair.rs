@@ -17,16 +17,20 @@
 //! IB (RoCE when the node's RDMA ports are Ethernet), sockets, and how many NICs it used.
 
 use super::gpu::{DevBuf, Gpu, GpuError, GpuResult, HostBuf, Stream};
-use super::nccl::{Comms, Watchdog, alltoall_call, group, ncheck, settle, sync_all};
-use crate::pairs::PairOptions;
+use super::gpu_use::in_use;
+use super::health;
+use super::nccl::{self, Comms, Watchdog, alltoall_call, group, ncheck, settle, sync_all};
+use crate::gpu_use::GpuUse;
+use crate::node_pair::{Met, PairBackend};
 use crate::rendezvous::ID_BYTES;
-use crate::{CheckError, stats};
+use crate::{CheckError, Progress, stats};
 use cudarc::nccl::sys as nsys;
-use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PAIR_SCHEMA, PairCollective};
+use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PairCollective};
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::Collective;
 use std::collections::BTreeSet;
 use std::ffi::c_void;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Elements of each rank checked after a collective.
@@ -38,17 +42,6 @@ pub struct PairSettings {
     pub iters: (u32, u32),
     /// Watchdog of each step (init, warm-up, timing): a hung collective is aborted.
     pub timeout: Duration,
-    /// The node's RDMA ports (sysfs), for the document and to tell RoCE from IB.
-    pub nics: Vec<NicPort>,
-    /// NCCL's INFO log, when this process pointed it at a file.
-    pub nccl_log: Option<std::path::PathBuf>,
-    /// Set once this rank's communicators exist (NCCL's bootstrap with the other node is
-    /// done). `ncclCommInitRank` cannot be aborted: a caller that must not hang for ever on
-    /// a peer that died after the rendezvous watches this flag (see the agent's init watch).
-    pub joined: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    /// Measure beside other work on this node's GPUs (`--shared-gpus`); otherwise work that
-    /// starts on them while the pair measures makes the pair not measured.
-    pub shared_gpus: bool,
 }
 
 /// This node's GPUs in the clique.
@@ -59,84 +52,106 @@ struct Local {
     recv: Vec<DevBuf>,
 }
 
-/// The node-pair document of this rank. `barrier` meets the other node (the rendezvous
-/// group); it is called before each timed loop. A missing driver or library is an error;
-/// a failing or hanging collective is a phase error in the document.
-pub fn node_pair(
-    opts: &PairOptions,
-    id: &[u8; ID_BYTES],
-    set: &PairSettings,
-    barrier: &mut dyn FnMut() -> Result<(), String>,
-    started_at: String,
-) -> Result<NodePairResult, CheckError> {
-    let started = Instant::now();
-    // Other work may have started while this rank waited for its peer: a second look,
-    // before this process's contexts exist (the first was before the rendezvous), and the
-    // same NVML session for the look after the measurements.
-    let n = super::count_gpus()?;
-    let monitor = super::open_monitor(n);
-    let late = super::refuse_gpus_in_use(monitor.as_ref(), set.shared_gpus, &|_| {}).err();
-    let gpus = match late {
-        Some(CheckError::GpusInUse(_)) => Vec::new(),
-        Some(e) => return Err(e),
-        None => super::open_devices(n)?,
-    };
-    let g = gpus.len() as u32;
-    let watch = super::UseWatch::start(monitor.as_ref());
-    let mut doc = NodePairResult {
-        schema: PAIR_SCHEMA.into(),
-        group: opts.group.clone(),
-        nodes: opts.nodes.clone(),
-        rank: opts.rank,
-        backend: Backend::Cuda,
-        started_at,
-        duration_s: 0.0,
-        gpus_per_node: g,
-        collectives: Vec::new(),
-        transport: None,
-        nics_used: 0,
-        nics: set.nics.clone(),
-        not_measured: None,
-        errors: Vec::new(),
-    };
-    if let Some(CheckError::GpusInUse(message)) = late {
-        doc.not_measured = Some(gpufabric_api::pair::NotMeasured::own_node(message));
-        doc.duration_s = started.elapsed().as_secs_f64();
-        return Ok(doc);
+/// One rank of a node pair on real GPUs: the steps of [`crate::node_pair`]. A missing driver
+/// or library is an error; a failing or hanging collective is a phase error in the
+/// document.
+pub struct CudaPair {
+    set: PairSettings,
+    /// NCCL's INFO log, when this process pointed it at a file ([`prepare`](Self::prepare)).
+    nccl_log: Option<PathBuf>,
+    /// NVML over the node's GPUs, from the look after meeting to the last.
+    monitor: Option<health::Monitor>,
+    /// The GPUs, opened once other work was found not to hold them.
+    gpus: Vec<Gpu>,
+    /// What the GPUs had in use once this rank's contexts were open; None until it measured.
+    opened: Option<Vec<GpuUse>>,
+}
+
+impl CudaPair {
+    pub fn new(set: PairSettings) -> CudaPair {
+        CudaPair {
+            set,
+            nccl_log: None,
+            monitor: None,
+            gpus: Vec::new(),
+            opened: None,
+        }
     }
-    // Both nodes of a pair share the agent's environment, so both stop here alike.
-    let blocking = std::env::var("CUDA_LAUNCH_BLOCKING").ok();
-    if let Some(why) = super::blocking_launches(gpus.len(), blocking.as_deref()) {
-        doc.errors.push(PhaseError {
-            phase: Phase::NodePair,
-            kind: ErrorKind::Unavailable,
-            message: why,
-        });
-        doc.duration_s = started.elapsed().as_secs_f64();
-        return Ok(doc);
+}
+
+impl PairBackend for CudaPair {
+    fn kind(&self) -> Backend {
+        Backend::Cuda
     }
-    let run = std::panic::AssertUnwindSafe(|| measure(opts, id, set, gpus, barrier, &mut doc));
-    match std::panic::catch_unwind(run) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => doc.errors.push(phase_error(&e)),
-        Err(p) => return Err(CheckError::Other(super::panic_message(p.as_ref()))),
+
+    /// Points NCCL's log at a file (before any NCCL call or thread: NCCL reads its log
+    /// settings once), finds NCCL, and refuses GPUs other work holds.
+    fn prepare(&mut self, shared: bool, progress: Progress) -> Result<(), CheckError> {
+        self.nccl_log = nccl::debug_file();
+        nccl::require()?;
+        super::refuse_shared_gpus(shared, progress)
     }
-    // Work that started on this node's GPUs while the pair measured shared them with it:
-    // the pair's numbers are not the nodes'.
-    if let Err(CheckError::GpusInUse(message)) =
-        watch.finish(set.shared_gpus || crate::gpu_use::timed_out(&doc.errors))
-    {
-        doc.not_measured = Some(gpufabric_api::pair::NotMeasured::own_node(message));
+
+    fn make_id(&mut self) -> Result<[u8; ID_BYTES], CheckError> {
+        let id = nccl::unique_id().map_err(|e| {
+            CheckError::Other(format!("NCCL could not make the pair's unique id: {e}"))
+        })?;
+        let mut bytes = [0u8; ID_BYTES];
+        for (b, c) in bytes.iter_mut().zip(id.internal.iter()) {
+            *b = *c as u8;
+        }
+        Ok(bytes)
     }
-    if let Some(log) = set.nccl_log.as_ref()
-        && let Ok(text) = std::fs::read_to_string(log)
-    {
-        let (transport, nics) = net_transport(&text, &set.nics);
-        doc.transport = transport;
-        doc.nics_used = nics;
+
+    /// The second look, before this process's contexts exist (the first was before the
+    /// rendezvous), in the NVML session the look after the measurements uses.
+    fn look_again(&mut self, shared: bool) -> Result<(), CheckError> {
+        let n = super::count_gpus()?;
+        self.monitor = super::open_monitor(n);
+        super::refuse_gpus_in_use(self.monitor.as_ref(), shared, &|_| {})?;
+        self.gpus = super::open_devices(n)?;
+        Ok(())
     }
-    doc.duration_s = started.elapsed().as_secs_f64();
-    Ok(doc)
+
+    fn measure(&mut self, met: &mut Met, doc: &mut NodePairResult) -> Result<(), CheckError> {
+        let nics = crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT));
+        doc.nics = nics.unwrap_or_default();
+        doc.gpus_per_node = self.gpus.len() as u32;
+        // Both nodes of a pair share the agent's environment, so both stop here alike.
+        let blocking = std::env::var("CUDA_LAUNCH_BLOCKING").ok();
+        if let Some(why) = super::blocking_launches(self.gpus.len(), blocking.as_deref()) {
+            doc.errors.push(PhaseError {
+                phase: Phase::NodePair,
+                kind: ErrorKind::Unavailable,
+                message: why,
+            });
+            return Ok(());
+        }
+        self.opened = Some(in_use(self.monitor.as_ref()));
+        let gpus = std::mem::take(&mut self.gpus);
+        if let Err(e) = measure(&self.set, gpus, met, doc) {
+            doc.errors.push(phase_error(&e));
+        }
+        if let Some(log) = self.nccl_log.as_ref()
+            && let Ok(text) = std::fs::read_to_string(log)
+        {
+            let (transport, nics) = net_transport(&text, &doc.nics);
+            doc.transport = transport;
+            doc.nics_used = nics;
+        }
+        Ok(())
+    }
+
+    /// Work that started on this node's GPUs while the pair measured shared them with it;
+    /// nothing to look at without NVML or before measuring.
+    fn end_look(&mut self) -> Result<(), CheckError> {
+        match (&self.opened, &self.monitor) {
+            (Some(opened), Some(monitor)) => {
+                crate::gpu_use::refuse_after(opened, &monitor.gpu_use())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 fn phase_error(e: &GpuError) -> PhaseError {
@@ -144,13 +159,12 @@ fn phase_error(e: &GpuError) -> PhaseError {
 }
 
 fn measure(
-    opts: &PairOptions,
-    id: &[u8; ID_BYTES],
     set: &PairSettings,
     gpus: Vec<Gpu>,
-    barrier: &mut dyn FnMut() -> Result<(), String>,
+    met: &mut Met,
     doc: &mut NodePairResult,
 ) -> GpuResult<()> {
+    let (opts, id) = (met.opts, met.id);
     let g = gpus.len() as i32;
     let world = 2 * g;
     let first = opts.rank as i32 * g;
@@ -159,9 +173,7 @@ fn measure(
         *d = *s as std::ffi::c_char;
     }
     let mut comms = init_ranks(&gpus, uid, world, first)?;
-    if let Some(joined) = &set.joined {
-        joined.store(true, std::sync::atomic::Ordering::SeqCst);
-    }
+    met.joined.store(true, std::sync::atomic::Ordering::SeqCst);
     let bytes = (opts.bytes.max(4 * world as u64) / 4 * 4) as usize;
     let mut local = Local {
         streams: gpus.iter().map(Stream::new).collect::<GpuResult<_>>()?,
@@ -184,7 +196,15 @@ fn measure(
             continue;
         }
         let r = time_one(
-            c, &mut comms, &mut local, first, world, bytes, set, &wd, barrier,
+            c,
+            &mut comms,
+            &mut local,
+            first,
+            world,
+            bytes,
+            set,
+            &wd,
+            &mut *met.barrier,
         );
         match r {
             Ok(pc) => doc.collectives.push(pc),

@@ -21,8 +21,7 @@
 use super::PairOptions;
 use crate::fleet::{Fault, Fleet, FleetNode};
 use gpufabric_api::nic_counters::PortErrors;
-use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PAIR_SCHEMA, PairCollective};
-use gpufabric_api::result::Backend;
+use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PairCollective};
 use gpufabric_api::suite::Collective;
 use std::hash::{Hash, Hasher};
 
@@ -153,13 +152,13 @@ pub fn path_gbps(a: &FleetNode, b: &FleetNode) -> f64 {
     }
 }
 
-/// The document rank `opts.rank` writes for the pair, from the fleet's model.
-pub fn node_pair(
+/// What rank `opts.rank` measures of the pair, from the fleet's model, into its document.
+pub fn measure(
     fleet: &Fleet,
     opts: &PairOptions,
     seed: u64,
-    started_at: String,
-) -> Result<NodePairResult, SimPairError> {
+    doc: &mut NodePairResult,
+) -> Result<(), SimPairError> {
     let node = |name: &str| {
         fleet
             .node(name)
@@ -199,22 +198,12 @@ pub fn node_pair(
     } else {
         my_ports.iter().filter(|p| p.is_up()).count() as u32
     };
-    Ok(NodePairResult {
-        schema: PAIR_SCHEMA.into(),
-        group: opts.group.clone(),
-        nodes: opts.nodes.clone(),
-        rank: opts.rank,
-        backend: Backend::Sim,
-        started_at,
-        duration_s: 0.0,
-        gpus_per_node: gpus,
-        collectives,
-        transport: Some(transport),
-        nics_used,
-        nics: my_ports,
-        not_measured: None,
-        errors: Vec::new(),
-    })
+    doc.gpus_per_node = gpus;
+    doc.collectives = collectives;
+    doc.transport = Some(transport);
+    doc.nics_used = nics_used;
+    doc.nics = my_ports;
+    Ok(())
 }
 
 fn round(x: f64, digits: i32) -> f64 {
@@ -226,6 +215,19 @@ fn round(x: f64, digits: i32) -> f64 {
 mod tests {
     use super::*;
     use crate::pairs::DEFAULT_COLLECTIVES;
+    use gpufabric_api::result::Backend;
+
+    /// The document rank `opts.rank` writes for the pair.
+    fn node_pair(
+        fleet: &Fleet,
+        opts: &PairOptions,
+        seed: u64,
+        started_at: String,
+    ) -> Result<NodePairResult, SimPairError> {
+        let mut doc = crate::node_pair::document(opts, Backend::Sim, started_at);
+        measure(fleet, opts, seed, &mut doc)?;
+        Ok(doc)
+    }
 
     fn fleet(faults: &[(&str, Fault)]) -> Fleet {
         let nodes = ["a", "b", "c"]

@@ -7,21 +7,57 @@ use super::node_model::NodeModel;
 use super::phases::{COMPUTE_CONTENTION, StepShape, compute_alone, gemms_done, overlapped_end};
 use crate::ddp_nodes::{NodeMeasure, NodeTimes};
 use crate::fleet::FleetNode;
+use crate::{CheckError, Progress};
+use gpufabric_api::result::{Backend, Phase, PhaseError};
 use gpufabric_api::suite::{Collective, DdpProbe};
+use std::time::Duration;
 
 /// Latency of one inter-node all-reduce step, µs.
 const NET_ALPHA_US: f64 = 20.0;
 
 /// One rank of the probe on the sim backend.
-pub struct SimDdpNodes<'a> {
+pub struct SimDdpNodes {
     /// The group's nodes, by rank (all in the fleet).
-    pub nodes: Vec<&'a FleetNode>,
+    pub nodes: Vec<FleetNode>,
     pub rank: u32,
     pub shape: DdpProbe,
     pub seed: u64,
 }
 
-impl NodeMeasure for SimDdpNodes<'_> {
+impl SimDdpNodes {
+    /// This rank's node.
+    fn me(&self) -> Result<&FleetNode, String> {
+        self.nodes
+            .get(self.rank as usize)
+            .ok_or_else(|| format!("rank {} has no node", self.rank))
+    }
+}
+
+impl NodeMeasure for SimDdpNodes {
+    fn kind(&self) -> Backend {
+        Backend::Sim
+    }
+
+    /// The node's `gpusInUse` faults present from the start.
+    fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError> {
+        let me = self.me().map_err(CheckError::InvalidInput)?;
+        super::refuse_shared_gpus(me, shared, progress)?;
+        Ok(me.gpus)
+    }
+
+    /// The node's `hang` fault in phase `ddpProbe`.
+    fn hang(&self, timeout: Duration, progress: Progress) -> Option<PhaseError> {
+        let me = self.me().ok()?;
+        super::hang(me, Phase::DdpProbe, timeout, progress)
+    }
+
+    /// What the node's `gpusInUse` faults hold at the end, as the cuda backend's look of a
+    /// rank whose workers ended.
+    fn end_look(&mut self) -> Result<(), CheckError> {
+        let me = self.me().map_err(CheckError::InvalidInput)?;
+        crate::gpu_use::refuse_at_end(&super::gpu_use(me, true))
+    }
+
     fn make_id(&mut self) -> Result<Vec<u8>, String> {
         // No NCCL here: random bytes take the id's place, exchanged as a real one is.
         crate::rendezvous::random_id()
@@ -30,12 +66,14 @@ impl NodeMeasure for SimDdpNodes<'_> {
     }
 
     fn measure(&mut self, k: u32, _id: &[u8]) -> Result<NodeTimes, String> {
-        let me = self
+        let me = self.me()?;
+        let ring: Vec<&FleetNode> = self
             .nodes
-            .get(self.rank as usize)
-            .ok_or_else(|| format!("rank {} has no node", self.rank))?;
-        let ring = self.nodes.get(..k as usize).ok_or("too few nodes")?;
-        Ok(node_times(me, ring, &self.shape, self.seed, k))
+            .get(..k as usize)
+            .ok_or("too few nodes")?
+            .iter()
+            .collect();
+        Ok(node_times(me, &ring, &self.shape, self.seed, k))
     }
 }
 

@@ -5,12 +5,14 @@
 
 pub mod ddp_nodes;
 mod node_model;
+pub mod node_pair;
 mod noise;
 mod phases;
 mod products;
 #[cfg(test)]
 mod tests;
 
+pub use node_pair::SimPair;
 pub use products::{A100, B200, GENERIC_PCIE, H100, H200, ProductModel, product_model};
 
 use crate::fleet::{Fault, FleetNode};
@@ -81,25 +83,6 @@ pub fn refuse_shared_gpus(
     crate::gpu_use::refuse(&gpu_use(node, false), shared, progress)
 }
 
-/// The cuda backend's look of a ddp-nodes rank once its workers ended (no context of its
-/// own then, [`crate::gpu_use::refuse_at_end`]): what the node's `gpusInUse` faults hold at
-/// the end, unless `shared`.
-pub fn work_at_end(node: &FleetNode, shared: bool) -> Result<(), CheckError> {
-    if shared {
-        return Ok(());
-    }
-    crate::gpu_use::refuse_at_end(&gpu_use(node, true))
-}
-
-/// [`CheckError::GpusInUse`] when the node's `gpusInUse` faults with `during: true` started
-/// while it measured, unless `skip` (as the cuda backend's last look at the GPUs).
-pub fn work_started(node: &FleetNode, skip: bool) -> Result<(), CheckError> {
-    if skip {
-        return Ok(());
-    }
-    crate::gpu_use::refuse_after(&gpu_use(node, false), &gpu_use(node, true))
-}
-
 /// What the node's GPUs have in use when the check starts (or, with `end`, after its
 /// measurements): idle, but for `gpusInUse` faults (those with `during` only at the end),
 /// whose process is not visible (as from a container).
@@ -130,7 +113,7 @@ fn gpu_use(node: &FleetNode, end: bool) -> Vec<crate::gpu_use::GpuUse> {
 /// A `hang` fault of `node` in `phase`: `None` without one; with `stuck: true` it never
 /// returns (only the pod's deadline or a kill ends the process); otherwise it waits
 /// `timeout`, as on a hung NCCL call, and returns the watchdog's timeout of the phase.
-pub fn hang(
+fn hang(
     node: &FleetNode,
     phase: Phase,
     timeout: Duration,

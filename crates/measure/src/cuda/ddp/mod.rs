@@ -3,6 +3,7 @@
 //! stream as soon as backward has produced them, weak-scaled over GPU counts.
 
 mod blas;
+pub mod procs;
 mod replica;
 mod trace;
 
@@ -282,16 +283,18 @@ pub fn measure_rank(
 
 /// Measures every GPU count of the probe.
 /// With `worker`, one process of that program per GPU (its `ddp-worker` subcommand), as
-/// PyTorch DDP runs; without, this process drives every GPU.
+/// PyTorch DDP runs, kept out of `nccl_log` (this process's NCCL log file); without, this
+/// process drives every GPU.
 pub fn probe(
     gpus: &[Gpu],
     set: &DdpSettings,
     worker: Option<&std::path::Path>,
+    nccl_log: Option<&std::path::Path>,
     wd: &Watchdog,
     progress: &dyn Fn(&str),
 ) -> GpuResult<DdpResult> {
     if let Some(exe) = worker {
-        return crate::cuda::ddp_procs::probe(gpus, set, exe, progress);
+        return procs::probe(gpus, set, exe, nccl_log, progress);
     }
     let bks = buckets(
         set.hidden as u64,

@@ -3,9 +3,9 @@
 //! as one JSON line on stdin, and combines the JSON lines they print into the probe's
 //! points.
 
-use super::ddp::{self, DdpSettings};
-use super::gpu::{Gpu, GpuError, GpuResult};
-use super::nccl;
+use super::{self as ddp, DdpSettings};
+use crate::cuda::gpu::{Gpu, GpuError, GpuResult};
+use crate::cuda::nccl;
 use crate::model::{PointTimes, buckets};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::result::{DdpPoint, DdpResult};
@@ -149,7 +149,7 @@ fn run_task(task: &WorkerTask) -> WorkerReport {
         Err(p) => failed(
             Some(task.rank),
             false,
-            format!("panicked: {}", super::panic_message(p.as_ref())),
+            format!("panicked: {}", crate::cuda::panic_message(p.as_ref())),
         ),
     }
 }
@@ -216,19 +216,20 @@ impl Drop for Workers {
 /// Starts `program args` once per input line (rank = position), hands each its line on
 /// stdin and collects one report per rank within `limit`. A worker that fails, exits
 /// without a report or is not done in time is an error; all workers are then killed.
+/// `nccl_log`: the file this process pointed NCCL's INFO log at, which the workers keep out
+/// of.
 pub fn run_workers(
     program: &Path,
     args: &[&str],
     inputs: &[String],
     limit: Duration,
+    nccl_log: Option<&Path>,
 ) -> GpuResult<Vec<WorkerReport>> {
     let (tx, rx) = mpsc::channel::<(usize, Option<WorkerReport>)>();
     let mut workers = Workers {
         children: Vec::new(),
     };
-    let quiet_nccl = std::env::var("NCCL_DEBUG_FILE")
-        .map(|f| f.contains("fabric-agent-nccl-"))
-        .unwrap_or(false);
+    let quiet_nccl = nccl_log.is_some();
     for (rank, input) in inputs.iter().enumerate() {
         let child = spawn_worker(program, args, rank, input, quiet_nccl, tx.clone())?;
         workers.children.push(child);
@@ -380,11 +381,13 @@ fn die_with_parent(cmd: &mut Command) {
     }
 }
 
-/// Measures every GPU count of the probe with one worker process per GPU.
+/// Measures every GPU count of the probe with one worker process per GPU (`exe`'s
+/// `ddp-worker` subcommand); `nccl_log` as [`run_workers`] takes it.
 pub fn probe(
     gpus: &[Gpu],
     set: &DdpSettings,
     exe: &Path,
+    nccl_log: Option<&Path>,
     progress: &dyn Fn(&str),
 ) -> GpuResult<DdpResult> {
     let bks = buckets(
@@ -420,7 +423,7 @@ pub fn probe(
                 })
             })
             .collect::<GpuResult<_>>()?;
-        let reports = run_workers(exe, &[WORKER_SUBCOMMAND], &inputs, limit)?;
+        let reports = run_workers(exe, &[WORKER_SUBCOMMAND], &inputs, limit, nccl_log)?;
         let t = combine(&reports).map_err(|detail| GpuError::Call {
             call: "ddp worker",
             detail,
@@ -575,6 +578,7 @@ mod tests {
             &["-c", "read l; echo 'NCCL INFO noise'; echo \"$l\""],
             &inputs,
             Duration::from_secs(20),
+            None,
         )
         .expect("reports");
         assert_eq!(reports.len(), 3);
@@ -591,6 +595,7 @@ mod tests {
             &["-c", "read l; echo oops; exit 3"],
             &["{}".to_string(), "{}".to_string()],
             Duration::from_secs(20),
+            None,
         )
         .expect_err("no report");
         let text = e.to_string();
@@ -614,6 +619,7 @@ mod tests {
             ],
             &[ok, "hang".to_string()],
             Duration::from_millis(800),
+            None,
         )
         .expect_err("times out");
         assert!(
@@ -636,6 +642,7 @@ mod tests {
             &["-c", &format!("read l; echo '{line}'")],
             &["{}".to_string()],
             Duration::from_secs(20),
+            None,
         )
         .expect_err("fails");
         assert!(

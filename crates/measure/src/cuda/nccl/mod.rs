@@ -1,11 +1,12 @@
 //! NCCL in one process over several GPUs: communicators and the watchdog that aborts a hung
-//! collective (`comm`), the nccl-tests style sweep (`sweep`), its timing (`timing`), the
-//! threads that launch a block's CUDA graphs (`launch`) and the validation of its outputs
-//! (`check`).
+//! collective (`comm`), the node check's sweep phase (`phase`), the nccl-tests style sweep
+//! of one collective (`sweep`), its timing (`timing`), the threads that launch a block's
+//! CUDA graphs (`launch`) and the validation of its outputs (`check`); where NCCL's log goes.
 
 mod check;
 mod comm;
 mod launch;
+pub(crate) mod phase;
 mod sweep;
 mod timing;
 
@@ -19,6 +20,35 @@ use cudarc::driver::sys as csys;
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::suite::DataType;
 use std::ffi::CStr;
+
+/// Points NCCL's INFO log at a file this process parses for transports, unless the user set
+/// NCCL_DEBUG, and returns the file; processes this one starts are to keep out of it. Call
+/// before the first NCCL call and before starting threads.
+pub fn debug_file() -> Option<std::path::PathBuf> {
+    if std::env::var_os("NCCL_DEBUG").is_some() {
+        return None;
+    }
+    let path = std::env::temp_dir().join(format!("fabric-agent-nccl-{}.log", std::process::id()));
+    // SAFETY: called before the first NCCL call and before this backend starts threads;
+    // NCCL reads these variables at its initialisation.
+    unsafe {
+        std::env::set_var("NCCL_DEBUG", "INFO");
+        std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT,P2P,SHM,NET");
+        std::env::set_var("NCCL_DEBUG_FILE", &path);
+    }
+    Some(path)
+}
+
+/// [`CheckError::LibraryMissing`] where NCCL cannot be loaded.
+pub fn require() -> Result<(), crate::CheckError> {
+    if nccl_present() {
+        return Ok(());
+    }
+    Err(crate::CheckError::LibraryMissing {
+        library: "libnccl.so".into(),
+        detail: "NCCL is not installed or not on the library path".into(),
+    })
+}
 
 /// Turns an NCCL status into a result.
 pub fn ncheck(call: &'static str, r: nsys::ncclResult_t) -> GpuResult<()> {

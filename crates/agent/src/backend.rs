@@ -1,0 +1,95 @@
+//! The one place `--backend` is read: each measuring subcommand gets its backend (the cuda
+//! backend, or the sim backend of the fleet file's node) once, before it runs, and a
+//! simulated node's process faults act here.
+
+use crate::args::{BackendArg, FleetArgs, invalid};
+use crate::output::progress;
+use gpufabric_measure::fleet::{Fleet, FleetNode};
+use gpufabric_measure::sim::{self, ProcessFault};
+
+/// What a subcommand's command line says of its backend.
+pub struct Choice<'a> {
+    /// `--backend`.
+    pub backend: BackendArg,
+    /// Where the sim fleet comes from.
+    pub fleet: &'a FleetArgs,
+    /// The seed that overrides the fleet's own.
+    pub seed: Option<u64>,
+    /// The other nodes the sim fleet must hold (a group's nodes; none for one node).
+    pub group: &'a [String],
+}
+
+/// A subcommand that measures: what it needs to build its backend either way.
+pub trait Measures {
+    /// What it measures with (the measure crate's backend trait).
+    type Backend: ?Sized;
+    /// The subcommand, as the progress line names it.
+    const NAME: &'static str;
+    /// The flag that names the nodes, for a node the fleet lacks.
+    const NODES_FLAG: &'static str;
+
+    /// What the command line says of the backend.
+    fn choice(&self) -> Choice<'_>;
+    /// The cuda backend.
+    fn cuda(&self) -> anyhow::Result<Box<Self::Backend>>;
+    /// The sim backend of `node` in `fleet`.
+    fn sim(&self, fleet: Fleet, node: FleetNode, seed: u64) -> anyhow::Result<Box<Self::Backend>>;
+}
+
+/// The backend a subcommand runs on, as `--backend` chose it.
+pub enum Chosen<B: ?Sized> {
+    /// Measure with `backend`; with `garbage` (a sim fault, node-check's to act on), write a
+    /// truncated document.
+    Measure { backend: Box<B>, garbage: bool },
+    /// A simulated crash: the exit code, nothing written.
+    Crashed(i32),
+}
+
+/// The backend of `cmd` on `node`: the cuda backend, or the sim backend of the fleet
+/// file's `node` (the group's nodes must be in the fleet too), unless a process fault of
+/// that node acts first.
+pub fn choose<M: Measures>(cmd: &M, node: &str) -> anyhow::Result<Chosen<M::Backend>> {
+    let choice = cmd.choice();
+    if choice.backend == BackendArg::Cuda {
+        progress(&format!("{} on {node} with the cuda backend", M::NAME));
+        return Ok(Chosen::Measure {
+            backend: cmd.cuda()?,
+            garbage: false,
+        });
+    }
+    let (source, fleet) = choice.fleet.load()?;
+    let missing = std::iter::once(node)
+        .chain(choice.group.iter().map(String::as_str))
+        .find(|n| fleet.node(n).is_none());
+    let fleet_node = match (missing, fleet.node(node)) {
+        (None, Some(found)) => found.clone(),
+        (missing, _) => {
+            let known: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+            return Err(invalid(format!(
+                "node {:?} is not in {source} (it has: {}); pass {} with them",
+                missing.unwrap_or(node),
+                known.join(", "),
+                M::NODES_FLAG
+            )));
+        }
+    };
+    let garbage = match sim::process_fault(&fleet_node) {
+        Some(ProcessFault::Crash { exit_code }) => {
+            eprintln!(
+                "fabric-agent: simulated crash of node {node} (fault in {source}): exiting with code {exit_code}"
+            );
+            return Ok(Chosen::Crashed(exit_code));
+        }
+        Some(ProcessFault::Garbage) => true,
+        None => false,
+    };
+    let seed = choice.seed.unwrap_or(fleet.seed);
+    progress(&format!(
+        "{} on {node} with the sim backend ({source}, seed {seed})",
+        M::NAME
+    ));
+    Ok(Chosen::Measure {
+        backend: cmd.sim(fleet, fleet_node, seed)?,
+        garbage,
+    })
+}
