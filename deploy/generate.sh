@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Writes deploy/operator.yaml from the Helm chart (charts/gpufabric), so the plain manifests
-# and the chart never disagree. With --check, writes nothing and fails when the file is stale.
+# and the chart never disagree. With --check, writes nothing and fails when the file is stale,
+# or when two renders differ (a generated key, a random name or a time in the output would
+# change the file on every run, and every GitOps sync of it).
 #
 #   deploy/generate.sh          # regenerate deploy/operator.yaml
 #   deploy/generate.sh --check  # CI: exit 1 (with a diff) when it differs from the chart
@@ -29,7 +31,15 @@ HEADER
 }
 case "${1:-}" in
 --check)
-	if ! diff -u "$out" <(render); then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	render >"$tmp/first"
+	render >"$tmp/second"
+	if ! diff -u "$tmp/first" "$tmp/second"; then
+		echo "two renders of the chart differ: deploy/operator.yaml must not change from run to run" >&2
+		exit 1
+	fi
+	if ! diff -u "$out" "$tmp/first"; then
 		echo "deploy/operator.yaml is stale: run deploy/generate.sh" >&2
 		exit 1
 	fi
