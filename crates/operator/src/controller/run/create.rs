@@ -1,7 +1,24 @@
 //! Benchmark pods created with bounded concurrency; a pod the API server refuses for good
 //! ends its node as not admitted.
 
-use super::*;
+use super::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
+use crate::context::Context;
+use crate::error::Result;
+use crate::names;
+use crate::pods::{self, allocatable_gpus};
+use crate::results::PodState;
+use crate::time::to_chrono;
+use chrono::Utc;
+use futures::StreamExt;
+use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
+use gpufabric_api::run::{FabricTestRun, NodeRunResult};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 pub(super) fn is_transient(e: &kube::Error) -> bool {
     match e {

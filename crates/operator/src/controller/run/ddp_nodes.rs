@@ -4,8 +4,23 @@
 //! is kept in the run's status, so a restarted operator goes on from there; the decisions
 //! are in [`crate::ddp_nodes`].
 
+use super::create::rank_pods;
+use super::create::{create_rank_pod, group_deadline};
+use super::deadline::delete_pod;
+use super::finish;
+use super::pass::pods_of;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::pods::allocatable_gpus;
+use crate::results::PodState;
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use std::time::Duration;
+
 use super::pairs::{PairsStep, ensure_secret};
-use super::*;
 use crate::ddp_nodes::{self, ProbePod, Settled, Step};
 use crate::pairs::pods::Rendezvous;
 use crate::pairs::rank::{RankPod, rank_pod, spare_lost};

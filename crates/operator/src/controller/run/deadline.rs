@@ -1,6 +1,16 @@
 //! The deadline of the wave under way, and what happens to its pods when it passes.
 
-use super::*;
+use super::DEADLINE_MARGIN_SECONDS;
+use crate::error::Result;
+use crate::names;
+use crate::pods;
+use crate::results::{self, PodState};
+use crate::time::to_chrono;
+use chrono::Utc;
+use gpufabric_api::run::{FabricTestRunStatus, NodeRunResult, RunProgress};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, LogParams};
+use std::time::Duration;
 
 /// The agent's last progress line in the tail of a running pod's log, to say which phase it
 /// was in when the run deadline stopped it; None when the log cannot be read in a few

@@ -1,7 +1,24 @@
 //! The end of a run: every node judged, every node's result written to the shards, the
 //! run's status and its test's history updated.
 
-use super::*;
+use super::start::publish;
+use super::{apply_status, shards_api};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::metrics::VerdictLabels;
+use crate::pods::allocatable_gpus;
+use crate::results::PodState;
+use crate::shards::{self, Shard};
+use crate::status as st;
+use crate::time::{now, to_chrono};
+use gpufabric_api::keys;
+use gpufabric_api::outcome::NodeOutcome;
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase};
+use gpufabric_health::NodeInput;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 
 /// Judges every node, writes every node's result to the shards, and ends the run.
 pub(super) async fn finish(

@@ -7,34 +7,16 @@
 //! it was.
 
 use crate::context::Context;
-use crate::error::{Error, Result};
-use crate::metrics::VerdictLabels;
-use crate::names;
-use crate::nodes;
-use crate::pods::{self, allocatable_gpus};
-use crate::results::{self, PodState};
-use crate::shards::{self, Shard};
-use crate::status as st;
-use crate::time::{now, to_chrono};
-use crate::waves;
-use chrono::Utc;
-use futures::StreamExt;
+use crate::error::Result;
+use crate::shards;
 use gpufabric_api::keys;
-use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
-use gpufabric_api::run::{
-    FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase, RunProgress,
-};
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
 use gpufabric_api::shard::FabricTestRunShard;
-use gpufabric_health::NodeInput;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, LogParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 mod create;
 mod ddp_nodes;
@@ -45,12 +27,9 @@ mod pairs;
 mod pass;
 mod start;
 mod throttle;
-use create::*;
-use deadline::*;
-use finish::finish;
 pub use keeper::Keeper;
-use pass::*;
-use start::*;
+use pass::{progress, shards_of};
+use start::start;
 pub use throttle::{MIN_PASS_INTERVAL, PassThrottle};
 
 /// Name of this controller in metrics and logs.

@@ -9,7 +9,23 @@
 //! cache); the records to write next are handed back to the caller, which writes them once
 //! the pass is saved (`crate::counters::write_nic`).
 
-use super::*;
+use super::create::{create_rank_pod, group_deadline, rank_pods};
+use super::deadline::delete_pod;
+use super::finish;
+use super::pass::pods_of;
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::pods::{self, allocatable_gpus};
+use crate::results::PodState;
+use crate::time::now;
+use gpufabric_api::keys;
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use std::time::Duration;
+
 use crate::pairs::phase::{self, PairPod, Slot, Step};
 use crate::pairs::pods::{Rendezvous, SECRET_KEY, pair_pod, secret_name};
 use crate::pairs::rank::spare_lost;

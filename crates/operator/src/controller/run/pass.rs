@@ -2,7 +2,29 @@
 //! create, the results kept and written, and the hand-over to the node-pair phase or the
 //! end of the run.
 
-use super::*;
+use super::create::create_step;
+use super::deadline::{delete_pod, stop_at_deadline, wave_deadline};
+use super::finish::finish;
+use super::{
+    CONDITION_PODS_CREATED, DEADLINE_MARGIN_SECONDS, apply_status, ddp_nodes, pairs, shards_api,
+};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::names;
+use crate::results::{self, PodState};
+use crate::shards::{self, Shard};
+use crate::status as st;
+use crate::time::now;
+use crate::waves;
+use chrono::Utc;
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult, RunProgress};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Where each node's pod stands, which pods to create and which to stop.
 pub(super) struct Read {
@@ -410,13 +432,19 @@ pub(super) fn holds_node(p: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Keeper;
     use super::*;
     use crate::controller::fake_api::{self, Expect};
-    use gpufabric_api::run::{FabricTestRunSpec, Trigger};
-    use gpufabric_api::shard::{FabricTestRunShardSpec, FabricTestRunShardStatus};
+    use gpufabric_api::keys;
+    use gpufabric_api::run::{FabricTestRunSpec, RunPhase, Trigger};
+    use gpufabric_api::shard::{
+        FabricTestRunShard, FabricTestRunShardSpec, FabricTestRunShardStatus,
+    };
     use http::{Method, StatusCode};
+    use k8s_openapi::api::core::v1::Node;
     use kube::runtime::{reflector, watcher};
     use serde_json::Value;
+    use serde_json::json;
 
     const RUN: &str = "nightly-1";
     const UID: &str = "run-uid";

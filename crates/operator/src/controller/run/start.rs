@@ -1,7 +1,25 @@
 //! The start of a run: its nodes resolved from the node cache and frozen into its shards,
 //! or the run failed when none can be tested.
 
-use super::*;
+use super::{CREATE_CONCURRENCY, apply_status, shards_api};
+use crate::context::Context;
+use crate::error::Result;
+use crate::nodes;
+use crate::pods;
+use crate::shards;
+use crate::status as st;
+use crate::time::{now, to_chrono};
+use chrono::Utc;
+use futures::StreamExt;
+use gpufabric_api::run::{
+    FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase, RunProgress,
+};
+use gpufabric_api::shard::FabricTestRunShard;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use std::time::Duration;
 
 /// Resolves the nodes and freezes them into the run's shards, or fails the run when there
 /// are none. A start cut short after its shards were made keeps the nodes they hold.
