@@ -59,20 +59,32 @@ pub(super) fn wave_deadline(
     base + chrono::Duration::seconds(timeout + DEADLINE_MARGIN_SECONDS)
 }
 
+/// A wave that passed the run deadline.
+pub(super) struct PastDeadline<'a> {
+    /// The wave's nodes, as indexes into the run's entries.
+    pub(super) wave: &'a [usize],
+    /// The run deadline, seconds.
+    pub(super) run_seconds: u64,
+    /// Why a node is not Ready; None while it is.
+    pub(super) not_ready: &'a (dyn Fn(&str) -> Option<String> + Sync),
+}
+
 /// Ends the wave's nodes past the run deadline: those without a pod never started, the
 /// others are stopped (with the phase a running agent was in, from its log; on a node that
 /// is not Ready, `not_ready` says why, not measured). Returns how many pods were stopped.
-#[allow(clippy::too_many_arguments)]
 pub(super) async fn stop_at_deadline(
     name: &str,
     entries: &[NodeRunResult],
-    wave: &[usize],
+    past: PastDeadline<'_>,
     to_create: &[usize],
     outcomes: &mut [PodState],
     pods_api: &Api<Pod>,
-    run_seconds: u64,
-    not_ready: &(dyn Fn(&str) -> Option<String> + Sync),
 ) -> Result<u32> {
+    let PastDeadline {
+        wave,
+        run_seconds,
+        not_ready,
+    } = past;
     let mut stopped = 0;
     for i in to_create.iter().copied().filter(|i| wave.contains(i)) {
         outcomes[i] = PodState::Ended(results::never_started(&format!(

@@ -3,7 +3,7 @@
 //! end of the run.
 
 use super::create::create_step;
-use super::deadline::{delete_pod, stop_at_deadline, wave_deadline};
+use super::deadline::{PastDeadline, delete_pod, stop_at_deadline, wave_deadline};
 use super::finish::finish;
 use super::{
     CONDITION_PODS_CREATED, DEADLINE_MARGIN_SECONDS, apply_status, ddp_nodes, pairs, shards_api,
@@ -155,17 +155,13 @@ pub(super) async fn progress(
     if past_deadline {
         let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
         let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
-        prog.stopped += stop_at_deadline(
-            &name,
-            &entries,
-            &wave,
-            &to_create,
-            &mut outcomes,
-            &pods_api,
+        let past = PastDeadline {
+            wave: &wave,
             run_seconds,
-            &not_ready,
-        )
-        .await?;
+            not_ready: &not_ready,
+        };
+        prog.stopped +=
+            stop_at_deadline(&name, &entries, past, &to_create, &mut outcomes, &pods_api).await?;
     }
 
     let done: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
@@ -206,16 +202,19 @@ pub(super) async fn progress(
     );
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
+    let read = AsRead {
+        shards: &shards,
+        status: &status,
+    };
     if checks_ended {
         let ended = NodeChecksEnded {
-            shards: &shards,
+            read,
             outcomes,
-            status: &status,
             pods_api: &pods_api,
         };
         return after_node_checks(run, next, entries, ended, api, ctx).await;
     }
-    save(run, &uid, &shards, &entries, next, &status, api, ctx).await?;
+    save(run, &uid, read, &entries, next, api, ctx).await?;
     if let Some(e) = transient {
         return Err(e.into());
     }
@@ -259,12 +258,11 @@ pub(super) fn refresh_entries(
     );
 }
 
-/// What the end of the node checks hands on: the run's shards, the pods' outcomes, the
-/// status read at the start of the pass, and the pods API.
+/// What the end of the node checks hands on: the run's shards and status as the pass read
+/// them, the pods' outcomes, and the pods API.
 pub(super) struct NodeChecksEnded<'a> {
-    shards: &'a [Shard],
+    read: AsRead<'a>,
     outcomes: Vec<PodState>,
-    status: &'a FabricTestRunStatus,
     pods_api: &'a Api<Pod>,
 }
 
@@ -283,7 +281,7 @@ pub(super) async fn after_node_checks(
 ) -> Result<Action> {
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     if run.spec.trigger == gpufabric_api::run::Trigger::Confirmation {
-        return finish(run, next, e.shards, entries, e.outcomes, api, ctx).await;
+        return finish(run, next, e.read.shards, entries, e.outcomes, api, ctx).await;
     }
     let suite = &run.spec.suite;
     let mut nic_records = Vec::new();
@@ -302,18 +300,18 @@ pub(super) async fn after_node_checks(
     // The port counter records only once the pairs that read them are saved as settled.
     match step {
         Ok(pairs::PairsStep::Done) => {
-            let action = finish(run, next, e.shards, entries, e.outcomes, api, ctx).await?;
+            let action = finish(run, next, e.read.shards, entries, e.outcomes, api, ctx).await?;
             write_nic_records(ctx, nic_records).await;
             Ok(action)
         }
         Ok(pairs::PairsStep::Wait(wait)) => {
-            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            save(run, &uid, e.read, &entries, next, api, ctx).await?;
             write_nic_records(ctx, nic_records).await;
             Ok(Action::requeue(wait))
         }
         Err(err) => {
             // What this pass did (pods created, pairs settled) is kept before the retry.
-            save(run, &uid, e.shards, &entries, next, e.status, api, ctx).await?;
+            save(run, &uid, e.read, &entries, next, api, ctx).await?;
             write_nic_records(ctx, nic_records).await;
             Err(err)
         }
@@ -331,31 +329,36 @@ async fn write_nic_records(ctx: &Context, records: pairs::NicRecords) {
     }
 }
 
+/// The run's shards and status as a pass read them: what it writes only the changes to.
+#[derive(Clone, Copy)]
+pub(super) struct AsRead<'a> {
+    pub(super) shards: &'a [Shard],
+    pub(super) status: &'a FabricTestRunStatus,
+}
+
 /// Writes what changed in this pass: the shards whose nodes changed, and the run's status
-/// (counts and the worst nodes) when it differs from `before`.
-#[allow(clippy::too_many_arguments)]
+/// (counts and the worst nodes) when it differs from the one read.
 pub(super) async fn save(
     run: &FabricTestRun,
     uid: &str,
-    shards: &[Shard],
+    read: AsRead<'_>,
     entries: &[NodeRunResult],
     mut next: FabricTestRunStatus,
-    before: &FabricTestRunStatus,
     api: &Api<FabricTestRun>,
     ctx: &Context,
 ) -> Result<()> {
-    let after = shards::split(entries, shards);
+    let after = shards::split(entries, read.shards);
     shards::write_changed(
         &shards_api(ctx, run),
         &ctx.shard_writes,
         uid,
-        shards,
+        read.shards,
         &after,
     )
     .await?;
     st::set_counts(&mut next, entries);
     next.nodes = st::nodes_for_run_status(entries);
-    if next != *before {
+    if next != *read.status {
         apply_status(api, &run.name_any(), &next).await?;
     }
     Ok(())
