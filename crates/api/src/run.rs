@@ -271,6 +271,18 @@ pub struct NodeRunResult {
     /// confirmation run (which could not rebuild the pairing).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub confirmed: bool,
+    /// Phases of a measured node that could not run (the suite or a setting NCCL refused, a
+    /// library missing): the node is judged on the rest and never blamed for these, but its
+    /// measurement is not complete, so it opens no validation gate and releases no repair.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmeasured: Vec<String>,
+}
+
+impl NodeRunResult {
+    /// Measured, and every phase of the suite ran.
+    pub fn complete(&self) -> bool {
+        self.verdict.is_measured() && self.unmeasured.is_empty()
+    }
 }
 
 /// Observed state of a run.

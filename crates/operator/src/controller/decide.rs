@@ -189,7 +189,8 @@ impl Decision {
 }
 
 /// What a folded run means for quarantine, decided with no client: the plan, why each node
-/// would be quarantined (its latest finding), and the repaired nodes the run measured.
+/// would be quarantined (its latest finding), and the repaired nodes the run measured
+/// completely (every phase ran).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuarantineDecision {
     pub plan: gpufabric_health::Plan,
@@ -218,6 +219,11 @@ pub fn quarantine_decision(
         .filter(|r| r.confirmed)
         .map(|r| r.node.as_str())
         .collect();
+    let complete: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.complete())
+        .map(|r| r.node.as_str())
+        .collect();
     let history: BTreeMap<&str, &NodeHealth> =
         status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
     let facts: Vec<_> = observed
@@ -237,6 +243,8 @@ pub fn quarantine_decision(
                 });
             let mut facts = o.facts(health, tested.contains(o.node.as_str()));
             facts.confirmed = confirmed.contains(o.node.as_str());
+            // A repair is proven only by a complete measurement.
+            facts.repaired &= complete.contains(o.node.as_str());
             facts
         })
         .collect();
@@ -254,7 +262,7 @@ pub fn quarantine_decision(
         .collect();
     let repaired = observed
         .iter()
-        .filter(|o| o.repaired && tested.contains(o.node.as_str()))
+        .filter(|o| o.repaired && complete.contains(o.node.as_str()))
         .map(|o| o.node.clone())
         .collect();
     QuarantineDecision {
@@ -729,5 +737,60 @@ mod tests {
         assert_eq!(d.reasons["bad"], "GPU 3 straggler");
         // Only a repaired node the run measured counts as tested after its repair.
         assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["fixed"]);
+    }
+
+    #[test]
+    fn a_repair_measured_in_part_releases_nothing_and_is_tried_again() {
+        use gpufabric_api::policy::QuarantineMode;
+        let mut t = test(None);
+        t.spec.quarantine.mode = QuarantineMode::Cordon;
+        t.spec.quarantine.passes_to_release = 3;
+        let mut r = run("nightly-2");
+        if let Some(st) = r.status.as_mut() {
+            st.completion_time = Some(to_time(at(2, 0)));
+        }
+        let mut partial = result("partial", NodeVerdict::Passed);
+        partial.unmeasured = vec!["ncclSweep".into()];
+        let results = [partial, result("whole", NodeVerdict::Passed)];
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        // A partial measurement is no measurement for the targets: they are tried again.
+        let measured: Vec<&str> = status
+            .nodes
+            .iter()
+            .filter(|h| h.last_measured.is_some())
+            .map(|h| h.node.as_str())
+            .collect();
+        assert_eq!(measured, ["whole"]);
+        let held = |name: &str| {
+            let record = serde_json::json!({"test": "nightly", "run": "r0", "reason": "slow",
+                "since": "2026-11-27T00:00:00Z", "mode": "Cordon", "cordoned": true});
+            node(
+                name,
+                serde_json::json!({
+                    keys::ANNOTATION_REPAIRED: "INC-2",
+                    keys::ANNOTATION_QUARANTINE: record.to_string(),
+                }),
+            )
+        };
+        let observed: Vec<_> = [held("partial"), held("whole")]
+            .iter()
+            .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
+            .collect();
+        let d = quarantine_decision(
+            &t,
+            &r,
+            &results,
+            &status,
+            &observed,
+            10,
+            &gpufabric_health::Guards::default(),
+        );
+        assert_eq!(
+            d.plan.release,
+            ["whole"],
+            "one complete pass releases a repair"
+        );
+        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["whole"]);
     }
 }

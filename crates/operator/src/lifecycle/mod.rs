@@ -154,6 +154,10 @@ pub async fn after_quarantine(
         .iter()
         .map(|r| (r.node.as_str(), r.verdict))
         .collect();
+    let unmeasured: BTreeMap<&str, &[String]> = results
+        .iter()
+        .map(|r| (r.node.as_str(), r.unmeasured.as_slice()))
+        .collect();
     for (node, verdict) in &verdicts {
         let measured = !matches!(verdict, NodeVerdict::NotMeasured | NodeVerdict::Pending);
         if !measured {
@@ -166,6 +170,7 @@ pub async fn after_quarantine(
             run: &run_name,
             node,
             verdict: *verdict,
+            unmeasured: unmeasured.get(node).copied().unwrap_or_default(),
         };
         if repaired.contains(*node) {
             let released = released.contains(*node);
@@ -237,6 +242,8 @@ struct Judged<'a> {
     run: &'a str,
     node: &'a str,
     verdict: NodeVerdict,
+    /// Phases that could not run on the node.
+    unmeasured: &'a [String],
 }
 
 impl Judged<'_> {
@@ -302,6 +309,15 @@ impl Judged<'_> {
                 keys::TAINT_VALIDATION
             );
             publish_on_node(ctx, nodes, node, true, "ValidationFailed", message).await;
+            return true;
+        }
+        if !self.unmeasured.is_empty() {
+            let message = format!(
+                "passed what ran in run {run} of FabricTest {key}, but {} could not run (see the run's findings: the suite or the agent's settings): the validation gate {} stays until a run measures every phase",
+                self.unmeasured.join(", "),
+                keys::TAINT_VALIDATION
+            );
+            publish_on_node(ctx, nodes, node, true, "ValidationIncomplete", message).await;
             return true;
         }
         let opened = quarantine::guarded(nodes, node, |n| match gate::open(n) {

@@ -204,4 +204,12 @@ pub fn summarise(r: &mut NodeRunResult, c: &CompactResult) {
         .iter()
         .max_by_key(|p| p.gpus)
         .map(|p| p.scaling_efficiency);
+    r.unmeasured = c
+        .errors
+        .iter()
+        .filter(|e| e.kind == gpufabric_api::result::ErrorKind::Unavailable)
+        .map(|e| e.phase.api_name().to_string())
+        .collect();
+    r.unmeasured.sort();
+    r.unmeasured.dedup();
 }

@@ -251,7 +251,9 @@ pub fn fold_history(
             finding,
             &run_name,
         );
-        if !matches!(n.verdict, NodeVerdict::NotMeasured | NodeVerdict::Pending) {
+        // Only a complete measurement counts: a target (a gate, a repair, a condition)
+        // whose node a phase could not run on is tried again.
+        if n.complete() {
             next.last_measured = measured_at.clone();
         }
         by_node.insert(n.node.clone(), next);
