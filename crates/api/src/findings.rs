@@ -297,11 +297,20 @@ impl From<Subject> for SubjectWire {
     }
 }
 
-impl TryFrom<SubjectWire> for Subject {
-    type Error = String;
+/// A subject on the wire without a field its kind needs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a {kind:?} subject needs `{field}`")]
+pub struct SubjectError {
+    kind: SubjectKind,
+    field: &'static str,
+}
 
-    fn try_from(w: SubjectWire) -> Result<Self, String> {
-        let missing = |field: &str| format!("a {:?} subject needs `{field}`", w.kind);
+impl TryFrom<SubjectWire> for Subject {
+    type Error = SubjectError;
+
+    fn try_from(w: SubjectWire) -> Result<Self, SubjectError> {
+        let kind = w.kind;
+        let missing = |field: &'static str| SubjectError { kind, field };
         Ok(match w.kind {
             SubjectKind::Node => Subject::Node { node: w.node },
             SubjectKind::Gpu => Subject::Gpu {

@@ -171,21 +171,28 @@ impl Default for QuarantinePolicy {
     }
 }
 
+/// Why `quarantine.maxQuarantined` gives no budget.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error("maxQuarantined is negative ({0})")]
+    Negative(i32),
+    #[error("maxQuarantined {0:?} is not a percent from 0% to 100%")]
+    NotAPercent(String),
+}
+
 impl QuarantinePolicy {
     /// The budget in nodes for a test that selects `selected` nodes, or an error for a
     /// malformed value. Percent rounds down but never below 1 (unless it is 0%).
-    pub fn budget(&self, selected: usize) -> Result<usize, String> {
+    pub fn budget(&self, selected: usize) -> Result<usize, BudgetError> {
         match &self.max_quarantined {
             IntOrString::Int(n) if *n >= 0 => Ok(*n as usize),
-            IntOrString::Int(n) => Err(format!("maxQuarantined is negative ({n})")),
+            IntOrString::Int(n) => Err(BudgetError::Negative(*n)),
             IntOrString::String(s) => {
                 let pct = s
                     .strip_suffix('%')
                     .and_then(|p| p.parse::<u32>().ok())
                     .filter(|p| *p <= 100)
-                    .ok_or_else(|| {
-                        format!("maxQuarantined {s:?} is not a percent from 0% to 100%")
-                    })?;
+                    .ok_or_else(|| BudgetError::NotAPercent(s.clone()))?;
                 if pct == 0 {
                     return Ok(0);
                 }

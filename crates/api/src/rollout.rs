@@ -18,31 +18,34 @@ pub struct Rollout {
     pub max_unavailable: Option<IntOrString>,
 }
 
+/// Why `spec.rollout.maxUnavailable` gives no wave size.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RolloutError {
+    #[error("rollout.maxUnavailable must be at least 1, not {0}")]
+    BelowOne(i32),
+    #[error(
+        "rollout.maxUnavailable must be a count (e.g. 50) or a percent from 1% to 100% (e.g. \"10%\"), not {0:?}"
+    )]
+    NotACountOrPercent(String),
+}
+
 impl Rollout {
     /// Nodes per wave for a run over `total` nodes: between 1 and `total` (for `total`
     /// above 0). An error says what is wrong with a value that is neither a positive count
     /// nor a percent from 1% to 100%.
-    pub fn wave_size(&self, total: usize) -> Result<usize, String> {
+    pub fn wave_size(&self, total: usize) -> Result<usize, RolloutError> {
         let Some(v) = &self.max_unavailable else {
             return Ok(total.max(1));
         };
         let n = match v {
             IntOrString::Int(n) if *n >= 1 => *n as usize,
-            IntOrString::Int(n) => {
-                return Err(format!(
-                    "rollout.maxUnavailable must be at least 1, not {n}"
-                ));
-            }
+            IntOrString::Int(n) => return Err(RolloutError::BelowOne(*n)),
             IntOrString::String(s) => {
                 let pct = s
                     .strip_suffix('%')
                     .and_then(|p| p.trim().parse::<u32>().ok())
                     .filter(|p| (1..=100).contains(p))
-                    .ok_or_else(|| {
-                        format!(
-                            "rollout.maxUnavailable must be a count (e.g. 50) or a percent from 1% to 100% (e.g. \"10%\"), not {s:?}"
-                        )
-                    })?;
+                    .ok_or_else(|| RolloutError::NotACountOrPercent(s.clone()))?;
                 total * pct as usize / 100
             }
         };

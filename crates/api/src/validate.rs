@@ -32,25 +32,43 @@ pub struct ValidationError {
     pub problems: Vec<Problem>,
 }
 
+/// Why a schedule or its time zone cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("{} (got {:?})", CRON_MESSAGE, .0)]
+    NotFiveFields(String),
+    #[error("{} (got {:?}: {})", CRON_MESSAGE, .schedule, .reason)]
+    Unparsable { schedule: String, reason: String },
+    #[error(
+        "schedule {0:?} never fires: none of its months has that day of the month (e.g. 31 February or 31 April); pick a day those months have"
+    )]
+    NeverFires(String),
+    #[error(
+        "timeZone {0:?} is not a known IANA time zone (for example \"UTC\" or \"Europe/Berlin\")"
+    )]
+    UnknownTimeZone(String),
+}
+
 /// Parses a schedule the way the operator runs it: 5 fields (no seconds, no year) or a
 /// macro such as `@daily`; refuses one that never fires.
-pub fn parse_schedule(schedule: &str) -> Result<Cron, String> {
+pub fn parse_schedule(schedule: &str) -> Result<Cron, ScheduleError> {
     let trimmed = schedule.trim();
     if !trimmed.starts_with('@') && trimmed.split_whitespace().count() != 5 {
-        return Err(format!("{CRON_MESSAGE} (got {schedule:?})"));
+        return Err(ScheduleError::NotFiveFields(schedule.to_string()));
     }
     let cron = CronParser::builder()
         .seconds(Seconds::Disallowed)
         .year(Year::Disallowed)
         .build()
         .parse(trimmed)
-        .map_err(|e| format!("{CRON_MESSAGE} (got {schedule:?}: {e})"))?;
+        .map_err(|e| ScheduleError::Unparsable {
+            schedule: schedule.to_string(),
+            reason: e.to_string(),
+        })?;
     if fires_on_some_day(&cron) {
         Ok(cron)
     } else {
-        Err(format!(
-            "schedule {schedule:?} never fires: none of its months has that day of the month (e.g. 31 February or 31 April); pick a day those months have"
-        ))
+        Err(ScheduleError::NeverFires(schedule.to_string()))
     }
 }
 
@@ -85,12 +103,12 @@ fn fires_on_some_day(cron: &Cron) -> bool {
 }
 
 /// Parses a time zone name (IANA, e.g. "Europe/Berlin"); absent means UTC.
-pub fn parse_time_zone(tz: Option<&str>) -> Result<chrono_tz::Tz, String> {
+pub fn parse_time_zone(tz: Option<&str>) -> Result<chrono_tz::Tz, ScheduleError> {
     match tz {
         None => Ok(chrono_tz::UTC),
-        Some(name) => name.parse::<chrono_tz::Tz>().map_err(|_| {
-            format!("timeZone {name:?} is not a known IANA time zone (for example \"UTC\" or \"Europe/Berlin\")")
-        }),
+        Some(name) => name
+            .parse::<chrono_tz::Tz>()
+            .map_err(|_| ScheduleError::UnknownTimeZone(name.to_string())),
     }
 }
 
@@ -158,10 +176,10 @@ fn check_when_and_where(c: &mut Checker, spec: &FabricTestSpec) {
     if let Some(schedule) = &spec.schedule
         && let Err(e) = parse_schedule(schedule)
     {
-        c.check(false, "schedule", || e);
+        c.check(false, "schedule", || e.to_string());
     }
     if let Err(e) = parse_time_zone(spec.time_zone.as_deref()) {
-        c.check(false, "timeZone", || e);
+        c.check(false, "timeZone", || e.to_string());
     }
     for (key, value) in &spec.node_selector {
         if let Some(p) = labels::label_key_problem(key) {

@@ -339,7 +339,7 @@ pub fn plan_guarded(
 ) -> Plan {
     let (budget, budget_error) = match policy.budget(selected_nodes) {
         Ok(b) => (b, None),
-        Err(e) => (0, Some(e)),
+        Err(e) => (0, Some(e.to_string())),
     };
     let mut sorted: Vec<&NodeFacts> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.node.cmp(&b.node));

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
+pub use gpufabric_api::validate::ScheduleError;
 use gpufabric_api::validate::{parse_schedule, parse_time_zone};
 
 /// CronJob's limit: more missed times than this since the last run earn a warning (the
@@ -16,13 +17,6 @@ pub const TOO_MANY_MISSED: u32 = 100;
 pub struct Schedule {
     cron: Cron,
     tz: Tz,
-}
-
-/// Why a schedule cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("{0}")]
-    Invalid(String),
 }
 
 /// What the schedule says at `now`.
@@ -44,8 +38,8 @@ pub struct Decision {
 impl Schedule {
     /// Parses `schedule` (5 fields or a macro) in `time_zone` (IANA name; absent is UTC).
     pub fn parse(schedule: &str, time_zone: Option<&str>) -> Result<Schedule, ScheduleError> {
-        let cron = parse_schedule(schedule).map_err(ScheduleError::Invalid)?;
-        let tz = parse_time_zone(time_zone).map_err(ScheduleError::Invalid)?;
+        let cron = parse_schedule(schedule)?;
+        let tz = parse_time_zone(time_zone)?;
         Ok(Schedule { cron, tz })
     }
 

@@ -66,7 +66,7 @@ pub(super) async fn start(
         .unwrap_or_default()
         .wave_size(targets.len());
     let failure = match (&wave_size, targets.is_empty()) {
-        (Err(e), _) => Some(e.clone()),
+        (Err(e), _) => Some(e.to_string()),
         (Ok(_), true) if skipped.is_empty() => {
             Some("no node matches the nodeSelector and has allocatable nvidia.com/gpu".to_string())
         }
