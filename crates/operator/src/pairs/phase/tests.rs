@@ -116,77 +116,75 @@ fn the_plan_is_written_on_both_nodes_and_read_back_as_slots() {
     assert!(slots(&e, 3).is_empty());
 }
 
+/// What `decide` does with a pair on [`NODES`] whose nodes have no port records.
+fn step(state: PairState, pods: (&PairPod, &PairPod), past_deadline: bool) -> Step {
+    decide(state, pods, NODES, past_deadline, &NO_NICS)
+}
+
 #[test]
 fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
     let absent = PairPod::Absent;
-    assert_eq!(
-        decide(
-            PairState::Pending,
-            (&absent, &absent),
-            NODES,
-            false,
-            &NO_NICS
-        ),
-        Step::CreateRank0
-    );
     let waiting = PairPod::Waiting { ip: None };
-    assert_eq!(
-        decide(
-            PairState::Listening,
-            (&waiting, &absent),
-            NODES,
+    let (r0, r1) = (running("10.0.0.7"), running("10.0.0.8"));
+    let rank1_joins = Step::CreateRank1 {
+        ip: "10.0.0.7".into(),
+    };
+    // (state, rank 0's pod, rank 1's pod, past the deadline, the step, why)
+    let table = [
+        (
+            PairState::Pending,
+            &absent,
+            &absent,
             false,
-            &NO_NICS
+            Step::CreateRank0,
+            "rank 0 first",
         ),
-        Step::Wait
-    );
-    assert_eq!(
-        decide(
+        (
             PairState::Listening,
-            (&running("10.0.0.7"), &absent),
-            NODES,
+            &waiting,
+            &absent,
             false,
-            &NO_NICS
+            Step::Wait,
+            "rank 0 has no IP yet",
         ),
-        Step::CreateRank1 {
-            ip: "10.0.0.7".into()
-        }
-    );
-    assert_eq!(
-        decide(
+        (
+            PairState::Listening,
+            &r0,
+            &absent,
+            false,
+            rank1_joins,
+            "rank 1 joins rank 0's IP",
+        ),
+        (
             PairState::Joined,
-            (&running("10.0.0.7"), &running("10.0.0.8")),
-            NODES,
+            &r0,
+            &r1,
             false,
-            &NO_NICS
+            Step::Wait,
+            "both ranks run",
         ),
-        Step::Wait
-    );
-    assert_eq!(
-        decide(
+        (
             PairState::Measured,
-            (&absent, &absent),
-            NODES,
+            &absent,
+            &absent,
             true,
-            &NO_NICS
+            Step::Wait,
+            "a settled pair is left alone",
         ),
-        Step::Wait,
-        "a settled pair is left alone"
-    );
+    ];
+    for (state, rank0, rank1, past, want, why) in table {
+        assert_eq!(step(state, (rank0, rank1), past), want, "{why}");
+    }
 }
 
 #[test]
 fn a_measured_pair_settles_from_rank_0s_document() {
-    let step = decide(
+    let s = step(
         PairState::Joined,
         (&ended(doc(0, 190.5)), &ended(doc(1, 189.0))),
-        NODES,
         false,
-        &NO_NICS,
     );
-    let Step::Settle(o) = step else {
-        panic!("{step:?}")
-    };
+    let Step::Settle(o) = s else { panic!("{s:?}") };
     assert_eq!(o.state, PairState::Measured);
     assert_eq!(o.busbw, Some(190.5));
     assert_eq!(o.transport, Some(NetTransport::Ib));
@@ -212,53 +210,45 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
         peer: Some("n1".into()),
         message: "rank 1 (node n1) did not arrive within 20s".into(),
     });
-    let step = decide(
-        PairState::Listening,
-        (&ended(d), &PairPod::Absent),
-        NODES,
-        false,
-        &NO_NICS,
-    );
-    let Step::Settle(o) = step else {
-        panic!("{step:?}")
-    };
+    let s = step(PairState::Listening, (&ended(d), &PairPod::Absent), false);
+    let Step::Settle(o) = s else { panic!("{s:?}") };
     assert_eq!(o.state, PairState::NotMeasured);
     assert!(o.message.as_deref().is_some_and(|m| m.contains("n1")));
 
-    let step = decide(
-        PairState::Joined,
-        (&running("a"), &running("b")),
-        NODES,
-        true,
-        &NO_NICS,
-    );
-    assert!(
-        matches!(&step, Step::Stop(o) if o.state == PairState::Errored),
-        "{step:?}"
-    );
-    let step = decide(
-        PairState::Joined,
-        (&running("a"), &PairPod::Waiting { ip: None }),
-        NODES,
-        true,
-        &NO_NICS,
-    );
-    assert!(
-        matches!(&step, Step::Stop(o) if o.state == PairState::NotMeasured
-            && o.message.as_deref().is_some_and(|m| m.contains("n1 never started"))),
-        "{step:?}"
-    );
-    let step = decide(
-        PairState::Joined,
-        (&running("a"), &PairPod::Absent),
-        NODES,
-        false,
-        &NO_NICS,
-    );
-    assert!(
-        matches!(&step, Step::Stop(o) if o.state == PairState::NotMeasured),
-        "a rank-1 pod that is gone ends the pair: {step:?}"
-    );
+    // Rank 0 running with rank 1 as below: the pair is stopped in the state, its message
+    // saying what the row says. (rank 1's pod, past the deadline, state, says, why)
+    let rank0 = running("a");
+    let table = [
+        (
+            running("b"),
+            true,
+            PairState::Errored,
+            None,
+            "both ranks hung",
+        ),
+        (
+            PairPod::Waiting { ip: None },
+            true,
+            PairState::NotMeasured,
+            Some("n1 never started"),
+            "rank 1 never started",
+        ),
+        (
+            PairPod::Absent,
+            false,
+            PairState::NotMeasured,
+            None,
+            "a rank-1 pod that is gone ends the pair",
+        ),
+    ];
+    for (rank1, past, state, says, why) in table {
+        let s = step(PairState::Joined, (&rank0, &rank1), past);
+        assert!(
+            matches!(&s, Step::Stop(o) if o.state == state
+                && says.is_none_or(|says| o.message.as_deref().is_some_and(|m| m.contains(says)))),
+            "{why}: {s:?}"
+        );
+    }
     // Rank 0 stuck past the deadline while rank 1 ended on a timeout: the pair hung, errored
     // with rank 1's reason, rank 0 named; never "never started".
     let mut timed_out = doc(1, 0.0);
@@ -268,17 +258,9 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
         kind: ErrorKind::Timeout,
         message: "all_reduce did not finish within 10 s".into(),
     });
-    let step = decide(
-        PairState::Joined,
-        (&running("a"), &ended(timed_out)),
-        NODES,
-        true,
-        &NO_NICS,
-    );
-    let Step::Stop(o) = &step else {
-        panic!("{step:?}")
-    };
-    assert_eq!(o.state, PairState::Errored, "{step:?}");
+    let s = step(PairState::Joined, (&running("a"), &ended(timed_out)), true);
+    let Step::Stop(o) = &s else { panic!("{s:?}") };
+    assert_eq!(o.state, PairState::Errored, "{s:?}");
     let m = o.message.as_deref().unwrap_or_default();
     assert!(
         m.starts_with("rank 0 on n0 was still running at the pair's deadline")
@@ -291,16 +273,8 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
 #[test]
 fn ranks_that_met_and_failed_are_errored_with_the_reason() {
     let crashed = PairPod::Ended(PairEnd::Failed("the agent exited with code 134".into()));
-    let step = decide(
-        PairState::Joined,
-        (&crashed, &ended(doc(1, 150.0))),
-        NODES,
-        false,
-        &NO_NICS,
-    );
-    let Step::Settle(o) = step else {
-        panic!("{step:?}")
-    };
+    let s = step(PairState::Joined, (&crashed, &ended(doc(1, 150.0))), false);
+    let Step::Settle(o) = s else { panic!("{s:?}") };
     assert_eq!(o.state, PairState::Errored);
     assert_eq!(
         o.message.as_deref(),
@@ -308,29 +282,28 @@ fn ranks_that_met_and_failed_are_errored_with_the_reason() {
     );
     let mut wrong = doc(0, 150.0);
     wrong.collectives[0].wrong = 3;
-    let step = decide(
-        PairState::Joined,
-        (&ended(wrong), &ended(doc(1, 150.0))),
-        NODES,
-        false,
-        &NO_NICS,
-    );
-    assert!(
-        matches!(&step, Step::Settle(o) if o.state == PairState::Errored),
-        "{step:?}"
-    );
-    let not_admitted = PairPod::Ended(PairEnd::NotMeasured("image pull".into()));
-    let step = decide(
-        PairState::Joined,
-        (&ended(doc(0, 150.0)), &not_admitted),
-        NODES,
-        false,
-        &NO_NICS,
-    );
-    assert!(
-        matches!(&step, Step::Settle(o) if o.state == PairState::NotMeasured),
-        "a pod the cluster never ran counts against neither node: {step:?}"
-    );
+    // (rank 0's pod, rank 1's pod, the state the pair settles in, why)
+    let table = [
+        (
+            ended(wrong),
+            ended(doc(1, 150.0)),
+            PairState::Errored,
+            "wrong results",
+        ),
+        (
+            ended(doc(0, 150.0)),
+            PairPod::Ended(PairEnd::NotMeasured("image pull".into())),
+            PairState::NotMeasured,
+            "a pod the cluster never ran counts against neither node",
+        ),
+    ];
+    for (rank0, rank1, state, why) in table {
+        let s = step(PairState::Joined, (&rank0, &rank1), false);
+        assert!(
+            matches!(&s, Step::Settle(o) if o.state == state),
+            "{why}: {s:?}"
+        );
+    }
 }
 
 fn pod(status: PodStatus) -> Pod {
