@@ -5,6 +5,9 @@
 //! taint) on a first failure then `fail` (and the NoSchedule quarantine taint) on
 //! confirmation, `Complete`/`Failed` on the runs (and `kubectl wait` on them), a node that
 //! is not measured keeps its condition, and the full result documents outlive the pods.
+//! And on the FabricTest itself: `Ready` within seconds of `kubectl apply` whatever its
+//! schedule, so that `kubectl wait --for=condition=Ready` and GitOps tools need not wait
+//! for a run.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test signals`.
@@ -381,4 +384,74 @@ fn gpu_holder(env: &OperatorEnv, base: &str) -> Pod {
         }
     }))
     .expect("valid pod")
+}
+
+/// `Ready` means the spec is accepted, not that a run was judged: a test whose schedule is
+/// weeks away, and a suspended one, are Ready within seconds of their creation (as
+/// `kubectl wait` sees it), with no run started and their health not yet known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_is_ready_within_seconds_of_its_creation_whatever_its_schedule() {
+    let env = OperatorEnv::shared(SimFleet::uniform("gpu", 2, H100, 8), "ready").await;
+    let far = |suspend: bool| {
+        json!({
+            "nodeSelector": env.node_selector(),
+            // Once a year, on 1 January at 00:00: far from any moment this test runs at
+            // but its last few minutes of a year.
+            "schedule": "0 0 1 1 *",
+            "suspend": suspend,
+            "agent": sim_agent(60)
+        })
+    };
+    for (name, suspend, reason) in [
+        ("ready-far", false, "Scheduled"),
+        ("ready-suspended", true, "Suspended"),
+    ] {
+        let created = std::time::Instant::now();
+        let tests = env.create_test(name, far(suspend)).await;
+        let out = env
+            .cluster
+            .kubectl()
+            .args(["wait", "--for=condition=Ready", "--timeout=20s"])
+            .arg(format!("ft/{name}"))
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "{name}: kubectl wait --for=condition=Ready: {}{}\noperator log:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            env.operator.log_tail(40)
+        );
+        eprintln!("{name}: Ready {:?} after its creation", created.elapsed());
+        let status = tests
+            .get(name)
+            .await
+            .expect("the test")
+            .status
+            .unwrap_or_default();
+        let condition = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_)
+                .map(|c| (c.status.clone(), c.reason.clone()))
+                .unwrap_or_default()
+        };
+        assert_eq!(condition("Ready"), ("True".into(), reason.into()), "{name}");
+        assert_eq!(
+            condition("Degraded"),
+            ("Unknown".into(), "NoRunJudged".into()),
+            "{name}"
+        );
+        assert!(
+            status.last_run.is_none() && status.active_run.is_none(),
+            "{name}: {status:?}"
+        );
+        assert!(env.runs_of(name).await.is_empty(), "{name}: no run started");
+        assert_eq!(
+            status.next_schedule_time.is_some(),
+            !suspend,
+            "{name}: a next run time only when not suspended"
+        );
+    }
 }
