@@ -89,6 +89,82 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
     }
 }
 
+/// Chart and code are released together: the chart's version and appVersion are the
+/// workspace version, its default images are the ones the operator names, and CHANGELOG.md
+/// says what the version changed.
+#[test]
+fn the_chart_is_versioned_with_the_code() {
+    let version = env!("CARGO_PKG_VERSION");
+    let chart_yaml: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart().join("Chart.yaml")).expect("Chart.yaml read"),
+    )
+    .expect("Chart.yaml is YAML");
+    for key in ["version", "appVersion"] {
+        assert_eq!(
+            chart_yaml[key].as_str(),
+            Some(version),
+            "charts/gpufabric/Chart.yaml {key} is the workspace version (Cargo.toml)"
+        );
+    }
+    assert_eq!(
+        gpufabric_api::test::DEFAULT_AGENT_IMAGE,
+        format!("ghcr.io/gpufabric/fabric-agent:v{version}"),
+        "the operator's default agent image is the chart's"
+    );
+    let changelog =
+        std::fs::read_to_string(workspace_root().join("CHANGELOG.md")).expect("CHANGELOG.md");
+    assert!(
+        changelog
+            .lines()
+            .any(|l| l.starts_with(&format!("## {version}"))),
+        "CHANGELOG.md has a section \"## {version}\""
+    );
+}
+
+/// What `helm template` renders with no cluster to look in, as Argo CD renders a chart: with
+/// cert-manager the same manifests every time; without it a new webhook CA, certificate and
+/// key every time (README, "Certificates", says to use cert-manager under GitOps), and
+/// nothing else that changes.
+#[test]
+fn a_render_without_a_cluster_is_stable_with_cert_manager() {
+    let render = |values: &[&str]| {
+        let mut cmd = helm(None);
+        cmd.args(["template", RELEASE])
+            .arg(chart())
+            .args(["-n", NS]);
+        for v in values {
+            cmd.args(["--set", v]);
+        }
+        String::from_utf8_lossy(&run_ok(&mut cmd).stdout).into_owned()
+    };
+    let cert_manager = ["webhook.certManager.enabled=true"];
+    assert_eq!(
+        render(&cert_manager),
+        render(&cert_manager),
+        "two renders with cert-manager differ"
+    );
+    let (a, b) = (render(&[]), render(&[]));
+    assert_ne!(
+        a, b,
+        "without a cluster, helm generates a new CA on each render"
+    );
+    let without_keys = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| {
+                !["ca.crt:", "tls.crt:", "tls.key:", "caBundle:"]
+                    .iter()
+                    .any(|k| l.trim_start().starts_with(k))
+            })
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(
+        without_keys(&a),
+        without_keys(&b),
+        "only the webhook's key material differs between renders"
+    );
+}
+
 #[test]
 fn deploy_manifests_are_generated_from_the_chart() {
     let helm_bin = tools_bin().join("helm");
@@ -148,6 +224,8 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("list", "pods", None, None),
         ("update", "coordination.k8s.io/leases", Some(NS), Some(NAME)),
         ("create", "events.k8s.io/events", Some("default"), None),
+        // The run's rendezvous Secret, created and never read back.
+        ("create", "secrets", Some(NS), None),
     ];
     for (verb, res, ns, name) in granted {
         assert!(
@@ -160,7 +238,9 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("delete", "pods", Some("default"), None),
         ("get", "pods", Some("default"), None),
         ("list", "secrets", Some(NS), None),
+        ("get", "secrets", Some(NS), None),
         ("list", "secrets", None, None),
+        ("create", "secrets", Some("default"), None),
         (
             "create",
             "coordination.k8s.io/leases",
@@ -484,7 +564,7 @@ fn start_prometheus(target: &str, dir: &Path) -> Prometheus {
     let config = format!(
         "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
          rule_files: [{rules:?}]\n\
-         scrape_configs:\n  - job_name: gpufabric\n    static_configs: [{{targets: [{target:?}]}}]\n",
+         scrape_configs:\n  - job_name: fabric-operator\n    static_configs: [{{targets: [{target:?}]}}]\n",
         rules = rules.display().to_string()
     );
     let config_path = dir.join("prometheus.yml");
@@ -544,7 +624,7 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
     let prom = start_prometheus(operator.admin_addr(), &prom_dir);
     let log = || gpufabric_tests::cluster::log_tail(&prom_dir.join("prometheus.log"), 30);
     let expected = [
-        r#"up{job="gpufabric"} == 1"#.to_string(),
+        r#"up{job="fabric-operator"} == 1"#.to_string(),
         r#"gpufabric_node_last_result{name="fleet",node="gpu-02",result="fail"} == 1"#.to_string(),
         r#"gpufabric_node_last_result{name="fleet",node="gpu-01",result="pass"} == 1"#.to_string(),
         r#"gpufabric_node_quarantined{name="fleet",node="gpu-02"} == 1"#.to_string(),
@@ -575,6 +655,28 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
             );
         }
     }
+    // The operator is scraped under the job the rules select: the expression of the alert
+    // for an operator that is gone is empty.
+    let rules: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart().join("files/alerts.yaml")).expect("alerts file"),
+    )
+    .expect("the alerts are YAML");
+    let down = rules["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .find(|r| r["alert"] == "GPUFabricOperatorDown")
+        .and_then(|r| r["expr"].as_str().map(String::from))
+        .expect("alerts.yaml has GPUFabricOperatorDown");
+    let answer = query(&prom.addr, &down)
+        .await
+        .unwrap_or_else(|| panic!("no answer to {down}\n{}", log()));
+    assert_eq!(
+        (answer["status"].as_str(), result_count(&answer)),
+        (Some("success"), 0),
+        "{down} while the operator is scraped: {answer}"
+    );
     // rate() and increase() need two samples in their window.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let dashboard: serde_json::Value = serde_json::from_str(
