@@ -11,7 +11,8 @@
 #       on 2 GPUs two nodes share each GPU (NCCL sees distinct hosts; their GEMMs share
 #       the GPU, the same for the agent and PyTorch).
 #       one clean round, then one round with `fabric-agent inject straggler` loading the
-#       last node's GPU: that node, and no other, must be named a straggler.
+#       last node's GPU (every rank with --shared-gpus, the load being other work on that
+#       GPU): that node, and no other, must be named a straggler.
 #
 #   AGENT_ONLY=1 bench/ddp-nodes-check.sh ...
 #       the agent's rounds alone (no PyTorch reference)
@@ -51,10 +52,12 @@ netns_fresh $N || exit 1
 A0=192.0.2.10
 gpu_of() { echo $(($1 % NGPU)); }
 
+# agent_round R [ARGS...]: one round of every rank, each with ARGS too.
 agent_round() {
   local r=$1 pids=()
+  shift
   for i in $(seq 0 $((N - 1))); do
-    env GPUS_OF_NODE=$(gpu_of $i) $NETNS exec $i "$AGENT" ddp-nodes --backend cuda \
+    env GPUS_OF_NODE=$(gpu_of $i) $NETNS exec $i "$AGENT" ddp-nodes --backend cuda "$@" \
       --nodes "$NODES" --rank $i --rendezvous $A0:29400 --group "t/ddp$r" --secret "$SECRET" \
       --hidden $HIDDEN --layers $LAYERS --batch-per-gpu $BATCH --steps $STEPS --warmup $WARMUP \
       --rendezvous-timeout 60 --timeout 240 --json "$OUT/agent$r-r$i.json" \
@@ -107,7 +110,10 @@ if [ $MODE = straggler ]; then
     > "$OUT/inject.log" 2>&1 &
   inj=$!
   sleep 5
-  agent_round loaded
+  # The injected load is other work on that GPU: without --shared-gpus its rank refuses the
+  # GPU (exit 14) and the probe is not measured, which is right for a pod and says nothing
+  # here. With it, every rank measures beside the load and the loaded node is the straggler.
+  agent_round loaded --shared-gpus
   kill $inj 2>/dev/null; wait $inj 2>/dev/null
   $NETNS down >/dev/null 2>&1
   banner done
