@@ -347,14 +347,7 @@ async fn carry_out(
             .await;
     }
     if start.trigger == Trigger::Manual {
-        let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: null}}});
-        let api: Api<FabricTest> = Api::all(ctx.client.clone());
-        api.patch(
-            &test.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        remove_annotations(ctx, test, &[keys::ANNOTATION_RUN_NOW]).await?;
     } else if let Some(t) = start.scheduled {
         status.last_schedule_time = Some(to_time(t));
     }
@@ -445,15 +438,10 @@ async fn start_targeted(
         status.active_run = Some(name);
     }
     if by_hand.is_some() {
-        let patch = json!({"metadata": {"annotations": {
-            keys::ANNOTATION_RUN_NODES: null,
-            keys::ANNOTATION_RUN_SELECTOR: null,
-        }}});
-        let api: Api<FabricTest> = Api::all(ctx.client.clone());
-        api.patch(
-            &test.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
+        remove_annotations(
+            ctx,
+            test,
+            &[keys::ANNOTATION_RUN_NODES, keys::ANNOTATION_RUN_SELECTOR],
         )
         .await?;
     }
@@ -464,6 +452,23 @@ async fn start_targeted(
         .min();
     status.targets = list;
     Ok(next)
+}
+
+/// Removes the request annotations `keys` from the test once they are carried out.
+async fn remove_annotations(ctx: &Context, test: &FabricTest, keys: &[&str]) -> Result<()> {
+    let nulls: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), serde_json::Value::Null))
+        .collect();
+    let patch = json!({"metadata": {"annotations": nulls}});
+    let api: Api<FabricTest> = Api::all(ctx.client.clone());
+    api.patch(
+        &test.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
 }
 
 /// `node (why), ...` for an Event, at most a few nodes.

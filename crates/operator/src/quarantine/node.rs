@@ -256,15 +256,9 @@ pub fn release_step(node: &Node, test_key: &str) -> Step {
         Ok(r) => r,
         Err(step) => return *step,
     };
-    let Some(rv) = node.metadata.resource_version.clone() else {
+    let Some(mut metadata) = record_removal(node) else {
         return Step::Refuse(Refusal::NoResourceVersion);
     };
-    let mut metadata = Map::new();
-    metadata.insert("resourceVersion".into(), json!(rv));
-    metadata.insert(
-        "annotations".into(),
-        json!({ ANNOTATION_QUARANTINE: Value::Null }),
-    );
     let mut changes = vec!["record"];
     let label_present = node
         .metadata
@@ -367,6 +361,19 @@ pub fn undone(node: &Node, record: &QuarantineRecord) -> Option<Undone> {
     None
 }
 
+/// The metadata of a patch that removes the record, guarded by the node's resourceVersion
+/// (None: the node has none, and cannot be changed safely).
+fn record_removal(node: &Node) -> Option<Map<String, Value>> {
+    let rv = node.metadata.resource_version.clone()?;
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), json!(rv));
+    metadata.insert(
+        "annotations".into(),
+        json!({ ANNOTATION_QUARANTINE: Value::Null }),
+    );
+    Some(metadata)
+}
+
 /// This test's record on the node, or the step when there is none of its own: nothing to
 /// release (no record), or a refusal (unreadable, or another test's).
 fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Box<Step>> {
@@ -397,15 +404,9 @@ pub fn hand_back_step(node: &Node, test_key: &str) -> Step {
     if undone(node, &record).is_none() {
         return Step::AlreadyQuarantined(record);
     }
-    let Some(rv) = node.metadata.resource_version.clone() else {
+    let Some(mut metadata) = record_removal(node) else {
         return Step::Refuse(Refusal::NoResourceVersion);
     };
-    let mut metadata = Map::new();
-    metadata.insert("resourceVersion".into(), json!(rv));
-    metadata.insert(
-        "annotations".into(),
-        json!({ ANNOTATION_QUARANTINE: Value::Null }),
-    );
     let mut changes = vec!["record"];
     if record.labeled && node.labels().contains_key(LABEL_QUARANTINED) {
         metadata.insert("labels".into(), json!({ LABEL_QUARANTINED: Value::Null }));
