@@ -194,18 +194,31 @@ async fn two_tests_over_the_same_nodes_at_once_never_share_a_node_and_both_measu
         assert_eq!(verdicts, passed, "{test}: every node measured");
     }
 
-    // One of the two waited, saying for which nodes and why.
+    // One of the two waited, saying for which nodes, for which run, and why.
     let messages = messages.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let waited: Vec<&String> = messages
-        .values()
-        .flatten()
-        .filter(|m| m.contains("another gpufabric run"))
+    let waited: Vec<(&String, &String)> = messages
+        .iter()
+        .flat_map(|(run, ms)| ms.iter().map(move |m| (run, m)))
+        .filter(|(_, m)| m.contains("is testing (one run at a time)"))
         .collect();
     assert!(
         !waited.is_empty(),
         "a run said it waited for the other: {messages:#?}"
     );
-    for m in waited {
+    for (run, m) in waited {
         assert!(all_nodes.iter().all(|n| m.contains(n.as_str())), "{m}");
+        let named = m
+            .split("gpufabric run ")
+            .nth(1)
+            .and_then(|rest| rest.split(" is testing").next())
+            .unwrap_or_default();
+        assert!(
+            !named.is_empty() && named != run.as_str(),
+            "{run} names the run it waits for: {m}"
+        );
+        env.runs_api()
+            .get(named)
+            .await
+            .unwrap_or_else(|e| panic!("{run} waits for {named}, which is no run: {e}"));
     }
 }

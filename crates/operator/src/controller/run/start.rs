@@ -35,8 +35,10 @@ pub(super) async fn start(
     let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
     let (targets, skipped) = if existing.is_empty() {
         let busy = busy_nodes_policy(run, ctx).await?;
-        let (t, mut s) = resolve(run, ctx, busy.include).await?;
-        if let BusyWait::Wait { message, recheck } = other_run_wait(run, &mut s, Utc::now()) {
+        let (t, mut s, others) = resolve(run, ctx, busy.include).await?;
+        if let BusyWait::Wait { message, recheck } =
+            other_run_wait(run, &mut s, &others, Utc::now())
+        {
             return wait_for_busy_nodes(run, message, recheck, api).await;
         }
         if let Some(wait) = busy.wait {
@@ -170,20 +172,20 @@ pub(super) async fn publish(
     }
 }
 
-/// The nodes a run tests and the selected nodes it skips, from the node cache; busy nodes
-/// are tested when `include_busy`.
+/// The nodes a run tests and the selected nodes it skips, from the node cache (busy nodes
+/// are tested when `include_busy`), and the nodes under another gpufabric run with its name.
 pub(super) async fn resolve(
     run: &FabricTestRun,
     ctx: &Context,
     include_busy: bool,
-) -> Result<(Vec<nodes::Target>, Vec<gpufabric_api::run::SkippedNode>)> {
+) -> Result<Resolved> {
     let all = ctx.nodes.state();
     let mut in_use = in_use(&ctx.client, &run.name_any()).await?;
     for (node, other) in frozen_by_other_runs(run, ctx).await? {
         in_use.runs.entry(node).or_insert(other);
     }
     let tolerations = pods::tolerations(&run.spec.agent);
-    Ok(nodes::resolve(
+    let (targets, skipped) = nodes::resolve(
         all.iter().map(|n| n.as_ref()),
         &nodes::Selection {
             selector: &run.spec.node_selector,
@@ -193,8 +195,17 @@ pub(super) async fn resolve(
             other_runs: &in_use.runs,
             include_busy,
         },
-    ))
+    );
+    Ok((targets, skipped, in_use.runs))
 }
+
+/// What [`resolve`] gives: the nodes to test, the skipped nodes, and the nodes under
+/// another gpufabric run with that run's name.
+pub(super) type Resolved = (
+    Vec<nodes::Target>,
+    Vec<gpufabric_api::run::SkippedNode>,
+    std::collections::BTreeMap<String, String>,
+);
 
 /// The nodes that other runs of this operator froze and have not finished testing, with
 /// the run: such a run makes their pods wave by wave after its start, so they may not
@@ -268,9 +279,23 @@ const OTHER_RUN_GRACE: Duration = Duration::from_secs(60);
 pub(super) fn other_run_wait(
     run: &FabricTestRun,
     skipped: &mut [gpufabric_api::run::SkippedNode],
+    others: &std::collections::BTreeMap<String, String>,
     now: chrono::DateTime<Utc>,
 ) -> BusyWait {
     let wait = Duration::from_secs(u64::from(run.spec.agent.timeout_seconds)) + OTHER_RUN_GRACE;
+    // The runs it waits for, by name.
+    let mut runs: Vec<&str> = skipped
+        .iter()
+        .filter(|s| s.reason == gpufabric_api::run::SkipReason::InOtherRun)
+        .filter_map(|s| others.get(&s.node).map(String::as_str))
+        .collect();
+    runs.sort_unstable();
+    runs.dedup();
+    let by = match runs.len() {
+        0 => "another gpufabric run".to_string(),
+        1 => format!("gpufabric run {}", runs[0]),
+        _ => format!("gpufabric runs {}", runs.join(", ")),
+    };
     wait_for(
         run,
         skipped,
@@ -278,9 +303,7 @@ pub(super) fn other_run_wait(
         wait,
         now,
         &|until, n| {
-            format!(
-                "waiting until {until} for {n} nodes that another gpufabric run is testing (one run at a time)"
-            )
+            format!("waiting until {until} for {n} nodes that {by} is testing (one run at a time)")
         },
         "still under another run",
     )
@@ -523,11 +546,16 @@ mod tests {
             skipped("gpu-02", SkipReason::InOtherRun),
         ];
         let at = created + chrono::Duration::seconds(1);
-        let BusyWait::Wait { message, .. } = other_run_wait(&run, &mut s, at) else {
+        let others = std::collections::BTreeMap::from([(
+            "gpu-02".to_string(),
+            "weekly-29000000".to_string(),
+        )]);
+        let BusyWait::Wait { message, .. } = other_run_wait(&run, &mut s, &others, at) else {
             panic!("waits for the other run");
         };
         assert!(
-            message.contains("another gpufabric run") && message.contains("gpu-02"),
+            message.contains("gpufabric run weekly-29000000 is testing")
+                && message.contains("gpu-02"),
             "{message}"
         );
         assert!(
@@ -535,7 +563,7 @@ mod tests {
             "busy nodes wait only when asked: {message}"
         );
         let at = created + chrono::Duration::seconds(wait as i64);
-        assert_eq!(other_run_wait(&run, &mut s, at), BusyWait::Go);
+        assert_eq!(other_run_wait(&run, &mut s, &others, at), BusyWait::Go);
         assert_eq!(
             s[1].message,
             format!("is busy (still under another run after waiting {wait}s)")
