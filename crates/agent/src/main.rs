@@ -8,13 +8,15 @@ mod ddp_nodes;
 mod inject;
 mod node_pair;
 mod output;
+mod stop;
 mod tables;
 mod verdict;
 
 use anyhow::Context;
 use args::NodeCheckArgs;
 use backend::{Choice, Chosen, Measures};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use gpufabric_api::keys;
 use gpufabric_measure::cuda::{CudaCheck, CudaOptions};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::node_check::CheckBackend;
@@ -35,8 +37,20 @@ use std::process::ExitCode;
     after_help = "Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120"
 )]
 struct Cli {
+    /// Format of the log on stderr: text, or one JSON object a line. Progress lines and
+    /// tables stay text.
+    #[arg(long, global = true, env = keys::ENV_LOG_FORMAT, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+
     #[command(subcommand)]
     command: Command,
+}
+
+/// Format of the log on stderr.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -56,7 +70,8 @@ enum Command {
     /// failed the health rules (--verdict), 4 wrong values (with -c 1, as nccl-tests),
     /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure,
     /// 14 the GPUs are in use by another process, before or during the check (not
-    /// measured; see --shared-gpus).
+    /// measured; see --shared-gpus), 143 stopped by SIGTERM (the phase it was in is said
+    /// on stderr and in the termination message).
     ///
     /// Examples:
     ///   fabric-agent node-check
@@ -109,13 +124,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    init_tracing(cli.log_format);
+    // A DDP worker is one of node-check's own processes: its parent says where it stopped.
+    if !matches!(cli.command, Command::DdpWorker)
+        && let Err(e) = stop::on_sigterm()
+    {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "SIGTERM will stop the agent without a word"
+        );
+    }
     let result = match cli.command {
         Command::NodeCheck(args) => node_check(*args),
         Command::Inject(args) => inject::run(args).map(|()| 0),
@@ -139,6 +157,19 @@ fn main() -> ExitCode {
             }
             exit_code(code)
         }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        );
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
 

@@ -7,6 +7,25 @@ use gpufabric_api::ResultDocument;
 use gpufabric_api::keys;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// What the termination message holds now.
+pub(crate) enum Message {
+    /// Nothing yet.
+    Empty,
+    /// The latest progress line (its first line).
+    Progress(String),
+    /// The result or the reason the agent ended: nothing may replace it.
+    Final,
+}
+
+/// The termination message's state; held while the message is written, so that a stop
+/// and a progress line or a result never interleave.
+static MESSAGE: Mutex<Message> = Mutex::new(Message::Empty);
+
+fn message() -> MutexGuard<'static, Message> {
+    MESSAGE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Where the termination message goes: `$FABRIC_TERMINATION_LOG` when set (an error to
 /// write it is reported), else `/dev/termination-log` when it exists and is writable
@@ -27,7 +46,9 @@ fn termination_target() -> Option<Termination> {
 }
 
 pub(crate) fn write_termination(text: &str) {
+    let mut state = message();
     write_termination_message(text, true);
+    *state = Message::Final;
 }
 
 /// A progress line: on stderr, and kept as the termination message (see
@@ -43,6 +64,46 @@ pub(crate) fn progress(line: &str) {
 pub(crate) fn write_progress(line: &str) {
     let first = line.lines().next().unwrap_or_default();
     let mut text = format!("{}{first}", keys::PROGRESS_PREFIX);
+    cut_to_limit(&mut text);
+    let mut state = message();
+    if matches!(*state, Message::Final) {
+        return;
+    }
+    write_termination_message(&text, false);
+    *state = Message::Progress(first.to_string());
+}
+
+/// Says on stderr and in the termination message that the agent was stopped (SIGTERM),
+/// and in which phase: the progress line stays the message's first line, so that whoever
+/// reads the message reads the phase as before, and the stop follows on a second line. A
+/// result already written is left as it is. Returns holding the message, so that nothing
+/// replaces it before the process exits.
+pub(crate) fn write_stopped(signal: &str) -> MutexGuard<'static, Message> {
+    let state = message();
+    match &*state {
+        Message::Progress(phase) => {
+            eprintln!("fabric-agent: stopped by {signal} in phase \"{phase}\"");
+            let mut text = format!(
+                "{}{phase}\nfabric-agent: stopped by {signal} in phase \"{phase}\"",
+                keys::PROGRESS_PREFIX
+            );
+            cut_to_limit(&mut text);
+            write_termination_message(&text, true);
+        }
+        Message::Empty => {
+            let text = format!("fabric-agent: stopped by {signal} before its first phase");
+            eprintln!("{text}");
+            write_termination_message(&text, true);
+        }
+        Message::Final => {
+            eprintln!("fabric-agent: stopped by {signal} after writing its result");
+        }
+    }
+    state
+}
+
+/// Cuts `text` to Kubernetes' limit on a termination message, on a character boundary.
+fn cut_to_limit(text: &mut String) {
     if text.len() > keys::TERMINATION_MESSAGE_LIMIT {
         let mut end = keys::TERMINATION_MESSAGE_LIMIT;
         while !text.is_char_boundary(end) {
@@ -50,7 +111,6 @@ pub(crate) fn write_progress(line: &str) {
         }
         text.truncate(end);
     }
-    write_termination_message(&text, false);
 }
 
 fn write_termination_message(text: &str, warn: bool) {

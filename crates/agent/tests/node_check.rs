@@ -566,3 +566,98 @@ fn demo_fleet_runs_every_node_quickly() {
         assert_eq!(doc_of(&out).node, node);
     }
 }
+
+#[test]
+fn log_format_json_writes_every_log_line_as_a_json_object() {
+    let env = Env::new();
+    let out = env
+        .agent()
+        .env("RUST_LOG", "debug")
+        .args(["--log-format", "json", "node-check", "--backend", "sim"])
+        .arg("--fleet")
+        .arg(&env.fleet)
+        .args(["--node", "clean", "--quick"])
+        .output()
+        .expect("agent runs");
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    // Progress lines stay text: the operator reads the last one from the pod log.
+    let err = stderr(&out);
+    let logs: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("[fabric-agent] "))
+        .collect();
+    assert!(!logs.is_empty(), "no log lines in:\n{err}");
+    for line in logs {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(v.is_object() && v.get("level").is_some(), "{line}");
+    }
+    // The tables and the document on stdout are as with text logs.
+    assert!(
+        stdout(&out).contains("# all_reduce_perf"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(doc_of(&out).node, "clean");
+}
+
+#[test]
+fn sigterm_says_the_phase_it_stopped_in_and_exits_promptly() {
+    let env = Env::new();
+    let err_path = env.dir.path().join("stderr");
+    let err_file = std::fs::File::create(&err_path).expect("stderr file");
+    let mut child = env
+        .agent()
+        .args(["node-check", "--backend", "sim", "--fleet"])
+        .arg(&env.fleet)
+        .args(["--node", "stuck"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(err_file))
+        .spawn()
+        .expect("agent starts");
+    // Wait until it is stuck in its health phase.
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(env.term()).is_ok_and(|t| t.contains("health: stuck")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent never reached its stuck phase"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll") {
+            break status;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the agent did not exit within 5 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143));
+    let err = std::fs::read_to_string(&err_path).expect("stderr");
+    assert!(
+        err.contains("stopped by SIGTERM in phase \"health: stuck"),
+        "{err}"
+    );
+    // The progress line stays first, for the operator; the stop follows it.
+    let term = std::fs::read_to_string(env.term()).expect("termination message");
+    let mut lines = term.lines();
+    let first = lines.next().unwrap_or_default();
+    assert!(
+        first.starts_with(gpufabric_api::keys::PROGRESS_PREFIX) && first.contains("health: stuck"),
+        "{term}"
+    );
+    assert!(
+        lines.any(|l| l.contains("stopped by SIGTERM in phase \"health: stuck")),
+        "{term}"
+    );
+    assert!(term.len() <= gpufabric_api::keys::TERMINATION_MESSAGE_LIMIT);
+}

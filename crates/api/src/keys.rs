@@ -101,6 +101,8 @@ pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
 pub const ENV_SIM_FLEET_DOC: &str = "FABRIC_SIM_FLEET_DOC";
 /// Agent env: backend override (`cuda` or `sim`).
 pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
+/// Agent env: format of the agent's log on stderr (`text` or `json`).
+pub const ENV_LOG_FORMAT: &str = "FABRIC_LOG_FORMAT";
 
 /// Default path of the termination message.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";

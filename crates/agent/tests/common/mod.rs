@@ -87,6 +87,7 @@ pub fn agent() -> Command {
         "FABRIC_GROUP",
         "FABRIC_RANK",
         "FABRIC_PAIR_NODES",
+        "FABRIC_LOG_FORMAT",
         "RUST_LOG",
     ] {
         cmd.env_remove(var);
