@@ -687,6 +687,30 @@ mod tests {
         .expect("a node")
     }
 
+    /// The quarantine decision after `r` over `nodes` as test "nightly" observes them, in a
+    /// selection of 10 nodes, with a closed breaker and no cluster cap.
+    fn decide_over(
+        t: &FabricTest,
+        r: &FabricTestRun,
+        results: &[NodeRunResult],
+        status: &FabricTestStatus,
+        nodes: &[k8s_openapi::api::core::v1::Node],
+    ) -> QuarantineDecision {
+        let observed: Vec<_> = nodes
+            .iter()
+            .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
+            .collect();
+        quarantine_decision(
+            t,
+            r,
+            results,
+            status,
+            &observed,
+            10,
+            &gpufabric_health::Guards::default(),
+        )
+    }
+
     #[test]
     fn the_quarantine_decision_judges_only_what_the_run_measured() {
         use gpufabric_api::policy::QuarantineMode;
@@ -712,23 +736,12 @@ mod tests {
             h.last_finding = Some("GPU 3 straggler".into());
         }
         let repaired = serde_json::json!({ keys::ANNOTATION_REPAIRED: "INC-1" });
-        let observed: Vec<_> = [
+        let nodes = [
             node("bad", serde_json::json!({})),
             node("fixed", repaired.clone()),
             node("busy", repaired),
-        ]
-        .iter()
-        .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
-        .collect();
-        let d = quarantine_decision(
-            &t,
-            &r,
-            &results,
-            &status,
-            &observed,
-            10,
-            &gpufabric_health::Guards::default(),
-        );
+        ];
+        let d = decide_over(&t, &r, &results, &status, &nodes);
         assert_eq!(d.plan.quarantine, ["bad"]);
         assert_eq!(
             d.plan.hold_of("busy"),
@@ -773,19 +786,7 @@ mod tests {
                 }),
             )
         };
-        let observed: Vec<_> = [held("partial"), held("whole")]
-            .iter()
-            .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
-            .collect();
-        let d = quarantine_decision(
-            &t,
-            &r,
-            &results,
-            &status,
-            &observed,
-            10,
-            &gpufabric_health::Guards::default(),
-        );
+        let d = decide_over(&t, &r, &results, &status, &[held("partial"), held("whole")]);
         assert_eq!(
             d.plan.release,
             ["whole"],
