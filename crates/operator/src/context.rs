@@ -27,6 +27,9 @@ pub struct Context {
     pub runs: Store<FabricTestRun>,
     /// Every FabricTestRunShard (the runs' per-node results).
     pub shards: Store<FabricTestRunShard>,
+    /// The last state of each benchmark pod the watch saw deleted, for a run whose pod is
+    /// gone before its pass read how it ended.
+    pub departed: Arc<crate::departed::Departed>,
     /// The shard statuses this process wrote last, read on top of `shards`.
     pub shard_writes: Arc<ShardWrites>,
     /// The namespace of the benchmark pods (`--pod-namespace`).

@@ -10,6 +10,7 @@ pub mod context;
 pub mod controller;
 pub mod counters;
 pub mod ddp_nodes;
+pub mod departed;
 pub mod error;
 pub mod events;
 pub mod leader;
@@ -34,7 +35,7 @@ pub mod webhook;
 pub use context::Context;
 pub use error::Error;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::shard::FabricTestRunShard;
@@ -101,6 +102,7 @@ fn context(
     options: &Options,
     metrics: Arc<metrics::Metrics>,
     caches: Caches,
+    departed: Arc<departed::Departed>,
     synced: tokio::sync::watch::Receiver<bool>,
 ) -> Arc<Context> {
     let events = events::Events::new(
@@ -118,6 +120,7 @@ fn context(
         pods: caches.pods,
         runs: caches.runs,
         shards: caches.shards,
+        departed,
         shard_writes: Default::default(),
         pod_namespace: options.pod_namespace.clone(),
         backoff: Default::default(),
@@ -167,9 +170,18 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
 
     // Benchmark pods: a cache, and the trigger of the run controller.
     let (pod_store, pod_writer) = reflector::store();
+    let departed = Arc::new(departed::Departed::default());
     let pod_stream = watcher::watcher(pods_api, WatchConfig::default().labels(keys::LABEL_RUN))
         .default_backoff()
         .modify(slim_pod)
+        .inspect_ok({
+            let departed = departed.clone();
+            move |event| {
+                if let watcher::Event::Delete(pod) = event {
+                    departed.record(pod);
+                }
+            }
+        })
         .reflect(pod_writer)
         .touched_objects();
 
@@ -215,7 +227,14 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         runs: run_store.clone(),
         shards: shard_store.clone(),
     };
-    let ctx = context(&client, &options, metrics.clone(), caches, synced_rx);
+    let ctx = context(
+        &client,
+        &options,
+        metrics.clone(),
+        caches,
+        departed,
+        synced_rx,
+    );
 
     let shutdown = shutdown_signal()?;
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));

@@ -42,6 +42,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
         pods,
         runs: run_store,
         shards: reflector::store().0,
+        departed: Default::default(),
         shard_writes: Default::default(),
         pod_namespace: "gpufabric".into(),
         backoff: Default::default(),

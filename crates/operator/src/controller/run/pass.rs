@@ -37,14 +37,26 @@ pub(super) struct Read {
     occupying: usize,
 }
 
+/// Where the run's pods stand: `pods` (the cache), asked of the API server when the cache
+/// lacks one, and for a pod that is gone, how it ended as the watch last saw it (`gone`).
+pub(super) struct PodsOfRun<'a> {
+    pub pods: &'a HashMap<String, Arc<Pod>>,
+    pub api: &'a Api<Pod>,
+    pub gone: &'a (dyn Fn(&str) -> Option<Arc<Pod>> + Sync),
+}
+
 pub(super) async fn read_states(
     name: &str,
     entries: &mut [NodeRunResult],
-    pods: &HashMap<String, Arc<Pod>>,
-    pods_api: &Api<Pod>,
+    of_run: &PodsOfRun<'_>,
     past_deadline: &(dyn Fn(usize) -> bool + Sync),
     run_seconds: u64,
 ) -> Result<Read> {
+    let PodsOfRun {
+        pods,
+        api: pods_api,
+        gone,
+    } = of_run;
     let mut read = Read {
         outcomes: Vec::with_capacity(entries.len()),
         to_create: Vec::new(),
@@ -78,7 +90,12 @@ pub(super) async fn read_states(
             // Ended earlier (a blocked pod this controller deleted): the status remembers why.
             PodState::Ended(results::outcome_from_entry(e))
         } else if e.pod.is_some() {
-            PodState::Ended(results::gone_pod(e.verdict, past_deadline(i), run_seconds))
+            // Gone: how it ended, when the watch saw it end before it went (preempted,
+            // evicted, the agent's exit); otherwise only that it went.
+            match gone(&pod_name).map(|p| results::pod_state(&p)) {
+                Some(state) if state.is_final() => state,
+                _ => PodState::Ended(results::gone_pod(e.verdict, past_deadline(i), run_seconds)),
+            }
         } else {
             read.to_create.push(i);
             PodState::Waiting(None)
@@ -141,8 +158,11 @@ pub(super) async fn progress(
     } = read_states(
         &name,
         &mut entries,
-        &pods,
-        &pods_api,
+        &PodsOfRun {
+            pods: &pods,
+            api: &pods_api,
+            gone: &|pod: &str| ctx.departed.last(ns, pod, &uid),
+        },
         &|i| past_deadline && in_wave(i),
         run_seconds,
     )
@@ -538,6 +558,7 @@ mod tests {
             pods: pod_store,
             runs: reflector::store().0,
             shards: shard_store,
+            departed: Default::default(),
             shard_writes: Default::default(),
             pod_namespace: "gpufabric".into(),
             backoff: Default::default(),
@@ -611,5 +632,106 @@ mod tests {
                 "{node}: {written}"
             );
         }
+    }
+
+    /// The pod of `node` as the watch last saw it before it was deleted: preempted by the
+    /// scheduler, its agent ended on SIGTERM.
+    fn preempted_pod(node: &str) -> Pod {
+        let mut p = running_pod(node);
+        let status = json!({"phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": "default-scheduler: preempting to accommodate a higher priority pod"}],
+            "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+                "image": "fabric-agent", "imageID": "",
+                "state": {"terminated": {"exitCode": 143, "reason": "Error",
+                    "message": "progress: ncclSweep: allReduce 64 MiB"}}}]});
+        p.status = serde_json::from_value(status).ok();
+        p
+    }
+
+    #[tokio::test]
+    async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
+        let nodes = ["gpu-01", "gpu-02"];
+        let mut entries: Vec<NodeRunResult> = nodes
+            .iter()
+            .map(|n| NodeRunResult {
+                node: n.to_string(),
+                pod: Some(names::pod_name(RUN, n)),
+                verdict: gpufabric_api::run::NodeVerdict::Running,
+                ..Default::default()
+            })
+            .collect();
+        let (client, handle) = fake_api::client();
+        let gone_path = |node: &str| {
+            format!(
+                "/api/v1/namespaces/gpufabric/pods/{}",
+                names::pod_name(RUN, node)
+            )
+        };
+        let server = fake_api::serve(
+            handle,
+            nodes
+                .iter()
+                .map(|n| {
+                    Expect::new(
+                        Method::GET,
+                        &gone_path(n),
+                        StatusCode::NOT_FOUND,
+                        fake_api::status(404, "NotFound"),
+                    )
+                })
+                .collect(),
+        );
+        let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+        // The watch saw gpu-01's pod end preempted; gpu-02's went with no last state seen.
+        let departed = crate::departed::Departed::default();
+        departed.record(&preempted_pod("gpu-01"));
+        let read = read_states(
+            RUN,
+            &mut entries,
+            &PodsOfRun {
+                pods: &HashMap::new(),
+                api: &api,
+                gone: &|pod: &str| departed.last("gpufabric", pod, UID),
+            },
+            &|_| false,
+            60,
+        )
+        .await
+        .expect("read");
+        drop(api);
+        let seen = server.await.expect("server");
+        assert!(
+            seen.unexpected.is_empty() && seen.missing.is_empty(),
+            "{seen:#?}"
+        );
+        let reason = |s: &PodState| match s {
+            PodState::Ended(gpufabric_api::outcome::NodeOutcome::NotMeasured {
+                reason, ..
+            }) => Some(*reason),
+            _ => None,
+        };
+        use gpufabric_api::outcome::NotMeasuredReason;
+        assert_eq!(
+            reason(&read.outcomes[0]),
+            Some(NotMeasuredReason::Preempted),
+            "{:?}",
+            read.outcomes[0]
+        );
+        assert_eq!(
+            reason(&read.outcomes[1]),
+            Some(NotMeasuredReason::PodDeleted),
+            "{:?}",
+            read.outcomes[1]
+        );
+        assert!(read.to_create.is_empty() && read.to_stop.is_empty());
+        assert_eq!(read.occupying, 0);
+        // Another run's pod of the same name is not this run's.
+        assert!(
+            departed
+                .last("gpufabric", &names::pod_name(RUN, "gpu-01"), "other")
+                .is_none()
+        );
     }
 }
