@@ -18,10 +18,13 @@ const KEEP: Duration = Duration::from_secs(30 * 60);
 /// At most this many deleted pods are kept (the oldest go first): two runs of 10,000 nodes.
 const MAX: usize = 20_000;
 
+/// A pod's namespace and name.
+type Key = (String, String);
+
 /// Deleted benchmark pods by namespace and name, each with when its deletion was seen.
 #[derive(Default)]
 pub struct Departed {
-    pods: Mutex<HashMap<(String, String), (Arc<Pod>, Instant)>>,
+    pods: Mutex<HashMap<Key, (Arc<Pod>, Instant)>>,
 }
 
 impl Departed {
@@ -37,7 +40,7 @@ impl Departed {
             pods.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
         }
         if pods.len() >= MAX {
-            let mut ages: Vec<(Instant, (String, String))> =
+            let mut ages: Vec<(Instant, Key)> =
                 pods.iter().map(|(k, (_, at))| (*at, k.clone())).collect();
             ages.sort();
             for (_, k) in ages.into_iter().take(pods.len() + 1 - MAX) {
