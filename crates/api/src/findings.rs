@@ -129,6 +129,13 @@ pub enum Metric {
     NicRate,
     /// A network port's error counters.
     NicErrors,
+    /// A GPU's dense GEMM throughput (TFLOP/s).
+    GemmThroughput,
+    /// A GPU's device memory bandwidth (GB/s).
+    MemoryBandwidth,
+    /// A GPU's output of the silent-data-corruption GEMM against the exact result and the
+    /// other GPUs'.
+    ComputeChecksum,
 }
 
 /// What a finding points at.

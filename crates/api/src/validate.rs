@@ -318,6 +318,8 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
         || "ddpProbe.firstBucketBytes must not be larger than ddpProbe.bucketBytes".into(),
     );
 
+    check_compute(c, &spec.suite.compute);
+
     let timeout = spec.agent.timeout_seconds;
     let least = estimate(&spec.suite, &FASTEST);
     c.check(least.total_s() <= f64::from(timeout), "suite", || {
@@ -328,6 +330,42 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
             least.breakdown()
         )
     });
+}
+
+/// The compute checks' sizes: square sizes in whole tiles of 256, memory copies larger than
+/// any GPU's caches, and at least one timed iteration each.
+fn check_compute(c: &mut Checker, compute: &crate::suite::Compute) {
+    let square = |c: &mut Checker, n: u32, max: u32, field: &str| {
+        c.check((256..=max).contains(&n) && n % 256 == 0, field, || {
+            format!("must be a multiple of 256 from 256 to {max} (got {n})")
+        });
+    };
+    let g = &compute.gemm;
+    if g.enabled {
+        square(c, g.size, 32768, "suite.compute.gemm.size");
+        c.check(g.iters >= 1, "suite.compute.gemm.iters", || {
+            "must be at least 1".into()
+        });
+    }
+    let m = &compute.memory;
+    if m.enabled {
+        c.check(m.bytes >= 64 << 20, "suite.compute.memory.bytes", || {
+            format!(
+                "must be at least 64 MiB (67108864), larger than any GPU's caches (got {})",
+                m.bytes
+            )
+        });
+        c.check(m.iters >= 1, "suite.compute.memory.iters", || {
+            "must be at least 1".into()
+        });
+    }
+    let d = &compute.sdc;
+    if d.enabled {
+        square(c, d.size, 16384, "suite.compute.sdc.size");
+        c.check(d.repeats >= 1, "suite.compute.sdc.repeats", || {
+            "must be at least 1".into()
+        });
+    }
 }
 
 fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec) {

@@ -141,6 +141,36 @@ fn eight_gpu_document() -> ResultDocument {
                 })
                 .collect(),
         }),
+        compute: Some(ComputeResult {
+            gemm_size: Some(8192),
+            memory_bytes: Some(1 << 30),
+            sdc_size: Some(4096),
+            gpus: (0..g)
+                .map(|i| GpuCompute {
+                    gpu: i,
+                    gemm_bf16_tflops: Some(712.345678),
+                    gemm_tf32_tflops: Some(401.987654),
+                    memory_copy_gbps: Some(2712.3456),
+                    memory_write_gbps: Some(3012.3456),
+                    sdc: Some(SdcStatus {
+                        outputs: 4,
+                        wrong_outputs: 0,
+                        wrong_lines: 0,
+                        first_wrong: None,
+                        checksum: "0123456789abcdef".into(),
+                        differs_from_others: false,
+                    }),
+                    under_load: Some(LoadReading {
+                        sm_clock_mhz: 1755,
+                        max_sm_clock_mhz: 1980,
+                        temperature_c: 61.0,
+                        power_w: 699.6,
+                        power_limit_w: 700.0,
+                        throttle: vec!["sw_power_cap".into()],
+                    }),
+                })
+                .collect(),
+        }),
         transports: vec![],
         nics: vec![],
         errors: vec![],

@@ -447,3 +447,21 @@ fn runtime_priority_and_pull_secret_names_must_be_object_names() {
         "  agent:\n    runtimeClassName: nvidia\n    priorityClassName: gpu-tests\n    imagePullSecrets: [{name: regcred}]\n",
     );
 }
+
+#[test]
+fn compute_sizes_off_the_tile_or_too_small_are_refused_and_a_check_turned_off_is_not_judged() {
+    let msg = refuse(
+        "  suite:\n    compute:\n      gemm:\n        size: 1000\n      memory:\n        bytes: 1048576\n      sdc:\n        repeats: 0\n",
+    );
+    for want in [
+        "suite.compute.gemm.size: must be a multiple of 256 from 256 to 32768 (got 1000)",
+        "suite.compute.memory.bytes: must be at least 64 MiB",
+        "suite.compute.sdc.repeats: must be at least 1",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+    accept("  suite:\n    compute:\n      gemm:\n        enabled: false\n        size: 1000\n");
+    accept(
+        "  suite:\n    compute:\n      gemm:\n        size: 4096\n        tf32: false\n      sdc:\n        size: 16384\n",
+    );
+}

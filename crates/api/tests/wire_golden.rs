@@ -167,6 +167,40 @@ fn document() -> ResultDocument {
                 })
                 .collect(),
         }),
+        compute: Some(ComputeResult {
+            gemm_size: Some(8192),
+            memory_bytes: Some(1 << 30),
+            sdc_size: Some(4096),
+            gpus: (0..3)
+                .map(|i| GpuCompute {
+                    gpu: i,
+                    gemm_bf16_tflops: Some(if i == 1 { 301.25 } else { 712.5 }),
+                    gemm_tf32_tflops: (i != 2).then_some(401.75),
+                    memory_copy_gbps: Some(2712.5),
+                    memory_write_gbps: Some(3012.25),
+                    sdc: Some(SdcStatus {
+                        outputs: 4,
+                        wrong_outputs: u32::from(i == 2),
+                        wrong_lines: if i == 2 { 2 } else { 0 },
+                        first_wrong: (i == 2).then_some((17, 4093)),
+                        checksum: format!("{:016x}", 0xfeed_u64 + u64::from(i == 2)),
+                        differs_from_others: i == 2,
+                    }),
+                    under_load: (i != 1).then(|| LoadReading {
+                        sm_clock_mhz: 1755,
+                        max_sm_clock_mhz: 1980,
+                        temperature_c: 61.5,
+                        power_w: 699.6,
+                        power_limit_w: 700.0,
+                        throttle: if i == 0 {
+                            vec!["sw_power_cap".into()]
+                        } else {
+                            vec![]
+                        },
+                    }),
+                })
+                .collect(),
+        }),
         transports: vec![
             TransportInfo {
                 a: 0,

@@ -296,6 +296,7 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::GpuPairs => "GPU-pair copy",
         Phase::DdpProbe => "DDP probe",
         Phase::NodePair => "node-pair",
+        Phase::Compute => "compute",
     }
 }
 
@@ -305,6 +306,7 @@ fn phase_metric(p: Phase) -> Metric {
         Phase::NcclSweep => Metric::NcclBusBw,
         Phase::GpuPairs => Metric::PairBandwidth,
         Phase::DdpProbe => Metric::DdpScalingEfficiency,
+        Phase::Compute => Metric::GemmThroughput,
     }
 }
 

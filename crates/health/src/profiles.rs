@@ -442,6 +442,7 @@ mod tests {
             transport_fallbacks: Vec::new(),
             errors: Vec::new(),
             graph_launches: 0,
+            compute: Vec::new(),
         }
     }
 

@@ -119,6 +119,7 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 errors: e,
                 // Host-launched and graph-timed sweeps alike.
                 graph_launches: pc * 5,
+                compute: Vec::new(),
             })
     })
 }

@@ -2,7 +2,8 @@
 //! so that it fits a termination message.
 
 use super::measurements::{
-    CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HostBandwidth, PairMatrix, Transport,
+    CollectiveSweep, DdpPoint, DdpResult, GpuCompute, GpuHealth, HostBandwidth, PairMatrix,
+    Transport,
 };
 use super::{
     Backend, COMPACT_VERSION, ErrorKind, ParseError, Phase, PhaseError, ResultDocument, is_zero,
@@ -74,6 +75,76 @@ pub struct CompactResult {
     /// small sizes timed host-launched calls and move with the launching CPU's speed.
     #[serde(rename = "gl", default, skip_serializing_if = "is_zero")]
     pub graph_launches: u32,
+    /// What each GPU computed, by GPU index; empty when the compute checks did not run.
+    #[serde(rename = "cu", default, skip_serializing_if = "Vec::is_empty")]
+    pub compute: Vec<CompactGpuCompute>,
+}
+
+/// What one GPU computed, summarised: throughputs rounded to 0.1, clocks and power whole.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct CompactGpuCompute {
+    /// bf16 GEMM TFLOP/s; 0 when not measured.
+    #[serde(rename = "bf", default, skip_serializing_if = "is_zero_f64")]
+    pub bf16_tflops: f64,
+    /// TF32 GEMM TFLOP/s; 0 when not measured.
+    #[serde(rename = "tf", default, skip_serializing_if = "is_zero_f64")]
+    pub tf32_tflops: f64,
+    /// Device memory copy GB/s (read and write counted); 0 when not measured.
+    #[serde(rename = "mc", default, skip_serializing_if = "is_zero_f64")]
+    pub memory_copy_gbps: f64,
+    /// Silent-data-corruption check: None when it did not run, else (wrong outputs of
+    /// outputs, differs from the other GPUs).
+    #[serde(rename = "sd", default, skip_serializing_if = "Option::is_none")]
+    pub sdc: Option<(u32, u32, bool)>,
+    /// SM clock and its maximum under load (MHz), power and its limit (W), temperature (°C);
+    /// absent when NVML could not read them.
+    #[serde(rename = "ld", default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<(u32, u32, u32, u32, u32)>,
+    /// Throttle reasons under load (short names).
+    #[serde(rename = "th", default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle: Vec<String>,
+}
+
+impl From<&GpuCompute> for CompactGpuCompute {
+    fn from(g: &GpuCompute) -> Self {
+        CompactGpuCompute {
+            bf16_tflops: r1(g.gemm_bf16_tflops.unwrap_or(0.0)),
+            tf32_tflops: r1(g.gemm_tf32_tflops.unwrap_or(0.0)),
+            memory_copy_gbps: g.memory_copy_gbps.unwrap_or(0.0).round(),
+            sdc: g
+                .sdc
+                .as_ref()
+                .map(|s| (s.wrong_outputs, s.outputs, s.differs_from_others)),
+            load: g.under_load.as_ref().map(|l| {
+                (
+                    l.sm_clock_mhz,
+                    l.max_sm_clock_mhz,
+                    l.power_w.round() as u32,
+                    l.power_limit_w.round() as u32,
+                    l.temperature_c.round() as u32,
+                )
+            }),
+            throttle: g
+                .under_load
+                .as_ref()
+                .map(|l| l.throttle.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The compute checks of `doc` by GPU index; empty when they did not run.
+fn compute_of(doc: &ResultDocument, n: usize) -> Vec<CompactGpuCompute> {
+    let Some(c) = &doc.compute else {
+        return Vec::new();
+    };
+    let mut out = vec![CompactGpuCompute::default(); n.max(c.gpus.len())];
+    for g in &c.gpus {
+        if let Some(slot) = out.get_mut(g.gpu as usize) {
+            *slot = CompactGpuCompute::from(g);
+        }
+    }
+    out
 }
 
 /// One collective of the sweep, summarised.
@@ -288,6 +359,7 @@ impl From<&ResultDocument> for CompactResult {
                 })
                 .collect(),
             graph_launches: doc.nccl.as_ref().map_or(0, |n| n.graph_launches),
+            compute: compute_of(doc, g as usize),
         };
         if let Some(p) = &doc.pairs {
             let n = g as usize;
@@ -431,6 +503,9 @@ impl ResultDocument {
         for h in &mut c.health {
             h.throttle.clear();
         }
+        for g in &mut c.compute {
+            g.throttle.clear();
+        }
         text = c.to_json();
         if text.len() <= limit {
             return text;
@@ -452,6 +527,7 @@ impl ResultDocument {
             ddp_compute_ms: Vec::new(),
             health: Vec::new(),
             transport_fallbacks: Vec::new(),
+            compute: Vec::new(),
             errors: vec![PhaseError {
                 phase: Phase::Setup,
                 kind: ErrorKind::Failed,

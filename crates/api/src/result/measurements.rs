@@ -246,6 +246,88 @@ pub struct GpuHealth {
     pub power_w: f64,
 }
 
+/// What each GPU of a node computed: the compute checks, all GPUs at once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeResult {
+    /// M = N = K of the GEMM throughput check, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_size: Option<u32>,
+    /// Bytes of each memory copy, when the bandwidth check ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// M = N = K of the silent-data-corruption GEMM, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdc_size: Option<u32>,
+    /// One entry per GPU, by index.
+    pub gpus: Vec<GpuCompute>,
+}
+
+/// What one GPU computed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuCompute {
+    pub gpu: u32,
+    /// Dense bf16 GEMM throughput (fp32 accumulate), TFLOP/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_bf16_tflops: Option<f64>,
+    /// Dense TF32 GEMM throughput, TFLOP/s; absent where the GPU has no TF32 or it was off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_tf32_tflops: Option<f64>,
+    /// Device-to-device copy within the GPU, read and write counted (2 x bytes / time), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_copy_gbps: Option<f64>,
+    /// Fill of device memory (write only), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_write_gbps: Option<f64>,
+    /// The silent-data-corruption check, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdc: Option<SdcStatus>,
+    /// Clocks, temperature, power and throttle reasons read while the GEMMs ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub under_load: Option<LoadReading>,
+}
+
+/// How one GPU's silent-data-corruption GEMM came out.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SdcStatus {
+    /// Outputs computed (`sdc.repeats`).
+    pub outputs: u32,
+    /// Outputs whose row or column sums differ from the exact ones.
+    pub wrong_outputs: u32,
+    /// Rows and columns whose sums differ, over all outputs.
+    pub wrong_lines: u64,
+    /// The first element found wrong (row, column), when one was located.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_wrong: Option<(u32, u32)>,
+    /// A hash of the first output's bytes (16 hex digits): equal on every healthy GPU.
+    pub checksum: String,
+    /// The output's bytes differ from most GPUs' (or, of two GPUs, from the exact result).
+    pub differs_from_others: bool,
+}
+
+impl SdcStatus {
+    /// Whether every output was exactly right and equal to the other GPUs'.
+    pub fn clean(&self) -> bool {
+        self.wrong_outputs == 0 && !self.differs_from_others
+    }
+}
+
+/// One GPU's clocks, temperature, power and throttle reasons under load (NVML).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadReading {
+    pub sm_clock_mhz: u32,
+    pub max_sm_clock_mhz: u32,
+    pub temperature_c: f64,
+    pub power_w: f64,
+    pub power_limit_w: f64,
+    /// Throttle reasons other than idle and application clocks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub throttle: Vec<String>,
+}
+
 /// NVML snapshot of a node.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

@@ -12,12 +12,13 @@ mod compact;
 mod measurements;
 
 pub use compact::{
-    BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuHealth,
-    CompactResult, DDP_COMPUTE_MS, upper_index,
+    BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuCompute,
+    CompactGpuHealth, CompactResult, DDP_COMPUTE_MS, upper_index,
 };
 pub use measurements::{
-    AlphaBeta, CollectiveSweep, DdpPoint, DdpResult, GpuHealth, HealthSnapshot, HostBandwidth,
-    NcclSweepResult, PairBandwidth, PairMatrix, SweepRow, Timing, Transport, TransportInfo,
+    AlphaBeta, CollectiveSweep, ComputeResult, DdpPoint, DdpResult, GpuCompute, GpuHealth,
+    HealthSnapshot, HostBandwidth, LoadReading, NcclSweepResult, PairBandwidth, PairMatrix,
+    SdcStatus, SweepRow, Timing, Transport, TransportInfo,
 };
 
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,7 @@ pub enum Phase {
     GpuPairs,
     DdpProbe,
     NodePair,
+    Compute,
 }
 
 impl Phase {
@@ -67,6 +69,7 @@ impl Phase {
             Phase::GpuPairs => "gpuPairs",
             Phase::DdpProbe => "ddpProbe",
             Phase::NodePair => "nodePair",
+            Phase::Compute => "compute",
         }
     }
 }
@@ -113,6 +116,9 @@ pub struct ResultDocument {
     pub ddp: Option<DdpResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthSnapshot>,
+    /// What each GPU computes (GEMM, memory bandwidth, silent data corruption).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<ComputeResult>,
     /// Transport NCCL chose between each pair of GPUs (from NCCL's own information).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub transports: Vec<TransportInfo>,
@@ -214,6 +220,7 @@ impl ResultDocument {
             pairs: None,
             ddp: None,
             health: None,
+            compute: None,
             transports: Vec::new(),
             nics: Vec::new(),
             errors: Vec::new(),

@@ -21,9 +21,13 @@
 //!   and as many with the gradient all-reduce (`2 * hidden^2 * layers` bytes, bf16, plus one
 //!   latency per bucket) when `c > 1`, plus a communicator set-up per count.
 //!
+//! - Compute: GEMMs of `2 size^3` FLOPs, `warmupIters + iters` of them in bf16 and as many
+//!   in TF32 at half the bf16 rate; `iters` copies of `2 x bytes` and fills of `bytes` at the
+//!   HBM copy rate; `sdc.repeats` GEMMs of `sdc.size`. The GPUs run them all at once.
+//!
 //! Node-pair pods are separate pods that move `nodePairs.bytes` once; they are left out.
 
-use crate::suite::{Collective, DdpProbe, GpuPairs, NcclSweep, Suite};
+use crate::suite::{Collective, Compute, DdpProbe, GpuPairs, NcclSweep, Suite};
 
 /// Repeats of each GPU-pair measurement, and copies in each (the agent's full mode).
 const PAIR_REPEATS: f64 = 5.0;
@@ -96,12 +100,13 @@ pub struct Estimate {
     pub nccl_sweep_s: f64,
     pub gpu_pairs_s: f64,
     pub ddp_probe_s: f64,
+    pub compute_s: f64,
 }
 
 impl Estimate {
     /// Seconds from pod start to the result.
     pub fn total_s(&self) -> f64 {
-        self.startup_s + self.nccl_sweep_s + self.gpu_pairs_s + self.ddp_probe_s
+        self.startup_s + self.nccl_sweep_s + self.gpu_pairs_s + self.ddp_probe_s + self.compute_s
     }
 
     /// The phases that take time, e.g. "NCCL sweep 812 s, DDP probe 3 s".
@@ -111,6 +116,7 @@ impl Estimate {
             ("NCCL sweep", self.nccl_sweep_s),
             ("GPU pairs", self.gpu_pairs_s),
             ("DDP probe", self.ddp_probe_s),
+            ("compute", self.compute_s),
         ];
         let named: Vec<String> = parts
             .iter()
@@ -143,7 +149,28 @@ pub fn estimate(suite: &Suite, node: &NodeModel) -> Estimate {
         nccl_sweep_s: nccl_sweep_s(&suite.nccl_sweep, node),
         gpu_pairs_s: gpu_pairs_s(&suite.gpu_pairs, node),
         ddp_probe_s: ddp_probe_s(&suite.ddp_probe, node),
+        compute_s: compute_s(&suite.compute, node),
     }
+}
+
+fn compute_s(compute: &Compute, node: &NodeModel) -> f64 {
+    let gemm_s = |n: u32| 2.0 * f64::from(n).powi(3) / (node.gemm_tflops * 1e12);
+    let mut s = 0.0;
+    let g = &compute.gemm;
+    if g.enabled {
+        let ops = f64::from(g.warmup_iters) + f64::from(g.iters);
+        let tf32 = if g.tf32 { 2.0 } else { 0.0 };
+        s += ops * (1.0 + tf32) * gemm_s(g.size);
+    }
+    let m = &compute.memory;
+    if m.enabled {
+        s += f64::from(m.iters) * 3.0 * m.bytes as f64 / (node.nccl_algbw_max_gbps * 1e9);
+    }
+    let d = &compute.sdc;
+    if d.enabled {
+        s += f64::from(d.repeats) * gemm_s(d.size);
+    }
+    s
 }
 
 /// Algorithm bandwidth of `c` on `ranks` GPUs, bytes/s.
@@ -290,9 +317,24 @@ mod tests {
         suite.nccl_sweep.enabled = false;
         suite.gpu_pairs.enabled = false;
         suite.ddp_probe.enabled = false;
+        suite.compute.gemm.enabled = false;
+        suite.compute.memory.enabled = false;
+        suite.compute.sdc.enabled = false;
         let e = estimate(&suite, &TYPICAL);
         assert_eq!(e.total_s(), TYPICAL.startup_s);
         assert_eq!(e.breakdown(), "start-up 10 s");
+    }
+
+    #[test]
+    fn the_default_compute_checks_take_a_few_seconds() {
+        let c = Compute::default();
+        let s = compute_s(&c, &TYPICAL);
+        // bf16: 300 x 2 x 8192^3 at 600 TFLOP/s = 0.55 s; TF32 at half the rate 1.1 s;
+        // 50 copies and fills of 1 GiB at 3 TB/s 0.05 s; 4 SDC GEMMs of 4096 nothing.
+        assert!((1.5..2.0).contains(&s), "{s}");
+        let mut off = c.clone();
+        off.gemm.tf32 = false;
+        assert!(compute_s(&off, &TYPICAL) < s / 2.0);
     }
 
     /// One size, one collective: the model's arithmetic by hand.

@@ -117,6 +117,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         transport_fallbacks: Vec::new(),
         errors: Vec::new(),
         graph_launches: 0,
+        compute: Vec::new(),
     }
 }
 
