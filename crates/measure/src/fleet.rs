@@ -44,6 +44,13 @@ pub enum Fault {
     /// One GPU computes `factor` times slower (e.g. 1.3).
     #[serde(rename_all = "camelCase")]
     Straggler { gpu: u32, factor: f64 },
+    /// One GPU's device memory copies and fills run at `factor` of normal bandwidth (e.g. 0.7).
+    #[serde(rename_all = "camelCase")]
+    SlowMemory { gpu: u32, factor: f64 },
+    /// One GPU computes a wrong result: one bit of its silent-data-corruption GEMM's output
+    /// flips in every output, while every rate stays normal.
+    #[serde(rename_all = "camelCase")]
+    Sdc { gpu: u32 },
     /// `links` NVLink links of a GPU are down.
     #[serde(rename_all = "camelCase")]
     DeadLink { gpu: u32, links: u32 },
@@ -213,6 +220,10 @@ impl Fleet {
                         gpu_ok(*a) && gpu_ok(*b) && a != b
                     }
                     Fault::Straggler { gpu, factor } => gpu_ok(*gpu) && *factor >= 1.0,
+                    Fault::SlowMemory { gpu, factor } => {
+                        gpu_ok(*gpu) && *factor > 0.0 && *factor <= 1.0
+                    }
+                    Fault::Sdc { gpu } => gpu_ok(*gpu),
                     Fault::NvlinkErrors { gpu, per_second } => {
                         gpu_ok(*gpu) && per_second.is_finite() && *per_second > 0.0
                     }

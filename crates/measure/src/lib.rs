@@ -1,6 +1,7 @@
 //! GPU fabric measurements (NCCL sweep, GPU-pair copies, DDP probe, NVML health) behind a
 //! cuda and a sim backend; no Kubernetes.
 
+pub mod compute;
 pub mod cuda;
 pub mod ddp_nodes;
 pub mod fleet;
@@ -75,6 +76,22 @@ impl CheckOptions {
             counts.retain(|&c| c == 1 || Some(c) == last);
         }
         counts
+    }
+
+    /// The compute checks to run: the suite's, or in a quick check GEMMs of at most 4096
+    /// with at most 5 warm-up and 20 timed multiplies, at most 5 copies, and one SDC output
+    /// of at most 2048.
+    pub fn compute(&self) -> gpufabric_api::suite::Compute {
+        let mut c = self.suite.compute.clone();
+        if self.quick {
+            c.gemm.size = c.gemm.size.min(4096);
+            c.gemm.warmup_iters = c.gemm.warmup_iters.min(5);
+            c.gemm.iters = c.gemm.iters.clamp(1, 20);
+            c.memory.iters = c.memory.iters.clamp(1, 5);
+            c.sdc.size = c.sdc.size.min(2048);
+            c.sdc.repeats = 1;
+        }
+        c
     }
 
     /// Warm-up and timed steps of the DDP probe.

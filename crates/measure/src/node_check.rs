@@ -6,15 +6,17 @@
 //! asked for ([`CheckOptions::expect_gpus`]); other work on the GPUs ends the check
 //! ([`crate::gpu_use`]), or leaves a document of their health alone; the backend opens the
 //! GPUs (and may refuse a suite they cannot hold); the setup phase runs, whose failure ends
-//! the check with the document so far; then the NCCL sweep, the GPU-pair copies and the DDP
-//! probe, while XIDs are watched; then the health snapshot, with the XIDs raised meanwhile;
+//! the check with the document so far; then the NCCL sweep, the GPU-pair copies, the DDP
+//! probe and the compute checks (on GPUs the probe has warmed), while XIDs are watched; then the health snapshot, with the XIDs raised meanwhile;
 //! last, other work that started during the measurements makes them not the node's (unless
 //! the GPUs are shared by request, a phase timed out or a GPU raised an XID).
 
 use crate::gpu_use::GpuUse;
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
-use gpufabric_api::result::{DdpResult, HealthSnapshot, NcclSweepResult, PairMatrix, PhaseError};
+use gpufabric_api::result::{
+    ComputeResult, DdpResult, HealthSnapshot, NcclSweepResult, PairMatrix, PhaseError,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -78,6 +80,9 @@ pub trait CheckBackend {
 
     /// The DDP scaling probe.
     fn ddp_probe(&self, run: &PhaseRun) -> Result<DdpResult, PhaseError>;
+
+    /// The compute checks ([`CheckOptions::compute`]), every GPU at once.
+    fn compute(&self, run: &PhaseRun) -> Result<ComputeResult, PhaseError>;
 
     /// The health snapshot, with the XIDs the measurements raised.
     fn health(&self, xids: &Xids, run: &PhaseRun) -> Result<HealthSnapshot, PhaseError>;
@@ -188,6 +193,12 @@ fn check(
                     Err(e) => doc.errors.push(e),
                 }
             }
+            if suite.compute.enabled() {
+                match b.compute(&run) {
+                    Ok(c) => doc.compute = Some(c),
+                    Err(e) => doc.errors.push(e),
+                }
+            }
         })
     };
     if suite.health.enabled {
@@ -284,6 +295,9 @@ mod tests {
         fn ddp_probe(&self, _: &PhaseRun) -> Result<DdpResult, PhaseError> {
             self.call("ddp", Err(unavailable(Phase::DdpProbe)))
         }
+        fn compute(&self, _: &PhaseRun) -> Result<ComputeResult, PhaseError> {
+            self.call("compute", Err(unavailable(Phase::Compute)))
+        }
         fn health(&self, xids: &Xids, _: &PhaseRun) -> Result<HealthSnapshot, PhaseError> {
             assert_eq!(xids.get(&0), Some(&vec![79]), "the measurements' XIDs");
             self.call("health", Ok(Default::default()))
@@ -306,13 +320,21 @@ mod tests {
         let mut b = Recorder::default();
         let doc = run(&mut b, &opts, &|_| {}).expect("checked");
         let phases: Vec<Phase> = doc.errors.iter().map(|e| e.phase).collect();
-        assert_eq!(phases, [Phase::NcclSweep, Phase::GpuPairs, Phase::DdpProbe]);
+        assert_eq!(
+            phases,
+            [
+                Phase::NcclSweep,
+                Phase::GpuPairs,
+                Phase::DdpProbe,
+                Phase::Compute
+            ]
+        );
         assert!(doc.health.is_some());
         assert_eq!(
             b.calls.into_inner(),
             [
                 "count", "start", "open", "opened", "document", "setup", "nccl", "pairs", "ddp",
-                "xids", "health", "finish"
+                "compute", "xids", "health", "finish"
             ]
         );
     }

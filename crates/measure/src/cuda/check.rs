@@ -5,15 +5,17 @@
 use super::gpu::Gpu;
 use super::gpu_use::in_use;
 use super::{
-    CudaOptions, blocking_launches, classify_panic, copy_matrix, count_gpus, ddp, ddp_probe,
-    document, health, nccl, open_devices, open_monitor, phase_error, suite_too_large, transport,
-    unavailable,
+    CudaOptions, blocking_launches, classify_panic, compute, copy_matrix, count_gpus, ddp,
+    ddp_probe, document, health, nccl, open_devices, open_monitor, phase_error, suite_too_large,
+    transport, unavailable,
 };
 use crate::gpu_use::GpuUse;
 use crate::node_check::{CheckBackend, Look, PhaseRun, Swept, Xids};
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
-use gpufabric_api::result::{DdpResult, GpuInfo, HealthSnapshot, PairMatrix, Phase, PhaseError};
+use gpufabric_api::result::{
+    ComputeResult, DdpResult, GpuInfo, HealthSnapshot, PairMatrix, Phase, PhaseError,
+};
 use std::cell::OnceCell;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -176,6 +178,22 @@ impl CheckBackend for CudaCheck {
             self.watchdog(),
         )
         .map_err(|e| phase_error(Phase::DdpProbe, &e))
+    }
+
+    fn compute(&self, run: &PhaseRun) -> Result<ComputeResult, PhaseError> {
+        if !ddp::cublas_present() {
+            return Err(unavailable(
+                Phase::Compute,
+                "libcublas.so could not be loaded (put cuBLAS's lib directory on LD_LIBRARY_PATH)",
+            ));
+        }
+        compute::compute_phase(
+            &floored(run),
+            &self.gpus,
+            self.monitor.as_ref(),
+            self.options.flip_sdc_bit,
+        )
+        .map_err(|e| phase_error(Phase::Compute, &e))
     }
 
     /// NVML's snapshot, or `unavailable` without NVML.

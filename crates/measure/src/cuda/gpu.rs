@@ -251,6 +251,20 @@ impl Gpu {
         bus_id_of(self.dev)
     }
 
+    /// Compute capability (major, minor), if the driver says.
+    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+        let attr = |a: sys::CUdevice_attribute| {
+            let mut v = 0i32;
+            // SAFETY: valid out-pointer and device.
+            let st = unsafe { sys::cuDeviceGetAttribute(&mut v, a, self.dev) };
+            (st == sys::CUresult::CUDA_SUCCESS).then_some(v)
+        };
+        Some((
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
     pub fn total_mem(&self) -> u64 {
         let mut bytes = 0usize;
         // SAFETY: valid out-pointer.

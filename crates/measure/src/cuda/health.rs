@@ -6,7 +6,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
-    ComputeMode, EccCounter, MemoryError, TemperatureSensor,
+    Clock, ComputeMode, EccCounter, MemoryError, TemperatureSensor,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -287,6 +287,24 @@ impl Monitor {
             gpus.push(h);
         }
         HealthSnapshot { gpus }
+    }
+
+    /// GPU `cuda_index`'s SM clock and its maximum, temperature, power and its limit, and
+    /// throttle reasons now (read while it computes); None without an NVML device for it.
+    pub fn load_reading(&self, cuda_index: u32) -> Option<gpufabric_api::result::LoadReading> {
+        let (_, bus) = self.buses.iter().find(|(i, _)| *i == cuda_index)?;
+        let dev = self.device(cuda_index, bus).ok()?;
+        Some(gpufabric_api::result::LoadReading {
+            sm_clock_mhz: dev.clock_info(Clock::SM).unwrap_or(0),
+            max_sm_clock_mhz: dev.max_clock_info(Clock::SM).unwrap_or(0),
+            temperature_c: f64::from(dev.temperature(TemperatureSensor::Gpu).unwrap_or(0)),
+            power_w: f64::from(dev.power_usage().unwrap_or(0)) / 1000.0,
+            power_limit_w: f64::from(dev.enforced_power_limit().unwrap_or(0)) / 1000.0,
+            throttle: dev
+                .current_throttle_reasons()
+                .map(throttle_names)
+                .unwrap_or_default(),
+        })
     }
 
     /// Whether NVML reports the two GPUs (CUDA indices) connected by NVLink.

@@ -2,6 +2,7 @@
 //! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
 pub mod check;
+mod compute;
 pub mod ddp;
 pub mod ddp_nodes;
 pub mod gpu;
@@ -42,6 +43,10 @@ pub struct CudaOptions {
     /// fastest before it ([`crate::launch_cpu`]); false (the default) leaves the thread
     /// where the scheduler puts it, as nccl-tests does.
     pub launch_pin: bool,
+    /// A test hook: flip one bit of this GPU's first silent-data-corruption output in device
+    /// memory before it is read, so that the check's detection is shown end to end. Never a
+    /// real fault, and never set in production.
+    pub flip_sdc_bit: Option<u32>,
 }
 
 impl Default for CudaOptions {
@@ -51,6 +56,7 @@ impl Default for CudaOptions {
             ddp_trace: false,
             ddp_worker: None,
             launch_pin: false,
+            flip_sdc_bit: None,
         }
     }
 }

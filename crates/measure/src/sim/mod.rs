@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+mod compute;
 pub mod ddp_nodes;
 mod node_model;
 pub mod node_pair;
@@ -20,8 +21,8 @@ use crate::node_check::{CheckBackend, Look, PhaseRun, Swept, Xids};
 use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    Backend, DdpResult, ErrorKind, GpuInfo, HealthSnapshot, PairMatrix, Phase, PhaseError,
-    TransportInfo, Versions,
+    Backend, ComputeResult, DdpResult, ErrorKind, GpuInfo, HealthSnapshot, PairMatrix, Phase,
+    PhaseError, TransportInfo, Versions,
 };
 use node_model::NodeModel;
 use noise::Rng;
@@ -269,6 +270,12 @@ impl CheckBackend for SimCheck {
     fn ddp_probe(&self, run: &PhaseRun) -> Result<DdpResult, PhaseError> {
         self.run_phase(Phase::DdpProbe, run, |m| {
             ddp_phase(m, run.opts, run.progress)
+        })
+    }
+
+    fn compute(&self, run: &PhaseRun) -> Result<ComputeResult, PhaseError> {
+        self.run_phase(Phase::Compute, run, |m| {
+            compute::compute_phase(m, run.opts, run.progress)
         })
     }
 

@@ -161,6 +161,26 @@ impl<'a> NodeModel<'a> {
             .product()
     }
 
+    /// Share of normal device memory bandwidth a GPU has (1.0: normal).
+    pub(crate) fn memory_factor(&self, gpu: u32) -> f64 {
+        self.node
+            .faults
+            .iter()
+            .map(|f| match f {
+                Fault::SlowMemory { gpu: g, factor } if *g == gpu => *factor,
+                _ => 1.0,
+            })
+            .product()
+    }
+
+    /// Whether a GPU computes a wrong result (an `sdc` fault).
+    pub(crate) fn corrupts(&self, gpu: u32) -> bool {
+        self.node
+            .faults
+            .iter()
+            .any(|f| matches!(f, Fault::Sdc { gpu: g } if *g == gpu))
+    }
+
     /// How much slower than normal the CPU launching the NCCL sweep runs (1.0: normal).
     pub(crate) fn launch_cpu_factor(&self) -> f64 {
         self.node

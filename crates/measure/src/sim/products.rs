@@ -27,6 +27,15 @@ pub struct ProductModel {
     pub tflops: f64,
     /// Power draw of an idle GPU, W.
     pub idle_power_w: f64,
+    /// The compute check: square bf16 GEMMs of 8192 and TF32 GEMMs, TFLOP/s at the loaded
+    /// plateau; device-to-device copies within the GPU (read and write counted), GB/s.
+    pub gemm_bf16_tflops: f64,
+    pub gemm_tf32_tflops: f64,
+    pub hbm_copy_gbps: f64,
+    /// SM clock under load and its maximum (MHz), and the power limit (W).
+    pub sm_clock_mhz: u32,
+    pub max_sm_clock_mhz: u32,
+    pub power_limit_w: f64,
 }
 
 /// NVIDIA H100 SXM5 80GB. Copy bandwidth: nvbandwidth on HGX H100 measures about
@@ -48,6 +57,12 @@ pub const H100: ProductModel = ProductModel {
     pcie_width: 16,
     tflops: 600.0,
     idle_power_w: 115.0,
+    gemm_bf16_tflops: 700.0,
+    gemm_tf32_tflops: 380.0,
+    hbm_copy_gbps: 2_700.0,
+    sm_clock_mhz: 1_755,
+    max_sm_clock_mhz: 1_980,
+    power_limit_w: 700.0,
 };
 
 /// NVIDIA H200 SXM 141GB: the same NVLink 4 as H100 with faster HBM3e. Calibrated on this
@@ -69,6 +84,12 @@ pub const H200: ProductModel = ProductModel {
     pcie_width: 16,
     tflops: 620.0,
     idle_power_w: 120.0,
+    gemm_bf16_tflops: 720.0,
+    gemm_tf32_tflops: 390.0,
+    hbm_copy_gbps: 4_000.0,
+    sm_clock_mhz: 1_755,
+    max_sm_clock_mhz: 1_980,
+    power_limit_w: 700.0,
 };
 
 /// NVIDIA A100 SXM4 80GB: 12 NVLink 3 links (300 GB/s nominal per direction); model
@@ -88,6 +109,12 @@ pub const A100: ProductModel = ProductModel {
     pcie_width: 16,
     tflops: 250.0,
     idle_power_w: 60.0,
+    gemm_bf16_tflops: 280.0,
+    gemm_tf32_tflops: 140.0,
+    hbm_copy_gbps: 1_700.0,
+    sm_clock_mhz: 1_410,
+    max_sm_clock_mhz: 1_410,
+    power_limit_w: 400.0,
 };
 
 /// NVIDIA B200: NVLink 5 at twice H100's bandwidth (900 GB/s nominal per direction);
@@ -106,6 +133,12 @@ pub const B200: ProductModel = ProductModel {
     pcie_width: 16,
     tflops: 1300.0,
     idle_power_w: 140.0,
+    gemm_bf16_tflops: 1_400.0,
+    gemm_tf32_tflops: 700.0,
+    hbm_copy_gbps: 6_400.0,
+    sm_clock_mhz: 1_965,
+    max_sm_clock_mhz: 1_965,
+    power_limit_w: 1_000.0,
 };
 
 /// A product the model does not know: a PCIe-only GPU (model values of a PCIe Gen4 card;
@@ -123,6 +156,12 @@ pub const GENERIC_PCIE: ProductModel = ProductModel {
     pcie_width: 16,
     tflops: 180.0,
     idle_power_w: 35.0,
+    gemm_bf16_tflops: 180.0,
+    gemm_tf32_tflops: 90.0,
+    hbm_copy_gbps: 700.0,
+    sm_clock_mhz: 1_700,
+    max_sm_clock_mhz: 2_100,
+    power_limit_w: 300.0,
 };
 
 /// The model of a product, by its label (`NVIDIA-H100-80GB-HBM3`) or NVML name; unknown

@@ -548,3 +548,56 @@ fn fit_of_sim_sweep_recovers_model_alpha_and_beta() {
     assert!((fit.alpha_us - 12.5).abs() < 1.5, "{fit:?}");
     assert!((fit.beta_gbps - 360.0).abs() < 15.0, "{fit:?}");
 }
+
+#[test]
+fn the_compute_checks_name_a_corrupting_gpu_a_slow_memory_and_a_straggler_and_nothing_else() {
+    let doc = check(&h100(vec![
+        Fault::Sdc { gpu: 6 },
+        Fault::SlowMemory {
+            gpu: 1,
+            factor: 0.7,
+        },
+        Fault::Straggler {
+            gpu: 3,
+            factor: 1.5,
+        },
+    ]));
+    let c = doc.compute.as_ref().expect("compute measured");
+    assert_eq!(c.gpus.len(), 8);
+    assert_eq!((c.gemm_size, c.sdc_size), (Some(8192), Some(4096)));
+    let rate = |g: usize| c.gpus[g].gemm_bf16_tflops.expect("bf16");
+    let mem = |g: usize| c.gpus[g].memory_copy_gbps.expect("copy");
+    for g in 0..8 {
+        let sdc = c.gpus[g].sdc.as_ref().expect("sdc ran");
+        assert_eq!(sdc.clean(), g != 6, "GPU {g}: {sdc:?}");
+        assert_eq!(sdc.outputs, 4);
+        if g == 6 {
+            assert!(sdc.differs_from_others && sdc.wrong_outputs == 4);
+            assert!(sdc.first_wrong.is_some());
+        }
+        assert!(c.gpus[g].gemm_tf32_tflops.is_some());
+        assert!(c.gpus[g].under_load.is_some());
+    }
+    assert!(rate(3) < rate(0) / 1.4, "{} vs {}", rate(3), rate(0));
+    assert!((rate(6) / rate(0) - 1.0).abs() < 0.03, "a corrupting GPU computes at speed");
+    assert!(mem(1) < mem(0) * 0.75 && mem(1) > mem(0) * 0.65);
+    // The compact form keeps them for the operator.
+    let compact = CompactResult::from(&doc);
+    assert_eq!(compact.compute.len(), 8);
+    assert_eq!(compact.compute[6].sdc, Some((4, 4, true)));
+    assert_eq!(compact.compute[0].sdc, Some((0, 4, false)));
+}
+
+#[test]
+fn compute_checks_turned_off_leave_no_compute_section() {
+    let mut o = opts();
+    o.suite.compute.gemm.enabled = false;
+    o.suite.compute.memory.enabled = false;
+    o.suite.compute.sdc.enabled = false;
+    let doc = node_check(&o, &h100(vec![]), 7, &|_| {}).expect("sim check");
+    assert!(doc.compute.is_none());
+    o.suite.compute.sdc.enabled = true;
+    let doc = node_check(&o, &h100(vec![]), 7, &|_| {}).expect("sim check");
+    let c = doc.compute.expect("sdc alone");
+    assert!(c.gpus.iter().all(|g| g.gemm_bf16_tflops.is_none() && g.sdc.is_some()));
+}

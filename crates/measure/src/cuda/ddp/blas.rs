@@ -23,12 +23,12 @@ pub fn cublas_present() -> bool {
     unsafe { bsys::is_culib_present() }
 }
 
-pub(super) struct Blas {
+pub(crate) struct Blas {
     raw: bsys::cublasHandle_t,
 }
 
 impl Blas {
-    pub(super) fn new(gpu: &Gpu, stream: &Stream) -> GpuResult<Blas> {
+    pub(crate) fn new(gpu: &Gpu, stream: &Stream) -> GpuResult<Blas> {
         gpu.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; destroyed in Drop.
@@ -97,6 +97,77 @@ impl Blas {
             )
         })
     }
+}
+
+impl Blas {
+    /// C = A B of `n x n` matrices in the types of `kind` (column-major, no transposes, the
+    /// default algorithm): the compute checks' GEMMs.
+    pub(crate) fn square(
+        &self,
+        kind: SquareGemm,
+        n: usize,
+        a: u64,
+        b: u64,
+        c: u64,
+    ) -> GpuResult<()> {
+        let alpha = 1.0f32;
+        let beta = 0.0f32;
+        let (input, output, compute) = match kind {
+            SquareGemm::Bf16 => (
+                bsys::cudaDataType::CUDA_R_16BF,
+                bsys::cudaDataType::CUDA_R_16BF,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            SquareGemm::Bf16ToF32 => (
+                bsys::cudaDataType::CUDA_R_16BF,
+                bsys::cudaDataType::CUDA_R_32F,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            SquareGemm::Tf32 => (
+                bsys::cudaDataType::CUDA_R_32F,
+                bsys::cudaDataType::CUDA_R_32F,
+                bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+        };
+        let n = n as i32;
+        let op = bsys::cublasOperation_t::CUBLAS_OP_N;
+        // SAFETY: the pointers are device buffers of n x n elements of these types, sized
+        // by the caller.
+        bcheck("cublasGemmEx", unsafe {
+            bsys::cublasGemmEx(
+                self.raw,
+                op,
+                op,
+                n,
+                n,
+                n,
+                &alpha as *const f32 as *const c_void,
+                a as *const c_void,
+                input,
+                n,
+                b as *const c_void,
+                input,
+                n,
+                &beta as *const f32 as *const c_void,
+                c as *mut c_void,
+                output,
+                n,
+                compute,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+}
+
+/// The types of a square GEMM of the compute checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SquareGemm {
+    /// bf16 inputs and output, fp32 accumulation (PyTorch's bf16 `matmul`).
+    Bf16,
+    /// bf16 inputs, fp32 output and accumulation (the silent-data-corruption GEMM).
+    Bf16ToF32,
+    /// fp32 inputs and output on the tensor cores in TF32.
+    Tf32,
 }
 
 // SAFETY: a cuBLAS handle may be used from any thread, one at a time; each handle belongs

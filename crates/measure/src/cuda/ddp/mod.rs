@@ -7,6 +7,7 @@ pub mod procs;
 mod replica;
 mod trace;
 
+pub(crate) use blas::{Blas, SquareGemm};
 pub use blas::{busy_gemms, cublas_present};
 pub use trace::{TraceLine, trace_lines};
 
