@@ -14,6 +14,7 @@ use gpufabric_api::run::NodeVerdict;
 use std::collections::BTreeMap;
 
 mod compare;
+mod compute;
 pub mod counters;
 mod direction;
 mod gpu_pairs;

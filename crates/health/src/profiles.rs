@@ -58,6 +58,10 @@ pub struct Profile {
     /// total: 81559 MiB on H100 80GB HBM3, 143771 MiB on H200 141GB, 81920 MiB on A100
     /// 80GB, 183359 MiB on B200 180GB).
     pub memory_bytes: u64,
+    /// Dense bf16 tensor throughput, TFLOP/s (the datasheet's figure without sparsity).
+    pub dense_bf16_tflops: f64,
+    /// Device memory bandwidth, GB/s (datasheet).
+    pub memory_gbps: f64,
 }
 
 /// The built-in profiles.
@@ -75,6 +79,10 @@ pub const PROFILES: &[Profile] = &[
         pcie_gen: 5,
         pcie_width: 16,
         memory_bytes: 81_559 << 20,
+
+        // Datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense); 3.35TB/s.
+        dense_bf16_tflops: 989.0,
+        memory_gbps: 3_350.0,
     },
     // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): 141GB HBM3e, "NVLink:
     // 900GB/s, PCIe Gen5: 128GB/s"; same 18-link NVLink 4 as H100; HGX H200 4- and 8-GPU.
@@ -88,6 +96,10 @@ pub const PROFILES: &[Profile] = &[
         pcie_gen: 5,
         pcie_width: 16,
         memory_bytes: 143_771 << 20,
+
+        // Datasheet: the same 989 dense BF16 TFLOPS as H100 SXM; 4.8TB/s HBM3e.
+        dense_bf16_tflops: 989.0,
+        memory_gbps: 4_800.0,
     },
     // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column): "NVLink: 600GB/s,
     // PCIe Gen4: 64GB/s"; NVIDIA Ampere architecture whitepaper: 12 third-generation
@@ -102,6 +114,10 @@ pub const PROFILES: &[Profile] = &[
         pcie_gen: 4,
         pcie_width: 16,
         memory_bytes: 81_920 << 20,
+
+        // Datasheet: BF16 Tensor Core 312 TFLOPS (dense); 2,039GB/s (80GB SXM).
+        dense_bf16_tflops: 312.0,
+        memory_gbps: 2_039.0,
     },
     // NVIDIA HGX B200 / DGX B200 datasheets: 8 GPUs, fifth-generation NVLink at 1.8TB/s
     // per GPU (18 links of 100 GB/s), host link PCIe Gen5 x16 (the GPU itself can train
@@ -116,6 +132,11 @@ pub const PROFILES: &[Profile] = &[
         pcie_gen: 5,
         pcie_width: 16,
         memory_bytes: 183_359 << 20,
+
+        // DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs, 2.25 PFLOPS dense BF16
+        // per GPU; HBM3e 8TB/s per GPU.
+        dense_bf16_tflops: 2_250.0,
+        memory_gbps: 8_000.0,
     },
 ];
 
@@ -265,6 +286,11 @@ pub struct Expectations {
     pub switched: bool,
     /// Whether every GPU pair should measure alike (NVSwitch, or a board of the product).
     pub uniform_pairs: bool,
+    /// Floor on each GPU's bf16 GEMM throughput (TFLOP/s), from the product's dense peak.
+    pub gemm_floor_tflops: Option<f64>,
+    /// Floor on each GPU's device memory copy bandwidth (GB/s, read and write counted),
+    /// from the product's memory bandwidth.
+    pub memory_floor_gbps: Option<f64>,
 }
 
 impl Profile {
@@ -325,6 +351,10 @@ fn derive(
         host_floor_gbps: host.map(|g| g * FLOOR_FRACTION),
         switched,
         uniform_pairs: switched || profile.is_some_and(|p| p.is_board_count(gpus)),
+        // A healthy GPU's square GEMMs of 8192 reach about 70% of the dense peak and its
+        // device copies about 80% of the memory bandwidth: half of either is broken.
+        gemm_floor_tflops: profile.map(|p| p.dense_bf16_tflops * FLOOR_FRACTION),
+        memory_floor_gbps: profile.map(|p| p.memory_gbps * FLOOR_FRACTION),
     }
 }
 
@@ -443,6 +473,7 @@ mod tests {
             errors: Vec::new(),
             graph_launches: 0,
             compute: Vec::new(),
+            compute_gemm_size: None,
         }
     }
 

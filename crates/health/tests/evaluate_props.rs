@@ -120,6 +120,7 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 // Host-launched and graph-timed sweeps alike.
                 graph_launches: pc * 5,
                 compute: Vec::new(),
+                compute_gemm_size: None,
             })
     })
 }

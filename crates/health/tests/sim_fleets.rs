@@ -128,6 +128,14 @@ fn every_fault_kind_is_found_at_its_part_and_the_clean_node_passes() {
         kinds_on("straggler"),
         vec![(FindingKind::Straggler, Subject::gpu("straggler", 4))]
     );
+    assert_eq!(
+        kinds_on("sdc"),
+        vec![(FindingKind::WrongResults, Subject::gpu("sdc", 6))]
+    );
+    assert_eq!(
+        kinds_on("slow-memory"),
+        vec![(FindingKind::Straggler, Subject::gpu("slow-memory", 1))]
+    );
     let dead = kinds_on("dead-link");
     assert!(
         dead.contains(&(FindingKind::NvlinkDown, Subject::gpu("dead-link", 2))),

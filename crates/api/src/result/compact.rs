@@ -78,6 +78,10 @@ pub struct CompactResult {
     /// What each GPU computed, by GPU index; empty when the compute checks did not run.
     #[serde(rename = "cu", default, skip_serializing_if = "Vec::is_empty")]
     pub compute: Vec<CompactGpuCompute>,
+    /// M = N = K of the compute check's throughput GEMMs, when they ran: smaller GEMMs do
+    /// not reach a GPU's plateau.
+    #[serde(rename = "cz", default, skip_serializing_if = "Option::is_none")]
+    pub compute_gemm_size: Option<u32>,
 }
 
 /// What one GPU computed, summarised: throughputs rounded to 0.1, clocks and power whole.
@@ -360,6 +364,7 @@ impl From<&ResultDocument> for CompactResult {
                 .collect(),
             graph_launches: doc.nccl.as_ref().map_or(0, |n| n.graph_launches),
             compute: compute_of(doc, g as usize),
+            compute_gemm_size: doc.compute.as_ref().and_then(|c| c.gemm_size),
         };
         if let Some(p) = &doc.pairs {
             let n = g as usize;
@@ -528,6 +533,7 @@ impl ResultDocument {
             health: Vec::new(),
             transport_fallbacks: Vec::new(),
             compute: Vec::new(),
+            compute_gemm_size: None,
             errors: vec![PhaseError {
                 phase: Phase::Setup,
                 kind: ErrorKind::Failed,

@@ -37,6 +37,8 @@ fn series_words(key: &SeriesKey) -> (String, &'static str) {
         Metric::D2hBandwidth => ("device-to-host bandwidth".into(), "GB/s"),
         Metric::DdpScalingEfficiency => ("DDP scaling efficiency".into(), "ratio"),
         Metric::DdpComputeTime => ("median DDP compute time".into(), "ms"),
+        Metric::GemmThroughput => ("median GPU's bf16 GEMM throughput".into(), "TFLOP/s"),
+        Metric::MemoryBandwidth => ("median GPU's device memory copy bandwidth".into(), "GB/s"),
         _ => ("value".into(), ""),
     }
 }

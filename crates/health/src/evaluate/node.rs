@@ -70,6 +70,7 @@ pub(super) fn judge_node(
     check_pairs(node, r, t, exp.as_ref(), &mut stats, out);
     check_host(node, r, t, exp.as_ref(), &mut stats, out);
     check_ddp(node, r, t, &mut stats, out);
+    super::compute::check_compute(node, r, t, exp.as_ref(), &mut stats, out);
     drop_explained_slowness(out);
     stats
 }
@@ -126,6 +127,18 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
         .iter()
         .any(|f| part(f) && f.metric != Metric::DdpComputeTime);
     let any_part = out.iter().any(part);
+    // A GPU the compute check found slow at GEMMs is the DDP probe's straggler: one finding,
+    // the one with its clocks and throttle reasons.
+    let slow_gemm: BTreeSet<u32> = out
+        .iter()
+        .filter(|f| f.severity == Severity::Critical && f.metric == Metric::GemmThroughput)
+        .filter_map(|f| f.subject.gpu_index())
+        .collect();
+    out.retain(|f| {
+        !(f.kind == FindingKind::Straggler
+            && f.metric == Metric::DdpComputeTime
+            && f.subject.gpu_index().is_some_and(|g| slow_gemm.contains(&g)))
+    });
     out.retain(|f| {
         if f.kind != FindingKind::Slow {
             return true;

@@ -1,6 +1,7 @@
 //! Unit tests of the evaluation rules, on synthetic nodes shaped like the agent's compact result:
 //! the fixtures here, the tests by topic in the files below.
 
+mod compute;
 mod fleet;
 mod hardware;
 mod outcomes;
@@ -118,6 +119,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         errors: Vec::new(),
         graph_launches: 0,
         compute: Vec::new(),
+        compute_gemm_size: None,
     }
 }
 
