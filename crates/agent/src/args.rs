@@ -268,6 +268,15 @@ pub struct NodeCheckArgs {
     #[arg(long)]
     pub no_health: bool,
 
+    /// Skip the compute checks (GEMM throughput, memory bandwidth, silent data corruption).
+    #[arg(long)]
+    pub no_compute: bool,
+
+    /// A test hook, never a fault: flip one bit of this GPU's first silent-data-corruption
+    /// output in device memory before it is read, to show the check finds it (cuda backend).
+    #[arg(long, env = "FABRIC_TEST_FLIP_SDC_BIT", hide = true, value_name = "GPU")]
+    pub flip_sdc_bit: Option<u32>,
+
     /// GPU counts of the DDP probe, comma-separated (default 1, 2, 4, ... all).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub ddp_gpu_counts: Option<Vec<u32>>,
@@ -521,6 +530,11 @@ impl NodeCheckArgs {
         suite.gpu_pairs.enabled &= !self.no_pairs;
         suite.ddp_probe.enabled &= !self.no_ddp;
         suite.health.enabled &= !self.no_health;
+        if self.no_compute {
+            suite.compute.gemm.enabled = false;
+            suite.compute.memory.enabled = false;
+            suite.compute.sdc.enabled = false;
+        }
         check_suite(&suite)?;
         Ok(suite)
     }

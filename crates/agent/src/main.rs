@@ -321,6 +321,7 @@ impl Measures for NodeCheckArgs {
             ddp_trace: self.ddp_trace,
             ddp_worker: ddp_worker_exe(self)?,
             launch_pin: self.pin_launch_cpu,
+            flip_sdc_bit: self.flip_sdc_bit,
         };
         Ok(Box::new(CudaCheck::new(cuda)))
     }

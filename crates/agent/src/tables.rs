@@ -3,7 +3,8 @@
 
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    CollectiveSweep, DdpResult, HealthSnapshot, HostBandwidth, PairBandwidth, PairMatrix, Transport,
+    CollectiveSweep, ComputeResult, DdpResult, HealthSnapshot, HostBandwidth, PairBandwidth,
+    PairMatrix, Transport,
 };
 use gpufabric_api::suite::Collective;
 use std::fmt::Write;
@@ -61,6 +62,10 @@ pub fn render(doc: &ResultDocument) -> String {
     if let Some(d) = &doc.ddp {
         out.push('\n');
         out.push_str(&ddp_table(d));
+    }
+    if let Some(c) = &doc.compute {
+        out.push('\n');
+        out.push_str(&compute_table(c));
     }
     out.push('\n');
     if doc.errors.is_empty() {
@@ -351,6 +356,66 @@ pub fn ddp_table(d: &DdpResult) -> String {
     out
 }
 
+/// The compute checks, one GPU a row: GEMM TFLOP/s, memory GB/s, the SDC outcome and the
+/// GPU's state under load.
+pub fn compute_table(c: &ComputeResult) -> String {
+    let mut out = String::new();
+    let size = |v: Option<u32>| v.map_or("-".to_string(), |n| n.to_string());
+    let _ = writeln!(
+        out,
+        "# Compute: GEMM {} x {} x {}, memory copies of {} MiB, SDC GEMM of {}",
+        size(c.gemm_size),
+        size(c.gemm_size),
+        size(c.gemm_size),
+        c.memory_bytes.map_or("-".to_string(), |b| (b >> 20).to_string()),
+        size(c.sdc_size)
+    );
+    let _ = writeln!(
+        out,
+        "#{:>3}  {:>9}  {:>9}  {:>10}  {:>10}  {:>18}  {:>10}  {:>12}  {:>5}  throttle",
+        "gpu", "bf16 TF/s", "tf32 TF/s", "copy GB/s", "fill GB/s", "sdc", "sm MHz", "power W", "temp"
+    );
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    for g in &c.gpus {
+        let sdc = match &g.sdc {
+            None => "-".to_string(),
+            Some(s) if s.clean() => format!("ok {}/{}", s.outputs, s.outputs),
+            Some(s) => match s.first_wrong {
+                Some((r, col)) => format!("WRONG {}/{} @{r},{col}", s.wrong_outputs, s.outputs),
+                None => format!("WRONG {}/{}", s.wrong_outputs.max(1), s.outputs),
+            },
+        };
+        let (clock, power, temp, throttle) = match &g.under_load {
+            Some(l) => (
+                format!("{}/{}", l.sm_clock_mhz, l.max_sm_clock_mhz),
+                format!("{:.0}/{:.0}", l.power_w, l.power_limit_w),
+                format!("{:.0}C", l.temperature_c),
+                if l.throttle.is_empty() {
+                    "-".to_string()
+                } else {
+                    l.throttle.join(",")
+                },
+            ),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            out,
+            " {:>3}  {:>9}  {:>9}  {:>10}  {:>10}  {:>18}  {:>10}  {:>12}  {:>5}  {}",
+            g.gpu,
+            cell(g.gemm_bf16_tflops),
+            cell(g.gemm_tf32_tflops),
+            cell(g.memory_copy_gbps),
+            cell(g.memory_write_gbps),
+            sdc,
+            clock,
+            power,
+            temp,
+            throttle
+        );
+    }
+    out
+}
+
 /// The health table, one GPU a row.
 pub fn health_table(h: &HealthSnapshot) -> String {
     let mut out = String::new();
@@ -433,5 +498,42 @@ mod tests {
         assert!(sweep_table(&sweep(0, 0)).contains("# Out of bounds values : 0 OK"));
         let bad = sweep_table(&sweep(2, 1));
         assert!(bad.contains("# Out of bounds values : 3 FAILED"), "{bad}");
+    }
+
+    #[test]
+    fn the_compute_table_shows_each_gpu_and_points_at_a_wrong_output() {
+        use gpufabric_api::result::{GpuCompute, SdcStatus};
+        let sdc = |wrong: u32| SdcStatus {
+            outputs: 4,
+            wrong_outputs: wrong,
+            wrong_lines: u64::from(wrong) * 2,
+            first_wrong: (wrong > 0).then_some((1365, 2048)),
+            checksum: "00".into(),
+            differs_from_others: wrong > 0,
+        };
+        let c = ComputeResult {
+            gemm_size: Some(8192),
+            memory_bytes: Some(1 << 30),
+            sdc_size: Some(4096),
+            gpus: vec![
+                GpuCompute {
+                    gpu: 0,
+                    gemm_bf16_tflops: Some(701.25),
+                    sdc: Some(sdc(0)),
+                    ..Default::default()
+                },
+                GpuCompute {
+                    gpu: 1,
+                    gemm_bf16_tflops: Some(699.0),
+                    sdc: Some(sdc(4)),
+                    ..Default::default()
+                },
+            ],
+        };
+        let t = compute_table(&c);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].contains("GEMM 8192 x 8192 x 8192") && lines[0].contains("1024 MiB"));
+        assert!(lines[2].contains("701.2") && lines[2].contains("ok 4/4"), "{t}");
+        assert!(lines[3].contains("WRONG 4/4 @1365,2048"), "{t}");
     }
 }
