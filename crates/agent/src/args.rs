@@ -78,6 +78,12 @@ pub struct FleetArgs {
         hide_env_values = true
     )]
     pub fleet_doc: Option<String>,
+
+    /// Sim backend only: wrong elements to add to the first collective measured, whose
+    /// values the sim otherwise always gets right (to see what wrong values do: exit code
+    /// 4, the #wrong column, the findings).
+    #[arg(long, env = "FABRIC_SIM_WRONG_ELEMENTS", hide = true, value_name = "N")]
+    pub sim_wrong_elements: Option<u64>,
 }
 
 impl FleetArgs {
@@ -128,7 +134,7 @@ pub struct RankArgs {
     /// Measure even when another process holds this node's GPUs (cuda backend). Without
     /// it, such a rank ends at once with exit code 14, before meeting the others, and the
     /// test is not measured; work that starts while the rank waits or measures makes it
-    /// write its document as not measured (exit code 3). See node-check --shared-gpus.
+    /// write its document as not measured (exit code 5). See node-check --shared-gpus.
     #[arg(long, env = "FABRIC_SHARED_GPUS")]
     pub shared_gpus: bool,
 }
@@ -222,10 +228,17 @@ pub struct NodeCheckArgs {
     #[arg(long, short = 'o', value_parser = parse_op, value_name = "OP")]
     pub op: Option<String>,
 
-    /// Check every result, as nccl-tests' `-c` (1, the default; 0 skips the check). Given
-    /// explicitly, the agent exits 4 when any value is wrong, as nccl-tests does.
-    #[arg(long, short = 'c', value_parser = parse_switch, value_name = "0|1")]
-    pub check: Option<bool>,
+    /// Check every result, as nccl-tests' `-c`: 1 (the default) checks, and any wrong value
+    /// ends the check with exit code 4, as nccl-tests fails; 0 skips the check.
+    #[arg(
+        long,
+        short = 'c',
+        action = clap::ArgAction::Set,
+        value_parser = parse_switch,
+        value_name = "0|1",
+        default_value = "1"
+    )]
+    pub check: bool,
 
     /// How the ranks' times combine, as nccl-tests' `-a` (0 rank 0, 1 average, 2 minimum,
     /// 3 maximum). One process drives every GPU and reports the slowest GPU's time, which

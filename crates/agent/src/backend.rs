@@ -4,6 +4,8 @@
 
 use crate::args::{BackendArg, FleetArgs, invalid};
 use crate::output::progress;
+use gpufabric_api::ResultDocument;
+use gpufabric_api::pair::NodePairResult;
 use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::sim::{self, ProcessFault};
 
@@ -92,4 +94,42 @@ pub fn choose<M: Measures>(cmd: &M, node: &str) -> anyhow::Result<Chosen<M::Back
         backend: cmd.sim(fleet, fleet_node, seed)?,
         garbage,
     })
+}
+
+/// The wrong elements the hidden `--sim-wrong-elements` asks the sim backend for; none with
+/// the cuda backend, whose values are what the GPUs computed.
+fn sim_wrong_elements(fleet: &FleetArgs, backend: BackendArg) -> Option<u64> {
+    fleet
+        .sim_wrong_elements
+        .filter(|n| backend == BackendArg::Sim && *n > 0)
+}
+
+/// Adds the sim's wrong elements (`--sim-wrong-elements`) to the first size of the node
+/// check's first collective, as a corrupting link would show them.
+pub fn add_sim_wrong_elements(fleet: &FleetArgs, backend: BackendArg, doc: &mut ResultDocument) {
+    let Some(n) = sim_wrong_elements(fleet, backend) else {
+        return;
+    };
+    if let Some(row) = doc
+        .nccl
+        .as_mut()
+        .and_then(|s| s.collectives.first_mut())
+        .and_then(|c| c.rows.first_mut())
+    {
+        row.out_of_place.wrong += n;
+    }
+}
+
+/// Adds the sim's wrong elements (`--sim-wrong-elements`) to a node pair's first collective.
+pub fn add_sim_wrong_elements_to_pair(
+    fleet: &FleetArgs,
+    backend: BackendArg,
+    doc: &mut NodePairResult,
+) {
+    if let (Some(n), Some(c)) = (
+        sim_wrong_elements(fleet, backend),
+        doc.collectives.first_mut(),
+    ) {
+        c.wrong += n;
+    }
 }

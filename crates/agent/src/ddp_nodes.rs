@@ -6,6 +6,7 @@
 
 use crate::args::{BackendArg, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Choice, Chosen, Measures};
+use crate::exit::Exit;
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -22,9 +23,6 @@ use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
 use gpufabric_measure::sim::ddp_nodes::SimDdpNodes;
 use gpufabric_measure::{CheckError, rfc3339};
 use std::time::{Duration, Instant, SystemTime};
-
-/// Exit code when the probe could not be measured (a rank that never arrived).
-pub const EXIT_NOT_MEASURED: i32 = crate::node_pair::EXIT_NOT_MEASURED;
 
 /// Arguments of `fabric-agent ddp-nodes`.
 #[derive(Args, Debug, Clone)]
@@ -189,7 +187,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         doc.errors.push(e);
         doc.duration_s = started.elapsed().as_secs_f64();
         emit(&doc, args.me.json.as_deref())?;
-        return Ok(0);
+        return Ok(Exit::Success.code());
     }
     let measured = measure(&mut doc, &mut group, &args, gpus, m.as_mut());
     if let Err(e) = measured {
@@ -212,10 +210,11 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     doc.duration_s = started.elapsed().as_secs_f64();
     emit(&doc, args.me.json.as_deref())?;
     Ok(if doc.not_measured.is_some() {
-        EXIT_NOT_MEASURED
+        Exit::NotMeasured
     } else {
-        0
-    })
+        Exit::Success
+    }
+    .code())
 }
 
 impl Measures for DdpNodesArgs {
@@ -364,7 +363,7 @@ fn measure(
 }
 
 /// The document of a probe whose ranks did not all meet: what is known, the missing ranks
-/// named, exit code 3 (2 for a bad address).
+/// named, exit code 5 (2 for a bad address).
 fn not_measured(
     mut doc: DdpNodesResult,
     args: &DdpNodesArgs,
@@ -379,9 +378,10 @@ fn not_measured(
     emit(&doc, args.me.json.as_deref())?;
     eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
     Ok(match e {
-        RendezvousError::Config(_) | RendezvousError::Listen { .. } => 2,
-        _ => EXIT_NOT_MEASURED,
-    })
+        RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
+        _ => Exit::NotMeasured,
+    }
+    .code())
 }
 
 /// The table on stdout, the document as the last stdout line, in the termination message

@@ -5,6 +5,7 @@
 mod args;
 mod backend;
 mod ddp_nodes;
+mod exit;
 mod inject;
 mod node_pair;
 mod output;
@@ -16,6 +17,7 @@ use anyhow::Context;
 use args::NodeCheckArgs;
 use backend::{Choice, Chosen, Measures};
 use clap::{Parser, Subcommand, ValueEnum};
+use exit::Exit;
 use gpufabric_api::keys;
 use gpufabric_measure::cuda::{CudaCheck, CudaOptions};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
@@ -34,7 +36,7 @@ use std::process::ExitCode;
     version,
     about,
     long_about,
-    after_help = "Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120"
+    after_help = format!("Examples:\n  fabric-agent node-check --quick\n  fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-03\n  fabric-agent inject straggler --gpu 3 --seconds 120\n\n{}", exit::help())
 )]
 struct Cli {
     /// Format of the log on stderr: text, or one JSON object a line. Progress lines and
@@ -64,28 +66,22 @@ enum Command {
     /// /dev/termination-log when that file exists and is writable.
     ///
     /// With --verdict, judges the node with the operator's health rules and prints the
-    /// verdict and its findings under the tables.
-    ///
-    /// Exit codes: 0 measured (and, with --verdict, passed), 2 invalid input, 3 the node
-    /// failed the health rules (--verdict), 4 wrong values (with -c 1, as nccl-tests),
-    /// 10 no GPU, 11 CUDA/NCCL/NVML library missing, 12 too few GPUs, 13 other failure,
-    /// 14 the GPUs are in use by another process, before or during the check (not
-    /// measured; see --shared-gpus), 143 stopped by SIGTERM (the phase it was in is said
-    /// on stderr and in the termination message).
+    /// verdict and its findings under the tables. Every value of the sweep is checked, as
+    /// nccl-tests does: a wrong one ends the check with exit code 4 (-c 0: no check).
     ///
     /// Examples:
     ///   fabric-agent node-check
     ///   fabric-agent node-check --quick --collectives allReduce -b 8 -e 1G --json out.json
     ///   fabric-agent node-check --verdict --min-busbw 340 --verdict-json verdict.json
     ///   fabric-agent node-check --backend sim --fleet crates/measure/fleets/demo-16.yaml --node h100-00
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = exit::help())]
     NodeCheck(Box<NodeCheckArgs>),
     /// Inject a real fault on this node's GPUs (a slow GPU pair, a straggler GPU) for a
     /// while, to see that a node-check run beside it finds it.
     ///
     /// Example:
     ///   fabric-agent inject slow-pair --gpus 3,5 --seconds 120
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = exit::help())]
     Inject(inject::InjectArgs),
     /// One rank of a node-pair test: meet the other node's pod over TCP, run NCCL across
     /// both nodes' GPUs, and write the node-pair document.
@@ -93,14 +89,15 @@ enum Command {
     /// Rank 0 listens on --rendezvous and gives the NCCL unique id to the rank that presents
     /// the run's secret; rank 1 connects, retrying until --rendezvous-timeout. Either may
     /// start first. A peer that never arrives ends the pod within that time with exit code
-    /// 3 and a document saying the pair was not measured, naming the peer.
+    /// 5 and a document saying the pair was not measured, naming the peer. Wrong values in
+    /// a collective end it with exit code 4, the document written.
     ///
     /// Example (two shells):
     ///   fabric-agent node-pair --backend sim --fleet f.yaml --nodes a,b --rank 0 \
     ///     --rendezvous 127.0.0.1:29400 --group demo --secret $S
     ///   fabric-agent node-pair --backend sim --fleet f.yaml --nodes a,b --rank 1 \
     ///     --rendezvous 127.0.0.1:29400 --group demo --secret $S
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = exit::help())]
     NodePair(Box<node_pair::NodePairArgs>),
     /// One rank (node) of the multi-node DDP probe: the node probe's training step,
     /// weak-scaled over 1, 2, 4, ... of --nodes (all GPUs each), with step time, scaling
@@ -108,13 +105,13 @@ enum Command {
     ///
     /// The ranks meet as a node pair's do (rank 0 serves --rendezvous, the others present
     /// the secret; any start order); a rank that never arrives ends every rank within
-    /// --rendezvous-timeout with exit code 3 and a document saying why. Every rank prints
+    /// --rendezvous-timeout with exit code 5 and a document saying why. Every rank prints
     /// the same points.
     ///
     /// Example (one shell per node):
     ///   fabric-agent ddp-nodes --nodes a,b,c,d --rank 0 --rendezvous a:29400 \
     ///     --group nightly --secret $S
-    #[command(verbatim_doc_comment)]
+    #[command(verbatim_doc_comment, after_help = exit::help())]
     DdpNodes(Box<ddp_nodes::DdpNodesArgs>),
     /// One rank of the DDP probe run with one process per GPU: reads its task as one JSON
     /// line on stdin, prints its report as one JSON line. Started by node-check itself.
@@ -136,7 +133,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::NodeCheck(args) => node_check(*args),
-        Command::Inject(args) => inject::run(args).map(|()| 0),
+        Command::Inject(args) => inject::run(args).map(|()| Exit::Success.code()),
         Command::NodePair(args) => node_pair::run(*args),
         Command::DdpNodes(args) => ddp_nodes::run(*args),
         Command::DdpWorker => ddp_worker(),
@@ -151,7 +148,7 @@ fn main() -> ExitCode {
                 // so that the operator's node entry says it.
                 output::write_termination(&c.to_string());
             }
-            let code = check.map(CheckError::exit_code).unwrap_or(1);
+            let code = check.map_or(Exit::Error, Exit::of).code();
             if let Some(hint) = check.and_then(hint) {
                 eprintln!("fabric-agent: {hint}");
             }
@@ -225,7 +222,7 @@ fn ddp_worker() -> anyhow::Result<i32> {
     let stdout = std::io::stdout();
     gpufabric_measure::cuda::ddp::procs::worker_main(&mut stdin.lock(), &mut stdout.lock())
         .context("writing the ddp worker report")?;
-    Ok(0)
+    Ok(Exit::Success.code())
 }
 
 fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
@@ -256,7 +253,10 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         Chosen::Measure { backend, garbage } => (backend, garbage),
         Chosen::Crashed(code) => return Ok(code),
     };
-    let doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
+    let mut doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
+    if args.check {
+        backend::add_sim_wrong_elements(&args.fleet, args.backend, &mut doc);
+    }
     let verdict = match &thresholds {
         Some(t) => {
             let previous = args.verdict.previous_counters();
@@ -270,22 +270,19 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         None => None,
     };
     output::emit(&doc, verdict.as_ref(), &outputs, garbage).context("writing the result")?;
-    let wrong: u64 = doc
-        .nccl
-        .as_ref()
-        .map(|n| n.collectives.iter().map(|c| c.total_wrong()).sum())
-        .unwrap_or(0);
-    Ok(if verdict.as_ref().is_some_and(verdict::Verdict::failed) {
-        verdict::EXIT_FAILED
-    } else if args.check == Some(true) && wrong > 0 {
-        EXIT_WRONG_VALUES
-    } else {
-        0
-    })
+    // With -c 0 nothing was checked: no count is a finding.
+    let wrong: u64 = match (args.check, doc.nccl.as_ref()) {
+        (true, Some(n)) => n.collectives.iter().map(|c| c.total_wrong()).sum(),
+        _ => 0,
+    };
+    if wrong > 0 {
+        eprintln!(
+            "fabric-agent: {wrong} wrong value(s) in the NCCL sweep (the #wrong column); -c 0 skips the check"
+        );
+    }
+    let failed = verdict.as_ref().is_some_and(verdict::Verdict::failed);
+    Ok(Exit::judged(failed, wrong).code())
 }
-
-/// Exit code of `node-check -c 1` when any value of the sweep is wrong.
-const EXIT_WRONG_VALUES: i32 = 4;
 
 /// The program the DDP probe starts per GPU, when asked for one process per GPU.
 fn ddp_worker_exe(args: &NodeCheckArgs) -> anyhow::Result<Option<std::path::PathBuf>> {
@@ -317,7 +314,7 @@ impl Measures for NodeCheckArgs {
     /// The cuda backend with the command line's options.
     fn cuda(&self) -> anyhow::Result<Box<dyn CheckBackend>> {
         let cuda = CudaOptions {
-            check_values: self.check.unwrap_or(true),
+            check_values: self.check,
             ddp_trace: self.ddp_trace,
             ddp_worker: ddp_worker_exe(self)?,
             launch_pin: self.pin_launch_cpu,

@@ -6,6 +6,7 @@ use crate::args::{
     BackendArg, RankArgs, RendezvousArgs, invalid, parse_collective, parse_seconds, parse_size,
 };
 use crate::backend::{self, Choice, Chosen, Measures};
+use crate::exit::Exit;
 use crate::output::progress;
 use clap::Args;
 use gpufabric_api::keys;
@@ -18,10 +19,6 @@ use gpufabric_measure::pairs::{DEFAULT_COLLECTIVES, PairOptions};
 use gpufabric_measure::rendezvous::RendezvousError;
 use gpufabric_measure::sim::SimPair;
 use std::time::Duration;
-
-/// Exit code of a pair that could not be measured (a peer that never arrived): the
-/// document says why, and nothing in it counts against either node.
-pub const EXIT_NOT_MEASURED: i32 = 3;
 
 /// Arguments of `fabric-agent node-pair`.
 #[derive(Args, Debug, Clone)]
@@ -114,31 +111,36 @@ pub fn run(args: NodePairArgs) -> anyhow::Result<i32> {
     // ends.
     let stuck: Stuck = Box::new(move |doc| {
         std::process::exit(match write(&doc, json.as_deref()) {
-            Ok(code) => code,
+            Ok(code) => code.code(),
             Err(e) => {
                 eprintln!("fabric-agent: {e:#}");
-                EXIT_NOT_MEASURED
+                Exit::NotMeasured.code()
             }
         })
     });
-    let end = node_pair::run(backend.as_mut(), &opts, &pair, stuck, &progress)?;
+    let mut end = node_pair::run(backend.as_mut(), &opts, &pair, stuck, &progress)?;
+    backend::add_sim_wrong_elements_to_pair(&args.me.fleet, args.backend, &mut end.doc);
     let code = write(&end.doc, args.me.json.as_deref())?;
     Ok(match end.unmet {
-        Some(RendezvousError::Config(_) | RendezvousError::Listen { .. }) => 2,
+        Some(RendezvousError::Config(_) | RendezvousError::Listen { .. }) => Exit::Usage,
         _ => code,
-    })
+    }
+    .code())
 }
 
-/// Writes the document; the exit code it makes: not measured (saying why) or 0.
-fn write(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<i32> {
+/// Writes the document; the exit code it makes: not measured (saying why), wrong values
+/// (every value of a pair's collectives is checked), or success.
+fn write(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result<Exit> {
     emit(doc, json)?;
-    Ok(match &doc.not_measured {
-        Some(m) => {
-            eprintln!("fabric-agent: node pair not measured: {}", m.message);
-            EXIT_NOT_MEASURED
-        }
-        None => 0,
-    })
+    if let Some(m) = &doc.not_measured {
+        eprintln!("fabric-agent: node pair not measured: {}", m.message);
+        return Ok(Exit::NotMeasured);
+    }
+    let wrong: u64 = doc.collectives.iter().map(|c| c.wrong).sum();
+    if wrong > 0 {
+        eprintln!("fabric-agent: {wrong} wrong value(s) in the pair's collectives (#wrong)");
+    }
+    Ok(Exit::judged(false, wrong))
 }
 
 impl Measures for NodePairArgs {

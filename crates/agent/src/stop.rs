@@ -4,12 +4,10 @@
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// Exit code of an agent stopped by SIGTERM: 128 + 15, what the signal itself would
-/// give, so that the operator reads the stop as it always has.
-pub const EXIT_STOPPED: i32 = 128 + 15;
-
 /// Handles SIGTERM from now on, on a thread of its own: the phase is said (see
-/// [`crate::output::write_stopped`]) and the process exits with [`EXIT_STOPPED`].
+/// [`crate::output::write_stopped`]) and the process exits with
+/// [`Exit::Stopped`](crate::exit::Exit::Stopped): 128 + 15, what the signal itself would
+/// give, so that the operator reads the stop as it always has.
 pub fn on_sigterm() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -24,7 +22,7 @@ pub fn on_sigterm() -> anyhow::Result<()> {
         .spawn(move || {
             if runtime.block_on(term.recv()).is_some() {
                 let _held = crate::output::write_stopped("SIGTERM");
-                std::process::exit(EXIT_STOPPED);
+                std::process::exit(crate::exit::Exit::Stopped.code());
             }
         })
         .context("starting the SIGTERM handler")?;

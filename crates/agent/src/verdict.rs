@@ -15,9 +15,6 @@ use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
 
-/// Exit code of `node-check --verdict` when the health rules fail the node.
-pub const EXIT_FAILED: i32 = 3;
-
 /// Arguments of the verdict: the thresholds the rules apply on top of the built-in profile.
 #[derive(Args, Debug, Clone, Default)]
 pub struct VerdictArgs {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{RankEnv, SECRET, agent, finish_rank};
+use common::{EXIT_NOT_MEASURED, RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -140,7 +140,10 @@ fn work_that_starts_on_a_ranks_gpus_while_it_measures_leaves_the_probe_not_measu
     let done = env.all("a,started-during");
     let (out0, d0) = &done[0];
     let (out1, d1) = &done[1];
-    assert_eq!((out0.status.code(), out1.status.code()), (Some(0), Some(3)));
+    assert_eq!(
+        (out0.status.code(), out1.status.code()),
+        (Some(0), Some(EXIT_NOT_MEASURED))
+    );
     assert!(d0.not_measured.is_none());
     let nm = d1.not_measured.as_ref().expect("not measured");
     assert!(
@@ -160,8 +163,8 @@ fn a_rank_that_never_arrives_ends_every_rank_in_bounded_time() {
     let (out0, d0) = finish(r0);
     let (out1, _) = finish(r1);
     assert!(started.elapsed() < Duration::from_secs(30));
-    assert_eq!(out0.status.code(), Some(3));
-    assert_eq!(out1.status.code(), Some(3));
+    assert_eq!(out0.status.code(), Some(EXIT_NOT_MEASURED));
+    assert_eq!(out1.status.code(), Some(EXIT_NOT_MEASURED));
     let nm = d0.not_measured.expect("not measured");
     assert!(nm.message.contains('c'), "{}", nm.message);
     assert!(d0.points.is_empty());

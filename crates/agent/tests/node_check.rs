@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{agent, fleet_dir, stderr, stdout};
+use common::{EXIT_NODE_FAILED, agent, fleet_dir, stderr, stdout};
 use gpufabric_api::result::{ErrorKind, Phase};
 use gpufabric_api::{CompactResult, ResultDocument};
 use std::path::{Path, PathBuf};
@@ -217,7 +217,12 @@ fn a_gpu_held_by_other_work_is_still_judged_on_its_own_faults() {
         ],
     );
     // Not "not measured" (exit 14): the node fails on its GPU's own evidence.
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
     let err = stderr(&out);
     assert!(
         err.contains("other work holds the GPUs, but their own readings show faults (GPU 2: 4 uncorrectable ECC errors; GPU 2: a memory row remap pending): reporting their health alone"),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{RankEnv, SECRET, agent, finish_rank};
+use common::{EXIT_NOT_MEASURED, RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::pair::{NetTransport, NodePairResult};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -113,7 +113,7 @@ fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
     let started = Instant::now();
     let (out, doc) = finish(env.rank("a,b", 0, SECRET, "1"));
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(EXIT_NOT_MEASURED));
     let nm = doc.not_measured.expect("not measured");
     assert_eq!(nm.peer.as_deref(), Some("b"));
     assert!(
@@ -126,7 +126,7 @@ fn a_peer_that_never_arrives_is_named_and_the_pair_is_not_measured() {
 
     let env = RankEnv::new(FLEET);
     let (out, doc) = finish(env.rank("a,b", 1, SECRET, "1"));
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(EXIT_NOT_MEASURED));
     let nm = doc.not_measured.expect("not measured");
     assert_eq!(nm.peer.as_deref(), Some("a"));
     assert!(
@@ -152,7 +152,7 @@ fn a_rank_whose_gpus_other_work_holds_ends_at_once_and_its_peer_is_not_measured(
     // Rank 0 never meets it: the pair is not measured, and says which peer.
     let (out0, d0) = finish(r0);
     assert!(started.elapsed() < Duration::from_secs(15));
-    assert_eq!(out0.status.code(), Some(3));
+    assert_eq!(out0.status.code(), Some(EXIT_NOT_MEASURED));
     let nm = d0.not_measured.expect("not measured");
     assert_eq!(nm.peer.as_deref(), Some("shared"));
     // Told to share, the same rank measures.
@@ -175,8 +175,11 @@ fn work_that_starts_on_a_ranks_gpus_while_the_pair_measures_leaves_the_pair_not_
     let (out1, d1) = finish(r1);
     let (out0, d0) = finish(r0);
     // Rank 1's last look finds the work: its document says the pair is not measured
-    // (which the operator reads for the pair), with exit 3; rank 0 measured.
-    assert_eq!((out0.status.code(), out1.status.code()), (Some(0), Some(3)));
+    // (which the operator reads for the pair), with exit 5 (not measured); rank 0 measured.
+    assert_eq!(
+        (out0.status.code(), out1.status.code()),
+        (Some(0), Some(EXIT_NOT_MEASURED))
+    );
     assert!(d0.not_measured.is_none());
     let nm = d1.not_measured.expect("not measured");
     assert!(
@@ -204,7 +207,10 @@ fn a_rank_with_another_secret_is_turned_away_and_both_say_so() {
     let r1 = env.rank("a,b", 1, &other, "2");
     let (out1, d1) = finish(r1);
     let (out0, d0) = finish(r0);
-    assert_eq!((out0.status.code(), out1.status.code()), (Some(3), Some(3)));
+    assert_eq!(
+        (out0.status.code(), out1.status.code()),
+        (Some(EXIT_NOT_MEASURED), Some(EXIT_NOT_MEASURED))
+    );
     let m1 = d1.not_measured.expect("rank 1 not measured").message;
     assert!(
         m1.contains("closed the connection during the handshake"),

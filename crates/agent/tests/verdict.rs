@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{agent, stderr, stdout};
+use common::{EXIT_NODE_FAILED, agent, stderr, stdout};
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -39,7 +39,12 @@ fn a_clean_node_passes_and_exits_0() {
 #[test]
 fn a_node_with_hardware_faults_fails_with_its_findings_and_exits_3() {
     let out = verdict("xid-ecc-pcie", &[]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
     let text = stdout(&out);
     assert!(text.contains("# Verdict: FAILED"), "{text}");
     for kind in ["Xid", "EccUncorrectable", "PcieDegraded"] {
@@ -50,7 +55,12 @@ fn a_node_with_hardware_faults_fails_with_its_findings_and_exits_3() {
 #[test]
 fn a_slow_pair_fails_on_the_built_in_profile_alone() {
     let out = verdict("slow-pair", &[]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
     assert!(stdout(&out).contains("Slow"), "{}", stdout(&out));
 }
 
@@ -58,18 +68,33 @@ fn a_slow_pair_fails_on_the_built_in_profile_alone() {
 fn an_explicit_threshold_fails_a_clean_node() {
     // No H100 reaches 1000 GB/s of all_reduce bus bandwidth.
     let out = verdict("clean", &["--min-busbw", "1000"]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("thresholds.yaml");
     std::fs::write(&file, "ncclBusBwGbps: 1000\n").expect("write thresholds");
     let out = verdict("clean", &["--thresholds", file.to_str().expect("utf-8")]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
 }
 
 #[test]
 fn verdict_json_alone_on_stdout_and_the_tables_on_stderr() {
     let out = verdict("xid-ecc-pcie", &["--verdict-json", "-"]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON");
     assert_eq!(v["node"], "xid-ecc-pcie");
     assert_eq!(v["verdict"], "Failed");
@@ -142,7 +167,12 @@ fn nvlink_errors_that_grow_between_checks_fail_the_second_check_and_the_record_s
     assert!(recorded.contains("\"nvlink\":["), "{recorded}");
     // Second check: GPU 3 added about a million errors a second in between.
     let second = verdict("nvlink-growing", &gate);
-    assert_eq!(second.status.code(), Some(3), "stderr: {}", stderr(&second));
+    assert_eq!(
+        second.status.code(),
+        Some(EXIT_NODE_FAILED),
+        "stderr: {}",
+        stderr(&second)
+    );
     let text = stdout(&second);
     assert!(text.contains("NvlinkErrorsGrowing"), "{text}");
     assert!(text.contains("GPU 3 on nvlink-growing"), "{text}");

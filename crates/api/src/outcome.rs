@@ -206,8 +206,17 @@ impl std::fmt::Display for NotMeasuredReason {
     }
 }
 
+/// Whether the agent writes its document when it ends with `code`: success (0), and a node
+/// that failed its own verdict (3) or produced wrong values (4); the operator judges such a
+/// pod on its document. (5, a test over several nodes not measured, writes one too: the
+/// operator reads a rank's document whatever its exit code.)
+pub fn exit_code_writes_result(code: i32) -> bool {
+    matches!(code, 0 | 3 | 4)
+}
+
 /// What the agent's exit code says, for a pod that ended without a usable result.
-/// The codes are the agent's (`fabric-agent node-check --help`); 128 + N is signal N.
+/// The codes are the agent's, one table for every subcommand (`fabric-agent --help`);
+/// 128 + N is signal N.
 pub fn exit_code_outcome(code: i32) -> (Result<HardwareFault, NotMeasuredReason>, &'static str) {
     match code {
         1 => (
@@ -218,6 +227,19 @@ pub fn exit_code_outcome(code: i32) -> (Result<HardwareFault, NotMeasuredReason>
         2 => (
             Err(NotMeasuredReason::AgentIncompatible),
             "the agent refused its input",
+        ),
+        // The codes that come with a document, here without one that could be read.
+        3 => (
+            Err(NotMeasuredReason::AgentBug),
+            "the agent failed the node on its own verdict but wrote no readable result",
+        ),
+        4 => (
+            Err(NotMeasuredReason::AgentBug),
+            "the agent found wrong values but wrote no readable result",
+        ),
+        5 => (
+            Err(NotMeasuredReason::AgentBug),
+            "the agent said the test was not measured but wrote no readable result",
         ),
         10 => (Ok(HardwareFault::GpuMissing), "no GPU found"),
         11 => (
@@ -266,6 +288,16 @@ mod tests {
         assert_eq!(exit_code_outcome(14).0, Err(NotMeasuredReason::GpusInUse));
         assert_eq!(exit_code_outcome(134).0, Ok(HardwareFault::Crash));
         assert_eq!(exit_code_outcome(77).0, Ok(HardwareFault::Crash));
+        // Node failed, wrong values, not measured: each comes with a document; without
+        // one the agent is at fault, not the node.
+        for code in [3, 4, 5] {
+            assert_eq!(exit_code_outcome(code).0, Err(NotMeasuredReason::AgentBug));
+        }
+        assert!(exit_code_writes_result(0));
+        assert!(exit_code_writes_result(3));
+        assert!(exit_code_writes_result(4));
+        assert!(!exit_code_writes_result(14));
+        assert!(!exit_code_writes_result(143));
     }
 
     #[test]

@@ -10,6 +10,13 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 
+/// Exit codes of README's table ("Exit codes"), the same for every subcommand.
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_NODE_FAILED: i32 = 3;
+pub const EXIT_WRONG_VALUES: i32 = 4;
+pub const EXIT_NOT_MEASURED: i32 = 5;
+pub const EXIT_GPUS_IN_USE: i32 = 14;
+
 /// The rendezvous secret of every test rank.
 pub const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 

@@ -3,7 +3,9 @@
 
 use super::{Blocker, PodState, never_started};
 use gpufabric_api::keys::PROGRESS_PREFIX;
-use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason, exit_code_outcome};
+use gpufabric_api::outcome::{
+    NodeOutcome, NotMeasuredReason, exit_code_outcome, exit_code_writes_result,
+};
 use gpufabric_api::result::CompactResult;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStateWaiting, Pod, PodStatus};
 
@@ -178,6 +180,13 @@ fn ended_container(t: &ContainerStateTerminated) -> NodeOutcome {
                 format!("the agent exited 0 but its result is unusable: {e}"),
             ),
         };
+    }
+    // Wrong values (checked by default) and a failed verdict end the agent non-zero with
+    // its document written: the health rules judge that document, as after a 0.
+    if exit_code_writes_result(t.exit_code)
+        && let Ok(result) = CompactResult::parse(message)
+    {
+        return NodeOutcome::Measured(Box::new(result));
     }
     if START_FAILED.contains(&reason) {
         return NodeOutcome::not_measured(

@@ -136,6 +136,25 @@ fn exit_zero_with_a_result_is_measured() {
 }
 
 #[test]
+fn wrong_values_and_a_failed_verdict_are_judged_on_the_document_they_come_with() {
+    // The agent checks values by default and exits 4 on a wrong one (3: its own verdict
+    // failed the node), its document written: the health rules judge it, as after a 0.
+    for code in [3, 4] {
+        let s = pod_state(&terminated(code, Some(GOOD), Some("Error")));
+        let PodState::Ended(NodeOutcome::Measured(c)) = &s else {
+            panic!("exit {code}: expected Measured, got {s:?}")
+        };
+        assert_eq!(c.node, "gpu-1");
+    }
+    // Without a readable document the agent is at fault, never the node.
+    for code in [3, 4, 5] {
+        let (reason, detail) = not_measured(&terminated(code, Some("not json"), Some("Error")));
+        assert_eq!(reason, NotMeasuredReason::AgentBug, "exit {code}");
+        assert!(detail.contains("no readable result"), "{detail}");
+    }
+}
+
+#[test]
 fn missing_truncated_or_malformed_results_are_an_agent_bug_not_the_node() {
     for msg in [
         None,
