@@ -158,7 +158,7 @@ async fn annotate(api: &Api<FabricTest>, name: &str, key: &str, value: &str) {
 
 /// The value of `gpufabric_breaker_open` for the test `name`, as the operator serves it.
 async fn breaker_metric(env: &OperatorEnv, name: &str) -> Option<String> {
-    let series = format!("gpufabric_breaker_open{{name=\"{name}\"}} ");
+    let series = format!("gpufabric_breaker_open{{test=\"{name}\"}} ");
     let text = env.operator.metrics().await;
     text.lines()
         .find_map(|l| l.strip_prefix(&series))

@@ -271,7 +271,7 @@ async fn a_test_without_schedule_runs_once_and_results_land_in_status() {
     );
     assert!(
         // Both runs finished; the fleet has failing nodes, so both are counted as such.
-        metrics.contains("gpufabric_test_runs_total{name=\"once\",result=\"nodes_failed\"} 2"),
+        metrics.contains("gpufabric_test_runs_total{test=\"once\",result=\"nodes_failed\"} 2"),
         "{metrics}"
     );
     assert!(

@@ -625,19 +625,23 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path)
     let log = || gpufabric_tests::cluster::log_tail(&prom_dir.join("prometheus.log"), 30);
     let expected = [
         r#"up{job="fabric-operator"} == 1"#.to_string(),
-        r#"gpufabric_node_last_result{name="fleet",node="gpu-02",result="fail"} == 1"#.to_string(),
-        r#"gpufabric_node_last_result{name="fleet",node="gpu-01",result="pass"} == 1"#.to_string(),
-        r#"gpufabric_node_quarantined{name="fleet",node="gpu-02"} == 1"#.to_string(),
+        r#"gpufabric_node_last_result{test="fleet",node="gpu-02",result="fail"} == 1"#.to_string(),
+        r#"gpufabric_node_last_result{test="fleet",node="gpu-01",result="pass"} == 1"#.to_string(),
+        r#"gpufabric_node_quarantined{test="fleet",node="gpu-02"} == 1"#.to_string(),
+        // The straggler is named down to its GPU, as dcgm-exporter names it.
+        r#"gpufabric_gpu_findings{test="fleet",node="gpu-02",gpu="1",kind="Straggler"} >= 1"#
+            .to_string(),
         // One failing node of four is no storm: the breaker is closed.
-        r#"gpufabric_breaker_open{name="fleet"} == 0"#.to_string(),
-        r#"count(gpufabric_node_allreduce_busbw_gbps > 0) == 4"#.to_string(),
-        r#"count(gpufabric_node_worst_pair_bandwidth_gbps > 0) == 4"#.to_string(),
-        r#"gpufabric_test_runs_total{name="fleet",result="nodes_failed"} >= 2"#.to_string(),
+        r#"gpufabric_breaker_open{test="fleet"} == 0"#.to_string(),
+        // Bandwidths in bytes per second: an H100's are well over 1 GB/s.
+        r#"count(gpufabric_node_allreduce_busbw_bytes_per_second > 1e9) == 4"#.to_string(),
+        r#"count(gpufabric_node_worst_pair_bandwidth_bytes_per_second > 1e9) == 4"#.to_string(),
+        r#"gpufabric_test_runs_total{test="fleet",result="nodes_failed"} >= 2"#.to_string(),
         r#"gpufabric_test_last_run_timestamp_seconds > 0"#.to_string(),
         r#"gpufabric_test_last_success_timestamp_seconds > 0"#.to_string(),
         r#"gpufabric_build_info == 1"#.to_string(),
         r#"gpufabric_leader == 1"#.to_string(),
-        r#"gpufabric:fleet_allreduce_busbw_gbps:median > 0"#.to_string(),
+        r#"gpufabric:fleet_allreduce_busbw_bytes_per_second:median > 1e9"#.to_string(),
     ];
     for q in &expected {
         let r = wait::poll(

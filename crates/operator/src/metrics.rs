@@ -1,7 +1,13 @@
 //! Prometheus metrics of the operator: runs started and finished (by result), nodes tested,
 //! benchmark pods active, how long reconciles take per controller, the quarantine
 //! executor's, build info and leadership; and, read from the API state at each scrape
-//! ([`state`]), per node the last result and bandwidths and per test the run times.
+//! ([`state`]), per node the last result and bandwidths, per GPU the findings and per test
+//! the run times.
+//!
+//! One naming scheme, which `scheme_tests` holds every family to: `gpufabric_<noun>[_<unit>]`
+//! in Prometheus base units (`_seconds`, `_bytes_per_second`), counters ending in `_total`;
+//! a FabricTest is always the label `test`, a run `run`, a node `node`, a GPU `gpu` (its
+//! index on the node, as dcgm-exporter's `gpu`).
 
 pub mod progress;
 pub mod state;
@@ -17,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use state::{NodeLabels, NodeResultLabels, TestLabels};
+use state::{GpuFindingLabels, NodeLabels, NodeResultLabels, StateSeries, TestLabels};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -41,10 +47,11 @@ pub struct VerdictLabels {
     pub verdict: String,
 }
 
-/// `{name, result}` of a finished run (the name of its cluster-scoped FabricTest) (`passed`, `nodes_failed`, `failed`).
+/// `{test, result}` of a finished run: its (cluster-scoped) FabricTest and `passed`,
+/// `nodes_failed` or `failed`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunResultLabels {
-    pub name: String,
+    pub test: String,
     pub result: String,
 }
 
@@ -63,11 +70,23 @@ struct StateFamilies {
     node_busbw: Family<NodeLabels, FloatGauge>,
     node_worst_pair: Family<NodeLabels, FloatGauge>,
     node_quarantined: Family<NodeLabels, Gauge>,
+    gpu_findings: Family<GpuFindingLabels, Gauge>,
     last_run: Family<TestLabels, FloatGauge>,
     last_success: Family<TestLabels, FloatGauge>,
     next_run: Family<TestLabels, FloatGauge>,
-    quarantined_count: Family<TestLabels, Gauge>,
     breaker_open: Family<TestLabels, Gauge>,
+}
+
+/// Empties `family` and sets it to `values`.
+fn replace_all<L, M, V>(family: &Family<L, M>, values: Vec<(L, V)>, set: impl Fn(&M, V))
+where
+    L: Clone + std::hash::Hash + Eq,
+    M: Default,
+{
+    family.clear();
+    for (l, v) in values {
+        set(&family.get_or_create(&l), v);
+    }
 }
 
 impl StateFamilies {
@@ -78,19 +97,24 @@ impl StateFamilies {
             self.node_result.clone(),
         );
         r.register(
-            "gpufabric_node_allreduce_busbw_gbps",
-            "Peak all_reduce bus bandwidth of the node in the FabricTest's latest run (GB/s)",
+            "gpufabric_node_allreduce_busbw_bytes_per_second",
+            "Peak all_reduce bus bandwidth of the node in the FabricTest's latest run (bytes per second)",
             self.node_busbw.clone(),
         );
         r.register(
-            "gpufabric_node_worst_pair_bandwidth_gbps",
-            "Lowest GPU-pair copy bandwidth of the node in the FabricTest's latest run (GB/s)",
+            "gpufabric_node_worst_pair_bandwidth_bytes_per_second",
+            "Lowest GPU-pair copy bandwidth of the node in the FabricTest's latest run (bytes per second)",
             self.node_worst_pair.clone(),
         );
         r.register(
             "gpufabric_node_quarantined",
             "1 while the FabricTest holds the node in quarantine",
             self.node_quarantined.clone(),
+        );
+        r.register(
+            "gpufabric_gpu_findings",
+            "Findings about the GPU in the FabricTest's latest run, by kind and severity (a GPU pair's finding counts for both GPUs; as listed in the run status)",
+            self.gpu_findings.clone(),
         );
         r.register(
             "gpufabric_test_last_run_timestamp_seconds",
@@ -108,11 +132,6 @@ impl StateFamilies {
             self.next_run.clone(),
         );
         r.register(
-            "gpufabric_test_quarantined_nodes",
-            "Nodes the FabricTest holds in quarantine now",
-            self.quarantined_count.clone(),
-        );
-        r.register(
             "gpufabric_breaker_open",
             "1 while the FabricTest's breaker is open (a storm of failures: nothing is quarantined or released until a person resets it), else 0",
             self.breaker_open.clone(),
@@ -120,46 +139,30 @@ impl StateFamilies {
     }
 
     fn refresh(&self, tests: &Store<FabricTest>, runs: &Store<FabricTestRun>) {
-        let s = state::series(&tests.state(), &runs.state());
-        self.node_result.clear();
-        for (l, v) in s.node_result {
-            self.node_result.get_or_create(&l).set(v);
-        }
-        self.node_quarantined.clear();
-        for (l, v) in s.node_quarantined {
-            self.node_quarantined.get_or_create(&l).set(v);
-        }
-        let counts = [
-            (&self.quarantined_count, s.quarantined_count),
-            (&self.breaker_open, s.breaker_open),
-        ];
-        for (family, values) in counts {
-            family.clear();
-            for (l, v) in values {
-                family.get_or_create(&l).set(v);
-            }
-        }
-        let floats = [
-            (&self.node_busbw, s.node_busbw_gbps),
-            (&self.node_worst_pair, s.node_worst_pair_gbps),
-        ];
-        for (family, values) in floats {
-            family.clear();
-            for (l, v) in values {
-                family.get_or_create(&l).set(v);
-            }
-        }
-        let times = [
-            (&self.last_run, s.last_run_seconds),
-            (&self.last_success, s.last_success_seconds),
-            (&self.next_run, s.next_run_seconds),
-        ];
-        for (family, values) in times {
-            family.clear();
-            for (l, v) in values {
-                family.get_or_create(&l).set(v);
-            }
-        }
+        self.set(state::series(&tests.state(), &runs.state()));
+    }
+
+    /// Replaces every state series with those of `s`.
+    fn set(&self, s: StateSeries) {
+        let int = |g: &Gauge, v: i64| {
+            g.set(v);
+        };
+        let float = |g: &FloatGauge, v: f64| {
+            g.set(v);
+        };
+        replace_all(&self.node_result, s.node_result, int);
+        replace_all(&self.node_quarantined, s.node_quarantined, int);
+        replace_all(&self.gpu_findings, s.gpu_findings, int);
+        replace_all(&self.breaker_open, s.breaker_open, int);
+        replace_all(&self.node_busbw, s.node_busbw_bytes_per_second, float);
+        replace_all(
+            &self.node_worst_pair,
+            s.node_worst_pair_bytes_per_second,
+            float,
+        );
+        replace_all(&self.last_run, s.last_run_seconds, float);
+        replace_all(&self.last_success, s.last_success_seconds, float);
+        replace_all(&self.next_run, s.next_run_seconds, float);
     }
 }
 
@@ -171,7 +174,7 @@ fn reconcile_histogram() -> Histogram {
 pub struct Metrics {
     pub registry: Registry,
     pub runs_started: Family<TriggerLabels, Counter>,
-    /// `gpufabric_test_runs_total{name,result}`: finished runs by result.
+    /// `gpufabric_test_runs_total{test,result}`: finished runs by result.
     pub runs_finished: Family<RunResultLabels, Counter>,
     pub nodes_tested: Family<VerdictLabels, Counter>,
     pub pods_active: Gauge,
@@ -294,7 +297,7 @@ impl Metrics {
         };
         self.runs_finished
             .get_or_create(&RunResultLabels {
-                name: run.spec.test.clone(),
+                test: run.spec.test.clone(),
                 result: result.into(),
             })
             .inc();
@@ -374,6 +377,9 @@ impl Drop for ReconcileTimer<'_> {
             .observe(self.start.elapsed().as_secs_f64());
     }
 }
+
+#[cfg(test)]
+mod scheme_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,6 @@
 //! Progress of the runs under way: nodes done, nodes in all, and the wave, per run
-//! (`{name}` of the cluster-scoped FabricTestRun, `test` of its FabricTest). A finished run's series are removed.
+//! (`run`: the cluster-scoped FabricTestRun, `test`: its FabricTest). A finished run's series
+//! are removed.
 
 use gpufabric_api::run::{FabricTestRun, RunProgress};
 use kube::ResourceExt;
@@ -8,10 +9,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// `{name, test}` of a FabricTestRun.
+/// `{run, test}`: a FabricTestRun and its FabricTest.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RunLabels {
-    pub name: String,
+    pub run: String,
     pub test: String,
 }
 
@@ -51,7 +52,7 @@ impl ProgressMetrics {
     /// Sets the series of `run`, or removes them (`None`: the run finished).
     pub fn set(&self, run: &FabricTestRun, progress: Option<&RunProgress>) {
         let l = RunLabels {
-            name: run.name_any(),
+            run: run.name_any(),
             test: run.spec.test.clone(),
         };
         let families = [&self.done, &self.total, &self.wave, &self.waves];

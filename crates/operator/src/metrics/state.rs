@@ -1,36 +1,53 @@
 //! Metrics read from the API state at scrape time (FabricTest status and the runs it
 //! names), so that they are the same on every replica and survive a restart: per node the
-//! last result, peak all_reduce busbw and worst GPU-pair bandwidth; per test the last and
-//! next run, the last successful run, and the nodes it holds in quarantine. Labels
-//! `name` (of the cluster-scoped FabricTest) and `node` join kube-state-metrics.
+//! last result, peak all_reduce busbw and worst GPU-pair bandwidth (bytes per second); per
+//! GPU the findings of the latest run; per test the last and next run, the last successful
+//! run, and whether its breaker is open. Labels `test` (the cluster-scoped FabricTest),
+//! `node` (the node's name) and `gpu` (the GPU's index on the node, as dcgm-exporter's
+//! `gpu`).
 
+use gpufabric_api::findings::{Finding, Subject};
 use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase};
 use gpufabric_api::test::{FabricTest, NodeHealth};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use prometheus_client::encoding::EncodeLabelSet;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// `{name}` of a FabricTest.
+/// One gigabyte per second (the unit of the run status' bandwidths) in bytes per second.
+const BYTES_PER_SECOND_IN_GBPS: f64 = 1e9;
+
+/// `{test}`: a FabricTest.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct TestLabels {
-    pub name: String,
+    pub test: String,
 }
 
-/// `{name, node}`: a node as a FabricTest saw it.
+/// `{test, node}`: a node as a FabricTest saw it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct NodeLabels {
-    pub name: String,
+    pub test: String,
     pub node: String,
 }
 
-/// `{name, node, result}`: one of a node's possible last results.
+/// `{test, node, result}`: one of a node's possible last results.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct NodeResultLabels {
-    pub name: String,
+    pub test: String,
     pub node: String,
     pub result: String,
+}
+
+/// `{test, node, gpu, kind, severity}`: findings of one kind about one GPU of a node. `gpu`
+/// is the GPU's index on the node, as a string (dcgm-exporter's `gpu`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct GpuFindingLabels {
+    pub test: String,
+    pub node: String,
+    pub gpu: String,
+    pub kind: String,
+    pub severity: String,
 }
 
 /// A node's last result, as people alert on it.
@@ -84,16 +101,18 @@ impl NodeResult {
 pub struct StateSeries {
     /// One-hot: 1 for the node's last result, 0 for the other three.
     pub node_result: Vec<(NodeResultLabels, i64)>,
-    /// Peak all_reduce bus bandwidth of the node in the test's last run (GB/s).
-    pub node_busbw_gbps: Vec<(NodeLabels, f64)>,
-    /// Lowest GPU-pair copy bandwidth of the node in the last run (GB/s).
-    pub node_worst_pair_gbps: Vec<(NodeLabels, f64)>,
+    /// Peak all_reduce bus bandwidth of the node in the test's last run (bytes per second).
+    pub node_busbw_bytes_per_second: Vec<(NodeLabels, f64)>,
+    /// Lowest GPU-pair copy bandwidth of the node in the last run (bytes per second).
+    pub node_worst_pair_bytes_per_second: Vec<(NodeLabels, f64)>,
     /// 1 for each node the test holds in quarantine.
     pub node_quarantined: Vec<(NodeLabels, i64)>,
+    /// Findings of the test's last run about each GPU, by kind and severity (a GPU pair's
+    /// finding counts for both GPUs), as the run status lists them.
+    pub gpu_findings: Vec<(GpuFindingLabels, i64)>,
     pub last_run_seconds: Vec<(TestLabels, f64)>,
     pub last_success_seconds: Vec<(TestLabels, f64)>,
     pub next_run_seconds: Vec<(TestLabels, f64)>,
-    pub quarantined_count: Vec<(TestLabels, i64)>,
     /// 1 while the test's breaker is open (its `BreakerOpen` condition is True), else 0.
     pub breaker_open: Vec<(TestLabels, i64)>,
 }
@@ -128,9 +147,9 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
     let mut out = StateSeries::default();
     for test in tests {
         let test_labels = TestLabels {
-            name: test.name_any(),
+            test: test.name_any(),
         };
-        if let Some(t) = last_success.get(&test_labels.name) {
+        if let Some(t) = last_success.get(&test_labels.test) {
             out.last_success_seconds.push((test_labels.clone(), *t));
         }
         let Some(status) = test.status.as_ref() else {
@@ -146,20 +165,18 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         if let Some(t) = last_time {
             out.last_run_seconds.push((test_labels.clone(), seconds(t)));
         }
-        out.quarantined_count
-            .push((test_labels.clone(), i64::from(status.quarantined_count)));
         let breaker_open = crate::quarantine::Breaker::from_conditions(&status.conditions).open;
         out.breaker_open
             .push((test_labels.clone(), i64::from(breaker_open)));
         let node_labels = |node: &str| NodeLabels {
-            name: test_labels.name.clone(),
+            test: test_labels.test.clone(),
             node: node.to_string(),
         };
         for health in &status.nodes {
             let result = NodeResult::of(health, breaker_open);
             for r in NodeResult::ALL {
                 let l = NodeResultLabels {
-                    name: test_labels.name.clone(),
+                    test: test_labels.test.clone(),
                     node: health.node.clone(),
                     result: r.as_str().into(),
                 };
@@ -169,20 +186,56 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
         for node in &status.quarantined_nodes {
             out.node_quarantined.push((node_labels(node), 1));
         }
-        let run = last_run.and_then(|r| by_name.get(&r.name));
-        for n in run
-            .and_then(|r| r.status.as_ref())
-            .map_or(&[][..], |s| &s.nodes[..])
-        {
+        let run_status = last_run
+            .and_then(|r| by_name.get(&r.name))
+            .and_then(|r| r.status.as_ref());
+        for n in run_status.map_or(&[][..], |s| &s.nodes[..]) {
             if let Some(v) = n.all_reduce_bus_bw_gbps {
-                out.node_busbw_gbps.push((node_labels(&n.node), v));
+                out.node_busbw_bytes_per_second
+                    .push((node_labels(&n.node), v * BYTES_PER_SECOND_IN_GBPS));
             }
             if let Some(v) = n.min_pair_gbps {
-                out.node_worst_pair_gbps.push((node_labels(&n.node), v));
+                out.node_worst_pair_bytes_per_second
+                    .push((node_labels(&n.node), v * BYTES_PER_SECOND_IN_GBPS));
             }
         }
+        let findings = run_status.map_or(&[][..], |s| &s.findings[..]);
+        out.gpu_findings
+            .extend(gpu_findings(&test_labels.test, findings));
     }
     out
+}
+
+/// The findings about GPUs, counted per GPU, kind and severity; a GPU pair's finding counts
+/// for both of its GPUs. Kind and severity are named as in the run status.
+fn gpu_findings(test: &str, findings: &[Finding]) -> Vec<(GpuFindingLabels, i64)> {
+    let mut counts: BTreeMap<GpuFindingLabels, i64> = BTreeMap::new();
+    for f in findings {
+        let gpus = match &f.subject {
+            Subject::Gpu { node, gpu } => vec![(node, *gpu)],
+            Subject::GpuPair { node, a, b } => vec![(node, *a), (node, *b)],
+            _ => continue,
+        };
+        for (node, gpu) in gpus {
+            let l = GpuFindingLabels {
+                test: test.to_string(),
+                node: node.clone(),
+                gpu: gpu.to_string(),
+                kind: wire_name(&f.kind),
+                severity: wire_name(&f.severity),
+            };
+            *counts.entry(l).or_insert(0) += 1;
+        }
+    }
+    counts.into_iter().collect()
+}
+
+/// A unit enum's name on the wire (`Slow`, `Critical`), as `kubectl get ftr -o yaml` shows it.
+fn wire_name<T: serde::Serialize + std::fmt::Debug>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{v:?}"),
+    }
 }
 
 #[cfg(test)]
@@ -258,7 +311,6 @@ mod tests {
         assert_eq!(s.node_result.len(), 16, "four results per node");
         assert_eq!(s.node_quarantined.len(), 1);
         assert_eq!(s.node_quarantined[0].0.node, "c");
-        assert_eq!(s.quarantined_count[0].1, 1);
         assert_eq!(s.breaker_open[0].1, 0, "no BreakerOpen condition: closed");
     }
 
@@ -270,7 +322,7 @@ mod tests {
         };
         let s = series(&[test_with(condition("True"))], &[]);
         assert_eq!(s.breaker_open.len(), 1);
-        assert_eq!(s.breaker_open[0].0.name, "nightly");
+        assert_eq!(s.breaker_open[0].0.test, "nightly");
         assert_eq!(s.breaker_open[0].1, 1);
         let s = series(&[test_with(condition("False"))], &[]);
         assert_eq!(s.breaker_open[0].1, 0);
@@ -289,6 +341,83 @@ mod tests {
         assert_eq!(NodeResult::of(&failing(false), true), NodeResult::Suspect);
         assert_eq!(NodeResult::of(&failing(false), false), NodeResult::Fail);
         assert_eq!(NodeResult::of(&failing(true), true), NodeResult::Fail);
+    }
+
+    #[test]
+    fn gpu_findings_of_the_last_run_are_counted_per_gpu_and_a_pair_counts_for_both() {
+        use gpufabric_api::findings::{FindingKind, Metric, Severity};
+        let t = test_with(json!({
+            "lastRun": {"name": "r2", "phase": "Succeeded", "trigger": "Manual",
+                        "passed": 0, "failed": 1, "errored": 0, "findings": 4,
+                        "completionTime": "2026-01-02T00:00:00Z"}
+        }));
+        let finding = |kind, subject, severity| {
+            Finding::new(kind, subject, Metric::PairBandwidth, severity, "m".into())
+        };
+        let with_findings = |name: &str, findings: Vec<Finding>| {
+            let mut r = run(name, "Succeeded", "2026-01-02T00:00:00Z", vec![]);
+            if let Some(s) = Arc::make_mut(&mut r).status.as_mut() {
+                s.findings = findings;
+            }
+            r
+        };
+        let runs = [
+            with_findings(
+                "r1",
+                vec![finding(
+                    FindingKind::Xid,
+                    Subject::gpu("a", 7),
+                    Severity::Critical,
+                )],
+            ),
+            with_findings(
+                "r2",
+                vec![
+                    finding(
+                        FindingKind::Slow,
+                        Subject::gpu_pair("a", 0, 3),
+                        Severity::Critical,
+                    ),
+                    finding(
+                        FindingKind::Slow,
+                        Subject::gpu_pair("a", 3, 5),
+                        Severity::Critical,
+                    ),
+                    finding(FindingKind::Thermal, Subject::gpu("a", 3), Severity::Info),
+                    finding(
+                        FindingKind::NicDown,
+                        Subject::nic("a", "mlx5_0 port 1"),
+                        Severity::Critical,
+                    ),
+                    finding(FindingKind::Slow, Subject::node("b"), Severity::Critical),
+                ],
+            ),
+        ];
+        let s = series(&[t], &runs);
+        let got: Vec<(&str, &str, &str, &str, i64)> = s
+            .gpu_findings
+            .iter()
+            .map(|(l, v)| {
+                assert_eq!(l.test, "nightly");
+                (
+                    l.node.as_str(),
+                    l.gpu.as_str(),
+                    l.kind.as_str(),
+                    l.severity.as_str(),
+                    *v,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "0", "Slow", "Critical", 1),
+                ("a", "3", "Slow", "Critical", 2),
+                ("a", "3", "Thermal", "Info", 1),
+                ("a", "5", "Slow", "Critical", 1),
+            ],
+            "only the last run's GPU and GPU-pair findings; not r1's GPU 7, the NIC or the node"
+        );
     }
 
     #[test]
@@ -311,9 +440,12 @@ mod tests {
             run("r3", "Failed", "2026-01-02T12:00:00Z", vec![node(1.0)]),
         ];
         let s = series(&[t], &runs);
-        assert_eq!(s.node_busbw_gbps.len(), 1);
-        assert_eq!(s.node_busbw_gbps[0].1, 400.0);
-        assert_eq!(s.node_worst_pair_gbps[0].1, 200.0);
+        assert_eq!(s.node_busbw_bytes_per_second.len(), 1);
+        assert_eq!(
+            s.node_busbw_bytes_per_second[0].1, 400e9,
+            "400 GB/s in bytes/s"
+        );
+        assert_eq!(s.node_worst_pair_bytes_per_second[0].1, 200e9);
         assert_eq!(s.last_success_seconds[0].1, 1_767_312_000.0);
         assert_eq!(s.last_run_seconds[0].1, 1_767_312_000.0);
         assert_eq!(s.next_run_seconds[0].1, 1_767_398_400.0);
