@@ -39,7 +39,7 @@ NS = "gpufabric"
 ROLE_LABEL = "e2e.gpufabric.io/role"
 TEST_HOST = "e2e-host"
 TEST_NODES = "e2e-nodes"
-CONDITION = "GPUFabricHealthy"
+CONDITION = "GPUFabricDegraded"  # True: a confirmed problem
 RESULT_LABEL = "gpufabric.io/result"
 QUARANTINE_ANN = "gpufabric.io/quarantine"
 QUARANTINE_LABEL = "gpufabric.io/quarantined"
@@ -314,7 +314,7 @@ def step_clean(doc):
     wait("the node's condition", lambda: (node_facts(HOST)["condition"] or {}).get("status"), 20)
     facts = node_facts(HOST)
     m = metrics(HOST)
-    ok = bool(v) and v.get("verdict") == "Passed" and (facts["condition"] or {}).get("status") == "True"
+    ok = bool(v) and v.get("verdict") == "Passed" and (facts["condition"] or {}).get("status") == "False"
     decided = (f"run {run['metadata']['name']}: {numbers(v)}; condition {CONDITION}="
                f"{(facts['condition'] or {}).get('status')}, label {RESULT_LABEL}={facts['result_label']}"
                if run else "no finished run")
@@ -366,12 +366,12 @@ def step_fault(doc):
     if v2 and v2.get("verdict") in ("Failed", "Errored", "Timeout"):
         cordoned = wait("the cordon", lambda: node_facts(HOST)["unschedulable"], 60, every=0.2)
         t_cordon = secs(t0)
-        wait("the node's condition False",
-             lambda: (node_facts(HOST)["condition"] or {}).get("status") == "False", 20)
+        wait("the node's condition True",
+             lambda: (node_facts(HOST)["condition"] or {}).get("status") == "True", 20)
     facts = node_facts(HOST)
     events = node_events(HOST)
     m = metrics(HOST)
-    ok = bool(cordoned) and (facts["condition"] or {}).get("status") == "False"
+    ok = bool(cordoned) and (facts["condition"] or {}).get("status") == "True"
     ev = [e for e in events if e["reason"] == "Quarantined"]
     decided = (f"{numbers(v1)} ({(v1 or {}).get('finding') or '-'}); confirmation: {numbers(v2)}; "
                f"cordoned: {facts['unschedulable']}, Event {ev[0]['reason'] if ev else 'none'}, "
@@ -396,7 +396,7 @@ def step_release(doc):
     def released():
         f = node_facts(HOST)
         return (not f["unschedulable"] and not f["quarantine_record"] and not f["quarantine_label"]
-                and (f["condition"] or {}).get("status") == "True")
+                and (f["condition"] or {}).get("status") == "False")
 
     rel = wait("the release", released, 60, every=0.2) if v and v.get("verdict") == "Passed" else None
     t_rel = secs(t0)

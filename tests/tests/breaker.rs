@@ -12,7 +12,7 @@
 //! `cargo test -p gpufabric-tests --test breaker`.
 
 use gpufabric_api::keys::{
-    ANNOTATION_RESET_BREAKER, ANNOTATION_RUN_NOW, CONDITION_NODE_HEALTHY, LABEL_TEST,
+    ANNOTATION_RESET_BREAKER, ANNOTATION_RUN_NOW, CONDITION_NODE_DEGRADED, LABEL_TEST,
 };
 use gpufabric_api::run::FabricTestRun;
 use gpufabric_api::{FabricTest, FabricTestStatus};
@@ -97,7 +97,7 @@ async fn wait_status(
 
 /// What gpufabric could change on each of `env`'s nodes: labels, annotations (but the
 /// counters record), cordon,
-/// taints (without what the control plane manages itself), and the `GPUFabricHealthy`
+/// taints (without what the control plane manages itself), and the `GPUFabricDegraded`
 /// condition that remediation tools act on.
 async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
     let mut out = BTreeMap::new();
@@ -108,14 +108,14 @@ async fn node_views(env: &OperatorEnv) -> BTreeMap<String, serde_json::Value> {
             .filter(|(k, _)| !k.starts_with("beta.kubernetes.io/"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let healthy = n
+        let degraded = n
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NODE_HEALTHY))
+            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NODE_DEGRADED))
             .map(|c| c.status.clone());
         let view = json!({
-            "healthy": healthy,
+            "degraded": degraded,
             "labels": labels,
             // The counters record is bookkeeping of the hardware, written after every
             // measured run whatever the breaker says; it acts on nothing.
@@ -370,7 +370,7 @@ async fn the_cluster_cap_refuses_a_node_beyond_it_across_two_fabric_tests() {
     assert!(cordoned(&views[&n2]), "{n2} is cap-a's");
     // Without a breaker, the signals a remediation tool reads are written (what the storm
     // tests check stays absent).
-    assert_eq!(views[&n2]["healthy"], json!("False"), "{views:#?}");
+    assert_eq!(views[&n2]["degraded"], json!("True"), "{views:#?}");
     assert!(!cordoned(&views[&n4]), "{n4} is beyond the cap");
     assert!(
         event_reasons(&env, "cap-b")

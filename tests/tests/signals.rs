@@ -1,6 +1,6 @@
 //! Signals other tools read, end to end: the real `fabric-operator` against a real control
 //! plane, the process-kubelet and the sim agents. After runs with one failing node and
-//! healthy ones: the `GPUFabricHealthy` condition, the `gpufabric.io/result` label and the
+//! healthy ones: the `GPUFabricDegraded` condition (`True`: a confirmed problem), the `gpufabric.io/result` label and the
 //! last-pass annotation on the right nodes, `suspect` (and the PreferNoSchedule suspect
 //! taint) on a first failure then `fail` (and the NoSchedule quarantine taint) on
 //! confirmation, `Complete`/`Failed` on the runs (and `kubectl wait` on them), a node that
@@ -13,7 +13,7 @@
 //! `cargo test -p gpufabric-tests --test signals`.
 
 use gpufabric_api::keys::{
-    ANNOTATION_LAST_PASS, ANNOTATION_SUSPECT_TAINT, CONDITION_NODE_HEALTHY, LABEL_NODE,
+    ANNOTATION_LAST_PASS, ANNOTATION_SUSPECT_TAINT, CONDITION_NODE_DEGRADED, LABEL_NODE,
     LABEL_RESULT, LABEL_RUN, LABEL_TEST, TAINT_QUARANTINED, TAINT_SUSPECT,
 };
 use gpufabric_api::run::{FabricTestRun, NodeVerdict};
@@ -57,13 +57,13 @@ fn spec(env: &OperatorEnv) -> serde_json::Value {
     })
 }
 
-fn healthy(n: &Node) -> Option<NodeCondition> {
+fn degraded(n: &Node) -> Option<NodeCondition> {
     n.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == CONDITION_NODE_HEALTHY)
+        .find(|c| c.type_ == CONDITION_NODE_DEGRADED)
         .cloned()
 }
 
@@ -105,10 +105,10 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     let n2 = env.read_node("gpu-02").await;
     assert_eq!(result_label(&n2), Some("suspect"), "{:#?}", s1.nodes);
     assert_eq!(
-        status_reason(&healthy(&n2)),
+        status_reason(&degraded(&n2)),
         ("Unknown".into(), "Suspect".into())
     );
-    let msg = healthy(&n2).and_then(|c| c.message).unwrap_or_default();
+    let msg = degraded(&n2).and_then(|c| c.message).unwrap_or_default();
     assert!(
         msg.contains(&run1) && msg.contains("not yet confirmed"),
         "{msg}"
@@ -128,10 +128,10 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     for base in ["gpu-01", "gpu-03", "gpu-04"] {
         let n = env.read_node(base).await;
         assert_eq!(result_label(&n), Some("pass"), "{base}");
-        let c = healthy(&n);
+        let c = degraded(&n);
         assert_eq!(
             status_reason(&c),
-            ("True".into(), "Passed".into()),
+            ("False".into(), "Passed".into()),
             "{base}"
         );
         let stamp = n
@@ -156,7 +156,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     // A node no test selects carries no signal.
     let untested = env.read_node("gpu-05").await;
     assert_eq!(result_label(&untested), None);
-    assert_eq!(healthy(&untested), None);
+    assert_eq!(degraded(&untested), None);
 
     // The run is Complete, and kubectl waits on it.
     let runs: Api<FabricTestRun> = env.runs_api();
@@ -188,14 +188,14 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         t.status
     );
 
-    // Run 2: gpu-02 fails again: confirmed, condition False, label fail, cordoned.
+    // Run 2: gpu-02 fails again: confirmed, condition True, label fail, cordoned.
     env.run_now("sig").await;
     let s2 = env.wait_folded("sig", Some(&run1)).await;
     let n2 = env.read_node("gpu-02").await;
     assert_eq!(result_label(&n2), Some("fail"), "{:#?}", s2.nodes);
     assert_eq!(
-        status_reason(&healthy(&n2)),
-        ("False".into(), "Failed".into())
+        status_reason(&degraded(&n2)),
+        ("True".into(), "Failed".into())
     );
     assert_eq!(
         taints_of(&n2),
@@ -207,10 +207,10 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         assert!(taints_of(&env.read_node(base).await).is_empty(), "{base}");
     }
     for (i, base) in ["gpu-01", "gpu-03", "gpu-04"].iter().enumerate() {
-        let c = healthy(&env.read_node(base).await);
+        let c = degraded(&env.read_node(base).await);
         assert_eq!(
             status_reason(&c),
-            ("True".into(), "Passed".into()),
+            ("False".into(), "Passed".into()),
             "{base}"
         );
         assert_eq!(
@@ -221,8 +221,8 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     }
 
     // Run 3: a training job holds every GPU of gpu-03: not measured. Its condition and label
-    // stay as run 2 left them; never False.
-    let before = healthy(&env.read_node("gpu-03").await);
+    // stay as run 2 left them; never True.
+    let before = degraded(&env.read_node("gpu-03").await);
     let pods: Api<Pod> = Api::namespaced(env.cluster.client(), &env.ns);
     pods.create(&PostParams::default(), &gpu_holder(&env, "gpu-03"))
         .await
@@ -237,7 +237,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     assert_eq!(h3.verdict, NodeVerdict::NotMeasured, "{h3:#?}");
     let n3 = env.read_node("gpu-03").await;
     assert_eq!(
-        healthy(&n3),
+        degraded(&n3),
         before,
         "not measured: the condition is left alone"
     );
@@ -318,7 +318,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     // condition (written by someone else) and every node's counters record stay.
     let nodes: Api<Node> = Api::all(env.cluster.client());
     let foreign = json!({"status": {"conditions": [{
-        "type": CONDITION_NODE_HEALTHY, "status": "True", "reason": "Passed",
+        "type": CONDITION_NODE_DEGRADED, "status": "False", "reason": "Passed",
         "message": "FabricTest other, run other-1: passed"
     }]}});
     nodes
@@ -338,7 +338,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
         .expect("the test is gone");
     for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
         let n = env.read_node(base).await;
-        assert_eq!(healthy(&n), None, "{base}: condition left");
+        assert_eq!(degraded(&n), None, "{base}: condition left");
         assert_eq!(result_label(&n), None, "{base}: label left");
         assert!(
             !n.annotations().contains_key(ANNOTATION_LAST_PASS),
@@ -357,7 +357,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
             "{base}: the kubelet's Ready condition stays"
         );
     }
-    let other = healthy(&env.read_node("gpu-05").await);
+    let other = degraded(&env.read_node("gpu-05").await);
     assert!(
         other
             .and_then(|c| c.message)

@@ -113,10 +113,16 @@ pub const PROGRESS_PREFIX: &str = "fabric-agent progress: ";
 /// Kubernetes' limit on a termination message, in bytes.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 
-/// Node condition type the operator writes on every node a run measured: `True` (passed),
-/// `False` (a confirmed failure or hardware fault), `Unknown` (a first failure awaiting
-/// confirmation, or never measured). Read by medik8s NodeHealthCheck, draino, alerting.
-pub const CONDITION_NODE_HEALTHY: &str = "GPUFabricHealthy";
+/// Node condition type the operator writes on every node a run measured, `True` when there
+/// is a problem, as node-problem-detector's conditions are: `True` (a confirmed failure or
+/// hardware fault), `False` (passed), `Unknown` (a first failure awaiting confirmation, or
+/// never measured). Read by medik8s NodeHealthCheck and draino (both act on a listed
+/// condition that is `True`), and alerting.
+pub const CONDITION_NODE_DEGRADED: &str = "GPUFabricDegraded";
+/// The node condition gpufabric 0.2.0 wrote instead, of the opposite polarity (`True`:
+/// passed). The operator replaces the ones gpufabric wrote with [`CONDITION_NODE_DEGRADED`]
+/// and removes them with the FabricTest that wrote them; it never writes one.
+pub const CONDITION_NODE_HEALTHY_LEGACY: &str = "GPUFabricHealthy";
 /// Label on every node a run measured: `pass`, `suspect` (failed, not yet confirmed) or
 /// `fail` (failure confirmed). A node no test measured carries none.
 pub const LABEL_RESULT: &str = "gpufabric.io/result";

@@ -276,7 +276,12 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         ready.clone(),
         synced_tx,
     );
+    let migrate_client = client.clone();
+    let migrate_selector = options.selector.clone();
     let work = async move {
+        // Before any run's signals are written: the node conditions of 0.2.0 become the
+        // new ones (nothing else writes node conditions meanwhile).
+        signals::migrate::run(&migrate_client, migrate_selector.as_deref()).await;
         let readiness = async {
             readiness.await;
             futures::future::pending::<()>().await

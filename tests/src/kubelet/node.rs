@@ -172,7 +172,7 @@ impl Inner {
         let nodes: Api<Node> = Api::all(self.client.clone());
         nodes
             // Strategic, as a kubelet does: conditions merge by type, so those that others
-            // write (e.g. GPUFabricHealthy) stay.
+            // write (e.g. GPUFabricDegraded) stay.
             .patch_status(node, &PatchParams::default(), &Patch::Strategic(status))
             .await
             .map_err(kube_err(format!("writing the status of node {node}")))?;

@@ -620,7 +620,7 @@ async fn quarantine_after(
         crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
             .await;
     // With the breaker open nothing on a node changes, its signals included: a remediation
-    // tool that acts on GPUFabricHealthy=False must not act on a storm either.
+    // tool that acts on GPUFabricDegraded=True must not act on a storm either.
     if !plan.breaker_open {
         publish_signals(test, run, results, status, &plan, ctx).await;
     }

@@ -1,7 +1,8 @@
 //! Writes the node signals of a judged run: for every node the run tested, the
-//! `GPUFabricHealthy` condition (a strategic merge patch of `nodes/status`) and the result
-//! label and last-pass annotation (a merge patch of gpufabric's own keys). A node that
-//! cannot be written is reported; it never stops the others nor the reconcile.
+//! `GPUFabricDegraded` condition (a strategic merge patch of `nodes/status`, which also
+//! deletes a `GPUFabricHealthy` condition of 0.2.0 a FabricTest wrote) and the result label
+//! and last-pass annotation (a merge patch of gpufabric's own keys). A node that cannot be
+//! written is reported; it never stops the others nor the reconcile.
 
 use super::node::{self, Judgement};
 use crate::time::now;
@@ -26,6 +27,9 @@ pub struct NodeSignal {
     pub judgement: Judgement,
     /// The condition to write; None: the node keeps the one it has.
     pub condition: Option<k8s_openapi::api::core::v1::NodeCondition>,
+    /// Delete the node's `GPUFabricHealthy` condition, which a FabricTest of gpufabric
+    /// 0.2.0 wrote: the condition above replaces it.
+    pub remove_legacy: bool,
     /// The metadata merge patch, as JSON text (a fleet's worth of them is held between
     /// deciding and writing: text is a tenth of the parsed form); None: label and
     /// annotation are already right.
@@ -90,15 +94,23 @@ pub fn decide(
                     .or(entry.reason.as_deref()),
             };
             let message = node::message(&test_name, &run_name, judgement, detail);
+            // A node that still carries the condition of 0.2.0 this test wrote (an old
+            // replica's last write) has it as its current one, turned over; kept (not
+            // measured), it is written under the new type.
+            let legacy = node::legacy_condition(current.as_deref())
+                .filter(|c| node::writer(c) == Some(test_name.as_str()));
+            let migrated = match node::current_condition(current.as_deref()) {
+                Some(_) => None,
+                None => legacy.map(|l| node::from_legacy(l, &stamp)),
+            };
+            let present = node::current_condition(current.as_deref()).or(migrated.as_ref());
+            let condition =
+                node::condition(judgement, &message, present, &stamp).or_else(|| migrated.clone());
             Some(NodeSignal {
                 node: entry.node.clone(),
                 judgement,
-                condition: node::condition(
-                    judgement,
-                    &message,
-                    node::current_condition(current.as_deref()),
-                    &stamp,
-                ),
+                condition,
+                remove_legacy: legacy.is_some(),
                 metadata: node::metadata_patch(current.as_deref(), judgement, &passed_at)
                     .map(|p| p.to_string()),
                 suspect_taint_owner: taint_owner.clone(),
@@ -165,8 +177,8 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
         field_manager: Some(keys::MANAGER.to_string()),
         ..Default::default()
     };
-    if let Some(c) = &s.condition {
-        let patch = Patch::Strategic(node::status_patch(c));
+    if let Some(patch) = node::status_patch(s.condition.as_ref(), s.remove_legacy) {
+        let patch = Patch::Strategic(patch);
         match retrying(|| api.patch_status(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
@@ -174,7 +186,7 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
                 return Err(format!(
                     "node {}: writing condition {}: {e}",
                     s.node,
-                    keys::CONDITION_NODE_HEALTHY
+                    keys::CONDITION_NODE_DEGRADED
                 ));
             }
         }

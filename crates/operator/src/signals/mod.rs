@@ -1,25 +1,31 @@
 //! Signals that other tools read, written after each run is judged: on nodes, the
-//! `GPUFabricHealthy` condition, the `gpufabric.io/result` label and the
-//! `gpufabric.io/last-pass` annotation (medik8s NodeHealthCheck, draino and alerting act on
-//! them); on runs, the `Complete` and `Failed` conditions (`kubectl wait`).
+//! `GPUFabricDegraded` condition (`True`: a confirmed problem, as node-problem-detector's
+//! conditions are), the `gpufabric.io/result` label and the `gpufabric.io/last-pass`
+//! annotation (medik8s NodeHealthCheck, draino and alerting act on them); on runs, the
+//! `Complete` and `Failed` conditions (`kubectl wait`).
 //!
 //! Rules:
 //! - only nodes a run tested get signals; a node no test measured carries none;
 //! - a failure counts as confirmed with the same rule quarantine uses
 //!   (`failuresToQuarantine` consecutive failures, and not awaiting a confirmation run);
-//!   before that the node is `suspect` and its condition `Unknown`, never `False`;
+//!   before that the node is `suspect` and its condition `Unknown`, never `True`;
 //! - a node not measured (busy GPUs, an image that cannot be pulled, ...) keeps the
 //!   condition and label it had: the infrastructure is not the node's fault;
 //! - with `graduatedTaints`, a suspect also gets `gpufabric.io/suspect:PreferNoSchedule`
 //!   (see [`suspect_taint_patch`]);
 //! - when the FabricTest is deleted, the condition, label and annotation its runs wrote
 //!   last are removed (see [`cleanup`]); those another test wrote stay;
+//! - the `GPUFabricHealthy` condition of gpufabric 0.2.0 (`True`: passed), where a
+//!   FabricTest wrote it, is replaced by `GPUFabricDegraded` when the operator starts to
+//!   lead (see [`migrate`]), or else at the node's next judged run, and removed with the
+//!   test that wrote it;
 //! - a write that fails is tried again twice before it is reported;
 //! - while the test's breaker is open (a storm of failures: the environment is suspected)
 //!   no node signal is written at all, as no node is touched.
 
 mod apply;
 pub mod cleanup;
+pub mod migrate;
 mod node;
 mod run;
 mod taint;

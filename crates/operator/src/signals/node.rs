@@ -1,9 +1,12 @@
 //! Pure decisions about the signals on one node after a run is judged: its judgement
-//! (pass, suspect, fail, hardware fault, not measured), the `GPUFabricHealthy` condition,
+//! (pass, suspect, fail, hardware fault, not measured), the `GPUFabricDegraded` condition,
 //! the `gpufabric.io/result` label and the `gpufabric.io/last-pass` annotation, and the
-//! patches that write them. No client here; `super::apply` sends the patches.
+//! patches that write them (and that replace the `GPUFabricHealthy` condition of 0.2.0).
+//! No client here; `super::apply` sends the patches.
 
-use gpufabric_api::keys::{ANNOTATION_LAST_PASS, CONDITION_NODE_HEALTHY, LABEL_RESULT};
+use gpufabric_api::keys::{
+    ANNOTATION_LAST_PASS, CONDITION_NODE_DEGRADED, CONDITION_NODE_HEALTHY_LEGACY, LABEL_RESULT,
+};
 use gpufabric_api::run::{NodeRunResult, NodeVerdict};
 use gpufabric_api::test::NodeHealth;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
@@ -70,29 +73,76 @@ impl Judgement {
         }
     }
 
-    /// Status and reason of the `GPUFabricHealthy` condition. A suspect is `Unknown`, not
-    /// `False`: remediation (NodeHealthCheck) acts on confirmed failures only, as quarantine
-    /// does.
+    /// Status and reason of the `GPUFabricDegraded` condition: `True` is a problem, as
+    /// node-problem-detector's conditions are, so that draino and NodeHealthCheck act on
+    /// `True`. A suspect is `Unknown`, not `True`: remediation acts on confirmed failures
+    /// only, as quarantine does.
     pub fn condition_status(self) -> (&'static str, &'static str) {
         match self {
-            Judgement::Pass => ("True", "Passed"),
+            Judgement::Pass => ("False", "Passed"),
             Judgement::Suspect => ("Unknown", "Suspect"),
-            Judgement::Fail => ("False", "Failed"),
-            Judgement::HardwareFault => ("False", "HardwareFault"),
+            Judgement::Fail => ("True", "Failed"),
+            Judgement::HardwareFault => ("True", "HardwareFault"),
             Judgement::NotMeasured => ("Unknown", "NotMeasured"),
         }
     }
 }
 
-/// The `GPUFabricHealthy` condition a node has, if any.
-pub fn current_condition(node: Option<&Node>) -> Option<&NodeCondition> {
+/// The condition of type `type_` a node has, if any.
+fn condition_of<'a>(node: Option<&'a Node>, type_: &str) -> Option<&'a NodeCondition> {
     node?
         .status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == CONDITION_NODE_HEALTHY)
+        .find(|c| c.type_ == type_)
+}
+
+/// The `GPUFabricDegraded` condition a node has, if any.
+pub fn current_condition(node: Option<&Node>) -> Option<&NodeCondition> {
+    condition_of(node, CONDITION_NODE_DEGRADED)
+}
+
+/// The FabricTest whose run wrote `c`, from its message (`FabricTest <test>, run <run>:
+/// ...`, as [`message`] writes it); None for a condition gpufabric did not write.
+pub fn writer(c: &NodeCondition) -> Option<&str> {
+    let (test, _) = c
+        .message
+        .as_deref()?
+        .strip_prefix("FabricTest ")?
+        .split_once(", run ")?;
+    (!test.is_empty()).then_some(test)
+}
+
+/// The `GPUFabricHealthy` condition of gpufabric 0.2.0 on a node, when a FabricTest's run
+/// wrote it (one someone else wrote is theirs, and stays).
+pub fn legacy_condition(node: Option<&Node>) -> Option<&NodeCondition> {
+    condition_of(node, CONDITION_NODE_HEALTHY_LEGACY).filter(|c| writer(c).is_some())
+}
+
+/// The `GPUFabricDegraded` condition that says what a `GPUFabricHealthy` condition of 0.2.0
+/// said: the status turned over (`True` is now the problem), the reason, message and
+/// transition time kept.
+pub fn from_legacy(legacy: &NodeCondition, now: &Time) -> NodeCondition {
+    let status = match legacy.status.as_str() {
+        "True" => "False",
+        "False" => "True",
+        other => other,
+    };
+    NodeCondition {
+        type_: CONDITION_NODE_DEGRADED.to_string(),
+        status: status.to_string(),
+        reason: legacy.reason.clone(),
+        message: legacy.message.clone(),
+        last_heartbeat_time: Some(now.clone()),
+        last_transition_time: Some(
+            legacy
+                .last_transition_time
+                .clone()
+                .unwrap_or_else(|| now.clone()),
+        ),
+    }
 }
 
 /// The condition to write for `judgement`, or None to leave the node's condition alone: a
@@ -114,7 +164,7 @@ pub fn condition(
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| now.clone());
     Some(NodeCondition {
-        type_: CONDITION_NODE_HEALTHY.to_string(),
+        type_: CONDITION_NODE_DEGRADED.to_string(),
         status: status.to_string(),
         reason: Some(reason.to_string()),
         message: Some(cut(message, MAX_MESSAGE)),
@@ -142,10 +192,15 @@ pub fn message(test: &str, run: &str, judgement: Judgement, detail: Option<&str>
     format!("FabricTest {test}, run {run}: {what}")
 }
 
-/// The strategic merge patch of `nodes/status` that sets one condition: the list merges by
-/// `type`, so the kubelet's conditions are left as they are.
-pub fn status_patch(c: &NodeCondition) -> Value {
-    json!({"status": {"conditions": [c]}})
+/// The strategic merge patch of `nodes/status` that sets the condition `c` (when given) and
+/// with `remove_legacy` deletes the `GPUFabricHealthy` condition of 0.2.0: the list merges
+/// by `type`, so the kubelet's conditions are left as they are. None when it changes nothing.
+pub fn status_patch(c: Option<&NodeCondition>, remove_legacy: bool) -> Option<Value> {
+    let mut conditions: Vec<Value> = c.map(|c| json!(c)).into_iter().collect();
+    if remove_legacy {
+        conditions.push(json!({"type": CONDITION_NODE_HEALTHY_LEGACY, "$patch": "delete"}));
+    }
+    (!conditions.is_empty()).then(|| json!({"status": {"conditions": conditions}}))
 }
 
 /// The merge patch of the node's metadata that sets the result label and, on a pass, the
@@ -273,7 +328,7 @@ mod tests {
         );
         assert_eq!(
             Judgement::HardwareFault.condition_status(),
-            ("False", "HardwareFault")
+            ("True", "HardwareFault")
         );
     }
 
@@ -309,7 +364,79 @@ mod tests {
         assert_eq!(failed.last_transition_time, Some(at(9)));
         assert_eq!(
             (failed.status.as_str(), failed.reason.as_deref()),
-            ("False", Some("Failed"))
+            ("True", Some("Failed"))
+        );
+    }
+
+    #[test]
+    fn the_condition_is_true_for_a_problem_as_node_problem_detectors_are() {
+        assert_eq!(Judgement::Pass.condition_status(), ("False", "Passed"));
+        assert_eq!(Judgement::Fail.condition_status(), ("True", "Failed"));
+        assert_eq!(
+            Judgement::Suspect.condition_status(),
+            ("Unknown", "Suspect")
+        );
+        assert_eq!(
+            Judgement::NotMeasured.condition_status(),
+            ("Unknown", "NotMeasured")
+        );
+        let c = condition(Judgement::Fail, "bad", None, &at(1)).expect("condition");
+        assert_eq!(c.type_, "GPUFabricDegraded");
+    }
+
+    fn with_conditions(conditions: Vec<NodeCondition>) -> Node {
+        Node {
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                conditions: Some(conditions),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn legacy(status: &str, message: &str) -> NodeCondition {
+        NodeCondition {
+            type_: CONDITION_NODE_HEALTHY_LEGACY.into(),
+            status: status.into(),
+            reason: Some("Failed".into()),
+            message: Some(message.into()),
+            last_transition_time: Some(at(3)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_a_legacy_condition_a_fabrictest_wrote_is_gpufabrics() {
+        let ours = legacy("False", "FabricTest nightly, run nightly-1: GPU 3 slow");
+        assert_eq!(writer(&ours), Some("nightly"));
+        let node = with_conditions(vec![ours.clone()]);
+        assert_eq!(legacy_condition(Some(&node)), Some(&ours));
+        let theirs = with_conditions(vec![legacy("True", "set by hand")]);
+        assert_eq!(legacy_condition(Some(&theirs)), None);
+        assert_eq!(
+            writer(&legacy("True", "FabricTest , run x: passed")),
+            None,
+            "no test named"
+        );
+        assert_eq!(current_condition(Some(&node)), None, "another type");
+    }
+
+    #[test]
+    fn a_legacy_condition_turns_over_and_keeps_what_it_said() {
+        let old = legacy("False", "FabricTest nightly, run nightly-1: GPU 3 slow");
+        let new = from_legacy(&old, &at(9));
+        assert_eq!(new.type_, CONDITION_NODE_DEGRADED);
+        assert_eq!(
+            (new.status.as_str(), new.reason.as_deref()),
+            ("True", Some("Failed"))
+        );
+        assert_eq!(new.message, old.message);
+        assert_eq!(new.last_transition_time, Some(at(3)));
+        assert_eq!(new.last_heartbeat_time, Some(at(9)));
+        assert_eq!(from_legacy(&legacy("True", "m"), &at(9)).status, "False");
+        assert_eq!(
+            from_legacy(&legacy("Unknown", "m"), &at(9)).status,
+            "Unknown"
         );
     }
 
@@ -342,12 +469,23 @@ mod tests {
     }
 
     #[test]
-    fn the_status_patch_merges_one_condition_by_type() {
+    fn the_status_patch_merges_one_condition_by_type_and_may_delete_the_legacy_one() {
         let c = condition(Judgement::Pass, "ok", None, &at(1)).expect("condition");
-        let p = status_patch(&c);
-        assert_eq!(p["status"]["conditions"][0]["type"], CONDITION_NODE_HEALTHY);
-        assert_eq!(p["status"]["conditions"][0]["status"], "True");
+        let p = status_patch(Some(&c), false).expect("a patch");
+        assert_eq!(
+            p["status"]["conditions"][0]["type"],
+            CONDITION_NODE_DEGRADED
+        );
+        assert_eq!(p["status"]["conditions"][0]["status"], "False");
         assert_eq!(p["status"]["conditions"].as_array().map(Vec::len), Some(1));
+        let p = status_patch(Some(&c), true).expect("a patch");
+        assert_eq!(
+            p["status"]["conditions"][1],
+            json!({"type": CONDITION_NODE_HEALTHY_LEGACY, "$patch": "delete"})
+        );
+        let p = status_patch(None, true).expect("a patch");
+        assert_eq!(p["status"]["conditions"].as_array().map(Vec::len), Some(1));
+        assert_eq!(status_patch(None, false), None);
     }
 
     #[test]
