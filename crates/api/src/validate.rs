@@ -336,9 +336,11 @@ fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
 /// any GPU's caches, and at least one timed iteration each.
 fn check_compute(c: &mut Checker, compute: &crate::suite::Compute) {
     let square = |c: &mut Checker, n: u32, max: u32, field: &str| {
-        c.check((256..=max).contains(&n) && n.is_multiple_of(256), field, || {
-            format!("must be a multiple of 256 from 256 to {max} (got {n})")
-        });
+        c.check(
+            (256..=max).contains(&n) && n.is_multiple_of(256),
+            field,
+            || format!("must be a multiple of 256 from 256 to {max} (got {n})"),
+        );
     };
     let g = &compute.gemm;
     if g.enabled {

@@ -579,7 +579,10 @@ fn the_compute_checks_name_a_corrupting_gpu_a_slow_memory_and_a_straggler_and_no
         assert!(c.gpus[g].under_load.is_some());
     }
     assert!(rate(3) < rate(0) / 1.4, "{} vs {}", rate(3), rate(0));
-    assert!((rate(6) / rate(0) - 1.0).abs() < 0.03, "a corrupting GPU computes at speed");
+    assert!(
+        (rate(6) / rate(0) - 1.0).abs() < 0.03,
+        "a corrupting GPU computes at speed"
+    );
     assert!(mem(1) < mem(0) * 0.75 && mem(1) > mem(0) * 0.65);
     // The compact form keeps them for the operator.
     let compact = CompactResult::from(&doc);
@@ -599,5 +602,9 @@ fn compute_checks_turned_off_leave_no_compute_section() {
     o.suite.compute.sdc.enabled = true;
     let doc = node_check(&o, &h100(vec![]), 7, &|_| {}).expect("sim check");
     let c = doc.compute.expect("sdc alone");
-    assert!(c.gpus.iter().all(|g| g.gemm_bf16_tflops.is_none() && g.sdc.is_some()));
+    assert!(
+        c.gpus
+            .iter()
+            .all(|g| g.gemm_bf16_tflops.is_none() && g.sdc.is_some())
+    );
 }
