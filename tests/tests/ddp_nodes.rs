@@ -3,9 +3,10 @@
 //! agents, whose ranks really meet over TCP with the run's secret.
 //!
 //! Six H200 nodes: `dn-06`'s NIC runs at a fifth of its speed and `dn-02` has a GPU that
-//! computes 30% slower. The node checks pass all six (the per-node DDP probe is off, so
-//! nothing looks at compute there); the node pairs fail and cordon `dn-06`; the probe then
-//! runs over the five others only, at 1, 2, 4 and 5 nodes, and names `dn-02` a straggler,
+//! computes 30% slower. The node checks pass all six (the per-node DDP probe and the
+//! compute checks are off, so nothing looks at compute there); the node pairs fail and
+//! cordon `dn-06`; the probe then runs over the five others only, at 1, 2, 4 and 5 nodes,
+//! and names `dn-02` a straggler,
 //! as an Info finding that cordons nothing.
 //!
 //! Build the binaries first: `cargo build --bins`, then
@@ -44,12 +45,13 @@ fn fleet() -> Fleet {
     f
 }
 
-/// The node pairs, then the multi-node probe; the per-node probe off, so that nothing but
-/// the multi-node probe looks at compute.
+/// The node pairs, then the multi-node probe; the per-node probe and compute checks off, so
+/// that nothing but the multi-node probe looks at compute.
 fn probe_suite() -> serde_json::Value {
     json!({
         "ncclSweep": {"enabled": false},
         "ddpProbe": {"enabled": false, "hidden": 4096, "layers": 4},
+        "compute": {"gemm": {"enabled": false}, "memory": {"enabled": false}, "sdc": {"enabled": false}},
         "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456},
         "ddpNodes": {"enabled": true, "maxNodes": 8}
     })
