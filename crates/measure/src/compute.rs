@@ -125,7 +125,8 @@ pub fn check_output(reference: &SdcReference, out: &[u8]) -> OutputCheck {
 /// Each GPU's SDC status from its outputs' checks (`(gpu, checks)`, in GPU order). A GPU
 /// differs from the others when its first output's bytes differ from those most GPUs
 /// produced, or, where no hash has a majority (two GPUs, or all different), when its
-/// output is not exact. A GPU's own outputs that differ from one another are wrong too.
+/// output is not exact. Every output is recomputed, so a corruption that comes and goes is
+/// counted in the outputs it touched.
 pub fn sdc_statuses(per_gpu: &[(u32, Vec<OutputCheck>)]) -> Vec<(u32, SdcStatus)> {
     let firsts: Vec<u64> = per_gpu
         .iter()
@@ -137,10 +138,8 @@ pub fn sdc_statuses(per_gpu: &[(u32, Vec<OutputCheck>)]) -> Vec<(u32, SdcStatus)
         .map(|(gpu, checks)| {
             let first = checks.first();
             let hash = first.map_or(0, |o| o.hash);
-            let wrong_outputs = checks
-                .iter()
-                .filter(|o| !o.is_exact() || o.hash != hash)
-                .count() as u32;
+            // Exact outputs are the same bytes: only an inexact one is wrong.
+            let wrong_outputs = checks.iter().filter(|o| !o.is_exact()).count() as u32;
             let wrong_lines = checks
                 .iter()
                 .map(|o| (o.wrong_rows.len() + o.wrong_cols.len()) as u64)
@@ -310,6 +309,16 @@ mod tests {
         ];
         let s = sdc_statuses(&gpus);
         assert!(s[1].1.differs_from_others && !s[0].1.differs_from_others);
+        // Wrong in its first output only, the repeats exact: one wrong output, and the
+        // first output (the one compared) differs from the others'.
+        let gpus = vec![
+            (0, vec![good.clone(), good.clone()]),
+            (1, vec![bad.clone(), good.clone()]),
+            (2, vec![good.clone(), good.clone()]),
+        ];
+        let s = sdc_statuses(&gpus);
+        assert_eq!(s[1].1.wrong_outputs, 1, "{:?}", s[1]);
+        assert!(s[1].1.differs_from_others && !s[1].1.clean());
         // Two GPUs: no majority, the reference decides.
         let s = sdc_statuses(&[(0, vec![good.clone()]), (1, vec![bad])]);
         assert!(!s[0].1.differs_from_others && s[1].1.differs_from_others);
