@@ -16,6 +16,7 @@
 use gpufabric_api::FabricTestSpec;
 use gpufabric_api::keys::LABEL_GPU_PRODUCT;
 use gpufabric_api::result::CompactResult;
+use gpufabric_api::suite::Collective;
 use gpufabric_api::validate::ValidationError;
 use gpufabric_api::validate::memory::{Chosen, GpuMemory, validate_for};
 
@@ -258,11 +259,34 @@ pub fn pcie_gbps(generation: u32, width: u32) -> Option<f64> {
         .map(|g| g * f64::from(width.min(16)) / 16.0)
 }
 
-/// On an NVSwitch board NCCL's all_reduce bus bandwidth reaches about 90% of the one-way
-/// copy bandwidth of a GPU pair (4 x H200: 355 against 394 GB/s; nccl-tests and
-/// nvbandwidth on HGX H100 give the same proportion); below this fraction NCCL, not the
-/// links, is what is slow.
-pub const NCCL_TO_COPY_FLOOR: f64 = 0.5;
+/// What each collective's peak bus bandwidth reaches of the median one-way GPU-pair copy
+/// on a healthy NVSwitch node: the lowest of five clean default checks on 4 x H100
+/// (bench/results/compute-h100x4-2026-11-27.md; each collective moved 2% at most between
+/// them), where 4 x H200's all_reduce (355 of 394 GB/s) agrees. Bus bandwidth is defined to
+/// be comparable across rank counts; nccl-tests on 8-GPU HGX H100 without NVLS (all_reduce
+/// 360-370 against 380-390 per pair) gives the same proportion.
+pub const HEALTHY_COLLECTIVE_TO_COPY: &[(Collective, f64)] = &[
+    (Collective::AllReduce, 0.894),
+    (Collective::AllGather, 0.815),
+    (Collective::ReduceScatter, 0.820),
+    (Collective::Broadcast, 0.911),
+    (Collective::Reduce, 0.922),
+    (Collective::AllToAll, 0.847),
+    (Collective::SendRecv, 0.910),
+];
+
+/// A collective below this share of what healthy nodes reach of their own pair copies
+/// fails: one a quarter below fails, the spread of clean checks (2%) stays far from it.
+pub const COLLECTIVE_TO_COPY_MARGIN: f64 = 0.8;
+
+/// The least share of the median pair copy `collective`'s peak bus bandwidth must reach on
+/// a node whose GPUs every pair reaches alike, if it is known.
+pub fn collective_to_copy_floor(collective: Collective) -> Option<f64> {
+    HEALTHY_COLLECTIVE_TO_COPY
+        .iter()
+        .find(|(c, _)| *c == collective)
+        .map(|(_, r)| r * COLLECTIVE_TO_COPY_MARGIN)
+}
 
 /// What a node should measure: floors from its measured topology, else from its product's
 /// board layout.
@@ -281,8 +305,8 @@ pub struct Expectations {
     pub all_reduce_floor_gbps: Option<f64>,
     /// Floor on host-to-device and device-to-host copy bandwidth per GPU (GB/s).
     pub host_floor_gbps: Option<f64>,
-    /// Whether the GPUs are on NVSwitches, so every pair should measure alike and NCCL
-    /// should reach [`NCCL_TO_COPY_FLOOR`] of the pairs' copy bandwidth.
+    /// Whether the GPUs are on NVSwitches, so every pair should measure alike and every
+    /// collective should reach [`collective_to_copy_floor`] of the pairs' copy bandwidth.
     pub switched: bool,
     /// Whether every GPU pair should measure alike (NVSwitch, or a board of the product).
     pub uniform_pairs: bool,

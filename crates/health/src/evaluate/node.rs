@@ -113,8 +113,8 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
         .filter(|f| critical(f, &[FindingKind::PcieDegraded]))
         .filter_map(|f| f.subject.gpu_index())
         .collect();
-    // Parts at fault that explain node-wide slowness: a GPU or link on the NVLink path
-    // explains slow collectives; any GPU fault (a straggler too) explains slow DDP steps.
+    // Parts at fault that explain node-wide slowness: a GPU or link on the NVLink path, or
+    // a GPU slow at compute, explains slow collectives and slow DDP steps alike.
     let part = |f: &Finding| {
         f.severity == Severity::Critical
             && matches!(f.subject, Subject::Gpu { .. } | Subject::GpuPair { .. })
@@ -123,9 +123,8 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
                 Metric::H2dBandwidth | Metric::D2hBandwidth | Metric::PcieLink
             )
     };
-    let link_part = out
-        .iter()
-        .any(|f| part(f) && f.metric != Metric::DdpComputeTime);
+    // Every collective waits for its slowest GPU: a straggler explains it as a link does.
+    let link_part = out.iter().any(part);
     let any_part = out.iter().any(part);
     // A GPU the compute check found slow at GEMMs is the DDP probe's straggler: one finding,
     // the one with its clocks and throttle reasons.
@@ -137,7 +136,9 @@ pub(super) fn drop_explained_slowness(out: &mut Vec<Finding>) {
     out.retain(|f| {
         !(f.kind == FindingKind::Straggler
             && f.metric == Metric::DdpComputeTime
-            && f.subject.gpu_index().is_some_and(|g| slow_gemm.contains(&g)))
+            && f.subject
+                .gpu_index()
+                .is_some_and(|g| slow_gemm.contains(&g)))
     });
     out.retain(|f| {
         if f.kind != FindingKind::Slow {

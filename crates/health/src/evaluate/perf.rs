@@ -34,38 +34,95 @@ fn median_pair_copy(r: &CompactResult) -> Option<f64> {
     fleet::median(&cells)
 }
 
-/// On an NVSwitch board, all_reduce bus bandwidth far below what the same GPUs copy to each
-/// other ([`profiles::NCCL_TO_COPY_FLOOR`] of the median pair) means the links are fine and
-/// NCCL is not using them: a setting, a plugin or a transport choice, which no floor from
-/// the links alone would single out when the links are faster than the floor needs.
-fn nccl_below_copy_engines(
+/// Whether a node's collectives are judged against its own pair copies: on NVSwitch (every
+/// pair gets a GPU's whole NVLink bandwidth), or, where no health snapshot said the topology,
+/// on a product with NVLink whose pairs measured alike (within 25%): judged from what is
+/// known rather than not at all. Links straight between GPUs give a ring more than one pair
+/// carries, so the floor stays a floor there too.
+fn judged_against_links(r: &CompactResult, exp: Option<&Expectations>) -> bool {
+    let Some(e) = exp else {
+        return false;
+    };
+    if e.switched {
+        return true;
+    }
+    let nvlink_product = e.profile.is_some_and(|p| p.nvlinks > 0);
+    e.topology.is_none() && nvlink_product && pairs_alike(r)
+}
+
+/// Every measured one-way pair copy within 25% of the fastest.
+fn pairs_alike(r: &CompactResult) -> bool {
+    let n = r.gpus as usize;
+    let cells: Vec<f64> = (0..n)
+        .flat_map(|a| (0..n).filter(move |b| *b != a).map(move |b| a * n + b))
+        .filter_map(|i| r.copy_uni.get(i).copied())
+        .filter(|v| *v > 0.0)
+        .collect();
+    let max = cells.iter().copied().fold(0.0, f64::max);
+    !cells.is_empty() && cells.iter().all(|v| *v >= 0.75 * max)
+}
+
+/// A collective whose bus bandwidth falls below [`profiles::collective_to_copy_floor`] of
+/// what the same GPUs copy to each other: the links are fine and the collective does not use
+/// them (a setting, a plugin, a transport choice) or a GPU holds it back (named by its own
+/// finding, which then explains this one). No floor from the links alone would single it out
+/// when the links are faster than the floor needs.
+fn below_own_links(
     node: &str,
     r: &CompactResult,
     exp: Option<&Expectations>,
-    busbw: f64,
+    c: &gpufabric_api::result::CompactCollective,
 ) -> Option<Finding> {
-    if !exp.is_some_and(|e| e.switched) {
+    if !judged_against_links(r, exp) {
         return None;
     }
+    let share = profiles::collective_to_copy_floor(c.collective)?;
     let pair = median_pair_copy(r)?;
-    let bar = pair * profiles::NCCL_TO_COPY_FLOOR;
-    if busbw >= bar {
+    let bar = pair * share;
+    if c.peak_busbw >= bar {
         return None;
     }
+    let healthy = share / profiles::COLLECTIVE_TO_COPY_MARGIN;
+    let name = c.collective.nccl_tests_name();
     Some(
         slow_collective(
             node,
-            Collective::AllReduce,
+            c.collective,
             Metric::NcclBusBw,
             format!(
-                "all_reduce peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way); on NVSwitch NCCL reaches about 90% of it, so the links are healthy and NCCL is not using them: check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
-                num(busbw),
-                100.0 * busbw / pair,
-                num(pair)
+                "{name} peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way), where healthy nodes reach {:.0}%: the links carry more than {name} gets from them. Unless a GPU of this node is named slow, check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
+                num(c.peak_busbw),
+                100.0 * c.peak_busbw / pair,
+                num(pair),
+                100.0 * healthy
             ),
         )
-        .with_evidence(busbw, bar, "GB/s", ExpectationSource::Node),
+        .with_evidence(c.peak_busbw, bar, "GB/s", ExpectationSource::Node),
     )
+}
+
+/// The Info finding of a node whose collectives nothing judged alone: no threshold, no floor
+/// from its product's board, and no topology or pair copies to hold them to.
+fn links_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective) -> Finding {
+    let f = Finding::new(
+        FindingKind::Slow,
+        Subject::node(node),
+        Metric::NcclBusBw,
+        Severity::Info,
+        format!(
+            "{} bus bandwidth on {node} ({} GB/s) not judged on this node alone: nothing says what its links carry (the health snapshot, which reads the NVLink topology, or the GPU-pair copies of a product with NVLink); keep suite.health and suite.gpuPairs on, or set thresholds.ncclBusBwGbps. A fleet of its kind still compares it.",
+            c.collective.nccl_tests_name(),
+            num(c.peak_busbw)
+        ),
+    )
+    .with_collective(c.collective);
+    // Measured, against nothing: the rule that would judge it had nothing to go on.
+    Finding {
+        measured: Some(c.peak_busbw),
+        unit: Some("GB/s".into()),
+        source: Some(ExpectationSource::Rule),
+        ..f
+    }
 }
 
 /// Whether the pair matrix's copies were shorter than
@@ -207,16 +264,18 @@ pub(super) fn check_nccl(
                     exp.and_then(|e| e.all_reduce_floor_gbps),
                 )
             };
-            // NCCL far below the node's own copy engines says more than the profile's floor
-            // (the links are fine), so it replaces that finding; a threshold the spec set
-            // is reported as such, and the relation only where the threshold is met.
-            let relation = (c.collective == Collective::AllReduce)
-                .then(|| nccl_below_copy_engines(node, r, exp, c.peak_busbw))
-                .flatten()
-                .filter(|_| {
-                    !floor
-                        .is_some_and(|(f, s)| s == ExpectationSource::Threshold && c.peak_busbw < f)
-                });
+            // A collective far below the node's own copy engines says more than the
+            // profile's floor (the links are fine), so it replaces that finding; a threshold
+            // the spec set for it wins over both, as explicit expectations do.
+            let relation = below_own_links(node, r, exp, c)
+                .filter(|_| !floor.is_some_and(|(_, s)| s == ExpectationSource::Threshold));
+            if c.collective == Collective::AllReduce
+                && floor.is_none()
+                && exp.is_none_or(|e| e.topology.is_none())
+                && !judged_against_links(r, exp)
+            {
+                out.push(links_not_judged(node, c));
+            }
             let floor = if relation.is_some() { None } else { floor };
             if let Some(f) = relation {
                 stats.judged.insert(bw_key);

@@ -167,9 +167,17 @@ fn explicit_threshold_wins_over_profile_and_fleet() {
 
 #[test]
 fn profile_floor_judges_a_single_node_without_a_fleet() {
-    // Below the floor, but not so far below the pairs' copy bandwidth (390 GB/s) that
-    // NCCL alone is to blame.
+    // Below the floor, but not so far below the pairs' copy bandwidth (here 250 GB/s, over
+    // the pair floor of 225) that the collective alone is to blame.
     let mut r = healthy("lonely", 3, 0.0);
+    for (i, v) in r.copy_uni.iter_mut().enumerate() {
+        if i % 9 != 0 {
+            *v = 250.0;
+        }
+    }
+    for v in r.copy_bidir.iter_mut() {
+        *v = 500.0;
+    }
     all_reduce(&mut r).peak_busbw = 200.0;
     let e = run(vec![r]);
     assert_eq!(e.findings.len(), 1, "{:#?}", e.findings);
@@ -182,13 +190,20 @@ fn profile_floor_judges_a_single_node_without_a_fleet() {
 }
 
 #[test]
-fn a_profile_finding_is_not_repeated_by_the_fleet() {
+fn a_node_finding_is_not_repeated_by_the_fleet() {
+    // 200 GB/s against pairs that copy 390: below the profile's floor and far below what
+    // healthy nodes reach of their own pairs; one finding, the one about its own links.
     let mut fleet = fleet_of(8, 0.01);
     all_reduce(&mut fleet[0]).peak_busbw = 200.0;
     let e = run(fleet);
     let f = on(&e, "node-00");
     assert_eq!(f.len(), 1, "{f:#?}");
-    assert_eq!(f[0].source, Some(ExpectationSource::Profile));
+    assert_eq!(f[0].source, Some(ExpectationSource::Node));
+    assert!(
+        f[0].message.contains("copy to each other"),
+        "{}",
+        f[0].message
+    );
 }
 
 #[test]

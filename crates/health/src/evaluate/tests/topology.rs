@@ -321,3 +321,106 @@ fn copies_too_short_to_show_the_links_are_not_judged() {
     );
     assert_eq!(e.verdicts["short-copies"], NodeVerdict::Failed);
 }
+
+/// `r` with every collective the sweep runs at `share` of its healthy relation to the
+/// median pair copy (394 GB/s on a switched slice).
+fn collectives_at(r: &mut CompactResult, share: f64) {
+    r.collectives = crate::profiles::HEALTHY_COLLECTIVE_TO_COPY
+        .iter()
+        .map(|(c, healthy)| CompactCollective {
+            collective: *c,
+            peak_busbw: 394.0 * healthy * share,
+            largest_busbw: 394.0 * healthy * share,
+            smallest_time_us: 20.0,
+            alpha_beta: None,
+            wrong: 0,
+            largest_bytes: Some(1 << 30),
+        })
+        .collect();
+}
+
+#[test]
+fn every_collective_a_quarter_below_its_own_links_fails_and_a_clean_spread_passes() {
+    // What five clean checks on 4 x H100 spread over (2%) passes, for every collective.
+    for share in [0.98, 1.0, 1.02] {
+        let mut r = switched_slice("clean", 4, 5);
+        collectives_at(&mut r, share);
+        let e = run(vec![r]);
+        assert!(
+            critical_of(&e, "clean").is_empty(),
+            "{share}: {:#?}",
+            e.findings
+        );
+    }
+    // A quarter below: each collective named on its own.
+    for i in 0..crate::profiles::HEALTHY_COLLECTIVE_TO_COPY.len() {
+        let mut r = switched_slice("slow", 4, 5);
+        collectives_at(&mut r, 1.0);
+        r.collectives[i].peak_busbw *= 0.75;
+        let want = r.collectives[i].collective;
+        let e = run(vec![r]);
+        let bad = critical_of(&e, "slow");
+        assert_eq!(bad.len(), 1, "{want:?}: {bad:#?}");
+        assert_eq!(bad[0].collective, Some(want));
+        assert!(bad[0].message.contains("its GPUs copy to each other"));
+    }
+}
+
+#[test]
+fn without_the_health_snapshot_collectives_are_judged_against_the_pairs_of_an_nvlink_product() {
+    // `--no-health`: no topology. An H100 node of 4 GPUs whose pairs copy alike at 394 GB/s
+    // and whose all_reduce reads 98 is failed, not passed for want of a floor.
+    let mut r = switched_slice("no-health", 4, 5);
+    r.product = H100.into();
+    r.health.clear();
+    all_reduce(&mut r).peak_busbw = 98.0;
+    let e = run(vec![r.clone()]);
+    let bad = critical_of(&e, "no-health");
+    assert_eq!(bad.len(), 1, "{:#?}", e.findings);
+    assert_eq!(bad[0].collective, Some(Collective::AllReduce));
+    // Healthy, it passes with no finding about its collectives.
+    collectives_at(&mut r, 1.0);
+    let e = run(vec![r.clone()]);
+    assert!(
+        e.findings.iter().all(|f| f.metric != Metric::NcclBusBw),
+        "{:#?}",
+        e.findings
+    );
+    // A product it does not know, without health: not judged alone, and an Info says so.
+    r.product = "NVIDIA Mystery GPU".into();
+    all_reduce(&mut r).peak_busbw = 98.0;
+    let e = run(vec![r]);
+    assert!(critical_of(&e, "no-health").is_empty(), "{:#?}", e.findings);
+    let info: Vec<_> = e
+        .findings
+        .iter()
+        .filter(|f| f.metric == Metric::NcclBusBw)
+        .collect();
+    assert_eq!(info.len(), 1, "{info:#?}");
+    assert_eq!(info[0].severity, Severity::Info);
+    assert!(info[0].message.contains("not judged on this node alone"));
+}
+
+#[test]
+fn a_gpu_slow_at_compute_explains_slow_collectives_and_names_the_gpu_not_nccl() {
+    let mut r = switched_slice("slow-gpu", 4, 5);
+    collectives_at(&mut r, 0.7);
+    r.compute = (0..4)
+        .map(|g| gpufabric_api::result::CompactGpuCompute {
+            bf16_tflops: if g == 2 { 420.0 } else { 700.0 },
+            sdc: Some((0, 4, false)),
+            ..Default::default()
+        })
+        .collect();
+    r.compute_gemm_size = Some(8192);
+    let e = run(vec![r]);
+    let bad = critical_of(&e, "slow-gpu");
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert_eq!(bad[0].subject, Subject::gpu("slow-gpu", 2));
+    assert_eq!(bad[0].metric, Metric::GemmThroughput);
+    assert!(
+        e.findings.iter().all(|f| !f.message.contains("NCCL_")),
+        "{:#?}",
+        e.findings
+    );
+}
