@@ -122,7 +122,19 @@ async fn the_conditions_of_0_2_0_become_the_new_ones_and_only_gpufabrics() {
         "the transition time stays"
     );
     assert_eq!(condition(&migrated, CONDITION_NODE_HEALTHY_LEGACY), None);
-    let n2 = env.read_node("gpu-02").await;
+    // The operator migrates one node after the other: gpu-02 may come a moment later.
+    let gpu02 = env.node("gpu-02");
+    let n2 = wait::poll(
+        "gpu-02's GPUFabricDegraded condition",
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || async {
+            let n = nodes.get(&gpu02).await.ok();
+            Ok(n.filter(|n| condition(n, CONDITION_NODE_DEGRADED).is_some()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)));
     assert_eq!(
         said(&condition(&n2, CONDITION_NODE_DEGRADED)),
         Some(("False".into(), "Passed".into(), passed.into()))
