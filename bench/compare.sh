@@ -192,7 +192,7 @@ agent_sweep() { # round
   banner "fabric-agent sweep, one process: $SWEEP_FLAGS"
   local t0; t0=$(now)
   host_speed "agent r$1"
-  timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health $SWEEP_FLAGS \
+  timeout 300 "$AGENT" node-check --no-pairs --no-ddp --no-health --no-compute $SWEEP_FLAGS \
     --json "$OUT/agent-sweep-r$1.json" > /dev/null 2> "$OUT/agent-sweep-r$1.log"
   echo "agent rc=$? wall $(since "$t0") s" | tee "$OUT/agent-wall-r$1.txt"
   grep -E 'all_reduce +[0-9]+ ' "$OUT/agent-sweep-r$1.log" | head -4
