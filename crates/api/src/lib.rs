@@ -13,6 +13,7 @@ pub mod nic_counters;
 pub mod outcome;
 pub mod pair;
 pub mod policy;
+pub mod product;
 pub mod quarantine;
 pub mod result;
 pub mod rollout;

@@ -15,6 +15,7 @@
 
 use gpufabric_api::FabricTestSpec;
 use gpufabric_api::keys::LABEL_GPU_PRODUCT;
+use gpufabric_api::product::{self, ProductFamily};
 use gpufabric_api::result::CompactResult;
 use gpufabric_api::suite::Collective;
 use gpufabric_api::validate::ValidationError;
@@ -39,6 +40,8 @@ pub fn pcie_x16_gbps(generation: u32) -> Option<f64> {
 /// A known GPU product.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Profile {
+    /// The product's family.
+    pub family: ProductFamily,
     /// Canonical name, as [`normalize`] writes it.
     pub product: &'static str,
     /// Other normalized spellings of the same product.
@@ -71,6 +74,7 @@ pub const PROFILES: &[Profile] = &[
     // PCIe Gen5: 128GB/s"; NVIDIA Hopper architecture whitepaper: 18 fourth-generation
     // NVLink links per GPU; HGX H100 ships as 4-GPU and 8-GPU (NVSwitch) baseboards.
     Profile {
+        family: ProductFamily::H100,
         product: "H100 80GB HBM3",
         aliases: &["H100 SXM5 80GB", "H100 SXM 80GB"],
         board_gpus: &[4, 8],
@@ -88,6 +92,7 @@ pub const PROFILES: &[Profile] = &[
     // NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column): 141GB HBM3e, "NVLink:
     // 900GB/s, PCIe Gen5: 128GB/s"; same 18-link NVLink 4 as H100; HGX H200 4- and 8-GPU.
     Profile {
+        family: ProductFamily::H200,
         product: "H200",
         aliases: &["H200 141GB HBM3E", "H200 SXM 141GB"],
         board_gpus: &[4, 8],
@@ -106,6 +111,7 @@ pub const PROFILES: &[Profile] = &[
     // PCIe Gen4: 64GB/s"; NVIDIA Ampere architecture whitepaper: 12 third-generation
     // NVLink links per GPU; HGX A100 4-GPU and 8-GPU (NVSwitch) baseboards.
     Profile {
+        family: ProductFamily::A100,
         product: "A100 SXM4 80GB",
         aliases: &["A100 80GB SXM4", "A100 SXM 80GB"],
         board_gpus: &[4, 8],
@@ -124,6 +130,7 @@ pub const PROFILES: &[Profile] = &[
     // per GPU (18 links of 100 GB/s), host link PCIe Gen5 x16 (the GPU itself can train
     // Gen6 on some hosts; Gen5 is the conservative expectation).
     Profile {
+        family: ProductFamily::B200,
         product: "B200",
         aliases: &["B200 180GB HBM3E", "B200 SXM 180GB"],
         board_gpus: &[8],
@@ -143,32 +150,19 @@ pub const PROFILES: &[Profile] = &[
 
 /// Normalizes a product name so that the label form (`NVIDIA-H100-80GB-HBM3`, as GPU
 /// feature discovery writes `nvidia.com/gpu.product`) and NVML's form (`NVIDIA H100 80GB
-/// HBM3`) compare equal: upper case, `-` and `_` as spaces, single spaces, no `NVIDIA`
-/// prefix, and no `-SHARED` suffix (GPU feature discovery adds it under time-slicing).
+/// HBM3`) compare equal: [`gpufabric_api::product::normalize`].
 pub fn normalize(product: &str) -> String {
-    let spaced: String = product
-        .chars()
-        .map(|c| match c {
-            '-' | '_' => ' ',
-            c => c.to_ascii_uppercase(),
-        })
-        .collect();
-    let mut words: Vec<&str> = spaced.split_whitespace().collect();
-    if words.first() == Some(&"NVIDIA") {
-        words.remove(0);
-    }
-    if words.last() == Some(&"SHARED") {
-        words.pop();
-    }
-    words.join(" ")
+    product::normalize(product)
 }
 
-/// The profile of a product, by any spelling.
+/// The profile of a product, by any spelling: one of its [`family`](product::family)
+/// whose name or alias the normalized name is (a PCIe H100 is an H100 but no profile's).
 pub fn find(product: &str) -> Option<&'static Profile> {
+    let family = product::family(product)?;
     let n = normalize(product);
     PROFILES
         .iter()
-        .find(|p| p.product == n || p.aliases.contains(&n.as_str()))
+        .find(|p| p.family == family && (p.product == n || p.aliases.contains(&n.as_str())))
 }
 
 /// The GPU a FabricTest's suite must fit: the known product its nodeSelector names
@@ -428,6 +422,16 @@ mod tests {
             find("NVIDIA-H100-80GB-HBM3-SHARED").map(|p| p.product),
             Some("H100 80GB HBM3")
         );
+    }
+
+    #[test]
+    fn every_profile_name_is_of_its_family() {
+        for p in PROFILES {
+            for name in std::iter::once(&p.product).chain(p.aliases) {
+                assert_eq!(product::family(name), Some(p.family), "{name}");
+                assert_eq!(find(name).map(|f| f.product), Some(p.product), "{name}");
+            }
+        }
     }
 
     #[test]

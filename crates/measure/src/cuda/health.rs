@@ -1,6 +1,7 @@
 //! NVML health snapshot: NVLink links and their error counters, PCIe link, XID events seen
 //! during the check, uncorrectable ECC, remapped rows, throttle reasons, temperature, power.
 
+use gpufabric_api::product::{ProductFamily, family, normalize};
 use gpufabric_api::result::{GpuHealth, HealthSnapshot};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
@@ -13,25 +14,19 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use std::collections::BTreeMap;
 
-/// NVLink links per GPU of products whose NVML reports fewer links than the board has.
-fn expected_links(product: &str) -> Option<u32> {
-    let p = product.to_ascii_uppercase();
-    if p.contains("H100") && !p.contains("PCIE") && !p.contains("NVL") {
-        return Some(18);
+/// NVLink links per GPU of products whose NVML reports fewer links than the board has, by
+/// the product's [`family`]: not the PCIe H100, the A100 other than SXM, nor the NVL cards.
+pub(crate) fn expected_links(product: &str) -> Option<u32> {
+    let n = normalize(product);
+    let says = |word: &str| n.contains(word);
+    match family(product)? {
+        ProductFamily::H100 if !says("PCIE") && !says("NVL") => Some(18),
+        ProductFamily::H200 if !says("NVL") => Some(18),
+        ProductFamily::H20 => Some(18),
+        ProductFamily::A100 if says("SXM") => Some(12),
+        ProductFamily::B200 | ProductFamily::B300 => Some(18),
+        _ => None,
     }
-    if p.contains("H200") && !p.contains("NVL") {
-        return Some(18);
-    }
-    if p.contains("H20") && !p.contains("H200") {
-        return Some(18);
-    }
-    if p.contains("A100") && p.contains("SXM") {
-        return Some(12);
-    }
-    if p.contains("B200") || p.contains("B300") || p.contains("GB200") {
-        return Some(18);
-    }
-    None
 }
 
 /// Names of throttle reasons that matter (idle and application clock settings excluded).

@@ -22,21 +22,19 @@ use super::PairOptions;
 use crate::fleet::{Fault, Fleet, FleetNode};
 use gpufabric_api::nic_counters::PortErrors;
 use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PairCollective};
+use gpufabric_api::product::{ProductFamily, family};
 use gpufabric_api::suite::Collective;
 use std::hash::{Hash, Hasher};
 
 /// Socket transport bandwidth between two nodes, GB/s (model value).
 pub const SOCKET_GBPS: f64 = 12.0;
 
-/// Port rate of a product's nodes, Gb/s.
+/// Port rate of a product's nodes, Gb/s, by the product's [`family`].
 pub fn port_rate_gbps(product: &str) -> f64 {
-    let p = product.to_ascii_uppercase();
-    if p.contains("H100") || p.contains("H200") || p.contains("B200") {
-        400.0
-    } else if p.contains("A100") {
-        200.0
-    } else {
-        100.0
+    match family(product) {
+        Some(ProductFamily::H100 | ProductFamily::H200 | ProductFamily::B200) => 400.0,
+        Some(ProductFamily::A100) => 200.0,
+        Some(ProductFamily::B300 | ProductFamily::H20) | None => 100.0,
     }
 }
 

@@ -2,6 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+use gpufabric_api::product::{ProductFamily, family};
+
 /// What a healthy GPU of one product measures in the model. Figures are per GPU on an
 /// 8-GPU NVSwitch board.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -164,19 +166,116 @@ pub const GENERIC_PCIE: ProductModel = ProductModel {
     power_limit_w: 300.0,
 };
 
-/// The model of a product, by its label (`NVIDIA-H100-80GB-HBM3`) or NVML name; unknown
-/// products get [`GENERIC_PCIE`].
+/// The model of a product, by its label (`NVIDIA-H100-80GB-HBM3`) or NVML name, by its
+/// [`family`]: PCIe and NVL variants get their family's model too; unknown products get
+/// [`GENERIC_PCIE`].
 pub fn product_model(product: &str) -> ProductModel {
-    let p = product.to_ascii_uppercase();
-    if p.contains("H200") {
-        H200
-    } else if p.contains("H100") {
-        H100
-    } else if p.contains("A100") {
-        A100
-    } else if p.contains("B200") {
-        B200
-    } else {
-        GENERIC_PCIE
+    match family(product) {
+        Some(ProductFamily::H200) => H200,
+        Some(ProductFamily::H100) => H100,
+        Some(ProductFamily::A100) => A100,
+        Some(ProductFamily::B200) => B200,
+        Some(ProductFamily::B300 | ProductFamily::H20) | None => GENERIC_PCIE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::health::expected_links;
+    use crate::pairs::sim::port_rate_gbps;
+
+    /// `product_model` as it matched products before it took their family.
+    fn model_before(product: &str) -> ProductModel {
+        let p = product.to_ascii_uppercase();
+        if p.contains("H200") {
+            H200
+        } else if p.contains("H100") {
+            H100
+        } else if p.contains("A100") {
+            A100
+        } else if p.contains("B200") {
+            B200
+        } else {
+            GENERIC_PCIE
+        }
+    }
+
+    /// `port_rate_gbps` before.
+    fn port_rate_before(product: &str) -> f64 {
+        let p = product.to_ascii_uppercase();
+        if p.contains("H100") || p.contains("H200") || p.contains("B200") {
+            400.0
+        } else if p.contains("A100") {
+            200.0
+        } else {
+            100.0
+        }
+    }
+
+    /// `expected_links` before.
+    fn links_before(product: &str) -> Option<u32> {
+        let p = product.to_ascii_uppercase();
+        if p.contains("H100") && !p.contains("PCIE") && !p.contains("NVL") {
+            return Some(18);
+        }
+        if p.contains("H200") && !p.contains("NVL") {
+            return Some(18);
+        }
+        if p.contains("H20") && !p.contains("H200") {
+            return Some(18);
+        }
+        if p.contains("A100") && p.contains("SXM") {
+            return Some(12);
+        }
+        if p.contains("B200") || p.contains("B300") || p.contains("GB200") {
+            return Some(18);
+        }
+        None
+    }
+
+    #[test]
+    fn every_site_gives_the_answer_it_gave_before_it_took_the_family() {
+        for s in [
+            "NVIDIA-H100-80GB-HBM3",
+            "NVIDIA H100 80GB HBM3",
+            "nvidia-h100-80gb-hbm3",
+            "NVIDIA-H100-80GB-HBM3-SHARED",
+            "NVIDIA H100 SXM5 80GB",
+            "NVIDIA H100 PCIe",
+            "NVIDIA-H100-PCIe",
+            "nvidia-h100-pcie-shared",
+            "NVIDIA H100 NVL",
+            "NVIDIA-H200",
+            "NVIDIA H200",
+            "nvidia-h200",
+            "NVIDIA-H200-SHARED",
+            "NVIDIA H200 141GB HBM3e",
+            "NVIDIA H200 NVL",
+            "NVIDIA-A100-SXM4-80GB",
+            "NVIDIA A100-SXM4-80GB",
+            "nvidia-a100-sxm4-40gb-shared",
+            "NVIDIA A100 80GB PCIe",
+            "NVIDIA A100-PCIE-40GB",
+            "NVIDIA-B200",
+            "nvidia-b200",
+            "NVIDIA B200",
+            "NVIDIA-GB200",
+            "NVIDIA GB200",
+            "NVIDIA B300",
+            "NVIDIA GB300",
+            "NVIDIA H20",
+            "NVIDIA-H20-SHARED",
+            "NVIDIA H800",
+            "NVIDIA L40S",
+            "NVIDIA GeForce RTX 4090",
+            "Tesla T4",
+            "Mystery GPU",
+            "",
+        ] {
+            assert_eq!(product_model(s), model_before(s), "{s:?}");
+            assert_eq!(port_rate_gbps(s), port_rate_before(s), "{s:?}");
+            assert_eq!(expected_links(s), links_before(s), "{s:?}");
+        }
     }
 }
