@@ -96,18 +96,24 @@ async fn the_conditions_of_0_2_0_become_the_new_ones_and_only_gpufabrics() {
     // The upgraded operator starts.
     env.operator.kill();
     env.operator.restart();
-    let gpu01 = env.node("gpu-01");
-    let migrated = wait::poll(
-        "gpu-01's GPUFabricDegraded condition",
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-        || async {
-            let n = nodes.get(&gpu01).await.ok();
-            Ok(n.filter(|n| condition(n, CONDITION_NODE_DEGRADED).is_some()))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)));
+    let migrated_node = |base: &'static str| {
+        let (nodes, name) = (nodes.clone(), env.node(base));
+        let env = &env;
+        async move {
+            wait::poll(
+                &format!("{base}'s GPUFabricDegraded condition"),
+                Duration::from_secs(60),
+                Duration::from_millis(300),
+                || async {
+                    let n = nodes.get(&name).await.ok();
+                    Ok(n.filter(|n| condition(n, CONDITION_NODE_DEGRADED).is_some()))
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)))
+        }
+    };
+    let migrated = migrated_node("gpu-01").await;
 
     // A confirmed failure is True now, saying what it said since when it said it.
     let c = condition(&migrated, CONDITION_NODE_DEGRADED);
@@ -123,18 +129,7 @@ async fn the_conditions_of_0_2_0_become_the_new_ones_and_only_gpufabrics() {
     );
     assert_eq!(condition(&migrated, CONDITION_NODE_HEALTHY_LEGACY), None);
     // The operator migrates one node after the other: gpu-02 may come a moment later.
-    let gpu02 = env.node("gpu-02");
-    let n2 = wait::poll(
-        "gpu-02's GPUFabricDegraded condition",
-        Duration::from_secs(60),
-        Duration::from_millis(300),
-        || async {
-            let n = nodes.get(&gpu02).await.ok();
-            Ok(n.filter(|n| condition(n, CONDITION_NODE_DEGRADED).is_some()))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\noperator log:\n{}", env.operator.log_tail(60)));
+    let n2 = migrated_node("gpu-02").await;
     assert_eq!(
         said(&condition(&n2, CONDITION_NODE_DEGRADED)),
         Some(("False".into(), "Passed".into(), passed.into()))

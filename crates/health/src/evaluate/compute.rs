@@ -114,12 +114,7 @@ fn check_rate(
     let Some(median) = fleet::median(&values) else {
         return;
     };
-    let key = SeriesKey {
-        metric: rate.metric,
-        collective: None,
-        gpu: None,
-        peer: None,
-    };
+    let key = SeriesKey::of_node(rate.metric);
     stats.values.insert(key, median);
     let ratio = t.straggler_ratio.max(1.0);
     let below_floor: Vec<&(u32, f64, &CompactGpuCompute)> = match rate.floor {

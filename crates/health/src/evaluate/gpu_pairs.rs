@@ -326,12 +326,7 @@ fn record_pair_stats(
     }
     let all: Vec<f64> = set.values.values().copied().collect();
     let node_median = fleet::median(&all)?;
-    let key = SeriesKey {
-        metric: set.metric,
-        collective: None,
-        gpu: None,
-        peer: None,
-    };
+    let key = SeriesKey::of_node(set.metric);
     stats.values.insert(key, node_median);
     if set
         .floor

@@ -23,6 +23,18 @@ pub(super) struct SeriesKey {
     pub(super) peer: Option<u32>,
 }
 
+impl SeriesKey {
+    /// The node-wide value of `metric` (no collective, GPU or peer).
+    pub(super) fn of_node(metric: Metric) -> SeriesKey {
+        SeriesKey {
+            metric,
+            collective: None,
+            gpu: None,
+            peer: None,
+        }
+    }
+}
+
 /// What the fleet comparison needs from one measured node.
 #[derive(Debug)]
 pub(super) struct NodeStats {

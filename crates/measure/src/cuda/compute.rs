@@ -60,14 +60,7 @@ pub(super) fn compute_phase(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(GpuError::Call {
-                        call: "compute check",
-                        detail: "a GPU's thread panicked".into(),
-                    })
-                })
-            })
+            .map(|h| super::gpu::joined(h, "compute check"))
             .collect()
     });
     let mut measured = Vec::with_capacity(results.len());

@@ -42,6 +42,20 @@ impl GpuError {
 
 pub type GpuResult<T> = Result<T, GpuError>;
 
+/// The result of a scoped thread that drives a GPU; a panic there is the `call`'s error,
+/// never the process's end.
+pub fn joined<T>(
+    h: std::thread::ScopedJoinHandle<'_, GpuResult<T>>,
+    call: &'static str,
+) -> GpuResult<T> {
+    h.join().unwrap_or_else(|_| {
+        Err(GpuError::Call {
+            call,
+            detail: "its thread panicked".into(),
+        })
+    })
+}
+
 /// Turns a driver status into a result.
 pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
     check_alloc(call, status, None)

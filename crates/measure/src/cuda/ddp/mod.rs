@@ -127,14 +127,7 @@ fn run_steps_armed(
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(GpuError::Call {
-                        call: "ddp probe thread",
-                        detail: "panicked".into(),
-                    })
-                })
-            })
+            .map(|h| super::gpu::joined(h, "ddp probe thread"))
             .collect()
     });
     for r in results {
