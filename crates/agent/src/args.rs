@@ -287,7 +287,12 @@ pub struct NodeCheckArgs {
 
     /// A test hook, never a fault: flip one bit of this GPU's first silent-data-corruption
     /// output in device memory before it is read, to show the check finds it (cuda backend).
-    #[arg(long, env = "FABRIC_TEST_FLIP_SDC_BIT", hide = true, value_name = "GPU")]
+    #[arg(
+        long,
+        env = "FABRIC_TEST_FLIP_SDC_BIT",
+        hide = true,
+        value_name = "GPU"
+    )]
     pub flip_sdc_bit: Option<u32>,
 
     /// GPU counts of the DDP probe, comma-separated (default 1, 2, 4, ... all).

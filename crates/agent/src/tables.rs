@@ -367,13 +367,22 @@ pub fn compute_table(c: &ComputeResult) -> String {
         size(c.gemm_size),
         size(c.gemm_size),
         size(c.gemm_size),
-        c.memory_bytes.map_or("-".to_string(), |b| (b >> 20).to_string()),
+        c.memory_bytes
+            .map_or("-".to_string(), |b| (b >> 20).to_string()),
         size(c.sdc_size)
     );
     let _ = writeln!(
         out,
         "#{:>3}  {:>9}  {:>9}  {:>10}  {:>10}  {:>18}  {:>10}  {:>12}  {:>5}  throttle",
-        "gpu", "bf16 TF/s", "tf32 TF/s", "copy GB/s", "fill GB/s", "sdc", "sm MHz", "power W", "temp"
+        "gpu",
+        "bf16 TF/s",
+        "tf32 TF/s",
+        "copy GB/s",
+        "fill GB/s",
+        "sdc",
+        "sm MHz",
+        "power W",
+        "temp"
     );
     let cell = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     for g in &c.gpus {
@@ -533,7 +542,10 @@ mod tests {
         let t = compute_table(&c);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].contains("GEMM 8192 x 8192 x 8192") && lines[0].contains("1024 MiB"));
-        assert!(lines[2].contains("701.2") && lines[2].contains("ok 4/4"), "{t}");
+        assert!(
+            lines[2].contains("701.2") && lines[2].contains("ok 4/4"),
+            "{t}"
+        );
         assert!(lines[3].contains("WRONG 4/4 @1365,2048"), "{t}");
     }
 }
