@@ -16,6 +16,7 @@ use gpufabric_api::run::{
 };
 use gpufabric_api::shard::FabricTestRunShard;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -54,7 +55,56 @@ pub(super) async fn start(
         let frozen = existing.iter().flat_map(|s| s.spec.nodes.clone()).collect();
         (frozen, Vec::new())
     };
-    let started = now();
+    match plan_start(run, &targets, skipped, now()) {
+        StartPlan::Fail { status, message } => {
+            apply_status(api, &name, &status).await?;
+            ctx.metrics.run_finished(run, RunPhase::Failed, 0);
+            tracing::warn!(%message, "run failed at its start");
+            publish(ctx, run, true, "RunFailed", "Resolve", &message).await;
+            Ok(Action::await_change())
+        }
+        StartPlan::Start {
+            status,
+            wave_size,
+            note,
+        } => {
+            if existing.is_empty() {
+                create_shards(run, &targets, &shards_api).await?;
+            }
+            apply_status(api, &name, &status).await?;
+            tracing::info!(nodes = targets.len(), wave_size, "run started");
+            publish(ctx, run, false, "RunStarted", "Start", &note).await;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+    }
+}
+
+/// What a run whose nodes are known does at its start, decided apart from doing it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum StartPlan {
+    /// It cannot run (no node to test, a rollout it cannot follow): ends Failed with this
+    /// status, saying `message`.
+    Fail {
+        status: FabricTestRunStatus,
+        message: String,
+    },
+    /// It runs over its nodes in waves of `wave_size`: its shards are made (when they were
+    /// not yet), then this status, and `note` is published.
+    Start {
+        status: FabricTestRunStatus,
+        wave_size: usize,
+        note: String,
+    },
+}
+
+/// The start of `run` over `targets`, with `skipped` the selected nodes it does not test,
+/// at `started`: pure.
+pub(super) fn plan_start(
+    run: &FabricTestRun,
+    targets: &[String],
+    skipped: Vec<gpufabric_api::run::SkippedNode>,
+    started: Time,
+) -> StartPlan {
     let skipped_text = skipped
         .iter()
         .take(10)
@@ -85,24 +135,17 @@ pub(super) async fn start(
         let mut status = FabricTestRunStatus {
             phase: RunPhase::Failed,
             start_time: Some(started.clone()),
-            completion_time: Some(started),
+            completion_time: Some(started.clone()),
             duration: Some(st::duration_string(0)),
             message: Some(message.clone()),
             skipped: listed_skipped,
             skipped_count,
             ..Default::default()
         };
-        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &now());
-        apply_status(api, &name, &status).await?;
-        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
-        tracing::warn!(%message, "run failed at its start");
-        publish(ctx, run, true, "RunFailed", "Resolve", &message).await;
-        return Ok(Action::await_change());
+        crate::signals::set_finished_conditions(&mut status, run.metadata.generation, &started);
+        return StartPlan::Fail { status, message };
     }
     let wave_size = wave_size.unwrap_or(targets.len());
-    if existing.is_empty() {
-        create_shards(run, &targets, &shards_api).await?;
-    }
     let pending: Vec<NodeRunResult> = targets
         .iter()
         .map(|n| NodeRunResult {
@@ -132,15 +175,16 @@ pub(super) async fn start(
         skipped_count,
         ..Default::default()
     };
-    apply_status(api, &name, &status).await?;
-    tracing::info!(nodes = targets.len(), wave_size, "run started");
     let note = if wave_size < targets.len() {
         format!("testing {} nodes in waves of {wave_size}", targets.len())
     } else {
         format!("testing {} nodes", targets.len())
     };
-    publish(ctx, run, false, "RunStarted", "Start", &note).await;
-    Ok(Action::requeue(Duration::from_millis(100)))
+    StartPlan::Start {
+        status,
+        wave_size,
+        note,
+    }
 }
 
 /// An Event on the run, and the same (prefixed with the run's name) on its test.
@@ -479,6 +523,7 @@ pub(super) async fn busy_nodes_policy(
 mod tests {
     use super::*;
     use gpufabric_api::run::{FabricTestRunSpec, SkipReason, SkippedNode, Trigger};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn run_created_at(t: chrono::DateTime<Utc>) -> FabricTestRun {
         let spec = gpufabric_api::test::FabricTestSpec::default();
@@ -641,5 +686,88 @@ mod tests {
         );
         drop(client);
         assert!(server.await.expect("server").missing.is_empty());
+    }
+
+    fn nodes(n: usize) -> Vec<String> {
+        (1..=n).map(|i| format!("gpu-{i:02}")).collect()
+    }
+
+    #[test]
+    fn a_run_with_no_node_to_test_fails_at_its_start_and_says_why() {
+        let run = run_created_at(Utc::now());
+        let at = crate::time::now();
+        let StartPlan::Fail { status, message } = plan_start(&run, &[], Vec::new(), at.clone())
+        else {
+            panic!("fails");
+        };
+        assert_eq!(
+            message,
+            "no node matches the nodeSelector and has allocatable nvidia.com/gpu"
+        );
+        assert_eq!(status.phase, RunPhase::Failed);
+        assert_eq!(status.message.as_deref(), Some(message.as_str()));
+        assert_eq!(status.completion_time, Some(at));
+        assert!(
+            !status.conditions.is_empty(),
+            "the finished conditions are set"
+        );
+
+        let skips = vec![skipped("gpu-01", SkipReason::Busy)];
+        let StartPlan::Fail { status, message } = plan_start(&run, &[], skips, crate::time::now())
+        else {
+            panic!("fails");
+        };
+        assert!(
+            message.contains("1 selected, none usable") && message.contains("gpu-01 is busy"),
+            "{message}"
+        );
+        assert_eq!(status.skipped_count, 1);
+    }
+
+    #[test]
+    fn a_rollout_it_cannot_follow_fails_the_run_and_a_good_one_sets_its_waves() {
+        let mut run = run_created_at(Utc::now());
+        run.spec.rollout = Some(gpufabric_api::rollout::Rollout {
+            max_unavailable: Some(IntOrString::Int(0)),
+        });
+        let plan = plan_start(&run, &nodes(4), Vec::new(), crate::time::now());
+        assert!(
+            matches!(&plan, StartPlan::Fail { message, .. } if message.contains("maxUnavailable")),
+            "{plan:?}"
+        );
+
+        run.spec.rollout = Some(gpufabric_api::rollout::Rollout {
+            max_unavailable: Some(IntOrString::Int(3)),
+        });
+        let skips = vec![skipped("gpu-99", SkipReason::Tainted)];
+        let StartPlan::Start {
+            status,
+            wave_size,
+            note,
+        } = plan_start(&run, &nodes(10), skips, crate::time::now())
+        else {
+            panic!("starts");
+        };
+        assert_eq!(wave_size, 3);
+        assert_eq!(note, "testing 10 nodes in waves of 3");
+        assert_eq!(status.phase, RunPhase::Running);
+        assert_eq!(status.node_count, 10);
+        let p = status.progress.expect("progress");
+        assert_eq!((p.wave, p.waves, p.wave_size, p.total), (1, 4, 3, 10));
+        assert_eq!(status.nodes.len(), 10);
+        assert!(status.nodes.iter().all(|n| n.pod.is_none()));
+        assert_eq!(
+            status.message.as_deref(),
+            Some("1 selected nodes not tested: gpu-99 is busy")
+        );
+
+        run.spec.rollout = None;
+        let StartPlan::Start {
+            note, wave_size, ..
+        } = plan_start(&run, &nodes(2), Vec::new(), crate::time::now())
+        else {
+            panic!("starts");
+        };
+        assert_eq!((note.as_str(), wave_size), ("testing 2 nodes", 2));
     }
 }
