@@ -3,7 +3,8 @@
 //! between two nodes, one node whose GPUs a training job holds), the process-kubelet, the
 //! operator with its admission webhook (and a FabricTest it refuses), and a FabricTest run
 //! (node checks, then node pairs) whose findings, node pairs, quarantined nodes and
-//! not-measured nodes it prints.
+//! not-measured nodes it prints with the tables of `kubectl gpufabric` (crates/kubectl),
+//! ending with its `status`.
 //!
 //! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
 
@@ -113,6 +114,7 @@ async fn main() -> anyhow::Result<()> {
                 std::time::Duration::from_secs(cli.timeout.min(180)),
             )
             .await?;
+            report::print_status(&cluster).await?;
         }
         None => {
             step("what comes next");

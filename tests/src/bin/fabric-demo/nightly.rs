@@ -3,7 +3,7 @@
 
 use crate::NAMESPACE;
 use crate::print::{info, step};
-use crate::report::{not_measured, print_ddp_nodes, print_pairs, print_quarantine, print_run};
+use crate::report::{not_measured, print_quarantine, print_run};
 use crate::setup::kubectl;
 use anyhow::{Context, bail};
 use gpufabric_api::{FabricTest, FabricTestRun, keys};
@@ -27,9 +27,7 @@ pub(crate) async fn run_nightly(
     step("kubectl get ft,ftr -o wide");
     kubectl(cluster, &["get", "ft,ftr", "-o", "wide"]);
     for r in runs.list(&lp).await?.items {
-        print_run(&r);
-        print_pairs(cluster, &r).await?;
-        print_ddp_nodes(&r);
+        print_run(cluster, &r).await?;
     }
     let ft = tests.get(&name).await?;
     print_quarantine(cluster, &ft).await?;

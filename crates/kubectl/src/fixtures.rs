@@ -1,0 +1,132 @@
+//! Hand-built objects for the renderers' tests: the demo's nightly test and its manual run,
+//! with a quarantined node, a node held back by the budget, a busy node skipped, node pairs
+//! and the multi-node probe.
+
+use gpufabric_api::shard::FabricTestRunShard;
+use gpufabric_api::{FabricTest, FabricTestRun};
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+
+pub const RECORD: &str = r#"{"test":"nightly","run":"nightly-manual-1","reason":"NIC mlx5_0 port 1 slow to every partner","since":"2026-11-21T02:03:04Z","mode":"Cordon","cordoned":true,"labeled":true}"#;
+
+pub fn test() -> FabricTest {
+    serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTest",
+        "metadata": {"name": "nightly"},
+        "spec": {"schedule": "0 2 * * *", "quarantine": {"mode": "Cordon", "failuresToQuarantine": 1, "passesToRelease": 2}},
+        "status": {
+            "activeRun": null,
+            "lastRun": {"name": "nightly-manual-1", "phase": "Succeeded", "trigger": "Manual",
+                        "passed": 12, "failed": 3, "errored": 0, "notMeasured": 1, "findings": 4},
+            "nodes": [
+                {"node": "h200-02", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0,
+                 "quarantined": true, "quarantinedSince": "2026-11-21T02:03:04Z",
+                 "lastFinding": "slow NIC", "lastRun": "nightly-manual-1", "lastMeasured": "2026-11-21T02:03:00Z"},
+                {"node": "h100-03", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0,
+                 "heldBack": "would quarantine: the budget (maxQuarantined 10%) is spent",
+                 "lastRun": "nightly-manual-1"},
+                {"node": "h100-00", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3,
+                 "lastRun": "nightly-manual-1"}
+            ],
+            "quarantinedNodes": ["h200-02"],
+            "quarantinedCount": 1,
+            "targets": [{"node": "h200-02", "reason": "marked repaired (gpufabric.io/repaired: INC-1)", "attempts": 0}],
+            "conditions": [{"type": "BreakerOpen", "status": "False", "reason": "Closed", "message": "",
+                            "lastTransitionTime": "2026-11-21T02:00:00Z"}]
+        }
+    }))
+    .expect("a FabricTest")
+}
+
+pub fn open_breaker(mut t: FabricTest) -> FabricTest {
+    if let Some(c) = t
+        .status
+        .as_mut()
+        .and_then(|s| s.conditions.iter_mut().find(|c| c.type_ == "BreakerOpen"))
+    {
+        c.status = "True".into();
+        c.reason = "Storm".into();
+        c.message = "run nightly-1: 14 of 16 measured nodes failed (more than 50%)".into();
+    }
+    t
+}
+
+pub fn run() -> FabricTestRun {
+    serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTestRun",
+        "metadata": {"name": "nightly-manual-1"},
+        "spec": {"test": "nightly", "trigger": "Manual"},
+        "status": {
+            "phase": "Succeeded",
+            "nodeCount": 3, "passed": 1, "failed": 2, "notMeasured": 1,
+            "nodes": [
+                {"node": "h100-03", "verdict": "Failed", "product": "NVIDIA-H100-80GB-HBM3",
+                 "allReduceBusBwGbps": 361.52, "minPairGbps": 95.0, "ddpEfficiency": 0.97, "findings": 1},
+                {"node": "h200-02", "verdict": "Failed", "findings": 1},
+                {"node": "h100-00", "verdict": "Passed", "allReduceBusBwGbps": 480.0},
+                {"node": "h100-09", "verdict": "NotMeasured", "notMeasured": "Evicted", "reason": "evicted by the kubelet"}
+            ],
+            "skipped": [{"node": "h200-07", "reason": "Busy", "message": "8 of 8 GPUs in use"}],
+            "findings": [
+                {"kind": "Slow", "subject": {"kind": "GpuPair", "node": "h100-03", "gpu": 2, "peerGpu": 5},
+                 "metric": "pairBandwidth", "measured": 95.0, "expected": 300.0, "deviation": -0.683,
+                 "unit": "GB/s", "severity": "Critical", "message": "GPU pair 2-5 copies at 95 GB/s"},
+                {"kind": "Slow", "subject": {"kind": "NodePair", "node": "h100-05", "peerNode": "h200-02"},
+                 "metric": "nodePairBusBw", "severity": "Info", "message": "the path h100-05 <-> h200-02 is slow"}
+            ],
+            "findingCount": 3,
+            "nodePairs": {"seed": 7, "candidates": 12, "round": 4, "rounds": 4, "confirmationRound": 4,
+                          "retested": 1, "done": true, "pairs": 2, "measured": 2, "notMeasured": 0, "errored": 0,
+                          "within": {"measured": 2, "medianGbps": 48.5}},
+            "ddpNodes": {"nodes": ["h100-00", "h100-01"], "state": "Measured", "done": true,
+                         "points": [{"nodes": 1, "gpus": 8, "stepMs": 20.0, "scalingEfficiency": 1.0, "commAloneMs": 1.0, "exposedCommMs": 0.5},
+                                    {"nodes": 2, "gpus": 16, "stepMs": 21.0, "scalingEfficiency": 0.952, "commAloneMs": 2.0, "exposedCommMs": 1.0}],
+                         "stragglers": [{"node": "h100-01", "computeMs": 26.0, "fastestMs": 20.0, "slowerPercent": 30.0}]}
+        }
+    }))
+    .expect("a FabricTestRun")
+}
+
+pub fn shard() -> FabricTestRunShard {
+    serde_json::from_value(json!({
+        "apiVersion": "gpufabric.io/v1alpha1",
+        "kind": "FabricTestRunShard",
+        "metadata": {"name": "nightly-manual-1-0"},
+        "spec": {"run": "nightly-manual-1", "index": 0, "nodes": ["h100-05", "h200-02"]},
+        "status": {"nodeCount": 2, "done": 2, "passed": 1, "failed": 1, "nodes": [
+            {"node": "h200-02", "verdict": "Failed", "pairs": [
+                {"round": 4, "index": 0, "partner": "h100-00", "rank": 0, "confirmation": true,
+                 "state": "Measured", "busbwGbps": 12.5, "transport": "ib"},
+                {"round": 1, "index": 1, "partner": "h100-05", "rank": 1, "state": "Measured", "busbwGbps": 13.0}
+            ]},
+            {"node": "h100-05", "verdict": "Passed", "pairs": [
+                {"round": 1, "index": 1, "partner": "h200-02", "rank": 0, "state": "Measured", "busbwGbps": 13.0, "transport": "ib"}
+            ]}
+        ]}
+    }))
+    .expect("a FabricTestRunShard")
+}
+
+pub fn node(name: &str, record: Option<&str>) -> Node {
+    let mut annotations = serde_json::Map::new();
+    let mut labels = serde_json::Map::new();
+    let mut spec = json!({});
+    if let Some(r) = record {
+        annotations.insert("gpufabric.io/quarantine".into(), json!(r));
+        annotations.insert("gpufabric.io/repaired".into(), json!("INC-1"));
+        labels.insert("gpufabric.io/quarantined".into(), json!("true"));
+        labels.insert("gpufabric.io/result".into(), json!("fail"));
+        spec = json!({"unschedulable": true, "taints": [
+            {"key": "gpufabric.io/quarantined", "value": "true", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]});
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annotations, "labels": labels},
+        "spec": spec,
+    }))
+    .expect("a Node")
+}

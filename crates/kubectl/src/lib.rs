@@ -1,0 +1,19 @@
+//! `kubectl gpufabric`: what gpufabric found and holds, as tables, JSON or YAML, and the
+//! annotations that ask it to act. Pure: views built from the API objects and rendered,
+//! no client (`main.rs` fetches, this renders); the demo prints the same tables.
+
+#![forbid(unsafe_code)]
+
+pub mod doc;
+pub mod exit;
+pub mod findings;
+pub mod node;
+pub mod output;
+pub mod report;
+pub mod request;
+pub mod status;
+
+pub use output::{Format, View, render};
+
+#[cfg(test)]
+mod fixtures;

@@ -1,0 +1,409 @@
+//! `kubectl gpufabric node NODE`: a node's history in every FabricTest, its quarantine
+//! record, the gate and repair marks on it, the findings of the latest runs that name it,
+//! and why each test does or does not act on it.
+
+use crate::doc::{Doc, Table, wire};
+use crate::findings::{RunFinding, names_node, subject};
+use crate::output::View;
+use crate::status::Breaker;
+use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::test::{NodeHealth, NodeTarget};
+use gpufabric_api::{FabricTest, FabricTestRun, keys};
+use k8s_openapi::api::core::v1::Node;
+use serde::Serialize;
+
+/// The node's entry in one FabricTest.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TestEntry {
+    pub test: String,
+    /// Its history in the test's `status.nodes`.
+    pub health: NodeHealth,
+    /// Waiting for a targeted run of the test, and why.
+    pub target: Option<NodeTarget>,
+    /// Whether the test acts on the node, and why (or why not), as a sentence.
+    pub acted_on: String,
+}
+
+/// What `node` shows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    pub node: String,
+    pub cordoned: bool,
+    /// The gpufabric taints on it (`key=value:effect`).
+    pub taints: Vec<String>,
+    /// The `gpufabric.io/result` label: pass, suspect or fail.
+    pub result: Option<String>,
+    /// The quarantine record (`gpufabric.io/quarantine`), parsed.
+    pub quarantine: Option<QuarantineRecord>,
+    /// Why the annotation is there but is no record.
+    pub quarantine_error: Option<String>,
+    /// `gpufabric.io/repaired`: marked back from repair, not yet measured.
+    pub repaired: Option<String>,
+    /// `gpufabric.io/gated`: the test that put the validation gate on it when it joined.
+    pub gated: Option<String>,
+    pub last_pass: Option<String>,
+    pub tests: Vec<TestEntry>,
+    /// The findings that name the node in each test's latest run that tested it.
+    pub findings: Vec<RunFinding>,
+}
+
+/// Why `test` does or does not act on the node of entry `h`.
+pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String {
+    let policy = &test.spec.quarantine;
+    let mut why = if h.quarantined {
+        let since = h
+            .quarantined_since
+            .as_ref()
+            .map(|t| format!(" since {}", t.0))
+            .unwrap_or_default();
+        if h.repeat_offender {
+            format!(
+                "quarantined{since}, a repeat offender: passing runs no longer release it, a repair ({}) does",
+                keys::ANNOTATION_REPAIRED
+            )
+        } else {
+            format!(
+                "quarantined{since}: released after {} passing run(s) in a row, or one pass after a repair ({})",
+                policy.passes_to_release,
+                keys::ANNOTATION_REPAIRED
+            )
+        }
+    } else if let Some(held) = &h.held_back {
+        format!("not acted on: {held}")
+    } else if let Some(t) = &h.taken_back {
+        format!(
+            "not acted on: someone else took the quarantine back ({}, {}); what is on the node is theirs",
+            t.what,
+            t.at.0
+        )
+    } else if h.verdict.is_bad() {
+        format!(
+            "failing ({} run(s) in a row): quarantined ({:?}) after {} in a row{}",
+            h.consecutive_failures,
+            policy.mode,
+            policy.failures_to_quarantine,
+            if policy.confirm_retest {
+                ", confirmed by a retest"
+            } else {
+                ""
+            }
+        )
+    } else if h.verdict.is_measured() {
+        "passing: nothing to do".to_string()
+    } else {
+        format!(
+            "not measured ({}): never held against the node",
+            h.verdict.name()
+        )
+    };
+    if breaker.open {
+        why.push_str(&format!(
+            "; the breaker of {} is open: it quarantines and releases no node",
+            test.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    why
+}
+
+impl NodeView {
+    /// The view of `node`, from every FabricTest and the latest run of each that tested it.
+    pub fn of(node: &Node, tests: &[FabricTest], runs: &[FabricTestRun]) -> NodeView {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        let (quarantine, quarantine_error) =
+            match QuarantineRecord::from_annotations(Some(&annotations)) {
+                Ok(r) => (r, None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key.starts_with("gpufabric.io/"))
+            .map(|t| {
+                format!(
+                    "{}={}:{}",
+                    t.key,
+                    t.value.clone().unwrap_or_default(),
+                    t.effect
+                )
+            })
+            .collect();
+        let mut entries = Vec::new();
+        let mut findings = Vec::new();
+        let mut tests: Vec<&FabricTest> = tests.iter().collect();
+        tests.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for t in tests {
+            let Some(st) = t.status.as_ref() else {
+                continue;
+            };
+            let Some(h) = st.nodes.iter().find(|h| h.node == name) else {
+                continue;
+            };
+            let breaker = Breaker::of(t);
+            entries.push(TestEntry {
+                test: t.metadata.name.clone().unwrap_or_default(),
+                health: h.clone(),
+                target: st.targets.iter().find(|x| x.node == name).cloned(),
+                acted_on: acted_on(t, h, &breaker),
+            });
+            let Some(last) = &h.last_run else {
+                continue;
+            };
+            let Some(run) = runs
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(last.as_str()))
+            else {
+                continue;
+            };
+            for f in run
+                .status
+                .iter()
+                .flat_map(|s| &s.findings)
+                .filter(|f| names_node(f, &name))
+            {
+                findings.push(RunFinding {
+                    run: last.clone(),
+                    test: run.spec.test.clone(),
+                    finding: f.clone(),
+                });
+            }
+        }
+        let label = |k: &str| {
+            node.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .cloned()
+        };
+        NodeView {
+            cordoned: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            taints,
+            result: label(keys::LABEL_RESULT),
+            quarantine,
+            quarantine_error,
+            repaired: annotations.get(keys::ANNOTATION_REPAIRED).cloned(),
+            gated: annotations.get(keys::ANNOTATION_GATED).cloned(),
+            last_pass: annotations.get(keys::ANNOTATION_LAST_PASS).cloned(),
+            tests: entries,
+            findings,
+            node: name,
+        }
+    }
+}
+
+impl View for NodeView {
+    fn doc(&self) -> Doc {
+        let mut doc = Doc::default();
+        doc.heading(format!("node {}", self.node));
+        doc.line(format!(
+            "cordoned {}; result {}; last pass {}",
+            self.cordoned,
+            self.result.as_deref().unwrap_or("-"),
+            self.last_pass.as_deref().unwrap_or("-")
+        ));
+        doc.line(format!(
+            "gpufabric taints: {}",
+            if self.taints.is_empty() {
+                "none".to_string()
+            } else {
+                self.taints.join(", ")
+            }
+        ));
+        match (&self.quarantine, &self.quarantine_error) {
+            (Some(q), _) => {
+                let mut done = Vec::new();
+                if q.cordoned {
+                    done.push("cordoned");
+                }
+                if q.labeled {
+                    done.push("labelled");
+                }
+                if q.tainted {
+                    done.push("tainted");
+                }
+                doc.line(format!(
+                    "quarantine record ({}): FabricTest {}, run {}, since {}, mode {:?}, {}: {}",
+                    keys::ANNOTATION_QUARANTINE,
+                    q.test_name(),
+                    q.run,
+                    q.since.0,
+                    q.mode,
+                    if done.is_empty() {
+                        "changed nothing".to_string()
+                    } else {
+                        done.join(", ")
+                    },
+                    q.reason
+                ));
+            }
+            (None, Some(e)) => doc.line(format!("quarantine record: unreadable: {e}")),
+            (None, None) => doc.line("quarantine record: none"),
+        }
+        doc.line(format!(
+            "repaired ({}): {}; gated ({}): {}",
+            keys::ANNOTATION_REPAIRED,
+            self.repaired.as_deref().unwrap_or("no"),
+            keys::ANNOTATION_GATED,
+            self.gated.as_deref().unwrap_or("no")
+        ));
+        doc.heading("history in each FabricTest");
+        let mut t = Table::new(&[
+            "TEST",
+            "VERDICT",
+            "FAILURES",
+            "PASSES",
+            "LAST RUN",
+            "LAST MEASURED",
+            "LAST FINDING",
+        ]);
+        for e in &self.tests {
+            let h = &e.health;
+            t.push(vec![
+                e.test.clone(),
+                h.verdict.name().into(),
+                h.consecutive_failures.to_string(),
+                h.consecutive_passes.to_string(),
+                h.last_run.clone().unwrap_or_else(|| "-".into()),
+                h.last_measured
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                h.last_finding.clone().unwrap_or_default(),
+            ]);
+        }
+        doc.table(t);
+        doc.heading("acted on?");
+        let mut t = Table::new(&["TEST", "WHY"]);
+        for e in &self.tests {
+            t.push(vec![e.test.clone(), e.acted_on.clone()]);
+            if let Some(x) = &e.target {
+                t.push(vec![
+                    e.test.clone(),
+                    format!(
+                        "to be tested now: {} ({} attempt(s) so far)",
+                        x.reason, x.attempts
+                    ),
+                ]);
+            }
+        }
+        doc.table(t);
+        doc.heading(format!("findings naming {}", self.node));
+        let mut t = Table::new(&["RUN", "SUBJECT", "KIND", "SEVERITY", "MESSAGE"]);
+        for f in &self.findings {
+            t.push(vec![
+                f.run.clone(),
+                subject(&f.finding.subject),
+                wire(&f.finding.kind),
+                wire(&f.finding.severity),
+                f.finding.message.clone(),
+            ]);
+        }
+        doc.table(t);
+        doc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+    use crate::output::{Format, render};
+
+    fn view(node: &str, record: Option<&str>) -> NodeView {
+        NodeView::of(
+            &fixtures::node(node, record),
+            &[fixtures::test()],
+            &[fixtures::run()],
+        )
+    }
+
+    #[test]
+    fn a_quarantined_node_shows_its_record_history_findings_and_why() {
+        let v = view("h200-02", Some(fixtures::RECORD));
+        let q = v.quarantine.as_ref().expect("record parsed");
+        assert_eq!(q.run, "nightly-manual-1");
+        assert!(v.cordoned);
+        assert_eq!(v.taints, ["gpufabric.io/quarantined=true:NoSchedule"]);
+        assert_eq!(v.repaired.as_deref(), Some("INC-1"));
+        let text = render(&v, Format::Table).expect("text");
+        assert!(
+            text.contains("quarantine record (gpufabric.io/quarantine): FabricTest nightly, run nightly-manual-1, since 2026-11-21T02:03:04Z, mode Cordon, cordoned, labelled: NIC mlx5_0 port 1 slow to every partner"),
+            "{text}"
+        );
+        assert!(text.contains("nightly  Failed   1         0"), "{text}");
+        assert!(
+            text.contains("quarantined since 2026-11-21T02:03:04Z: released after 2 passing run(s) in a row, or one pass after a repair (gpufabric.io/repaired)"),
+            "{text}"
+        );
+        assert!(text.contains("to be tested now: marked repaired"), "{text}");
+        // The path finding names it as the second node of the pair.
+        assert!(
+            text.contains("nightly-manual-1  <-> h200-02  Slow  Info"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_held_back_node_says_why_it_is_not_acted_on() {
+        let v = view("h100-03", None);
+        assert!(v.quarantine.is_none() && v.quarantine_error.is_none());
+        assert_eq!(
+            v.tests[0].acted_on,
+            "not acted on: would quarantine: the budget (maxQuarantined 10%) is spent"
+        );
+        assert_eq!(v.findings.len(), 1);
+        let text = render(&v, Format::Table).expect("text");
+        assert!(text.contains("quarantine record: none"), "{text}");
+    }
+
+    #[test]
+    fn an_open_breaker_and_a_passing_node_are_said_so() {
+        let t = fixtures::open_breaker(fixtures::test());
+        let v = NodeView::of(&fixtures::node("h100-00", None), &[t], &[]);
+        assert_eq!(
+            v.tests[0].acted_on,
+            "passing: nothing to do; the breaker of nightly is open: it quarantines and releases no node"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_record_is_reported_not_hidden() {
+        let v = view("h100-00", Some("cordoned by bob"));
+        assert!(v.quarantine.is_none());
+        let text = render(&v, Format::Table).expect("text");
+        assert!(text.contains("quarantine record: unreadable"), "{text}");
+    }
+
+    #[test]
+    fn a_node_no_test_knows_has_empty_tables() {
+        let v = view("other", None);
+        assert!(v.tests.is_empty() && v.findings.is_empty());
+        let text = render(&v, Format::Table).expect("text");
+        assert!(text.contains("(none)"), "{text}");
+    }
+
+    #[test]
+    fn json_and_yaml_carry_the_record_and_the_history() {
+        let v = view("h200-02", Some(fixtures::RECORD));
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&v, Format::Json).expect("json")).expect("parses");
+        assert_eq!(json["node"], "h200-02");
+        assert_eq!(json["quarantine"]["test"], "nightly");
+        assert_eq!(json["quarantine"]["cordoned"], true);
+        assert_eq!(json["tests"][0]["health"]["quarantined"], true);
+        assert_eq!(json["tests"][0]["target"]["attempts"], 0);
+        assert_eq!(json["findings"][0]["subject"]["peerNode"], "h200-02");
+        let yaml: serde_json::Value =
+            serde_yaml::from_str(&render(&v, Format::Yaml).expect("yaml")).expect("parses");
+        assert_eq!(yaml, json);
+    }
+}
