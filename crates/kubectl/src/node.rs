@@ -75,8 +75,7 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
     } else if let Some(t) = &h.taken_back {
         format!(
             "not acted on: someone else took the quarantine back ({}, {}); what is on the node is theirs",
-            t.what,
-            t.at.0
+            t.what, t.at.0
         )
     } else if h.verdict.is_bad() {
         format!(
