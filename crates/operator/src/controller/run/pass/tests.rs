@@ -1,0 +1,277 @@
+use super::super::Keeper;
+use super::*;
+use crate::controller::fake_api::{self, Expect};
+use gpufabric_api::keys;
+use gpufabric_api::run::{FabricTestRunSpec, RunPhase, Trigger};
+use gpufabric_api::shard::{FabricTestRunShard, FabricTestRunShardSpec, FabricTestRunShardStatus};
+use http::{Method, StatusCode};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::{reflector, watcher};
+use serde_json::Value;
+use serde_json::json;
+
+const RUN: &str = "nightly-1";
+const UID: &str = "run-uid";
+
+fn running_run(nodes: &[&str]) -> FabricTestRun {
+    let spec = gpufabric_api::test::FabricTestSpec::default();
+    let mut r = FabricTestRun::new(
+        RUN,
+        FabricTestRunSpec::of_test("nightly", &spec, Trigger::Schedule, None, None),
+    );
+    r.metadata.uid = Some(UID.into());
+    r.metadata.creation_timestamp = Some(now());
+    r.status = Some(FabricTestRunStatus {
+        phase: RunPhase::Running,
+        start_time: Some(now()),
+        node_count: nodes.len() as u32,
+        shards: 1,
+        progress: Some(RunProgress {
+            total: nodes.len() as u32,
+            wave: 1,
+            waves: 1,
+            wave_size: nodes.len() as u32,
+            wave_start_time: Some(now()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    r
+}
+
+/// The run's one shard as the killed operator left it: every node Pending, no pod named.
+fn shard_without_pods(run: &FabricTestRun, nodes: &[&str]) -> FabricTestRunShard {
+    let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    let mut s = shards::build(run, &nodes).expect("shards").remove(0);
+    let spec: &FabricTestRunShardSpec = &s.spec;
+    s.status = Some(FabricTestRunShardStatus::of(shards::entries(spec, None)));
+    s
+}
+
+/// The running benchmark pod of `node`, owned by the run.
+fn running_pod(node: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": names::pod_name(RUN, node),
+            "namespace": "gpufabric",
+            "labels": {keys::LABEL_RUN: RUN},
+            "ownerReferences": [{"apiVersion": "gpufabric.io/v1alpha1",
+                "kind": "FabricTestRun", "name": RUN, "uid": UID, "controller": true}],
+            "creationTimestamp": now(),
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "agent"}]},
+        "status": {"phase": "Running",
+            "containerStatuses": [{"name": "agent", "ready": true, "restartCount": 0,
+                "image": "fabric-agent", "imageID": "", "state": {"running": {}}}]}
+    }))
+    .expect("pod")
+}
+
+fn json_of<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn gpu_node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"allocatable": {keys::RESOURCE_GPU: "8"}}
+    }))
+    .expect("node")
+}
+
+fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> Arc<Context> {
+    let (node_store, mut node_writer) = reflector::store();
+    for n in ["gpu-01", "gpu-02", "gpu-03"] {
+        node_writer.apply_watcher_event(&watcher::Event::Apply(gpu_node(n)));
+    }
+    let (pod_store, mut pod_writer) = reflector::store();
+    for p in pods {
+        pod_writer.apply_watcher_event(&watcher::Event::Apply(p));
+    }
+    let (shard_store, mut shard_writer) = reflector::store();
+    shard_writer.apply_watcher_event(&watcher::Event::Apply(shard));
+    let (_, synced) = tokio::sync::watch::channel(true);
+    Arc::new(Context {
+        client: client.clone(),
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+        events: crate::events::Events::new(client, crate::events::Reporter::from("gpufabric")),
+        nodes: node_store,
+        pods: pod_store,
+        runs: reflector::store().0,
+        shards: shard_store,
+        departed: Default::default(),
+        shard_writes: Default::default(),
+        pod_namespace: "gpufabric".into(),
+        backoff: Default::default(),
+        synced,
+        agent_image: "registry.local/fabric-agent:test".into(),
+        cluster_cap: None,
+        quarantine_lock: Default::default(),
+        start_lock: Default::default(),
+        keeper: Arc::new(Keeper::new()),
+        passes: Default::default(),
+    })
+}
+
+#[tokio::test]
+async fn a_pod_made_by_an_operator_killed_before_its_shard_write_is_named_in_the_shard() {
+    let nodes = ["gpu-01", "gpu-02", "gpu-03"];
+    let run = running_run(&nodes);
+    let shard = shard_without_pods(&run, &nodes);
+    // The killed operator created the pods of gpu-01 and gpu-02, not that of gpu-03.
+    let pods = vec![running_pod("gpu-01"), running_pod("gpu-02")];
+    let (client, handle) = fake_api::client();
+    let server = fake_api::serve(
+        handle,
+        vec![
+            Expect::new(
+                Method::GET,
+                &format!("/apis/gpufabric.io/v1alpha1/fabrictestruns/{RUN}"),
+                StatusCode::OK,
+                json_of(&run),
+            ),
+            Expect::new(
+                Method::POST,
+                "/api/v1/namespaces/gpufabric/pods",
+                StatusCode::CREATED,
+                Value::Null,
+            ),
+            Expect::new(
+                Method::PATCH,
+                &format!("/apis/gpufabric.io/v1alpha1/fabrictestrunshards/{RUN}-s0/status"),
+                StatusCode::OK,
+                json_of(&shard),
+            ),
+            Expect::new(
+                Method::PATCH,
+                &format!("/apis/gpufabric.io/v1alpha1/fabrictestruns/{RUN}/status"),
+                StatusCode::OK,
+                json_of(&run),
+            ),
+        ],
+    );
+    let ctx = context(client, shard, pods);
+    super::super::reconcile(Arc::new(run), ctx.clone())
+        .await
+        .expect("a pass");
+    drop(ctx);
+    let seen = server.await.expect("server");
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:#?}"
+    );
+    assert_eq!(
+        seen.requests[1].body["spec"]["nodeName"], "gpu-03",
+        "only the node without a pod gets one"
+    );
+    let written = &seen.requests[2].body["status"]["nodes"];
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(written[i]["node"], *node);
+        assert_eq!(
+            written[i]["pod"],
+            names::pod_name(RUN, node),
+            "{node}: {written}"
+        );
+    }
+}
+
+/// The pod of `node` as the watch last saw it before it was deleted: preempted by the
+/// scheduler, its agent ended on SIGTERM.
+fn preempted_pod(node: &str) -> Pod {
+    let mut p = running_pod(node);
+    let status = json!({"phase": "Failed",
+        "conditions": [{"type": "DisruptionTarget", "status": "True",
+            "reason": "PreemptionByScheduler",
+            "message": "default-scheduler: preempting to accommodate a higher priority pod"}],
+        "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+            "image": "fabric-agent", "imageID": "",
+            "state": {"terminated": {"exitCode": 143, "reason": "Error",
+                "message": "progress: ncclSweep: allReduce 64 MiB"}}}]});
+    p.status = serde_json::from_value(status).ok();
+    p
+}
+
+#[tokio::test]
+async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
+    let nodes = ["gpu-01", "gpu-02"];
+    let mut entries: Vec<NodeRunResult> = nodes
+        .iter()
+        .map(|n| NodeRunResult {
+            node: n.to_string(),
+            pod: Some(names::pod_name(RUN, n)),
+            verdict: gpufabric_api::run::NodeVerdict::Running,
+            ..Default::default()
+        })
+        .collect();
+    let (client, handle) = fake_api::client();
+    let gone_path = |node: &str| {
+        format!(
+            "/api/v1/namespaces/gpufabric/pods/{}",
+            names::pod_name(RUN, node)
+        )
+    };
+    let server = fake_api::serve(
+        handle,
+        nodes
+            .iter()
+            .map(|n| {
+                Expect::new(
+                    Method::GET,
+                    &gone_path(n),
+                    StatusCode::NOT_FOUND,
+                    fake_api::status(404, "NotFound"),
+                )
+            })
+            .collect(),
+    );
+    let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+    // The watch saw gpu-01's pod end preempted; gpu-02's went with no last state seen.
+    let departed = crate::departed::Departed::default();
+    departed.record(&preempted_pod("gpu-01"));
+    let read = read_states(
+        RUN,
+        &mut entries,
+        &PodsOfRun {
+            pods: &HashMap::new(),
+            api: &api,
+            gone: &|pod: &str| departed.last("gpufabric", pod, UID),
+        },
+        &|_| false,
+        60,
+    )
+    .await
+    .expect("read");
+    drop(api);
+    let seen = server.await.expect("server");
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:#?}"
+    );
+    let reason = |s: &PodState| match s {
+        PodState::Ended(gpufabric_api::outcome::NodeOutcome::NotMeasured { reason, .. }) => {
+            Some(*reason)
+        }
+        _ => None,
+    };
+    use gpufabric_api::outcome::NotMeasuredReason;
+    assert_eq!(
+        reason(&read.outcomes[0]),
+        Some(NotMeasuredReason::Preempted),
+        "{:?}",
+        read.outcomes[0]
+    );
+    assert_eq!(
+        reason(&read.outcomes[1]),
+        Some(NotMeasuredReason::PodDeleted),
+        "{:?}",
+        read.outcomes[1]
+    );
+    assert!(read.to_create.is_empty() && read.to_stop.is_empty());
+    assert_eq!(read.occupying, 0);
+    // Another run's pod of the same name is not this run's.
+    assert!(
+        departed
+            .last("gpufabric", &names::pod_name(RUN, "gpu-01"), "other")
+            .is_none()
+    );
+}
