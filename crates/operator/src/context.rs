@@ -101,6 +101,41 @@ fn fill_image(pod: &mut Pod, image: &str) {
 }
 
 #[cfg(test)]
+impl Context {
+    /// A context over `client` and the given caches (filled and synced), every other part as
+    /// a fresh operator has it: what the unit tests of the controllers run against.
+    pub(crate) fn for_tests(
+        client: Client,
+        nodes: Store<Node>,
+        pods: Store<Pod>,
+        runs: Store<FabricTestRun>,
+        shards: Store<FabricTestRunShard>,
+    ) -> Arc<Context> {
+        let (_, synced) = tokio::sync::watch::channel(true);
+        Arc::new(Context {
+            client: client.clone(),
+            metrics: Arc::new(Metrics::new()),
+            events: Events::new(client, crate::events::Reporter::from("gpufabric")),
+            nodes,
+            pods,
+            runs,
+            shards,
+            departed: Default::default(),
+            shard_writes: Default::default(),
+            pod_namespace: "gpufabric".into(),
+            backoff: Default::default(),
+            synced,
+            agent_image: "registry.local/fabric-agent:test".into(),
+            cluster_cap: None,
+            quarantine_lock: Default::default(),
+            start_lock: Default::default(),
+            keeper: Arc::new(crate::controller::run::Keeper::new()),
+            passes: Default::default(),
+        })
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec};

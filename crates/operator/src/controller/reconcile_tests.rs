@@ -5,8 +5,6 @@ use super::fake_api::{Expect, Transcript, client, serve, status};
 use super::{error_policy, test as ft};
 use crate::context::Context;
 use crate::error::Error;
-use crate::events::{Events, Reporter};
-use crate::metrics::Metrics;
 use crate::time::to_time;
 use chrono::Utc;
 use gpufabric_api::keys;
@@ -33,27 +31,7 @@ fn context(client: Client, runs: Vec<FabricTestRun>) -> Arc<Context> {
     for r in runs {
         writer.apply_watcher_event(&watcher::Event::Apply(r));
     }
-    let (_, synced) = tokio::sync::watch::channel(true);
-    Arc::new(Context {
-        client: client.clone(),
-        metrics: Arc::new(Metrics::new()),
-        events: Events::new(client, Reporter::from("gpufabric")),
-        nodes,
-        pods,
-        runs: run_store,
-        shards: reflector::store().0,
-        departed: Default::default(),
-        shard_writes: Default::default(),
-        pod_namespace: "gpufabric".into(),
-        backoff: Default::default(),
-        synced,
-        agent_image: "registry.local/fabric-agent:test".into(),
-        cluster_cap: None,
-        quarantine_lock: Default::default(),
-        start_lock: Default::default(),
-        keeper: Arc::new(crate::controller::run::Keeper::new()),
-        passes: Default::default(),
-    })
+    Context::for_tests(client, nodes, pods, run_store, reflector::store().0)
 }
 
 fn fabric_test(name: &str, spec: FabricTestSpec, status: Option<FabricTestStatus>) -> FabricTest {

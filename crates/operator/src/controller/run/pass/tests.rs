@@ -1,4 +1,3 @@
-use super::super::Keeper;
 use super::*;
 use crate::controller::fake_api::{self, Expect};
 use gpufabric_api::keys;
@@ -90,27 +89,13 @@ fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> A
     }
     let (shard_store, mut shard_writer) = reflector::store();
     shard_writer.apply_watcher_event(&watcher::Event::Apply(shard));
-    let (_, synced) = tokio::sync::watch::channel(true);
-    Arc::new(Context {
-        client: client.clone(),
-        metrics: Arc::new(crate::metrics::Metrics::new()),
-        events: crate::events::Events::new(client, crate::events::Reporter::from("gpufabric")),
-        nodes: node_store,
-        pods: pod_store,
-        runs: reflector::store().0,
-        shards: shard_store,
-        departed: Default::default(),
-        shard_writes: Default::default(),
-        pod_namespace: "gpufabric".into(),
-        backoff: Default::default(),
-        synced,
-        agent_image: "registry.local/fabric-agent:test".into(),
-        cluster_cap: None,
-        quarantine_lock: Default::default(),
-        start_lock: Default::default(),
-        keeper: Arc::new(Keeper::new()),
-        passes: Default::default(),
-    })
+    Context::for_tests(
+        client,
+        node_store,
+        pod_store,
+        reflector::store().0,
+        shard_store,
+    )
 }
 
 #[tokio::test]
