@@ -34,6 +34,9 @@ pub const ANNOTATION_COUNTERS: &str = "gpufabric.io/counters";
 /// [`ANNOTATION_COUNTERS`], which the node check writes at another time. Any FabricTest's
 /// run updates it: the counters belong to the hardware, not to a test.
 pub const ANNOTATION_NIC_COUNTERS: &str = "gpufabric.io/nic-counters";
+/// Annotation on a Node: the key numbers of its last runs per FabricTest, JSON
+/// ([`crate::trend::NodeTrend`]); each run judges the node's drift against them.
+pub const ANNOTATION_TREND: &str = "gpufabric.io/trend";
 
 /// Label the operator sets on a node in `Label` (and stronger) quarantine modes.
 pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";

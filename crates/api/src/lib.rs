@@ -21,6 +21,7 @@ pub mod run;
 pub mod shard;
 pub mod suite;
 pub mod test;
+pub mod trend;
 pub mod validate;
 
 pub use findings::{Finding, FindingKind, Metric, Severity, Subject, SubjectKind};
