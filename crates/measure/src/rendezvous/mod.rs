@@ -54,8 +54,10 @@ impl Secret {
     /// Fewest bytes a secret may have.
     pub const MIN_BYTES: usize = 16;
 
-    /// 32 random bytes from the operating system.
-    pub fn generate() -> Result<Secret, RendezvousError> {
+    /// 32 random bytes from the operating system. The operator makes the run's secret; this
+    /// one is for the tests of the exchange.
+    #[cfg(test)]
+    pub(crate) fn generate() -> Result<Secret, RendezvousError> {
         let mut bytes = vec![0u8; 32];
         SystemRandom::new()
             .fill(&mut bytes)
@@ -87,8 +89,9 @@ impl Secret {
         Ok(Secret(bytes))
     }
 
-    /// The secret as lowercase hex.
-    pub fn to_hex(&self) -> String {
+    /// The secret as lowercase hex (what [`Secret::from_hex`] reads).
+    #[cfg(test)]
+    pub(crate) fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
