@@ -243,6 +243,7 @@ pub fn judge(
         .context("reading back the compact result")?;
     let input = NodeInput {
         baseline: previous.cloned(),
+        history: Vec::new(),
         node: doc.node.clone(),
         product_label: None,
         expected_gpus,

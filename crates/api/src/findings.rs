@@ -58,6 +58,10 @@ pub enum FindingKind {
     NicDegraded,
     /// A network port's error counters grew since the node's previous node-pair test.
     NicErrors,
+    /// A node's number fell below its own baseline (the median of its earlier runs of the
+    /// test) for several runs while still above every floor. A Warning: it never fails a
+    /// node.
+    Drifting,
 }
 
 /// How much a finding matters.
@@ -77,6 +81,8 @@ pub enum FindingKind {
 pub enum Severity {
     /// Worth knowing; never fails a node.
     Info,
+    /// Worth a look soon (a node drifting toward a floor); never fails a node.
+    Warning,
     /// Fails the node.
     Critical,
 }
@@ -136,6 +142,10 @@ pub enum Metric {
     /// A GPU's output of the silent-data-corruption GEMM against the exact result and the
     /// other GPUs'.
     ComputeChecksum,
+    /// The slowest host-to-device or device-to-host copy of any GPU of a node.
+    HostBandwidth,
+    /// The DDP probe's step time at the largest GPU count.
+    DdpStepTime,
 }
 
 /// What a finding points at.
@@ -368,6 +378,8 @@ pub enum ExpectationSource {
     Node,
     /// A fixed rule (a hardware counter that must be zero, a link that must be up).
     Rule,
+    /// The median of the node's own earlier runs of the test.
+    History,
 }
 
 /// One finding, with its evidence and a sentence a person can act on.

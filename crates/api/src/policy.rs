@@ -62,6 +62,46 @@ pub struct Thresholds {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub max_temperature_c: Option<f64>,
+    /// The drift rule: each node against its own earlier runs of this test (a Warning,
+    /// never a failure).
+    pub trend: TrendPolicy,
+}
+
+/// The drift rule. A node's all_reduce busbw, worst GPU-pair copy, slowest host link and
+/// DDP step time are kept over its last `window` runs of the test (the node annotation
+/// `gpufabric.io/trend`); a run in which one of them is worse than the median of the node's
+/// earlier runs by more than `driftPercent`, after `sustainedRuns` runs in a row worse than
+/// that median, gives a Warning `Drifting` finding on a node that passes. It never fails or
+/// quarantines a node. A changed suite starts the record again.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrendPolicy {
+    /// Judge drift at all (the record is kept either way).
+    pub enabled: bool,
+    /// Runs of the node's own record its baseline is the median of.
+    #[schemars(range(min = 2, max = 20))]
+    pub window: u32,
+    /// Fewest earlier runs before drift is judged.
+    #[schemars(range(min = 2, max = 20))]
+    pub min_runs: u32,
+    /// How far below its baseline (above, for the step time) a number must be, percent.
+    #[schemars(range(min = 1.0, max = 50.0))]
+    pub drift_percent: f64,
+    /// Runs in a row, this one included, worse than the baseline.
+    #[schemars(range(min = 1, max = 10))]
+    pub sustained_runs: u32,
+}
+
+impl Default for TrendPolicy {
+    fn default() -> Self {
+        TrendPolicy {
+            enabled: true,
+            window: 14,
+            min_runs: 5,
+            drift_percent: 5.0,
+            sustained_runs: 3,
+        }
+    }
 }
 
 impl Default for Thresholds {
@@ -79,6 +119,7 @@ impl Default for Thresholds {
             fleet_min_nodes: 4,
             nvlink_error_growth: None,
             max_temperature_c: None,
+            trend: TrendPolicy::default(),
         }
     }
 }

@@ -36,6 +36,7 @@ fn main() {
         };
         inputs.push(NodeInput {
             baseline: None,
+            history: Vec::new(),
             node,
             product_label: None,
             expected_gpus: None,

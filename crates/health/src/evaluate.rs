@@ -11,6 +11,7 @@ pub use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::{CompactResult, Phase, Transport};
 use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::trend::TrendPoint;
 use std::collections::BTreeMap;
 
 mod compare;
@@ -21,6 +22,7 @@ mod gpu_pairs;
 mod hardware;
 mod node;
 mod perf;
+pub mod trend;
 
 use compare::compare_fleet;
 use node::judge_node;
@@ -38,6 +40,9 @@ pub struct NodeInput {
     /// The node's error counters at its previous measured run, if recorded: their growth
     /// is judged (NVLink errors grow on a marginal link).
     pub baseline: Option<CounterBaseline>,
+    /// The node's earlier runs of this test with this suite, oldest first: a passing node
+    /// is judged against them ([`trend`]).
+    pub history: Vec<TrendPoint>,
 }
 
 impl NodeInput {
@@ -49,6 +54,7 @@ impl NodeInput {
             expected_gpus: None,
             outcome: NodeOutcome::Measured(Box::new(result)),
             baseline: None,
+            history: Vec::new(),
         }
     }
 }
@@ -114,6 +120,7 @@ fn kind_rank(kind: FindingKind) -> u8 {
         FindingKind::Straggler => 12,
         FindingKind::Slow => 13,
         FindingKind::Thermal => 14,
+        FindingKind::Drifting => 15,
     }
 }
 
@@ -173,8 +180,31 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
         }
     }
     findings.extend(fleet_findings);
+    findings.extend(drift_findings(nodes, &verdicts, thresholds));
     sort_findings(&mut findings);
     Evaluation { findings, verdicts }
+}
+
+/// Each passing node against its own earlier runs (rules in [`trend`]).
+fn drift_findings(
+    nodes: &[NodeInput],
+    verdicts: &BTreeMap<String, NodeVerdict>,
+    t: &Thresholds,
+) -> Vec<Finding> {
+    let judged: Vec<trend::Judged<'_>> = nodes
+        .iter()
+        .filter(|i| verdicts.get(&i.node) == Some(&NodeVerdict::Passed))
+        .filter_map(|i| {
+            let NodeOutcome::Measured(r) = &i.outcome else {
+                return None;
+            };
+            let now = TrendPoint::of(r, 0);
+            let metrics = trend::judgeable(&i.history, &now, &t.trend);
+            let drifts = trend::drifts(&i.history, &now, &t.trend);
+            Some((i.node.as_str(), metrics, drifts))
+        })
+        .collect();
+    trend::findings(&judged, t)
 }
 
 /// The finding for a hardware fault the agent saw instead of a result.
@@ -276,6 +306,7 @@ fn source_words(source: ExpectationSource, what: &str) -> String {
         ExpectationSource::Fleet => format!("comparable nodes' {what}"),
         ExpectationSource::Node => format!("the node's other {what}"),
         ExpectationSource::Rule => what.to_string(),
+        ExpectationSource::History => format!("the node's own earlier {what}"),
     }
 }
 

@@ -29,6 +29,7 @@ pub mod shards;
 pub mod signals;
 pub mod status;
 pub mod time;
+pub mod trend;
 pub mod waves;
 pub mod webhook;
 

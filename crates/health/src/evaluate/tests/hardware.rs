@@ -182,6 +182,7 @@ fn fewer_gpus_than_the_node_advertises_is_a_gpu_mismatch() {
     let r = node_of("n", H100, 7, 1, 0.0);
     let nodes = vec![NodeInput {
         baseline: None,
+        history: Vec::new(),
         node: "n".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -210,6 +211,7 @@ fn a_stale_product_label_is_info_and_label_spelling_is_not_a_mismatch() {
     let mk = |label: &str| {
         vec![NodeInput {
             baseline: None,
+            history: Vec::new(),
             node: "n".into(),
             product_label: Some(label.into()),
             expected_gpus: Some(8),
@@ -323,6 +325,7 @@ fn baseline(counts: &[u64]) -> CounterBaseline {
 fn growth_findings(now: &[u64], before: Option<&[u64]>, t: &Thresholds) -> Vec<Finding> {
     let input = NodeInput {
         baseline: before.map(baseline),
+        history: Vec::new(),
         ..NodeInput::measured(with_errors(now))
     };
     evaluate(&[input], t)
@@ -355,6 +358,7 @@ fn nvlink_errors_that_grow_past_the_threshold_fail_the_gpu_and_name_the_growth()
     let verdict = evaluate(
         &[NodeInput {
             baseline: Some(baseline(&before)),
+            history: Vec::new(),
             ..NodeInput::measured(with_errors(&now))
         }],
         &t,
@@ -376,6 +380,7 @@ fn nvlink_error_growth_without_a_threshold_is_info_and_passes_the_node() {
     assert!(f[0].message.contains("thresholds.nvlinkErrorGrowth"));
     let input = NodeInput {
         baseline: Some(baseline(&before)),
+        history: Vec::new(),
         ..NodeInput::measured(with_errors(&now))
     };
     assert_eq!(
@@ -411,6 +416,7 @@ fn the_record_kept_after_a_run_stays_put_while_a_gpu_grows_too_fast() {
         let r = with_errors(now);
         let input = NodeInput {
             baseline: Some(before.clone()),
+            history: Vec::new(),
             ..NodeInput::measured(r.clone())
         };
         let e = evaluate(&[input], &t);

@@ -7,6 +7,7 @@ mod hardware;
 mod outcomes;
 mod pairs;
 mod topology;
+mod trend;
 
 use super::*;
 use gpufabric_api::SubjectKind;

@@ -7,6 +7,7 @@ fn crash_is_never_slow() {
     let mut nodes = inputs(fleet_of(8, 0.02));
     nodes.push(NodeInput {
         baseline: None,
+        history: Vec::new(),
         node: "node-crash".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -31,6 +32,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
     let nodes = vec![
         NodeInput {
             baseline: None,
+            history: Vec::new(),
             node: "a".into(),
             product_label: None,
             expected_gpus: None,
@@ -41,6 +43,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         },
         NodeInput {
             baseline: None,
+            history: Vec::new(),
             node: "b".into(),
             product_label: None,
             expected_gpus: None,
@@ -51,6 +54,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         },
         NodeInput {
             baseline: None,
+            history: Vec::new(),
             node: "c".into(),
             product_label: None,
             expected_gpus: None,
@@ -61,6 +65,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         },
         NodeInput {
             baseline: None,
+            history: Vec::new(),
             node: "d".into(),
             product_label: None,
             expected_gpus: None,

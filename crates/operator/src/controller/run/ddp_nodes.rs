@@ -63,7 +63,7 @@ async fn begin(
     outcomes: &[PodState],
     ctx: &Context,
 ) -> Result<PairsStep> {
-    let evaluation = finish::judge(entries, outcomes, &run.spec.thresholds, ctx);
+    let evaluation = finish::judge(run, entries, outcomes, ctx);
     let pair_findings = if next.node_pairs.is_some() {
         crate::pairs::phase::findings(entries, &Default::default())
     } else {

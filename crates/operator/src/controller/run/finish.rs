@@ -11,6 +11,7 @@ use crate::results::PodState;
 use crate::shards::{self, Shard};
 use crate::status as st;
 use crate::time::{now, to_chrono};
+use crate::trend::TrendKey;
 use gpufabric_api::keys;
 use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult, RunPhase};
@@ -35,7 +36,8 @@ pub(super) async fn finish(
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     // The outcomes move into the evaluator's inputs: at thousands of nodes a second copy of
     // every parsed result is the largest thing the operator would hold.
-    let inputs = node_inputs(&entries, outcomes, ctx);
+    let trend = TrendKey::of(run);
+    let inputs = node_inputs(&entries, outcomes, &trend, ctx);
     let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
     let mut all_findings = evaluation.findings.clone();
     if next.node_pairs.is_some() {
@@ -84,6 +86,10 @@ pub(super) async fn finish(
         .map(crate::signals::rfc3339)
         .unwrap_or_default();
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
+    let completed = next.completion_time.as_ref().map_or(0, |t| t.0.as_second());
+    let trends = crate::trend::to_write(&inputs, &entries, &trend, completed, |n| {
+        ctx.nodes.get(&ObjectRef::new(n))
+    });
     drop(inputs);
     drop(evaluation);
     apply_status(api, &name, &next).await?;
@@ -99,6 +105,9 @@ pub(super) async fn finish(
     // counters of the run it is judging.
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
+    }
+    for failure in crate::trend::write(&ctx.client, trends).await {
+        tracing::warn!(%failure, "trend point not recorded");
     }
     if pending > 0 {
         keep_after_verdict(run, next, &entries, api, ctx).await?;
@@ -219,26 +228,27 @@ pub(super) async fn keep_after_verdict(
 /// Judges the nodes whose pods have ended by their own checks (a copy of their outcomes:
 /// the run goes on with them).
 pub(super) fn judge(
+    run: &FabricTestRun,
     entries: &[NodeRunResult],
     outcomes: &[PodState],
-    thresholds: &gpufabric_api::policy::Thresholds,
     ctx: &Context,
 ) -> gpufabric_health::Evaluation {
-    let inputs = node_inputs(entries, outcomes.to_vec(), ctx);
-    gpufabric_health::evaluate(&inputs, thresholds)
+    let inputs = node_inputs(entries, outcomes.to_vec(), &TrendKey::of(run), ctx);
+    gpufabric_health::evaluate(&inputs, &run.spec.thresholds)
 }
 
 /// What the evaluator is given: the nodes whose pods have ended by their own checks.
 fn node_inputs(
     entries: &[NodeRunResult],
     outcomes: Vec<PodState>,
+    trend: &TrendKey,
     ctx: &Context,
 ) -> Vec<NodeInput> {
     entries
         .iter()
         .zip(outcomes)
         .filter_map(|(e, o)| match o {
-            PodState::Ended(outcome) => Some(node_input(ctx, &e.node, outcome)),
+            PodState::Ended(outcome) => Some(node_input(ctx, &e.node, outcome, trend)),
             _ => None,
         })
         .collect()
@@ -292,8 +302,9 @@ async fn announce(
     publish(ctx, run, bad, reason, "Finish", &summary).await;
 }
 
-/// What the evaluator needs of one node: its outcome, and what its labels say it holds.
-fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome) -> NodeInput {
+/// What the evaluator needs of one node: its outcome, what its labels say it holds, and
+/// the records it carries (error counters, its earlier runs of this test).
+fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome, trend: &TrendKey) -> NodeInput {
     let node = ctx.nodes.get(&ObjectRef::new(name));
     let product_label = node
         .as_ref()
@@ -306,6 +317,10 @@ fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome) -> NodeInput {
     });
     NodeInput {
         baseline: node.as_deref().and_then(crate::counters::baseline_of),
+        history: node
+            .as_deref()
+            .map(|n| trend.history(n))
+            .unwrap_or_default(),
         node: name.to_string(),
         product_label,
         expected_gpus,

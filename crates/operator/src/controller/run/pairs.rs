@@ -158,7 +158,7 @@ async fn begin(
     ctx: &Context,
 ) -> Result<PairsStep> {
     let spec = &run.spec.suite.node_pairs;
-    let evaluation = finish::judge(entries, outcomes, &run.spec.thresholds, ctx);
+    let evaluation = finish::judge(run, entries, outcomes, ctx);
     let candidates: Vec<Candidate> = entries
         .iter()
         .filter(|e| evaluation.verdicts.get(&e.node) == Some(&NodeVerdict::Passed))
