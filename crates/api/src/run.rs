@@ -2,10 +2,11 @@
 //! nodes it resolved, per-node results and findings. Like a Job under a CronJob.
 
 use crate::findings::Finding;
-use crate::outcome::{HardwareFault, NotMeasuredReason};
+use crate::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
+use crate::result::{CompactResult, ErrorKind};
 use crate::rollout::Rollout;
-use crate::suite::Suite;
+use crate::suite::{Collective, Suite};
 use crate::test::{AgentSpec, FabricTestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -224,6 +225,21 @@ impl NodeVerdict {
             NodeVerdict::Failed | NodeVerdict::Errored | NodeVerdict::Timeout
         )
     }
+
+    /// A node's verdict from its outcome before the run's evaluation, which judges the
+    /// measured nodes: a measurement waits for it (`Running`), a hang is a `Timeout`, any
+    /// other hardware fault `Errored`, and a node not measured stays `NotMeasured`.
+    pub fn provisional(outcome: &NodeOutcome) -> NodeVerdict {
+        match outcome {
+            NodeOutcome::Measured(_) => NodeVerdict::Running,
+            NodeOutcome::HardwareFault {
+                fault: HardwareFault::Hang,
+                ..
+            } => NodeVerdict::Timeout,
+            NodeOutcome::HardwareFault { .. } => NodeVerdict::Errored,
+            NodeOutcome::NotMeasured { .. } => NodeVerdict::NotMeasured,
+        }
+    }
 }
 
 /// Result of one node in a run (compact: the full measurements stay in the pod).
@@ -282,6 +298,91 @@ impl NodeRunResult {
     /// Measured, and every phase of the suite ran.
     pub fn complete(&self) -> bool {
         self.verdict.is_measured() && self.unmeasured.is_empty()
+    }
+
+    /// Writes a node's outcome into its entry: the verdict before evaluation
+    /// ([`NodeVerdict::provisional`]), the sentence, and the hardware fault or the reason it
+    /// was not measured; of a measurement, its headline numbers. The entry's other outcome
+    /// fields are cleared, so that [`NodeRunResult::outcome`] gives back exactly `outcome`
+    /// when it is not a measurement. The node, pod, findings and pair records are left as
+    /// they are.
+    pub fn record(&mut self, outcome: &NodeOutcome) {
+        self.verdict = NodeVerdict::provisional(outcome);
+        self.reason = outcome.detail().map(str::to_string);
+        self.hardware_fault = None;
+        self.not_measured = None;
+        self.product = None;
+        self.gpus = None;
+        self.all_reduce_bus_bw_gbps = None;
+        self.min_pair_gbps = None;
+        self.ddp_efficiency = None;
+        self.unmeasured.clear();
+        match outcome {
+            NodeOutcome::Measured(c) => self.summarise(c),
+            NodeOutcome::HardwareFault { fault, .. } => self.hardware_fault = Some(*fault),
+            NodeOutcome::NotMeasured { reason, .. } => self.not_measured = Some(*reason),
+        }
+    }
+
+    /// The outcome the entry holds, when it holds a whole one: a hardware fault (verdict
+    /// Errored or Timeout) or a reason the node was not measured (verdict NotMeasured), with
+    /// its sentence. None for a node whose pod has not ended or that was measured: of a
+    /// measurement the entry keeps only the headline numbers (the document stays in the pod
+    /// and in the run's results ConfigMap).
+    ///
+    /// An entry that lacks the fault or the reason (written before they were recorded) gives
+    /// the outcome its verdict stands for: not measured because the pod was deleted, a hang
+    /// for Timeout, a crash for Errored; one without a sentence says "no result".
+    pub fn outcome(&self) -> Option<NodeOutcome> {
+        if !matches!(
+            self.verdict,
+            NodeVerdict::Errored | NodeVerdict::Timeout | NodeVerdict::NotMeasured
+        ) {
+            return None;
+        }
+        let detail = self.reason.clone().unwrap_or_else(|| "no result".into());
+        Some(
+            match (self.not_measured, self.verdict, self.hardware_fault) {
+                (Some(reason), _, _) => NodeOutcome::not_measured(reason, detail),
+                (None, NodeVerdict::NotMeasured, _) => {
+                    NodeOutcome::not_measured(NotMeasuredReason::PodDeleted, detail)
+                }
+                (None, _, Some(fault)) => NodeOutcome::hardware(fault, detail),
+                (None, NodeVerdict::Timeout, None) => {
+                    NodeOutcome::hardware(HardwareFault::Hang, detail)
+                }
+                (None, _, None) => NodeOutcome::hardware(HardwareFault::Crash, detail),
+            },
+        )
+    }
+
+    /// The headline numbers of a measurement: peak all_reduce bus bandwidth, the slowest
+    /// GPU-pair copy, DDP efficiency at the most GPUs, and the phases that could not run.
+    fn summarise(&mut self, c: &CompactResult) {
+        self.product = (!c.product.is_empty()).then(|| c.product.clone());
+        self.gpus = Some(c.gpus);
+        self.all_reduce_bus_bw_gbps = c
+            .collectives
+            .iter()
+            .find(|x| x.collective == Collective::AllReduce)
+            .map(|x| x.peak_busbw);
+        self.min_pair_gbps = (0..c.gpus)
+            .flat_map(|a| (0..c.gpus).map(move |b| (a, b)))
+            .filter_map(|(a, b)| c.pair_uni(a, b))
+            .reduce(f64::min);
+        self.ddp_efficiency = c
+            .ddp_points
+            .iter()
+            .max_by_key(|p| p.gpus)
+            .map(|p| p.scaling_efficiency);
+        self.unmeasured = c
+            .errors
+            .iter()
+            .filter(|e| e.kind == ErrorKind::Unavailable)
+            .map(|e| e.phase.api_name().to_string())
+            .collect();
+        self.unmeasured.sort();
+        self.unmeasured.dedup();
     }
 }
 

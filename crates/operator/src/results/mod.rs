@@ -9,9 +9,7 @@ mod tests;
 
 pub use classify::pod_state;
 use gpufabric_api::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
-use gpufabric_api::result::CompactResult;
 use gpufabric_api::run::{NodeRunResult, NodeVerdict};
-use gpufabric_api::suite::Collective;
 
 /// Prefix of the agent's progress lines on stderr (and so in the pod log).
 pub const LOG_PROGRESS_PREFIX: &str = "[fabric-agent] ";
@@ -87,21 +85,8 @@ impl PodState {
         match self {
             PodState::Waiting(_) => NodeVerdict::Pending,
             PodState::Running => NodeVerdict::Running,
-            PodState::Ended(o) => provisional_verdict(o),
+            PodState::Ended(o) => NodeVerdict::provisional(o),
         }
-    }
-}
-
-/// The verdict an outcome has before the evaluation (which judges measured nodes).
-pub fn provisional_verdict(o: &NodeOutcome) -> NodeVerdict {
-    match o {
-        NodeOutcome::Measured(_) => NodeVerdict::Running,
-        NodeOutcome::HardwareFault {
-            fault: HardwareFault::Hang,
-            ..
-        } => NodeVerdict::Timeout,
-        NodeOutcome::HardwareFault { .. } => NodeVerdict::Errored,
-        NodeOutcome::NotMeasured { .. } => NodeVerdict::NotMeasured,
     }
 }
 
@@ -135,39 +120,27 @@ pub fn pod_gone() -> NodeOutcome {
 
 /// The outcome of a node whose pod was created and is gone, with no outcome kept in the
 /// status; `last` is the node's verdict as last written there. Before its wave's deadline the
-/// pod was deleted. After it, a pod last seen Pending never started; one last seen Running had
-/// started, and was stopped at the deadline (whose status write then failed) or deleted:
-/// what it was doing then is not known, so not measured, not a hang and not "never started".
+/// pod was deleted. After it, a pod last seen Pending never started; one last seen Running
+/// (or measured and judged) had started, and was stopped at the deadline (whose status write
+/// then failed) or deleted: what it was doing then is not known, so not measured, not a hang
+/// and not "never started".
 pub fn gone_pod(last: NodeVerdict, past_deadline: bool, run_seconds: u64) -> NodeOutcome {
     match (past_deadline, last) {
         (false, _) => pod_gone(),
-        (true, NodeVerdict::Running) => NodeOutcome::not_measured(
-            NotMeasuredReason::PodDeleted,
-            format!(
-                "the agent had started, and its pod was gone after the run deadline ({run_seconds}s): it was stopped at the deadline or deleted, and what it was doing then was not recorded"
-            ),
-        ),
+        (true, NodeVerdict::Running | NodeVerdict::Passed | NodeVerdict::Failed) => {
+            NodeOutcome::not_measured(
+                NotMeasuredReason::PodDeleted,
+                format!(
+                    "the agent had started, and its pod was gone after the run deadline ({run_seconds}s): it was stopped at the deadline or deleted, and what it was doing then was not recorded"
+                ),
+            )
+        }
         (true, _) => never_started(&format!("the run deadline ({run_seconds}s)")),
     }
 }
 
-/// An outcome decided earlier and kept only in the run status (no pod to re-read).
-pub fn outcome_from_entry(e: &NodeRunResult) -> NodeOutcome {
-    let detail = e.reason.clone().unwrap_or_else(|| "no result".into());
-    if let Some(reason) = e.not_measured {
-        return NodeOutcome::not_measured(reason, detail);
-    }
-    match (e.verdict, e.hardware_fault) {
-        (NodeVerdict::NotMeasured, _) => {
-            NodeOutcome::not_measured(NotMeasuredReason::PodDeleted, detail)
-        }
-        (_, Some(fault)) => NodeOutcome::hardware(fault, detail),
-        (NodeVerdict::Timeout, None) => NodeOutcome::hardware(HardwareFault::Hang, detail),
-        (_, None) => NodeOutcome::hardware(HardwareFault::Crash, detail),
-    }
-}
-
-/// The compact per-node summary the run status keeps.
+/// The compact per-node summary the run status keeps ([`NodeRunResult::record`] of an
+/// ended pod's outcome; [`NodeRunResult::outcome`] gives it back).
 pub fn node_result(node: &str, pod: Option<&str>, state: &PodState) -> NodeRunResult {
     let mut r = NodeRunResult {
         node: node.to_string(),
@@ -176,40 +149,7 @@ pub fn node_result(node: &str, pod: Option<&str>, state: &PodState) -> NodeRunRe
         ..Default::default()
     };
     if let PodState::Ended(o) = state {
-        r.reason = o.detail().map(str::to_string);
-        match o {
-            NodeOutcome::Measured(c) => summarise(&mut r, c),
-            NodeOutcome::HardwareFault { fault, .. } => r.hardware_fault = Some(*fault),
-            NodeOutcome::NotMeasured { reason, .. } => r.not_measured = Some(*reason),
-        }
+        r.record(o);
     }
     r
-}
-
-/// Fills the headline numbers of a measured node.
-pub fn summarise(r: &mut NodeRunResult, c: &CompactResult) {
-    r.product = (!c.product.is_empty()).then(|| c.product.clone());
-    r.gpus = Some(c.gpus);
-    r.all_reduce_bus_bw_gbps = c
-        .collectives
-        .iter()
-        .find(|x| x.collective == Collective::AllReduce)
-        .map(|x| x.peak_busbw);
-    r.min_pair_gbps = (0..c.gpus)
-        .flat_map(|a| (0..c.gpus).map(move |b| (a, b)))
-        .filter_map(|(a, b)| c.pair_uni(a, b))
-        .reduce(f64::min);
-    r.ddp_efficiency = c
-        .ddp_points
-        .iter()
-        .max_by_key(|p| p.gpus)
-        .map(|p| p.scaling_efficiency);
-    r.unmeasured = c
-        .errors
-        .iter()
-        .filter(|e| e.kind == gpufabric_api::result::ErrorKind::Unavailable)
-        .map(|e| e.phase.api_name().to_string())
-        .collect();
-    r.unmeasured.sort();
-    r.unmeasured.dedup();
 }

@@ -86,9 +86,9 @@ pub(super) async fn read_states(
                 read.to_stop.push(i);
             }
             state
-        } else if e.verdict.is_final() {
-            // Ended earlier (a blocked pod this controller deleted): the status remembers why.
-            PodState::Ended(results::outcome_from_entry(e))
+        } else if let Some(o) = e.outcome() {
+            // Ended earlier (a blocked pod this controller deleted): the entry holds why.
+            PodState::Ended(o)
         } else if e.pod.is_some() {
             // Gone: how it ended, when the watch saw it end before it went (preempted,
             // evicted, the agent's exit); otherwise only that it went.
