@@ -41,6 +41,11 @@ pub enum Fault {
     /// Copies and NCCL traffic between two GPUs run at `factor` of normal bandwidth.
     #[serde(rename_all = "camelCase")]
     SlowPair { gpus: [u32; 2], factor: f64 },
+    /// Every link between the node's GPUs runs at `factor` of normal bandwidth (a worn
+    /// NVSwitch baseboard, a power cap): copies and NCCL slow down alike, every pair the
+    /// same, as on a node drifting slowly over nights.
+    #[serde(rename_all = "camelCase")]
+    SlowFabric { factor: f64 },
     /// One GPU computes `factor` times slower (e.g. 1.3).
     #[serde(rename_all = "camelCase")]
     Straggler { gpu: u32, factor: f64 },
@@ -235,7 +240,9 @@ impl Fleet {
                     | Fault::Xid { gpu, .. }
                     | Fault::Ecc { gpu, .. }
                     | Fault::PcieDegraded { gpu, .. } => gpu_ok(*gpu),
-                    Fault::SlowNic { factor } => *factor > 0.0 && *factor <= 1.0,
+                    Fault::SlowNic { factor } | Fault::SlowFabric { factor } => {
+                        *factor > 0.0 && *factor <= 1.0
+                    }
                     Fault::BadPath { peer, factor } => {
                         *peer != node.name
                             && self.nodes.iter().any(|n| n.name == *peer)

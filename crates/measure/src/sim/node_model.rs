@@ -97,6 +97,7 @@ impl<'a> NodeModel<'a> {
             .iter()
             .map(|f| match f {
                 Fault::SlowPair { gpus, factor } if same_pair(*gpus, a, b) => *factor,
+                Fault::SlowFabric { factor } if a != b => *factor,
                 _ => 1.0,
             })
             .product();

@@ -147,6 +147,23 @@ fn same_seed_same_document_and_another_seed_differs() {
 }
 
 #[test]
+fn a_slow_fabric_slows_every_pair_and_the_collectives_alike() {
+    let clean = check(&h100(vec![]));
+    let doc = check(&h100(vec![Fault::SlowFabric { factor: 0.9 }]));
+    for a in 0..8 {
+        for b in 0..8 {
+            if a != b {
+                let r = uni(&doc, a, b) / uni(&clean, a, b);
+                assert!((r - 0.9).abs() < 1e-9, "{a}->{b}: {r}");
+            }
+        }
+    }
+    let ratio = all_reduce_peak(&doc) / all_reduce_peak(&clean);
+    assert!((0.88..0.92).contains(&ratio), "{ratio}");
+    assert_eq!(doc.health, clean.health);
+}
+
+#[test]
 fn slow_pair_slows_that_pair_only_and_bounds_the_ring() {
     let clean = check(&h100(vec![]));
     let doc = check(&h100(vec![Fault::SlowPair {
