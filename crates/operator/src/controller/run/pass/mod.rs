@@ -19,6 +19,7 @@ use crate::waves;
 use chrono::Utc;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult, RunProgress};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -118,9 +119,10 @@ pub(super) async fn shards_of(run: &FabricTestRun, ctx: &Context) -> Result<Vec<
     Ok(found)
 }
 
-/// Reads every node's pod, stops what ended or passed its wave's deadline, creates the
-/// pods of the wave under way, writes the shards that changed and the run's progress, and
-/// finishes the run once every node has a result.
+/// One pass: reads every node's pod, carries out [`plan_pass`] (deletes the pods that
+/// ended, stops a wave past its deadline, creates the pods of the wave under way), then
+/// writes what [`plan_write`] says: the shards that changed and the run's progress, or, once
+/// every node check has ended, the hand-over to the node-pair phase or the verdict.
 pub(super) async fn progress(
     run: &FabricTestRun,
     status: FabricTestRunStatus,
@@ -148,14 +150,8 @@ pub(super) async fn progress(
     let stored_wave = prog.wave.saturating_sub(1) as usize;
     let deadline = wave_deadline(&prog, &status, timeout, now_t);
     let past_deadline = now_t >= deadline;
-    let in_wave = |i: usize| waves::wave_of(i, wave_size) <= stored_wave;
     let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
-    let Read {
-        mut outcomes,
-        to_create,
-        to_stop,
-        occupying,
-    } = read_states(
+    let read = read_states(
         &name,
         &mut entries,
         &PodsOfRun {
@@ -163,31 +159,34 @@ pub(super) async fn progress(
             api: &pods_api,
             gone: &|pod: &str| ctx.departed.last(ns, pod, &uid),
         },
-        &|i| past_deadline && in_wave(i),
+        &|i| past_deadline && waves::wave_of(i, wave_size) <= stored_wave,
         run_seconds,
     )
     .await?;
-    for i in to_stop {
+    let plan = plan_pass(&read, wave_size, stored_wave, past_deadline);
+
+    let mut outcomes = read.outcomes;
+    for &i in &plan.delete {
         delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
     }
-
-    // Past the wave's deadline: its nodes without a pod never start, the others are stopped.
-    if past_deadline {
-        let wave: Vec<usize> = (0..entries.len()).filter(|i| in_wave(*i)).collect();
+    if let Some(wave) = &plan.stop {
         let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
         let past = PastDeadline {
-            wave: &wave,
+            wave,
             run_seconds,
             not_ready: &not_ready,
         };
-        prog.stopped +=
-            stop_at_deadline(&name, &entries, past, &to_create, &mut outcomes, &pods_api).await?;
+        prog.stopped += stop_at_deadline(
+            &name,
+            &entries,
+            past,
+            &read.to_create,
+            &mut outcomes,
+            &pods_api,
+        )
+        .await?;
     }
-
-    let done: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
-    let waiting: Vec<usize> = to_create.into_iter().filter(|i| !done[*i]).collect();
-    let step = waves::step(&done, &waiting, occupying, wave_size);
-    let transient = match step.as_ref().filter(|s| !s.create.is_empty()) {
+    let transient = match plan.step.as_ref().filter(|s| !s.create.is_empty()) {
         Some(step) => {
             create_step(
                 run,
@@ -203,30 +202,34 @@ pub(super) async fn progress(
     };
 
     let read_ms = pass_began.elapsed().as_millis();
+    let written = plan_write(
+        run,
+        &status,
+        prog,
+        &plan,
+        PassDone {
+            entries: &mut entries,
+            outcomes: &outcomes,
+            retry: transient.is_some(),
+        },
+        wave_size,
+        now(),
+    );
     // The last pass of the node checks keeps no results: the verdict goes first.
-    let checks_ended = step.is_none() && transient.is_none();
-    refresh_entries(run, &uid, &mut entries, &outcomes, !checks_ended, ctx);
+    if !written.checks_ended {
+        keep_ended(run, &uid, &entries, &outcomes, ctx);
+    }
     let active = outcomes.iter().filter(|o| !o.is_final()).count();
     tracing::debug!(active, nodes = entries.len(), read_ms, "pass");
     ctx.metrics.set_active_pods(key, active as i64);
-
-    let mut next = status.clone();
-    record_progress(
-        run,
-        &mut next,
-        prog,
-        step.as_ref(),
-        &entries,
-        &outcomes,
-        wave_size,
-    );
+    let next = written.next;
     ctx.metrics.set_run_progress(run, next.progress.as_ref());
 
     let read = AsRead {
         shards: &shards,
         status: &status,
     };
-    if checks_ended {
+    if written.checks_ended {
         let ended = NodeChecksEnded {
             read,
             outcomes,
@@ -244,26 +247,115 @@ pub(super) async fn progress(
     )))
 }
 
-/// Each node's result from its pod's outcome (its node-pair records kept); with `keep`, the
-/// full result of each pod that ended since the last pass goes to the keeper (in the
-/// background), so that after the verdict only the last pods' logs are left to read.
-pub(super) fn refresh_entries(
+/// What a pass does to the run's pods, decided from where they stand.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct PassPlan {
+    /// Pods that ended while the kubelet still holds them (an image that cannot be pulled,
+    /// a missing Secret): deleted, so that they stop holding the node's GPUs.
+    pub(super) delete: Vec<usize>,
+    /// The wave under way passed its deadline: its nodes (and those of the waves before
+    /// it), every one of which ends now: a pod still there is stopped, a node without one
+    /// never starts.
+    pub(super) stop: Option<Vec<usize>>,
+    /// The wave under way and the pods to create in it now; None once every node is done
+    /// (the node checks have ended).
+    pub(super) step: Option<waves::WaveStep>,
+}
+
+/// The pass over pods that stand as `read` says, in waves of `wave_size` with the wave
+/// `stored_wave` (0-based) under way as the status records it, and whether that wave's
+/// deadline has passed: pure. A node of a wave stopped at its deadline counts as done, and
+/// its pod as holding its node until it is gone, so the next wave's pods are created only
+/// as room allows ([`waves::step`]).
+pub(super) fn plan_pass(
+    read: &Read,
+    wave_size: usize,
+    stored_wave: usize,
+    past_deadline: bool,
+) -> PassPlan {
+    let in_wave = |i: usize| waves::wave_of(i, wave_size) <= stored_wave;
+    let nodes = read.outcomes.len();
+    let stop = past_deadline.then(|| (0..nodes).filter(|i| in_wave(*i)).collect::<Vec<_>>());
+    let done: Vec<bool> = read
+        .outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| o.is_final() || (stop.is_some() && in_wave(i)))
+        .collect();
+    let waiting: Vec<usize> = read
+        .to_create
+        .iter()
+        .copied()
+        .filter(|i| !done[*i])
+        .collect();
+    PassPlan {
+        delete: read.to_stop.clone(),
+        stop,
+        step: waves::step(&done, &waiting, read.occupying, wave_size),
+    }
+}
+
+/// What a pass's deletes, stops and creates left: each node's entry and outcome, and
+/// whether a pod creation failed for a while (the pass is retried).
+pub(super) struct PassDone<'a> {
+    pub(super) entries: &'a mut [NodeRunResult],
+    pub(super) outcomes: &'a [PodState],
+    pub(super) retry: bool,
+}
+
+/// What a pass writes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct PassWrite {
+    /// The run's status with its progress after the pass.
+    pub(super) next: FabricTestRunStatus,
+    /// Every node check has ended (no step left, no pod creation to retry): the run hands
+    /// over to its node-pair phase or its verdict.
+    pub(super) checks_ended: bool,
+}
+
+/// What the pass `plan` of `run` writes once it was carried out (`done`), at `now`: each
+/// node's entry from its outcome (its node-pair records kept), and the run's status, read
+/// as `status`, with its progress `prog` recorded: pure.
+pub(super) fn plan_write(
     run: &FabricTestRun,
-    uid: &str,
-    entries: &mut [NodeRunResult],
-    outcomes: &[PodState],
-    keep: bool,
-    ctx: &Context,
-) {
-    for (e, o) in entries.iter_mut().zip(outcomes) {
+    status: &FabricTestRunStatus,
+    prog: RunProgress,
+    plan: &PassPlan,
+    done: PassDone<'_>,
+    wave_size: usize,
+    now: Time,
+) -> PassWrite {
+    for (e, o) in done.entries.iter_mut().zip(done.outcomes) {
         let pod = e.pod.clone();
         let pairs = std::mem::take(&mut e.pairs);
         *e = results::node_result(&e.node, pod.as_deref(), o);
         e.pairs = pairs;
     }
-    if !keep {
-        return;
+    let mut next = status.clone();
+    record_progress(
+        run,
+        &mut next,
+        prog,
+        plan.step.as_ref(),
+        &done,
+        wave_size,
+        now,
+    );
+    PassWrite {
+        next,
+        checks_ended: plan.step.is_none() && !done.retry,
     }
+}
+
+/// The full result of each pod that ended since the last pass goes to the keeper (in the
+/// background), so that after the verdict only the last pods' logs are left to read.
+fn keep_ended(
+    run: &FabricTestRun,
+    uid: &str,
+    entries: &[NodeRunResult],
+    outcomes: &[PodState],
+    ctx: &Context,
+) {
     let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
     let todo = ctx.keeper.claim(uid, entries, Some(&ended));
     if todo.is_empty() {
@@ -397,15 +489,16 @@ pub(super) fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc
 
 /// The run's progress after this pass (done, waves, the wave under way and when all its
 /// pods existed) and, once every node has a pod or an outcome, the `PodsCreated` condition.
-pub(super) fn record_progress(
+fn record_progress(
     run: &FabricTestRun,
     next: &mut FabricTestRunStatus,
     mut prog: RunProgress,
     step: Option<&waves::WaveStep>,
-    entries: &[NodeRunResult],
-    outcomes: &[PodState],
+    done: &PassDone<'_>,
     wave_size: usize,
+    now: Time,
 ) {
+    let (entries, outcomes) = (&*done.entries, done.outcomes);
     let has_pod = |i: usize| entries[i].pod.is_some() || outcomes[i].is_final();
     if (0..entries.len()).all(has_pod)
         && !next
@@ -420,7 +513,7 @@ pub(super) fn record_progress(
             "AllPodsCreated",
             format!("{} benchmark pods created", entries.len()),
             run.metadata.generation,
-            &now(),
+            &now,
         );
         next.conditions.push(c);
         tracing::info!(pods = entries.len(), "all pods created");
@@ -432,14 +525,14 @@ pub(super) fn record_progress(
     if let Some(step) = step {
         if step.wave + 1 != prog.wave as usize || prog.wave_start_time.is_none() {
             prog.wave = step.wave as u32 + 1;
-            prog.wave_start_time = Some(now());
+            prog.wave_start_time = Some(now.clone());
             prog.wave_pods_created_time = None;
             tracing::info!(wave = prog.wave, waves = prog.waves, "wave started");
         }
         let start = step.wave * wave_size;
         let end = (start + wave_size).min(entries.len());
         if prog.wave_pods_created_time.is_none() && (start..end).all(has_pod) {
-            prog.wave_pods_created_time = Some(now());
+            prog.wave_pods_created_time = Some(now);
         }
     }
     next.progress = Some(prog);

@@ -260,3 +260,217 @@ async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
             .is_none()
     );
 }
+
+/// Where the pods stand in a pass: each node's state, the nodes without a pod, the ended
+/// pods the kubelet still holds, and how many pods hold their node.
+fn read_of(
+    outcomes: Vec<PodState>,
+    to_create: Vec<usize>,
+    to_stop: Vec<usize>,
+    occupying: usize,
+) -> Read {
+    Read {
+        outcomes,
+        to_create,
+        to_stop,
+        occupying,
+    }
+}
+
+/// Each node's entry before its pod exists.
+fn pending(nodes: &[&str]) -> Vec<NodeRunResult> {
+    nodes
+        .iter()
+        .map(|n| NodeRunResult {
+            node: n.to_string(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn ended() -> PodState {
+    PodState::Ended(results::pod_gone())
+}
+
+fn step(wave: usize, waves: usize, create: Vec<usize>) -> Option<waves::WaveStep> {
+    Some(waves::WaveStep {
+        wave,
+        waves,
+        create,
+    })
+}
+
+#[test]
+fn past_its_deadline_a_wave_ends_and_the_next_gets_pods_only_as_the_stopped_ones_go() {
+    // 5 nodes in waves of 2: node 0 ended, node 1's agent still runs, the rest wait.
+    let read = || {
+        read_of(
+            vec![
+                ended(),
+                PodState::Running,
+                PodState::Waiting(None),
+                PodState::Waiting(None),
+                PodState::Waiting(None),
+            ],
+            vec![2, 3, 4],
+            vec![],
+            1,
+        )
+    };
+    assert_eq!(
+        plan_pass(&read(), 2, 0, false),
+        PassPlan {
+            delete: vec![],
+            stop: None,
+            step: step(0, 3, vec![]),
+        },
+        "before the deadline the wave waits for node 1"
+    );
+    assert_eq!(
+        plan_pass(&read(), 2, 0, true),
+        PassPlan {
+            delete: vec![],
+            stop: Some(vec![0, 1]),
+            step: step(1, 3, vec![2]),
+        },
+        "node 1's stopped pod holds its node until it is gone"
+    );
+}
+
+#[test]
+fn a_wave_past_its_deadline_ends_its_nodes_without_a_pod_too() {
+    // Node 1 never got its pod (the API server refused it for a while).
+    let read = read_of(
+        vec![ended(), PodState::Waiting(None), PodState::Waiting(None)],
+        vec![1, 2],
+        vec![],
+        0,
+    );
+    let plan = plan_pass(&read, 2, 0, true);
+    assert_eq!(plan.stop, Some(vec![0, 1]));
+    assert_eq!(plan.step, step(1, 2, vec![2]), "node 1 gets no pod now");
+}
+
+#[test]
+fn ended_pods_the_kubelet_still_holds_are_deleted_and_count_until_gone() {
+    let read = read_of(
+        vec![
+            PodState::Ended(gpufabric_api::outcome::NodeOutcome::not_measured(
+                gpufabric_api::outcome::NotMeasuredReason::ImagePull,
+                "ImagePullBackOff",
+            )),
+            PodState::Waiting(None),
+        ],
+        vec![1],
+        vec![0],
+        1,
+    );
+    assert_eq!(
+        plan_pass(&read, 1, 0, false),
+        PassPlan {
+            delete: vec![0],
+            stop: None,
+            step: step(1, 2, vec![]),
+        }
+    );
+}
+
+#[test]
+fn the_node_checks_end_once_every_node_is_done_and_no_pod_creation_is_retried() {
+    let nodes = ["gpu-01", "gpu-02"];
+    let run = running_run(&nodes);
+    let status = run.status.clone().unwrap_or_default();
+    let read = read_of(vec![ended(), ended()], vec![], vec![], 0);
+    let plan = plan_pass(&read, 2, 0, false);
+    assert_eq!(plan.step, None);
+    let mut entries = pending(&nodes);
+    let prog = status.progress.clone().unwrap_or_default();
+    let write = |entries: &mut [NodeRunResult], plan: &PassPlan, retry: bool| {
+        plan_write(
+            &run,
+            &status,
+            prog.clone(),
+            plan,
+            PassDone {
+                entries,
+                outcomes: &read.outcomes,
+                retry,
+            },
+            2,
+            now(),
+        )
+    };
+    assert!(write(&mut entries, &plan, false).checks_ended);
+    let waiting = PassPlan {
+        step: step(0, 1, vec![]),
+        ..plan.clone()
+    };
+    assert!(!write(&mut entries, &waiting, false).checks_ended);
+    assert!(!write(&mut entries, &waiting, true).checks_ended);
+}
+
+#[test]
+fn a_pass_writes_each_nodes_outcome_keeps_its_pair_records_and_records_the_wave() {
+    let nodes = ["gpu-01", "gpu-02", "gpu-03"];
+    let run = running_run(&nodes);
+    let mut status = run.status.clone().unwrap_or_default();
+    // Waves of 2; the first, under way, has not started its clock yet.
+    let prog = RunProgress {
+        wave_size: 2,
+        wave: 1,
+        wave_start_time: None,
+        ..status.progress.clone().unwrap_or_default()
+    };
+    status.progress = Some(prog.clone());
+    let mut entries = pending(&nodes);
+    entries[0].pairs = vec![gpufabric_api::pair::PairRecord {
+        partner: "gpu-02".into(),
+        ..Default::default()
+    }];
+    entries[0].pod = Some(names::pod_name(RUN, "gpu-01"));
+    entries[1].pod = Some(names::pod_name(RUN, "gpu-02"));
+    let outcomes = vec![ended(), PodState::Running, PodState::Waiting(None)];
+    let read = read_of(outcomes.clone(), vec![2], vec![], 1);
+    let plan = plan_pass(&read, 2, 0, false);
+    let at = now();
+    let written = plan_write(
+        &run,
+        &status,
+        prog,
+        &plan,
+        PassDone {
+            entries: &mut entries,
+            outcomes: &outcomes,
+            retry: false,
+        },
+        2,
+        at.clone(),
+    );
+    assert_eq!(
+        entries[0].verdict,
+        gpufabric_api::run::NodeVerdict::NotMeasured
+    );
+    assert_eq!(entries[0].pairs.len(), 1, "pair records kept");
+    assert_eq!(entries[1].verdict, gpufabric_api::run::NodeVerdict::Running);
+    assert!(!written.checks_ended);
+    let p = written.next.progress.clone().unwrap_or_default();
+    assert_eq!((p.done, p.total, p.wave, p.waves), (1, 3, 1, 2));
+    assert_eq!(
+        p.wave_start_time,
+        Some(at.clone()),
+        "the wave's clock starts"
+    );
+    assert_eq!(
+        p.wave_pods_created_time,
+        Some(at),
+        "every node of the wave has its pod"
+    );
+    assert!(
+        !written
+            .next
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_PODS_CREATED),
+        "gpu-03 has no pod yet"
+    );
+}
