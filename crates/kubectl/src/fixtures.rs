@@ -1,11 +1,17 @@
 //! Hand-built objects for the renderers' tests: the demo's nightly test and its manual run,
 //! with a quarantined node, a node held back by the budget, a busy node skipped, node pairs
-//! and the multi-node probe.
+//! and the multi-node probe; a node's full result as the operator keeps it, and its trend.
 
+use gpufabric_api::result::{
+    Backend, CollectiveSweep, GpuInfo, NcclSweepResult, PairBandwidth, PairMatrix, SweepRow,
+    Timing, Versions,
+};
 use gpufabric_api::shard::FabricTestRunShard;
-use gpufabric_api::{FabricTest, FabricTestRun};
-use k8s_openapi::api::core::v1::Node;
+use gpufabric_api::{Collective, DataType, FabricTest, FabricTestRun, ResultDocument};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use serde_json::json;
+use std::collections::BTreeMap;
 
 pub const RECORD: &str = r#"{"test":"nightly","run":"nightly-manual-1","reason":"NIC mlx5_0 port 1 slow to every partner","since":"2026-11-21T02:03:04Z","mode":"Cordon","cordoned":true,"labeled":true}"#;
 
@@ -129,4 +135,113 @@ pub fn node(name: &str, record: Option<&str>) -> Node {
         "spec": spec,
     }))
     .expect("a Node")
+}
+
+/// A node's full result: 8 GPUs copying at 370 GB/s a pair one way, `slow` at 148 both
+/// ways, and an all_reduce and all_gather sweep from 8 B to 256 MiB peaking at `peak` GB/s.
+pub fn document(node: &str, slow: (u32, u32), peak: f64) -> ResultDocument {
+    let gpus = (0..8)
+        .map(|index| GpuInfo {
+            index,
+            product: "NVIDIA H100 80GB HBM3".into(),
+            uuid: None,
+            pci_bus_id: None,
+            memory_bytes: 81_559 << 20,
+        })
+        .collect();
+    let mut doc = ResultDocument::unmeasured(
+        node.into(),
+        Backend::Sim,
+        "2026-11-21T02:00:00Z".into(),
+        Versions::default(),
+        gpus,
+    );
+    let unidirectional = (0..8)
+        .flat_map(|src| (0..8).filter(move |d| *d != src).map(move |dst| (src, dst)))
+        .map(|(src, dst)| PairBandwidth {
+            src,
+            dst,
+            gbps: if (src, dst) == slow || (dst, src) == slow {
+                148.0
+            } else {
+                370.0
+            },
+        })
+        .collect();
+    doc.pairs = Some(PairMatrix {
+        bytes: 256 << 20,
+        unidirectional,
+        bidirectional: Vec::new(),
+        host_to_device: Vec::new(),
+        device_to_host: Vec::new(),
+        corrupt_copies: 0,
+    });
+    let sweep = |collective, peak: f64| CollectiveSweep {
+        collective,
+        data_type: DataType::Float32,
+        ranks: 8,
+        rows: (3..=28)
+            .map(|k| {
+                let bytes = 1u64 << k;
+                let busbw = peak * bytes as f64 / (bytes as f64 + 4e6);
+                SweepRow {
+                    bytes,
+                    count: bytes / 4,
+                    out_of_place: Timing {
+                        time_us: bytes as f64 / busbw.max(1e-3) / 1e3,
+                        algbw: busbw,
+                        busbw,
+                        wrong: 0,
+                    },
+                    in_place: None,
+                }
+            })
+            .collect(),
+        fit: None,
+    };
+    doc.nccl = Some(NcclSweepResult {
+        collectives: vec![
+            sweep(Collective::AllReduce, peak),
+            sweep(Collective::AllGather, peak * 0.9),
+        ],
+        graph_launches: 0,
+    });
+    doc
+}
+
+/// The ConfigMap the operator keeps `doc` in for `node`, of `run`: as it is, or gzipped.
+pub fn kept(node: &str, run: &str, doc: &ResultDocument, gzip: bool) -> ConfigMap {
+    use std::io::Write;
+    let text = serde_json::to_string(doc).expect("a document serializes");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(format!("gpufabric-result-nightly-{node}"));
+    cm.metadata.labels = Some(BTreeMap::from([
+        ("gpufabric.io/test".to_string(), "nightly".to_string()),
+        ("gpufabric.io/run".to_string(), run.to_string()),
+        ("gpufabric.io/node".to_string(), node.to_string()),
+    ]));
+    cm.metadata.annotations = Some(BTreeMap::from([(
+        "gpufabric.io/node".to_string(),
+        node.to_string(),
+    )]));
+    if gzip {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(text.as_bytes()).expect("gzip");
+        cm.binary_data = Some(BTreeMap::from([(
+            "result.json.gz".to_string(),
+            ByteString(gz.finish().expect("gzip")),
+        )]));
+    } else {
+        cm.data = Some(BTreeMap::from([("result.json".to_string(), text)]));
+    }
+    cm
+}
+
+/// `n` with the trend annotation `text`.
+pub fn with_trend(mut n: Node, text: &str) -> Node {
+    n.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert("gpufabric.io/trend".into(), text.into());
+    n
 }

@@ -1,19 +1,21 @@
 //! `kubectl gpufabric`: what gpufabric found and holds, as tables, JSON or YAML, and the
 //! annotations that ask it to act. Pure: views built from the API objects and rendered,
-//! no client (`main.rs` fetches, this renders); the demo prints the same tables.
+//! no client (`main.rs` fetches, this renders); the demo prints the same tables. A run's
+//! report is also one HTML page (`html`).
 
 #![forbid(unsafe_code)]
 
 pub mod doc;
 pub mod exit;
 pub mod findings;
+pub mod html;
 pub mod node;
 pub mod output;
 pub mod report;
 pub mod request;
 pub mod status;
 
-pub use output::{Format, View, render};
+pub use output::{Format, Output, View, render};
 
 #[cfg(test)]
 mod fixtures;

@@ -10,12 +10,13 @@ use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::{FabricTest, FabricTestRun, keys};
 use gpufabric_kubectl::exit::{self, Exit};
 use gpufabric_kubectl::findings::Findings;
+use gpufabric_kubectl::html::{self, HtmlReport, Sources};
 use gpufabric_kubectl::node::NodeView;
 use gpufabric_kubectl::report::{Quarantine, Report, pair_rows};
 use gpufabric_kubectl::request::{self, Refusal};
 use gpufabric_kubectl::status::Status;
-use gpufabric_kubectl::{Format, View, render};
-use k8s_openapi::api::core::v1::Node;
+use gpufabric_kubectl::{Format, Output, View, render};
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use std::path::PathBuf;
@@ -28,7 +29,9 @@ const COMMANDS: &str = "Commands at a glance:
   run TEST [--nodes a,b] [--selector k=v]
                                 run TEST now (gpufabric.io/run-now), or over those nodes (gpufabric.io/run-nodes, -selector)
   release NODE [--note TEXT]    mark a quarantined node repaired (gpufabric.io/repaired): tested now, one pass releases it
-  report RUN                    the run's per-node results, findings, node pairs, DDP probe, quarantine, nodes not measured";
+  report RUN                    the run's per-node results, findings, node pairs, DDP probe, quarantine, nodes not measured
+  report RUN -o report.html     the same run as one self-contained page: the fleet, each failing node's GPU pairs and
+                                collectives against their floors, the node-pair matrix, the DDP probe, each node's trend";
 
 /// What gpufabric found and holds (FabricTests, runs, findings, quarantined nodes), and the
 /// requests it takes (run now, a repaired node). Reads the cluster of the current kubeconfig
@@ -42,9 +45,16 @@ const COMMANDS: &str = "Commands at a glance:
     after_help = format!("{COMMANDS}\n\n{}", exit::help())
 )]
 struct Cli {
-    /// Output: table (for people), json or yaml (for scripts).
-    #[arg(short, long, global = true, value_enum, default_value_t = Format::Table)]
-    output: Format,
+    /// Output: table (for people), json or yaml (for scripts); for `report` also html (to
+    /// stdout) or a file name ending in .html (one self-contained page).
+    #[arg(
+        short,
+        long,
+        global = true,
+        default_value = "table",
+        value_name = "table|json|yaml|html|FILE.html"
+    )]
+    output: Output,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster account).
     #[arg(long, global = true)]
     kubeconfig: Option<PathBuf>,
@@ -91,8 +101,15 @@ enum Command {
         note: String,
     },
     /// A run's tables: per-node results, findings, node pairs, the multi-node DDP probe, its
-    /// test's quarantined and held-back nodes, the nodes not measured.
-    Report { run: String },
+    /// test's quarantined and held-back nodes, the nodes not measured. With `-o FILE.html`
+    /// (or `-o html`, to stdout) one self-contained page of the run, drawn also from the full
+    /// results the operator keeps in ConfigMaps and the nodes' trend annotations.
+    Report {
+        run: String,
+        /// Namespace of the benchmark pods, where the operator keeps each node's full result.
+        #[arg(long, default_value = "gpufabric")]
+        namespace: String,
+    },
 }
 
 /// How a command failed, and the exit code that says so.
@@ -177,18 +194,92 @@ async fn runs_named(
 
 /// Writes `view` to stdout; a reader that went away (`| head`) is no error.
 fn print<V: View>(view: &V, format: Format) -> Result<(), Failure> {
-    use std::io::Write;
-    let text = render(view, format)?;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::Error::new(e).context("writing to stdout").into())
-        }
-        _ => Ok(()),
+    write_out(&render(view, format)?, None)
+}
+
+/// The format of a command that prints a view: an HTML page is `report`'s only.
+fn format_of(output: &Output) -> Result<Format, Failure> {
+    match output {
+        Output::Format(f) => Ok(*f),
+        Output::Html(_) => Err(Failure {
+            exit: Exit::Usage,
+            error: anyhow::anyhow!("-o html and -o FILE.html are for `report RUN` only"),
+        }),
     }
 }
 
+/// Writes `text` to `to`, or to stdout; says where a file went.
+fn write_out(text: &str, to: Option<&std::path::Path>) -> Result<(), Failure> {
+    use std::io::Write;
+    let Some(path) = to else {
+        let mut out = std::io::stdout().lock();
+        return match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                Err(anyhow::Error::new(e).context("writing to stdout").into())
+            }
+            _ => Ok(()),
+        };
+    };
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The objects of `run`'s HTML page beyond the run and its shards, and the page itself:
+/// the nodes (their trend annotations), the full results kept in `namespace`, and the
+/// run that confirmed this one's suspects.
+async fn html_report(
+    client: &kube::Client,
+    r: &FabricTestRun,
+    shards: &[FabricTestRunShard],
+    nodes: Vec<Node>,
+    namespace: &str,
+) -> Result<String, Failure> {
+    let run = r.metadata.name.clone().unwrap_or_default();
+    let of_test = ListParams::default().labels(&format!("{}={}", keys::LABEL_TEST, r.spec.test));
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    // Without them the page still draws what the run and its shards hold, and says why.
+    let (kept, kept_note) = match config_maps.list(&of_test).await {
+        Ok(l) => (l.items, None),
+        Err(e) => (
+            Vec::new(),
+            Some(format!(
+                "full result not read: listing the ConfigMaps of namespace {namespace} failed: {e}"
+            )),
+        ),
+    };
+    let runs: Api<FabricTestRun> = Api::all(client.clone());
+    let confirmation = runs
+        .list(&of_test)
+        .await
+        .context("listing the test's FabricTestRuns")?
+        .items
+        .into_iter()
+        .find(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(html::model::ANNOTATION_CONFIRMS))
+                == Some(&run)
+        })
+        .and_then(|c| c.metadata.name);
+    let now = chrono::Utc::now().to_rfc3339();
+    let model = HtmlReport::of(&Sources {
+        run: r,
+        shards,
+        nodes: &nodes,
+        kept: &kept,
+        kept_note: kept_note.as_deref(),
+        confirmation: confirmation.as_deref(),
+        generated_at: &now,
+    });
+    Ok(html::render(&model))
+}
+
 async fn execute(cli: &Cli) -> Result<(), Failure> {
+    if !matches!(cli.command, Command::Report { .. }) {
+        format_of(&cli.output)?;
+    }
     let client = client(cli).await?;
     let tests: Api<FabricTest> = Api::all(client.clone());
     let runs: Api<FabricTestRun> = Api::all(client.clone());
@@ -197,11 +288,11 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Status => {
             let all = tests.list(&lp).await.context("listing FabricTests")?.items;
-            print(&Status::of(&all), cli.output)
+            print(&Status::of(&all), format_of(&cli.output)?)
         }
         Command::Findings { run: Some(run) } => {
             let r = get(&runs, "FabricTestRun", run).await?;
-            print(&Findings::of(&[r]), cli.output)
+            print(&Findings::of(&[r]), format_of(&cli.output)?)
         }
         Command::Findings { run: None } => {
             let mut all = tests.list(&lp).await.context("listing FabricTests")?.items;
@@ -210,7 +301,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .iter()
                 .filter_map(|t| t.status.as_ref()?.last_run.as_ref().map(|l| l.name.clone()));
             let latest = runs_named(&runs, latest).await?;
-            print(&Findings::of(&latest), cli.output)
+            print(&Findings::of(&latest), format_of(&cli.output)?)
         }
         Command::Node { node } => {
             let n = get(&nodes, "Node", node).await?;
@@ -225,7 +316,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
             last.sort();
             last.dedup();
             let latest = runs_named(&runs, last).await?;
-            print(&NodeView::of(&n, &all, &latest), cli.output)
+            print(&NodeView::of(&n, &all, &latest), format_of(&cli.output)?)
         }
         Command::Run {
             test,
@@ -249,7 +340,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .patch(test, &PatchParams::default(), &Patch::Merge(&req.patch()))
                 .await
                 .with_context(|| format!("annotating FabricTest {test}"))?;
-            print(&req, cli.output)
+            print(&req, format_of(&cli.output)?)
         }
         Command::Release { node, note } => {
             let n = get(&nodes, "Node", node).await?;
@@ -258,9 +349,9 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .patch(node, &PatchParams::default(), &Patch::Merge(&req.patch()))
                 .await
                 .with_context(|| format!("annotating Node {node}"))?;
-            print(&req, cli.output)
+            print(&req, format_of(&cli.output)?)
         }
-        Command::Report { run } => {
+        Command::Report { run, namespace } => {
             let r = get(&runs, "FabricTestRun", run).await?;
             let shards: Api<FabricTestRunShard> = Api::all(client.clone());
             let of_run = ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN));
@@ -269,6 +360,11 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .await
                 .context("listing the run's FabricTestRunShards")?
                 .items;
+            if let Output::Html(to) = &cli.output {
+                let all = nodes.list(&lp).await.context("listing Nodes")?.items;
+                let page = html_report(&client, &r, &shards, all, namespace).await?;
+                return write_out(&page, to.as_deref());
+            }
             let quarantine = match tests
                 .get_opt(&r.spec.test)
                 .await
@@ -285,7 +381,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 run: r,
                 quarantine,
             };
-            print(&report, cli.output)
+            print(&report, format_of(&cli.output)?)
         }
     }
 }
@@ -331,7 +427,7 @@ mod tests {
             "json",
         ])
         .expect("parses");
-        assert_eq!(cli.output, Format::Json);
+        assert_eq!(cli.output, Output::Format(Format::Json));
         match cli.command {
             Command::Run { nodes, .. } => assert_eq!(nodes, ["a", "b", "c"]),
             other => panic!("{other:?}"),
