@@ -3,6 +3,8 @@
 //! measure the node probe's training step weak-scaled over 1, 2, 4, ... of their nodes, all
 //! GPUs each, gather every node's times, and each writes the same document: step time,
 //! scaling efficiency and exposed communication per node count, and the straggler nodes.
+//! The sequence is `gpufabric_measure::ddp_nodes::run`; here are its arguments, the backend
+//! chosen for it, the table, the document and the exit code.
 
 use crate::args::{BackendArg, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Choice, Chosen, Measures};
@@ -10,19 +12,16 @@ use crate::exit::Exit;
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
-use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesResult};
+use gpufabric_api::ddp_nodes::DdpNodesResult;
 use gpufabric_api::keys;
-use gpufabric_api::pair::NotMeasured;
-use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
 use gpufabric_measure::cuda::ddp::DdpSettings;
 use gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes;
-use gpufabric_measure::ddp_nodes::{self, NodeMeasure};
+use gpufabric_measure::ddp_nodes::{self, DdpNodesRun, NodeMeasure};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
-use gpufabric_measure::rendezvous::{self, Group, RendezvousError};
+use gpufabric_measure::rendezvous::RendezvousError;
 use gpufabric_measure::sim::ddp_nodes::SimDdpNodes;
-use gpufabric_measure::{CheckError, rfc3339};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 /// Arguments of `fabric-agent ddp-nodes`.
 #[derive(Args, Debug, Clone)]
@@ -147,9 +146,14 @@ impl DdpNodesArgs {
 /// Runs one rank; returns the exit code.
 pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     args.check()?;
-    let config = args.meet.config(args.rank, args.nodes.clone())?;
-    let started = Instant::now();
-    let started_at = rfc3339(SystemTime::now());
+    let probe = DdpNodesRun {
+        config: args.meet.config(args.rank, args.nodes.clone())?,
+        shape: args.shape(),
+        node_counts: args.node_counts.clone(),
+        straggler_percent: args.straggler_percent,
+        timeout: args.timeout,
+        shared_gpus: args.me.shared_gpus,
+    };
     let me = args
         .nodes
         .get(args.rank as usize)
@@ -158,61 +162,25 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
         Chosen::Measure { backend, .. } => backend,
         Chosen::Crashed(code) => return Ok(code),
     };
-    let mut doc = empty_doc(&args, m.kind(), started_at);
-    // The backend is ready (libraries and GPUs found, none held by other work) before the
-    // others are met: a rank that cannot measure fails alone, and at once.
-    let gpus = m.prepare(args.me.shared_gpus, &progress)?;
-    progress(&format!(
-        "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
-        me,
-        args.meet.group,
-        args.rank,
-        args.nodes.len(),
-        config.addr
-    ));
-    let met = if args.rank == 0 {
-        rendezvous::random_id().and_then(|id| rendezvous::serve(&config, &id))
-    } else {
-        rendezvous::join(&config).map(|(g, _)| g)
-    };
-    let mut group = match met {
-        Ok(g) => g,
-        Err(e) => return not_measured(doc, &args, started, e),
-    };
-    // A hang of the probe: for good, as a rank whose thread is stuck in a driver call; else,
-    // after `--timeout`, the timeout is the document, with no points.
-    if let Some(e) = m.hang(args.timeout, &progress) {
-        // The others find the group closed, as when a rank's process ends.
-        drop(group);
-        doc.errors.push(e);
-        doc.duration_s = started.elapsed().as_secs_f64();
-        emit(&doc, args.me.json.as_deref())?;
-        return Ok(Exit::Success.code());
+    let end = ddp_nodes::run(m.as_mut(), &probe, &progress)?;
+    emit(&end.doc, args.me.json.as_deref())?;
+    if let Some(e) = &end.unmet {
+        eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
+        return Ok(match e {
+            RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
+            _ => Exit::NotMeasured,
+        }
+        .code());
     }
-    let measured = measure(&mut doc, &mut group, &args, gpus, m.as_mut());
-    if let Err(e) = measured {
-        return not_measured(doc, &args, started, e);
-    }
-    // The workers have ended: what the GPUs hold now is work that started while they
-    // measured (not after a failure: a worker that was killed may still be letting go).
-    let looked = if args.me.shared_gpus || !doc.errors.is_empty() {
-        Ok(())
-    } else {
-        m.end_look()
-    };
-    if let Err(CheckError::GpusInUse(message)) = looked {
-        eprintln!("fabric-agent: multi-node DDP probe not measured: {message}");
-        doc.not_measured = Some(NotMeasured::own_node(message));
-    }
-    if let Err(e) = group.barrier(args.meet.rendezvous_timeout) {
-        doc.errors.push(error(e.to_string()));
-    }
-    doc.duration_s = started.elapsed().as_secs_f64();
-    emit(&doc, args.me.json.as_deref())?;
-    Ok(if doc.not_measured.is_some() {
-        Exit::NotMeasured
-    } else {
-        Exit::Success
+    Ok(match &end.doc.not_measured {
+        Some(nm) => {
+            eprintln!(
+                "fabric-agent: multi-node DDP probe not measured: {}",
+                nm.message
+            );
+            Exit::NotMeasured
+        }
+        None => Exit::Success,
     }
     .code())
 }
@@ -264,124 +232,6 @@ impl Measures for DdpNodesArgs {
             seed,
         }))
     }
-}
-
-fn empty_doc(args: &DdpNodesArgs, backend: Backend, started_at: String) -> DdpNodesResult {
-    DdpNodesResult {
-        schema: DDP_NODES_SCHEMA.into(),
-        group: args.meet.group.clone(),
-        nodes: args.nodes.clone(),
-        rank: args.rank,
-        backend,
-        started_at,
-        duration_s: 0.0,
-        gpus_per_node: 0,
-        hidden: args.hidden,
-        layers: args.layers,
-        batch_per_gpu: args.batch_per_gpu,
-        buckets: gpufabric_measure::model::buckets(
-            u64::from(args.hidden),
-            args.layers as usize,
-            args.first_bucket,
-            args.bucket,
-        )
-        .iter()
-        .map(|b| b.bytes)
-        .collect(),
-        points: Vec::new(),
-        stragglers: Vec::new(),
-        not_measured: None,
-        errors: Vec::new(),
-    }
-}
-
-fn error(message: String) -> PhaseError {
-    PhaseError {
-        phase: Phase::DdpProbe,
-        kind: ErrorKind::Failed,
-        message,
-    }
-}
-
-/// Agrees on the GPUs per node, measures every node count and fills in the points and the
-/// stragglers. A rendezvous failure (a rank gone) is `Err`; a node count that failed is an
-/// error in the document.
-fn measure(
-    doc: &mut DdpNodesResult,
-    group: &mut Group,
-    args: &DdpNodesArgs,
-    gpus: u32,
-    m: &mut dyn NodeMeasure,
-) -> Result<(), RendezvousError> {
-    let all = group.all_gather(&gpus.to_le_bytes(), args.meet.rendezvous_timeout)?;
-    let per_node: Vec<u32> = all
-        .iter()
-        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
-        .collect();
-    if per_node.iter().any(|g| *g != gpus || *g == 0) {
-        doc.errors.push(error(format!(
-            "the nodes have different GPU counts ({}); the probe needs the same on each",
-            args.nodes
-                .iter()
-                .zip(&per_node)
-                .map(|(n, g)| format!("{n}: {g}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-        return Ok(());
-    }
-    doc.gpus_per_node = gpus;
-    let counts = ddp_nodes::node_counts(args.node_counts.as_deref(), args.nodes.len() as u32);
-    // A node count may take the whole --timeout on the slowest node.
-    let wait = args.timeout * 2 + args.meet.rendezvous_timeout;
-    let measured = ddp_nodes::measure_counts(group, &args.nodes, &counts, wait, m, &progress)?;
-    let shape = args.shape();
-    for (k, reports) in &measured.counts {
-        let base = doc.points.first().map(|p| &p.point);
-        if let Some(p) = ddp_nodes::point(&shape, *k, reports, gpus, base) {
-            progress(&format!(
-                "ddp-nodes: {} node(s), {} GPUs: step {:.2} ms, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms",
-                k,
-                p.point.gpus,
-                p.point.step_ms,
-                p.point.scaling_efficiency * 100.0,
-                p.compute_alone_ms,
-                p.comm_alone_ms,
-                p.exposed_comm_ms
-            ));
-            doc.points.push(p);
-        }
-    }
-    if let Some(e) = measured.error {
-        doc.errors.push(error(e));
-    }
-    if let Some(last) = doc.points.last().filter(|p| p.nodes > 1) {
-        let names = &args.nodes[..last.nodes as usize];
-        doc.stragglers = ddp_nodes::stragglers(names, last, args.straggler_percent);
-    }
-    Ok(())
-}
-
-/// The document of a probe whose ranks did not all meet: what is known, the missing ranks
-/// named, exit code 5 (2 for a bad address).
-fn not_measured(
-    mut doc: DdpNodesResult,
-    args: &DdpNodesArgs,
-    started: Instant,
-    e: RendezvousError,
-) -> anyhow::Result<i32> {
-    doc.duration_s = started.elapsed().as_secs_f64();
-    doc.not_measured = Some(NotMeasured {
-        peer: None,
-        message: e.to_string(),
-    });
-    emit(&doc, args.me.json.as_deref())?;
-    eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
-    Ok(match e {
-        RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
-        _ => Exit::NotMeasured,
-    }
-    .code())
 }
 
 /// The table on stdout, the document as the last stdout line, in the termination message

@@ -8,15 +8,24 @@
 //! is gathered. The point's step is the slowest node's; the efficiency is throughput per GPU
 //! against the one-node point; a node whose compute alone is slower than the fastest node's
 //! by more than the threshold is a straggler.
+//!
+//! One rank's steps, in [`run`]'s order: the backend gets ready and refuses GPUs other work
+//! holds ([`NodeMeasure::prepare`]: such a rank ends alone, before it meets the others); the
+//! ranks meet over the [`crate::rendezvous`] (a rank that never comes is a not-measured
+//! document); a probe that hangs before any node count writes its timeout; the ranks agree on
+//! the GPUs per node and measure every node count; work that started on the GPUs while they
+//! measured makes the probe not measured, this node's doing (unless the GPUs are shared by
+//! request or a node count failed); last, every rank passes a barrier.
 
 use crate::model::{self, PointTimes};
-use crate::rendezvous::{Group, RendezvousError};
+use crate::rendezvous::{self, Config, Group, RendezvousError};
 use crate::{CheckError, Progress};
-use gpufabric_api::ddp_nodes::{DdpNodesPoint, DdpStraggler};
-use gpufabric_api::result::{Backend, DdpPoint, PhaseError};
+use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpNodesResult, DdpStraggler};
+use gpufabric_api::pair::NotMeasured;
+use gpufabric_api::result::{Backend, DdpPoint, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What one node measured at one node count, over its own GPUs: the slowest of its GPUs,
 /// and each GPU's compute.
@@ -25,7 +34,7 @@ pub type NodeTimes = PointTimes;
 /// One rank's report of one node count, as it travels to the others.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "status", rename_all = "camelCase")]
-pub enum NodeReport {
+enum NodeReport {
     Measured(NodeTimes),
     /// Not in this node count.
     Idle,
@@ -57,9 +66,209 @@ pub trait NodeMeasure {
     fn end_look(&mut self) -> Result<(), CheckError>;
 }
 
+/// How a rank takes part in the probe.
+pub struct DdpNodesRun {
+    /// The rendezvous: the group, this rank, the nodes by rank (node count k is the first
+    /// k); its timeout also bounds the barriers and each exchange.
+    pub config: Config,
+    /// The model and its steps (`gpuCounts` is not used: every GPU of each node takes part).
+    pub shape: DdpProbe,
+    /// The node counts asked for (default: 1, 2, 4, ... and every node).
+    pub node_counts: Option<Vec<u32>>,
+    /// A node whose compute is slower than the fastest node's by more than this many
+    /// percent is a straggler.
+    pub straggler_percent: f64,
+    /// Longest one node count may take on one node.
+    pub timeout: Duration,
+    /// Measure beside other work on this node's GPUs (`--shared-gpus`).
+    pub shared_gpus: bool,
+}
+
+/// What a rank ends with: its document, and why the ranks did not all meet (or a rank
+/// went while they measured) when that happened (the document says it too).
+pub struct DdpNodesEnd {
+    pub doc: DdpNodesResult,
+    pub unmet: Option<RendezvousError>,
+}
+
+/// Runs one rank of the probe on `m` (see the module doc). `startedAt` and `durationS` are
+/// the real time of the call; an `Err` is a rank that could not get ready and met no one.
+pub fn run(
+    m: &mut dyn NodeMeasure,
+    probe: &DdpNodesRun,
+    progress: Progress,
+) -> Result<DdpNodesEnd, CheckError> {
+    let started = Instant::now();
+    let started_at = crate::rfc3339(std::time::SystemTime::now());
+    let config = &probe.config;
+    let _span =
+        tracing::info_span!("ddp_nodes", group = %config.group, rank = config.rank).entered();
+    let mut doc = document(probe, m.kind(), started_at);
+    // The backend is ready (libraries and GPUs found, none held by other work) before the
+    // others are met: a rank that cannot measure fails alone, and at once.
+    let gpus = m.prepare(probe.shared_gpus, progress)?;
+    progress(&format!(
+        "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
+        config
+            .names
+            .get(config.rank as usize)
+            .map_or("", String::as_str),
+        config.group,
+        config.rank,
+        config.names.len(),
+        config.addr
+    ));
+    let unmet = |mut doc: DdpNodesResult, e: RendezvousError| {
+        doc.duration_s = started.elapsed().as_secs_f64();
+        doc.not_measured = Some(NotMeasured {
+            peer: None,
+            message: e.to_string(),
+        });
+        Ok(DdpNodesEnd {
+            doc,
+            unmet: Some(e),
+        })
+    };
+    let met = if config.rank == 0 {
+        rendezvous::random_id().and_then(|id| rendezvous::serve(config, &id))
+    } else {
+        rendezvous::join(config).map(|(g, _)| g)
+    };
+    let mut group = match met {
+        Ok(g) => g,
+        Err(e) => return unmet(doc, e),
+    };
+    // A hang of the probe: for good, as a rank whose thread is stuck in a driver call; else,
+    // after the timeout, the timeout is the document, with no points.
+    if let Some(e) = m.hang(probe.timeout, progress) {
+        // The others find the group closed, as when a rank's process ends.
+        drop(group);
+        doc.errors.push(e);
+        doc.duration_s = started.elapsed().as_secs_f64();
+        return Ok(DdpNodesEnd { doc, unmet: None });
+    }
+    if let Err(e) = measure(&mut doc, &mut group, probe, gpus, m, progress) {
+        return unmet(doc, e);
+    }
+    // The workers have ended: what the GPUs hold now is work that started while they
+    // measured (not after a failure: a worker that was killed may still be letting go).
+    let looked = if probe.shared_gpus || !doc.errors.is_empty() {
+        Ok(())
+    } else {
+        m.end_look()
+    };
+    if let Err(CheckError::GpusInUse(message)) = looked {
+        doc.not_measured = Some(NotMeasured::own_node(message));
+    }
+    if let Err(e) = group.barrier(config.timeout) {
+        doc.errors.push(error(e.to_string()));
+    }
+    doc.duration_s = started.elapsed().as_secs_f64();
+    Ok(DdpNodesEnd { doc, unmet: None })
+}
+
+/// The document before anything is measured: the group, the nodes, this rank and the
+/// model's shape and buckets.
+fn document(probe: &DdpNodesRun, backend: Backend, started_at: String) -> DdpNodesResult {
+    let shape = &probe.shape;
+    DdpNodesResult {
+        schema: DDP_NODES_SCHEMA.into(),
+        group: probe.config.group.clone(),
+        nodes: probe.config.names.clone(),
+        rank: probe.config.rank,
+        backend,
+        started_at,
+        duration_s: 0.0,
+        gpus_per_node: 0,
+        hidden: shape.hidden,
+        layers: shape.layers,
+        batch_per_gpu: shape.batch_per_gpu,
+        buckets: model::buckets(
+            u64::from(shape.hidden),
+            shape.layers as usize,
+            shape.first_bucket_bytes,
+            shape.bucket_bytes,
+        )
+        .iter()
+        .map(|b| b.bytes)
+        .collect(),
+        points: Vec::new(),
+        stragglers: Vec::new(),
+        not_measured: None,
+        errors: Vec::new(),
+    }
+}
+
+fn error(message: String) -> PhaseError {
+    PhaseError {
+        phase: Phase::DdpProbe,
+        kind: ErrorKind::Failed,
+        message,
+    }
+}
+
+/// Agrees on the GPUs per node, measures every node count and fills in the points and the
+/// stragglers. A rendezvous failure (a rank gone) is `Err`; a node count that failed is an
+/// error in the document.
+fn measure(
+    doc: &mut DdpNodesResult,
+    group: &mut Group,
+    probe: &DdpNodesRun,
+    gpus: u32,
+    m: &mut dyn NodeMeasure,
+    progress: Progress,
+) -> Result<(), RendezvousError> {
+    let names = &probe.config.names;
+    let all = group.all_gather(&gpus.to_le_bytes(), probe.config.timeout)?;
+    let per_node: Vec<u32> = all
+        .iter()
+        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+        .collect();
+    if per_node.iter().any(|g| *g != gpus || *g == 0) {
+        doc.errors.push(error(format!(
+            "the nodes have different GPU counts ({}); the probe needs the same on each",
+            names
+                .iter()
+                .zip(&per_node)
+                .map(|(n, g)| format!("{n}: {g}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+        return Ok(());
+    }
+    doc.gpus_per_node = gpus;
+    let counts = node_counts(probe.node_counts.as_deref(), names.len() as u32);
+    // A node count may take the whole timeout on the slowest node.
+    let wait = probe.timeout * 2 + probe.config.timeout;
+    let measured = measure_counts(group, names, &counts, wait, m, progress)?;
+    for (k, reports) in &measured.counts {
+        let base = doc.points.first().map(|p| &p.point);
+        if let Some(p) = point(&probe.shape, *k, reports, gpus, base) {
+            progress(&format!(
+                "ddp-nodes: {} node(s), {} GPUs: step {:.2} ms, efficiency {:.1}%, compute alone {:.2} ms, comm alone {:.2} ms, exposed comm {:.2} ms",
+                k,
+                p.point.gpus,
+                p.point.step_ms,
+                p.point.scaling_efficiency * 100.0,
+                p.compute_alone_ms,
+                p.comm_alone_ms,
+                p.exposed_comm_ms
+            ));
+            doc.points.push(p);
+        }
+    }
+    if let Some(e) = measured.error {
+        doc.errors.push(error(e));
+    }
+    if let Some(last) = doc.points.last().filter(|p| p.nodes > 1) {
+        doc.stragglers = stragglers(&names[..last.nodes as usize], last, probe.straggler_percent);
+    }
+    Ok(())
+}
+
 /// The node counts of the probe over `n` nodes: the ones asked for (clipped to `1..=n`,
 /// sorted, without repeats), or 1, 2, 4, ... and `n`.
-pub fn node_counts(asked: Option<&[u32]>, n: u32) -> Vec<u32> {
+fn node_counts(asked: Option<&[u32]>, n: u32) -> Vec<u32> {
     let mut counts: Vec<u32> = match asked {
         Some(a) => a.iter().copied().filter(|c| (1..=n).contains(c)).collect(),
         None => std::iter::successors(Some(1u32), |c| c.checked_mul(2))
@@ -74,20 +283,20 @@ pub fn node_counts(asked: Option<&[u32]>, n: u32) -> Vec<u32> {
 
 /// What the ranks measured together: one entry per node count, every rank's report, until
 /// the first count a node failed (that failure is the error).
-pub struct Measured {
-    pub counts: Vec<(u32, Vec<NodeReport>)>,
-    pub error: Option<String>,
+struct Measured {
+    counts: Vec<(u32, Vec<NodeReport>)>,
+    error: Option<String>,
 }
 
 /// Measures every node count over the group (see the module doc). `names` are the nodes by
 /// rank; `wait` bounds each exchange (it must cover the slowest node count's measurement).
-pub fn measure_counts(
+fn measure_counts(
     group: &mut Group,
     names: &[String],
     counts: &[u32],
     wait: Duration,
     m: &mut dyn NodeMeasure,
-    progress: &dyn Fn(&str),
+    progress: Progress,
 ) -> Result<Measured, RendezvousError> {
     let rank = group.rank();
     let mut out = Measured {
@@ -151,7 +360,7 @@ pub fn measure_counts(
 
 /// The point of `k` nodes from their reports (the first `k`, all measured), scaled against
 /// `base` (the first point). None when a report is missing.
-pub fn point(
+fn point(
     shape: &DdpProbe,
     k: u32,
     reports: &[NodeReport],
@@ -189,7 +398,7 @@ pub fn point(
 
 /// The nodes of `point` whose compute alone is more than `percent` slower than the
 /// fastest node's.
-pub fn stragglers(names: &[String], point: &DdpNodesPoint, percent: f64) -> Vec<DdpStraggler> {
+fn stragglers(names: &[String], point: &DdpNodesPoint, percent: f64) -> Vec<DdpStraggler> {
     let fastest = point
         .node_compute_ms
         .iter()
