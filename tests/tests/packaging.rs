@@ -190,12 +190,17 @@ fn promtool_passes_the_alert_rule_tests() {
             .arg("rules")
             .arg(chart().join("files/alerts.yaml")),
     );
-    let out = run_ok(
-        Command::new(&promtool)
-            .args(["test", "rules"])
-            .arg(workspace_root().join("tests/tools/prometheus/alerts_test.yaml")),
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("SUCCESS"));
+    for tests in ["alerts_test.yaml", "trend_test.yaml"] {
+        let out = run_ok(
+            Command::new(&promtool)
+                .args(["test", "rules"])
+                .arg(workspace_root().join("tests/tools/prometheus").join(tests)),
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("SUCCESS"),
+            "{tests}"
+        );
+    }
 }
 
 /// A token of the chart's ServiceAccount, in a kubeconfig of its own.
@@ -560,7 +565,13 @@ fn start_prometheus(target: &str, dir: &Path) -> Prometheus {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free port");
-    let rules = chart().join("files/alerts.yaml");
+    // The chart's rules, with the hourly group evaluated every second: a test of minutes
+    // sees what an hour's evaluation records.
+    let text = std::fs::read_to_string(chart().join("files/alerts.yaml")).expect("alerts file");
+    let hourly = "    interval: 1h\n";
+    assert!(text.contains(hourly), "the trend group's interval moved");
+    let rules = dir.join("alerts.yaml");
+    std::fs::write(&rules, text.replace(hourly, "    interval: 1s\n")).expect("rules file");
     let config = format!(
         "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
          rule_files: [{rules:?}]\n\
