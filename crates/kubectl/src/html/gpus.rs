@@ -37,8 +37,12 @@ fn node(d: &NodeDetail) -> String {
         e.verdict.name(),
         esc(e.product.as_deref().unwrap_or_default())
     );
+    // The run's sentence on the node, unless it is one of the findings listed under it.
     if let Some(why) = e.reason.as_ref().or(e.finding.as_ref()) {
-        let _ = write!(s, "<p>{}</p>", esc(why));
+        let head: String = why.chars().take(60).collect();
+        if !d.findings.iter().any(|f| f.message.starts_with(&head)) {
+            let _ = write!(s, "<p>{}</p>", esc(why));
+        }
     }
     if !d.findings.is_empty() {
         s.push_str("<ul>");
@@ -121,7 +125,7 @@ fn heatmap(d: &NodeDetail, doc: &ResultDocument) -> String {
     for i in 0..n {
         let at = c * (f64::from(i) + 1.5);
         let flag = if gpus.contains(&i) {
-            r##" data-suspect="true" fill="#cf222e""##
+            r#" data-suspect="true""#
         } else {
             ""
         };

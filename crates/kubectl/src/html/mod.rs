@@ -55,6 +55,7 @@ figcaption{font-size:12px;color:var(--muted);margin-top:2px;max-width:480px}
 .legend i.dash{border-top:2px dashed var(--bad);height:0}
 .heat text{font-size:11px;text-anchor:middle;dominant-baseline:central}
 .heat .label{fill:var(--muted)}
+.heat .label[data-suspect="true"]{fill:var(--bad);font-weight:bold}
 .heat [data-suspect="true"] rect{stroke:#000;stroke-width:3}
 .matrix td{text-align:center;min-width:34px;font-size:11px;padding:2px 3px}
 .matrix th{font-size:11px;white-space:nowrap}

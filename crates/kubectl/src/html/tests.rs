@@ -157,6 +157,20 @@ fn the_slow_gpu_pair_is_outlined_in_its_nodes_heatmap_and_under_its_floor() {
         56,
         "every ordered pair of 8 GPUs"
     );
+    // A GPU a finding names is marked on both axes.
+    let mut f = Fetched::demo();
+    if let Some(s) = f.run.status.as_mut() {
+        s.findings.push(Finding::new(
+            FindingKind::Slow,
+            Subject::gpu("h100-03", 6),
+            Metric::GemmThroughput,
+            Severity::Critical,
+            "GPU 6 computes slowly".into(),
+        ));
+    }
+    let page = f.page();
+    let gpu6 = tags(&page, r#"data-gpu="6" data-suspect="true""#);
+    assert_eq!(gpu6.len(), 2, "{gpu6:?}");
 }
 
 #[test]
