@@ -4,9 +4,10 @@
 //! operator with its admission webhook (and a FabricTest it refuses), and a FabricTest run
 //! (node checks, then node pairs) whose findings, node pairs, quarantined nodes and
 //! not-measured nodes it prints with the tables of `kubectl gpufabric` (crates/kubectl),
-//! ending with its `status`.
+//! ending with the HTML report of its run (`kubectl gpufabric report RUN -o FILE.html`) and
+//! its `status`.
 //!
-//! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator]`
+//! `cargo run -p gpufabric-tests --bin fabric-demo -- [--once] [--fleet PATH] [--no-build] [--no-operator] [--report FILE.html]`
 
 #![forbid(unsafe_code)]
 
@@ -52,6 +53,10 @@ struct Cli {
     /// Longest wait for the run to finish, in seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Where the HTML report of the run goes (default: fabric-demo/report.html beside the
+    /// binaries, e.g. target/debug/fabric-demo/report.html).
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -114,6 +119,11 @@ async fn main() -> anyhow::Result<()> {
                 std::time::Duration::from_secs(cli.timeout.min(180)),
             )
             .await?;
+            let page = cli
+                .report
+                .clone()
+                .unwrap_or_else(|| bins.join("fabric-demo").join("report.html"));
+            report::write_html(&cluster, &bins, &test, &page).await?;
             report::print_status(&cluster).await?;
         }
         None => {

@@ -1,7 +1,10 @@
 //! What the run found, as `kubectl gpufabric report RUN` and `kubectl gpufabric status`
-//! print it: the plugin's library (crates/kubectl) renders, the demo fetches.
+//! print it: the plugin's library (crates/kubectl) renders, the demo fetches; and the run's
+//! HTML page, written by the plugin itself.
 
-use crate::print::{show, step};
+use crate::print::{info, show, step};
+use anyhow::{Context, bail};
+use gpufabric_api::run::Trigger;
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::{FabricTest, FabricTestRun, keys};
 use gpufabric_kubectl::report::{
@@ -12,6 +15,7 @@ use gpufabric_kubectl::{Format, render};
 use gpufabric_tests::cluster::Cluster;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
+use std::path::Path;
 
 /// One run's per-node results and findings, its node pairs (from its shards) and its
 /// multi-node DDP probe.
@@ -46,5 +50,58 @@ pub(crate) async fn print_status(cluster: &Cluster) -> anyhow::Result<()> {
     let tests: Api<FabricTest> = Api::all(cluster.client());
     let tests = tests.list(&ListParams::default()).await?.items;
     print!("{}", render(&Status::of(&tests), Format::Table)?);
+    Ok(())
+}
+
+/// Writes the HTML report of `test`'s manual run (the one the demo started) to `page` with
+/// the built `kubectl-gpufabric`, as a user would: `kubectl gpufabric report RUN -o FILE`.
+pub(crate) async fn write_html(
+    cluster: &Cluster,
+    bins: &Path,
+    test: &str,
+    page: &Path,
+) -> anyhow::Result<()> {
+    let runs: Api<FabricTestRun> = Api::all(cluster.client());
+    let lp = ListParams::default().labels(&format!("{}={test}", keys::LABEL_TEST));
+    let run = runs
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .find(|r| r.spec.trigger == Trigger::Manual)
+        .and_then(|r| r.metadata.name)
+        .context("the demo's manual run is gone")?;
+    step(format!(
+        "kubectl gpufabric report {run} -o {}",
+        page.display()
+    ));
+    let plugin = bins.join("kubectl-gpufabric");
+    if !plugin.is_file() {
+        bail!(
+            "{} not found: build it with cargo build -p gpufabric-kubectl",
+            plugin.display()
+        );
+    }
+    if let Some(dir) = page.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let out = std::process::Command::new(&plugin)
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig_path())
+        .args(["report", &run, "--namespace", crate::NAMESPACE, "-o"])
+        .arg(page)
+        .output()
+        .with_context(|| format!("running {}", plugin.display()))?;
+    if !out.status.success() {
+        bail!(
+            "kubectl gpufabric report failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    info(format!(
+        "the report of run {run} is in {} (one self-contained HTML page: open it in a browser)",
+        page.display()
+    ));
     Ok(())
 }

@@ -85,7 +85,8 @@ pub(crate) async fn bring_up(
     Ok((cluster, fleet, kubelet))
 }
 
-/// Builds the control-plane binaries and the two programs of this workspace.
+/// Builds the control-plane binaries and the three programs of this workspace (the agent,
+/// the operator, the kubectl plugin that writes the report).
 /// Returns the control-plane bin dir when it built (or found) it.
 fn build(bins: &Path) -> anyhow::Result<Option<PathBuf>> {
     step("building (or reusing) the control-plane binaries: tests/cluster/build.sh");
@@ -103,7 +104,7 @@ fn build(bins: &Path) -> anyhow::Result<Option<PathBuf>> {
         info(format!("binaries in {dir}"));
         control_plane = Some(PathBuf::from(dir));
     }
-    for pkg in ["gpufabric-agent", "gpufabric-operator"] {
+    for pkg in ["gpufabric-agent", "gpufabric-operator", "gpufabric-kubectl"] {
         step(format!("cargo build -p {pkg}"));
         let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
             .args(["build", "-q", "-p", pkg])
