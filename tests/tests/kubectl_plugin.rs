@@ -193,6 +193,27 @@ async fn the_plugin_shows_a_quarantined_node_and_asks_the_operator_to_run_and_re
             .contains(&format!("{TEST} holds 1 node(s) in quarantine: {bad}")),
         "{out}"
     );
+    // report -o html: the same run as one page, to stdout or to a file; no other command
+    // writes one.
+    let out = plugin(&env, &["report", &first, "-o", "html"]).await;
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.starts_with("<!DOCTYPE html>"), "{out}");
+    assert!(
+        out.stdout
+            .contains(&format!(r#"<article class="node-detail" id="node-{bad}""#)),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("report.html");
+    let path = file.to_string_lossy().into_owned();
+    let out = plugin(&env, &["report", &first, "-o", &path]).await;
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stdout.trim(), format!("wrote {path}"), "{out}");
+    let page = std::fs::read_to_string(&file).expect("the page");
+    assert!(page.contains(r#"<section id="fleet">"#), "{page}");
+    let out = plugin(&env, &["status", "-o", "html"]).await;
+    assert_eq!(out.code, 2, "{out}");
+    assert!(out.stderr.contains("for `report RUN` only"), "{out}");
 
     // Missing objects end with 3, malformed arguments with 2, and nothing is asked.
     for args in [
