@@ -269,8 +269,13 @@ pub fn sparkline(values: &[Option<f64>], unit: &str, lower_is_worse: bool) -> St
         last > first * 1.05
     };
     let colour = if worse { "#cf222e" } else { "#1f6feb" };
+    // The latest run as a dot: a line of one run is a dot alone.
+    let (lx, ly) = pts
+        .last()
+        .and_then(|p| p.split_once(','))
+        .unwrap_or(("0", "0"));
     format!(
-        r#"<svg class="spark" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/></svg><span class="spark-value">{} {}</span>"#,
+        r#"<svg class="spark" width="{w}" height="{h}" viewBox="0 0 {w} {h}"><polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/><circle cx="{lx}" cy="{ly}" r="2" fill="{colour}"/></svg><span class="spark-value">{} {}</span>"#,
         pts.join(" "),
         num(last),
         esc(unit)
@@ -345,5 +350,7 @@ mod tests {
         assert!(s.contains("#cf222e"), "a fall is red: {s}");
         assert!(s.contains("300 GB/s"), "{s}");
         assert!(sparkline(&[None], "ms", false).contains("no data"));
+        let one = sparkline(&[Some(41.0)], "ms", false);
+        assert!(one.contains("<circle") && one.contains("41.0 ms"), "{one}");
     }
 }
