@@ -263,7 +263,7 @@ async fn html_report(
                 == Some(&run)
         })
         .and_then(|c| c.metadata.name);
-    let now = chrono::Utc::now().to_rfc3339();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let model = HtmlReport::of(&Sources {
         run: r,
         shards,
