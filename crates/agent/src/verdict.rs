@@ -244,6 +244,13 @@ pub fn judge(
     let input = NodeInput {
         baseline: previous.cloned(),
         history: Vec::new(),
+        nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(
+            std::env::vars()
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+                .iter()
+                .map(String::as_str),
+        ),
         node: doc.node.clone(),
         product_label: None,
         expected_gpus,

@@ -314,7 +314,11 @@ mod tests {
         let mut b = Suite::default();
         assert_eq!(suite_fingerprint(&a), suite_fingerprint(&b));
         b.compute.sdc.enabled = !b.compute.sdc.enabled;
-        assert_eq!(suite_fingerprint(&a), suite_fingerprint(&b), "compute is not kept");
+        assert_eq!(
+            suite_fingerprint(&a),
+            suite_fingerprint(&b),
+            "compute is not kept"
+        );
         b.nccl_sweep.max_bytes *= 2;
         assert_ne!(suite_fingerprint(&a), suite_fingerprint(&b));
     }

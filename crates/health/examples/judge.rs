@@ -37,6 +37,7 @@ fn main() {
         inputs.push(NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node,
             product_label: None,
             expected_gpus: None,

@@ -23,6 +23,7 @@ mod hardware;
 mod node;
 mod perf;
 pub mod trend;
+pub mod tuning;
 
 use compare::compare_fleet;
 use node::judge_node;
@@ -43,6 +44,9 @@ pub struct NodeInput {
     /// The node's earlier runs of this test with this suite, oldest first: a passing node
     /// is judged against them ([`trend`]).
     pub history: Vec<TrendPoint>,
+    /// The NCCL tuning variables the check ran with ([`tuning`]): a slow collective
+    /// against a fixed expectation fails no node then.
+    pub nccl_tuning: Vec<String>,
 }
 
 impl NodeInput {
@@ -55,6 +59,7 @@ impl NodeInput {
             outcome: NodeOutcome::Measured(Box::new(result)),
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
         }
     }
 }
@@ -152,6 +157,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
             NodeOutcome::Measured(r) => {
                 let mut own = Vec::new();
                 let s = judge_node(input, r, thresholds, &mut own);
+                tuning::spare_tuned(&mut own, &input.nccl_tuning);
                 let failed = own.iter().any(|f| f.severity == Severity::Critical);
                 stats.push((s, own.clone()));
                 findings.extend(own);

@@ -137,6 +137,7 @@ fn input(i: usize) -> impl Strategy<Value = NodeInput> {
     (outcome, prop::option::of(0u32..10)).prop_map(move |(outcome, expected_gpus)| NodeInput {
         baseline: None,
         history: Vec::new(),
+        nccl_tuning: Vec::new(),
         node: name.clone(),
         product_label: None,
         expected_gpus,

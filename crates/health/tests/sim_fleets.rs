@@ -66,6 +66,7 @@ fn run_fleet(fleet: &Fleet) -> Vec<NodeInput> {
             NodeInput {
                 baseline: None,
                 history: Vec::new(),
+                nccl_tuning: Vec::new(),
                 node: node.name.clone(),
                 product_label: Some(node.product.clone()),
                 expected_gpus: Some(node.gpus),

@@ -36,7 +36,11 @@ pub fn nic_record_of(node: &Node) -> Option<NicCounters> {
     record_on(node, ANNOTATION_NIC_COUNTERS, NicCounters::parse)
 }
 
-pub(crate) fn record_on<T>(node: &Node, key: &str, parse: fn(&str) -> Result<T, BaselineError>) -> Option<T> {
+pub(crate) fn record_on<T>(
+    node: &Node,
+    key: &str,
+    parse: fn(&str) -> Result<T, BaselineError>,
+) -> Option<T> {
     let text = node.annotations().get(key)?;
     match parse(text) {
         Ok(r) => Some(r),
@@ -97,7 +101,11 @@ pub async fn write_nic(client: &Client, records: Vec<(String, NicCounters)>) -> 
     write_patches(client, patches, "NIC error counters").await
 }
 
-pub(crate) async fn write_patches(client: &Client, patches: Vec<(String, Value)>, what: &str) -> Vec<String> {
+pub(crate) async fn write_patches(
+    client: &Client,
+    patches: Vec<(String, Value)>,
+    what: &str,
+) -> Vec<String> {
     let api: Api<Node> = Api::all(client.clone());
     let pp = PatchParams {
         field_manager: Some(MANAGER.to_string()),

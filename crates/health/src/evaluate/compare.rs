@@ -263,6 +263,7 @@ fn findings_exist(stats: &[(NodeStats, Vec<Finding>)], node: &str, key: &SeriesK
         .iter()
         .filter(|(s, _)| s.node == node)
         .flat_map(|(_, fs)| fs.iter())
+        .filter(|f| !super::tuning::spared(f))
         .any(|f| {
             f.metric == key.metric
                 && f.collective == key.collective

@@ -183,6 +183,7 @@ fn fewer_gpus_than_the_node_advertises_is_a_gpu_mismatch() {
     let nodes = vec![NodeInput {
         baseline: None,
         history: Vec::new(),
+        nccl_tuning: Vec::new(),
         node: "n".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -212,6 +213,7 @@ fn a_stale_product_label_is_info_and_label_spelling_is_not_a_mismatch() {
         vec![NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node: "n".into(),
             product_label: Some(label.into()),
             expected_gpus: Some(8),
@@ -326,6 +328,7 @@ fn growth_findings(now: &[u64], before: Option<&[u64]>, t: &Thresholds) -> Vec<F
     let input = NodeInput {
         baseline: before.map(baseline),
         history: Vec::new(),
+        nccl_tuning: Vec::new(),
         ..NodeInput::measured(with_errors(now))
     };
     evaluate(&[input], t)
@@ -359,6 +362,7 @@ fn nvlink_errors_that_grow_past_the_threshold_fail_the_gpu_and_name_the_growth()
         &[NodeInput {
             baseline: Some(baseline(&before)),
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             ..NodeInput::measured(with_errors(&now))
         }],
         &t,
@@ -381,6 +385,7 @@ fn nvlink_error_growth_without_a_threshold_is_info_and_passes_the_node() {
     let input = NodeInput {
         baseline: Some(baseline(&before)),
         history: Vec::new(),
+        nccl_tuning: Vec::new(),
         ..NodeInput::measured(with_errors(&now))
     };
     assert_eq!(
@@ -417,6 +422,7 @@ fn the_record_kept_after_a_run_stays_put_while_a_gpu_grows_too_fast() {
         let input = NodeInput {
             baseline: Some(before.clone()),
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             ..NodeInput::measured(r.clone())
         };
         let e = evaluate(&[input], &t);

@@ -8,6 +8,7 @@ mod outcomes;
 mod pairs;
 mod topology;
 mod trend;
+mod tuning;
 
 use super::*;
 use gpufabric_api::SubjectKind;

@@ -8,6 +8,7 @@ fn crash_is_never_slow() {
     nodes.push(NodeInput {
         baseline: None,
         history: Vec::new(),
+        nccl_tuning: Vec::new(),
         node: "node-crash".into(),
         product_label: Some("NVIDIA-H100-80GB-HBM3".into()),
         expected_gpus: Some(8),
@@ -33,6 +34,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node: "a".into(),
             product_label: None,
             expected_gpus: None,
@@ -44,6 +46,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node: "b".into(),
             product_label: None,
             expected_gpus: None,
@@ -55,6 +58,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node: "c".into(),
             product_label: None,
             expected_gpus: None,
@@ -66,6 +70,7 @@ fn hangs_have_their_own_kind_and_unmeasured_nodes_get_no_finding() {
         NodeInput {
             baseline: None,
             history: Vec::new(),
+            nccl_tuning: Vec::new(),
             node: "d".into(),
             product_label: None,
             expected_gpus: None,

@@ -36,8 +36,8 @@ pub(super) async fn finish(
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     // The outcomes move into the evaluator's inputs: at thousands of nodes a second copy of
     // every parsed result is the largest thing the operator would hold.
-    let trend = TrendKey::of(run);
-    let inputs = node_inputs(&entries, outcomes, &trend, ctx);
+    let judging = Judging::of(run);
+    let inputs = node_inputs(&entries, outcomes, &judging, ctx);
     let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
     let mut all_findings = evaluation.findings.clone();
     if next.node_pairs.is_some() {
@@ -87,7 +87,7 @@ pub(super) async fn finish(
         .unwrap_or_default();
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
     let completed = next.completion_time.as_ref().map_or(0, |t| t.0.as_second());
-    let trends = crate::trend::to_write(&inputs, &entries, &trend, completed, |n| {
+    let trends = crate::trend::to_write(&inputs, &entries, &judging.trend, completed, |n| {
         ctx.nodes.get(&ObjectRef::new(n))
     });
     drop(inputs);
@@ -233,7 +233,7 @@ pub(super) fn judge(
     outcomes: &[PodState],
     ctx: &Context,
 ) -> gpufabric_health::Evaluation {
-    let inputs = node_inputs(entries, outcomes.to_vec(), &TrendKey::of(run), ctx);
+    let inputs = node_inputs(entries, outcomes.to_vec(), &Judging::of(run), ctx);
     gpufabric_health::evaluate(&inputs, &run.spec.thresholds)
 }
 
@@ -241,14 +241,14 @@ pub(super) fn judge(
 fn node_inputs(
     entries: &[NodeRunResult],
     outcomes: Vec<PodState>,
-    trend: &TrendKey,
+    judging: &Judging,
     ctx: &Context,
 ) -> Vec<NodeInput> {
     entries
         .iter()
         .zip(outcomes)
         .filter_map(|(e, o)| match o {
-            PodState::Ended(outcome) => Some(node_input(ctx, &e.node, outcome, trend)),
+            PodState::Ended(outcome) => Some(node_input(ctx, &e.node, outcome, judging)),
             _ => None,
         })
         .collect()
@@ -302,9 +302,26 @@ async fn announce(
     publish(ctx, run, bad, reason, "Finish", &summary).await;
 }
 
+/// What every node of a run is judged with besides its own result: which trend record it
+/// reads, and the NCCL tuning the test's agent env sets.
+struct Judging {
+    trend: TrendKey,
+    nccl_tuning: Vec<String>,
+}
+
+impl Judging {
+    fn of(run: &FabricTestRun) -> Judging {
+        let names = run.spec.agent.env.iter().map(|e| e.name.as_str());
+        Judging {
+            trend: TrendKey::of(run),
+            nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(names),
+        }
+    }
+}
+
 /// What the evaluator needs of one node: its outcome, what its labels say it holds, and
 /// the records it carries (error counters, its earlier runs of this test).
-fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome, trend: &TrendKey) -> NodeInput {
+fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome, judging: &Judging) -> NodeInput {
     let node = ctx.nodes.get(&ObjectRef::new(name));
     let product_label = node
         .as_ref()
@@ -319,8 +336,9 @@ fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome, trend: &TrendKey)
         baseline: node.as_deref().and_then(crate::counters::baseline_of),
         history: node
             .as_deref()
-            .map(|n| trend.history(n))
+            .map(|n| judging.trend.history(n))
             .unwrap_or_default(),
+        nccl_tuning: judging.nccl_tuning.clone(),
         node: name.to_string(),
         product_label,
         expected_gpus,
