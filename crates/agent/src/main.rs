@@ -260,10 +260,20 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
     let verdict = match &thresholds {
         Some(t) => {
             let previous = args.verdict.previous_counters();
-            let judged =
-                verdict::judge(&doc, t, args.expect_gpus, previous.as_ref()).map_err(invalid)?;
+            let trend = args.verdict.previous_trend();
+            let suite = gpufabric_api::trend::suite_fingerprint(&opts.suite);
+            let history = trend
+                .as_ref()
+                .map(|r| r.points(verdict::TREND_TEST, &suite).to_vec())
+                .unwrap_or_default();
+            let judged = verdict::judge(&doc, t, args.expect_gpus, previous.as_ref(), &history)
+                .map_err(invalid)?;
             if let Some(path) = &args.verdict.counters_file {
                 verdict::keep_counters(path, &judged, previous.as_ref())?;
+            }
+            if let Some(path) = &args.verdict.trend_file {
+                let window = t.trend.window as usize;
+                verdict::keep_trend(path, &judged, trend.as_ref(), &suite, window)?;
             }
             Some(judged.verdict)
         }

@@ -8,6 +8,7 @@ use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::keys;
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::trend::{NodeTrend, TrendPoint};
 use gpufabric_api::{CompactResult, ResultDocument};
 use gpufabric_health::evaluate::counters::next_baseline;
 use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
@@ -71,6 +72,15 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "FILE", requires = "verdict")]
     pub counters_file: Option<PathBuf>,
 
+    /// File that keeps the node's key numbers over its checks (all_reduce busbw, worst GPU
+    /// pair, slowest host link, DDP step; the record the operator keeps in the node
+    /// annotation gpufabric.io/trend): a passing node is judged against its own earlier
+    /// checks with the same suite (a drift is a Warning, never a failure), and a passing,
+    /// complete check adds its numbers. Created when missing; an unreadable file is
+    /// reported and replaced.
+    #[arg(long, value_name = "FILE", requires = "verdict")]
+    pub trend_file: Option<PathBuf>,
+
     /// Write the verdict (node, verdict, findings) as JSON to this file, or `-` for stdout
     /// (the tables then go to stderr).
     #[arg(long, value_name = "PATH", requires = "verdict")]
@@ -133,29 +143,88 @@ impl VerdictArgs {
     /// before the first check, or when the file cannot be read (said on stderr: the file is
     /// then replaced after this check).
     pub fn previous_counters(&self) -> Option<CounterBaseline> {
-        let path = self.counters_file.as_ref()?;
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                eprintln!(
-                    "fabric-agent: cannot read counters file {}: {e}; counter growth is not judged this time",
-                    path.display()
-                );
-                return None;
-            }
-        };
-        match CounterBaseline::parse(&text) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                eprintln!(
-                    "fabric-agent: counters file {}: {e}; counter growth is not judged this time and the file is replaced",
-                    path.display()
-                );
-                None
-            }
+        read_record(
+            self.counters_file.as_deref()?,
+            "counters",
+            "counter growth",
+            CounterBaseline::parse,
+        )
+    }
+
+    /// The node's earlier checks from --trend-file, as [`Self::previous_counters`] reads
+    /// its file.
+    pub fn previous_trend(&self) -> Option<NodeTrend> {
+        read_record(
+            self.trend_file.as_deref()?,
+            "trend",
+            "drift",
+            NodeTrend::parse,
+        )
+    }
+}
+
+/// A record kept in a file between checks; None when the file is missing, or unreadable
+/// (said on stderr: what it judges is not judged this time, and the file is replaced).
+fn read_record<T, E: std::fmt::Display>(
+    path: &std::path::Path,
+    what: &str,
+    judged: &str,
+    parse: fn(&str) -> Result<T, E>,
+) -> Option<T> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            eprintln!(
+                "fabric-agent: cannot read {what} file {}: {e}; {judged} is not judged this time",
+                path.display()
+            );
+            return None;
+        }
+    };
+    match parse(&text) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!(
+                "fabric-agent: {what} file {}: {e}; {judged} is not judged this time and the file is replaced",
+                path.display()
+            );
+            None
         }
     }
+}
+
+/// The record --trend-file keeps: the node's checks under this name, per suite.
+pub const TREND_TEST: &str = "node-check";
+
+/// Adds this check's numbers to --trend-file when the node passed and every phase ran.
+pub fn keep_trend(
+    path: &std::path::Path,
+    judged: &Judged,
+    previous: Option<&NodeTrend>,
+    suite: &str,
+    window: usize,
+) -> anyhow::Result<()> {
+    let unmeasured = judged
+        .compact
+        .errors
+        .iter()
+        .any(|e| e.kind == gpufabric_api::result::ErrorKind::Unavailable);
+    if judged.verdict.verdict != NodeVerdict::Passed || unmeasured {
+        return Ok(());
+    }
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let before = previous.cloned().unwrap_or_default();
+    let after = before.with_point(
+        TREND_TEST,
+        suite,
+        TrendPoint::of(&judged.compact, at),
+        window,
+    );
+    std::fs::write(path, after.to_json() + "\n")
+        .with_context(|| format!("writing trend file {}", path.display()))
 }
 
 /// Keeps this check's counters in --counters-file for the next check (unless a GPU's
@@ -238,12 +307,13 @@ pub fn judge(
     thresholds: &Thresholds,
     expected_gpus: Option<u32>,
     previous: Option<&CounterBaseline>,
+    history: &[TrendPoint],
 ) -> anyhow::Result<Judged> {
     let compact = CompactResult::parse(&doc.compact_within(keys::TERMINATION_MESSAGE_LIMIT))
         .context("reading back the compact result")?;
     let input = NodeInput {
         baseline: previous.cloned(),
-        history: Vec::new(),
+        history: history.to_vec(),
         nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(
             std::env::vars()
                 .map(|(k, _)| k)

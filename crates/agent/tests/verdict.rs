@@ -199,3 +199,70 @@ fn a_clean_node_keeps_passing_with_a_counters_file_and_a_broken_one_is_replaced(
     let second = verdict("clean", &gate);
     assert_eq!(second.status.code(), Some(0), "stderr: {}", stderr(&second));
 }
+
+#[test]
+fn a_trend_file_judges_a_node_against_its_own_checks_and_a_drift_fails_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("trend.json");
+    std::fs::write(&file, "not a record").expect("write");
+    let path = file.to_str().expect("utf-8 path");
+    let gate = ["--trend-file", path];
+    // First check: a broken file is said and replaced by this check's numbers.
+    let first = verdict("clean", &gate);
+    assert_eq!(first.status.code(), Some(0), "stderr: {}", stderr(&first));
+    assert!(
+        stderr(&first).contains("drift is not judged this time"),
+        "{}",
+        stderr(&first)
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("the trend file is written"))
+            .expect("a JSON record");
+    let test = &record["tests"][0];
+    assert_eq!(test["test"], "node-check");
+    let point = test["points"][0].clone();
+    assert!(point["b"].as_f64().is_some_and(|b| b > 0.0), "{record}");
+    // Five earlier checks 10% faster on every bandwidth: this check is 9% below them, but
+    // for one run only, so no drift yet.
+    let faster = |k: f64, t: i64| {
+        let mut p = point.clone();
+        for key in ["b", "p", "h"] {
+            p[key] = serde_json::json!(p[key].as_f64().unwrap_or(0.0) * k);
+        }
+        p["t"] = serde_json::json!(t);
+        p
+    };
+    let mut earlier: Vec<serde_json::Value> = (0..5).map(|t| faster(1.1, t)).collect();
+    let write = |points: &[serde_json::Value]| {
+        let mut r = record.clone();
+        r["tests"][0]["points"] = serde_json::json!(points);
+        std::fs::write(&file, r.to_string()).expect("write");
+    };
+    write(&earlier);
+    let second = verdict("clean", &gate);
+    assert_eq!(second.status.code(), Some(0), "stderr: {}", stderr(&second));
+    assert!(!stdout(&second).contains("Drifting"), "{}", stdout(&second));
+    // Two more checks already below the five: now it has drifted for three runs.
+    earlier.extend([faster(1.02, 5), faster(1.01, 6)]);
+    write(&earlier);
+    let third = verdict("clean", &gate);
+    assert_eq!(
+        third.status.code(),
+        Some(0),
+        "a drift fails nothing: {}",
+        stderr(&third)
+    );
+    let text = stdout(&third);
+    assert!(text.contains("# Verdict: PASSED (0 critical"), "{text}");
+    assert!(
+        text.contains("Drifting") && text.contains("is drifting"),
+        "{text}"
+    );
+    // The passing check was added.
+    let after: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("JSON");
+    assert_eq!(
+        after["tests"][0]["points"].as_array().map(Vec::len),
+        Some(8)
+    );
+}
