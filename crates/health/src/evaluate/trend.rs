@@ -8,8 +8,11 @@
 //!    DDP step time: the baseline is the median of the node's last `window` earlier runs
 //!    that measured it, judged once there are `minRuns` of them.
 //! 3. The number drifts when this run is worse than the baseline by more than
-//!    `driftPercent`, and the `sustainedRuns - 1` runs before it were each worse than the
-//!    baseline too: one slow night is noise, not drift.
+//!    `driftPercent`, and by more than [`NOISE_FACTOR`] times the node's own run-to-run
+//!    spread of it (the median absolute deviation of the earlier runs before the streak,
+//!    scaled to a standard deviation: a host link that moves 10% between healthy checks is judged on a wider
+//!    margin than a busbw that moves 0.5%), and the `sustainedRuns - 1` runs before it were
+//!    each worse than the baseline too: one slow night is noise, not drift.
 //! 4. A drift is a Warning `Drifting` finding on the node (source History), with how far
 //!    below, for how many runs, and how fast it falls. It never fails a node.
 //! 5. When at least `fleetMinNodes` judged nodes drift on one number and they are more than
@@ -21,6 +24,9 @@ use gpufabric_api::policy::{Thresholds, TrendPolicy};
 use gpufabric_api::suite::Collective;
 use gpufabric_api::trend::{TrendMetric, TrendPoint};
 use std::collections::BTreeMap;
+
+/// How many of the node's own run-to-run spreads a number must fall beyond to drift.
+pub const NOISE_FACTOR: f64 = 3.0;
 
 /// How one number of a node compares with its own record.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +40,9 @@ pub struct Drift {
     pub runs_worse: usize,
     /// Earlier runs the baseline is the median of.
     pub baseline_runs: usize,
+    /// The spread around the baseline of the earlier runs before the streak, as a share of
+    /// it (the median absolute deviation scaled to a standard deviation).
+    pub spread: f64,
     /// The least-squares change a run over the runs worse than the baseline, as a share of
     /// the baseline (positive: getting worse).
     pub worsening_per_run: f64,
@@ -88,6 +97,14 @@ fn drift_of(
     if runs_worse < (policy.sustained_runs as usize).max(1) {
         return None;
     }
+    // The spread of the runs before the streak: how much the number moves when healthy.
+    let steady = &earlier[..earlier.len() - before_now];
+    let center = crate::fleet::median(steady).unwrap_or(baseline);
+    let deviations: Vec<f64> = steady.iter().map(|v| (v - center).abs()).collect();
+    let spread = crate::fleet::median(&deviations).unwrap_or(0.0) * 1.4826 / baseline;
+    if worse_by <= NOISE_FACTOR * spread {
+        return None;
+    }
     let run: Vec<f64> = earlier[earlier.len() - before_now..]
         .iter()
         .chain(std::iter::once(&value))
@@ -100,6 +117,7 @@ fn drift_of(
         worse_by,
         runs_worse,
         baseline_runs: earlier.len(),
+        spread,
         worsening_per_run: slope(&run),
     })
 }
@@ -152,12 +170,13 @@ pub fn finding(node: &str, d: &Drift) -> Finding {
         String::new()
     };
     let message = format!(
-        "{node} is drifting: {} {:.1} {unit} is {:.1}% {side} its {}-run median of {:.1}, {side} it for {} runs{pace}; still above every floor. It fails nothing: retest it, or watch whether it crosses a floor (a link, GPU or host path wearing out, or a changed node configuration).",
+        "{node} is drifting: {} {:.1} {unit} is {:.1}% {side} its {}-run median of {:.1} (its runs move about {:.1}%), {side} it for {} runs{pace}; still above every floor. It fails nothing: retest it, or watch whether it crosses a floor (a link, GPU or host path wearing out, or a changed node configuration).",
         d.metric.label(),
         d.value,
         d.worse_by * 100.0,
         d.baseline_runs,
         d.baseline,
+        d.spread * 100.0,
         d.runs_worse,
         unit = d.metric.unit(),
     );
@@ -294,6 +313,30 @@ mod tests {
         };
         assert!(drifts(&h, &p(360.0), &off).is_empty());
         assert_eq!(drifts(&h, &p(360.0), &policy()).len(), 1);
+    }
+
+    #[test]
+    fn a_number_that_moves_a_lot_between_healthy_runs_needs_a_larger_fall() {
+        // The slowest host link of five healthy checks on 4 x H100 (GB/s): it moves about
+        // 9% between checks (bench/results/trend-h100x4-2026-11-27.md).
+        let host = |v: f64| TrendPoint {
+            at: 0,
+            host_gbps: Some(v),
+            ..Default::default()
+        };
+        let mut h: Vec<TrendPoint> = [45.3, 53.4, 48.9, 50.3, 54.4]
+            .iter()
+            .map(|v| host(*v))
+            .collect();
+        h.extend([host(44.0), host(43.0)]);
+        // 14% below the median: beyond 5%, within three of its spreads.
+        assert!(drifts(&h, &host(43.0), &policy()).is_empty());
+        // Halved (a PCIe link at half its width): a drift.
+        h.extend([host(25.0), host(25.0)]);
+        let d = drifts(&h, &host(25.0), &policy());
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].spread > 0.05, "{}", d[0].spread);
+        assert!(finding("n", &d[0]).message.contains("its runs move about"));
     }
 
     #[test]
