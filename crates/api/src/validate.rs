@@ -555,4 +555,35 @@ fn check_thresholds(c: &mut Checker, t: &Thresholds) {
     c.check(t.fleet_min_nodes >= 2, "thresholds.fleetMinNodes", || {
         format!("must be at least 2 (got {})", t.fleet_min_nodes)
     });
+    check_trend(c, &t.trend);
+}
+
+/// The drift rule's settings: a record it can judge from.
+fn check_trend(c: &mut Checker, t: &crate::policy::TrendPolicy) {
+    let most = crate::trend::MAX_POINTS as u32;
+    c.check(
+        (2..=most).contains(&t.window),
+        "thresholds.trend.window",
+        || format!("must be from 2 to {most} runs (got {})", t.window),
+    );
+    c.check(
+        t.min_runs >= 2 && t.min_runs <= t.window,
+        "thresholds.trend.minRuns",
+        || {
+            format!(
+                "must be at least 2 and at most window ({}): the record keeps no more (got {})",
+                t.window, t.min_runs
+            )
+        },
+    );
+    c.check(
+        t.drift_percent.is_finite() && (1.0..=50.0).contains(&t.drift_percent),
+        "thresholds.trend.driftPercent",
+        || format!("must be from 1 to 50 (got {})", t.drift_percent),
+    );
+    c.check(
+        (1..=10).contains(&t.sustained_runs),
+        "thresholds.trend.sustainedRuns",
+        || format!("must be from 1 to 10 (got {})", t.sustained_runs),
+    );
 }

@@ -465,3 +465,23 @@ fn compute_sizes_off_the_tile_or_too_small_are_refused_and_a_check_turned_off_is
         "  suite:\n    compute:\n      gemm:\n        size: 4096\n        tf32: false\n      sdc:\n        size: 16384\n",
     );
 }
+
+#[test]
+fn a_drift_rule_that_could_never_judge_is_refused() {
+    let msg = refuse("  thresholds:\n    trend:\n      window: 5\n      minRuns: 8\n");
+    assert!(
+        msg.contains("thresholds.trend.minRuns: must be at least 2 and at most window (5)"),
+        "{msg}"
+    );
+    let msg = refuse("  thresholds:\n    trend:\n      driftPercent: 0.5\n");
+    assert!(msg.contains("thresholds.trend.driftPercent"), "{msg}");
+    let msg = refuse("  thresholds:\n    trend:\n      window: 40\n");
+    assert!(
+        msg.contains("thresholds.trend.window: must be from 2 to 20"),
+        "{msg}"
+    );
+    accept(
+        "  thresholds:\n    trend:\n      window: 14\n      minRuns: 2\n      sustainedRuns: 2\n",
+    );
+    accept("  thresholds:\n    trend:\n      enabled: false\n");
+}
