@@ -26,9 +26,9 @@ pub struct CounterBaseline {
 /// Why a stored baseline could not be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BaselineError {
-    #[error("the counters record is {0} bytes, over the {MAX_ANNOTATION_BYTES}-byte limit")]
+    #[error("the record is {0} bytes, over the {MAX_ANNOTATION_BYTES}-byte limit")]
     TooLarge(usize),
-    #[error("the counters record is not valid: {0}")]
+    #[error("the record is not valid: {0}")]
     Malformed(String),
 }
 

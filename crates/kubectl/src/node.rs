@@ -8,6 +8,7 @@ use crate::output::View;
 use crate::status::Breaker;
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::{NodeHealth, NodeTarget};
+use gpufabric_api::trend::{NodeTrend, TestTrend, TrendMetric};
 use gpufabric_api::{FabricTest, FabricTestRun, keys};
 use k8s_openapi::api::core::v1::Node;
 use serde::Serialize;
@@ -47,6 +48,11 @@ pub struct NodeView {
     pub tests: Vec<TestEntry>,
     /// The findings that name the node in each test's latest run that tested it.
     pub findings: Vec<RunFinding>,
+    /// Its key numbers over its last runs of each test (`gpufabric.io/trend`), oldest
+    /// first.
+    pub trend: Vec<TestTrend>,
+    /// Why the trend annotation is there but is no record.
+    pub trend_error: Option<String>,
 }
 
 /// Why `test` does or does not act on the node of entry `h`.
@@ -172,6 +178,13 @@ impl NodeView {
                 });
             }
         }
+        let (trend, trend_error) = match annotations.get(keys::ANNOTATION_TREND) {
+            None => (Vec::new(), None),
+            Some(text) => match NodeTrend::parse(text) {
+                Ok(t) => (t.tests, None),
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            },
+        };
         let label = |k: &str| {
             node.metadata
                 .labels
@@ -194,6 +207,8 @@ impl NodeView {
             last_pass: annotations.get(keys::ANNOTATION_LAST_PASS).cloned(),
             tests: entries,
             findings,
+            trend,
+            trend_error,
             node: name,
         }
     }
@@ -280,6 +295,38 @@ impl View for NodeView {
             ]);
         }
         doc.table(t);
+        doc.heading(format!("its own runs ({})", keys::ANNOTATION_TREND));
+        if let Some(e) = &self.trend_error {
+            doc.line(format!("unreadable: {e}"));
+        } else if self.trend.is_empty() {
+            doc.line("no record yet: a run adds one when the node passes a complete check");
+        }
+        for t in &self.trend {
+            let mut table = Table::new(&[
+                "TEST",
+                "NUMBER",
+                "RUNS",
+                "MEDIAN",
+                "LATEST",
+                "LATEST/MEDIAN",
+            ]);
+            for m in TrendMetric::ALL {
+                let v: Vec<f64> = t.points.iter().filter_map(|p| p.get(m)).collect();
+                let (Some(last), Some(median)) = (v.last(), gpufabric_health::fleet::median(&v))
+                else {
+                    continue;
+                };
+                table.push(vec![
+                    t.test.clone(),
+                    format!("{} ({})", m.label(), m.unit()),
+                    v.len().to_string(),
+                    format!("{median:.1}"),
+                    format!("{last:.1}"),
+                    format!("{:.3}", last / median),
+                ]);
+            }
+            doc.table(table);
+        }
         doc.heading("acted on?");
         let mut t = Table::new(&["TEST", "WHY"]);
         for e in &self.tests {
@@ -362,6 +409,49 @@ mod tests {
         assert_eq!(v.findings.len(), 1);
         let text = render(&v, Format::Table).expect("text");
         assert!(text.contains("quarantine record: none"), "{text}");
+    }
+
+    #[test]
+    fn a_node_shows_its_own_runs_and_a_broken_record_is_said() {
+        use gpufabric_api::trend::TrendPoint;
+        let mut record = NodeTrend::default();
+        for (at, busbw) in [(1, 400.0), (2, 402.0), (3, 398.0), (4, 376.0)] {
+            let p = TrendPoint {
+                at,
+                busbw_gbps: Some(busbw),
+                ddp_step_ms: Some(26.5),
+                ..Default::default()
+            };
+            record = record.with_point("nightly", "s", p, 14);
+        }
+        let mut n = fixtures::node("h100-00", None);
+        n.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(keys::ANNOTATION_TREND.into(), record.to_json());
+        let v = NodeView::of(&n, &[fixtures::test()], &[]);
+        assert_eq!(v.trend.len(), 1);
+        let text = render(&v, Format::Table).expect("text");
+        assert!(
+            text.contains("nightly  all_reduce busbw (GB/s)  4     399.0   376.0   0.942"),
+            "{text}"
+        );
+        assert!(text.contains("DDP step time (ms)"), "{text}");
+        assert!(
+            !text.contains("worst GPU-pair"),
+            "no number, no row: {text}"
+        );
+        n.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(keys::ANNOTATION_TREND.into(), "{broken".into());
+        let text = render(&NodeView::of(&n, &[], &[]), Format::Table).expect("text");
+        assert!(
+            text.contains("unreadable: the record is not valid"),
+            "{text}"
+        );
+        let plain = render(&view("h100-00", None), Format::Table).expect("text");
+        assert!(plain.contains("no record yet"), "{plain}");
     }
 
     #[test]
