@@ -129,6 +129,9 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
             .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_LAST_PASS)
             // Bookkeeping of the hardware's error counters, written after every measured run.
             .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_COUNTERS)
+            // The node's own record of its runs, kept in every mode (not while the breaker
+            // is open): it acts on nothing.
+            .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_TREND)
             .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         "taints": taints_without_lifecycle(n),

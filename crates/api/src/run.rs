@@ -6,7 +6,7 @@ use crate::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::result::{CompactResult, ErrorKind};
 use crate::rollout::Rollout;
-use crate::suite::{Collective, Suite};
+use crate::suite::Suite;
 use crate::test::{AgentSpec, FabricTestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -273,6 +273,12 @@ pub struct NodeRunResult {
     /// DDP scaling efficiency at the largest GPU count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_efficiency: Option<f64>,
+    /// Lowest host-to-device or device-to-host copy of any GPU (GB/s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_host_gbps: Option<f64>,
+    /// DDP step time at the largest GPU count (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_step_ms: Option<f64>,
     /// Critical findings on this node.
     #[serde(default)]
     pub findings: u32,
@@ -316,6 +322,8 @@ impl NodeRunResult {
         self.all_reduce_bus_bw_gbps = None;
         self.min_pair_gbps = None;
         self.ddp_efficiency = None;
+        self.min_host_gbps = None;
+        self.ddp_step_ms = None;
         self.unmeasured.clear();
         match outcome {
             NodeOutcome::Measured(c) => self.summarise(c),
@@ -357,19 +365,18 @@ impl NodeRunResult {
     }
 
     /// The headline numbers of a measurement: peak all_reduce bus bandwidth, the slowest
-    /// GPU-pair copy, DDP efficiency at the most GPUs, and the phases that could not run.
+    /// GPU-pair copy and host link, DDP step time at the most GPUs (the numbers a node's
+    /// trend keeps, [`crate::trend::TrendPoint`], to four significant digits), DDP
+    /// efficiency, and the phases that could not run.
     fn summarise(&mut self, c: &CompactResult) {
         self.product = (!c.product.is_empty()).then(|| c.product.clone());
         self.gpus = Some(c.gpus);
-        self.all_reduce_bus_bw_gbps = c
-            .collectives
-            .iter()
-            .find(|x| x.collective == Collective::AllReduce)
-            .map(|x| x.peak_busbw);
-        self.min_pair_gbps = (0..c.gpus)
-            .flat_map(|a| (0..c.gpus).map(move |b| (a, b)))
-            .filter_map(|(a, b)| c.pair_uni(a, b))
-            .reduce(f64::min);
+        // Four significant digits, as a node's trend keeps them: a shard entry stays small.
+        let key = crate::trend::TrendPoint::of(c, 0);
+        self.all_reduce_bus_bw_gbps = key.busbw_gbps;
+        self.min_pair_gbps = key.worst_pair_gbps;
+        self.min_host_gbps = key.host_gbps;
+        self.ddp_step_ms = key.ddp_step_ms;
         self.ddp_efficiency = c
             .ddp_points
             .iter()

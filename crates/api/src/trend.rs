@@ -78,8 +78,37 @@ impl TrendMetric {
 }
 
 impl TrendPoint {
-    /// The key numbers of a measured node's compact result.
+    /// The key numbers of a measured node's compact result, as the record keeps them
+    /// (rounded).
     pub fn of(result: &CompactResult, at: i64) -> TrendPoint {
+        TrendPoint::exact(result, at).rounded()
+    }
+
+    /// The key numbers of a node's run entry (which keeps them from its compact result), as
+    /// the record keeps them: the same as [`TrendPoint::of`] that result.
+    pub fn of_entry(entry: &crate::run::NodeRunResult, at: i64) -> TrendPoint {
+        TrendPoint {
+            at,
+            busbw_gbps: entry.all_reduce_bus_bw_gbps,
+            worst_pair_gbps: entry.min_pair_gbps,
+            host_gbps: entry.min_host_gbps,
+            ddp_step_ms: entry.ddp_step_ms,
+        }
+        .rounded()
+    }
+
+    fn rounded(self) -> TrendPoint {
+        TrendPoint {
+            at: self.at,
+            busbw_gbps: self.busbw_gbps.and_then(round4),
+            worst_pair_gbps: self.worst_pair_gbps.and_then(round4),
+            host_gbps: self.host_gbps.and_then(round4),
+            ddp_step_ms: self.ddp_step_ms.and_then(round4),
+        }
+    }
+
+    /// The key numbers of a compact result as measured.
+    fn exact(result: &CompactResult, at: i64) -> TrendPoint {
         let busbw = result
             .collectives
             .iter()
@@ -103,10 +132,10 @@ impl TrendPoint {
             .map(|p| p.step_ms);
         TrendPoint {
             at,
-            busbw_gbps: busbw.and_then(round4),
-            worst_pair_gbps: pair.and_then(round4),
-            host_gbps: host.and_then(round4),
-            ddp_step_ms: step.and_then(round4),
+            busbw_gbps: busbw,
+            worst_pair_gbps: pair,
+            host_gbps: host,
+            ddp_step_ms: step,
         }
     }
 

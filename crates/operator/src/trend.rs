@@ -1,15 +1,14 @@
 //! The node annotation `gpufabric.io/trend`: each node's key numbers over its last runs of
 //! each test ([`gpufabric_api::trend::NodeTrend`]). Read from the node cache (no request)
 //! when a run is judged, so a passing node is judged against its own earlier runs
-//! (`gpufabric_health::evaluate::trend`); written after the run's status, for each node
-//! that passed a complete check, with a merge patch of that one annotation. Writing is best
-//! effort: a node that cannot be written misses one point of its record.
+//! (`gpufabric_health::evaluate::trend`); written when the test folds the run, for each
+//! node that passed a complete check (from its run entry, which keeps the same numbers), and
+//! not while the test's breaker is open; a merge patch of that one annotation. Writing is
+//! best effort: a node that cannot be written misses one point of its record.
 
 use gpufabric_api::keys::ANNOTATION_TREND;
-use gpufabric_api::outcome::NodeOutcome;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
 use gpufabric_api::trend::{NodeTrend, TrendPoint, suite_fingerprint};
-use gpufabric_health::NodeInput;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use serde_json::{Value, json};
@@ -52,31 +51,22 @@ pub fn record_of(node: &Node) -> Option<NodeTrend> {
 /// this run's point (`at`, seconds since the epoch) added to the record it carries (`now`
 /// returns the node from the cache). Pure.
 pub fn to_write(
-    inputs: &[NodeInput],
     entries: &[NodeRunResult],
     key: &TrendKey,
     at: i64,
     now: impl Fn(&str) -> Option<std::sync::Arc<Node>>,
 ) -> Vec<(String, NodeTrend)> {
-    let complete_pass = |node: &str| {
-        entries
-            .iter()
-            .any(|e| e.node == node && e.verdict == NodeVerdict::Passed && e.complete())
-    };
-    inputs
+    entries
         .iter()
-        .filter(|i| complete_pass(&i.node))
-        .filter_map(|i| {
-            let NodeOutcome::Measured(r) = &i.outcome else {
-                return None;
-            };
-            let point = TrendPoint::of(r, at);
+        .filter(|e| e.verdict == NodeVerdict::Passed && e.complete())
+        .filter_map(|e| {
+            let point = TrendPoint::of_entry(e, at);
             if point.is_empty() {
                 return None;
             }
-            let before = now(&i.node).and_then(|n| record_of(&n)).unwrap_or_default();
+            let before = now(&e.node).and_then(|n| record_of(&n)).unwrap_or_default();
             let after = before.with_point(&key.test, &key.suite, point, key.window);
-            (after != before).then(|| (i.node.clone(), after))
+            (after != before).then(|| (e.node.clone(), after))
         })
         .collect()
 }
@@ -97,17 +87,22 @@ pub fn patch(record: &NodeTrend) -> Value {
 mod tests {
     use super::*;
     use gpufabric_api::result::{COMPACT_VERSION, CompactResult};
+    use gpufabric_api::run::NodeVerdict;
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    fn measured(name: &str, busbw: f64) -> NodeInput {
+    /// A node's entry as a run records a measurement with this busbw.
+    fn measured(node: &str, verdict: NodeVerdict, busbw: f64) -> NodeRunResult {
         let doc = json!({
-            "v": COMPACT_VERSION, "n": name, "b": "sim", "p": "NVIDIA H100 80GB HBM3", "g": 2,
+            "v": COMPACT_VERSION, "n": node, "b": "sim", "p": "NVIDIA H100 80GB HBM3", "g": 2,
             "d": 1.0,
             "nc": [{"c": "allReduce", "pk": busbw, "bb": busbw, "lt": 20.0}],
         });
         let r = CompactResult::parse(&doc.to_string()).expect("a valid compact document");
-        NodeInput::measured(r)
+        let mut e = entry(node, verdict);
+        e.record(&gpufabric_api::outcome::NodeOutcome::Measured(Box::new(r)));
+        e.verdict = verdict;
+        e
     }
 
     fn entry(node: &str, verdict: NodeVerdict) -> NodeRunResult {
@@ -147,21 +142,16 @@ mod tests {
             14,
         );
         let text = earlier.to_json();
-        let inputs = [
-            measured("pass", 390.0),
-            measured("fail", 100.0),
-            measured("partial", 390.0),
-        ];
-        let mut partial = entry("partial", NodeVerdict::Passed);
+        let mut partial = measured("partial", NodeVerdict::Passed, 390.0);
         partial.unmeasured = vec!["ddpProbe".into()];
         let entries = [
-            entry("pass", NodeVerdict::Passed),
-            entry("fail", NodeVerdict::Failed),
+            measured("pass", NodeVerdict::Passed, 390.0),
+            measured("fail", NodeVerdict::Failed, 100.0),
             partial,
+            // Passed with no number kept (an entry of an older operator): nothing to add.
+            entry("bare", NodeVerdict::Passed),
         ];
-        let w = to_write(&inputs, &entries, &key(), 2, |_| {
-            Some(node_with(Some(&text)))
-        });
+        let w = to_write(&entries, &key(), 2, |_| Some(node_with(Some(&text))));
         assert_eq!(w.len(), 1, "{w:?}");
         assert_eq!(w[0].0, "pass");
         let pts = w[0].1.points("nightly", "s1");
@@ -179,17 +169,35 @@ mod tests {
         assert!(other.history(&next).is_empty());
         assert!(key().history(&node_with(Some("{oops"))).is_empty());
         // A node with junk (or nothing) starts a record.
-        let w = to_write(&inputs[..1], &entries[..1], &key(), 3, |_| {
-            Some(node_with(Some("{oops")))
-        });
+        let w = to_write(&entries[..1], &key(), 3, |_| Some(node_with(Some("{oops"))));
         assert_eq!(w[0].1.points("nightly", "s1").len(), 1);
+    }
+
+    #[test]
+    fn an_entry_keeps_the_numbers_the_judge_reads_from_the_result() {
+        let doc = json!({
+            "v": COMPACT_VERSION, "n": "n", "b": "sim", "p": "NVIDIA H100 80GB HBM3", "g": 2,
+            "d": 1.0,
+            "nc": [{"c": "allReduce", "pk": 356.34, "bb": 350.0, "lt": 20.0}],
+            "pu": [0.0, 393.51, 392.22, 0.0],
+            "hd": [55.01, 48.74], "dh": [55.05, 45.35],
+            "dp": [{"g": 1, "st": 20.1, "e": 1.0, "cf": 0.1, "ov": 0.9, "tf": 400.0},
+                   {"g": 2, "st": 26.57, "e": 0.95, "cf": 0.2, "ov": 0.9, "tf": 380.0}],
+        });
+        let r = CompactResult::parse(&doc.to_string()).expect("a valid compact document");
+        let judged = TrendPoint::of(&r, 5);
+        let mut e = entry("n", NodeVerdict::Passed);
+        e.record(&gpufabric_api::outcome::NodeOutcome::Measured(Box::new(r)));
+        assert_eq!(TrendPoint::of_entry(&e, 5), judged);
+        assert_eq!(judged.host_gbps, Some(45.35));
+        assert_eq!(judged.ddp_step_ms, Some(26.57));
+        assert_eq!(judged.worst_pair_gbps, Some(392.2));
     }
 
     #[test]
     fn the_patch_sets_that_one_annotation_and_reads_back() {
         let w = to_write(
-            &[measured("pass", 390.0)],
-            &[entry("pass", NodeVerdict::Passed)],
+            &[measured("pass", NodeVerdict::Passed, 390.0)],
             &key(),
             7,
             |_| None,

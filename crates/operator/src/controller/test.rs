@@ -620,9 +620,11 @@ async fn quarantine_after(
         crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
             .await;
     // With the breaker open nothing on a node changes, its signals included: a remediation
-    // tool that acts on GPUFabricDegraded=True must not act on a storm either.
+    // tool that acts on GPUFabricDegraded=True must not act on a storm either. Nor does a
+    // storm's run add to any node's own record of its runs.
     if !plan.breaker_open {
         publish_signals(test, run, results, status, &plan, ctx).await;
+        record_trends(run, results, ctx).await;
     }
     if !plan.confirm.is_empty() {
         let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
@@ -643,6 +645,23 @@ async fn quarantine_after(
         }
     }
     Ok(outcome.errors.is_empty() && lifecycle_applied)
+}
+
+/// Adds a folded run's numbers to the own record (`gpufabric.io/trend`) of each node that
+/// passed a complete check. Best effort: a node not written misses one point.
+async fn record_trends(run: &FabricTestRun, results: &[NodeRunResult], ctx: &Context) {
+    let at = run
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.as_ref())
+        .map_or(0, |t| t.0.as_second());
+    let key = crate::trend::TrendKey::of(run);
+    let records = crate::trend::to_write(results, &key, at, |n| {
+        ctx.nodes.get(&kube::runtime::reflector::ObjectRef::new(n))
+    });
+    for failure in crate::trend::write(&ctx.client, records).await {
+        tracing::warn!(%failure, "trend point not recorded");
+    }
 }
 
 /// Writes the node signals of a folded run (condition, result label, last pass) from every

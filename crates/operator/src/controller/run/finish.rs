@@ -86,10 +86,6 @@ pub(super) async fn finish(
         .map(crate::signals::rfc3339)
         .unwrap_or_default();
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
-    let completed = next.completion_time.as_ref().map_or(0, |t| t.0.as_second());
-    let trends = crate::trend::to_write(&inputs, &entries, &judging.trend, completed, |n| {
-        ctx.nodes.get(&ObjectRef::new(n))
-    });
     drop(inputs);
     drop(evaluation);
     apply_status(api, &name, &next).await?;
@@ -105,9 +101,6 @@ pub(super) async fn finish(
     // counters of the run it is judging.
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
-    }
-    for failure in crate::trend::write(&ctx.client, trends).await {
-        tracing::warn!(%failure, "trend point not recorded");
     }
     if pending > 0 {
         keep_after_verdict(run, next, &entries, api, ctx).await?;
