@@ -169,10 +169,9 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
             }
             NodeOutcome::HardwareFault { fault, detail } => {
                 findings.push(hardware_fault_finding(&input.node, *fault, detail));
-                match fault {
-                    HardwareFault::Hang => NodeVerdict::Timeout,
-                    _ => NodeVerdict::Errored,
-                }
+                // Timeout for a hang, Errored for any other fault: the rule the run entry
+                // records before any evaluation.
+                NodeVerdict::provisional(&input.outcome)
             }
             NodeOutcome::NotMeasured { .. } => NodeVerdict::NotMeasured,
         };
