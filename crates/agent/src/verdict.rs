@@ -315,11 +315,7 @@ pub fn judge(
         baseline: previous.cloned(),
         history: history.to_vec(),
         nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(
-            std::env::vars()
-                .map(|(k, _)| k)
-                .collect::<Vec<_>>()
-                .iter()
-                .map(String::as_str),
+            std::env::vars().map(|(k, _)| k),
         ),
         node: doc.node.clone(),
         product_label: None,

@@ -48,11 +48,11 @@ const ROUTING: &[&str] = &[
 ];
 
 /// The tuning variables among `names` (an environment's variable names), sorted.
-pub fn tuning_of<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+pub fn tuning_of<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Vec<String> {
     let mut v: Vec<String> = names
         .into_iter()
-        .filter(|n| NCCL_TUNING.contains(n))
-        .map(str::to_string)
+        .filter(|n| NCCL_TUNING.contains(&n.as_ref()))
+        .map(|n| n.as_ref().to_string())
         .collect();
     v.sort();
     v.dedup();

@@ -304,7 +304,7 @@ struct Judging {
 
 impl Judging {
     fn of(run: &FabricTestRun) -> Judging {
-        let names = run.spec.agent.env.iter().map(|e| e.name.as_str());
+        let names = run.spec.agent.env.iter().map(|e| &e.name);
         Judging {
             trend: TrendKey::of(run),
             nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(names),
