@@ -13,6 +13,27 @@ use gpufabric_api::result::{ComputeResult, GpuCompute, LoadReading};
 use gpufabric_api::suite::Compute;
 use std::time::Instant;
 
+/// What every GPU's SDC check starts from, made once on the host: the two inputs, the
+/// exact sums an output must have, and how many outputs each GPU computes.
+struct SdcInputs {
+    reference: SdcReference,
+    a: Vec<u8>,
+    b: Vec<u8>,
+    repeats: u32,
+}
+
+impl SdcInputs {
+    fn new(c: &Compute) -> SdcInputs {
+        let n = c.sdc.size as usize;
+        SdcInputs {
+            reference: SdcReference::new(n),
+            a: crate::compute::sdc_input_bf16(0, n),
+            b: crate::compute::sdc_input_bf16(1, n),
+            repeats: c.sdc.repeats,
+        }
+    }
+}
+
 /// What one GPU's thread measured: its rates, its load reading and its SDC outputs.
 struct Measured {
     compute: GpuCompute,
@@ -29,33 +50,13 @@ pub(super) fn compute_phase(
 ) -> GpuResult<ComputeResult> {
     let c = run.opts.compute();
     let deadline = Instant::now() + run.timeout;
-    let reference = c
-        .sdc
-        .enabled
-        .then(|| SdcReference::new(c.sdc.size as usize));
-    let inputs = c.sdc.enabled.then(|| {
-        let n = c.sdc.size as usize;
-        (
-            crate::compute::sdc_input_bf16(0, n),
-            crate::compute::sdc_input_bf16(1, n),
-        )
-    });
+    let sdc = c.sdc.enabled.then(|| SdcInputs::new(&c));
     let results: Vec<GpuResult<Measured>> = std::thread::scope(|s| {
         let handles: Vec<_> = gpus
             .iter()
             .map(|gpu| {
-                let (c, reference, inputs) = (&c, reference.as_ref(), inputs.as_ref());
-                s.spawn(move || {
-                    one_gpu(
-                        gpu,
-                        c,
-                        deadline,
-                        monitor,
-                        reference,
-                        inputs,
-                        flip == Some(gpu.index),
-                    )
-                })
+                let (c, sdc) = (&c, sdc.as_ref());
+                s.spawn(move || one_gpu(gpu, c, deadline, monitor, sdc, flip == Some(gpu.index)))
             })
             .collect();
         handles
@@ -114,8 +115,7 @@ fn one_gpu(
     c: &Compute,
     deadline: Instant,
     monitor: Option<&Monitor>,
-    reference: Option<&SdcReference>,
-    inputs: Option<&(Vec<u8>, Vec<u8>)>,
+    sdc: Option<&SdcInputs>,
     flip: bool,
 ) -> GpuResult<Measured> {
     gpu.bind()?;
@@ -141,11 +141,9 @@ fn one_gpu(
         out.memory_copy_gbps = Some(copy);
         out.memory_write_gbps = Some(write);
     }
-    let sdc = match (reference, inputs) {
-        (Some(r), Some(ab)) if c.sdc.enabled => {
-            sdc_outputs(gpu, &stream, &blas, r, ab, c.sdc.repeats, deadline, flip)?
-        }
-        _ => Vec::new(),
+    let sdc = match sdc {
+        Some(sdc) => sdc_outputs(gpu, &stream, &blas, sdc, deadline, flip)?,
+        None => Vec::new(),
     };
     Ok(Measured { compute: out, sdc })
 }
@@ -308,19 +306,23 @@ fn memory_rates(
     ))
 }
 
-/// The SDC GEMM `repeats` times, each output read back and checked against `reference`;
-/// with `flip`, one bit of the first output is flipped on the device before it is read.
-#[allow(clippy::too_many_arguments)]
+/// The SDC GEMM of `sdc`'s inputs `repeats` times, each output read back and checked
+/// against its reference; with `flip`, one bit of the first output is flipped on the device
+/// before it is read.
 fn sdc_outputs(
     gpu: &Gpu,
     stream: &Stream,
     blas: &Blas,
-    reference: &SdcReference,
-    (a_host, b_host): &(Vec<u8>, Vec<u8>),
-    repeats: u32,
+    sdc: &SdcInputs,
     deadline: Instant,
     flip: bool,
 ) -> GpuResult<Vec<OutputCheck>> {
+    let SdcInputs {
+        reference,
+        a: a_host,
+        b: b_host,
+        repeats,
+    } = sdc;
     let n = reference.n;
     let in_bytes = n * n * 2;
     let out_bytes = n * n * 4;
@@ -333,8 +335,8 @@ fn sdc_outputs(
         stream.memcpy_htod(dev.ptr, &host, in_bytes)?;
         wait(stream, "the SDC inputs", deadline)?;
     }
-    let mut checks = Vec::with_capacity(repeats as usize);
-    for r in 0..repeats.max(1) {
+    let mut checks = Vec::with_capacity(*repeats as usize);
+    for r in 0..(*repeats).max(1) {
         // NaN everywhere first: an element the GEMM never wrote is wrong, not stale.
         stream.memset_d32(out.ptr, 0xffff_ffff, n * n)?;
         blas.square(SquareGemm::Bf16ToF32, n, a.ptr, b.ptr, out.ptr)?;

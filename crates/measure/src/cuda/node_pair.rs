@@ -44,8 +44,10 @@ pub struct PairSettings {
     pub timeout: Duration,
 }
 
-/// This node's GPUs in the clique.
+/// This node's GPUs in the clique: ranks `first ..` of `world`.
 struct Local {
+    first: i32,
+    world: i32,
     gpus: Vec<Gpu>,
     streams: Vec<Stream>,
     send: Vec<DevBuf>,
@@ -176,6 +178,8 @@ fn measure(
     met.joined.store(true, std::sync::atomic::Ordering::SeqCst);
     let bytes = (opts.bytes.max(4 * world as u64) / 4 * 4) as usize;
     let mut local = Local {
+        first,
+        world,
         streams: gpus.iter().map(Stream::new).collect::<GpuResult<_>>()?,
         send: gpus
             .iter()
@@ -199,8 +203,6 @@ fn measure(
             c,
             &mut comms,
             &mut local,
-            first,
-            world,
             bytes,
             set,
             &wd,
@@ -231,7 +233,8 @@ fn init_ranks(gpus: &[Gpu], id: nsys::ncclUniqueId, world: i32, first: i32) -> G
 }
 
 /// What one rank's buffers hold: `rank + 1` as f32 everywhere.
-fn fill(local: &Local, first: i32) -> GpuResult<()> {
+fn fill(local: &Local) -> GpuResult<()> {
+    let first = local.first;
     for (i, (s, buf)) in local.streams.iter().zip(&local.send).enumerate() {
         let v = (first + i as i32 + 1) as f32;
         s.memset_d32(buf.at(0), v.to_bits(), buf.bytes / 4)?;
@@ -241,14 +244,8 @@ fn fill(local: &Local, first: i32) -> GpuResult<()> {
 }
 
 /// Enqueues one iteration of `c` on every local rank, in one NCCL group.
-fn enqueue(
-    c: Collective,
-    comms: &Comms,
-    local: &Local,
-    first: i32,
-    world: i32,
-    count: usize,
-) -> GpuResult<()> {
+fn enqueue(c: Collective, comms: &Comms, local: &Local, count: usize) -> GpuResult<()> {
+    let (first, world) = (local.first, local.world);
     let g = local.gpus.len() as i32;
     let dt = nsys::ncclDataType_t::ncclFloat32;
     group(|| {
@@ -302,13 +299,10 @@ fn enqueue(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn time_one(
     c: Collective,
     comms: &mut Comms,
     local: &mut Local,
-    first: i32,
-    world: i32,
     bytes: usize,
     set: &PairSettings,
     wd: &Watchdog,
@@ -316,11 +310,12 @@ fn time_one(
 ) -> GpuResult<PairCollective> {
     let count = bytes / 4;
     let what = format!("node-pair {}", c.nccl_tests_name());
-    fill(local, first)?;
+    let world = local.world;
+    fill(local)?;
     let (warmup, iters) = (set.iters.0, set.iters.1.max(1));
     wd.arm(comms, &what, set.timeout);
     for _ in 0..warmup {
-        enqueue(c, comms, local, first, world, count)?;
+        enqueue(c, comms, local, count)?;
     }
     let streams: Vec<&Stream> = local.streams.iter().collect();
     sync_all(&streams, comms, wd, &what, set.timeout)?;
@@ -331,11 +326,11 @@ fn time_one(
     let t0 = Instant::now();
     wd.arm(comms, &what, set.timeout);
     for _ in 0..iters {
-        enqueue(c, comms, local, first, world, count)?;
+        enqueue(c, comms, local, count)?;
     }
     sync_all(&streams, comms, wd, &what, set.timeout)?;
     let time_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
-    let wrong = check(c, local, first, world, count)?;
+    let wrong = check(c, local, count)?;
     let reported = match c {
         // nccl-tests' size of all_to_all is the whole buffer; of the others, one rank's.
         Collective::AllToAll => (count / world as usize * world as usize * 4) as u64,
@@ -352,7 +347,8 @@ fn time_one(
 }
 
 /// Elements (of the first [`CHECKED`] of each rank) that do not hold what `c` must give.
-fn check(c: Collective, local: &Local, first: i32, world: i32, count: usize) -> GpuResult<u64> {
+fn check(c: Collective, local: &Local, count: usize) -> GpuResult<u64> {
+    let (first, world) = (local.first, local.world);
     let g = local.gpus.len() as i32;
     let n = count.min(CHECKED);
     let per = (count / world as usize).max(1);

@@ -23,6 +23,29 @@ pub fn cublas_present() -> bool {
     unsafe { bsys::is_culib_present() }
 }
 
+/// A column-major matrix in device memory: its address and leading dimension.
+#[derive(Clone, Copy)]
+pub(super) struct Mat {
+    pub(super) ptr: u64,
+    pub(super) ld: usize,
+}
+
+/// How a GEMM reads one of its inputs.
+#[derive(Clone, Copy)]
+pub(super) enum Input {
+    AsStored(Mat),
+    Transposed(Mat),
+}
+
+impl Input {
+    fn op(self) -> (bsys::cublasOperation_t, Mat) {
+        match self {
+            Input::AsStored(m) => (bsys::cublasOperation_t::CUBLAS_OP_N, m),
+            Input::Transposed(m) => (bsys::cublasOperation_t::CUBLAS_OP_T, m),
+        }
+    }
+}
+
 pub(crate) struct Blas {
     raw: bsys::cublasHandle_t,
 }
@@ -41,57 +64,42 @@ impl Blas {
         Ok(b)
     }
 
-    /// C(m x n, fp32 or bf16) = op(A) op(B), bf16 inputs, fp32 accumulate; column-major.
-    #[allow(clippy::too_many_arguments)]
+    /// C(m x n, bf16) = op(A) op(B) of bf16 matrices with inner dimension `k`, fp32
+    /// accumulate; column-major.
     pub(super) fn gemm(
         &self,
-        ta: bool,
-        tb: bool,
         m: usize,
         n: usize,
         k: usize,
-        a: u64,
-        lda: usize,
-        b: u64,
-        ldb: usize,
-        c: u64,
-        ldc: usize,
-        c_fp32: bool,
+        a: Input,
+        b: Input,
+        c: Mat,
     ) -> GpuResult<()> {
         let alpha = 1.0f32;
         let beta = 0.0f32;
-        let op = |t| {
-            if t {
-                bsys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                bsys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        let ct = if c_fp32 {
-            bsys::cudaDataType::CUDA_R_32F
-        } else {
-            bsys::cudaDataType::CUDA_R_16BF
-        };
+        let bf16 = bsys::cudaDataType::CUDA_R_16BF;
+        let (op_a, a) = a.op();
+        let (op_b, b) = b.op();
         // SAFETY: the pointers are device buffers sized for these shapes by the caller.
         bcheck("cublasGemmEx", unsafe {
             bsys::cublasGemmEx(
                 self.raw,
-                op(ta),
-                op(tb),
+                op_a,
+                op_b,
                 m as i32,
                 n as i32,
                 k as i32,
                 &alpha as *const f32 as *const c_void,
-                a as *const c_void,
-                bsys::cudaDataType::CUDA_R_16BF,
-                lda as i32,
-                b as *const c_void,
-                bsys::cudaDataType::CUDA_R_16BF,
-                ldb as i32,
+                a.ptr as *const c_void,
+                bf16,
+                a.ld as i32,
+                b.ptr as *const c_void,
+                bf16,
+                b.ld as i32,
                 &beta as *const f32 as *const c_void,
-                c as *mut c_void,
-                ct,
-                ldc as i32,
+                c.ptr as *mut c_void,
+                bf16,
+                c.ld as i32,
                 bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
                 bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
@@ -226,7 +234,15 @@ pub fn busy_gemms(
     while started.elapsed() < duration && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         gpu.bind()?;
         for _ in 0..8 {
-            blas.gemm(false, false, n, n, n, a.ptr, n, b.ptr, n, c.ptr, n, false)?;
+            let mat = |ptr| Mat { ptr, ld: n };
+            blas.gemm(
+                n,
+                n,
+                n,
+                Input::AsStored(mat(a.ptr)),
+                Input::AsStored(mat(b.ptr)),
+                mat(c.ptr),
+            )?;
         }
         stream.sync()?;
         flops += 8.0 * 2.0 * (n as f64).powi(3);

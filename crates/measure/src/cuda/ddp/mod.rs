@@ -49,6 +49,14 @@ enum Mode {
     CommOnly,
 }
 
+/// One run of steps: what they do, how many, and whether each step's compute is timed.
+#[derive(Clone, Copy)]
+struct Steps {
+    mode: Mode,
+    count: u32,
+    timed: bool,
+}
+
 /// The steps of one replica, launched from its own thread: compute, and each bucket's
 /// all-reduce launched right after its gradients (as a DDP process does).
 fn replica_steps(
@@ -56,12 +64,10 @@ fn replica_steps(
     comm: usize,
     set: &DdpSettings,
     bks: &[Bucket],
-    mode: Mode,
-    steps: u32,
-    timed: bool,
+    Steps { mode, count, timed }: Steps,
 ) -> GpuResult<()> {
     r.gpu.bind()?;
-    for s in 0..steps as usize {
+    for s in 0..count as usize {
         match mode {
             Mode::Overlapped | Mode::ComputeOnly => {
                 // The next step starts once the previous one's buckets are copied back;
@@ -85,32 +91,26 @@ fn replica_steps(
     Ok(())
 }
 
-/// Runs `steps` steps in `mode`; returns the mean step time (ms, slowest GPU).
-#[allow(clippy::too_many_arguments)]
+/// Runs `steps`; returns the mean step time (ms, slowest GPU).
 fn run_steps(
     reps: &[Replica],
     comms: &mut Comms,
     wd: &Watchdog,
     set: &DdpSettings,
     bks: &[Bucket],
-    mode: Mode,
-    steps: u32,
-    timed: bool,
+    steps: Steps,
 ) -> GpuResult<f64> {
-    run_steps_armed(reps, comms, wd, set, bks, mode, steps, timed)
+    run_steps_armed(reps, comms, wd, set, bks, steps)
         .map_err(|e| crate::cuda::nccl::settle(e, comms, wd, set.timeout))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_steps_armed(
     reps: &[Replica],
     comms: &mut Comms,
     wd: &Watchdog,
     set: &DdpSettings,
     bks: &[Bucket],
-    mode: Mode,
-    steps: u32,
-    timed: bool,
+    steps: Steps,
 ) -> GpuResult<f64> {
     wd.arm(comms, "ddp probe step", set.timeout);
     for r in reps {
@@ -123,7 +123,7 @@ fn run_steps_armed(
         let handles: Vec<_> = reps
             .iter()
             .zip(comms.raw.iter().map(|c| *c as usize))
-            .map(|(r, comm)| sc.spawn(move || replica_steps(r, comm, set, bks, mode, steps, timed)))
+            .map(|(r, comm)| sc.spawn(move || replica_steps(r, comm, set, bks, steps)))
             .collect();
         handles
             .into_iter()
@@ -134,7 +134,7 @@ fn run_steps_armed(
         r?;
     }
     for r in reps {
-        match mode {
+        match steps.mode {
             Mode::Overlapped | Mode::ComputeOnly => r.finish_step(bks)?,
             Mode::CommOnly => r.compute.wait(&r.comm_done)?,
         }
@@ -146,7 +146,7 @@ fn run_steps_armed(
     for r in reps {
         ms = ms.max(r.t0.elapsed_ms(&r.t1)?);
     }
-    Ok(ms / f64::from(steps.max(1)))
+    Ok(ms / f64::from(steps.count.max(1)))
 }
 
 /// Warm-up, timed overlapped steps, then compute alone and communication alone, on the
@@ -158,17 +158,18 @@ fn measure_point(
     set: &DdpSettings,
     bks: &[Bucket],
 ) -> GpuResult<PointTimes> {
-    run_steps(
-        sub,
-        comms,
-        wd,
-        set,
-        bks,
-        Mode::Overlapped,
-        set.warmup.max(1),
-        false,
-    )?;
-    let step_ms = run_steps(sub, comms, wd, set, bks, Mode::Overlapped, set.steps, true)?;
+    let warmup = Steps {
+        mode: Mode::Overlapped,
+        count: set.warmup.max(1),
+        timed: false,
+    };
+    run_steps(sub, comms, wd, set, bks, warmup)?;
+    let timed = Steps {
+        mode: Mode::Overlapped,
+        count: set.steps,
+        timed: true,
+    };
+    let step_ms = run_steps(sub, comms, wd, set, bks, timed)?;
     for tr in sub.iter().filter_map(|r| r.trace.as_ref()) {
         tr.on.store(false, Ordering::Relaxed);
     }
@@ -180,18 +181,13 @@ fn measure_point(
         }
         compute_ms.push(total / f64::from(set.steps.max(1)));
     }
-    let alone_steps = set.steps.clamp(1, 5);
-    let compute_alone_ms = run_steps(
-        sub,
-        comms,
-        wd,
-        set,
-        bks,
-        Mode::ComputeOnly,
-        alone_steps,
-        false,
-    )?;
-    let comm_alone_ms = run_steps(sub, comms, wd, set, bks, Mode::CommOnly, alone_steps, false)?;
+    let alone = |mode| Steps {
+        mode,
+        count: set.steps.clamp(1, 5),
+        timed: false,
+    };
+    let compute_alone_ms = run_steps(sub, comms, wd, set, bks, alone(Mode::ComputeOnly))?;
+    let comm_alone_ms = run_steps(sub, comms, wd, set, bks, alone(Mode::CommOnly))?;
     Ok(PointTimes {
         step_ms,
         compute_ms,

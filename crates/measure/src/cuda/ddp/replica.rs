@@ -2,7 +2,7 @@
 //! backward and bucketed all-reduce on them.
 
 use super::DdpSettings;
-use super::blas::{Blas, bf16_random};
+use super::blas::{Blas, Input, Mat, bf16_random};
 use super::trace::{Trace, TraceLine, TracedOp};
 use crate::cuda::gpu::{DevBuf, Event, Gpu, GpuResult, HostBuf, Stream};
 use crate::cuda::nccl::ncheck;
@@ -251,6 +251,8 @@ impl<'g> Replica<'g> {
         let abytes = (b * h * 2) as u64;
         let w = |i: usize| self.weights.ptr + i as u64 * wbytes;
         let x = |i: usize| self.acts.ptr + i as u64 * abytes;
+        // Every matrix of the step has `h` rows.
+        let mat = |ptr| Mat { ptr, ld: h };
         if let (Some(tr), Some(s)) = (&self.trace, timed) {
             // Trace the last timed step (and its copy-back, which ends the run).
             tr.on
@@ -268,8 +270,14 @@ impl<'g> Replica<'g> {
                 || format!("fwd {i}"),
                 false,
                 || {
-                    self.blas
-                        .gemm(true, false, h, b, h, w(i), h, x(i), h, x(i + 1), h, false)
+                    self.blas.gemm(
+                        h,
+                        b,
+                        h,
+                        Input::Transposed(mat(w(i))),
+                        Input::AsStored(mat(x(i))),
+                        mat(x(i + 1)),
+                    )
                 },
             )?;
         }
@@ -284,8 +292,14 @@ impl<'g> Replica<'g> {
                     || format!("dgrad {i}"),
                     false,
                     || {
-                        self.blas
-                            .gemm(false, false, h, b, h, w(i), h, dy, h, dx, h, false)
+                        self.blas.gemm(
+                            h,
+                            b,
+                            h,
+                            Input::AsStored(mat(w(i))),
+                            Input::AsStored(mat(dy)),
+                            mat(dx),
+                        )
                     },
                 )?;
             }
@@ -298,8 +312,14 @@ impl<'g> Replica<'g> {
                 || format!("wgrad {i}"),
                 false,
                 || {
-                    self.blas
-                        .gemm(false, true, h, h, b, x(i), h, dy, h, s0, h, false)
+                    self.blas.gemm(
+                        h,
+                        h,
+                        b,
+                        Input::AsStored(mat(x(i))),
+                        Input::Transposed(mat(dy)),
+                        mat(s0),
+                    )
                 },
             )?;
             self.traced(

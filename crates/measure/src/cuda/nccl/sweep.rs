@@ -32,36 +32,22 @@ pub fn alltoall_call() -> bool {
     super::nccl_version_code().is_some_and(|v| v >= 22800)
 }
 
-/// Enqueues one collective on every rank (one NCCL group).
-#[allow(clippy::too_many_arguments)]
-pub fn enqueue(
-    c: Collective,
-    comms: &Comms,
-    ranks: &[Rank],
-    dt: nsys::ncclDataType_t,
-    elem: u64,
-    send_count: u64,
-    recv_count: u64,
-    in_place: bool,
-) -> GpuResult<()> {
-    enqueue_at(
-        c, comms, ranks, dt, elem, send_count, recv_count, in_place, 0,
-    )
+/// Enqueues the call `op` on every rank (one NCCL group).
+pub(super) fn enqueue(op: &Op, comms: &Comms, ranks: &[Rank]) -> GpuResult<()> {
+    enqueue_at(op, comms, ranks, 0)
 }
 
 /// [`enqueue`] with both buffers `shift` bytes further in (see [`Op::shift`]).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn enqueue_at(
-    c: Collective,
-    comms: &Comms,
-    ranks: &[Rank],
-    dt: nsys::ncclDataType_t,
-    elem: u64,
-    send_count: u64,
-    recv_count: u64,
-    in_place: bool,
-    shift: u64,
-) -> GpuResult<()> {
+pub(super) fn enqueue_at(op: &Op, comms: &Comms, ranks: &[Rank], shift: u64) -> GpuResult<()> {
+    let &Op {
+        c,
+        dt,
+        elem,
+        sc: send_count,
+        rc: recv_count,
+        in_place,
+        ..
+    } = op;
     let n = ranks.len() as u64;
     group(|| {
         for (r, rk) in ranks.iter().enumerate() {
@@ -216,7 +202,17 @@ fn ramp_up(
     let n = ranks.len() as u64;
     let elem = set.data_type.size();
     let ndt = nccl_type(set.data_type);
-    let (sc, rc, _) = counts(c, first, elem, n);
+    let (sc, rc, bytes) = counts(c, first, elem, n);
+    let op = Op {
+        c,
+        dt: ndt,
+        elem,
+        sc,
+        rc,
+        in_place: false,
+        total: bytes,
+        max_total: bytes,
+    };
     // Armed before the enqueue too: a peer that never joins can block NCCL on the host.
     wd.arm(comms, c.nccl_tests_name(), set.timeout);
     load_inputs(c, ranks, elem, sc, false)?;
@@ -225,7 +221,7 @@ fn ramp_up(
     let ramp_start = Instant::now();
     for round in 0..RAMP_ROUNDS_MAX {
         for _ in 0..5 {
-            enqueue(c, comms, ranks, ndt, elem, sc, rc, false)?;
+            enqueue(&op, comms, ranks)?;
         }
         sync_all(&streams, comms, wd, c.nccl_tests_name(), set.timeout)?;
         if round > 0 && ramp_start.elapsed() >= RAMP {
@@ -335,16 +331,17 @@ pub fn sweep_collective(
             if !seen.insert(bytes) {
                 continue;
             }
-            let entry = first_blocks(
+            let out_of_place = Op {
                 c,
-                comms,
-                ranks,
-                wd,
-                set,
-                (sc, rc, bytes),
+                dt: nccl_type(dt),
+                elem,
+                sc,
+                rc,
+                in_place: false,
+                total: bytes,
                 max_total,
-                &mut timed,
-            )?;
+            };
+            let entry = first_blocks(out_of_place, comms, ranks, wd, set, &mut timed)?;
             let settled = !entry.wants_more();
             entries.push(entry);
             if !settled {
@@ -379,25 +376,24 @@ pub fn sweep_collective(
     })
 }
 
-/// One size's first block of each placement, and the check of its outputs after each;
-/// `timed` adds the time spent in timed blocks.
-#[allow(clippy::too_many_arguments)]
+/// One size's first block of each placement of `out_of_place` (the size's call out of
+/// place), and the check of its outputs after each; `timed` adds the time spent in timed
+/// blocks.
 fn first_blocks(
-    c: Collective,
+    out_of_place: Op,
     comms: &mut Comms,
     ranks: &mut [Rank],
     wd: &Watchdog,
     set: &SweepSettings,
-    (sc, rc, bytes): (u64, u64, u64),
-    max_total: u64,
     timed: &mut Duration,
 ) -> GpuResult<Entry> {
     let n = ranks.len() as u64;
     let dt = set.data_type;
-    let elem = dt.size();
-    let ndt = nccl_type(dt);
+    let Op {
+        c, elem, sc, rc, ..
+    } = out_of_place;
     let mut entry = Entry {
-        bytes,
+        bytes: out_of_place.total,
         count: row_count(c, sc, rc, n),
         places: Vec::new(),
     };
@@ -406,14 +402,8 @@ fn first_blocks(
             continue;
         }
         let op = Op {
-            c,
-            dt: ndt,
-            elem,
-            sc,
-            rc,
             in_place,
-            total: bytes,
-            max_total,
+            ..out_of_place
         };
         let mut blocks = Blocks::default();
         let t0 = Instant::now();
@@ -425,7 +415,7 @@ fn first_blocks(
         if set.check {
             wd.arm(comms, &what, set.timeout);
             load_inputs(c, ranks, elem, sc, in_place)?;
-            enqueue(c, comms, ranks, ndt, elem, sc, rc, in_place)?;
+            enqueue(&op, comms, ranks)?;
             sync_all(&streams, comms, wd, &what, set.timeout)?;
             wrong = check_outputs(c, ranks, dt, sc, rc, in_place)?;
         }

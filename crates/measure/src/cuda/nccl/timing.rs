@@ -160,19 +160,7 @@ pub(super) fn time_block(
     let what = &op.what();
     let iters = set.iters.max(1);
     let streams: Vec<&Stream> = ranks.iter().map(|r| &r.stream).collect();
-    let run = |comms: &Comms, iter: u32| {
-        enqueue_at(
-            op.c,
-            comms,
-            ranks,
-            op.dt,
-            op.elem,
-            op.sc,
-            op.rc,
-            op.in_place,
-            op.shift(iter),
-        )
-    };
+    let run = |comms: &Comms, iter: u32| enqueue_at(op, comms, ranks, op.shift(iter));
     wd.arm(comms, what, set.timeout);
     let _pin = set.hold_launch_cpu();
     if blocks.host.is_empty() {
