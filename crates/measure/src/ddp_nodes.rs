@@ -43,6 +43,33 @@ enum NodeReport {
     },
 }
 
+/// Why this node made no communicator id or did not measure a node count; its text is what
+/// the other ranks read.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The group's list has no node at this rank (the sim's fleet).
+    #[error("rank {0} has no node")]
+    NoNode(u32),
+    /// A node count larger than the group's list (the sim's fleet).
+    #[error("too few nodes")]
+    TooFewNodes,
+    /// The id rank 0 handed over is not the text this backend makes.
+    #[error("the communicator id is not hex text")]
+    IdNotText,
+    /// A random id could not be made (the sim's stand-in for NCCL's).
+    #[error(transparent)]
+    Rendezvous(#[from] RendezvousError),
+    /// An NCCL call, or the worker processes of this node's GPUs.
+    #[error(transparent)]
+    Gpu(#[from] crate::cuda::gpu::GpuError),
+    /// A worker's task could not be written.
+    #[error(transparent)]
+    Task(#[from] serde_json::Error),
+    /// The workers' reports make no point.
+    #[error(transparent)]
+    Ranks(#[from] crate::cuda::ddp::procs::CombineError),
+}
+
 /// How one backend does its node's part of the probe: ready before the ranks meet, each
 /// node count's measurement, and the looks at the GPUs around them.
 pub trait NodeMeasure {
@@ -56,10 +83,10 @@ pub trait NodeMeasure {
     /// None to measure.
     fn hang(&self, timeout: Duration, progress: Progress) -> Option<PhaseError>;
     /// A fresh communicator id (called on rank 0 only, once per node count).
-    fn make_id(&mut self) -> Result<Vec<u8>, String>;
+    fn make_id(&mut self) -> Result<Vec<u8>, NodeError>;
     /// This node's GPUs as ranks `rank x G ..` of a clique of `nodes x G` ranks whose id is
     /// `id`.
-    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, String>;
+    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, NodeError>;
     /// Once the measurements ended, with no context of this rank's left:
     /// [`CheckError::GpusInUse`] when other work holds the GPUs now, which started while
     /// they were measured ([`crate::gpu_use::refuse_at_end`]).
@@ -324,7 +351,9 @@ fn measure_counts(
             progress(&format!("ddp-nodes: {k} node(s): measuring"));
             match m.measure(k, &id) {
                 Ok(t) => NodeReport::Measured(t),
-                Err(message) => NodeReport::Failed { message },
+                Err(e) => NodeReport::Failed {
+                    message: e.to_string(),
+                },
             }
         } else {
             NodeReport::Idle

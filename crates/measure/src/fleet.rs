@@ -148,7 +148,23 @@ pub enum FleetError {
     #[error("{origin} is not a valid fleet description: {detail}")]
     Parse { origin: String, detail: String },
     #[error("{origin}: {detail}")]
-    Invalid { origin: String, detail: String },
+    Invalid {
+        origin: String,
+        detail: FleetInvalid,
+    },
+}
+
+/// What is wrong with a fleet description that parsed ([`Fleet::check`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FleetInvalid {
+    #[error("node {0} appears twice")]
+    DuplicateNode(String),
+    #[error("node {0} has no GPUs")]
+    NoGpus(String),
+    #[error(
+        "node {node}: fault {fault:?} names a GPU, NIC or peer the node does not have or a factor out of range"
+    )]
+    BadFault { node: String, fault: Fault },
 }
 
 /// Where a fleet description comes from: a file, or the document itself (how a benchmark
@@ -205,14 +221,14 @@ impl Fleet {
     }
 
     /// Checks the description; returns what is wrong.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), FleetInvalid> {
         let mut names = std::collections::BTreeSet::new();
         for node in &self.nodes {
             if !names.insert(node.name.as_str()) {
-                return Err(format!("node {} appears twice", node.name));
+                return Err(FleetInvalid::DuplicateNode(node.name.clone()));
             }
             if node.gpus == 0 {
-                return Err(format!("node {} has no GPUs", node.name));
+                return Err(FleetInvalid::NoGpus(node.name.clone()));
             }
             for fault in &node.faults {
                 let gpu_ok = |g: u32| g < node.gpus;
@@ -255,10 +271,10 @@ impl Fleet {
                     Fault::Hang { .. } | Fault::Crash { .. } | Fault::Garbage => true,
                 };
                 if !ok {
-                    return Err(format!(
-                        "node {}: fault {fault:?} names a GPU, NIC or peer the node does not have or a factor out of range",
-                        node.name
-                    ));
+                    return Err(FleetInvalid::BadFault {
+                        node: node.name.clone(),
+                        fault: fault.clone(),
+                    });
                 }
             }
         }
@@ -366,7 +382,7 @@ mod tests {
         let fleet = |fault: &str| -> Result<Fleet, String> {
             let yaml = format!("nodes:\n  - {{name: a, product: X, gpus: 8, faults: [{fault}]}}\n");
             let f: Fleet = serde_yaml::from_str(&yaml).map_err(|e| e.to_string())?;
-            f.check().map(|()| f)
+            f.check().map(|()| f).map_err(|e| e.to_string())
         };
         let ok = fleet("{kind: nicErrors, nic: 7, perSecond: 1000}").expect("valid");
         assert_eq!(

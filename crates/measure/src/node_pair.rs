@@ -29,7 +29,7 @@ pub struct Met<'a> {
     /// To be set once this rank's communicator with the other exists.
     pub joined: &'a AtomicBool,
     /// Meets the other rank; called before each timed loop.
-    pub barrier: &'a mut dyn FnMut() -> Result<(), String>,
+    pub barrier: &'a mut dyn FnMut() -> Result<(), RendezvousError>,
     pub progress: Progress<'a>,
 }
 
@@ -131,7 +131,7 @@ pub fn run(
             gone.duration_s = started.elapsed().as_secs_f64();
             stuck(gone)
         });
-        let mut barrier = || group.barrier(config.timeout).map_err(|e| e.to_string());
+        let mut barrier = || group.barrier(config.timeout);
         let met = Met {
             opts,
             id: &id,

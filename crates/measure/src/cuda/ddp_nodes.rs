@@ -5,7 +5,7 @@
 use super::ddp::DdpSettings;
 use super::ddp::procs::{WORKER_SUBCOMMAND, WorkerTask, combine_ranks, encode_id, run_workers};
 use super::nccl;
-use crate::ddp_nodes::{NodeMeasure, NodeTimes};
+use crate::ddp_nodes::{NodeError, NodeMeasure, NodeTimes};
 use crate::{CheckError, Progress};
 use gpufabric_api::result::{Backend, PhaseError};
 use std::path::PathBuf;
@@ -69,15 +69,14 @@ impl NodeMeasure for CudaDdpNodes {
     }
 
     /// The id as the workers take it: 256 hex digits.
-    fn make_id(&mut self) -> Result<Vec<u8>, String> {
-        let id = nccl::unique_id().map_err(|e| e.to_string())?;
+    fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
+        let id = nccl::unique_id()?;
         Ok(encode_id(&id).into_bytes())
     }
 
-    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, String> {
+    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, NodeError> {
         let g = self.devices.len() as u32;
-        let hex = String::from_utf8(id.to_vec())
-            .map_err(|_| "the communicator id is not hex text".to_string())?;
+        let hex = String::from_utf8(id.to_vec()).map_err(|_| NodeError::IdNotText)?;
         let first = self.rank * g;
         let inputs = self
             .devices
@@ -91,12 +90,10 @@ impl NodeMeasure for CudaDdpNodes {
                     id: hex.clone(),
                     settings: self.settings.clone(),
                 })
-                .map_err(|e| e.to_string())
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit, None)
-            .map_err(|e| e.to_string())?;
-        combine_ranks(&reports, first)
+        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit, None)?;
+        Ok(combine_ranks(&reports, first)?)
     }
 }
 

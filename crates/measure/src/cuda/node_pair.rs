@@ -22,7 +22,7 @@ use super::health;
 use super::nccl::{self, Comms, Watchdog, alltoall_call, group, ncheck, settle, sync_all};
 use crate::gpu_use::GpuUse;
 use crate::node_pair::{Met, PairBackend};
-use crate::rendezvous::ID_BYTES;
+use crate::rendezvous::{ID_BYTES, RendezvousError};
 use crate::{CheckError, Progress, stats};
 use cudarc::nccl::sys as nsys;
 use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PairCollective};
@@ -306,7 +306,7 @@ fn time_one(
     bytes: usize,
     set: &PairSettings,
     wd: &Watchdog,
-    barrier: &mut dyn FnMut() -> Result<(), String>,
+    barrier: &mut dyn FnMut() -> Result<(), RendezvousError>,
 ) -> GpuResult<PairCollective> {
     let count = bytes / 4;
     let what = format!("node-pair {}", c.nccl_tests_name());
@@ -321,7 +321,7 @@ fn time_one(
     sync_all(&streams, comms, wd, &what, set.timeout)?;
     barrier().map_err(|e| GpuError::Call {
         call: "rendezvous barrier",
-        detail: e,
+        detail: e.to_string(),
     })?;
     let t0 = Instant::now();
     wd.arm(comms, &what, set.timeout);

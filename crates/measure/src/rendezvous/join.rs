@@ -147,7 +147,7 @@ fn connect(
                 }
                 Err(e) => last = e.to_string(),
             },
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
         let now = Instant::now();
         if now >= deadline {
@@ -158,9 +158,24 @@ fn connect(
     }
 }
 
-fn resolve(addr: &str) -> Result<SocketAddr, String> {
+/// Why rank 0's address gave nothing to connect to.
+#[derive(Debug, thiserror::Error)]
+enum ResolveError {
+    #[error("resolving {addr}: {source}")]
+    Failed {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("{0} resolves to no address")]
+    NoAddress(String),
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, ResolveError> {
     addr.to_socket_addrs()
-        .map_err(|e| format!("resolving {addr}: {e}"))?
+        .map_err(|source| ResolveError::Failed {
+            addr: addr.to_string(),
+            source,
+        })?
         .next()
-        .ok_or_else(|| format!("{addr} resolves to no address"))
+        .ok_or_else(|| ResolveError::NoAddress(addr.to_string()))
 }

@@ -5,7 +5,7 @@
 
 use super::node_model::NodeModel;
 use super::phases::{COMPUTE_CONTENTION, StepShape, compute_alone, gemms_done, overlapped_end};
-use crate::ddp_nodes::{NodeMeasure, NodeTimes};
+use crate::ddp_nodes::{NodeError, NodeMeasure, NodeTimes};
 use crate::fleet::FleetNode;
 use crate::{CheckError, Progress};
 use gpufabric_api::result::{Backend, Phase, PhaseError};
@@ -26,10 +26,10 @@ pub struct SimDdpNodes {
 
 impl SimDdpNodes {
     /// This rank's node.
-    fn me(&self) -> Result<&FleetNode, String> {
+    fn me(&self) -> Result<&FleetNode, NodeError> {
         self.nodes
             .get(self.rank as usize)
-            .ok_or_else(|| format!("rank {} has no node", self.rank))
+            .ok_or(NodeError::NoNode(self.rank))
     }
 }
 
@@ -40,7 +40,9 @@ impl NodeMeasure for SimDdpNodes {
 
     /// The node's `gpusInUse` faults present from the start.
     fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError> {
-        let me = self.me().map_err(CheckError::InvalidInput)?;
+        let me = self
+            .me()
+            .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
         super::refuse_shared_gpus(me, shared, progress)?;
         Ok(me.gpus)
     }
@@ -54,23 +56,23 @@ impl NodeMeasure for SimDdpNodes {
     /// What the node's `gpusInUse` faults hold at the end, as the cuda backend's look of a
     /// rank whose workers ended.
     fn end_look(&mut self) -> Result<(), CheckError> {
-        let me = self.me().map_err(CheckError::InvalidInput)?;
+        let me = self
+            .me()
+            .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
         crate::gpu_use::refuse_at_end(&super::gpu_use(me, true))
     }
 
-    fn make_id(&mut self) -> Result<Vec<u8>, String> {
+    fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
         // No NCCL here: random bytes take the id's place, exchanged as a real one is.
-        crate::rendezvous::random_id()
-            .map(|id| id.to_vec())
-            .map_err(|e| e.to_string())
+        Ok(crate::rendezvous::random_id()?.to_vec())
     }
 
-    fn measure(&mut self, k: u32, _id: &[u8]) -> Result<NodeTimes, String> {
+    fn measure(&mut self, k: u32, _id: &[u8]) -> Result<NodeTimes, NodeError> {
         let me = self.me()?;
         let ring: Vec<&FleetNode> = self
             .nodes
             .get(..k as usize)
-            .ok_or("too few nodes")?
+            .ok_or(NodeError::TooFewNodes)?
             .iter()
             .collect();
         Ok(node_times(me, &ring, &self.shape, self.seed, k))

@@ -81,19 +81,29 @@ pub fn encode_id(id: &nsys::ncclUniqueId) -> String {
         .collect()
 }
 
+/// Text that is not an NCCL unique id of 256 hex digits.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum IdError {
+    /// Its length in bytes (not 256), or it is not ASCII.
+    #[error("an NCCL unique id is 256 hex digits, got {0} characters")]
+    Length(usize),
+    #[error("bad hex digit in the NCCL unique id at {at}: {source}")]
+    Digit {
+        at: usize,
+        source: std::num::ParseIntError,
+    },
+}
+
 /// The NCCL unique id of 256 hex digits.
-pub fn decode_id(hex: &str) -> Result<nsys::ncclUniqueId, String> {
+pub fn decode_id(hex: &str) -> Result<nsys::ncclUniqueId, IdError> {
     let hex = hex.trim();
     if hex.len() != 256 || !hex.is_ascii() {
-        return Err(format!(
-            "an NCCL unique id is 256 hex digits, got {} characters",
-            hex.len()
-        ));
+        return Err(IdError::Length(hex.len()));
     }
     let mut id = nsys::ncclUniqueId { internal: [0; 128] };
     for (i, cell) in id.internal.iter_mut().enumerate() {
         let byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-            .map_err(|e| format!("bad hex digit in the NCCL unique id at {}: {e}", 2 * i))?;
+            .map_err(|source| IdError::Digit { at: 2 * i, source })?;
         *cell = byte as std::ffi::c_char;
     }
     Ok(id)
@@ -127,7 +137,7 @@ fn failed(rank: Option<u32>, timeout: bool, message: String) -> WorkerReport {
 fn run_task(task: &WorkerTask) -> WorkerReport {
     let id = match decode_id(&task.id) {
         Ok(id) => id,
-        Err(e) => return failed(Some(task.rank), false, e),
+        Err(e) => return failed(Some(task.rank), false, e.to_string()),
     };
     let set = task.settings();
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -154,18 +164,30 @@ fn run_task(task: &WorkerTask) -> WorkerReport {
     }
 }
 
+/// Why the workers' reports make no point.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CombineError {
+    #[error("no reports")]
+    NoReports,
+    /// The report at `index` is another rank's.
+    #[error("report {index} is of rank {rank}, not {want}")]
+    OtherRank { index: usize, rank: u32, want: u32 },
+    #[error("rank {rank} failed: {message}")]
+    Failed { rank: u32, message: String },
+}
+
 /// One report per rank, in rank order, combined into the point's times: the step is the
 /// slowest rank's, compute per GPU in rank order, compute and communication alone the
 /// slowest rank's.
-pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, String> {
+pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, CombineError> {
     combine_ranks(reports, 0)
 }
 
 /// [`combine`] for reports of the ranks `first`, `first + 1`, ... (one node's GPUs in a
 /// clique over several nodes).
-pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes, String> {
+pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes, CombineError> {
     if reports.is_empty() {
-        return Err("no reports".into());
+        return Err(CombineError::NoReports);
     }
     let ranks = reports
         .iter()
@@ -185,15 +207,18 @@ pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes,
                     compute_alone_ms: *compute_alone_ms,
                     comm_alone_ms: *comm_alone_ms,
                 }),
-                WorkerReport::Measured { rank, .. } => {
-                    Err(format!("report {i} is of rank {rank}, not {want}"))
-                }
-                WorkerReport::Failed { message, .. } => {
-                    Err(format!("rank {want} failed: {message}"))
-                }
+                WorkerReport::Measured { rank, .. } => Err(CombineError::OtherRank {
+                    index: i,
+                    rank: *rank,
+                    want,
+                }),
+                WorkerReport::Failed { message, .. } => Err(CombineError::Failed {
+                    rank: want,
+                    message: message.clone(),
+                }),
             }
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, CombineError>>()?;
     Ok(PointTimes::together(ranks))
 }
 
@@ -424,9 +449,9 @@ pub fn probe(
             })
             .collect::<GpuResult<_>>()?;
         let reports = run_workers(exe, &[WORKER_SUBCOMMAND], &inputs, limit, nccl_log)?;
-        let t = combine(&reports).map_err(|detail| GpuError::Call {
+        let t = combine(&reports).map_err(|e| GpuError::Call {
             call: "ddp worker",
-            detail,
+            detail: e.to_string(),
         })?;
         let point = make_point_logged(set, points.first(), &t, gpus, count, progress);
         points.push(point);
@@ -519,7 +544,7 @@ mod tests {
             message: "boom".into(),
         };
         let e = combine(&[measured(0, 1.0, 1.0), failed]).expect_err("a failed rank");
-        assert!(e.contains("boom"), "{e}");
+        assert!(e.to_string().contains("boom"), "{e}");
     }
 
     #[test]
