@@ -1,8 +1,7 @@
 //! The graph launches of a timed block: each GPU's graphs from a thread of its own, all
 //! released together once every thread has bound its GPU and the start events are recorded.
 
-use super::sweep::Rank;
-use super::timing::record_starts;
+use super::rank::{Rank, record_starts};
 use crate::cuda::gpu::{GpuError, GpuResult};
 use crate::cuda::graph::Graph;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

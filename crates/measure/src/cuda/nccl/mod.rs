@@ -7,12 +7,14 @@ mod check;
 mod comm;
 mod launch;
 pub(crate) mod phase;
+mod rank;
 mod sweep;
 mod timing;
 
 pub use check::{count_wrong, encode, expected_value, fill_inputs, input_value, rank_sums};
 pub use comm::{Comms, Watchdog, group, settle, sync_all, unique_id};
-pub use sweep::{Rank, SweepSettings, alltoall_call, sweep_collective};
+pub use rank::{Rank, SweepSettings, alltoall_call};
+pub use sweep::sweep_collective;
 pub use timing::{MAX_BLOCKS, RAMP, SHORT_BLOCK, Timing, blocks_wanted, median};
 
 use super::gpu::{DevBuf, Gpu, GpuError, GpuResult};

@@ -4,43 +4,10 @@
 
 use super::comm::{Comms, Watchdog, sync_all};
 use super::launch::launch_graphs;
-use super::sweep::{Rank, SweepSettings, enqueue_at, load_inputs};
+use super::rank::{Op, Rank, SweepSettings, enqueue_at, load_inputs, record_starts};
 use crate::cuda::gpu::{Gpu, GpuResult, Stream};
 use crate::cuda::graph::Capture;
-use cudarc::nccl::sys as nsys;
-use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
-
-/// One collective call of the sweep: what [`enqueue`] needs besides the ranks.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Op {
-    pub(super) c: Collective,
-    pub(super) dt: nsys::ncclDataType_t,
-    pub(super) elem: u64,
-    pub(super) sc: u64,
-    pub(super) rc: u64,
-    pub(super) in_place: bool,
-    /// Bytes one call covers (the nccl-tests size).
-    pub(super) total: u64,
-    /// Largest such size of the sweep: the buffers hold at least this much.
-    pub(super) max_total: u64,
-}
-
-impl Op {
-    /// The call as the watchdog and errors name it ("all_reduce 8 bytes").
-    pub(super) fn what(&self) -> String {
-        format!("{} {} bytes", self.c.nccl_tests_name(), self.total)
-    }
-
-    /// Where iteration `iter` places its buffers, as nccl-tests does: consecutive
-    /// iterations move by one size through the buffers sized for the largest, so a size
-    /// that fits the L2 cache is not timed from it (one H200 timed 16 MiB at 7.0 µs from
-    /// L2 against nccl-tests' 11.1 µs before).
-    fn shift(&self, iter: u32) -> u64 {
-        let steps = self.max_total.checked_div(self.total).unwrap_or(1).max(1);
-        self.total * (u64::from(iter) % steps)
-    }
-}
 
 /// Time per iteration of one size: host time (what nccl-tests reports) and GPU event time.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -231,14 +198,6 @@ pub(super) fn time_block(
     Ok(())
 }
 
-/// Records each rank's start event on its stream.
-pub(super) fn record_starts(ranks: &[Rank]) -> GpuResult<()> {
-    for rk in ranks {
-        rk.start.record(&rk.stream)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,31 +211,6 @@ mod tests {
         // A block of 1 GiB (~90 ms) is nccl-tests' single measurement.
         assert!(!blocks_wanted(1, Duration::from_millis(90)));
         assert!(!blocks_wanted(1, SHORT_BLOCK));
-    }
-
-    #[test]
-    fn iterations_move_through_the_buffers_like_nccl_tests() {
-        let op = |total, max_total| Op {
-            c: Collective::AllReduce,
-            dt: nsys::ncclDataType_t::ncclFloat32,
-            elem: 4,
-            sc: total / 4,
-            rc: total / 4,
-            in_place: false,
-            total,
-            max_total,
-        };
-        // 16 MiB in buffers for 1 GiB: 64 places, one size apart.
-        let o = op(16 << 20, 1 << 30);
-        assert_eq!(o.shift(0), 0);
-        assert_eq!(o.shift(1), 16 << 20);
-        assert_eq!(o.shift(19), 19 * (16 << 20));
-        assert_eq!(o.shift(64), 0);
-        // The largest size never moves; the last place still fits the buffers.
-        assert_eq!(op(1 << 30, 1 << 30).shift(7), 0);
-        let o = op(3 << 20, 10 << 20);
-        assert!((0..100).all(|i| o.shift(i) + o.total <= o.max_total));
-        assert_eq!(op(0, 1 << 30).shift(5), 0);
     }
 
     #[test]
