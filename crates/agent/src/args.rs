@@ -1,6 +1,5 @@
 //! Command-line arguments of `fabric-agent node-check` and how they become a suite.
 
-use crate::backend::Choice;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use gpufabric_api::keys;
@@ -15,6 +14,18 @@ pub enum BackendArg {
     Cuda,
     /// A model of a node described in a fleet file (for machines without GPUs).
     Sim,
+}
+
+/// What a subcommand's command line says of its backend.
+pub struct Choice<'a> {
+    /// `--backend`.
+    pub backend: BackendArg,
+    /// Where the sim fleet comes from.
+    pub fleet: &'a FleetArgs,
+    /// The seed that overrides the fleet's own.
+    pub seed: Option<u64>,
+    /// The other nodes the sim fleet must hold (a group's nodes; none for one node).
+    pub group: &'a [String],
 }
 
 /// How one rank of a test over several nodes meets the others (`node-pair`, `ddp-nodes`).

@@ -2,24 +2,12 @@
 //! backend, or the sim backend of the fleet file's node) once, before it runs, and a
 //! simulated node's process faults act here.
 
-use crate::args::{BackendArg, FleetArgs, invalid};
+use crate::args::{BackendArg, Choice, FleetArgs, invalid};
 use crate::output::progress;
 use gpufabric_api::ResultDocument;
 use gpufabric_api::pair::NodePairResult;
 use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::sim::{self, ProcessFault};
-
-/// What a subcommand's command line says of its backend.
-pub struct Choice<'a> {
-    /// `--backend`.
-    pub backend: BackendArg,
-    /// Where the sim fleet comes from.
-    pub fleet: &'a FleetArgs,
-    /// The seed that overrides the fleet's own.
-    pub seed: Option<u64>,
-    /// The other nodes the sim fleet must hold (a group's nodes; none for one node).
-    pub group: &'a [String],
-}
 
 /// A subcommand that measures: what it needs to build its backend either way.
 pub trait Measures {

@@ -6,8 +6,10 @@
 //! The sequence is `gpufabric_measure::ddp_nodes::run`; here are its arguments, the backend
 //! chosen for it, the table, the document and the exit code.
 
-use crate::args::{BackendArg, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size};
-use crate::backend::{self, Choice, Chosen, Measures};
+use crate::args::{
+    BackendArg, Choice, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size,
+};
+use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
 use crate::output::progress;
 use anyhow::Context;

@@ -14,8 +14,8 @@ mod tables;
 mod verdict;
 
 use anyhow::Context;
-use args::NodeCheckArgs;
-use backend::{Choice, Chosen, Measures};
+use args::{Choice, NodeCheckArgs};
+use backend::{Chosen, Measures};
 use clap::{Parser, Subcommand, ValueEnum};
 use exit::Exit;
 use gpufabric_api::keys;

@@ -3,9 +3,10 @@
 //! NCCL across both nodes' GPUs, pass a barrier, and each writes its node-pair document.
 
 use crate::args::{
-    BackendArg, RankArgs, RendezvousArgs, invalid, parse_collective, parse_seconds, parse_size,
+    BackendArg, Choice, RankArgs, RendezvousArgs, invalid, parse_collective, parse_seconds,
+    parse_size,
 };
-use crate::backend::{self, Choice, Chosen, Measures};
+use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
 use crate::output::progress;
 use clap::Args;
