@@ -16,7 +16,7 @@ use gpufabric_api::result::SdcStatus;
 const SDC_SEED: u64 = 0x5dc0_5eed;
 
 /// The value (-2 to 2) of element `i` of SDC input `which` (0: A, 1: B).
-pub fn sdc_value(which: u64, i: u64) -> i64 {
+pub(crate) fn sdc_value(which: u64, i: u64) -> i64 {
     let w = splitmix(SDC_SEED ^ which.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ i);
     (w % 5) as i64 - 2
 }
@@ -34,7 +34,7 @@ fn bf16_bits(v: i64) -> u16 {
 }
 
 /// SDC input `which` (0: A, 1: B) of `n x n`, column-major, as little-endian bf16 bytes.
-pub fn sdc_input_bf16(which: u64, n: usize) -> Vec<u8> {
+pub(crate) fn sdc_input_bf16(which: u64, n: usize) -> Vec<u8> {
     let mut out = vec![0u8; n * n * 2];
     for (i, cell) in out.chunks_exact_mut(2).enumerate() {
         cell.copy_from_slice(&bf16_bits(sdc_value(which, i as u64)).to_le_bytes());
@@ -44,7 +44,7 @@ pub fn sdc_input_bf16(which: u64, n: usize) -> Vec<u8> {
 
 /// The exact row and column sums of the SDC product of `n x n`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SdcReference {
+pub(crate) struct SdcReference {
     pub n: usize,
     pub rows: Vec<i64>,
     pub cols: Vec<i64>,
@@ -53,7 +53,7 @@ pub struct SdcReference {
 impl SdcReference {
     /// Row sums `A (B 1)` and column sums `(1^T A) B`, column-major (element (i, k) of A is
     /// `A[i + k n]`).
-    pub fn new(n: usize) -> SdcReference {
+    pub(crate) fn new(n: usize) -> SdcReference {
         let a = |i: usize, k: usize| sdc_value(0, (i + k * n) as u64);
         let b = |k: usize, j: usize| sdc_value(1, (k + j * n) as u64);
         let b_row_sums: Vec<i64> = (0..n).map(|k| (0..n).map(|j| b(k, j)).sum()).collect();
@@ -70,7 +70,7 @@ impl SdcReference {
 
 /// One output of one GPU against the reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputCheck {
+pub(crate) struct OutputCheck {
     /// Rows whose sum differs from the exact one (or that hold a value that is not an
     /// integer), ascending.
     pub wrong_rows: Vec<u32>,
@@ -81,13 +81,13 @@ pub struct OutputCheck {
 }
 
 impl OutputCheck {
-    pub fn is_exact(&self) -> bool {
+    pub(crate) fn is_exact(&self) -> bool {
         self.wrong_rows.is_empty() && self.wrong_cols.is_empty()
     }
 }
 
 /// Checks one `n x n` fp32 output (column-major, little-endian bytes) against `reference`.
-pub fn check_output(reference: &SdcReference, out: &[u8]) -> OutputCheck {
+pub(crate) fn check_output(reference: &SdcReference, out: &[u8]) -> OutputCheck {
     let n = reference.n;
     let mut rows = vec![0i64; n];
     let mut cols = vec![0i64; n];
@@ -127,7 +127,7 @@ pub fn check_output(reference: &SdcReference, out: &[u8]) -> OutputCheck {
 /// produced, or, where no hash has a majority (two GPUs, or all different), when its
 /// output is not exact. Every output is recomputed, so a corruption that comes and goes is
 /// counted in the outputs it touched.
-pub fn sdc_statuses(per_gpu: &[(u32, Vec<OutputCheck>)]) -> Vec<(u32, SdcStatus)> {
+pub(crate) fn sdc_statuses(per_gpu: &[(u32, Vec<OutputCheck>)]) -> Vec<(u32, SdcStatus)> {
     let firsts: Vec<u64> = per_gpu
         .iter()
         .filter_map(|(_, c)| c.first().map(|o| o.hash))
@@ -175,7 +175,7 @@ fn majority(values: &[u64]) -> Option<u64> {
 
 /// The exact SDC product of `n x n` computed on the host, column-major fp32 bytes: what
 /// every GPU must output. `O(n^3)`: for small `n` (the sim backend, tests).
-pub fn exact_output(n: usize) -> Vec<u8> {
+pub(crate) fn exact_output(n: usize) -> Vec<u8> {
     let a: Vec<i64> = (0..n * n).map(|i| sdc_value(0, i as u64)).collect();
     let b: Vec<i64> = (0..n * n).map(|i| sdc_value(1, i as u64)).collect();
     let mut out = Vec::with_capacity(n * n * 4);
@@ -190,7 +190,7 @@ pub fn exact_output(n: usize) -> Vec<u8> {
 
 /// Flips bit `bit` of element (`row`, `col`) of an `n x n` fp32 output (column-major): a
 /// test hook standing in for a corruption, never a real fault.
-pub fn flip_bit(out: &mut [u8], n: usize, row: usize, col: usize, bit: u32) {
+pub(crate) fn flip_bit(out: &mut [u8], n: usize, row: usize, col: usize, bit: u32) {
     let at = (row + col * n) * 4;
     if let Some(cell) = out.get_mut(at..at + 4) {
         let w = u32::from_le_bytes([cell[0], cell[1], cell[2], cell[3]]) ^ (1 << (bit % 32));
@@ -199,7 +199,7 @@ pub fn flip_bit(out: &mut [u8], n: usize, row: usize, col: usize, bit: u32) {
 }
 
 /// TFLOP/s of `iters` square GEMMs of `n` in `seconds`.
-pub fn gemm_tflops(n: u32, iters: u32, seconds: f64) -> f64 {
+pub(crate) fn gemm_tflops(n: u32, iters: u32, seconds: f64) -> f64 {
     if seconds <= 0.0 {
         return 0.0;
     }
@@ -207,7 +207,7 @@ pub fn gemm_tflops(n: u32, iters: u32, seconds: f64) -> f64 {
 }
 
 /// GB/s of `iters` transfers of `bytes` each in `seconds`.
-pub fn gbps(bytes: u64, iters: u32, seconds: f64) -> f64 {
+pub(crate) fn gbps(bytes: u64, iters: u32, seconds: f64) -> f64 {
     if seconds <= 0.0 {
         return 0.0;
     }

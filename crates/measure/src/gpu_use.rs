@@ -34,14 +34,14 @@ use gpufabric_api::suite::Suite;
 /// Memory in use on a GPU, before the check's own contexts exist, above which another
 /// process holds it. An idle GPU reports a few MiB besides the driver's reserve (which is
 /// not counted as used); one CUDA context takes 300-600 MiB.
-pub const FOREIGN_BYTES: u64 = 256 << 20;
+pub(crate) const FOREIGN_BYTES: u64 = 256 << 20;
 
 /// How much more memory a GPU may have in use after the check's measurements than once its
 /// contexts were open, before the difference is taken for other work's. Every buffer of the
 /// check is freed by then; what stays is the kernels NCCL and cuBLAS load lazily into the
 /// check's contexts and their caches (tens to a few hundred MiB), while a process that
 /// computes holds its own context (300-600 MiB) and its data, gigabytes for any training job.
-pub const GROWTH_BYTES: u64 = 1 << 30;
+pub(crate) const GROWTH_BYTES: u64 = 1 << 30;
 
 /// One GPU as NVML reports it before the check starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,7 +123,7 @@ fn held(gpus: &[GpuUse]) -> Option<String> {
 /// The check's answer to other work on `gpus`: [`CheckError::GpusInUse`] when it holds any
 /// of them, unless `shared`, which says so on `progress` and goes on. A GPU whose compute
 /// mode is Prohibited refuses the check whatever `shared` says.
-pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), CheckError> {
+pub(crate) fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), CheckError> {
     let Some(held) = held(gpus) else {
         return Ok(());
     };
@@ -140,7 +140,7 @@ pub fn refuse(gpus: &[GpuUse], shared: bool, progress: Progress) -> Result<(), C
 /// the `end` lists a process the reading at the `start` (once the check's own contexts were
 /// open) did not, or has [`GROWTH_BYTES`] more in use, with both readings and the new
 /// processes, separated by "; ". A GPU missing from either reading is not judged.
-pub fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
+pub(crate) fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
     let grown: Vec<String> = end
         .iter()
         .filter_map(|e| {
@@ -177,7 +177,7 @@ pub fn started_during(start: &[GpuUse], end: &[GpuUse]) -> Option<String> {
 
 /// The check's answer to other work that started while it measured ([`started_during`]):
 /// [`CheckError::GpusInUse`], since its measurements shared the GPUs with that work.
-pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> {
+pub(crate) fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> {
     for (s, e) in start.iter().zip(end) {
         tracing::info!(
             gpu = e.gpu,
@@ -194,7 +194,7 @@ pub fn refuse_after(start: &[GpuUse], end: &[GpuUse]) -> Result<(), CheckError> 
 /// The same answer for a process that holds no context of its own when it looks (its
 /// measuring processes have ended): what the GPUs hold then is other work's, by the rule of
 /// the first look ([`refuse`] without `shared`).
-pub fn refuse_at_end(gpus: &[GpuUse]) -> Result<(), CheckError> {
+pub(crate) fn refuse_at_end(gpus: &[GpuUse]) -> Result<(), CheckError> {
     held(gpus).map_or(Ok(()), |held| {
         Err(started_meanwhile(&format!("{held} after the measurements")))
     })
@@ -211,7 +211,7 @@ fn started_meanwhile(what: &str) -> CheckError {
 /// links down (on a node of two GPUs or more). Each is a fault of the GPU that the health
 /// rules hold against the node; temperatures and throttling are left out, since other work
 /// heats and loads a GPU.
-pub fn own_faults(health: &HealthSnapshot) -> Vec<String> {
+pub(crate) fn own_faults(health: &HealthSnapshot) -> Vec<String> {
     let several = health.gpus.len() >= 2;
     let mut out = Vec::new();
     for h in &health.gpus {
@@ -242,7 +242,7 @@ pub fn own_faults(health: &HealthSnapshot) -> Vec<String> {
 /// ([`own_faults`]), the document `unmeasured` makes with that health alone and the
 /// measuring phases of `suite` `unavailable`, so that the node is judged on that evidence;
 /// otherwise the refusal. Not when the suite reads no health.
-pub fn health_alone(
+pub(crate) fn health_alone(
     refused: CheckError,
     suite: &Suite,
     progress: Progress,
@@ -292,7 +292,7 @@ fn unmeasured_phases(suite: &Suite, why: &str) -> Vec<PhaseError> {
 
 /// Whether a phase of `errors` timed out: the look after the measurements is then not taken
 /// (a thread still stuck in the phase holds the check's own memory).
-pub fn timed_out(errors: &[PhaseError]) -> bool {
+pub(crate) fn timed_out(errors: &[PhaseError]) -> bool {
     errors.iter().any(|e| e.kind == ErrorKind::Timeout)
 }
 

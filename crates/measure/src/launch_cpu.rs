@@ -23,11 +23,11 @@
 use std::time::Instant;
 
 /// Most CPUs probed; larger sets are sampled evenly.
-pub const MAX_PROBED: usize = 64;
+pub(crate) const MAX_PROBED: usize = 64;
 
 /// What the probe found, for the progress log.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Choice {
+pub(crate) struct Choice {
     /// The CPU the thread is pinned to.
     pub cpu: usize,
     /// Its time for the fixed work, µs.
@@ -41,7 +41,7 @@ pub struct Choice {
 }
 
 impl Choice {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!(
             "launching from CPU {} (fixed work {:.0} us; median of {} CPUs probed {:.0} us, slowest {:.0} us)",
             self.cpu, self.us, self.probed, self.median_us, self.slowest_us
@@ -51,7 +51,7 @@ impl Choice {
 
 /// The CPU chosen for one collective, and the mask the thread had before the probe.
 #[derive(Clone, Debug)]
-pub struct Launch {
+pub(crate) struct Launch {
     pub choice: Choice,
     previous: Vec<usize>,
 }
@@ -60,7 +60,7 @@ impl Launch {
     /// Pins the calling thread to the chosen CPU until the guard drops. Only the timed
     /// iterations are held there: threads the sweep starts to check outputs inherit the
     /// mask of the thread that starts them, and must keep every CPU.
-    pub fn hold(&self) -> std::io::Result<Pin> {
+    pub(crate) fn hold(&self) -> std::io::Result<Pin> {
         set_affinity(&[self.choice.cpu])?;
         Ok(Pin {
             previous: self.previous.clone(),
@@ -69,7 +69,7 @@ impl Launch {
 }
 
 /// The calling thread pinned to one CPU; drop restores the mask it had before.
-pub struct Pin {
+pub(crate) struct Pin {
     previous: Vec<usize>,
 }
 
@@ -81,7 +81,7 @@ impl Drop for Pin {
 }
 
 /// The CPUs the calling thread may run on.
-pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; the size is the set's own.
@@ -112,7 +112,7 @@ fn set_affinity(cpus: &[usize]) -> std::io::Result<()> {
 }
 
 /// Up to `max` of `cpus`, spread evenly over the list.
-pub fn sample(cpus: &[usize], max: usize) -> Vec<usize> {
+pub(crate) fn sample(cpus: &[usize], max: usize) -> Vec<usize> {
     if cpus.len() <= max || max == 0 {
         return cpus.to_vec();
     }
@@ -165,7 +165,7 @@ impl Work {
 /// Runs the fixed work on each of up to [`MAX_PROBED`] allowed CPUs and chooses the
 /// fastest; the calling thread's mask is as before when it returns. Err when the mask cannot
 /// be read or set.
-pub fn probe() -> std::io::Result<Launch> {
+pub(crate) fn probe() -> std::io::Result<Launch> {
     let previous = allowed_cpus()?;
     let probed = sample(&previous, MAX_PROBED);
     let work = Work::new();
@@ -185,7 +185,7 @@ pub fn probe() -> std::io::Result<Launch> {
 }
 
 /// The fastest of the probed CPUs (the first of equals), with the spread beside it.
-pub fn choose(times: &[(usize, f64)], allowed: usize) -> Choice {
+pub(crate) fn choose(times: &[(usize, f64)], allowed: usize) -> Choice {
     let mut sorted: Vec<f64> = times.iter().map(|t| t.1).collect();
     sorted.sort_by(f64::total_cmp);
     let (cpu, us) = times

@@ -1,20 +1,35 @@
-//! GPU fabric measurements (NCCL sweep, GPU-pair copies, DDP probe, NVML health) behind a
-//! cuda and a sim backend; no Kubernetes.
+//! GPU fabric measurements (NCCL sweep, GPU-pair copies, DDP probe, compute checks, NVML
+//! health) behind a cuda and a sim backend; no Kubernetes.
+//!
+//! What other crates use, and all that is public: the three probes' sequences over their
+//! backend traits ([`node_check::run`] over [`node_check::CheckBackend`], [`node_pair::run`]
+//! over [`node_pair::PairBackend`], [`ddp_nodes::run`] over [`ddp_nodes::NodeMeasure`]);
+//! the backends that implement them ([`cuda::CudaCheck`] with [`cuda::CudaOptions`],
+//! [`cuda::node_pair::CudaPair`], [`cuda::ddp_nodes::CudaDdpNodes`], [`sim::SimCheck`],
+//! [`sim::SimPair`], [`sim::ddp_nodes::SimDdpNodes`]; the sim's check of one fleet node,
+//! [`sim::node_check`], and its process faults, [`sim::process_fault`]); the DDP worker process
+//! ([`cuda::ddp::procs::worker_main`]), the fault injectors ([`cuda::inject`]) and whether
+//! NCCL loads ([`cuda::nccl::nccl_present`]); the sim fleet description ([`fleet`]), a
+//! pair's options ([`pairs`]) and the rendezvous settings ([`rendezvous::Config`]);
+//! [`CheckOptions`], [`CheckError`], [`Progress`] and [`rfc3339`]. The maths, statistics,
+//! NVML, NCCL and driver wrappers behind them are the crate's own.
 
-pub mod compute;
+#![warn(unreachable_pub)]
+
+pub(crate) mod compute;
 pub mod cuda;
 pub mod ddp_nodes;
 pub mod fleet;
-pub mod gpu_use;
-pub mod launch_cpu;
-pub mod model;
-pub mod nic;
+pub(crate) mod gpu_use;
+pub(crate) mod launch_cpu;
+pub(crate) mod model;
+pub(crate) mod nic;
 pub mod node_check;
 pub mod node_pair;
 pub mod pairs;
 pub mod rendezvous;
 pub mod sim;
-pub mod stats;
+pub(crate) mod stats;
 
 use gpufabric_api::suite::Suite;
 use std::time::Duration;
@@ -43,7 +58,7 @@ pub struct CheckOptions {
 /// probe at 1 GPU and all GPUs only, 1 warm-up and at most 3 timed steps.
 impl CheckOptions {
     /// NCCL message sizes to run.
-    pub fn sweep_sizes(&self) -> Vec<u64> {
+    pub(crate) fn sweep_sizes(&self) -> Vec<u64> {
         let mut sizes = self.suite.nccl_sweep.sizes();
         if self.quick {
             sizes.retain(|&s| s <= 64 << 20);
@@ -59,7 +74,7 @@ impl CheckOptions {
     }
 
     /// Warm-up and timed iterations per NCCL size.
-    pub fn sweep_iters(&self) -> (u32, u32) {
+    pub(crate) fn sweep_iters(&self) -> (u32, u32) {
         let n = &self.suite.nccl_sweep;
         if self.quick {
             (n.warmup_iters.min(2), n.iters.clamp(1, 5))
@@ -69,7 +84,7 @@ impl CheckOptions {
     }
 
     /// GPU counts of the DDP probe on a node of `gpus` GPUs.
-    pub fn ddp_counts(&self, gpus: u32) -> Vec<u32> {
+    pub(crate) fn ddp_counts(&self, gpus: u32) -> Vec<u32> {
         let mut counts = self.suite.ddp_probe.counts_for(gpus);
         if self.quick {
             let last = counts.last().copied();
@@ -81,7 +96,7 @@ impl CheckOptions {
     /// The compute checks to run: the suite's, or in a quick check GEMMs of at most 4096
     /// with at most 5 warm-up and 20 timed multiplies, at most 5 copies, and one SDC output
     /// of at most 2048.
-    pub fn compute(&self) -> gpufabric_api::suite::Compute {
+    pub(crate) fn compute(&self) -> gpufabric_api::suite::Compute {
         let mut c = self.suite.compute.clone();
         if self.quick {
             c.gemm.size = c.gemm.size.min(4096);
@@ -95,7 +110,7 @@ impl CheckOptions {
     }
 
     /// Warm-up and timed steps of the DDP probe.
-    pub fn ddp_steps(&self) -> (u32, u32) {
+    pub(crate) fn ddp_steps(&self) -> (u32, u32) {
         let d = &self.suite.ddp_probe;
         if self.quick {
             (1, d.steps.clamp(1, 3))

@@ -9,7 +9,7 @@ use gpufabric_api::suite::Collective;
 /// nccl-tests' element counts of one collective of `bytes` over `n` ranks of `elem`-byte
 /// elements: `(send count, receive count, bytes of the size column)`, at least one element
 /// per rank.
-pub fn counts(c: Collective, bytes: u64, elem: u64, n: u64) -> (u64, u64, u64) {
+pub(crate) fn counts(c: Collective, bytes: u64, elem: u64, n: u64) -> (u64, u64, u64) {
     let total = (bytes / elem.max(1)).max(1);
     let n = n.max(1);
     let per = (total / n).max(1);
@@ -25,7 +25,7 @@ pub fn counts(c: Collective, bytes: u64, elem: u64, n: u64) -> (u64, u64, u64) {
 }
 
 /// The count column nccl-tests prints for a row: per rank, per peer for alltoall.
-pub fn row_count(c: Collective, send: u64, recv: u64, n: u64) -> u64 {
+pub(crate) fn row_count(c: Collective, send: u64, recv: u64, n: u64) -> u64 {
     match c {
         Collective::ReduceScatter => recv,
         Collective::AllToAll => send / n.max(1),
@@ -34,20 +34,20 @@ pub fn row_count(c: Collective, send: u64, recv: u64, n: u64) -> u64 {
 }
 
 /// A row of a sweep as nccl-tests shapes it: `(bytes, count)` for a requested size.
-pub fn row_shape(c: Collective, requested: u64, elem: u64, n: u64) -> (u64, u64) {
+pub(crate) fn row_shape(c: Collective, requested: u64, elem: u64, n: u64) -> (u64, u64) {
     let (send, recv, bytes) = counts(c, requested, elem, n);
     (bytes, row_count(c, send, recv, n))
 }
 
 /// Whether a collective has an in-place run (not alltoall and sendrecv, as in nccl-tests).
-pub fn has_in_place(c: Collective) -> bool {
+pub(crate) fn has_in_place(c: Collective) -> bool {
     !matches!(c, Collective::AllToAll | Collective::SendRecv)
 }
 
 /// A gradient bucket: a byte range of the flat fp32 gradient buffer and the lowest layer
 /// index whose gradients it holds (it is ready once that layer's backward is done).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     pub offset: u64,
     pub bytes: u64,
     pub ready_after_layer: usize,
@@ -57,7 +57,7 @@ pub struct Bucket {
 /// in reverse registration order (bias then weight of the last layer first), each bucket
 /// closed once it reaches its cap (the first cap for the first bucket). The gradient
 /// buffer is laid out in that same order, so each bucket is contiguous.
-pub fn buckets(hidden: u64, layers: usize, first_cap: u64, cap: u64) -> Vec<Bucket> {
+pub(crate) fn buckets(hidden: u64, layers: usize, first_cap: u64, cap: u64) -> Vec<Bucket> {
     let mut out = Vec::new();
     let (mut start, mut size, mut lowest) = (0u64, 0u64, usize::MAX);
     let mut offset = 0u64;
@@ -91,12 +91,12 @@ pub fn buckets(hidden: u64, layers: usize, first_cap: u64, cap: u64) -> Vec<Buck
 
 /// GEMMs of one step: forward one per layer, backward wgrad for every layer and dgrad for
 /// all but the first.
-pub fn gemms_per_step(layers: u64) -> u64 {
+pub(crate) fn gemms_per_step(layers: u64) -> u64 {
     (3 * layers).saturating_sub(1)
 }
 
 /// FLOPs of one step on one GPU of `batch` samples through `layers` square layers.
-pub fn step_flops(hidden: u64, layers: u64, batch: u64) -> f64 {
+pub(crate) fn step_flops(hidden: u64, layers: u64, batch: u64) -> f64 {
     let gemm = 2.0 * batch as f64 * (hidden * hidden) as f64;
     gemm * gemms_per_step(layers) as f64
 }
@@ -119,7 +119,7 @@ pub struct PointTimes {
 impl PointTimes {
     /// The times of GPUs (or nodes) that stepped together, in order: the slowest step,
     /// compute alone and communication alone, and every part's compute per GPU.
-    pub fn together(parts: impl IntoIterator<Item = PointTimes>) -> PointTimes {
+    pub(crate) fn together(parts: impl IntoIterator<Item = PointTimes>) -> PointTimes {
         let empty = PointTimes {
             step_ms: 0.0,
             compute_ms: Vec::new(),
@@ -140,7 +140,7 @@ impl PointTimes {
 /// step, efficiency against `base` (the first point measured, or this one), exposed
 /// communication as the step beyond compute alone, and overlap as the share of the
 /// all-reduce time that exposed communication does not account for.
-pub fn ddp_point(
+pub(crate) fn ddp_point(
     t: &PointTimes,
     batch: u64,
     flops: f64,

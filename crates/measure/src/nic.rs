@@ -7,11 +7,11 @@ use gpufabric_api::pair::NicPort;
 use std::path::Path;
 
 /// Where the kernel lists RDMA devices.
-pub const SYSFS_ROOT: &str = "/sys/class/infiniband";
+pub(crate) const SYSFS_ROOT: &str = "/sys/class/infiniband";
 
 /// Why the ports could not be listed.
 #[derive(Debug, thiserror::Error)]
-pub enum NicError {
+pub(crate) enum NicError {
     #[error("reading {path}: {source}")]
     Io {
         path: String,
@@ -22,7 +22,7 @@ pub enum NicError {
 /// Every port of every device under `root`, sorted by device and port. A missing root is
 /// a node without RDMA devices (no ports, no error); a port whose files are missing or
 /// unreadable is listed with what could be read (`unknown` state, no rate or counter).
-pub fn read_ports(root: &Path) -> Result<Vec<NicPort>, NicError> {
+pub(crate) fn read_ports(root: &Path) -> Result<Vec<NicPort>, NicError> {
     let entries = match std::fs::read_dir(root) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -198,7 +198,7 @@ fn measure(
 }
 
 /// The document of rank `opts.rank` with nothing measured yet.
-pub fn document(opts: &PairOptions, backend: Backend, started_at: String) -> NodePairResult {
+pub(crate) fn document(opts: &PairOptions, backend: Backend, started_at: String) -> NodePairResult {
     NodePairResult {
         schema: PAIR_SCHEMA.into(),
         group: opts.group.clone(),

@@ -16,7 +16,7 @@ use gpufabric_api::suite::Collective;
 
 /// Algorithm bandwidth in GB/s (10^9 bytes/s): `bytes / time`. Zero for a non-positive or
 /// non-finite time.
-pub fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
+pub(crate) fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
     if !(time_us.is_finite() && time_us > 0.0) {
         return 0.0;
     }
@@ -27,12 +27,18 @@ pub fn algbw_gbps(bytes: u64, time_us: f64) -> f64 {
 /// Bus bandwidth in GB/s as nccl-tests defines it: algbw times the collective's factor for
 /// `ranks` ranks (all_reduce 2(n-1)/n; all_gather, reduce_scatter, alltoall (n-1)/n;
 /// broadcast, reduce, sendrecv 1).
-pub fn busbw_gbps(collective: Collective, ranks: u32, bytes: u64, time_us: f64) -> f64 {
+pub(crate) fn busbw_gbps(collective: Collective, ranks: u32, bytes: u64, time_us: f64) -> f64 {
     algbw_gbps(bytes, time_us) * collective.busbw_factor(ranks as usize)
 }
 
 /// The timing of one run of `collective` over `ranks` at `bytes` taking `time_us`.
-pub fn timing(collective: Collective, ranks: u32, bytes: u64, time_us: f64, wrong: u64) -> Timing {
+pub(crate) fn timing(
+    collective: Collective,
+    ranks: u32,
+    bytes: u64,
+    time_us: f64,
+    wrong: u64,
+) -> Timing {
     Timing {
         time_us,
         algbw: algbw_gbps(bytes, time_us),
@@ -50,7 +56,7 @@ pub fn timing(collective: Collective, ranks: u32, bytes: u64, time_us: f64, wron
 /// bandwidth). `None` for fewer than two usable points (positive finite time), a single
 /// distinct size, or a fit whose slope is not positive (time that does not grow with size
 /// says nothing about bandwidth).
-pub fn fit_alpha_beta(points: &[(u64, f64)]) -> Option<AlphaBeta> {
+pub(crate) fn fit_alpha_beta(points: &[(u64, f64)]) -> Option<AlphaBeta> {
     let usable: Vec<(f64, f64)> = points
         .iter()
         .filter(|(_, t)| t.is_finite() && *t > 0.0)
@@ -92,7 +98,11 @@ pub fn fit_alpha_beta(points: &[(u64, f64)]) -> Option<AlphaBeta> {
 /// Alpha-beta fit of one collective's sweep with beta as *bus* bandwidth (the fit on bus
 /// bytes = bytes * busbw factor), so `beta_gbps` compares with
 /// the busbw column and with other collectives.
-pub fn fit_sweep(collective: Collective, ranks: u32, points: &[(u64, f64)]) -> Option<AlphaBeta> {
+pub(crate) fn fit_sweep(
+    collective: Collective,
+    ranks: u32,
+    points: &[(u64, f64)],
+) -> Option<AlphaBeta> {
     let factor = collective.busbw_factor(ranks as usize);
     if !(factor.is_finite() && factor > 0.0) {
         return None;
@@ -107,7 +117,7 @@ pub fn fit_sweep(collective: Collective, ranks: u32, points: &[(u64, f64)]) -> O
 }
 
 /// Median of the finite values; `None` when there are none.
-pub fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;
@@ -123,7 +133,8 @@ pub fn median(values: &[f64]) -> Option<f64> {
 
 /// Median absolute deviation of the finite values: `median(|x - median(x)|)`, unscaled
 /// (multiply by 1.4826 for a normal-consistent sigma). `None` when there are none.
-pub fn mad(values: &[f64]) -> Option<f64> {
+#[cfg(test)]
+pub(crate) fn mad(values: &[f64]) -> Option<f64> {
     let m = median(values)?;
     let dev: Vec<f64> = values
         .iter()

@@ -27,7 +27,7 @@ pub(crate) fn refuse_gpus_in_use(
 /// The same refusal for a rank of a node pair or group, before it meets the others: a rank
 /// whose GPUs other work holds ends alone and at once (exit 14), and its peers record the
 /// test as not measured.
-pub fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
+pub(crate) fn refuse_shared_gpus(shared: bool, progress: Progress) -> Result<(), CheckError> {
     let n = count_gpus()?;
     refuse_gpus_in_use(open_monitor(n).as_ref(), shared, progress)
 }

@@ -20,7 +20,7 @@ fn check_capture(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
 
 /// Statuses with which the driver declines to record or instantiate work in a CUDA graph
 /// (capture unsupported, invalidated or misused, not permitted, not supported).
-pub fn is_capture_refusal(status: sys::CUresult) -> bool {
+pub(crate) fn is_capture_refusal(status: sys::CUresult) -> bool {
     use sys::CUresult as R;
     matches!(
         status,
@@ -44,7 +44,7 @@ pub fn is_capture_refusal(status: sys::CUresult) -> bool {
 /// unfinished (an enqueue failed while recording), it ends the recording and discards what
 /// was recorded, so the streams can run work again. Recording and instantiating run on the
 /// host alone: their failures are [`GpuError::Refused`], never a fault of the GPUs.
-pub struct Capture<'s> {
+pub(crate) struct Capture<'s> {
     streams: Vec<(&'s Gpu, &'s Stream)>,
     open: usize,
 }
@@ -52,7 +52,7 @@ pub struct Capture<'s> {
 impl<'s> Capture<'s> {
     /// Starts recording on each stream, in the calling thread's capture mode (work that
     /// other threads enqueue meanwhile is not affected, nor refused).
-    pub fn begin(streams: &[(&'s Gpu, &'s Stream)]) -> GpuResult<Capture<'s>> {
+    pub(crate) fn begin(streams: &[(&'s Gpu, &'s Stream)]) -> GpuResult<Capture<'s>> {
         let mut cap = Capture {
             streams: streams.to_vec(),
             open: 0,
@@ -73,7 +73,7 @@ impl<'s> Capture<'s> {
 
     /// Whether the driver gave up recording on any stream (work it cannot record was
     /// enqueued): an enqueue that failed then failed for the recording, not for the GPUs.
-    pub fn invalidated(&self) -> bool {
+    pub(crate) fn invalidated(&self) -> bool {
         self.streams.iter().take(self.open).any(|(_, s)| {
             let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
             // SAFETY: live stream, valid out-pointer.
@@ -86,7 +86,7 @@ impl<'s> Capture<'s> {
     /// Ends the recording on every stream, then instantiates each stream's graph (not
     /// before every recording has ended: the driver refuses to instantiate while the
     /// thread still records on another stream).
-    pub fn finish(mut self) -> GpuResult<Vec<Graph>> {
+    pub(crate) fn finish(mut self) -> GpuResult<Vec<Graph>> {
         let open = std::mem::take(&mut self.open);
         let mut graphs = Vec::with_capacity(open);
         let mut first_err = None;
@@ -133,7 +133,7 @@ impl Drop for Capture<'_> {
 }
 
 /// One recorded and instantiated CUDA graph, launched on a stream of its GPU.
-pub struct Graph {
+pub(crate) struct Graph {
     graph: sys::CUgraph,
     exec: sys::CUgraphExec,
 }
@@ -152,7 +152,7 @@ impl Graph {
     }
 
     /// Enqueues the graph's work on `stream`.
-    pub fn launch(&self, stream: &Stream) -> GpuResult<()> {
+    pub(crate) fn launch(&self, stream: &Stream) -> GpuResult<()> {
         // SAFETY: live executable graph and stream of the same GPU.
         check("cuGraphLaunch", unsafe {
             sys::cuGraphLaunch(self.exec, stream.raw)

@@ -30,7 +30,7 @@ pub(crate) fn expected_links(product: &str) -> Option<u32> {
 }
 
 /// Names of throttle reasons that matter (idle and application clock settings excluded).
-pub fn throttle_names(r: ThrottleReasons) -> Vec<String> {
+pub(crate) fn throttle_names(r: ThrottleReasons) -> Vec<String> {
     let table = [
         (ThrottleReasons::SW_POWER_CAP, "swPowerCap"),
         (ThrottleReasons::HW_SLOWDOWN, "hwSlowdown"),
@@ -48,14 +48,14 @@ pub fn throttle_names(r: ThrottleReasons) -> Vec<String> {
 }
 
 /// An open NVML session watching for XID events from the start of the check.
-pub struct Monitor {
+pub(crate) struct Monitor {
     nvml: Nvml,
     /// PCI bus ids (NVML form) of the GPUs, by CUDA index.
     buses: Vec<(u32, String)>,
 }
 
 /// Normalises a PCI bus id ("0000:1B:00.0" or "00000000:1b:00.0") for comparison.
-pub fn norm_bus(id: &str) -> String {
+pub(crate) fn norm_bus(id: &str) -> String {
     let id = id.trim().to_ascii_lowercase();
     let mut parts = id.splitn(2, ':');
     let domain = parts.next().unwrap_or("");
@@ -66,12 +66,12 @@ pub fn norm_bus(id: &str) -> String {
 
 impl Monitor {
     /// Opens NVML; `buses` maps CUDA index to the PCI bus id CUDA reports.
-    pub fn open(buses: Vec<(u32, String)>) -> Result<Monitor, NvmlError> {
+    pub(crate) fn open(buses: Vec<(u32, String)>) -> Result<Monitor, NvmlError> {
         let nvml = Nvml::init()?;
         Ok(Monitor { nvml, buses })
     }
 
-    pub fn driver_version(&self) -> Option<String> {
+    pub(crate) fn driver_version(&self) -> Option<String> {
         self.nvml.sys_driver_version().ok()
     }
 
@@ -96,7 +96,7 @@ impl Monitor {
 
     /// Runs `f` while listening for critical XID events on every GPU; returns f's value and
     /// the XIDs seen, by CUDA index.
-    pub fn watch_xids<T>(&self, f: impl FnOnce() -> T) -> (T, BTreeMap<u32, Vec<u64>>) {
+    pub(crate) fn watch_xids<T>(&self, f: impl FnOnce() -> T) -> (T, BTreeMap<u32, Vec<u64>>) {
         let mut xids: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         let set = match self.nvml.create_event_set() {
             Ok(s) => Some(s),
@@ -151,7 +151,7 @@ impl Monitor {
     /// What each GPU has in use, and the processes NVML lists on it; read before this
     /// process creates its contexts, all of it is other work's ([`crate::gpu_use`]). A GPU
     /// NVML cannot read is left out (the health snapshot reports it).
-    pub fn gpu_use(&self) -> Vec<crate::gpu_use::GpuUse> {
+    pub(crate) fn gpu_use(&self) -> Vec<crate::gpu_use::GpuUse> {
         let mut out = Vec::new();
         for (idx, bus) in &self.buses {
             let Ok(dev) = self.device(*idx, bus) else {
@@ -191,7 +191,7 @@ impl Monitor {
 
     /// The GPUs as NVML describes them, read without a CUDA context (product, PCI bus id,
     /// memory); a GPU NVML cannot read is described by its bus id alone.
-    pub fn gpu_infos(&self) -> Vec<gpufabric_api::result::GpuInfo> {
+    pub(crate) fn gpu_infos(&self) -> Vec<gpufabric_api::result::GpuInfo> {
         self.buses
             .iter()
             .map(|(idx, bus)| {
@@ -214,7 +214,7 @@ impl Monitor {
     }
 
     /// Reads the snapshot of every GPU.
-    pub fn snapshot(&self, xids: &BTreeMap<u32, Vec<u64>>) -> HealthSnapshot {
+    pub(crate) fn snapshot(&self, xids: &BTreeMap<u32, Vec<u64>>) -> HealthSnapshot {
         let mut gpus = Vec::new();
         for (idx, bus) in &self.buses {
             let mut h = GpuHealth {
@@ -286,7 +286,10 @@ impl Monitor {
 
     /// GPU `cuda_index`'s SM clock and its maximum, temperature, power and its limit, and
     /// throttle reasons now (read while it computes); None without an NVML device for it.
-    pub fn load_reading(&self, cuda_index: u32) -> Option<gpufabric_api::result::LoadReading> {
+    pub(crate) fn load_reading(
+        &self,
+        cuda_index: u32,
+    ) -> Option<gpufabric_api::result::LoadReading> {
         let (_, bus) = self.buses.iter().find(|(i, _)| *i == cuda_index)?;
         let dev = self.device(cuda_index, bus).ok()?;
         Some(gpufabric_api::result::LoadReading {
@@ -303,7 +306,7 @@ impl Monitor {
     }
 
     /// Whether NVML reports the two GPUs (CUDA indices) connected by NVLink.
-    pub fn nvlink_between(&self, a: u32, b: u32) -> Option<bool> {
+    pub(crate) fn nvlink_between(&self, a: u32, b: u32) -> Option<bool> {
         let bus = |i: u32| {
             self.buses
                 .iter()
@@ -330,7 +333,7 @@ impl Monitor {
 /// Hopper 25 GB/s, NVLink 5 on Blackwell 50 GB/s (NVIDIA's architecture whitepapers:
 /// P100 160, V100 300, A100 600, H100 900, B200 1800 GB/s both ways over 4, 6, 12, 18, 18
 /// links).
-pub fn nvlink_link_gbps(major: i32) -> Option<f64> {
+pub(crate) fn nvlink_link_gbps(major: i32) -> Option<f64> {
     match major {
         6 => Some(20.0),
         7..=9 => Some(25.0),
@@ -345,7 +348,7 @@ const NVLINK_PEER_GPU: u32 = 0;
 
 /// What a set of link peer types says: every active link to an NVSwitch, every one to a
 /// GPU, or mixed or unknown.
-pub fn switch_verdict(peers: &[u32]) -> Option<bool> {
+pub(crate) fn switch_verdict(peers: &[u32]) -> Option<bool> {
     if peers.is_empty() {
         None
     } else if peers.iter().all(|p| *p == NVLINK_PEER_SWITCH) {

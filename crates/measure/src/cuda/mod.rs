@@ -1,26 +1,26 @@
 //! The cuda backend: real GPUs through cudarc (driver, NCCL, cuBLAS) and nvml-wrapper, one
 //! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
-pub mod check;
+mod check;
 mod compute;
 pub mod ddp;
 pub mod ddp_nodes;
-pub mod gpu;
-pub mod gpu_use;
-pub mod graph;
-pub mod health;
+pub(crate) mod gpu;
+mod gpu_use;
+pub(crate) mod graph;
+pub(crate) mod health;
 pub mod inject;
 pub mod nccl;
 pub mod node_pair;
-pub mod pairs;
-pub mod transport;
+pub(crate) mod pairs;
+pub(crate) mod transport;
 
 use crate::node_check::PhaseRun;
-use crate::{CheckError, CheckOptions, Progress};
+use crate::{CheckError, CheckOptions};
 pub use check::CudaCheck;
 use gpu::{Gpu, GpuError};
 use gpu_use::refuse_gpus_in_use;
-pub use gpu_use::refuse_shared_gpus;
+pub(crate) use gpu_use::refuse_shared_gpus;
 use gpu_use::refuse_work_started;
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{Backend, ErrorKind, GpuInfo, Phase, PhaseError, Versions};
@@ -62,10 +62,11 @@ impl Default for CudaOptions {
 }
 
 /// Runs the node check on every visible GPU ([`CudaCheck`]).
-pub fn node_check(
+#[cfg(test)]
+fn node_check(
     opts: &CheckOptions,
     cuda: &CudaOptions,
-    progress: Progress,
+    progress: crate::Progress,
 ) -> Result<ResultDocument, CheckError> {
     crate::node_check::run(&mut CudaCheck::new(cuda.clone()), opts, progress)
 }
@@ -88,7 +89,7 @@ fn classify_panic(msg: &str) -> CheckError {
 }
 
 /// Opens the driver and every visible GPU, or says why not.
-pub fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
+pub(crate) fn open_gpus() -> Result<Vec<Gpu>, CheckError> {
     open_devices(count_gpus()?)
 }
 

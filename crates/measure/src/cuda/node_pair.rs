@@ -379,7 +379,7 @@ fn check(c: Collective, local: &Local, count: usize) -> GpuResult<u64> {
 /// The network transport NCCL's INFO log shows between the nodes (`via NET/IB/3/GDRDMA`,
 /// `via NET/Socket/0`) and how many distinct NICs it used; IB on Ethernet ports is RoCE.
 /// None when the log shows no network channel.
-pub fn net_transport(log: &str, nics: &[NicPort]) -> (Option<NetTransport>, u32) {
+pub(crate) fn net_transport(log: &str, nics: &[NicPort]) -> (Option<NetTransport>, u32) {
     let mut ib = BTreeSet::new();
     let mut socket = BTreeSet::new();
     let mut other = false;

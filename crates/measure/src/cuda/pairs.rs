@@ -9,7 +9,7 @@ use gpufabric_api::result::{HostBandwidth, PairBandwidth, PairMatrix};
 use std::time::{Duration, Instant};
 
 /// How the matrix is measured.
-pub struct PairSettings {
+pub(crate) struct PairSettings {
     pub bytes: usize,
     pub bidirectional: bool,
     pub host_copies: bool,
@@ -35,7 +35,11 @@ fn seed_of(gpu: u32) -> u64 {
 }
 
 /// Measures the matrix over `gpus`. Peer access is enabled both ways for every pair.
-pub fn measure(gpus: &[Gpu], set: &PairSettings, progress: &dyn Fn(&str)) -> GpuResult<PairMatrix> {
+pub(crate) fn measure(
+    gpus: &[Gpu],
+    set: &PairSettings,
+    progress: &dyn Fn(&str),
+) -> GpuResult<PairMatrix> {
     let bytes = set.bytes.max(8);
     for a in gpus {
         for b in gpus {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 /// Transport of one `via ...` word, before NVLink and PCIe P2P are told apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
+pub(crate) enum Via {
     P2p,
     Shm,
     Net,
@@ -30,7 +30,7 @@ fn classify(via: &str) -> Via {
 /// GPU r) and the transport
 /// NCCL used between them. Where one pair shows several transports the worst wins (NET
 /// over SHM over P2P).
-pub fn parse(log: &str) -> BTreeMap<(u32, u32), Via> {
+pub(crate) fn parse(log: &str) -> BTreeMap<(u32, u32), Via> {
     let mut out: BTreeMap<(u32, u32), Via> = BTreeMap::new();
     for line in log.lines() {
         let Some(pos) = line.find("Channel ") else {
@@ -95,7 +95,7 @@ fn rank_before(s: &str) -> Option<u32> {
 
 /// Turns parsed pairs into result entries; `nvlink(a, b)` says whether the two GPUs are
 /// connected by NVLink (P2P over NVLink vs over PCIe).
-pub fn to_infos(
+pub(crate) fn to_infos(
     pairs: &BTreeMap<(u32, u32), Via>,
     nvlink: &dyn Fn(u32, u32) -> Option<bool>,
 ) -> Vec<TransportInfo> {

@@ -1,7 +1,7 @@
 //! Node-pair tests: NCCL across every GPU of two nodes once their ranks have met over the
 //! [`crate::rendezvous`]; the sim backend's model of the network between nodes.
 
-pub mod sim;
+pub(crate) mod sim;
 
 use gpufabric_api::suite::Collective;
 
@@ -27,7 +27,7 @@ impl PairOptions {
     }
 
     /// The other rank's node.
-    pub fn peer(&self) -> &str {
+    pub(crate) fn peer(&self) -> &str {
         &self.nodes[usize::from(self.rank == 0)]
     }
 }

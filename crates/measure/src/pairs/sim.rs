@@ -27,10 +27,10 @@ use gpufabric_api::suite::Collective;
 use std::hash::{Hash, Hasher};
 
 /// Socket transport bandwidth between two nodes, GB/s (model value).
-pub const SOCKET_GBPS: f64 = 12.0;
+pub(crate) const SOCKET_GBPS: f64 = 12.0;
 
 /// Port rate of a product's nodes, Gb/s, by the product's [`family`].
-pub fn port_rate_gbps(product: &str) -> f64 {
+pub(crate) fn port_rate_gbps(product: &str) -> f64 {
     match family(product) {
         Some(ProductFamily::H100 | ProductFamily::H200 | ProductFamily::B200) => 400.0,
         Some(ProductFamily::A100) => 200.0,
@@ -40,19 +40,19 @@ pub fn port_rate_gbps(product: &str) -> f64 {
 
 /// Why a pair cannot be simulated.
 #[derive(Debug, thiserror::Error)]
-pub enum SimPairError {
+pub(crate) enum SimPairError {
     #[error("node {0:?} is not in the fleet file")]
     UnknownNode(String),
 }
 
 /// The node's network ports as sysfs would show them now.
-pub fn ports(node: &FleetNode) -> Vec<NicPort> {
+pub(crate) fn ports(node: &FleetNode) -> Vec<NicPort> {
     ports_at(node, crate::sim::counter_at_now)
 }
 
 /// The node's network ports, with `counter(per_second)` the count of an error counter
 /// growing at that rate (the `nicErrors` faults).
-pub fn ports_at(node: &FleetNode, counter: impl Fn(f64) -> u64) -> Vec<NicPort> {
+pub(crate) fn ports_at(node: &FleetNode, counter: impl Fn(f64) -> u64) -> Vec<NicPort> {
     let rate = port_rate_gbps(&node.product);
     (0..node.gpus)
         .map(|i| {
@@ -142,7 +142,7 @@ fn noise(seed: u64, a: &str, b: &str, c: Collective) -> f64 {
 
 /// Bandwidth in GB/s between nodes `a` and `b` as the model has it: sockets when either
 /// falls back to them, else the slower node's NICs times a bad path's factor.
-pub fn path_gbps(a: &FleetNode, b: &FleetNode) -> f64 {
+pub(crate) fn path_gbps(a: &FleetNode, b: &FleetNode) -> f64 {
     if socket(a) || socket(b) {
         SOCKET_GBPS
     } else {
@@ -151,7 +151,7 @@ pub fn path_gbps(a: &FleetNode, b: &FleetNode) -> f64 {
 }
 
 /// What rank `opts.rank` measures of the pair, from the fleet's model, into its document.
-pub fn measure(
+pub(crate) fn measure(
     fleet: &Fleet,
     opts: &PairOptions,
     seed: u64,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// The ranks of a group after a successful rendezvous: rank 0 holds a connection to every
 /// other rank, each other rank one to rank 0.
 #[derive(Debug)]
-pub struct Group {
+pub(crate) struct Group {
     pub(super) config: Config,
     /// Rank 0: the connection of rank r at index r - 1. Other ranks: one connection.
     pub(super) links: Vec<TcpStream>,
@@ -19,24 +19,25 @@ pub struct Group {
 
 impl Group {
     /// This rank.
-    pub fn rank(&self) -> u32 {
+    pub(crate) fn rank(&self) -> u32 {
         self.config.rank
     }
 
     /// Group size.
-    pub fn ranks(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn ranks(&self) -> u32 {
         self.config.ranks()
     }
 
     /// Returns once every rank has called it, or fails naming the ranks that did not arrive
     /// within `timeout`.
-    pub fn barrier(&mut self, timeout: Duration) -> Result<(), RendezvousError> {
+    pub(crate) fn barrier(&mut self, timeout: Duration) -> Result<(), RendezvousError> {
         self.step("barrier", &[], timeout).map(|_| ())
     }
 
     /// Every rank contributes up to [`MAX_GATHER_BYTES`] bytes; every rank receives all
     /// contributions, by rank. Fails naming the ranks that did not contribute in time.
-    pub fn all_gather(
+    pub(crate) fn all_gather(
         &mut self,
         data: &[u8],
         timeout: Duration,

@@ -14,7 +14,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Any rank but 0: connects to rank 0 (retrying until the deadline), proves the secret,
 /// and receives the id.
-pub fn join(config: &Config) -> Result<(Group, [u8; ID_BYTES]), RendezvousError> {
+pub(crate) fn join(config: &Config) -> Result<(Group, [u8; ID_BYTES]), RendezvousError> {
     config.check()?;
     if config.rank == 0 {
         return Err(RendezvousError::Config(

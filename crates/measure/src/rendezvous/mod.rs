@@ -27,9 +27,11 @@ mod join;
 mod serve;
 mod wire;
 
-pub use group::Group;
-pub use join::join;
-pub use serve::{serve, serve_on};
+pub(crate) use group::Group;
+pub(crate) use join::join;
+pub(crate) use serve::serve;
+#[cfg(test)]
+use serve::serve_on;
 
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -38,7 +40,7 @@ use std::time::Duration;
 /// Size of an NCCL unique id (`NCCL_UNIQUE_ID_BYTES`).
 pub const ID_BYTES: usize = 128;
 /// Largest payload one rank may contribute to [`Group::all_gather`].
-pub const MAX_GATHER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_GATHER_BYTES: usize = 64 * 1024;
 
 /// The run-scoped secret the ranks share (at least 16 bytes). Its `Debug` never shows it.
 #[derive(Clone)]
@@ -102,7 +104,7 @@ impl Secret {
 
 /// An id of random bytes, for a backend without NCCL (the sim), so that its ranks make the
 /// same exchange a real pair makes.
-pub fn random_id() -> Result<[u8; ID_BYTES], RendezvousError> {
+pub(crate) fn random_id() -> Result<[u8; ID_BYTES], RendezvousError> {
     let mut id = [0u8; ID_BYTES];
     SystemRandom::new()
         .fill(&mut id)
@@ -128,12 +130,12 @@ pub struct Config {
 
 impl Config {
     /// Group size.
-    pub fn ranks(&self) -> u32 {
+    pub(crate) fn ranks(&self) -> u32 {
         u32::try_from(self.names.len()).unwrap_or(u32::MAX)
     }
 
     /// `rank N (node X)`, for messages.
-    pub fn who(&self, rank: u32) -> String {
+    pub(crate) fn who(&self, rank: u32) -> String {
         match self.names.get(rank as usize) {
             Some(name) => format!("rank {rank} ({name})"),
             None => format!("rank {rank}"),

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Rank 0: binds `config.addr`, then serves `id` (see [`serve_on`]).
-pub fn serve(config: &Config, id: &[u8; ID_BYTES]) -> Result<Group, RendezvousError> {
+pub(crate) fn serve(config: &Config, id: &[u8; ID_BYTES]) -> Result<Group, RendezvousError> {
     config.check()?;
     let listener = TcpListener::bind(&config.addr).map_err(|source| RendezvousError::Listen {
         addr: config.addr.clone(),
@@ -24,7 +24,7 @@ pub fn serve(config: &Config, id: &[u8; ID_BYTES]) -> Result<Group, RendezvousEr
 /// Rank 0 on a bound listener: admits each other rank that presents the secret, and once
 /// all have arrived gives them `id`. Ends by `config.timeout` with [`RendezvousError::Missing`]
 /// naming the ranks that never came (and tells those that did).
-pub fn serve_on(
+pub(crate) fn serve_on(
     listener: TcpListener,
     config: &Config,
     id: &[u8; ID_BYTES],

@@ -6,7 +6,7 @@
 mod compute;
 pub mod ddp_nodes;
 mod node_model;
-pub mod node_pair;
+mod node_pair;
 mod noise;
 mod phases;
 mod products;
@@ -14,7 +14,7 @@ mod products;
 mod tests;
 
 pub use node_pair::SimPair;
-pub use products::{A100, B200, GENERIC_PCIE, H100, H200, ProductModel, product_model};
+pub(crate) use products::GENERIC_PCIE;
 
 use crate::fleet::{Fault, FleetNode};
 use crate::node_check::{CheckBackend, Look, PhaseRun, Swept, Xids};
@@ -40,7 +40,7 @@ pub(crate) fn counter_at_now(per_second: f64) -> u64 {
 }
 
 /// The count of a counter growing by `per_second` at `since_epoch` after the Unix epoch.
-pub fn counter_at(per_second: f64, since_epoch: Duration) -> u64 {
+pub(crate) fn counter_at(per_second: f64, since_epoch: Duration) -> u64 {
     // Milliseconds since the epoch fit an f64 exactly for the next 285,000 years.
     (since_epoch.as_millis() as f64 / 1000.0 * per_second) as u64
 }
@@ -56,7 +56,7 @@ pub enum ProcessFault {
 }
 
 /// Exit code of a `crash` fault without one (134, as for SIGABRT).
-pub const DEFAULT_CRASH_CODE: i32 = 134;
+pub(crate) const DEFAULT_CRASH_CODE: i32 = 134;
 
 /// The process-level fault of a node, if any (a crash wins over garbage).
 pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
@@ -76,7 +76,7 @@ pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
 
 /// The cuda backend's refusal to measure beside other work ([`crate::gpu_use`]), on the
 /// simulated node's `gpusInUse` faults: [`CheckError::GpusInUse`] unless `shared`.
-pub fn refuse_shared_gpus(
+pub(crate) fn refuse_shared_gpus(
     node: &FleetNode,
     shared: bool,
     progress: Progress,

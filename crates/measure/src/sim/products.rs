@@ -7,7 +7,7 @@ use gpufabric_api::product::{ProductFamily, family};
 /// What a healthy GPU of one product measures in the model. Figures are per GPU on an
 /// 8-GPU NVSwitch board.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProductModel {
+pub(crate) struct ProductModel {
     /// Short name (`H100`, `H200`, ...).
     pub name: &'static str,
     pub memory_bytes: u64,
@@ -46,7 +46,7 @@ pub struct ProductModel {
 /// 360 GB/s. Host: PCIe Gen5 x16, about 55 GB/s pinned. Latency: the same NVLink 4 and
 /// NVSwitch as H200, so H200's measured value (see [`H200`]). TFLOP/s: model value, a
 /// little under H200's measured 616 (same GH100 compute, slower HBM3).
-pub const H100: ProductModel = ProductModel {
+pub(crate) const H100: ProductModel = ProductModel {
     name: "H100",
     memory_bytes: 81_559 << 20,
     nvlinks: 18,
@@ -73,7 +73,7 @@ pub const H100: ProductModel = ProductModel {
 /// 779 GB/s, host copies 55.5 GB/s, all_reduce busbw 354 GB/s at 4 GPUs (nccl-tests on 8
 /// GPUs without NVLS: 355-370), all_reduce latency 10.2 µs at 4 GPUs (12.5 µs at 8 by
 /// this model's log2 scaling), DDP probe 616 TFLOP/s on one GPU.
-pub const H200: ProductModel = ProductModel {
+pub(crate) const H200: ProductModel = ProductModel {
     name: "H200",
     memory_bytes: 143_771 << 20,
     nvlinks: 18,
@@ -98,7 +98,7 @@ pub const H200: ProductModel = ProductModel {
 /// values of about 180 GB/s one-way copy and 230 GB/s all_reduce busbw. Host PCIe Gen4
 /// x16, about 25 GB/s. TFLOP/s: 312 dense bf16 peak, about 80% achieved. Latency: model
 /// value, a little above H100's.
-pub const A100: ProductModel = ProductModel {
+pub(crate) const A100: ProductModel = ProductModel {
     name: "A100",
     memory_bytes: 81_920 << 20,
     nvlinks: 12,
@@ -122,7 +122,7 @@ pub const A100: ProductModel = ProductModel {
 /// NVIDIA B200: NVLink 5 at twice H100's bandwidth (900 GB/s nominal per direction);
 /// model values of about double H100's bandwidths and compute, latency a little lower.
 /// Host PCIe Gen5 x16.
-pub const B200: ProductModel = ProductModel {
+pub(crate) const B200: ProductModel = ProductModel {
     name: "B200",
     memory_bytes: 183_359 << 20,
     nvlinks: 18,
@@ -145,7 +145,7 @@ pub const B200: ProductModel = ProductModel {
 
 /// A product the model does not know: a PCIe-only GPU (model values of a PCIe Gen4 card;
 /// NCCL and copies go over PCIe).
-pub const GENERIC_PCIE: ProductModel = ProductModel {
+pub(crate) const GENERIC_PCIE: ProductModel = ProductModel {
     name: "generic PCIe GPU",
     memory_bytes: 49_140 << 20,
     nvlinks: 0,
@@ -169,7 +169,7 @@ pub const GENERIC_PCIE: ProductModel = ProductModel {
 /// The model of a product, by its label (`NVIDIA-H100-80GB-HBM3`) or NVML name, by its
 /// [`family`]: PCIe and NVL variants get their family's model too; unknown products get
 /// [`GENERIC_PCIE`].
-pub fn product_model(product: &str) -> ProductModel {
+pub(crate) fn product_model(product: &str) -> ProductModel {
     match family(product) {
         Some(ProductFamily::H200) => H200,
         Some(ProductFamily::H100) => H100,

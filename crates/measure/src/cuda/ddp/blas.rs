@@ -18,7 +18,7 @@ fn bcheck(call: &'static str, s: bsys::cublasStatus_t) -> GpuResult<()> {
 }
 
 /// Whether libcublas can be opened.
-pub fn cublas_present() -> bool {
+pub(crate) fn cublas_present() -> bool {
     // SAFETY: only opens the library.
     unsafe { bsys::is_culib_present() }
 }
@@ -212,7 +212,7 @@ pub(super) fn bf16_random(buf: &mut [u8], scale: f32, seed: u64) {
 
 /// Runs n x n x n bf16 GEMMs on `gpu` until `duration` passes or `stop` is set; returns the
 /// floating-point operations done. Used to make a real straggler.
-pub fn busy_gemms(
+pub(crate) fn busy_gemms(
     gpu: &Gpu,
     n: usize,
     duration: Duration,

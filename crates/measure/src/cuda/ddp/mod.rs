@@ -8,8 +8,8 @@ mod replica;
 mod trace;
 
 pub(crate) use blas::{Blas, SquareGemm};
-pub use blas::{busy_gemms, cublas_present};
-pub use trace::{TraceLine, trace_lines};
+pub(crate) use blas::{busy_gemms, cublas_present};
+pub(crate) use trace::trace_lines;
 
 use super::gpu::{Gpu, GpuError, GpuResult, HostBuf, Stream};
 use super::nccl::{Comms, Watchdog, sync_all};
@@ -198,7 +198,7 @@ fn measure_point(
 
 /// The result point of `t` on the GPUs `gpu_indices`, scaled against `base` (the 1-GPU
 /// point, or the first point measured); reports it through `progress`.
-pub fn make_point(
+pub(crate) fn make_point(
     set: &DdpSettings,
     base: Option<&DdpPoint>,
     t: &PointTimes,
@@ -235,7 +235,7 @@ pub fn make_point(
 
 /// One rank of a clique spread over processes: opens `device`, joins the communicator of
 /// `id` as `rank` of `world`, and measures the same point as [`probe`] does for its GPU.
-pub fn measure_rank(
+pub(crate) fn measure_rank(
     device: u32,
     rank: u32,
     world: u32,
@@ -275,7 +275,7 @@ pub fn measure_rank(
 /// With `worker`, one process of that program per GPU (its `ddp-worker` subcommand), as
 /// PyTorch DDP runs, kept out of `nccl_log` (this process's NCCL log file); without, this
 /// process drives every GPU.
-pub fn probe(
+pub(crate) fn probe(
     gpus: &[Gpu],
     set: &DdpSettings,
     worker: Option<&std::path::Path>,
@@ -339,7 +339,7 @@ pub fn probe(
 }
 
 /// The probe's result: its shape, its buckets and the points measured.
-pub fn result(set: &DdpSettings, bks: &[Bucket], points: Vec<DdpPoint>) -> DdpResult {
+pub(crate) fn result(set: &DdpSettings, bks: &[Bucket], points: Vec<DdpPoint>) -> DdpResult {
     DdpResult {
         hidden: set.hidden as u32,
         layers: set.layers as u32,

@@ -17,12 +17,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The hidden subcommand of the agent binary that runs one rank.
-pub const WORKER_SUBCOMMAND: &str = "ddp-worker";
+pub(crate) const WORKER_SUBCOMMAND: &str = "ddp-worker";
 
 /// What one worker process is asked to do (one JSON line on its stdin).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkerTask {
+pub(crate) struct WorkerTask {
     pub rank: u32,
     pub world: u32,
     /// CUDA device ordinal (as the parent sees the devices).
@@ -46,7 +46,7 @@ impl WorkerTask {
 /// What one worker reports (one JSON line on its stdout).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "status", rename_all = "camelCase")]
-pub enum WorkerReport {
+pub(crate) enum WorkerReport {
     #[serde(rename_all = "camelCase")]
     Measured {
         rank: u32,
@@ -65,7 +65,7 @@ pub enum WorkerReport {
 
 /// The report in one line of a worker's stdout, if the line is one (NCCL may print
 /// other lines there).
-pub fn parse_report(line: &str) -> Option<WorkerReport> {
+pub(crate) fn parse_report(line: &str) -> Option<WorkerReport> {
     let line = line.trim();
     if !line.starts_with('{') {
         return None;
@@ -74,7 +74,7 @@ pub fn parse_report(line: &str) -> Option<WorkerReport> {
 }
 
 /// An NCCL unique id as 256 hex digits.
-pub fn encode_id(id: &nsys::ncclUniqueId) -> String {
+pub(crate) fn encode_id(id: &nsys::ncclUniqueId) -> String {
     id.internal
         .iter()
         .map(|b| format!("{:02x}", *b as u8))
@@ -83,7 +83,7 @@ pub fn encode_id(id: &nsys::ncclUniqueId) -> String {
 
 /// Text that is not an NCCL unique id of 256 hex digits.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum IdError {
+pub(crate) enum IdError {
     /// Its length in bytes (not 256), or it is not ASCII.
     #[error("an NCCL unique id is 256 hex digits, got {0} characters")]
     Length(usize),
@@ -95,7 +95,7 @@ pub enum IdError {
 }
 
 /// The NCCL unique id of 256 hex digits.
-pub fn decode_id(hex: &str) -> Result<nsys::ncclUniqueId, IdError> {
+pub(crate) fn decode_id(hex: &str) -> Result<nsys::ncclUniqueId, IdError> {
     let hex = hex.trim();
     if hex.len() != 256 || !hex.is_ascii() {
         return Err(IdError::Length(hex.len()));
@@ -179,13 +179,16 @@ pub enum CombineError {
 /// One report per rank, in rank order, combined into the point's times: the step is the
 /// slowest rank's, compute per GPU in rank order, compute and communication alone the
 /// slowest rank's.
-pub fn combine(reports: &[WorkerReport]) -> Result<PointTimes, CombineError> {
+pub(crate) fn combine(reports: &[WorkerReport]) -> Result<PointTimes, CombineError> {
     combine_ranks(reports, 0)
 }
 
 /// [`combine`] for reports of the ranks `first`, `first + 1`, ... (one node's GPUs in a
 /// clique over several nodes).
-pub fn combine_ranks(reports: &[WorkerReport], first: u32) -> Result<PointTimes, CombineError> {
+pub(crate) fn combine_ranks(
+    reports: &[WorkerReport],
+    first: u32,
+) -> Result<PointTimes, CombineError> {
     if reports.is_empty() {
         return Err(CombineError::NoReports);
     }
@@ -243,7 +246,7 @@ impl Drop for Workers {
 /// without a report or is not done in time is an error; all workers are then killed.
 /// `nccl_log`: the file this process pointed NCCL's INFO log at, which the workers keep out
 /// of.
-pub fn run_workers(
+pub(crate) fn run_workers(
     program: &Path,
     args: &[&str],
     inputs: &[String],
@@ -408,7 +411,7 @@ fn die_with_parent(cmd: &mut Command) {
 
 /// Measures every GPU count of the probe with one worker process per GPU (`exe`'s
 /// `ddp-worker` subcommand); `nccl_log` as [`run_workers`] takes it.
-pub fn probe(
+pub(crate) fn probe(
     gpus: &[Gpu],
     set: &DdpSettings,
     exe: &Path,

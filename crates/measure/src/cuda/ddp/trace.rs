@@ -21,7 +21,7 @@ pub(super) struct TracedOp {
 /// One traced operation: on the comm stream or the compute stream, start and duration
 /// in ms from the step's start.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TraceLine {
+pub(crate) struct TraceLine {
     pub name: String,
     pub comm: bool,
     pub start_ms: f64,
@@ -30,7 +30,7 @@ pub struct TraceLine {
 
 /// The trace as text: one line per operation, then the total time per kind of operation
 /// (the name up to its index: `fwd`, `wgrad`, `allreduce b`, ...).
-pub fn trace_lines(ops: &[TraceLine]) -> Vec<String> {
+pub(crate) fn trace_lines(ops: &[TraceLine]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut sums: Vec<(String, f64, u32)> = Vec::new();
     for op in ops {

@@ -5,13 +5,13 @@ use cudarc::driver::sys;
 use std::ffi::CStr;
 
 /// Whether the driver library can be opened at all.
-pub fn driver_present() -> bool {
+pub(crate) fn driver_present() -> bool {
     // SAFETY: only tries to open the shared library.
     unsafe { sys::is_culib_present() }
 }
 
 /// Initialises the driver and counts devices.
-pub fn init_and_count() -> GpuResult<u32> {
+pub(crate) fn init_and_count() -> GpuResult<u32> {
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
         check("cuInit", sys::cuInit(0))?;
@@ -22,7 +22,7 @@ pub fn init_and_count() -> GpuResult<u32> {
 }
 
 /// Driver version as "13.0".
-pub fn driver_cuda_version() -> Option<String> {
+pub(crate) fn driver_cuda_version() -> Option<String> {
     let mut v = 0i32;
     // SAFETY: valid out-pointer.
     let ok = unsafe { sys::cuDriverGetVersion(&mut v) } == sys::CUresult::CUDA_SUCCESS;
@@ -31,7 +31,7 @@ pub fn driver_cuda_version() -> Option<String> {
 
 /// The PCI bus id of device `index` (after [`init_and_count`]), read without creating a
 /// context on it.
-pub fn device_bus_id(index: u32) -> Option<String> {
+pub(crate) fn device_bus_id(index: u32) -> Option<String> {
     let mut dev: sys::CUdevice = 0;
     // SAFETY: valid out-pointer.
     let st = unsafe { sys::cuDeviceGet(&mut dev, index as i32) };
@@ -56,7 +56,7 @@ fn bus_id_of(dev: sys::CUdevice) -> Option<String> {
 }
 
 /// One device with its primary context.
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub index: u32,
     pub dev: sys::CUdevice,
     pub ctx: sys::CUcontext,
@@ -68,7 +68,7 @@ unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
 impl Gpu {
-    pub fn open(index: u32) -> GpuResult<Gpu> {
+    pub(crate) fn open(index: u32) -> GpuResult<Gpu> {
         let mut dev: sys::CUdevice = 0;
         let mut ctx: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: valid out-pointers; the primary context is released in Drop.
@@ -85,12 +85,12 @@ impl Gpu {
     }
 
     /// Makes this GPU's context current on the calling thread.
-    pub fn bind(&self) -> GpuResult<()> {
+    pub(crate) fn bind(&self) -> GpuResult<()> {
         // SAFETY: ctx is a retained primary context.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
     }
 
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         let mut buf = [0 as std::ffi::c_char; 256];
         // SAFETY: the buffer is 256 bytes as declared.
         let st = unsafe { sys::cuDeviceGetName(buf.as_mut_ptr(), 256, self.dev) };
@@ -103,12 +103,12 @@ impl Gpu {
             .into_owned()
     }
 
-    pub fn pci_bus_id(&self) -> Option<String> {
+    pub(crate) fn pci_bus_id(&self) -> Option<String> {
         bus_id_of(self.dev)
     }
 
     /// Compute capability (major, minor), if the driver says.
-    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+    pub(crate) fn compute_capability(&self) -> Option<(i32, i32)> {
         let attr = |a: sys::CUdevice_attribute| {
             let mut v = 0i32;
             // SAFETY: valid out-pointer and device.
@@ -121,7 +121,7 @@ impl Gpu {
         ))
     }
 
-    pub fn total_mem(&self) -> u64 {
+    pub(crate) fn total_mem(&self) -> u64 {
         let mut bytes = 0usize;
         // SAFETY: valid out-pointer.
         unsafe { sys::cuDeviceTotalMem_v2(&mut bytes, self.dev) };
@@ -129,7 +129,7 @@ impl Gpu {
     }
 
     /// Enables peer access from this GPU's context to `peer`'s memory (idempotent).
-    pub fn enable_peer(&self, peer: &Gpu) -> GpuResult<()> {
+    pub(crate) fn enable_peer(&self, peer: &Gpu) -> GpuResult<()> {
         let mut can = 0i32;
         // SAFETY: valid devices and out-pointer.
         unsafe {

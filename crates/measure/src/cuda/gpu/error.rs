@@ -32,7 +32,7 @@ pub enum GpuError {
 
 impl GpuError {
     /// The same failure, as a refusal of the feature rather than a fault ([`GpuError::Refused`]).
-    pub fn refused(self) -> GpuError {
+    pub(crate) fn refused(self) -> GpuError {
         match self {
             GpuError::Call { call, detail } => GpuError::Refused { call, detail },
             other => other,
@@ -40,11 +40,11 @@ impl GpuError {
     }
 }
 
-pub type GpuResult<T> = Result<T, GpuError>;
+pub(crate) type GpuResult<T> = Result<T, GpuError>;
 
 /// The result of a scoped thread that drives a GPU; a panic there is the `call`'s error,
 /// never the process's end.
-pub fn joined<T>(
+pub(crate) fn joined<T>(
     h: std::thread::ScopedJoinHandle<'_, GpuResult<T>>,
     call: &'static str,
 ) -> GpuResult<T> {
@@ -57,13 +57,13 @@ pub fn joined<T>(
 }
 
 /// Turns a driver status into a result.
-pub fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
+pub(crate) fn check(call: &'static str, status: sys::CUresult) -> GpuResult<()> {
     check_alloc(call, status, None)
 }
 
 /// [`check`] for an allocation of `requested` bytes of device memory: a failure to find
 /// them is judged by [`out_of_memory`].
-pub fn check_alloc(
+pub(crate) fn check_alloc(
     call: &'static str,
     status: sys::CUresult,
     requested: Option<u64>,
@@ -112,7 +112,7 @@ const FULL_BELOW: f64 = 0.10;
 /// 4. otherwise, the failure is the GPU's ([`GpuError::Call`]).
 ///
 /// Every message says how much was asked for and how much was free.
-pub fn out_of_memory(
+pub(crate) fn out_of_memory(
     call: &'static str,
     detail: String,
     requested: Option<u64>,
@@ -152,7 +152,7 @@ pub fn out_of_memory(
 
 /// Pinned host memory of `requested` bytes that could not be had: the host's or the pod's
 /// memory, which is never a fault of the GPU.
-pub fn host_out_of_memory(call: &'static str, requested: u64) -> GpuError {
+pub(crate) fn host_out_of_memory(call: &'static str, requested: u64) -> GpuError {
     GpuError::MemoryFull {
         call,
         detail: format!(

@@ -6,7 +6,7 @@ use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// Device memory, freed on drop.
-pub struct DevBuf {
+pub(crate) struct DevBuf {
     pub ptr: sys::CUdeviceptr,
     pub bytes: usize,
     ctx: sys::CUcontext,
@@ -20,7 +20,7 @@ unsafe impl Send for DevBuf {}
 unsafe impl Sync for DevBuf {}
 
 impl DevBuf {
-    pub fn new(gpu: &Gpu, bytes: usize) -> GpuResult<DevBuf> {
+    pub(crate) fn new(gpu: &Gpu, bytes: usize) -> GpuResult<DevBuf> {
         gpu.bind()?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; freed in Drop.
@@ -40,7 +40,7 @@ impl DevBuf {
     /// # Safety
     /// `ptr` must be a live allocation of at least `bytes` on `gpu` that `free` releases,
     /// owned by nothing else.
-    pub unsafe fn adopt(
+    pub(crate) unsafe fn adopt(
         gpu: &Gpu,
         ptr: sys::CUdeviceptr,
         bytes: usize,
@@ -54,12 +54,12 @@ impl DevBuf {
         }
     }
 
-    pub fn void(&self) -> *mut c_void {
+    pub(crate) fn void(&self) -> *mut c_void {
         self.ptr as *mut c_void
     }
 
     /// Address `offset` bytes into the buffer.
-    pub fn at(&self, offset: usize) -> sys::CUdeviceptr {
+    pub(crate) fn at(&self, offset: usize) -> sys::CUdeviceptr {
         self.ptr + offset as u64
     }
 }
@@ -83,7 +83,7 @@ unsafe fn cu_mem_free(ptr: sys::CUdeviceptr) {
 }
 
 /// Page-locked host memory, freed on drop.
-pub struct HostBuf {
+pub(crate) struct HostBuf {
     ptr: *mut u8,
     pub bytes: usize,
 }
@@ -94,7 +94,7 @@ unsafe impl Send for HostBuf {}
 unsafe impl Sync for HostBuf {}
 
 impl HostBuf {
-    pub fn new(gpu: &Gpu, bytes: usize) -> GpuResult<HostBuf> {
+    pub(crate) fn new(gpu: &Gpu, bytes: usize) -> GpuResult<HostBuf> {
         gpu.bind()?;
         let mut ptr: *mut c_void = std::ptr::null_mut();
         // SAFETY: portable pinned allocation, freed in Drop.
@@ -109,15 +109,15 @@ impl HostBuf {
             bytes,
         })
     }
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr points to `bytes` bytes owned by self.
         unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
     }
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, uniquely borrowed.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
     }
-    pub fn void(&self) -> *mut c_void {
+    pub(crate) fn void(&self) -> *mut c_void {
         self.ptr as *mut c_void
     }
 }

@@ -10,10 +10,8 @@ mod memory;
 mod pattern;
 mod stream;
 
-pub use device::{Gpu, device_bus_id, driver_cuda_version, driver_present, init_and_count};
-pub use error::{
-    GpuError, GpuResult, check, check_alloc, host_out_of_memory, joined, out_of_memory,
-};
-pub use memory::{DevBuf, HostBuf};
-pub use pattern::{count_pattern_mismatch, fill_pattern, pattern_word};
-pub use stream::{Event, SPIN_WINDOW, Stream};
+pub(crate) use device::{Gpu, device_bus_id, driver_cuda_version, driver_present, init_and_count};
+pub(crate) use error::{GpuError, GpuResult, check, joined};
+pub(crate) use memory::{DevBuf, HostBuf};
+pub(crate) use pattern::{count_pattern_mismatch, fill_pattern, pattern_word};
+pub(crate) use stream::{Event, Stream};

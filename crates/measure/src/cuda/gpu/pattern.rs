@@ -2,7 +2,7 @@
 //! on the host with several threads.
 
 /// Deterministic 64-bit pattern word (splitmix64 of seed and index).
-pub fn pattern_word(seed: u64, i: u64) -> u64 {
+pub(crate) fn pattern_word(seed: u64, i: u64) -> u64 {
     let mut z = seed
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(i.wrapping_mul(0xBF58_476D_1CE4_E5B9))
@@ -13,7 +13,7 @@ pub fn pattern_word(seed: u64, i: u64) -> u64 {
 }
 
 /// Fills `buf` with the pattern of `seed`, using several threads.
-pub fn fill_pattern(buf: &mut [u8], seed: u64) {
+pub(crate) fn fill_pattern(buf: &mut [u8], seed: u64) {
     let words = buf.len() / 8;
     let chunk_words = (words / 16).max(1 << 16);
     let (head, tail) = buf.split_at_mut(words * 8);
@@ -33,7 +33,7 @@ pub fn fill_pattern(buf: &mut [u8], seed: u64) {
 }
 
 /// Counts 8-byte words of `buf` that differ from the pattern of `seed` (several threads).
-pub fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
+pub(crate) fn count_pattern_mismatch(buf: &[u8], seed: u64) -> u64 {
     let words = buf.len() / 8;
     let chunk_words = (words / 16).max(1 << 16);
     let head = &buf[..words * 8];

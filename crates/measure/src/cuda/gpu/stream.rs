@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 /// How long [`Stream::sync_until`] polls without sleeping before it backs off: longer than
 /// any timed block of the NCCL sweep (20 iterations of a 1 GiB collective take ~0.1 s), so
 /// the end of a block is seen within a poll, not a sleep of up to 0.5 ms.
-pub const SPIN_WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const SPIN_WINDOW: Duration = Duration::from_secs(1);
 
 /// A non-blocking stream on one GPU.
-pub struct Stream {
+pub(crate) struct Stream {
     pub raw: sys::CUstream,
 }
 
@@ -22,7 +22,7 @@ unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
 impl Stream {
-    pub fn new(gpu: &Gpu) -> GpuResult<Stream> {
+    pub(crate) fn new(gpu: &Gpu) -> GpuResult<Stream> {
         gpu.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; destroyed in Drop.
@@ -32,28 +32,7 @@ impl Stream {
         Ok(Stream { raw })
     }
 
-    /// A non-blocking stream at the highest priority the device offers (its kernels get
-    /// SMs ahead of those of normal streams).
-    pub fn high_priority(gpu: &Gpu) -> GpuResult<Stream> {
-        gpu.bind()?;
-        let (mut least, mut greatest) = (0i32, 0i32);
-        // SAFETY: valid out-pointers; a context is current.
-        check("cuCtxGetStreamPriorityRange", unsafe {
-            sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
-        })?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; destroyed in Drop.
-        check("cuStreamCreateWithPriority", unsafe {
-            sys::cuStreamCreateWithPriority(
-                &mut raw,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-                greatest,
-            )
-        })?;
-        Ok(Stream { raw })
-    }
-
-    pub fn wait(&self, event: &Event) -> GpuResult<()> {
+    pub(crate) fn wait(&self, event: &Event) -> GpuResult<()> {
         // SAFETY: both handles are live.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(self.raw, event.raw, 0)
@@ -64,7 +43,7 @@ impl Stream {
     /// blocking forever; `abort` is checked between polls. The first [`SPIN_WINDOW`] polls
     /// without sleeping, as nccl-tests' stream wait does: a host time read right after the
     /// wait then ends when the GPU work ends, not when a sleep does.
-    pub fn sync_until(
+    pub(crate) fn sync_until(
         &self,
         what: &str,
         deadline: Instant,
@@ -96,14 +75,14 @@ impl Stream {
         }
     }
 
-    pub fn sync(&self) -> GpuResult<()> {
+    pub(crate) fn sync(&self) -> GpuResult<()> {
         // SAFETY: live stream.
         check("cuStreamSynchronize", unsafe {
             sys::cuStreamSynchronize(self.raw)
         })
     }
 
-    pub fn memcpy_dtod(
+    pub(crate) fn memcpy_dtod(
         &self,
         dst: sys::CUdeviceptr,
         src: sys::CUdeviceptr,
@@ -115,7 +94,12 @@ impl Stream {
         })
     }
 
-    pub fn memcpy_htod(&self, dst: sys::CUdeviceptr, src: &HostBuf, bytes: usize) -> GpuResult<()> {
+    pub(crate) fn memcpy_htod(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: &HostBuf,
+        bytes: usize,
+    ) -> GpuResult<()> {
         let bytes = bytes.min(src.bytes);
         // SAFETY: src is pinned and holds at least `bytes`; dst is a live device buffer.
         check("cuMemcpyHtoDAsync", unsafe {
@@ -123,7 +107,7 @@ impl Stream {
         })
     }
 
-    pub fn memcpy_dtoh(
+    pub(crate) fn memcpy_dtoh(
         &self,
         dst: &mut HostBuf,
         src: sys::CUdeviceptr,
@@ -136,7 +120,12 @@ impl Stream {
         })
     }
 
-    pub fn memset_d32(&self, dst: sys::CUdeviceptr, value: u32, words: usize) -> GpuResult<()> {
+    pub(crate) fn memset_d32(
+        &self,
+        dst: sys::CUdeviceptr,
+        value: u32,
+        words: usize,
+    ) -> GpuResult<()> {
         // SAFETY: dst holds at least `words` 32-bit words.
         check("cuMemsetD32Async", unsafe {
             sys::cuMemsetD32Async(dst, value, words, self.raw)
@@ -152,7 +141,7 @@ impl Drop for Stream {
 }
 
 /// A timing event.
-pub struct Event {
+pub(crate) struct Event {
     pub raw: sys::CUevent,
 }
 
@@ -162,7 +151,7 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    pub fn new(gpu: &Gpu) -> GpuResult<Event> {
+    pub(crate) fn new(gpu: &Gpu) -> GpuResult<Event> {
         gpu.bind()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; destroyed in Drop.
@@ -171,21 +160,21 @@ impl Event {
         })?;
         Ok(Event { raw })
     }
-    pub fn record(&self, stream: &Stream) -> GpuResult<()> {
+    pub(crate) fn record(&self, stream: &Stream) -> GpuResult<()> {
         // SAFETY: live handles.
         check("cuEventRecord", unsafe {
             sys::cuEventRecord(self.raw, stream.raw)
         })
     }
     /// Blocks this thread until the work before the event's record is done.
-    pub fn synchronize(&self) -> GpuResult<()> {
+    pub(crate) fn synchronize(&self) -> GpuResult<()> {
         // SAFETY: live event.
         check("cuEventSynchronize", unsafe {
             sys::cuEventSynchronize(self.raw)
         })
     }
     /// Milliseconds from `self` to `end` (both recorded and complete).
-    pub fn elapsed_ms(&self, end: &Event) -> GpuResult<f64> {
+    pub(crate) fn elapsed_ms(&self, end: &Event) -> GpuResult<f64> {
         let mut ms = 0f32;
         // SAFETY: live events, valid out-pointer.
         check("cuEventElapsedTime", unsafe {

@@ -4,20 +4,21 @@
 use gpufabric_api::suite::{Collective, DataType};
 
 /// Input value of rank `r` at element `i`: small integers, exact in every data type.
-pub fn input_value(r: u64, i: u64) -> i64 {
+pub(crate) fn input_value(r: u64, i: u64) -> i64 {
     ((i.wrapping_mul(7) + r.wrapping_mul(3) + (i >> 12)) % 8) as i64
 }
 
 /// Expected output of rank `r` at element `i` (count = per-rank recv count, `per` = the
 /// chunk per peer where relevant); `None` where the output is not defined (non-root of
 /// reduce).
-pub fn expected_value(c: Collective, n: u64, r: u64, i: u64, per: u64) -> Option<i64> {
+#[cfg(test)]
+pub(crate) fn expected_value(c: Collective, n: u64, r: u64, i: u64, per: u64) -> Option<i64> {
     expected_with(c, n, r, i, per, &rank_sums(n))
 }
 
 /// The sum over `n` ranks of [`input_value`] by the rank-independent part of the index
 /// modulo 8 (`(7i + (i >> 12)) % 8`): a reduction's expected value is one table read.
-pub fn rank_sums(n: u64) -> [i64; 8] {
+pub(crate) fn rank_sums(n: u64) -> [i64; 8] {
     let mut t = [0i64; 8];
     for (k, slot) in t.iter_mut().enumerate() {
         *slot = (0..n).map(|q| ((k as u64 + q * 3) % 8) as i64).sum();
@@ -41,7 +42,7 @@ fn expected_with(c: Collective, n: u64, r: u64, i: u64, per: u64, sums: &[i64; 8
 }
 
 /// Encodes a small integer in `dt` (wrapping like the device arithmetic for integers).
-pub fn encode(dt: DataType, v: i64, out: &mut [u8]) {
+pub(crate) fn encode(dt: DataType, v: i64, out: &mut [u8]) {
     match dt {
         DataType::Int8 | DataType::Uint8 => out[0] = v as u8,
         DataType::Int32 | DataType::Uint32 => out[..4].copy_from_slice(&(v as u32).to_le_bytes()),
@@ -75,7 +76,7 @@ fn f16_bits(v: f32) -> u16 {
 }
 
 /// Fills `buf` with rank `r`'s inputs for `count` elements.
-pub fn fill_inputs(dt: DataType, r: u64, count: u64, buf: &mut [u8]) {
+pub(crate) fn fill_inputs(dt: DataType, r: u64, count: u64, buf: &mut [u8]) {
     let e = dt.size() as usize;
     let count = (count as usize).min(buf.len() / e);
     let chunk = (count / 32).max(1 << 16);
@@ -93,7 +94,7 @@ pub fn fill_inputs(dt: DataType, r: u64, count: u64, buf: &mut [u8]) {
 
 /// Counts elements of `buf` (rank `r`'s output, `count` elements) that differ from the
 /// expected values.
-pub fn count_wrong(
+pub(crate) fn count_wrong(
     dt: DataType,
     c: Collective,
     n: u64,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One communicator per GPU of a clique, created together in this process.
-pub struct Comms {
+pub(crate) struct Comms {
     pub raw: Vec<nsys::ncclComm_t>,
     aborted: bool,
 }
@@ -17,7 +17,7 @@ pub struct Comms {
 unsafe impl Send for Comms {}
 
 impl Comms {
-    pub fn init(devices: &[i32]) -> GpuResult<Comms> {
+    pub(crate) fn init(devices: &[i32]) -> GpuResult<Comms> {
         let mut raw = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: raw has one slot per device.
         ncheck("ncclCommInitAll", unsafe {
@@ -31,7 +31,7 @@ impl Comms {
     /// This process's rank of a clique spread over processes, joined through `id` (made by
     /// [`unique_id`] in one process and handed to the others); the rank's GPU must be
     /// current on the calling thread.
-    pub fn init_rank(id: nsys::ncclUniqueId, world: i32, rank: i32) -> GpuResult<Comms> {
+    pub(crate) fn init_rank(id: nsys::ncclUniqueId, world: i32, rank: i32) -> GpuResult<Comms> {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the id comes from ncclGetUniqueId.
         ncheck("ncclCommInitRank", unsafe {
@@ -44,18 +44,18 @@ impl Comms {
     }
     /// Communicators created by the caller (one per local GPU of a clique spread over
     /// processes); they are destroyed on drop as these are.
-    pub fn from_raw(raw: Vec<nsys::ncclComm_t>) -> Comms {
+    pub(crate) fn from_raw(raw: Vec<nsys::ncclComm_t>) -> Comms {
         Comms {
             raw,
             aborted: false,
         }
     }
     /// Marks the communicators as aborted by the watchdog (they must not be destroyed).
-    pub fn mark_aborted(&mut self) {
+    pub(crate) fn mark_aborted(&mut self) {
         self.aborted = true;
     }
     /// The first asynchronous error any communicator reports.
-    pub fn async_error(&self) -> GpuResult<()> {
+    pub(crate) fn async_error(&self) -> GpuResult<()> {
         for c in &self.raw {
             let mut e = nsys::ncclResult_t::ncclSuccess;
             // SAFETY: live communicator, valid out-pointer.
@@ -81,7 +81,7 @@ impl Drop for Comms {
 }
 
 /// A new NCCL unique id: the rendezvous of a clique spread over processes.
-pub fn unique_id() -> GpuResult<nsys::ncclUniqueId> {
+pub(crate) fn unique_id() -> GpuResult<nsys::ncclUniqueId> {
     let mut id = nsys::ncclUniqueId { internal: [0; 128] };
     // SAFETY: valid out-pointer.
     ncheck("ncclGetUniqueId", unsafe { nsys::ncclGetUniqueId(&mut id) })?;
@@ -89,7 +89,7 @@ pub fn unique_id() -> GpuResult<nsys::ncclUniqueId> {
 }
 
 /// Brackets a group of NCCL calls.
-pub fn group<F: FnOnce() -> GpuResult<()>>(f: F) -> GpuResult<()> {
+pub(crate) fn group<F: FnOnce() -> GpuResult<()>>(f: F) -> GpuResult<()> {
     // SAFETY: ncclGroupStart/End bracket the calls made by f.
     ncheck("ncclGroupStart", unsafe { nsys::ncclGroupStart() })?;
     let inner = f();
@@ -108,13 +108,13 @@ struct WatchState {
 }
 
 /// A thread that aborts the armed communicators when their deadline passes.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     state: Arc<(Mutex<WatchState>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watchdog {
-    pub fn start() -> Watchdog {
+    pub(crate) fn start() -> Watchdog {
         let state = Arc::new((Mutex::new(WatchState::default()), Condvar::new()));
         let s2 = state.clone();
         let thread = std::thread::Builder::new()
@@ -125,7 +125,7 @@ impl Watchdog {
     }
 
     /// Arms the watchdog for `comms`: past `timeout` they are aborted.
-    pub fn arm(&self, comms: &Comms, what: &str, timeout: Duration) {
+    pub(crate) fn arm(&self, comms: &Comms, what: &str, timeout: Duration) {
         let (m, cv) = &*self.state;
         if let Ok(mut s) = m.lock() {
             s.deadline = Some(Instant::now() + timeout);
@@ -136,7 +136,7 @@ impl Watchdog {
         cv.notify_all();
     }
 
-    pub fn disarm(&self) {
+    pub(crate) fn disarm(&self) {
         let (m, cv) = &*self.state;
         if let Ok(mut s) = m.lock() {
             s.deadline = None;
@@ -146,7 +146,7 @@ impl Watchdog {
     }
 
     /// What the watchdog aborted, if it fired since the last arm.
-    pub fn fired(&self) -> Option<String> {
+    pub(crate) fn fired(&self) -> Option<String> {
         self.state.0.lock().ok().and_then(|s| s.fired.clone())
     }
 }
@@ -205,7 +205,7 @@ impl Drop for Watchdog {
 }
 
 /// Waits for all `streams` under the watchdog; a timeout aborts `comms`.
-pub fn sync_all(
+pub(crate) fn sync_all(
     streams: &[&Stream],
     comms: &mut Comms,
     wd: &Watchdog,
@@ -242,7 +242,7 @@ pub fn sync_all(
 
 /// After a failed NCCL or CUDA call: if the watchdog fired, the communicators are aborted
 /// (never to be destroyed) and the failure is the watchdog's timeout.
-pub fn settle(e: GpuError, comms: &mut Comms, wd: &Watchdog, timeout: Duration) -> GpuError {
+pub(crate) fn settle(e: GpuError, comms: &mut Comms, wd: &Watchdog, timeout: Duration) -> GpuError {
     wd.disarm();
     match wd.fired() {
         Some(what) => {

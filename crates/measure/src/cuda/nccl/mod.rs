@@ -11,11 +11,10 @@ mod rank;
 mod sweep;
 mod timing;
 
-pub use check::{count_wrong, encode, expected_value, fill_inputs, input_value, rank_sums};
-pub use comm::{Comms, Watchdog, group, settle, sync_all, unique_id};
-pub use rank::{Rank, SweepSettings, alltoall_call};
-pub use sweep::sweep_collective;
-pub use timing::{MAX_BLOCKS, RAMP, SHORT_BLOCK, Timing, blocks_wanted, median};
+pub(crate) use check::fill_inputs;
+pub(crate) use comm::{Comms, Watchdog, group, settle, sync_all, unique_id};
+pub(crate) use rank::{Rank, SweepSettings, alltoall_call};
+pub(crate) use sweep::sweep_collective;
 
 use super::gpu::{DevBuf, Gpu, GpuError, GpuResult};
 use cudarc::driver::sys as csys;
@@ -26,7 +25,7 @@ use std::ffi::CStr;
 /// Points NCCL's INFO log at a file this process parses for transports, unless the user set
 /// NCCL_DEBUG, and returns the file; processes this one starts are to keep out of it. Call
 /// before the first NCCL call and before starting threads.
-pub fn debug_file() -> Option<std::path::PathBuf> {
+pub(crate) fn debug_file() -> Option<std::path::PathBuf> {
     if std::env::var_os("NCCL_DEBUG").is_some() {
         return None;
     }
@@ -42,7 +41,7 @@ pub fn debug_file() -> Option<std::path::PathBuf> {
 }
 
 /// [`CheckError::LibraryMissing`] where NCCL cannot be loaded.
-pub fn require() -> Result<(), crate::CheckError> {
+pub(crate) fn require() -> Result<(), crate::CheckError> {
     if nccl_present() {
         return Ok(());
     }
@@ -53,7 +52,7 @@ pub fn require() -> Result<(), crate::CheckError> {
 }
 
 /// Turns an NCCL status into a result.
-pub fn ncheck(call: &'static str, r: nsys::ncclResult_t) -> GpuResult<()> {
+pub(crate) fn ncheck(call: &'static str, r: nsys::ncclResult_t) -> GpuResult<()> {
     if r == nsys::ncclResult_t::ncclSuccess {
         return Ok(());
     }
@@ -73,7 +72,7 @@ pub fn ncheck(call: &'static str, r: nsys::ncclResult_t) -> GpuResult<()> {
 /// invalid arguments are NCCL refusing how it was asked ([`GpuError::Misconfigured`]: an
 /// `NCCL_*` variable in the test's agent env, such as an `NCCL_ALGO` or `NCCL_PROTO` a
 /// collective does not support, or the suite); anything else is a failure of the node.
-pub fn nccl_error(call: &'static str, r: nsys::ncclResult_t, text: String) -> GpuError {
+pub(crate) fn nccl_error(call: &'static str, r: nsys::ncclResult_t, text: String) -> GpuError {
     use nsys::ncclResult_t::{ncclInvalidArgument, ncclInvalidUsage};
     let detail = format!("{text} ({r:?})");
     if matches!(r, ncclInvalidUsage | ncclInvalidArgument) {
@@ -95,7 +94,7 @@ pub fn nccl_present() -> bool {
 }
 
 /// NCCL's version code (22809 for 2.28.9); None when it cannot be read.
-pub fn nccl_version_code() -> Option<i32> {
+pub(crate) fn nccl_version_code() -> Option<i32> {
     static CODE: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
     *CODE.get_or_init(|| {
         let mut v = 0i32;
@@ -106,7 +105,7 @@ pub fn nccl_version_code() -> Option<i32> {
 }
 
 /// NCCL version as "2.28.3".
-pub fn nccl_version() -> Option<String> {
+pub(crate) fn nccl_version() -> Option<String> {
     let v = nccl_version_code()?;
     let (major, minor, patch) = if v >= 10000 {
         (v / 10000, (v % 10000) / 100, v % 100)
@@ -116,7 +115,7 @@ pub fn nccl_version() -> Option<String> {
     Some(format!("{major}.{minor}.{patch}"))
 }
 
-pub fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
+pub(crate) fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
     use nsys::ncclDataType_t::*;
     match dt {
         DataType::Int8 => ncclInt8,
@@ -134,7 +133,7 @@ pub fn nccl_type(dt: DataType) -> nsys::ncclDataType_t {
 
 /// Whether the loaded NCCL has `ncclMemAlloc` (2.19 and later; the symbol is looked up only
 /// then, as a missing one cannot be loaded).
-pub fn mem_alloc_call() -> bool {
+pub(crate) fn mem_alloc_call() -> bool {
     nccl_version_code().is_some_and(|v| v >= 21900)
 }
 
@@ -147,7 +146,7 @@ pub fn mem_alloc_call() -> bool {
 /// from `cuMemAlloc`, as before: a host whose driver or container refuses NCCL's way of
 /// mapping memory must not fail its sweep for it. Also returns which allocator gave it,
 /// and why not `ncclMemAlloc` where that failed.
-pub fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<(DevBuf, String)> {
+pub(crate) fn comm_buffer(gpu: &Gpu, bytes: usize) -> GpuResult<(DevBuf, String)> {
     if !mem_alloc_call() {
         return Ok((DevBuf::new(gpu, bytes)?, "cuMemAlloc".into()));
     }

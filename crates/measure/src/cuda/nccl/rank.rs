@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use std::time::Duration;
 
 /// Per-rank buffers and streams of the sweep.
-pub struct Rank<'g> {
+pub(crate) struct Rank<'g> {
     pub gpu: &'g Gpu,
     pub stream: Stream,
     pub send: DevBuf,
@@ -23,7 +23,7 @@ pub struct Rank<'g> {
 }
 
 /// Settings of one sweep.
-pub struct SweepSettings {
+pub(crate) struct SweepSettings {
     pub sizes: Vec<u64>,
     pub warmup: u32,
     pub iters: u32,
@@ -77,7 +77,7 @@ impl Op {
 
 /// Whether the loaded NCCL has `ncclAlltoAll` (2.28 and later): nccl-tests times that call
 /// where it exists, and grouped sends and receives before it, and so does the sweep.
-pub fn alltoall_call() -> bool {
+pub(crate) fn alltoall_call() -> bool {
     super::nccl_version_code().is_some_and(|v| v >= 22800)
 }
 

@@ -125,7 +125,7 @@ impl Entry {
 }
 
 /// Times and checks one collective over all sizes.
-pub fn sweep_collective(
+pub(crate) fn sweep_collective(
     c: Collective,
     comms: &mut Comms,
     ranks: &mut [Rank],

@@ -11,41 +11,41 @@ use std::time::{Duration, Instant};
 
 /// Time per iteration of one size: host time (what nccl-tests reports) and GPU event time.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Timing {
+pub(crate) struct Timing {
     pub host_us: f64,
     pub gpu_us: f64,
 }
 
 /// How long a collective's first size runs back to back before the sweep times it.
-pub const RAMP: Duration = Duration::from_millis(50);
+pub(crate) const RAMP: Duration = Duration::from_millis(50);
 /// Most rounds of 5 calls spent on [`RAMP`] (a call of the smallest size takes ~20 µs).
 pub(super) const RAMP_ROUNDS_MAX: u32 = 2000;
 
 /// Most timed blocks of one size; short blocks are repeated (see [`blocks_wanted`]).
-pub const MAX_BLOCKS: u32 = 5;
+pub(crate) const MAX_BLOCKS: u32 = 5;
 /// A block shorter than this is repeated, up to [`MAX_BLOCKS`] times. At 1 ms the sizes of
 /// nccl-tests' latency range (<= 1 MiB, 0.2-0.6 ms a block of 20 on H200) are repeated and
 /// its bandwidth range (>= 16 MiB, 1 ms and more) is timed once, as nccl-tests times it:
 /// with 2 ms, 16 MiB all_to_all on 2 x H200 (1.0-1.1 ms a block) was the median of five
 /// blocks, which leaves out the slower first block that nccl-tests' single one is.
-pub const SHORT_BLOCK: Duration = Duration::from_millis(1);
+pub(crate) const SHORT_BLOCK: Duration = Duration::from_millis(1);
 
 /// Host time over GPU time above which a block counts as stalled and is timed again (the
 /// two agree within a few percent at every size when the host keeps up: 17.6 / 17.1 us at
 /// 8 B, 79.4 / 78.8 us at 16 MiB on 2 x H200).
-pub const STALL: f64 = 1.2;
+pub(super) const STALL: f64 = 1.2;
 
 /// Whether another timed block is wanted after `done` blocks, the shortest of which took
 /// `shortest`: one block of n iterations is nccl-tests' measurement; sizes whose blocks can
 /// be shorter than [`SHORT_BLOCK`] (small sizes, where a single preemption of the launching
 /// thread moves the mean by tens of percent) are repeated up to [`MAX_BLOCKS`] times and the
 /// median kept.
-pub fn blocks_wanted(done: u32, shortest: Duration) -> bool {
+pub(crate) fn blocks_wanted(done: u32, shortest: Duration) -> bool {
     done < MAX_BLOCKS && shortest < SHORT_BLOCK
 }
 
 /// The median of `v` (the upper middle of an even count); 0 when empty.
-pub fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
     s.sort_by(f64::total_cmp);
     s.get(s.len() / 2).copied().unwrap_or(0.0)
