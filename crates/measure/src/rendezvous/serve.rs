@@ -45,7 +45,7 @@ pub(crate) fn serve_on(
     listener
         .set_nonblocking(true)
         .map_err(|e| RendezvousError::Protocol(format!("listener on {addr}: {e}")))?;
-    let (tx, rx) = mpsc::channel::<Result<Arrival, String>>();
+    let (tx, rx) = mpsc::channel::<Result<Arrival, Refused>>();
     let mut arrived: Vec<Option<Arrival>> = (1..config.ranks()).map(|_| None).collect();
     let mut refused = 0u32;
     let random = SystemRandom::new();
@@ -158,56 +158,80 @@ impl Arrival {
     }
 }
 
+/// Why rank 0 turned a connection away.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error("{0}")]
+    Socket(std::io::Error),
+    #[error("sending the challenge: {0}")]
+    Challenge(std::io::Error),
+    #[error("no complete hello ({0})")]
+    NoHello(std::io::Error),
+    #[error("not a gpufabric rendezvous hello")]
+    NotHello,
+    #[error("protocol version {0}, this rank 0 speaks {VERSION}")]
+    Version(u8),
+    #[error("wrong secret or group")]
+    WrongSecret,
+    #[error("rank {rank} is not a joining rank of a group of {ranks}")]
+    NotJoining { rank: u32, ranks: u32 },
+}
+
+/// A connection rank 0 turned away: where it came from, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("from {peer}: {why}")]
+struct Refused {
+    peer: SocketAddr,
+    why: Refusal,
+}
+
 /// Rank 0's side of one connection: send the challenge, check the answer.
 fn admit(
     mut stream: TcpStream,
     peer: SocketAddr,
     config: &Config,
     nonce: [u8; NONCE],
-) -> Result<Arrival, String> {
-    let fail = |what: &str| format!("from {peer}: {what}");
+) -> Result<Arrival, Refused> {
+    let fail = |why: Refusal| Refused { peer, why };
     stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_nodelay(true))
         .and_then(|()| stream.set_read_timeout(Some(HELLO_TIMEOUT)))
         .and_then(|()| stream.set_write_timeout(Some(HELLO_TIMEOUT)))
-        .map_err(|e| fail(&e.to_string()))?;
+        .map_err(|e| fail(Refusal::Socket(e)))?;
     let mut challenge = Vec::with_capacity(MAGIC.len() + 1 + NONCE);
     challenge.extend_from_slice(MAGIC);
     challenge.push(VERSION);
     challenge.extend_from_slice(&nonce);
     stream
         .write_all(&challenge)
-        .map_err(|e| fail(&format!("sending the challenge: {e}")))?;
+        .map_err(|e| fail(Refusal::Challenge(e)))?;
     let mut hello = [0u8; 4 + 1 + 4 + NONCE + TAG];
     stream
         .read_exact(&mut hello)
-        .map_err(|e| fail(&format!("no complete hello ({e})")))?;
+        .map_err(|e| fail(Refusal::NoHello(e)))?;
     if &hello[..4] != MAGIC {
-        return Err(fail("not a gpufabric rendezvous hello"));
+        return Err(fail(Refusal::NotHello));
     }
     if hello[4] != VERSION {
-        return Err(fail(&format!(
-            "protocol version {}, this rank 0 speaks {VERSION}",
-            hello[4]
-        )));
+        return Err(fail(Refusal::Version(hello[4])));
     }
     let rank = u32::from_be_bytes([hello[5], hello[6], hello[7], hello[8]]);
     let mut their_nonce = [0u8; NONCE];
     their_nonce.copy_from_slice(&hello[9..9 + NONCE]);
     let tag = &hello[9 + NONCE..];
     let message = hello_message(config, &nonce, &their_nonce, rank);
-    hmac::verify(&config.secret.key(), &message, tag).map_err(|_| fail("wrong secret or group"))?;
+    hmac::verify(&config.secret.key(), &message, tag).map_err(|_| fail(Refusal::WrongSecret))?;
     if rank == 0 || rank >= config.ranks() {
-        return Err(fail(&format!(
-            "rank {rank} is not a joining rank of a group of {}",
-            config.ranks()
-        )));
+        return Err(fail(Refusal::NotJoining {
+            rank,
+            ranks: config.ranks(),
+        }));
     }
     stream
         .set_read_timeout(None)
         .and_then(|()| stream.set_write_timeout(None))
-        .map_err(|e| fail(&e.to_string()))?;
+        .map_err(|e| fail(Refusal::Socket(e)))?;
     Ok(Arrival {
         rank,
         nonce: their_nonce,
