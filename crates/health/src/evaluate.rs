@@ -14,6 +14,7 @@ use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::trend::TrendPoint;
 use std::collections::BTreeMap;
 
+mod classify;
 mod compare;
 mod compute;
 pub mod counters;
@@ -22,6 +23,7 @@ mod gpu_pairs;
 mod hardware;
 mod node;
 mod perf;
+mod stats;
 pub mod trend;
 pub mod tuning;
 

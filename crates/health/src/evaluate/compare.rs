@@ -1,7 +1,8 @@
 //! The fleet comparison: each series of values against the nodes of the same product and GPU count in the run.
 
 use super::gpu_pairs::blame;
-use super::node::{NodeStats, SeriesKey, drop_explained_slowness};
+use super::node::drop_explained_slowness;
+use super::stats::{NodeStats, SeriesKey};
 use super::{how_far, num};
 use crate::fleet::{self, Better, Rule};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};

@@ -4,7 +4,7 @@
 //! GPU is, a node whose GPUs are all slow alike). Each finding carries the GPU's clocks,
 //! power, temperature and throttle reasons read under load.
 
-use super::node::{NodeStats, SeriesKey};
+use super::stats::{NodeStats, SeriesKey};
 use super::{how_far, num};
 use crate::fleet;
 use crate::profiles::Expectations;

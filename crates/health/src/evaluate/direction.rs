@@ -2,7 +2,7 @@
 //! set of ports and receives through another, so a GPU slow to send to every peer, or slow
 //! to receive from every peer, is named as that GPU and side, not as the pairs it touches.
 
-use super::gpu_pairs::{Missed, classify};
+use super::classify::{Missed, classify};
 use super::{how_far, num, source_words};
 use crate::fleet::{self, Rule};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};

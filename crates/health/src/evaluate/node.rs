@@ -1,4 +1,5 @@
-//! One measured node: every per-node check in order, and what the fleet comparison needs from it.
+//! One measured node: every per-node check in order, filling what the fleet comparison
+//! needs from it (`stats.rs`), and the slowness a smaller part at fault explains.
 
 use super::NodeInput;
 use super::gpu_pairs::check_pairs;
@@ -6,49 +7,12 @@ use super::hardware::{
     check_health, check_identity, check_phase_errors, check_transports, check_wrong_results,
 };
 use super::perf::{check_ddp, check_host, check_nccl};
+use super::stats::NodeStats;
 use crate::profiles;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::CompactResult;
-use gpufabric_api::suite::Collective;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// A value of one node that the fleet comparison looks at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct SeriesKey {
-    pub(super) metric: Metric,
-    pub(super) collective: Option<Collective>,
-    pub(super) gpu: Option<u32>,
-    /// Second GPU, for a GPU pair compared across nodes.
-    pub(super) peer: Option<u32>,
-}
-
-impl SeriesKey {
-    /// The node-wide value of `metric` (no collective, GPU or peer).
-    pub(super) fn of_node(metric: Metric) -> SeriesKey {
-        SeriesKey {
-            metric,
-            collective: None,
-            gpu: None,
-            peer: None,
-        }
-    }
-}
-
-/// What the fleet comparison needs from one measured node.
-#[derive(Debug)]
-pub(super) struct NodeStats {
-    pub(super) node: String,
-    /// Normalized product and GPU count: nodes compare only within the same group.
-    pub(super) group: (String, u32),
-    pub(super) product: String,
-    pub(super) values: BTreeMap<SeriesKey, f64>,
-    /// Series already judged on this node by a threshold or a profile floor.
-    pub(super) judged: BTreeSet<SeriesKey>,
-    /// Whether the sweep's small sizes were timed with CUDA graphs (`graphLaunches` > 0),
-    /// not host-launched calls that move with the launching CPU's speed.
-    pub(super) graph_timed: bool,
-}
 
 pub(super) fn judge_node(
     input: &NodeInput,

@@ -1,7 +1,7 @@
 //! Per-node performance rules: NCCL against thresholds and profiles, host copies, DDP
 //! scaling and stragglers.
 
-use super::node::{NodeStats, SeriesKey};
+use super::stats::{NodeStats, SeriesKey};
 use super::{how_far, num, source_words};
 use crate::fleet;
 use crate::profiles::{self, Expectations};
