@@ -59,15 +59,17 @@ pub enum NodeError {
     /// A random id could not be made (the sim's stand-in for NCCL's).
     #[error(transparent)]
     Rendezvous(#[from] RendezvousError),
-    /// An NCCL call, or the worker processes of this node's GPUs.
+    /// What the backend's own calls gave: an NCCL call, the worker processes of this
+    /// node's GPUs, their reports.
     #[error(transparent)]
-    Gpu(#[from] crate::cuda::gpu::GpuError),
-    /// A worker's task could not be written.
-    #[error(transparent)]
-    Task(#[from] serde_json::Error),
-    /// The workers' reports make no point.
-    #[error(transparent)]
-    Ranks(#[from] crate::cuda::ddp::procs::CombineError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl NodeError {
+    /// A backend's own error, as it says it.
+    pub fn backend(e: impl std::error::Error + Send + Sync + 'static) -> NodeError {
+        NodeError::Backend(Box::new(e))
+    }
 }
 
 /// How one backend does its node's part of the probe: ready before the ranks meet, each

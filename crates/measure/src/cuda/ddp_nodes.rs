@@ -70,7 +70,7 @@ impl NodeMeasure for CudaDdpNodes {
 
     /// The id as the workers take it: 256 hex digits.
     fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
-        let id = nccl::unique_id()?;
+        let id = nccl::unique_id().map_err(NodeError::backend)?;
         Ok(encode_id(&id).into_bytes())
     }
 
@@ -91,9 +91,11 @@ impl NodeMeasure for CudaDdpNodes {
                     settings: self.settings.clone(),
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit, None)?;
-        Ok(combine_ranks(&reports, first)?)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(NodeError::backend)?;
+        let reports = run_workers(&self.exe, &[WORKER_SUBCOMMAND], &inputs, self.limit, None)
+            .map_err(NodeError::backend)?;
+        combine_ranks(&reports, first).map_err(NodeError::backend)
     }
 }
 

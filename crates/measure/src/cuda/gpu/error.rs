@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// A failed CUDA, NCCL or cuBLAS call, or a wait that ran past its deadline.
 #[derive(Debug, thiserror::Error)]
-pub enum GpuError {
+pub(crate) enum GpuError {
     #[error("{call} failed: {detail}")]
     Call { call: &'static str, detail: String },
     #[error("{0} did not finish within {1:?}")]
