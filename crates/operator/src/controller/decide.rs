@@ -1,6 +1,7 @@
 //! What the FabricTest controller decides, with no client: whether the spec can run,
 //! whether a run starts now (schedule, creation, run-now, concurrency policy), and the
-//! conditions the status shows. `super::test` carries the decisions out.
+//! conditions the status shows. `super::test` carries the decisions out; what follows a
+//! folded run is decided in `super::after_fold`.
 
 use crate::names;
 use crate::schedule::Schedule;
@@ -8,12 +9,11 @@ use crate::status as st;
 use crate::time::to_chrono;
 use chrono::{DateTime, Utc};
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict, Trigger};
-use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
+use gpufabric_api::run::{FabricTestRun, Trigger};
+use gpufabric_api::test::{FabricTest, FabricTestStatus};
 use gpufabric_health::profiles::validate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use std::collections::{BTreeMap, BTreeSet};
 
 /// Condition: the spec is accepted and the operator acts on it (runs are scheduled, or the
 /// test runs once, or its owner suspended it); False only for a spec that cannot run.
@@ -188,90 +188,6 @@ impl Decision {
     }
 }
 
-/// What a folded run means for quarantine, decided with no client: the plan, why each node
-/// would be quarantined (its latest finding), and the repaired nodes the run measured
-/// completely (every phase ran).
-#[derive(Clone, Debug, PartialEq)]
-pub struct QuarantineDecision {
-    pub plan: gpufabric_health::Plan,
-    pub reasons: BTreeMap<String, String>,
-    pub repaired: BTreeSet<String>,
-}
-
-/// Plans quarantine after `run` (already folded into `status`): the planner's facts for
-/// every `observed` node from the test's history, what the run measured (a node not
-/// measured is never a suspect) and confirmed itself (node pairs retested against a
-/// known-good partner), under `guards`. `selected`: the nodes the test selects, the base of
-/// a percent budget (never fewer than the run measured).
-pub fn quarantine_decision(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &FabricTestStatus,
-    observed: &[crate::quarantine::NodeObservation],
-    selected: usize,
-    guards: &gpufabric_health::Guards,
-) -> QuarantineDecision {
-    let run_name = run.name_any();
-    let tested: BTreeSet<&str> = st::measured_nodes(results);
-    let confirmed: BTreeSet<&str> = results
-        .iter()
-        .filter(|r| r.confirmed)
-        .map(|r| r.node.as_str())
-        .collect();
-    let complete: BTreeSet<&str> = results
-        .iter()
-        .filter(|r| r.complete())
-        .map(|r| r.node.as_str())
-        .collect();
-    let history: BTreeMap<&str, &NodeHealth> =
-        status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
-    let facts: Vec<_> = observed
-        .iter()
-        .map(|o| {
-            let health = history
-                .get(o.node.as_str())
-                .map(|h| (*h).clone())
-                .unwrap_or_else(|| {
-                    gpufabric_health::history::advance(
-                        None,
-                        &o.node,
-                        NodeVerdict::Pending,
-                        None,
-                        &run_name,
-                    )
-                });
-            let mut facts = o.facts(health, tested.contains(o.node.as_str()));
-            facts.confirmed = confirmed.contains(o.node.as_str());
-            // A repair is proven only by a complete measurement.
-            facts.repaired &= complete.contains(o.node.as_str());
-            facts
-        })
-        .collect();
-    let plan = gpufabric_health::plan_guarded(
-        &facts,
-        &test.spec.quarantine,
-        selected.max(tested.len()),
-        run.spec.trigger,
-        guards,
-    );
-    let reasons = status
-        .nodes
-        .iter()
-        .filter_map(|h| h.last_finding.clone().map(|f| (h.node.clone(), f)))
-        .collect();
-    let repaired = observed
-        .iter()
-        .filter(|o| o.repaired && complete.contains(o.node.as_str()))
-        .map(|o| o.node.clone())
-        .collect();
-    QuarantineDecision {
-        plan,
-        reasons,
-        repaired,
-    }
-}
-
 /// The status conditions of a test whose spec is valid: Ready and Degraded.
 ///
 /// Ready says the operator accepted the spec and acts on it, so it is True from the first
@@ -384,7 +300,9 @@ mod tests {
     use super::*;
     use crate::time::to_time;
     use chrono::TimeZone;
-    use gpufabric_api::run::{FabricTestRunSpec, FabricTestRunStatus, RunPhase};
+    use gpufabric_api::run::{
+        FabricTestRunSpec, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
+    };
     use gpufabric_api::test::{ConcurrencyPolicy, FabricTestSpec};
     use std::collections::BTreeMap;
 
@@ -567,6 +485,11 @@ mod tests {
         assert_eq!(status.next_schedule_time, None);
     }
 
+    fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
+        serde_json::from_value(serde_json::json!({"node": node, "verdict": verdict}))
+            .expect("a node result")
+    }
+
     fn status_of<'a>(c: &'a [Condition], type_: &str) -> (&'a str, &'a str) {
         c.iter()
             .find(|c| c.type_ == type_)
@@ -673,125 +596,5 @@ mod tests {
             status_of(&status.conditions, CONDITION_DEGRADED),
             ("Unknown", "NoRunJudged")
         );
-    }
-
-    fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
-        serde_json::from_value(serde_json::json!({"node": node, "verdict": verdict}))
-            .expect("a node result")
-    }
-
-    fn node(name: &str, annotations: serde_json::Value) -> k8s_openapi::api::core::v1::Node {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations}
-        }))
-        .expect("a node")
-    }
-
-    /// The quarantine decision after `r` over `nodes` as test "nightly" observes them, in a
-    /// selection of 10 nodes, with a closed breaker and no cluster cap.
-    fn decide_over(
-        t: &FabricTest,
-        r: &FabricTestRun,
-        results: &[NodeRunResult],
-        status: &FabricTestStatus,
-        nodes: &[k8s_openapi::api::core::v1::Node],
-    ) -> QuarantineDecision {
-        let observed: Vec<_> = nodes
-            .iter()
-            .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
-            .collect();
-        quarantine_decision(
-            t,
-            r,
-            results,
-            status,
-            &observed,
-            10,
-            &gpufabric_health::Guards::default(),
-        )
-    }
-
-    #[test]
-    fn the_quarantine_decision_judges_only_what_the_run_measured() {
-        use gpufabric_api::policy::QuarantineMode;
-        let mut t = test(None);
-        t.spec.quarantine.mode = QuarantineMode::Cordon;
-        t.spec.quarantine.confirm_retest = false;
-        t.spec.quarantine.max_quarantined =
-            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5);
-        let r = run("nightly-1");
-        let results = [
-            result("bad", NodeVerdict::Failed),
-            result("fixed", NodeVerdict::Passed),
-            result("busy", NodeVerdict::NotMeasured),
-        ];
-        let mut status = FabricTestStatus::default();
-        status.nodes = crate::status::fold_history(&[], &r, &results);
-        // "busy" failed before; this run did not measure it.
-        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "busy") {
-            h.consecutive_failures = 2;
-            h.last_finding = Some("slow".into());
-        }
-        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "bad") {
-            h.last_finding = Some("GPU 3 straggler".into());
-        }
-        let repaired = serde_json::json!({ keys::ANNOTATION_REPAIRED: "INC-1" });
-        let nodes = [
-            node("bad", serde_json::json!({})),
-            node("fixed", repaired.clone()),
-            node("busy", repaired),
-        ];
-        let d = decide_over(&t, &r, &results, &status, &nodes);
-        assert_eq!(d.plan.quarantine, ["bad"]);
-        assert_eq!(
-            d.plan.hold_of("busy"),
-            Some(gpufabric_health::Hold::NotTested)
-        );
-        assert_eq!(d.reasons["bad"], "GPU 3 straggler");
-        // Only a repaired node the run measured counts as tested after its repair.
-        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["fixed"]);
-    }
-
-    #[test]
-    fn a_repair_measured_in_part_releases_nothing_and_is_tried_again() {
-        use gpufabric_api::policy::QuarantineMode;
-        let mut t = test(None);
-        t.spec.quarantine.mode = QuarantineMode::Cordon;
-        t.spec.quarantine.passes_to_release = 3;
-        let mut r = run("nightly-2");
-        if let Some(st) = r.status.as_mut() {
-            st.completion_time = Some(to_time(at(2, 0)));
-        }
-        let mut partial = result("partial", NodeVerdict::Passed);
-        partial.unmeasured = vec!["ncclSweep".into()];
-        let results = [partial, result("whole", NodeVerdict::Passed)];
-        let mut status = FabricTestStatus::default();
-        status.nodes = crate::status::fold_history(&[], &r, &results);
-        // A partial measurement is no measurement for the targets: they are tried again.
-        let measured: Vec<&str> = status
-            .nodes
-            .iter()
-            .filter(|h| h.last_measured.is_some())
-            .map(|h| h.node.as_str())
-            .collect();
-        assert_eq!(measured, ["whole"]);
-        let held = |name: &str| {
-            let record = serde_json::json!({"test": "nightly", "run": "r0", "reason": "slow",
-                "since": "2026-11-27T00:00:00Z", "mode": "Cordon", "cordoned": true});
-            node(
-                name,
-                serde_json::json!({
-                    keys::ANNOTATION_REPAIRED: "INC-2",
-                    keys::ANNOTATION_QUARANTINE: record.to_string(),
-                }),
-            )
-        };
-        let d = decide_over(&t, &r, &results, &status, &[held("partial"), held("whole")]);
-        assert_eq!(
-            d.plan.release,
-            ["whole"],
-            "one complete pass releases a repair"
-        );
-        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["whole"]);
     }
 }

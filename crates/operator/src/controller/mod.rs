@@ -1,6 +1,7 @@
 //! The two controllers (FabricTest: schedule and history; FabricTestRun: pods and results)
 //! and the watches that feed them.
 
+pub mod after_fold;
 pub mod backoff;
 pub mod decide;
 #[cfg(test)]

@@ -3,10 +3,8 @@
 //! run into the per-node history once, hands it to the quarantine executor, deletes runs
 //! beyond the history limits, and requeues at the next schedule time.
 
-use super::decide::{
-    Decision, QuarantineDecision, conditions, decide, invalid_status, quarantine_decision,
-    validated_schedule,
-};
+use super::after_fold::{self, AfterFold, QuarantineDecision};
+use super::decide::{Decision, conditions, decide, invalid_status, validated_schedule};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events::{self, EventType};
@@ -551,9 +549,10 @@ fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric
     }
 }
 
-/// Hands a folded run to the quarantine executor and writes its outcome into `status`; a
-/// storm opens `breaker`. Returns false when some node change failed (the controller looks
-/// again soon).
+/// Observes the nodes of a folded run, plans what follows it ([`after_fold::plan`], pure)
+/// and carries the plan out ([`carry_out_after_fold`]): the quarantine outcome goes into
+/// `status`, a storm opens `breaker`. Returns false when some node change failed (the
+/// controller looks again soon).
 async fn quarantine_after(
     test: &FabricTest,
     run: &FabricTestRun,
@@ -565,7 +564,6 @@ async fn quarantine_after(
     if run.status.is_none() {
         return Ok(true);
     }
-    let run_name = run.name_any();
     let tested: BTreeSet<&str> = st::measured_nodes(results);
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
@@ -588,11 +586,7 @@ async fn quarantine_after(
         &test.spec.node_selector,
         test.spec.nodes.as_deref(),
     );
-    let QuarantineDecision {
-        plan,
-        reasons,
-        repaired,
-    } = quarantine_decision(
+    let after = after_fold::plan(
         test,
         run,
         results,
@@ -600,7 +594,35 @@ async fn quarantine_after(
         &observed,
         selected,
         &guards(ctx, breaker.open, holdings.others),
-    );
+    )?;
+    carry_out_after_fold(test, run, results, status, breaker, ctx, after).await
+}
+
+/// Carries out what follows a folded run, in the plan's order: the breaker opens on a
+/// storm, the quarantine plan is executed and its outcome written into `status` (which the
+/// lifecycle and the signals then read), the lifecycle's steps, the signals and trend
+/// points when the plan publishes them, and the confirmation run. Returns false when some
+/// node change failed.
+async fn carry_out_after_fold(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    results: &[NodeRunResult],
+    status: &mut FabricTestStatus,
+    breaker: &mut quarantine::Breaker,
+    ctx: &Context,
+    after: AfterFold,
+) -> Result<bool> {
+    let AfterFold {
+        decision:
+            QuarantineDecision {
+                plan,
+                reasons,
+                repaired,
+            },
+        publish,
+        confirm,
+    } = after;
+    let run_name = run.name_any();
     if let Some(storm) = &plan.storm {
         quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
     }
@@ -619,15 +641,11 @@ async fn quarantine_after(
     let lifecycle_applied =
         crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
             .await;
-    // With the breaker open nothing on a node changes, its signals included: a remediation
-    // tool that acts on GPUFabricDegraded=True must not act on a storm either. Nor does a
-    // storm's run add to any node's own record of its runs.
-    if !plan.breaker_open {
+    if publish {
         publish_signals(test, run, results, status, &plan, ctx).await;
         record_trends(run, results, ctx).await;
     }
-    if !plan.confirm.is_empty() {
-        let confirm = runs::confirmation_run(test, &run_name, &plan.confirm)?;
+    if let Some(confirm) = confirm {
         let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
         if create_run(ctx, &api, &confirm).await? {
             ctx.events

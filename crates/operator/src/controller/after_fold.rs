@@ -1,0 +1,374 @@
+//! What the FabricTest controller does after it folds a finished run, decided with no
+//! client once the run's nodes are observed: the quarantine plan and why, whether the
+//! run's node signals and trend points are written, and the confirmation run to create.
+//! `super::test::quarantine_after` observes, asks [`plan`], and carries the plan out.
+
+use crate::error::Result;
+use crate::runs;
+use crate::status as st;
+use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
+use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
+use kube::ResourceExt;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Everything that follows the observation of a folded run's nodes, in the order the
+/// executor carries it out: open the breaker on a storm (`decision.plan.storm`), execute
+/// the quarantine plan and write its outcome into the status, the lifecycle's steps, then
+/// (when `publish`) the node signals and the trend points, and last the confirmation run.
+///
+/// The node signals themselves are decided when they are written, not here: they are read
+/// from the status after the quarantine outcome and the lifecycle changed it, and from the
+/// node cache as it is then.
+#[derive(Clone, Debug)]
+pub struct AfterFold {
+    pub decision: QuarantineDecision,
+    /// Write the run's node signals and add its trend points. Not while the breaker is
+    /// open: then nothing on a node changes, its signals included (a remediation tool that
+    /// acts on `GPUFabricDegraded=True` must not act on a storm either), and a storm's run
+    /// adds to no node's own record of its runs.
+    pub publish: bool,
+    /// The confirmation run that retests the plan's `confirm` nodes; None when there are
+    /// none.
+    pub confirm: Option<FabricTestRun>,
+}
+
+/// Plans what follows `run` (already folded into `status`) from the `observed` nodes (see
+/// [`quarantine_decision`]). Fails only when the confirmation run cannot be built: a test
+/// without a name or uid, which the controller has refused before it folds any run.
+pub fn plan(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    results: &[NodeRunResult],
+    status: &FabricTestStatus,
+    observed: &[crate::quarantine::NodeObservation],
+    selected: usize,
+    guards: &gpufabric_health::Guards,
+) -> Result<AfterFold> {
+    let decision = quarantine_decision(test, run, results, status, observed, selected, guards);
+    let confirm = if decision.plan.confirm.is_empty() {
+        None
+    } else {
+        Some(runs::confirmation_run(
+            test,
+            &run.name_any(),
+            &decision.plan.confirm,
+        )?)
+    };
+    Ok(AfterFold {
+        publish: !decision.plan.breaker_open,
+        confirm,
+        decision,
+    })
+}
+
+/// What a folded run means for quarantine, decided with no client: the plan, why each node
+/// would be quarantined (its latest finding), and the repaired nodes the run measured
+/// completely (every phase ran).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuarantineDecision {
+    pub plan: gpufabric_health::Plan,
+    pub reasons: BTreeMap<String, String>,
+    pub repaired: BTreeSet<String>,
+}
+
+/// Plans quarantine after `run` (already folded into `status`): the planner's facts for
+/// every `observed` node from the test's history, what the run measured (a node not
+/// measured is never a suspect) and confirmed itself (node pairs retested against a
+/// known-good partner), under `guards`. `selected`: the nodes the test selects, the base of
+/// a percent budget (never fewer than the run measured).
+pub fn quarantine_decision(
+    test: &FabricTest,
+    run: &FabricTestRun,
+    results: &[NodeRunResult],
+    status: &FabricTestStatus,
+    observed: &[crate::quarantine::NodeObservation],
+    selected: usize,
+    guards: &gpufabric_health::Guards,
+) -> QuarantineDecision {
+    let run_name = run.name_any();
+    let tested: BTreeSet<&str> = st::measured_nodes(results);
+    let confirmed: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.confirmed)
+        .map(|r| r.node.as_str())
+        .collect();
+    let complete: BTreeSet<&str> = results
+        .iter()
+        .filter(|r| r.complete())
+        .map(|r| r.node.as_str())
+        .collect();
+    let history: BTreeMap<&str, &NodeHealth> =
+        status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
+    let facts: Vec<_> = observed
+        .iter()
+        .map(|o| {
+            let health = history
+                .get(o.node.as_str())
+                .map(|h| (*h).clone())
+                .unwrap_or_else(|| {
+                    gpufabric_health::history::advance(
+                        None,
+                        &o.node,
+                        NodeVerdict::Pending,
+                        None,
+                        &run_name,
+                    )
+                });
+            let mut facts = o.facts(health, tested.contains(o.node.as_str()));
+            facts.confirmed = confirmed.contains(o.node.as_str());
+            // A repair is proven only by a complete measurement.
+            facts.repaired &= complete.contains(o.node.as_str());
+            facts
+        })
+        .collect();
+    let plan = gpufabric_health::plan_guarded(
+        &facts,
+        &test.spec.quarantine,
+        selected.max(tested.len()),
+        run.spec.trigger,
+        guards,
+    );
+    let reasons = status
+        .nodes
+        .iter()
+        .filter_map(|h| h.last_finding.clone().map(|f| (h.node.clone(), f)))
+        .collect();
+    let repaired = observed
+        .iter()
+        .filter(|o| o.repaired && complete.contains(o.node.as_str()))
+        .map(|o| o.node.clone())
+        .collect();
+    QuarantineDecision {
+        plan,
+        reasons,
+        repaired,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpufabric_api::keys;
+    use gpufabric_api::run::{FabricTestRunSpec, FabricTestRunStatus, RunPhase, Trigger};
+    use gpufabric_api::test::FabricTestSpec;
+
+    fn test() -> FabricTest {
+        let mut t = FabricTest::new("nightly", FabricTestSpec::default());
+        t.metadata.uid = Some("uid-1".into());
+        t
+    }
+
+    fn at(h: u32, m: u32) -> chrono::DateTime<chrono::Utc> {
+        use chrono::TimeZone;
+        chrono::Utc
+            .with_ymd_and_hms(2026, 11, 21, h, m, 0)
+            .single()
+            .expect("valid time")
+    }
+
+    fn run(name: &str) -> FabricTestRun {
+        let mut r = FabricTestRun::new(
+            name,
+            FabricTestRunSpec::of_test(
+                "nightly",
+                &FabricTestSpec::default(),
+                Trigger::Schedule,
+                None,
+                None,
+            ),
+        );
+        r.status = Some(FabricTestRunStatus {
+            phase: RunPhase::Running,
+            ..Default::default()
+        });
+        r
+    }
+
+    fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
+        serde_json::from_value(serde_json::json!({"node": node, "verdict": verdict}))
+            .expect("a node result")
+    }
+
+    fn node(name: &str, annotations: serde_json::Value) -> k8s_openapi::api::core::v1::Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "resourceVersion": "1", "annotations": annotations}
+        }))
+        .expect("a node")
+    }
+
+    /// The quarantine decision after `r` over `nodes` as test "nightly" observes them, in a
+    /// selection of 10 nodes, with a closed breaker and no cluster cap.
+    fn decide_over(
+        t: &FabricTest,
+        r: &FabricTestRun,
+        results: &[NodeRunResult],
+        status: &FabricTestStatus,
+        nodes: &[k8s_openapi::api::core::v1::Node],
+    ) -> QuarantineDecision {
+        let observed: Vec<_> = nodes
+            .iter()
+            .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
+            .collect();
+        quarantine_decision(
+            t,
+            r,
+            results,
+            status,
+            &observed,
+            10,
+            &gpufabric_health::Guards::default(),
+        )
+    }
+
+    #[test]
+    fn the_quarantine_decision_judges_only_what_the_run_measured() {
+        use gpufabric_api::policy::QuarantineMode;
+        let mut t = test();
+        t.spec.quarantine.mode = QuarantineMode::Cordon;
+        t.spec.quarantine.confirm_retest = false;
+        t.spec.quarantine.max_quarantined =
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(5);
+        let r = run("nightly-1");
+        let results = [
+            result("bad", NodeVerdict::Failed),
+            result("fixed", NodeVerdict::Passed),
+            result("busy", NodeVerdict::NotMeasured),
+        ];
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        // "busy" failed before; this run did not measure it.
+        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "busy") {
+            h.consecutive_failures = 2;
+            h.last_finding = Some("slow".into());
+        }
+        if let Some(h) = status.nodes.iter_mut().find(|h| h.node == "bad") {
+            h.last_finding = Some("GPU 3 straggler".into());
+        }
+        let repaired = serde_json::json!({ keys::ANNOTATION_REPAIRED: "INC-1" });
+        let nodes = [
+            node("bad", serde_json::json!({})),
+            node("fixed", repaired.clone()),
+            node("busy", repaired),
+        ];
+        let d = decide_over(&t, &r, &results, &status, &nodes);
+        assert_eq!(d.plan.quarantine, ["bad"]);
+        assert_eq!(
+            d.plan.hold_of("busy"),
+            Some(gpufabric_health::Hold::NotTested)
+        );
+        assert_eq!(d.reasons["bad"], "GPU 3 straggler");
+        // Only a repaired node the run measured counts as tested after its repair.
+        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["fixed"]);
+    }
+
+    #[test]
+    fn a_repair_measured_in_part_releases_nothing_and_is_tried_again() {
+        use gpufabric_api::policy::QuarantineMode;
+        let mut t = test();
+        t.spec.quarantine.mode = QuarantineMode::Cordon;
+        t.spec.quarantine.passes_to_release = 3;
+        let mut r = run("nightly-2");
+        if let Some(st) = r.status.as_mut() {
+            st.completion_time = Some(crate::time::to_time(at(2, 0)));
+        }
+        let mut partial = result("partial", NodeVerdict::Passed);
+        partial.unmeasured = vec!["ncclSweep".into()];
+        let results = [partial, result("whole", NodeVerdict::Passed)];
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        // A partial measurement is no measurement for the targets: they are tried again.
+        let measured: Vec<&str> = status
+            .nodes
+            .iter()
+            .filter(|h| h.last_measured.is_some())
+            .map(|h| h.node.as_str())
+            .collect();
+        assert_eq!(measured, ["whole"]);
+        let held = |name: &str| {
+            let record = serde_json::json!({"test": "nightly", "run": "r0", "reason": "slow",
+                "since": "2026-11-27T00:00:00Z", "mode": "Cordon", "cordoned": true});
+            node(
+                name,
+                serde_json::json!({
+                    keys::ANNOTATION_REPAIRED: "INC-2",
+                    keys::ANNOTATION_QUARANTINE: record.to_string(),
+                }),
+            )
+        };
+        let d = decide_over(&t, &r, &results, &status, &[held("partial"), held("whole")]);
+        assert_eq!(
+            d.plan.release,
+            ["whole"],
+            "one complete pass releases a repair"
+        );
+        assert_eq!(d.repaired.into_iter().collect::<Vec<_>>(), ["whole"]);
+    }
+
+    /// What follows `r` over `nodes` (all passing unless `failed`), in cordon mode with
+    /// confirmation retests, under `guards`.
+    fn plan_over(failed: &[&str], passed: &[&str], guards: gpufabric_health::Guards) -> AfterFold {
+        use gpufabric_api::policy::QuarantineMode;
+        let mut t = test();
+        t.spec.quarantine.mode = QuarantineMode::Cordon;
+        t.spec.quarantine.confirm_retest = true;
+        t.spec.quarantine.storm_threshold_percent = 100;
+        let r = run("nightly-3");
+        let results: Vec<NodeRunResult> = failed
+            .iter()
+            .map(|n| result(n, NodeVerdict::Failed))
+            .chain(passed.iter().map(|n| result(n, NodeVerdict::Passed)))
+            .collect();
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        let observed: Vec<_> = results
+            .iter()
+            .map(|res| {
+                let n = node(&res.node, serde_json::json!({}));
+                crate::quarantine::NodeObservation::of(&res.node, Some(&n), "nightly")
+            })
+            .collect();
+        plan(&t, &r, &results, &status, &observed, 10, &guards).expect("plans")
+    }
+
+    #[test]
+    fn with_the_breaker_open_no_signal_or_trend_is_written_and_nothing_confirmed() {
+        let after = plan_over(
+            &["bad"],
+            &["good"],
+            gpufabric_health::Guards {
+                breaker_open: true,
+                ..Default::default()
+            },
+        );
+        assert!(after.decision.plan.breaker_open);
+        assert!(!after.publish);
+        assert!(after.confirm.is_none());
+        assert!(after.decision.plan.quarantine.is_empty());
+    }
+
+    #[test]
+    fn suspects_get_one_confirmation_run_that_retests_only_them() {
+        let after = plan_over(&["bad-2", "bad-1"], &["good"], Default::default());
+        assert!(after.publish);
+        assert_eq!(after.decision.plan.confirm, ["bad-1", "bad-2"]);
+        let confirm = after.confirm.expect("a confirmation run");
+        assert_eq!(confirm.name_any(), runs::confirmation_run_name("nightly-3"));
+        assert_eq!(confirm.spec.trigger, Trigger::Confirmation);
+        assert_eq!(
+            confirm.spec.nodes,
+            Some(vec!["bad-1".to_string(), "bad-2".to_string()])
+        );
+        assert_eq!(
+            confirm.annotations().get(runs::ANNOTATION_CONFIRMS),
+            Some(&"nightly-3".to_string())
+        );
+    }
+
+    #[test]
+    fn with_no_suspect_there_is_no_confirmation_run_and_the_signals_are_written() {
+        let after = plan_over(&[], &["good-1", "good-2"], Default::default());
+        assert!(after.publish);
+        assert!(after.decision.plan.confirm.is_empty());
+        assert!(after.confirm.is_none());
+    }
+}
