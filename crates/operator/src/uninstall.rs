@@ -9,7 +9,7 @@ use gpufabric_api::FabricTest;
 use gpufabric_api::keys;
 use gpufabric_operator::events::{Events, Reporter};
 use gpufabric_operator::leader::Observer;
-use gpufabric_operator::quarantine::{self, QuarantineMetrics};
+use gpufabric_operator::quarantine::{self, QuarantineError, QuarantineMetrics};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Client, ResourceExt};
@@ -168,13 +168,13 @@ pub fn next(tests: &[TestSeen], operator: &Operator, timed_out: bool) -> Next {
 }
 
 /// A FabricTest still there when time ran out.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Left {
     pub test: String,
     /// The finalizers it still waits for.
     pub finalizers: Vec<String>,
     /// The nodes whose quarantine record names it, or why they could not be read.
-    pub nodes: Result<Vec<String>, String>,
+    pub nodes: Result<Vec<String>, QuarantineError>,
 }
 
 /// The error of a timed-out uninstall: which tests still hold which nodes, why, and what
@@ -454,14 +454,13 @@ async fn release_here(
 }
 
 /// The nodes whose quarantine record names `test`.
-async fn holds(client: &Client, test: &FabricTest) -> Result<Vec<String>, String> {
+async fn holds(client: &Client, test: &FabricTest) -> Result<Vec<String>, QuarantineError> {
     quarantine::quarantined_by(client, test)
         .await
         .map(|r| r.into_keys().collect())
-        .map_err(|e| e.to_string())
 }
 
-fn describe(holds: &Result<Vec<String>, String>) -> String {
+fn describe(holds: &Result<Vec<String>, QuarantineError>) -> String {
     match holds {
         Ok(n) if n.is_empty() => "it holds no node".into(),
         Ok(n) => format!("its finalizer releases {}", n.join(", ")),
@@ -624,7 +623,7 @@ mod tests {
             Left {
                 test: "odd".into(),
                 finalizers: ours,
-                nodes: Err("forbidden".into()),
+                nodes: Err(QuarantineError::Unnamed),
             },
         ];
         let m = timeout_message(&options(), &left, &acting(), Some("conflict"));
@@ -640,7 +639,7 @@ mod tests {
             "{m}"
         );
         assert!(
-            m.contains("FabricTest odd: nodes unknown (forbidden)"),
+            m.contains("FabricTest odd: nodes unknown (the FabricTest has no name)"),
             "{m}"
         );
         assert!(

@@ -72,14 +72,27 @@ pub struct Decision {
     pub next: Option<DateTime<Utc>>,
 }
 
+/// Why a test's spec cannot run; its text is the InvalidSpec condition's message.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum InvalidSpec {
+    /// The spec breaks a rule of `api::validate` (checked again here for specs admitted
+    /// before a rule existed, or without the webhook).
+    #[error(transparent)]
+    Spec(#[from] gpufabric_api::ValidationError),
+    /// The schedule or its time zone cannot be used.
+    #[error(transparent)]
+    Schedule(#[from] crate::schedule::ScheduleError),
+}
+
 /// The test's schedule, or why the spec cannot run (for the InvalidSpec condition).
-pub fn validated_schedule(test: &FabricTest) -> Result<Option<Schedule>, String> {
-    validate(&test.spec).map_err(|e| e.to_string())?;
-    test.spec
+pub fn validated_schedule(test: &FabricTest) -> Result<Option<Schedule>, InvalidSpec> {
+    validate(&test.spec)?;
+    Ok(test
+        .spec
         .schedule
         .as_deref()
-        .map(|s| Schedule::parse(s, test.spec.time_zone.as_deref()).map_err(|e| e.to_string()))
-        .transpose()
+        .map(|s| Schedule::parse(s, test.spec.time_zone.as_deref()))
+        .transpose()?)
 }
 
 /// Whether a run of `test` starts at `now`, given its status and its `active` runs (not
@@ -275,7 +288,7 @@ pub fn conditions(
 pub fn invalid_status(
     test: &FabricTest,
     original: &FabricTestStatus,
-    message: &str,
+    why: &InvalidSpec,
     stamp: &Time,
 ) -> FabricTestStatus {
     let mut status = original.clone();
@@ -285,7 +298,7 @@ pub fn invalid_status(
         CONDITION_READY,
         false,
         "InvalidSpec",
-        message.to_string(),
+        why.to_string(),
         test.metadata.generation,
         stamp,
     );
@@ -470,7 +483,7 @@ mod tests {
         let mut t = test(Some("0 2 * * *"));
         t.spec.time_zone = Some("Mars/Olympus".into());
         let why = validated_schedule(&t).expect_err("invalid");
-        assert!(why.contains("Mars/Olympus"), "{why}");
+        assert!(why.to_string().contains("Mars/Olympus"), "{why}");
         let stamp = to_time(at(1, 0));
         let status = invalid_status(&t, &FabricTestStatus::default(), &why, &stamp);
         let ready = status

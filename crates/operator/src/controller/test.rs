@@ -134,12 +134,12 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
 
     let schedule = match validated_schedule(test) {
         Ok(s) => s,
-        Err(message) => {
-            let status = invalid_status(test, &original, &message, &stamp);
+        Err(why) => {
+            let status = invalid_status(test, &original, &why, &stamp);
             if status != original {
                 apply_status(&api, &name, &status).await?;
                 ctx.events
-                    .warning(&test_ref, "InvalidSpec", "Validate", message)
+                    .warning(&test_ref, "InvalidSpec", "Validate", why.to_string())
                     .await;
             }
             return Ok(Action::await_change());

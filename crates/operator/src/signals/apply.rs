@@ -4,6 +4,7 @@
 //! and last-pass annotation (a merge patch of gpufabric's own keys). A node that cannot be
 //! written is reported; it never stops the others nor the reconcile.
 
+use super::SignalError;
 use super::node::{self, Judgement};
 use crate::time::now;
 use futures::StreamExt;
@@ -129,7 +130,7 @@ pub async fn write(client: &Client, signals: Vec<NodeSignal>) -> Published {
     let failures: Vec<String> = futures::stream::iter(signals)
         .map(|s| {
             let api = api.clone();
-            async move { write_one(&api, &s).await.err() }
+            async move { write_one(&api, &s).await.err().map(|e| e.to_string()) }
         })
         .buffer_unordered(WRITE_CONCURRENCY)
         .filter_map(|e| async move { e })
@@ -172,7 +173,7 @@ where
     }
 }
 
-async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
+async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
     let pp = PatchParams {
         field_manager: Some(keys::MANAGER.to_string()),
         ..Default::default()
@@ -182,28 +183,29 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), String> {
         match retrying(|| api.patch_status(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => {
-                return Err(format!(
-                    "node {}: writing condition {}: {e}",
-                    s.node,
-                    keys::CONDITION_NODE_DEGRADED
-                ));
+            Err(source) => {
+                return Err(SignalError::Condition {
+                    node: s.node.clone(),
+                    source,
+                });
             }
         }
     }
     if let Some(m) = &s.metadata {
-        let parsed: serde_json::Value = serde_json::from_str(m)
-            .map_err(|e| format!("node {}: the label patch is not JSON: {e}", s.node))?;
+        let parsed: serde_json::Value =
+            serde_json::from_str(m).map_err(|source| SignalError::LabelPatch {
+                node: s.node.clone(),
+                source,
+            })?;
         let patch = Patch::Merge(parsed);
         match retrying(|| api.patch(&s.node, &pp, &patch)).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => {
-                return Err(format!(
-                    "node {}: writing label {}: {e}",
-                    s.node,
-                    keys::LABEL_RESULT
-                ));
+            Err(source) => {
+                return Err(SignalError::Label {
+                    node: s.node.clone(),
+                    source,
+                });
             }
         }
     }

@@ -25,12 +25,14 @@
 
 mod apply;
 pub mod cleanup;
+mod error;
 pub mod migrate;
 mod node;
 mod run;
 mod taint;
 
 pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, write};
+pub use error::SignalError;
 pub use node::{
     Judgement, MAX_MESSAGE, condition, current_condition, message, metadata_patch, rfc3339,
     status_patch,

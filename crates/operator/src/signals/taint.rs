@@ -5,6 +5,7 @@
 //! names the test that added it, and a taint without it is someone else's and never touched.
 //! Each change is one merge patch guarded by the node's resourceVersion.
 
+use super::SignalError;
 use super::node::Judgement;
 use gpufabric_api::keys::{ANNOTATION_SUSPECT_TAINT, MANAGER, TAINT_SUSPECT};
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -75,7 +76,7 @@ pub async fn apply(
     node: &str,
     test_key: &str,
     judgement: Judgement,
-) -> Result<(), String> {
+) -> Result<(), SignalError> {
     let pp = PatchParams {
         field_manager: Some(MANAGER.to_string()),
         ..Default::default()
@@ -84,10 +85,11 @@ pub async fn apply(
         let current = match api.get_opt(node).await {
             Ok(Some(n)) => n,
             Ok(None) => return Ok(()),
-            Err(e) => {
-                return Err(format!(
-                    "node {node}: reading it for the suspect taint: {e}"
-                ));
+            Err(source) => {
+                return Err(SignalError::ReadForTaint {
+                    node: node.to_string(),
+                    source,
+                });
             }
         };
         let Some(patch) = suspect_taint_patch(&current, test_key, judgement) else {
@@ -97,12 +99,18 @@ pub async fn apply(
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => return Err(format!("node {node}: changing the suspect taint: {e}")),
+            Err(source) => {
+                return Err(SignalError::Taint {
+                    node: node.to_string(),
+                    source,
+                });
+            }
         }
     }
-    Err(format!(
-        "node {node}: the suspect taint was not changed: the node kept changing ({ATTEMPTS} tries)"
-    ))
+    Err(SignalError::TaintKeptChanging {
+        node: node.to_string(),
+        attempts: ATTEMPTS,
+    })
 }
 
 /// Removes the suspect taints the test `test_key` added, on every node (the FabricTest is
@@ -120,7 +128,7 @@ pub async fn release_all(client: &Client, test_key: &str) -> Result<Vec<String>,
     for n in ours {
         // Any judgement but Suspect removes our taint.
         if let Err(e) = apply(&api, &n.name_any(), test_key, Judgement::Pass).await {
-            failures.push(e);
+            failures.push(e.to_string());
         }
     }
     Ok(failures)
