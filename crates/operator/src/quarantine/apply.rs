@@ -5,9 +5,10 @@
 
 use super::QuarantineError;
 use super::metrics::QuarantineMetrics;
-use super::node::{NodeObservation, Step, Undone, hand_back_step, quarantine_step, release_step};
+use super::node::{Step, hand_back_step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
+use super::ownership::{NodeObservation, Undone};
 use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 use crate::events::{EventType, Events};
 use gpufabric_api::quarantine::QuarantineRecord;
@@ -118,7 +119,7 @@ pub async fn release_all(
 }
 
 /// The parameters of every node change: the field manager names this operator, so that the
-/// node's managed fields tell its cordon from a person's ([`super::node::cordon_manager`]).
+/// node's managed fields tell its cordon from a person's ([`super::ownership::cordon_manager`]).
 fn patch_params() -> PatchParams {
     PatchParams {
         field_manager: Some(gpufabric_api::keys::MANAGER.to_string()),
@@ -184,7 +185,7 @@ pub struct HandedBack {
 
 /// Ends this test's claim on every node it holds whose quarantine someone else has undone
 /// since (uncordoned, cordoned again, taint or label removed; see
-/// [`super::node::undone`]): the record goes (and the label), nothing else on the node
+/// [`super::ownership::undone`]): the record goes (and the label), nothing else on the node
 /// changes, an Event on the node and the test says what happened, and the node no longer
 /// counts against the budget. `nodes`: the nodes to look at (the operator's node cache);
 /// each one that looks undone is read again and decided again before it is changed.
@@ -203,7 +204,7 @@ pub async fn hand_back<'n>(
             QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
                 .ok()
                 .flatten()
-                .is_some_and(|r| r.is_owned_by(&key) && super::node::undone(n, &r).is_some())
+                .is_some_and(|r| r.is_owned_by(&key) && super::ownership::undone(n, &r).is_some())
         })
         .filter_map(|n| n.metadata.name.clone())
         .collect();
@@ -217,7 +218,7 @@ pub async fn hand_back<'n>(
                 *slot = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
                     .ok()
                     .flatten()
-                    .and_then(|r| super::node::undone(n, &r));
+                    .and_then(|r| super::ownership::undone(n, &r));
             }
             step
         };

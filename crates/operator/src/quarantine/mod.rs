@@ -41,6 +41,7 @@ mod metrics;
 mod node;
 mod observe;
 mod outcome;
+mod ownership;
 #[cfg(test)]
 mod ownership_tests;
 mod refusal;
@@ -52,14 +53,15 @@ pub(crate) use node::tests::merge as node_merge_for_tests;
 pub use apply::{Decision, Guarded, HandedBack, execute, guarded, hand_back, release_all};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
-pub use node::{
-    NodeObservation, Step, TAINT_EFFECT, Undone, cordon_manager, hand_back_step, is_our_taint,
-    is_unschedulable, manages_cordon, quarantine_step, release_step, taints_of, undone,
-};
+pub use node::{Step, hand_back_step, quarantine_step, release_step};
 pub use observe::{
     Holdings, OBSERVE_CONCURRENCY, holdings, observe, observe_cached, quarantined_by, test_key,
 };
 pub use outcome::{Action, ActionTaken, Outcome};
+pub use ownership::{
+    NodeObservation, TAINT_EFFECT, Undone, cordon_manager, is_our_taint, is_unschedulable,
+    manages_cordon, taints_of, undone,
+};
 pub use refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 
 /// Errors that stop the executor from acting at all. Per-node problems do not stop it;

@@ -2,7 +2,7 @@
 //! the planner needs, and the records of what this test holds.
 
 use super::QuarantineError;
-use super::node::NodeObservation;
+use super::ownership::NodeObservation;
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::FabricTest;
 use k8s_openapi::api::core::v1::Node;

@@ -4,7 +4,8 @@
 //! `spec.unschedulable` last); the operator's steps are the executor's own pure steps.
 
 use super::node::tests::merge;
-use super::node::{Step, Undone, hand_back_step, quarantine_step, release_step, undone};
+use super::node::{Step, hand_back_step, quarantine_step, release_step};
+use super::ownership::{Undone, undone};
 use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, MANAGER, TAINT_QUARANTINED};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_health::quarantine::Enforcement;
@@ -73,11 +74,11 @@ fn now() -> Time {
 /// `spec.unschedulable` as the API server does for an update: whoever changes the value
 /// owns it; a request that changes nothing changes no ownership.
 fn patch(node: &Node, patch: &serde_json::Value, manager: &str) -> Node {
-    let before = super::node::is_unschedulable(node);
+    let before = super::ownership::is_unschedulable(node);
     let mut v = serde_json::to_value(node).expect("node serializes");
     merge(&mut v, patch);
     let mut out: Node = serde_json::from_value(v).expect("node parses");
-    let after = super::node::is_unschedulable(&out);
+    let after = super::ownership::is_unschedulable(&out);
     if after != before {
         out.metadata.managed_fields = after.then(|| {
             vec![ManagedFieldsEntry {
@@ -107,7 +108,7 @@ fn operator(node: &Node, step: &Step) -> Node {
 }
 
 fn has_taint(node: &Node) -> bool {
-    super::node::taints_of(node)
+    super::ownership::taints_of(node)
         .iter()
         .any(|t| t.key == TAINT_QUARANTINED)
 }
@@ -130,7 +131,7 @@ fn play(acts: &[Act]) -> (Node, Theirs) {
             }
             Act::Look => node = operator(&node, &hand_back_step(&node, US)),
             // kubectl refuses a cordon of a cordoned node ("already cordoned"): no request.
-            Act::Cordon if !super::node::is_unschedulable(&node) => {
+            Act::Cordon if !super::ownership::is_unschedulable(&node) => {
                 node = patch(&node, &json!({"spec": {"unschedulable": true}}), "kubectl");
                 theirs.cordon = true;
             }
@@ -140,7 +141,7 @@ fn play(acts: &[Act]) -> (Node, Theirs) {
                 theirs.cordon = false;
             }
             Act::Taint if !has_taint(&node) => {
-                let mut taints = super::node::taints_of(&node);
+                let mut taints = super::ownership::taints_of(&node);
                 taints.push(Taint {
                     key: TAINT_QUARANTINED.into(),
                     value: Some("true".into()),
@@ -188,7 +189,7 @@ proptest! {
         let (node, theirs) = play(&acts);
         let released = operator(&node, &release_step(&node, US));
         if theirs.cordon {
-            prop_assert!(super::node::is_unschedulable(&released), "{acts:?}\n{node:?}");
+            prop_assert!(super::ownership::is_unschedulable(&released), "{acts:?}\n{node:?}");
         }
     }
 
@@ -201,7 +202,7 @@ proptest! {
         let (node, theirs) = play(&acts);
         let released = operator(&node, &release_step(&node, US));
         if theirs.cordon {
-            prop_assert!(super::node::is_unschedulable(&released), "{acts:?}");
+            prop_assert!(super::ownership::is_unschedulable(&released), "{acts:?}");
         }
         if theirs.taint {
             prop_assert!(has_taint(&released), "{acts:?}");
@@ -233,7 +234,7 @@ fn an_uncordon_is_handed_back_and_the_cordon_after_it_is_kept() {
     assert!(record(&handed).is_none());
     assert!(!handed.labels().contains_key(LABEL_QUARANTINED));
     assert!(
-        super::node::is_unschedulable(&handed),
+        super::ownership::is_unschedulable(&handed),
         "the person's cordon stays"
     );
     // Released afterwards: nothing of ours is left, so nothing is changed.
@@ -249,7 +250,7 @@ fn an_untouched_quarantine_is_not_handed_back_and_is_released_whole() {
         Step::AlreadyQuarantined(_)
     ));
     let released = operator(&node, &release_step(&node, US));
-    assert!(!super::node::is_unschedulable(&released));
+    assert!(!super::ownership::is_unschedulable(&released));
     assert!(record(&released).is_none());
 }
 
@@ -294,5 +295,5 @@ fn a_cordon_written_before_patches_named_their_manager_is_still_ours() {
     let r = record(&legacy).expect("record");
     assert_eq!(undone(&legacy, &r), None);
     let released = operator(&legacy, &release_step(&legacy, US));
-    assert!(!super::node::is_unschedulable(&released));
+    assert!(!super::ownership::is_unschedulable(&released));
 }
