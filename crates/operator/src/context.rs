@@ -51,9 +51,9 @@ pub struct Context {
     pub start_lock: Arc<tokio::sync::Mutex<()>>,
     /// Keeps each node's full result once, in the background, as its pod ends; the run's
     /// end has only the last pods left.
-    pub keeper: Arc<crate::controller::run::Keeper>,
+    pub keeper: Arc<crate::controller::run::keeper::Keeper>,
     /// When each run's last pass began: a run gets at most one pass a second.
-    pub passes: Arc<crate::controller::run::PassThrottle>,
+    pub passes: Arc<crate::controller::run::throttle::PassThrottle>,
 }
 
 impl Context {
@@ -129,7 +129,7 @@ impl Context {
             cluster_cap: None,
             quarantine_lock: Default::default(),
             start_lock: Default::default(),
-            keeper: Arc::new(crate::controller::run::Keeper::new()),
+            keeper: Arc::new(crate::controller::run::keeper::Keeper::new()),
             passes: Default::default(),
         })
     }

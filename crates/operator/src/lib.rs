@@ -130,7 +130,7 @@ fn context(
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
         start_lock: Default::default(),
-        keeper: Arc::new(crate::controller::run::Keeper::new()),
+        keeper: Arc::new(crate::controller::run::keeper::Keeper::new()),
         passes: Default::default(),
     })
 }

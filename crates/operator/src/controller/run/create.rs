@@ -1,22 +1,26 @@
 //! Benchmark pods created with bounded concurrency; a pod the API server refuses for good
-//! ends its node as not admitted.
+//! ends its node as not admitted. Also the pods of a rendezvous group's ranks (node pairs,
+//! the multi-node DDP probe), their deadline and the run's rendezvous secret.
 
-use super::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
+use super::common::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::names;
+use crate::pairs::pods::{SECRET_KEY, secret_name};
 use crate::pods::{self, allocatable_gpus};
 use crate::results::PodState;
 use crate::time::to_chrono;
 use chrono::Utc;
 use futures::StreamExt;
+use gpufabric_api::keys;
 use gpufabric_api::outcome::{NodeOutcome, NotMeasuredReason};
 use gpufabric_api::run::{FabricTestRun, NodeRunResult};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -176,4 +180,36 @@ pub(super) async fn create_pods(
         .buffer_unordered(CREATE_CONCURRENCY)
         .collect()
         .await
+}
+
+/// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns; one
+/// that exists already is kept (a restarted operator, a retried pass).
+pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
+    let name = secret_name(&run.name_any());
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let owner = pods::owner_reference(run).map_err(|_| Error::Missing("metadata.uid"))?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name),
+            namespace: Some(ctx.pod_namespace.clone()),
+            owner_references: Some(vec![owner]),
+            labels: Some(BTreeMap::from([(
+                keys::LABEL_RUN.to_string(),
+                run.name_any(),
+            )])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            SECRET_KEY.to_string(),
+            ByteString(hex.into_bytes()),
+        )])),
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -4,11 +4,10 @@
 //! is kept in the run's status, so a restarted operator goes on from there; the decisions
 //! are in [`crate::ddp_nodes`].
 
-use super::create::rank_pods;
-use super::create::{create_rank_pod, group_deadline};
+use super::common::pods_of;
+use super::create::{create_rank_pod, ensure_secret, group_deadline, rank_pods};
 use super::deadline::delete_pod;
 use super::finish;
-use super::pass::pods_of;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pods::allocatable_gpus;
@@ -20,7 +19,7 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use std::time::Duration;
 
-use super::pairs::{PairsStep, ensure_secret};
+use super::pairs::PairsStep;
 use crate::ddp_nodes::{self, ProbePod, Settled, Step};
 use crate::pairs::pods::Rendezvous;
 use crate::pairs::rank::{RankPod, rank_pod, spare_lost};

@@ -1,6 +1,6 @@
 //! The deadline of the wave under way, and what happens to its pods when it passes.
 
-use super::DEADLINE_MARGIN_SECONDS;
+use super::common::DEADLINE_MARGIN_SECONDS;
 use crate::error::Result;
 use crate::names;
 use crate::pods;

@@ -1,8 +1,7 @@
 //! The end of a run: every node judged, every node's result written to the shards, the
 //! run's status and its test's history updated.
 
-use super::start::publish;
-use super::{apply_status, shards_api};
+use super::common::{apply_status, publish, shards_api};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::metrics::VerdictLabels;

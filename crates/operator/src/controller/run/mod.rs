@@ -9,24 +9,23 @@
 use crate::context::Context;
 use crate::error::Result;
 use crate::shards;
-use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
-use gpufabric_api::shard::FabricTestRunShard;
-use kube::api::{Api, Patch, PatchParams};
+use gpufabric_api::run::FabricTestRun;
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use std::sync::Arc;
 
+mod common;
 mod create;
 mod ddp_nodes;
 mod deadline;
 mod finish;
-mod keeper;
+pub mod keeper;
 mod pairs;
 mod pass;
 mod start;
-mod throttle;
+pub mod throttle;
+pub use common::{CONDITION_PODS_CREATED, CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
 pub use keeper::Keeper;
 use pass::{progress, shards_of};
 use start::start;
@@ -34,12 +33,6 @@ pub use throttle::{MIN_PASS_INTERVAL, PassThrottle};
 
 /// Name of this controller in metrics and logs.
 pub const CONTROLLER: &str = "fabrictestrun";
-/// Pods created at once.
-pub const CREATE_CONCURRENCY: usize = 50;
-/// Time a run waits past the pods' own deadline before it stops them.
-pub const DEADLINE_MARGIN_SECONDS: i64 = 30;
-/// Condition set when every pod of the run exists; the run deadline counts from it.
-pub const CONDITION_PODS_CREATED: &str = "PodsCreated";
 
 /// Reconciles one run.
 #[tracing::instrument(skip_all, fields(run = %obj.name_any()))]
@@ -91,28 +84,4 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<A
         return start(&run, &api, ctx).await;
     }
     progress(&run, status, &api, ctx, &key).await
-}
-
-async fn apply_status(
-    api: &Api<FabricTestRun>,
-    name: &str,
-    status: &FabricTestRunStatus,
-) -> Result<FabricTestRun> {
-    let body = json!({
-        "apiVersion": gpufabric_api::GROUP.to_string() + "/" + gpufabric_api::VERSION,
-        "kind": "FabricTestRun",
-        "status": status,
-    });
-    Ok(api
-        .patch_status(
-            name,
-            &PatchParams::apply(keys::MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?)
-}
-
-/// The shard API (shards are cluster-scoped, like their run).
-fn shards_api(ctx: &Context, _run: &FabricTestRun) -> Api<FabricTestRunShard> {
-    Api::all(ctx.client.clone())
 }

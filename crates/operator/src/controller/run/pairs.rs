@@ -9,34 +9,30 @@
 //! cache); the records to write next are handed back to the caller, which writes them once
 //! the pass is saved (`crate::counters::write_nic`).
 
-use super::create::{create_rank_pod, group_deadline, rank_pods};
+use super::common::pods_of;
+use super::create::{create_rank_pod, ensure_secret, group_deadline, rank_pods};
 use super::deadline::delete_pod;
 use super::finish;
-use super::pass::pods_of;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::pods::{self, allocatable_gpus};
+use crate::pods::allocatable_gpus;
 use crate::results::PodState;
 use crate::time::now;
-use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use std::time::Duration;
 
 use crate::pairs::phase::{self, PairPod, Slot, Step};
-use crate::pairs::pods::{Rendezvous, SECRET_KEY, pair_pod, secret_name};
+use crate::pairs::pods::{Rendezvous, pair_pod};
 use crate::pairs::rank::spare_lost;
 use crate::pairs::rounds::{Candidate, plan_rounds};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{NodePairsStatus, PairState};
 use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::suite::Pairing;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use std::collections::BTreeMap;
 
 /// Most nodes that `pairing: All` pairs every two of; more are paired as a ring.
 pub const MAX_ALL_PAIRS_NODES: usize = 16;
@@ -224,38 +220,6 @@ async fn begin(
     );
     next.node_pairs = Some(np);
     Ok(PairsStep::Wait(Duration::from_millis(100)))
-}
-
-/// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns; one
-/// that exists already is kept (a restarted operator, a retried pass).
-pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
-    let name = secret_name(&run.name_any());
-    let bytes: [u8; 32] = rand::random();
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let owner = pods::owner_reference(run).map_err(|_| Error::Missing("metadata.uid"))?;
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name),
-            namespace: Some(ctx.pod_namespace.clone()),
-            owner_references: Some(vec![owner]),
-            labels: Some(BTreeMap::from([(
-                keys::LABEL_RUN.to_string(),
-                run.name_any(),
-            )])),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            SECRET_KEY.to_string(),
-            ByteString(hex.into_bytes()),
-        )])),
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &secret).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The round a pass steps, and how many of its pairs may have pods at once.

@@ -2,12 +2,13 @@
 //! create, the results kept and written, and the hand-over to the node-pair phase or the
 //! end of the run.
 
+use super::common::{
+    CONDITION_PODS_CREATED, DEADLINE_MARGIN_SECONDS, apply_status, pods_of, shards_api,
+};
 use super::create::create_step;
 use super::deadline::{PastDeadline, delete_pod, stop_at_deadline, wave_deadline};
 use super::finish::finish;
-use super::{
-    CONDITION_PODS_CREATED, DEADLINE_MARGIN_SECONDS, apply_status, ddp_nodes, pairs, shards_api,
-};
+use super::{ddp_nodes, pairs};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::names;
@@ -474,17 +475,6 @@ pub(super) async fn save(
         apply_status(api, &run.name_any(), &next).await?;
     }
     Ok(())
-}
-
-/// The run's pods in the cache (the operator's namespace, owned by the run), by name.
-pub(super) fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
-    ctx.pods
-        .state()
-        .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
-        .map(|p| (p.name_any(), p))
-        .collect()
 }
 
 /// The run's progress after this pass (done, waves, the wave under way and when all its

@@ -1,7 +1,7 @@
 //! The start of a run: its nodes resolved from the node cache and frozen into its shards,
 //! or the run failed when none can be tested.
 
-use super::{CREATE_CONCURRENCY, apply_status, shards_api};
+use super::common::{CREATE_CONCURRENCY, apply_status, publish, shards_api};
 use crate::context::Context;
 use crate::error::Result;
 use crate::nodes;
@@ -17,9 +17,9 @@ use gpufabric_api::run::{
 use gpufabric_api::shard::FabricTestRunShard;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
-use kube::{Resource, ResourceExt};
 use std::time::Duration;
 
 /// Resolves the nodes and freezes them into the run's shards, or fails the run when there
@@ -184,35 +184,6 @@ pub(super) fn plan_start(
         status,
         wave_size,
         note,
-    }
-}
-
-/// An Event on the run, and the same (prefixed with the run's name) on its test.
-pub(super) async fn publish(
-    ctx: &Context,
-    run: &FabricTestRun,
-    warning: bool,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
-    let run_ref = run.object_ref(&());
-    let test_note = format!("{}: {note}", run.name_any());
-    if warning {
-        ctx.events
-            .warning(&run_ref, reason, action, note.to_string())
-            .await;
-    } else {
-        ctx.events
-            .normal(&run_ref, reason, action, note.to_string())
-            .await;
-    }
-    if let Some(t) = &Context::test_ref_of(run) {
-        if warning {
-            ctx.events.warning(t, reason, action, test_note).await;
-        } else {
-            ctx.events.normal(t, reason, action, test_note).await;
-        }
     }
 }
 
