@@ -3,6 +3,8 @@
 //! the compact entry the run status keeps. Never panics on what a pod holds.
 
 mod classify;
+#[cfg(test)]
+mod round_trip_tests;
 pub mod store;
 #[cfg(test)]
 mod tests;
