@@ -551,4 +551,6 @@ pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {
 }
 
 #[cfg(test)]
+mod nic_tests;
+#[cfg(test)]
 mod tests;
