@@ -3,28 +3,30 @@
 //! run into the per-node history once, hands it to the quarantine executor, deletes runs
 //! beyond the history limits, and requeues at the next schedule time.
 
-use super::after_fold::{self, AfterFold, QuarantineDecision};
+mod fold;
+mod writes;
+
 use super::decide::{Decision, conditions, decide, invalid_status, validated_schedule};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events::{self, EventType};
-use crate::metrics::TriggerLabels;
 use crate::quarantine;
 use crate::runs;
 use crate::status as st;
 use crate::time::{now, to_time};
 use chrono::Utc;
+use fold::{fold_finished_runs, results_of};
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, NodeRunResult, Trigger};
+use gpufabric_api::run::{FabricTestRun, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestStatus};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use writes::{apply_status, create_run, delete_run, remove_annotations};
 
 pub use super::decide::{CONDITION_DEGRADED, CONDITION_READY};
 
@@ -94,21 +96,6 @@ pub async fn release(
         Err(e) => tracing::warn!(error = %e, "listing nodes for their signals"),
     }
     Ok(released)
-}
-
-async fn apply_status(api: &Api<FabricTest>, name: &str, status: &FabricTestStatus) -> Result<()> {
-    let body = json!({
-        "apiVersion": gpufabric_api::GROUP.to_string() + "/" + gpufabric_api::VERSION,
-        "kind": "FabricTest",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(keys::MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
 
 fn is_active(run: &FabricTestRun) -> bool {
@@ -235,40 +222,6 @@ async fn runs_of(
         }
     }
     Ok(runs)
-}
-
-/// Folds each newly finished run into the per-node history, once, and quarantines after
-/// it. False when a node change failed (look again soon).
-async fn fold_finished_runs(
-    test: &FabricTest,
-    runs: &[FabricTestRun],
-    status: &mut FabricTestStatus,
-    breaker: &mut quarantine::Breaker,
-    ctx: &Context,
-) -> Result<bool> {
-    let to_fold: Vec<FabricTestRun> = st::runs_to_fold(runs, status.last_run.as_ref())
-        .into_iter()
-        .cloned()
-        .collect();
-    let mut all_applied = true;
-    for run in &to_fold {
-        // Folded in completion order: a run whose results the cache lacks waits, and so do
-        // the runs after it.
-        let Some(results) = results_of(ctx, run) else {
-            tracing::info!(run = %run.name_any(), "waiting for the run's shards in the cache");
-            return Ok(false);
-        };
-        status.nodes = st::fold_history(&status.nodes, run, &results);
-        status.last_run = Some(st::run_summary(run));
-        all_applied &= quarantine_after(test, run, &results, status, breaker, ctx).await?;
-        tracing::info!(run = %run.name_any(), "run folded into the test's history");
-    }
-    Ok(all_applied)
-}
-
-/// Every node's result of a finished run (see [`crate::shards::finished_results`]).
-fn results_of(ctx: &Context, run: &FabricTestRun) -> Option<Vec<NodeRunResult>> {
-    crate::shards::finished_results(&ctx.shards, &ctx.shard_writes, run)
 }
 
 /// Carries out `decision`: its Events, the Replace deletions, the new run, and what the
@@ -452,23 +405,6 @@ async fn start_targeted(
     Ok(next)
 }
 
-/// Removes the request annotations `keys` from the test once they are carried out.
-async fn remove_annotations(ctx: &Context, test: &FabricTest, keys: &[&str]) -> Result<()> {
-    let nulls: serde_json::Map<String, serde_json::Value> = keys
-        .iter()
-        .map(|k| (k.to_string(), serde_json::Value::Null))
-        .collect();
-    let patch = json!({"metadata": {"annotations": nulls}});
-    let api: Api<FabricTest> = Api::all(ctx.client.clone());
-    api.patch(
-        &test.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 /// `node (why), ...` for an Event, at most a few nodes.
 fn describe(reasons: &BTreeMap<String, String>) -> String {
     const SHOWN: usize = 5;
@@ -481,32 +417,6 @@ fn describe(reasons: &BTreeMap<String, String>) -> String {
         parts.push(format!("and {} more", reasons.len() - SHOWN));
     }
     parts.join(", ")
-}
-
-/// Creates `run`; false when it exists already (a retry after a lost status write). Counts
-/// it in `gpufabric_runs_started_total{trigger}`.
-async fn create_run(ctx: &Context, api: &Api<FabricTestRun>, run: &FabricTestRun) -> Result<bool> {
-    match api.create(&PostParams::default(), run).await {
-        Ok(_) => {
-            ctx.metrics
-                .runs_started
-                .get_or_create(&TriggerLabels {
-                    trigger: run.spec.trigger.as_str().into(),
-                })
-                .inc();
-            Ok(true)
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn delete_run(api: &Api<FabricTestRun>, name: &str) -> Result<()> {
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Deletes finished runs beyond the history limits.
@@ -531,182 +441,4 @@ async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun])
         delete_run(&api, &old).await?;
     }
     Ok(())
-}
-
-/// What the plan must respect beyond the test: its breaker, and the cluster-wide cap over
-/// the cluster's GPU nodes (from the node cache).
-fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric_health::Guards {
-    let gpu_nodes = ctx
-        .nodes
-        .state()
-        .iter()
-        .filter(|n| crate::pods::allocatable_gpus(n) > 0)
-        .count();
-    gpufabric_health::Guards {
-        breaker_open,
-        cluster_cap: ctx.cluster_cap.map(|c| c.nodes(gpu_nodes)),
-        held_by_others,
-    }
-}
-
-/// Observes the nodes of a folded run, plans what follows it ([`after_fold::plan`], pure)
-/// and carries the plan out ([`carry_out_after_fold`]): the quarantine outcome goes into
-/// `status`, a storm opens `breaker`. Returns false when some node change failed (the
-/// controller looks again soon).
-async fn quarantine_after(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &mut FabricTestStatus,
-    breaker: &mut quarantine::Breaker,
-    ctx: &Context,
-) -> Result<bool> {
-    if run.status.is_none() {
-        return Ok(true);
-    }
-    let tested: BTreeSet<&str> = st::measured_nodes(results);
-    // One test at a time counts what the cluster holds, plans and applies.
-    let _cap = ctx.quarantine_lock.lock().await;
-    let holdings = quarantine::holdings(&ctx.client, test)
-        .await
-        .map_err(Error::Quarantine)?;
-    let held = &holdings.ours;
-    let mut names: Vec<String> = tested.iter().map(|s| s.to_string()).collect();
-    names.extend(status.nodes.iter().map(|h| h.node.clone()));
-    names.extend(held.keys().cloned());
-    names.sort();
-    names.dedup();
-    let observed = quarantine::observe_cached(&ctx.client, &ctx.nodes, test, &names)
-        .await
-        .map_err(Error::Quarantine)?;
-    // The budget is a share of what the test selects, not of this run: a confirmation run
-    // retests only the suspects, and a percent of those would hold real failures back.
-    let selected = crate::nodes::selected_count(
-        ctx.nodes.state().iter().map(|n| n.as_ref()),
-        &test.spec.node_selector,
-        test.spec.nodes.as_deref(),
-    );
-    let after = after_fold::plan(
-        test,
-        run,
-        results,
-        status,
-        &observed,
-        selected,
-        &guards(ctx, breaker.open, holdings.others),
-    )?;
-    carry_out_after_fold(test, run, results, status, breaker, ctx, after).await
-}
-
-/// Carries out what follows a folded run, in the plan's order: the breaker opens on a
-/// storm, the quarantine plan is executed and its outcome written into `status` (which the
-/// lifecycle and the signals then read), the lifecycle's steps, the signals and trend
-/// points when the plan publishes them, and the confirmation run. Returns false when some
-/// node change failed.
-async fn carry_out_after_fold(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &mut FabricTestStatus,
-    breaker: &mut quarantine::Breaker,
-    ctx: &Context,
-    after: AfterFold,
-) -> Result<bool> {
-    let AfterFold {
-        decision:
-            QuarantineDecision {
-                plan,
-                reasons,
-                repaired,
-            },
-        publish,
-        confirm,
-    } = after;
-    let run_name = run.name_any();
-    if let Some(storm) = &plan.storm {
-        quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
-    }
-    let outcome = quarantine::execute(
-        &ctx.client,
-        &ctx.events,
-        &ctx.metrics.quarantine,
-        test,
-        &run_name,
-        &plan,
-        &reasons,
-    )
-    .await
-    .map_err(Error::Quarantine)?;
-    outcome.apply_to_status(status);
-    let lifecycle_applied =
-        crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
-            .await;
-    if publish {
-        publish_signals(test, run, results, status, &plan, ctx).await;
-        record_trends(run, results, ctx).await;
-    }
-    if let Some(confirm) = confirm {
-        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
-        if create_run(ctx, &api, &confirm).await? {
-            ctx.events
-                .normal(
-                    &test.object_ref(&()),
-                    "RunCreated",
-                    "Confirm",
-                    format!(
-                        "created confirmation run {} to retest {}",
-                        confirm.name_any(),
-                        plan.confirm.join(", ")
-                    ),
-                )
-                .await;
-        }
-    }
-    Ok(outcome.errors.is_empty() && lifecycle_applied)
-}
-
-/// Adds a folded run's numbers to the own record (`gpufabric.io/trend`) of each node that
-/// passed a complete check. Best effort: a node not written misses one point.
-async fn record_trends(run: &FabricTestRun, results: &[NodeRunResult], ctx: &Context) {
-    let at = run
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.as_ref())
-        .map_or(0, |t| t.0.as_second());
-    let key = crate::trend::TrendKey::of(run);
-    let records = crate::trend::to_write(results, &key, at, |n| {
-        ctx.nodes.get(&kube::runtime::reflector::ObjectRef::new(n))
-    });
-    for failure in crate::trend::write(&ctx.client, records).await {
-        tracing::warn!(%failure, "trend point not recorded");
-    }
-}
-
-/// Writes the node signals of a folded run (condition, result label, last pass) from every
-/// node's result (`results`, all shards). A node that cannot be written is logged and
-/// reported in one Event; nothing else waits on it.
-async fn publish_signals(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &FabricTestStatus,
-    plan: &gpufabric_health::Plan,
-    ctx: &Context,
-) {
-    let signals =
-        crate::signals::decide(test, run, results, &status.nodes, &plan.confirm, &ctx.nodes);
-    let published = crate::signals::write(&ctx.client, signals).await;
-    if published.failures.is_empty() {
-        return;
-    }
-    let note = format!(
-        "{}: could not write the signals of {} node(s): {}",
-        run.name_any(),
-        published.failures.len(),
-        published.failures.join("; ")
-    );
-    tracing::warn!(%note, "node signals not written");
-    ctx.events
-        .warning(&test.object_ref(&()), "SignalsNotWritten", "Signal", note)
-        .await;
 }
