@@ -1,7 +1,7 @@
 //! What the executor did to each node ([`Action`], [`Outcome`]), and how that reads in the
 //! FabricTest status.
 
-use super::refusal::NodeFailure;
+use super::refusal::{NodeFailure, Refusal};
 use crate::events::EventType;
 use gpufabric_api::test::FabricTestStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,6 +35,15 @@ pub enum Action {
 }
 
 impl Action {
+    /// How a refusal is reported: a node nobody can explain is a Warning for a person; a
+    /// node that is someone else's is normal.
+    pub fn of_refusal(refusal: &Refusal) -> Action {
+        match refusal {
+            Refusal::UnreadableRecord(_) => Action::Unreadable,
+            _ => Action::LeftAlone,
+        }
+    }
+
     /// The metric label value.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -136,6 +145,23 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_unreadable_record_is_a_warning() {
+        assert_eq!(
+            Action::of_refusal(&Refusal::UnreadableRecord("bad".into())),
+            Action::Unreadable
+        );
+        for r in [
+            Refusal::Gone,
+            Refusal::OtherTest("team-b/x".into()),
+            Refusal::CordonedByOthers,
+            Refusal::TaintedByOthers,
+        ] {
+            assert_eq!(Action::of_refusal(&r), Action::LeftAlone, "{r}");
+        }
+    }
+
     use gpufabric_api::run::NodeVerdict;
     use gpufabric_api::test::NodeHealth;
 

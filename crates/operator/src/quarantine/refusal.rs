@@ -1,7 +1,6 @@
 //! Why one node was not changed: the node is not ours to touch ([`Refusal`]), or the API
 //! server did not let us ([`NodeChangeError`]).
 
-use super::outcome::Action;
 use gpufabric_api::keys::{LABEL_QUARANTINED, TAINT_QUARANTINED};
 use std::fmt;
 
@@ -25,17 +24,6 @@ pub enum Refusal {
     LabeledByOthers,
     /// The node has no resourceVersion: a change could not be guarded against races.
     NoResourceVersion,
-}
-
-impl Refusal {
-    /// How the refusal is reported: a node nobody can explain is a Warning for a person;
-    /// a node that is someone else's is normal.
-    pub fn action(&self) -> Action {
-        match self {
-            Refusal::UnreadableRecord(_) => Action::Unreadable,
-            _ => Action::LeftAlone,
-        }
-    }
 }
 
 impl fmt::Display for Refusal {
@@ -111,22 +99,6 @@ pub struct NodeFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_an_unreadable_record_is_a_warning() {
-        assert_eq!(
-            Refusal::UnreadableRecord("bad".into()).action(),
-            Action::Unreadable
-        );
-        for r in [
-            Refusal::Gone,
-            Refusal::OtherTest("team-b/x".into()),
-            Refusal::CordonedByOthers,
-            Refusal::TaintedByOthers,
-        ] {
-            assert_eq!(r.action(), Action::LeftAlone, "{r}");
-        }
-    }
 
     #[test]
     fn refusals_and_failures_say_what_happened() {

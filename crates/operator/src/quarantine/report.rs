@@ -13,7 +13,7 @@ impl Executor<'_> {
     /// Record node `name` left alone for `refusal` (`node`: as last read, when it was):
     /// the action and the sentence are the refusal's own.
     pub(super) async fn refused(&mut self, name: &str, node: Option<&Node>, refusal: &Refusal) {
-        self.act(name, node, refusal.action(), refusal.to_string())
+        self.act(name, node, Action::of_refusal(refusal), refusal.to_string())
             .await;
     }
 
