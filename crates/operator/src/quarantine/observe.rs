@@ -3,7 +3,7 @@
 
 use super::QuarantineError;
 use super::ownership::NodeObservation;
-use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::quarantine::{QuarantineRecord, RecordError};
 use gpufabric_api::test::FabricTest;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
@@ -169,7 +169,7 @@ struct NodePage {
 /// only names and annotations, so that memory does not grow with the fleet.
 async fn each_record(
     client: &Client,
-    mut f: impl FnMut(String, Result<Option<QuarantineRecord>, String>),
+    mut f: impl FnMut(String, Result<Option<QuarantineRecord>, RecordError>),
 ) -> Result<(), QuarantineError> {
     let request = kube::core::Request::new("/api/v1/nodes");
     let mut pages = crate::paging::Pages::default();
@@ -183,8 +183,7 @@ async fn each_record(
             .await
             .map_err(QuarantineError::ListNodes)?;
         for node in page.items {
-            let record = QuarantineRecord::from_annotations(node.metadata.annotations.as_ref())
-                .map_err(|e| e.to_string());
+            let record = QuarantineRecord::from_annotations(node.metadata.annotations.as_ref());
             if let Some(name) = node.metadata.name {
                 f(name, record);
             }

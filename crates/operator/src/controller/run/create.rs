@@ -31,6 +31,19 @@ pub(super) fn is_transient(e: &kube::Error) -> bool {
     }
 }
 
+/// Why the pod of a rank could not be made, for good: the group's ranks are then not
+/// measured, with this reason.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotAdmitted {
+    #[error("node {0} no longer exists")]
+    NodeGone(String),
+    #[error(transparent)]
+    Build(#[from] pods::BuildError),
+    /// The API server refused the pod for good (not a transient error).
+    #[error(transparent)]
+    Refused(kube::Error),
+}
+
 /// Creates the pod of one rank of a rendezvous group on `node`, built by `build` from the
 /// node's GPU count; Ok(Err(why)) when it cannot be made or the API server refuses it for
 /// good (the node is gone, a pod it rejects), Err on a transient error (retried). A pod that
@@ -40,20 +53,20 @@ pub(super) async fn create_rank_pod(
     build: impl FnOnce(u32) -> std::result::Result<Pod, pods::BuildError>,
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<(), NotAdmitted>> {
     let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
-        return Ok(Err(format!("node {node} no longer exists")));
+        return Ok(Err(NotAdmitted::NodeGone(node.to_string())));
     };
     let mut pod = match build(allocatable_gpus(&n)) {
         Ok(p) => p,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e.into())),
     };
     ctx.resolve_agent_image(&mut pod);
     match pods_api.create(&PostParams::default(), &pod).await {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Ok(())),
         Err(e) if is_transient(&e) => Err(e.into()),
-        Err(e) => Ok(Err(e.to_string())),
+        Err(e) => Ok(Err(NotAdmitted::Refused(e))),
     }
 }
 

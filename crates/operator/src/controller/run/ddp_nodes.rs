@@ -5,7 +5,7 @@
 //! are in [`crate::ddp_nodes`].
 
 use super::common::pods_of;
-use super::create::{create_rank_pod, ensure_secret, group_deadline, rank_pods};
+use super::create::{NotAdmitted, create_rank_pod, ensure_secret, group_deadline, rank_pods};
 use super::deadline::delete_pod;
 use super::finish;
 use crate::context::Context;
@@ -174,7 +174,7 @@ async fn step(
     Ok(wait)
 }
 
-fn not_admitted(rank: u32, why: &str) -> Settled {
+fn not_admitted(rank: u32, why: &NotAdmitted) -> Settled {
     Settled {
         state: PairState::NotMeasured,
         doc: None,
@@ -190,7 +190,7 @@ async fn create(
     rendezvous: &Rendezvous,
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<(), NotAdmitted>> {
     let build = |gpus| ddp_nodes::probe_pod(run, &status.nodes, rank, rendezvous, gpus);
     create_rank_pod(&status.nodes[rank as usize], build, ctx, pods_api).await
 }

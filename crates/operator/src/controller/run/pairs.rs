@@ -10,7 +10,7 @@
 //! the pass is saved (`crate::counters::write_nic`).
 
 use super::common::pods_of;
-use super::create::{create_rank_pod, ensure_secret, group_deadline, rank_pods};
+use super::create::{NotAdmitted, create_rank_pod, ensure_secret, group_deadline, rank_pods};
 use super::deadline::delete_pod;
 use super::finish;
 use crate::context::Context;
@@ -338,7 +338,7 @@ fn pod_name(run: &str, slot: &Slot, rank: u32) -> String {
     crate::pairs::pods::pod_name(run, slot.round as usize, slot.index as usize, rank)
 }
 
-fn not_admitted(rank: u32, why: &str) -> phase::PairOutcome {
+fn not_admitted(rank: u32, why: &NotAdmitted) -> phase::PairOutcome {
     phase::PairOutcome {
         state: PairState::NotMeasured,
         message: Some(format!("the rank-{rank} pod was not admitted: {why}")),
@@ -354,7 +354,7 @@ async fn create(
     rendezvous: &Rendezvous,
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), String>> {
+) -> Result<std::result::Result<(), NotAdmitted>> {
     let rank1 = matches!(rendezvous, Rendezvous::Join { .. });
     let node = &entries[if rank1 { slot.b } else { slot.a }].node;
     let pair = crate::pairs::NodePair {
