@@ -3,15 +3,19 @@
 //! when a run is judged, so a passing node is judged against its own earlier runs
 //! (`gpufabric_health::evaluate::trend`); written when the test folds the run, for each
 //! node that passed a complete check (from its run entry, which keeps the same numbers), and
-//! not while the test's breaker is open; a merge patch of that one annotation. Writing is
-//! best effort: a node that cannot be written misses one point of its record.
+//! not while the test's breaker is open, in the same merge patch as the node's signals (the
+//! result label and last-pass time: one patch a passing node a run), or in a patch of its
+//! own for a node without signals. Writing is best effort: a node that cannot be written
+//! misses one point of its record.
 
+use crate::signals::NodeSignal;
 use gpufabric_api::keys::ANNOTATION_TREND;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
 use gpufabric_api::trend::{NodeTrend, TrendPoint, suite_fingerprint};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
 /// Which record of a node a run reads and writes: its test and the fingerprint of its
 /// suite.
@@ -81,6 +85,56 @@ pub async fn write(client: &Client, records: Vec<(String, NodeTrend)>) -> Vec<St
 /// The merge patch that sets the record.
 pub fn patch(record: &NodeTrend) -> Value {
     json!({ "metadata": { "annotations": { ANNOTATION_TREND: record.to_json() } } })
+}
+
+/// Puts each record into the metadata patch of its node's signals (written after the same
+/// run, under the same rule), so that a node that passed is patched once a run and not
+/// twice; returns the records of nodes without signals, to be written on their own. Pure.
+pub fn ride_with_signals(
+    signals: &mut [NodeSignal],
+    records: Vec<(String, NodeTrend)>,
+) -> Vec<(String, NodeTrend)> {
+    let by_node: BTreeMap<&str, usize> = signals
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.node.as_str(), i))
+        .collect();
+    let mut places = Vec::new();
+    let mut alone = Vec::new();
+    for (node, record) in records {
+        match by_node.get(node.as_str()) {
+            Some(&i) => places.push((i, record)),
+            None => alone.push((node, record)),
+        }
+    }
+    for (i, record) in places {
+        let signal = &mut signals[i];
+        let mut body = match signal
+            .metadata
+            .as_deref()
+            .map(serde_json::from_str::<Value>)
+        {
+            None => json!({ "metadata": {} }),
+            Some(Ok(v)) => v,
+            Some(Err(_)) => {
+                alone.push((signal.node.clone(), record));
+                continue;
+            }
+        };
+        let annotations = body
+            .pointer_mut("/metadata")
+            .and_then(Value::as_object_mut)
+            .map(|m| m.entry("annotations").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut);
+        match annotations {
+            Some(a) => {
+                a.insert(ANNOTATION_TREND.into(), Value::String(record.to_json()));
+                signal.metadata = Some(body.to_string());
+            }
+            None => alone.push((signal.node.clone(), record)),
+        }
+    }
+    alone
 }
 
 #[cfg(test)]
@@ -209,5 +263,75 @@ mod tests {
             .as_str()
             .unwrap_or_default();
         assert_eq!(NodeTrend::parse(text).ok(), Some(w[0].1.clone()));
+    }
+
+    fn signal(node: &str, metadata: Option<Value>) -> NodeSignal {
+        NodeSignal {
+            node: node.into(),
+            judgement: crate::signals::Judgement::Pass,
+            condition: None,
+            remove_legacy: false,
+            metadata: metadata.map(|m| m.to_string()),
+            suspect_taint_owner: None,
+        }
+    }
+
+    fn record(busbw: f64) -> NodeTrend {
+        NodeTrend::default().with_point(
+            "nightly",
+            "s1",
+            TrendPoint {
+                at: 1,
+                busbw_gbps: Some(busbw),
+                ..Default::default()
+            },
+            14,
+        )
+    }
+
+    fn patched(s: &NodeSignal) -> Value {
+        serde_json::from_str(s.metadata.as_deref().expect("a metadata patch")).expect("JSON")
+    }
+
+    #[test]
+    fn a_record_rides_in_its_nodes_signal_patch_and_a_node_without_signals_is_written_alone() {
+        let last_pass = json!({ "metadata": {
+            "labels": { "gpufabric.io/result": "pass" },
+            "annotations": { "gpufabric.io/last-pass": "2026-11-27T02:00:00Z" },
+        }});
+        let mut signals = vec![signal("a", Some(last_pass)), signal("b", None)];
+        let alone = ride_with_signals(
+            &mut signals,
+            vec![
+                ("a".into(), record(400.0)),
+                ("b".into(), record(401.0)),
+                ("c".into(), record(402.0)),
+            ],
+        );
+        assert_eq!(alone, vec![("c".to_string(), record(402.0))]);
+        let a = patched(&signals[0]);
+        assert_eq!(a["metadata"]["labels"]["gpufabric.io/result"], "pass");
+        assert_eq!(
+            a["metadata"]["annotations"]["gpufabric.io/last-pass"],
+            "2026-11-27T02:00:00Z"
+        );
+        let text = a["metadata"]["annotations"][ANNOTATION_TREND]
+            .as_str()
+            .expect("the record");
+        assert_eq!(NodeTrend::parse(text).ok(), Some(record(400.0)));
+        // A node whose label and last pass are already right gets the record alone: the
+        // same patch as writing it on its own.
+        assert_eq!(patched(&signals[1]), patch(&record(401.0)));
+    }
+
+    #[test]
+    fn without_records_the_signals_are_left_as_decided() {
+        let mut signals = vec![
+            signal("a", None),
+            signal("b", Some(json!({ "metadata": { "labels": { "x": "y" } } }))),
+        ];
+        let before = signals.clone();
+        assert!(ride_with_signals(&mut signals, Vec::new()).is_empty());
+        assert_eq!(signals, before);
     }
 }

@@ -158,8 +158,16 @@ async fn carry_out_after_fold(
         crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
             .await;
     if publish {
-        publish_signals(test, run, results, status, &plan, ctx).await;
-        record_trends(run, results, ctx).await;
+        publish_signals(
+            test,
+            run,
+            results,
+            status,
+            &plan,
+            trend_points(run, results, ctx),
+            ctx,
+        )
+        .await;
     }
     if let Some(confirm) = confirm {
         let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
@@ -181,37 +189,45 @@ async fn carry_out_after_fold(
     Ok(outcome.errors.is_empty() && lifecycle_applied)
 }
 
-/// Adds a folded run's numbers to the own record (`gpufabric.io/trend`) of each node that
-/// passed a complete check. Best effort: a node not written misses one point.
-async fn record_trends(run: &FabricTestRun, results: &[NodeRunResult], ctx: &Context) {
+/// The own records (`gpufabric.io/trend`) of the nodes that passed a complete check, with
+/// the folded run's numbers added.
+fn trend_points(
+    run: &FabricTestRun,
+    results: &[NodeRunResult],
+    ctx: &Context,
+) -> Vec<(String, gpufabric_api::trend::NodeTrend)> {
     let at = run
         .status
         .as_ref()
         .and_then(|s| s.completion_time.as_ref())
         .map_or(0, |t| t.0.as_second());
     let key = crate::trend::TrendKey::of(run);
-    let records = crate::trend::to_write(results, &key, at, |n| {
+    crate::trend::to_write(results, &key, at, |n| {
         ctx.nodes.get(&kube::runtime::reflector::ObjectRef::new(n))
-    });
-    for failure in crate::trend::write(&ctx.client, records).await {
-        tracing::warn!(%failure, "trend point not recorded");
-    }
+    })
 }
 
 /// Writes the node signals of a folded run (condition, result label, last pass) from every
-/// node's result (`results`, all shards). A node that cannot be written is logged and
-/// reported in one Event; nothing else waits on it.
+/// node's result (`results`, all shards), with each passing node's trend record (`trends`)
+/// in the same metadata patch. A node that cannot be written is logged and reported in one
+/// Event; nothing else waits on it. A trend record is best effort: one not written misses
+/// a point.
 async fn publish_signals(
     test: &FabricTest,
     run: &FabricTestRun,
     results: &[NodeRunResult],
     status: &FabricTestStatus,
     plan: &gpufabric_health::Plan,
+    trends: Vec<(String, gpufabric_api::trend::NodeTrend)>,
     ctx: &Context,
 ) {
-    let signals =
+    let mut signals =
         crate::signals::decide(test, run, results, &status.nodes, &plan.confirm, &ctx.nodes);
+    let alone = crate::trend::ride_with_signals(&mut signals, trends);
     let published = crate::signals::write(&ctx.client, signals).await;
+    for failure in crate::trend::write(&ctx.client, alone).await {
+        tracing::warn!(%failure, "trend point not recorded");
+    }
     if published.failures.is_empty() {
         return;
     }
