@@ -6,8 +6,10 @@
 //! read their counters at different times); the next pair test compares.
 
 use crate::counters::BaselineError;
-use crate::pair::NicPort;
+use crate::nic::NicPort;
 use serde::{Deserialize, Serialize};
+
+pub use crate::nic::PortErrors;
 
 /// Most ports a record keeps: far more than a node has. With device names of at most
 /// [`MAX_DEVICE_NAME`] bytes a record always fits
@@ -17,30 +19,6 @@ pub const MAX_PORTS: usize = 64;
 /// Longest device name kept (the kernel's `IB_DEVICE_NAME_MAX`); a port with a longer one
 /// is left out of the record.
 pub const MAX_DEVICE_NAME: usize = 64;
-
-/// A port's error counters since the driver loaded (sysfs `counters/`); each is absent
-/// when sysfs has none. Flattened into [`NicPort`] and [`PortCounters`]: the fields sit in
-/// their objects as they always did.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct PortErrors {
-    /// `symbol_error`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub symbol_errors: Option<u64>,
-    /// `link_downed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_downed: Option<u64>,
-    /// `port_rcv_errors`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rcv_errors: Option<u64>,
-}
-
-impl PortErrors {
-    /// Whether sysfs gave any of the counters.
-    pub fn any(&self) -> bool {
-        self.symbol_errors.is_some() || self.link_downed.is_some() || self.rcv_errors.is_some()
-    }
-}
 
 /// The error counters of one port.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]

@@ -1,49 +1,16 @@
-//! Between nodes: the network ports of a node (InfiniBand / RoCE, from sysfs) and the
-//! result document of one node-pair test (NCCL across the GPUs of two nodes).
+//! Between nodes: the result document of one node-pair test (NCCL across the GPUs of two
+//! nodes) and the run's record of each pair. A node's network ports are `crate::nic`'s.
 
-use crate::nic_counters::PortErrors;
 use crate::result::{Backend, PhaseError};
 use crate::suite::Collective;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::nic::NicPort;
+
 /// Schema tag of the node-pair document.
 pub const PAIR_SCHEMA: &str = "gpufabric.io/node-pair/v1";
-
-/// One port of an InfiniBand or RoCE device as sysfs shows it
-/// (`/sys/class/infiniband/<device>/ports/<port>/`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct NicPort {
-    /// Device, e.g. `mlx5_0`.
-    pub device: String,
-    pub port: u32,
-    /// `InfiniBand` or `Ethernet` (RoCE), from `link_layer`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_layer: Option<String>,
-    /// Logical state without its number, e.g. `ACTIVE`, `DOWN`, `INIT`.
-    pub state: String,
-    /// Physical state without its number, e.g. `LinkUp`, `Polling`, `Disabled`.
-    pub phys_state: String,
-    /// Active rate in Gb/s (`400` of `400 Gb/sec (4X NDR)`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_gbps: Option<f64>,
-    #[serde(flatten)]
-    pub errors: PortErrors,
-}
-
-impl NicPort {
-    /// `mlx5_0 port 1`.
-    pub fn name(&self) -> String {
-        format!("{} port {}", self.device, self.port)
-    }
-
-    /// Logically active and physically up.
-    pub fn is_up(&self) -> bool {
-        self.state.eq_ignore_ascii_case("ACTIVE") && self.phys_state.eq_ignore_ascii_case("LinkUp")
-    }
-}
 
 /// The network transport NCCL used between the nodes of a pair.
 #[derive(
@@ -301,6 +268,7 @@ fn is_zero(n: &u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nic::PortErrors;
 
     fn doc() -> NodePairResult {
         NodePairResult {
@@ -433,17 +401,5 @@ mod tests {
         assert!(NodePairResult::parse(&text).is_err());
         assert!(NodePairResult::parse("  ").is_err());
         assert!(NodePairResult::parse("{\"schema\":").is_err());
-    }
-
-    #[test]
-    fn a_port_is_up_only_when_active_and_linked() {
-        let mut p = doc().nics[0].clone();
-        assert!(p.is_up());
-        p.phys_state = "Polling".into();
-        assert!(!p.is_up());
-        p.phys_state = "LinkUp".into();
-        p.state = "INIT".into();
-        assert!(!p.is_up());
-        assert_eq!(p.name(), "mlx5_0 port 1");
     }
 }

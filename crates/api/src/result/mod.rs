@@ -124,7 +124,7 @@ pub struct ResultDocument {
     pub transports: Vec<TransportInfo>,
     /// The node's InfiniBand / RoCE ports (sysfs), when it has any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nics: Vec<crate::pair::NicPort>,
+    pub nics: Vec<crate::nic::NicPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PhaseError>,
 }
