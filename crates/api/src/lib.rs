@@ -13,6 +13,7 @@ pub mod nic;
 pub mod nic_counters;
 pub mod outcome;
 pub mod pair;
+pub mod phase;
 pub mod policy;
 pub mod product;
 pub mod quarantine;

@@ -1,6 +1,7 @@
 //! What a run measures: the NCCL sweep, GPU-pair copies, node pairs, the DDP probe and the
 //! NVML health snapshot, with the defaults that make an empty `suite` complete.
 
+use crate::phase::Phase;
 use serde::{Deserialize, Serialize};
 
 /// The benchmarks a run executes. Every part has defaults, so `suite: {}` (or no suite)
@@ -248,7 +249,7 @@ impl NcclSweep {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryNeed {
     /// The phase that holds it.
-    pub phase: crate::result::Phase,
+    pub phase: Phase,
     /// The field (a JSON path under `spec`) whose size sets it.
     pub field: &'static str,
     /// Bytes on each GPU.
@@ -258,8 +259,7 @@ pub struct MemoryNeed {
 }
 
 /// The field whose size sets the GPU memory `phase` holds, where one does.
-pub fn memory_field(phase: crate::result::Phase) -> Option<&'static str> {
-    use crate::result::Phase;
+pub fn memory_field(phase: Phase) -> Option<&'static str> {
     match phase {
         Phase::NcclSweep => Some("suite.ncclSweep.maxBytes"),
         Phase::GpuPairs => Some("suite.gpuPairs.bytes"),
@@ -276,7 +276,6 @@ impl Suite {
     /// agent's buffers, as the cuda backend allocates them; the CUDA context, NCCL's and
     /// cuBLAS's own memory come on top.
     pub fn memory_needs(&self, gpus: u32, sweep_sizes: &[u64]) -> Vec<MemoryNeed> {
-        use crate::result::Phase;
         let field = |phase| memory_field(phase).unwrap_or("suite");
         let mut needs = Vec::new();
         let nccl = &self.nccl_sweep;

@@ -109,7 +109,7 @@ pub fn validate_for(spec: &FabricTestSpec, gpu: &GpuMemory) -> Result<(), Valida
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::Phase;
+    use crate::phase::Phase;
 
     const H100: GpuMemory<'static> = GpuMemory {
         product: "H100 80GB HBM3",
