@@ -4,7 +4,7 @@
 use crate::findings::Finding;
 use crate::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
-use crate::result::{CompactResult, ErrorKind};
+use crate::result::{CompactResult, ErrorKind, KeyNumbers};
 use crate::rollout::Rollout;
 use crate::suite::Suite;
 use crate::test::{AgentSpec, FabricTestSpec};
@@ -366,13 +366,13 @@ impl NodeRunResult {
 
     /// The headline numbers of a measurement: peak all_reduce bus bandwidth, the slowest
     /// GPU-pair copy and host link, DDP step time at the most GPUs (the numbers a node's
-    /// trend keeps, [`crate::trend::TrendPoint`], to four significant digits), DDP
+    /// trend keeps, [`KeyNumbers`], to four significant digits), DDP
     /// efficiency, and the phases that could not run.
     fn summarise(&mut self, c: &CompactResult) {
         self.product = (!c.product.is_empty()).then(|| c.product.clone());
         self.gpus = Some(c.gpus);
         // Four significant digits, as a node's trend keeps them: a shard entry stays small.
-        let key = crate::trend::TrendPoint::of(c, 0);
+        let key = KeyNumbers::of(c);
         self.all_reduce_bus_bw_gbps = key.busbw_gbps;
         self.min_pair_gbps = key.worst_pair_gbps;
         self.min_host_gbps = key.host_gbps;

@@ -6,8 +6,9 @@
 //! numbers rounded to four significant digits: about 40 bytes a run.
 
 use crate::counters::{BaselineError, parse_record};
-use crate::result::CompactResult;
-use crate::suite::{Collective, Suite};
+use crate::result::{CompactResult, KeyNumbers};
+use crate::run::NodeRunResult;
+use crate::suite::Suite;
 use serde::{Deserialize, Serialize};
 
 /// Most runs kept per test (`thresholds.trend.window` is at most this).
@@ -81,61 +82,28 @@ impl TrendPoint {
     /// The key numbers of a measured node's compact result, as the record keeps them
     /// (rounded).
     pub fn of(result: &CompactResult, at: i64) -> TrendPoint {
-        TrendPoint::exact(result, at).rounded()
+        TrendPoint::from_numbers(KeyNumbers::of(result), at)
     }
 
     /// The key numbers of a node's run entry (which keeps them from its compact result), as
     /// the record keeps them: the same as [`TrendPoint::of`] that result.
-    pub fn of_entry(entry: &crate::run::NodeRunResult, at: i64) -> TrendPoint {
-        TrendPoint {
-            at,
+    pub fn of_entry(entry: &NodeRunResult, at: i64) -> TrendPoint {
+        let numbers = KeyNumbers {
             busbw_gbps: entry.all_reduce_bus_bw_gbps,
             worst_pair_gbps: entry.min_pair_gbps,
             host_gbps: entry.min_host_gbps,
             ddp_step_ms: entry.ddp_step_ms,
-        }
-        .rounded()
+        };
+        TrendPoint::from_numbers(numbers.rounded(), at)
     }
 
-    fn rounded(self) -> TrendPoint {
-        TrendPoint {
-            at: self.at,
-            busbw_gbps: self.busbw_gbps.and_then(round4),
-            worst_pair_gbps: self.worst_pair_gbps.and_then(round4),
-            host_gbps: self.host_gbps.and_then(round4),
-            ddp_step_ms: self.ddp_step_ms.and_then(round4),
-        }
-    }
-
-    /// The key numbers of a compact result as measured.
-    fn exact(result: &CompactResult, at: i64) -> TrendPoint {
-        let busbw = result
-            .collectives
-            .iter()
-            .find(|c| c.collective == Collective::AllReduce)
-            .map(|c| c.peak_busbw);
-        let pair = (0..result.gpus)
-            .flat_map(|a| (0..result.gpus).map(move |b| (a, b)))
-            .filter_map(|(a, b)| result.pair_uni(a, b))
-            .reduce(f64::min);
-        let host = result
-            .host_to_device
-            .iter()
-            .chain(&result.device_to_host)
-            .copied()
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .reduce(f64::min);
-        let step = result
-            .ddp_points
-            .iter()
-            .max_by_key(|p| p.gpus)
-            .map(|p| p.step_ms);
+    fn from_numbers(numbers: KeyNumbers, at: i64) -> TrendPoint {
         TrendPoint {
             at,
-            busbw_gbps: busbw,
-            worst_pair_gbps: pair,
-            host_gbps: host,
-            ddp_step_ms: step,
+            busbw_gbps: numbers.busbw_gbps,
+            worst_pair_gbps: numbers.worst_pair_gbps,
+            host_gbps: numbers.host_gbps,
+            ddp_step_ms: numbers.ddp_step_ms,
         }
     }
 
@@ -153,16 +121,6 @@ impl TrendPoint {
     pub fn is_empty(&self) -> bool {
         TrendMetric::ALL.iter().all(|m| self.get(*m).is_none())
     }
-}
-
-/// A positive finite value rounded to four significant digits; None otherwise.
-fn round4(v: f64) -> Option<f64> {
-    if !v.is_finite() || v <= 0.0 {
-        return None;
-    }
-    let digits = 3 - v.log10().floor() as i32;
-    let scale = 10f64.powi(digits);
-    Some((v * scale).round() / scale)
 }
 
 /// One test's runs of the node.
@@ -266,16 +224,6 @@ mod tests {
             busbw_gbps: Some(busbw),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn numbers_keep_four_significant_digits() {
-        assert_eq!(round4(371.2345), Some(371.2));
-        assert_eq!(round4(0.123456), Some(0.1235));
-        assert_eq!(round4(12345.6), Some(12350.0));
-        assert_eq!(round4(0.0), None);
-        assert_eq!(round4(f64::NAN), None);
-        assert_eq!(round4(-3.0), None);
     }
 
     #[test]

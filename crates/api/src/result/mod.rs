@@ -9,6 +9,7 @@
 //! check measured, `compact` the termination-message form.
 
 mod compact;
+mod key_numbers;
 mod measurements;
 
 pub use compact::{
@@ -22,6 +23,7 @@ pub use measurements::{
 };
 
 pub use crate::phase::{ErrorKind, Phase, PhaseError};
+pub(crate) use key_numbers::KeyNumbers;
 
 use serde::{Deserialize, Serialize};
 
