@@ -20,6 +20,7 @@ pub mod quarantine;
 pub mod result;
 pub mod rollout;
 pub mod run;
+pub mod run_state;
 pub mod shard;
 pub mod suite;
 pub mod test;

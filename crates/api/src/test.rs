@@ -3,7 +3,7 @@
 
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::rollout::Rollout;
-use crate::run::{NodeVerdict, RunPhase, Trigger};
+use crate::run_state::{NodeVerdict, RunPhase, Trigger};
 use crate::suite::Suite;
 use k8s_openapi::api::core::v1::{EnvVar, LocalObjectReference, ResourceRequirements, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
