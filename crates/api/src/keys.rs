@@ -12,6 +12,8 @@ pub const LABEL_RUN: &str = "gpufabric.io/run";
 pub const LABEL_NODE: &str = "gpufabric.io/node";
 /// Label on pods: what the pod does (`node-check`, `node-pair`, `multi-node`).
 pub const LABEL_ROLE: &str = "gpufabric.io/role";
+/// Annotation on a confirmation run: the run whose suspects it retests.
+pub const ANNOTATION_CONFIRMS: &str = "gpufabric.io/confirms";
 /// Label on runs: why the run exists (`schedule`, `manual`, `confirmation`, `creation`).
 pub const LABEL_TRIGGER: &str = "gpufabric.io/trigger";
 
@@ -67,6 +69,15 @@ pub const ANNOTATION_RUN_NODES: &str = "gpufabric.io/run-nodes";
 /// now, within the test's own selection. The operator starts a targeted run over them and
 /// removes the annotation.
 pub const ANNOTATION_RUN_SELECTOR: &str = "gpufabric.io/run-selector";
+
+/// Key of a full result document in the ConfigMap the operator keeps it in, stored as it is
+/// (`data`).
+pub const RESULT_KEY: &str = "result.json";
+/// Key of a full result document kept gzipped (`binaryData`), when it is too large as it is.
+pub const RESULT_KEY_GZIP: &str = "result.json.gz";
+/// Annotation on the ConfigMap keeping a node's full result: the node's full name (the
+/// [`LABEL_NODE`] label's value may be shortened). The same key as that label.
+pub const ANNOTATION_RESULT_NODE: &str = LABEL_NODE;
 
 /// Finalizer on a FabricTest: release what this test quarantined before it goes.
 pub const FINALIZER: &str = "gpufabric.io/release-quarantine";

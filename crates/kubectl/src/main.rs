@@ -259,7 +259,7 @@ async fn html_report(
             c.metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(html::model::ANNOTATION_CONFIRMS))
+                .and_then(|a| a.get(keys::ANNOTATION_CONFIRMS))
                 == Some(&run)
         })
         .and_then(|c| c.metadata.name);

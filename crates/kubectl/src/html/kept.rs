@@ -7,13 +7,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use std::collections::BTreeMap;
 use std::io::Read;
 
-/// Key of a full result kept as it is, as the operator stores it
-/// (`operator/results/store.rs`).
-pub const KEY_PLAIN: &str = "result.json";
-/// Key of a full result kept gzipped (`binaryData`).
-pub const KEY_GZIP: &str = "result.json.gz";
-/// Annotation of a kept result's ConfigMap: the node's full name (its label may be cut).
-pub const ANNOTATION_KEPT_NODE: &str = "gpufabric.io/node";
 /// Largest document read back from a gzipped ConfigMap (a ConfigMap holds 1 MiB of gzip).
 pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
 
@@ -35,7 +28,7 @@ fn kept_for<'a>(kept: &'a [ConfigMap], node: &str) -> Option<&'a ConfigMap> {
         map.as_ref().and_then(|m| m.get(key)).map(String::as_str) == Some(node)
     };
     kept.iter()
-        .find(|cm| names(&cm.metadata.annotations, ANNOTATION_KEPT_NODE))
+        .find(|cm| names(&cm.metadata.annotations, keys::ANNOTATION_RESULT_NODE))
         .or_else(|| {
             kept.iter()
                 .find(|cm| names(&cm.metadata.labels, keys::LABEL_NODE))
@@ -44,9 +37,13 @@ fn kept_for<'a>(kept: &'a [ConfigMap], node: &str) -> Option<&'a ConfigMap> {
 
 /// The full result a ConfigMap keeps, read back (gunzipped when stored so).
 pub fn read_kept(cm: &ConfigMap) -> Result<ResultDocument, String> {
-    let text = if let Some(s) = cm.data.as_ref().and_then(|d| d.get(KEY_PLAIN)) {
+    let text = if let Some(s) = cm.data.as_ref().and_then(|d| d.get(keys::RESULT_KEY)) {
         s.clone()
-    } else if let Some(b) = cm.binary_data.as_ref().and_then(|d| d.get(KEY_GZIP)) {
+    } else if let Some(b) = cm
+        .binary_data
+        .as_ref()
+        .and_then(|d| d.get(keys::RESULT_KEY_GZIP))
+    {
         let mut out = String::new();
         flate2::read::GzDecoder::new(&b.0[..])
             .take(MAX_DOCUMENT_BYTES)
@@ -54,7 +51,11 @@ pub fn read_kept(cm: &ConfigMap) -> Result<ResultDocument, String> {
             .map_err(|e| format!("the kept document could not be unzipped: {e}"))?;
         out
     } else {
-        return Err(format!("it has neither {KEY_PLAIN} nor {KEY_GZIP}"));
+        return Err(format!(
+            "it has neither {} nor {}",
+            keys::RESULT_KEY,
+            keys::RESULT_KEY_GZIP
+        ));
     };
     ResultDocument::parse(&text).map_err(|e| e.to_string())
 }

@@ -16,8 +16,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use super::kept::{Kept, kept, read_kept};
 
-/// Annotation of a confirmation run: the run whose suspects it retests.
-pub const ANNOTATION_CONFIRMS: &str = "gpufabric.io/confirms";
 /// Most failing nodes drawn in detail; the others are listed.
 pub const MAX_DETAILS: usize = 24;
 /// Most nodes in the node-pair matrix: the nodes of suspect, faulty and unmeasured pairs first.
