@@ -2,6 +2,7 @@
 //! (`operator/results/store.rs`), read back: the document of a node for a run, or why the
 //! page has none (a later run's, none kept, not readable).
 
+use gpufabric_api::result::ParseError;
 use gpufabric_api::{ResultDocument, keys};
 use k8s_openapi::api::core::v1::ConfigMap;
 use std::collections::BTreeMap;
@@ -9,6 +10,17 @@ use std::io::Read;
 
 /// Largest document read back from a gzipped ConfigMap (a ConfigMap holds 1 MiB of gzip).
 pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+
+/// Why a kept ConfigMap gives no document.
+#[derive(Debug, thiserror::Error)]
+pub enum KeptError {
+    #[error("the kept document could not be unzipped: {0}")]
+    Unzip(std::io::Error),
+    #[error("it has neither {} nor {}", keys::RESULT_KEY, keys::RESULT_KEY_GZIP)]
+    NoDocument,
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+}
 
 /// A node's full result, or why the page has none.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,7 +48,7 @@ fn kept_for<'a>(kept: &'a [ConfigMap], node: &str) -> Option<&'a ConfigMap> {
 }
 
 /// The full result a ConfigMap keeps, read back (gunzipped when stored so).
-pub fn read_kept(cm: &ConfigMap) -> Result<ResultDocument, String> {
+pub fn read_kept(cm: &ConfigMap) -> Result<ResultDocument, KeptError> {
     let text = if let Some(s) = cm.data.as_ref().and_then(|d| d.get(keys::RESULT_KEY)) {
         s.clone()
     } else if let Some(b) = cm
@@ -48,16 +60,12 @@ pub fn read_kept(cm: &ConfigMap) -> Result<ResultDocument, String> {
         flate2::read::GzDecoder::new(&b.0[..])
             .take(MAX_DOCUMENT_BYTES)
             .read_to_string(&mut out)
-            .map_err(|e| format!("the kept document could not be unzipped: {e}"))?;
+            .map_err(KeptError::Unzip)?;
         out
     } else {
-        return Err(format!(
-            "it has neither {} nor {}",
-            keys::RESULT_KEY,
-            keys::RESULT_KEY_GZIP
-        ));
+        return Err(KeptError::NoDocument);
     };
-    ResultDocument::parse(&text).map_err(|e| e.to_string())
+    Ok(ResultDocument::parse(&text)?)
 }
 
 /// `node`'s full result of `run` (or of the run that confirmed it), or why there is none.

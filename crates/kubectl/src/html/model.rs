@@ -14,7 +14,7 @@ use gpufabric_health::profiles;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use super::kept::{Kept, kept, read_kept};
+pub use super::kept::{Kept, KeptError, kept, read_kept};
 
 /// Most failing nodes drawn in detail; the others are listed.
 pub const MAX_DETAILS: usize = 24;

@@ -1,12 +1,12 @@
 //! The HTML report on the demo run's objects: what each section marks, where the full
 //! results come from, and what the page says when it has none.
 
-use super::model::{HtmlReport, Kept, MAX_MATRIX_NODES, Sources};
+use super::model::{HtmlReport, Kept, KeptError, MAX_MATRIX_NODES, Sources, read_kept};
 use super::render;
 use crate::fixtures;
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::trend::{NodeTrend, TrendPoint};
-use gpufabric_api::{FabricTestRun, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::{FabricTestRun, Finding, FindingKind, Metric, Severity, Subject, keys};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
 const RUN: &str = "nightly-manual-1";
@@ -276,6 +276,37 @@ fn a_kept_result_that_cannot_be_read_is_a_note_not_a_panic() {
         }
     });
     assert!(render(&model).contains("full result not read: listing the ConfigMaps failed"));
+}
+
+#[test]
+fn a_kept_config_map_without_a_document_says_which_way_it_failed() {
+    let doc = fixtures::document("x", (0, 1), 1.0);
+    let mut none = fixtures::kept("h100-03", RUN, &doc, false);
+    none.data = None;
+    let err = read_kept(&none).expect_err("no document");
+    assert!(matches!(err, KeptError::NoDocument), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "it has neither result.json nor result.json.gz"
+    );
+    let mut zip = fixtures::kept("h100-03", RUN, &doc, true);
+    zip.binary_data = Some(
+        [(
+            keys::RESULT_KEY_GZIP.to_string(),
+            k8s_openapi::ByteString(b"not gzip".to_vec()),
+        )]
+        .into(),
+    );
+    let err = read_kept(&zip).expect_err("not gzip");
+    assert!(matches!(err, KeptError::Unzip(_)), "{err:?}");
+    let mut bad = fixtures::kept("h100-03", RUN, &doc, false);
+    bad.data = Some([(keys::RESULT_KEY.to_string(), "{".to_string())].into());
+    let err = read_kept(&bad).expect_err("truncated");
+    assert!(matches!(err, KeptError::Parse(_)), "{err:?}");
+    assert_eq!(
+        read_kept(&fixtures::kept("h100-03", RUN, &doc, true)).ok(),
+        Some(doc)
+    );
 }
 
 #[test]
