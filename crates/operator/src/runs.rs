@@ -3,15 +3,12 @@
 
 use crate::error::{Error, Result};
 use crate::names;
-use gpufabric_api::keys::{LABEL_TEST, LABEL_TRIGGER};
+use gpufabric_api::keys::{ANNOTATION_CONFIRMS, LABEL_TEST, LABEL_TRIGGER};
 use gpufabric_api::run::{FabricTestRun, FabricTestRunSpec, Trigger};
 use gpufabric_api::test::FabricTest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use std::collections::BTreeMap;
-
-/// Annotation on a confirmation run: the run whose suspects it retests.
-pub const ANNOTATION_CONFIRMS: &str = "gpufabric.io/confirms";
 
 /// Suffix of a confirmation run's name.
 const CONFIRM_SUFFIX: &str = "-confirm";

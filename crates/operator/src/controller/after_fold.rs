@@ -359,7 +359,9 @@ mod tests {
             Some(vec!["bad-1".to_string(), "bad-2".to_string()])
         );
         assert_eq!(
-            confirm.annotations().get(runs::ANNOTATION_CONFIRMS),
+            confirm
+                .annotations()
+                .get(gpufabric_api::keys::ANNOTATION_CONFIRMS),
             Some(&"nightly-3".to_string())
         );
     }

@@ -11,7 +11,9 @@ use crate::names;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use futures::StreamExt;
-use gpufabric_api::keys::{LABEL_NODE, LABEL_RUN, LABEL_TEST, MANAGER};
+use gpufabric_api::keys::{
+    ANNOTATION_RESULT_NODE, LABEL_NODE, LABEL_RUN, LABEL_TEST, MANAGER, RESULT_KEY, RESULT_KEY_GZIP,
+};
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -24,12 +26,6 @@ use std::io::Write;
 /// Largest document stored as it is, and largest gzipped one: a ConfigMap holds at most
 /// 1 MiB, and the object's metadata needs some of it.
 pub const PLAIN_LIMIT: usize = 900 * 1024;
-/// Key of a document stored as it is (`data`).
-pub const KEY_PLAIN: &str = "result.json";
-/// Key of a gzipped document (`binaryData`).
-pub const KEY_GZIP: &str = "result.json.gz";
-/// Annotation on the ConfigMap: the node's full name (the label value may be shortened).
-pub const ANNOTATION_NODE: &str = "gpufabric.io/node";
 /// Most bytes of a pod log read for its last line.
 pub const MAX_LOG_BYTES: i64 = 64 * 1024 * 1024;
 
@@ -135,10 +131,13 @@ pub fn config_map(target: &Target<'_>, payload: Payload) -> ConfigMap {
         (LABEL_NODE.to_string(), names::label_value(target.node)),
     ]);
     let (data, binary_data) = match payload {
-        Payload::Plain(s) => (Some(BTreeMap::from([(KEY_PLAIN.to_string(), s)])), None),
+        Payload::Plain(s) => (Some(BTreeMap::from([(RESULT_KEY.to_string(), s)])), None),
         Payload::Gzip(b) => (
             None,
-            Some(BTreeMap::from([(KEY_GZIP.to_string(), ByteString(b))])),
+            Some(BTreeMap::from([(
+                RESULT_KEY_GZIP.to_string(),
+                ByteString(b),
+            )])),
         ),
     };
     ConfigMap {
@@ -147,7 +146,7 @@ pub fn config_map(target: &Target<'_>, payload: Payload) -> ConfigMap {
             namespace: Some(target.namespace.to_string()),
             labels: Some(labels),
             annotations: Some(BTreeMap::from([(
-                ANNOTATION_NODE.to_string(),
+                ANNOTATION_RESULT_NODE.to_string(),
                 target.node.to_string(),
             )])),
             owner_references: target.owner.clone().map(|o| vec![o]),
@@ -381,18 +380,18 @@ mod tests {
         assert_eq!(labels[LABEL_RUN], "nightly-1");
         assert!(labels[LABEL_NODE].len() <= 63);
         assert_eq!(
-            cm.metadata.annotations.unwrap_or_default()[ANNOTATION_NODE],
+            cm.metadata.annotations.unwrap_or_default()[ANNOTATION_RESULT_NODE],
             long_node
         );
         assert_eq!(
             cm.metadata.owner_references.map(|o| o[0].uid.clone()),
             Some("u1".into())
         );
-        assert_eq!(cm.data.map(|d| d[KEY_PLAIN].clone()), Some("{}".into()));
+        assert_eq!(cm.data.map(|d| d[RESULT_KEY].clone()), Some("{}".into()));
         let gz = config_map(&t, Payload::Gzip(vec![1, 2]));
         assert!(gz.data.is_none());
         assert_eq!(
-            gz.binary_data.map(|d| d[KEY_GZIP].0.clone()),
+            gz.binary_data.map(|d| d[RESULT_KEY_GZIP].0.clone()),
             Some(vec![1, 2])
         );
     }
