@@ -32,25 +32,32 @@ pub struct AfterFold {
     pub confirm: Option<FabricTestRun>,
 }
 
-/// Plans what follows `run` (already folded into `status`) from the `observed` nodes (see
-/// [`quarantine_decision`]). Fails only when the confirmation run cannot be built: a test
-/// without a name or uid, which the controller has refused before it folds any run.
-pub fn plan(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &FabricTestStatus,
-    observed: &[crate::quarantine::NodeObservation],
-    selected: usize,
-    guards: &gpufabric_health::Guards,
-) -> Result<AfterFold> {
-    let decision = quarantine_decision(test, run, results, status, observed, selected, guards);
+/// What is known of a folded run once its nodes are observed: what [`plan`] decides from.
+pub struct Folded<'a> {
+    pub test: &'a FabricTest,
+    /// The run, already folded into `status`.
+    pub run: &'a FabricTestRun,
+    /// Every node's result (all of the run's shards).
+    pub results: &'a [NodeRunResult],
+    pub status: &'a FabricTestStatus,
+    /// The nodes the plan may touch, as read now.
+    pub observed: &'a [crate::quarantine::NodeObservation],
+    /// The nodes the test selects: the base of a percent budget.
+    pub selected: usize,
+    pub guards: &'a gpufabric_health::Guards,
+}
+
+/// Plans what follows a folded run (see [`quarantine_decision`]). Fails only when the
+/// confirmation run cannot be built: a test without a name or uid, which the controller has
+/// refused before it folds any run.
+pub fn plan(f: &Folded) -> Result<AfterFold> {
+    let decision = quarantine_decision(f);
     let confirm = if decision.plan.confirm.is_empty() {
         None
     } else {
         Some(runs::confirmation_run(
-            test,
-            &run.name_any(),
+            f.test,
+            &f.run.name_any(),
             &decision.plan.confirm,
         )?)
     };
@@ -71,20 +78,20 @@ pub struct QuarantineDecision {
     pub repaired: BTreeSet<String>,
 }
 
-/// Plans quarantine after `run` (already folded into `status`): the planner's facts for
-/// every `observed` node from the test's history, what the run measured (a node not
-/// measured is never a suspect) and confirmed itself (node pairs retested against a
-/// known-good partner), under `guards`. `selected`: the nodes the test selects, the base of
-/// a percent budget (never fewer than the run measured).
-pub fn quarantine_decision(
-    test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    status: &FabricTestStatus,
-    observed: &[crate::quarantine::NodeObservation],
-    selected: usize,
-    guards: &gpufabric_health::Guards,
-) -> QuarantineDecision {
+/// Plans quarantine after a folded run: the planner's facts for every observed node from
+/// the test's history, what the run measured (a node not measured is never a suspect) and
+/// confirmed itself (node pairs retested against a known-good partner), under the guards,
+/// with a budget of the nodes the test selects (never fewer than the run measured).
+pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
+    let Folded {
+        test,
+        run,
+        results,
+        status,
+        observed,
+        selected,
+        guards,
+    } = *f;
     let run_name = run.name_any();
     let tested: BTreeSet<&str> = st::measured_nodes(results);
     let confirmed: BTreeSet<&str> = results
@@ -148,40 +155,15 @@ pub fn quarantine_decision(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::decide::tests::{at, run};
     use gpufabric_api::keys;
-    use gpufabric_api::run::{FabricTestRunSpec, FabricTestRunStatus, RunPhase, Trigger};
+    use gpufabric_api::run::Trigger;
     use gpufabric_api::test::FabricTestSpec;
 
     fn test() -> FabricTest {
         let mut t = FabricTest::new("nightly", FabricTestSpec::default());
         t.metadata.uid = Some("uid-1".into());
         t
-    }
-
-    fn at(h: u32, m: u32) -> chrono::DateTime<chrono::Utc> {
-        use chrono::TimeZone;
-        chrono::Utc
-            .with_ymd_and_hms(2026, 11, 21, h, m, 0)
-            .single()
-            .expect("valid time")
-    }
-
-    fn run(name: &str) -> FabricTestRun {
-        let mut r = FabricTestRun::new(
-            name,
-            FabricTestRunSpec::of_test(
-                "nightly",
-                &FabricTestSpec::default(),
-                Trigger::Schedule,
-                None,
-                None,
-            ),
-        );
-        r.status = Some(FabricTestRunStatus {
-            phase: RunPhase::Running,
-            ..Default::default()
-        });
-        r
     }
 
     fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
@@ -209,15 +191,15 @@ mod tests {
             .iter()
             .map(|n| crate::quarantine::NodeObservation::of(&n.name_any(), Some(n), "nightly"))
             .collect();
-        quarantine_decision(
-            t,
-            r,
+        quarantine_decision(&Folded {
+            test: t,
+            run: r,
             results,
             status,
-            &observed,
-            10,
-            &gpufabric_health::Guards::default(),
-        )
+            observed: &observed,
+            selected: 10,
+            guards: &gpufabric_health::Guards::default(),
+        })
     }
 
     #[test]
@@ -327,7 +309,16 @@ mod tests {
                 crate::quarantine::NodeObservation::of(&res.node, Some(&n), "nightly")
             })
             .collect();
-        plan(&t, &r, &results, &status, &observed, 10, &guards).expect("plans")
+        plan(&Folded {
+            test: &t,
+            run: &r,
+            results: &results,
+            status: &status,
+            observed: &observed,
+            selected: 10,
+            guards: &guards,
+        })
+        .expect("plans")
     }
 
     #[test]

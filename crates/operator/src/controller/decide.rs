@@ -309,7 +309,7 @@ pub fn invalid_status(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::time::to_time;
     use chrono::TimeZone;
@@ -319,7 +319,7 @@ mod tests {
     use gpufabric_api::test::{ConcurrencyPolicy, FabricTestSpec};
     use std::collections::BTreeMap;
 
-    fn at(h: u32, m: u32) -> DateTime<Utc> {
+    pub(in crate::controller) fn at(h: u32, m: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 21, h, m, 0)
             .single()
             .expect("valid time")
@@ -338,7 +338,8 @@ mod tests {
         t
     }
 
-    fn run(name: &str) -> FabricTestRun {
+    /// A running scheduled run of the test `nightly`.
+    pub(in crate::controller) fn run(name: &str) -> FabricTestRun {
         let mut r = FabricTestRun::new(
             name,
             FabricTestRunSpec::of_test(

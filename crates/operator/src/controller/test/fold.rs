@@ -102,15 +102,15 @@ async fn quarantine_after(
         &test.spec.node_selector,
         test.spec.nodes.as_deref(),
     );
-    let after = after_fold::plan(
+    let after = after_fold::plan(&after_fold::Folded {
         test,
         run,
         results,
         status,
-        &observed,
+        observed: &observed,
         selected,
-        &guards(ctx, breaker.open, holdings.others),
-    )?;
+        guards: &guards(ctx, breaker.open, holdings.others),
+    })?;
     carry_out_after_fold(test, run, results, status, breaker, ctx, after).await
 }
 
