@@ -131,19 +131,6 @@ pub(crate) fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
-/// Median absolute deviation of the finite values: `median(|x - median(x)|)`, unscaled
-/// (multiply by 1.4826 for a normal-consistent sigma). `None` when there are none.
-#[cfg(test)]
-pub(crate) fn mad(values: &[f64]) -> Option<f64> {
-    let m = median(values)?;
-    let dev: Vec<f64> = values
-        .iter()
-        .filter(|x| x.is_finite())
-        .map(|x| (x - m).abs())
-        .collect();
-    median(&dev)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,15 +223,5 @@ mod tests {
         assert_eq!(median(&[7.0]), Some(7.0));
         assert_eq!(median(&[]), None);
         assert_eq!(median(&[f64::NAN, 5.0, f64::INFINITY]), Some(5.0));
-    }
-
-    #[test]
-    fn mad_is_median_of_absolute_deviations() {
-        // median 3; deviations 2,1,0,1,97 -> median 1.
-        assert_eq!(mad(&[1.0, 2.0, 3.0, 4.0, 100.0]), Some(1.0));
-        assert_eq!(mad(&[5.0, 5.0, 5.0]), Some(0.0));
-        assert_eq!(mad(&[]), None);
-        // median 2.5; deviations 1.5,0.5,0.5,1.5 -> 1.0
-        assert_eq!(mad(&[1.0, 2.0, 3.0, 4.0]), Some(1.0));
     }
 }
