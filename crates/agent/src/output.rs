@@ -74,32 +74,49 @@ pub(crate) fn write_progress(line: &str) {
 }
 
 /// Says on stderr and in the termination message that the agent was stopped (SIGTERM),
-/// and in which phase: the progress line stays the message's first line, so that whoever
-/// reads the message reads the phase as before, and the stop follows on a second line. A
-/// result already written is left as it is. Returns holding the message, so that nothing
-/// replaces it before the process exits.
+/// and in which phase, in words ([`gpufabric_measure::activity`]: `NCCL sweep: all_gather,
+/// 32 MiB`): the phase is the message's first line, behind the progress prefix, so that
+/// whoever reads the message's first line reads the phase; the stop follows on a second
+/// line with the last progress line the agent printed. A result already written is left as
+/// it is. Returns holding the message, so that nothing replaces it before the process ends.
 pub(crate) fn write_stopped(signal: &str) -> MutexGuard<'static, Message> {
     let state = message();
-    match &*state {
-        Message::Progress(phase) => {
-            eprintln!("fabric-agent: stopped by {signal} in phase \"{phase}\"");
-            let mut text = format!(
-                "{}{phase}\nfabric-agent: stopped by {signal} in phase \"{phase}\"",
-                keys::PROGRESS_PREFIX
-            );
-            cut_to_limit(&mut text);
-            write_termination_message(&text, true);
-        }
-        Message::Empty => {
-            let text = format!("fabric-agent: stopped by {signal} before its first phase");
-            eprintln!("{text}");
-            write_termination_message(&text, true);
-        }
-        Message::Final => {
-            eprintln!("fabric-agent: stopped by {signal} after writing its result");
-        }
+    let phase = gpufabric_measure::activity::current();
+    if matches!(*state, Message::Final) {
+        eprintln!("fabric-agent: stopped by {signal} after writing its result");
+        return state;
     }
+    let last = match &*state {
+        Message::Progress(line) => Some(line.as_str()),
+        _ => None,
+    };
+    let text = stopped_text(signal, phase.as_deref(), last);
+    eprintln!("{}", text.lines().last().unwrap_or_default());
+    write_termination_message(&text, true);
     state
+}
+
+/// The termination message of a stopped agent: the phase (or, before any phase was named,
+/// the last progress line) first, then the stop in a sentence.
+fn stopped_text(signal: &str, phase: Option<&str>, last: Option<&str>) -> String {
+    let said = match (phase, last) {
+        (Some(p), Some(l)) if l.trim() != p => {
+            format!(
+                "in phase \"{p}\" (its last progress line: \"{}\")",
+                l.trim()
+            )
+        }
+        (Some(p), _) => format!("in phase \"{p}\""),
+        (None, Some(l)) => format!("after the progress line \"{}\"", l.trim()),
+        (None, None) => "before its first phase".to_string(),
+    };
+    let stop = format!("fabric-agent: stopped by {signal} {said}");
+    let mut text = match phase.or(last) {
+        Some(first) => format!("{}{}\n{stop}", keys::PROGRESS_PREFIX, first.trim()),
+        None => stop,
+    };
+    cut_to_limit(&mut text);
+    text
 }
 
 /// Cuts `text` to Kubernetes' limit on a termination message, on a character boundary.
@@ -274,4 +291,47 @@ pub fn emit_rank<T: serde::Serialize>(
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .context("writing to stdout")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_names_the_phase_in_words_before_the_last_table_row() {
+        let text = stopped_text(
+            "SIGTERM",
+            Some("NCCL sweep: all_gather, 32 MiB"),
+            Some("    all_gather  33554432  108.56 us"),
+        );
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("fabric-agent progress: NCCL sweep: all_gather, 32 MiB")
+        );
+        assert_eq!(
+            lines.next(),
+            Some(
+                "fabric-agent: stopped by SIGTERM in phase \"NCCL sweep: all_gather, 32 MiB\" (its last progress line: \"all_gather  33554432  108.56 us\")"
+            )
+        );
+    }
+
+    #[test]
+    fn a_stop_before_any_phase_says_so() {
+        assert_eq!(
+            stopped_text("SIGTERM", None, None),
+            "fabric-agent: stopped by SIGTERM before its first phase"
+        );
+        let text = stopped_text("SIGTERM", None, Some("1 GPU(s): NVIDIA H200"));
+        assert!(text.starts_with("fabric-agent progress: 1 GPU(s): NVIDIA H200\n"));
+        assert!(text.ends_with("after the progress line \"1 GPU(s): NVIDIA H200\""));
+    }
+
+    #[test]
+    fn a_stop_message_stays_within_the_termination_limit() {
+        let long = "x".repeat(10_000);
+        let text = stopped_text("SIGTERM", Some(&long), Some("row"));
+        assert!(text.len() <= keys::TERMINATION_MESSAGE_LIMIT);
+    }
 }

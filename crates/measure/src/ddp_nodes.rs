@@ -135,7 +135,9 @@ pub fn run(
     let mut doc = document(probe, m.kind(), started_at);
     // The backend is ready (libraries and GPUs found, none held by other work) before the
     // others are met: a rank that cannot measure fails alone, and at once.
+    crate::activity::enter("ddp-nodes: preparing the GPUs");
     let gpus = m.prepare(probe.shared_gpus, progress)?;
+    crate::activity::enter(format!("ddp-nodes: rendezvous at {}", config.addr));
     progress(&format!(
         "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
         config
@@ -189,6 +191,7 @@ pub fn run(
     if let Err(CheckError::GpusInUse(message)) = looked {
         doc.not_measured = Some(NotMeasured::own_node(message));
     }
+    crate::activity::enter("ddp-nodes: waiting for the other ranks to finish");
     if let Err(e) = group.barrier(config.timeout) {
         doc.errors.push(error(e.to_string()));
     }
@@ -350,6 +353,7 @@ fn measure_counts(
             return Ok(out);
         }
         let report = if rank < k {
+            crate::activity::enter(format!("ddp-nodes: {k} node(s), measuring"));
             progress(&format!("ddp-nodes: {k} node(s): measuring"));
             match m.measure(k, &id) {
                 Ok(t) => NodeReport::Measured(t),

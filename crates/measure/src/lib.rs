@@ -11,11 +11,13 @@
 //! ([`cuda::ddp::procs::worker_main`]), the fault injectors ([`cuda::inject`]) and whether
 //! NCCL loads ([`cuda::nccl::nccl_present`]); the sim fleet description ([`fleet`]), a
 //! pair's options ([`pairs`]) and the rendezvous settings ([`rendezvous::Config`]);
-//! [`CheckOptions`], [`CheckError`], [`Progress`] and [`rfc3339`]. The maths, statistics,
+//! [`CheckOptions`], [`CheckError`], [`Progress`] and [`rfc3339`]; what the process is
+//! measuring now and how it ends at once when stopped ([`activity`]). The maths, statistics,
 //! NVML, NCCL and driver wrappers behind them are the crate's own.
 
 #![warn(unreachable_pub)]
 
+pub mod activity;
 pub(crate) mod compute;
 pub mod cuda;
 pub mod ddp_nodes;

@@ -133,6 +133,7 @@ fn check(
             "ncclSweep.minBytes is larger than ncclSweep.maxBytes".into(),
         ));
     }
+    crate::activity::enter("finding the GPUs");
     let found = b.count_gpus()?;
     if let Some(wanted) = opts.expect_gpus
         && found < wanted
@@ -155,6 +156,7 @@ fn check(
             },
         );
     }
+    crate::activity::enter("opening the GPUs (CUDA, NCCL and NVML setup)");
     b.open(opts, progress)?;
     let opened = b.gpu_use(Look::Opened);
     let run = PhaseRun {
@@ -163,6 +165,7 @@ fn check(
         progress,
     };
     let mut doc = b.document(opts, started_at);
+    crate::activity::enter("setting up the phases");
     if let Err(e) = b.setup(&run) {
         doc.errors.push(e);
         doc.duration_s = started.elapsed().as_secs_f64();
@@ -173,6 +176,7 @@ fn check(
         let doc = &mut doc;
         b.watch_xids(&mut || {
             if suite.nccl_sweep.enabled {
+                crate::activity::enter("NCCL sweep");
                 match b.nccl_sweep(&run) {
                     Ok((n, errors)) => {
                         doc.nccl = Some(n);
@@ -182,18 +186,21 @@ fn check(
                 }
             }
             if suite.gpu_pairs.enabled {
+                crate::activity::enter("GPU pairs");
                 match b.gpu_pairs(&run) {
                     Ok(p) => doc.pairs = Some(p),
                     Err(e) => doc.errors.push(e),
                 }
             }
             if suite.ddp_probe.enabled {
+                crate::activity::enter("DDP probe");
                 match b.ddp_probe(&run) {
                     Ok(d) => doc.ddp = Some(d),
                     Err(e) => doc.errors.push(e),
                 }
             }
             if suite.compute.enabled() {
+                crate::activity::enter("compute checks");
                 match b.compute(&run) {
                     Ok(c) => doc.compute = Some(c),
                     Err(e) => doc.errors.push(e),
@@ -202,11 +209,13 @@ fn check(
         })
     };
     if suite.health.enabled {
+        crate::activity::enter("health snapshot (NVML)");
         match b.health(&xids, &run) {
             Ok(h) => doc.health = Some(h),
             Err(e) => doc.errors.push(e),
         }
     }
+    crate::activity::enter("tearing down (NCCL communicators, CUDA contexts)");
     b.finish(&mut doc);
     // A phase that timed out leaves a thread holding the check's own memory; an XID is the
     // GPU's evidence whatever ran beside it.

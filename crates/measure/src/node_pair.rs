@@ -92,8 +92,10 @@ pub fn run(
     let started = Instant::now();
     let started_at = crate::rfc3339(std::time::SystemTime::now());
     let _span = tracing::info_span!("node_pair", group = %opts.group, rank = opts.rank).entered();
+    crate::activity::enter("node pair: preparing the GPUs");
     backend.prepare(pair.shared_gpus, progress)?;
     let config = &pair.config;
+    crate::activity::enter(format!("node pair: rendezvous at {}", config.addr));
     progress(&format!(
         "node-pair {} <-> {} (group {}, rank {}): rendezvous at {}",
         opts.nodes[0], opts.nodes[1], opts.group, opts.rank, config.addr
@@ -139,11 +141,13 @@ pub fn run(
             barrier: &mut barrier,
             progress,
         };
+        crate::activity::enter("node pair: measuring across both nodes (NCCL)");
         let measured = measure(backend, pair.shared_gpus, met, &mut doc);
         // The watch stands down whatever the measurement's end.
         joined.store(true, Ordering::SeqCst);
         measured?;
     }
+    crate::activity::enter("node pair: waiting for the peer to finish");
     if let Err(e) = group.barrier(config.timeout) {
         doc.errors.push(PhaseError {
             phase: Phase::NodePair,

@@ -139,6 +139,10 @@ impl Copies<'_> {
                 if s.gpu.index == d.gpu.index {
                     continue;
                 }
+                crate::activity::enter(format!(
+                    "GPU pairs: copies GPU {} -> GPU {}",
+                    s.gpu.index, d.gpu.index
+                ));
                 let bw = self.median(|| {
                     s.start.record(&s.stream)?;
                     for _ in 0..copies {
@@ -170,6 +174,10 @@ impl Copies<'_> {
         let mut out = Vec::new();
         for (i, a) in sides.iter().enumerate() {
             for b in sides.iter().skip(i + 1) {
+                crate::activity::enter(format!(
+                    "GPU pairs: copies both ways GPU {} <-> GPU {}",
+                    a.gpu.index, b.gpu.index
+                ));
                 let bw = self.median(|| {
                     a.start.record(&a.stream)?;
                     b.stream.wait(&a.start)?;
@@ -213,6 +221,7 @@ impl Copies<'_> {
         fill_pattern(host.as_mut_slice(), host_seed);
         let host = &*host;
         let (mut h2d, mut d2h) = (Vec::new(), Vec::new());
+        crate::activity::enter("GPU pairs: host <-> GPU copies");
         for s in sides {
             let up = self.median(|| {
                 s.start.record(&s.stream)?;

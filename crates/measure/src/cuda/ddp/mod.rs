@@ -314,6 +314,7 @@ pub(crate) fn probe(
             continue;
         }
         let sub = &reps[..count];
+        crate::activity::enter(format!("DDP probe: {count} GPU(s)"));
         let devs: Vec<i32> = sub.iter().map(|r| r.gpu.index as i32).collect();
         let mut comms = Comms::init(&devs)?;
         let t = measure_point(sub, &mut comms, wd, set, &bks)?;

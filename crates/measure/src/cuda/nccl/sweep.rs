@@ -137,6 +137,7 @@ pub(crate) fn sweep_collective(
     let dt = set.data_type;
     let elem = dt.size();
     if let Some(&first) = set.sizes.first() {
+        crate::activity::enter(format!("NCCL sweep: {}, warming up", c.nccl_tests_name()));
         ramp_up(c, comms, ranks, wd, set, first)?;
     }
     let started = Instant::now();
@@ -167,6 +168,11 @@ pub(crate) fn sweep_collective(
                 total: bytes,
                 max_total,
             };
+            crate::activity::enter(format!(
+                "NCCL sweep: {}, {}",
+                c.nccl_tests_name(),
+                crate::activity::size(bytes)
+            ));
             let entry = first_blocks(out_of_place, comms, ranks, wd, set, &mut timed)?;
             let settled = !entry.wants_more();
             entries.push(entry);
@@ -176,6 +182,10 @@ pub(crate) fn sweep_collective(
         }
         // The short sizes before a long one (or the end) get their repeats now, round by
         // round.
+        crate::activity::enter(format!(
+            "NCCL sweep: {}, repeating the short sizes",
+            c.nccl_tests_name()
+        ));
         let t0 = Instant::now();
         repeat_short(&mut entries[rows.len()..], &mut |op, b| {
             time_block(op, comms, ranks, wd, set, b)
