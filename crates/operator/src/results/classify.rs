@@ -226,6 +226,71 @@ fn ended_container(t: &ContainerStateTerminated) -> NodeOutcome {
     }
 }
 
+/// Why a pod was being stopped from outside its agent, when it was: evicted, preempted, the
+/// node shutting down (a `DisruptionTarget` condition or the pod's reason), or deleted (its
+/// `deletionTimestamp`, by a person, a drain, the garbage collector or this operator).
+fn stopped_from_outside(pod: &Pod, status: &PodStatus) -> Option<(NotMeasuredReason, String)> {
+    if let Some(d) = disruption(status) {
+        return Some(d);
+    }
+    if status.reason.as_deref() == Some("Terminated")
+        || status.reason.as_deref() == Some("Shutdown")
+    {
+        // The kubelet's graceful node shutdown.
+        return Some((
+            NotMeasuredReason::Evicted,
+            with_message("the node was shutting down", status.message.as_deref()),
+        ));
+    }
+    pod.metadata.deletion_timestamp.as_ref()?;
+    Some((
+        NotMeasuredReason::PodDeleted,
+        "the benchmark pod was being deleted".to_string(),
+    ))
+}
+
+/// When the pod's deletion was asked for: its `deletionTimestamp` less the grace period it
+/// was given (the timestamp is when the grace ends), in seconds since the epoch.
+fn deletion_asked_at(pod: &Pod) -> Option<i64> {
+    let at = pod.metadata.deletion_timestamp.as_ref()?.0.as_second();
+    Some(at - pod.metadata.deletion_grace_period_seconds.unwrap_or(0))
+}
+
+/// Whether the agent's container ended on its own before anyone stopped the pod: it finished
+/// strictly before the deletion was asked for (whole seconds, as the API keeps them), and
+/// no disruption is recorded. An agent that ends in the second its pod is deleted, or after,
+/// was stopped.
+fn ended_before_stop(pod: &Pod, status: &PodStatus, t: &ContainerStateTerminated) -> bool {
+    if disruption(status).is_some() {
+        return false;
+    }
+    match (t.finished_at.as_ref(), deletion_asked_at(pod)) {
+        (Some(finished), Some(asked)) => finished.0.as_second() < asked,
+        _ => false,
+    }
+}
+
+/// The outcome of an agent whose pod was stopped from outside (`why`): never the node's,
+/// whatever the exit code or signal (a segmentation fault or a SIGKILL at the end of the
+/// grace period included). A result the agent wrote before it ended is still read.
+fn stopped_outcome(t: &ContainerStateTerminated, why: (NotMeasuredReason, String)) -> NodeOutcome {
+    let ended = ended_container(t);
+    if matches!(ended, NodeOutcome::Measured(_)) {
+        return ended;
+    }
+    let (reason, detail) = why;
+    let message = t.message.as_deref().unwrap_or("");
+    let mut text = format!(
+        "{detail}; the agent was stopped and ended with exit code {}",
+        t.exit_code
+    );
+    if let Some(progress) = last_progress(message) {
+        text.push_str(&format!(" in phase \"{progress}\""));
+    }
+    text.push_str(", which says nothing of the node");
+    NodeOutcome::not_measured(reason, text)
+}
+
 /// A pod killed at its own `activeDeadlineSeconds`.
 fn deadline_exceeded(pod: &Pod, status: &PodStatus) -> NodeOutcome {
     let limit = pod
@@ -269,6 +334,11 @@ pub fn pod_state(pod: &Pod) -> PodState {
         return PodState::Ended(NodeOutcome::not_measured(reason, detail));
     }
     if let Some(t) = terminated(status) {
+        if let Some(why) = stopped_from_outside(pod, status)
+            && !ended_before_stop(pod, status, t)
+        {
+            return PodState::Ended(stopped_outcome(t, why));
+        }
         return PodState::Ended(ended_container(t));
     }
     match status.phase.as_deref() {

@@ -529,3 +529,147 @@ fn a_measured_entry_keeps_the_headline_numbers_and_no_outcome_to_give_back() {
         assert_eq!(e.outcome(), None);
     }
 }
+
+/// `p`, deleted at `asked` seconds after the epoch with a 30 s grace period, its container
+/// finished at `finished`.
+fn deleted_at(mut p: Pod, asked: i64, finished: i64) -> Pod {
+    let at =
+        |s: i64| Time(k8s_openapi::jiff::Timestamp::from_second(s).expect("a valid timestamp"));
+    p.metadata.deletion_timestamp = Some(at(asked + 30));
+    p.metadata.deletion_grace_period_seconds = Some(30);
+    if let Some(t) = p
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+        .and_then(|c| c.first_mut())
+        .and_then(|c| c.state.as_mut())
+        .and_then(|s| s.terminated.as_mut())
+    {
+        t.finished_at = Some(at(finished));
+    }
+    p
+}
+
+#[test]
+fn an_agent_that_crashes_while_its_pod_is_deleted_is_never_the_nodes_fault() {
+    let progress = format!("{PROGRESS_PREFIX}NCCL sweep: all_gather, 32 MiB\n");
+    // A segmentation fault, a SIGKILL at the end of the grace period, an abort: each in or
+    // after the second the deletion was asked for.
+    for code in [139, 137, 134, 143, 1, 13] {
+        let p = deleted_at(terminated(code, Some(&progress), None), 1_000, 1_002);
+        let (r, detail) = not_measured(&p);
+        assert_eq!(r, NotMeasuredReason::PodDeleted, "exit {code}: {detail}");
+        assert!(
+            detail.contains(&format!("exit code {code}"))
+                && detail.contains("NCCL sweep: all_gather, 32 MiB")
+                && detail.contains("says nothing of the node"),
+            "{detail}"
+        );
+        let same_second = deleted_at(terminated(code, None, None), 1_000, 1_000);
+        assert_eq!(not_measured(&same_second).0, NotMeasuredReason::PodDeleted);
+    }
+}
+
+#[test]
+fn a_crash_before_the_pod_was_deleted_is_still_the_nodes() {
+    // The agent died on its own, and its ended pod was deleted later (by this operator,
+    // after it read the crash): the crash stands.
+    let p = deleted_at(terminated(139, None, None), 1_000, 990);
+    let (f, detail) = fault(&p);
+    assert_eq!(f, HardwareFault::Crash);
+    assert!(detail.contains("segmentation fault"), "{detail}");
+}
+
+#[test]
+fn a_result_written_before_the_stop_is_still_read() {
+    let p = deleted_at(terminated(0, Some(GOOD), None), 1_000, 1_001);
+    assert!(matches!(ended(&p), NodeOutcome::Measured(_)));
+    let p = deleted_at(terminated(3, Some(GOOD), None), 1_000, 1_001);
+    assert!(matches!(ended(&p), NodeOutcome::Measured(_)));
+}
+
+#[test]
+fn an_evicted_preempted_or_drained_agent_that_crashes_is_not_measured() {
+    let disrupted = |reason: &str, phase: &str| {
+        let mut p = terminated(139, None, None);
+        if let Some(s) = p.status.as_mut() {
+            s.phase = Some(phase.into());
+            s.conditions = Some(vec![PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some(reason.into()),
+                message: Some(format!("{reason} by the test")),
+                ..Default::default()
+            }]);
+        }
+        p
+    };
+    // The condition is there before the phase turns Failed: a segfault on the way out reads
+    // as the disruption in either phase.
+    for phase in ["Running", "Failed"] {
+        assert_eq!(
+            not_measured(&disrupted("EvictionByEvictionAPI", phase)).0,
+            NotMeasuredReason::Evicted
+        );
+        assert_eq!(
+            not_measured(&disrupted("PreemptionByScheduler", phase)).0,
+            NotMeasuredReason::Preempted
+        );
+        assert_eq!(
+            not_measured(&disrupted("DeletionByTaintManager", phase)).0,
+            NotMeasuredReason::Evicted
+        );
+    }
+    // A disruption recorded makes even an early crash the disruption's: the condition is
+    // written before the kubelet stops the container.
+    let p = deleted_at(disrupted("EvictionByEvictionAPI", "Failed"), 1_000, 990);
+    assert_eq!(not_measured(&p).0, NotMeasuredReason::Evicted);
+}
+
+#[test]
+fn an_agent_stopped_by_a_node_shutdown_is_not_measured() {
+    // With the DisruptionTarget condition (Kubernetes 1.26 and later) ...
+    let mut p = terminated(139, None, None);
+    if let Some(s) = p.status.as_mut() {
+        s.reason = Some("Terminated".into());
+        s.message = Some("Pod was terminated in response to imminent node shutdown.".into());
+        s.conditions = Some(vec![PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some("Pod was terminated in response to imminent node shutdown.".into()),
+            ..Default::default()
+        }]);
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::Evicted);
+    assert!(detail.contains("node shutdown"), "{detail}");
+    // ... and without it: the pod's reason says it.
+    let mut p = terminated(137, None, None);
+    if let Some(s) = p.status.as_mut() {
+        s.phase = Some("Running".into());
+        s.reason = Some("Terminated".into());
+        s.message = Some("Pod was terminated in response to imminent node shutdown.".into());
+    }
+    let (r, detail) = not_measured(&p);
+    assert_eq!(r, NotMeasuredReason::Evicted);
+    assert!(
+        detail.contains("shutting down") && detail.contains("exit code 137"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn the_pod_deadline_judges_a_started_agent_by_its_deadline_never_by_its_exit_code() {
+    // Stopped at its activeDeadlineSeconds: the agent was still running past its own
+    // watchdog, a hang; a segmentation fault on the way out changes nothing.
+    for code in [139, 143, 137] {
+        let mut p = terminated(code, None, None);
+        if let Some(s) = p.status.as_mut() {
+            s.reason = Some("DeadlineExceeded".into());
+        }
+        let (f, detail) = fault(&p);
+        assert_eq!(f, HardwareFault::Hang, "exit {code}");
+        assert!(!detail.contains("segmentation"), "{detail}");
+    }
+}
