@@ -249,27 +249,6 @@ fn stopped_from_outside(pod: &Pod, status: &PodStatus) -> Option<(NotMeasuredRea
     ))
 }
 
-/// When the pod's deletion was asked for: its `deletionTimestamp` less the grace period it
-/// was given (the timestamp is when the grace ends), in seconds since the epoch.
-fn deletion_asked_at(pod: &Pod) -> Option<i64> {
-    let at = pod.metadata.deletion_timestamp.as_ref()?.0.as_second();
-    Some(at - pod.metadata.deletion_grace_period_seconds.unwrap_or(0))
-}
-
-/// Whether the agent's container ended on its own before anyone stopped the pod: it finished
-/// strictly before the deletion was asked for (whole seconds, as the API keeps them), and
-/// no disruption is recorded. An agent that ends in the second its pod is deleted, or after,
-/// was stopped.
-fn ended_before_stop(pod: &Pod, status: &PodStatus, t: &ContainerStateTerminated) -> bool {
-    if disruption(status).is_some() {
-        return false;
-    }
-    match (t.finished_at.as_ref(), deletion_asked_at(pod)) {
-        (Some(finished), Some(asked)) => finished.0.as_second() < asked,
-        _ => false,
-    }
-}
-
 /// The outcome of an agent whose pod was stopped from outside (`why`): never the node's,
 /// whatever the exit code or signal (a segmentation fault or a SIGKILL at the end of the
 /// grace period included). A result the agent wrote before it ended is still read.
@@ -334,9 +313,10 @@ pub fn pod_state(pod: &Pod) -> PodState {
         return PodState::Ended(NodeOutcome::not_measured(reason, detail));
     }
     if let Some(t) = terminated(status) {
-        if let Some(why) = stopped_from_outside(pod, status)
-            && !ended_before_stop(pod, status, t)
-        {
+        // A crash that ended the container before anyone stopped the pod was read and kept
+        // in the run's entry before the pod was deleted (the run keeps an ended entry's
+        // outcome for a pod being deleted); read here, a stopped pod's end is the stop's.
+        if let Some(why) = stopped_from_outside(pod, status) {
             return PodState::Ended(stopped_outcome(t, why));
         }
         return PodState::Ended(ended_container(t));
