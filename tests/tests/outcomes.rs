@@ -741,3 +741,90 @@ async fn preempted_benchmark_pods_cordon_nothing() {
     })
     .await;
 }
+
+/// The nodes of every mode, whose agents block in their health phase until stopped and then
+/// die of a segmentation fault (exit 139) instead of ending cleanly.
+fn crash_on_stop_fleet() -> Fleet {
+    let mut f = hung_fleet();
+    for node in f.nodes.iter_mut() {
+        node.faults.push(Fault::CrashOnStop { exit_code: None });
+    }
+    f
+}
+
+/// Deletes each benchmark pod of the test `name` as soon as its agent runs, as a person or a
+/// drain without a disruption condition does, until `n` are. Each pod first gets a finalizer
+/// of the test's own, so that its object, with the exit code the kubelet wrote, outlives the
+/// kubelet's confirmation long enough to be read; the finalizers are removed once the run has
+/// been judged (`release`).
+async fn delete_running_pods(
+    env: &OperatorEnv,
+    name: &str,
+    n: usize,
+    release: tokio::sync::watch::Receiver<bool>,
+) {
+    let pods = env.pods_api();
+    let selector = format!("{LABEL_TEST}={name}");
+    let mut deleted = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while deleted.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name}: only {deleted:?} of {n} pods ran to be deleted"
+        );
+        let list = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        for p in list {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let pod = p.name_any();
+            if running && !deleted.contains(&pod) {
+                let hold = json!({"metadata": {"finalizers": ["outcomes.gpufabric.io/hold"]}});
+                pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&hold))
+                    .await
+                    .expect("finalizer added");
+                pods.delete(&pod, &Default::default())
+                    .await
+                    .expect("pod deleted");
+                deleted.insert(pod);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut release = release;
+    let _ = release.wait_for(|r| *r).await;
+    for pod in deleted {
+        let clear = json!({"metadata": {"finalizers": null}});
+        let _ = pods
+            .patch(&pod, &PatchParams::default(), &Patch::Merge(&clear))
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_crashes_while_its_pod_is_deleted_cordons_nothing() {
+    // Every agent blocks until it is stopped, then dies of a segmentation fault: what a GPU
+    // library torn down under a running collective did. The pods are deleted while running;
+    // the exit code 139 the kubelet reports is the stop's, never the node's crash.
+    let env = OperatorEnv::shared(crash_on_stop_fleet(), "deleted").await;
+    let want = Expect {
+        reason: NotMeasuredReason::PodDeleted,
+        label: "PodDeleted",
+        detail: "ended with exit code 139",
+    };
+    let (env, want) = (&env, &want);
+    each_mode(&["Cordon", "Taint"], |mode| async move {
+        let name = format!("deleted-{}", mode.to_lowercase());
+        let (judged, release) = tokio::sync::watch::channel(false);
+        tokio::join!(
+            async {
+                check_spared(env, "deleted", mode, sim_agent(60), json!({}), want).await;
+                let _ = judged.send(true);
+            },
+            delete_running_pods(env, &name, 3, release),
+        );
+    })
+    .await;
+}

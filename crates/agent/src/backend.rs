@@ -63,6 +63,9 @@ pub fn choose<M: Measures>(cmd: &M, node: &str) -> anyhow::Result<Chosen<M::Back
             )));
         }
     };
+    if let Some(code) = sim::stop_fault(&fleet_node) {
+        crate::stop::crash_on_stop(code);
+    }
     let garbage = match sim::process_fault(&fleet_node) {
         Some(ProcessFault::Crash { exit_code }) => {
             eprintln!(

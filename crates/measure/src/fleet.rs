@@ -111,6 +111,14 @@ pub enum Fault {
     },
     /// The agent writes a broken result document (truncated JSON).
     Garbage,
+    /// The agent, told to stop (SIGTERM), dies with this exit code (default 139, a
+    /// segmentation fault) instead of 143: what GPU libraries torn down under a running
+    /// collective did. Whoever stopped the pod, not the node, is the cause.
+    #[serde(rename_all = "camelCase")]
+    CrashOnStop {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
     /// The driver reports an XID on a GPU.
     #[serde(rename_all = "camelCase")]
     Xid { gpu: u32, code: u64 },
@@ -268,7 +276,10 @@ impl Fleet {
                     Fault::NicDown { nic } => gpu_ok(*nic),
                     Fault::SocketFallback => true,
                     Fault::SlowLaunchCpu { factor } => factor.is_finite() && *factor >= 1.0,
-                    Fault::Hang { .. } | Fault::Crash { .. } | Fault::Garbage => true,
+                    Fault::Hang { .. }
+                    | Fault::Crash { .. }
+                    | Fault::Garbage
+                    | Fault::CrashOnStop { .. } => true,
                 };
                 if !ok {
                     return Err(FleetInvalid::BadFault {

@@ -187,9 +187,24 @@ pub(super) async fn run_process(mut run: PodRun, launch: Launch) {
         End::Stopped(Stop::Deleted { grace_seconds }) => {
             let grace = Duration::from_secs(u64::try_from(grace_seconds).unwrap_or(0))
                 .min(run.inner.opts.max_grace);
-            let _ = kill_child(&mut child, pid, grace).await;
+            let st = kill_child(&mut child, pid, grace).await;
             run.pid.store(0, Ordering::SeqCst);
-            tracing::info!(pod = %run.label(), "pod deleted: process stopped");
+            // As a kubelet does: the container's end (its exit code, its termination message)
+            // is written before the deletion is confirmed, so that a watcher sees how the
+            // stopped process ended.
+            let code = st.map(exit_code).unwrap_or(137);
+            let message = termination_message(&run.dir, code != 0, launch.fallback_to_logs);
+            let mut terminated = json!({"exitCode": code,
+                "reason": if code == 0 { "Completed" } else { "Error" },
+                "startedAt": run.start_time, "finishedAt": now(), "containerID": container_id});
+            if !message.is_empty() {
+                terminated["message"] = json!(message);
+            }
+            let mut container = base;
+            container["state"] = json!({ "terminated": terminated });
+            let phase = if code == 0 { "Succeeded" } else { "Failed" };
+            run.write(phase, None, None, container, None).await;
+            tracing::info!(pod = %run.label(), code, "pod deleted: process stopped");
             let c = run.inner.client.clone();
             return super::pod::confirm_deletion(&c, &run.namespace, &run.name, &run.uid).await;
         }

@@ -61,8 +61,9 @@
 //!   `DisruptionTarget` condition with reason `TerminationByKubelet`.
 //! - **Deletion**: on a `deletionTimestamp` (a graceful delete, also the garbage
 //!   collector's) the process group gets SIGTERM, then SIGKILL after the pod's grace period
-//!   (capped by [`KubeletOptions::max_grace`]); then the deletion is confirmed with
-//!   `gracePeriodSeconds: 0`, as a real kubelet must, or the pod stays forever.
+//!   (capped by [`KubeletOptions::max_grace`]); the container's end (exit code, termination
+//!   message, phase) is written, then the deletion is confirmed with `gracePeriodSeconds:
+//!   0`, as a real kubelet must, or the pod stays forever.
 //!
 //! What it does not do: images (nothing is pulled; the image name is only reported),
 //! containers other than the first, init containers, restarts (every pod behaves as

@@ -74,6 +74,18 @@ pub fn process_fault(node: &FleetNode) -> Option<ProcessFault> {
     })
 }
 
+/// Exit code of a `crashOnStop` fault without one (139, a segmentation fault).
+const DEFAULT_CRASH_ON_STOP_CODE: i32 = 139;
+
+/// The exit code the node's agent dies with when it is told to stop, instead of 143: its
+/// `crashOnStop` fault, if any.
+pub fn stop_fault(node: &FleetNode) -> Option<i32> {
+    node.faults.iter().find_map(|f| match f {
+        Fault::CrashOnStop { exit_code } => Some(exit_code.unwrap_or(DEFAULT_CRASH_ON_STOP_CODE)),
+        _ => None,
+    })
+}
+
 /// The cuda backend's refusal to measure beside other work ([`crate::gpu_use`]), on the
 /// simulated node's `gpusInUse` faults: [`CheckError::GpusInUse`] unless `shared`.
 pub(crate) fn refuse_shared_gpus(
