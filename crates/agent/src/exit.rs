@@ -3,6 +3,7 @@
 //! values are checked by default and wrong values end the program non-zero; `-c 0` turns
 //! the check off.
 
+use gpufabric_api::run::NodeVerdict;
 use gpufabric_measure::CheckError;
 
 /// How `fabric-agent` ends. Every code a subcommand gives is here, with what it means.
@@ -89,7 +90,7 @@ impl Exit {
                 "wrong values: a collective produced wrong elements (checked unless `-c 0`, as nccl-tests); the document is written"
             }
             Exit::NotMeasured => {
-                "not measured: a rank never arrived, or other work took the GPUs while a rank waited or measured; the document says why and counts against no node"
+                "not measured: with `--verdict`, a phase asked for could not run (NCCL refused the test's settings, a library is missing) and nothing failed the node, the phases named; a rank never arrived, or other work took the GPUs while a rank waited or measured; the document says why and counts against no node"
             }
             Exit::NoGpu => "no GPU found",
             Exit::LibraryMissing => "a CUDA, NCCL or NVML library could not be loaded",
@@ -110,7 +111,7 @@ impl Exit {
             Exit::Success | Exit::Error | Exit::Usage | Exit::Stopped => "every subcommand",
             Exit::NodeFailed | Exit::TooFewGpus => "node-check",
             Exit::WrongValues => "node-check, node-pair",
-            Exit::NotMeasured => "node-pair, ddp-nodes",
+            Exit::NotMeasured => "node-check, node-pair, ddp-nodes",
             Exit::NoGpu | Exit::LibraryMissing | Exit::CheckFailed | Exit::GpusInUse => {
                 "node-check, node-pair, ddp-nodes"
             }
@@ -129,16 +130,19 @@ impl Exit {
         }
     }
 
-    /// The end of a measurement whose document is written: a failed verdict first (its
-    /// findings name any wrong values too), then wrong values (`wrong`: the wrong elements
-    /// the check counted; 0 when the check was off), else success.
-    pub fn judged(failed: bool, wrong: u64) -> Exit {
-        if failed {
-            Exit::NodeFailed
-        } else if wrong > 0 {
-            Exit::WrongValues
-        } else {
-            Exit::Success
+    /// The end of a measurement whose document is written, by its verdict (`None` without
+    /// `--verdict`): a failed verdict first (its findings name any wrong values too), then
+    /// wrong values (`wrong`: the wrong elements the check counted; 0 when the check was
+    /// off), then a verdict of a node not measured (a phase it was asked for could not run),
+    /// else success.
+    pub fn judged(verdict: Option<NodeVerdict>, wrong: u64) -> Exit {
+        match verdict {
+            Some(NodeVerdict::Failed | NodeVerdict::Errored | NodeVerdict::Timeout) => {
+                Exit::NodeFailed
+            }
+            _ if wrong > 0 => Exit::WrongValues,
+            Some(NodeVerdict::NotMeasured) => Exit::NotMeasured,
+            _ => Exit::Success,
         }
     }
 }
@@ -155,7 +159,8 @@ pub fn help() -> String {
         ));
     }
     out.push_str(
-        "\nA failed verdict (3) wins over wrong values (4). The sim backend's crash fault \
+        "\nA failed verdict (3) wins over wrong values (4), and both over a verdict with a \
+         phase not run (5). The sim backend's crash fault \
          exits with the code its fleet file gives.",
     );
     out
@@ -208,10 +213,30 @@ mod tests {
 
     #[test]
     fn a_failed_verdict_wins_over_wrong_values_and_wrong_values_fail() {
-        assert_eq!(Exit::judged(false, 0), Exit::Success);
-        assert_eq!(Exit::judged(false, 3), Exit::WrongValues);
-        assert_eq!(Exit::judged(true, 3), Exit::NodeFailed);
-        assert_eq!(Exit::judged(true, 0), Exit::NodeFailed);
+        assert_eq!(Exit::judged(None, 0), Exit::Success);
+        assert_eq!(Exit::judged(Some(NodeVerdict::Passed), 0), Exit::Success);
+        assert_eq!(Exit::judged(None, 3), Exit::WrongValues);
+        assert_eq!(Exit::judged(Some(NodeVerdict::Failed), 3), Exit::NodeFailed);
+        assert_eq!(Exit::judged(Some(NodeVerdict::Failed), 0), Exit::NodeFailed);
+        assert_eq!(
+            Exit::judged(Some(NodeVerdict::Timeout), 0),
+            Exit::NodeFailed
+        );
+    }
+
+    #[test]
+    fn a_verdict_with_a_phase_not_run_is_never_success() {
+        assert_eq!(
+            Exit::judged(Some(NodeVerdict::NotMeasured), 0),
+            Exit::NotMeasured
+        );
+        assert_eq!(Exit::NotMeasured.code(), 5);
+        // Wrong values are still named first, a failure before both.
+        assert_eq!(
+            Exit::judged(Some(NodeVerdict::NotMeasured), 2),
+            Exit::WrongValues
+        );
+        assert!(Exit::NotMeasured.from().contains("node-check"));
     }
 
     #[test]

@@ -266,8 +266,16 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
                 .as_ref()
                 .map(|r| r.points(verdict::TREND_TEST, &suite).to_vec())
                 .unwrap_or_default();
-            let judged = verdict::judge(&doc, t, args.expect_gpus, previous.as_ref(), &history)
-                .map_err(invalid)?;
+            let asked = &opts.suite.nccl_sweep.collectives;
+            let judged = verdict::judge(
+                &doc,
+                asked,
+                t,
+                args.expect_gpus,
+                previous.as_ref(),
+                &history,
+            )
+            .map_err(invalid)?;
             if let Some(path) = &args.verdict.counters_file {
                 verdict::keep_counters(path, &judged, previous.as_ref())?;
             }
@@ -290,8 +298,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
             "fabric-agent: {wrong} wrong value(s) in the NCCL sweep (the #wrong column); -c 0 skips the check"
         );
     }
-    let failed = verdict.as_ref().is_some_and(verdict::Verdict::failed);
-    Ok(Exit::judged(failed, wrong).code())
+    Ok(Exit::judged(verdict.as_ref().map(|v| v.verdict), wrong).code())
 }
 
 /// The program the DDP probe starts per GPU, when asked for one process per GPU.

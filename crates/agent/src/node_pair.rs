@@ -141,7 +141,7 @@ fn write(doc: &NodePairResult, json: Option<&std::path::Path>) -> anyhow::Result
     if wrong > 0 {
         eprintln!("fabric-agent: {wrong} wrong value(s) in the pair's collectives (#wrong)");
     }
-    Ok(Exit::judged(false, wrong))
+    Ok(Exit::judged(None, wrong))
 }
 
 impl Measures for NodePairArgs {

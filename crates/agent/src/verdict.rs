@@ -7,7 +7,9 @@ use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::keys;
 use gpufabric_api::policy::Thresholds;
+use gpufabric_api::result::{ErrorKind, Phase};
 use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::suite::Collective;
 use gpufabric_api::trend::{NodeTrend, TrendPoint};
 use gpufabric_api::{CompactResult, ResultDocument};
 use gpufabric_health::evaluate::counters::next_baseline;
@@ -21,7 +23,9 @@ use std::path::PathBuf;
 pub struct VerdictArgs {
     /// Judge the node with the operator's health rules (the built-in GPU profile, and the
     /// thresholds of --thresholds and the flags below) and exit 3 with the findings printed
-    /// when it fails: for a Slurm prolog, a CI step or an init container.
+    /// when it fails, 5 when nothing failed it but a phase asked for could not run (NCCL
+    /// refused the test's settings, a library is missing; the phases are named), 0 only when
+    /// it passed measured in full: for a Slurm prolog, a CI step or an init container.
     #[arg(long)]
     pub verdict: bool,
 
@@ -256,15 +260,100 @@ pub fn keep_counters(
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
     pub node: String,
+    /// `NotMeasured` where nothing failed the node but a phase it was asked for could not run.
     pub verdict: NodeVerdict,
     pub findings: Vec<Finding>,
+    /// The phases asked for that could not run, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_run: Vec<NotRun>,
+}
+
+/// A phase of the check that could not run here (an `unavailable` phase error): NCCL refused
+/// the test's settings, a library is missing, other work took the GPUs' memory. The node is
+/// then not measured on it, and a gate must not take that for a pass.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NotRun {
+    pub phase: Phase,
+    /// The collectives of the sweep asked for that did not run (the NCCL sweep only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<Collective>,
+    /// How many collectives the sweep was asked for.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub collectives_asked: usize,
+    /// Why, as the phase said it (each distinct reason once).
+    pub reasons: Vec<String>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl NotRun {
+    /// The phases of `doc` that could not run; `asked` the collectives the sweep was asked for.
+    pub fn of(doc: &ResultDocument, asked: &[Collective]) -> Vec<NotRun> {
+        let mut out: Vec<NotRun> = Vec::new();
+        for e in doc
+            .errors
+            .iter()
+            .filter(|e| e.kind == ErrorKind::Unavailable)
+        {
+            let at = match out.iter().position(|n| n.phase == e.phase) {
+                Some(i) => i,
+                None => {
+                    out.push(NotRun {
+                        phase: e.phase,
+                        collectives: Vec::new(),
+                        collectives_asked: 0,
+                        reasons: Vec::new(),
+                    });
+                    out.len() - 1
+                }
+            };
+            if let Some(n) = out.get_mut(at)
+                && !n.reasons.contains(&e.message)
+            {
+                n.reasons.push(e.message.clone());
+            }
+        }
+        let ran: Vec<Collective> = doc
+            .nccl
+            .as_ref()
+            .map(|n| n.collectives.iter().map(|c| c.collective).collect())
+            .unwrap_or_default();
+        if let Some(n) = out.iter_mut().find(|n| n.phase == Phase::NcclSweep) {
+            n.collectives = asked.iter().filter(|c| !ran.contains(c)).copied().collect();
+            n.collectives_asked = asked.len();
+        }
+        out
+    }
+
+    /// One line: the phase, the collectives that did not run of those asked, and why.
+    fn line(&self) -> String {
+        let what = if self.collectives.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = self
+                .collectives
+                .iter()
+                .map(|c| c.nccl_tests_name())
+                .collect();
+            format!(
+                " ({} of {} collectives not run: {})",
+                self.collectives.len(),
+                self.collectives_asked,
+                names.join(", ")
+            )
+        };
+        format!(
+            "{} could not run{what}: {}",
+            self.phase.api_name(),
+            self.reasons.join("; ")
+        )
+    }
 }
 
 impl Verdict {
-    pub fn failed(&self) -> bool {
-        self.verdict != NodeVerdict::Passed
-    }
-
     /// The verdict as lines under the tables.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -273,12 +362,19 @@ impl Verdict {
             .iter()
             .filter(|f| f.severity == Severity::Critical)
             .count();
-        let word = if self.failed() { "FAILED" } else { "PASSED" };
+        let word = match self.verdict {
+            NodeVerdict::Passed => "PASSED",
+            NodeVerdict::NotMeasured => "NOT MEASURED",
+            _ => "FAILED",
+        };
         let _ = writeln!(
             out,
             "# Verdict: {word} ({critical} critical, {} other finding(s)) by the operator's health rules",
             self.findings.len() - critical
         );
+        for n in &self.not_run {
+            let _ = writeln!(out, "#  not run  {}", n.line());
+        }
         for f in &self.findings {
             let _ = writeln!(
                 out,
@@ -300,10 +396,11 @@ pub struct Judged {
 }
 
 /// Judges `doc` as the operator would: its compact form (the termination message) through
-/// the health rules, with `expected_gpus` as the GPUs the node should have and `previous`
-/// the counters of the previous check.
+/// the health rules, with `expected_gpus` as the GPUs the node should have, `previous`
+/// the counters of the previous check and `asked` the collectives the sweep was asked for.
 pub fn judge(
     doc: &ResultDocument,
+    asked: &[Collective],
     thresholds: &Thresholds,
     expected_gpus: Option<u32>,
     previous: Option<&CounterBaseline>,
@@ -323,24 +420,151 @@ pub fn judge(
         outcome: NodeOutcome::Measured(Box::new(compact.clone())),
     };
     let evaluation = evaluate(&[input], thresholds);
-    let verdict = evaluation
+    let judged = evaluation
         .verdicts
         .get(&doc.node)
         .copied()
         .unwrap_or(NodeVerdict::Errored);
+    let not_run = NotRun::of(doc, asked);
     Ok(Judged {
         verdict: Verdict {
             node: doc.node.clone(),
-            verdict,
+            verdict: standalone(judged, &not_run),
             findings: evaluation.findings,
+            not_run,
         },
         compact,
     })
 }
 
+/// The verdict of a node judged alone: what the rules said, except that a node nothing failed
+/// is not measured, never passed, when a phase it was asked for could not run (in a run the
+/// operator sees every node and says so once for the test).
+fn standalone(judged: NodeVerdict, not_run: &[NotRun]) -> NodeVerdict {
+    if judged == NodeVerdict::Passed && !not_run.is_empty() {
+        NodeVerdict::NotMeasured
+    } else {
+        judged
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufabric_api::result::PhaseError;
+    use gpufabric_measure::fleet::Fleet;
+    use gpufabric_measure::{CheckOptions, sim};
+
+    /// The sim's clean 8 x H100 node, measured by the default suite.
+    fn clean_document() -> ResultDocument {
+        let fleet = Fleet::parse(
+            "seed: 3\nnodes:\n  - {name: clean, product: NVIDIA-H100-80GB-HBM3, gpus: 8}\n",
+            "test",
+        )
+        .expect("fleet");
+        let node = fleet.nodes.first().expect("one node");
+        let opts = CheckOptions {
+            node: "clean".into(),
+            suite: gpufabric_api::Suite::default(),
+            quick: false,
+            expect_gpus: None,
+            phase_timeout: std::time::Duration::from_secs(5),
+            shared_gpus: false,
+        };
+        sim::node_check(&opts, node, fleet.seed, &|_| {}).expect("sim measures")
+    }
+
+    /// `doc` as NCCL leaves it when it refuses the test's settings for all but three
+    /// collectives (an NCCL_ALGO that four collectives lack): those four not run, each an
+    /// unavailable phase error.
+    fn refused(mut doc: ResultDocument) -> ResultDocument {
+        let refusal = "ncclGroupEnd was refused: invalid usage (ncclInvalidUsage): NCCL refused its settings, so the node was not measured on it";
+        if let Some(n) = doc.nccl.as_mut() {
+            n.collectives.retain(|c| {
+                matches!(
+                    c.collective,
+                    Collective::AllReduce | Collective::AllGather | Collective::ReduceScatter
+                )
+            });
+        }
+        for _ in 0..4 {
+            doc.errors.push(PhaseError {
+                phase: Phase::NcclSweep,
+                kind: ErrorKind::Unavailable,
+                message: refusal.into(),
+            });
+        }
+        doc
+    }
+
+    fn judged(doc: &ResultDocument) -> Judged {
+        judge(
+            doc,
+            &Collective::ALL,
+            &Thresholds::default(),
+            None,
+            None,
+            &[],
+        )
+        .expect("judged")
+    }
+
+    #[test]
+    fn a_node_measured_in_full_passes() {
+        let j = judged(&clean_document());
+        assert_eq!(j.verdict.verdict, NodeVerdict::Passed, "{:#?}", j.verdict);
+        assert!(j.verdict.not_run.is_empty());
+        assert!(j.verdict.render().contains("# Verdict: PASSED"));
+    }
+
+    #[test]
+    fn settings_nccl_refuses_leave_the_node_not_measured_with_the_collectives_named() {
+        let j = judged(&refused(clean_document()));
+        assert_eq!(
+            j.verdict.verdict,
+            NodeVerdict::NotMeasured,
+            "{:#?}",
+            j.verdict
+        );
+        let [n] = j.verdict.not_run.as_slice() else {
+            panic!("one phase not run: {:#?}", j.verdict.not_run);
+        };
+        assert_eq!(n.phase, Phase::NcclSweep);
+        assert_eq!(
+            n.collectives,
+            [
+                Collective::Broadcast,
+                Collective::Reduce,
+                Collective::AllToAll,
+                Collective::SendRecv
+            ]
+        );
+        assert_eq!(n.reasons.len(), 1, "each reason once: {:?}", n.reasons);
+        let text = j.verdict.render();
+        assert!(text.contains("# Verdict: NOT MEASURED"), "{text}");
+        assert!(
+            text.contains(
+                "ncclSweep could not run (4 of 7 collectives not run: broadcast, reduce, alltoall, sendrecv): ncclGroupEnd was refused"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&j.verdict).expect("json");
+        assert_eq!(json["verdict"], "NotMeasured");
+        assert_eq!(json["notRun"][0]["collectives"][3], "sendRecv");
+    }
+
+    #[test]
+    fn a_failing_node_fails_even_with_a_phase_not_run() {
+        let mut doc = refused(clean_document());
+        if let Some(p) = doc.pairs.as_mut() {
+            for e in &mut p.unidirectional {
+                e.gbps *= 0.3;
+            }
+        }
+        let j = judged(&doc);
+        assert_eq!(j.verdict.verdict, NodeVerdict::Failed, "{:#?}", j.verdict);
+        assert!(!j.verdict.not_run.is_empty());
+    }
 
     #[test]
     fn flags_override_the_thresholds_file_and_bad_values_are_refused() {

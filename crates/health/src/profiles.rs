@@ -273,13 +273,97 @@ pub const HEALTHY_COLLECTIVE_TO_COPY: &[(Collective, f64)] = &[
 /// fails: one a quarter below fails, the spread of clean checks (2%) stays far from it.
 pub const COLLECTIVE_TO_COPY_MARGIN: f64 = 0.8;
 
-/// The least share of the median pair copy `collective`'s peak bus bandwidth must reach on
-/// a node whose GPUs every pair reaches alike, if it is known.
-pub fn collective_to_copy_floor(collective: Collective) -> Option<f64> {
-    HEALTHY_COLLECTIVE_TO_COPY
+/// The sweep's largest size [`HEALTHY_COLLECTIVE_TO_COPY`] was measured at: the default
+/// suite's 1 GiB, 5 warm-up and 20 timed iterations a size.
+pub const PROFILE_BYTES: u64 = 1 << 30;
+
+/// How much of its bus bandwidth at [`PROFILE_BYTES`] a healthy node's collective reaches
+/// when the sweep ends at a smaller size: the expectation at each size, not only at 1 GiB.
+/// `points` are (largest size in bytes, share), by size, each share the lowest a healthy node
+/// read there; a sweep that ends between two points is held to the lower one, and one that
+/// ends below the first is not judged by it. The built-in profiles are [`size_profile`]; a
+/// fleet's own record can lend its points the same way.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SizeProfile<'a> {
+    pub points: &'a [(u64, f64)],
+}
+
+impl SizeProfile<'_> {
+    /// The share a healthy node reaches in a sweep whose largest size is `largest`; `None`
+    /// below the profile's smallest size.
+    pub fn share_at(&self, largest: u64) -> Option<f64> {
+        self.points
+            .iter()
+            .take_while(|(bytes, _)| *bytes <= largest)
+            .last()
+            .map(|(_, share)| *share)
+    }
+
+    /// The smallest size the profile knows.
+    pub fn smallest(&self) -> Option<u64> {
+        self.points.first().map(|(bytes, _)| *bytes)
+    }
+}
+
+/// The share of its bus bandwidth at 1 GiB that each collective reaches, on healthy 4-GPU
+/// NVSwitch nodes, when the sweep ends at 64 MiB to 1 GiB: the lowest of 3 default checks on
+/// 4 x H200 and 4 on 4 x H100 (every size, factor 2: `h200x4-2026-11-21-final/full.json`,
+/// `h200x4-2026-11-26-states/gpu-use-during/clean-default-*.json`,
+/// `restricted-h100x4-2026-11-27/*.json`) and 26 more sweeps of factor 8 at 128 MiB
+/// (`h200x4-2026-11-26-compare`, `-graph-threads`, `-states`, `h100x4-2026-11-26/graph-sweep`).
+/// At 64 MiB also the quick checks (2 warm-up, 5 timed iterations): two on 4 x H100
+/// (`h100x4-2026-11-26/gpu-use`, taken against 0.894-0.911 of their pair copies) and three on
+/// 4 x H200 that read broadcast 257, alltoall 254 and sendrecv 152 GB/s against pair copies of
+/// 393 GB/s. Each share is at most the next size's, so a longer sweep is never held lower.
+/// sendrecv reaches less than half its 1 GiB busbw below 256 MiB (NCCL changes protocol there).
+const SIZE_SHARES: &[(Collective, [(u64, f64); 5])] = &[
+    (Collective::AllReduce, shares([0.866, 0.903, 0.951, 0.974])),
+    (Collective::AllGather, shares([0.787, 0.867, 0.922, 0.966])),
+    (
+        Collective::ReduceScatter,
+        shares([0.768, 0.871, 0.915, 0.957]),
+    ),
+    (Collective::Broadcast, shares([0.718, 0.898, 0.959, 0.984])),
+    (Collective::Reduce, shares([0.814, 0.919, 0.960, 0.983])),
+    (Collective::AllToAll, shares([0.750, 0.771, 0.842, 0.888])),
+    (Collective::SendRecv, shares([0.425, 0.447, 0.823, 0.980])),
+];
+
+/// The points of a [`SIZE_SHARES`] row: its shares at 64, 128, 256 and 512 MiB, and all of it
+/// at [`PROFILE_BYTES`].
+const fn shares(s: [f64; 4]) -> [(u64, f64); 5] {
+    [
+        (64 << 20, s[0]),
+        (128 << 20, s[1]),
+        (256 << 20, s[2]),
+        (512 << 20, s[3]),
+        (PROFILE_BYTES, 1.0),
+    ]
+}
+
+/// The built-in size profile of `collective`.
+pub fn size_profile(collective: Collective) -> Option<SizeProfile<'static>> {
+    SIZE_SHARES
         .iter()
         .find(|(c, _)| *c == collective)
-        .map(|(_, r)| r * COLLECTIVE_TO_COPY_MARGIN)
+        .map(|(_, points)| SizeProfile { points })
+}
+
+/// The least share of the median pair copy `collective`'s peak bus bandwidth must reach on
+/// a node whose GPUs every pair reaches alike, in a sweep whose largest size is `largest`
+/// (`None`: an agent that did not say, judged as the default suite), if it is known:
+/// [`HEALTHY_COLLECTIVE_TO_COPY`] at that size ([`size_profile`]), times
+/// [`COLLECTIVE_TO_COPY_MARGIN`]. `None` also for a sweep that ends below the profile.
+pub fn collective_to_copy_floor(collective: Collective, largest: Option<u64>) -> Option<f64> {
+    let full = HEALTHY_COLLECTIVE_TO_COPY
+        .iter()
+        .find(|(c, _)| *c == collective)
+        .map(|(_, r)| *r)?;
+    let at_size = match largest {
+        Some(bytes) => size_profile(collective)?.share_at(bytes)?,
+        None => 1.0,
+    };
+    Some(full * at_size * COLLECTIVE_TO_COPY_MARGIN)
 }
 
 /// What a node should measure: floors from its measured topology, else from its product's
@@ -620,6 +704,41 @@ mod tests {
             assert_eq!(suite_gpu(&s).bytes, p.memory_bytes);
             assert_eq!(validate(&s), Ok(()), "{}", p.product);
         }
+    }
+
+    #[test]
+    fn a_longer_sweep_is_never_held_to_less_than_a_shorter_one() {
+        for c in &Collective::ALL {
+            let p = size_profile(*c).expect("every collective has a size profile");
+            assert!(
+                p.points
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
+                "{c:?}"
+            );
+            assert_eq!(p.share_at(PROFILE_BYTES), Some(1.0), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_sweep_is_held_to_the_profile_point_at_or_below_its_largest_size() {
+        let p = size_profile(Collective::SendRecv).expect("known");
+        assert_eq!(p.share_at(32 << 20), None);
+        assert_eq!(p.share_at(64 << 20), Some(0.425));
+        // 100 MiB (a sweep of factor 3, say) is held to the 64 MiB point.
+        assert_eq!(p.share_at(100 << 20), Some(0.425));
+        assert_eq!(p.share_at(8 << 30), Some(1.0));
+        let full = collective_to_copy_floor(Collective::SendRecv, Some(1 << 30)).expect("known");
+        assert_eq!(
+            collective_to_copy_floor(Collective::SendRecv, None),
+            Some(full)
+        );
+        let quick = collective_to_copy_floor(Collective::SendRecv, Some(64 << 20)).expect("known");
+        assert!((quick / full - 0.425).abs() < 1e-9, "{quick} {full}");
+        assert_eq!(
+            collective_to_copy_floor(Collective::SendRecv, Some(1 << 20)),
+            None
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn below_own_links(
     if !judged_against_links(r, exp) {
         return None;
     }
-    let share = profiles::collective_to_copy_floor(c.collective)?;
+    let share = profiles::collective_to_copy_floor(c.collective, c.largest_bytes)?;
     let pair = median_pair_copy(r)?;
     let bar = pair * share;
     if c.peak_busbw >= bar {
@@ -90,15 +90,40 @@ fn below_own_links(
             c.collective,
             Metric::NcclBusBw,
             format!(
-                "{name} peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way), where healthy nodes reach {:.0}%: the links carry more than {name} gets from them. Unless a GPU of this node is named slow, check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
+                "{name} peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way), where healthy nodes reach {:.0}%{}: the links carry more than {name} gets from them. Unless a GPU of this node is named slow, check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
                 num(c.peak_busbw),
                 100.0 * c.peak_busbw / pair,
                 num(pair),
-                100.0 * healthy
+                100.0 * healthy,
+                sweep_words(c.largest_bytes)
             ),
         )
         .with_evidence(c.peak_busbw, bar, "GB/s", ExpectationSource::Node),
     )
+}
+
+/// Where a sweep that ended below [`profiles::PROFILE_BYTES`] is held to what healthy nodes
+/// reach at its own largest size, the words that say so.
+fn sweep_words(largest: Option<u64>) -> String {
+    match largest {
+        Some(b) if b < profiles::PROFILE_BYTES => {
+            format!(" in a sweep that ends at {}", size_words(b))
+        }
+        _ => String::new(),
+    }
+}
+
+/// The product's all_reduce floor for a sweep whose largest size is `largest`: the floor at
+/// [`profiles::PROFILE_BYTES`] times the share of it healthy nodes reach at that size
+/// ([`profiles::size_profile`]).
+fn all_reduce_floor_at(exp: Option<&Expectations>, largest: Option<u64>) -> Option<f64> {
+    let floor = exp.and_then(|e| e.all_reduce_floor_gbps)?;
+    match largest {
+        None => Some(floor),
+        Some(b) => profiles::size_profile(Collective::AllReduce)
+            .and_then(|p| p.share_at(b))
+            .map(|share| floor * share),
+    }
 }
 
 /// The Info finding of a node whose collectives nothing judged alone: no threshold, no floor
@@ -261,7 +286,7 @@ pub(super) fn check_nccl(
             } else {
                 floor_of(
                     t.nccl_bus_bw_gbps,
-                    exp.and_then(|e| e.all_reduce_floor_gbps),
+                    all_reduce_floor_at(exp, c.largest_bytes),
                 )
             };
             // A collective far below the node's own copy engines says more than the
@@ -290,12 +315,17 @@ pub(super) fn check_nccl(
                             c.collective,
                             Metric::NcclBusBw,
                             format!(
-                                "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
+                                "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s{}); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
                                 c.collective.nccl_tests_name(),
                                 num(c.peak_busbw),
                                 how_far(c.peak_busbw, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
-                                num(floor)
+                                num(floor),
+                                if source == ExpectationSource::Profile {
+                                    sweep_words(c.largest_bytes)
+                                } else {
+                                    String::new()
+                                }
                             ),
                         )
                         .with_evidence(c.peak_busbw, floor, "GB/s", source),

@@ -1,5 +1,7 @@
 //! Many nodes of one run not measured for one reason: the environment is at fault, not
-//! the nodes (the `InfrastructureDegraded` condition and its message).
+//! the nodes (the `InfrastructureDegraded` condition and its message); and one phase that
+//! could not run on every measured node: the test's settings are (the `PhasesNotRun`
+//! condition).
 
 use super::condition;
 use gpufabric_api::outcome::NotMeasuredReason;
@@ -133,10 +135,145 @@ pub fn infrastructure_condition(
     })
 }
 
+/// Condition type on a FabricTest whose latest run could not run a phase of its suite on any
+/// measured node: NCCL refused the test's settings, or the suite asks for what no node does.
+pub const CONDITION_PHASES_NOT_RUN: &str = "PhasesNotRun";
+
+/// The phases that could not run on every measured node of a run (at least
+/// [`INFRASTRUCTURE_MIN_NODES`] of them), and how many nodes that is: the same refusal
+/// everywhere is the test's, said once, not a matter of each node.
+pub fn phases_not_run_everywhere(nodes: &[NodeRunResult]) -> Option<(Vec<String>, usize)> {
+    // Nodes with a result: a hardware fault without one says nothing of the phases.
+    let measured: Vec<&NodeRunResult> = nodes
+        .iter()
+        .filter(|n| matches!(n.verdict, NodeVerdict::Passed | NodeVerdict::Failed))
+        .collect();
+    if measured.len() < INFRASTRUCTURE_MIN_NODES {
+        return None;
+    }
+    let first = measured.first()?;
+    let common: Vec<String> = first
+        .unmeasured
+        .iter()
+        .filter(|p| measured.iter().all(|n| n.unmeasured.contains(p)))
+        .cloned()
+        .collect();
+    (!common.is_empty()).then_some((common, measured.len()))
+}
+
+/// The `PhasesNotRun` condition from the latest folded run, naming the test's own NCCL
+/// settings (`nccl_settings`, the `NCCL_*` names of `spec.agent.env`) as the likely cause;
+/// without that run the previous condition stays.
+pub fn phases_not_run_condition(
+    previous: &[Condition],
+    last_run: Option<(&str, &[NodeRunResult])>,
+    nccl_settings: &[String],
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let Some((run, nodes)) = last_run else {
+        return previous
+            .iter()
+            .find(|c| c.type_ == CONDITION_PHASES_NOT_RUN)
+            .cloned();
+    };
+    Some(match phases_not_run_everywhere(nodes) {
+        Some((phases, count)) => {
+            let cause = if nccl_settings.is_empty() {
+                "check the suite, and NCCL settings the nodes bring (an image, a host's /etc/nccl.conf)".to_string()
+            } else {
+                format!(
+                    "NCCL refuses settings of spec.agent.env ({}) or the suite: change them",
+                    nccl_settings.join(", ")
+                )
+            };
+            condition(
+                previous,
+                CONDITION_PHASES_NOT_RUN,
+                true,
+                "SettingsRefused",
+                format!(
+                    "{run}: {} could not run on any of the {count} measured nodes; no node is at fault: {cause}",
+                    phases.join(", ")
+                ),
+                generation,
+                now,
+            )
+        }
+        None => condition(
+            previous,
+            CONDITION_PHASES_NOT_RUN,
+            false,
+            "PhasesRan",
+            format!("{run}: every phase ran on some node"),
+            generation,
+            now,
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::status::tests::not_measured;
+
+    fn measured(node: &str, unmeasured: &[&str]) -> NodeRunResult {
+        NodeRunResult {
+            node: node.into(),
+            verdict: NodeVerdict::Passed,
+            unmeasured: unmeasured.iter().map(|p| p.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_phase_refused_on_every_node_is_one_condition_naming_the_tests_setting() {
+        let nodes: Vec<_> = (0..16)
+            .map(|i| measured(&format!("n{i}"), &["ncclSweep"]))
+            .collect();
+        let at = crate::time::to_time(chrono::Utc::now());
+        let c = phases_not_run_condition(
+            &[],
+            Some(("t-1", &nodes)),
+            &["NCCL_ALGO".into()],
+            Some(1),
+            &at,
+        )
+        .expect("condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "SettingsRefused")
+        );
+        assert!(
+            c.message
+                .contains("ncclSweep could not run on any of the 16 measured nodes")
+                && c.message.contains("spec.agent.env (NCCL_ALGO)"),
+            "{}",
+            c.message
+        );
+        // One node that ran it: the phase is that node's matter, not the test's.
+        let mut mixed = nodes.clone();
+        mixed.push(measured("ok", &[]));
+        let c = phases_not_run_condition(&[], Some(("t-2", &mixed)), &[], Some(1), &at)
+            .expect("condition");
+        assert_eq!(c.status, "False");
+        // Nodes not measured at all say nothing of the phases.
+        let mut with_absent = nodes[..2].to_vec();
+        with_absent.push(not_measured(
+            "x",
+            NotMeasuredReason::ImagePull,
+            "ImagePullBackOff",
+        ));
+        assert_eq!(
+            phases_not_run_everywhere(&with_absent),
+            Some((vec!["ncclSweep".to_string()], 2))
+        );
+        assert_eq!(
+            phases_not_run_everywhere(&nodes[..1]),
+            None,
+            "one node is no pattern"
+        );
+    }
 
     #[test]
     fn many_nodes_unmeasured_for_one_reason_are_an_infrastructure_issue() {

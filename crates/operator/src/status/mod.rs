@@ -20,8 +20,9 @@ pub use bound::{
     nodes_for_run_status,
 };
 pub use infra::{
-    CONDITION_INFRASTRUCTURE_DEGRADED, INFRASTRUCTURE_MIN_NODES, INFRASTRUCTURE_SHARE,
-    InfrastructureIssue, infrastructure_condition, infrastructure_issue,
+    CONDITION_INFRASTRUCTURE_DEGRADED, CONDITION_PHASES_NOT_RUN, INFRASTRUCTURE_MIN_NODES,
+    INFRASTRUCTURE_SHARE, InfrastructureIssue, infrastructure_condition, infrastructure_issue,
+    phases_not_run_condition,
 };
 
 /// Most findings one run status keeps (critical ones first): a run over ten thousand

@@ -6,6 +6,7 @@ mod fleet;
 mod hardware;
 mod outcomes;
 mod pairs;
+mod sizes;
 mod topology;
 mod trend;
 mod tuning;

@@ -168,6 +168,21 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
         test.metadata.generation,
         &stamp,
     ));
+    let nccl_settings: Vec<String> = test
+        .spec
+        .agent
+        .env
+        .iter()
+        .filter(|e| e.name.starts_with("NCCL_"))
+        .map(|e| e.name.clone())
+        .collect();
+    status.conditions.extend(st::phases_not_run_condition(
+        &original.conditions,
+        last_run.as_ref().map(|(n, r)| (n.as_str(), r.as_slice())),
+        &nccl_settings,
+        test.metadata.generation,
+        &stamp,
+    ));
     st::bound_test_status(&mut status);
     if status != original {
         apply_status(&api, &name, &status).await?;
