@@ -185,8 +185,7 @@ pub async fn service_account_token(cluster: &Cluster, ns: &str, sa: &str) -> Str
         "spec": {"expirationSeconds": 3600}
     }))
     .expect("token request");
-    sas
-        .create_token_request(sa, &PostParams::default(), &req)
+    sas.create_token_request(sa, &PostParams::default(), &req)
         .await
         .unwrap_or_else(|e| panic!("a token of ServiceAccount {ns}/{sa}: {e}"))
         .status

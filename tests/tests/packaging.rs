@@ -237,7 +237,12 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("create", "secrets", Some(NS), None),
         // Who scrapes /metrics, and whether they may.
         ("create", "authentication.k8s.io/tokenreviews", None, None),
-        ("create", "authorization.k8s.io/subjectaccessreviews", None, None),
+        (
+            "create",
+            "authorization.k8s.io/subjectaccessreviews",
+            None,
+            None,
+        ),
     ];
     for (verb, res, ns, name) in granted {
         assert!(

@@ -6,8 +6,8 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
 
 /// The path, and the non-resource URL a reader needs `get` on.
 pub const METRICS_PATH: &str = "/metrics";
@@ -33,7 +33,9 @@ impl std::fmt::Debug for MetricsAccess {
 /// Why a request for `/metrics` was turned away.
 #[derive(Debug, thiserror::Error)]
 pub enum Denied {
-    #[error("no bearer token: send `Authorization: Bearer <token>` of an identity allowed get on {METRICS_PATH}")]
+    #[error(
+        "no bearer token: send `Authorization: Bearer <token>` of an identity allowed get on {METRICS_PATH}"
+    )]
     NoToken,
     #[error("the API server did not accept the token{}", reason(.0))]
     Unauthenticated(Option<String>),

@@ -169,11 +169,6 @@ impl Pending {
         })
     }
 
-    /// When the handshake began.
-    pub(super) fn since(&self) -> Instant {
-        self.since
-    }
-
     /// Drops the connection for `kind`.
     pub(super) fn refuse(self, kind: RefusalKind) -> Refused {
         Refused {

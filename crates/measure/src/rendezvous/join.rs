@@ -107,9 +107,9 @@ fn attempt(
     let mut server_nonce = [0u8; NONCE];
     server_nonce.copy_from_slice(&challenge[5..]);
     let mut nonce = [0u8; NONCE];
-    SystemRandom::new().fill(&mut nonce).map_err(|_| {
-        Attempt::Fail(RendezvousError::Config("the random source failed".into()))
-    })?;
+    SystemRandom::new()
+        .fill(&mut nonce)
+        .map_err(|_| Attempt::Fail(RendezvousError::Config("the random source failed".into())))?;
     let tag = hmac::sign(
         &config.secret.key(),
         &hello_message(config, &server_nonce, &nonce, config.rank),
@@ -155,7 +155,11 @@ fn attempt(
             .read_exact(&mut code)
             .ok()
             .and_then(|()| RefusalKind::from_code(code[0]));
-        return Err(Attempt::Fail(RendezvousError::Rejected { server, addr, why }));
+        return Err(Attempt::Fail(RendezvousError::Rejected {
+            server,
+            addr,
+            why,
+        }));
     }
     stream
         .read_exact(&mut head[1..])

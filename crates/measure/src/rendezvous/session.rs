@@ -28,7 +28,9 @@ pub enum FrameError {
         "frame {got} arrived where frame {want} was due: a replayed, dropped or reordered frame"
     )]
     OutOfSequence { got: u64, want: u64 },
-    #[error("frame {seq} fails authentication: altered on the way, or not sealed with this connection's key")]
+    #[error(
+        "frame {seq} fails authentication: altered on the way, or not sealed with this connection's key"
+    )]
     Tampered { seq: u64 },
     #[error("frame {seq} announces {len} bytes, more than the {max} a {kind} frame may have")]
     TooLarge {
@@ -93,8 +95,9 @@ fn derive(
     };
     let mut info = context(label, config);
     info.extend_from_slice(&rank.to_be_bytes());
+    let info = [info.as_slice()];
     let okm = prk
-        .expand(&[&info], &CHACHA20_POLY1305)
+        .expand(&info, &CHACHA20_POLY1305)
         .map_err(|_| RendezvousError::Config("deriving the session key failed".into()))?;
     Ok(LessSafeKey::new(UnboundKey::from(okm)))
 }

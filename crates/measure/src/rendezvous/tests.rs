@@ -450,7 +450,7 @@ fn pump(
     mut edit: Edit,
     seen: Arc<Mutex<Vec<u8>>>,
 ) {
-    let mut forward = |bytes: &[u8], to: &mut TcpStream| {
+    let forward = |bytes: &[u8], to: &mut TcpStream| {
         seen.lock().expect("lock").extend_from_slice(bytes);
         to.write_all(bytes).is_ok()
     };
@@ -579,7 +579,9 @@ fn a_tampered_frame_is_refused_and_names_its_sender() {
         .all_gather(b"rank 0's", Duration::from_secs(2))
         .expect_err("the altered contribution is refused");
     match &err {
-        RendezvousError::Frame { step, from, why, .. } => {
+        RendezvousError::Frame {
+            step, from, why, ..
+        } => {
             assert_eq!((*step, from.as_str()), ("all_gather", "rank 1 (node-1)"));
             assert!(matches!(why, FrameError::Tampered { seq: 0 }), "{why:?}");
         }
