@@ -85,11 +85,15 @@ impl OperatorProcess {
         let mut cmd = Command::new(bin);
         // Killed with the test process, even when the test process is killed.
         crate::process::harden(&mut cmd);
-        let child = cmd
-            .args(["run", "--kubeconfig"])
+        cmd.args(["run", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args(["--admin-addr", &self.admin])
-            .args(&self.args)
+            .args(&self.args);
+        // /metrics open to the tests' plain reads unless the test chose how it is guarded.
+        if !self.args.iter().any(|a| a.starts_with("--metrics-auth")) {
+            cmd.args(["--metrics-auth", "none"]);
+        }
+        let child = cmd
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info,gpufabric_operator=debug,kube=warn")
             .stdout(Stdio::null())

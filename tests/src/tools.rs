@@ -156,23 +156,7 @@ pub fn images() -> Images {
 /// A kubeconfig at `path` that acts as ServiceAccount `sa` of namespace `ns` (a token of
 /// it, an hour long) against `cluster`: what a pod of that ServiceAccount may do.
 pub async fn service_account_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, path: &Path) {
-    use k8s_openapi::api::authentication::v1::TokenRequest;
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use kube::api::{Api, PostParams};
-    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), ns);
-    let req: TokenRequest = serde_json::from_value(serde_json::json!({
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": 3600}
-    }))
-    .expect("token request");
-    let token = sas
-        .create_token_request(sa, &PostParams::default(), &req)
-        .await
-        .unwrap_or_else(|e| panic!("a token of ServiceAccount {ns}/{sa}: {e}"))
-        .status
-        .expect("token status")
-        .token;
+    let token = service_account_token(cluster, ns, sa).await;
     let admin =
         kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).expect("admin kubeconfig");
     let mut cluster_entry = admin.clusters[0].clone();
@@ -187,6 +171,26 @@ pub async fn service_account_kubeconfig(cluster: &Cluster, ns: &str, sa: &str, p
     });
     std::fs::write(path, serde_yaml::to_string(&kubeconfig).expect("yaml"))
         .expect("kubeconfig written");
+}
+
+/// A token of ServiceAccount `ns`/`sa` (an hour's), from the API server's TokenRequest.
+pub async fn service_account_token(cluster: &Cluster, ns: &str, sa: &str) -> String {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), ns);
+    let req: TokenRequest = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600}
+    }))
+    .expect("token request");
+    sas.create_token_request(sa, &PostParams::default(), &req)
+        .await
+        .unwrap_or_else(|e| panic!("a token of ServiceAccount {ns}/{sa}: {e}"))
+        .status
+        .expect("token status")
+        .token
 }
 
 /// Whether `client` may `verb` the `resource` (`group/resource`, or a core resource), in

@@ -28,6 +28,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const NS: &str = "gpufabric-system";
+/// The ServiceAccount Prometheus scrapes as, bound to the chart's metrics-reader role.
+const SCRAPER: &str = "prometheus";
+/// A ServiceAccount bound to nothing.
+const STRANGER: &str = "stranger";
 const RELEASE: &str = "fabric";
 /// `<release>-operator`: the ServiceAccount, Deployment, roles and Lease of the release.
 const NAME: &str = "fabric-operator";
@@ -231,6 +235,14 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("create", "events.k8s.io/events", Some("default"), None),
         // The run's rendezvous Secret, created and never read back.
         ("create", "secrets", Some(NS), None),
+        // Who scrapes /metrics, and whether they may.
+        ("create", "authentication.k8s.io/tokenreviews", None, None),
+        (
+            "create",
+            "authorization.k8s.io/subjectaccessreviews",
+            None,
+            None,
+        ),
     ];
     for (verb, res, ns, name) in granted {
         assert!(
@@ -403,6 +415,11 @@ async fn install_and_upgrade(cluster: &Cluster) -> Deployment {
             .args(["--namespace", NS, "--set", "image.tag=test"])
             .args(["--set", "webhook.failurePolicy=Ignore"])
             .args(["--set", "logFormat=json", "--set", "replicas=3"])
+            // Prometheus's ServiceAccount may read /metrics.
+            .arg("--set-json")
+            .arg(format!(
+                r#"metrics.readers=[{{"kind":"ServiceAccount","name":"{SCRAPER}","namespace":"{NS}"}}]"#
+            ))
             .args(["--set", "priorityClassName=system-cluster-critical"]),
     );
     let after = deployments.get(NAME).await.expect("Deployment");
@@ -489,7 +506,69 @@ async fn helm_installs_and_upgrades_and_the_chart_rbac_runs_a_quarantine_scraped
         "the operator was refused something under the chart's RBAC:\n{}",
         operator.log_tail(80)
     );
-    prometheus_scrapes_the_operator(&operator, dir.path()).await;
+    let scraper_token = metrics_readers_need_a_token_the_chart_admits(&cluster, &operator).await;
+    prometheus_scrapes_the_operator(&operator, dir.path(), &scraper_token).await;
+}
+
+/// `GET /metrics` on the operator's admin port with `token` as bearer: the status code.
+async fn metrics_status(operator: &OperatorProcess, token: Option<&str>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(operator.admin_addr())
+        .await
+        .expect("the admin port answers");
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    let req = format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{auth}\r\n");
+    s.write_all(req.as_bytes()).await.expect("request");
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.expect("response");
+    let text = String::from_utf8_lossy(&buf);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"))
+}
+
+/// The chart's operator serves /metrics only to a token the API server accepts, of an
+/// identity bound to the chart's metrics-reader role; /ready stays open to the kubelet.
+/// Returns the token of the bound scraper.
+async fn metrics_readers_need_a_token_the_chart_admits(
+    cluster: &Cluster,
+    operator: &OperatorProcess,
+) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(cluster.client(), NS);
+    for name in [SCRAPER, STRANGER] {
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        sas.create(&PostParams::default(), &sa)
+            .await
+            .expect("ServiceAccount");
+    }
+    let scraper = tools::service_account_token(cluster, NS, SCRAPER).await;
+    let stranger = tools::service_account_token(cluster, NS, STRANGER).await;
+    assert_eq!(metrics_status(operator, None).await, 401, "no token");
+    assert_eq!(
+        metrics_status(operator, Some("not-a-token")).await,
+        401,
+        "a token the API server does not know"
+    );
+    assert_eq!(
+        metrics_status(operator, Some(&stranger)).await,
+        403,
+        "a ServiceAccount without the metrics-reader role"
+    );
+    assert_eq!(
+        metrics_status(operator, Some(&scraper)).await,
+        200,
+        "the ServiceAccount bound through metrics.readers"
+    );
+    let ready = operator.get("/ready").await.map(|(code, _)| code);
+    assert_eq!(ready, Some(200), "/ready needs no token");
+    scraper
 }
 
 async fn quarantine_end_to_end(cluster: &Cluster, operator: &OperatorProcess) {
@@ -560,7 +639,7 @@ impl Drop for Prometheus {
     }
 }
 
-fn start_prometheus(target: &str, dir: &Path) -> Prometheus {
+fn start_prometheus(target: &str, dir: &Path, token: &str) -> Prometheus {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -572,11 +651,15 @@ fn start_prometheus(target: &str, dir: &Path) -> Prometheus {
     assert!(text.contains(hourly), "the trend group's interval moved");
     let rules = dir.join("alerts.yaml");
     std::fs::write(&rules, text.replace(hourly, "    interval: 1s\n")).expect("rules file");
+    // As the chart's ServiceMonitor: the scraper's own token as bearer.
+    let token_path = dir.join("token");
+    std::fs::write(&token_path, token).expect("token file");
     let config = format!(
         "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
          rule_files: [{rules:?}]\n\
-         scrape_configs:\n  - job_name: fabric-operator\n    static_configs: [{{targets: [{target:?}]}}]\n",
-        rules = rules.display().to_string()
+         scrape_configs:\n  - job_name: fabric-operator\n    authorization: {{credentials_file: {token:?}}}\n    static_configs: [{{targets: [{target:?}]}}]\n",
+        rules = rules.display().to_string(),
+        token = token_path.display().to_string()
     );
     let config_path = dir.join("prometheus.yml");
     std::fs::write(&config_path, config).expect("prometheus.yml");
@@ -629,10 +712,10 @@ fn result_count(answer: &serde_json::Value) -> usize {
     answer["data"]["result"].as_array().map_or(0, Vec::len)
 }
 
-async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path) {
+async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path, token: &str) {
     let prom_dir = dir.join("prometheus");
     std::fs::create_dir_all(&prom_dir).expect("prometheus dir");
-    let prom = start_prometheus(operator.admin_addr(), &prom_dir);
+    let prom = start_prometheus(operator.admin_addr(), &prom_dir, token);
     let log = || gpufabric_tests::cluster::log_tail(&prom_dir.join("prometheus.log"), 30);
     let expected = [
         r#"up{job="fabric-operator"} == 1"#.to_string(),

@@ -16,6 +16,7 @@ pub mod events;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod metrics_access;
 pub mod names;
 pub mod nodes;
 pub mod paging;
@@ -63,6 +64,9 @@ pub struct Options {
     pub selector: Option<String>,
     /// Where `/metrics`, `/live` and `/ready` are served (None: not served).
     pub admin_addr: Option<SocketAddr>,
+    /// Whether `/metrics` asks the API server who the caller is and whether it may read
+    /// them (true, the default), or answers anyone who reaches the port.
+    pub metrics_auth: bool,
     /// Run the controllers only while holding this Lease (None: no leader election).
     pub leader: Option<leader::LeaderConfig>,
     /// The image of benchmark pods whose FabricTest names none.
@@ -81,6 +85,7 @@ pub fn controller_options(pod_namespace: String, admin_addr: Option<SocketAddr>)
         pod_namespace,
         selector: None,
         admin_addr,
+        metrics_auth: true,
         leader: None,
         agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
         max_quarantined_nodes: None,
@@ -388,10 +393,15 @@ async fn act(
 ) -> Result<(), std::io::Error> {
     let admin_task = {
         let (metrics, ready, addr) = (metrics.clone(), ready.clone(), options.admin_addr);
+        let access = if options.metrics_auth {
+            metrics_access::MetricsAccess::Kubernetes(client.clone())
+        } else {
+            metrics_access::MetricsAccess::Open
+        };
         let shutdown = wait_for(shutdown.clone());
         tokio::spawn(async move {
             if let Some(addr) = addr
-                && let Err(e) = admin::serve(addr, metrics, ready, shutdown).await
+                && let Err(e) = admin::serve(addr, metrics, ready, access, shutdown).await
             {
                 tracing::error!(%addr, error = %e, "admin server failed");
             }

@@ -45,6 +45,11 @@ enum Command {
         /// Address of the admin server (/metrics, /live, /ready); "off" disables it.
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
         admin_addr: String,
+        /// Who may read /metrics: `kubernetes` (a bearer token the API server accepts, of an
+        /// identity allowed `get` on the non-resource URL /metrics, as kube-rbac-proxy
+        /// checks), or `none` (anyone who reaches the port). /live and /ready stay open.
+        #[arg(long, value_enum, value_name = "MODE", default_value = "kubernetes")]
+        metrics_auth: MetricsAuth,
         /// Log as JSON lines instead of text.
         #[arg(long)]
         log_json: bool,
@@ -152,6 +157,7 @@ fn main() -> anyhow::Result<()> {
             selector,
             namespace,
             admin_addr,
+            metrics_auth,
             log_json,
             leader_elect,
             lease_namespace,
@@ -190,6 +196,7 @@ fn main() -> anyhow::Result<()> {
                 options.agent_image = agent_image;
                 options.selector = selector;
                 options.max_quarantined_nodes = max_quarantined_nodes;
+                options.metrics_auth = metrics_auth == MetricsAuth::Kubernetes;
                 if leader_elect {
                     let ns = lease_namespace.unwrap_or(pod_namespace);
                     let identity = std::env::var("POD_NAME")
@@ -277,4 +284,13 @@ fn crdgen(out: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--metrics-auth`: who may read /metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MetricsAuth {
+    /// TokenReview and SubjectAccessReview on the non-resource URL /metrics.
+    Kubernetes,
+    /// Anyone who reaches the admin port.
+    None,
 }

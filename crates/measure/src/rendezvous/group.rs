@@ -1,10 +1,10 @@
 //! The ranks after a successful rendezvous: barriers and small all-gathers over the open
-//! connections.
+//! connections, every frame sealed (see `session`).
 
-use super::wire::{encode_all, read_all, read_frame, set_deadline, write_frame};
+use super::serve::Admission;
+use super::session::{FrameError, Link};
+use super::wire::{Kind, decode_all, encode_all, set_deadline};
 use super::{Config, MAX_GATHER_BYTES, RendezvousError};
-use std::io::Write;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// The ranks of a group after a successful rendezvous: rank 0 holds a connection to every
@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 pub(crate) struct Group {
     pub(super) config: Config,
     /// Rank 0: the connection of rank r at index r - 1. Other ranks: one connection.
-    pub(super) links: Vec<TcpStream>,
-    pub(super) steps: u8,
+    pub(super) links: Vec<Link>,
+    /// Rank 0: what its door turned away while the group gathered.
+    pub(super) admission: Admission,
 }
-
 impl Group {
     /// This rank.
     pub(crate) fn rank(&self) -> u32 {
@@ -51,6 +51,12 @@ impl Group {
         self.step("all_gather", data, timeout)
     }
 
+    /// Rank 0: what its door turned away while the group gathered (nothing on other ranks).
+    #[cfg(test)]
+    pub(crate) fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
     fn step(
         &mut self,
         step: &'static str,
@@ -59,42 +65,57 @@ impl Group {
     ) -> Result<Vec<Vec<u8>>, RendezvousError> {
         let start = Instant::now();
         let deadline = start + timeout;
-        self.steps = self.steps.wrapping_add(1);
-        let seq = self.steps;
-        let failed = |who: Vec<String>, detail: String| RendezvousError::Step {
-            step,
-            group: self.config.group.clone(),
-            who,
-            waited: start.elapsed(),
-            detail,
+        let config = &self.config;
+        let failed = |from: u32, e: FrameError| match e {
+            FrameError::Io(e) => RendezvousError::Step {
+                step,
+                group: config.group.clone(),
+                who: vec![config.who(from)],
+                waited: start.elapsed(),
+                detail: e.to_string(),
+            },
+            why => RendezvousError::Frame {
+                step,
+                group: config.group.clone(),
+                from: config.who(from),
+                why,
+            },
         };
-        if self.config.rank == 0 {
+        if config.rank == 0 {
             let mut all = vec![data.to_vec()];
             for (i, link) in self.links.iter_mut().enumerate() {
                 let rank = i as u32 + 1;
-                let got = set_deadline(link, deadline).and_then(|()| read_frame(link, seq));
-                match got {
-                    Ok(bytes) => all.push(bytes),
-                    Err(e) => return Err(failed(vec![self.config.who(rank)], e.to_string())),
-                }
+                let got = set_deadline(&link.stream, deadline)
+                    .map_err(FrameError::Io)
+                    .and_then(|()| link.receive(Kind::Part, MAX_GATHER_BYTES));
+                all.push(got.map_err(|e| failed(rank, e))?);
             }
-            let reply = encode_all(seq, &all);
+            let reply = encode_all(&all);
             for (i, link) in self.links.iter_mut().enumerate() {
-                link.write_all(&reply).map_err(|e| {
-                    failed(vec![self.config.who(i as u32 + 1)], format!("sending: {e}"))
-                })?;
+                link.send(Kind::All, &reply)
+                    .map_err(|e| failed(i as u32 + 1, e))?;
             }
             Ok(all)
         } else {
-            let server = self.config.who(0);
             let link = self
                 .links
                 .first_mut()
                 .ok_or_else(|| RendezvousError::Protocol("group has no connection".into()))?;
-            set_deadline(link, deadline)
-                .and_then(|()| write_frame(link, seq, data))
-                .and_then(|()| read_all(link, seq))
-                .map_err(|e| failed(vec![server], e.to_string()))
+            let max = (config.ranks() as usize) * (4 + MAX_GATHER_BYTES) + 4;
+            let reply = set_deadline(&link.stream, deadline)
+                .map_err(FrameError::Io)
+                .and_then(|()| link.send(Kind::Part, data))
+                .and_then(|()| link.receive(Kind::All, max))
+                .map_err(|e| failed(0, e))?;
+            decode_all(&reply, config.ranks()).map_err(|detail| {
+                failed(
+                    0,
+                    FrameError::Malformed {
+                        kind: Kind::All,
+                        detail,
+                    },
+                )
+            })
         }
     }
 }

@@ -2,36 +2,50 @@
 //! rank 0 serves the NCCL unique id to the ranks that prove they hold the run's secret, and
 //! the open connections then carry barriers and small all-gathers.
 //!
-//! # Protocol
+//! # Protocol (version 2)
 //! Rank 0 listens; every other rank connects, retrying with backoff until the deadline, so
 //! the ranks may start in any order. On each connection:
-//! 1. rank 0 sends `MAGIC`, a version byte and a fresh 32-byte nonce;
+//! 1. rank 0 sends `MAGIC`, the version byte and a fresh 32-byte nonce;
 //! 2. the rank answers with `MAGIC`, the version, its rank, its own nonce and
-//!    `HMAC-SHA256(secret, "hello" | group | ranks | rank 0's nonce | its nonce | rank)`;
-//!    rank 0 checks the tag in constant time and drops a connection whose tag, rank or
-//!    version is wrong (a stranger never counts as an arrival);
-//! 3. once every rank has arrived, rank 0 sends each a status byte, the 128-byte id and
-//!    `HMAC(secret, "id" | group | ranks | the rank's nonce | rank | id)`, so the rank knows
-//!    the id came from a holder of the secret. If the deadline passes first, rank 0 sends
-//!    the ranks that did arrive an authenticated abort naming the missing ranks, and every
-//!    rank returns an error naming them.
+//!    `HMAC-SHA256(secret, "hello" | group | ranks | version | rank 0's nonce | its nonce |
+//!    rank)`; rank 0 checks the tag in constant time. A hello with a wrong tag, rank or
+//!    version is answered with a one-byte refusal code and the connection closed (a
+//!    stranger never counts as an arrival); either side names a version it does not speak;
+//! 3. from then on every frame in either direction is sealed (`session`): ChaCha20-Poly1305
+//!    under a key per direction derived by HKDF from the secret and both nonces, numbered
+//!    so that a frame replayed, dropped, reordered or altered is refused by name. Once every
+//!    rank has arrived rank 0 sends each the id in such a frame: the id never crosses the
+//!    network in clear, and only a holder of the secret can have sent it. If the deadline
+//!    passes first, rank 0 sends the ranks that did arrive a sealed abort naming the missing
+//!    ranks, and every rank returns an error naming them.
 //!
-//! The group name (e.g. `run/round/pair`) is bound into every tag, so the secret of one run
-//! does not admit a rank of one pair into another pair's group.
+//! The group name (e.g. `run/round/pair`) is bound into every tag and key, so the secret of
+//! one run does not admit a rank of one pair into another pair's group.
 //!
-//! Rank 0's side is in `serve`, the other ranks' in `join`, the steps over an established
-//! group in `group`, and the bytes on the wire in `wire`.
+//! Rank 0 runs every handshake on its own thread, at most [`gate`]'s number of them at once
+//! (a connection beyond them pushes out the oldest handshake, whose rank connects again),
+//! each for at most five seconds; every connection turned away is counted by a typed
+//! [`RefusalKind`], reported in [`RendezvousError::Missing`] and logged.
+//!
+//! Rank 0's side is in `serve` and its door in `gate`, the other ranks' in `join`, the
+//! sealed frames in `session`, the steps over an established group in `group`, and the
+//! bytes on the wire in `wire`.
 
+mod gate;
 mod group;
 mod join;
 mod serve;
+mod session;
 mod wire;
 
+pub use gate::{RefusalKind, Refusals};
 pub(crate) use group::Group;
 pub(crate) use join::join;
 pub(crate) use serve::serve;
 #[cfg(test)]
 use serve::serve_on;
+pub use session::FrameError;
+pub use wire::Kind as FrameKind;
 
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -39,6 +53,8 @@ use std::time::Duration;
 
 /// Size of an NCCL unique id (`NCCL_UNIQUE_ID_BYTES`).
 pub const ID_BYTES: usize = 128;
+/// Size of each side's handshake nonce.
+pub(crate) const NONCE: usize = 32;
 /// Largest payload one rank may contribute to [`Group::all_gather`].
 pub(crate) const MAX_GATHER_BYTES: usize = 64 * 1024;
 
@@ -95,6 +111,10 @@ impl Secret {
     #[cfg(test)]
     pub(crate) fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.0
     }
 
     fn key(&self) -> hmac::Key {
@@ -174,13 +194,13 @@ pub enum RendezvousError {
         addr: String,
         source: std::io::Error,
     },
-    #[error("{} did not join the rendezvous at {addr} within {} s{}", missing.join(", "), secs(*waited), refused_note(*refused))]
+    #[error("{} did not join the rendezvous at {addr} within {} s{}", missing.join(", "), secs(*waited), refused_note(refused))]
     Missing {
         missing: Vec<String>,
         addr: String,
         waited: Duration,
-        /// Connections dropped for a wrong secret, group or rank.
-        refused: u32,
+        /// Connections rank 0 turned away meanwhile, by reason.
+        refused: Refusals,
     },
     #[error("could not reach {server} at {addr} within {} s: {last}", secs(*waited))]
     Unreachable {
@@ -190,13 +210,31 @@ pub enum RendezvousError {
         last: String,
     },
     #[error(
-        "{server} at {addr} closed the connection during the handshake: the secret or group differs, or this rank is not expected"
+        "{server} at {addr} refused this rank: {}; every rank of a group needs the run's secret, the same group and size, and the same agent version",
+        why.map_or_else(|| "for a reason it did not name".to_string(), |w| w.to_string())
     )]
-    Rejected { server: String, addr: String },
+    Rejected {
+        server: String,
+        addr: String,
+        why: Option<RefusalKind>,
+    },
     #[error(
-        "{server} at {addr} answered without the run's secret (not a gpufabric rank 0 of this group)"
+        "{server} at {addr} speaks rendezvous protocol version {theirs}, this agent speaks {}: run the same agent image on every node of a run",
+        wire::VERSION
     )]
-    Unauthenticated { server: String, addr: String },
+    Version {
+        server: String,
+        addr: String,
+        theirs: u8,
+    },
+    #[error(
+        "{server} at {addr} answered without the run's secret (not a gpufabric rank 0 of this group): {why}"
+    )]
+    Unauthenticated {
+        server: String,
+        addr: String,
+        why: FrameError,
+    },
     #[error("{server} gave up: {message}")]
     Aborted { server: String, message: String },
     #[error("{step} on group {group}: {} did not arrive within {} s ({detail})", who.join(", "), secs(*waited))]
@@ -206,6 +244,13 @@ pub enum RendezvousError {
         who: Vec<String>,
         waited: Duration,
         detail: String,
+    },
+    #[error("{step} on group {group}: refused a frame from {from}: {why}")]
+    Frame {
+        step: &'static str,
+        group: String,
+        from: String,
+        why: FrameError,
     },
     #[error("{0}")]
     Protocol(String),
@@ -220,11 +265,14 @@ fn secs(d: Duration) -> String {
     }
 }
 
-fn refused_note(refused: u32) -> String {
-    if refused == 0 {
+fn refused_note(refused: &Refusals) -> String {
+    if refused.total() == 0 {
         String::new()
     } else {
-        format!("; {refused} connection(s) were refused for a wrong secret, group or rank")
+        format!(
+            "; {} connection(s) were refused: {refused}",
+            refused.total()
+        )
     }
 }
 

@@ -1,15 +1,17 @@
-//! Rank 0: admits the ranks that prove the secret and hands them the id, or tells those that
-//! came which ranks never did.
+//! Rank 0: admits the ranks that prove the secret and hands them the id in a sealed frame,
+//! or tells those that came which ranks never did.
 
-use super::wire::{HELLO_TIMEOUT, MAGIC, NONCE, STATUS_ABORT, STATUS_OK, TAG, VERSION};
-use super::wire::{abort_message, hello_message, id_message};
-use super::{Config, Group, ID_BYTES, RendezvousError};
-use ring::hmac;
+use super::gate::{self, Arrival, Pending, RefusalKind, Refusals, Refused};
+use super::session::{Direction, Link, Session};
+use super::wire::{HANDSHAKE_TIMEOUT, Kind, MAX_ABORT_BYTES};
+use super::{Config, Group, ID_BYTES, NONCE, RendezvousError};
 use ring::rand::{SecureRandom, SystemRandom};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::io::ErrorKind;
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
+
+/// Rank 0's pause between two looks at its listener and handshakes when nothing moved.
+const IDLE: Duration = Duration::from_millis(2);
 
 /// Rank 0: binds `config.addr`, then serves `id` (see [`serve_on`]).
 pub(crate) fn serve(config: &Config, id: &[u8; ID_BYTES]) -> Result<Group, RendezvousError> {
@@ -22,8 +24,11 @@ pub(crate) fn serve(config: &Config, id: &[u8; ID_BYTES]) -> Result<Group, Rende
 }
 
 /// Rank 0 on a bound listener: admits each other rank that presents the secret, and once
-/// all have arrived gives them `id`. Ends by `config.timeout` with [`RendezvousError::Missing`]
-/// naming the ranks that never came (and tells those that did).
+/// all have arrived gives them `id`, sealed. Ends by `config.timeout` with
+/// [`RendezvousError::Missing`] naming the ranks that never came (and tells those that did).
+///
+/// Every handshake runs on this thread: at most [`gate::slots`] at once (a new connection
+/// beyond them drops the oldest handshake), each for at most the handshake time limit.
 pub(crate) fn serve_on(
     listener: TcpListener,
     config: &Config,
@@ -45,45 +50,22 @@ pub(crate) fn serve_on(
     listener
         .set_nonblocking(true)
         .map_err(|e| RendezvousError::Protocol(format!("listener on {addr}: {e}")))?;
-    let (tx, rx) = mpsc::channel::<Result<Arrival, Refused>>();
+    let mut door = Door::new(config);
     let mut arrived: Vec<Option<Arrival>> = (1..config.ranks()).map(|_| None).collect();
-    let mut refused = 0u32;
-    let random = SystemRandom::new();
     loop {
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                let mut nonce = [0u8; NONCE];
-                random
-                    .fill(&mut nonce)
-                    .map_err(|_| RendezvousError::Config("the random source failed".into()))?;
-                let (tx, config) = (tx.clone(), config.clone());
-                std::thread::spawn(move || {
-                    let result = admit(stream, peer, &config, nonce);
-                    let _ = tx.send(result);
-                });
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => tracing::debug!(error = %e, "accept failed"),
-        }
-        while let Ok(result) = rx.try_recv() {
-            match result {
-                Ok(arrival) => {
-                    let index = arrival.rank as usize - 1;
-                    if let Some(slot) = arrived.get_mut(index) {
-                        // A rank that connects again (its first connection broke) replaces it.
-                        *slot = Some(arrival);
-                    }
-                }
-                Err(why) => {
-                    refused += 1;
-                    tracing::warn!("rendezvous {}: refused a connection: {why}", config.group);
-                }
+        let now = Instant::now();
+        let mut moved = false;
+        for arrival in door.advance(config, now) {
+            moved = true;
+            if let Some(slot) = arrived.get_mut(arrival.rank as usize - 1) {
+                // A rank that connects again (its first connection broke) replaces it.
+                *slot = Some(arrival);
             }
         }
         if arrived.iter().all(Option::is_some) {
             break;
         }
-        if Instant::now() >= deadline {
+        if now >= deadline {
             let missing: Vec<String> = arrived
                 .iter()
                 .enumerate()
@@ -94,147 +76,169 @@ pub(crate) fn serve_on(
                 missing,
                 addr,
                 waited: start.elapsed(),
-                refused,
+                refused: door.refusals.clone(),
             };
             let message = err.to_string();
+            let message = &message.as_bytes()[..message.len().min(MAX_ABORT_BYTES)];
             for arrival in arrived.into_iter().flatten() {
-                let _ = arrival.finish(config, Reply::Abort(&message));
+                let _ = finish(config, arrival, Kind::Abort, message);
             }
             return Err(err);
         }
-        std::thread::sleep(Duration::from_millis(5));
+        moved |= door.accept(&listener, now)?;
+        if !moved {
+            std::thread::sleep(IDLE);
+        }
     }
     let mut links = Vec::with_capacity(arrived.len());
     for arrival in arrived.into_iter().flatten() {
         let rank = arrival.rank;
-        let stream = arrival.finish(config, Reply::Id(id)).map_err(|e| {
+        let link = finish(config, arrival, Kind::Id, id).map_err(|e| {
             RendezvousError::Protocol(format!("sending the id to {}: {e}", config.who(rank)))
         })?;
-        links.push(stream);
+        links.push(link);
+    }
+    if door.refusals.total() > 0 {
+        tracing::warn!(
+            "rendezvous {}: refused {} connection(s): {}",
+            config.group,
+            door.refusals.total(),
+            door.refusals
+        );
     }
     Ok(Group {
         config: config.clone(),
         links,
-        steps: 0,
+        admission: door.admission(),
     })
 }
 
-/// A rank that presented a valid hello.
-struct Arrival {
-    rank: u32,
-    nonce: [u8; NONCE],
-    stream: TcpStream,
+/// What rank 0's door saw while the group gathered.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Admission {
+    /// Connections turned away, by reason.
+    pub(crate) refusals: Refusals,
+    /// Most handshakes in progress at one time.
+    pub(crate) peak_handshakes: usize,
 }
 
-enum Reply<'a> {
-    Id(&'a [u8; ID_BYTES]),
-    Abort(&'a str),
+/// The handshakes in progress, oldest first, and what was turned away.
+struct Door {
+    pending: Vec<Pending>,
+    slots: usize,
+    peak: usize,
+    refusals: Refusals,
+    random: SystemRandom,
+    group: String,
 }
 
-impl Arrival {
-    fn finish(mut self, config: &Config, reply: Reply<'_>) -> std::io::Result<TcpStream> {
-        let key = config.secret.key();
-        let mut out = Vec::with_capacity(1 + ID_BYTES + TAG);
-        match reply {
-            Reply::Id(id) => {
-                out.push(STATUS_OK);
-                out.extend_from_slice(id);
-                let tag = hmac::sign(&key, &id_message(config, &self.nonce, self.rank, id));
-                out.extend_from_slice(tag.as_ref());
+impl Door {
+    fn new(config: &Config) -> Door {
+        Door {
+            pending: Vec::new(),
+            slots: gate::slots(config),
+            peak: 0,
+            refusals: Refusals::default(),
+            random: SystemRandom::new(),
+            group: config.group.clone(),
+        }
+    }
+
+    fn admission(&self) -> Admission {
+        Admission {
+            refusals: self.refusals.clone(),
+            peak_handshakes: self.peak,
+        }
+    }
+
+    fn refuse(&mut self, why: Refused) {
+        self.refusals.add(why.kind);
+        match why.kind {
+            RefusalKind::WrongSecret | RefusalKind::NotJoining | RefusalKind::Version => {
+                tracing::warn!("rendezvous {}: refused a connection {why}", self.group)
             }
-            Reply::Abort(message) => {
-                let text = &message.as_bytes()[..message.len().min(u16::MAX as usize)];
-                out.push(STATUS_ABORT);
-                out.extend_from_slice(&(text.len() as u16).to_be_bytes());
-                out.extend_from_slice(text);
-                let tag = hmac::sign(&key, &abort_message(config, &self.nonce, self.rank, text));
-                out.extend_from_slice(tag.as_ref());
+            _ => tracing::debug!("rendezvous {}: refused a connection {why}", self.group),
+        }
+    }
+
+    /// Moves every handshake on; the ranks whose hello proved the secret.
+    fn advance(&mut self, config: &Config, now: Instant) -> Vec<Arrival> {
+        let mut arrivals = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            match self.pending[i].advance(now) {
+                None => i += 1,
+                Some(Err(why)) => {
+                    self.pending.remove(i);
+                    self.refuse(why);
+                }
+                Some(Ok(())) => match self.pending.remove(i).admit(config) {
+                    Ok(arrival) => arrivals.push(arrival),
+                    Err(why) => self.refuse(why),
+                },
             }
         }
-        self.stream.set_write_timeout(Some(HELLO_TIMEOUT))?;
-        self.stream.write_all(&out)?;
-        self.stream.set_write_timeout(None)?;
-        Ok(self.stream)
+        arrivals
+    }
+
+    /// Takes the connections waiting on the listener (at most a slot's worth per call, so a
+    /// handshake begun now is read before a burst can push it out); true if any came.
+    fn accept(&mut self, listener: &TcpListener, now: Instant) -> Result<bool, RendezvousError> {
+        let mut any = false;
+        for _ in 0..self.slots {
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    any = true;
+                    if self.pending.len() >= self.slots {
+                        let oldest = self.pending.remove(0);
+                        let why = oldest.refuse(RefusalKind::Crowded);
+                        self.refuse(why);
+                    }
+                    let mut nonce = [0u8; NONCE];
+                    self.random
+                        .fill(&mut nonce)
+                        .map_err(|_| RendezvousError::Config("the random source failed".into()))?;
+                    match Pending::start(stream, peer, nonce, now) {
+                        Ok(p) => self.pending.push(p),
+                        Err(why) => self.refuse(why),
+                    }
+                    self.peak = self.peak.max(self.pending.len());
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "accept failed");
+                    break;
+                }
+            }
+        }
+        Ok(any)
     }
 }
 
-/// Why rank 0 turned a connection away.
-#[derive(Debug, thiserror::Error)]
-enum Refusal {
-    #[error("{0}")]
-    Socket(std::io::Error),
-    #[error("sending the challenge: {0}")]
-    Challenge(std::io::Error),
-    #[error("no complete hello ({0})")]
-    NoHello(std::io::Error),
-    #[error("not a gpufabric rendezvous hello")]
-    NotHello,
-    #[error("protocol version {0}, this rank 0 speaks {VERSION}")]
-    Version(u8),
-    #[error("wrong secret or group")]
-    WrongSecret,
-    #[error("rank {rank} is not a joining rank of a group of {ranks}")]
-    NotJoining { rank: u32, ranks: u32 },
-}
-
-/// A connection rank 0 turned away: where it came from, and why.
-#[derive(Debug, thiserror::Error)]
-#[error("from {peer}: {why}")]
-struct Refused {
-    peer: SocketAddr,
-    why: Refusal,
-}
-
-/// Rank 0's side of one connection: send the challenge, check the answer.
-fn admit(
-    mut stream: TcpStream,
-    peer: SocketAddr,
+/// Opens the arrival's session and sends it its first sealed frame (the id, or an abort).
+fn finish(
     config: &Config,
-    nonce: [u8; NONCE],
-) -> Result<Arrival, Refused> {
-    let fail = |why: Refusal| Refused { peer, why };
-    stream
-        .set_nonblocking(false)
-        .and_then(|()| stream.set_nodelay(true))
-        .and_then(|()| stream.set_read_timeout(Some(HELLO_TIMEOUT)))
-        .and_then(|()| stream.set_write_timeout(Some(HELLO_TIMEOUT)))
-        .map_err(|e| fail(Refusal::Socket(e)))?;
-    let mut challenge = Vec::with_capacity(MAGIC.len() + 1 + NONCE);
-    challenge.extend_from_slice(MAGIC);
-    challenge.push(VERSION);
-    challenge.extend_from_slice(&nonce);
-    stream
-        .write_all(&challenge)
-        .map_err(|e| fail(Refusal::Challenge(e)))?;
-    let mut hello = [0u8; 4 + 1 + 4 + NONCE + TAG];
-    stream
-        .read_exact(&mut hello)
-        .map_err(|e| fail(Refusal::NoHello(e)))?;
-    if &hello[..4] != MAGIC {
-        return Err(fail(Refusal::NotHello));
-    }
-    if hello[4] != VERSION {
-        return Err(fail(Refusal::Version(hello[4])));
-    }
-    let rank = u32::from_be_bytes([hello[5], hello[6], hello[7], hello[8]]);
-    let mut their_nonce = [0u8; NONCE];
-    their_nonce.copy_from_slice(&hello[9..9 + NONCE]);
-    let tag = &hello[9 + NONCE..];
-    let message = hello_message(config, &nonce, &their_nonce, rank);
-    hmac::verify(&config.secret.key(), &message, tag).map_err(|_| fail(Refusal::WrongSecret))?;
-    if rank == 0 || rank >= config.ranks() {
-        return Err(fail(Refusal::NotJoining {
-            rank,
-            ranks: config.ranks(),
-        }));
-    }
-    stream
-        .set_read_timeout(None)
-        .and_then(|()| stream.set_write_timeout(None))
-        .map_err(|e| fail(Refusal::Socket(e)))?;
-    Ok(Arrival {
-        rank,
-        nonce: their_nonce,
-        stream,
-    })
+    arrival: Arrival,
+    kind: Kind,
+    payload: &[u8],
+) -> Result<Link, RendezvousError> {
+    let session = Session::new(
+        config,
+        &arrival.server_nonce,
+        &arrival.client_nonce,
+        arrival.rank,
+        Direction::ToRank,
+    )?;
+    let mut link = Link {
+        stream: arrival.stream,
+        session,
+    };
+    let io = |e: std::io::Error| RendezvousError::Protocol(e.to_string());
+    link.stream
+        .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(io)?;
+    link.send(kind, payload)
+        .map_err(|e| RendezvousError::Protocol(e.to_string()))?;
+    link.stream.set_write_timeout(None).map_err(io)?;
+    Ok(link)
 }

@@ -1,19 +1,92 @@
-//! The bytes on the wire: the handshake's constants and HMAC messages, the frames of a
-//! group step, and socket deadlines.
+//! The bytes on the wire: the handshake's constants and HMAC messages, the kinds and head
+//! of a sealed frame, the refusal rank 0 sends before it hangs up, and socket deadlines.
 
-use super::{Config, ID_BYTES, MAX_GATHER_BYTES};
-use std::io::{ErrorKind, Read, Write};
+use super::{Config, NONCE};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 pub(super) const MAGIC: &[u8; 4] = b"GFRZ";
-pub(super) const VERSION: u8 = 1;
-pub(super) const NONCE: usize = 32;
+/// The protocol this build speaks. Version 1 sent the id in clear and the group steps
+/// unauthenticated; a rank of another version is refused with a message naming both.
+pub(super) const VERSION: u8 = 2;
+/// Length of the HMAC-SHA256 tag of a hello.
 pub(super) const TAG: usize = 32;
-pub(super) const STATUS_OK: u8 = 0;
-pub(super) const STATUS_ABORT: u8 = 1;
-/// How long rank 0 gives a fresh connection to send its hello before dropping it.
-pub(super) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Rank 0's challenge: `MAGIC`, version, its nonce.
+pub(super) const CHALLENGE_LEN: usize = MAGIC.len() + 1 + NONCE;
+/// A joining rank's hello: `MAGIC`, version, rank, its nonce, the tag.
+pub(super) const HELLO_LEN: usize = MAGIC.len() + 1 + 4 + NONCE + TAG;
+/// How long rank 0 gives a fresh connection to complete its hello before dropping it.
+pub(super) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Head of a sealed frame: kind, sequence number (u64), length of the sealed body (u32).
+pub(super) const HEAD_LEN: usize = 1 + 8 + 4;
+/// First byte of rank 0's answer to a hello it refuses (in clear: the peer may not hold
+/// the secret), followed by one [`super::RefusalKind`] code; then rank 0 hangs up.
+pub(super) const REFUSED: u8 = 0xFF;
+/// Most bytes of the message of an abort frame.
+pub(super) const MAX_ABORT_BYTES: usize = 16 * 1024;
+
+/// What a sealed frame carries. The kind is in the frame's authenticated head, so a frame
+/// cannot be passed off as another kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Rank 0 to a rank: the NCCL unique id.
+    Id = 1,
+    /// Rank 0 to a rank: the rendezvous failed, and why.
+    Abort = 2,
+    /// A rank to rank 0: its contribution to a group step.
+    Part = 3,
+    /// Rank 0 to a rank: every rank's contribution to a group step.
+    All = 4,
+}
+
+impl Kind {
+    pub(super) fn from_byte(b: u8) -> Option<Kind> {
+        [Kind::Id, Kind::Abort, Kind::Part, Kind::All]
+            .into_iter()
+            .find(|k| *k as u8 == b)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Id => "id",
+            Kind::Abort => "abort",
+            Kind::Part => "contribution",
+            Kind::All => "gathered",
+        })
+    }
+}
+
+/// The head of a sealed frame, as sent (and authenticated as the frame's associated data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Head {
+    pub(super) kind: u8,
+    pub(super) seq: u64,
+    pub(super) len: u32,
+}
+
+impl Head {
+    pub(super) fn encode(&self) -> [u8; HEAD_LEN] {
+        let mut out = [0u8; HEAD_LEN];
+        out[0] = self.kind;
+        out[1..9].copy_from_slice(&self.seq.to_be_bytes());
+        out[9..].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    pub(super) fn decode(bytes: &[u8; HEAD_LEN]) -> Head {
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&bytes[1..9]);
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&bytes[9..]);
+        Head {
+            kind: bytes[0],
+            seq: u64::from_be_bytes(seq),
+            len: u32::from_be_bytes(len),
+        }
+    }
+}
 
 pub(super) fn set_deadline(stream: &TcpStream, deadline: Instant) -> std::io::Result<()> {
     // A zero timeout means "none" to the socket API; wait at least a millisecond.
@@ -29,6 +102,8 @@ pub(super) fn clear_timeouts(stream: &TcpStream) -> std::io::Result<()> {
     stream.set_write_timeout(None)
 }
 
+/// `label`, the group and its size: the start of every HMAC message and key label, so that
+/// nothing of one group or purpose is accepted for another.
 pub(super) fn context(label: &str, config: &Config) -> Vec<u8> {
     let mut m = Vec::with_capacity(label.len() + config.group.len() + 16);
     m.extend_from_slice(label.as_bytes());
@@ -46,83 +121,26 @@ pub(super) fn hello_message(
     rank: u32,
 ) -> Vec<u8> {
     let mut m = context("hello", config);
+    m.push(VERSION);
     m.extend_from_slice(server);
     m.extend_from_slice(client);
     m.extend_from_slice(&rank.to_be_bytes());
     m
 }
 
-pub(super) fn id_message(
-    config: &Config,
-    client: &[u8; NONCE],
-    rank: u32,
-    id: &[u8; ID_BYTES],
-) -> Vec<u8> {
-    let mut m = context("id", config);
-    m.extend_from_slice(client);
-    m.extend_from_slice(&rank.to_be_bytes());
-    m.extend_from_slice(id);
-    m
+/// The challenge rank 0 sends on every connection.
+pub(super) fn challenge(nonce: &[u8; NONCE]) -> [u8; CHALLENGE_LEN] {
+    let mut out = [0u8; CHALLENGE_LEN];
+    out[..4].copy_from_slice(MAGIC);
+    out[4] = VERSION;
+    out[5..].copy_from_slice(nonce);
+    out
 }
 
-pub(super) fn abort_message(
-    config: &Config,
-    client: &[u8; NONCE],
-    rank: u32,
-    text: &[u8],
-) -> Vec<u8> {
-    let mut m = context("abort", config);
-    m.extend_from_slice(client);
-    m.extend_from_slice(&rank.to_be_bytes());
-    m.extend_from_slice(text);
-    m
-}
-
-pub(super) fn write_frame(link: &mut TcpStream, seq: u8, data: &[u8]) -> std::io::Result<()> {
-    let mut out = Vec::with_capacity(5 + data.len());
-    out.push(seq);
-    out.extend_from_slice(&(data.len() as u32).to_be_bytes());
-    out.extend_from_slice(data);
-    link.write_all(&out)
-}
-
-pub(super) fn read_frame(link: &mut TcpStream, seq: u8) -> std::io::Result<Vec<u8>> {
-    let len = read_head(link, seq)? as usize;
-    read_contribution(link, len)
-}
-
-/// The head of a frame (the step's sequence byte and a big-endian count), refused when it
-/// belongs to another step.
-fn read_head(link: &mut TcpStream, seq: u8) -> std::io::Result<u32> {
-    let mut head = [0u8; 5];
-    link.read_exact(&mut head)?;
-    if head[0] != seq {
-        return Err(invalid(format!(
-            "step {} arrived while waiting for step {seq}",
-            head[0]
-        )));
-    }
-    Ok(u32::from_be_bytes([head[1], head[2], head[3], head[4]]))
-}
-
-/// One rank's contribution of `len` bytes, refused when over [`MAX_GATHER_BYTES`].
-fn read_contribution(link: &mut TcpStream, len: usize) -> std::io::Result<Vec<u8>> {
-    if len > MAX_GATHER_BYTES {
-        return Err(invalid(format!(
-            "a contribution of {len} bytes is over {MAX_GATHER_BYTES}"
-        )));
-    }
-    let mut data = vec![0u8; len];
-    link.read_exact(&mut data)?;
-    Ok(data)
-}
-
-fn invalid(message: String) -> std::io::Error {
-    std::io::Error::new(ErrorKind::InvalidData, message)
-}
-
-pub(super) fn encode_all(seq: u8, all: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = vec![seq];
+/// Every rank's contribution to a group step, by rank: a count, then each as a length and
+/// its bytes.
+pub(super) fn encode_all(all: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + all.iter().map(|p| 4 + p.len()).sum::<usize>());
     out.extend_from_slice(&(all.len() as u32).to_be_bytes());
     for part in all {
         out.extend_from_slice(&(part.len() as u32).to_be_bytes());
@@ -131,18 +149,34 @@ pub(super) fn encode_all(seq: u8, all: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-pub(super) fn read_all(link: &mut TcpStream, seq: u8) -> std::io::Result<Vec<Vec<u8>>> {
-    let count = read_head(link, seq)? as usize;
-    if count > 4096 {
-        return Err(invalid(format!(
-            "{count} contributions is more than a group has"
-        )));
+/// The contributions of [`encode_all`], or what is wrong with the bytes.
+pub(super) fn decode_all(bytes: &[u8], ranks: u32) -> Result<Vec<Vec<u8>>, String> {
+    let mut rest = bytes;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        if rest.len() < n {
+            return Err(format!("{n} bytes wanted, {} left", rest.len()));
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let count = u32_of(take(4)?);
+    if count != ranks {
+        return Err(format!("{count} contributions for a group of {ranks}"));
     }
-    let mut all = Vec::with_capacity(count);
+    let mut all = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let mut len = [0u8; 4];
-        link.read_exact(&mut len)?;
-        all.push(read_contribution(link, u32::from_be_bytes(len) as usize)?);
+        let len = u32_of(take(4)?) as usize;
+        all.push(take(len)?.to_vec());
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the last contribution", rest.len()));
     }
     Ok(all)
+}
+
+fn u32_of(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_be_bytes(a)
 }

@@ -60,7 +60,8 @@ pub enum NodeResult {
     Suspect,
     /// Failing and confirmed: quarantined, or held back only by the mode or the budget.
     Fail,
-    /// No usable measurement (errored, timed out, or not yet measured).
+    /// Not measured, for a reason outside the node's hardware (or not yet), and not
+    /// quarantined.
     NotMeasured,
 }
 
@@ -82,15 +83,17 @@ impl NodeResult {
         }
     }
 
-    /// The result of a node from the FabricTest's view of it. While the test's breaker is
-    /// open its failures are not trusted (a storm points at the environment): a failing node
-    /// not quarantined is a suspect, not a confirmed failure.
+    /// The result of a node from the FabricTest's view of it. A verdict that counts against
+    /// the node ([`NodeVerdict::is_bad`]: failed, or a hardware fault such as a lost GPU or a
+    /// hang) reads as a failure; a quarantined node is a confirmed failure until it passes.
+    /// While the test's breaker is open its failures are not trusted (a storm points at the
+    /// environment): a failing node not quarantined is a suspect, not a confirmed failure.
     pub fn of(health: &NodeHealth, breaker_open: bool) -> NodeResult {
         match health.verdict {
             NodeVerdict::Passed => NodeResult::Pass,
-            NodeVerdict::Failed if health.quarantined => NodeResult::Fail,
-            NodeVerdict::Failed if health.held_back.is_some() && !breaker_open => NodeResult::Fail,
-            NodeVerdict::Failed => NodeResult::Suspect,
+            _ if health.quarantined => NodeResult::Fail,
+            v if v.is_bad() && health.held_back.is_some() && !breaker_open => NodeResult::Fail,
+            v if v.is_bad() => NodeResult::Suspect,
             _ => NodeResult::NotMeasured,
         }
     }
@@ -286,7 +289,7 @@ mod tests {
                 {"node": "a", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3, "quarantined": false},
                 {"node": "b", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false},
                 {"node": "c", "verdict": "Failed", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
-                {"node": "d", "verdict": "Timeout", "consecutiveFailures": 0, "consecutivePasses": 0, "quarantined": false}
+                {"node": "d", "verdict": "NotMeasured", "consecutiveFailures": 0, "consecutivePasses": 0, "quarantined": false}
             ],
             "quarantinedNodes": ["c"],
             "quarantinedCount": 1
@@ -312,6 +315,39 @@ mod tests {
         assert_eq!(s.node_quarantined.len(), 1);
         assert_eq!(s.node_quarantined[0].0.node, "c");
         assert_eq!(s.breaker_open[0].1, 0, "no BreakerOpen condition: closed");
+    }
+
+    #[test]
+    fn a_node_quarantined_for_a_hardware_fault_reads_fail_not_not_measured() {
+        let t = test_with(json!({
+            "nodes": [
+                {"node": "lost-gpu", "verdict": "Errored", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
+                {"node": "hung", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
+                {"node": "once", "verdict": "Errored", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false},
+                {"node": "held", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": false, "heldBack": "budget"},
+                {"node": "cordoned-unmeasured", "verdict": "NotMeasured", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true}
+            ],
+            "quarantinedNodes": ["lost-gpu", "hung", "cordoned-unmeasured"],
+            "quarantinedCount": 3
+        }));
+        let s = series(&[t], &[]);
+        let on: Vec<(String, String)> = s
+            .node_result
+            .iter()
+            .filter(|(_, v)| *v == 1)
+            .map(|(l, _)| (l.node.clone(), l.result.clone()))
+            .collect();
+        assert_eq!(
+            on,
+            [
+                ("lost-gpu", "fail"),
+                ("hung", "fail"),
+                ("once", "suspect"),
+                ("held", "fail"),
+                ("cordoned-unmeasured", "fail")
+            ]
+            .map(|(n, r)| (n.to_string(), r.to_string()))
+        );
     }
 
     #[test]

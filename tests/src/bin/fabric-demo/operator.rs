@@ -30,6 +30,8 @@ pub(crate) async fn start_operator(
     cmd.args(["run", "--pod-namespace", NAMESPACE, "--kubeconfig"])
         .arg(cluster.kubeconfig_path())
         .args(["--admin-addr", &format!("127.0.0.1:{port}")])
+        // The demo's metrics are on loopback, for the person at the terminal.
+        .args(["--metrics-auth", "none"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
