@@ -7,16 +7,18 @@ Events) and from its /metrics, with the time each step took.
 
 Steps, in order: `setup` (CRDs, the pod namespace, and what kube-controller-manager does for
 it: the namespace's ServiceAccount, the not-ready taint lifted from the new nodes), `clean`,
-`fault`, `release` (one FabricTest over the GPU host), `nodes` (one FabricTest over the
+then for each hardware fault `fault:KIND` and `release:KIND` (one FabricTest over the GPU
+host; KIND hidden-gpu or sdc), `nodes` (one FabricTest over the
 emulated nodes: node pairs, a shaped link, the multi-node DDP probe), `table`. Each step
 appends its rows to $E2E_JSON, so a step that fails leaves the earlier ones' results.
 
 Environment (bench/gpu-e2e.sh sets it): E2E_API (https://127.0.0.1:PORT), E2E_PKI (ca.crt,
 admin.crt, admin.key), E2E_METRICS (http://127.0.0.1:PORT/metrics of the operator), E2E_HOST
 (the GPU host's node), E2E_EMULATED (the emulated nodes, comma-separated), E2E_SHAPED (the
-emulated node whose link is shaped), E2E_SHAPE_CMD (the command that shapes it), E2E_FAULT
-(NAME=VALUE, the NCCL setting of the fault), E2E_SIM=1 (dry run: the fault and the shaped
-link are written into the sim fleet file E2E_FLEET instead), E2E_JSON, E2E_DEADLINE (epoch
+emulated node whose link is shaped), E2E_SHAPE_CMD (the command that shapes it), E2E_GPUS (the
+host's GPU count), E2E_NODE_FAULT (the file the host's agent wrapper reads its fault from),
+E2E_SIM=1 (dry run: the faults and the shaped link are written into the sim fleet file
+E2E_FLEET instead), E2E_JSON, E2E_DEADLINE (epoch
 seconds by which every wait gives up, so the report is always written).
 """
 
@@ -55,8 +57,20 @@ EMULATED = [n for n in ENV.get("E2E_EMULATED", "").split(",") if n]
 SHAPED = ENV.get("E2E_SHAPED", "")
 JSON_PATH = ENV.get("E2E_JSON", "gpu-e2e.json")
 DEADLINE = float(ENV.get("E2E_DEADLINE", time.time() + 3600))
-FAULT = ENV.get("E2E_FAULT", "NCCL_MAX_NCHANNELS=1")
 GPUS = int(ENV.get("E2E_GPUS", "0") or 0)
+# Where the GPU host's agent reads the fault made on the node's side (bench/gpu-e2e.sh's
+# wrapper): nothing in a FabricTest's spec chooses it.
+NODE_FAULT = ENV.get("E2E_NODE_FAULT", "")
+LAST = max(GPUS - 1, 0)
+# The hardware faults the product must fail, each made outside the test's spec:
+#   hidden-gpu: a GPU the pod cannot see although the node advertises it (CUDA_VISIBLE_DEVICES
+#     set by the node's side; in the dry run, the sim node's GPU count lowered);
+#   sdc: a wrong result in the silent-data-corruption check (the agent's hidden test hook,
+#     FABRIC_TEST_FLIP_SDC_BIT, set by the node's side; in the dry run, the sim's sdc fault).
+FAULTS = {
+    "hidden-gpu": f"GPU {LAST} hidden from the pod while the node advertises {GPUS} (node side, not the spec)",
+    "sdc": f"one bit of GPU {LAST}'s SDC output flipped (node side, not the spec)",
+}
 
 S = requests.Session()
 # Given with every request: a session's own `verify` loses to $REQUESTS_CA_BUNDLE.
@@ -323,31 +337,32 @@ def step_clean(doc):
         ok, verdict=v, node=facts, metrics=m, run_status=(run or {}).get("status"))
 
 
-def set_fault(on):
+def set_fault(kind):
+    """Makes the fault `kind` on the GPU host's side (None: no fault), then asks for a run now.
+    The FabricTest's spec is never changed."""
     if SIM:
-        # Dry run: the sim backend's fault instead of an NCCL setting.
         path = ENV["E2E_FLEET"]
         fleet = yaml.safe_load(open(path))
         for n in fleet["nodes"]:
             if n["name"] == HOST:
-                n["faults"] = [{"kind": "slowPair", "gpus": [0, 1], "factor": 0.3}] if on else []
+                # The kubelet registered the node with GPUS; the agent reads the file anew.
+                n["gpus"] = GPUS - 1 if kind == "hidden-gpu" else GPUS
+                n["faults"] = [{"kind": "sdc", "gpu": LAST}] if kind == "sdc" else []
         yaml.safe_dump(fleet, open(path, "w"))
-        env = []
     else:
-        k, v = FAULT.split("=", 1)
-        env = [{"name": k, "value": v}] if on else []
+        with open(NODE_FAULT, "w") as f:
+            f.write(kind or "")
     merge_patch(ft_path(TEST_HOST), {
         "metadata": {"annotations": {RUN_NOW: datetime.datetime.now(datetime.timezone.utc).isoformat()}},
-        "spec": {"agent": {"env": env}},
     })
 
 
-def step_fault(doc):
+def step_fault(doc, kind):
     before = {r["metadata"]["name"] for r in runs_of(TEST_HOST)}
     t0 = time.time()
-    set_fault(True)
-    what = "sim slowPair fault" if SIM else FAULT
-    log(f"spec.agent.env {what} and {RUN_NOW} on {TEST_HOST}")
+    set_fault(kind)
+    what = FAULTS[kind] + (" (sim)" if SIM else "")
+    log(f"fault {kind}: {what}; {RUN_NOW} on {TEST_HOST}")
     first = wait("the run with the fault",
                  lambda: next((r for r in new_runs(TEST_HOST, before)
                                if r["spec"]["trigger"] != "Confirmation" and finished(r)), None), 300)
@@ -378,16 +393,16 @@ def step_fault(doc):
                f"condition {CONDITION}={(facts['condition'] or {}).get('status')}")
     took = (f"apply -> verdict {t_first} s, -> confirmation verdict {t_conf} s, -> cordon {t_cordon} s"
             + (f" ({round(t_cordon - t_conf, 1)} s after the confirmation verdict)" if t_cordon and t_conf else ""))
-    row(doc, "injected fault", f"spec.agent.env {what}, {RUN_NOW}", decided, took, ok,
+    row(doc, f"fault: {kind}", f"{what}, {RUN_NOW}", decided, took, ok,
         first=v1, confirmation=v2, node=facts, events=events, metrics=m,
         first_status=(first or {}).get("status"), confirmation_status=(conf or {}).get("status"))
 
 
-def step_release(doc):
+def step_release(doc, kind):
     before = {r["metadata"]["name"] for r in runs_of(TEST_HOST)}
     t0 = time.time()
-    set_fault(False)
-    log(f"fault removed, {RUN_NOW} on {TEST_HOST}")
+    set_fault(None)
+    log(f"fault {kind} removed, {RUN_NOW} on {TEST_HOST}")
     run = wait("the run without the fault",
                lambda: next((r for r in new_runs(TEST_HOST, before) if finished(r)), None), 300)
     t_run = secs(t0)
@@ -406,7 +421,7 @@ def step_release(doc):
                f"record {'removed' if not facts['quarantine_record'] else 'still there'}, "
                f"condition {CONDITION}={(facts['condition'] or {}).get('status')}, "
                f"Event {events[0]['reason'] if events else 'none'}")
-    row(doc, "release", f"fault removed from spec.agent.env, {RUN_NOW}", decided,
+    row(doc, f"release after {kind}", f"fault {kind} removed on the node's side, {RUN_NOW}", decided,
         f"apply -> verdict {t_run} s, -> released {t_rel} s", bool(rel),
         verdict=v, node=facts, events=events, metrics=metrics(HOST), run_status=(run or {}).get("status"))
 
@@ -627,10 +642,13 @@ STEPS = {"setup": step_setup, "clean": step_clean, "fault": step_fault,
 def main():
     doc = load()
     for s in sys.argv[1:]:
-        if s not in STEPS:
-            raise SystemExit(f"unknown step {s}; steps: {', '.join(STEPS)}")
+        # fault:KIND and release:KIND take the fault's name (FAULTS).
+        name, _, kind = s.partition(":")
+        if name not in STEPS or (name in ("fault", "release")) != bool(kind) or (kind and kind not in FAULTS):
+            raise SystemExit(f"unknown step {s}; steps: {', '.join(STEPS)} (fault:KIND, release:KIND "
+                             f"with KIND one of {', '.join(FAULTS)})")
         try:
-            STEPS[s](doc)
+            STEPS[name](doc, kind) if kind else STEPS[name](doc)
         except SystemExit:
             raise
         except Exception as e:  # a step that breaks is a row saying so, then the next step

@@ -6,10 +6,12 @@
 #
 #   1. a clean test over the host node (Cordon, confirmRetest, passesToRelease 1): Passed,
 #      with the real numbers in the run's status, the node's condition and /metrics;
-#   2. a fault made outside the agent (an NCCL setting in the test's spec.agent.env that
-#      cuts bus bandwidth, $E2E_FAULT, default NCCL_MAX_NCHANNELS=1) and run-now: Failed,
-#      the confirmation run fails too, the node is cordoned with its Event and condition;
-#   3. the setting removed and run-now: Passed, the node released;
+#   2. hardware faults the product must fail, each made on the node's side (nothing in the
+#      FabricTest's spec changes), one after the other: a GPU the pod cannot see although the
+#      node advertises it (hidden-gpu), and a wrong result in the silent-data-corruption
+#      check (sdc, the agent's hidden test hook); each with run-now: Failed or Errored, the
+#      confirmation run fails too, the node is cordoned with its Event and condition;
+#   3. after each, the fault removed and run-now: Passed, the node released;
 #   4. a test over six emulated nodes (node i on GPU i mod the GPU count), the last one's
 #      link shaped to 2 Gbit/s: node pairs in a ring, NCCL over sockets between the
 #      namespaces; the shaped node named and cordoned;
@@ -25,7 +27,8 @@
 #                            plane by tests/cluster/build.sh, release builds of
 #                            fabric-agent, fabric-operator, fabric-kubelet; E2E_RUST_BIN=DIR
 #                            takes them from DIR instead; E2E_KUBECTL=1 adds kubectl),
-#                            stripped, in one xz archive; netns-nodes.sh and iproute2's
+#                            stripped, in two xz archives (the control plane's made once);
+#                            netns-nodes.sh and iproute2's
 #                            Debian packages beside it
 #   bench/gpu-e2e.sh         on the GPU host, as root: the whole path (reads .device/)
 #   bench/gpu-e2e.sh sim     a dry run of the same script here, no GPU: the agent's sim
@@ -58,24 +61,32 @@ if [ "$MODE" = pack ]; then
     rust=${CARGO_TARGET_DIR:-target}/release
   fi
   stage=$(mktemp -d)
-  mkdir "$stage/bin"
-  cp "$cp_bin/etcd" "$cp_bin/kube-apiserver" "$cp_bin/kube-controller-manager" "$stage/bin/"
-  [ "${E2E_KUBECTL:-0}" = 1 ] && cp "$cp_bin/kubectl" "$stage/bin/"
+  mkdir -p "$stage/bin" "$PACK"
   for b in fabric-agent fabric-operator fabric-kubelet; do
     cp "$rust/$b" "$stage/bin/"
     strip "$stage/bin/$b"
   done
-  mkdir -p "$PACK"
-  # One stream with a dictionary larger than kube-apiserver, so that kube-controller-manager,
-  # next to it, is mostly references to it: 39 MB instead of 50 with xz -9e (a lent GPU
-  # host takes 64 MiB, the repository included); about 8 minutes on 2 cores.
-  (cd "$stage" && ls bin/* | grep -v kube- && echo bin/kube-apiserver bin/kube-controller-manager) |
-    xargs tar -C "$stage" -cf - | xz -T1 --lzma2=preset=9,dict=256MiB > "$PACK/bin.tar.xz"
+  # The control plane in an archive of its own, made once for the binaries it holds: one
+  # stream with a dictionary larger than kube-apiserver, so that kube-controller-manager, next
+  # to it, is mostly references to it (39 MB instead of 50 with xz -9e; about 8 minutes on 2
+  # cores). The Rust binaries, which change with every commit, go in a second, quick archive.
+  cp_list="etcd kube-apiserver kube-controller-manager"
+  [ "${E2E_KUBECTL:-0}" = 1 ] && cp_list="$cp_list kubectl"
+  cp_sums=$(cd "$cp_bin" && sha256sum $cp_list)
+  if [ ! -f "$PACK/cp.tar.xz" ] || [ "$(cat "$PACK/cp.sums" 2>/dev/null)" != "$cp_sums" ]; then
+    mkdir "$stage/cp" "$stage/cp/bin"
+    for b in $cp_list; do cp "$cp_bin/$b" "$stage/cp/bin/"; done
+    (cd "$stage/cp" && ls bin/* | grep -v kube- ; echo bin/kube-apiserver bin/kube-controller-manager) |
+      xargs tar -C "$stage/cp" -cf - | xz -T1 --lzma2=preset=9,dict=256MiB > "$PACK/cp.tar.xz"
+    echo "$cp_sums" > "$PACK/cp.sums"
+  fi
+  tar -C "$stage" -cf - bin | xz -T0 -6 > "$PACK/bin.tar.xz"
   {
     # E2E_SOURCE names what E2E_RUST_BIN was built from.
     echo "source: ${E2E_SOURCE:-commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- tests/src crates || echo ' + working tree')}"
     cat "$cp_bin/../complete" 2>/dev/null | grep -E 'VERSION' || true
     (cd "$stage/bin" && sha256sum ./*)
+    cat "$PACK/cp.sums"
   } > "$PACK/manifest"
   rm -rf "$stage"
   # The emulated nodes: the shared helper and its iproute2 (device hosts have none).
@@ -90,7 +101,7 @@ if [ "$MODE" = pack ]; then
   mkdir -p "$PACK/pki"
   (cd "$PACK/pki" && E2E_PKI_DAYS=30 bash "$ROOT/bench/gpu-e2e-pki.sh")
   cat "$PACK/manifest"
-  du -sh "$PACK/bin.tar.xz" "$ROOT/.device"
+  du -sh "$PACK/cp.tar.xz" "$PACK/bin.tar.xz" "$ROOT/.device"
   exit 0
 fi
 
@@ -153,7 +164,9 @@ else
   # A warm machine keeps what an earlier call unpacked.
   if ! cmp -s "$PACK/manifest" "$W/manifest"; then
     rm -rf "$BIN"
-    xz -dc -T0 "$PACK/bin.tar.xz" | tar -C "$W" -xf - || { echo "cannot unpack $PACK/bin.tar.xz: run bench/gpu-e2e.sh pack first"; exit 1; }
+    for a in cp.tar.xz bin.tar.xz; do
+      xz -dc -T0 "$PACK/$a" | tar -C "$W" -xf - || { echo "cannot unpack $PACK/$a: run bench/gpu-e2e.sh pack first"; exit 1; }
+    done
     cp "$PACK/manifest" "$W/manifest"
   fi
   head -1 "$PACK/manifest"
@@ -275,6 +288,8 @@ CP_S=$(python3 -c "import time; print(round(time.time() - $t, 1))")
 echo "etcd, kube-apiserver ready, kube-controller-manager started in $CP_S s (API $E2E_API)"
 
 export E2E_JSON=$OUT/gpu-e2e.json E2E_DEADLINE=$((T0 + BUDGET - 25)) E2E_SIM=$SIM
+: > "$W/node-fault"
+export E2E_NODE_FAULT=$W/node-fault
 export E2E_HOST=$HOST_NODE E2E_EMULATED=$EMULATED E2E_SHAPED=emu-$SHAPED_I E2E_CRDS=$ROOT/crds E2E_GPUS=$G
 python3 - <<PY
 import json
@@ -313,6 +328,14 @@ cat "$W/fleet.yaml"
   if [ $SIM = 1 ]; then
     echo "export FABRIC_BACKEND=sim"
   else
+    # The host's hardware fault of the moment (gpu-e2e.py writes it): made here, on the
+    # node's side, never in the FabricTest.
+    echo "if [ \"\${FABRIC_NODE_NAME:-}\" = $HOST_NODE ]; then"
+    echo "  case \"\$(cat '$W/node-fault' 2>/dev/null)\" in"
+    echo "    hidden-gpu) export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((G - 2))) ;;"
+    echo "    sdc) export FABRIC_TEST_FLIP_SDC_BIT=$((G - 1)) ;;"
+    echo "  esac"
+    echo "fi"
     echo 'case "${FABRIC_NODE_NAME:-}" in'
     echo "  emu-*) i=\${FABRIC_NODE_NAME#emu-}; export GPUS_OF_NODE=\$((i % $G)) DEBS='$ROOT/.device/debs'"
     echo "         exec bash '$ROOT/.device/netns-nodes.sh' exec \"\$i\" '$BIN/fabric-agent' \"\$@\" ;;"
@@ -333,6 +356,7 @@ python3 bench/gpu-e2e.py setup || { echo "setup failed"; python3 bench/gpu-e2e.p
 banner "operator"
 RUST_LOG=info,gpufabric_operator=debug,kube=warn "$BIN/fabric-operator" run \
   --kubeconfig "$W/admin.kubeconfig" --pod-namespace "$NS" --admin-addr "127.0.0.1:$OP_PORT" \
+  --metrics-auth none \
   > "$W/logs/operator.log" 2>&1 &
 PIDS+=($!)
 sleep 2
@@ -340,10 +364,12 @@ kill -0 "${PIDS[-1]}" 2>/dev/null || { echo "the operator exited:"; tail -20 "$W
 
 banner "1. clean test over $HOST_NODE"
 python3 bench/gpu-e2e.py clean
-banner "2. injected fault"
-python3 bench/gpu-e2e.py fault
-banner "3. release"
-python3 bench/gpu-e2e.py release
+for fault in ${E2E_FAULTS:-hidden-gpu sdc}; do
+  banner "2. hardware fault: $fault"
+  python3 bench/gpu-e2e.py "fault:$fault"
+  banner "3. release after $fault"
+  python3 bench/gpu-e2e.py "release:$fault"
+done
 if [ "$N" -gt 0 ]; then
   banner "4. node pairs over $EMULATED, emu-$SHAPED_I's link at $RATE"
   if [ $SIM = 0 ]; then
