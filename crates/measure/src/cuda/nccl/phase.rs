@@ -33,6 +33,7 @@ pub(crate) fn sweep(
     let buf = cfg.buffer_bytes(max, gpus.len() as u32) as usize;
     let devs: Vec<i32> = gpus.iter().map(|g| g.index as i32).collect();
     let setup = Instant::now();
+    crate::activity::enter("NCCL sweep: creating the communicators and buffers");
     let mut comms = Comms::init(&devs)?;
     // The send and receive buffers of every rank come first, right after the
     // communicators, as nccl-tests allocates them (before anything else of the sweep's).
