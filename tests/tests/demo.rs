@@ -1,19 +1,33 @@
 //! The demo of README's "Two commands", run as a user runs it (`fabric-demo --once`, with
 //! what `tests/run.sh` built): it must end well and show what README says it shows, and the
-//! HTML report it writes must render in a browser (Debian's headless Chromium) with each
-//! injected fault marked where it belongs.
+//! HTML report it writes where it says by default must render in a browser (Debian's headless
+//! Chromium) with each injected fault marked where it belongs. And `cargo run -p
+//! gpufabric-tests --bin fabric-demo` must resolve its dependencies as the workspace build
+//! does, so that a second demo compiles nothing.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test demo`. Needs `chromium` on PATH
 //! (`apt-get install chromium fonts-dejavu-core`; .ci/run installs it).
 
 use gpufabric_tests::cluster::ENV_BIN;
-use std::path::PathBuf;
+use gpufabric_tests::workspace_root;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The lines of `out` that start with `prefix` (table rows start with the node name).
 fn rows<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
     out.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+/// Where the demo program at `exe` writes its report when not told: `fabric-demo-report/`
+/// in the target dir, as its `--help` says.
+fn default_report(exe: &Path) -> PathBuf {
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/debug/fabric-demo");
+    target.join("fabric-demo-report").join("report.html")
 }
 
 #[test]
@@ -22,11 +36,13 @@ fn the_demo_refuses_bad_input_finds_every_injected_fault_and_cordons_within_the_
     let chromium = browser::chromium();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo-report");
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a dir for the report");
-    let page = dir.join("report.html");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric-demo"));
-    cmd.args(["--once", "--no-build", "--timeout", "300", "--report"]);
-    cmd.arg(&page);
+    std::fs::create_dir_all(&dir).expect("a dir for the screenshot");
+    // No --report: the default path, beside target/debug/fabric-demo (the program itself).
+    let exe = Path::new(env!("CARGO_BIN_EXE_fabric-demo"));
+    let page = default_report(exe);
+    let _ = std::fs::remove_file(&page);
+    let mut cmd = Command::new(exe);
+    cmd.args(["--once", "--no-build", "--timeout", "300"]);
     if let Ok(dir) = std::env::var(ENV_BIN) {
         cmd.env(ENV_BIN, dir);
     }
@@ -89,6 +105,69 @@ fn the_demo_refuses_bad_input_finds_every_injected_fault_and_cordons_within_the_
         .expect("the status step");
     assert!(report_at < status_at, "the report comes before the status");
     browser::check_report(&chromium, &page, &dir.join("report.png"));
+}
+
+/// Each package of `cargo tree ARGS -e no-dev` (name and version) with its feature sets (one
+/// per build: a package a build script or proc macro also uses may have two).
+fn features(args: &[&str]) -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(workspace_root())
+        .args(["tree", "--locked", "--offline", "-q", "-e", "no-dev"])
+        .args(["--prefix", "none", "--format", "{p}|{f}"])
+        .args(args)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((pkg, feats)) = line.split_once('|') else {
+            continue;
+        };
+        // "name v1.2.3 (path or (*) or (proc-macro))": name and version.
+        let pkg: Vec<&str> = pkg.split_whitespace().take(2).collect();
+        let feats = feats.split(" (").next().unwrap_or(feats).trim();
+        map.entry(pkg.join(" "))
+            .or_default()
+            .insert(feats.to_string());
+    }
+    map
+}
+
+#[test]
+fn the_demo_builds_its_dependencies_with_the_features_the_workspace_build_gives_them() {
+    // The demo is `cargo run -p gpufabric-tests --bin fabric-demo`, and it builds the agent,
+    // the operator and the plugin with `cargo build --workspace --bins` (as tests/run.sh
+    // does). A dependency whose features differ between the two is compiled twice, and so is
+    // everything above it.
+    let demo = features(&["-p", "gpufabric-tests"]);
+    let workspace = features(&["--workspace"]);
+    assert!(
+        demo.len() > 100,
+        "{} packages: cargo tree said little",
+        demo.len()
+    );
+    let differ: Vec<String> = demo
+        .iter()
+        .filter(|(pkg, f)| workspace.get(*pkg) != Some(f))
+        .map(|(pkg, f)| {
+            format!(
+                "{pkg}: {f:?} for the demo, {:?} in the workspace",
+                workspace.get(pkg)
+            )
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "these dependencies would be compiled twice, once for fabric-demo and once for the \
+         programs it builds; give gpufabric-tests (tests/Cargo.toml) a dependency that enables \
+         the same features:\n{}",
+        differ.join("\n")
+    );
 }
 
 /// The report in Debian's headless Chromium: it loads and renders (exit 0, every section in

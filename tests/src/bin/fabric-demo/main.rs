@@ -25,10 +25,20 @@ use nightly::run_nightly;
 use operator::{start_operator, stop};
 use print::{info, step};
 use setup::bring_up;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const NAMESPACE: &str = "gpufabric";
+
+/// The report's default path for the demo program at `exe`: `fabric-demo-report/report.html`
+/// in its target dir (`target/debug/fabric-demo` writes `target/fabric-demo-report/report.html`),
+/// beside the profile dirs, where no build puts a file: a dir beside the binaries could meet
+/// a binary of the same name.
+fn default_report(exe: &Path) -> PathBuf {
+    let profile = exe.parent().unwrap_or(Path::new("."));
+    let target = profile.parent().unwrap_or(profile);
+    target.join("fabric-demo-report").join("report.html")
+}
 
 /// Runs the GPU fabric operator end to end against a local control plane and a simulated
 /// fleet, and prints what it found.
@@ -53,8 +63,8 @@ struct Cli {
     /// Longest wait for the run to finish, in seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
-    /// Where the HTML report of the run goes (default: fabric-demo/report.html beside the
-    /// binaries, e.g. target/debug/fabric-demo/report.html).
+    /// Where the HTML report of the run goes (default: fabric-demo-report/report.html in
+    /// the target dir, e.g. target/fabric-demo-report/report.html).
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
 }
@@ -122,7 +132,7 @@ async fn main() -> anyhow::Result<()> {
             let page = cli
                 .report
                 .clone()
-                .unwrap_or_else(|| bins.join("fabric-demo").join("report.html"));
+                .unwrap_or_else(|| default_report(&std::env::current_exe().unwrap_or_default()));
             report::write_html(&cluster, &bins, &test, &page).await?;
             report::print_status(&cluster).await?;
         }
@@ -156,4 +166,24 @@ async fn main() -> anyhow::Result<()> {
     drop(kubelet);
     drop(cluster);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_report;
+    use std::path::Path;
+
+    #[test]
+    fn the_default_report_lies_in_the_target_dir_outside_the_profile_dir_of_the_binaries() {
+        let exe = Path::new("/src/gpufabric/target/debug/fabric-demo");
+        let page = default_report(exe);
+        assert_eq!(
+            page,
+            Path::new("/src/gpufabric/target/fabric-demo-report/report.html")
+        );
+        // The dir the binaries are written to (fabric-demo itself among them) is no parent
+        // of the report: creating the report's dir never meets a binary.
+        let profile = exe.parent().expect("a dir");
+        assert!(!page.starts_with(profile), "{}", page.display());
+    }
 }

@@ -85,8 +85,11 @@ pub(crate) async fn bring_up(
     Ok((cluster, fleet, kubelet))
 }
 
-/// Builds the control-plane binaries and the three programs of this workspace (the agent,
-/// the operator, the kubectl plugin that writes the report).
+/// Builds the control-plane binaries and the programs of this workspace (the agent, the
+/// operator, the kubectl plugin that writes the report) with `cargo build --workspace
+/// --bins`, the command tests/run.sh builds them with: one feature set for every dependency,
+/// the one this program was built with (tests/Cargo.toml), so nothing is compiled twice and a
+/// second demo compiles nothing.
 /// Returns the control-plane bin dir when it built (or found) it.
 fn build(bins: &Path) -> anyhow::Result<Option<PathBuf>> {
     step("building (or reusing) the control-plane binaries: tests/cluster/build.sh");
@@ -104,21 +107,44 @@ fn build(bins: &Path) -> anyhow::Result<Option<PathBuf>> {
         info(format!("binaries in {dir}"));
         control_plane = Some(PathBuf::from(dir));
     }
-    for pkg in ["gpufabric-agent", "gpufabric-operator", "gpufabric-kubectl"] {
-        step(format!("cargo build -p {pkg}"));
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "-q", "-p", pkg])
-            .current_dir(workspace_root())
-            .status();
-        match status {
-            Ok(s) if s.success() => {}
-            _ => info(format!(
-                "building {pkg} failed; using what is in {} if anything",
-                bins.display()
-            )),
+    step("cargo build --workspace --bins (fabric-agent, fabric-operator, kubectl-gpufabric)");
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .args(["build", "-q", "--workspace", "--bins"])
+        .current_dir(workspace_root());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            cargo.env_remove(name);
         }
     }
+    let status = cargo.status();
+    match status {
+        Ok(s) if s.success() => {}
+        _ => info(format!(
+            "the build failed; using what is in {} if anything",
+            bins.display()
+        )),
+    }
     Ok(control_plane)
+}
+
+/// Whether `name` is a variable `cargo run` set for this program (its package's name, version,
+/// manifest dir and the like). A nested build must not see them: build scripts that watch
+/// them (ring's watches CARGO_PKG_NAME and CARGO_MANIFEST_DIR) would run again, and everything
+/// above them be compiled again, in this build and in the next one from a shell. The user's
+/// own settings (CARGO_TARGET_DIR, CARGO_HOME, CARGO_INCREMENTAL, ...) stay.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "OUT_DIR"
+        )
 }
 
 async fn wait_nodes_ready(nodes: &Api<Node>, want: usize) -> anyhow::Result<usize> {
@@ -155,5 +181,34 @@ pub(crate) fn kubectl(cluster: &Cluster, args: &[&str]) {
             }
         }
         Err(e) => info(format!("kubectl: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_by_cargo_run;
+
+    #[test]
+    fn a_nested_build_drops_what_cargo_run_set_and_keeps_the_users_cargo_settings() {
+        for set in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_BIN_NAME",
+        ] {
+            assert!(set_by_cargo_run(set), "{set}");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO_BUILD_JOBS",
+            "RUSTFLAGS",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_run(kept), "{kept}");
+        }
     }
 }
