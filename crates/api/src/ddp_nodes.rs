@@ -168,6 +168,10 @@ pub struct DdpNodesStatus {
     /// The probe has ended, or there was nothing to probe.
     #[serde(default)]
     pub done: bool,
+    /// The UIDs of the probe's pods, by rank, recorded when the operator made them (empty
+    /// for a rank whose pod was not made): only those pods are read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_uids: Vec<String>,
 }
 
 #[cfg(test)]

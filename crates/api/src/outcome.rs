@@ -146,6 +146,9 @@ pub enum NotMeasuredReason {
     /// the agent was still running, as far as anyone could tell, at the run deadline: its
     /// kubelet or its network failed to answer, which says nothing of its GPUs.
     NodeNotReady,
+    /// An object with the name of the node's benchmark pod existed already and was not made
+    /// by this run (someone else's pod): it is never read, and the node is not measured.
+    NameTaken,
 }
 
 impl NotMeasuredReason {
@@ -164,6 +167,7 @@ impl NotMeasuredReason {
             NotMeasuredReason::GpusInUse => "GpusInUse",
             NotMeasuredReason::AgentBug => "AgentBug",
             NotMeasuredReason::NodeNotReady => "NodeNotReady",
+            NotMeasuredReason::NameTaken => "NameTaken",
         }
     }
 
@@ -195,6 +199,9 @@ impl NotMeasuredReason {
             NotMeasuredReason::AgentBug => "the agent wrote no readable result; report a bug",
             NotMeasuredReason::NodeNotReady => {
                 "the nodes stopped reporting to the API server while their agents ran; check their kubelets and network"
+            }
+            NotMeasuredReason::NameTaken => {
+                "someone else created pods with the names of this run's benchmark pods; find who can create pods in the operator's namespace"
             }
         }
     }

@@ -208,6 +208,10 @@ pub struct PairRecord {
     /// Why the pair was not measured or failed (on rank 0's record, cut to 120 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The UID of this node's pod of the pair, recorded when the operator made it: only
+    /// that pod is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
 }
 
 /// Bandwidth of one set of pairs (within topology groups, or across them).

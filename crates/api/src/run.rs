@@ -130,6 +130,10 @@ pub struct NodeRunResult {
     pub verdict: NodeVerdict,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// The UID of the pod the operator made for this node, recorded when it made it: only
+    /// that pod is read, never another by the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
     /// GPU product and count measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product: Option<String>,
@@ -335,6 +339,10 @@ pub struct FabricTestRunStatus {
     /// The multi-node DDP probe (`suite.ddpNodes`), once it has begun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_nodes: Option<crate::ddp_nodes::DdpNodesStatus>,
+    /// The UID of the rendezvous Secret this run made (node pairs, the multi-node DDP
+    /// probe): rank pods are made only while the Secret at its name is that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous_secret_uid: Option<String>,
 }
 
 /// How far a run is.

@@ -13,6 +13,7 @@ pub mod ddp_nodes;
 pub mod departed;
 pub mod error;
 pub mod events;
+pub mod identity;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;

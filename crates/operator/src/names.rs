@@ -1,5 +1,7 @@
 //! Deterministic object names and label values: the same inputs always give the same name,
 //! at most 63 characters, so a restarted operator finds (and never duplicates) what it made.
+//! The names of a run's pods and Secret start with [`run_base`], which holds a hash of the
+//! run's UID: no one can know them before the run exists.
 
 /// Longest name or label value this operator makes.
 pub const MAX_NAME: usize = 63;
@@ -43,7 +45,15 @@ pub fn label_value(text: &str) -> String {
     bounded(text, MAX_NAME)
 }
 
-/// Name of the benchmark pod of `node` in `run`.
+/// What the name of every pod and Secret of run `run` (UID `uid`) starts with: the run's
+/// name and a hash of its UID. The UID is random and made by the API server, so these names
+/// cannot be known, and squatted, before the run exists. Not bounded: the names built on it
+/// are.
+pub fn run_base(run: &str, uid: &str) -> String {
+    format!("{run}-{:08x}", fnv1a(uid.as_bytes()) as u32)
+}
+
+/// Name of the benchmark pod of `node` in the run whose [`run_base`] is `run`.
 pub fn pod_name(run: &str, node: &str) -> String {
     bounded(&format!("{run}-{node}"), MAX_NAME)
 }
@@ -94,6 +104,21 @@ mod tests {
         );
         assert!(v.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()));
         assert!(v.chars().last().is_some_and(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn a_runs_pod_names_depend_on_its_uid() {
+        let a = pod_name(&run_base("nightly-29000000", "uid-a"), "gpu-node-1");
+        let b = pod_name(&run_base("nightly-29000000", "uid-b"), "gpu-node-1");
+        assert_ne!(a, b);
+        assert!(a.starts_with("nightly-29000000-"), "{a}");
+        assert_ne!(a, pod_name("nightly-29000000", "gpu-node-1"));
+        let long = format!("{}-run", "x".repeat(70));
+        assert_ne!(
+            pod_name(&run_base(&long, "uid-a"), "gpu-node-1"),
+            pod_name(&run_base(&long, "uid-b"), "gpu-node-1"),
+            "the UID's hash survives a cut"
+        );
     }
 
     #[test]

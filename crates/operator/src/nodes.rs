@@ -2,10 +2,9 @@
 //! idle GPUs, and not cordoned or tainted by anyone but this operator. Pure: it reads Node
 //! and Pod objects, nothing else.
 
-use crate::names;
 use crate::pods::allocatable_gpus;
 use gpufabric_api::keys;
-use gpufabric_api::run::{SkipReason, SkippedNode};
+use gpufabric_api::run::{FabricTestRun, SkipReason, SkippedNode};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Pod, Taint, Toleration};
 use kube::ResourceExt;
 use std::collections::BTreeMap;
@@ -110,9 +109,44 @@ pub fn selected_count<'a>(
         .count()
 }
 
-/// `nvidia.com/gpu` held by pods that are not gpufabric's and have not ended, by node:
-/// the larger of the containers' sum and the largest init container, as the scheduler counts.
-pub fn gpus_in_use<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<String, u32> {
+/// Where the pods of this operator's runs are, and its runs: what makes a pod one of its
+/// own for the busy-node rules. A label says nothing: anyone may set one.
+#[derive(Debug, Clone, Copy)]
+pub struct OwnPods<'a> {
+    /// The namespace of the benchmark pods.
+    pub namespace: &'a str,
+    /// The FabricTestRuns that exist, name by UID.
+    pub runs: &'a BTreeMap<String, String>,
+}
+
+impl OwnPods<'_> {
+    /// The gpufabric run `pod` belongs to: only a pod in the pods' namespace whose
+    /// controller is a FabricTestRun that exists. Any other pod, whatever it is labelled, is
+    /// one of the cluster's other workloads.
+    pub fn run_of(&self, pod: &Pod) -> Option<&str> {
+        if pod.metadata.namespace.as_deref() != Some(self.namespace) {
+            return None;
+        }
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true))?;
+        let kind = <FabricTestRun as kube::Resource>::kind(&());
+        let api_version = <FabricTestRun as kube::Resource>::api_version(&());
+        if owner.kind != kind || owner.api_version != api_version {
+            return None;
+        }
+        self.runs.get(&owner.uid).map(String::as_str)
+    }
+}
+
+/// `nvidia.com/gpu` held by pods that are not gpufabric's (`own`) and have not ended, by
+/// node: the larger of the containers' sum and the largest init container, as the scheduler
+/// counts.
+pub fn gpus_in_use<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    own: &OwnPods<'_>,
+) -> BTreeMap<String, u32> {
     let gpus = |c: &k8s_openapi::api::core::v1::Container| {
         c.resources
             .as_ref()
@@ -131,7 +165,7 @@ pub fn gpus_in_use<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<Stri
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
-        if ended || pod.labels().contains_key(keys::LABEL_RUN) {
+        if ended || own.run_of(pod).is_some() {
             continue;
         }
         let Some(spec) = pod.spec.as_ref() else {
@@ -156,13 +190,15 @@ pub fn gpus_in_use<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<Stri
     used
 }
 
-/// The nodes where a pod of a gpufabric run other than `run` has not ended, with that
-/// run: the kubelet counts such a pod's GPUs until its phase is final, which comes a moment
-/// after its container ended (and its result was read), so a pod of `run` made there now
-/// would be refused.
+/// The nodes where a pod of a gpufabric run other than `run` (one of `own`) has not ended,
+/// with that run: the kubelet counts such a pod's GPUs until its phase is final, which
+/// comes a moment after its container ended (and its result was read), so a pod of `run`
+/// made there now would be refused. Any other pod counts only through the GPUs it asks
+/// for ([`gpus_in_use`]).
 pub fn other_runs<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
     run: &str,
+    own: &OwnPods<'_>,
 ) -> BTreeMap<String, String> {
     let mut held = BTreeMap::new();
     for pod in pods {
@@ -170,10 +206,10 @@ pub fn other_runs<'a>(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded") | Some("Failed")
         );
-        let Some(other) = pod.labels().get(keys::LABEL_RUN) else {
+        let Some(other) = own.run_of(pod) else {
             continue;
         };
-        if ended || other == &names::label_value(run) {
+        if ended || other == run {
             continue;
         }
         if let Some(node) = pod
@@ -182,7 +218,8 @@ pub fn other_runs<'a>(
             .and_then(|s| s.node_name.as_ref())
             .filter(|n| !n.is_empty())
         {
-            held.entry(node.clone()).or_insert_with(|| other.clone());
+            held.entry(node.clone())
+                .or_insert_with(|| other.to_string());
         }
     }
     held

@@ -47,6 +47,21 @@ pub fn owner_reference(run: &FabricTestRun) -> Result<OwnerReference, BuildError
         .ok_or(BuildError::RunNotPersisted)
 }
 
+/// What the names of `run`'s pods and Secret start with ([`names::run_base`]).
+pub fn run_base(run: &FabricTestRun) -> Result<String, BuildError> {
+    let name = run
+        .meta()
+        .name
+        .as_deref()
+        .ok_or(BuildError::RunNotPersisted)?;
+    let uid = run
+        .meta()
+        .uid
+        .as_deref()
+        .ok_or(BuildError::RunNotPersisted)?;
+    Ok(names::run_base(name, uid))
+}
+
 /// The node-check pod for `node`, which has `gpus` allocatable GPUs.
 pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod, BuildError> {
     if gpus == 0 {
@@ -71,7 +86,7 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
 
     Ok(Pod {
         metadata: ObjectMeta {
-            name: Some(names::pod_name(&run_name, node)),
+            name: Some(names::pod_name(&run_base(run)?, node)),
             // Created through the API of the operator's pod namespace (`--pod-namespace`):
             // the run is cluster-scoped, so it has no namespace to give.
             namespace: None,
@@ -357,7 +372,9 @@ mod tests {
             res.requests.as_ref().expect("requests")["nvidia.com/gpu"].0,
             "8"
         );
-        assert_eq!(p.metadata.name.as_deref(), Some("nightly-29000000-gpu-1"));
+        let base = run_base(&run()).expect("persisted");
+        assert!(base.starts_with("nightly-29000000-"), "{base}");
+        assert_eq!(p.metadata.name, Some(format!("{base}-gpu-1")));
         assert_eq!(p.metadata.namespace, None);
     }
 

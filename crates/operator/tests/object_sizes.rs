@@ -32,6 +32,7 @@ fn failed(i: usize) -> NodeRunResult {
         node: node(i),
         verdict: NodeVerdict::Errored,
         pod: Some(format!("nightly-29000000-{}", node(i))),
+        pod_uid: Some("0b9a4f7e-63c4-4a8e-9d61-2f0e5c1d7a33".into()),
         product: Some("NVIDIA-H100-80GB-HBM3".into()),
         gpus: Some(8),
         reason: Some("r".repeat(2000)),
@@ -82,6 +83,7 @@ fn paired(i: usize) -> NodeRunResult {
                 nic_findings: vec![nic.clone(); 16],
                 nic_readings: u32::MAX,
                 message: Some("p".repeat(2000)),
+                pod_uid: Some("0b9a4f7e-63c4-4a8e-9d61-2f0e5c1d7a33".into()),
             })
             .collect(),
         ..failed(i)

@@ -31,7 +31,7 @@ pub const ROLE_DDP_NODES: &str = "ddp-nodes";
 /// A rank's pod as the probe reads it.
 pub type ProbePod = RankPod<DdpNodesResult>;
 
-/// Name of the pod of `rank`.
+/// Name of the pod of `rank` in the run whose [`crate::names::run_base`] is `run`.
 pub fn pod_name(run: &str, rank: u32) -> String {
     names::bounded(&format!("{run}-ddp-{rank}"), 63)
 }
@@ -106,7 +106,7 @@ pub fn probe_pod(
         RankPodSpec {
             node,
             gpus,
-            name: pod_name(&run_name, rank),
+            name: pod_name(&crate::pods::run_base(run)?, rank),
             role: ROLE_DDP_NODES,
             rank,
             group: format!("{run_name}/ddp"),

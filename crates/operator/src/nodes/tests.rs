@@ -152,21 +152,48 @@ fn an_explicit_list_limits_the_nodes_and_reports_missing_ones() {
     assert_eq!(s[0].node, "ghost");
 }
 
+/// The runs that exist in these tests, name by UID, and where their pods are.
+fn runs() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("uid-n1".to_string(), "nightly-1".to_string()),
+        ("uid-c1".to_string(), "nightly-1-confirm".to_string()),
+    ])
+}
+
+const POD_NS: &str = "gpufabric";
+
+/// A pod of run `uid` in the pods' namespace, as the operator makes it (controller owner,
+/// labelled with the run).
+fn run_pod(node: &str, phase: &str, uid: &str, run: &str) -> Pod {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let mut p = gpu_pod(node, 8, phase, false);
+    p.metadata.namespace = Some(POD_NS.into());
+    p.metadata.labels = Some(BTreeMap::from([(
+        keys::LABEL_RUN.to_string(),
+        run.to_string(),
+    )]));
+    p.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: format!("{}/{}", gpufabric_api::GROUP, gpufabric_api::VERSION),
+        kind: "FabricTestRun".into(),
+        name: run.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        ..Default::default()
+    }]);
+    p
+}
+
 #[test]
 fn a_node_under_another_runs_pod_that_has_not_ended_is_not_tested_even_busy_included() {
-    let mut other = gpu_pod("a", 8, "Running", true);
-    if let Some(l) = other.metadata.labels.as_mut() {
-        l.insert(keys::LABEL_RUN.into(), "nightly-1".into());
-    }
-    let mut mine = gpu_pod("b", 8, "Running", true);
-    if let Some(l) = mine.metadata.labels.as_mut() {
-        l.insert(keys::LABEL_RUN.into(), "nightly-1-confirm".into());
-    }
-    let mut ended = gpu_pod("c", 8, "Succeeded", true);
-    if let Some(l) = ended.metadata.labels.as_mut() {
-        l.insert(keys::LABEL_RUN.into(), "nightly-1".into());
-    }
-    let held = other_runs([&other, &mine, &ended], "nightly-1-confirm");
+    let runs = runs();
+    let own = OwnPods {
+        namespace: POD_NS,
+        runs: &runs,
+    };
+    let other = run_pod("a", "Running", "uid-n1", "nightly-1");
+    let mine = run_pod("b", "Running", "uid-c1", "nightly-1-confirm");
+    let ended = run_pod("c", "Succeeded", "uid-n1", "nightly-1");
+    let held = other_runs([&other, &mine, &ended], "nightly-1-confirm", &own);
     assert_eq!(
         held,
         BTreeMap::from([("a".to_string(), "nightly-1".to_string())])
@@ -186,16 +213,52 @@ fn a_node_under_another_runs_pod_that_has_not_ended_is_not_tested_even_busy_incl
     assert!(s[0].message.contains("nightly-1"), "{}", s[0].message);
 }
 
+#[test]
+fn a_pod_labelled_as_a_run_hides_no_node_and_counts_by_the_gpus_it_asks_for() {
+    let runs = runs();
+    let own = OwnPods {
+        namespace: POD_NS,
+        runs: &runs,
+    };
+    // In a tenant's namespace, labelled and even owned like a run's pod.
+    let mut tenant = run_pod("a", "Running", "uid-n1", "nightly-1");
+    tenant.metadata.namespace = Some("tenant".into());
+    // In the pods' namespace, labelled, with no owner.
+    let mut unowned = run_pod("b", "Running", "uid-n1", "nightly-1");
+    unowned.metadata.owner_references = None;
+    // Owned by a run that does not exist.
+    let orphan = run_pod("c", "Running", "uid-gone", "nightly-0");
+    // Owned by the run, but not as its controller.
+    let mut not_controller = run_pod("d", "Running", "uid-n1", "nightly-1");
+    if let Some(o) = not_controller.metadata.owner_references.as_mut() {
+        o[0].controller = None;
+    }
+    let pods = [tenant, unowned, orphan, not_controller];
+    assert_eq!(
+        other_runs(&pods, "nightly-1-confirm", &own),
+        BTreeMap::new()
+    );
+    assert_eq!(
+        gpus_in_use(&pods, &own),
+        BTreeMap::from([
+            ("a".to_string(), 8),
+            ("b".to_string(), 8),
+            ("c".to_string(), 8),
+            ("d".to_string(), 8),
+        ])
+    );
+}
+
 fn gpu_pod(node: &str, gpus: u32, phase: &str, ours: bool) -> Pod {
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus, ResourceRequirements};
-    let mut p = Pod::default();
+    let mut p = if ours {
+        run_pod(node, phase, "uid-n1", "nightly-1")
+    } else {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some("ml".into());
+        p
+    };
     p.metadata.name = Some(format!("{node}-{gpus}-{phase}"));
-    if ours {
-        p.metadata.labels = Some(BTreeMap::from([(
-            keys::LABEL_RUN.to_string(),
-            "r".to_string(),
-        )]));
-    }
     p.spec = Some(PodSpec {
         node_name: Some(node.into()),
         containers: vec![Container {
@@ -220,6 +283,11 @@ fn gpu_pod(node: &str, gpus: u32, phase: &str, ours: bool) -> Pod {
 
 #[test]
 fn gpus_in_use_counts_only_other_pods_that_have_not_ended() {
+    let runs = runs();
+    let own = OwnPods {
+        namespace: POD_NS,
+        runs: &runs,
+    };
     let pods = [
         gpu_pod("a", 4, "Running", false),
         gpu_pod("a", 2, "Pending", false),
@@ -227,14 +295,19 @@ fn gpus_in_use_counts_only_other_pods_that_have_not_ended() {
         gpu_pod("b", 8, "Failed", false),
         gpu_pod("c", 8, "Running", true),
     ];
-    let used = gpus_in_use(&pods);
+    let used = gpus_in_use(&pods, &own);
     assert_eq!(used, BTreeMap::from([("a".to_string(), 6)]));
 }
 
 #[test]
 fn busy_nodes_are_skipped_unless_the_test_opts_in() {
     let nodes = [node("a", 8, true, &[]), node("b", 8, true, &[])];
-    let used = gpus_in_use(&[gpu_pod("a", 2, "Running", false)]);
+    let runs = runs();
+    let own = OwnPods {
+        namespace: POD_NS,
+        runs: &runs,
+    };
+    let used = gpus_in_use(&[gpu_pod("a", 2, "Running", false)], &own);
     let mut sel = Selection {
         selector: &BTreeMap::new(),
         names: None,

@@ -136,6 +136,24 @@ pub fn set_state(entries: &mut [NodeRunResult], slot: &Slot, state: PairState) {
     }
 }
 
+/// The UID recorded for the pod of `rank` (0 on node a, 1 on node b) of `slot`.
+pub fn pod_uid<'a>(entries: &'a [NodeRunResult], slot: &Slot, rank: u32) -> Option<&'a str> {
+    let i = if rank == 0 { slot.a } else { slot.b };
+    entries[i]
+        .pairs
+        .iter()
+        .find(|r| r.round == slot.round && r.index == slot.index)
+        .and_then(|r| r.pod_uid.as_deref())
+}
+
+/// Records the UID of the pod of `rank` of `slot`, made now.
+pub fn set_pod_uid(entries: &mut [NodeRunResult], slot: &Slot, rank: u32, uid: String) {
+    let i = if rank == 0 { slot.a } else { slot.b };
+    if let Some(r) = record_mut(&mut entries[i], slot) {
+        r.pod_uid = Some(uid);
+    }
+}
+
 fn record_mut<'a>(e: &'a mut NodeRunResult, slot: &Slot) -> Option<&'a mut PairRecord> {
     e.pairs
         .iter_mut()

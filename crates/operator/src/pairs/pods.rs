@@ -32,7 +32,8 @@ pub enum Rendezvous {
     Join { rank0_ip: String },
 }
 
-/// Name of the run's Secret holding the rendezvous secret.
+/// Name of the run's Secret holding the rendezvous secret; `run` is the run's
+/// [`crate::names::run_base`].
 pub fn secret_name(run: &str) -> String {
     names::bounded(&format!("{run}-rendezvous"), 253)
 }
@@ -42,7 +43,8 @@ pub fn group_name(run: &str, round: usize, index: usize) -> String {
     format!("{run}/r{round}/p{index}")
 }
 
-/// Name of the pod of `rank` of pair `index` of `round` in `run`.
+/// Name of the pod of `rank` of pair `index` of `round` in the run whose
+/// [`crate::names::run_base`] is `run`.
 pub fn pod_name(run: &str, round: usize, index: usize, rank: u32) -> String {
     names::bounded(&format!("{run}-r{round}-p{index}-{rank}"), 63)
 }
@@ -80,7 +82,7 @@ pub fn pair_pod(
         RankPod {
             node: if rank == 0 { &pair.a } else { &pair.b },
             gpus,
-            name: pod_name(&run_name, round, index, rank),
+            name: pod_name(&crate::pods::run_base(run)?, round, index, rank),
             role: ROLE_NODE_PAIR,
             rank,
             group: group_name(&run_name, round, index),
@@ -118,7 +120,6 @@ pub struct RankPod<'a> {
 /// and every rank reads the run's rendezvous secret from the Secret the run owns.
 pub fn rank_pod(run: &FabricTestRun, r: RankPod<'_>) -> Result<Pod, BuildError> {
     let mut pod = node_check_pod(run, r.node, r.gpus)?;
-    let run_name = run.meta().name.clone().ok_or(BuildError::RunNotPersisted)?;
     pod.metadata.name = Some(r.name);
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.insert(keys::LABEL_ROLE.into(), r.role.into());
@@ -181,7 +182,7 @@ pub fn rank_pod(run: &FabricTestRun, r: RankPod<'_>) -> Result<Pod, BuildError> 
         name: keys::ENV_RENDEZVOUS_SECRET.into(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
-                name: secret_name(&run_name),
+                name: secret_name(&crate::pods::run_base(run)?),
                 key: SECRET_KEY.into(),
                 optional: Some(false),
             }),
@@ -254,7 +255,9 @@ mod tests {
         let spec = pod.spec.as_ref().expect("spec");
         assert_eq!(spec.node_name.as_deref(), Some("h200-01"));
         assert_eq!(spec.automount_service_account_token, Some(false));
-        assert_eq!(pod.metadata.name.as_deref(), Some("nightly-0200-r1-p3-0"));
+        let base = crate::pods::run_base(&run()).expect("persisted");
+        assert!(base.starts_with("nightly-0200-"), "{base}");
+        assert_eq!(pod.metadata.name, Some(format!("{base}-r1-p3-0")));
         assert_eq!(
             pod.metadata
                 .labels
@@ -286,7 +289,7 @@ mod tests {
             .and_then(|e| e.value_from.as_ref())
             .and_then(|v| v.secret_key_ref.as_ref())
             .expect("secret from a Secret");
-        assert_eq!(secret.name, "nightly-0200-rendezvous");
+        assert_eq!(secret.name, format!("{base}-rendezvous"));
         assert_eq!(secret.key, SECRET_KEY);
         assert!(
             value(&env, keys::ENV_RENDEZVOUS_SECRET).is_none(),

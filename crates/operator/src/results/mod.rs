@@ -2,6 +2,7 @@
 //! the node's [`NodeOutcome`] (measured, a hardware fault, or not measured and why), and
 //! the compact entry the run status keeps. Never panics on what a pod holds.
 
+mod bounded;
 mod classify;
 #[cfg(test)]
 mod round_trip_tests;

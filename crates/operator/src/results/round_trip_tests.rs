@@ -42,6 +42,7 @@ fn every_reason() -> Vec<NotMeasuredReason> {
         R::GpusInUse,
         R::AgentBug,
         R::NodeNotReady,
+        R::NameTaken,
     ];
     for r in &all {
         match r {
@@ -57,7 +58,8 @@ fn every_reason() -> Vec<NotMeasuredReason> {
             | R::NeverStarted
             | R::GpusInUse
             | R::AgentBug
-            | R::NodeNotReady => {}
+            | R::NodeNotReady
+            | R::NameTaken => {}
         }
     }
     all

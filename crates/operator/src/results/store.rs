@@ -4,9 +4,11 @@
 //! `gpufabric-result-<test>-<node hash>`, in the pods' namespace. Each holds the latest
 //! run only, is labelled with test, run and node, and is owned by the FabricTest (deleted
 //! with it). A document over [`PLAIN_LIMIT`] is stored gzipped in `binaryData`; one still
-//! over the limit is not stored, with a message. Storing is best effort: a failure is
+//! over the limit is not stored, with a message; a last line over [`MAX_LOG_BYTES`] is not
+//! even read (see [`bounded`]). Storing is best effort: a failure is
 //! reported and changes nothing else about the run.
 
+use super::bounded::{self, MAX_LOG_BYTES, last_document};
 use crate::names;
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -26,8 +28,6 @@ use std::io::Write;
 /// Largest document stored as it is, and largest gzipped one: a ConfigMap holds at most
 /// 1 MiB, and the object's metadata needs some of it.
 pub const PLAIN_LIMIT: usize = 900 * 1024;
-/// Most bytes of a pod log read for its last line.
-pub const MAX_LOG_BYTES: i64 = 64 * 1024 * 1024;
 
 /// How a document is stored.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +53,12 @@ pub enum StoreError {
     },
     #[error("could not read the results of pod {pod}: no answer within {}s", LOG_READ_TIMEOUT.as_secs())]
     LogTimeout { pod: String },
+    #[error("the results of pod {pod} were not kept: {source}")]
+    Refused {
+        pod: String,
+        #[source]
+        source: bounded::Refused,
+    },
     #[error("could not write ConfigMap {name}: {}", Answer(.source))]
     Write {
         name: String,
@@ -85,14 +91,6 @@ impl std::fmt::Display for Answer<'_> {
 pub fn config_map_name(test: &str, node: &str) -> String {
     let hash = format!("{:08x}", names::fnv1a(node.as_bytes()) as u32);
     names::bounded(&format!("gpufabric-result-{test}-{hash}"), 253)
-}
-
-/// The full document in a log: its last non-empty line, when that is a JSON object.
-pub fn last_document(log: &str) -> Option<&str> {
-    let line = log.lines().rev().find(|l| !l.trim().is_empty())?.trim();
-    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line)
-        .ok()
-        .map(|_| line)
 }
 
 /// The document as stored: as it is when it fits, else gzipped when that fits.
@@ -167,21 +165,35 @@ pub async fn keep(
     pod: &str,
     target: &Target<'_>,
 ) -> Result<bool, StoreError> {
+    // Asked of the API server with one byte over the bound, so that a line the bound cuts
+    // is told from one that fits; and never more read than that, whatever the answer.
     let lp = LogParams {
         container: Some(crate::pods::CONTAINER.to_string()),
         tail_lines: Some(1),
-        limit_bytes: Some(MAX_LOG_BYTES),
+        limit_bytes: Some(MAX_LOG_BYTES as i64 + 1),
         ..Default::default()
     };
-    let log = tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(pod, &lp))
+    let read = async {
+        let stream = pods
+            .log_stream(pod, &lp)
+            .await
+            .map_err(|source| StoreError::Log {
+                pod: pod.to_string(),
+                source,
+            })?;
+        bounded::read_bounded(Box::pin(stream), MAX_LOG_BYTES)
+            .await
+            .map_err(|source| StoreError::Refused {
+                pod: pod.to_string(),
+                source,
+            })
+    };
+    let bytes = tokio::time::timeout(LOG_READ_TIMEOUT, read)
         .await
         .map_err(|_| StoreError::LogTimeout {
             pod: pod.to_string(),
-        })?
-        .map_err(|source| StoreError::Log {
-            pod: pod.to_string(),
-            source,
-        })?;
+        })??;
+    let log = String::from_utf8_lossy(&bytes);
     let Some(doc) = last_document(&log) else {
         return Ok(false);
     };
@@ -302,16 +314,6 @@ mod tests {
     use super::*;
     use flate2::read::GzDecoder;
     use std::io::Read;
-
-    #[test]
-    fn the_document_is_the_last_json_line_of_the_log() {
-        let log = "table\n  size  busbw\n{\"node\":\"a\",\"gpus\":8}\n\n";
-        assert_eq!(last_document(log), Some("{\"node\":\"a\",\"gpus\":8}"));
-        assert_eq!(last_document("tables only\n"), None);
-        assert_eq!(last_document("{\"cut\": "), None, "a truncated document");
-        assert_eq!(last_document(""), None);
-        assert_eq!(last_document("[1,2]"), None, "not a document");
-    }
 
     #[test]
     fn small_documents_are_kept_as_they_are() {

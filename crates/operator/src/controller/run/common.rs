@@ -77,13 +77,15 @@ pub(super) async fn publish(
     }
 }
 
-/// The run's pods in the cache (the operator's namespace, owned by the run), by name.
+/// The pods in the cache that the run controls (the operator's namespace, the run as their
+/// controller), by name. Anyone who can create pods can copy an owner reference: a pod here
+/// is read only when its UID is the one the run recorded (see [`crate::identity`]).
 pub(super) fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
     ctx.pods
         .state()
         .into_iter()
         .filter(|p| p.namespace().as_deref() == Some(ns))
-        .filter(|p| p.owner_references().iter().any(|o| o.uid == uid))
+        .filter(|p| crate::identity::controlled_by(&p.metadata, uid))
         .map(|p| (p.name_any(), p))
         .collect()
 }

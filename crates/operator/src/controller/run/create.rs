@@ -1,11 +1,11 @@
-//! Benchmark pods created with bounded concurrency; a pod the API server refuses for good
-//! ends its node as not admitted. Also the pods of a rendezvous group's ranks (node pairs,
-//! the multi-node DDP probe), their deadline and the run's rendezvous secret.
+//! Benchmark pods created with bounded concurrency, each one's UID recorded as it is made; a
+//! pod the API server refuses for good ends its node as not admitted, a name someone else
+//! holds as `NameTaken` (see [`crate::identity`]). Also the pods of a rendezvous group's ranks
+//! (node pairs, the multi-node DDP probe), their deadline and the run's rendezvous secret.
 
-use super::common::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
+use super::common::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS, publish};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::names;
 use crate::pairs::pods::{SECRET_KEY, secret_name};
 use crate::pods::{self, allocatable_gpus};
 use crate::results::PodState;
@@ -42,50 +42,97 @@ pub(super) enum NotAdmitted {
     /// The API server refused the pod for good (not a transient error).
     #[error(transparent)]
     Refused(kube::Error),
+    /// Someone else's pod holds the name.
+    #[error(transparent)]
+    NameTaken(NameTaken),
+    /// The run's rendezvous Secret is not the one it made.
+    #[error(transparent)]
+    Secret(SecretRefused),
+}
+
+/// What became of a rank's pod.
+#[derive(Debug)]
+pub(super) enum RankMade {
+    /// Made, with the UID to record.
+    Made(String),
+    /// A pod the run controls but never recorded held the name: deleted, made again later.
+    Later,
+    /// Not made, for good.
+    Not(NotAdmitted),
 }
 
 /// Creates the pod of one rank of a rendezvous group on `node`, built by `build` from the
-/// node's GPU count; Ok(Err(why)) when it cannot be made or the API server refuses it for
-/// good (the node is gone, a pod it rejects), Err on a transient error (retried). A pod that
-/// exists already (a retried pass) counts as created.
+/// node's GPU count (see [`RankMade`]); Err on a transient error (retried). A name already
+/// taken is never taken for a pod made (see [`on_conflict`]).
 pub(super) async fn create_rank_pod(
     node: &str,
     build: impl FnOnce(u32) -> std::result::Result<Pod, pods::BuildError>,
     ctx: &Context,
+    run_uid: &str,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), NotAdmitted>> {
+) -> Result<RankMade> {
     let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
-        return Ok(Err(NotAdmitted::NodeGone(node.to_string())));
+        return Ok(RankMade::Not(NotAdmitted::NodeGone(node.to_string())));
     };
     let mut pod = match build(allocatable_gpus(&n)) {
         Ok(p) => p,
-        Err(e) => return Ok(Err(e.into())),
+        Err(e) => return Ok(RankMade::Not(e.into())),
     };
     ctx.resolve_agent_image(&mut pod);
+    let name = pod.name_any();
     match pods_api.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(Ok(())),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Ok(())),
+        Ok(p) => Ok(match p.uid() {
+            Some(uid) => RankMade::Made(uid),
+            None => RankMade::Later,
+        }),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            match on_conflict(pods_api, &ctx.pod_namespace, &name, run_uid).await? {
+                CreateError::NameTaken(t) => Ok(RankMade::Not(NotAdmitted::NameTaken(t))),
+                _ => Ok(RankMade::Later),
+            }
+        }
         Err(e) if is_transient(&e) => Err(e.into()),
-        Err(e) => Ok(Err(NotAdmitted::Refused(e))),
+        Err(e) => Ok(RankMade::Not(NotAdmitted::Refused(e))),
     }
 }
 
-/// The pods of a rendezvous group's ranks (`names`, by rank), from the pod cache; a pod
-/// the cache does not hold yet is read from the API server once the group has any pod
-/// (`created`), so that a pod just created is not taken for one that is gone.
+/// One rank of a rendezvous group as the run made it: its pod's name, the node it is for,
+/// and the UID recorded when it was made (None: not made, or not recorded).
+pub(super) struct RankOf<'a> {
+    pub name: String,
+    pub node: &'a str,
+    pub made: Option<&'a str>,
+}
+
+/// The pods of a rendezvous group's ranks, from the pod cache; a pod the cache does not
+/// hold yet is read from the API server once the group has any pod (`created`), so that a
+/// pod just created is not taken for one that is gone. Only the pod each rank recorded, on
+/// its node, is one (see [`crate::identity`]); any other at its name is None.
 pub(super) async fn rank_pods(
-    names: &[String],
+    ranks: &[RankOf<'_>],
+    run_uid: &str,
     cached: &HashMap<String, Arc<Pod>>,
     created: bool,
     pods_api: &Api<Pod>,
 ) -> Result<Vec<Option<Pod>>> {
-    let mut pods = Vec::with_capacity(names.len());
-    for n in names {
-        pods.push(match cached.get(n) {
+    let mut pods = Vec::with_capacity(ranks.len());
+    for r in ranks {
+        let Some(made) = r.made else {
+            pods.push(None);
+            continue;
+        };
+        let found = match cached.get(&r.name) {
             Some(p) => Some(p.as_ref().clone()),
-            None if created => pods_api.get_opt(n).await?,
+            None if created => pods_api.get_opt(&r.name).await?,
             None => None,
-        });
+        };
+        pods.push(found.filter(|p| {
+            let ours = crate::identity::pod_made_by(p, run_uid, made, r.node);
+            if let Err(why) = &ours {
+                tracing::warn!(%why, "a rank pod not made by this run is not read");
+            }
+            ours.is_ok()
+        }));
     }
     Ok(pods)
 }
@@ -113,8 +160,10 @@ pub(super) fn group_deadline(run: &FabricTestRun, rank0: Option<&Pod>) -> GroupD
     }
 }
 
-/// Creates the pods of this step; a pod the API server refuses for good ends its node as
-/// not admitted. Returns the last transient error (the pass is retried), if any.
+/// Creates the pods of this step, recording each one's name and UID in its node's entry; a
+/// pod the API server refuses for good ends its node as not admitted, a name someone else
+/// holds as not measured (`NameTaken`, with an Event). Returns the last transient error
+/// (the pass is retried), if any.
 pub(super) async fn create_step(
     run: &FabricTestRun,
     entries: &mut [NodeRunResult],
@@ -123,43 +172,112 @@ pub(super) async fn create_step(
     ctx: &Context,
     pods_api: &Api<Pod>,
 ) -> Option<kube::Error> {
-    let name = run.name_any();
     let mut transient = None;
     for (i, res) in create_pods(run, entries, create, ctx, pods_api).await {
         match res {
-            Ok(()) => entries[i].pod = Some(names::pod_name(&name, &entries[i].node)),
+            Ok(made) => {
+                entries[i].pod = Some(made.name);
+                entries[i].pod_uid = Some(made.uid);
+            }
             Err(CreateError::Permanent(reason)) => {
                 outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
                     NotMeasuredReason::NotAdmitted,
                     reason,
                 ))
             }
+            Err(CreateError::NameTaken(taken)) => {
+                let note = format!("node {}: {taken}", entries[i].node);
+                tracing::warn!(node = %entries[i].node, %taken, "a benchmark pod's name is taken");
+                publish(ctx, run, true, "NameTaken", "CreatePod", &note).await;
+                outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
+                    NotMeasuredReason::NameTaken,
+                    taken.to_string(),
+                ))
+            }
+            // Deleted (see `crate::identity`): made again by a later pass.
+            Err(CreateError::Unrecorded) => {}
             Err(CreateError::Transient(e)) => transient = Some(e),
         }
     }
     transient
 }
 
+/// A pod this run made: its name and the UID the API server gave it.
+pub(super) struct Made {
+    pub name: String,
+    pub uid: String,
+}
+
 pub(super) enum CreateError {
     Permanent(String),
+    /// The name is held by an object this run does not control.
+    NameTaken(NameTaken),
+    /// The name is held by a pod this run controls but never recorded: deleted, not read.
+    Unrecorded,
     Transient(kube::Error),
 }
 
-/// Creates the missing pods, at most [`CREATE_CONCURRENCY`] at once. A pod that already
-/// exists counts as created.
+/// An object with the name of one this run makes, not made by it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{kind} {namespace}/{name} was there before this run made it, and is not this run's: never read"
+)]
+pub struct NameTaken {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What a 409 on creating pod `name` means: a pod this run controls is one it made and did
+/// not record (deleted, with its UID as precondition, and made again later); anything else
+/// is someone else's.
+pub(super) async fn on_conflict(
+    pods_api: &Api<Pod>,
+    namespace: &str,
+    name: &str,
+    run_uid: &str,
+) -> std::result::Result<CreateError, kube::Error> {
+    let taken = || {
+        CreateError::NameTaken(NameTaken {
+            kind: "pod",
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    };
+    let Some(p) = pods_api.get_opt(name).await? else {
+        // Gone since: made by a later pass.
+        return Ok(CreateError::Unrecorded);
+    };
+    if !crate::identity::controlled_by(&p.metadata, run_uid) {
+        return Ok(taken());
+    }
+    if let Some(uid) = p.metadata.uid.as_deref() {
+        match super::deadline::delete_unrecorded(pods_api, name, uid).await {
+            Ok(()) => {}
+            Err(crate::error::Error::Kube(e)) => return Err(e),
+            Err(e) => tracing::warn!(pod = %name, error = %e, "unrecorded pod not deleted"),
+        }
+    }
+    Ok(CreateError::Unrecorded)
+}
+
+/// Creates the missing pods, at most [`CREATE_CONCURRENCY`] at once. A name already taken
+/// is never taken for a pod made (see [`on_conflict`]).
 pub(super) async fn create_pods(
     run: &FabricTestRun,
     entries: &[NodeRunResult],
     which: &[usize],
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Vec<(usize, Result<(), CreateError>)> {
+) -> Vec<(usize, Result<Made, CreateError>)> {
+    let run_uid = run.uid().unwrap_or_default();
     let jobs: Vec<_> = which
         .iter()
         .copied()
         .map(|i| {
             let node_name = entries[i].node.clone();
             let node: Option<Arc<Node>> = ctx.nodes.get(&ObjectRef::new(&node_name));
+            let run_uid = run_uid.clone();
             async move {
                 let Some(node) = node else {
                     return (
@@ -175,17 +293,25 @@ pub(super) async fn create_pods(
                     Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
                 };
                 ctx.resolve_agent_image(&mut pod);
-                match pods_api.create(&PostParams::default(), &pod).await {
-                    Ok(_) => (i, Ok(())),
-                    Err(kube::Error::Api(s)) if s.code == 409 => (i, Ok(())),
-                    Err(e) if is_transient(&e) => (i, Err(CreateError::Transient(e))),
-                    Err(e) => (
-                        i,
-                        Err(CreateError::Permanent(format!(
-                            "the benchmark pod could not be created: {e}"
-                        ))),
-                    ),
-                }
+                let name = pod.name_any();
+                let res = match pods_api.create(&PostParams::default(), &pod).await {
+                    Ok(p) => match p.uid() {
+                        Some(uid) => Ok(Made { name, uid }),
+                        None => Err(CreateError::Permanent(
+                            "the API server gave the benchmark pod no UID".to_string(),
+                        )),
+                    },
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        Err(on_conflict(pods_api, &ctx.pod_namespace, &name, &run_uid)
+                            .await
+                            .unwrap_or_else(CreateError::Transient))
+                    }
+                    Err(e) if is_transient(&e) => Err(CreateError::Transient(e)),
+                    Err(e) => Err(CreateError::Permanent(format!(
+                        "the benchmark pod could not be created: {e}"
+                    ))),
+                };
+                (i, res)
             }
         })
         .collect();
@@ -195,17 +321,37 @@ pub(super) async fn create_pods(
         .await
 }
 
-/// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns; one
-/// that exists already is kept (a restarted operator, a retried pass).
-pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<()> {
+/// Why the run's rendezvous Secret is not used: the phase that needs it fails closed (its
+/// groups not measured), for a secret someone else chose would let them into the
+/// rendezvous.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(super) enum SecretRefused {
+    #[error(transparent)]
+    NameTaken(NameTaken),
+}
+
+/// The run's rendezvous secret (random, 32 bytes as hex), in a Secret the run owns, and its
+/// UID to record; `made`: the UID recorded, when the run made it before (kept as it is).
+/// The operator may only create Secrets, never read one: a Secret at the name that this
+/// run has not recorded making, whoever made it, is never used (an operator that made it and
+/// stopped before it recorded it loses the phase of this run, never its secrecy).
+pub(super) async fn ensure_secret(
+    run: &FabricTestRun,
+    ctx: &Context,
+    made: Option<&str>,
+) -> Result<std::result::Result<String, SecretRefused>> {
+    if let Some(made) = made {
+        return Ok(Ok(made.to_string()));
+    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.pod_namespace);
-    let name = secret_name(&run.name_any());
+    let base = pods::run_base(run).map_err(|_| Error::Missing("metadata.uid"))?;
+    let name = secret_name(&base);
     let bytes: [u8; 32] = rand::random();
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let owner = pods::owner_reference(run).map_err(|_| Error::Missing("metadata.uid"))?;
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
-            name: Some(name),
+            name: Some(name.clone()),
             namespace: Some(ctx.pod_namespace.clone()),
             owner_references: Some(vec![owner]),
             labels: Some(BTreeMap::from([(
@@ -221,8 +367,14 @@ pub(super) async fn ensure_secret(run: &FabricTestRun, ctx: &Context) -> Result<
         ..Default::default()
     };
     match api.create(&PostParams::default(), &secret).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Ok(s) => Ok(Ok(s
+            .uid()
+            .ok_or(Error::Missing("the rendezvous Secret's UID"))?)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Err(SecretRefused::NameTaken(NameTaken {
+            kind: "Secret",
+            namespace: ctx.pod_namespace.clone(),
+            name,
+        }))),
         Err(e) => Err(e.into()),
     }
 }

@@ -5,9 +5,13 @@
 //! are in [`crate::ddp_nodes`].
 
 use super::common::pods_of;
-use super::create::{NotAdmitted, create_rank_pod, ensure_secret, group_deadline, rank_pods};
-use super::deadline::delete_pod;
+use super::common::publish;
+use super::create::{
+    NotAdmitted, RankMade, RankOf, create_rank_pod, ensure_secret, group_deadline, rank_pods,
+};
+use super::deadline::delete_made;
 use super::finish;
+use super::pairs::Secret;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pods::allocatable_gpus;
@@ -42,7 +46,12 @@ pub(super) async fn advance(
     if status.done {
         return Ok(PairsStep::Done);
     }
-    let result = step(run, &mut status, ctx, pods_api).await;
+    let mut secret = Secret {
+        made: next.rendezvous_secret_uid.clone(),
+        checked: None,
+    };
+    let result = step(run, &mut status, &mut secret, ctx, pods_api).await;
+    next.rendezvous_secret_uid = secret.made;
     let done = status.done;
     next.ddp_nodes = Some(status);
     let wait = result?;
@@ -96,7 +105,21 @@ async fn begin(
         });
         return Ok(PairsStep::Done);
     }
-    ensure_secret(run, ctx).await?;
+    match ensure_secret(run, ctx, next.rendezvous_secret_uid.as_deref()).await? {
+        Ok(uid) => next.rendezvous_secret_uid = Some(uid),
+        Err(why) => {
+            // Fails closed: no probe runs with a secret someone else chose.
+            let note = format!("multi-node DDP probe not run: {why}");
+            tracing::warn!(%why, "multi-node DDP probe not run: the rendezvous Secret is not this run's");
+            publish(ctx, run, true, "RendezvousSecretRefused", "DdpNodes", &note).await;
+            next.ddp_nodes = Some(DdpNodesStatus {
+                done: true,
+                message: Some(note),
+                ..Default::default()
+            });
+            return Ok(PairsStep::Done);
+        }
+    }
     tracing::info!(nodes = ?nodes, "multi-node DDP probe started");
     next.ddp_nodes = Some(DdpNodesStatus {
         nodes,
@@ -109,17 +132,35 @@ async fn begin(
 async fn step(
     run: &FabricTestRun,
     status: &mut DdpNodesStatus,
+    secret: &mut Secret,
     ctx: &Context,
     pods_api: &Api<Pod>,
 ) -> Result<Duration> {
     let name = run.name_any();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let base = crate::names::run_base(&name, &uid);
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
     let names: Vec<String> = (0..status.nodes.len() as u32)
-        .map(|rank| ddp_nodes::pod_name(&name, rank))
+        .map(|rank| ddp_nodes::pod_name(&base, rank))
+        .collect();
+    status.pod_uids.resize(status.nodes.len(), String::new());
+    let made: Vec<Option<String>> = status
+        .pod_uids
+        .iter()
+        .map(|u| Some(u.clone()).filter(|u| !u.is_empty()))
+        .collect();
+    let ranks: Vec<RankOf<'_>> = names
+        .iter()
+        .zip(&status.nodes)
+        .zip(&made)
+        .map(|((name, node), made)| RankOf {
+            name: name.clone(),
+            node,
+            made: made.as_deref(),
+        })
         .collect();
     let created = status.state != PairState::Pending;
-    let pods = rank_pods(&names, &cached, created, pods_api).await?;
+    let pods = rank_pods(&ranks, &uid, &cached, created, pods_api).await?;
     let views: Vec<ProbePod> = pods
         .iter()
         .map(|p| p.as_ref().map_or(RankPod::Absent, rank_pod))
@@ -138,31 +179,52 @@ async fn step(
     match step {
         Step::Wait => {}
         Step::CreateRank0 => {
-            match create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await? {
-                Ok(()) => status.state = PairState::Listening,
-                Err(why) => ddp_nodes::settle(status, not_admitted(0, &why)),
+            let made = match secret.usable(run, ctx).await? {
+                Ok(()) => create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await?,
+                Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
+            };
+            match made {
+                RankMade::Made(pod_uid) => {
+                    status.pod_uids[0] = pod_uid;
+                    status.state = PairState::Listening
+                }
+                RankMade::Later => {}
+                RankMade::Not(why) => ddp_nodes::settle(status, not_admitted(0, &why)),
             }
         }
         Step::CreateOthers { ip } => {
             let join = Rendezvous::Join { rank0_ip: ip };
+            let mut later = false;
             for rank in 1..status.nodes.len() as u32 {
                 if !matches!(views[rank as usize], RankPod::Absent) {
                     continue;
                 }
-                if let Err(why) = create(run, status, rank, &join, ctx, pods_api).await? {
-                    // All or nothing: the others would wait for a rank that never comes.
-                    for n in &names {
-                        delete_pod(pods_api, n).await?;
+                let made = match secret.usable(run, ctx).await? {
+                    Ok(()) => create(run, status, rank, &join, ctx, pods_api).await?,
+                    Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
+                };
+                match made {
+                    RankMade::Made(pod_uid) => status.pod_uids[rank as usize] = pod_uid,
+                    RankMade::Later => later = true,
+                    RankMade::Not(why) => {
+                        // All or nothing: the others would wait for a rank that never comes.
+                        for (n, uid) in names.iter().zip(&status.pod_uids) {
+                            let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
+                            delete_made(pods_api, n, uid).await?;
+                        }
+                        ddp_nodes::settle(status, not_admitted(rank, &why));
+                        return Ok(wait);
                     }
-                    ddp_nodes::settle(status, not_admitted(rank, &why));
-                    return Ok(wait);
                 }
             }
-            status.state = PairState::Joined;
+            if !later {
+                status.state = PairState::Joined;
+            }
         }
         Step::Stop(s) => {
-            for n in &names {
-                delete_pod(pods_api, n).await?;
+            for (n, uid) in names.iter().zip(&status.pod_uids) {
+                let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
+                delete_made(pods_api, n, uid).await?;
             }
             ddp_nodes::settle(status, s);
         }
@@ -190,7 +252,8 @@ async fn create(
     rendezvous: &Rendezvous,
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), NotAdmitted>> {
+) -> Result<RankMade> {
     let build = |gpus| ddp_nodes::probe_pod(run, &status.nodes, rank, rendezvous, gpus);
-    create_rank_pod(&status.nodes[rank as usize], build, ctx, pods_api).await
+    let run_uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    create_rank_pod(&status.nodes[rank as usize], build, ctx, &run_uid, pods_api).await
 }

@@ -2,7 +2,6 @@
 
 use super::common::DEADLINE_MARGIN_SECONDS;
 use crate::error::Result;
-use crate::names;
 use crate::pods;
 use crate::results::{self, PodState};
 use crate::time::to_chrono;
@@ -32,12 +31,29 @@ pub(super) async fn last_progress(pods_api: &Api<Pod>, pod: &str) -> Option<Stri
     }
 }
 
-/// Deletes a benchmark pod; one already gone is fine.
-pub(super) async fn delete_pod(pods_api: &Api<Pod>, name: &str) -> Result<()> {
-    match pods_api.delete(name, &DeleteParams::background()).await {
+/// Deletes the pod `name` only if it is still the object `uid` (a precondition the API
+/// server checks); one already gone, or replaced, is left.
+pub(super) async fn delete_unrecorded(pods_api: &Api<Pod>, name: &str, uid: &str) -> Result<()> {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::background()
+    };
+    match pods_api.delete(name, &dp).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes the pod `name` that the run made as `made` (its UID, a precondition): a pod it
+/// did not make, or did not record, is never deleted this way.
+pub(super) async fn delete_made(pods_api: &Api<Pod>, name: &str, made: Option<&str>) -> Result<()> {
+    match made {
+        Some(uid) => delete_unrecorded(pods_api, name, uid).await,
+        None => Ok(()),
     }
 }
 
@@ -73,7 +89,6 @@ pub(super) struct PastDeadline<'a> {
 /// others are stopped (with the phase a running agent was in, from its log; on a node that
 /// is not Ready, `not_ready` says why, not measured). Returns how many pods were stopped.
 pub(super) async fn stop_at_deadline(
-    name: &str,
     entries: &[NodeRunResult],
     past: PastDeadline<'_>,
     to_create: &[usize],
@@ -96,7 +111,13 @@ pub(super) async fn stop_at_deadline(
         if o.is_final() {
             continue;
         }
-        let pod = names::pod_name(name, &entries[i].node);
+        // A node's pod that is still there is the one its entry recorded.
+        let Some(pod) = entries[i].pod.clone() else {
+            *o = PodState::Ended(results::never_started(&format!(
+                "the run deadline ({run_seconds}s)"
+            )));
+            continue;
+        };
         // A Running pod on a node that stopped reporting: its status is the kubelet's last
         // word, not a hang of the agent.
         let lost = match o {
@@ -107,7 +128,7 @@ pub(super) async fn stop_at_deadline(
             (PodState::Running, None) => last_progress(pods_api, &pod).await,
             _ => None,
         };
-        delete_pod(pods_api, &pod).await?;
+        delete_made(pods_api, &pod, entries[i].pod_uid.as_deref()).await?;
         *o = PodState::Ended(match lost {
             Some(why) => results::node_not_ready(run_seconds, &why),
             None => std::mem::replace(o, PodState::Running)

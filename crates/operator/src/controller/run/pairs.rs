@@ -10,8 +10,12 @@
 //! the pass is saved (`crate::counters::write_nic`).
 
 use super::common::pods_of;
-use super::create::{NotAdmitted, create_rank_pod, ensure_secret, group_deadline, rank_pods};
-use super::deadline::delete_pod;
+use super::common::publish;
+use super::create::{
+    NotAdmitted, RankMade, RankOf, SecretRefused, create_rank_pod, ensure_secret, group_deadline,
+    rank_pods,
+};
+use super::deadline::delete_made;
 use super::finish;
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -78,7 +82,13 @@ pub(super) async fn advance(
         number: np.round,
         max_pairs,
     };
-    let wait = step_round(run, entries, round, ctx, pods_api, nic_records).await?;
+    let mut secret = Secret {
+        made: next.rendezvous_secret_uid.clone(),
+        checked: None,
+    };
+    let stepped = step_round(run, entries, round, &mut secret, ctx, pods_api, nic_records).await;
+    next.rendezvous_secret_uid = secret.made;
+    let wait = stepped?;
     let slots = phase::slots(entries, np.round);
     let round_done = slots
         .iter()
@@ -206,7 +216,30 @@ async fn begin(
         next.node_pairs = Some(np);
         return Ok(PairsStep::Done);
     }
-    ensure_secret(run, ctx).await?;
+    match ensure_secret(run, ctx, next.rendezvous_secret_uid.as_deref()).await? {
+        Ok(uid) => next.rendezvous_secret_uid = Some(uid),
+        Err(why) => {
+            // Fails closed: no pair runs with a secret someone else chose.
+            for e in entries.iter_mut() {
+                e.pairs.clear();
+            }
+            let note = format!("node pairs not tested: {why}");
+            tracing::warn!(%why, "node-pair phase not run: the rendezvous Secret is not this run's");
+            publish(
+                ctx,
+                run,
+                true,
+                "RendezvousSecretRefused",
+                "NodePairs",
+                &note,
+            )
+            .await;
+            np.done = true;
+            np.message = Some(note);
+            next.node_pairs = Some(np);
+            return Ok(PairsStep::Done);
+        }
+    }
     np.rounds = rounds;
     np.round = 1;
     np.round_start_time = Some(now());
@@ -222,6 +255,45 @@ async fn begin(
     Ok(PairsStep::Wait(Duration::from_millis(100)))
 }
 
+/// The run's rendezvous Secret as a pass sees it: the UID recorded, and once a pass has
+/// looked (before it makes a rank pod), whether the Secret at its name is that one.
+pub(super) struct Secret {
+    pub(super) made: Option<String>,
+    pub(super) checked: Option<std::result::Result<(), SecretRefused>>,
+}
+
+impl Secret {
+    /// Whether rank pods may be made: the Secret at its name is the one this run made (made
+    /// now when none is recorded), looked at once a pass.
+    pub(super) async fn usable(
+        &mut self,
+        run: &FabricTestRun,
+        ctx: &Context,
+    ) -> Result<std::result::Result<(), SecretRefused>> {
+        if let Some(c) = &self.checked {
+            return Ok(c.clone());
+        }
+        let c = ensure_secret(run, ctx, self.made.as_deref())
+            .await?
+            .map(|uid| self.made = Some(uid));
+        if let Err(why) = &c {
+            let note = format!("rank pods not made: {why}");
+            tracing::warn!(%why, "the rendezvous Secret is not this run's");
+            publish(
+                ctx,
+                run,
+                true,
+                "RendezvousSecretRefused",
+                "CreatePod",
+                &note,
+            )
+            .await;
+        }
+        self.checked = Some(c.clone());
+        Ok(c)
+    }
+}
+
 /// The round a pass steps, and how many of its pairs may have pods at once.
 struct Round {
     number: u32,
@@ -235,6 +307,7 @@ async fn step_round(
     run: &FabricTestRun,
     entries: &mut [NodeRunResult],
     round: Round,
+    secret: &mut Secret,
     ctx: &Context,
     pods_api: &Api<Pod>,
     nic_records: &mut NicRecords,
@@ -246,6 +319,7 @@ async fn step_round(
     let name = run.name_any();
     let at = crate::signals::rfc3339(&now());
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    let base = crate::names::run_base(&name, &uid);
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
     let slots = phase::slots(entries, round);
     let mut in_flight = slots
@@ -272,8 +346,15 @@ async fn step_round(
         if state.is_final() {
             continue;
         }
-        let names = [0, 1].map(|rank| pod_name(&name, slot, rank));
-        let pods = rank_pods(&names, &cached, state != PairState::Pending, pods_api).await?;
+        let names = [0, 1].map(|rank| pod_name(&base, slot, rank));
+        let ranks = [0, 1].map(|rank| RankOf {
+            name: names[rank as usize].clone(),
+            node: &entries[if rank == 0 { slot.a } else { slot.b }].node,
+            made: phase::pod_uid(entries, slot, rank),
+        });
+        let created = state != PairState::Pending;
+        let pods = rank_pods(&ranks, &uid, &cached, created, pods_api).await?;
+        let uids = [0, 1].map(|rank| phase::pod_uid(entries, slot, rank).map(str::to_string));
         let views = [0, 1].map(|rank| pods[rank].as_ref().map_or(PairPod::Absent, phase::pair_pod));
         let deadline = group_deadline(run, pods[0].as_ref());
         if let Some(until) = deadline.until {
@@ -289,25 +370,43 @@ async fn step_round(
             Step::CreateRank0 if in_flight >= max_pairs => {}
             Step::CreateRank0 => {
                 in_flight += 1;
-                match create(run, entries, slot, &Rendezvous::Listen, ctx, pods_api).await? {
-                    Ok(()) => phase::set_state(entries, slot, PairState::Listening),
-                    Err(why) => phase::settle(entries, slot, &not_admitted(0, &why)),
+                let made = match secret.usable(run, ctx).await? {
+                    Ok(()) => {
+                        create(run, entries, slot, &Rendezvous::Listen, ctx, pods_api).await?
+                    }
+                    Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
+                };
+                match made {
+                    RankMade::Made(pod_uid) => {
+                        phase::set_pod_uid(entries, slot, 0, pod_uid);
+                        phase::set_state(entries, slot, PairState::Listening)
+                    }
+                    RankMade::Later => {}
+                    RankMade::Not(why) => phase::settle(entries, slot, &not_admitted(0, &why)),
                 }
             }
             Step::CreateRank1 { ip } => {
                 let join = Rendezvous::Join { rank0_ip: ip };
-                match create(run, entries, slot, &join, ctx, pods_api).await? {
-                    Ok(()) => phase::set_state(entries, slot, PairState::Joined),
-                    Err(why) => {
+                let made = match secret.usable(run, ctx).await? {
+                    Ok(()) => create(run, entries, slot, &join, ctx, pods_api).await?,
+                    Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
+                };
+                match made {
+                    RankMade::Made(pod_uid) => {
+                        phase::set_pod_uid(entries, slot, 1, pod_uid);
+                        phase::set_state(entries, slot, PairState::Joined)
+                    }
+                    RankMade::Later => {}
+                    RankMade::Not(why) => {
                         // All or nothing: rank 0 would wait for a peer that never comes.
-                        delete_pod(pods_api, &names[0]).await?;
+                        delete_made(pods_api, &names[0], uids[0].as_deref()).await?;
                         phase::settle(entries, slot, &not_admitted(1, &why));
                     }
                 }
             }
             Step::Stop(o) => {
-                for n in &names {
-                    delete_pod(pods_api, n).await?;
+                for (n, uid) in names.iter().zip(&uids) {
+                    delete_made(pods_api, n, uid.as_deref()).await?;
                 }
                 phase::settle(entries, slot, &o);
                 nic_records.extend(records_of(entries, slot, o));
@@ -334,6 +433,7 @@ fn records_of(
         .filter_map(|(node, r)| r.map(|r| (node, r)))
 }
 
+/// The pod of `rank` of `slot` in the run whose [`crate::names::run_base`] is `run`.
 fn pod_name(run: &str, slot: &Slot, rank: u32) -> String {
     crate::pairs::pods::pod_name(run, slot.round as usize, slot.index as usize, rank)
 }
@@ -354,7 +454,7 @@ async fn create(
     rendezvous: &Rendezvous,
     ctx: &Context,
     pods_api: &Api<Pod>,
-) -> Result<std::result::Result<(), NotAdmitted>> {
+) -> Result<RankMade> {
     let rank1 = matches!(rendezvous, Rendezvous::Join { .. });
     let node = &entries[if rank1 { slot.b } else { slot.a }].node;
     let pair = crate::pairs::NodePair {
@@ -374,5 +474,6 @@ async fn create(
             spec.all_to_all,
         )
     };
-    create_rank_pod(node, build, ctx, pods_api).await
+    let run_uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
+    create_rank_pod(node, build, ctx, &run_uid, pods_api).await
 }

@@ -6,7 +6,9 @@ use super::common::{
     CONDITION_PODS_CREATED, DEADLINE_MARGIN_SECONDS, apply_status, pods_of, shards_api,
 };
 use super::create::create_step;
-use super::deadline::{PastDeadline, delete_pod, stop_at_deadline, wave_deadline};
+use super::deadline::{
+    PastDeadline, delete_made, delete_unrecorded, stop_at_deadline, wave_deadline,
+};
 use super::finish::finish;
 use super::{ddp_nodes, pairs};
 use crate::context::Context;
@@ -35,26 +37,35 @@ pub(super) struct Read {
     /// Pods that ended while the kubelet still holds them (an image that cannot be pulled, a
     /// missing Secret): deleted so that they stop holding the node's GPUs.
     to_stop: Vec<usize>,
+    /// Pods at a node's name, controlled by the run, whose UID the run never recorded (see
+    /// [`crate::identity`]): never read, deleted (name and UID), and made again once gone.
+    unrecorded: Vec<(String, String)>,
     /// Nodes whose pod holds them now (running, waiting, or ended and not yet gone).
     occupying: usize,
 }
 
-/// Where the run's pods stand: `pods` (the cache), asked of the API server when the cache
-/// lacks one, and for a pod that is gone, how it ended as the watch last saw it (`gone`).
+/// Where the run's pods stand: `pods` (the cache: the pods the run controls), asked of the
+/// API server when the cache lacks one, and for a pod that is gone, how it ended as the
+/// watch last saw it (`gone`). Only the pod whose UID a node's entry recorded is read.
 pub(super) struct PodsOfRun<'a> {
+    /// What the names of the run's pods start with ([`names::run_base`]).
+    pub base: &'a str,
+    /// The run's UID.
+    pub uid: &'a str,
     pub pods: &'a HashMap<String, Arc<Pod>>,
     pub api: &'a Api<Pod>,
     pub gone: &'a (dyn Fn(&str) -> Option<Arc<Pod>> + Sync),
 }
 
 pub(super) async fn read_states(
-    name: &str,
     entries: &mut [NodeRunResult],
     of_run: &PodsOfRun<'_>,
     past_deadline: &(dyn Fn(usize) -> bool + Sync),
     run_seconds: u64,
 ) -> Result<Read> {
     let PodsOfRun {
+        base,
+        uid: run_uid,
         pods,
         api: pods_api,
         gone,
@@ -63,20 +74,53 @@ pub(super) async fn read_states(
         outcomes: Vec::with_capacity(entries.len()),
         to_create: Vec::new(),
         to_stop: Vec::new(),
+        unrecorded: Vec::new(),
         occupying: 0,
     };
     for (i, e) in entries.iter_mut().enumerate() {
-        let pod_name = names::pod_name(name, &e.node);
-        let live = match pods.get(&pod_name) {
+        let Some(made) = e.pod_uid.clone() else {
+            // No pod recorded: one ended earlier without a pod (not admitted, its name
+            // taken), or one to make, unless a pod the run controls already stands at the
+            // name (made by an operator that stopped before it recorded it, or a forgery).
+            let o = if let Some(o) = e.outcome() {
+                PodState::Ended(o)
+            } else {
+                e.pod = None;
+                let name = names::pod_name(base, &e.node);
+                match pods.get(&name) {
+                    Some(p) => {
+                        if p.meta().deletion_timestamp.is_none() {
+                            read.unrecorded.push((name, p.uid().unwrap_or_default()));
+                        }
+                        read.occupying += 1;
+                    }
+                    None => read.to_create.push(i),
+                }
+                PodState::Waiting(None)
+            };
+            read.outcomes.push(o);
+            continue;
+        };
+        let pod_name = e
+            .pod
+            .clone()
+            .unwrap_or_else(|| names::pod_name(base, &e.node));
+        let found = match pods.get(&pod_name) {
             Some(p) => Some(p.clone()),
             // Created before; the cache may lag, so ask the API server.
-            None if e.pod.is_some() => pods_api.get_opt(&pod_name).await?.map(Arc::new),
-            None => None,
+            None => pods_api.get_opt(&pod_name).await?.map(Arc::new),
         };
+        // Only the pod the run made, on the node it was made for: another at its name is
+        // someone else's, and the run's own pod is gone.
+        let live = found.filter(|p| {
+            let ours = crate::identity::pod_made_by(p, run_uid, &made, &e.node);
+            if let Err(why) = &ours {
+                tracing::warn!(node = %e.node, %why, "a pod not made by this run is not read");
+            }
+            ours.is_ok()
+        });
         let o = if let Some(p) = live {
-            // A pod whose entry does not name it was created by an operator that stopped
-            // before it wrote the shard: the entry names it now.
-            e.pod.get_or_insert(pod_name);
+            e.pod = Some(pod_name);
             let state = results::pod_state(&p);
             if !matches!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
@@ -91,16 +135,14 @@ pub(super) async fn read_states(
         } else if let Some(o) = e.outcome() {
             // Ended earlier (a blocked pod this controller deleted): the entry holds why.
             PodState::Ended(o)
-        } else if e.pod.is_some() {
-            // Gone: how it ended, when the watch saw it end before it went (preempted,
-            // evicted, the agent's exit); otherwise only that it went.
-            match gone(&pod_name).map(|p| results::pod_state(&p)) {
+        } else {
+            // Gone: how it ended, when the watch saw the pod the run made end before it
+            // went (preempted, evicted, the agent's exit); otherwise only that it went.
+            let last = gone(&pod_name).filter(|p| p.uid().as_deref() == Some(made.as_str()));
+            match last.map(|p| results::pod_state(&p)) {
                 Some(state) if state.is_final() => state,
                 _ => PodState::Ended(results::gone_pod(e.verdict, past_deadline(i), run_seconds)),
             }
-        } else {
-            read.to_create.push(i);
-            PodState::Waiting(None)
         };
         read.outcomes.push(o);
     }
@@ -152,10 +194,12 @@ pub(super) async fn progress(
     let deadline = wave_deadline(&prog, &status, timeout, now_t);
     let past_deadline = now_t >= deadline;
     let run_seconds = (timeout + DEADLINE_MARGIN_SECONDS) as u64;
+    let base = names::run_base(&name, &uid);
     let read = read_states(
-        &name,
         &mut entries,
         &PodsOfRun {
+            base: &base,
+            uid: &uid,
             pods: &pods,
             api: &pods_api,
             gone: &|pod: &str| ctx.departed.last(ns, pod, &uid),
@@ -168,7 +212,13 @@ pub(super) async fn progress(
 
     let mut outcomes = read.outcomes;
     for &i in &plan.delete {
-        delete_pod(&pods_api, &names::pod_name(&name, &entries[i].node)).await?;
+        if let Some(pod) = &entries[i].pod {
+            delete_made(&pods_api, pod, entries[i].pod_uid.as_deref()).await?;
+        }
+    }
+    for (pod, pod_uid) in &read.unrecorded {
+        tracing::warn!(%pod, "a pod this run controls but never recorded is deleted, not read");
+        delete_unrecorded(&pods_api, pod, pod_uid).await?;
     }
     if let Some(wave) = &plan.stop {
         let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
@@ -177,15 +227,8 @@ pub(super) async fn progress(
             run_seconds,
             not_ready: &not_ready,
         };
-        prog.stopped += stop_at_deadline(
-            &name,
-            &entries,
-            past,
-            &read.to_create,
-            &mut outcomes,
-            &pods_api,
-        )
-        .await?;
+        prog.stopped +=
+            stop_at_deadline(&entries, past, &read.to_create, &mut outcomes, &pods_api).await?;
     }
     let transient = match plan.step.as_ref().filter(|s| !s.create.is_empty()) {
         Some(step) => {
@@ -328,8 +371,10 @@ pub(super) fn plan_write(
 ) -> PassWrite {
     for (e, o) in done.entries.iter_mut().zip(done.outcomes) {
         let pod = e.pod.clone();
+        let pod_uid = e.pod_uid.take();
         let pairs = std::mem::take(&mut e.pairs);
         *e = results::node_result(&e.node, pod.as_deref(), o);
+        e.pod_uid = pod_uid;
         e.pairs = pairs;
     }
     let mut next = status.clone();

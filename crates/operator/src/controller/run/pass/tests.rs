@@ -47,11 +47,12 @@ fn shard_without_pods(run: &FabricTestRun, nodes: &[&str]) -> FabricTestRunShard
     s
 }
 
-/// The running benchmark pod of `node`, owned by the run.
-fn running_pod(node: &str) -> Pod {
+/// The running benchmark pod of `node`, controlled by the run, with UID `uid`.
+fn running_pod(node: &str, uid: &str) -> Pod {
     serde_json::from_value(json!({
         "metadata": {
-            "name": names::pod_name(RUN, node),
+            "name": names::pod_name(&names::run_base(RUN, UID), node),
+            "uid": uid,
             "namespace": "gpufabric",
             "labels": {keys::LABEL_RUN: RUN},
             "ownerReferences": [{"apiVersion": "gpufabric.io/v1alpha1",
@@ -98,14 +99,34 @@ fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> A
     )
 }
 
+/// What the names of the test run's pods start with.
+fn base() -> String {
+    names::run_base(RUN, UID)
+}
+
+/// The name of `node`'s benchmark pod in the test run.
+fn pod_name(node: &str) -> String {
+    names::pod_name(&base(), node)
+}
+
 #[tokio::test]
-async fn a_pod_made_by_an_operator_killed_before_its_shard_write_is_named_in_the_shard() {
+async fn a_pod_the_run_controls_but_never_recorded_is_deleted_unread_and_made_again() {
     let nodes = ["gpu-01", "gpu-02", "gpu-03"];
     let run = running_run(&nodes);
     let shard = shard_without_pods(&run, &nodes);
-    // The killed operator created the pods of gpu-01 and gpu-02, not that of gpu-03.
-    let pods = vec![running_pod("gpu-01"), running_pod("gpu-02")];
+    // An operator killed before its shard write made the pods of gpu-01 and gpu-02 (or
+    // someone copied the run's owner onto pods of those names): gpu-01's has ended with a
+    // hardware fault's exit code.
+    let mut faulty = running_pod("gpu-01", "uid-1");
+    faulty.status = serde_json::from_value(json!({"phase": "Failed",
+        "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+            "image": "fabric-agent", "imageID": "",
+            "state": {"terminated": {"exitCode": 10, "reason": "Error"}}}]}))
+    .ok();
+    let pods = vec![faulty, running_pod("gpu-02", "uid-2")];
     let (client, handle) = fake_api::client();
+    let pod_path = |node: &str| format!("/api/v1/namespaces/gpufabric/pods/{}", pod_name(node));
+    let made = running_pod("gpu-03", "uid-3");
     let server = fake_api::serve(
         handle,
         vec![
@@ -116,10 +137,22 @@ async fn a_pod_made_by_an_operator_killed_before_its_shard_write_is_named_in_the
                 json_of(&run),
             ),
             Expect::new(
+                Method::DELETE,
+                &pod_path("gpu-01"),
+                StatusCode::OK,
+                Value::Null,
+            ),
+            Expect::new(
+                Method::DELETE,
+                &pod_path("gpu-02"),
+                StatusCode::OK,
+                Value::Null,
+            ),
+            Expect::new(
                 Method::POST,
                 "/api/v1/namespaces/gpufabric/pods",
                 StatusCode::CREATED,
-                Value::Null,
+                json_of(&made),
             ),
             Expect::new(
                 Method::PATCH,
@@ -146,24 +179,197 @@ async fn a_pod_made_by_an_operator_killed_before_its_shard_write_is_named_in_the
         "{seen:#?}"
     );
     assert_eq!(
-        seen.requests[1].body["spec"]["nodeName"], "gpu-03",
-        "only the node without a pod gets one"
+        seen.requests[1].body["preconditions"]["uid"], "uid-1",
+        "only the pod seen is deleted"
     );
-    let written = &seen.requests[2].body["status"]["nodes"];
+    assert_eq!(seen.requests[3].body["spec"]["nodeName"], "gpu-03");
+    let written = &seen.requests[4].body["status"]["nodes"];
     for (i, node) in nodes.iter().enumerate() {
         assert_eq!(written[i]["node"], *node);
-        assert_eq!(
-            written[i]["pod"],
-            names::pod_name(RUN, node),
-            "{node}: {written}"
+        assert_eq!(written[i]["verdict"], "Pending", "{node}: {written}");
+    }
+    assert!(written[0].get("pod").is_none(), "never read: {written}");
+    assert!(written[1].get("pod").is_none(), "never read: {written}");
+    assert_eq!(written[2]["pod"], pod_name("gpu-03"));
+    assert_eq!(written[2]["podUid"], "uid-3", "recorded as it is made");
+}
+
+/// An entry whose pod the run made and recorded as `uid`.
+fn recorded(node: &str, uid: &str) -> NodeRunResult {
+    NodeRunResult {
+        node: node.to_string(),
+        pod: Some(pod_name(node)),
+        pod_uid: Some(uid.to_string()),
+        verdict: gpufabric_api::run::NodeVerdict::Running,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_pod_at_a_nodes_name_with_another_uid_is_never_read() {
+    // The run made gpu-01's pod as uid-1; someone deleted it and made one of the same name,
+    // owner copied, that exits with a hardware fault's code.
+    let mut forged = running_pod("gpu-01", "forged");
+    forged.status = serde_json::from_value(json!({"phase": "Failed",
+        "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+            "image": "fabric-agent", "imageID": "",
+            "state": {"terminated": {"exitCode": 10, "reason": "Error",
+                "message": "gpu 3 fell off the bus"}}}]}))
+    .ok();
+    // On gpu-02, the run's own pod, moved to another node by no one: a pod of the same UID
+    // on another node is not the one made for gpu-02.
+    let mut elsewhere = running_pod("gpu-02", "uid-2");
+    if let Some(spec) = elsewhere.spec.as_mut() {
+        spec.node_name = Some("gpu-09".into());
+    }
+    let mut entries = vec![recorded("gpu-01", "uid-1"), recorded("gpu-02", "uid-2")];
+    let cache: HashMap<String, Arc<Pod>> = [forged, elsewhere]
+        .into_iter()
+        .map(|p| (p.name_any(), Arc::new(p)))
+        .collect();
+    let (client, handle) = fake_api::client();
+    let server = fake_api::serve(handle, vec![]);
+    let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+    let departed = crate::departed::Departed::default();
+    let read = read_states(
+        &mut entries,
+        &PodsOfRun {
+            base: &base(),
+            uid: UID,
+            pods: &cache,
+            api: &api,
+            gone: &|pod: &str| departed.last("gpufabric", pod, UID),
+        },
+        &|_| false,
+        60,
+    )
+    .await
+    .expect("read");
+    drop(api);
+    let seen = server.await.expect("server");
+    assert!(seen.unexpected.is_empty(), "{seen:#?}");
+    for o in &read.outcomes {
+        assert!(
+            matches!(
+                o,
+                PodState::Ended(gpufabric_api::outcome::NodeOutcome::NotMeasured {
+                    reason: gpufabric_api::outcome::NotMeasuredReason::PodDeleted,
+                    ..
+                })
+            ),
+            "the run's own pod is gone, never a fault: {o:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_name_someone_else_holds_ends_its_node_not_measured_with_an_event() {
+    let nodes = ["gpu-01"];
+    let run = running_run(&nodes);
+    let shard = shard_without_pods(&run, &nodes);
+    let mut squatter = running_pod("gpu-01", "squat");
+    squatter.metadata.owner_references = None;
+    squatter.metadata.namespace = Some("gpufabric".into());
+    let (client, handle) = fake_api::client();
+    let server = fake_api::serve(
+        handle,
+        vec![
+            Expect::new(
+                Method::POST,
+                "/api/v1/namespaces/gpufabric/pods",
+                StatusCode::CONFLICT,
+                fake_api::status(409, "AlreadyExists"),
+            ),
+            Expect::new(
+                Method::GET,
+                &format!("/api/v1/namespaces/gpufabric/pods/{}", pod_name("gpu-01")),
+                StatusCode::OK,
+                json_of(&squatter),
+            ),
+        ],
+    );
+    let ctx = context(client.clone(), shard, vec![]);
+    let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+    let mut entries = vec![NodeRunResult {
+        node: "gpu-01".into(),
+        ..Default::default()
+    }];
+    let mut outcomes = vec![PodState::Waiting(None)];
+    let transient = create_step(&run, &mut entries, &mut outcomes, &[0], &ctx, &api).await;
+    drop((api, ctx));
+    let seen = server.await.expect("server");
+    assert!(transient.is_none());
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:#?}"
+    );
+    assert_eq!(entries[0].pod, None, "the squatter is never the node's pod");
+    assert_eq!(entries[0].pod_uid, None);
+    match &outcomes[0] {
+        PodState::Ended(gpufabric_api::outcome::NodeOutcome::NotMeasured { reason, detail }) => {
+            assert_eq!(
+                *reason,
+                gpufabric_api::outcome::NotMeasuredReason::NameTaken
+            );
+            assert!(detail.contains(&pod_name("gpu-01")), "{detail}");
+        }
+        o => panic!("not measured: {o:?}"),
+    }
+    assert!(
+        seen.events.iter().any(|e| e.body["reason"] == "NameTaken"
+            && e.body["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("gpu-01"))),
+        "{:#?}",
+        seen.events
+    );
+}
+
+#[tokio::test]
+async fn a_conflict_with_a_pod_the_run_controls_deletes_it_and_tries_again_later() {
+    let nodes = ["gpu-01"];
+    let run = running_run(&nodes);
+    let shard = shard_without_pods(&run, &nodes);
+    let unrecorded = running_pod("gpu-01", "uid-lost");
+    let (client, handle) = fake_api::client();
+    let path = format!("/api/v1/namespaces/gpufabric/pods/{}", pod_name("gpu-01"));
+    let server = fake_api::serve(
+        handle,
+        vec![
+            Expect::new(
+                Method::POST,
+                "/api/v1/namespaces/gpufabric/pods",
+                StatusCode::CONFLICT,
+                fake_api::status(409, "AlreadyExists"),
+            ),
+            Expect::new(Method::GET, &path, StatusCode::OK, json_of(&unrecorded)),
+            Expect::new(Method::DELETE, &path, StatusCode::OK, Value::Null),
+        ],
+    );
+    let ctx = context(client.clone(), shard, vec![]);
+    let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+    let mut entries = vec![NodeRunResult {
+        node: "gpu-01".into(),
+        ..Default::default()
+    }];
+    let mut outcomes = vec![PodState::Waiting(None)];
+    let transient = create_step(&run, &mut entries, &mut outcomes, &[0], &ctx, &api).await;
+    drop((api, ctx));
+    let seen = server.await.expect("server");
+    assert!(transient.is_none());
+    assert!(
+        seen.unexpected.is_empty() && seen.missing.is_empty(),
+        "{seen:#?}"
+    );
+    assert_eq!(seen.requests[2].body["preconditions"]["uid"], "uid-lost");
+    assert_eq!(entries[0].pod_uid, None, "not taken for the pod made");
+    assert_eq!(outcomes[0], PodState::Waiting(None), "made again later");
 }
 
 /// The pod of `node` as the watch last saw it before it was deleted: preempted by the
 /// scheduler, its agent ended on SIGTERM.
 fn preempted_pod(node: &str) -> Pod {
-    let mut p = running_pod(node);
+    let mut p = running_pod(node, &format!("uid-{node}"));
     let status = json!({"phase": "Failed",
         "conditions": [{"type": "DisruptionTarget", "status": "True",
             "reason": "PreemptionByScheduler",
@@ -181,20 +387,10 @@ async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
     let nodes = ["gpu-01", "gpu-02"];
     let mut entries: Vec<NodeRunResult> = nodes
         .iter()
-        .map(|n| NodeRunResult {
-            node: n.to_string(),
-            pod: Some(names::pod_name(RUN, n)),
-            verdict: gpufabric_api::run::NodeVerdict::Running,
-            ..Default::default()
-        })
+        .map(|n| recorded(n, &format!("uid-{n}")))
         .collect();
     let (client, handle) = fake_api::client();
-    let gone_path = |node: &str| {
-        format!(
-            "/api/v1/namespaces/gpufabric/pods/{}",
-            names::pod_name(RUN, node)
-        )
-    };
+    let gone_path = |node: &str| format!("/api/v1/namespaces/gpufabric/pods/{}", pod_name(node));
     let server = fake_api::serve(
         handle,
         nodes
@@ -214,9 +410,10 @@ async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
     let departed = crate::departed::Departed::default();
     departed.record(&preempted_pod("gpu-01"));
     let read = read_states(
-        RUN,
         &mut entries,
         &PodsOfRun {
+            base: &base(),
+            uid: UID,
             pods: &HashMap::new(),
             api: &api,
             gone: &|pod: &str| departed.last("gpufabric", pod, UID),
@@ -256,7 +453,7 @@ async fn a_pod_gone_before_its_pass_ends_as_the_watch_last_saw_it() {
     // Another run's pod of the same name is not this run's.
     assert!(
         departed
-            .last("gpufabric", &names::pod_name(RUN, "gpu-01"), "other")
+            .last("gpufabric", &pod_name("gpu-01"), "other")
             .is_none()
     );
 }
@@ -273,6 +470,7 @@ fn read_of(
         outcomes,
         to_create,
         to_stop,
+        unrecorded: Vec::new(),
         occupying,
     }
 }
@@ -427,8 +625,8 @@ fn a_pass_writes_each_nodes_outcome_keeps_its_pair_records_and_records_the_wave(
         partner: "gpu-02".into(),
         ..Default::default()
     }];
-    entries[0].pod = Some(names::pod_name(RUN, "gpu-01"));
-    entries[1].pod = Some(names::pod_name(RUN, "gpu-02"));
+    entries[0].pod = Some(pod_name("gpu-01"));
+    entries[1].pod = Some(pod_name("gpu-02"));
     let outcomes = vec![ended(), PodState::Running, PodState::Waiting(None)];
     let read = read_of(outcomes.clone(), vec![2], vec![], 1);
     let plan = plan_pass(&read, 2, 0, false);

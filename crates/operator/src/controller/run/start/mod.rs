@@ -195,7 +195,17 @@ pub(super) async fn resolve(
     include_busy: bool,
 ) -> Result<Resolved> {
     let all = ctx.nodes.state();
-    let mut in_use = in_use(&ctx.client, &run.name_any()).await?;
+    let runs: std::collections::BTreeMap<String, String> = ctx
+        .runs
+        .state()
+        .iter()
+        .filter_map(|r| Some((r.uid()?, r.name_any())))
+        .collect();
+    let own = nodes::OwnPods {
+        namespace: &ctx.pod_namespace,
+        runs: &runs,
+    };
+    let mut in_use = in_use(&ctx.client, &run.name_any(), &own).await?;
     for (node, other) in frozen_by_other_runs(run, ctx).await? {
         in_use.runs.entry(node).or_insert(other);
     }
@@ -434,8 +444,14 @@ pub(super) struct InUse {
 
 /// [`InUse`] as seen by run `run`, read from the API server when it starts (and while it
 /// waits for busy nodes), 500 pods a page so that a large cluster's pods are never held at
-/// once. Without the right to list pods cluster-wide, no node counts as busy.
-pub(super) async fn in_use(client: &kube::Client, run: &str) -> Result<InUse> {
+/// once: pods of every namespace hold GPUs, but only this operator's own (`own`) put a
+/// node under another run. Without the right to list pods cluster-wide, no node counts as
+/// busy.
+pub(super) async fn in_use(
+    client: &kube::Client,
+    run: &str,
+    own: &nodes::OwnPods<'_>,
+) -> Result<InUse> {
     let api: Api<Pod> = Api::all(client.clone());
     let mut used = InUse::default();
     let mut pages = crate::paging::Pages::default();
@@ -443,10 +459,10 @@ pub(super) async fn in_use(client: &kube::Client, run: &str) -> Result<InUse> {
         let lp = lp.fields("status.phase!=Succeeded,status.phase!=Failed");
         match api.list(&lp).await {
             Ok(list) => {
-                for (node, gpus) in nodes::gpus_in_use(&list.items) {
+                for (node, gpus) in nodes::gpus_in_use(&list.items, own) {
                     *used.gpus.entry(node).or_insert(0) += gpus;
                 }
-                for (node, other) in nodes::other_runs(&list.items, run) {
+                for (node, other) in nodes::other_runs(&list.items, run, own) {
                     used.runs.entry(node).or_insert(other);
                 }
                 pages.read(list.metadata.continue_);

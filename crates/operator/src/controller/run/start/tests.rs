@@ -99,6 +99,15 @@ fn a_run_without_busy_nodes_starts_at_once() {
     assert_eq!(busy_wait(&run, &mut [], wait, Utc::now()), BusyWait::Go);
 }
 
+/// No run exists: every pod is someone else's.
+fn no_runs() -> nodes::OwnPods<'static> {
+    static NONE: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    nodes::OwnPods {
+        namespace: "gpufabric",
+        runs: &NONE,
+    }
+}
+
 /// A pod of someone else's holding `gpus` GPUs of `node`, as the API server lists it.
 fn pod(name: &str, node: &str, gpus: u32) -> serde_json::Value {
     serde_json::json!({
@@ -126,7 +135,10 @@ async fn busy_gpus_are_summed_over_every_page_of_the_pod_list() {
             &["more"],
         ),
     );
-    let used = in_use(&client, "this-run").await.expect("listed").gpus;
+    let used = in_use(&client, "this-run", &no_runs())
+        .await
+        .expect("listed")
+        .gpus;
     drop(client);
     let transcript = server.await.expect("server");
     let q = transcript.assert_paged(&["more"]);
@@ -152,7 +164,9 @@ async fn without_the_right_to_list_pods_no_node_is_busy() {
         )],
     );
     assert_eq!(
-        in_use(&client, "this-run").await.expect("not an error"),
+        in_use(&client, "this-run", &no_runs())
+            .await
+            .expect("not an error"),
         InUse::default()
     );
     drop(client);
