@@ -107,6 +107,22 @@ pub enum ClusterCap {
 }
 
 impl ClusterCap {
+    /// The cap when none is set: a tenth of the cluster's GPU nodes (at least 1). On unless
+    /// turned off by name ([`ClusterCap::setting`] of `none`), so that an operator started
+    /// without the flag, or a stolen token driving its FabricTests, cannot quarantine more.
+    pub const DEFAULT: ClusterCap = ClusterCap::Percent(10);
+
+    /// A `--max-quarantined-nodes` value: a cap (a count or a percent), or `none` for no
+    /// cluster-wide cap (each test's own budget still applies).
+    pub fn setting(s: &str) -> Result<Option<ClusterCap>, String> {
+        if s.trim().eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        s.parse()
+            .map(Some)
+            .map_err(|e| format!("{e}, or none for no cluster-wide cap"))
+    }
+
     /// The cap in nodes, for a cluster of `gpu_nodes` GPU nodes.
     pub fn nodes(self, gpu_nodes: usize) -> usize {
         match self {

@@ -625,6 +625,12 @@ fn cluster_cap_reads_a_count_or_a_percent_of_gpu_nodes() {
     }
     assert_eq!(ClusterCap::Percent(2).nodes(1000), 20);
     assert_eq!(ClusterCap::Percent(2).nodes(10), 1, "at least one");
+    // The flag's value: a cap, or none by name; the default is a tenth of the GPU nodes.
+    assert_eq!(ClusterCap::setting("none"), Ok(None));
+    assert_eq!(ClusterCap::setting("7"), Ok(Some(ClusterCap::Nodes(7))));
+    assert!(ClusterCap::setting("").is_err(), "empty is not none");
+    assert_eq!(ClusterCap::DEFAULT.nodes(100), 10);
+    assert_eq!(ClusterCap::DEFAULT.nodes(4), 1);
     assert_eq!(ClusterCap::Percent(0).nodes(1000), 0);
     assert_eq!(ClusterCap::Percent(100).nodes(7), 7);
     assert_eq!(ClusterCap::Nodes(3).nodes(0), 3);
