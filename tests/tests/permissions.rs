@@ -41,13 +41,6 @@ const GRANTED: &[Grant] = &[
     ),
     (
         "ClusterRole <release>-operator",
-        "events.k8s.io",
-        &["events"],
-        &[],
-        &["create", "patch"],
-    ),
-    (
-        "ClusterRole <release>-operator",
         "",
         &["pods"],
         &[],
@@ -109,6 +102,14 @@ const GRANTED: &[Grant] = &[
         &[],
         &["create"],
     ),
+    // The operator's Events: all about cluster-scoped objects, so all in "default".
+    (
+        "Role <release>-operator-events",
+        "events.k8s.io",
+        &["events"],
+        &[],
+        &["create", "patch"],
+    ),
     // The operator's leader Lease.
     (
         "Role <release>-operator-leader",
@@ -147,7 +148,7 @@ const GRANTED: &[Grant] = &[
         &["patch"],
     ),
     (
-        "ClusterRole <release>-operator-uninstall",
+        "Role <release>-operator-uninstall-events",
         "events.k8s.io",
         &["events"],
         &[],
@@ -266,10 +267,17 @@ fn rendered_rules(docs: &[serde_json::Value]) -> BTreeSet<Rule> {
         }
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         if kind == "Role" {
+            // Events about cluster-scoped objects land in "default"; everything else of
+            // the operator's is in the release namespace.
+            let ns = if name.ends_with("-events") {
+                "default"
+            } else {
+                NS
+            };
             assert_eq!(
                 doc["metadata"]["namespace"].as_str(),
-                Some(NS),
-                "Role {name} is in the release namespace"
+                Some(ns),
+                "Role {name} is in namespace {ns}"
             );
         }
         for r in doc["rules"].as_array().into_iter().flatten() {
@@ -401,8 +409,10 @@ fn every_role_is_bound_to_its_own_service_account_only() {
         ("ClusterRole <release>-operator", &operator),
         ("Role <release>-operator-workloads", &operator),
         ("Role <release>-operator-leader", &operator),
+        ("Role <release>-operator-events", &operator),
         ("ClusterRole <release>-operator-uninstall", &uninstall),
         ("Role <release>-operator-uninstall", &uninstall),
+        ("Role <release>-operator-uninstall-events", &uninstall),
     ]
     .into_iter()
     .map(|(role, sa)| (with_release(role), sa.clone()))
@@ -429,7 +439,8 @@ fn no_value_grants_more() {
     let without_hook = rendered_rules(&render(&["uninstall.releaseNodes=false"]));
     let operator_only: BTreeSet<Rule> = base
         .into_iter()
-        .filter(|r| !r.role.ends_with("-uninstall"))
+        .filter(|r| !r.role.contains("-operator-uninstall"))
         .collect();
     assert_eq!(without_hook, operator_only);
 }
+
