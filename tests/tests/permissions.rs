@@ -432,6 +432,7 @@ fn no_value_grants_more() {
             "metrics.prometheusRule.enabled=true",
         ],
         &["testSelector=team=infra"],
+        &["admissionPolicy.enabled=false"],
     ] {
         assert_eq!(rendered_rules(&render(values)), base, "--set {values:?}");
     }
@@ -444,3 +445,69 @@ fn no_value_grants_more() {
     assert_eq!(without_hook, operator_only);
 }
 
+/// The usernames a rendered ValidatingAdmissionPolicy applies to, read from its
+/// `request.userInfo.username in [...]` match condition.
+fn policy_users(policy: &serde_json::Value) -> BTreeSet<String> {
+    let conditions = policy["spec"]["matchConditions"].as_array();
+    let expression = conditions
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["expression"].as_str())
+        .find(|e| e.starts_with("request.userInfo.username in ["))
+        .unwrap_or_else(|| panic!("policy without a username condition: {policy}"));
+    expression
+        .split('\'')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_admission_policies_hold_the_operators_service_accounts_and_no_one_else() {
+    let docs = render(&[]);
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+        docs.iter().filter(|d| d["kind"] == kind).collect()
+    };
+    let policies = of_kind("ValidatingAdmissionPolicy");
+    let names: BTreeSet<&str> = policies
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["fabric-operator-nodes", "fabric-operator-workloads"])
+    );
+    let users: BTreeSet<String> = [
+        format!("system:serviceaccount:{NS}:{RELEASE}-operator"),
+        format!("system:serviceaccount:{NS}:{RELEASE}-operator-uninstall"),
+    ]
+    .into();
+    for p in &policies {
+        assert_eq!(policy_users(p), users, "{}", p["metadata"]["name"]);
+        assert_eq!(
+            p["spec"]["failurePolicy"], "Fail",
+            "a policy that cannot be evaluated refuses"
+        );
+    }
+    // Each policy is bound, and denies (not only warns or audits).
+    let bound: BTreeSet<&str> = of_kind("ValidatingAdmissionPolicyBinding")
+        .iter()
+        .inspect(|b| {
+            assert_eq!(b["spec"]["validationActions"], serde_json::json!(["Deny"]));
+        })
+        .filter_map(|b| b["spec"]["policyName"].as_str())
+        .collect();
+    assert_eq!(bound, names);
+    // Without the uninstall hook its ServiceAccount does not exist, and is not named.
+    let without_hook = render(&["uninstall.releaseNodes=false"]);
+    for p in without_hook
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+    {
+        assert_eq!(
+            policy_users(p),
+            BTreeSet::from([format!("system:serviceaccount:{NS}:{RELEASE}-operator")])
+        );
+    }
+}

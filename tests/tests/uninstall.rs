@@ -316,6 +316,10 @@ async fn uninstall_releases_what_the_operator_made_and_leaves_others_cordons() {
     .await
     .expect("local control plane starts");
     cluster.create_namespace(NS).await.expect("namespace");
+    cluster
+        .enforce_pod_security(NS, "restricted")
+        .await
+        .expect("Pod Security");
     let selector = format!("testSelector={SELECTOR}");
     helm(
         &cluster,
