@@ -20,12 +20,16 @@ render() {
 # cert-manager issue; and without the chart's hooks: kubectl would run the uninstall Job at
 # once. Before deleting these manifests, delete the FabricTests while the operator runs, so
 # that their finalizers release the nodes). Do not edit: change the chart and run
-# deploy/generate.sh. Apply the CRDs first:
+# deploy/generate.sh. The namespace enforces Pod Security "restricted" (benchmark pods with
+# spec.agent.ipcLock or hostNetwork need "privileged": relabel it). Apply the CRDs first:
 #   kubectl apply --server-side -f crds/ && kubectl apply -f deploy/operator.yaml
 apiVersion: v1
 kind: Namespace
 metadata:
   name: gpufabric
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/enforce-version: latest
 HEADER
 	"$helm" template fabric charts/gpufabric --namespace gpufabric --set webhook.enabled=false --no-hooks
 }

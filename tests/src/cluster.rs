@@ -690,6 +690,26 @@ impl Cluster {
         cmd
     }
 
+    /// Labels namespace `name` to enforce Pod Security `level` (`restricted`, `baseline`,
+    /// `privileged`), as an installation of gpufabric must: the chart's admission policy lets
+    /// the operator create benchmark pods only in a namespace that enforces a level.
+    pub async fn enforce_pod_security(&self, name: &str, level: &str) -> Result<()> {
+        let client = self.new_client()?;
+        let patch = serde_json::json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": level,
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }}});
+        Api::<Namespace>::all(client)
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+            .map_err(kube_err(format!("labelling namespace {name}")))
+    }
+
     /// Creates a namespace and waits until its `default` ServiceAccount exists (the
     /// API server refuses pods in a namespace without it).
     pub async fn create_namespace(&self, name: &str) -> Result<()> {

@@ -88,7 +88,11 @@ impl OperatorProcess {
         cmd.args(["run", "--kubeconfig"])
             .arg(&self.kubeconfig)
             .args(["--admin-addr", &self.admin])
-            .args(&self.args);
+            .args(&self.args)
+            // The cluster-wide cap (10% by default, at least 1 node) is off unless a test
+            // passes --max-quarantined-nodes (which wins over this): the small fleets here
+            // quarantine several nodes under their tests' own budgets.
+            .env("FABRIC_MAX_QUARANTINED_NODES", "none");
         // /metrics open to the tests' plain reads unless the test chose how it is guarded.
         if !self.args.iter().any(|a| a.starts_with("--metrics-auth")) {
             cmd.args(["--metrics-auth", "none"]);

@@ -41,13 +41,6 @@ const GRANTED: &[Grant] = &[
     ),
     (
         "ClusterRole <release>-operator",
-        "events.k8s.io",
-        &["events"],
-        &[],
-        &["create", "patch"],
-    ),
-    (
-        "ClusterRole <release>-operator",
         "",
         &["pods"],
         &[],
@@ -109,6 +102,14 @@ const GRANTED: &[Grant] = &[
         &[],
         &["create"],
     ),
+    // The operator's Events: all about cluster-scoped objects, so all in "default".
+    (
+        "Role <release>-operator-events",
+        "events.k8s.io",
+        &["events"],
+        &[],
+        &["create", "patch"],
+    ),
     // The operator's leader Lease.
     (
         "Role <release>-operator-leader",
@@ -147,7 +148,7 @@ const GRANTED: &[Grant] = &[
         &["patch"],
     ),
     (
-        "ClusterRole <release>-operator-uninstall",
+        "Role <release>-operator-uninstall-events",
         "events.k8s.io",
         &["events"],
         &[],
@@ -266,10 +267,17 @@ fn rendered_rules(docs: &[serde_json::Value]) -> BTreeSet<Rule> {
         }
         let name = doc["metadata"]["name"].as_str().unwrap_or_default();
         if kind == "Role" {
+            // Events about cluster-scoped objects land in "default"; everything else of
+            // the operator's is in the release namespace.
+            let ns = if name.ends_with("-events") {
+                "default"
+            } else {
+                NS
+            };
             assert_eq!(
                 doc["metadata"]["namespace"].as_str(),
-                Some(NS),
-                "Role {name} is in the release namespace"
+                Some(ns),
+                "Role {name} is in namespace {ns}"
             );
         }
         for r in doc["rules"].as_array().into_iter().flatten() {
@@ -401,8 +409,10 @@ fn every_role_is_bound_to_its_own_service_account_only() {
         ("ClusterRole <release>-operator", &operator),
         ("Role <release>-operator-workloads", &operator),
         ("Role <release>-operator-leader", &operator),
+        ("Role <release>-operator-events", &operator),
         ("ClusterRole <release>-operator-uninstall", &uninstall),
         ("Role <release>-operator-uninstall", &uninstall),
+        ("Role <release>-operator-uninstall-events", &uninstall),
     ]
     .into_iter()
     .map(|(role, sa)| (with_release(role), sa.clone()))
@@ -422,6 +432,7 @@ fn no_value_grants_more() {
             "metrics.prometheusRule.enabled=true",
         ],
         &["testSelector=team=infra"],
+        &["admissionPolicy.enabled=false"],
     ] {
         assert_eq!(rendered_rules(&render(values)), base, "--set {values:?}");
     }
@@ -429,7 +440,74 @@ fn no_value_grants_more() {
     let without_hook = rendered_rules(&render(&["uninstall.releaseNodes=false"]));
     let operator_only: BTreeSet<Rule> = base
         .into_iter()
-        .filter(|r| !r.role.ends_with("-uninstall"))
+        .filter(|r| !r.role.contains("-operator-uninstall"))
         .collect();
     assert_eq!(without_hook, operator_only);
+}
+
+/// The usernames a rendered ValidatingAdmissionPolicy applies to, read from its
+/// `request.userInfo.username in [...]` match condition.
+fn policy_users(policy: &serde_json::Value) -> BTreeSet<String> {
+    let conditions = policy["spec"]["matchConditions"].as_array();
+    let expression = conditions
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["expression"].as_str())
+        .find(|e| e.starts_with("request.userInfo.username in ["))
+        .unwrap_or_else(|| panic!("policy without a username condition: {policy}"));
+    expression
+        .split('\'')
+        .skip(1)
+        .step_by(2)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_admission_policies_hold_the_operators_service_accounts_and_no_one_else() {
+    let docs = render(&[]);
+    let of_kind = |kind: &str| -> Vec<&serde_json::Value> {
+        docs.iter().filter(|d| d["kind"] == kind).collect()
+    };
+    let policies = of_kind("ValidatingAdmissionPolicy");
+    let names: BTreeSet<&str> = policies
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["fabric-operator-nodes", "fabric-operator-workloads"])
+    );
+    let users: BTreeSet<String> = [
+        format!("system:serviceaccount:{NS}:{RELEASE}-operator"),
+        format!("system:serviceaccount:{NS}:{RELEASE}-operator-uninstall"),
+    ]
+    .into();
+    for p in &policies {
+        assert_eq!(policy_users(p), users, "{}", p["metadata"]["name"]);
+        assert_eq!(
+            p["spec"]["failurePolicy"], "Fail",
+            "a policy that cannot be evaluated refuses"
+        );
+    }
+    // Each policy is bound, and denies (not only warns or audits).
+    let bound: BTreeSet<&str> = of_kind("ValidatingAdmissionPolicyBinding")
+        .iter()
+        .inspect(|b| {
+            assert_eq!(b["spec"]["validationActions"], serde_json::json!(["Deny"]));
+        })
+        .filter_map(|b| b["spec"]["policyName"].as_str())
+        .collect();
+    assert_eq!(bound, names);
+    // Without the uninstall hook its ServiceAccount does not exist, and is not named.
+    let without_hook = render(&["uninstall.releaseNodes=false"]);
+    for p in without_hook
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+    {
+        assert_eq!(
+            policy_users(p),
+            BTreeSet::from([format!("system:serviceaccount:{NS}:{RELEASE}-operator")])
+        );
+    }
 }

@@ -78,16 +78,21 @@ async fn create_hook_rbac(client: &Client, objects: &[Value]) {
         .create(&pp, &crb)
         .await
         .expect("hook ClusterRoleBinding");
-    let role: Role = serde_json::from_value(of_kind(objects, "Role")).expect("Role");
-    Api::<Role>::namespaced(client.clone(), NS)
-        .create(&pp, &role)
-        .await
-        .expect("hook Role");
-    let rb: RoleBinding = serde_json::from_value(of_kind(objects, "RoleBinding")).expect("RB");
-    Api::<RoleBinding>::namespaced(client.clone(), NS)
-        .create(&pp, &rb)
-        .await
-        .expect("hook RoleBinding");
+    // The Lease's Role in the release namespace, the Events' in "default".
+    for o in objects.iter().filter(|o| o["kind"] == "Role") {
+        let role: Role = serde_json::from_value(o.clone()).expect("Role");
+        Api::<Role>::namespaced(client.clone(), &role.namespace().unwrap_or_default())
+            .create(&pp, &role)
+            .await
+            .expect("hook Role");
+    }
+    for o in objects.iter().filter(|o| o["kind"] == "RoleBinding") {
+        let rb: RoleBinding = serde_json::from_value(o.clone()).expect("RB");
+        Api::<RoleBinding>::namespaced(client.clone(), &rb.namespace().unwrap_or_default())
+            .create(&pp, &rb)
+            .await
+            .expect("hook RoleBinding");
+    }
 }
 
 /// A kubeconfig with a token of ServiceAccount `sa` in the release namespace.
@@ -311,6 +316,10 @@ async fn uninstall_releases_what_the_operator_made_and_leaves_others_cordons() {
     .await
     .expect("local control plane starts");
     cluster.create_namespace(NS).await.expect("namespace");
+    cluster
+        .enforce_pod_security(NS, "restricted")
+        .await
+        .expect("Pod Security");
     let selector = format!("testSelector={SELECTOR}");
     helm(
         &cluster,

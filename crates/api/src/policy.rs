@@ -166,7 +166,9 @@ pub struct QuarantinePolicy {
     /// test's breaker opens until a person resets it. 100 turns the rule off.
     #[schemars(range(min = 1, max = 100))]
     pub storm_threshold_percent: u32,
-    /// Fewest measured nodes in a run for the storm rule to apply.
+    /// Fewest measured nodes in a run for the storm rule to apply to it alone. A run of
+    /// fewer is judged together with every node the test judged within the day before it, so
+    /// that many small runs cannot pass a storm the rule would stop in one large run.
     #[schemars(range(min = 1))]
     pub storm_min_nodes: u32,
     /// Graduated taints: a node that failed but is not yet confirmed (a suspect) gets the

@@ -426,6 +426,12 @@ pub struct NodeHealth {
     /// measured keeps the earlier time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_measured: Option<Time>,
+    /// When a run of this test last gave the node a verdict (passed or failed it, in full or
+    /// not; a node not measured keeps the earlier time). A run of fewer than
+    /// `quarantine.stormMinNodes` nodes is judged by the storm rule together with the nodes
+    /// judged within the day before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_judged: Option<Time>,
     /// When this test quarantined the node, within `quarantine.repeatOffenderWindowHours`:
     /// the evidence of a repeat offender.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -45,6 +45,7 @@ pub fn advance(
         last_finding,
         last_run: Some(run.to_string()),
         last_measured: prev.and_then(|p| p.last_measured.clone()),
+        last_judged: prev.and_then(|p| p.last_judged.clone()),
         quarantine_times: prev.map(|p| p.quarantine_times.clone()).unwrap_or_default(),
         repeat_offender: prev.is_some_and(|p| p.repeat_offender),
         taken_back: prev.and_then(|p| p.taken_back.clone()),

@@ -8,6 +8,14 @@
 //!    timed out) and it measured at least `policy.storm_min_nodes`, the environment is
 //!    suspect, not the nodes ([`Plan::storm`]): the breaker opens. A confirmation run
 //!    retests only suspects, so a high share there says nothing about the environment.
+//!    **A small run** (fewer than `storm_min_nodes` measured) is judged together with every
+//!    node the test judged within [`STORM_WINDOW_HOURS`] before it, each by its latest
+//!    verdict ([`NodeHealth::last_judged`]): a failure split into many small runs (gates,
+//!    repairs, targeted runs, a test of three nodes run again and again) opens the breaker as
+//!    one large run would, as soon as the runs of that window judged `storm_min_nodes` nodes.
+//!    Runs of at least `storm_min_nodes` are each judged alone, so every run is held to the
+//!    rule one way or the other; a test that judges fewer nodes than that within the window
+//!    is bounded by its budget (rule 3) and the cluster cap (rule 11).
 //! 2. **Breaker**: while the breaker is open ([`Guards::breaker_open`], or opened by rule 1)
 //!    nothing is quarantined, released or sent to confirmation ([`Hold::BreakerOpen`],
 //!    [`Hold::BreakerOpenRelease`]); [`Plan::enforcement`] is None. Only the records of gone
@@ -99,6 +107,22 @@ pub enum ClusterCap {
 }
 
 impl ClusterCap {
+    /// The cap when none is set: a tenth of the cluster's GPU nodes (at least 1). On unless
+    /// turned off by name ([`ClusterCap::setting`] of `none`), so that an operator started
+    /// without the flag, or a stolen token driving its FabricTests, cannot quarantine more.
+    pub const DEFAULT: ClusterCap = ClusterCap::Percent(10);
+
+    /// A `--max-quarantined-nodes` value: a cap (a count or a percent), or `none` for no
+    /// cluster-wide cap (each test's own budget still applies).
+    pub fn setting(s: &str) -> Result<Option<ClusterCap>, String> {
+        if s.trim().eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        s.parse()
+            .map(Some)
+            .map_err(|e| format!("{e}, or none for no cluster-wide cap"))
+    }
+
     /// The cap in nodes, for a cluster of `gpu_nodes` GPU nodes.
     pub fn nodes(self, gpu_nodes: usize) -> usize {
         match self {
@@ -138,44 +162,83 @@ impl std::fmt::Display for ClusterCap {
     }
 }
 
+/// How far back a small run reaches for the nodes it is judged with (rule 1): a day, long
+/// enough to hold a rollout's worth of gates and targeted runs together.
+pub const STORM_WINDOW_HOURS: u32 = 24;
+
 /// A run in which too many measured nodes failed at once (rule 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Storm {
-    /// Measured nodes of the run that are bad.
+    /// Counted nodes that are bad.
     pub failed: usize,
-    /// Nodes the run measured.
+    /// Nodes counted: the run's measured nodes, or for a small run those the test judged
+    /// within the window.
     pub measured: usize,
     /// The policy's threshold, in percent.
     pub threshold_percent: u32,
+    /// Set when a small run was judged with the test's other nodes of the last this many
+    /// hours ([`STORM_WINDOW_HOURS`]).
+    pub window_hours: Option<u32>,
 }
 
 impl Storm {
-    /// E.g. `4 of 4 measured nodes failed (more than 50%)`.
+    /// E.g. `4 of 4 measured nodes failed (more than 50%)`, or `5 of 6 nodes judged within
+    /// 24 hours failed (more than 50%)`.
     pub fn describe(&self) -> String {
+        let counted = match self.window_hours {
+            None => "measured nodes".to_string(),
+            Some(h) => format!("nodes judged within {h} hours"),
+        };
         format!(
-            "{} of {} measured nodes failed (more than {}%)",
+            "{} of {} {counted} failed (more than {}%)",
             self.failed, self.measured, self.threshold_percent
         )
     }
 }
 
-/// The storm of this run, if it is one (rule 1). `nodes` without repeats.
+/// The storm of this run, if it is one (rule 1). `nodes` without repeats: the run's and
+/// every other node the test has a record of.
 pub fn storm(nodes: &[&NodeFacts], policy: &QuarantinePolicy, trigger: Trigger) -> Option<Storm> {
     if trigger == Trigger::Confirmation || policy.storm_threshold_percent >= 100 {
         return None;
     }
-    let measured = nodes.iter().filter(|f| f.tested).count();
-    let failed = nodes
-        .iter()
-        .filter(|f| f.tested && f.health.verdict.is_bad())
-        .count();
-    let enough = measured >= policy.storm_min_nodes.max(1) as usize;
+    let min = policy.storm_min_nodes.max(1) as usize;
+    let run: Vec<&NodeFacts> = nodes.iter().copied().filter(|f| f.tested).collect();
+    let (counted, window_hours) = if run.len() >= min {
+        (run, None)
+    } else {
+        (judged_recently(nodes), Some(STORM_WINDOW_HOURS))
+    };
+    let measured = counted.len();
+    let failed = counted.iter().filter(|f| f.health.verdict.is_bad()).count();
     let threshold = policy.storm_threshold_percent as usize;
-    (enough && failed * 100 > threshold * measured).then_some(Storm {
+    (measured >= min && failed * 100 > threshold * measured).then_some(Storm {
         failed,
         measured,
         threshold_percent: policy.storm_threshold_percent,
+        window_hours,
     })
+}
+
+/// The run's measured nodes and every other node the test judged within
+/// [`STORM_WINDOW_HOURS`] before the run's latest judgement.
+fn judged_recently<'a>(nodes: &[&'a NodeFacts]) -> Vec<&'a NodeFacts> {
+    let seconds = |f: &NodeFacts| f.health.last_judged.as_ref().map(|t| t.0.as_second());
+    let newest = nodes
+        .iter()
+        .filter(|f| f.tested)
+        .filter_map(|f| seconds(f))
+        .max();
+    let since = newest.map(|n| n - i64::from(STORM_WINDOW_HOURS) * 3600);
+    nodes
+        .iter()
+        .copied()
+        .filter(|f| {
+            f.tested
+                || (f.health.verdict.is_measured()
+                    && since.is_some_and(|s| seconds(f).is_some_and(|t| t >= s)))
+        })
+        .collect()
 }
 
 /// What quarantining a node changes on it: the modes that act on nodes.

@@ -68,10 +68,10 @@ enum Command {
         lease_name: String,
         /// Most nodes gpufabric holds in quarantine in the whole cluster, over every
         /// FabricTest: a count (e.g. 5) or a percent of the cluster's GPU nodes (e.g. 2%,
-        /// rounded down but at least 1). Beyond it nothing new is quarantined. Default: no
+        /// rounded down but at least 1). Beyond it nothing new is quarantined. "none": no
         /// cluster-wide cap, only each test's spec.quarantine.maxQuarantined.
-        #[arg(long, env = "FABRIC_MAX_QUARANTINED_NODES", value_name = "COUNT|PERCENT", value_parser = parse_cluster_cap)]
-        max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
+        #[arg(long, env = "FABRIC_MAX_QUARANTINED_NODES", value_name = "COUNT|PERCENT|none", default_value_t = gpufabric_health::ClusterCap::DEFAULT.to_string(), value_parser = check_cluster_cap)]
+        max_quarantined_nodes: String,
         /// Serve the validating admission webhook (HTTPS) on this address, e.g. 0.0.0.0:9443.
         #[arg(long, value_name = "ADDR", requires_all = ["webhook_cert", "webhook_key"])]
         webhook_addr: Option<std::net::SocketAddr>,
@@ -195,7 +195,9 @@ fn main() -> anyhow::Result<()> {
                     gpufabric_operator::controller_options(pod_namespace.clone(), admin_addr);
                 options.agent_image = agent_image;
                 options.selector = selector;
-                options.max_quarantined_nodes = max_quarantined_nodes;
+                options.max_quarantined_nodes =
+                    gpufabric_health::ClusterCap::setting(&max_quarantined_nodes)
+                        .map_err(|e| anyhow::anyhow!("--max-quarantined-nodes: {e}"))?;
                 options.metrics_auth = metrics_auth == MetricsAuth::Kubernetes;
                 if leader_elect {
                     let ns = lease_namespace.unwrap_or(pod_namespace);
@@ -234,8 +236,9 @@ async fn start_webhook(
     Ok(())
 }
 
-fn parse_cluster_cap(s: &str) -> Result<gpufabric_health::ClusterCap, String> {
-    s.parse()
+/// A `--max-quarantined-nodes` value that [`gpufabric_health::ClusterCap::setting`] reads.
+fn check_cluster_cap(s: &str) -> Result<String, String> {
+    gpufabric_health::ClusterCap::setting(s).map(|_| s.to_string())
 }
 
 fn init_tracing(json: bool) {
@@ -293,4 +296,38 @@ enum MetricsAuth {
     Kubernetes,
     /// Anyone who reaches the admin port.
     None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap_of(args: &[&str]) -> Option<gpufabric_health::ClusterCap> {
+        let cli = Cli::try_parse_from(["fabric-operator", "run"].iter().chain(args))
+            .expect("the flags parse");
+        let Command::Run {
+            max_quarantined_nodes,
+            ..
+        } = cli.command
+        else {
+            panic!("not run");
+        };
+        gpufabric_health::ClusterCap::setting(&max_quarantined_nodes).expect("a valid cap")
+    }
+
+    #[test]
+    fn the_cluster_cap_is_on_unless_turned_off_by_name() {
+        // The variable would stand in for the flag's default.
+        assert!(std::env::var_os("FABRIC_MAX_QUARANTINED_NODES").is_none());
+        assert_eq!(cap_of(&[]), Some(gpufabric_health::ClusterCap::Percent(10)));
+        assert_eq!(
+            cap_of(&["--max-quarantined-nodes", "3"]),
+            Some(gpufabric_health::ClusterCap::Nodes(3))
+        );
+        assert_eq!(cap_of(&["--max-quarantined-nodes", "none"]), None);
+        assert!(
+            Cli::try_parse_from(["fabric-operator", "run", "--max-quarantined-nodes", ""]).is_err(),
+            "an empty value is refused, not read as no cap"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Unit tests of the quarantine planner, one rule at a time.
 use super::*;
 use gpufabric_api::run::NodeVerdict;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn policy(mode: QuarantineMode, max: i32, failures: u32, confirm: bool) -> QuarantinePolicy {
@@ -372,7 +373,8 @@ fn a_storm_opens_the_breaker_and_touches_no_node() {
         Some(Storm {
             failed: 3,
             measured: 5,
-            threshold_percent: 50
+            threshold_percent: 50,
+            window_hours: None,
         })
     );
     assert!(p.breaker_open);
@@ -410,9 +412,116 @@ fn the_storm_rule_needs_more_than_the_share_and_enough_measured_nodes() {
         Some(Storm {
             failed: 2,
             measured: 2,
-            threshold_percent: 50
+            threshold_percent: 50,
+            window_hours: None,
         })
     );
+}
+
+/// A node the test judged at `hour` (hours after a day's start), failed or passed, and
+/// whether this run measured it.
+fn judged(node: &str, failed: bool, hour: i64, tested: bool) -> NodeFacts {
+    let mut f = if failed {
+        facts(node, 1, 0)
+    } else {
+        facts(node, 0, 1)
+    };
+    f.health.last_judged = Some(Time(
+        k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + hour * 3600).expect("a time"),
+    ));
+    f.tested = tested;
+    f
+}
+
+#[test]
+fn many_small_failing_runs_open_the_breaker_as_one_large_run_would() {
+    // A bad driver reaches the nodes a few at a time: gates and targeted runs of one or two
+    // nodes, none of them stormMinNodes (4) large. Each run is planned with the test's
+    // records as they stand after it.
+    let policy = QuarantinePolicy {
+        mode: QuarantineMode::Cordon,
+        max_quarantined: IntOrString::Int(100),
+        confirm_retest: false,
+        ..stormy(50, 4)
+    };
+    let mut records: Vec<NodeFacts> = Vec::new();
+    let mut quarantined = 0;
+    let mut opened_at = None;
+    for (run, hour) in [(0, 1), (1, 2), (2, 3), (3, 4)] {
+        for f in &mut records {
+            f.tested = false;
+        }
+        records.push(judged(&format!("r{run}a"), true, hour, true));
+        records.push(judged(&format!("r{run}b"), true, hour, true));
+        let p = plan(&records, &policy, 100, Trigger::Targeted);
+        quarantined += p.quarantine.len();
+        if p.storm.is_some() {
+            opened_at.get_or_insert(run);
+            assert_eq!(
+                p.storm.map(|s| s.describe()),
+                Some("4 of 4 nodes judged within 24 hours failed (more than 50%)".to_string())
+            );
+            break;
+        }
+    }
+    // The second run of two brings the day's count to stormMinNodes: the breaker opens
+    // then, and only the first run's two nodes were quarantined.
+    assert_eq!((opened_at, quarantined), (Some(1), 2));
+}
+
+#[test]
+fn a_small_run_is_judged_with_the_days_nodes_only() {
+    let policy = stormy(50, 4);
+    // Three passing nodes judged within the day dilute a small run's two failures: 2 of 5.
+    let mut nodes = vec![
+        judged("p0", false, 1, false),
+        judged("p1", false, 2, false),
+        judged("p2", false, 3, false),
+        judged("f0", true, 20, true),
+        judged("f1", true, 20, true),
+    ];
+    assert_eq!(plan(&nodes, &policy, 100, Trigger::Targeted).storm, None);
+    // Two of the passes were judged more than a day before the run and no longer count;
+    // with a third failure it is 3 of 4.
+    nodes[0] = judged("p0", false, -10, false);
+    nodes[1] = judged("p1", false, -10, false);
+    nodes.push(judged("f2", true, 20, true));
+    let p = plan(&nodes, &policy, 100, Trigger::Targeted);
+    assert_eq!(
+        p.storm,
+        Some(Storm {
+            failed: 3,
+            measured: 4,
+            threshold_percent: 50,
+            window_hours: Some(STORM_WINDOW_HOURS),
+        })
+    );
+    // A node never judged (not measured) does not count.
+    let mut unmeasured = judged("n0", false, 19, false);
+    unmeasured.health.verdict = NodeVerdict::NotMeasured;
+    nodes.push(unmeasured);
+    assert_eq!(
+        plan(&nodes, &policy, 100, Trigger::Targeted)
+            .storm
+            .map(|s| s.measured),
+        Some(4)
+    );
+}
+
+#[test]
+fn a_large_run_is_judged_alone() {
+    // Four measured nodes, two failing: not more than half. The day's earlier failures do
+    // not count against a run of stormMinNodes or more.
+    let policy = stormy(50, 4);
+    let nodes = vec![
+        judged("old0", true, 1, false),
+        judged("old1", true, 1, false),
+        judged("a", true, 5, true),
+        judged("b", true, 5, true),
+        judged("c", false, 5, true),
+        judged("d", false, 5, true),
+    ];
+    assert_eq!(plan(&nodes, &policy, 100, Trigger::Schedule).storm, None);
 }
 
 #[test]
@@ -516,6 +625,12 @@ fn cluster_cap_reads_a_count_or_a_percent_of_gpu_nodes() {
     }
     assert_eq!(ClusterCap::Percent(2).nodes(1000), 20);
     assert_eq!(ClusterCap::Percent(2).nodes(10), 1, "at least one");
+    // The flag's value: a cap, or none by name; the default is a tenth of the GPU nodes.
+    assert_eq!(ClusterCap::setting("none"), Ok(None));
+    assert_eq!(ClusterCap::setting("7"), Ok(Some(ClusterCap::Nodes(7))));
+    assert!(ClusterCap::setting("").is_err(), "empty is not none");
+    assert_eq!(ClusterCap::DEFAULT.nodes(100), 10);
+    assert_eq!(ClusterCap::DEFAULT.nodes(4), 1);
     assert_eq!(ClusterCap::Percent(0).nodes(1000), 0);
     assert_eq!(ClusterCap::Percent(100).nodes(7), 7);
     assert_eq!(ClusterCap::Nodes(3).nodes(0), 3);

@@ -170,6 +170,7 @@ mod tests {
             failed: 4,
             measured: 4,
             threshold_percent: 50,
+            window_hours: None,
         }
     }
 

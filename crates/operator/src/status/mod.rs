@@ -257,6 +257,10 @@ pub fn fold_history(
         if n.complete() {
             next.last_measured = measured_at.clone();
         }
+        // Any verdict counts for the storm rule's window, a partial measurement too.
+        if n.verdict.is_measured() {
+            next.last_judged = measured_at.clone();
+        }
         by_node.insert(n.node.clone(), next);
     }
     by_node.into_values().collect()
