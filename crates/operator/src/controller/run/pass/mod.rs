@@ -121,7 +121,13 @@ pub(super) async fn read_states(
         });
         let o = if let Some(p) = live {
             e.pod = Some(pod_name);
-            let state = results::pod_state(&p);
+            // A pod being deleted after its end was read (a crash, a blocked pod this
+            // controller stopped) keeps the outcome its entry holds: read again, its end
+            // would be the stop's.
+            let state = match e.outcome() {
+                Some(o) if p.meta().deletion_timestamp.is_some() => PodState::Ended(o),
+                _ => results::pod_state(&p),
+            };
             if !matches!(
                 p.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded") | Some("Failed")

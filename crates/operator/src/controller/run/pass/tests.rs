@@ -672,3 +672,74 @@ fn a_pass_writes_each_nodes_outcome_keeps_its_pair_records_and_records_the_wave(
         "gpu-03 has no pod yet"
     );
 }
+
+#[tokio::test]
+async fn a_crash_read_before_its_pod_was_deleted_stays_a_crash() {
+    // gpu-01's agent crashed on its own (exit 139, read and kept in its entry); its ended pod
+    // is deleted later. Read again while deleting, the pod's end would be the stop's: the
+    // entry's outcome stands.
+    let mut crashed = running_pod("gpu-01", "uid-1");
+    crashed.metadata.deletion_timestamp = Some(now());
+    crashed.status = serde_json::from_value(json!({"phase": "Failed",
+        "containerStatuses": [{"name": "agent", "ready": false, "restartCount": 0,
+            "image": "fabric-agent", "imageID": "",
+            "state": {"terminated": {"exitCode": 139, "reason": "Error"}}}]}))
+    .ok();
+    let mut entry = recorded("gpu-01", "uid-1");
+    entry.record(&gpufabric_api::outcome::NodeOutcome::hardware(
+        gpufabric_api::outcome::HardwareFault::Crash,
+        "segmentation fault (exit code 139)",
+    ));
+    // gpu-02's agent was stopped while running (its pod deleted): nothing kept, the stop's.
+    let mut stopped = running_pod("gpu-02", "uid-2");
+    stopped.metadata.deletion_timestamp = Some(now());
+    stopped.status = crashed.status.clone();
+    let mut entries = vec![entry, recorded("gpu-02", "uid-2")];
+    let cache: HashMap<String, Arc<Pod>> = [crashed, stopped]
+        .into_iter()
+        .map(|p| (p.name_any(), Arc::new(p)))
+        .collect();
+    let (client, handle) = fake_api::client();
+    let server = fake_api::serve(handle, vec![]);
+    let api: Api<Pod> = Api::namespaced(client, "gpufabric");
+    let departed = crate::departed::Departed::default();
+    let read = read_states(
+        &mut entries,
+        &PodsOfRun {
+            base: &base(),
+            uid: UID,
+            pods: &cache,
+            api: &api,
+            gone: &|pod: &str| departed.last("gpufabric", pod, UID),
+        },
+        &|_| false,
+        60,
+    )
+    .await
+    .expect("read");
+    drop(api);
+    let seen = server.await.expect("server");
+    assert!(seen.unexpected.is_empty(), "{seen:#?}");
+    assert!(
+        matches!(
+            &read.outcomes[0],
+            PodState::Ended(gpufabric_api::outcome::NodeOutcome::HardwareFault {
+                fault: gpufabric_api::outcome::HardwareFault::Crash,
+                ..
+            })
+        ),
+        "{:?}",
+        read.outcomes[0]
+    );
+    assert!(
+        matches!(
+            &read.outcomes[1],
+            PodState::Ended(gpufabric_api::outcome::NodeOutcome::NotMeasured {
+                reason: gpufabric_api::outcome::NotMeasuredReason::PodDeleted,
+                ..
+            })
+        ),
+        "{:?}",
+        read.outcomes[1]
+    );
+}
