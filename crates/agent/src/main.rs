@@ -9,6 +9,7 @@ mod exit;
 mod inject;
 mod node_pair;
 mod output;
+mod settings;
 mod stop;
 mod tables;
 mod verdict;
@@ -254,6 +255,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         Chosen::Crashed(code) => return Ok(code),
     };
     let mut doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
+    doc.nccl_settings = settings::in_effect();
     if args.check {
         backend::add_sim_wrong_elements(&args.fleet, args.backend, &mut doc);
     }

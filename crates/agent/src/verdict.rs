@@ -398,6 +398,8 @@ pub struct Judged {
 /// Judges `doc` as the operator would: its compact form (the termination message) through
 /// the health rules, with `expected_gpus` as the GPUs the node should have, `previous`
 /// the counters of the previous check and `asked` the collectives the sweep was asked for.
+/// The NCCL settings the document reports from the spec spare the node as the operator's
+/// would; every other setting in effect is judged as one the test did not choose.
 pub fn judge(
     doc: &ResultDocument,
     asked: &[Collective],
@@ -411,8 +413,13 @@ pub fn judge(
     let input = NodeInput {
         baseline: previous.cloned(),
         history: history.to_vec(),
+        // Only the spec's settings are the test's own; the others reach the rules in the
+        // compact result, with their sources.
         nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(
-            std::env::vars().map(|(k, _)| k),
+            doc.nccl_settings
+                .iter()
+                .filter(|s| s.source.chosen())
+                .map(|s| s.name.as_str()),
         ),
         node: doc.node.clone(),
         product_label: None,

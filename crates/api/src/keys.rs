@@ -115,6 +115,11 @@ pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
 pub const ENV_SIM_FLEET_DOC: &str = "FABRIC_SIM_FLEET_DOC";
 /// Agent env: backend override (`cuda` or `sim`).
 pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
+/// Agent env: the names of the NCCL variables the FabricTest's `spec.agent.env` sets,
+/// comma-separated. Only those are the test's own settings; any other NCCL tuning setting in
+/// effect (a pod env the spec did not set, NCCL's config files) is reported with its source
+/// and judged as a setting nobody chose.
+pub const ENV_SPEC_ENV: &str = "FABRIC_SPEC_ENV";
 /// Agent env: format of the agent's log on stderr (`text` or `json`).
 pub const ENV_LOG_FORMAT: &str = "FABRIC_LOG_FORMAT";
 

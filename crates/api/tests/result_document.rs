@@ -174,6 +174,7 @@ fn eight_gpu_document() -> ResultDocument {
         transports: vec![],
         nics: vec![],
         errors: vec![],
+        nccl_settings: vec![],
     }
 }
 
@@ -220,6 +221,44 @@ fn compact_within_never_exceeds_the_limit() {
     let text = doc.compact_within(4096);
     assert!(text.len() <= 4096, "{} bytes", text.len());
     assert!(CompactResult::parse(&text).is_ok());
+}
+
+#[test]
+fn every_setting_nobody_chose_keeps_its_name_and_source_within_the_limit() {
+    let mut doc = eight_gpu_document();
+    // Twenty tuning settings from a config file with a long path and long values, beside a
+    // node in bad shape.
+    let path = format!("/opt/{}/nccl.conf", "site".repeat(30));
+    doc.nccl_settings = (0..20)
+        .map(|i| NcclSetting {
+            name: format!("NCCL_TUNING_SETTING_{i:02}"),
+            value: "v".repeat(300),
+            source: SettingSource::ConfFile(path.clone()),
+        })
+        .chain(std::iter::once(NcclSetting {
+            name: "NCCL_ALGO".into(),
+            value: "Ring".into(),
+            source: SettingSource::Spec,
+        }))
+        .collect();
+    doc.errors = (0..10)
+        .map(|_| PhaseError {
+            phase: Phase::NcclSweep,
+            kind: ErrorKind::Failed,
+            message: "x".repeat(500),
+        })
+        .collect();
+    let text = doc.compact_within(4096);
+    assert!(text.len() <= 4096, "{} bytes", text.len());
+    let c = CompactResult::parse(&text).expect("parses");
+    // The spec's own setting is the operator's to know; the others are all carried.
+    assert_eq!(c.settings_not_chosen.len(), 20);
+    assert!(
+        c.settings_not_chosen
+            .iter()
+            .all(|s| s.name.starts_with("NCCL_TUNING_SETTING_")
+                && matches!(&s.source, SettingSource::ConfFile(p) if p.starts_with("/opt/site")))
+    );
 }
 
 #[test]

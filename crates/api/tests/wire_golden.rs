@@ -219,6 +219,18 @@ fn document() -> ResultDocument {
             kind: ErrorKind::Timeout,
             message: "ddpProbe did not finish within 30.0 s; the watchdog aborted it".into(),
         }],
+        nccl_settings: vec![
+            NcclSetting {
+                name: "NCCL_ALGO".into(),
+                value: "Ring".into(),
+                source: SettingSource::Spec,
+            },
+            NcclSetting {
+                name: "NCCL_P2P_DISABLE".into(),
+                value: "1".into(),
+                source: SettingSource::ConfFile("/etc/nccl/site.conf".into()),
+            },
+        ],
     }
 }
 

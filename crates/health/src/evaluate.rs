@@ -46,8 +46,9 @@ pub struct NodeInput {
     /// The node's earlier runs of this test with this suite, oldest first: a passing node
     /// is judged against them ([`trend`]).
     pub history: Vec<TrendPoint>,
-    /// The NCCL tuning variables the check ran with ([`tuning`]): a slow collective
-    /// against a fixed expectation fails no node then.
+    /// The NCCL tuning variables the test's spec set ([`tuning`]): a slow collective against
+    /// a fixed expectation fails no node then. Settings from anywhere else reach the rules in
+    /// the result (`settings_not_chosen`) and spare nothing.
     pub nccl_tuning: Vec<String>,
 }
 
@@ -159,7 +160,9 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
             NodeOutcome::Measured(r) => {
                 let mut own = Vec::new();
                 let s = judge_node(input, r, thresholds, &mut own);
+                let not_chosen = tuning::not_chosen(&input.node, &r.settings_not_chosen, &own);
                 tuning::spare_tuned(&mut own, &input.nccl_tuning);
+                own.extend(not_chosen);
                 let failed = own.iter().any(|f| f.severity == Severity::Critical);
                 stats.push((s, own.clone()));
                 findings.extend(own);

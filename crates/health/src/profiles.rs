@@ -586,6 +586,7 @@ mod tests {
             graph_launches: 0,
             compute: Vec::new(),
             compute_gemm_size: None,
+            settings_not_chosen: Vec::new(),
         }
     }
 

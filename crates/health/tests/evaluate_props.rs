@@ -121,6 +121,7 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 graph_launches: pc * 5,
                 compute: Vec::new(),
                 compute_gemm_size: None,
+                settings_not_chosen: Vec::new(),
             })
     })
 }

@@ -213,13 +213,19 @@ fn pod_labels(test: &str, run_name: &str, node: &str) -> BTreeMap<String, String
     ])
 }
 
-/// The agent's environment: the user's, then ours (the node, the run and the suite),
-/// which replace user entries of the same name.
+/// The agent's environment: the user's, then ours (the node, the run, the suite and the
+/// names of the NCCL variables the user's set), which replace user entries of the same name.
 fn agent_env(agent: &AgentSpec, run_name: &str, suite: &gpufabric_api::Suite) -> Vec<EnvVar> {
     let mut env: Vec<EnvVar> = agent.env.clone();
     // Ours come last and replace user entries of the same name.
-    let ours = [keys::ENV_NODE_NAME, keys::ENV_RUN, keys::ENV_SUITE];
+    let ours = [
+        keys::ENV_NODE_NAME,
+        keys::ENV_RUN,
+        keys::ENV_SUITE,
+        keys::ENV_SPEC_ENV,
+    ];
     env.retain(|e| !ours.contains(&e.name.as_str()));
+    let spec_env = spec_env_names(&env);
     env.push(EnvVar {
         name: keys::ENV_NODE_NAME.into(),
         value_from: Some(EnvVarSource {
@@ -242,8 +248,26 @@ fn agent_env(agent: &AgentSpec, run_name: &str, suite: &gpufabric_api::Suite) ->
         value: Some(serde_json::to_string(suite).unwrap_or_default()),
         ..Default::default()
     });
+    env.push(EnvVar {
+        name: keys::ENV_SPEC_ENV.into(),
+        value: Some(spec_env),
+        ..Default::default()
+    });
 
     env
+}
+
+/// The names of the NCCL variables among `env` (the spec's agent env), sorted and
+/// comma-separated: the settings the agent counts as the test's own ([`keys::ENV_SPEC_ENV`]).
+fn spec_env_names(env: &[EnvVar]) -> String {
+    let mut names: Vec<&str> = env
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| n.starts_with("NCCL_"))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names.join(",")
 }
 
 /// The container's resources: the user's, with all `gpus` of the node as request and limit.
@@ -450,6 +474,48 @@ mod tests {
             &cmd[..2],
             &["fabric-agent".to_string(), "node-check".to_string()]
         );
+    }
+
+    #[test]
+    fn pod_env_names_the_nccl_variables_the_spec_sets_and_only_those() {
+        let mut r = run();
+        for (name, value) in [
+            ("NCCL_P2P_DISABLE", "1"),
+            ("NCCL_ALGO", "Ring"),
+            ("OMP_NUM_THREADS", "4"),
+            // A user's own list is replaced by the one the spec's env gives.
+            (keys::ENV_SPEC_ENV, "NCCL_PROTO"),
+        ] {
+            r.spec.agent.env.push(EnvVar {
+                name: name.into(),
+                value: Some(value.into()),
+                ..Default::default()
+            });
+        }
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let env = container(&p).env.clone().expect("env");
+        let listed: Vec<_> = env
+            .iter()
+            .filter(|e| e.name == keys::ENV_SPEC_ENV)
+            .collect();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            listed[0].value.as_deref(),
+            Some("NCCL_ALGO,NCCL_DEBUG,NCCL_P2P_DISABLE")
+        );
+        // The spec's settings still reach the agent as set.
+        let p2p = env.iter().find(|e| e.name == "NCCL_P2P_DISABLE");
+        assert_eq!(p2p.and_then(|e| e.value.as_deref()), Some("1"));
+    }
+
+    #[test]
+    fn a_spec_without_nccl_settings_lists_none() {
+        let mut r = run();
+        r.spec.agent.env.clear();
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        let env = container(&p).env.clone().expect("env");
+        let listed = env.iter().find(|e| e.name == keys::ENV_SPEC_ENV);
+        assert_eq!(listed.and_then(|e| e.value.as_deref()), Some(""));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use super::measurements::{
     CollectiveSweep, DdpPoint, DdpResult, GpuCompute, GpuHealth, HostBandwidth, PairMatrix,
     Transport,
 };
+use super::settings::{NcclSetting, SettingSource};
 use super::{
     Backend, COMPACT_VERSION, ErrorKind, ParseError, Phase, PhaseError, ResultDocument, is_zero,
     is_zero_f64, is_zero_u64,
@@ -82,6 +83,43 @@ pub struct CompactResult {
     /// not reach a GPU's plateau.
     #[serde(rename = "cz", default, skip_serializing_if = "Option::is_none")]
     pub compute_gemm_size: Option<u32>,
+    /// The NCCL tuning settings in effect that the test did not choose (not from the spec's
+    /// agent env), with their sources; values and paths cut to [`SETTING_CHARS`].
+    #[serde(rename = "ns", default, skip_serializing_if = "Vec::is_empty")]
+    pub settings_not_chosen: Vec<CompactSetting>,
+}
+
+/// Longest value or file path of a setting in the compact result.
+pub const SETTING_CHARS: usize = 48;
+
+/// An NCCL setting the test did not choose, as the compact result carries it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CompactSetting {
+    #[serde(rename = "k")]
+    pub name: String,
+    #[serde(rename = "v")]
+    pub value: String,
+    #[serde(rename = "s")]
+    pub source: SettingSource,
+}
+
+impl From<&NcclSetting> for CompactSetting {
+    fn from(s: &NcclSetting) -> Self {
+        CompactSetting {
+            name: s.name.clone(),
+            value: cut(&s.value, SETTING_CHARS),
+            source: match &s.source {
+                SettingSource::ConfFile(path) => SettingSource::ConfFile(cut(path, SETTING_CHARS)),
+                other => other.clone(),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for CompactSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={} from {}", self.name, self.value, self.source)
+    }
 }
 
 /// What one GPU computed, summarised: throughputs rounded to 0.1, clocks and power whole.
@@ -365,6 +403,12 @@ impl From<&ResultDocument> for CompactResult {
             graph_launches: doc.nccl.as_ref().map_or(0, |n| n.graph_launches),
             compute: compute_of(doc, g as usize),
             compute_gemm_size: doc.compute.as_ref().and_then(|c| c.gemm_size),
+            settings_not_chosen: doc
+                .nccl_settings
+                .iter()
+                .filter(|s| !s.source.chosen())
+                .map(CompactSetting::from)
+                .collect(),
         };
         if let Some(p) = &doc.pairs {
             let n = g as usize;
@@ -517,6 +561,17 @@ impl ResultDocument {
         }
         for e in &mut c.errors {
             e.message = cut(&e.message, 40);
+        }
+        text = c.to_json();
+        if text.len() <= limit {
+            return text;
+        }
+        // What each setting is named and where it came from stays: the rules judge those.
+        for s in &mut c.settings_not_chosen {
+            s.value = cut(&s.value, 8);
+            if let SettingSource::ConfFile(path) = &mut s.source {
+                *path = cut(path, 16);
+            }
         }
         text = c.to_json();
         if text.len() <= limit {

@@ -11,16 +11,19 @@
 mod compact;
 mod key_numbers;
 mod measurements;
+mod settings;
 
 pub use compact::{
     BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuCompute,
-    CompactGpuHealth, CompactResult, DDP_COMPUTE_MS, upper_index,
+    CompactGpuHealth, CompactResult, CompactSetting, DDP_COMPUTE_MS, SETTING_CHARS, upper_index,
 };
 pub use measurements::{
     AlphaBeta, CollectiveSweep, ComputeResult, DdpPoint, DdpResult, GpuCompute, GpuHealth,
     HealthSnapshot, HostBandwidth, LoadReading, NcclSweepResult, PairBandwidth, PairMatrix,
     SdcStatus, SweepRow, Timing, Transport, TransportInfo,
 };
+
+pub use settings::{NcclSetting, SettingSource};
 
 pub use crate::phase::{ErrorKind, Phase, PhaseError};
 pub(crate) use key_numbers::KeyNumbers;
@@ -82,6 +85,10 @@ pub struct ResultDocument {
     pub nics: Vec<crate::nic::NicPort>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<PhaseError>,
+    /// The NCCL tuning settings in effect, each with its source (the spec's agent env, a pod
+    /// env the spec did not set, NCCL's config files); absent from older agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nccl_settings: Vec<NcclSetting>,
 }
 
 /// Software versions seen by the agent.
@@ -179,6 +186,7 @@ impl ResultDocument {
             transports: Vec::new(),
             nics: Vec::new(),
             errors: Vec::new(),
+            nccl_settings: Vec::new(),
         }
     }
 

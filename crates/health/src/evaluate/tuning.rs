@@ -9,8 +9,15 @@
 //! is Info and says which setting spared it. The comparison with the fleet, whose nodes run
 //! with the same settings, still fails a node slower than its peers; copies, compute and
 //! hardware are judged as always.
+//!
+//! Only the spec's settings spare a node. A tuning setting in effect that the test did not
+//! choose (a pod env the spec did not set, NCCL's config files: the agent reports each with
+//! its source) is a finding on the node that names the setting and its source: Critical when
+//! the node's collectives fall below its own links (the own-links rule of `perf.rs`),
+//! Warning otherwise.
 
-use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity};
+use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
+use gpufabric_api::result::CompactSetting;
 
 /// The variables that change NCCL's speed without making it refuse.
 pub const NCCL_TUNING: &[&str] = &[
@@ -86,6 +93,56 @@ pub(super) fn spare_tuned(findings: &mut [Finding], tuning: &[String]) {
             ));
         }
     }
+}
+
+/// The findings of the settings the test did not choose, judged on the node's own findings
+/// before any is spared: Critical when a collective fell below the node's own links,
+/// Warning otherwise.
+pub(super) fn not_chosen(node: &str, settings: &[CompactSetting], own: &[Finding]) -> Vec<Finding> {
+    let below_links = own.iter().find(|f| {
+        f.kind == FindingKind::Slow
+            && f.metric == Metric::NcclBusBw
+            && f.source == Some(ExpectationSource::Node)
+            && f.severity == Severity::Critical
+    });
+    settings
+        .iter()
+        .filter(|s| NCCL_TUNING.contains(&s.name.as_str()))
+        .map(|s| {
+            let (severity, consequence) = match below_links {
+                Some(b) => (
+                    Severity::Critical,
+                    format!(
+                        "and {} on it falls below what its own links carry: the node fails until the setting goes",
+                        b.collective.map_or("a collective", |c| c.nccl_tests_name())
+                    ),
+                ),
+                None => (
+                    Severity::Warning,
+                    "and changes what NCCL reaches on it; its collectives still reach its links".to_string(),
+                ),
+            };
+            let mut f = Finding::new(
+                FindingKind::Slow,
+                Subject::node(node),
+                Metric::NcclBusBw,
+                severity,
+                format!(
+                    "{} is in effect on {node} although the test did not choose it (from {}), {consequence}. Remove it from where it came from, or set it in spec.agent.env if the test means it.",
+                    s, s.source
+                ),
+            );
+            f.source = Some(ExpectationSource::Rule);
+            if let Some(b) = below_links {
+                f.measured = b.measured;
+                f.expected = b.expected;
+                f.deviation = b.deviation;
+                f.unit = b.unit.clone();
+                f.source = b.source;
+            }
+            f
+        })
+        .collect()
 }
 
 #[cfg(test)]

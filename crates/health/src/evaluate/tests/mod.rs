@@ -123,6 +123,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         graph_launches: 0,
         compute: Vec::new(),
         compute_gemm_size: None,
+        settings_not_chosen: Vec::new(),
     }
 }
 

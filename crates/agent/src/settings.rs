@@ -1,0 +1,216 @@
+//! The NCCL tuning settings in effect and where each came from, read the way NCCL reads
+//! them: the process environment first, then `NCCL_CONF_FILE` (else `~/.nccl.conf`), then
+//! `/etc/nccl.conf`; the first to set a variable wins. Only the variables the operator names
+//! in `FABRIC_SPEC_ENV` (those the FabricTest's `spec.agent.env` sets) are the test's own.
+
+use gpufabric_api::keys;
+use gpufabric_api::result::{NcclSetting, SettingSource};
+use gpufabric_health::evaluate::tuning::NCCL_TUNING;
+use std::path::{Path, PathBuf};
+
+/// NCCL's system-wide config file.
+pub const SYSTEM_CONF: &str = "/etc/nccl.conf";
+
+/// The settings in effect for this process (its environment, `$HOME/.nccl.conf` and
+/// [`SYSTEM_CONF`]).
+pub fn in_effect() -> Vec<NcclSetting> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    in_effect_from(&env, home.as_deref(), Path::new(SYSTEM_CONF))
+}
+
+/// The tuning settings ([`NCCL_TUNING`]) that `env`, the user's config file (the one
+/// `NCCL_CONF_FILE` names, else `.nccl.conf` in `home`) and `system_conf` give NCCL, sorted
+/// by name, each from the first source that sets it.
+pub fn in_effect_from(
+    env: &[(String, String)],
+    home: Option<&Path>,
+    system_conf: &Path,
+) -> Vec<NcclSetting> {
+    let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let spec = spec_names(var(keys::ENV_SPEC_ENV).unwrap_or(""));
+    let mut sources: Vec<(SettingSource, Vec<(String, String)>)> = Vec::new();
+    sources.push((
+        SettingSource::PodEnv,
+        env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    ));
+    match var("NCCL_CONF_FILE").filter(|p| !p.is_empty()) {
+        Some(path) => sources.push((
+            SettingSource::ConfFile(path.to_string()),
+            read_conf(Path::new(path)),
+        )),
+        None => {
+            if let Some(home) = home {
+                sources.push((SettingSource::UserConf, read_conf(&home.join(".nccl.conf"))));
+            }
+        }
+    }
+    sources.push((SettingSource::SystemConf, read_conf(system_conf)));
+
+    let mut out: Vec<NcclSetting> = Vec::new();
+    for (source, vars) in sources {
+        for (name, value) in vars {
+            if !NCCL_TUNING.contains(&name.as_str()) || out.iter().any(|s| s.name == name) {
+                continue;
+            }
+            let source = match source {
+                SettingSource::PodEnv if spec.contains(&name.as_str()) => SettingSource::Spec,
+                ref other => other.clone(),
+            };
+            out.push(NcclSetting {
+                name,
+                value,
+                source,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The names in a `FABRIC_SPEC_ENV` value: comma-separated, blanks ignored.
+fn spec_names(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The variables of an NCCL config file: `KEY=VALUE` lines, `#` starting a comment line;
+/// none when the file is missing. An unreadable file is said on stderr and read as empty.
+fn read_conf(path: &Path) -> Vec<(String, String)> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse_conf(&text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            eprintln!(
+                "fabric-agent: cannot read NCCL config file {}: {e}; the settings NCCL may take from it are not reported",
+                path.display()
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// NCCL's config file format: one `KEY=VALUE` a line; lines starting with `#` and lines
+/// without `=` are skipped.
+fn parse_conf(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn found(s: &[NcclSetting]) -> Vec<(String, String, SettingSource)> {
+        s.iter()
+            .map(|s| (s.name.clone(), s.value.clone(), s.source.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn only_the_variables_the_spec_names_are_the_tests_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = env(&[
+            ("NCCL_ALGO", "Ring"),
+            ("NCCL_P2P_DISABLE", "1"),
+            ("NCCL_DEBUG", "INFO"),
+            ("PATH", "/bin"),
+            (keys::ENV_SPEC_ENV, "NCCL_DEBUG, NCCL_ALGO"),
+        ]);
+        let s = in_effect_from(&e, Some(dir.path()), &dir.path().join("none.conf"));
+        assert_eq!(
+            found(&s),
+            [
+                ("NCCL_ALGO".into(), "Ring".into(), SettingSource::Spec),
+                ("NCCL_P2P_DISABLE".into(), "1".into(), SettingSource::PodEnv),
+            ]
+        );
+    }
+
+    #[test]
+    fn without_the_spec_list_every_env_setting_is_one_nobody_chose() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = env(&[("NCCL_MAX_NCHANNELS", "2")]);
+        let s = in_effect_from(&e, None, &dir.path().join("none.conf"));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].source, SettingSource::PodEnv);
+    }
+
+    #[test]
+    fn the_files_nccl_reads_are_sources_and_the_env_wins_over_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join(".nccl.conf"),
+            "# site tuning\nNCCL_PROTO=Simple\nNCCL_ALGO = Tree\nnot a setting\n",
+        )
+        .expect("write");
+        let system = dir.path().join("nccl.conf");
+        std::fs::write(
+            &system,
+            "NCCL_PROTO=LL\nNCCL_BUFFSIZE=65536\n#NCCL_IB_DISABLE=1\n",
+        )
+        .expect("write");
+        let e = env(&[("NCCL_ALGO", "Ring")]);
+        let s = in_effect_from(&e, Some(dir.path()), &system);
+        assert_eq!(
+            found(&s),
+            [
+                ("NCCL_ALGO".into(), "Ring".into(), SettingSource::PodEnv),
+                (
+                    "NCCL_BUFFSIZE".into(),
+                    "65536".into(),
+                    SettingSource::SystemConf
+                ),
+                (
+                    "NCCL_PROTO".into(),
+                    "Simple".into(),
+                    SettingSource::UserConf
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn nccl_conf_file_replaces_the_users_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(".nccl.conf"), "NCCL_PROTO=Simple\n").expect("write");
+        let named = dir.path().join("site.conf");
+        std::fs::write(&named, "NCCL_P2P_DISABLE=1\n").expect("write");
+        let path = named.display().to_string();
+        let e = env(&[("NCCL_CONF_FILE", path.as_str())]);
+        let s = in_effect_from(&e, Some(dir.path()), &dir.path().join("none.conf"));
+        assert_eq!(
+            found(&s),
+            [(
+                "NCCL_P2P_DISABLE".into(),
+                "1".into(),
+                SettingSource::ConfFile(path.clone())
+            )]
+        );
+    }
+
+    #[test]
+    fn a_config_file_is_never_the_tests_own_even_for_a_name_the_spec_sets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let system = dir.path().join("nccl.conf");
+        std::fs::write(&system, "NCCL_ALGO=Tree\n").expect("write");
+        // The spec lists NCCL_ALGO but the pod env lost it: the file's value is in effect.
+        let e = env(&[(keys::ENV_SPEC_ENV, "NCCL_ALGO")]);
+        let s = in_effect_from(&e, None, &system);
+        assert_eq!(s[0].source, SettingSource::SystemConf);
+    }
+}
