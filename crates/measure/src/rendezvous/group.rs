@@ -1,6 +1,7 @@
 //! The ranks after a successful rendezvous: barriers and small all-gathers over the open
 //! connections, every frame sealed (see `session`).
 
+#[cfg(test)]
 use super::serve::Admission;
 use super::session::{FrameError, Link};
 use super::wire::{Kind, decode_all, encode_all, set_deadline};
@@ -14,7 +15,9 @@ pub(crate) struct Group {
     pub(super) config: Config,
     /// Rank 0: the connection of rank r at index r - 1. Other ranks: one connection.
     pub(super) links: Vec<Link>,
-    /// Rank 0: what its door turned away while the group gathered.
+    /// Rank 0: what its door turned away while the group gathered (logged as it forms; kept
+    /// for the tests).
+    #[cfg(test)]
     pub(super) admission: Admission,
 }
 impl Group {

@@ -190,6 +190,7 @@ fn attempt(
             let group = Group {
                 config: config.clone(),
                 links: vec![Link { stream, session }],
+                #[cfg(test)]
                 admission: Default::default(),
             };
             Ok((group, id))

@@ -98,18 +98,21 @@ pub(crate) fn serve_on(
         })?;
         links.push(link);
     }
-    if door.refusals.total() > 0 {
+    let admission = door.admission();
+    if admission.refusals.total() > 0 {
         tracing::warn!(
-            "rendezvous {}: refused {} connection(s): {}",
+            "rendezvous {}: refused {} connection(s): {} (at most {} handshakes at once)",
             config.group,
-            door.refusals.total(),
-            door.refusals
+            admission.refusals.total(),
+            admission.refusals,
+            admission.peak_handshakes
         );
     }
     Ok(Group {
         config: config.clone(),
         links,
-        admission: door.admission(),
+        #[cfg(test)]
+        admission,
     })
 }
 
