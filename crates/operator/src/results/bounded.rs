@@ -119,7 +119,7 @@ mod tests {
         let doc = b"progress\n{\"node\":\"a\"}\n".to_vec();
         let got = read_bounded(&doc[..], MAX_LOG_BYTES).await;
         assert_eq!(got, Ok(doc));
-        let exact = vec![b'x'; 100];
+        let exact = [b'x'; 100];
         assert_eq!(
             read_bounded(&exact[..], 100).await.map(|v| v.len()),
             Ok(100)
