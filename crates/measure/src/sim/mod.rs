@@ -139,17 +139,22 @@ fn hang(
     match hang {
         None => None,
         Some(true) => {
-            progress(&format!(
+            let what = format!(
                 "{}: stuck (simulated hang beyond the watchdog)",
                 phase.api_name()
-            ));
+            );
+            // The sim computes its phases together: the hang names its own.
+            crate::activity::enter(what.as_str());
+            progress(&what);
             tracing::warn!(node = %node.name, ?phase, "simulated stuck agent: blocking until killed");
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
         }
         Some(false) => {
-            progress(&format!("{}: hanging (simulated)", phase.api_name()));
+            let what = format!("{}: hanging (simulated)", phase.api_name());
+            crate::activity::enter(what.as_str());
+            progress(&what);
             // The simulated work waits on a completion that never comes; the watchdog
             // gives up after the phase timeout, as it does on a hung NCCL call.
             let (_done, wait) = std::sync::mpsc::channel::<()>();
