@@ -211,9 +211,10 @@ fn a_rank_with_another_secret_is_turned_away_and_both_say_so() {
         (out0.status.code(), out1.status.code()),
         (Some(EXIT_NOT_MEASURED), Some(EXIT_NOT_MEASURED))
     );
+    // Rank 0 says why it refused (protocol version 2), and the joining rank names it.
     let m1 = d1.not_measured.expect("rank 1 not measured").message;
     assert!(
-        m1.contains("closed the connection during the handshake"),
+        m1.contains("refused this rank: wrong secret or group"),
         "{m1}"
     );
     let m0 = d0.not_measured.expect("rank 0 not measured").message;

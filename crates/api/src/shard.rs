@@ -7,10 +7,11 @@ use crate::run::{NodeRunResult, NodeVerdict};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-/// Most nodes one shard holds. A node's entry is at most about 1 KiB (a 253-character node
-/// name, a pod name, a reason cut to [`MAX_REASON`]), so a shard stays far below etcd's
-/// 1.5 MiB and below 256 KiB.
-pub const NODES_PER_SHARD: usize = 100;
+/// Most nodes one shard holds. A node's entry is at most about 3 KiB (a 253-character node
+/// name, a pod name and the UID it was made with, a reason cut to [`MAX_REASON`], its node
+/// pairs' records with their pods' UIDs), so a shard stays far below etcd's 1.5 MiB and below
+/// 256 KiB (`crates/operator/tests/object_sizes.rs`).
+pub const NODES_PER_SHARD: usize = 80;
 
 /// Longest `reason` or `finding` a shard entry keeps, in bytes (the full text stays in the
 /// pod and its Events).
@@ -25,7 +26,7 @@ pub const MAX_REASON: usize = 300;
     shortname = "ftrs",
     category = "gpufabric",
     status = "FabricTestRunShardStatus",
-    doc = "The per-node results of one slice (at most 100 nodes; 200 in runs made by earlier versions) of a FabricTestRun; owned by the run and deleted with it.",
+    doc = "The per-node results of one slice (at most 80 nodes; 100 or 200 in runs made by earlier versions) of a FabricTestRun; owned by the run and deleted with it.",
     printcolumn(name = "Run", type_ = "string", json_path = ".spec.run"),
     printcolumn(name = "Index", type_ = "integer", json_path = ".spec.index"),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodeCount"),

@@ -139,9 +139,10 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
 
     // Shards: every node's result.
     let mut shard_objects = shards::build(&run(), &names).expect("shards");
-    assert_eq!(shard_objects.len(), 100);
+    let per_shard = gpufabric_api::shard::NODES_PER_SHARD;
+    assert_eq!(shard_objects.len(), NODES.div_ceil(per_shard));
     let mut largest_shard = 0;
-    for (s, chunk) in shard_objects.iter_mut().zip(nodes.chunks(100)) {
+    for (s, chunk) in shard_objects.iter_mut().zip(nodes.chunks(per_shard)) {
         s.status = Some(FabricTestRunShardStatus::of(chunk.to_vec()));
         largest_shard = largest_shard.max(size(s));
     }
@@ -160,7 +161,7 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
     let mut status = FabricTestRunStatus {
         phase: RunPhase::Succeeded,
         node_count: NODES as u32,
-        shards: 100,
+        shards: NODES.div_ceil(per_shard) as u32,
         progress: Some(RunProgress {
             done: NODES as u32,
             total: NODES as u32,
