@@ -670,17 +670,27 @@ fn hung_fleet() -> Fleet {
     f
 }
 
-/// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
-/// as the kubelet does when the node runs low on memory), until `n` are.
-async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Eviction) {
+/// Calls `act` once on each benchmark pod of the test `name` as soon as its agent runs, until
+/// `n` pods have been acted on (`what` names the act in a failure); returns their names.
+async fn act_on_running_pods<F, Fut>(
+    env: &OperatorEnv,
+    name: &str,
+    n: usize,
+    what: &str,
+    act: F,
+) -> std::collections::BTreeSet<String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let pods = env.pods_api();
     let selector = format!("{LABEL_TEST}={name}");
-    let mut evicted = std::collections::BTreeSet::new();
+    let mut done = std::collections::BTreeSet::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while evicted.len() < n {
+    while done.len() < n {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{name}: only {evicted:?} of {n} pods ran to be evicted"
+            "{name}: only {done:?} of {n} pods ran to be {what}"
         );
         let list = pods
             .list(&ListParams::default().labels(&selector))
@@ -690,15 +700,25 @@ async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Evicti
         for p in list {
             let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             let pod = p.name_any();
-            if running && !evicted.contains(&pod) {
-                env.kubelet
-                    .evict_pod(&env.ns, &pod, how)
-                    .expect("the kubelet runs the pod");
-                evicted.insert(pod);
+            if running && !done.contains(&pod) {
+                act(pod.clone()).await;
+                done.insert(pod);
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    done
+}
+
+/// Evicts each benchmark pod of the test `name` as soon as its agent runs (node pressure,
+/// as the kubelet does when the node runs low on memory), until `n` are.
+async fn evict_running_pods(env: &OperatorEnv, name: &str, n: usize, how: Eviction) {
+    act_on_running_pods(env, name, n, "evicted", |pod| async move {
+        env.kubelet
+            .evict_pod(&env.ns, &pod, how)
+            .expect("the kubelet runs the pod");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -764,35 +784,19 @@ async fn delete_running_pods(
     release: tokio::sync::watch::Receiver<bool>,
 ) {
     let pods = env.pods_api();
-    let selector = format!("{LABEL_TEST}={name}");
-    let mut deleted = std::collections::BTreeSet::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    while deleted.len() < n {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{name}: only {deleted:?} of {n} pods ran to be deleted"
-        );
-        let list = pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map(|l| l.items)
-            .unwrap_or_default();
-        for p in list {
-            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-            let pod = p.name_any();
-            if running && !deleted.contains(&pod) {
-                let hold = json!({"metadata": {"finalizers": ["outcomes.gpufabric.io/hold"]}});
-                pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&hold))
-                    .await
-                    .expect("finalizer added");
-                pods.delete(&pod, &Default::default())
-                    .await
-                    .expect("pod deleted");
-                deleted.insert(pod);
-            }
+    let deleted = act_on_running_pods(env, name, n, "deleted", |pod| {
+        let pods = pods.clone();
+        async move {
+            let hold = json!({"metadata": {"finalizers": ["outcomes.gpufabric.io/hold"]}});
+            pods.patch(&pod, &PatchParams::default(), &Patch::Merge(&hold))
+                .await
+                .expect("finalizer added");
+            pods.delete(&pod, &Default::default())
+                .await
+                .expect("pod deleted");
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let mut release = release;
     let _ = release.wait_for(|r| *r).await;
     for pod in deleted {
