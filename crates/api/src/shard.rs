@@ -178,8 +178,9 @@ mod tests {
                 .all(|n| n.reason.as_ref().is_some_and(|r| r.len() <= MAX_REASON))
         );
         assert_eq!(shard_count(0), 0);
-        assert_eq!(shard_count(100), 1);
-        assert_eq!(shard_count(101), 2);
-        assert_eq!(shard_count(10_001), 101);
+        assert_eq!(shard_count(1), 1);
+        assert_eq!(shard_count(NODES_PER_SHARD), 1);
+        assert_eq!(shard_count(NODES_PER_SHARD + 1), 2);
+        assert_eq!(shard_count(10_000), 125);
     }
 }
