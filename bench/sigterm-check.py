@@ -63,8 +63,17 @@ def read(path):
 
 
 def record(kind, at, p, term, t_sig, tmp, tag, other=None):
-    stopped = ended(p, 30)
+    # Polled rather than waited: the time the stop was written (the termination message) and
+    # the time the process was reaped are told apart.
+    written = None
+    while p.poll() is None and time.time() - t_sig < 30:
+        if written is None and os.path.getsize(term) > 0:
+            written = time.time() - t_sig
+        time.sleep(0.01)
+    stopped = p.poll() is not None
     took = time.time() - t_sig
+    if written is None and os.path.getsize(term) > 0:
+        written = took
     if not stopped:
         p.kill()
         p.wait()
@@ -74,12 +83,15 @@ def record(kind, at, p, term, t_sig, tmp, tag, other=None):
     last_log = [l for l in read(os.path.join(tmp, f"{tag}.log")).splitlines() if l.strip()][-3:]
     phase = msg.splitlines()[0] if msg else ""
     row = {"kind": kind, "at_s": round(at, 2), "exit": code, "stop_s": round(took, 3),
+           "written_s": None if written is None else round(written, 3),
            "within_2s": stopped and took <= 2.0, "ok": code == 143 and stopped and took <= 2.0,
            "phase_line": phase, "message": msg[:600], "log_tail": last_log}
     if other is not None:
         row["other_rank_exit"] = other
     rows.append(row)
-    print(f"{kind:10} SIGTERM at {at:6.2f} s: exit {code}, ended {took:5.2f} s later; {phase[:110]}",
+    wrote = "-" if written is None else f"{written:.2f}"
+    print(f"{kind:10} SIGTERM at {at:6.2f} s: exit {code}, stop written {wrote} s, reaped {took:5.2f} s "
+          f"later; {phase[:100]}",
           flush=True)
 
 
