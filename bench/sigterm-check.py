@@ -62,7 +62,7 @@ def read(path):
         return ""
 
 
-def record(kind, at, p, term, t_sig, tmp, tag, other=None):
+def record(kind, at, p, term, t_sig, tmp, tag):
     # Polled rather than waited: the time the stop was written (the termination message) and
     # the time the process was reaped are told apart.
     written = None
@@ -86,13 +86,12 @@ def record(kind, at, p, term, t_sig, tmp, tag, other=None):
            "written_s": None if written is None else round(written, 3),
            "within_2s": stopped and took <= 2.0, "ok": code == 143 and stopped and took <= 2.0,
            "phase_line": phase, "message": msg[:600], "log_tail": last_log}
-    if other is not None:
-        row["other_rank_exit"] = other
     rows.append(row)
     wrote = "-" if written is None else f"{written:.2f}"
     print(f"{kind:10} SIGTERM at {at:6.2f} s: exit {code}, stop written {wrote} s, reaped {took:5.2f} s "
           f"later; {phase[:100]}",
           flush=True)
+    return row
 
 
 def node_check_length():
@@ -135,13 +134,19 @@ def two_ranks(kind, args_of, length, n):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
             o, _, olog = procs[1 - victim]
+            # The stopped rank first: its time is from the signal to its own end, whatever
+            # its peer does.
+            row = record(f"{kind} r{victim}", at, p, term, t, tmp, f"r{victim}")
             # The other rank ends on its own: its peer is gone (not measured, exit 5), or it
             # had finished.
             ended(o, 75)
             if o.poll() is None:
                 o.kill()
                 o.wait()
-            record(f"{kind} r{victim}", at, p, term, t, tmp, f"r{victim}", other=o.returncode)
+            row["other_rank_exit"] = o.returncode
+            row["other_rank_s"] = round(time.time() - t, 3)
+            print(f"{'':10} the other rank: exit {o.returncode}, {row['other_rank_s']:.2f} s after the signal",
+                  flush=True)
             log.close()
             olog.close()
 
