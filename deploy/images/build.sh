@@ -17,6 +17,13 @@
 #                         again, every layer rewritten; the cargo binaries are reused, not
 #                         rebuilt) and fail unless both manifest digests are the same
 #   --apt-update          refresh the Debian package lists now (otherwise once a day)
+#   --binaries DIR        take fabric-operator and fabric-agent from DIR (release builds of
+#                         this commit) instead of building them in target/image
+#   --kit DIR             for the agent, write instead of its archive a kit to assemble the
+#                         same image on a GPU host from that host's own NCCL and cuBLAS (the
+#                         pinned versions): DIR/agent-kit.tar.xz (every layer but the two
+#                         wheels', and the image's oci.py arguments), small enough to carry.
+#                         On the host: deploy/images/assemble-agent.sh KIT OUT
 #
 # Writes DIR/fabric-operator.oci.tar, DIR/fabric-agent.oci.tar and DIR/images.env (each
 # image's reference, digest and archive path, for tests to source). Load on a node with
@@ -49,6 +56,8 @@ tag=
 only=
 check=false
 apt_update=false
+binaries=
+kit=
 while [ $# -gt 0 ]; do
     case $1 in
         --out) out=${2:?--out needs a directory}; shift ;;
@@ -59,6 +68,8 @@ while [ $# -gt 0 ]; do
             shift ;;
         --check-reproducible) check=true ;;
         --apt-update) apt_update=true ;;
+        --binaries) binaries=$(realpath "${2:?--binaries needs a directory}"); shift ;;
+        --kit) kit=${2:?--kit needs a directory}; shift ;;
         -h|--help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument $1" ;;
     esac
@@ -254,6 +265,17 @@ EOF
 
 # --- The binaries ---------------------------------------------------------------------------
 build_binaries() {
+    if [ -n "$binaries" ]; then
+        say "binaries from $binaries (stripped)"
+        mkdir -p target/image/release
+        local b
+        for b in fabric-operator fabric-agent; do
+            [ -x "$binaries/$b" ] || die "$binaries/$b is missing"
+            install -m 0755 "$binaries/$b" "target/image/release/$b"
+            strip "target/image/release/$b"
+        done
+        return
+    fi
     say "cargo build --release --locked (target/image)"
     local home=${CARGO_HOME:-$HOME/.cargo}
     # No paths of this machine in the binaries: the workspace reads /src, the cargo home /cargo.
@@ -406,6 +428,10 @@ pack() {
         else
             args+=(--label "org.opencontainers.image.description=gpufabric operator: schedules FabricTests, runs benchmark pods, quarantines failing nodes")
         fi
+        if [ -n "$kit" ] && [ "$name" = agent ]; then
+            write_kit "$dest" "${args[@]}"
+            continue
+        fi
         python3 deploy/images/oci.py "${layers[@]}" "${args[@]}" >&2 || die "oci.py failed for fabric-$name"
         python3 -c '
 import json, sys
@@ -414,6 +440,23 @@ print(sys.argv[2], s["ref"], s["digest"], s["compressed_size"], s["uncompressed_
       "%.1f" % (float(sys.argv[4]) - float(sys.argv[3])))' "$work/$name.json" "$name" "$t0" "$(date +%s.%N)"
     done
     rm -rf "$work"
+}
+
+# The agent's kit (--kit): its layers but the two wheels', in the image's order, and the
+# arguments oci.py was to get, for deploy/images/assemble-agent.sh to finish on a GPU host.
+write_kit() {
+    local dest=$1; shift
+    mkdir -p "$kit/.stage/layers"
+    cp -a "$work/base" "$kit/.stage/layers/1-base"
+    cp -a "$work/agent-debs" "$kit/.stage/layers/2-agent-debs"
+    cp -a "$work/bin-agent" "$kit/.stage/layers/5-bin"
+    printf '%s\n' "$@" | sed "s|^$dest/fabric-agent.oci.tar\$|@OUT@|; s|^$work/agent.json\$|@SUMMARY@|" \
+        > "$kit/.stage/oci-args"
+    cp deploy/agent-image/versions.env "$kit/.stage/versions.env"
+    echo "$SOURCE_DATE_EPOCH" > "$kit/.stage/epoch"
+    cat "$work/wheels/nccl.packages" "$work/wheels/cublas.packages" > "$kit/.stage/wheels"
+    tar -C "$kit/.stage" -cf - . | xz -T0 -6 > "$kit/agent-kit.tar.xz"
+    rm -rf "$kit/.stage"
 }
 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
@@ -456,7 +499,11 @@ while read -r name ref digest compressed uncompressed seconds; do
     printf '%-16s %-71s %11s %13s %6ss\n' "fabric-$name" "$digest" "$(mib "$compressed")" "$(mib "$uncompressed")" "$seconds"
 done < "$crates/first"
 echo "cargo ${t_cargo}s, wheels ${t_wheels}s, Debian packages and packing ${t_pack}s, total $(( $(date +%s) - started ))s"
-echo "wrote $(for n in "${images[@]}"; do printf '%s ' "$out/fabric-$n.oci.tar"; done)$out/images.env"
+if [ -n "$kit" ]; then
+    echo "wrote $kit/agent-kit.tar.xz (assemble on a GPU host: deploy/images/assemble-agent.sh)"
+else
+    echo "wrote $(for n in "${images[@]}"; do printf '%s ' "$out/fabric-$n.oci.tar"; done)$out/images.env"
+fi
 
 if $check; then
     say "packing again from scratch to compare digests (the cargo binaries are reused, not rebuilt)"
