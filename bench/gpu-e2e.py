@@ -72,6 +72,11 @@ FAULTS = {
     "sdc": f"one bit of GPU {LAST}'s SDC output flipped (node side, not the spec)",
 }
 
+# E2E_NODE=real: the host is a real node (kubelet, containerd, the GPU device plugin) running
+# the agent image E2E_AGENT_IMAGE.
+REAL = ENV.get("E2E_NODE") == "real"
+AGENT_IMAGE = ENV.get("E2E_AGENT_IMAGE", "")
+
 S = requests.Session()
 # Given with every request: a session's own `verify` loses to $REQUESTS_CA_BUNDLE.
 TLS = {"verify": os.path.join(PKI, "ca.crt"),
@@ -228,8 +233,11 @@ def step_setup(doc):
         return True
 
     wait("CRDs established", established, 60)
+    # Pod Security "restricted" enforced, as the chart does: every benchmark pod the operator
+    # builds by default must be admitted under it.
+    psa = {f"pod-security.kubernetes.io/{m}": "restricted" for m in ("enforce", "warn")}
     req("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": NS}}, ok=(200, 201, 409))
+                                       "metadata": {"name": NS, "labels": psa}}, ok=(200, 201, 409))
     t_ns = time.time()
     sa = wait("the namespace's default ServiceAccount (kube-controller-manager)",
               lambda: get(f"/api/v1/namespaces/{NS}/serviceaccounts/default", missing_ok=True), 90)
@@ -255,6 +263,8 @@ def step_setup(doc):
                 tainted.add(n)
             if not ready or NOT_READY in taints:
                 return None
+            if REAL and n == HOST and o["status"].get("allocatable", {}).get("nvidia.com/gpu") != str(GPUS):
+                return None  # the device plugin has not registered its GPUs yet
             out[n] = {"labels": {k: v for k, v in o["metadata"]["labels"].items()
                                  if k.startswith(("nvidia.com/", "e2e."))},
                       "gpus": o["status"]["allocatable"].get("nvidia.com/gpu"),
@@ -264,7 +274,8 @@ def step_setup(doc):
     ready = wait("nodes Ready without the not-ready taint", nodes_ready, 120)
     h = (ready or {}).get(HOST, {}).get("labels", {})
     row(doc, "nodes registered",
-        f"fabric-kubelet: {HOST} ({h.get('nvidia.com/gpu.count', '?')} x "
+        f"{'kubelet, containerd, GPU device plugin' if REAL else 'fabric-kubelet'}: "
+        f"{HOST} ({h.get('nvidia.com/gpu.count', '?')} x "
         f"{h.get('nvidia.com/gpu.product', '?')}), emulated {', '.join(EMULATED) or 'none'} (1 GPU each)",
         (f"Ready; the not-ready taint (seen on {len(tainted)} of {len(all_nodes)} nodes here) "
          "lifted by kube-controller-manager's node lifecycle controller")
@@ -603,6 +614,70 @@ def step_probe(doc):
         decided, took_of(marks), ok, checks=checks, probe=probe, run_status=st)
 
 
+def own_gpus_pod(name, gpus):
+    """A pod as a user's GPU job would be, under the namespace's restricted Pod Security:
+    `gpus` GPUs through the device plugin, the agent image's quick node check."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"e2e.gpufabric.io/step": "own-gpus"}},
+        "spec": {
+            "nodeName": HOST, "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "agent", "image": AGENT_IMAGE, "imagePullPolicy": "IfNotPresent",
+                "args": ["node-check", "--quick"],
+                "env": [{"name": "NCCL_NVLS_ENABLE", "value": "0"}],
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+            }],
+            "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}],
+        },
+    }
+
+
+def step_own_gpus(doc):
+    """Two pods of half the host's GPUs each, at once: each must see exactly the GPUs it was
+    allocated (no GPU of the other pod, none missing), and measure them."""
+    t0 = time.time()
+    half = max(GPUS // 2, 1)
+    names = ["e2e-own-gpus-a", "e2e-own-gpus-b"]
+    for n in names:
+        req("POST", f"/api/v1/namespaces/{NS}/pods", own_gpus_pod(n, half))
+
+    def done():
+        phases = {n: get(f"/api/v1/namespaces/{NS}/pods/{n}")["status"].get("phase") for n in names}
+        return phases if all(p in ("Succeeded", "Failed") for p in phases.values()) else None
+
+    phases = wait("both pods ended", done, 240) or {}
+    seen = {}
+    for n in names:
+        r = S.get(f"{API}/api/v1/namespaces/{NS}/pods/{n}/log", timeout=30, **TLS)
+        lines = [l for l in r.text.splitlines() if l.startswith("{")]
+        try:
+            d = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            d = {}
+        seen[n] = {"phase": phases.get(n),
+                   "gpus": [(g.get("uuid"), g.get("pciBusId")) for g in d.get("gpus", [])],
+                   "log_tail": r.text.splitlines()[-3:] if not lines else []}
+    host = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.split()
+    a, b = ({u for u, _ in seen[n]["gpus"]} for n in names)
+    ok = (all(seen[n]["phase"] == "Succeeded" for n in names) and len(a) == half and len(b) == half
+          and not a & b and (a | b) <= set(host))
+    decided = "; ".join(f"{n}: {seen[n]['phase']}, GPUs " +
+                        ", ".join(f"{(p or '?')} {(u or '?')[:12]}" for u, p in seen[n]["gpus"])
+                        for n in names)
+    decided += f"; disjoint: {not a & b}, all the host's: {(a | b) <= set(host)}"
+    row(doc, "own GPUs", f"two pods at once, nvidia.com/gpu: {half} each, image {AGENT_IMAGE}",
+        decided, f"{secs(t0)} s", ok, pods=seen, host_gpus=host)
+    for n in names:
+        req("DELETE", f"/api/v1/namespaces/{NS}/pods/{n}", ok=(200, 202, 404))
+
+
 def step_table(doc):
     print()
     print("| # | step | applied | what the operator decided | took | ok |")
@@ -636,7 +711,8 @@ def step_table(doc):
 
 
 STEPS = {"setup": step_setup, "clean": step_clean, "fault": step_fault,
-         "release": step_release, "pairs": step_pairs, "probe": step_probe, "table": step_table}
+         "release": step_release, "pairs": step_pairs, "probe": step_probe, "table": step_table,
+         "own-gpus": step_own_gpus}
 
 
 def main():

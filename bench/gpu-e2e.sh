@@ -31,6 +31,13 @@
 #                            netns-nodes.sh and iproute2's
 #                            Debian packages beside it
 #   bench/gpu-e2e.sh         on the GPU host, as root: the whole path (reads .device/)
+#   bench/gpu-e2e.sh pack-realnode   here: .device/realnode for E2E_NODE=real (the kubelet,
+#                            containerd, runc, CNI plugins, the GPU device plugin fixture, and
+#                            the agent image's kit; E2E_RUST_BIN=DIR names the release binaries)
+#   E2E_NODE=real bench/gpu-e2e.sh   on the GPU host: the host a real node instead (see
+#                            bench/gpu-e2e-realnode.sh): steps 1-3 with the agent image under
+#                            the kubelet, then two pods of half the GPUs each, each measuring
+#                            its own; no emulated nodes
 #   bench/gpu-e2e.sh sim     a dry run of the same script here, no GPU: the agent's sim
 #                            backend, the fault and the shaped link written into the sim
 #                            fleet file instead, no network namespaces (E2E_BIN=DIR: the
@@ -51,6 +58,12 @@ HOST_NODE=gpu-host
 RATE=${E2E_RATE:-2gbit}
 
 # ---- pack (here) ------------------------------------------------------------------------
+if [ "$MODE" = pack-realnode ]; then
+  set -e
+  . bench/gpu-e2e-realnode.sh
+  realnode_pack
+  exit 0
+fi
 if [ "$MODE" = pack ]; then
   set -e
   cp_bin=${GPUFABRIC_CLUSTER_BIN:-$(tests/cluster/build.sh)}
@@ -150,6 +163,11 @@ PY
   sleep 1
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   [ $SIM = 0 ] && [ -n "${NETNS:-}" ] && $NETNS down >/dev/null 2>&1
+  if [ "${REAL:-0}" = 1 ]; then
+    # The containers' shims outlive containerd; their logs go with the others.
+    pkill -f containerd-shim-runc-v2 2>/dev/null
+    cp -r "$W/realnode/pod-logs" "$W/logs/pod-logs" 2>/dev/null
+  fi
   (cd "$W" && tar -cf - logs pods 2>/dev/null | xz -T0 > "$OUT/logs.tar.xz") || true
   [ $SIM = 0 ] && nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
   banner "done"
@@ -194,6 +212,15 @@ fi
 # their own (label e2e.gpufabric.io/own-gpu), at most four.
 N=0
 [ "$G" -ge 2 ] && N=6
+# E2E_NODE=real: the host is a real node (containerd, runc, the kubelet, a GPU device plugin,
+# the agent image; bench/gpu-e2e-realnode.sh), without emulated nodes. E2E_EMULATED_NODES=0:
+# no emulated nodes with the process-kubelet either.
+REAL=0
+if [ "${E2E_NODE:-process}" = real ]; then
+  REAL=1 N=0
+  . bench/gpu-e2e-realnode.sh
+fi
+[ "${E2E_EMULATED_NODES:-6}" = 0 ] && N=0
 SHAPED_I=$((N - 1))
 OWN=$((G < 4 ? G : 4))
 EMULATED=""
@@ -345,10 +372,17 @@ cat "$W/fleet.yaml"
 } > "$AGENT_BIN/fabric-agent"
 chmod +x "$AGENT_BIN/fabric-agent"
 rm -rf "$W/pods"
-export E2E_KUBELET_START=$(date +%s.%N)
-RUST_LOG=info "$BIN/fabric-kubelet" --kubeconfig "$W/admin.kubeconfig" --fleet "$W/fleet.yaml" \
-  --agent-bin-dir "$AGENT_BIN" --root-dir "$W/pods" "${POD_IPS[@]}" > "$W/logs/kubelet.log" 2>&1 &
-PIDS+=($!)
+OPERATOR_ARGS=()
+if [ $REAL = 1 ]; then
+  realnode_up "$HOST_NODE" || { echo "the real node could not be brought up"; exit 1; }
+  OPERATOR_ARGS=(--agent-image "$AGENT_IMAGE")
+  export E2E_NODE=real E2E_AGENT_IMAGE=$AGENT_IMAGE
+else
+  export E2E_KUBELET_START=$(date +%s.%N)
+  RUST_LOG=info "$BIN/fabric-kubelet" --kubeconfig "$W/admin.kubeconfig" --fleet "$W/fleet.yaml" \
+    --agent-bin-dir "$AGENT_BIN" --root-dir "$W/pods" "${POD_IPS[@]}" > "$W/logs/kubelet.log" 2>&1 &
+  PIDS+=($!)
+fi
 
 banner "CRDs, namespace, nodes ready"
 python3 bench/gpu-e2e.py setup || { echo "setup failed"; python3 bench/gpu-e2e.py table; exit 1; }
@@ -356,7 +390,7 @@ python3 bench/gpu-e2e.py setup || { echo "setup failed"; python3 bench/gpu-e2e.p
 banner "operator"
 RUST_LOG=info,gpufabric_operator=debug,kube=warn "$BIN/fabric-operator" run \
   --kubeconfig "$W/admin.kubeconfig" --pod-namespace "$NS" --admin-addr "127.0.0.1:$OP_PORT" \
-  --metrics-auth none \
+  --metrics-auth none "${OPERATOR_ARGS[@]}" \
   > "$W/logs/operator.log" 2>&1 &
 PIDS+=($!)
 sleep 2
@@ -370,6 +404,10 @@ for fault in ${E2E_FAULTS:-hidden-gpu sdc}; do
   banner "3. release after $fault"
   python3 bench/gpu-e2e.py "release:$fault"
 done
+if [ $REAL = 1 ]; then
+  banner "4. two pods of $((G / 2)) GPUs on $HOST_NODE, each measuring its own"
+  python3 bench/gpu-e2e.py own-gpus
+fi
 if [ "$N" -gt 0 ]; then
   banner "4. node pairs over $EMULATED, emu-$SHAPED_I's link at $RATE"
   if [ $SIM = 0 ]; then
