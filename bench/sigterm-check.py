@@ -139,7 +139,7 @@ def two_ranks(kind, args_of, length, n):
             row = record(f"{kind} r{victim}", at, p, term, t, tmp, f"r{victim}")
             # The other rank ends on its own: its peer is gone (not measured, exit 5), or it
             # had finished.
-            ended(o, 75)
+            ended(o, 30)
             if o.poll() is None:
                 o.kill()
                 o.wait()
@@ -154,13 +154,13 @@ def two_ranks(kind, args_of, length, n):
 def pair_args(rank, port):
     return ["node-pair", "--backend", "cuda", "--nodes", "a,b", "--group", "sigterm",
             "--secret", "0123456789abcdef0123456789abcdef", "--rendezvous", f"127.0.0.1:{port}",
-            "--rank", str(rank), "--rendezvous-timeout", "10", "--timeout", "60"]
+            "--rank", str(rank), "--rendezvous-timeout", "10", "--timeout", "15"]
 
 
 def probe_args(rank, port):
     return ["ddp-nodes", "--backend", "cuda", "--nodes", "a,b", "--group", "sigterm",
             "--secret", "0123456789abcdef0123456789abcdef", "--rendezvous", f"127.0.0.1:{port}",
-            "--rank", str(rank), "--rendezvous-timeout", "10", "--timeout", "60"]
+            "--rank", str(rank), "--rendezvous-timeout", "10", "--timeout", "15"]
 
 
 def clean_length(args_of):

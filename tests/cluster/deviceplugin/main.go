@@ -5,9 +5,10 @@
 // with no container toolkit, no CDI and no NVML: what a test needs to see a pod get its own
 // GPUs and nothing else.
 //
-// A fault file (-fault-file) makes the node's side break as hardware would: when it holds
-// "hidden-gpu", an allocation of N GPUs hands the container only N-1 of their device nodes (the
-// node advertises a GPU its pods cannot see). It is read at every allocation.
+// A fault file (-fault-file) makes the node's side break as hardware would, read at every
+// allocation: "hidden-gpu" hands a container allocated N GPUs only N-1 of their device nodes
+// (the node advertises a GPU its pods cannot see); "sdc" sets the agent's test hook that flips
+// one bit of the last GPU's silent-data-corruption output (a GPU computing a wrong result).
 package main
 
 import (
@@ -97,6 +98,9 @@ func (p *plugin) Allocate(_ context.Context, r *pluginapi.AllocateRequest) (*plu
 		resp := &pluginapi.ContainerAllocateResponse{
 			Envs:   map[string]string{"NVIDIA_VISIBLE_DEVICES": join(given)},
 			Mounts: p.mounts,
+		}
+		if fault == "sdc" && len(given) > 0 {
+			resp.Envs["FABRIC_TEST_FLIP_SDC_BIT"] = strconv.Itoa(len(given) - 1)
 		}
 		for _, g := range given {
 			resp.Devices = append(resp.Devices, node(fmt.Sprintf("nvidia%d", g)))
