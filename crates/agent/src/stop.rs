@@ -15,19 +15,13 @@ pub fn crash_on_stop(code: i32) {
     STOP_CODE.store(code, Ordering::SeqCst);
 }
 
-/// How long a stop waits for the NCCL communicators to abort before it ends the process
-/// anyway: the stop is due within 2 s of the signal.
-const ABORT_BUDGET: std::time::Duration = std::time::Duration::from_millis(1200);
-
 /// Handles SIGTERM from now on, on a thread of its own: the phase is said (see
 /// [`crate::output::write_stopped`]) and the process ends with
 /// [`Exit::Stopped`](crate::exit::Exit::Stopped): 128 + 15, what the signal itself would
 /// give, so that the operator reads the stop as it always has. It ends through
-/// [`gpufabric_measure::activity::stop_now`], never `std::process::exit`: the exit handlers of
+/// [`gpufabric_measure::activity::end_now`], never `std::process::exit`: the exit handlers of
 /// the GPU libraries, run while a collective is in flight on another thread, crash the
-/// process (a segmentation fault that would read as the node's). Before it ends, the NCCL
-/// communicators in flight are aborted (at most [`ABORT_BUDGET`]): a rank whose peer shares
-/// GPU memory with it is otherwise not reaped until the peer times out.
+/// process (a segmentation fault that would read as the node's).
 pub fn on_sigterm() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -42,10 +36,7 @@ pub fn on_sigterm() -> anyhow::Result<()> {
         .spawn(move || {
             if runtime.block_on(term.recv()).is_some() {
                 let _held = crate::output::write_stopped("SIGTERM");
-                gpufabric_measure::activity::stop_now(
-                    STOP_CODE.load(Ordering::SeqCst),
-                    ABORT_BUDGET,
-                );
+                gpufabric_measure::activity::end_now(STOP_CODE.load(Ordering::SeqCst));
             }
         })
         .context("starting the SIGTERM handler")?;

@@ -3,43 +3,8 @@
 //! phase rather than the last line it happened to print; and how such a process ends at once.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 static NOW: Mutex<Option<String>> = Mutex::new(None);
-
-/// What a stop must undo before the process ends (aborting NCCL communicators), registered
-/// by the backends that hold such state. Each is kept once.
-static ON_STOP: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
-
-/// Before a stop ends the process, `hook` runs (see [`stop_now`]).
-pub fn on_stop(hook: fn()) {
-    let mut hooks = ON_STOP.lock().unwrap_or_else(|e| e.into_inner());
-    if !hooks.iter().any(|h| std::ptr::fn_addr_eq(*h, hook)) {
-        hooks.push(hook);
-    }
-}
-
-/// Ends the process for a stop with `code`: first runs the hooks of [`on_stop`] on a thread
-/// of their own, waiting for them at most `budget` (a hook stuck in a driver call must not
-/// hold the stop up), then [`end_now`].
-pub fn stop_now(code: i32, budget: Duration) -> ! {
-    let hooks: Vec<fn()> = ON_STOP.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    if !hooks.is_empty() {
-        let (done, wait) = std::sync::mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("stop-hooks".into())
-            .spawn(move || {
-                for h in hooks {
-                    h();
-                }
-                let _ = done.send(());
-            });
-        if spawned.is_ok() {
-            let _ = wait.recv_timeout(budget);
-        }
-    }
-    end_now(code)
-}
 
 /// From now on the process is doing `what`.
 pub fn enter(what: impl Into<String>) {
@@ -90,22 +55,6 @@ mod tests {
         assert_eq!(size(8), "8 B");
         assert_eq!(size(1000), "1000 B");
         assert_eq!(size(3 << 10), "3 KiB");
-    }
-
-    #[test]
-    fn a_stop_hook_is_kept_once() {
-        fn hook() {}
-        on_stop(hook);
-        on_stop(hook);
-        let n = ON_STOP
-            .lock()
-            .map(|h| {
-                h.iter()
-                    .filter(|f| std::ptr::fn_addr_eq(**f, hook as fn()))
-                    .count()
-            })
-            .unwrap_or(0);
-        assert_eq!(n, 1);
     }
 
     #[test]

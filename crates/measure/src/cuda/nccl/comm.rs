@@ -1,53 +1,10 @@
-//! NCCL communicators of a clique, the watchdog that aborts them when a collective hangs, and
-//! the register of live communicators that a stop aborts before the process ends.
+//! NCCL communicators of a clique and the watchdog that aborts them when a collective hangs.
 
 use super::ncheck;
 use crate::cuda::gpu::{GpuError, GpuResult, Stream};
 use cudarc::nccl::sys as nsys;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// The communicators of this process that are neither destroyed nor aborted, as addresses.
-/// Every abort and destroy goes through it, so that none is ever done twice; a stop
-/// (`abort_all_for_stop`) aborts what it holds and keeps it locked until the process ends.
-static LIVE: Mutex<Vec<usize>> = Mutex::new(Vec::new());
-
-fn live() -> std::sync::MutexGuard<'static, Vec<usize>> {
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn register(raw: &[nsys::ncclComm_t]) {
-    if raw.is_empty() {
-        return;
-    }
-    live().extend(raw.iter().map(|c| *c as usize));
-    crate::activity::on_stop(abort_all_for_stop);
-}
-
-/// Aborts `c` unless it was already aborted or destroyed.
-fn abort_live(c: nsys::ncclComm_t) {
-    let mut live = live();
-    if let Some(i) = live.iter().position(|l| *l == c as usize) {
-        live.swap_remove(i);
-        // SAFETY: the communicator is live (in the register, removed under its lock); abort
-        // is the documented way to stop a collective in flight from another thread.
-        unsafe { nsys::ncclCommAbort(c) };
-    }
-}
-
-/// Aborts every live communicator of the process, for a stop: a rank's peer process shares
-/// GPU memory with it over NVLink or PCIe, and a process that ends with a collective in
-/// flight is not reaped until that peer lets go of the memory (up to the peer's own
-/// timeout). Aborting releases it at once. The register stays locked afterwards, so no
-/// thread destroys or aborts a communicator again before the process ends.
-fn abort_all_for_stop() {
-    let mut live = live();
-    for c in live.drain(..) {
-        // SAFETY: as in abort_live.
-        unsafe { nsys::ncclCommAbort(c as nsys::ncclComm_t) };
-    }
-    std::mem::forget(live);
-}
 
 /// One communicator per GPU of a clique, created together in this process.
 pub(crate) struct Comms {
@@ -66,7 +23,6 @@ impl Comms {
         ncheck("ncclCommInitAll", unsafe {
             nsys::ncclCommInitAll(raw.as_mut_ptr(), devices.len() as i32, devices.as_ptr())
         })?;
-        register(&raw);
         Ok(Comms {
             raw,
             aborted: false,
@@ -81,7 +37,6 @@ impl Comms {
         ncheck("ncclCommInitRank", unsafe {
             nsys::ncclCommInitRank(&mut raw, world, id, rank)
         })?;
-        register(&[raw]);
         Ok(Comms {
             raw: vec![raw],
             aborted: false,
@@ -90,7 +45,6 @@ impl Comms {
     /// Communicators created by the caller (one per local GPU of a clique spread over
     /// processes); they are destroyed on drop as these are.
     pub(crate) fn from_raw(raw: Vec<nsys::ncclComm_t>) -> Comms {
-        register(&raw);
         Comms {
             raw,
             aborted: false,
@@ -119,15 +73,9 @@ impl Drop for Comms {
         if self.aborted {
             return;
         }
-        // Under the register's lock: a stop waits for a destroy in progress, and a
-        // communicator a stop aborted is never destroyed.
-        let mut live = live();
         for c in &self.raw {
-            if let Some(i) = live.iter().position(|l| *l == *c as usize) {
-                live.swap_remove(i);
-                // SAFETY: destroys a live communicator created in init().
-                unsafe { nsys::ncclCommDestroy(*c) };
-            }
+            // SAFETY: destroys a communicator created in init().
+            unsafe { nsys::ncclCommDestroy(*c) };
         }
     }
 }
@@ -221,7 +169,10 @@ fn watch(state: Arc<(Mutex<WatchState>, Condvar)>) {
                 let now = Instant::now();
                 if now >= d {
                     for c in &s.comms {
-                        abort_live(*c as nsys::ncclComm_t);
+                        // SAFETY: the armed communicators are live until disarm; abort
+                        // is the documented way to stop a hung collective from another
+                        // thread.
+                        unsafe { nsys::ncclCommAbort(*c as nsys::ncclComm_t) };
                     }
                     tracing::warn!(what = %s.what, "watchdog aborted NCCL communicators");
                     s.fired = Some(s.what.clone());
@@ -279,7 +230,8 @@ pub(crate) fn sync_all(
         // The stream did not finish although the watchdog did not fire (race at the edge):
         // abort now so that nothing is left running.
         for c in &comms.raw {
-            abort_live(*c);
+            // SAFETY: live communicators.
+            unsafe { nsys::ncclCommAbort(*c) };
         }
         comms.mark_aborted();
         return Err(GpuError::Timeout(w.clone(), timeout));
