@@ -164,10 +164,12 @@ YAML
     --hostname-override "$name" --node-ip "$ip" --node-labels "$labels" --v=2 \
     > "$W/logs/kubelet.log" 2>&1 &
   PIDS+=($!)
-  for t in $(seq 1 300); do [ -S "$R/kubelet/device-plugins/kubelet.sock" ] && break; sleep 0.1; done
+  # The kubelet's device plugin directory is /var/lib/kubelet/device-plugins whatever its
+  # --root-dir.
+  for t in $(seq 1 300); do [ -S /var/lib/kubelet/device-plugins/kubelet.sock ] && break; sleep 0.1; done
   local lib
   lib=$(dirname "$(python3 -c 'import ctypes.util, subprocess; print(subprocess.run(["sh","-c","ldconfig -p | grep -m1 \"libcuda.so.1 \" | sed \"s/.*=> //\""],capture_output=True,text=True).stdout.strip())')")
-  gpu-device-plugin -dir "$R/kubelet/device-plugins" -driver-lib "$lib" -fault-file "$W/node-fault" \
+  gpu-device-plugin -driver-lib "$lib" -fault-file "$W/node-fault" \
     > "$W/logs/device-plugin.log" 2>&1 &
   PIDS+=($!)
   sleep 1

@@ -289,7 +289,9 @@ mod tests {
 
     #[test]
     fn shards_split_the_nodes_in_order_and_are_owned_by_the_run() {
-        let nodes: Vec<String> = (0..250).map(|i| format!("gpu-{i:04}")).collect();
+        // Two full shards and a part of one.
+        let n = 2 * NODES_PER_SHARD + NODES_PER_SHARD / 2;
+        let nodes: Vec<String> = (0..n).map(|i| format!("gpu-{i:04}")).collect();
         let shards = build(&run(), &nodes).expect("shards");
         assert_eq!(shards.len(), 3);
         assert_eq!(
@@ -297,7 +299,7 @@ mod tests {
                 .iter()
                 .map(|s| s.spec.nodes.len())
                 .collect::<Vec<_>>(),
-            [100, 100, 50]
+            [NODES_PER_SHARD, NODES_PER_SHARD, NODES_PER_SHARD / 2]
         );
         let back: Vec<String> = shards.iter().flat_map(|s| s.spec.nodes.clone()).collect();
         assert_eq!(back, nodes);
