@@ -134,7 +134,8 @@ mod tests {
             p.message
         );
         assert!(
-            p.message.contains("3 x 1.0 TiB, the largest size the sweep runs"),
+            p.message
+                .contains("3 x 1.0 TiB, the largest size the sweep runs"),
             "{}",
             p.message
         );
@@ -164,7 +165,10 @@ mod tests {
         let err = validate_for(&s, &H100).expect_err("96 GiB cannot fit 80 GB");
         let m = &err.problems[0].message;
         assert!(m.contains("needs 96.0 GiB on each GPU"), "{m}");
-        assert!(m.contains("(3 x 32.0 GiB, the largest size the sweep runs"), "{m}");
+        assert!(
+            m.contains("(3 x 32.0 GiB, the largest size the sweep runs"),
+            "{m}"
+        );
         assert!(!m.contains("maxBytes:"), "{m}");
     }
 

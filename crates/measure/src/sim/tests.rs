@@ -642,5 +642,8 @@ fn a_suite_larger_than_the_simulated_gpus_is_refused_as_input_before_any_phase()
     );
     assert_eq!(err.exit_code(), 2);
     let h200 = node("NVIDIA-H200", 8, vec![]);
-    assert!(super::node_check(&o, &h200, 7, &|_| {}).is_ok(), "fits an H200");
+    assert!(
+        super::node_check(&o, &h200, 7, &|_| {}).is_ok(),
+        "fits an H200"
+    );
 }
