@@ -319,7 +319,11 @@ async fn plugin_with(kubeconfig: Option<&std::path::Path>, home: &std::path::Pat
     if let Some(k) = kubeconfig {
         cmd.arg("--kubeconfig").arg(k);
     }
-    let out = cmd.arg("status").output().await.expect("kubectl-gpufabric runs");
+    let out = cmd
+        .arg("status")
+        .output()
+        .await
+        .expect("kubectl-gpufabric runs");
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

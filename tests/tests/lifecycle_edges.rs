@@ -13,7 +13,7 @@ use gpufabric_api::keys::{
 use gpufabric_api::run::{NodeVerdict, Trigger};
 use gpufabric_api::test::{CONDITION_RUNS_PER_WINDOW, NodeHealth};
 use gpufabric_api::{FabricTest, FabricTestStatus};
-use gpufabric_measure::fleet::{Fault, Fleet};
+use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{EnvCluster, OperatorEnv, cordoned, sim_agent};
 use gpufabric_tests::wait;
@@ -34,10 +34,17 @@ fn straggler() -> Fault {
     }
 }
 
-/// Sets the faults of node `i` of the fleet file the agents read.
-fn set_faults(env: &Env, i: usize, faults: Vec<Fault>) {
+/// Sets the faults of the nodes `faults` names (by index) in the fleet file the agents
+/// read; the others have none.
+fn set_faults(env: &Env, faults: &[(usize, Fault)]) {
     let mut f = env.fleet.fleet().clone();
-    f.nodes[i].faults = faults;
+    for (i, n) in f.nodes.iter_mut().enumerate() {
+        n.faults = faults
+            .iter()
+            .filter(|(at, _)| *at == i)
+            .map(|(_, fault)| fault.clone())
+            .collect();
+    }
     SimFleet::write_to(f, env.fleet.path()).expect("fleet rewritten");
 }
 
@@ -179,6 +186,8 @@ async fn a_machine_that_rejoins_under_a_known_name_is_gated_and_tested_again() {
         ),
     )
     .await;
+    // Nodes join after the test, not within its creation second.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let EnvCluster::Shared(shared) = &env.cluster else {
         panic!("a shared control plane");
     };
@@ -203,7 +212,10 @@ async fn a_machine_that_rejoins_under_a_known_name_is_gated_and_tested_again() {
     .await;
     assert_eq!(targeted_runs_of(&env, "lce-rejoin", &node).await, 1);
 
-    // The machine is re-imaged: its Node is deleted and registered again, same name.
+    // The machine is re-imaged: its Node is deleted and registered again, same name (the
+    // operator allows for a little clock skew between itself and the API server).
+    let skew = gpufabric_operator::lifecycle::targets::CLOCK_SKEW_SECONDS as u64;
+    tokio::time::sleep(Duration::from_secs(skew + 1)).await;
     drop(kubelet);
     let nodes: Api<Node> = Api::all(env.cluster.client());
     nodes
@@ -268,7 +280,8 @@ async fn a_gate_put_by_hand_on_a_measured_node_is_tested_at_once() {
     };
     as_kubectl(&env, &node, gate(true)).await;
     wait_node(&env, &node, "tested and the gate opened", |n| !gated(n)).await;
-    assert_eq!(targeted_runs_of(&env, "lce-hand", &node).await, 1);
+    // The run named by hand, then the gate's.
+    assert_eq!(targeted_runs_of(&env, "lce-hand", &node).await, 2);
 
     // A second time: a second request.
     wait_status(&env, "lce-hand", "gate seen gone", |_, s| {
@@ -277,7 +290,7 @@ async fn a_gate_put_by_hand_on_a_measured_node_is_tested_at_once() {
     .await;
     as_kubectl(&env, &node, gate(true)).await;
     wait_node(&env, &node, "tested and opened again", |n| !gated(n)).await;
-    assert_eq!(targeted_runs_of(&env, "lce-hand", &node).await, 2);
+    assert_eq!(targeted_runs_of(&env, "lce-hand", &node).await, 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,9 +401,7 @@ async fn a_repair_during_an_open_breaker_waits_for_the_reset_and_then_releases()
     .await;
 
     // A storm: every node fails the next run, the breaker opens.
-    for i in [0, 2, 3] {
-        set_faults(&env, i, vec![straggler()]);
-    }
+    set_faults(&env, &[0, 1, 2, 3].map(|i| (i, straggler())));
     annotate_test(&env, "lce-breaker", ANNOTATION_RUN_NOW, "2").await;
     wait_status(&env, "lce-breaker", "the breaker opens", |_, s| {
         s.conditions
@@ -401,9 +412,7 @@ async fn a_repair_during_an_open_breaker_waits_for_the_reset_and_then_releases()
     let runs_before = env.runs_of("lce-breaker").await.len();
 
     // gpu-02 is repaired while the breaker is open: nothing is used up.
-    for i in 0..4 {
-        set_faults(&env, i, vec![]);
-    }
+    set_faults(&env, &[]);
     env.annotate_node("gpu-02", ANNOTATION_REPAIRED, "INC-9")
         .await;
     until("an Event says the repair waits", || async {
@@ -422,6 +431,20 @@ async fn a_repair_during_an_open_breaker_waits_for_the_reset_and_then_releases()
     let n = env.read_node("gpu-02").await;
     assert!(n.annotations().contains_key(ANNOTATION_REPAIRED), "kept");
     assert!(cordoned(&n));
+
+    // A run that measures it passing while the breaker is open uses nothing up either (and
+    // gives the other nodes a passing judgement, so the repair run after the reset is no
+    // storm).
+    annotate_test(&env, "lce-breaker", ANNOTATION_RUN_NOW, "3").await;
+    wait_status(&env, "lce-breaker", "a passing run while open", |_, s| {
+        health(s, &bad).is_some_and(|h| h.verdict == NodeVerdict::Passed)
+    })
+    .await;
+    let n = env.read_node("gpu-02").await;
+    assert!(
+        n.annotations().contains_key(ANNOTATION_REPAIRED) && cordoned(&n),
+        "the repair is still there and the node still held"
+    );
 
     annotate_test(
         &env,
@@ -474,11 +497,13 @@ async fn replace_keeps_an_active_targeted_run_and_replaces_a_manual_one() {
     // gpu-02's agent hangs: its targeted run stays active until its deadline.
     set_faults(
         &env,
-        1,
-        vec![Fault::Hang {
-            phase: None,
-            stuck: true,
-        }],
+        &[(
+            1,
+            Fault::Hang {
+                phase: None,
+                stuck: true,
+            },
+        )],
     );
     env.create_test(
         "lce-replace",
@@ -500,6 +525,12 @@ async fn replace_keeps_an_active_targeted_run_and_replaces_a_manual_one() {
             .await
             .into_iter()
             .find(|r| r.spec.trigger == Trigger::Manual)
+    })
+    .await;
+    // The request is carried out (its annotation removed) before the next one.
+    until("run-now consumed", || async {
+        let t = env.tests_api().get("lce-replace").await.ok()?;
+        (!t.annotations().contains_key(ANNOTATION_RUN_NOW)).then_some(())
     })
     .await;
     annotate_test(&env, "lce-replace", ANNOTATION_RUN_NOW, "2").await;

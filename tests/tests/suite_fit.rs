@@ -29,9 +29,12 @@ async fn a_suite_larger_than_the_nodes_gpus_is_refused_by_the_agent_and_blames_n
     .await;
     let api = env.tests_api();
     let done = |s: &FabricTestStatus| s.active_run.is_none() && s.last_run.is_some();
-    let t = wait::for_object(&api, "fit", Duration::from_secs(180), |t: Option<&FabricTest>| {
-        t.and_then(|t| t.status.as_ref()).is_some_and(done)
-    })
+    let t = wait::for_object(
+        &api,
+        "fit",
+        Duration::from_secs(180),
+        |t: Option<&FabricTest>| t.and_then(|t| t.status.as_ref()).is_some_and(done),
+    )
     .await
     .unwrap_or_else(|e| panic!("the run folded: {e}\n{}", env.operator.log_tail(80)))
     .expect("the test");

@@ -21,7 +21,7 @@ pub fn explain<'a>(chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>) -
     None
 }
 
-fn no_kubeconfig(e: &dyn Error) -> String {
+fn no_kubeconfig(e: &(dyn Error + 'static)) -> String {
     format!(
         "no usable kubeconfig ({}): set KUBECONFIG, pass --kubeconfig FILE or --context NAME, or run inside the cluster",
         innermost(e)

@@ -191,9 +191,14 @@ pub fn admit_rise(h: &mut NodeHealth, rise: &Time, now: &Time) -> bool {
     true
 }
 
+/// Seconds an entry's last time must lie before a Node's creation for the entry to be of an
+/// earlier Node: the operator's clock and the API server's may differ by a little.
+pub const CLOCK_SKEW_SECONDS: i64 = 30;
+
 /// A node's entry in the history is of an earlier Node of the same name (a machine deleted
-/// and registered again, re-imaged or replaced under its hostname): everything it records
-/// happened before this Node was created. Its history does not count for this one.
+/// and registered again, re-imaged or replaced under its hostname): everything a run or a
+/// quarantine recorded in it happened before this Node was created (by more than
+/// [`CLOCK_SKEW_SECONDS`]). Its history does not count for this one.
 pub fn of_an_earlier_node(h: &NodeHealth, node: &Node) -> bool {
     let Some(created) = node.metadata.creation_timestamp.as_ref() else {
         return false;
@@ -202,8 +207,6 @@ pub fn of_an_earlier_node(h: &NodeHealth, node: &Node) -> bool {
         h.last_judged.as_ref(),
         h.last_measured.as_ref(),
         h.quarantined_since.as_ref(),
-        h.gated_since.as_ref(),
-        h.condition_rise.as_ref(),
         h.taken_back.as_ref().map(|t| &t.at),
     ];
     let latest = times
@@ -212,7 +215,7 @@ pub fn of_an_earlier_node(h: &NodeHealth, node: &Node) -> bool {
         .chain(h.quarantine_times.iter())
         .chain(h.condition_runs.iter())
         .max_by_key(|t| t.0);
-    latest.is_some_and(|t| before(t, created))
+    latest.is_some_and(|t| before(&after(t, CLOCK_SKEW_SECONDS), created))
 }
 
 /// Notes, for each node as cached, when the validation gate appeared on it (`gatedSince`,
