@@ -7,10 +7,10 @@ use std::error::Error;
 /// any other error (printed as it is).
 pub fn explain<'a>(chain: impl IntoIterator<Item = &'a (dyn Error + 'static)>) -> Option<String> {
     for e in chain {
-        if let Some(k) = e.downcast_ref::<kube::Error>() {
-            if let Some(line) = explain_kube(k, e) {
-                return Some(line);
-            }
+        if let Some(k) = e.downcast_ref::<kube::Error>()
+            && let Some(line) = explain_kube(k, e)
+        {
+            return Some(line);
         }
         if e.downcast_ref::<kube::config::InferConfigError>().is_some()
             || e.downcast_ref::<kube::config::KubeconfigError>().is_some()
