@@ -242,7 +242,7 @@ async fn kubectl_apply_is_refused_at_the_door_for_input_that_cannot_work() {
         "  suite:\n    ncclSweep:\n      maxBytes: 1099511627776\n",
         &[
             DENIED,
-            "suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU (3 x maxBytes",
+            "suite.ncclSweep.maxBytes: needs 3.0 TiB on each GPU (3 x 1.0 TiB, the largest size the sweep runs",
             "more than any known GPU holds",
         ],
     );

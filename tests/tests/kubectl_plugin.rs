@@ -307,3 +307,72 @@ async fn the_plugin_shows_a_quarantined_node_and_asks_the_operator_to_run_and_re
         last.spec.reasons
     );
 }
+
+/// Runs the built `kubectl-gpufabric` with `kubeconfig` (None: none anywhere).
+async fn plugin_with(kubeconfig: Option<&std::path::Path>, home: &std::path::Path) -> Out {
+    let bin = default_agent_bin_dir().join("kubectl-gpufabric");
+    let mut cmd = tokio::process::Command::new(&bin);
+    cmd.env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", home);
+    if let Some(k) = kubeconfig {
+        cmd.arg("--kubeconfig").arg(k);
+    }
+    let out = cmd
+        .arg("status")
+        .output()
+        .await
+        .expect("kubectl-gpufabric runs");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The one line the plugin wrote to stderr.
+fn one_line(out: &Out) -> &str {
+    assert_ne!(out.code, 0, "{out}");
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {out}");
+    lines[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_says_in_one_line_what_to_do_without_a_kubeconfig_a_cluster_or_rights() {
+    let env = OperatorEnv::shared(fleet(), "kp-errors").await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+
+    let none = plugin_with(None, dir.path()).await;
+    let line = one_line(&none);
+    assert!(
+        line.starts_with("kubectl gpufabric: no usable kubeconfig") && line.contains("KUBECONFIG"),
+        "{none}"
+    );
+
+    // The same cluster's kubeconfig, its server moved to a port where nothing listens.
+    let text = std::fs::read_to_string(env.cluster.kubeconfig_path()).expect("kubeconfig");
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+    kc["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1".into();
+    let unreachable = dir.path().join("unreachable");
+    std::fs::write(&unreachable, serde_yaml::to_string(&kc).expect("yaml")).expect("written");
+    let out = plugin_with(Some(&unreachable), dir.path()).await;
+    let line = one_line(&out);
+    assert!(
+        line.contains("cannot reach the cluster's API server") && !line.contains("ServiceError"),
+        "{out}"
+    );
+
+    // A user with no rights: the admin's credentials, impersonating nobody.
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+    kc["users"][0]["user"]["as"] = "gpufabric-nobody".into();
+    let forbidden = dir.path().join("forbidden");
+    std::fs::write(&forbidden, serde_yaml::to_string(&kc).expect("yaml")).expect("written");
+    let out = plugin_with(Some(&forbidden), dir.path()).await;
+    let line = one_line(&out);
+    assert!(
+        line.contains("not allowed:") && line.contains("(403)") && line.contains("get and list"),
+        "{out}"
+    );
+}

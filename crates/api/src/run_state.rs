@@ -23,6 +23,17 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// Whether `concurrencyPolicy: Replace` may delete an active run of this trigger: the
+    /// runs of the schedule and those asked for by hand. A run that gates, confirms or tests
+    /// a repair or a condition is never replaced (the nodes it tests would wait again, or be
+    /// judged without their confirmation).
+    pub fn is_replaceable(self) -> bool {
+        match self {
+            Trigger::Creation | Trigger::Schedule | Trigger::Manual => true,
+            Trigger::Confirmation | Trigger::Targeted => false,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Creation => "creation",
@@ -130,6 +141,24 @@ impl NodeVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replace_deletes_only_scheduled_and_manual_runs() {
+        let replaceable: Vec<Trigger> = [
+            Trigger::Creation,
+            Trigger::Schedule,
+            Trigger::Manual,
+            Trigger::Confirmation,
+            Trigger::Targeted,
+        ]
+        .into_iter()
+        .filter(|t| t.is_replaceable())
+        .collect();
+        assert_eq!(
+            replaceable,
+            [Trigger::Creation, Trigger::Schedule, Trigger::Manual]
+        );
+    }
 
     #[test]
     fn verdict_names_are_the_api_spelling() {

@@ -255,7 +255,7 @@ pub struct MemoryNeed {
     /// Bytes on each GPU.
     pub bytes: u64,
     /// How the bytes follow from the field, said to the user.
-    pub rule: &'static str,
+    pub rule: String,
 }
 
 /// The field whose size sets the GPU memory `phase` holds, where one does.
@@ -287,7 +287,10 @@ impl Suite {
                 field: field(Phase::NcclSweep),
                 bytes: NcclSweep::DEVICE_BUFFERS
                     .saturating_mul(nccl.buffer_bytes(largest, gpus)),
-                rule: "3 x maxBytes: the sweep's send, receive and input buffers; a size is the whole collective's, so the GPU count does not multiply it",
+                rule: format!(
+                    "3 x {}, the largest size the sweep runs (minBytes x stepFactor^k up to maxBytes), plus an element per GPU: the sweep's send, receive and input buffers; a size is the whole collective's, so the GPU count does not multiply it",
+                    crate::validate::memory::size(largest)
+                ),
             });
         }
         if self.gpu_pairs.enabled {
@@ -295,7 +298,7 @@ impl Suite {
                 phase: Phase::GpuPairs,
                 field: field(Phase::GpuPairs),
                 bytes: self.gpu_pairs.bytes.saturating_mul(2),
-                rule: "2 x bytes: a source and a destination buffer",
+                rule: "2 x bytes: a source and a destination buffer".into(),
             });
         }
         if self.ddp_probe.enabled {
@@ -303,7 +306,7 @@ impl Suite {
                 phase: Phase::DdpProbe,
                 field: field(Phase::DdpProbe),
                 bytes: self.ddp_probe.replica_bytes(),
-                rule: "bf16 weights, fp32 gradients and two fp32 scratch layers of hidden x hidden per layer, and bf16 activations of batchPerGpu x hidden per layer",
+                rule: "bf16 weights, fp32 gradients and two fp32 scratch layers of hidden x hidden per layer, and bf16 activations of batchPerGpu x hidden per layer".into(),
             });
         }
         if let Some(bytes) = self.compute.device_bytes() {
@@ -311,7 +314,7 @@ impl Suite {
                 phase: Phase::Compute,
                 field: field(Phase::Compute),
                 bytes,
-                rule: "the largest of its checks, one at a time: gemm 3 x size^2 fp32 matrices, memory 2 x bytes, sdc 2 x size^2 bf16 inputs and a size^2 fp32 output",
+                rule: "the largest of its checks, one at a time: gemm 3 x size^2 fp32 matrices, memory 2 x bytes, sdc 2 x size^2 bf16 inputs and a size^2 fp32 output".into(),
             });
         }
         if self.node_pairs.enabled {
@@ -319,7 +322,7 @@ impl Suite {
                 phase: Phase::NodePair,
                 field: field(Phase::NodePair),
                 bytes: self.node_pairs.bytes.saturating_mul(2),
-                rule: "2 x bytes: a send and a receive buffer",
+                rule: "2 x bytes: a send and a receive buffer".into(),
             });
         }
         needs

@@ -445,7 +445,29 @@ pub struct NodeHealth {
     /// node then; what is on the node now is theirs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_back: Option<TakenBack>,
+    /// When the operator first saw the validation gate on the node, this time it carries
+    /// it: a gate is a request to test the node, once per time it appears, whoever put it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gated_since: Option<Time>,
+    /// The latest rise (turn to True) of a condition in `nodeLifecycle.testOnConditions`
+    /// that was served: a run started for it, or it was dropped by the bound. One run per
+    /// rise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition_rise: Option<Time>,
+    /// When runs started for the node's conditions within the last
+    /// `CONDITION_RUN_WINDOW_SECONDS`: at most `CONDITION_RUNS_PER_WINDOW` of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub condition_runs: Vec<Time>,
+    /// Rises of the node's conditions that started no run because the bound was reached.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub condition_rises_dropped: u32,
 }
+
+/// At most this many runs start for a node's conditions (`testOnConditions`) within
+/// [`CONDITION_RUN_WINDOW_SECONDS`]; a rise beyond it is dropped and counted.
+pub const CONDITION_RUNS_PER_WINDOW: usize = 3;
+/// The window of [`CONDITION_RUNS_PER_WINDOW`].
+pub const CONDITION_RUN_WINDOW_SECONDS: i64 = 600;
 
 /// A quarantine someone else undid.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]

@@ -49,6 +49,10 @@ pub fn advance(
         quarantine_times: prev.map(|p| p.quarantine_times.clone()).unwrap_or_default(),
         repeat_offender: prev.is_some_and(|p| p.repeat_offender),
         taken_back: prev.and_then(|p| p.taken_back.clone()),
+        gated_since: prev.and_then(|p| p.gated_since.clone()),
+        condition_rise: prev.and_then(|p| p.condition_rise.clone()),
+        condition_runs: prev.map(|p| p.condition_runs.clone()).unwrap_or_default(),
+        condition_rises_dropped: prev.map_or(0, |p| p.condition_rises_dropped),
     }
 }
 

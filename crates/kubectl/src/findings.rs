@@ -2,8 +2,9 @@
 
 use crate::doc::{Doc, Table, wire};
 use crate::output::View;
-use gpufabric_api::{FabricTestRun, Finding, Subject};
+use gpufabric_api::{FabricTest, FabricTestRun, Finding, Subject};
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A finding and the run that made it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -58,6 +59,69 @@ impl Findings {
             }));
         }
         Findings { findings, unlisted }
+    }
+}
+
+/// The runs that hold the findings of `tests` now: each test's latest run, and the run that
+/// last judged each of its failing or quarantined nodes (a later targeted run of other
+/// nodes does not hide them). Sorted, no repeats.
+pub fn runs_to_read(tests: &[FabricTest]) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for s in tests.iter().filter_map(|t| t.status.as_ref()) {
+        names.extend(s.last_run.as_ref().map(|l| l.name.clone()));
+        names.extend(
+            s.nodes
+                .iter()
+                .filter(|h| h.quarantined || h.verdict.is_bad())
+                .filter_map(|h| h.last_run.clone()),
+        );
+    }
+    names.into_iter().collect()
+}
+
+impl Findings {
+    /// The findings of `tests` now, from `runs` (those [`runs_to_read`] names): all of each
+    /// test's latest run, and from an earlier run only those of the nodes it last judged that
+    /// are failing or quarantined.
+    pub fn of_tests(tests: &[FabricTest], runs: &[FabricTestRun]) -> Findings {
+        let by_name: BTreeMap<&str, &FabricTestRun> = runs
+            .iter()
+            .filter_map(|r| Some((r.metadata.name.as_deref()?, r)))
+            .collect();
+        let mut out = Findings {
+            findings: Vec::new(),
+            unlisted: 0,
+        };
+        for s in tests.iter().filter_map(|t| t.status.as_ref()) {
+            let latest = s.last_run.as_ref().map(|l| l.name.as_str());
+            if let Some(r) = latest.and_then(|n| by_name.get(n)) {
+                let f = Findings::of(&[(*r).clone()]);
+                out.findings.extend(f.findings);
+                out.unlisted += f.unlisted;
+            }
+            let mut earlier: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for h in s
+                .nodes
+                .iter()
+                .filter(|h| h.quarantined || h.verdict.is_bad())
+            {
+                if let Some(run) = h.last_run.as_deref().filter(|r| Some(*r) != latest) {
+                    earlier.entry(run).or_default().push(h.node.as_str());
+                }
+            }
+            for (run, nodes) in earlier {
+                let Some(r) = by_name.get(run) else {
+                    continue;
+                };
+                let f = Findings::of(&[(*r).clone()]);
+                out.findings.extend(
+                    f.findings
+                        .into_iter()
+                        .filter(|f| nodes.iter().any(|n| names_node(&f.finding, n))),
+                );
+            }
+        }
+        out
     }
 }
 
@@ -133,5 +197,48 @@ mod tests {
         assert!(names_node(pair, "h100-05") && names_node(pair, "h200-02"));
         assert!(!names_node(pair, "h100-03"));
         assert!(Findings::of(&[]).findings.is_empty());
+    }
+
+    #[test]
+    fn a_later_targeted_run_does_not_hide_the_findings_of_a_failing_node() {
+        let failed = fixtures::run();
+        let failed_name = failed.metadata.name.clone().expect("a name");
+        let mut targeted = failed.clone();
+        targeted.metadata.name = Some("nightly-t1-abc".into());
+        if let Some(st) = targeted.status.as_mut() {
+            st.findings.clear();
+            st.finding_count = 0;
+        }
+        let test: FabricTest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
+            "metadata": {"name": "nightly"}, "spec": {},
+            "status": {
+                "lastRun": {"name": "nightly-t1-abc", "trigger": "Targeted", "phase": "Succeeded",
+                    "passed": 1, "failed": 0, "errored": 0, "findings": 0},
+                "nodes": [
+                    {"node": "h100-03", "verdict": "Failed", "consecutiveFailures": 2,
+                     "consecutivePasses": 0, "quarantined": true, "lastRun": failed_name},
+                    {"node": "h100-01", "verdict": "Passed", "consecutiveFailures": 0,
+                     "consecutivePasses": 1, "lastRun": failed_name}
+                ]
+            }
+        }))
+        .expect("a test");
+        let tests = [test];
+        assert_eq!(
+            runs_to_read(&tests),
+            [failed_name.clone(), "nightly-t1-abc".to_string()]
+        );
+        let f = Findings::of_tests(&tests, &[failed, targeted]);
+        assert!(
+            !f.findings.is_empty(),
+            "the failing node's findings are shown"
+        );
+        assert!(
+            f.findings
+                .iter()
+                .all(|f| f.run == failed_name && names_node(&f.finding, "h100-03")),
+            "{f:?}"
+        );
     }
 }

@@ -11,6 +11,7 @@ pub mod findings;
 pub mod html;
 pub mod node;
 pub mod output;
+pub mod reach;
 pub mod report;
 pub mod request;
 pub mod status;

@@ -297,11 +297,8 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
         Command::Findings { run: None } => {
             let mut all = tests.list(&lp).await.context("listing FabricTests")?.items;
             all.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-            let latest = all
-                .iter()
-                .filter_map(|t| t.status.as_ref()?.last_run.as_ref().map(|l| l.name.clone()));
-            let latest = runs_named(&runs, latest).await?;
-            print(&Findings::of(&latest), format_of(&cli.output)?)
+            let read = runs_named(&runs, gpufabric_kubectl::findings::runs_to_read(&all)).await?;
+            print(&Findings::of_tests(&all, &read), format_of(&cli.output)?)
         }
         Command::Node { node } => {
             let n = get(&nodes, "Node", node).await?;
@@ -393,7 +390,11 @@ async fn main() -> ExitCode {
     match execute(&cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("kubectl gpufabric: {:#}", f.error);
+            // A client error the user can act on is one line that says what to do.
+            match gpufabric_kubectl::reach::explain(f.error.chain()) {
+                Some(line) => eprintln!("kubectl gpufabric: {line}"),
+                None => eprintln!("kubectl gpufabric: {:#}", f.error),
+            }
             ExitCode::from(f.exit.code())
         }
     }

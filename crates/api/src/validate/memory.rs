@@ -133,7 +133,12 @@ mod tests {
             "{}",
             p.message
         );
-        assert!(p.message.contains("3 x maxBytes"), "{}", p.message);
+        assert!(
+            p.message
+                .contains("3 x 1.0 TiB, the largest size the sweep runs"),
+            "{}",
+            p.message
+        );
         assert!(
             p.message.contains("the GPU count does not multiply it"),
             "{}",
@@ -151,6 +156,20 @@ mod tests {
                 .contains("suite.ncclSweep.maxBytes: needs 3.0 TiB"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_message_quotes_the_size_its_rule_multiplies() {
+        // 40 GiB on an 80 GB GPU: the sweep's largest size is 32 GiB, three buffers 96 GiB.
+        let s = spec(serde_json::json!({"suite": {"ncclSweep": {"maxBytes": 40u64 << 30}}}));
+        let err = validate_for(&s, &H100).expect_err("96 GiB cannot fit 80 GB");
+        let m = &err.problems[0].message;
+        assert!(m.contains("needs 96.0 GiB on each GPU"), "{m}");
+        assert!(
+            m.contains("(3 x 32.0 GiB, the largest size the sweep runs"),
+            "{m}"
+        );
+        assert!(!m.contains("maxBytes:"), "{m}");
     }
 
     #[test]

@@ -175,8 +175,8 @@ fn suite_too_large(opts: &CheckOptions, gpus: &[Gpu]) -> Option<String> {
     refusal(opts, gpus.len() as u32, &gpu)
 }
 
-/// [`suite_too_large`] on a GPU of known memory.
-fn refusal(
+/// [`suite_too_large`] on a GPU of known memory (the sim backend's, from its product).
+pub(crate) fn refusal(
     opts: &CheckOptions,
     gpus: u32,
     gpu: &gpufabric_api::validate::memory::GpuMemory,

@@ -244,10 +244,20 @@ impl CheckBackend for SimCheck {
         empty_document(opts, &self.model(), started_at)
     }
 
-    fn open(&mut self, _opts: &CheckOptions, progress: Progress) -> Result<(), CheckError> {
+    /// Refuses a suite larger than the simulated GPUs' memory (their product's), as the
+    /// cuda backend refuses it against the driver's.
+    fn open(&mut self, opts: &CheckOptions, progress: Progress) -> Result<(), CheckError> {
         let m = self.model();
         if m.product.name == GENERIC_PCIE.name {
             tracing::warn!(product = %self.node.product, "unknown GPU product; simulating a PCIe-only GPU");
+        }
+        let gpu = gpufabric_api::validate::memory::GpuMemory {
+            product: &self.node.product,
+            bytes: m.product.memory_bytes,
+            chosen: gpufabric_api::validate::memory::Chosen::ThisNode,
+        };
+        if let Some(why) = crate::cuda::refusal(opts, self.node.gpus, &gpu) {
+            return Err(CheckError::InvalidInput(why));
         }
         progress(&format!(
             "setup: simulated node {}, {} x {} ({} model)",

@@ -625,3 +625,25 @@ fn compute_checks_turned_off_leave_no_compute_section() {
             .all(|g| g.gemm_bf16_tflops.is_none() && g.sdc.is_some())
     );
 }
+
+#[test]
+fn a_suite_larger_than_the_simulated_gpus_is_refused_as_input_before_any_phase() {
+    let mut o = opts();
+    // 32 GiB: three buffers of 96 GiB fit an H200 (140 GiB), not an H100 (80 GB).
+    o.suite.nccl_sweep.max_bytes = 32 << 30;
+    let err = super::node_check(&o, &h100(vec![]), 7, &|_| {}).expect_err("refused");
+    let CheckError::InvalidInput(why) = &err else {
+        panic!("not an input refusal: {err:?}");
+    };
+    assert!(
+        why.contains("suite.ncclSweep.maxBytes: needs 96.0 GiB on each GPU")
+            && why.contains("this node's"),
+        "{why}"
+    );
+    assert_eq!(err.exit_code(), 2);
+    let h200 = node("NVIDIA-H200", 8, vec![]);
+    assert!(
+        super::node_check(&o, &h200, 7, &|_| {}).is_ok(),
+        "fits an H200"
+    );
+}

@@ -16,7 +16,11 @@
 //!   tests it at once as back from repair; a failure quarantines it again.
 
 pub mod gate;
+pub mod rejoin;
+pub mod repairs;
 pub mod targets;
+
+pub use repairs::repairs_on_hold;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -31,7 +35,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The entry of `node` in the test's history, made when there is none.
-fn entry<'s>(status: &'s mut FabricTestStatus, node: &str) -> &'s mut NodeHealth {
+pub(crate) fn entry<'s>(status: &'s mut FabricTestStatus, node: &str) -> &'s mut NodeHealth {
     let i = match status.nodes.iter().position(|h| h.node == node) {
         Some(i) => i,
         None => {
@@ -113,13 +117,16 @@ pub async fn hand_back(
 /// measured (the annotation goes; a released one starts with a clean record), the gate of
 /// each gated node it passed (opened) or failed (kept), and an Event for the targets it did
 /// not measure. `repaired`: the nodes that carried the repaired annotation as the planner
-/// saw them. False when a node could not be changed.
+/// saw them; with `breaker_open`, a repair the plan could not release is kept for the
+/// reset. False when a node could not be changed.
+#[allow(clippy::too_many_arguments)]
 pub async fn after_quarantine(
     test: &FabricTest,
     run: &FabricTestRun,
     results: &[NodeRunResult],
     repaired: &BTreeSet<String>,
     outcome: &Outcome,
+    breaker_open: bool,
     status: &mut FabricTestStatus,
     ctx: &Context,
 ) -> bool {
@@ -174,7 +181,7 @@ pub async fn after_quarantine(
         };
         if repaired.contains(*node) {
             let released = released.contains(*node);
-            all_applied &= judged.repair_tested(released, status).await;
+            all_applied &= judged.repair_tested(released, breaker_open, status).await;
         }
         all_applied &= judged.gate().await;
     }
@@ -213,7 +220,7 @@ pub async fn after_quarantine(
                     "TargetNotMeasured",
                     "Lifecycle",
                     format!(
-                        "run {run_name} did not measure {}; each is tried again after a backoff, and stays as it is (gated, quarantined) until a run measures it",
+                        "run {run_name} did not measure {}; each is tried again after a backoff, and nothing about it changes until a run measures it",
                         missed.join(", ")
                     ),
                 )
@@ -249,10 +256,26 @@ struct Judged<'a> {
 impl Judged<'_> {
     /// A repaired node was measured: the annotation goes, the node's record is cleared when
     /// it passed, and an Event says how the repair test went. `released`: the run's plan
-    /// released it.
-    async fn repair_tested(&self, released: bool, status: &mut FabricTestStatus) -> bool {
+    /// released it. A pass that the open breaker kept from releasing a node the test holds
+    /// uses nothing up: the annotation stays and the node is tested again after the reset.
+    async fn repair_tested(
+        &self,
+        released: bool,
+        breaker_open: bool,
+        status: &mut FabricTestStatus,
+    ) -> bool {
         let (key, run, node) = (self.key, self.run, self.node);
         let passed = self.verdict == NodeVerdict::Passed;
+        let held = status.nodes.iter().any(|h| h.node == node && h.quarantined);
+        if passed && !released && breaker_open && held {
+            let message = format!(
+                "passed its repair test in run {run} of FabricTest {key}, but the test's breaker is open and releases nothing: the repair ({}) stays and is tested again once a person resets the breaker ({}=now)",
+                keys::ANNOTATION_REPAIRED,
+                keys::ANNOTATION_RESET_BREAKER
+            );
+            publish_on_node(self.ctx, self.nodes, node, false, "RepairWaiting", message).await;
+            return true;
+        }
         if passed {
             gpufabric_health::history::forgive(entry(status, node));
         }
@@ -361,11 +384,12 @@ pub async fn gate_new_nodes(test: &FabricTest, ctx: &Context, status: &FabricTes
     let Some(created) = test.metadata.creation_timestamp.as_ref() else {
         return;
     };
-    let measured: BTreeSet<&str> = status
+    // Measured as this Node: an entry of an earlier Node of the name does not count.
+    let measured: BTreeMap<&str, &gpufabric_api::test::NodeHealth> = status
         .nodes
         .iter()
         .filter(|h| h.last_measured.is_some())
-        .map(|h| h.node.as_str())
+        .map(|h| (h.node.as_str(), h))
         .collect();
     let key = test.name_any();
     let joined: Vec<String> = ctx
@@ -379,7 +403,11 @@ pub async fn gate_new_nodes(test: &FabricTest, ctx: &Context, status: &FabricTes
                 .as_ref()
                 .is_some_and(|c| c.0 > created.0)
         })
-        .filter(|n| !measured.contains(n.name_any().as_str()))
+        .filter(|n| {
+            measured
+                .get(n.name_any().as_str())
+                .is_none_or(|h| targets::of_an_earlier_node(h, n))
+        })
         .filter(|n| gate::close(n, &key).is_some())
         .map(|n| n.name_any())
         .collect();

@@ -3,8 +3,10 @@
 
 use crate::nodes::matches_selector;
 use crate::pods::allocatable_gpus;
-use gpufabric_api::keys::{ANNOTATION_REPAIRED, TAINT_VALIDATION};
-use gpufabric_api::test::{FabricTest, NodeHealth, NodeTarget};
+use gpufabric_api::keys::{ANNOTATION_QUARANTINE, ANNOTATION_REPAIRED, TAINT_VALIDATION};
+use gpufabric_api::test::{
+    CONDITION_RUN_WINDOW_SECONDS, CONDITION_RUNS_PER_WINDOW, FabricTest, NodeHealth, NodeTarget,
+};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -52,22 +54,92 @@ fn unmeasured_since(h: Option<&NodeHealth>, since: Option<&Time>) -> bool {
     }
 }
 
+/// What a node's repaired annotation (`gpufabric.io/repaired`) asks of a test now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Repair {
+    /// The node carries no repaired annotation.
+    None,
+    /// Test the node now; why, as a sentence.
+    Test(String),
+    /// The test's breaker is open: nothing is released until a person resets it, so the
+    /// repair waits (the annotation stays) and is tested after the reset.
+    WaitsForReset(String),
+    /// No gpufabric quarantine and no validation gate hold the node (someone else cordoned
+    /// it, or nothing does): a repair has nothing to release, and starts no run.
+    NotHeld,
+}
+
+/// What the repaired annotation of `node` asks now (see [`Repair`]).
+pub fn repair(node: &Node, breaker_open: bool) -> Repair {
+    let Some(v) = node.annotations().get(ANNOTATION_REPAIRED) else {
+        return Repair::None;
+    };
+    if !node.annotations().contains_key(ANNOTATION_QUARANTINE) && !is_gated(node) {
+        return Repair::NotHeld;
+    }
+    let note = if v.trim().is_empty() {
+        String::new()
+    } else {
+        format!(": {}", short(v))
+    };
+    let why = format!("marked repaired ({ANNOTATION_REPAIRED}{note})");
+    if breaker_open {
+        Repair::WaitsForReset(format!("{why}, waits for the reset of the breaker"))
+    } else {
+        Repair::Test(why)
+    }
+}
+
+/// When the test first saw the gate on the node this time (its creation when not yet seen:
+/// a node that joins gated).
+fn gate_appeared<'a>(node: &'a Node, h: Option<&'a NodeHealth>) -> Option<&'a Time> {
+    let created = node.metadata.creation_timestamp.as_ref();
+    match (h.and_then(|h| h.gated_since.as_ref()), created) {
+        (Some(seen), Some(c)) if before(seen, c) => Some(c),
+        (Some(seen), _) => Some(seen),
+        (None, c) => c,
+    }
+}
+
+/// The latest rise (turn to True) of a condition the test names that is still to be served:
+/// the test has neither measured the node since, nor served that rise already (one run per
+/// rise; [`admit_rise`]).
+pub fn condition_rise(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option<Time> {
+    conditions(node)
+        .iter()
+        .filter(|c| c.status == "True")
+        .filter(|c| {
+            test.spec
+                .node_lifecycle
+                .test_on_conditions
+                .contains(&c.type_)
+        })
+        .filter(|c| unmeasured_since(h, c.last_transition_time.as_ref()))
+        .filter_map(|c| c.last_transition_time.clone())
+        .filter(|t| {
+            h.and_then(|h| h.condition_rise.as_ref())
+                .is_none_or(|served| before(served, t))
+        })
+        .max_by_key(|t| t.0)
+}
+
 /// Why the test must test `node` now, if it must: the validation gate (and the test has not
-/// measured the node since it joined), the repaired annotation, a quarantine someone else
-/// lifted (not measured since), a node condition the test names turned True (not measured
-/// since). Several reasons are joined.
-pub fn why_now(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option<String> {
+/// measured the node since the gate appeared, whoever put it there), the repaired annotation
+/// on a node gpufabric holds with the breaker closed ([`repair`]), a quarantine someone else
+/// lifted (not measured since), a node condition the test names turned True (a rise not
+/// measured nor served since, [`condition_rise`]). Several reasons are joined.
+pub fn why_now(
+    test: &FabricTest,
+    node: &Node,
+    h: Option<&NodeHealth>,
+    breaker_open: bool,
+) -> Option<String> {
     let mut why = Vec::new();
-    if is_gated(node) && unmeasured_since(h, node.metadata.creation_timestamp.as_ref()) {
+    if is_gated(node) && unmeasured_since(h, gate_appeared(node, h)) {
         why.push(format!("carries the validation gate {TAINT_VALIDATION}"));
     }
-    if let Some(v) = node.annotations().get(ANNOTATION_REPAIRED) {
-        let note = if v.trim().is_empty() {
-            String::new()
-        } else {
-            format!(": {}", short(v))
-        };
-        why.push(format!("marked repaired ({ANNOTATION_REPAIRED}{note})"));
+    if let Repair::Test(r) = repair(node, breaker_open) {
+        why.push(r);
     }
     if let Some(t) = h.and_then(|h| h.taken_back.as_ref())
         && t.repair
@@ -78,12 +150,13 @@ pub fn why_now(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option
             t.what
         ));
     }
+    let rise = condition_rise(test, node, h);
     let conditions = conditions(node);
     for wanted in &test.spec.node_lifecycle.test_on_conditions {
         let Some(c) = conditions.iter().find(|c| &c.type_ == wanted) else {
             continue;
         };
-        if c.status == "True" && unmeasured_since(h, c.last_transition_time.as_ref()) {
+        if c.status == "True" && rise.is_some() && c.last_transition_time == rise {
             let detail = [c.reason.as_deref(), c.message.as_deref()]
                 .into_iter()
                 .flatten()
@@ -99,6 +172,91 @@ pub fn why_now(test: &FabricTest, node: &Node, h: Option<&NodeHealth>) -> Option
         }
     }
     (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// A targeted run may start for the condition rise `rise` of a node whose history is `h`,
+/// at `now`: at most one run per rise, and at most [`CONDITION_RUNS_PER_WINDOW`] runs in
+/// [`CONDITION_RUN_WINDOW_SECONDS`]. Either way the rise is served (`conditionRise`); a run
+/// is recorded (`conditionRuns`), a rise beyond the bound is dropped and counted
+/// (`conditionRisesDropped`). True when the run may start.
+pub fn admit_rise(h: &mut NodeHealth, rise: &Time, now: &Time) -> bool {
+    let window_start = after(now, -CONDITION_RUN_WINDOW_SECONDS);
+    h.condition_runs.retain(|t| before(&window_start, t));
+    h.condition_rise = Some(rise.clone());
+    if h.condition_runs.len() >= CONDITION_RUNS_PER_WINDOW {
+        h.condition_rises_dropped = h.condition_rises_dropped.saturating_add(1);
+        return false;
+    }
+    h.condition_runs.push(now.clone());
+    true
+}
+
+/// Seconds an entry's last time must lie before a Node's creation for the entry to be of an
+/// earlier Node: the operator's clock and the API server's may differ by a little.
+pub const CLOCK_SKEW_SECONDS: i64 = 30;
+
+/// A node's entry in the history is of an earlier Node of the same name (a machine deleted
+/// and registered again, re-imaged or replaced under its hostname): everything a run or a
+/// quarantine recorded in it happened before this Node was created (by more than
+/// [`CLOCK_SKEW_SECONDS`]). Its history does not count for this one.
+pub fn of_an_earlier_node(h: &NodeHealth, node: &Node) -> bool {
+    let Some(created) = node.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let times = [
+        h.last_judged.as_ref(),
+        h.last_measured.as_ref(),
+        h.quarantined_since.as_ref(),
+        h.taken_back.as_ref().map(|t| &t.at),
+    ];
+    let latest = times
+        .into_iter()
+        .flatten()
+        .chain(h.quarantine_times.iter())
+        .chain(h.condition_runs.iter())
+        .max_by_key(|t| t.0);
+    latest.is_some_and(|t| before(&after(t, CLOCK_SKEW_SECONDS), created))
+}
+
+/// Notes, for each node as cached, when the validation gate appeared on it (`gatedSince`,
+/// kept while the gate stays, cleared when it goes) so that a gate put on again is a new
+/// request. Returns whether `history` changed.
+pub fn note_gates<'a>(
+    test: &FabricTest,
+    nodes: impl IntoIterator<Item = &'a Node>,
+    history: &mut Vec<NodeHealth>,
+    now: &Time,
+) -> bool {
+    let gated: BTreeMap<String, bool> = nodes
+        .into_iter()
+        .filter(|n| selects(test, n))
+        .map(|n| (n.name_any(), is_gated(n)))
+        .collect();
+    let mut changed = false;
+    for h in history.iter_mut() {
+        if h.gated_since.is_some() && !gated.get(&h.node).copied().unwrap_or(false) {
+            h.gated_since = None;
+            changed = true;
+        }
+    }
+    for (node, _) in gated.iter().filter(|(_, g)| **g) {
+        match history.iter_mut().find(|h| &h.node == node) {
+            Some(h) if h.gated_since.is_some() => {}
+            Some(h) => {
+                h.gated_since = Some(now.clone());
+                changed = true;
+            }
+            None => {
+                history.push(NodeHealth {
+                    node: node.clone(),
+                    gated_since: Some(now.clone()),
+                    ..NodeHealth::default()
+                });
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 /// The node's conditions (none when it reports none).
@@ -122,20 +280,58 @@ fn short(s: &str) -> String {
     format!("{}...", &s[..end])
 }
 
-/// Every node `test` must test now, by name, with why (see [`why_now`]).
+/// What the nodes ask of a test now.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Wanted {
+    /// Every node to test now, by name, with why (see [`why_now`]).
+    pub now: BTreeMap<String, String>,
+    /// The latest unserved condition rise of each node in `now` that has one.
+    pub rises: BTreeMap<String, Time>,
+    /// Repaired nodes that wait for the reset of the breaker, with why.
+    pub waiting: BTreeMap<String, String>,
+    /// Repaired nodes gpufabric does not hold ([`Repair::NotHeld`]).
+    pub not_held: Vec<String>,
+}
+
+/// What the selected `nodes` ask of `test` now, from its history and its breaker.
 pub fn wanted<'a>(
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'a Node>,
     history: &[NodeHealth],
-) -> BTreeMap<String, String> {
+    breaker_open: bool,
+) -> Wanted {
     let by_node: BTreeMap<&str, &NodeHealth> =
         history.iter().map(|h| (h.node.as_str(), h)).collect();
-    nodes
-        .into_iter()
-        .filter(|n| selects(test, n))
-        .filter_map(|n| {
-            let name = n.name_any();
-            why_now(test, n, by_node.get(name.as_str()).copied()).map(|why| (name, why))
+    let mut w = Wanted::default();
+    for n in nodes.into_iter().filter(|n| selects(test, n)) {
+        let name = n.name_any();
+        let h = by_node.get(name.as_str()).copied();
+        if let Some(why) = why_now(test, n, h, breaker_open) {
+            if let Some(rise) = condition_rise(test, n, h) {
+                w.rises.insert(name.clone(), rise);
+            }
+            w.now.insert(name.clone(), why);
+        }
+        match repair(n, breaker_open) {
+            Repair::WaitsForReset(why) => {
+                w.waiting.insert(name, why);
+            }
+            Repair::NotHeld => w.not_held.push(name),
+            Repair::None | Repair::Test(_) => {}
+        }
+    }
+    w
+}
+
+/// The targets that wait (a repair waiting for the breaker's reset): listed, never due.
+pub fn waiting(waiting: &BTreeMap<String, String>) -> Vec<NodeTarget> {
+    waiting
+        .iter()
+        .map(|(node, reason)| NodeTarget {
+            node: node.clone(),
+            reason: reason.clone(),
+            attempts: 0,
+            next_attempt: None,
         })
         .collect()
 }
@@ -247,14 +443,30 @@ mod tests {
     fn a_gated_node_is_wanted_until_the_test_measures_it_after_it_joined() {
         let t = test(json!({"nodeSelector": {"pool": "a"}}));
         let gated = node("g", serde_json::from_str(GATE).expect("json"));
-        assert!(why_now(&t, &gated, None).is_some_and(|w| w.contains("validation gate")));
+        assert!(why_now(&t, &gated, None, false).is_some_and(|w| w.contains("validation gate")));
         // Measured before it joined (the same name, an earlier machine): wanted.
-        assert!(why_now(&t, &gated, Some(&measured("g", "2026-11-26T00:00:00Z"))).is_some());
+        assert!(
+            why_now(
+                &t,
+                &gated,
+                Some(&measured("g", "2026-11-26T00:00:00Z")),
+                false
+            )
+            .is_some()
+        );
         // Measured since: a failure keeps the gate but is not retested at once.
-        assert!(why_now(&t, &gated, Some(&measured("g", "2026-11-27T02:00:00Z"))).is_none());
+        assert!(
+            why_now(
+                &t,
+                &gated,
+                Some(&measured("g", "2026-11-27T02:00:00Z")),
+                false
+            )
+            .is_none()
+        );
         // A node the test does not select is never wanted.
         let other = test(json!({"nodeSelector": {"pool": "b"}}));
-        assert!(wanted(&other, [&gated], &[]).is_empty());
+        assert!(wanted(&other, [&gated], &[], false).now.is_empty());
         // Nor one without GPUs.
         let cpu = node(
             "c",
@@ -268,10 +480,11 @@ mod tests {
         let t = test(json!({"nodeLifecycle": {"testOnConditions": ["XidCriticalError"]}}));
         let repaired = node(
             "r",
-            json!({"metadata": {"annotations": {"gpufabric.io/repaired": "INC-42"}}}),
+            json!({"metadata": {"annotations": {"gpufabric.io/repaired": "INC-42",
+                "gpufabric.io/quarantine": "{}"}}}),
         );
         assert_eq!(
-            why_now(&t, &repaired, None).as_deref(),
+            why_now(&t, &repaired, None, false).as_deref(),
             Some("marked repaired (gpufabric.io/repaired: INC-42)")
         );
         let mut h = measured("u", "2026-11-27T01:00:00Z");
@@ -281,15 +494,18 @@ mod tests {
             repair: true,
         });
         let plain = node("u", json!({}));
-        assert!(why_now(&t, &plain, Some(&h)).is_some_and(|w| w.contains("uncordoned")));
+        assert!(why_now(&t, &plain, Some(&h), false).is_some_and(|w| w.contains("uncordoned")));
         h.last_measured = Some(time("2026-11-27T03:00:00Z"));
-        assert!(why_now(&t, &plain, Some(&h)).is_none(), "measured since");
+        assert!(
+            why_now(&t, &plain, Some(&h), false).is_none(),
+            "measured since"
+        );
         // A cordon taken over by someone else is not a repair.
         h.last_measured = None;
         if let Some(tb) = h.taken_back.as_mut() {
             tb.repair = false;
         }
-        assert!(why_now(&t, &plain, Some(&h)).is_none());
+        assert!(why_now(&t, &plain, Some(&h), false).is_none());
 
         let xid = node(
             "x",
@@ -298,18 +514,32 @@ mod tests {
                 "lastTransitionTime": "2026-11-27T04:00:00Z"}]}}),
         );
         assert_eq!(
-            why_now(&t, &xid, Some(&measured("x", "2026-11-27T03:00:00Z"))).as_deref(),
+            why_now(
+                &t,
+                &xid,
+                Some(&measured("x", "2026-11-27T03:00:00Z")),
+                false
+            )
+            .as_deref(),
             Some("condition XidCriticalError=True (Xid79: GPU has fallen off the bus)")
         );
-        assert!(why_now(&t, &xid, Some(&measured("x", "2026-11-27T05:00:00Z"))).is_none());
+        assert!(
+            why_now(
+                &t,
+                &xid,
+                Some(&measured("x", "2026-11-27T05:00:00Z")),
+                false
+            )
+            .is_none()
+        );
         // A condition the test does not name, or one that is False, is nothing.
         let untested = test(json!({}));
-        assert!(why_now(&untested, &xid, None).is_none());
+        assert!(why_now(&untested, &xid, None, false).is_none());
         let fine = node(
             "f",
             json!({"status": {"conditions": [{"type": "XidCriticalError", "status": "False"}]}}),
         );
-        assert!(why_now(&t, &fine, None).is_none());
+        assert!(why_now(&t, &fine, None, false).is_none());
     }
 
     #[test]
@@ -338,5 +568,107 @@ mod tests {
         // No longer wanted: dropped.
         let (targets, due) = schedule(&targets, &BTreeMap::new(), &later);
         assert!(targets.is_empty() && due.is_empty());
+    }
+
+    #[test]
+    fn a_gate_put_on_a_measured_node_is_a_request_once_per_time_it_appears() {
+        let t = test(json!({}));
+        let gated = node("g", serde_json::from_str(GATE).expect("json"));
+        let mut history = vec![measured("g", "2026-11-27T02:00:00Z")];
+        // Measured after it joined, then gated by hand at 03:00: wanted.
+        let at = time("2026-11-27T03:00:00Z");
+        assert!(note_gates(&t, [&gated], &mut history, &at));
+        assert_eq!(history[0].gated_since, Some(at.clone()));
+        assert!(why_now(&t, &gated, Some(&history[0]), false).is_some());
+        // Seen again: the same appearance, the time stays.
+        assert!(!note_gates(
+            &t,
+            [&gated],
+            &mut history,
+            &time("2026-11-27T03:05:00Z")
+        ));
+        // Measured since (it failed, the gate stays): not wanted again.
+        history[0].last_measured = Some(time("2026-11-27T03:10:00Z"));
+        assert!(why_now(&t, &gated, Some(&history[0]), false).is_none());
+        // The gate goes, then comes back: a new request.
+        let open = node("g", json!({}));
+        assert!(note_gates(
+            &t,
+            [&open],
+            &mut history,
+            &time("2026-11-27T04:00:00Z")
+        ));
+        assert_eq!(history[0].gated_since, None);
+        note_gates(&t, [&gated], &mut history, &time("2026-11-27T05:00:00Z"));
+        assert!(why_now(&t, &gated, Some(&history[0]), false).is_some());
+    }
+
+    #[test]
+    fn a_rejoined_machine_is_a_new_node() {
+        // The Node was created at 01:00.
+        let n = node("g", json!({}));
+        let mut h = measured("g", "2026-11-26T00:00:00Z");
+        h.consecutive_failures = 3;
+        assert!(of_an_earlier_node(&h, &n));
+        h.last_judged = Some(time("2026-11-27T01:30:00Z"));
+        assert!(!of_an_earlier_node(&h, &n), "judged since it was created");
+        // An entry with no time says nothing of which Node it was.
+        assert!(!of_an_earlier_node(&NodeHealth::default(), &n));
+    }
+
+    #[test]
+    fn a_repair_acts_only_on_a_held_node_and_waits_for_an_open_breaker() {
+        let marked = json!({"gpufabric.io/repaired": "INC-7"});
+        let foreign = node(
+            "f",
+            json!({"metadata": {"annotations": marked}, "spec": {"unschedulable": true}}),
+        );
+        assert_eq!(repair(&foreign, false), Repair::NotHeld);
+        let held = node(
+            "h",
+            json!({"metadata": {"annotations": {"gpufabric.io/repaired": "INC-7",
+                "gpufabric.io/quarantine": "{}"}}}),
+        );
+        assert!(matches!(repair(&held, false), Repair::Test(_)));
+        assert!(matches!(repair(&held, true), Repair::WaitsForReset(_)));
+        let t = test(json!({}));
+        assert!(why_now(&t, &held, None, true).is_none());
+        let w = wanted(&t, [&held, &foreign], &[], true);
+        assert!(w.now.is_empty());
+        assert_eq!(w.waiting.keys().collect::<Vec<_>>(), ["h"]);
+        assert_eq!(w.not_held, ["f"]);
+        assert_eq!(repair(&node("p", json!({})), false), Repair::None);
+    }
+
+    #[test]
+    fn a_flapping_condition_starts_one_run_per_rise_and_a_bounded_number_per_window() {
+        let t = test(json!({"nodeLifecycle": {"testOnConditions": ["Xid"]}}));
+        let risen = |at: &str| {
+            node(
+                "x",
+                json!({"status": {"conditions": [{"type": "Xid", "status": "True",
+                    "lastTransitionTime": at}]}}),
+            )
+        };
+        let mut h = NodeHealth {
+            node: "x".into(),
+            ..NodeHealth::default()
+        };
+        let mut runs = 0;
+        for minute in 0..20 {
+            let at = format!("2026-11-27T02:{minute:02}:00Z");
+            let n = risen(&at);
+            let rise = condition_rise(&t, &n, Some(&h)).expect("a new rise");
+            if admit_rise(&mut h, &rise, &time(&at)) {
+                runs += 1;
+            }
+            // Served: the same rise asks nothing more, run or not.
+            assert!(condition_rise(&t, &n, Some(&h)).is_none());
+            assert!(why_now(&t, &n, Some(&h), false).is_none());
+        }
+        // 20 rises in 20 minutes: 3 in the first ten, 3 in the next.
+        assert_eq!(runs, 2 * CONDITION_RUNS_PER_WINDOW);
+        assert_eq!(h.condition_rises_dropped, 20 - runs as u32);
+        assert!(h.condition_runs.len() <= CONDITION_RUNS_PER_WINDOW);
     }
 }

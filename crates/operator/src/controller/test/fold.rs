@@ -154,9 +154,17 @@ async fn carry_out_after_fold(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
-    let lifecycle_applied =
-        crate::lifecycle::after_quarantine(test, run, results, &repaired, &outcome, status, ctx)
-            .await;
+    let lifecycle_applied = crate::lifecycle::after_quarantine(
+        test,
+        run,
+        results,
+        &repaired,
+        &outcome,
+        breaker.open,
+        status,
+        ctx,
+    )
+    .await;
     if publish {
         publish_signals(
             test,

@@ -138,6 +138,7 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     status.observed_generation = test.metadata.generation;
     // Ownership follows the node: what someone else undid is theirs before anything is
     // judged, so that no plan counts or releases it.
+    crate::lifecycle::rejoin::forget_rejoined(test, ctx, &mut status).await;
     let handed_back = crate::lifecycle::hand_back(test, ctx, &mut status).await?;
     // Runs are folded with the breaker as it was, before a reset applies.
     let mut breaker = quarantine::Breaker::from_conditions(&original.conditions);
@@ -149,7 +150,7 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let decision = decide(test, schedule.as_ref(), &original, &active, Utc::now());
     carry_out(test, ctx, &decision, &active, &mut status).await?;
     crate::lifecycle::gate_new_nodes(test, ctx, &status).await;
-    let targets_wait = start_targeted(test, ctx, &active, &mut status).await?;
+    let targets_wait = start_targeted(test, ctx, &active, breaker.open, &mut status).await?;
     status.next_schedule_time = decision.next.map(to_time);
     status.conditions = conditions(test, &original.conditions, &status, &stamp);
     status.conditions.push(breaker.condition(
@@ -274,8 +275,14 @@ async fn carry_out(
             .map(|r| r.name_any());
         return Ok(());
     };
-    let replaced: &[&FabricTestRun] = if decision.replace_active { active } else { &[] };
-    for r in replaced {
+    // Replace deletes the runs of the schedule and those asked for by hand, never a run
+    // that gates, confirms, or tests a repair or a condition.
+    let replaced: Vec<&FabricTestRun> = active
+        .iter()
+        .filter(|r| decision.replace_active && r.spec.trigger.is_replaceable())
+        .copied()
+        .collect();
+    for r in &replaced {
         tracing::info!(run = %r.name_any(), "replacing the active run");
         delete_run(&runs_api, &r.name_any()).await?;
     }
@@ -288,7 +295,7 @@ async fn carry_out(
     )?;
     let created = create_run(ctx, &runs_api, &run).await?;
     // Events after the create, so that the new run follows the deleted one at once.
-    for r in replaced {
+    for r in &replaced {
         ctx.events
             .normal(
                 &test_ref,
@@ -324,20 +331,24 @@ async fn carry_out(
 /// Starts a targeted run when nodes wait for one (gated, repaired, a lifted quarantine, a
 /// node condition, named by hand on the test) and no targeted run of the test is active,
 /// and writes the targets into `status`. A targeted run does not wait for the test's other
-/// runs: a node is tested by one run at a time anyway. Returns when the next target is due
-/// (a backoff pending), for the requeue.
+/// runs: a node is tested by one run at a time anyway. An attempt counts only once the run
+/// exists. Returns when the next target is due (a backoff pending), for the requeue.
 async fn start_targeted(
     test: &FabricTest,
     ctx: &Context,
     active: &[&FabricTestRun],
+    breaker_open: bool,
     status: &mut FabricTestStatus,
 ) -> Result<Option<chrono::DateTime<Utc>>> {
     use crate::lifecycle::targets;
     let stamp = now();
     let cached = ctx.nodes.state();
     let nodes = || cached.iter().map(|n| n.as_ref());
-    let wanted = targets::wanted(test, nodes(), &status.nodes);
-    let (mut list, mut due) = targets::schedule(&status.targets, &wanted, &stamp);
+    targets::note_gates(test, nodes(), &mut status.nodes, &stamp);
+    let wanted = targets::wanted(test, nodes(), &status.nodes, breaker_open);
+    crate::lifecycle::repairs_on_hold(test, ctx, &wanted, &status.targets).await;
+    let (mut list, mut due) = targets::schedule(&status.targets, &wanted.now, &stamp);
+    list.extend(targets::waiting(&wanted.waiting));
     let by_hand = crate::lifecycle::named_by_hand(test, nodes());
     let busy = active.iter().find(|r| r.spec.trigger == Trigger::Targeted);
     let test_ref = test.object_ref(&());
@@ -350,8 +361,35 @@ async fn start_targeted(
     }
     let mut reasons: BTreeMap<String, String> = due
         .iter()
-        .filter_map(|n| wanted.get(n).map(|w| (n.clone(), w.clone())))
+        .filter_map(|n| wanted.now.get(n).map(|w| (n.clone(), w.clone())))
         .collect();
+    // One run per condition rise, a bounded number per window: a rise beyond the bound is
+    // served without a run (and counted); a node wanted for nothing else is left out.
+    let mut dropped = Vec::new();
+    for (node, rise) in &wanted.rises {
+        if !reasons.contains_key(node) {
+            continue;
+        }
+        let h = crate::lifecycle::entry(status, node);
+        if !targets::admit_rise(h, rise, &stamp) {
+            dropped.push(node.clone());
+            // The rise is served now: what else the node asks for, if anything.
+            let still = nodes()
+                .find(|n| &n.name_any() == node)
+                .and_then(|n| targets::why_now(test, n, Some(h), breaker_open));
+            match still {
+                Some(why) => {
+                    reasons.insert(node.clone(), why);
+                }
+                None => {
+                    reasons.remove(node);
+                }
+            }
+        }
+    }
+    if !dropped.is_empty() {
+        tracing::info!(nodes = ?dropped, "condition rises beyond the bound: no run");
+    }
     if let Some((named, not_selected)) = &by_hand {
         for n in named {
             reasons
@@ -374,34 +412,62 @@ async fn start_targeted(
     }
     if !reasons.is_empty() {
         let nodes: Vec<String> = reasons.keys().cloned().collect();
-        let name = crate::names::run_name(
-            &test.name_any(),
-            &format!(
-                "t{}-{:08x}",
-                Utc::now().timestamp() / 60,
-                crate::names::fnv1a(nodes.join(",").as_bytes()) as u32
-            ),
-        );
-        let mut run = runs::new_run(test, &name, Trigger::Targeted, None, Some(nodes.clone()))?;
-        run.spec.reasons = reasons;
+        let uid = test.uid().ok_or(Error::Missing("metadata.uid"))?;
         let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
-        if create_run(ctx, &api, &run).await? {
-            tracing::info!(run = %name, nodes = ?nodes, "targeted run created");
-            ctx.events
-                .normal(
-                    &test_ref,
-                    "RunCreated",
-                    "Lifecycle",
-                    format!(
-                        "created targeted run {name} for {}",
-                        describe(&run.spec.reasons)
-                    ),
-                )
-                .await;
+        let mut started = None;
+        for attempt in 0..TARGETED_NAME_TRIES {
+            let name = targeted_name(&test.name_any(), &nodes, Utc::now(), attempt);
+            let mut run = runs::new_run(test, &name, Trigger::Targeted, None, Some(nodes.clone()))?;
+            run.spec.reasons = reasons.clone();
+            if create_run(ctx, &api, &run).await? {
+                tracing::info!(run = %name, nodes = ?nodes, "targeted run created");
+                ctx.events
+                    .normal(
+                        &test_ref,
+                        "RunCreated",
+                        "Lifecycle",
+                        format!(
+                            "created targeted run {name} for {}",
+                            describe(&run.spec.reasons)
+                        ),
+                    )
+                    .await;
+                started = Some(name);
+                break;
+            }
+            // The name is taken: by this very run when an earlier status write was lost
+            // (it is active and tests the same nodes), else by another run: a fresh name.
+            if let Some(r) = api.get_opt(&name).await?
+                && r.owner_references().iter().any(|o| o.uid == uid)
+                && is_active(&r)
+                && r.spec.nodes.as_ref() == Some(&nodes)
+            {
+                tracing::info!(run = %name, "the targeted run exists already");
+                started = Some(name);
+                break;
+            }
+            tracing::info!(run = %name, "a run holds this name: trying a fresh one");
         }
-        targets::attempted(&mut list, &nodes, &stamp);
-        due.clear();
-        status.active_run = Some(name);
+        match started {
+            Some(name) => {
+                targets::attempted(&mut list, &nodes, &stamp);
+                due.clear();
+                status.active_run = Some(name);
+            }
+            None => {
+                ctx.events
+                    .warning(
+                        &test_ref,
+                        "RunNotCreated",
+                        "Lifecycle",
+                        format!(
+                            "could not create a targeted run for {}: every name tried is taken; tried again at the next look",
+                            describe(&reasons)
+                        ),
+                    )
+                    .await;
+            }
+        }
     }
     if by_hand.is_some() {
         remove_annotations(
@@ -418,6 +484,20 @@ async fn start_targeted(
         .min();
     status.targets = list;
     Ok(next)
+}
+
+/// Names tried for one targeted run before the look gives up until the next.
+const TARGETED_NAME_TRIES: u32 = 4;
+
+/// The name of a targeted run of `test` over `nodes` created at `at`: the second and a hash
+/// of the nodes, and `attempt` when an earlier name was taken.
+fn targeted_name(test: &str, nodes: &[String], at: chrono::DateTime<Utc>, attempt: u32) -> String {
+    let hash = crate::names::fnv1a(nodes.join(",").as_bytes()) as u32;
+    let suffix = match attempt {
+        0 => format!("t{}-{hash:08x}", at.timestamp()),
+        n => format!("t{}-{hash:08x}-{n}", at.timestamp()),
+    };
+    crate::names::run_name(test, &suffix)
 }
 
 /// `node (why), ...` for an Event, at most a few nodes.
