@@ -277,6 +277,7 @@ mod tests {
             passed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 "2026-01-01T00:00:00Z".parse().expect("time"),
             ),
+            measured: true,
             condition: None,
             remove_legacy: false,
             metadata: metadata.map(|m| m.to_string()),

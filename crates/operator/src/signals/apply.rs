@@ -12,7 +12,7 @@ use gpufabric_api::keys;
 use gpufabric_api::policy::QuarantineMode;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
 use gpufabric_api::standing::Standing;
-use gpufabric_api::standings::TestStanding;
+use gpufabric_api::standings::{NodeStandings, TestStanding};
 use gpufabric_api::test::{FabricTest, NodeHealth};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -36,6 +36,8 @@ pub struct NodeSignal {
     pub entry: TestStanding,
     /// When the run passed the node (the last-pass time).
     pub passed_at: Time,
+    /// Whether the run measured the node (see [`for_node`]).
+    pub measured: bool,
     /// The condition to write; None: the node keeps the one it has.
     pub condition: Option<k8s_openapi::api::core::v1::NodeCondition>,
     /// Delete the node's `GPUFabricHealthy` condition, which a FabricTest of gpufabric
@@ -58,12 +60,38 @@ pub struct Published {
     pub failures: Vec<String>,
 }
 
-/// The condition and the metadata patch of `node` once `test`'s `entry` is in its record,
-/// and whether a `GPUFabricHealthy` condition of 0.2.0 this test wrote goes. Pure.
+/// The node's record with `test`'s `entry` in it, and whether that changed the record. A
+/// run that did not measure the node (`measured` false) and left its standing as it was
+/// leaves the entry (its run and why) as the measurement that decided it wrote it.
+fn record_with(
+    node: Option<&Node>,
+    test: &str,
+    entry: &TestStanding,
+    measured: bool,
+) -> (NodeStandings, bool) {
+    let mut standings = node::standings_of(node);
+    let kept = !measured
+        && standings
+            .tests
+            .get(test)
+            .is_some_and(|e| e.standing == entry.standing);
+    if kept {
+        return (standings, false);
+    }
+    let before = standings.clone();
+    standings.set(test, entry.clone());
+    let changed = standings != before;
+    (standings, changed)
+}
+
+/// The condition and the metadata patch of `node` once `test`'s `entry` is in its record
+/// ([`record_with`]), and whether a `GPUFabricHealthy` condition of 0.2.0 this test wrote
+/// goes. A record left as it was leaves the node's condition as it is. Pure.
 pub fn for_node(
     node: Option<&Node>,
     test: &str,
     entry: &TestStanding,
+    measured: bool,
     passed_at: &Time,
     stamp: &Time,
 ) -> (
@@ -71,8 +99,7 @@ pub fn for_node(
     bool,
     Option<Value>,
 ) {
-    let mut standings = node::standings_of(node);
-    standings.set(test, entry.clone());
+    let (standings, changed) = record_with(node, test, entry, measured);
     // A node that still carries the condition of 0.2.0 this test wrote (an old replica's
     // last write) has it as its current one, turned over; kept (not measured), it is
     // written under the new type.
@@ -82,12 +109,12 @@ pub fn for_node(
         None => legacy.map(|l| node::from_legacy(l, stamp)),
     };
     let present = node::current_condition(node).or(migrated.as_ref());
-    let condition = standings
-        .worst()
-        .zip(standings.message())
+    let condition = (changed || present.is_none())
+        .then(|| standings.worst().zip(standings.message()))
+        .flatten()
         .and_then(|((worst, _), message)| node::condition(worst, &message, present, stamp))
         .or_else(|| migrated.clone());
-    let passed = entry.standing == Standing::Passing;
+    let passed = measured && entry.standing == Standing::Passing;
     let metadata = node::metadata_patch(node, &standings, passed, passed_at);
     (condition, legacy.is_some(), metadata)
 }
@@ -133,10 +160,12 @@ pub fn decide(
                 detail,
             };
             let current = nodes.get(&ObjectRef::new(&entry.node));
+            let measured = entry.verdict.is_measured();
             let (condition, remove_legacy, metadata) = for_node(
                 current.as_deref(),
                 &test_name,
                 &standing,
+                measured,
                 &passed_at,
                 &stamp,
             );
@@ -145,6 +174,7 @@ pub fn decide(
                 test: test_name.clone(),
                 entry: standing,
                 passed_at: passed_at.clone(),
+                measured,
                 condition,
                 remove_legacy,
                 metadata: metadata.map(|p| p.to_string()),
@@ -245,15 +275,20 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
                         }
                     };
                     let stamp = now();
-                    let (c, legacy, _) =
-                        for_node(Some(&fresh), &s.test, &s.entry, &s.passed_at, &stamp);
+                    let (c, legacy, _) = for_node(
+                        Some(&fresh),
+                        &s.test,
+                        &s.entry,
+                        s.measured,
+                        &s.passed_at,
+                        &stamp,
+                    );
                     condition = c;
                     remove_legacy = legacy;
-                    let mut standings = node::standings_of(Some(&fresh));
-                    standings.set(&s.test, s.entry.clone());
+                    let (standings, _) = record_with(Some(&fresh), &s.test, &s.entry, s.measured);
                     let values = node::metadata_values(
                         &standings,
-                        s.entry.standing == Standing::Passing,
+                        s.measured && s.entry.standing == Standing::Passing,
                         &s.passed_at,
                     );
                     patch = node::redecided(patch, &values, fresh.metadata.resource_version);
@@ -289,6 +324,55 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn time(at: &str) -> Time {
+        Time(at.parse().expect("time"))
+    }
+
+    #[test]
+    fn a_run_that_did_not_measure_the_node_leaves_its_signals_as_they_are() {
+        let passed = TestStanding {
+            standing: Standing::Passing,
+            run: "nightly-1".into(),
+            detail: None,
+        };
+        let (t1, t2) = (time("2026-01-01T00:00:00Z"), time("2026-01-02T00:00:00Z"));
+        let (condition, _, metadata) = for_node(None, "nightly", &passed, true, &t1, &t1);
+        let metadata = metadata.expect("metadata");
+        let record = metadata["metadata"]["annotations"][keys::ANNOTATION_STANDING]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut node = Node::default();
+        node.metadata.labels = Some([(keys::LABEL_RESULT.to_string(), "pass".to_string())].into());
+        node.metadata.annotations = Some(
+            [
+                (keys::ANNOTATION_STANDING.to_string(), record),
+                (
+                    keys::ANNOTATION_LAST_PASS.to_string(),
+                    "2026-01-01T00:00:00Z".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![condition.expect("a condition")]),
+            ..Default::default()
+        });
+        let busy = TestStanding {
+            run: "nightly-2".into(),
+            detail: Some("busy GPUs".into()),
+            ..passed.clone()
+        };
+        let (condition, _, metadata) = for_node(Some(&node), "nightly", &busy, false, &t2, &t2);
+        assert_eq!(condition, None, "the condition stays as it is");
+        assert_eq!(metadata, None, "the record and label stay as they are");
+        let (condition, _, _) = for_node(Some(&node), "nightly", &busy, true, &t2, &t2);
+        assert!(
+            condition.is_some(),
+            "a measurement writes the condition again"
+        );
+    }
     use std::sync::atomic::{AtomicU32, Ordering};
 
     fn api_error(code: u16) -> kube::Error {
