@@ -40,6 +40,11 @@ pub const ANNOTATION_NIC_COUNTERS: &str = "gpufabric.io/nic-counters";
 /// ([`crate::trend::NodeTrend`]); each run judges the node's drift against them.
 pub const ANNOTATION_TREND: &str = "gpufabric.io/trend";
 
+/// Annotation on a Node: each FabricTest's standing of the node, its run and why, JSON
+/// ([`crate::standings::NodeStandings`]). The `GPUFabricDegraded` condition and the
+/// `gpufabric.io/result` label read the worst of them; a test's deletion removes its entry.
+pub const ANNOTATION_STANDING: &str = "gpufabric.io/standing";
+
 /// Label the operator sets on a node in `Label` (and stronger) quarantine modes.
 pub const LABEL_QUARANTINED: &str = "gpufabric.io/quarantined";
 /// Taint key the operator adds in `Taint` mode (effect NoSchedule). Benchmark pods

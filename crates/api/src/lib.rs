@@ -22,6 +22,8 @@ pub mod rollout;
 pub mod run;
 pub mod run_state;
 pub mod shard;
+pub mod standing;
+pub mod standings;
 pub mod suite;
 pub mod test;
 pub mod trend;

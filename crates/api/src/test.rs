@@ -408,6 +408,10 @@ pub struct NodeHealth {
     pub verdict: NodeVerdict,
     pub consecutive_failures: u32,
     pub consecutive_passes: u32,
+    /// The node's standing in this test, decided when a run is folded: what the node's
+    /// signals, the metrics, this status' order and `kubectl gpufabric node` read.
+    #[serde(default)]
+    pub standing: crate::standing::Standing,
     /// Quarantined by this test now.
     #[serde(default)]
     pub quarantined: bool,

@@ -16,6 +16,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// - `quarantined` and `quarantined_since` are kept from `prev`: only the quarantine
 ///   executor changes them. `held_back` is cleared; the planner sets it again if it holds
 ///   the node back in this run.
+/// - `standing` is kept: it is decided once the quarantine plan and the lifecycle have run
+///   (the operator's fold).
 /// - `last_finding` is replaced (None when the run found nothing), `last_run` set to `run`.
 pub fn advance(
     prev: Option<&NodeHealth>,
@@ -39,6 +41,7 @@ pub fn advance(
         verdict,
         consecutive_failures,
         consecutive_passes,
+        standing: prev.map(|p| p.standing.clone()).unwrap_or_default(),
         quarantined: prev.is_some_and(|p| p.quarantined),
         quarantined_since: prev.and_then(|p| p.quarantined_since.clone()),
         held_back: None,

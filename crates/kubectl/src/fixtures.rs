@@ -28,11 +28,14 @@ pub fn test() -> FabricTest {
             "nodes": [
                 {"node": "h200-02", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0,
                  "quarantined": true, "quarantinedSince": "2026-11-21T02:03:04Z",
+                 "standing": {"state": "Quarantined"},
                  "lastFinding": "slow NIC", "lastRun": "nightly-manual-1", "lastMeasured": "2026-11-21T02:03:00Z"},
                 {"node": "h100-03", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0,
                  "heldBack": "would quarantine: the budget (maxQuarantined 10%) is spent",
+                 "standing": {"state": "HeldBack", "why": "would quarantine: the budget (maxQuarantined 10%) is spent"},
                  "lastRun": "nightly-manual-1"},
                 {"node": "h100-00", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3,
+                 "standing": {"state": "Passing"},
                  "lastRun": "nightly-manual-1"}
             ],
             "quarantinedNodes": ["h200-02"],

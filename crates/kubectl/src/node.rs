@@ -7,6 +7,7 @@ use crate::findings::{RunFinding, names_node, subject};
 use crate::output::View;
 use crate::status::Breaker;
 use gpufabric_api::quarantine::QuarantineRecord;
+use gpufabric_api::standing::Standing;
 use gpufabric_api::test::{NodeHealth, NodeTarget};
 use gpufabric_api::trend::{NodeTrend, TestTrend, TrendMetric};
 use gpufabric_api::{FabricTest, FabricTestRun, keys};
@@ -55,37 +56,36 @@ pub struct NodeView {
     pub trend_error: Option<String>,
 }
 
-/// Why `test` does or does not act on the node of entry `h`.
+/// Why `test` does or does not act on the node of entry `h`: what its standing says, with
+/// what moves it next under the test's policy.
 pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String {
     let policy = &test.spec.quarantine;
-    let mut why = if h.quarantined {
-        let since = h
-            .quarantined_since
-            .as_ref()
-            .map(|t| format!(" since {}", t.0))
-            .unwrap_or_default();
-        if h.repeat_offender {
-            format!(
-                "quarantined{since}, a repeat offender: passing runs no longer release it, a repair ({}) does",
-                keys::ANNOTATION_REPAIRED
-            )
-        } else {
-            format!(
-                "quarantined{since}: released after {} passing run(s) in a row, or one pass after a repair ({})",
-                policy.passes_to_release,
-                keys::ANNOTATION_REPAIRED
-            )
-        }
-    } else if let Some(held) = &h.held_back {
-        format!("not acted on: {held}")
-    } else if let Some(t) = &h.taken_back {
-        format!(
-            "not acted on: someone else took the quarantine back ({}, {}); what is on the node is theirs",
-            t.what, t.at.0
-        )
-    } else if h.verdict.is_bad() {
-        format!(
-            "failing ({} run(s) in a row): quarantined ({:?}) after {} in a row{}",
+    let since = h
+        .quarantined_since
+        .as_ref()
+        .map(|t| format!(" since {}", t.0))
+        .unwrap_or_default();
+    let mut why = match &h.standing {
+        Standing::RepeatOffender => format!(
+            "quarantined{since}, a repeat offender: passing runs no longer release it, a repair ({}) does",
+            keys::ANNOTATION_REPAIRED
+        ),
+        Standing::Quarantined { .. } => format!(
+            "quarantined{since}: released after {} passing run(s) in a row, or one pass after a repair ({})",
+            policy.passes_to_release,
+            keys::ANNOTATION_REPAIRED
+        ),
+        Standing::HeldBack { why, .. } => format!("not acted on: {why}"),
+        Standing::TakenBack { what } => format!(
+            "not acted on: someone else took the quarantine back ({what}{}); what is on the node is theirs",
+            h.taken_back
+                .as_ref()
+                .map(|t| format!(", {}", t.at.0))
+                .unwrap_or_default()
+        ),
+        Standing::Suspect | Standing::Failing { .. } => format!(
+            "{} ({} run(s) in a row): quarantined ({:?}) after {} in a row{}",
+            h.standing,
             h.consecutive_failures,
             policy.mode,
             policy.failures_to_quarantine,
@@ -94,14 +94,13 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             } else {
                 ""
             }
-        )
-    } else if h.verdict.is_measured() {
-        "passing: nothing to do".to_string()
-    } else {
-        format!(
+        ),
+        Standing::Passing => "passing: nothing to do".to_string(),
+        Standing::Gated => h.standing.to_string(),
+        Standing::NotMeasured => format!(
             "not measured ({}): never held against the node",
             h.verdict.name()
-        )
+        ),
     };
     if breaker.open {
         why.push_str(&format!(

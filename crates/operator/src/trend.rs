@@ -268,7 +268,16 @@ mod tests {
     fn signal(node: &str, metadata: Option<Value>) -> NodeSignal {
         NodeSignal {
             node: node.into(),
-            judgement: crate::signals::Judgement::Pass,
+            test: "nightly".into(),
+            entry: gpufabric_api::standings::TestStanding {
+                standing: gpufabric_api::standing::Standing::Passing,
+                run: "nightly-1".into(),
+                detail: None,
+            },
+            passed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().expect("time"),
+            ),
+            measured: true,
             condition: None,
             remove_legacy: false,
             metadata: metadata.map(|m| m.to_string()),

@@ -81,6 +81,7 @@ pub async fn hand_back(
         e.quarantined = false;
         e.quarantined_since = None;
         e.held_back = None;
+        e.standing = e.standing.on_taken_back(&h.undone.to_string());
         e.taken_back = Some(TakenBack {
             what: h.undone.to_string(),
             at: at.clone(),

@@ -7,8 +7,9 @@
 //! `gpu`).
 
 use gpufabric_api::findings::{Finding, Subject};
-use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase};
-use gpufabric_api::test::{FabricTest, NodeHealth};
+use gpufabric_api::run::{FabricTestRun, RunPhase};
+use gpufabric_api::standing::Standing;
+use gpufabric_api::test::FabricTest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -48,55 +49,6 @@ pub struct GpuFindingLabels {
     pub gpu: String,
     pub kind: String,
     pub severity: String,
-}
-
-/// A node's last result, as people alert on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeResult {
-    /// Measured and passed.
-    Pass,
-    /// Measured and failed, not (yet) confirmed: fewer consecutive failures than the
-    /// quarantine needs.
-    Suspect,
-    /// Failing and confirmed: quarantined, or held back only by the mode or the budget.
-    Fail,
-    /// Not measured, for a reason outside the node's hardware (or not yet), and not
-    /// quarantined.
-    NotMeasured,
-}
-
-impl NodeResult {
-    pub const ALL: [NodeResult; 4] = [
-        NodeResult::Pass,
-        NodeResult::Suspect,
-        NodeResult::Fail,
-        NodeResult::NotMeasured,
-    ];
-
-    /// The `result` label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeResult::Pass => "pass",
-            NodeResult::Suspect => "suspect",
-            NodeResult::Fail => "fail",
-            NodeResult::NotMeasured => "not_measured",
-        }
-    }
-
-    /// The result of a node from the FabricTest's view of it. A verdict that counts against
-    /// the node ([`NodeVerdict::is_bad`]: failed, or a hardware fault such as a lost GPU or a
-    /// hang) reads as a failure; a quarantined node is a confirmed failure until it passes.
-    /// While the test's breaker is open its failures are not trusted (a storm points at the
-    /// environment): a failing node not quarantined is a suspect, not a confirmed failure.
-    pub fn of(health: &NodeHealth, breaker_open: bool) -> NodeResult {
-        match health.verdict {
-            NodeVerdict::Passed => NodeResult::Pass,
-            _ if health.quarantined => NodeResult::Fail,
-            v if v.is_bad() && health.held_back.is_some() && !breaker_open => NodeResult::Fail,
-            v if v.is_bad() => NodeResult::Suspect,
-            _ => NodeResult::NotMeasured,
-        }
-    }
 }
 
 /// Every state series at one instant.
@@ -176,12 +128,13 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
             node: node.to_string(),
         };
         for health in &status.nodes {
-            let result = NodeResult::of(health, breaker_open);
-            for r in NodeResult::ALL {
+            // The node's standing says; nothing is judged here.
+            let result = health.standing.metric();
+            for r in Standing::METRIC_VALUES {
                 let l = NodeResultLabels {
                     test: test_labels.test.clone(),
                     node: health.node.clone(),
-                    result: r.as_str().into(),
+                    result: r.into(),
                 };
                 out.node_result.push((l, i64::from(r == result)));
             }
@@ -286,9 +239,9 @@ mod tests {
     fn node_results_are_one_hot_and_confirmed_failures_are_fail() {
         let t = test_with(json!({
             "nodes": [
-                {"node": "a", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3, "quarantined": false},
-                {"node": "b", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false},
-                {"node": "c", "verdict": "Failed", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
+                {"node": "a", "verdict": "Passed", "consecutiveFailures": 0, "consecutivePasses": 3, "quarantined": false, "standing": {"state": "Passing"}},
+                {"node": "b", "verdict": "Failed", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false, "standing": {"state": "Suspect"}},
+                {"node": "c", "verdict": "Failed", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true, "standing": {"state": "Quarantined"}},
                 {"node": "d", "verdict": "NotMeasured", "consecutiveFailures": 0, "consecutivePasses": 0, "quarantined": false}
             ],
             "quarantinedNodes": ["c"],
@@ -321,11 +274,11 @@ mod tests {
     fn a_node_quarantined_for_a_hardware_fault_reads_fail_not_not_measured() {
         let t = test_with(json!({
             "nodes": [
-                {"node": "lost-gpu", "verdict": "Errored", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
-                {"node": "hung", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true},
-                {"node": "once", "verdict": "Errored", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false},
-                {"node": "held", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": false, "heldBack": "budget"},
-                {"node": "cordoned-unmeasured", "verdict": "NotMeasured", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true}
+                {"node": "lost-gpu", "verdict": "Errored", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true, "standing": {"state": "Quarantined", "hardware": true}},
+                {"node": "hung", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true, "standing": {"state": "Quarantined", "hardware": true}},
+                {"node": "once", "verdict": "Errored", "consecutiveFailures": 1, "consecutivePasses": 0, "quarantined": false, "standing": {"state": "Suspect"}},
+                {"node": "held", "verdict": "Timeout", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": false, "heldBack": "budget", "standing": {"state": "HeldBack", "why": "budget", "hardware": true}},
+                {"node": "cordoned-unmeasured", "verdict": "NotMeasured", "consecutiveFailures": 2, "consecutivePasses": 0, "quarantined": true, "standing": {"state": "Quarantined"}}
             ],
             "quarantinedNodes": ["lost-gpu", "hung", "cordoned-unmeasured"],
             "quarantinedCount": 3
@@ -362,21 +315,6 @@ mod tests {
         assert_eq!(s.breaker_open[0].1, 1);
         let s = series(&[test_with(condition("False"))], &[]);
         assert_eq!(s.breaker_open[0].1, 0);
-    }
-
-    #[test]
-    fn a_failing_node_held_by_an_open_breaker_is_a_suspect_not_a_failure() {
-        let failing = |quarantined: bool| {
-            serde_json::from_value::<NodeHealth>(json!({
-                "node": "a", "verdict": "Failed", "consecutiveFailures": 1,
-                "consecutivePasses": 0, "quarantined": quarantined,
-                "heldBack": "would quarantine: the breaker is open (too many nodes failed at once)"
-            }))
-            .expect("health")
-        };
-        assert_eq!(NodeResult::of(&failing(false), true), NodeResult::Suspect);
-        assert_eq!(NodeResult::of(&failing(false), false), NodeResult::Fail);
-        assert_eq!(NodeResult::of(&failing(true), true), NodeResult::Fail);
     }
 
     #[test]

@@ -5,18 +5,22 @@
 //! written is reported; it never stops the others nor the reconcile.
 
 use super::SignalError;
-use super::node::{self, Judgement};
+use super::node;
 use crate::time::now;
 use futures::StreamExt;
 use gpufabric_api::keys;
 use gpufabric_api::policy::QuarantineMode;
-use gpufabric_api::run::{FabricTestRun, NodeRunResult};
+use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
+use gpufabric_api::standing::Standing;
+use gpufabric_api::standings::{NodeStandings, TestStanding};
 use gpufabric_api::test::{FabricTest, NodeHealth};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeMap, BTreeSet};
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// Nodes written at once.
 pub const WRITE_CONCURRENCY: usize = 16;
@@ -25,15 +29,23 @@ pub const WRITE_CONCURRENCY: usize = 16;
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeSignal {
     pub node: String,
-    pub judgement: Judgement,
+    /// The test (its name) whose run decided these signals.
+    pub test: String,
+    /// This test's standing of the node, with its run and why: the node's record gets it,
+    /// and the node's condition and label read the worst standing across the record.
+    pub entry: TestStanding,
+    /// When the run passed the node (the last-pass time).
+    pub passed_at: Time,
+    /// Whether the run measured the node (see [`for_node`]).
+    pub measured: bool,
     /// The condition to write; None: the node keeps the one it has.
     pub condition: Option<k8s_openapi::api::core::v1::NodeCondition>,
     /// Delete the node's `GPUFabricHealthy` condition, which a FabricTest of gpufabric
     /// 0.2.0 wrote: the condition above replaces it.
     pub remove_legacy: bool,
     /// The metadata merge patch, as JSON text (a fleet's worth of them is held between
-    /// deciding and writing: text is a tenth of the parsed form); None: label and
-    /// annotation are already right.
+    /// deciding and writing: text is a tenth of the parsed form); None: labels and
+    /// annotations are already right.
     pub metadata: Option<String>,
     /// With graduated taints, the test (`<namespace>/<name>`) that owns the suspect taint.
     pub suspect_taint_owner: Option<String>,
@@ -42,21 +54,79 @@ pub struct NodeSignal {
 /// What writing the signals of one run did.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Published {
-    /// Judgement per node, for logs and tests.
-    pub judged: BTreeMap<String, Judgement>,
+    /// This test's standing per node, for logs and tests.
+    pub judged: BTreeMap<String, Standing>,
     /// Nodes whose signals could not be written, with why.
     pub failures: Vec<String>,
 }
 
+/// The node's record with `test`'s `entry` in it, and whether that changed the record. A
+/// run that did not measure the node (`measured` false) and left its standing as it was
+/// leaves the entry (its run and why) as the measurement that decided it wrote it.
+fn record_with(
+    node: Option<&Node>,
+    test: &str,
+    entry: &TestStanding,
+    measured: bool,
+) -> (NodeStandings, bool) {
+    let mut standings = node::standings_of(node);
+    let kept = !measured
+        && standings
+            .tests
+            .get(test)
+            .is_some_and(|e| e.standing == entry.standing);
+    if kept {
+        return (standings, false);
+    }
+    let before = standings.clone();
+    standings.set(test, entry.clone());
+    let changed = standings != before;
+    (standings, changed)
+}
+
+/// The condition and the metadata patch of `node` once `test`'s `entry` is in its record
+/// ([`record_with`]), and whether a `GPUFabricHealthy` condition of 0.2.0 this test wrote
+/// goes. A record left as it was leaves the node's condition as it is. Pure.
+pub fn for_node(
+    node: Option<&Node>,
+    test: &str,
+    entry: &TestStanding,
+    measured: bool,
+    passed_at: &Time,
+    stamp: &Time,
+) -> (
+    Option<k8s_openapi::api::core::v1::NodeCondition>,
+    bool,
+    Option<Value>,
+) {
+    let (standings, changed) = record_with(node, test, entry, measured);
+    // A node that still carries the condition of 0.2.0 this test wrote (an old replica's
+    // last write) has it as its current one, turned over; kept (not measured), it is
+    // written under the new type.
+    let legacy = node::legacy_condition(node).filter(|c| node::writer(c) == Some(test));
+    let migrated = match node::current_condition(node) {
+        Some(_) => None,
+        None => legacy.map(|l| node::from_legacy(l, stamp)),
+    };
+    let present = node::current_condition(node).or(migrated.as_ref());
+    let condition = (changed || present.is_none())
+        .then(|| standings.worst().zip(standings.message()))
+        .flatten()
+        .and_then(|((worst, _), message)| node::condition(worst, &message, present, stamp))
+        .or_else(|| migrated.clone());
+    let passed = measured && entry.standing == Standing::Passing;
+    let metadata = node::metadata_patch(node, &standings, passed, passed_at);
+    (condition, legacy.is_some(), metadata)
+}
+
 /// The signals of every node `run` tested, from every node's result (`results`: all of
-/// the run's shards, not the bounded run status), the test's history after the run was
-/// folded (`history`) and the nodes a confirmation run retests (`confirm`). Pure.
+/// the run's shards, not the bounded run status) and the standing each has in the test's
+/// history after the run was folded (`history`). Pure.
 pub fn decide(
     test: &FabricTest,
     run: &FabricTestRun,
     results: &[NodeRunResult],
     history: &[NodeHealth],
-    confirm: &[String],
     nodes: &Store<Node>,
 ) -> Vec<NodeSignal> {
     let Some(status) = run.status.as_ref() else {
@@ -69,8 +139,6 @@ pub fn decide(
         .unwrap_or_else(|| stamp.clone());
     let by_node: BTreeMap<&str, &NodeHealth> =
         history.iter().map(|h| (h.node.as_str(), h)).collect();
-    let confirm: BTreeSet<&str> = confirm.iter().map(String::as_str).collect();
-    let failures_needed = test.spec.quarantine.failures_to_quarantine;
     let test_name = test.name_any();
     let run_name = run.name_any();
     let q = &test.spec.quarantine;
@@ -79,41 +147,37 @@ pub fn decide(
         .flatten();
     results
         .iter()
+        .filter(|entry| entry.verdict.is_final())
         .filter_map(|entry| {
-            let health = by_node.get(entry.node.as_str()).copied();
-            let judgement = Judgement::of(
-                entry,
-                health,
-                confirm.contains(entry.node.as_str()),
-                failures_needed,
-            )?;
+            let health = by_node.get(entry.node.as_str()).copied()?;
+            let detail = match entry.verdict {
+                NodeVerdict::NotMeasured => entry.reason.clone(),
+                _ => health.last_finding.clone().or(entry.reason.clone()),
+            };
+            let standing = TestStanding {
+                standing: health.standing.clone(),
+                run: run_name.clone(),
+                detail,
+            };
             let current = nodes.get(&ObjectRef::new(&entry.node));
-            let detail = match judgement {
-                Judgement::NotMeasured => entry.reason.as_deref(),
-                _ => health
-                    .and_then(|h| h.last_finding.as_deref())
-                    .or(entry.reason.as_deref()),
-            };
-            let message = node::message(&test_name, &run_name, judgement, detail);
-            // A node that still carries the condition of 0.2.0 this test wrote (an old
-            // replica's last write) has it as its current one, turned over; kept (not
-            // measured), it is written under the new type.
-            let legacy = node::legacy_condition(current.as_deref())
-                .filter(|c| node::writer(c) == Some(test_name.as_str()));
-            let migrated = match node::current_condition(current.as_deref()) {
-                Some(_) => None,
-                None => legacy.map(|l| node::from_legacy(l, &stamp)),
-            };
-            let present = node::current_condition(current.as_deref()).or(migrated.as_ref());
-            let condition =
-                node::condition(judgement, &message, present, &stamp).or_else(|| migrated.clone());
+            let measured = entry.verdict.is_measured();
+            let (condition, remove_legacy, metadata) = for_node(
+                current.as_deref(),
+                &test_name,
+                &standing,
+                measured,
+                &passed_at,
+                &stamp,
+            );
             Some(NodeSignal {
                 node: entry.node.clone(),
-                judgement,
+                test: test_name.clone(),
+                entry: standing,
+                passed_at: passed_at.clone(),
+                measured,
                 condition,
-                remove_legacy: legacy.is_some(),
-                metadata: node::metadata_patch(current.as_deref(), judgement, &passed_at)
-                    .map(|p| p.to_string()),
+                remove_legacy,
+                metadata: metadata.map(|p| p.to_string()),
                 suspect_taint_owner: taint_owner.clone(),
             })
         })
@@ -125,7 +189,7 @@ pub async fn write(client: &Client, signals: Vec<NodeSignal>) -> Published {
     let api: Api<Node> = Api::all(client.clone());
     let judged = signals
         .iter()
-        .map(|s| (s.node.clone(), s.judgement))
+        .map(|s| (s.node.clone(), s.entry.standing.clone()))
         .collect();
     let failures: Vec<String> = futures::stream::iter(signals)
         .map(|s| {
@@ -145,10 +209,11 @@ pub const RETRY_DELAYS: [std::time::Duration; 2] = [
     std::time::Duration::from_secs(2),
 ];
 
-/// Whether another try may succeed: not for a node that is gone, a request the API server
-/// refuses as invalid, or a missing permission.
+/// Whether another try of the same request may succeed: not for a node that is gone, a
+/// request the API server refuses as invalid, a missing permission, or a node changed since
+/// the patch was decided (decided again instead).
 fn worth_retrying(e: &kube::Error) -> bool {
-    !matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 422))
+    !matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 403 | 404 | 409 | 422))
 }
 
 /// Runs `call`, trying again after each of [`RETRY_DELAYS`] while it fails with an error
@@ -173,12 +238,71 @@ where
     }
 }
 
+/// Tries of a metadata patch whose node changed since it was decided.
+const METADATA_ATTEMPTS: usize = 3;
+
+/// Writes one node's signals: the metadata first, under the resourceVersion it was decided
+/// from (another test may write its standing into the same record at the same time: on a
+/// conflict the node is read again and the record, label and condition decided again), then
+/// the condition, then the suspect taint.
 async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
     let pp = PatchParams {
         field_manager: Some(keys::MANAGER.to_string()),
         ..Default::default()
     };
-    if let Some(patch) = node::status_patch(s.condition.as_ref(), s.remove_legacy) {
+    let mut condition = s.condition.clone();
+    let mut remove_legacy = s.remove_legacy;
+    if let Some(m) = &s.metadata {
+        let mut patch: Value =
+            serde_json::from_str(m).map_err(|source| SignalError::LabelPatch {
+                node: s.node.clone(),
+                source,
+            })?;
+        for attempt in 1..=METADATA_ATTEMPTS {
+            let merge = Patch::Merge(&patch);
+            match retrying(|| api.patch(&s.node, &pp, &merge)).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 && attempt < METADATA_ATTEMPTS => {
+                    let fresh = match api.get_opt(&s.node).await {
+                        Ok(Some(n)) => n,
+                        Ok(None) => return Ok(()),
+                        Err(source) => {
+                            return Err(SignalError::Label {
+                                node: s.node.clone(),
+                                source,
+                            });
+                        }
+                    };
+                    let stamp = now();
+                    let (c, legacy, _) = for_node(
+                        Some(&fresh),
+                        &s.test,
+                        &s.entry,
+                        s.measured,
+                        &s.passed_at,
+                        &stamp,
+                    );
+                    condition = c;
+                    remove_legacy = legacy;
+                    let (standings, _) = record_with(Some(&fresh), &s.test, &s.entry, s.measured);
+                    let values = node::metadata_values(
+                        &standings,
+                        s.measured && s.entry.standing == Standing::Passing,
+                        &s.passed_at,
+                    );
+                    patch = node::redecided(patch, &values, fresh.metadata.resource_version);
+                }
+                Err(source) => {
+                    return Err(SignalError::Label {
+                        node: s.node.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(patch) = node::status_patch(condition.as_ref(), remove_legacy) {
         let patch = Patch::Strategic(patch);
         match retrying(|| api.patch_status(&s.node, &pp, &patch)).await {
             Ok(_) => {}
@@ -191,26 +315,8 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
             }
         }
     }
-    if let Some(m) = &s.metadata {
-        let parsed: serde_json::Value =
-            serde_json::from_str(m).map_err(|source| SignalError::LabelPatch {
-                node: s.node.clone(),
-                source,
-            })?;
-        let patch = Patch::Merge(parsed);
-        match retrying(|| api.patch(&s.node, &pp, &patch)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(source) => {
-                return Err(SignalError::Label {
-                    node: s.node.clone(),
-                    source,
-                });
-            }
-        }
-    }
     if let Some(owner) = &s.suspect_taint_owner {
-        super::taint::apply(api, &s.node, owner, s.judgement).await?;
+        super::taint::apply(api, &s.node, owner, &s.entry.standing).await?;
     }
     Ok(())
 }
@@ -218,6 +324,55 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn time(at: &str) -> Time {
+        Time(at.parse().expect("time"))
+    }
+
+    #[test]
+    fn a_run_that_did_not_measure_the_node_leaves_its_signals_as_they_are() {
+        let passed = TestStanding {
+            standing: Standing::Passing,
+            run: "nightly-1".into(),
+            detail: None,
+        };
+        let (t1, t2) = (time("2026-01-01T00:00:00Z"), time("2026-01-02T00:00:00Z"));
+        let (condition, _, metadata) = for_node(None, "nightly", &passed, true, &t1, &t1);
+        let metadata = metadata.expect("metadata");
+        let record = metadata["metadata"]["annotations"][keys::ANNOTATION_STANDING]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut node = Node::default();
+        node.metadata.labels = Some([(keys::LABEL_RESULT.to_string(), "pass".to_string())].into());
+        node.metadata.annotations = Some(
+            [
+                (keys::ANNOTATION_STANDING.to_string(), record),
+                (
+                    keys::ANNOTATION_LAST_PASS.to_string(),
+                    "2026-01-01T00:00:00Z".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![condition.expect("a condition")]),
+            ..Default::default()
+        });
+        let busy = TestStanding {
+            run: "nightly-2".into(),
+            detail: Some("busy GPUs".into()),
+            ..passed.clone()
+        };
+        let (condition, _, metadata) = for_node(Some(&node), "nightly", &busy, false, &t2, &t2);
+        assert_eq!(condition, None, "the condition stays as it is");
+        assert_eq!(metadata, None, "the record and label stay as they are");
+        let (condition, _, _) = for_node(Some(&node), "nightly", &busy, true, &t2, &t2);
+        assert!(
+            condition.is_some(),
+            "a measurement writes the condition again"
+        );
+    }
     use std::sync::atomic::{AtomicU32, Ordering};
 
     fn api_error(code: u16) -> kube::Error {

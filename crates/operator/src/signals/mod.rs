@@ -5,16 +5,23 @@
 //! `Complete` and `Failed` conditions (`kubectl wait`).
 //!
 //! Rules:
+//! - every signal reads the node's standing in each test (`gpufabric_api::standing`),
+//!   decided once when the run was folded; nothing here judges the node again;
+//! - each test's standing is kept on the node (`gpufabric.io/standing`); the condition and
+//!   the label are the worst standing across the tests that test the node, and the
+//!   condition's message names the test(s) behind it: a pass in one test never clears
+//!   another test's failure; a node written by one test before the record existed starts
+//!   with that test's entry;
 //! - only nodes a run tested get signals; a node no test measured carries none;
 //! - a failure counts as confirmed with the same rule quarantine uses
 //!   (`failuresToQuarantine` consecutive failures, and not awaiting a confirmation run);
 //!   before that the node is `suspect` and its condition `Unknown`, never `True`;
 //! - a node not measured (busy GPUs, an image that cannot be pulled, ...) keeps the
-//!   condition and label it had: the infrastructure is not the node's fault;
+//!   standing a measurement gave it: the infrastructure is not the node's fault;
 //! - with `graduatedTaints`, a suspect also gets `gpufabric.io/suspect:PreferNoSchedule`
 //!   (see [`suspect_taint_patch`]);
-//! - when the FabricTest is deleted, the condition, label and annotation its runs wrote
-//!   last are removed (see [`cleanup`]); those another test wrote stay;
+//! - when the FabricTest is deleted, its entry leaves each node's record and the condition
+//!   and label read the rest; with no test left they go (see [`cleanup`]);
 //! - the `GPUFabricHealthy` condition of gpufabric 0.2.0 (`True`: passed), where a
 //!   FabricTest wrote it, is replaced by `GPUFabricDegraded` when the operator starts to
 //!   lead (see [`migrate`]), or else at the node's next judged run, and removed with the
@@ -31,11 +38,11 @@ mod node;
 mod run;
 mod taint;
 
-pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, write};
+pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, for_node, write};
 pub use error::SignalError;
 pub use node::{
-    Judgement, MAX_MESSAGE, condition, current_condition, message, metadata_patch, rfc3339,
-    status_patch,
+    MAX_MESSAGE, condition, current_condition, metadata_patch, metadata_values, rfc3339,
+    standings_of, status_patch,
 };
 pub use run::{
     CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_RESULTS_KEPT, results_pending,

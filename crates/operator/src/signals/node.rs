@@ -1,92 +1,21 @@
-//! Pure decisions about the signals on one node after a run is judged: its judgement
-//! (pass, suspect, fail, hardware fault, not measured), the `GPUFabricDegraded` condition,
-//! the `gpufabric.io/result` label and the `gpufabric.io/last-pass` annotation, and the
-//! patches that write them (and that replace the `GPUFabricHealthy` condition of 0.2.0).
-//! No client here; `super::apply` sends the patches.
+//! Pure decisions about the signals on one node after a run is judged, read from every
+//! test's standing of it (`gpufabric.io/standing`): the `GPUFabricDegraded` condition and
+//! the `gpufabric.io/result` label of the worst standing, the `gpufabric.io/last-pass`
+//! annotation, and the patches that write them (and that replace the `GPUFabricHealthy`
+//! condition of 0.2.0). No client here; `super::apply` sends the patches.
 
 use gpufabric_api::keys::{
-    ANNOTATION_LAST_PASS, CONDITION_NODE_DEGRADED, CONDITION_NODE_HEALTHY_LEGACY, LABEL_RESULT,
+    ANNOTATION_LAST_PASS, ANNOTATION_STANDING, CONDITION_NODE_DEGRADED,
+    CONDITION_NODE_HEALTHY_LEGACY, LABEL_RESULT,
 };
-use gpufabric_api::run::{NodeRunResult, NodeVerdict};
-use gpufabric_api::test::NodeHealth;
+use gpufabric_api::standing::Standing;
+use gpufabric_api::standings::NodeStandings;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Map, Value, json};
 
 /// Longest condition message written; the rest is cut with an ellipsis.
 pub const MAX_MESSAGE: usize = 1024;
-
-/// What one finished run says about one node, for the signals other tools read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Judgement {
-    /// Measured and passed.
-    Pass,
-    /// Failed (findings, or a hardware fault) but not yet confirmed: fewer consecutive
-    /// failures than `failuresToQuarantine`, or a confirmation run retests it first.
-    Suspect,
-    /// Failed its checks, and the failure is confirmed.
-    Fail,
-    /// A hardware fault the agent saw (a GPU missing, a link down, a hang), confirmed.
-    HardwareFault,
-    /// Not measured, for a reason outside the node (busy GPUs, image pull, ...): never
-    /// held against the node.
-    NotMeasured,
-}
-
-impl Judgement {
-    /// The judgement of a node from its entry in a finished run, its history after that run
-    /// (None: no history), whether a confirmation run retests it, and the test's
-    /// `failuresToQuarantine`. None for a node without a final verdict.
-    pub fn of(
-        entry: &NodeRunResult,
-        health: Option<&NodeHealth>,
-        awaiting_confirmation: bool,
-        failures_to_quarantine: u32,
-    ) -> Option<Judgement> {
-        match entry.verdict {
-            NodeVerdict::Pending | NodeVerdict::Running => None,
-            NodeVerdict::Passed => Some(Judgement::Pass),
-            NodeVerdict::NotMeasured => Some(Judgement::NotMeasured),
-            NodeVerdict::Failed | NodeVerdict::Errored | NodeVerdict::Timeout => {
-                let confirmed = !awaiting_confirmation
-                    && health.is_some_and(|h| {
-                        h.quarantined || h.consecutive_failures >= failures_to_quarantine.max(1)
-                    });
-                let hardware = entry.hardware_fault.is_some()
-                    || matches!(entry.verdict, NodeVerdict::Errored | NodeVerdict::Timeout);
-                Some(match (confirmed, hardware) {
-                    (false, _) => Judgement::Suspect,
-                    (true, true) => Judgement::HardwareFault,
-                    (true, false) => Judgement::Fail,
-                })
-            }
-        }
-    }
-
-    /// The value of the `gpufabric.io/result` label; None: the label is left as it is.
-    pub fn label(self) -> Option<&'static str> {
-        match self {
-            Judgement::Pass => Some("pass"),
-            Judgement::Suspect => Some("suspect"),
-            Judgement::Fail | Judgement::HardwareFault => Some("fail"),
-            Judgement::NotMeasured => None,
-        }
-    }
-
-    /// Status and reason of the `GPUFabricDegraded` condition: `True` is a problem, as
-    /// node-problem-detector's conditions are, so that draino and NodeHealthCheck act on
-    /// `True`. A suspect is `Unknown`, not `True`: remediation acts on confirmed failures
-    /// only, as quarantine does.
-    pub fn condition_status(self) -> (&'static str, &'static str) {
-        match self {
-            Judgement::Pass => ("False", "Passed"),
-            Judgement::Suspect => ("Unknown", "Suspect"),
-            Judgement::Fail => ("True", "Failed"),
-            Judgement::HardwareFault => ("True", "HardwareFault"),
-            Judgement::NotMeasured => ("Unknown", "NotMeasured"),
-        }
-    }
-}
 
 /// The condition of type `type_` a node has, if any.
 fn condition_of<'a>(node: Option<&'a Node>, type_: &str) -> Option<&'a NodeCondition> {
@@ -105,14 +34,9 @@ pub fn current_condition(node: Option<&Node>) -> Option<&NodeCondition> {
 }
 
 /// The FabricTest whose run wrote `c`, from its message (`FabricTest <test>, run <run>:
-/// ...`, as [`message`] writes it); None for a condition gpufabric did not write.
+/// ...`, as [`NodeStandings::message`] writes it); None for a condition gpufabric did not write.
 pub fn writer(c: &NodeCondition) -> Option<&str> {
-    let (test, _) = c
-        .message
-        .as_deref()?
-        .strip_prefix("FabricTest ")?
-        .split_once(", run ")?;
-    (!test.is_empty()).then_some(test)
+    gpufabric_api::standings::split_message(c.message.as_deref()?).map(|(test, _, _)| test)
 }
 
 /// The `GPUFabricHealthy` condition of gpufabric 0.2.0 on a node, when a FabricTest's run
@@ -145,51 +69,48 @@ pub fn from_legacy(legacy: &NodeCondition, now: &Time) -> NodeCondition {
     }
 }
 
-/// The condition to write for `judgement`, or None to leave the node's condition alone: a
-/// node not measured keeps the condition an earlier run gave it (the infrastructure is not
-/// the node's fault, and flipping it would trigger remediation); only a node without one
-/// gets `Unknown`/`NotMeasured`. The transition time is kept while the status is unchanged.
+/// The condition to write for the node's worst standing across tests, or None to leave the
+/// node's condition alone: a node no test has measured keeps the condition it has (the
+/// infrastructure is not the node's fault, and flipping it would trigger remediation); only
+/// a node without one gets `Unknown`. The transition time is kept while the status is
+/// unchanged.
 pub fn condition(
-    judgement: Judgement,
+    standing: &Standing,
     message: &str,
     current: Option<&NodeCondition>,
     now: &Time,
 ) -> Option<NodeCondition> {
-    if judgement == Judgement::NotMeasured && current.is_some() {
+    if standing.label().is_none() && current.is_some() {
         return None;
     }
-    let (status, reason) = judgement.condition_status();
+    let reading = standing.condition();
     let last_transition_time = current
-        .filter(|c| c.status == status)
+        .filter(|c| c.status == reading.status)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| now.clone());
     Some(NodeCondition {
         type_: CONDITION_NODE_DEGRADED.to_string(),
-        status: status.to_string(),
-        reason: Some(reason.to_string()),
+        status: reading.status.to_string(),
+        reason: Some(reading.reason.to_string()),
         message: Some(cut(message, MAX_MESSAGE)),
         last_heartbeat_time: Some(now.clone()),
         last_transition_time: Some(last_transition_time),
     })
 }
 
-/// The condition's message: which run of which test, and the worst finding (or why the
-/// node was not measured).
-pub fn message(test: &str, run: &str, judgement: Judgement, detail: Option<&str>) -> String {
-    let what = match judgement {
-        Judgement::Pass => "passed".to_string(),
-        Judgement::Suspect => format!(
-            "failed, not yet confirmed: {}",
-            detail.unwrap_or("no finding recorded")
-        ),
-        Judgement::Fail | Judgement::HardwareFault => {
-            detail.unwrap_or("failed, no finding recorded").to_string()
+/// The node's record of every test's standing: its `gpufabric.io/standing` annotation or,
+/// on a node written before the standing was kept per test, the single writer of its
+/// condition (an unreadable record is replaced: each test's next run writes its part).
+pub fn standings_of(node: Option<&Node>) -> NodeStandings {
+    let annotations = node.and_then(|n| n.metadata.annotations.as_ref());
+    match NodeStandings::from_annotations(annotations) {
+        Ok(Some(s)) => s,
+        Ok(None) => NodeStandings::migrated(current_condition(node)),
+        Err(e) => {
+            tracing::warn!(error = %e, "replacing the node's standing record");
+            NodeStandings::default()
         }
-        Judgement::NotMeasured => {
-            format!("not measured: {}", detail.unwrap_or("no reason recorded"))
-        }
-    };
-    format!("FabricTest {test}, run {run}: {what}")
+    }
 }
 
 /// The strategic merge patch of `nodes/status` that sets the condition `c` (when given) and
@@ -203,29 +124,90 @@ pub fn status_patch(c: Option<&NodeCondition>, remove_legacy: bool) -> Option<Va
     (!conditions.is_empty()).then(|| json!({"status": {"conditions": conditions}}))
 }
 
-/// The merge patch of the node's metadata that sets the result label and, on a pass, the
-/// last-pass annotation; None when the node already carries both values. Only gpufabric's
-/// own keys are in the patch.
+/// gpufabric's own labels and annotations on a node with `standings` (every test's
+/// standing of it): the result label of the worst standing (none: left as it is), the
+/// record itself, and, when `passed` (this test passed it), the last-pass time.
+pub fn metadata_values(standings: &NodeStandings, passed: bool, passed_at: &Time) -> Value {
+    let mut labels = Map::new();
+    if let Some(value) = standings.worst().and_then(|(w, _)| w.label()) {
+        labels.insert(LABEL_RESULT.into(), json!(value));
+    }
+    let mut annotations = Map::new();
+    annotations.insert(ANNOTATION_STANDING.into(), json!(standings.to_annotation()));
+    if passed {
+        annotations.insert(ANNOTATION_LAST_PASS.into(), json!(rfc3339(passed_at)));
+    }
+    json!({"metadata": {"labels": labels, "annotations": annotations}})
+}
+
+/// The merge patch of the node's metadata that brings [`metadata_values`] onto `node`,
+/// guarded by the resourceVersion it was decided from; None when the node already carries
+/// them. Only gpufabric's own keys are in the patch.
 pub fn metadata_patch(
     node: Option<&Node>,
-    judgement: Judgement,
+    standings: &NodeStandings,
+    passed: bool,
     passed_at: &Time,
 ) -> Option<Value> {
+    let want = metadata_values(standings, passed, passed_at);
     let labels = node.and_then(|n| n.metadata.labels.as_ref());
     let annotations = node.and_then(|n| n.metadata.annotations.as_ref());
     let mut meta = Map::new();
-    if let Some(value) = judgement.label()
-        && labels.and_then(|l| l.get(LABEL_RESULT)).map(String::as_str) != Some(value)
-    {
-        meta.insert("labels".into(), json!({ LABEL_RESULT: value }));
-    }
-    if judgement == Judgement::Pass {
-        let stamp = rfc3339(passed_at);
-        if annotations.and_then(|a| a.get(ANNOTATION_LAST_PASS)) != Some(&stamp) {
-            meta.insert("annotations".into(), json!({ ANNOTATION_LAST_PASS: stamp }));
+    for (part, have) in [("labels", labels), ("annotations", annotations)] {
+        let changed: Map<String, Value> = want["metadata"][part]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| {
+                have.and_then(|h| h.get(k.as_str()))
+                    .map(|h| json!(h))
+                    .as_ref()
+                    != Some(*v)
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !changed.is_empty() {
+            meta.insert(part.into(), Value::Object(changed));
         }
     }
-    (!meta.is_empty()).then(|| json!({ "metadata": meta }))
+    if meta.is_empty() {
+        return None;
+    }
+    if let Some(rv) = node.and_then(|n| n.metadata.resource_version.clone()) {
+        meta.insert("resourceVersion".into(), json!(rv));
+    }
+    Some(json!({ "metadata": meta }))
+}
+
+/// `patch` decided again on a node read after a conflict: gpufabric's keys as `fresh`
+/// ([`metadata_values`]) says, anything else the patch carried (a trend record) kept, and
+/// the node's new resourceVersion.
+pub fn redecided(mut patch: Value, fresh: &Value, resource_version: Option<String>) -> Value {
+    for part in ["labels", "annotations"] {
+        let Some(values) = fresh["metadata"][part].as_object() else {
+            continue;
+        };
+        let target = patch
+            .pointer_mut("/metadata")
+            .and_then(Value::as_object_mut)
+            .map(|m| m.entry(part).or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut);
+        if let Some(t) = target {
+            for (k, v) in values {
+                t.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(m) = patch
+        .pointer_mut("/metadata")
+        .and_then(Value::as_object_mut)
+    {
+        match resource_version {
+            Some(rv) => m.insert("resourceVersion".into(), json!(rv)),
+            None => m.remove("resourceVersion"),
+        };
+    }
+    patch
 }
 
 /// A timestamp as RFC 3339 in UTC with whole seconds, e.g. `2026-11-23T17:44:17Z`.
@@ -249,7 +231,7 @@ mod tests {
     use super::*;
     use crate::time::to_time;
     use chrono::TimeZone;
-    use gpufabric_api::outcome::HardwareFault;
+    use gpufabric_api::standings::TestStanding;
 
     fn at(min: u32) -> Time {
         to_time(
@@ -258,130 +240,6 @@ mod tests {
                 .single()
                 .expect("valid"),
         )
-    }
-
-    fn entry(verdict: NodeVerdict) -> NodeRunResult {
-        NodeRunResult {
-            node: "n".into(),
-            verdict,
-            ..Default::default()
-        }
-    }
-
-    fn health(failures: u32, quarantined: bool) -> NodeHealth {
-        NodeHealth {
-            node: "n".into(),
-            verdict: NodeVerdict::Failed,
-            consecutive_failures: failures,
-            consecutive_passes: 0,
-            quarantined,
-            quarantined_since: None,
-            held_back: None,
-            last_finding: None,
-            last_run: None,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_first_failure_is_suspect_until_confirmed() {
-        let failed = entry(NodeVerdict::Failed);
-        let h1 = health(1, false);
-        assert_eq!(
-            Judgement::of(&failed, Some(&h1), true, 1),
-            Some(Judgement::Suspect),
-            "a confirmation run retests it"
-        );
-        assert_eq!(
-            Judgement::of(&failed, Some(&h1), false, 2),
-            Some(Judgement::Suspect),
-            "one failure of two needed"
-        );
-        assert_eq!(
-            Judgement::of(&failed, Some(&h1), false, 1),
-            Some(Judgement::Fail)
-        );
-        assert_eq!(
-            Judgement::of(&failed, Some(&health(1, true)), false, 3),
-            Some(Judgement::Fail),
-            "quarantined already"
-        );
-        assert_eq!(
-            Judgement::of(&failed, None, false, 1),
-            Some(Judgement::Suspect)
-        );
-    }
-
-    #[test]
-    fn hardware_faults_and_hangs_are_their_own_reason() {
-        let mut e = entry(NodeVerdict::Errored);
-        e.hardware_fault = Some(HardwareFault::Crash);
-        let h = health(2, false);
-        assert_eq!(
-            Judgement::of(&e, Some(&h), false, 2),
-            Some(Judgement::HardwareFault)
-        );
-        let t = entry(NodeVerdict::Timeout);
-        assert_eq!(
-            Judgement::of(&t, Some(&h), false, 2),
-            Some(Judgement::HardwareFault)
-        );
-        assert_eq!(
-            Judgement::HardwareFault.condition_status(),
-            ("True", "HardwareFault")
-        );
-    }
-
-    #[test]
-    fn unfinished_nodes_get_no_judgement() {
-        assert_eq!(
-            Judgement::of(&entry(NodeVerdict::Running), None, false, 1),
-            None
-        );
-        assert_eq!(
-            Judgement::of(&entry(NodeVerdict::Pending), None, false, 1),
-            None
-        );
-    }
-
-    #[test]
-    fn labels_say_pass_suspect_or_fail_and_leave_unmeasured_nodes_alone() {
-        assert_eq!(Judgement::Pass.label(), Some("pass"));
-        assert_eq!(Judgement::Suspect.label(), Some("suspect"));
-        assert_eq!(Judgement::Fail.label(), Some("fail"));
-        assert_eq!(Judgement::HardwareFault.label(), Some("fail"));
-        assert_eq!(Judgement::NotMeasured.label(), None);
-    }
-
-    #[test]
-    fn the_transition_time_is_kept_while_the_status_is_unchanged() {
-        let first = condition(Judgement::Pass, "ok", None, &at(1)).expect("condition");
-        assert_eq!(first.last_transition_time, Some(at(1)));
-        let again = condition(Judgement::Pass, "ok 2", Some(&first), &at(5)).expect("condition");
-        assert_eq!(again.last_transition_time, Some(at(1)));
-        assert_eq!(again.last_heartbeat_time, Some(at(5)));
-        let failed = condition(Judgement::Fail, "bad", Some(&again), &at(9)).expect("condition");
-        assert_eq!(failed.last_transition_time, Some(at(9)));
-        assert_eq!(
-            (failed.status.as_str(), failed.reason.as_deref()),
-            ("True", Some("Failed"))
-        );
-    }
-
-    #[test]
-    fn the_condition_is_true_for_a_problem_as_node_problem_detectors_are() {
-        assert_eq!(Judgement::Pass.condition_status(), ("False", "Passed"));
-        assert_eq!(Judgement::Fail.condition_status(), ("True", "Failed"));
-        assert_eq!(
-            Judgement::Suspect.condition_status(),
-            ("Unknown", "Suspect")
-        );
-        assert_eq!(
-            Judgement::NotMeasured.condition_status(),
-            ("Unknown", "NotMeasured")
-        );
-        let c = condition(Judgement::Fail, "bad", None, &at(1)).expect("condition");
-        assert_eq!(c.type_, "GPUFabricDegraded");
     }
 
     fn with_conditions(conditions: Vec<NodeCondition>) -> Node {
@@ -403,6 +261,41 @@ mod tests {
             last_transition_time: Some(at(3)),
             ..Default::default()
         }
+    }
+
+    fn standings(test: &str, standing: Standing) -> NodeStandings {
+        let mut s = NodeStandings::default();
+        s.set(
+            test,
+            TestStanding {
+                standing,
+                run: format!("{test}-1"),
+                detail: None,
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn the_transition_time_is_kept_while_the_status_is_unchanged() {
+        let first = condition(&Standing::Passing, "ok", None, &at(1)).expect("condition");
+        assert_eq!(first.last_transition_time, Some(at(1)));
+        let again = condition(&Standing::Passing, "ok 2", Some(&first), &at(5)).expect("condition");
+        assert_eq!(again.last_transition_time, Some(at(1)));
+        assert_eq!(again.last_heartbeat_time, Some(at(5)));
+        let failed = condition(
+            &Standing::Failing { hardware: false },
+            "bad",
+            Some(&again),
+            &at(9),
+        )
+        .expect("condition");
+        assert_eq!(failed.last_transition_time, Some(at(9)));
+        assert_eq!(
+            (failed.status.as_str(), failed.reason.as_deref()),
+            ("True", Some("Failed"))
+        );
+        assert_eq!(failed.type_, "GPUFabricDegraded");
     }
 
     #[test]
@@ -434,91 +327,87 @@ mod tests {
         assert_eq!(new.last_transition_time, Some(at(3)));
         assert_eq!(new.last_heartbeat_time, Some(at(9)));
         assert_eq!(from_legacy(&legacy("True", "m"), &at(9)).status, "False");
-        assert_eq!(
-            from_legacy(&legacy("Unknown", "m"), &at(9)).status,
-            "Unknown"
-        );
     }
 
     #[test]
     fn a_node_not_measured_keeps_its_condition_and_gets_unknown_only_without_one() {
-        let failed = condition(Judgement::Fail, "bad", None, &at(1)).expect("condition");
+        let failed =
+            condition(&Standing::Failing { hardware: false }, "bad", None, &at(1)).expect("c");
         assert_eq!(
-            condition(Judgement::NotMeasured, "busy", Some(&failed), &at(2)),
+            condition(&Standing::NotMeasured, "busy", Some(&failed), &at(2)),
             None
         );
-        let fresh = condition(Judgement::NotMeasured, "busy", None, &at(2)).expect("condition");
+        let fresh = condition(&Standing::NotMeasured, "busy", None, &at(2)).expect("c");
         assert_eq!(
             (fresh.status.as_str(), fresh.reason.as_deref()),
             ("Unknown", Some("NotMeasured"))
         );
-    }
-
-    #[test]
-    fn messages_name_the_test_the_run_and_the_finding_and_are_bounded() {
-        let m = message("ns/t", "t-1", Judgement::Fail, Some("GPU 3 slow"));
-        assert_eq!(m, "FabricTest ns/t, run t-1: GPU 3 slow");
         let long = "é".repeat(2000);
-        let c = condition(Judgement::Fail, &long, None, &at(1)).expect("condition");
+        let c = condition(&Standing::Suspect, &long, None, &at(1)).expect("condition");
         let text = c.message.unwrap_or_default();
-        assert!(
-            text.len() <= MAX_MESSAGE && text.ends_with("..."),
-            "{}",
-            text.len()
-        );
+        assert!(text.len() <= MAX_MESSAGE && text.ends_with("..."));
     }
 
     #[test]
-    fn the_status_patch_merges_one_condition_by_type_and_may_delete_the_legacy_one() {
-        let c = condition(Judgement::Pass, "ok", None, &at(1)).expect("condition");
-        let p = status_patch(Some(&c), false).expect("a patch");
+    fn a_node_written_by_one_test_before_the_record_existed_migrates_to_it() {
+        let mut c = legacy("True", "FabricTest nightly, run nightly-1: GPU 3 slow");
+        c.type_ = CONDITION_NODE_DEGRADED.into();
+        let node = with_conditions(vec![c]);
+        let s = standings_of(Some(&node));
         assert_eq!(
-            p["status"]["conditions"][0]["type"],
-            CONDITION_NODE_DEGRADED
+            s.tests.get("nightly").map(|t| &t.standing),
+            Some(&Standing::Failing { hardware: false })
         );
-        assert_eq!(p["status"]["conditions"][0]["status"], "False");
-        assert_eq!(p["status"]["conditions"].as_array().map(Vec::len), Some(1));
-        let p = status_patch(Some(&c), true).expect("a patch");
-        assert_eq!(
-            p["status"]["conditions"][1],
-            json!({"type": CONDITION_NODE_HEALTHY_LEGACY, "$patch": "delete"})
-        );
-        let p = status_patch(None, true).expect("a patch");
-        assert_eq!(p["status"]["conditions"].as_array().map(Vec::len), Some(1));
-        assert_eq!(status_patch(None, false), None);
     }
 
     #[test]
     fn the_metadata_patch_touches_only_gpufabric_keys_and_only_when_they_change() {
-        let p = metadata_patch(None, Judgement::Pass, &at(7)).expect("patch");
+        let passing = standings("quick", Standing::Passing);
+        let p = metadata_patch(None, &passing, true, &at(7)).expect("patch");
         assert_eq!(p["metadata"]["labels"][LABEL_RESULT], "pass");
         assert_eq!(
             p["metadata"]["annotations"][ANNOTATION_LAST_PASS],
             "2026-01-01T00:07:00Z"
         );
-        assert_eq!(
-            p["metadata"]["labels"].as_object().map(|o| o.len()),
-            Some(1)
-        );
         let mut node = Node::default();
+        node.metadata.resource_version = Some("7".into());
         node.metadata.labels = Some([(LABEL_RESULT.to_string(), "pass".to_string())].into());
         node.metadata.annotations = Some(
-            [(
-                ANNOTATION_LAST_PASS.to_string(),
-                "2026-01-01T00:07:00Z".to_string(),
-            )]
+            [
+                (
+                    ANNOTATION_LAST_PASS.to_string(),
+                    "2026-01-01T00:07:00Z".to_string(),
+                ),
+                (ANNOTATION_STANDING.to_string(), passing.to_annotation()),
+            ]
             .into(),
         );
-        assert_eq!(metadata_patch(Some(&node), Judgement::Pass, &at(7)), None);
-        let fail = metadata_patch(Some(&node), Judgement::Fail, &at(8)).expect("patch");
+        assert_eq!(metadata_patch(Some(&node), &passing, true, &at(7)), None);
+        let failing = standings("quick", Standing::Failing { hardware: true });
+        let fail = metadata_patch(Some(&node), &failing, false, &at(8)).expect("patch");
         assert_eq!(fail["metadata"]["labels"][LABEL_RESULT], "fail");
+        assert_eq!(fail["metadata"]["resourceVersion"], "7", "guarded");
         assert!(
-            fail["metadata"].get("annotations").is_none(),
+            fail["metadata"]["annotations"]
+                .get(ANNOTATION_LAST_PASS)
+                .is_none(),
             "last-pass stays"
         );
-        assert_eq!(
-            metadata_patch(Some(&node), Judgement::NotMeasured, &at(9)),
-            None
+    }
+
+    #[test]
+    fn a_patch_decided_again_after_a_conflict_keeps_what_else_it_carried() {
+        let old = json!({"metadata": {"resourceVersion": "1",
+            "labels": {LABEL_RESULT: "pass"},
+            "annotations": {"gpufabric.io/trend": "{}"}}});
+        let fresh = metadata_values(
+            &standings("nightly", Standing::Quarantined { hardware: false }),
+            false,
+            &at(1),
         );
+        let p = redecided(old, &fresh, Some("2".into()));
+        assert_eq!(p["metadata"]["labels"][LABEL_RESULT], "fail");
+        assert_eq!(p["metadata"]["annotations"]["gpufabric.io/trend"], "{}");
+        assert_eq!(p["metadata"]["resourceVersion"], "2");
     }
 }

@@ -6,8 +6,8 @@
 //! Each change is one merge patch guarded by the node's resourceVersion.
 
 use super::SignalError;
-use super::node::Judgement;
 use gpufabric_api::keys::{ANNOTATION_SUSPECT_TAINT, MANAGER, TAINT_SUSPECT};
+use gpufabric_api::standing::Standing;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -27,9 +27,9 @@ fn has_suspect_taint(node: &Node) -> bool {
 }
 
 /// The guarded merge patch that brings the suspect taint of `node` in line with
-/// `judgement` for the test `test_key`; None when nothing is to change or the taint is not
+/// the test's standing of it for the test `test_key`; None when nothing is to change or the taint is not
 /// ours to change. Pure.
-pub fn suspect_taint_patch(node: &Node, test_key: &str, judgement: Judgement) -> Option<Value> {
+pub fn suspect_taint_patch(node: &Node, test_key: &str, standing: &Standing) -> Option<Value> {
     let owner = node.annotations().get(ANNOTATION_SUSPECT_TAINT);
     let tainted = has_suspect_taint(node);
     let rv = node.metadata.resource_version.clone()?;
@@ -38,9 +38,9 @@ pub fn suspect_taint_patch(node: &Node, test_key: &str, judgement: Judgement) ->
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let (taints, annotation) = match judgement {
-        Judgement::NotMeasured => return None,
-        Judgement::Suspect if !tainted && owner.is_none() => {
+    let (taints, annotation) = match standing {
+        Standing::NotMeasured | Standing::Gated => return None,
+        Standing::Suspect if !tainted && owner.is_none() => {
             let mut t = taints;
             t.push(Taint {
                 key: TAINT_SUSPECT.to_string(),
@@ -50,7 +50,7 @@ pub fn suspect_taint_patch(node: &Node, test_key: &str, judgement: Judgement) ->
             });
             (t, json!(test_key))
         }
-        Judgement::Suspect => return None,
+        Standing::Suspect => return None,
         _ if owner.map(String::as_str) == Some(test_key) => (
             taints
                 .into_iter()
@@ -75,7 +75,7 @@ pub async fn apply(
     api: &Api<Node>,
     node: &str,
     test_key: &str,
-    judgement: Judgement,
+    standing: &Standing,
 ) -> Result<(), SignalError> {
     let pp = PatchParams {
         field_manager: Some(MANAGER.to_string()),
@@ -92,7 +92,7 @@ pub async fn apply(
                 });
             }
         };
-        let Some(patch) = suspect_taint_patch(&current, test_key, judgement) else {
+        let Some(patch) = suspect_taint_patch(&current, test_key, standing) else {
             return Ok(());
         };
         match api.patch(node, &pp, &Patch::Merge(&patch)).await {
@@ -126,8 +126,8 @@ pub async fn release_all(client: &Client, test_key: &str) -> Result<Vec<String>,
     .await?;
     let mut failures = Vec::new();
     for n in ours {
-        // Any judgement but Suspect removes our taint.
-        if let Err(e) = apply(&api, &n.name_any(), test_key, Judgement::Pass).await {
+        // Any standing but Suspect removes our taint.
+        if let Err(e) = apply(&api, &n.name_any(), test_key, &Standing::Passing).await {
             failures.push(e.to_string());
         }
     }
@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn a_suspect_gets_the_prefer_no_schedule_taint_beside_the_taints_it_has() {
         let n = node(&[("nvidia.com/gpu", "NoSchedule")], None);
-        let p = suspect_taint_patch(&n, "ns/t", Judgement::Suspect).expect("patch");
+        let p = suspect_taint_patch(&n, "ns/t", &Standing::Suspect).expect("patch");
         assert_eq!(
             keys(&p),
             [
@@ -205,8 +205,12 @@ mod tests {
             ],
             Some("ns/t"),
         );
-        for j in [Judgement::Pass, Judgement::Fail, Judgement::HardwareFault] {
-            let p = suspect_taint_patch(&ours, "ns/t", j).expect("patch");
+        for j in [
+            Standing::Passing,
+            Standing::Failing { hardware: false },
+            Standing::Quarantined { hardware: true },
+        ] {
+            let p = suspect_taint_patch(&ours, "ns/t", &j).expect("patch");
             assert_eq!(keys(&p), ["nvidia.com/gpu:NoSchedule"], "{j:?}");
             assert_eq!(
                 p["metadata"]["annotations"][ANNOTATION_SUSPECT_TAINT],
@@ -214,17 +218,17 @@ mod tests {
             );
         }
         assert_eq!(
-            suspect_taint_patch(&ours, "ns/other", Judgement::Pass),
+            suspect_taint_patch(&ours, "ns/other", &Standing::Passing),
             None,
             "another test's taint"
         );
         let someone_elses = node(&[(TAINT_SUSPECT, SUSPECT_EFFECT)], None);
         assert_eq!(
-            suspect_taint_patch(&someone_elses, "ns/t", Judgement::Pass),
+            suspect_taint_patch(&someone_elses, "ns/t", &Standing::Passing),
             None
         );
         assert_eq!(
-            suspect_taint_patch(&someone_elses, "ns/t", Judgement::Suspect),
+            suspect_taint_patch(&someone_elses, "ns/t", &Standing::Suspect),
             None,
             "already tainted by someone else: not ours"
         );
@@ -234,12 +238,12 @@ mod tests {
     fn a_node_not_measured_or_already_suspect_is_left_alone() {
         let ours = node(&[(TAINT_SUSPECT, SUSPECT_EFFECT)], Some("ns/t"));
         assert_eq!(
-            suspect_taint_patch(&ours, "ns/t", Judgement::NotMeasured),
+            suspect_taint_patch(&ours, "ns/t", &Standing::NotMeasured),
             None
         );
-        assert_eq!(suspect_taint_patch(&ours, "ns/t", Judgement::Suspect), None);
+        assert_eq!(suspect_taint_patch(&ours, "ns/t", &Standing::Suspect), None);
         assert_eq!(
-            suspect_taint_patch(&node(&[], None), "ns/t", Judgement::Pass),
+            suspect_taint_patch(&node(&[], None), "ns/t", &Standing::Passing),
             None,
             "nothing to remove"
         );

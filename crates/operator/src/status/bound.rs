@@ -39,20 +39,10 @@ pub fn nodes_for_run_status(nodes: &[NodeRunResult]) -> Vec<NodeRunResult> {
     kept
 }
 
-/// Lower needs attention sooner: quarantined nodes (releasing one needs its pass streak),
-/// then failing ones (their streak leads to a cordon), then held back, then not measured.
+/// Lower needs attention sooner: the node's standing says
+/// ([`gpufabric_api::standing::Standing::attention`]).
 fn health_rank(h: &NodeHealth) -> u8 {
-    if h.quarantined {
-        0
-    } else if h.verdict.is_bad() || h.consecutive_failures > 0 {
-        1
-    } else if h.held_back.is_some() {
-        2
-    } else if h.verdict == NodeVerdict::NotMeasured {
-        3
-    } else {
-        4
-    }
+    h.standing.attention()
 }
 
 /// Cuts a FabricTest status to its bounds: at most [`MAX_NODES_IN_TEST_STATUS`] node
@@ -122,12 +112,21 @@ mod tests {
         assert_eq!(names, sorted, "kept in the run's order");
     }
 
+    use gpufabric_api::standing::Standing;
+
     fn health(i: usize, verdict: NodeVerdict, quarantined: bool) -> NodeHealth {
         NodeHealth {
             node: format!("n{i:05}"),
             verdict,
             consecutive_failures: u32::from(verdict.is_bad()),
             consecutive_passes: u32::from(verdict == NodeVerdict::Passed),
+            standing: if quarantined {
+                Standing::Quarantined { hardware: false }
+            } else if verdict.is_bad() {
+                Standing::Suspect
+            } else {
+                Standing::Passing
+            },
             quarantined,
             quarantined_since: None,
             held_back: None,

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 mod bound;
 mod infra;
+mod standing;
 
 pub use bound::{
     MAX_NODES_IN_RUN_STATUS, MAX_NODES_IN_TEST_STATUS, MAX_SKIPPED_IN_STATUS, bound_test_status,
@@ -24,6 +25,7 @@ pub use infra::{
     INFRASTRUCTURE_SHARE, InfrastructureIssue, infrastructure_condition, infrastructure_issue,
     phases_not_run_condition,
 };
+pub use standing::{Settle, settle};
 
 /// Most findings one run status keeps (critical ones first): a run over ten thousand
 /// nodes can find more than fits in one object; `findingCount` counts them all.

@@ -116,7 +116,8 @@ async fn quarantine_after(
 
 /// Carries out what follows a folded run, in the plan's order: the breaker opens on a
 /// storm, the quarantine plan is executed and its outcome written into `status` (which the
-/// lifecycle and the signals then read), the lifecycle's steps, the signals and trend
+/// lifecycle then reads), the lifecycle's steps, each node's standing decided
+/// ([`st::settle`], which the signals, metrics and status read), the signals and trend
 /// points when the plan publishes them, and the confirmation run. Returns false when some
 /// node change failed.
 async fn carry_out_after_fold(
@@ -165,13 +166,28 @@ async fn carry_out_after_fold(
         ctx,
     )
     .await;
+    // Each node's standing, decided once: what the signals, metrics and status read.
+    let gated = |n: &str| {
+        ctx.nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(n))
+            .is_some_and(|n| crate::lifecycle::targets::is_gated(&n))
+    };
+    st::settle(
+        status,
+        results,
+        &st::Settle {
+            failures_to_quarantine: test.spec.quarantine.failures_to_quarantine,
+            confirm: &plan.confirm,
+            breaker_open: plan.breaker_open,
+            gated: &gated,
+        },
+    );
     if publish {
         publish_signals(
             test,
             run,
             results,
             status,
-            &plan,
             trend_points(run, results, ctx),
             ctx,
         )
@@ -225,12 +241,10 @@ async fn publish_signals(
     run: &FabricTestRun,
     results: &[NodeRunResult],
     status: &FabricTestStatus,
-    plan: &gpufabric_health::Plan,
     trends: Vec<(String, gpufabric_api::trend::NodeTrend)>,
     ctx: &Context,
 ) {
-    let mut signals =
-        crate::signals::decide(test, run, results, &status.nodes, &plan.confirm, &ctx.nodes);
+    let mut signals = crate::signals::decide(test, run, results, &status.nodes, &ctx.nodes);
     let alone = crate::trend::ride_with_signals(&mut signals, trends);
     let published = crate::signals::write(&ctx.client, signals).await;
     for failure in crate::trend::write(&ctx.client, alone).await {
