@@ -22,12 +22,15 @@ use std::collections::BTreeMap;
 /// Fewest nodes reporting a field for their majority to judge one of them.
 pub const MIN_NODES: usize = 3;
 
+/// A GPU product (normalized) and GPU count: what per-board fields are compared within.
+type Board<'a> = (&'a str, u32);
+
 /// One node's software, with the board it is compared within for per-board fields.
 #[derive(Clone, Copy, Debug)]
 pub struct NodeSoftware<'a> {
     pub node: &'a str,
     /// Normalized GPU product and GPU count.
-    pub board: (&'a str, u32),
+    pub board: Board<'a>,
     pub software: &'a CompactSoftware,
 }
 
@@ -35,7 +38,8 @@ pub struct NodeSoftware<'a> {
 pub fn drift(nodes: &[NodeSoftware<'_>]) -> Vec<Finding> {
     let mut out = Vec::new();
     for field in SoftwareField::ALL {
-        let mut groups: BTreeMap<Option<(&str, u32)>, Vec<(&str, &str)>> = BTreeMap::new();
+        // Per board or run-wide: each node's (name, value).
+        let mut groups: BTreeMap<Option<Board<'_>>, Vec<(&str, &str)>> = BTreeMap::new();
         for n in nodes {
             if let Some(value) = field.of(n.software) {
                 let key = field.per_board().then_some(n.board);
@@ -52,7 +56,7 @@ pub fn drift(nodes: &[NodeSoftware<'_>]) -> Vec<Finding> {
 /// Rules 2-4 for one field among `group` (node, value).
 fn compare(
     field: SoftwareField,
-    board: Option<(&str, u32)>,
+    board: Option<Board<'_>>,
     group: &[(&str, &str)],
     out: &mut Vec<Finding>,
 ) {
