@@ -123,5 +123,6 @@ fn node(name: &str, product: &str, gpus: u32) -> FleetNode {
         gpus,
         labels: BTreeMap::from([(POOL_LABEL.0.to_string(), POOL_LABEL.1.to_string())]),
         faults: Vec::new(),
+        software: Default::default(),
     }
 }

@@ -256,6 +256,10 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
     };
     let mut doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
     doc.nccl_settings = settings::in_effect();
+    // The sim backend reports its fleet's value; a real node, the files NCCL reads here.
+    if doc.versions.nccl_conf.is_none() {
+        doc.versions.nccl_conf = Some(settings::conf_digest());
+    }
     if args.check {
         backend::add_sim_wrong_elements(&args.fleet, args.backend, &mut doc);
     }

@@ -2,9 +2,10 @@
 //! them: the process environment first, then `NCCL_CONF_FILE` (else `~/.nccl.conf`), then
 //! `/etc/nccl.conf`; the first to set a variable wins. Only the variables the operator names
 //! in `FABRIC_SPEC_ENV` (those the FabricTest's `spec.agent.env` sets) are the test's own.
+//! The files' digest is what a node's NCCL configuration is compared with its run's by.
 
 use gpufabric_api::keys;
-use gpufabric_api::result::{NcclSetting, SettingSource};
+use gpufabric_api::result::{NO_CONF_FILE, NcclSetting, SettingSource};
 use gpufabric_health::evaluate::tuning::NCCL_TUNING;
 use std::path::{Path, PathBuf};
 
@@ -66,6 +67,50 @@ pub fn in_effect_from(
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// The digest of the NCCL config files in effect for this process ([`conf_digest_from`]).
+pub fn conf_digest() -> String {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    conf_digest_from(&env, home.as_deref(), Path::new(SYSTEM_CONF))
+}
+
+/// The digest of the config files NCCL reads, in its order (the file `NCCL_CONF_FILE`
+/// names, else `.nccl.conf` in `home`, then `system_conf`): the first 16 hex digits of the
+/// SHA-256 of each existing file's place and bytes, or [`NO_CONF_FILE`] when none exists.
+/// Two nodes with the same files in the same places have the same digest, whatever the
+/// path `NCCL_CONF_FILE` gives; a file that cannot be read counts by its error.
+pub fn conf_digest_from(
+    env: &[(String, String)],
+    home: Option<&Path>,
+    system_conf: &Path,
+) -> String {
+    let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let user = match var("NCCL_CONF_FILE").filter(|p| !p.is_empty()) {
+        Some(path) => Some(PathBuf::from(path)),
+        None => home.map(|h| h.join(".nccl.conf")),
+    };
+    let places = [("user", user), ("system", Some(system_conf.to_path_buf()))];
+    let mut hashed: Vec<u8> = Vec::new();
+    for (place, path) in places {
+        let Some(path) = path else { continue };
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => format!("unreadable: {:?}", e.kind()).into_bytes(),
+        };
+        hashed.extend_from_slice(format!("{place} {}\n", bytes.len()).as_bytes());
+        hashed.extend_from_slice(&bytes);
+    }
+    if hashed.is_empty() {
+        return NO_CONF_FILE.to_string();
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, &hashed);
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The names in a `FABRIC_SPEC_ENV` value: comma-separated, blanks ignored.
@@ -201,6 +246,27 @@ mod tests {
                 SettingSource::ConfFile(path.clone())
             )]
         );
+    }
+
+    #[test]
+    fn the_digest_follows_the_files_contents_not_the_path_nccl_conf_file_gives() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let none = dir.path().join("none.conf");
+        assert_eq!(conf_digest_from(&[], Some(dir.path()), &none), NO_CONF_FILE);
+
+        let a = dir.path().join("a.conf");
+        let b = dir.path().join("b.conf");
+        std::fs::write(&a, "NCCL_PROTO=Simple\n").expect("write");
+        std::fs::write(&b, "NCCL_PROTO=Simple\n").expect("write");
+        let named = |p: &Path| env(&[("NCCL_CONF_FILE", p.to_str().expect("utf-8"))]);
+        let da = conf_digest_from(&named(&a), None, &none);
+        assert_eq!(da.len(), 16);
+        assert_eq!(da, conf_digest_from(&named(&b), None, &none));
+
+        std::fs::write(&b, "NCCL_PROTO=LL\n").expect("write");
+        assert_ne!(da, conf_digest_from(&named(&b), None, &none));
+        // The same file as the system's is another configuration than as the user's.
+        assert_ne!(da, conf_digest_from(&[], None, &a));
     }
 
     #[test]

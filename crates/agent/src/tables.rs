@@ -3,8 +3,8 @@
 
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
-    CollectiveSweep, ComputeResult, DdpResult, HealthSnapshot, HostBandwidth, PairBandwidth,
-    PairMatrix, Transport,
+    CollectiveSweep, CompactSoftware, ComputeResult, DdpResult, HealthSnapshot, HostBandwidth,
+    PairBandwidth, PairMatrix, SoftwareField, Transport,
 };
 use gpufabric_api::suite::Collective;
 use std::fmt::Write;
@@ -33,6 +33,7 @@ pub fn render(doc: &ResultDocument) -> String {
             g.uuid.as_deref().unwrap_or("")
         );
     }
+    out.push_str(&software_line(doc));
     if let Some(h) = &doc.health {
         out.push('\n');
         out.push_str(&health_table(h));
@@ -82,6 +83,16 @@ pub fn render(doc: &ResultDocument) -> String {
         let _ = writeln!(out, "# Check finished in {:.1} s", doc.duration_s);
     }
     out
+}
+
+/// The node's software as the run's nodes are compared by, `unknown` where it was not read.
+pub fn software_line(doc: &ResultDocument) -> String {
+    let s = CompactSoftware::from(doc);
+    let fields: Vec<String> = SoftwareField::ALL
+        .iter()
+        .map(|f| format!("{f} {}", f.of(&s).unwrap_or("unknown")))
+        .collect();
+    format!("#  Software: {}\n", fields.join(", "))
 }
 
 fn redop(c: Collective) -> &'static str {
@@ -500,6 +511,30 @@ mod tests {
             }],
             fit: None,
         }
+    }
+
+    #[test]
+    fn the_report_names_the_nodes_software_and_what_was_not_read() {
+        let mut doc = ResultDocument::unmeasured(
+            "n1".into(),
+            gpufabric_api::result::Backend::Cuda,
+            "2026-11-28T00:00:00Z".into(),
+            gpufabric_api::result::Versions {
+                driver: Some("550.90.07".into()),
+                cuda: Some("12.4".into()),
+                vbios: vec!["96.00.74.00.01".into(); 2],
+                ..Default::default()
+            },
+            Vec::new(),
+        );
+        doc.versions.nccl_conf = Some("none".into());
+        let text = render(&doc);
+        assert!(
+            text.contains(
+                "#  Software: driver 550.90.07, CUDA driver version 12.4, NCCL unknown, NCCL config files digest none, VBIOS 96.00.74.00.01, fabric manager state unknown"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

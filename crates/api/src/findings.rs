@@ -62,6 +62,9 @@ pub enum FindingKind {
     /// test) for several runs while still above every floor. A Warning: it never fails a
     /// node.
     Drifting,
+    /// A node's software (driver, CUDA, NCCL, NCCL's config files, VBIOS, fabric manager)
+    /// differs from what most nodes of its run have. A Warning: it never fails a node.
+    SoftwareDrift,
 }
 
 /// How much a finding matters.
@@ -146,6 +149,8 @@ pub enum Metric {
     HostBandwidth,
     /// The DDP probe's step time at the largest GPU count.
     DdpStepTime,
+    /// A node's software versions and configuration.
+    Software,
 }
 
 /// What a finding points at.

@@ -88,6 +88,7 @@ fn document() -> ResultDocument {
             driver: Some("560.35.03".into()),
             cuda: Some("12.6".into()),
             nccl: Some("2.21.5".into()),
+            ..Versions::default()
         },
         gpus: (0..3)
             .map(|i| GpuInfo {

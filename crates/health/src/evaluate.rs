@@ -23,6 +23,7 @@ mod gpu_pairs;
 mod hardware;
 mod node;
 mod perf;
+pub mod software;
 mod stats;
 pub mod trend;
 pub mod tuning;
@@ -129,6 +130,7 @@ fn kind_rank(kind: FindingKind) -> u8 {
         FindingKind::Slow => 13,
         FindingKind::Thermal => 14,
         FindingKind::Drifting => 15,
+        FindingKind::SoftwareDrift => 16,
     }
 }
 
@@ -191,6 +193,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
     }
     findings.extend(fleet_findings);
     findings.extend(drift_findings(nodes, &verdicts, thresholds));
+    findings.extend(software_findings(nodes));
     sort_findings(&mut findings);
     Evaluation { findings, verdicts }
 }
@@ -215,6 +218,38 @@ fn drift_findings(
         })
         .collect();
     trend::findings(&judged, t)
+}
+
+/// Each measured node's software against its run's majority (rules in [`software`]).
+fn software_findings(nodes: &[NodeInput]) -> Vec<Finding> {
+    let boards: Vec<(&str, String, u32, &CompactResult)> = nodes
+        .iter()
+        .filter_map(|i| match &i.outcome {
+            NodeOutcome::Measured(r) if r.gpus > 0 && r.gpus <= MAX_GPUS_PER_NODE => {
+                let product = if r.product.trim().is_empty() {
+                    i.product_label.as_deref().unwrap_or_default()
+                } else {
+                    r.product.as_str()
+                };
+                Some((
+                    i.node.as_str(),
+                    crate::profiles::normalize(product),
+                    r.gpus,
+                    &**r,
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    let nodes: Vec<software::NodeSoftware<'_>> = boards
+        .iter()
+        .map(|(node, product, gpus, r)| software::NodeSoftware {
+            node,
+            board: (product.as_str(), *gpus),
+            software: &r.software,
+        })
+        .collect();
+    software::drift(&nodes)
 }
 
 /// The finding for a hardware fault the agent saw instead of a result.

@@ -6,6 +6,7 @@
 
 pub mod evaluate;
 pub mod fleet;
+pub mod floors;
 pub mod history;
 pub mod nics;
 pub mod pairs;

@@ -587,6 +587,7 @@ mod tests {
             compute: Vec::new(),
             compute_gemm_size: None,
             settings_not_chosen: Vec::new(),
+            software: Default::default(),
         }
     }
 

@@ -122,6 +122,7 @@ fn result(name: String) -> impl Strategy<Value = CompactResult> {
                 compute: Vec::new(),
                 compute_gemm_size: None,
                 settings_not_chosen: Vec::new(),
+                software: Default::default(),
             })
     })
 }

@@ -32,6 +32,62 @@ pub struct FleetNode {
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<Fault>,
+    /// The software the node reports where it differs from the sim's usual
+    /// ([`SimSoftware::reported`]): how a test makes one node's driver drift.
+    #[serde(default, skip_serializing_if = "SimSoftware::is_usual")]
+    pub software: SimSoftware,
+}
+
+/// A simulated node's software, each field the sim's usual value where not set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SimSoftware {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<String>,
+    /// The digest of NCCL's config files, as the agent reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_conf: Option<String>,
+    /// Every GPU's VBIOS version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_manager: Option<String>,
+}
+
+impl SimSoftware {
+    /// The driver every simulated node reports unless its fleet entry says otherwise.
+    pub const USUAL_DRIVER: &'static str = "550.90.07";
+    const USUAL_CUDA: &'static str = "12.4";
+    const USUAL_NCCL: &'static str = "2.21.5";
+    const USUAL_VBIOS: &'static str = "96.00.74.00.01";
+    const USUAL_FABRIC_MANAGER: &'static str = "completed";
+
+    /// Whether the node reports only the usual values.
+    pub fn is_usual(&self) -> bool {
+        *self == SimSoftware::default()
+    }
+
+    /// The versions the node's agent reports for `gpus` GPUs: its own where set, else the
+    /// usual ones (no NCCL config file).
+    pub fn reported(&self, gpus: u32) -> gpufabric_api::result::Versions {
+        let pick = |own: &Option<String>, usual: &str| {
+            Some(own.clone().unwrap_or_else(|| usual.to_string()))
+        };
+        let vbios = self.vbios.as_deref().unwrap_or(Self::USUAL_VBIOS);
+        gpufabric_api::result::Versions {
+            agent: env!("CARGO_PKG_VERSION").to_string(),
+            driver: pick(&self.driver, Self::USUAL_DRIVER),
+            cuda: pick(&self.cuda, Self::USUAL_CUDA),
+            nccl: pick(&self.nccl, Self::USUAL_NCCL),
+            nccl_conf: pick(&self.nccl_conf, gpufabric_api::result::NO_CONF_FILE),
+            vbios: (0..gpus).map(|_| vbios.to_string()).collect(),
+            fabric_manager: pick(&self.fabric_manager, Self::USUAL_FABRIC_MANAGER),
+        }
+    }
 }
 
 /// A fault injected into a simulated node.

@@ -275,6 +275,7 @@ mod tests {
                 driver: None,
                 cuda: None,
                 nccl: None,
+                ..Versions::default()
             };
             let doc = ResultDocument::unmeasured(
                 opts.node.clone(),

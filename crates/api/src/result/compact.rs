@@ -6,6 +6,7 @@ use super::measurements::{
     Transport,
 };
 use super::settings::{NcclSetting, SettingSource};
+use super::software::CompactSoftware;
 use super::{
     Backend, COMPACT_VERSION, ErrorKind, ParseError, Phase, PhaseError, ResultDocument, is_zero,
     is_zero_f64, is_zero_u64,
@@ -87,6 +88,14 @@ pub struct CompactResult {
     /// agent env), with their sources; values and paths cut to [`SETTING_CHARS`].
     #[serde(rename = "ns", default, skip_serializing_if = "Vec::is_empty")]
     pub settings_not_chosen: Vec<CompactSetting>,
+    /// The node's software (driver, CUDA, NCCL, NCCL's config files, VBIOS, fabric manager),
+    /// which the run's nodes are compared by; empty from older agents.
+    #[serde(
+        rename = "sw",
+        default,
+        skip_serializing_if = "CompactSoftware::is_empty"
+    )]
+    pub software: CompactSoftware,
 }
 
 /// Longest value or file path of a setting in the compact result.
@@ -296,7 +305,7 @@ fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
-fn cut(message: &str, max: usize) -> String {
+pub(super) fn cut(message: &str, max: usize) -> String {
     if message.len() <= max {
         return message.to_string();
     }
@@ -409,6 +418,7 @@ impl From<&ResultDocument> for CompactResult {
                 .filter(|s| !s.source.chosen())
                 .map(CompactSetting::from)
                 .collect(),
+            software: CompactSoftware::from(doc),
         };
         if let Some(p) = &doc.pairs {
             let n = g as usize;

@@ -12,6 +12,7 @@ mod compact;
 mod key_numbers;
 mod measurements;
 mod settings;
+mod software;
 
 pub use compact::{
     BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuCompute,
@@ -24,6 +25,7 @@ pub use measurements::{
 };
 
 pub use settings::{NcclSetting, SettingSource};
+pub use software::{CompactSoftware, NO_CONF_FILE, SoftwareField};
 
 pub use crate::phase::{ErrorKind, Phase, PhaseError};
 pub(crate) use key_numbers::KeyNumbers;
@@ -91,17 +93,32 @@ pub struct ResultDocument {
     pub nccl_settings: Vec<NcclSetting>,
 }
 
-/// Software versions seen by the agent.
+/// Software versions seen by the agent: what a node of a run should share with the others
+/// (each field absent where it could not be read, and from older agents).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Versions {
     pub agent: String,
+    /// The kernel driver's version (NVML), e.g. `550.90.07`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub driver: Option<String>,
+    /// The CUDA version the driver supports (`cuDriverGetVersion`), e.g. `12.4`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cuda: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<String>,
+    /// Digest of the NCCL config files in effect (`NCCL_CONF_FILE` or `~/.nccl.conf`, then
+    /// `/etc/nccl.conf`): the first 16 hex digits of their SHA-256, or [`NO_CONF_FILE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_conf: Option<String>,
+    /// The VBIOS version of each GPU, by index (NVML); empty where NVML could not say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vbios: Vec<String>,
+    /// The GPUs' NVSwitch fabric state as the fabric manager left it (NVML's GPU fabric
+    /// info): `completed`, `in progress`, `not started`, `not supported` (no NVSwitch
+    /// fabric to join, or a GPU before Hopper), or each GPU's where they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_manager: Option<String>,
 }
 
 /// One GPU as the agent saw it.

@@ -121,12 +121,14 @@ pub(super) fn check_pairs(
         }
         return;
     }
+    let one_way_floor = crate::floors::pair(t, exp, r.pair_bytes).map(|f| (f.gbps, f.source));
     let sets = [
         PairSet {
             metric: Metric::PairBandwidth,
             what: "copy bandwidth",
             values: unordered_pairs(r),
-            floor: floor_of(t.pair_bandwidth_gbps, exp.and_then(|e| e.pair_floor_gbps)),
+            // The floor the report draws too ([`crate::floors::pair`]).
+            floor: one_way_floor,
         },
         PairSet {
             metric: Metric::PairBidirBandwidth,
@@ -158,7 +160,6 @@ pub(super) fn check_pairs(
     let uniform = exp.is_some_and(|e| e.uniform_pairs);
     // A GPU whose sending or receiving side is slow is named with that side first; its
     // pairs are not blamed again below.
-    let one_way_floor = floor_of(t.pair_bandwidth_gbps, exp.and_then(|e| e.pair_floor_gbps));
     covered_gpus.extend(direction::check_sides(
         node,
         r,

@@ -10,14 +10,13 @@ use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::CompactResult;
 use gpufabric_api::suite::Collective;
 
-/// The floor a bandwidth is held to: the spec's threshold, else the GPU profile's floor.
+/// The floor a bandwidth is held to: the spec's threshold, else the GPU profile's floor
+/// ([`crate::floors`]).
 pub(super) fn floor_of(
     threshold: Option<f64>,
     profile: Option<f64>,
 ) -> Option<(f64, ExpectationSource)> {
-    threshold
-        .map(|v| (v, ExpectationSource::Threshold))
-        .or_else(|| profile.map(|v| (v, ExpectationSource::Profile)))
+    crate::floors::of(threshold, profile).map(|f| (f.gbps, f.source))
 }
 
 /// The median one-way copy bandwidth of a node's GPU pairs (GB/s), if it measured any.
@@ -110,19 +109,6 @@ fn sweep_words(largest: Option<u64>) -> String {
             format!(" in a sweep that ends at {}", size_words(b))
         }
         _ => String::new(),
-    }
-}
-
-/// The product's all_reduce floor for a sweep whose largest size is `largest`: the floor at
-/// [`profiles::PROFILE_BYTES`] times the share of it healthy nodes reach at that size
-/// ([`profiles::size_profile`]).
-fn all_reduce_floor_at(exp: Option<&Expectations>, largest: Option<u64>) -> Option<f64> {
-    let floor = exp.and_then(|e| e.all_reduce_floor_gbps)?;
-    match largest {
-        None => Some(floor),
-        Some(b) => profiles::size_profile(Collective::AllReduce)
-            .and_then(|p| p.share_at(b))
-            .map(|share| floor * share),
     }
 }
 
@@ -281,13 +267,11 @@ pub(super) fn check_nccl(
             }
         } else if c.peak_busbw > 0.0 {
             stats.values.insert(bw_key, c.peak_busbw);
+            // The floor the report draws too: one source for both.
             let floor = if c.collective != Collective::AllReduce {
                 None
             } else {
-                floor_of(
-                    t.nccl_bus_bw_gbps,
-                    all_reduce_floor_at(exp, c.largest_bytes),
-                )
+                crate::floors::all_reduce(t, exp, c.largest_bytes).map(|f| (f.gbps, f.source))
             };
             // A collective far below the node's own copy engines says more than the
             // profile's floor (the links are fine), so it replaces that finding; a threshold

@@ -5,12 +5,14 @@
 
 use crate::report::{PairRow, pair_rows};
 use gpufabric_api::ddp_nodes::DdpNodesStatus;
+use gpufabric_api::findings::ExpectationSource;
 use gpufabric_api::pair::NodePairsStatus;
 use gpufabric_api::run::{NodeRunResult, NodeVerdict, SkippedNode};
 use gpufabric_api::shard::FabricTestRunShard;
+use gpufabric_api::suite::Collective;
 use gpufabric_api::trend::{NodeTrend, TrendPoint};
 use gpufabric_api::{CompactResult, FabricTestRun, Finding, Metric, ResultDocument, Subject, keys};
-use gpufabric_health::profiles;
+use gpufabric_health::{floors, profiles};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -198,51 +200,41 @@ fn blames_node_from_pairs(f: &Finding) -> Option<&str> {
     }
 }
 
-/// A node's all_reduce and one-way GPU-pair floors: the run's thresholds, else what the
-/// health rules expect of it (from the links its kept result reports, else its product).
+/// A node's all_reduce and one-way GPU-pair floors, as the health rules hold its kept result
+/// to them ([`gpufabric_health::floors`]): the run's thresholds, else what its product and
+/// links should reach at the sizes it measured. None without a kept result (nothing is drawn
+/// then), and none where the rules judge nothing by a floor (a sweep or copies too short).
 fn floors(
     run: &FabricTestRun,
     product: Option<&str>,
-    gpus: u32,
     doc: Option<&ResultDocument>,
 ) -> (Option<Floor>, Option<Floor>) {
-    let expected = product.and_then(|p| match doc {
-        Some(d) => profiles::expectations_of(p, &CompactResult::from(d)),
-        None => profiles::expectations(p, gpus),
-    });
-    let source = || {
-        format!(
-            "{} floor",
-            expected
-                .and_then(|e| e.profile)
-                .map_or("the node's links", |p| p.product)
-        )
+    let (Some(product), Some(doc)) = (product, doc) else {
+        return (None, None);
     };
-    let floor = |threshold: Option<f64>, name: &str, expected: Option<f64>| {
-        threshold
-            .map(|gbps| Floor {
-                gbps,
-                source: format!("thresholds.{name}"),
-            })
-            .or_else(|| {
-                expected.map(|gbps| Floor {
-                    gbps,
-                    source: source(),
-                })
-            })
+    let compact = CompactResult::from(doc);
+    let (all_reduce, pair) = floors::of_node(&run.spec.thresholds, product, &compact);
+    let named = profiles::expectations_of(product, &compact)
+        .and_then(|e| e.profile)
+        .map_or("the node's links", |p| p.product);
+    let drawn = |f: floors::Floor, threshold: &str, at: &str| Floor {
+        gbps: f.gbps,
+        source: match f.source {
+            ExpectationSource::Threshold => format!("thresholds.{threshold}"),
+            _ => format!("{named} floor{at}"),
+        },
     };
-    let t = &run.spec.thresholds;
+    // A profile's all_reduce floor is held lower in a sweep that ends early: say where.
+    let at = compact
+        .collectives
+        .iter()
+        .find(|c| c.collective == Collective::AllReduce)
+        .and_then(|c| c.largest_bytes)
+        .filter(|b| *b < profiles::PROFILE_BYTES)
+        .map_or(String::new(), |b| format!(" at a sweep to {} MiB", b >> 20));
     (
-        floor(
-            t.nccl_bus_bw_gbps,
-            "ncclBusBwGbps",
-            expected.and_then(|e| e.all_reduce_floor_gbps),
-        ),
-        floor(
-            t.pair_bandwidth_gbps,
-            "pairBandwidthGbps",
-            expected.and_then(|e| e.pair_floor_gbps),
-        ),
+        all_reduce.map(|f| drawn(f, "ncclBusBwGbps", &at)),
+        pair.map(|f| drawn(f, "pairBandwidthGbps", "")),
     )
 }
 
@@ -382,9 +374,7 @@ impl HtmlReport {
                     .map(|g| g.product.clone())
                     .filter(|p| !p.trim().is_empty())
                     .or_else(|| e.product.clone());
-                let gpus = doc.map(|d| d.gpus.len() as u32).or(e.gpus).unwrap_or(0);
-                let (busbw_floor, pair_floor) =
-                    floors(run, product.as_deref(), gpus, doc.map(|d| &**d));
+                let (busbw_floor, pair_floor) = floors(run, product.as_deref(), doc.map(|d| &**d));
                 NodeDetail {
                     findings: st
                         .findings
@@ -438,6 +428,112 @@ impl HtmlReport {
             ddp: st.ddp_nodes.clone(),
             trends_not_drawn,
             trends,
+        }
+    }
+}
+
+#[cfg(test)]
+mod floor_tests {
+    use super::*;
+    use crate::fixtures;
+    use gpufabric_api::Severity;
+    use gpufabric_api::result::{SweepRow, Timing};
+    use gpufabric_health::{NodeInput, evaluate};
+
+    /// The fixture's node with its all_reduce peaking near `peak`, its sweep ending at
+    /// 2^`last` bytes, with or without its GPU-pair copies.
+    fn node(peak: f64, last: u32, pairs: bool) -> ResultDocument {
+        let mut doc = fixtures::document("n1", (9, 9), peak);
+        if !pairs {
+            doc.pairs = None;
+        }
+        if let Some(n) = doc.nccl.as_mut() {
+            for c in &mut n.collectives {
+                c.rows.retain(|r| r.bytes <= 1 << last);
+                while c.rows.last().is_some_and(|r| r.bytes < 1 << last) {
+                    let bytes = c.rows.last().map_or(8, |r| 2 * r.bytes);
+                    let busbw = peak * bytes as f64 / (bytes as f64 + 4e6);
+                    c.rows.push(SweepRow {
+                        bytes,
+                        count: bytes / 4,
+                        out_of_place: Timing {
+                            time_us: bytes as f64 / busbw / 1e3,
+                            algbw: busbw,
+                            busbw,
+                            wrong: 0,
+                        },
+                        in_place: None,
+                    });
+                }
+            }
+        }
+        doc
+    }
+
+    /// Whether the rules name what holds the node's all_reduce down: a Critical finding on
+    /// its all_reduce, or on a GPU or GPU pair of it (which explains every collective).
+    fn has_finding(run: &FabricTestRun, doc: &ResultDocument) -> bool {
+        let e = evaluate(
+            &[NodeInput::measured(CompactResult::from(doc))],
+            &run.spec.thresholds,
+        );
+        e.findings.iter().any(|f| {
+            f.severity == Severity::Critical
+                && match f.subject {
+                    Subject::Node { .. } => {
+                        f.metric == Metric::NcclBusBw && f.collective == Some(Collective::AllReduce)
+                    }
+                    Subject::Gpu { .. } | Subject::GpuPair { .. } => true,
+                    _ => false,
+                }
+        })
+    }
+
+    fn all_reduce_peak(doc: &ResultDocument) -> f64 {
+        doc.nccl
+            .iter()
+            .flat_map(|n| &n.collectives)
+            .filter(|c| c.collective == Collective::AllReduce)
+            .flat_map(|c| &c.rows)
+            .map(|r| r.out_of_place.busbw)
+            .fold(0.0, f64::max)
+    }
+
+    /// Every sweep end the rules know (64 MiB to 1 GiB) and one they do not judge (1 MiB),
+    /// the profile's floor and the spec's threshold, with and without pair copies: an
+    /// all_reduce curve under the drawn floor always has a finding, and without pair copies
+    /// (the floor the only rule) one above it has none.
+    #[test]
+    fn a_curve_under_a_drawn_floor_has_a_finding_and_one_above_it_none() {
+        let mut run = fixtures::run();
+        for threshold in [None, Some(300.0)] {
+            run.spec.thresholds.nccl_bus_bw_gbps = threshold;
+            for last in [20, 26, 27, 28, 29, 30] {
+                for pairs in [false, true] {
+                    let mut drawn_any = false;
+                    for step in 0..=100 {
+                        let doc = node(150.0 + 2.0 * f64::from(step), last, pairs);
+                        let product = doc.gpus.first().map(|g| g.product.clone());
+                        let (floor, _) = floors(&run, product.as_deref(), Some(&doc));
+                        let Some(floor) = floor else {
+                            continue;
+                        };
+                        drawn_any = true;
+                        let peak = all_reduce_peak(&doc);
+                        let found = has_finding(&run, &doc);
+                        let case = format!(
+                            "sweep to 2^{last}, threshold {threshold:?}, pairs {pairs}: peak {peak:.1} against a drawn floor of {} ({})",
+                            floor.gbps, floor.source
+                        );
+                        if peak < floor.gbps {
+                            assert!(found, "no finding: {case}");
+                        } else if !pairs {
+                            assert!(!found, "a finding above the line: {case}");
+                        }
+                    }
+                    assert_eq!(drawn_any, last >= 26, "sweep to 2^{last}");
+                }
+            }
         }
     }
 }

@@ -75,6 +75,30 @@ impl Monitor {
         self.nvml.sys_driver_version().ok()
     }
 
+    /// The VBIOS version of each GPU, by CUDA index; empty unless NVML read every GPU's.
+    pub(crate) fn vbios_versions(&self) -> Vec<String> {
+        let read: Option<Vec<String>> = self
+            .buses
+            .iter()
+            .map(|(i, bus)| self.device(*i, bus).and_then(|d| d.vbios_version()).ok())
+            .collect();
+        read.unwrap_or_default()
+    }
+
+    /// The GPUs' NVSwitch fabric state ([`super::software::fabric_words`]), if NVML read
+    /// every GPU's.
+    pub(crate) fn fabric_manager(&self) -> Option<String> {
+        let states: Option<Vec<super::software::FabricState>> = self
+            .buses
+            .iter()
+            .map(|(i, bus)| {
+                let dev = self.device(*i, bus).ok()?;
+                super::software::fabric_state(&self.nvml, &dev)
+            })
+            .collect();
+        super::software::fabric_words(&states?)
+    }
+
     fn device(&self, cuda_index: u32, bus: &str) -> Result<nvml_wrapper::Device<'_>, NvmlError> {
         match self.nvml.device_by_pci_bus_id(bus) {
             Ok(d) => Ok(d),

@@ -13,6 +13,7 @@ pub mod inject;
 pub mod nccl;
 pub mod node_pair;
 pub(crate) mod pairs;
+mod software;
 pub(crate) mod transport;
 
 use crate::node_check::PhaseRun;
@@ -218,6 +219,12 @@ pub(crate) fn document(
         driver: monitor.and_then(health::Monitor::driver_version),
         cuda: gpu::driver_cuda_version(),
         nccl: if nccl_ok { nccl::nccl_version() } else { None },
+        // The agent fills in its NCCL config files' digest: it reads those files.
+        nccl_conf: None,
+        vbios: monitor
+            .map(health::Monitor::vbios_versions)
+            .unwrap_or_default(),
+        fabric_manager: monitor.and_then(health::Monitor::fabric_manager),
     };
     let mut doc =
         ResultDocument::unmeasured(opts.node.clone(), Backend::Cuda, started_at, versions, gpus);

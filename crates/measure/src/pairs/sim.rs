@@ -240,6 +240,7 @@ mod tests {
                     .filter(|(m, _)| m == n)
                     .map(|(_, f)| f.clone())
                     .collect(),
+                software: Default::default(),
             })
             .collect();
         Fleet { seed: 1, nodes }

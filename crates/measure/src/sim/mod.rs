@@ -22,7 +22,7 @@ use crate::{CheckError, CheckOptions, Progress};
 use gpufabric_api::ResultDocument;
 use gpufabric_api::result::{
     Backend, ComputeResult, DdpResult, ErrorKind, GpuInfo, HealthSnapshot, PairMatrix, Phase,
-    PhaseError, TransportInfo, Versions,
+    PhaseError, TransportInfo,
 };
 use node_model::NodeModel;
 use noise::Rng;
@@ -344,12 +344,7 @@ fn empty_document(opts: &CheckOptions, m: &NodeModel, started_at: String) -> Res
         })
         .collect();
 
-    let versions = Versions {
-        agent: env!("CARGO_PKG_VERSION").to_string(),
-        driver: None,
-        cuda: None,
-        nccl: None,
-    };
+    let versions = node.software.reported(node.gpus);
     ResultDocument::unmeasured(opts.node.clone(), Backend::Sim, started_at, versions, gpus)
 }
 

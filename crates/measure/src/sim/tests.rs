@@ -14,6 +14,7 @@ fn node(product: &str, gpus: u32, faults: Vec<Fault>) -> FleetNode {
         gpus,
         labels: Default::default(),
         faults,
+        software: Default::default(),
     }
 }
 

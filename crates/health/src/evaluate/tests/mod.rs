@@ -124,6 +124,7 @@ fn node_of(name: &str, product: &str, g: u32, seed: u64, noise: f64) -> CompactR
         compute: Vec::new(),
         compute_gemm_size: None,
         settings_not_chosen: Vec::new(),
+        software: Default::default(),
     }
 }
 
