@@ -93,6 +93,219 @@ fn the_chart_lints_and_its_schema_refuses_bad_values() {
     }
 }
 
+/// What a parent chart (an umbrella chart, a platform's chart of charts) gives its
+/// dependencies: `global` passes the schema and `helm lint`; the chart's own hygiene renders:
+/// images by digest, the operator's NetworkPolicy, the benchmark-pod defaults as the
+/// operator's flags, and a cluster older than `kubeVersion` refused.
+#[test]
+fn a_parent_chart_sets_global_and_the_chart_renders_digests_network_policy_and_pod_defaults() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let parent = dir.path().join("platform");
+    let charts = parent.join("charts");
+    std::fs::create_dir_all(&charts).expect("parent chart dir");
+    run_ok(
+        Command::new("cp")
+            .arg("-r")
+            .arg(chart())
+            .arg(charts.join("gpufabric")),
+    );
+    std::fs::write(
+        parent.join("Chart.yaml"),
+        format!(
+            "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n  - name: gpufabric\n    version: {}\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+    .expect("parent Chart.yaml");
+    std::fs::write(
+        parent.join("values.yaml"),
+        "global:\n  imageRegistry: registry.example.com\n  imagePullSecrets: [regcred]\ngpufabric:\n  replicas: 1\n",
+    )
+    .expect("parent values.yaml");
+    run_ok(helm(None).args(["lint", "--strict"]).arg(&parent));
+    let text = String::from_utf8_lossy(
+        &run_ok(
+            helm(None)
+                .args(["template", "p"])
+                .arg(&parent)
+                .args(["-n", NS]),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(text.contains("kind: Deployment"), "{text}");
+
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let rendered = run_ok(
+        helm(None)
+            .args(["template", "t"])
+            .arg(chart())
+            .args(["-n", NS])
+            .args(["--set", &format!("image.digest={digest}")])
+            .args(["--set", &format!("agentImage.digest={digest}")])
+            .args(["--set", "benchmarkPods.priorityClassName=gpu-tests"])
+            .args(["--set", "benchmarkPods.runtimeClassName=nvidia"])
+            .args(["--set", "benchmarkPods.imagePullSecrets[0].name=regcred"])
+            .args(["--set", "networkPolicy.apiServerPorts={6443}"]),
+    );
+    let text = String::from_utf8_lossy(&rendered.stdout);
+    for want in [
+        format!("image: \"ghcr.io/gpufabric/fabric-operator@{digest}\""),
+        format!("--agent-image=ghcr.io/gpufabric/fabric-agent@{digest}"),
+        "--agent-priority-class=gpu-tests".into(),
+        "--agent-runtime-class=nvidia".into(),
+        "--agent-image-pull-secret=regcred".into(),
+        "kind: NetworkPolicy".into(),
+        "policyTypes: [Ingress, Egress]".into(),
+        "- {protocol: TCP, port: 6443}".into(),
+        "- {protocol: TCP, port: 9443}".into(),
+        "- {protocol: UDP, port: 53}".into(),
+    ] {
+        assert!(text.contains(&want), "rendered chart lacks {want:?}");
+    }
+    let plain = String::from_utf8_lossy(
+        &run_ok(
+            helm(None)
+                .args(["template", "t"])
+                .arg(chart())
+                .args(["-n", NS]),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        !plain.contains("--agent-priority-class") && !plain.contains("--agent-image-pull-secret"),
+        "no defaults unless set: a FabricTest's spec.agent is all there is"
+    );
+    assert!(plain.contains(&format!(
+        "ghcr.io/gpufabric/fabric-operator:v{}",
+        env!("CARGO_PKG_VERSION")
+    )));
+
+    for (args, why) in [
+        (&["--set", "image.digest=latest"][..], "/image/digest"),
+        (&["--set", "networkPolicy.apiServerPorts={0}"], "minimum"),
+        (&["--kube-version", "1.29.0"], "kubeVersion"),
+    ] {
+        let out = helm(None)
+            .args(["template", "t"])
+            .arg(chart())
+            .args(args)
+            .output()
+            .expect("helm runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
+
+/// Every alert links its runbook, and the page is there.
+#[test]
+fn every_alert_links_a_runbook_that_exists() {
+    let rules: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(chart().join("files/alerts.yaml")).expect("alerts file"),
+    )
+    .expect("the alerts are YAML");
+    let alerts: Vec<&serde_json::Value> = rules["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .filter(|r| r["alert"].is_string())
+        .collect();
+    assert!(alerts.len() >= 8, "{} alerts", alerts.len());
+    let base = "https://github.com/gpufabric/gpufabric/blob/main/";
+    for a in alerts {
+        let name = a["alert"].as_str().unwrap_or_default();
+        let url = a["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has no runbook_url"));
+        let path = url
+            .strip_prefix(base)
+            .unwrap_or_else(|| panic!("{name}: {url} is not under {base}"));
+        assert_eq!(path, format!("docs/runbooks/{name}.md"), "{name}");
+        let page = std::fs::read_to_string(workspace_root().join(path))
+            .unwrap_or_else(|e| panic!("{name}: {path}: {e}"));
+        assert!(page.starts_with(&format!("# {name}\n")), "{path}");
+        for part in ["**What it means.**", "**Check.**", "**Act.**"] {
+            assert!(page.contains(part), "{path} lacks {part}");
+        }
+    }
+}
+
+/// The dashboard's variables: test, node and GPU, each from a series the operator exports.
+fn dashboard_variables(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+    dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap_or_default().to_string(),
+                v["definition"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A dashboard query as Grafana sends it with every variable at "All".
+fn with_all_selected(expr: &str) -> String {
+    ["$test", "$node", "$gpu"]
+        .iter()
+        .fold(expr.to_string(), |e, v| e.replace(v, ".*"))
+}
+
+/// `label_values(SELECTOR, LABEL)`, Grafana's variable query, as the PromQL that answers it.
+fn label_values_promql(definition: &str) -> String {
+    let inner = definition
+        .strip_prefix("label_values(")
+        .and_then(|d| d.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{definition} is not label_values(...)"));
+    let (selector, label) = inner
+        .rsplit_once(',')
+        .unwrap_or_else(|| panic!("{definition} names no label"));
+    format!(
+        "count by ({}) ({})",
+        label.trim(),
+        with_all_selected(selector.trim())
+    )
+}
+
+#[test]
+fn the_dashboard_filters_by_test_node_and_gpu() {
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(chart().join("files/dashboard.json")).expect("dashboard file"),
+    )
+    .expect("the dashboard is JSON");
+    let vars = dashboard_variables(&dashboard);
+    let names: Vec<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["test", "node", "gpu"]);
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(String::from))
+        .collect();
+    // Every query of a per-test series follows the test variable; per node, the node's.
+    for e in &exprs {
+        if e.contains("gpufabric_node_") || e.contains("gpufabric_test_") {
+            assert!(e.contains(r#"test=~"$test""#), "{e} ignores $test");
+        }
+        if e.contains("gpufabric_node_") && !e.contains("quantile by") {
+            assert!(e.contains(r#"node=~"$node""#), "{e} ignores $node");
+        }
+        if e.contains("gpufabric_gpu_") {
+            assert!(e.contains(r#"gpu=~"$gpu""#), "{e} ignores $gpu");
+        }
+    }
+    assert_eq!(
+        label_values_promql(r#"label_values(m{test=~"$test"}, node)"#),
+        r#"count by (node) (m{test=~".*"})"#
+    );
+}
+
 /// Chart and code are released together: the chart's version and appVersion are the
 /// workspace version, its default images are the ones the operator names, and CHANGELOG.md
 /// says what the version changed.
@@ -251,6 +464,10 @@ async fn check_least_privilege(kubeconfig: &Path) {
         );
     }
     let refused = [
+        // FabricTests are people's to create and delete (and the uninstall hook's).
+        ("create", "gpufabric.io/fabrictests", None, None),
+        ("delete", "gpufabric.io/fabrictests", None, None),
+        ("update", "gpufabric.io/fabrictestrunshards", None, None),
         ("create", "pods", Some("default"), None),
         ("delete", "pods", Some("default"), None),
         ("get", "pods", Some("default"), None),
@@ -793,6 +1010,16 @@ async fn prometheus_scrapes_the_operator(operator: &OperatorProcess, dir: &Path,
         .filter_map(|t| t["expr"].as_str().map(String::from))
         .collect();
     assert!(exprs.len() >= 10, "{} dashboard queries", exprs.len());
+    // Each variable lists values, and each panel answers with all of them selected.
+    let variables: Vec<String> = dashboard_variables(&dashboard)
+        .iter()
+        .map(|(_, d)| label_values_promql(d))
+        .collect();
+    let exprs: Vec<String> = exprs
+        .iter()
+        .map(|e| with_all_selected(e))
+        .chain(variables)
+        .collect();
     for q in &exprs {
         let answer = query(&prom.addr, q)
             .await

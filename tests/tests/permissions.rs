@@ -49,11 +49,23 @@ const GRANTED: &[Grant] = &[
     (
         "ClusterRole <release>-operator",
         "gpufabric.io",
-        &["fabrictests", "fabrictestruns", "fabrictestrunshards"],
+        &["fabrictests"],
         &[],
-        &[
-            "get", "list", "watch", "create", "update", "patch", "delete",
-        ],
+        &["get", "list", "watch", "patch"],
+    ),
+    (
+        "ClusterRole <release>-operator",
+        "gpufabric.io",
+        &["fabrictestruns"],
+        &[],
+        &["get", "list", "watch", "create", "patch", "delete"],
+    ),
+    (
+        "ClusterRole <release>-operator",
+        "gpufabric.io",
+        &["fabrictestrunshards"],
+        &[],
+        &["get", "list", "watch", "create"],
     ),
     (
         "ClusterRole <release>-operator",

@@ -19,12 +19,18 @@ usage() { sed -n '2,11p' "$0"; }
 cache_parse_args usage "$@"
 
 # Bump when the steps below change, so old cached tools are not reused.
-BUILD_SCHEME=1
+BUILD_SCHEME=2
 
 helm_dir="$here/helm"
 
 helm_version="$(awk '$1 == "require" && $2 == "helm.sh/helm/v3" { print $3; exit }' "$helm_dir/go.mod")"
 [[ -n "$helm_version" ]] || die "cannot read the helm.sh/helm/v3 version from $helm_dir/go.mod"
+# The Kubernetes version `helm template` and `helm lint` assume without a cluster, set as
+# helm's own release build sets it (from its client-go, v0.33 -> 1.33); left unset it is 1.20,
+# and the chart's kubeVersion (>= 1.30) refuses every render.
+client_go="$(awk '$1 == "k8s.io/client-go" { print $2; exit }' "$helm_dir/go.mod")"
+k8s_minor="$(echo "$client_go" | sed -n 's/^v0\.\([0-9]*\)\..*/\1/p')"
+[[ -n "$k8s_minor" ]] || die "cannot read the k8s.io/client-go version from $helm_dir/go.mod"
 go_version="$(go version 2>/dev/null || echo none)"
 key="$(
 	{
@@ -45,7 +51,9 @@ if [[ ! -x "$bin_dir/helm" ]]; then
 		cd "$helm_dir"
 		export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" GOWORK=off CGO_ENABLED=0
 		go build -trimpath \
-			-ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version" \
+			-ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version \
+				-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 \
+				-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor" \
 			-o "$bin_dir/.helm.tmp" helm.sh/helm/v3/cmd/helm
 	) >&2 || die "building helm failed"
 	mv -f "$bin_dir/.helm.tmp" "$bin_dir/helm"

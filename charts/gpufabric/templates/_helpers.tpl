@@ -16,9 +16,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "gpufabric.podNamespace" -}}
 {{ .Release.Namespace }}
 {{- end }}
+{{/* repository:tag, or repository@digest when a digest is given (the tag is then moot). */}}
+{{- define "gpufabric.imageRef" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default (printf "v%s" .appVersion) }}
+{{- end }}
+{{- end }}
 {{- define "gpufabric.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ include "gpufabric.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) }}
 {{- end }}
 {{- define "gpufabric.agentImage" -}}
-{{ .Values.agentImage.repository }}:{{ .Values.agentImage.tag | default (printf "v%s" .Chart.AppVersion) }}
+{{ include "gpufabric.imageRef" (dict "image" .Values.agentImage "appVersion" .Chart.AppVersion) }}
 {{- end }}

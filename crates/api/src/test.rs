@@ -284,9 +284,17 @@ pub struct AgentSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub priority_class_name: Option<String>,
-    /// Resources of the agent container besides the GPUs (which are always all of the node's).
+    /// Resources of the agent container besides the GPUs (which are always all of the
+    /// node's): memory, CPU, and extended resources such as the RDMA devices of the NVIDIA
+    /// network operator (`rdma/rdma_shared_device_a: 1`), whole numbers with the request
+    /// equal to the limit. `nvidia.com/gpu` is refused here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Annotations of every benchmark pod, e.g. Multus's `k8s.v1.cni.cncf.io/networks`
+    /// attaching the pods to secondary (RDMA) networks. Keys under `gpufabric.io/` are the
+    /// operator's and refused.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
     /// Extra environment (e.g. NCCL_DEBUG, NCCL_IB_HCA).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
@@ -318,6 +326,7 @@ impl Default for AgentSpec {
             runtime_class_name: None,
             priority_class_name: None,
             resources: None,
+            pod_annotations: BTreeMap::new(),
             env: Vec::new(),
             tolerations: Vec::new(),
             host_network: false,

@@ -485,3 +485,22 @@ fn a_drift_rule_that_could_never_judge_is_refused() {
     );
     accept("  thresholds:\n    trend:\n      enabled: false\n");
 }
+
+#[test]
+fn rdma_pods_take_multus_annotations_and_rdma_devices_and_refuse_what_the_api_server_would() {
+    accept(
+        "  agent:\n    podAnnotations:\n      k8s.v1.cni.cncf.io/networks: rdma-net-a,rdma-net-b\n    resources:\n      limits: {rdma/rdma_shared_device_a: \"1\", memory: 8Gi}\n      requests: {rdma/rdma_shared_device_a: \"1\", memory: 4Gi}\n",
+    );
+    let msg = refuse(
+        "  agent:\n    podAnnotations:\n      gpufabric.io/run: spoofed\n      \"bad key!\": x\n    resources:\n      limits: {nvidia.com/gpu: \"4\", rdma/hca: \"2\", example.com/nic: \"0.5\"}\n      requests: {rdma/hca: \"1\"}\n",
+    );
+    for want in [
+        "agent.podAnnotations: \"gpufabric.io/run\" is the operator's",
+        "agent.podAnnotations: annotation key \"bad key!\" is not a valid",
+        "agent.resources[nvidia.com/gpu]: nvidia.com/gpu is always every GPU of the node",
+        "agent.resources[rdma/hca]: request 1 differs from limit 2",
+        "agent.resources[example.com/nic]: \"0.5\" is not a whole number",
+    ] {
+        assert!(msg.contains(want), "{want}: {msg}");
+    }
+}

@@ -1,7 +1,7 @@
 //! `kubectl gpufabric findings [RUN]`: the findings of a run, or of each test's latest run.
 
 use crate::doc::{Doc, Table, wire};
-use crate::output::View;
+use crate::output::{View, run_name};
 use gpufabric_api::{FabricTest, FabricTestRun, Finding, Subject};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -126,6 +126,40 @@ impl Findings {
 }
 
 impl View for Findings {
+    /// The runs the findings are of, once each.
+    fn names(&self) -> Vec<String> {
+        let mut runs: Vec<String> = self.findings.iter().map(|f| run_name(&f.run)).collect();
+        runs.dedup();
+        runs
+    }
+
+    /// The table with the test, the metric, and what was measured against what was expected.
+    fn wide(&self) -> Doc {
+        let mut t = Table::new(&[
+            "RUN", "TEST", "NODE", "SUBJECT", "KIND", "SEVERITY", "METRIC", "MEASURED", "EXPECTED",
+            "UNIT", "MESSAGE",
+        ]);
+        let num = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v}"));
+        for f in &self.findings {
+            t.push(vec![
+                f.run.clone(),
+                f.test.clone(),
+                f.finding.subject.node_name().to_string(),
+                subject(&f.finding.subject),
+                wire(&f.finding.kind),
+                wire(&f.finding.severity),
+                wire(&f.finding.metric),
+                num(f.finding.measured),
+                num(f.finding.expected),
+                f.finding.unit.clone().unwrap_or_else(|| "-".into()),
+                f.finding.message.clone(),
+            ]);
+        }
+        let mut doc = Doc::default();
+        doc.table(t);
+        doc
+    }
+
     fn doc(&self) -> Doc {
         let mut t = Table::new(&["RUN", "NODE", "SUBJECT", "KIND", "SEVERITY", "MESSAGE"]);
         for f in &self.findings {
@@ -158,7 +192,7 @@ mod tests {
 
     #[test]
     fn the_table_names_node_subject_kind_severity_and_message() {
-        let text = render(&Findings::of(&[fixtures::run()]), Format::Table).expect("text");
+        let text = render(&Findings::of(&[fixtures::run()]), &Format::Table).expect("text");
         assert!(
             text.starts_with("RUN               NODE     SUBJECT      KIND  SEVERITY  MESSAGE\n"),
             "{text}"
@@ -177,7 +211,7 @@ mod tests {
     fn json_and_yaml_keep_each_finding_whole_beside_its_run() {
         let f = Findings::of(&[fixtures::run()]);
         let json: serde_json::Value =
-            serde_json::from_str(&render(&f, Format::Json).expect("json")).expect("parses");
+            serde_json::from_str(&render(&f, &Format::Json).expect("json")).expect("parses");
         let first = &json["findings"][0];
         assert_eq!(first["run"], "nightly-manual-1");
         assert_eq!(first["test"], "nightly");
@@ -186,7 +220,7 @@ mod tests {
         assert_eq!(first["measured"], 95.0);
         assert_eq!(json["unlisted"], 1);
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&render(&f, Format::Yaml).expect("yaml")).expect("parses");
+            serde_yaml::from_str(&render(&f, &Format::Yaml).expect("yaml")).expect("parses");
         assert_eq!(yaml, json);
     }
 

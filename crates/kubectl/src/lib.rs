@@ -9,14 +9,16 @@ pub mod doc;
 pub mod exit;
 pub mod findings;
 pub mod html;
+pub mod jsonpath;
 pub mod node;
 pub mod output;
 pub mod reach;
 pub mod report;
 pub mod request;
 pub mod status;
+pub mod version;
 
-pub use output::{Format, Output, View, render};
+pub use output::{Format, OUTPUTS, Output, View, render};
 
 #[cfg(test)]
 mod fixtures;

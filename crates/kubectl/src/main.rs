@@ -15,7 +15,8 @@ use gpufabric_kubectl::node::NodeView;
 use gpufabric_kubectl::report::{Quarantine, Report, pair_rows};
 use gpufabric_kubectl::request::{self, Refusal};
 use gpufabric_kubectl::status::Status;
-use gpufabric_kubectl::{Format, Output, View, render};
+use gpufabric_kubectl::version::Version;
+use gpufabric_kubectl::{Format, OUTPUTS, Output, View, render};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -31,7 +32,13 @@ const COMMANDS: &str = "Commands at a glance:
   release NODE [--note TEXT]    mark a quarantined node repaired (gpufabric.io/repaired): tested now, one pass releases it
   report RUN                    the run's per-node results, findings, node pairs, DDP probe, quarantine, nodes not measured
   report RUN -o report.html     the same run as one self-contained page: the fleet, each failing node's GPU pairs and
-                                collectives against their floors, the node-pair matrix, the DDP probe, each node's trend";
+                                collectives against their floors, the node-pair matrix, the DDP probe, each node's trend
+  completion bash|zsh|fish      a completion script: source <(kubectl-gpufabric completion bash)
+  version                       the plugin's version
+
+Outputs (-o): table, wide (more columns), json, yaml, name (kind/name a line),
+  jsonpath=TEMPLATE (as kubectl's: -o jsonpath='{range .tests[*]}{.name}{\"\\n\"}{end}'),
+  html or FILE.html (report only)";
 
 /// What gpufabric found and holds (FabricTests, runs, findings, quarantined nodes), and the
 /// requests it takes (run now, a repaired node). Reads the cluster of the current kubeconfig
@@ -45,14 +52,15 @@ const COMMANDS: &str = "Commands at a glance:
     after_help = format!("{COMMANDS}\n\n{}", exit::help())
 )]
 struct Cli {
-    /// Output: table (for people), json or yaml (for scripts); for `report` also html (to
-    /// stdout) or a file name ending in .html (one self-contained page).
+    /// Output: table or wide (for people), json, yaml, name or jsonpath=TEMPLATE (for
+    /// scripts, as kubectl's); for `report` also html (to stdout) or a file name ending in
+    /// .html (one self-contained page).
     #[arg(
         short,
         long,
         global = true,
         default_value = "table",
-        value_name = "table|json|yaml|html|FILE.html"
+        value_name = OUTPUTS
     )]
     output: Output,
     /// Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or the in-cluster account).
@@ -61,6 +69,17 @@ struct Cli {
     /// Kubeconfig context (default: the current one).
     #[arg(long, global = true)]
     context: Option<String>,
+    /// Kubeconfig cluster (default: the context's).
+    #[arg(long, global = true)]
+    cluster: Option<String>,
+    /// Kubeconfig user (default: the context's).
+    #[arg(long, global = true)]
+    user: Option<String>,
+    /// Namespace of the operator's benchmark pods, where it keeps each node's full result
+    /// (`report`); FabricTests, runs and nodes are cluster-scoped. Default: the kubeconfig
+    /// context's namespace, as kubectl's (`default` when it names none).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -104,12 +123,20 @@ enum Command {
     /// test's quarantined and held-back nodes, the nodes not measured. With `-o FILE.html`
     /// (or `-o html`, to stdout) one self-contained page of the run, drawn also from the full
     /// results the operator keeps in ConfigMaps and the nodes' trend annotations.
-    Report {
-        run: String,
-        /// Namespace of the benchmark pods, where the operator keeps each node's full result.
-        #[arg(long, default_value = "gpufabric")]
-        namespace: String,
-    },
+    Report { run: String },
+    /// A completion script for SHELL, to source or install where the shell reads them:
+    /// `source <(kubectl-gpufabric completion bash)`.
+    Completion { shell: Shell },
+    /// The plugin's version (`clientVersion.gitVersion` with -o json|yaml).
+    Version,
+}
+
+/// The shells `completion` writes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Shell {
+    Bash,
+    Zsh,
+    Fish,
 }
 
 /// How a command failed, and the exit code that says so.
@@ -155,23 +182,37 @@ where
         .ok_or_else(|| not_found(format!("{kind} {name} not found")))
 }
 
-async fn client(cli: &Cli) -> anyhow::Result<kube::Client> {
+/// The client of the kubeconfig, context, cluster and user asked for, and the namespace:
+/// `-n`, else the one the kubeconfig's context (or the in-cluster account) names.
+async fn client(cli: &Cli) -> anyhow::Result<(kube::Client, String)> {
+    let (config, namespace) = config(cli).await?;
+    Ok((kube::Client::try_from(config)?, namespace))
+}
+
+/// The configuration [`client`] connects with, read without contacting the cluster.
+async fn config(cli: &Cli) -> anyhow::Result<(kube::Config, String)> {
     let options = KubeConfigOptions {
         context: cli.context.clone(),
-        ..Default::default()
+        cluster: cli.cluster.clone(),
+        user: cli.user.clone(),
     };
+    let chosen = cli.context.is_some() || cli.cluster.is_some() || cli.user.is_some();
     let config = match &cli.kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &options).await?
         }
-        None if cli.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None if chosen => kube::Config::from_kubeconfig(&options).await?,
         None => kube::Config::infer()
             .await
             .context("no kubeconfig found (set KUBECONFIG or --kubeconfig)")?,
     };
-    Ok(kube::Client::try_from(config)?)
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    Ok((config, namespace))
 }
 
 /// The runs named, skipping those that are gone.
@@ -194,13 +235,13 @@ async fn runs_named(
 
 /// Writes `view` to stdout; a reader that went away (`| head`) is no error.
 fn print<V: View>(view: &V, format: Format) -> Result<(), Failure> {
-    write_out(&render(view, format)?, None)
+    write_out(&render(view, &format)?, None)
 }
 
 /// The format of a command that prints a view: an HTML page is `report`'s only.
 fn format_of(output: &Output) -> Result<Format, Failure> {
     match output {
-        Output::Format(f) => Ok(*f),
+        Output::Format(f) => Ok(f.clone()),
         Output::Html(_) => Err(Failure {
             exit: Exit::Usage,
             error: anyhow::anyhow!("-o html and -o FILE.html are for `report RUN` only"),
@@ -280,7 +321,12 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
     if !matches!(cli.command, Command::Report { .. }) {
         format_of(&cli.output)?;
     }
-    let client = client(cli).await?;
+    match &cli.command {
+        Command::Completion { shell } => return write_out(&completion(*shell), None),
+        Command::Version => return print(&Version::current(), format_of(&cli.output)?),
+        _ => {}
+    }
+    let (client, namespace) = client(cli).await?;
     let tests: Api<FabricTest> = Api::all(client.clone());
     let runs: Api<FabricTestRun> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
@@ -348,7 +394,8 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .with_context(|| format!("annotating Node {node}"))?;
             print(&req, format_of(&cli.output)?)
         }
-        Command::Report { run, namespace } => {
+        Command::Completion { .. } | Command::Version => Ok(()),
+        Command::Report { run } => {
             let r = get(&runs, "FabricTestRun", run).await?;
             let shards: Api<FabricTestRunShard> = Api::all(client.clone());
             let of_run = ListParams::default().labels(&format!("{}={run}", keys::LABEL_RUN));
@@ -359,7 +406,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .items;
             if let Output::Html(to) = &cli.output {
                 let all = nodes.list(&lp).await.context("listing Nodes")?.items;
-                let page = html_report(&client, &r, &shards, all, namespace).await?;
+                let page = html_report(&client, &r, &shards, all, &namespace).await?;
                 return write_out(&page, to.as_deref());
             }
             let quarantine = match tests
@@ -381,6 +428,21 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
             print(&report, format_of(&cli.output)?)
         }
     }
+}
+
+/// The completion script for `shell`, for the binary's own name (`kubectl-gpufabric`):
+/// kubectl completes only its own commands.
+fn completion(shell: Shell) -> String {
+    use clap::CommandFactory;
+    use clap_complete::Shell as S;
+    let shell = match shell {
+        Shell::Bash => S::Bash,
+        Shell::Zsh => S::Zsh,
+        Shell::Fish => S::Fish,
+    };
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-gpufabric", &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -436,5 +498,141 @@ mod tests {
         let err =
             Cli::try_parse_from(["kubectl-gpufabric", "status", "-o", "xml"]).expect_err("no xml");
         assert_eq!(err.exit_code(), i32::from(Exit::Usage.code()));
+    }
+
+    /// kubectl's flags, before or after the command, and what each sets.
+    #[test]
+    fn kubectls_flags_are_taken_where_kubectl_takes_them() {
+        type Check = fn(&Cli) -> bool;
+        let table: &[(&[&str], Check)] = &[
+            (&["status"], |c| {
+                c.namespace.is_none() && c.output == Output::Format(Format::Table)
+            }),
+            (&["-n", "team-a", "report", "r1"], |c| {
+                c.namespace.as_deref() == Some("team-a")
+            }),
+            (&["report", "r1", "--namespace", "team-a"], |c| {
+                c.namespace.as_deref() == Some("team-a")
+            }),
+            (&["report", "r1", "--namespace=team-a"], |c| {
+                c.namespace.as_deref() == Some("team-a")
+            }),
+            (&["--context", "prod", "status"], |c| {
+                c.context.as_deref() == Some("prod")
+            }),
+            (
+                &[
+                    "status",
+                    "--kubeconfig",
+                    "/k",
+                    "--cluster",
+                    "c",
+                    "--user",
+                    "u",
+                ],
+                |c| {
+                    c.kubeconfig.as_deref() == Some(std::path::Path::new("/k"))
+                        && c.cluster.as_deref() == Some("c")
+                        && c.user.as_deref() == Some("u")
+                },
+            ),
+            (&["status", "-o", "wide"], |c| {
+                c.output == Output::Format(Format::Wide)
+            }),
+            (&["status", "-oname"], |c| {
+                c.output == Output::Format(Format::Name)
+            }),
+            (&["findings", "--output=yaml"], |c| {
+                c.output == Output::Format(Format::Yaml)
+            }),
+            (
+                &["status", "-o", "jsonpath={.tests[*].name}"],
+                |c| matches!(&c.output, Output::Format(Format::JsonPath(t)) if t.to_string() == "{.tests[*].name}"),
+            ),
+            (&["report", "r1", "-o", "r1.html"], |c| {
+                c.output == Output::Html(Some("r1.html".into()))
+            }),
+            (&["completion", "zsh"], |c| {
+                matches!(c.command, Command::Completion { shell: Shell::Zsh })
+            }),
+            (&["version", "-o", "json"], |c| {
+                matches!(c.command, Command::Version)
+            }),
+        ];
+        for (args, check) in table {
+            let cli = Cli::try_parse_from(
+                std::iter::once("kubectl-gpufabric").chain(args.iter().copied()),
+            )
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert!(check(&cli), "{args:?} gave {cli:?}");
+        }
+        for bad in [
+            &["status", "-o", "jsonpath={.tests"][..],
+            &["completion", "tcsh"],
+            &["status", "-n"],
+        ] {
+            let err = Cli::try_parse_from(
+                std::iter::once("kubectl-gpufabric").chain(bad.iter().copied()),
+            )
+            .expect_err(&format!("{bad:?}"));
+            assert_eq!(err.exit_code(), i32::from(Exit::Usage.code()), "{bad:?}");
+        }
+    }
+
+    const KUBECONFIG: &str = "apiVersion: v1
+kind: Config
+current-context: a
+contexts:
+- name: a
+  context: {cluster: c, user: u, namespace: team-a}
+- name: b
+  context: {cluster: c, user: u}
+clusters:
+- name: c
+  cluster: {server: https://127.0.0.1:6443}
+users:
+- name: u
+  user: {token: t}
+";
+
+    /// `report` reads full results in the namespace kubectl would use, never a fixed one.
+    #[tokio::test]
+    async fn the_namespace_is_the_flags_else_the_contexts_else_default() {
+        let dir = std::env::temp_dir().join(format!("kubectl-gpufabric-ns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("config");
+        std::fs::write(&path, KUBECONFIG).expect("kubeconfig written");
+        let kc = path.to_str().expect("utf-8 path");
+        for (args, namespace) in [
+            (&["report", "r"][..], "team-a"),
+            (&["report", "r", "-n", "ops"], "ops"),
+            (&["--context", "b", "report", "r"], "default"),
+            (&["--context", "b", "-n", "ops", "report", "r"], "ops"),
+        ] {
+            let cli = Cli::try_parse_from(
+                ["kubectl-gpufabric", "--kubeconfig", kc]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .expect("parses");
+            let (_, ns) = config(&cli).await.expect("config");
+            assert_eq!(ns, namespace, "{args:?}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn completion_scripts_complete_the_commands_for_each_shell() {
+        for (shell, marker) in [
+            (Shell::Bash, "complete -F"),
+            (Shell::Zsh, "#compdef kubectl-gpufabric"),
+            (Shell::Fish, "complete -c kubectl-gpufabric"),
+        ] {
+            let script = completion(shell);
+            assert!(script.contains(marker), "{shell:?}: {script}");
+            for command in ["status", "findings", "report", "release", "version"] {
+                assert!(script.contains(command), "{shell:?} lacks {command}");
+            }
+        }
     }
 }

@@ -214,6 +214,10 @@ impl NodeView {
 }
 
 impl View for NodeView {
+    fn names(&self) -> Vec<String> {
+        vec![format!("node/{}", self.node)]
+    }
+
     fn doc(&self) -> Doc {
         let mut doc = Doc::default();
         doc.heading(format!("node {}", self.node));
@@ -379,7 +383,7 @@ mod tests {
         assert!(v.cordoned);
         assert_eq!(v.taints, ["gpufabric.io/quarantined=true:NoSchedule"]);
         assert_eq!(v.repaired.as_deref(), Some("INC-1"));
-        let text = render(&v, Format::Table).expect("text");
+        let text = render(&v, &Format::Table).expect("text");
         assert!(
             text.contains("quarantine record (gpufabric.io/quarantine): FabricTest nightly, run nightly-manual-1, since 2026-11-21T02:03:04Z, mode Cordon, cordoned, labelled: NIC mlx5_0 port 1 slow to every partner"),
             "{text}"
@@ -406,7 +410,7 @@ mod tests {
             "not acted on: would quarantine: the budget (maxQuarantined 10%) is spent"
         );
         assert_eq!(v.findings.len(), 1);
-        let text = render(&v, Format::Table).expect("text");
+        let text = render(&v, &Format::Table).expect("text");
         assert!(text.contains("quarantine record: none"), "{text}");
     }
 
@@ -430,7 +434,7 @@ mod tests {
             .insert(keys::ANNOTATION_TREND.into(), record.to_json());
         let v = NodeView::of(&n, &[fixtures::test()], &[]);
         assert_eq!(v.trend.len(), 1);
-        let text = render(&v, Format::Table).expect("text");
+        let text = render(&v, &Format::Table).expect("text");
         assert!(
             text.contains("nightly  all_reduce busbw (GB/s)  4     399.0   376.0   0.942"),
             "{text}"
@@ -444,12 +448,12 @@ mod tests {
             .annotations
             .get_or_insert_default()
             .insert(keys::ANNOTATION_TREND.into(), "{broken".into());
-        let text = render(&NodeView::of(&n, &[], &[]), Format::Table).expect("text");
+        let text = render(&NodeView::of(&n, &[], &[]), &Format::Table).expect("text");
         assert!(
             text.contains("unreadable: the record is not valid"),
             "{text}"
         );
-        let plain = render(&view("h100-00", None), Format::Table).expect("text");
+        let plain = render(&view("h100-00", None), &Format::Table).expect("text");
         assert!(plain.contains("no record yet"), "{plain}");
     }
 
@@ -467,7 +471,7 @@ mod tests {
     fn an_unreadable_record_is_reported_not_hidden() {
         let v = view("h100-00", Some("cordoned by bob"));
         assert!(v.quarantine.is_none());
-        let text = render(&v, Format::Table).expect("text");
+        let text = render(&v, &Format::Table).expect("text");
         assert!(text.contains("quarantine record: unreadable"), "{text}");
     }
 
@@ -475,7 +479,7 @@ mod tests {
     fn a_node_no_test_knows_has_empty_tables() {
         let v = view("other", None);
         assert!(v.tests.is_empty() && v.findings.is_empty());
-        let text = render(&v, Format::Table).expect("text");
+        let text = render(&v, &Format::Table).expect("text");
         assert!(text.contains("(none)"), "{text}");
     }
 
@@ -483,7 +487,7 @@ mod tests {
     fn json_and_yaml_carry_the_record_and_the_history() {
         let v = view("h200-02", Some(fixtures::RECORD));
         let json: serde_json::Value =
-            serde_json::from_str(&render(&v, Format::Json).expect("json")).expect("parses");
+            serde_json::from_str(&render(&v, &Format::Json).expect("json")).expect("parses");
         assert_eq!(json["node"], "h200-02");
         assert_eq!(json["quarantine"]["test"], "nightly");
         assert_eq!(json["quarantine"]["cordoned"], true);
@@ -491,7 +495,7 @@ mod tests {
         assert_eq!(json["tests"][0]["target"]["attempts"], 0);
         assert_eq!(json["findings"][0]["subject"]["peerNode"], "h200-02");
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&render(&v, Format::Yaml).expect("yaml")).expect("parses");
+            serde_yaml::from_str(&render(&v, &Format::Yaml).expect("yaml")).expect("parses");
         assert_eq!(yaml, json);
     }
 }

@@ -357,6 +357,12 @@ pub struct Report {
 }
 
 impl View for Report {
+    fn names(&self) -> Vec<String> {
+        vec![crate::output::run_name(
+            self.run.metadata.name.as_deref().unwrap_or_default(),
+        )]
+    }
+
     fn doc(&self) -> Doc {
         let mut doc = run_doc(&self.run);
         doc.extend(pairs_doc(&self.run, &self.pairs));
@@ -402,7 +408,7 @@ mod tests {
 
     #[test]
     fn the_report_prints_the_demos_tables() {
-        let text = render(&report(), Format::Table).expect("text");
+        let text = render(&report(), &Format::Table).expect("text");
         for needle in [
             "==> run nightly-manual-1 (manual): per-node results",
             "h100-03  Failed       NVIDIA-H100-80GB-HBM3  361.5           95.0           0.970    1",
@@ -441,7 +447,7 @@ mod tests {
             pairs: Vec::new(),
             quarantine: None,
         };
-        let text = render(&r, Format::Table).expect("text");
+        let text = render(&r, &Format::Table).expect("text");
         assert!(!text.contains("node pairs"), "{text}");
         assert!(!text.contains("multi-node"), "{text}");
         assert!(!text.contains("quarantined nodes"), "{text}");
@@ -457,7 +463,7 @@ mod tests {
     fn json_and_yaml_carry_the_run_pairs_and_quarantine() {
         let r = report();
         let json: serde_json::Value =
-            serde_json::from_str(&render(&r, Format::Json).expect("json")).expect("parses");
+            serde_json::from_str(&render(&r, &Format::Json).expect("json")).expect("parses");
         assert_eq!(json["run"]["metadata"]["name"], "nightly-manual-1");
         assert_eq!(json["run"]["status"]["findings"][0]["severity"], "Critical");
         assert_eq!(json["pairs"][1]["confirmation"], true);
@@ -466,7 +472,7 @@ mod tests {
         assert_eq!(json["quarantine"]["marked"][0]["cordoned"], true);
         assert_eq!(json["quarantine"]["heldBack"][0]["node"], "h100-03");
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&render(&r, Format::Yaml).expect("yaml")).expect("parses");
+            serde_yaml::from_str(&render(&r, &Format::Yaml).expect("yaml")).expect("parses");
         assert_eq!(yaml, json);
     }
 }

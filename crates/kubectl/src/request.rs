@@ -2,7 +2,7 @@
 //! documents (`gpufabric_api::keys`), decided without a client.
 
 use crate::doc::Doc;
-use crate::output::View;
+use crate::output::{View, test_name};
 use gpufabric_api::keys;
 use gpufabric_api::quarantine::QuarantineRecord;
 use k8s_openapi::api::core::v1::Node;
@@ -28,6 +28,14 @@ impl Request {
 }
 
 impl View for Request {
+    /// The object annotated, as `kubectl annotate -o name` prints it.
+    fn names(&self) -> Vec<String> {
+        vec![match self.kind.as_str() {
+            "Node" => format!("node/{}", self.name),
+            _ => test_name(&self.name),
+        }]
+    }
+
     fn doc(&self) -> Doc {
         let mut doc = Doc::default();
         let set: Vec<String> = self
@@ -177,7 +185,7 @@ mod tests {
             r.annotations[keys::ANNOTATION_RUN_SELECTOR],
             "rack=r12,pool=training"
         );
-        let text = render(&r, Format::Table).expect("text");
+        let text = render(&r, &Format::Table).expect("text");
         assert!(
             text.starts_with("==> annotated FabricTest nightly: gpufabric.io/run-nodes=gpu-07,gpu-12,gpu-13 gpufabric.io/run-selector=rack=r12,pool=training\n    the operator starts a targeted run"),
             "{text}"
@@ -216,14 +224,14 @@ mod tests {
             r.effect
         );
         let json: serde_json::Value =
-            serde_json::from_str(&render(&r, Format::Json).expect("json")).expect("parses");
+            serde_json::from_str(&render(&r, &Format::Json).expect("json")).expect("parses");
         assert_eq!(json["kind"], "Node");
         assert_eq!(
             json["annotations"]["gpufabric.io/repaired"],
             "INC-7 NIC replaced"
         );
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&render(&r, Format::Yaml).expect("yaml")).expect("parses");
+            serde_yaml::from_str(&render(&r, &Format::Yaml).expect("yaml")).expect("parses");
         assert_eq!(yaml, json);
     }
 

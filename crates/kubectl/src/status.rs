@@ -1,8 +1,8 @@
 //! `kubectl gpufabric status`: every FabricTest with its schedule, its last run, the nodes it
 //! holds in quarantine or holds back, its repeat offenders and its breaker.
 
-use crate::doc::{Doc, Table, names};
-use crate::output::View;
+use crate::doc::{Doc, Table, names, wire};
+use crate::output::{View, test_name};
 use gpufabric_api::FabricTest;
 use gpufabric_api::test::RunSummary;
 use serde::Serialize;
@@ -112,7 +112,23 @@ impl Status {
 }
 
 impl View for Status {
+    fn names(&self) -> Vec<String> {
+        self.tests.iter().map(|t| test_name(&t.name)).collect()
+    }
+
+    /// The table with each test's run in progress, its last run's trigger, errored nodes
+    /// and findings, when it completed and how many nodes it holds in all.
+    fn wide(&self) -> Doc {
+        self.tables(true)
+    }
+
     fn doc(&self) -> Doc {
+        self.tables(false)
+    }
+}
+
+impl Status {
+    fn tables(&self, wide: bool) -> Doc {
         let mut t = Table::new(&[
             "TEST",
             "SCHEDULE",
@@ -126,6 +142,27 @@ impl View for Status {
             "REPEAT OFFENDERS",
             "BREAKER",
         ]);
+        if wide {
+            t = Table::new(&[
+                "TEST",
+                "SCHEDULE",
+                "LAST RUN",
+                "PHASE",
+                "PASSED",
+                "FAILED",
+                "NOT MEASURED",
+                "QUARANTINED",
+                "HELD BACK",
+                "REPEAT OFFENDERS",
+                "BREAKER",
+                "ACTIVE RUN",
+                "TRIGGER",
+                "ERRORED",
+                "FINDINGS",
+                "COMPLETED",
+                "QUARANTINED COUNT",
+            ]);
+        }
         let mut held = Table::new(&["TEST", "NODE", "WHY"]);
         let mut doc = Doc::default();
         for s in &self.tests {
@@ -155,7 +192,7 @@ impl View for Status {
                 quarantined.push_str(&format!(" +{unlisted}"));
             }
             let held_names: Vec<String> = s.held_back.iter().map(|h| h.node.clone()).collect();
-            t.push(vec![
+            let mut row = vec![
                 s.name.clone(),
                 schedule,
                 run,
@@ -167,7 +204,20 @@ impl View for Status {
                 names(&held_names),
                 names(&s.repeat_offenders),
                 if s.breaker.open { "open" } else { "closed" }.into(),
-            ]);
+            ];
+            if wide {
+                let last = s.last_run.as_ref();
+                row.extend([
+                    s.active_run.clone().unwrap_or_else(|| "-".into()),
+                    last.map_or("-".into(), |l| wire(&l.trigger)),
+                    last.map_or("-".into(), |l| l.errored.to_string()),
+                    last.map_or("-".into(), |l| l.findings.to_string()),
+                    last.and_then(|l| l.completion_time.as_ref())
+                        .map_or("-".into(), |c| c.0.to_string()),
+                    s.quarantined_count.to_string(),
+                ]);
+            }
+            t.push(row);
             for h in &s.held_back {
                 held.push(vec![s.name.clone(), h.node.clone(), h.why.clone()]);
             }
@@ -200,7 +250,7 @@ mod tests {
 
     #[test]
     fn the_table_has_a_row_per_test_with_its_last_run_and_nodes() {
-        let text = render(&Status::of(&[fixtures::test()]), Format::Table).expect("text");
+        let text = render(&Status::of(&[fixtures::test()]), &Format::Table).expect("text");
         let mut lines = text.lines();
         let header = lines.next().expect("header");
         assert!(header.starts_with("TEST     SCHEDULE   LAST RUN"), "{text}");
@@ -231,7 +281,7 @@ mod tests {
         let t = fixtures::open_breaker(fixtures::test());
         let s = Status::of(&[t]);
         assert!(s.tests[0].breaker.open);
-        let text = render(&s, Format::Table).expect("text");
+        let text = render(&s, &Format::Table).expect("text");
         assert!(text.contains("open"), "{text}");
         assert!(
             text.contains("kubectl annotate ft nightly gpufabric.io/reset-breaker=now"),
@@ -245,7 +295,7 @@ mod tests {
         let mut t = fixtures::test();
         t.status = None;
         t.spec.schedule = None;
-        let text = render(&Status::of(&[t]), Format::Table).expect("text");
+        let text = render(&Status::of(&[t]), &Format::Table).expect("text");
         assert!(text.contains("nightly  once"), "{text}");
         assert!(text.contains("closed"), "{text}");
     }
@@ -254,7 +304,7 @@ mod tests {
     fn json_and_yaml_carry_the_same_summary() {
         let s = Status::of(&[fixtures::test()]);
         let json: serde_json::Value =
-            serde_json::from_str(&render(&s, Format::Json).expect("json")).expect("parses");
+            serde_json::from_str(&render(&s, &Format::Json).expect("json")).expect("parses");
         let t = &json["tests"][0];
         assert_eq!(t["name"], "nightly");
         assert_eq!(t["lastRun"]["name"], "nightly-manual-1");
@@ -263,7 +313,7 @@ mod tests {
         assert_eq!(t["heldBack"][0]["node"], "h100-03");
         assert_eq!(t["breaker"]["open"], false);
         let yaml: serde_json::Value =
-            serde_yaml::from_str(&render(&s, Format::Yaml).expect("yaml")).expect("parses");
+            serde_yaml::from_str(&render(&s, &Format::Yaml).expect("yaml")).expect("parses");
         assert_eq!(yaml, json);
     }
 }

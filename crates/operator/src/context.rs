@@ -40,6 +40,9 @@ pub struct Context {
     pub synced: tokio::sync::watch::Receiver<bool>,
     /// The image of benchmark pods whose FabricTest names none (`--agent-image`).
     pub agent_image: String,
+    /// What benchmark pods get where their FabricTest names nothing (`--agent-priority-class`,
+    /// `--agent-runtime-class`, `--agent-image-pull-secret`).
+    pub pod_defaults: crate::pod_defaults::PodDefaults,
     /// The cluster-wide cap on nodes held in quarantine (`--max-quarantined-nodes`).
     pub cluster_cap: Option<gpufabric_health::ClusterCap>,
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
@@ -65,11 +68,14 @@ impl Context {
         let _ = synced.wait_for(|s| *s).await;
     }
 
-    /// Gives a container without an image the operator's agent image, so a FabricTest
-    /// that names none runs the image the operator is configured with when the pod is
-    /// created (a chart upgrade changes it), not one frozen into the FabricTest.
-    pub fn resolve_agent_image(&self, pod: &mut Pod) {
+    /// Gives a container without an image the operator's agent image, and the pod the
+    /// installation's priority class, runtime class and pull secrets where its FabricTest
+    /// names none, so a FabricTest that names none runs what the operator is configured
+    /// with when the pod is created (a chart upgrade changes it), not one frozen into the
+    /// FabricTest.
+    pub fn resolve_pod_defaults(&self, pod: &mut Pod) {
         fill_image(pod, &self.agent_image);
+        self.pod_defaults.fill(pod);
     }
 
     /// Reference to a run's owning FabricTest, for events on the test.
@@ -126,6 +132,7 @@ impl Context {
             backoff: Default::default(),
             synced,
             agent_image: "registry.local/fabric-agent:test".into(),
+            pod_defaults: Default::default(),
             cluster_cap: None,
             quarantine_lock: Default::default(),
             start_lock: Default::default(),

@@ -22,6 +22,7 @@ pub mod names;
 pub mod nodes;
 pub mod paging;
 pub mod pairs;
+pub mod pod_defaults;
 pub mod pods;
 pub mod quarantine;
 pub mod results;
@@ -72,6 +73,8 @@ pub struct Options {
     pub leader: Option<leader::LeaderConfig>,
     /// The image of benchmark pods whose FabricTest names none.
     pub agent_image: String,
+    /// What benchmark pods get where their FabricTest names nothing.
+    pub pod_defaults: pod_defaults::PodDefaults,
     /// Most nodes gpufabric holds in quarantine in the whole cluster, over every
     /// FabricTest (None: only each test's own budget).
     pub max_quarantined_nodes: Option<gpufabric_health::ClusterCap>,
@@ -89,6 +92,7 @@ pub fn controller_options(pod_namespace: String, admin_addr: Option<SocketAddr>)
         metrics_auth: true,
         leader: None,
         agent_image: gpufabric_api::test::DEFAULT_AGENT_IMAGE.to_string(),
+        pod_defaults: Default::default(),
         max_quarantined_nodes: None,
     }
 }
@@ -133,6 +137,7 @@ fn context(
         backoff: Default::default(),
         synced,
         agent_image: options.agent_image.clone(),
+        pod_defaults: options.pod_defaults.clone(),
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
         start_lock: Default::default(),

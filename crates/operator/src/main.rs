@@ -63,6 +63,18 @@ enum Command {
         /// Image of the benchmark pods when a FabricTest names none in spec.agent.image.
         #[arg(long, env = "FABRIC_AGENT_IMAGE", value_name = "IMAGE", default_value = gpufabric_api::test::DEFAULT_AGENT_IMAGE)]
         agent_image: String,
+        /// PriorityClass of the benchmark pods when a FabricTest names none in
+        /// spec.agent.priorityClassName.
+        #[arg(long, value_name = "NAME")]
+        agent_priority_class: Option<String>,
+        /// RuntimeClass of the benchmark pods when a FabricTest names none in
+        /// spec.agent.runtimeClassName (e.g. nvidia).
+        #[arg(long, value_name = "NAME")]
+        agent_runtime_class: Option<String>,
+        /// Secret (in --pod-namespace) the benchmark pods pull their image with when a
+        /// FabricTest lists none in spec.agent.imagePullSecrets; repeated or comma-separated.
+        #[arg(long, value_name = "NAME", value_delimiter = ',')]
+        agent_image_pull_secret: Vec<String>,
         /// Name of the leader Lease (one per installation; the chart uses the release name).
         #[arg(long, value_name = "NAME", default_value = gpufabric_operator::leader::DEFAULT_LEASE_NAME)]
         lease_name: String,
@@ -163,6 +175,9 @@ fn main() -> anyhow::Result<()> {
             lease_namespace,
             lease_name,
             agent_image,
+            agent_priority_class,
+            agent_runtime_class,
+            agent_image_pull_secret,
             max_quarantined_nodes,
             webhook_addr,
             webhook_cert,
@@ -194,6 +209,14 @@ fn main() -> anyhow::Result<()> {
                 let mut options =
                     gpufabric_operator::controller_options(pod_namespace.clone(), admin_addr);
                 options.agent_image = agent_image;
+                options.pod_defaults = gpufabric_operator::pod_defaults::PodDefaults {
+                    priority_class_name: agent_priority_class.filter(|c| !c.is_empty()),
+                    runtime_class_name: agent_runtime_class.filter(|c| !c.is_empty()),
+                    image_pull_secrets: agent_image_pull_secret
+                        .into_iter()
+                        .filter(|s| !s.is_empty())
+                        .collect(),
+                };
                 options.selector = selector;
                 options.max_quarantined_nodes =
                     gpufabric_health::ClusterCap::setting(&max_quarantined_nodes)

@@ -91,6 +91,9 @@ pub fn node_check_pod(run: &FabricTestRun, node: &str, gpus: u32) -> Result<Pod,
             // the run is cluster-scoped, so it has no namespace to give.
             namespace: None,
             labels: Some(labels),
+            // The spec's, e.g. Multus's networks: the pod's network attachments are the
+            // test's to choose.
+            annotations: (!agent.pod_annotations.is_empty()).then(|| agent.pod_annotations.clone()),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },
@@ -380,6 +383,42 @@ mod tests {
 
     fn container(p: &Pod) -> &Container {
         &p.spec.as_ref().expect("spec").containers[0]
+    }
+
+    #[test]
+    fn an_rdma_pod_carries_the_specs_annotations_and_devices_beside_every_gpu() {
+        let mut r = run();
+        r.spec.agent.pod_annotations = BTreeMap::from([(
+            "k8s.v1.cni.cncf.io/networks".to_string(),
+            "rdma-net-a,rdma-net-b".to_string(),
+        )]);
+        let rdma = BTreeMap::from([(
+            "rdma/rdma_shared_device_a".to_string(),
+            Quantity("1".into()),
+        )]);
+        r.spec.agent.resources = Some(ResourceRequirements {
+            limits: Some(rdma.clone()),
+            requests: Some(rdma),
+            ..Default::default()
+        });
+        let p = node_check_pod(&r, "gpu-1", 8).expect("builds");
+        assert_eq!(
+            p.metadata.annotations.as_ref().expect("annotations")["k8s.v1.cni.cncf.io/networks"],
+            "rdma-net-a,rdma-net-b"
+        );
+        let res = container(&p).resources.clone().expect("resources");
+        for side in [res.limits, res.requests] {
+            let side = side.expect("both sides");
+            assert_eq!(side["rdma/rdma_shared_device_a"].0, "1");
+            assert_eq!(side["nvidia.com/gpu"].0, "8");
+        }
+        assert_eq!(
+            node_check_pod(&run(), "gpu-1", 8)
+                .expect("builds")
+                .metadata
+                .annotations,
+            None
+        );
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub(crate) async fn print_status(cluster: &Cluster) -> anyhow::Result<()> {
     step("kubectl gpufabric status");
     let tests: Api<FabricTest> = Api::all(cluster.client());
     let tests = tests.list(&ListParams::default()).await?.items;
-    print!("{}", render(&Status::of(&tests), Format::Table)?);
+    print!("{}", render(&Status::of(&tests), &Format::Table)?);
     Ok(())
 }
 

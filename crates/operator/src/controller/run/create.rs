@@ -78,7 +78,7 @@ pub(super) async fn create_rank_pod(
         Ok(p) => p,
         Err(e) => return Ok(RankMade::Not(e.into())),
     };
-    ctx.resolve_agent_image(&mut pod);
+    ctx.resolve_pod_defaults(&mut pod);
     let name = pod.name_any();
     match pods_api.create(&PostParams::default(), &pod).await {
         Ok(p) => Ok(match p.uid() {
@@ -292,7 +292,7 @@ pub(super) async fn create_pods(
                     Ok(p) => p,
                     Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
                 };
-                ctx.resolve_agent_image(&mut pod);
+                ctx.resolve_pod_defaults(&mut pod);
                 let name = pod.name_any();
                 let res = match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(p) => match p.uid() {
