@@ -75,6 +75,11 @@ pub const DEFAULT_NAME: &str = "gpufabric-realnode";
 /// The pods' addresses unless [`RealNodeOptions::pod_cidr`] says otherwise.
 pub const DEFAULT_POD_CIDR: &str = "10.244.0.0/24";
 
+/// Where every kubelet keeps its device manager's checkpoint (the device plugin directory is
+/// not under `--root-dir`).
+const DEVICE_MANAGER_CHECKPOINT: &str =
+    "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
+
 const BINARIES: [&str; 4] = ["kubelet", "kube-proxy", "kube-scheduler", "busybox"];
 const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
 const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -252,6 +257,10 @@ impl RealNode {
             let _ = std::fs::write(d.path().join(cleanup::KEPT_MARK), "");
             let _ = d.keep();
         }
+        // The kubelet's device manager keeps its checkpoint in a fixed directory, whatever its
+        // --root-dir: an earlier node's (a device plugin registered there) would make this
+        // kubelet take a resource patched into its status for a plugin's that never comes.
+        let _ = std::fs::remove_file(DEVICE_MANAGER_CHECKPOINT);
         // From here on, a failure drops `node`, which tears down what was started.
         node.boot(cluster, &opts).await?;
         node.startup = t0.elapsed();

@@ -460,11 +460,14 @@ async fn a_repair_during_an_open_breaker_waits_for_the_reset_and_then_releases()
         |n| !cordoned(n) && !n.annotations().contains_key(ANNOTATION_REPAIRED),
     )
     .await;
-    assert!(
+    // The Event is published after the release it reports.
+    until("the RepairPassed Event", || async {
         events_on(&env, &bad)
             .await
             .contains(&"RepairPassed".to_string())
-    );
+            .then_some(())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,6 +132,9 @@ fn quarantine_view(n: &Node) -> serde_json::Value {
             // The node's own record of its runs, kept in every mode (not while the breaker
             // is open): it acts on nothing.
             .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_TREND)
+            // Each test's standing of the node, behind the result label and the condition:
+            // a signal, written in every mode as they are.
+            .filter(|(k, _)| k.as_str() != gpufabric_api::keys::ANNOTATION_STANDING)
             .collect::<BTreeMap<_, _>>(),
         "unschedulable": n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         "taints": taints_without_lifecycle(n),

@@ -11,6 +11,7 @@ use gpufabric_api::run::{
     RunProgress, SkipReason, SkippedNode, Trigger,
 };
 use gpufabric_api::shard::FabricTestRunShardStatus;
+use gpufabric_api::standing::Standing;
 use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth};
 use gpufabric_operator::shards;
 use gpufabric_operator::status as st;
@@ -198,6 +199,14 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
             consecutive_failures: 7,
             consecutive_passes: 0,
             quarantined: i % 2 == 0,
+            standing: if i % 2 == 0 {
+                Standing::Quarantined { hardware: false }
+            } else {
+                Standing::HeldBack {
+                    why: "h".repeat(200),
+                    hardware: false,
+                }
+            },
             quarantined_since: None,
             held_back: Some("h".repeat(200)),
             last_finding: Some("f".repeat(300)),
