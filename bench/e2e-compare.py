@@ -15,7 +15,11 @@ limit = float(sys.argv[3]) if len(sys.argv) > 3 else 2.0
 
 
 def clean(path):
-    v = json.load(open(path)).get("details", {}).get("clean test", {}).get("verdict") or {}
+    try:
+        doc = json.load(open(path))
+    except (OSError, ValueError) as e:
+        sys.exit(f"cannot read {path}: {e}")
+    v = doc.get("details", {}).get("clean test", {}).get("verdict") or {}
     return {k: x for k, x in v.items() if isinstance(x, (int, float)) and not isinstance(x, bool)}
 
 
