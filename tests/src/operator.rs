@@ -603,6 +603,46 @@ pub fn taints_without_lifecycle(
         .collect()
 }
 
+impl OperatorEnv {
+    /// Waits up to `timeout` until node `name` satisfies `cond`; panics with `what`, the node
+    /// and the operator's log otherwise.
+    pub async fn wait_node(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: std::time::Duration,
+        cond: impl Fn(&k8s_openapi::api::core::v1::Node) -> bool + Send + Sync,
+    ) {
+        use k8s_openapi::api::core::v1::Node;
+        let api: kube::Api<Node> = kube::Api::all(self.cluster.client());
+        let r =
+            crate::wait::for_object(&api, name, timeout, |n: Option<&Node>| n.is_some_and(&cond))
+                .await;
+        if !matches!(r, Ok(Some(_))) {
+            let node = api.get(name).await.ok();
+            panic!(
+                "{what}: {r:?}\nnode: {node:#?}\noperator log:\n{}",
+                self.operator.log_tail(120)
+            );
+        }
+    }
+
+    /// A change a person makes with kubectl: the API server records the field manager
+    /// `kubectl`.
+    pub async fn patch_node_as_kubectl(&self, node: &str, patch: serde_json::Value) {
+        use kube::api::{Patch, PatchParams};
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> =
+            kube::Api::all(self.cluster.client());
+        let pp = PatchParams {
+            field_manager: Some("kubectl".into()),
+            ..PatchParams::default()
+        };
+        api.patch(node, &pp, &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("kubectl on {node}: {e}"));
+    }
+}
+
 /// Whether the node is cordoned (`spec.unschedulable`).
 pub fn cordoned(n: &k8s_openapi::api::core::v1::Node) -> bool {
     n.spec

@@ -96,27 +96,12 @@ async fn wait_status(
 
 /// Waits until node `name` satisfies `cond`.
 async fn wait_node(env: &Env, name: &str, what: &str, cond: impl Fn(&Node) -> bool + Send + Sync) {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    let r = wait::for_object(&api, name, WAIT, |n: Option<&Node>| n.is_some_and(&cond)).await;
-    if !matches!(r, Ok(Some(_))) {
-        let node = api.get(name).await.ok();
-        panic!(
-            "{what}: {r:?}\nnode: {node:#?}\noperator log:\n{}",
-            env.operator.log_tail(120)
-        );
-    }
+    env.wait_node(name, what, WAIT, cond).await
 }
 
-/// A change a person makes with kubectl: the API server records the field manager `kubectl`.
+/// A change a person makes with kubectl.
 async fn as_kubectl(env: &Env, node: &str, patch: serde_json::Value) {
-    let api: Api<Node> = Api::all(env.cluster.client());
-    let pp = PatchParams {
-        field_manager: Some("kubectl".into()),
-        ..PatchParams::default()
-    };
-    api.patch(node, &pp, &Patch::Merge(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("kubectl on {node}: {e}"));
+    env.patch_node_as_kubectl(node, patch).await
 }
 
 fn holds(s: &FabricTestStatus, node: &str) -> bool {
