@@ -289,7 +289,7 @@ impl Suite {
                     .saturating_mul(nccl.buffer_bytes(largest, gpus)),
                 rule: format!(
                     "3 x {}, the largest size the sweep runs (minBytes x stepFactor^k up to maxBytes), plus an element per GPU: the sweep's send, receive and input buffers; a size is the whole collective's, so the GPU count does not multiply it",
-                    crate::validate::memory::size(largest)
+                    bytes_text(largest)
                 ),
             });
         }
@@ -671,5 +671,18 @@ impl Default for Sdc {
             size: 4096,
             repeats: 4,
         }
+    }
+}
+
+/// A byte count as a person reads it: "512 MiB", "79.6 GiB", "3.0 TiB".
+pub fn bytes_text(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b >= KIB.powi(4) {
+        format!("{:.1} TiB", b / KIB.powi(4))
+    } else if b >= KIB.powi(3) {
+        format!("{:.1} GiB", b / KIB.powi(3))
+    } else {
+        format!("{:.0} MiB", b / KIB.powi(2))
     }
 }

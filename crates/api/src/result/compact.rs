@@ -7,6 +7,7 @@ use super::measurements::{
 };
 use super::settings::{NcclSetting, SettingSource};
 use super::software::CompactSoftware;
+use super::text::cut;
 use super::{
     Backend, COMPACT_VERSION, ErrorKind, ParseError, Phase, PhaseError, ResultDocument, is_zero,
     is_zero_f64, is_zero_u64,
@@ -303,17 +304,6 @@ fn r2(x: f64) -> f64 {
 }
 fn r3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
-}
-
-pub(super) fn cut(message: &str, max: usize) -> String {
-    if message.len() <= max {
-        return message.to_string();
-    }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
 }
 
 impl CompactResult {

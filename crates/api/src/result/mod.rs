@@ -13,6 +13,7 @@ mod key_numbers;
 mod measurements;
 mod settings;
 mod software;
+mod text;
 
 pub use compact::{
     BANDWIDTH_BYTES, COPY_BYTES, CompactCollective, CompactDdpPoint, CompactGpuCompute,

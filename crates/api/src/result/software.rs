@@ -1,7 +1,7 @@
 //! A node's software as the compact result carries it (driver, CUDA, NCCL, NCCL's config
 //! files, VBIOS, fabric manager), and the fields a run's nodes are compared by.
 
-use super::{ResultDocument, compact::cut};
+use super::{ResultDocument, text::cut};
 use serde::{Deserialize, Serialize};
 
 /// [`super::Versions::nccl_conf`] of a node where none of NCCL's config files exists.

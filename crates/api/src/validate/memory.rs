@@ -4,7 +4,7 @@
 //! selects, or the largest known one), and at run time against the node's own GPUs.
 
 use super::{Problem, ValidationError, validate};
-use crate::suite::{MemoryNeed, Suite};
+use crate::suite::{MemoryNeed, Suite, bytes_text as size};
 use crate::test::FabricTestSpec;
 
 /// How the GPU a suite is held against was chosen; it says so in the message.
@@ -44,19 +44,6 @@ impl GpuMemory<'_> {
                 "this node's {product} GPUs hold ({mem}); lower it, or run the test on nodes with larger GPUs"
             ),
         }
-    }
-}
-
-/// A byte count as a person reads it: "512 MiB", "79.6 GiB", "3.0 TiB".
-pub fn size(bytes: u64) -> String {
-    const KIB: f64 = 1024.0;
-    let b = bytes as f64;
-    if b >= KIB.powi(4) {
-        format!("{:.1} TiB", b / KIB.powi(4))
-    } else if b >= KIB.powi(3) {
-        format!("{:.1} GiB", b / KIB.powi(3))
-    } else {
-        format!("{:.0} MiB", b / KIB.powi(2))
     }
 }
 
