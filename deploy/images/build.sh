@@ -6,7 +6,7 @@
 # deploy/agent-image/versions.env), written by deploy/images/oci.py.
 #
 #   deploy/images/build.sh [--out DIR] [--repo PREFIX] [--tag TAG] [--only operator|agent]
-#                          [--check-reproducible] [--apt-update]
+#                          [--check-reproducible] [--apt-update] [--binaries DIR] [--kit DIR]
 #
 #   --out DIR             where the archives go (default target/images/)
 #   --repo PREFIX         image names are PREFIX/fabric-operator and PREFIX/fabric-agent
