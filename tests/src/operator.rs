@@ -627,6 +627,39 @@ impl OperatorEnv {
         }
     }
 
+    /// Waits up to `timeout` until FabricTest `name` has no run active and satisfies `cond`,
+    /// and returns its status; panics with `what`, the status and the operator's log otherwise.
+    pub async fn wait_test_idle(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: std::time::Duration,
+        cond: impl Fn(&gpufabric_api::FabricTest, &gpufabric_api::FabricTestStatus) -> bool
+        + Send
+        + Sync,
+    ) -> gpufabric_api::FabricTestStatus {
+        use gpufabric_api::FabricTest;
+        let api = self.tests_api();
+        let r = crate::wait::for_object(&api, name, timeout, |t: Option<&FabricTest>| {
+            t.is_some_and(|t| {
+                t.status
+                    .as_ref()
+                    .is_some_and(|s| s.active_run.is_none() && cond(t, s))
+            })
+        })
+        .await;
+        match r {
+            Ok(Some(t)) => t.status.unwrap_or_default(),
+            other => {
+                let status = api.get(name).await.ok().and_then(|t| t.status);
+                panic!(
+                    "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
+                    self.operator.log_tail(120)
+                )
+            }
+        }
+    }
+
     /// A change a person makes with kubectl: the API server records the field manager
     /// `kubectl`.
     pub async fn patch_node_as_kubectl(&self, node: &str, patch: serde_json::Value) {

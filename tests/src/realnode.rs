@@ -804,6 +804,26 @@ impl RealNode {
     }
 }
 
+/// A test's namespace on its binary's control plane (started for a real node) and the
+/// binary's shared real node with the default options: what the tests that share one node
+/// start with.
+pub async fn shared_env(name: &str) -> (crate::shared::TestEnv, &'static RealNode) {
+    let env = crate::shared::TestEnv::with_options(
+        name,
+        crate::cluster::ClusterOptions {
+            real_node: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("control plane for a real node");
+    let cluster: &'static Cluster = env.cluster();
+    let node = RealNode::shared(cluster, RealNodeOptions::default())
+        .await
+        .expect("real node starts (needs root and tests/cluster/build-node.sh)");
+    (env, node)
+}
+
 /// Starts the shared node on a thread that never returns: its processes die with that
 /// thread (PR_SET_PDEATHSIG), that is with the process.
 fn start_shared(

@@ -6,12 +6,12 @@
 //! Build the binaries first: `cargo build -p gpufabric-agent -p gpufabric-operator`, then
 //! `cargo test -p gpufabric-tests --test lifecycle`.
 
+use gpufabric_api::FabricTestStatus;
 use gpufabric_api::keys::{
     ANNOTATION_GATED, ANNOTATION_QUARANTINE, ANNOTATION_REPAIRED, ANNOTATION_RUN_NODES,
     LABEL_QUARANTINED, TAINT_VALIDATION,
 };
 use gpufabric_api::run::{NodeVerdict, Trigger};
-use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{EnvCluster, OperatorEnv, cordoned, sim_agent};
@@ -76,22 +76,7 @@ async fn wait_status(
     what: &str,
     cond: impl Fn(&FabricTestStatus) -> bool + Send + Sync,
 ) -> FabricTestStatus {
-    let api = env.tests_api();
-    let r = wait::for_object(&api, name, WAIT, |t: Option<&FabricTest>| {
-        t.and_then(|t| t.status.as_ref())
-            .is_some_and(|s| s.active_run.is_none() && cond(s))
-    })
-    .await;
-    match r {
-        Ok(Some(t)) => t.status.unwrap_or_default(),
-        other => {
-            let status = api.get(name).await.ok().and_then(|t| t.status);
-            panic!(
-                "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
-                env.operator.log_tail(120)
-            )
-        }
-    }
+    env.wait_test_idle(name, what, WAIT, |_, s| cond(s)).await
 }
 
 /// Waits until node `name` satisfies `cond`.

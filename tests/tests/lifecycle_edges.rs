@@ -80,25 +80,7 @@ async fn wait_status(
     what: &str,
     cond: impl Fn(&FabricTest, &FabricTestStatus) -> bool + Send + Sync,
 ) -> FabricTestStatus {
-    let api = env.tests_api();
-    let r = wait::for_object(&api, name, WAIT, |t: Option<&FabricTest>| {
-        t.is_some_and(|t| {
-            t.status
-                .as_ref()
-                .is_some_and(|s| s.active_run.is_none() && cond(t, s))
-        })
-    })
-    .await;
-    match r {
-        Ok(Some(t)) => t.status.unwrap_or_default(),
-        other => {
-            let status = api.get(name).await.ok().and_then(|t| t.status);
-            panic!(
-                "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
-                env.operator.log_tail(120)
-            )
-        }
-    }
+    env.wait_test_idle(name, what, WAIT, cond).await
 }
 
 /// Waits until node `name` satisfies `cond`.

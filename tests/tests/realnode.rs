@@ -5,8 +5,8 @@
 //! advertised in the node's status. Needs root and the node binaries
 //! (`tests/cluster/build-node.sh`); the tests share one node.
 
-use gpufabric_tests::cluster::{Cluster, ClusterOptions};
-use gpufabric_tests::realnode::{BUSYBOX_IMAGE, RealNode, RealNodeOptions};
+use gpufabric_tests::cluster::ClusterOptions;
+use gpufabric_tests::realnode::{self, BUSYBOX_IMAGE, RealNode, RealNodeOptions};
 use gpufabric_tests::shared::TestEnv;
 use gpufabric_tests::wait;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,19 +19,7 @@ const T: Duration = Duration::from_secs(60);
 /// This test's namespace on the binary's control plane (started for a real node), and the
 /// binary's real node.
 async fn env(name: &str) -> (TestEnv, &'static RealNode, Api<Pod>) {
-    let env = TestEnv::with_options(
-        name,
-        ClusterOptions {
-            real_node: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("control plane for a real node");
-    let cluster: &'static Cluster = env.cluster();
-    let node = RealNode::shared(cluster, RealNodeOptions::default())
-        .await
-        .expect("real node starts (needs root and tests/cluster/build-node.sh)");
+    let (env, node) = realnode::shared_env(name).await;
     let pods = Api::namespaced(env.client(), env.ns());
     (env, node, pods)
 }

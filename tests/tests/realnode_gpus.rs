@@ -10,8 +10,7 @@
 //! (`tests/cluster/build-node.sh`), Go (the fixture is built from its module) and a C
 //! compiler (the libraries).
 
-use gpufabric_tests::cluster::{Cluster, ClusterOptions};
-use gpufabric_tests::realnode::{BUSYBOX_IMAGE, RealNode, RealNodeOptions};
+use gpufabric_tests::realnode::{self, BUSYBOX_IMAGE, RealNode};
 use gpufabric_tests::shared::TestEnv;
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -146,19 +145,7 @@ fn start_plugin(node: &RealNode) -> Result<Gpus, String> {
 }
 
 async fn env(name: &str) -> (TestEnv, &'static RealNode, Api<Pod>, &'static Gpus) {
-    let env = TestEnv::with_options(
-        name,
-        ClusterOptions {
-            real_node: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("control plane for a real node");
-    let cluster: &'static Cluster = env.cluster();
-    let node = RealNode::shared(cluster, RealNodeOptions::default())
-        .await
-        .expect("real node starts (needs root and tests/cluster/build-node.sh)");
+    let (env, node) = realnode::shared_env(name).await;
     let gpus = match GPU_PLUGIN.get_or_init(|| start_plugin(node)) {
         Ok(g) => g,
         Err(e) => panic!("the GPU device plugin: {e}"),
