@@ -404,9 +404,11 @@ for fault in ${E2E_FAULTS:-hidden-gpu sdc}; do
   banner "3. release after $fault"
   python3 bench/gpu-e2e.py "release:$fault"
 done
-if [ $REAL = 1 ]; then
+if [ $REAL = 1 ] && [ "$G" -ge 2 ]; then
   banner "4. two pods of $((G / 2)) GPUs on $HOST_NODE, each measuring its own"
   python3 bench/gpu-e2e.py own-gpus
+elif [ $REAL = 1 ]; then
+  banner "4. not run: two pods each measuring its own GPUs need 2 GPUs or more, $HOST_NODE has $G"
 fi
 if [ "$N" -gt 0 ]; then
   banner "4. node pairs over $EMULATED, emu-$SHAPED_I's link at $RATE"
