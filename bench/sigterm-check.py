@@ -10,6 +10,7 @@ message that names the phase in words.
 - node-pair: two ranks on one host (GPUs split in halves, rendezvous on loopback), SIGTERM to
   one rank (random) at a random moment of the pair's length;
 - ddp-nodes: likewise, two ranks.
+On a host of one GPU both ranks share it, each with its own NCCL_HOSTID (two nodes to NCCL).
 Prints one row per stop and a summary; writes sigterm.json (every row) into $OUT.
 The seed is printed; SIGTERM_SEED=N repeats a series.
 """
@@ -36,6 +37,15 @@ rows = []
 
 def visible(lo, n):
     return ",".join(str(i) for i in range(lo, lo + n))
+
+
+def rank_env(r):
+    """A rank's GPUs: half the host's each; on a host of one GPU both ranks share it, each
+    with a host id of its own so that NCCL takes them for two nodes (sockets over loopback)
+    and does not refuse one GPU twice in a communicator."""
+    if GPUS < 2:
+        return {"CUDA_VISIBLE_DEVICES": "0", "NCCL_HOSTID": f"sigterm-rank-{r}"}
+    return {"CUDA_VISIBLE_DEVICES": visible(r * HALF, HALF)}
 
 
 def start(args, env_extra, tmp, tag):
@@ -126,8 +136,7 @@ def two_ranks(kind, args_of, length, n):
         with tempfile.TemporaryDirectory() as tmp:
             procs = []
             for r in range(2):
-                env = {"CUDA_VISIBLE_DEVICES": visible(r * HALF, HALF)}
-                procs.append(start(args_of(r, port), env, tmp, f"r{r}"))
+                procs.append(start(args_of(r, port), rank_env(r), tmp, f"r{r}"))
             time.sleep(at)
             p, term, log = procs[victim]
             t = time.time()
@@ -167,7 +176,7 @@ def clean_length(args_of):
     with tempfile.TemporaryDirectory() as tmp:
         t = time.time()
         port = 29950
-        procs = [start(args_of(r, port), {"CUDA_VISIBLE_DEVICES": visible(r * HALF, HALF)}, tmp, f"r{r}")
+        procs = [start(args_of(r, port), rank_env(r), tmp, f"r{r}")
                  for r in range(2)]
         for p, _, log in procs:
             p.wait()
