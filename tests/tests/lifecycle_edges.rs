@@ -285,12 +285,21 @@ async fn targeted_runs_of_the_same_nodes_within_a_minute_each_run_under_their_ow
             "each request made its own run: {names:?}"
         );
     }
-    let created = events_on(&env, "lce-names")
-        .await
+    // The Event says which run tests which node and why, in words.
+    let about = gpufabric_tests::events::about(&env.cluster.client(), "default", "lce-names").await;
+    let created: Vec<&String> = about
         .iter()
-        .filter(|r| *r == "RunCreated")
-        .count();
-    assert!(created >= 1, "RunCreated events");
+        .filter(|(r, _)| r == "RunCreated")
+        .map(|(_, note)| note)
+        .collect();
+    assert!(
+        created.iter().any(|note| names
+            .iter()
+            .any(|n| note.contains(&format!("created targeted run {n} for")))
+            && note.contains(&node)
+            && note.contains("named by hand on the FabricTest")),
+        "a RunCreated Event names the targeted run, the node and why: {created:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,6 +362,21 @@ async fn a_flapping_condition_starts_one_run_per_rise_up_to_the_bound_and_counts
     assert_eq!(runs, CONDITION_RUNS_PER_WINDOW, "{h:?}");
     assert_eq!(h.condition_runs.len(), CONDITION_RUNS_PER_WINDOW);
     assert!(h.condition_rises_dropped >= 2, "{h:?}");
+    // Each dropped rise is said once on the test, with the node and the bound.
+    let bounded: Vec<String> =
+        gpufabric_tests::events::about(&env.cluster.client(), "default", "lce-flap")
+            .await
+            .into_iter()
+            .filter(|(r, _)| r == "ConditionRunsBounded")
+            .map(|(_, note)| note)
+            .collect();
+    assert!(
+        bounded.iter().any(|n| n.contains(&node)
+            && n.contains(&format!(
+                "{CONDITION_RUNS_PER_WINDOW} runs for its conditions in the last 10 minutes"
+            ))),
+        "a ConditionRunsBounded Event names the node and the bound: {bounded:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -389,6 +389,19 @@ async fn start_targeted(
     }
     if !dropped.is_empty() {
         tracing::info!(nodes = ?dropped, "condition rises beyond the bound: no run");
+        ctx.events
+            .warning(
+                &test_ref,
+                "ConditionRunsBounded",
+                "Lifecycle",
+                format!(
+                    "no targeted run for the node condition that rose again on {}: {} runs for its conditions in the last {} minutes already (the bound per node); the rise is counted in status (conditionRisesDropped) and the next scheduled run tests the node",
+                    dropped.join(", "),
+                    gpufabric_api::test::CONDITION_RUNS_PER_WINDOW,
+                    gpufabric_api::test::CONDITION_RUN_WINDOW_SECONDS / 60
+                ),
+            )
+            .await;
     }
     if let Some((named, not_selected)) = &by_hand {
         for n in named {
