@@ -618,6 +618,19 @@ impl Cluster {
         Ok(())
     }
 
+    /// Starts another component (e.g. kube-scheduler) against this control plane, stopped
+    /// with it; its log is `<dir>/<name>.log`.
+    pub fn start_extra(
+        &mut self,
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+    ) -> Result<()> {
+        let c = spawn(name, program, args, &self.dir_path)?;
+        self.components.push(c);
+        Ok(())
+    }
+
     /// An admin client (O=system:masters) of this cluster, bound to the runtime that
     /// started the cluster. From another tokio runtime, use [`Cluster::new_client`].
     pub fn client(&self) -> Client {

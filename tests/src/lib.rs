@@ -15,6 +15,7 @@
 
 pub mod apimetrics;
 pub mod cluster;
+pub mod dra;
 pub mod events;
 pub mod fixtures;
 pub mod fleet;

@@ -1,0 +1,162 @@
+//! Dynamic Resource Allocation in the local control plane: the feature gates that make
+//! kube-apiserver 1.33 serve ResourceSlices, ResourceClaims and DeviceTaintRules, the real
+//! kube-scheduler allocating claims, and a fixture driver that publishes a node's GPUs as
+//! devices.
+//!
+//! Kubernetes 1.33 has DRA as beta (off by default) and device taints as alpha
+//! (`DRADeviceTaints`, `resource.k8s.io/v1alpha3` DeviceTaintRule): the control plane keeps
+//! its version (the one every other test runs) and turns both gates on here, in the API
+//! server and the scheduler alike. The fixture driver stands in for NVIDIA's DRA driver: one
+//! ResourceSlice per node, pool named after the node, devices `gpu-0` .. `gpu-N-1` with the
+//! attributes that driver publishes (`index`, `uuid`, `productName`).
+
+use crate::cluster::{Cluster, ClusterOptions};
+use crate::{Error, Result};
+use k8s_openapi::api::resource::v1beta1::{
+    BasicDevice, CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec,
+    DeviceSelector, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::collections::BTreeMap;
+
+/// The driver name the fixture publishes under (NVIDIA's DRA driver's).
+pub const DRIVER: &str = "gpu.nvidia.com";
+
+/// The DeviceClass that selects the fixture's GPUs.
+pub const DEVICE_CLASS: &str = "gpu.nvidia.com";
+
+/// The gates DRA and device taints need on Kubernetes 1.33, for every component that reads
+/// them.
+pub const FEATURE_GATES: &str =
+    "--feature-gates=DynamicResourceAllocation=true,DRADeviceTaints=true";
+
+/// Cluster options with DRA and device taints served: the gates and the API versions
+/// (`v1beta1` for slices, claims and classes; `v1alpha3` for DeviceTaintRule). The
+/// controller manager waits long before it calls a node without a kubelet unreachable, so
+/// that nodes registered by hand stay schedulable through a test.
+pub fn cluster_options() -> ClusterOptions {
+    ClusterOptions {
+        apiserver_args: vec![
+            FEATURE_GATES.into(),
+            "--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true".into(),
+        ],
+        controller_manager_args: vec![
+            FEATURE_GATES.into(),
+            "--node-monitor-grace-period=10m".into(),
+        ],
+        ..ClusterOptions::default()
+    }
+}
+
+/// Starts the real kube-scheduler (from `$GPUFABRIC_NODE_BIN`) against `cluster` with the
+/// DRA gates on, so that pods with ResourceClaims are placed and their claims allocated.
+pub fn start_scheduler(cluster: &mut Cluster) -> Result<()> {
+    let bin = crate::realnode::bin_dir()?.join("kube-scheduler");
+    cluster.start_extra("kube-scheduler", &bin, &scheduler_args(cluster))
+}
+
+fn scheduler_args(cluster: &Cluster) -> Vec<String> {
+    let k = cluster.kubeconfig_path().display().to_string();
+    vec![
+        format!("--kubeconfig={k}"),
+        format!("--authentication-kubeconfig={k}"),
+        format!("--authorization-kubeconfig={k}"),
+        FEATURE_GATES.into(),
+        "--leader-elect=false".into(),
+        "--secure-port=0".into(),
+        "--v=1".into(),
+    ]
+}
+
+/// Creates the DeviceClass that selects every device of [`DRIVER`].
+pub async fn create_device_class(client: &kube::Client) -> Result<()> {
+    let class = DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(DEVICE_CLASS.into()),
+            ..ObjectMeta::default()
+        },
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!("device.driver == '{DRIVER}'"),
+                }),
+            }]),
+            ..DeviceClassSpec::default()
+        },
+    };
+    Api::<DeviceClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .map_err(|e| Error::Invalid(format!("creating DeviceClass {DEVICE_CLASS}: {e}")))?;
+    Ok(())
+}
+
+/// The ResourceSlice the fixture driver publishes for `node`: `gpus` devices `gpu-0` ..,
+/// one pool named after the node.
+pub fn slice(node: &str, gpus: u32, product: &str) -> ResourceSlice {
+    let devices = (0..gpus)
+        .map(|i| {
+            let attributes = BTreeMap::from([
+                (
+                    "index".to_string(),
+                    DeviceAttribute {
+                        int: Some(i64::from(i)),
+                        ..DeviceAttribute::default()
+                    },
+                ),
+                (
+                    "uuid".to_string(),
+                    DeviceAttribute {
+                        string: Some(format!("GPU-{node}-{i}")),
+                        ..DeviceAttribute::default()
+                    },
+                ),
+                (
+                    "productName".to_string(),
+                    DeviceAttribute {
+                        string: Some(product.to_string()),
+                        ..DeviceAttribute::default()
+                    },
+                ),
+            ]);
+            Device {
+                name: format!("gpu-{i}"),
+                basic: Some(BasicDevice {
+                    attributes: Some(attributes),
+                    ..BasicDevice::default()
+                }),
+            }
+        })
+        .collect();
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{node}-{}", DRIVER.replace('.', "-"))),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: DRIVER.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool {
+                name: node.into(),
+                generation: 0,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            ..ResourceSliceSpec::default()
+        },
+    }
+}
+
+/// Publishes `node`'s GPUs as [`slice`] does.
+pub async fn publish_gpus(
+    client: &kube::Client,
+    node: &str,
+    gpus: u32,
+    product: &str,
+) -> Result<()> {
+    Api::<ResourceSlice>::all(client.clone())
+        .create(&PostParams::default(), &slice(node, gpus, product))
+        .await
+        .map_err(|e| Error::Invalid(format!("publishing the GPUs of {node}: {e}")))?;
+    Ok(())
+}
