@@ -41,6 +41,15 @@ fn read(dir: &Path, file: &str) -> String {
     std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
 }
 
+/// Where the section of `version` starts: `## 0.2.0`, or `## 0.3.0 (2026-11-29)` as this
+/// script writes it.
+fn section_of(changelog: &str, version: &str) -> Option<usize> {
+    [format!("\n## {version}\n"), format!("\n## {version} (")]
+        .iter()
+        .filter_map(|heading| changelog.find(heading.as_str()))
+        .min()
+}
+
 const FILES: [&str; 6] = [
     "Cargo.toml",
     "Cargo.lock",
@@ -56,6 +65,13 @@ fn the_release_step_bumps_every_version_together_and_its_dry_run_changes_nothing
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path();
     copy_repository(dir);
+    // A note in "Unreleased", whatever the repository's holds now, for the release to move.
+    let changelog = read(dir, "CHANGELOG.md").replacen(
+        "## Unreleased\n",
+        "## Unreleased\n\n**A note of this release.** It moves under the version.\n",
+        1,
+    );
+    std::fs::write(dir.join("CHANGELOG.md"), changelog).expect("CHANGELOG.md written");
     let before: Vec<String> = FILES.iter().map(|f| read(dir, f)).collect();
 
     let dry = release(dir, &["9.8.7", "--dry-run"]);
@@ -80,11 +96,10 @@ fn the_release_step_bumps_every_version_together_and_its_dry_run_changes_nothing
     assert_eq!(before, after, "the dry run changed a file");
 
     let run = release(dir, &["9.8.7"]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    // The tag the chart's NOTES.txt links (v<appVersion>) is the one it says to make.
+    assert!(said.contains("tag v9.8.7"), "{said}");
     let chart: serde_json::Value =
         serde_yaml::from_str(&read(dir, "charts/gpufabric/Chart.yaml")).expect("Chart.yaml");
     assert_eq!(chart["version"], "9.8.7");
@@ -115,9 +130,7 @@ fn the_release_step_bumps_every_version_together_and_its_dry_run_changes_nothing
     let section = changelog
         .find("## 9.8.7 (2031-01-02)\n")
         .expect("the version's section");
-    let previous = changelog
-        .find(&format!("\n## {old}\n"))
-        .expect("the old version's section");
+    let previous = section_of(&changelog, old).expect("the old version's section");
     assert!(
         unreleased < section && section < previous,
         "sections out of order"
@@ -125,13 +138,14 @@ fn the_release_step_bumps_every_version_together_and_its_dry_run_changes_nothing
     assert_eq!(changelog[unreleased..section].trim(), "## Unreleased");
     let notes = |text: &str, heading: &str| -> String {
         let from = text.find(heading).expect("heading") + heading.len();
-        let to = text
-            .find(&format!("\n## {old}\n"))
-            .expect("the old version's section");
+        let to = section_of(text, old).expect("the old version's section");
         text[from..to].trim().to_string()
     };
     let moved = notes(&before[5], "## Unreleased\n");
-    assert!(!moved.is_empty(), "Unreleased had notes");
+    assert!(
+        moved.contains("A note of this release"),
+        "Unreleased had notes: {moved}"
+    );
     assert_eq!(
         notes(&changelog, "## 9.8.7 (2031-01-02)\n"),
         moved,
