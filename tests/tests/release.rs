@@ -1,8 +1,13 @@
 //! `deploy/release.sh`, the version bump, on a copy of the repository (never on the
 //! repository itself): its dry run prints every change and makes none; its run moves the
 //! crates, the lock file, the chart, the manifests and CHANGELOG's "Unreleased" together.
+//! Its output: each image with its SBOM (which names what the image holds), the chart and
+//! their checksums.
 
+use gpufabric_tests::tools::{Image, images};
 use gpufabric_tests::workspace_root;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -164,4 +169,446 @@ fn the_release_step_bumps_every_version_together_and_its_dry_run_changes_nothing
             "{args:?}"
         );
     }
+}
+
+/// What an image archive holds, read from its layers: the Debian packages (the
+/// `var/lib/dpkg/status.d/NAME` files, as distroless writes them, with their version), the
+/// wheels (a licence file each under `opt/gpufabric/licenses/`, their versions from the
+/// image's own `opt/gpufabric/versions.env`) and the crates whose source paths the binary
+/// carries (`registry/src/index.crates.io-*/NAME-VERSION/`).
+#[derive(Debug, Default)]
+struct Holds {
+    debs: BTreeMap<String, String>,
+    wheels: BTreeMap<String, String>,
+    crate_dirs: BTreeSet<String>,
+    /// `crate NAME VERSION SOURCE` lines of the image's `usr/share/gpufabric/packages.txt`.
+    crates_listed: BTreeSet<(String, String)>,
+}
+
+fn sh(script: &str, args: &[&str]) -> Vec<u8> {
+    let out = Command::new("bash")
+        .args(["-o", "pipefail", "-c", script, "sh"])
+        .args(args)
+        .output()
+        .expect("bash runs");
+    assert!(
+        out.status.success(),
+        "{script} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Where each member of a tar archive lies: name -> (offset of its data, size). Reads the
+/// headers only (ustar, as oci.py writes the archive: names of blobs fit its 100 bytes).
+fn tar_members(archive: &Path) -> BTreeMap<String, (u64, u64)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file =
+        std::fs::File::open(archive).unwrap_or_else(|e| panic!("{}: {e}", archive.display()));
+    let mut members = BTreeMap::new();
+    let mut header = [0u8; 512];
+    let mut at = 0u64;
+    loop {
+        file.read_exact(&mut header).expect("a tar header");
+        if header.iter().all(|b| *b == 0) {
+            return members;
+        }
+        let field = |from: usize, to: usize| {
+            let raw = &header[from..to];
+            let end = raw.iter().position(|b| *b == 0).unwrap_or(raw.len());
+            String::from_utf8_lossy(&raw[..end]).trim().to_string()
+        };
+        let size = u64::from_str_radix(&field(124, 136), 8).expect("an octal size");
+        let prefix = field(345, 500);
+        let name = match prefix.is_empty() {
+            true => field(0, 100),
+            false => format!("{prefix}/{}", field(0, 100)),
+        };
+        members.insert(name.trim_start_matches("./").to_string(), (at + 512, size));
+        at += 512 + size.div_ceil(512) * 512;
+        file.seek(SeekFrom::Start(at)).expect("seek");
+    }
+}
+
+/// Reads what `image` holds: the small layers unpacked, the large ones (the wheels'
+/// libraries) listed, all at once.
+fn holds(image: &Image) -> Holds {
+    let archive = image.archive.to_str().expect("utf-8 path");
+    let members = tar_members(&image.archive);
+    let blob = |digest: &str| {
+        let name = format!("blobs/sha256/{}", digest.trim_start_matches("sha256:"));
+        *members
+            .get(&name)
+            .unwrap_or_else(|| panic!("{archive} has no {name}"))
+    };
+    // A blob's bytes, read from where they lie in the archive, into a shell command.
+    let from_blob = |(offset, size): (u64, u64), then: &str, args: &[&str]| {
+        let script = format!(
+            r#"dd if="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" count="$3" status=none | {then}"#
+        );
+        let (offset, size) = (offset.to_string(), size.to_string());
+        sh(&script, &[&[archive, &offset, &size][..], args].concat())
+    };
+    let index: Value =
+        serde_json::from_slice(&from_blob(members["index.json"], "cat", &[])).expect("index");
+    let manifest = index["manifests"][0]["digest"]
+        .as_str()
+        .expect("a manifest");
+    assert_eq!(manifest, image.digest, "images.env names another digest");
+    let manifest: Value =
+        serde_json::from_slice(&from_blob(blob(manifest), "cat", &[])).expect("manifest");
+    let layers: Vec<(u64, u64)> = manifest["layers"]
+        .as_array()
+        .expect("layers")
+        .iter()
+        .map(|l| blob(l["digest"].as_str().expect("digest")))
+        .collect();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = tmp.path().to_str().expect("utf-8 path").to_string();
+    let listed: Vec<String> = std::thread::scope(|scope| {
+        let jobs: Vec<_> = layers
+            .iter()
+            .enumerate()
+            .map(|(i, &(offset, size))| {
+                let root = format!("{root}/{i}");
+                let from_blob = &from_blob;
+                scope.spawn(move || {
+                    // The small layers unpacked (their files are read below), the wheels'
+                    // libraries listed.
+                    if size < 64 << 20 {
+                        std::fs::create_dir_all(&root).expect("layer dir");
+                        from_blob(
+                            (offset, size),
+                            r#"tar -xz -C "$4" && (cd "$4" && find . -mindepth 1 | sed 's|^\./||')"#,
+                            &[&root],
+                        )
+                    } else {
+                        from_blob((offset, size), "tar -tz", &[])
+                    }
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .flat_map(|j| {
+                String::from_utf8(j.join().expect("a layer read"))
+                    .expect("utf-8 names")
+                    .lines()
+                    .map(|l| l.trim_end_matches('/').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
+    // A file as the image shows it: the topmost layer that has it.
+    let file = |path: &str| -> Option<Vec<u8>> {
+        (0..layers.len())
+            .rev()
+            .find_map(|i| std::fs::read(format!("{root}/{i}/{path}")).ok())
+    };
+    let mut holds = Holds::default();
+    for name in &listed {
+        if let Some(pkg) = name.strip_prefix("var/lib/dpkg/status.d/") {
+            let status = String::from_utf8(file(name).expect("status file")).expect("utf-8");
+            let field = |key: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+                    .unwrap_or_else(|| panic!("{name} has no {key}"))
+                    .to_string()
+            };
+            assert_eq!(field("Package"), pkg, "{name}");
+            holds.debs.insert(pkg.to_string(), field("Version"));
+        }
+        if let Some(wheel) = name
+            .strip_prefix("opt/gpufabric/licenses/")
+            .and_then(|n| n.strip_suffix(".txt"))
+        {
+            holds.wheels.insert(wheel.to_string(), String::new());
+        }
+    }
+    if !holds.wheels.is_empty() {
+        let env = String::from_utf8(file("opt/gpufabric/versions.env").expect("versions.env"))
+            .expect("utf-8");
+        let vars: BTreeMap<&str, &str> = env
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .collect();
+        for (key, wheel) in vars.iter().filter(|(k, _)| k.ends_with("_WHEEL")) {
+            let version = vars[format!("{}_VERSION", key.trim_end_matches("_WHEEL")).as_str()];
+            if let Some(v) = holds.wheels.get_mut(*wheel) {
+                *v = version.to_string();
+            }
+        }
+    }
+    let binary = listed
+        .iter()
+        .find(|n| n.starts_with("usr/local/bin/fabric-"))
+        .expect("the image's binary");
+    let binary = file(binary).expect("binary");
+    // Searched with std's string search (compiled optimised, unlike this test).
+    let binary = String::from_utf8_lossy(&binary);
+    for (at, marker) in binary.match_indices("registry/src/index.crates.io-") {
+        let rest = &binary[at + marker.len()..];
+        let Some((_, after)) = rest.split_once('/') else {
+            continue;
+        };
+        let dir = after
+            .split(|c: char| c == '/' || !c.is_ascii_graphic())
+            .next()
+            .unwrap_or("");
+        holds.crate_dirs.insert(dir.to_string());
+    }
+    let listed = String::from_utf8(file("usr/share/gpufabric/packages.txt").expect("packages.txt"))
+        .expect("utf-8");
+    for line in listed.lines() {
+        if let ["crate", name, version, ..] = line.split_whitespace().collect::<Vec<_>>()[..] {
+            holds
+                .crates_listed
+                .insert((name.to_string(), version.to_string()));
+        }
+    }
+    holds
+}
+
+/// What the SBOM gets wrong about the image: each package it holds that the SBOM does not
+/// name (or names with another version), each the SBOM names that it does not hold.
+fn sbom_errors(sbom: &Value, image: &Image, holds: &Holds) -> Vec<String> {
+    let mut errors = Vec::new();
+    if sbom["spdxVersion"] != "SPDX-2.3" || sbom["dataLicense"] != "CC0-1.0" {
+        errors.push("not an SPDX 2.3 document".to_string());
+    }
+    let packages = sbom["packages"].as_array().cloned().unwrap_or_default();
+    let described = sbom["documentDescribes"][0].as_str().unwrap_or("");
+    let Some(top) = packages.iter().find(|p| p["SPDXID"] == described) else {
+        return vec!["the document describes no package".into()];
+    };
+    if top["name"] != image.reference.as_str()
+        || top["checksums"][0]["checksumValue"] != image.digest.trim_start_matches("sha256:")
+    {
+        errors.push(format!(
+            "it describes {} {}, not {} {}",
+            top["name"], top["checksums"][0]["checksumValue"], image.reference, image.digest
+        ));
+    }
+    // Each package named, by its purl's type: deb, pypi or cargo.
+    let mut named: BTreeMap<&str, BTreeSet<(String, String)>> = BTreeMap::new();
+    for p in packages.iter().filter(|p| p["SPDXID"] != described) {
+        let purl = p["externalRefs"][0]["referenceLocator"]
+            .as_str()
+            .unwrap_or("");
+        let kind = purl.strip_prefix("pkg:").and_then(|p| p.split('/').next());
+        let (Some(kind), Some(name), Some(version)) =
+            (kind, p["name"].as_str(), p["versionInfo"].as_str())
+        else {
+            errors.push(format!("a package without purl, name or version: {p}"));
+            continue;
+        };
+        named
+            .entry(kind)
+            .or_default()
+            .insert((name.to_string(), version.to_string()));
+        let contained = sbom["relationships"].as_array().is_some_and(|r| {
+            r.iter().any(|r| {
+                r["spdxElementId"] == described
+                    && r["relationshipType"] == "CONTAINS"
+                    && r["relatedSpdxElement"] == p["SPDXID"]
+            })
+        });
+        if !contained {
+            errors.push(format!("{name} {version}: not CONTAINED by the image"));
+        }
+    }
+    let compare = |errors: &mut Vec<String>, kind: &str, held: BTreeSet<(String, String)>| {
+        let said = named.get(kind).cloned().unwrap_or_default();
+        for (name, version) in held.difference(&said) {
+            errors.push(format!(
+                "the image holds {kind} {name} {version}; the SBOM does not say so"
+            ));
+        }
+        for (name, version) in said.difference(&held) {
+            errors.push(format!(
+                "the SBOM names {kind} {name} {version}; the image does not hold it"
+            ));
+        }
+    };
+    let pairs = |m: &BTreeMap<String, String>| -> BTreeSet<(String, String)> {
+        m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    compare(&mut errors, "deb", pairs(&holds.debs));
+    compare(&mut errors, "pypi", pairs(&holds.wheels));
+    compare(&mut errors, "cargo", holds.crates_listed.clone());
+    let crates: BTreeSet<String> = named
+        .get("cargo")
+        .into_iter()
+        .flatten()
+        .map(|(n, v)| format!("{n}-{v}"))
+        .collect();
+    for dir in holds.crate_dirs.difference(&crates) {
+        errors.push(format!(
+            "the binary was compiled from crate {dir}; the SBOM does not name it"
+        ));
+    }
+    errors
+}
+
+#[test]
+fn each_images_sbom_names_every_package_the_image_holds_and_no_other() {
+    let images = images();
+    for image in [images.operator, images.agent] {
+        let path = image.archive.with_file_name(
+            image
+                .archive
+                .file_name()
+                .and_then(|n| n.to_str())
+                .expect("archive name")
+                .replace(".oci.tar", ".spdx.json"),
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: deploy/images/build.sh writes it beside the image",
+                path.display()
+            )
+        });
+        let mut sbom: Value = serde_json::from_str(&text).expect("SPDX JSON");
+        let holds = holds(&image);
+        assert!(
+            !holds.debs.is_empty()
+                && !holds.crate_dirs.is_empty()
+                && !holds.crates_listed.is_empty(),
+            "{}: read nothing from the image: {holds:?}",
+            image.reference
+        );
+        if image.reference.contains("fabric-agent") {
+            assert_eq!(
+                holds.wheels.keys().collect::<Vec<_>>(),
+                ["nvidia-cublas", "nvidia-nccl-cu13"],
+                "the agent's wheels"
+            );
+            assert!(holds.debs.contains_key("libibverbs1"), "{holds:?}");
+        }
+        let errors = sbom_errors(&sbom, &image, &holds);
+        assert!(
+            errors.is_empty(),
+            "{}:\n{}",
+            path.display(),
+            errors.join("\n")
+        );
+
+        // An SBOM that leaves out a package the image holds, or names one it does not, is
+        // caught.
+        let packages = sbom["packages"].as_array_mut().expect("packages");
+        let at = packages
+            .iter()
+            .position(|p| p["name"] == "libc6")
+            .expect("libc6 named");
+        packages[at]["versionInfo"] = "2.99-1".into();
+        let errors = sbom_errors(&sbom, &image, &holds);
+        assert!(
+            errors.iter().any(|e| e.contains("holds deb libc6 "))
+                && errors.iter().any(|e| e.contains("names deb libc6 2.99-1")),
+            "{errors:?}"
+        );
+    }
+}
+
+#[test]
+fn the_release_output_holds_each_image_with_its_sbom_the_chart_and_their_checksums() {
+    let version = env!("CARGO_PKG_VERSION");
+    let images = images();
+    let from = images
+        .operator
+        .archive
+        .parent()
+        .expect("the images' directory");
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    let helm = gpufabric_tests::tools::bin_dir().join("helm");
+    let release = |args: &[&str]| {
+        Command::new("bash")
+            .arg(workspace_root().join("deploy/release.sh"))
+            .args(args)
+            .env("HELM", &helm)
+            .current_dir(workspace_root())
+            .output()
+            .expect("deploy/release.sh runs")
+    };
+    let out = tmp.path().join("release");
+    let out_str = out.to_str().expect("utf-8 path");
+    let from_str = from.to_str().expect("utf-8 path");
+
+    let dry = release(&["--artifacts", out_str, "--images", from_str, "--dry-run"]);
+    let said = String::from_utf8_lossy(&dry.stderr);
+    assert!(dry.status.success(), "{said}");
+    assert!(
+        said.contains("fabric-agent.spdx.json") && !out.exists(),
+        "{said}"
+    );
+
+    let run = release(&["--artifacts", out_str, "--images", from_str]);
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{said}");
+    let mut files: Vec<String> = std::fs::read_dir(&out)
+        .expect("the release's files")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let chart = format!("gpufabric-{version}.tgz");
+    assert_eq!(
+        files,
+        [
+            "SHA256SUMS",
+            "fabric-agent.oci.tar",
+            "fabric-agent.spdx.json",
+            "fabric-operator.oci.tar",
+            "fabric-operator.spdx.json",
+            chart.as_str(),
+            "images.env",
+        ]
+    );
+    for name in ["fabric-operator.spdx.json", "fabric-agent.spdx.json"] {
+        assert_eq!(
+            read(&out, name),
+            read(from, name),
+            "{name} is the one beside the image"
+        );
+    }
+    let sums = Command::new("sha256sum")
+        .args(["--check", "--strict", "SHA256SUMS"])
+        .current_dir(&out)
+        .output()
+        .expect("sha256sum runs");
+    let checked = String::from_utf8_lossy(&sums.stdout);
+    assert!(sums.status.success(), "{checked}");
+    assert_eq!(
+        checked.lines().count(),
+        6,
+        "every file summed once: {checked}"
+    );
+    let env = read(&out, "images.env");
+    assert!(
+        env.contains(&format!("AGENT_SBOM={out_str}/fabric-agent.spdx.json"))
+            && env.contains(&format!("OPERATOR_DIGEST={}", images.operator.digest)),
+        "{env}"
+    );
+
+    // An image without its SBOM is not released.
+    let bare = tmp.path().join("bare");
+    std::fs::create_dir(&bare).expect("dir");
+    std::fs::copy(from.join("images.env"), bare.join("images.env")).expect("images.env");
+    for name in ["fabric-operator.oci.tar", "fabric-agent.oci.tar"] {
+        std::fs::hard_link(from.join(name), bare.join(name))
+            .or_else(|_| std::os::unix::fs::symlink(from.join(name), bare.join(name)))
+            .expect("linked");
+    }
+    let refused = release(&[
+        "--artifacts",
+        tmp.path().join("again").to_str().expect("utf-8"),
+        "--images",
+        bare.to_str().expect("utf-8"),
+    ]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "released without an SBOM: {said}"
+    );
+    assert!(said.contains("spdx.json is missing"), "{said}");
 }
