@@ -1,8 +1,10 @@
-//! `deploy/release.sh`, the version bump, on a copy of the repository (never on the
-//! repository itself): its dry run prints every change and makes none; its run moves the
-//! crates, the lock file, the chart, the manifests and CHANGELOG's "Unreleased" together.
-//! Its output: each image with its SBOM (which names what the image holds), the chart and
-//! their checksums.
+//! What a release ships, checked before it ships. `deploy/release.sh`, the version bump, on
+//! a copy of the repository (never on the repository itself): its dry run prints every
+//! change and makes none; its run moves the crates, the lock file, the chart, the manifests
+//! and CHANGELOG's "Unreleased" together. Its output: each image with its SBOM (which names
+//! what the image holds), the chart and their checksums. And the docs of the release: the
+//! field reference generated from the CRD schema, NOTES.txt's links, and what runs each
+//! command of the docs.
 
 use gpufabric_tests::tools::{Image, images};
 use gpufabric_tests::workspace_root;
@@ -507,6 +509,480 @@ fn each_images_sbom_names_every_package_the_image_holds_and_no_other() {
             errors.iter().any(|e| e.contains("holds deb libc6 "))
                 && errors.iter().any(|e| e.contains("names deb libc6 2.99-1")),
             "{errors:?}"
+        );
+    }
+}
+
+/// Fields whose type is Kubernetes' own (a container's env, tolerations, resources, pull
+/// secrets): named, not described again field by field.
+const KUBERNETES_TYPES: [(&str, &str); 4] = [
+    (
+        "spec.agent.env",
+        "[EnvVar](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#environment-variables)",
+    ),
+    (
+        "spec.agent.tolerations",
+        "[Toleration](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#scheduling)",
+    ),
+    (
+        "spec.agent.resources",
+        "[ResourceRequirements](https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#resources)",
+    ),
+    (
+        "spec.agent.imagePullSecrets",
+        "[LocalObjectReference](https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/local-object-reference/)",
+    ),
+];
+
+/// A schema's type as a reader says it: `integer (uint32, 1 to 100)`, `string: one of A, B`.
+fn type_of(node: &Value) -> String {
+    let number = |v: &Value| {
+        v.as_f64()
+            .map(|f| {
+                if f.fract() == 0.0 {
+                    format!("{}", f as i64)
+                } else {
+                    f.to_string()
+                }
+            })
+            .unwrap_or_default()
+    };
+    let mut text = if node["x-kubernetes-int-or-string"] == true {
+        "integer or string".to_string()
+    } else if node["type"] == "array" {
+        format!("list of {}", type_of(&node["items"]))
+    } else if node["type"] == "object" && node["additionalProperties"].is_object() {
+        format!(
+            "map of string to {}",
+            type_of(&node["additionalProperties"])
+        )
+    } else {
+        node["type"].as_str().unwrap_or("any").to_string()
+    };
+    let mut notes = Vec::new();
+    match (node.get("minimum"), node.get("maximum")) {
+        (Some(lo), Some(hi)) => notes.push(format!("{} to {}", number(lo), number(hi))),
+        (Some(lo), None) => notes.push(format!("at least {}", number(lo))),
+        (None, Some(hi)) => notes.push(format!("at most {}", number(hi))),
+        (None, None) => {}
+    }
+    for (key, say) in [("minItems", "at least"), ("maxItems", "at most")] {
+        if let Some(n) = node.get(key) {
+            notes.push(format!("{say} {} items", number(n)));
+        }
+    }
+    if let Some(n) = node.get("maxLength") {
+        notes.push(format!("at most {} characters", number(n)));
+    }
+    if !notes.is_empty() {
+        text = format!("{text} ({})", notes.join(", "));
+    }
+    if let Some(values) = node["enum"].as_array() {
+        let values: Vec<String> = values
+            .iter()
+            .map(|v| format!("`{}`", v.as_str().unwrap_or("")))
+            .collect();
+        text = format!("{text}: one of {}", values.join(", "));
+    }
+    text
+}
+
+/// One line of a table cell: newlines joined, pipes escaped.
+fn cell(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
+}
+
+/// The rows of `node`'s fields, depth first in the schema's (alphabetical) order.
+fn field_rows(path: &str, node: &Value, parent_default: Option<&Value>, rows: &mut Vec<String>) {
+    let (props, prefix) = if node["type"] == "array" && node["items"]["properties"].is_object() {
+        (&node["items"]["properties"], format!("{path}[]"))
+    } else {
+        (&node["properties"], path.to_string())
+    };
+    let Some(props) = props.as_object() else {
+        return;
+    };
+    let required: BTreeSet<&str> = node["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for (name, field) in props {
+        let path = format!("{prefix}.{name}");
+        let default = field
+            .get("default")
+            .or_else(|| parent_default.and_then(|d| d.get(name)));
+        let kubernetes = KUBERNETES_TYPES.iter().find(|(p, _)| *p == path);
+        let mut description = cell(field["description"].as_str().unwrap_or(""));
+        if let Some((_, link)) = kubernetes {
+            description = format!("{description} Kubernetes' {link}.");
+        }
+        for rule in field["x-kubernetes-validations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(message) = rule["message"].as_str() {
+                description = format!(
+                    "{description} Refused unless: {}.",
+                    cell(message).trim_end_matches('.')
+                );
+            }
+        }
+        rows.push(format!(
+            "| `{path}`{} | {} | {} | {} |",
+            if required.contains(name.as_str()) {
+                " (required)"
+            } else {
+                ""
+            },
+            cell(&type_of(field)),
+            default
+                .map(|d| format!("`{}`", cell(&d.to_string())))
+                .unwrap_or_default(),
+            description
+        ));
+        if kubernetes.is_none() {
+            field_rows(&path, field, default, rows);
+        }
+    }
+}
+
+/// docs/reference/fabrictest.md, from the FabricTest CRD's schema.
+fn field_reference() -> String {
+    let (file, crd) = gpufabric_api::crds()
+        .into_iter()
+        .find(|(file, _)| *file == "fabrictests.yaml")
+        .expect("the FabricTest CRD");
+    let crd = serde_json::to_value(&crd).expect("CRD as JSON");
+    let version = &crd["spec"]["versions"][0];
+    let schema = &version["schema"]["openAPIV3Schema"];
+    let mut text = format!(
+        "# FabricTest field reference\n\n\
+         <!-- Generated from the CRD schema (crds/{file}) by tests/tests/release.rs; do not edit.\n     \
+         Regenerate: GPUFABRIC_WRITE_DOCS=1 cargo test -p gpufabric-tests --test release field_reference -->\n\n\
+         `{}/{}`, kind `{}`, cluster-scoped (short name `{}`). {}\n\n\
+         Every field, its type and bounds, its default and what it means, as the API server \
+         checks them (`kubectl explain fabrictest.spec.FIELD` says the same). A guide to the \
+         fields, with examples: [the FabricTest guide](../fabrictest.md).\n",
+        crd["spec"]["group"].as_str().unwrap_or(""),
+        version["name"].as_str().unwrap_or(""),
+        crd["spec"]["names"]["kind"].as_str().unwrap_or(""),
+        crd["spec"]["names"]["shortNames"][0].as_str().unwrap_or(""),
+        cell(schema["description"].as_str().unwrap_or("")),
+    );
+    for part in ["spec", "status"] {
+        let node = &schema["properties"][part];
+        let mut rows = Vec::new();
+        field_rows(part, node, node.get("default"), &mut rows);
+        text.push_str(&format!(
+            "\n## {part}\n\n{}\n\n| Field | Type | Default | Description |\n|---|---|---|---|\n{}\n",
+            cell(node["description"].as_str().unwrap_or("")),
+            rows.join("\n")
+        ));
+    }
+    text
+}
+
+#[test]
+fn the_field_reference_is_the_one_the_crd_schema_gives() {
+    let path = workspace_root().join("docs/reference/fabrictest.md");
+    let generated = field_reference();
+    if std::env::var_os("GPUFABRIC_WRITE_DOCS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("docs/reference");
+        std::fs::write(&path, &generated).expect("written");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/reference/fabrictest.md differs from the CRD schema: regenerate it with \
+         `GPUFABRIC_WRITE_DOCS=1 cargo test -p gpufabric-tests --test release field_reference` \
+         and commit the result"
+    );
+    // Every field of the spec is in it, by its path.
+    for field in [
+        "spec.schedule",
+        "spec.agent.podAnnotations",
+        "spec.quarantine.maxQuarantined",
+        "spec.suite.ncclSweep.collectives",
+    ] {
+        assert!(committed.contains(&format!("| `{field}` ")), "{field}");
+    }
+}
+
+/// GitHub anchors of a Markdown file's headings: lower case, spaces as `-`, other
+/// punctuation dropped.
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    markdown
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_install_notes_link_files_of_the_release_tag_that_exist() {
+    let root = workspace_root();
+    let notes = std::fs::read_to_string(root.join("charts/gpufabric/templates/NOTES.txt"))
+        .expect("NOTES.txt");
+    // The template's version, one word here: v{{ .Chart.AppVersion }} is the release's tag.
+    let notes = notes.replace("{{ .Chart.AppVersion }}", "APP_VERSION");
+    let tag = "vAPP_VERSION";
+    let links: Vec<&str> = notes
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c| "().,'\"".contains(c)))
+        .filter(|w| w.starts_with("https://"))
+        .collect();
+    assert!(links.len() >= 2, "{links:?}");
+    for link in links {
+        let rest = [
+            "https://raw.githubusercontent.com/gpufabric/gpufabric/",
+            "https://github.com/gpufabric/gpufabric/blob/",
+            "https://github.com/gpufabric/gpufabric/tree/",
+        ]
+        .iter()
+        .find_map(|p| link.strip_prefix(p))
+        .unwrap_or_else(|| panic!("{link}: not a file of the repository"));
+        let path = rest
+            .strip_prefix(&format!("{tag}/"))
+            .unwrap_or_else(|| panic!("{link}: not at the release's tag {tag}"));
+        let (path, anchor) = path.split_once('#').unwrap_or((path, ""));
+        let file = root.join(path);
+        assert!(file.exists(), "{link}: {path} is not in the repository");
+        if !anchor.is_empty() {
+            let text = std::fs::read_to_string(&file).expect("linked file");
+            assert!(
+                anchors(&text).contains(anchor),
+                "{link}: {path} has no heading #{anchor}"
+            );
+        }
+    }
+}
+
+/// The `sh` blocks of the README and of docs/ (runbooks included): each block's page and
+/// its commands, one a line (comments dropped, continued lines joined).
+fn sh_blocks() -> Vec<(String, Vec<String>)> {
+    let root = workspace_root();
+    let mut pages = vec![root.join("README.md")];
+    let mut dirs = vec![root.join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("docs/").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    let mut blocks = Vec::new();
+    for page in pages {
+        let name = page
+            .strip_prefix(&root)
+            .expect("in the repository")
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&page).expect("page");
+        let mut block: Option<Vec<String>> = None;
+        let mut line = String::new();
+        for l in text.lines() {
+            if let Some(lang) = l.strip_prefix("```") {
+                match block.take() {
+                    Some(commands) => blocks.push((name.clone(), commands)),
+                    None if lang.trim() == "sh" => block = Some(Vec::new()),
+                    None => {}
+                }
+                continue;
+            }
+            let Some(commands) = block.as_mut() else {
+                continue;
+            };
+            let l = l.trim();
+            if line.is_empty() && (l.is_empty() || l.starts_with('#')) {
+                continue;
+            }
+            let l = match l.find("  #") {
+                Some(at) => l[..at].trim_end(),
+                None => l,
+            };
+            line.push_str(l.trim_end_matches('\\').trim_end());
+            if l.ends_with('\\') {
+                line.push(' ');
+                continue;
+            }
+            commands.push(std::mem::take(&mut line));
+        }
+    }
+    blocks
+}
+
+/// The rows of docs/README.md's table of which commands run: page, first command, what runs
+/// it.
+fn command_ledger() -> Vec<(String, String, String)> {
+    let text =
+        std::fs::read_to_string(workspace_root().join("docs/README.md")).expect("docs/README.md");
+    let (_, table) = text
+        .split_once("| page | block starting with | what runs it |")
+        .expect("docs/README.md has the table of which commands run");
+    table
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<String> = row
+                .replace("\\|", "\u{1}")
+                .split('|')
+                .map(|c| c.trim().replace('\u{1}', "|"))
+                .collect();
+            assert_eq!(cells.len(), 5, "a row of 3 cells: {row}");
+            let first = cells[2]
+                .strip_prefix('`')
+                .and_then(|c| c.strip_suffix('`'))
+                .unwrap_or_else(|| panic!("the block's first command in backquotes: {row}"))
+                .to_string();
+            (cells[1].clone(), first, cells[3].clone())
+        })
+        .collect()
+}
+
+/// The commands of the docs that need no cluster, GPU or registry, as written; run by the
+/// test below from the repository's root with the built binaries, helm and kubectl on PATH.
+const RUN_AS_WRITTEN: [(&str, &str); 5] = [
+    (
+        "docs/fabrictest.md",
+        "helm template gpufabric charts/gpufabric -n gpufabric --set webhook.certManager.enabled=true",
+    ),
+    ("docs/agent.md", "fabric-agent node-check --help"),
+    ("docs/kubectl.md", "kubectl plugin list"),
+    (
+        "docs/kubectl.md",
+        "source <(kubectl-gpufabric completion bash)",
+    ),
+    ("docs/kubectl.md", "kubectl gpufabric version"),
+];
+
+#[test]
+fn every_sh_block_of_the_docs_says_what_runs_it_and_ci_runs_what_it_claims() {
+    let blocks = sh_blocks();
+    let ledger = command_ledger();
+    let ci = std::fs::read_to_string(workspace_root().join(".ci/run")).expect(".ci/run");
+    let mut wrong = Vec::new();
+    for (page, commands) in &blocks {
+        let Some(first) = commands.first() else {
+            continue;
+        };
+        match ledger
+            .iter()
+            .find(|(p, f, _)| p == page && first.starts_with(f.as_str()))
+        {
+            None => wrong.push(format!(
+                "{page}: the block starting with `{first}` is not in docs/README.md's table"
+            )),
+            Some((_, _, runs)) if runs.starts_with("`.ci/run`, as written") => {
+                for c in commands
+                    .iter()
+                    .filter(|c| !ci.lines().any(|l| l.trim() == c.as_str()))
+                {
+                    wrong.push(format!(
+                        "{page}: `{c}` is said to run in .ci/run, which does not run it as written"
+                    ));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    for (page, first, _) in &ledger {
+        if !blocks
+            .iter()
+            .any(|(p, c)| p == page && c.first().is_some_and(|c| c.starts_with(first.as_str())))
+        {
+            wrong.push(format!(
+                "docs/README.md names a block of {page} starting with `{first}`, which is not there"
+            ));
+        }
+    }
+    for (page, command) in RUN_AS_WRITTEN {
+        if !blocks
+            .iter()
+            .any(|(p, c)| p == page && c.iter().any(|c| c == command))
+        {
+            wrong.push(format!("{page} no longer has `{command}`"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_docs_commands_that_need_no_cluster_run_as_written() {
+    let root = workspace_root();
+    let cluster_bin =
+        gpufabric_tests::cluster::bin_dir().expect("the control plane's binaries (kubectl)");
+    // The two binaries alone, as a user installs them: the target dir also holds cargo's
+    // `kubectl-gpufabric.d`, which `kubectl plugin list` would take for a plugin.
+    let bin = tempfile::tempdir().expect("a bin dir");
+    for name in ["fabric-agent", "kubectl-gpufabric"] {
+        std::os::unix::fs::symlink(
+            gpufabric_tests::kubelet::default_agent_bin_dir().join(name),
+            bin.path().join(name),
+        )
+        .expect("linked");
+    }
+    let path = std::env::join_paths(
+        [
+            bin.path().to_path_buf(),
+            gpufabric_tests::tools::bin_dir(),
+            cluster_bin,
+        ]
+        .into_iter()
+        .chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .expect("PATH");
+    let home = tempfile::tempdir().expect("a HOME");
+    for (page, command) in RUN_AS_WRITTEN {
+        let out = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", command])
+            .current_dir(&root)
+            .env("PATH", &path)
+            .env("HOME", home.path())
+            .env_remove("KUBECONFIG")
+            .output()
+            .expect("bash runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{page}: `{command}` failed ({}):\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Each says what its page says it does.
+        let shows = match command {
+            c if c.starts_with("helm template") => "kind: Certificate",
+            "fabric-agent node-check --help" => "--verdict",
+            "kubectl plugin list" => "kubectl-gpufabric",
+            "kubectl gpufabric version" => env!("CARGO_PKG_VERSION"),
+            _ => "",
+        };
+        assert!(
+            stdout.contains(shows),
+            "{page}: `{command}` does not show {shows:?}:\n{stdout}"
         );
     }
 }
