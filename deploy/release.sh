@@ -11,16 +11,27 @@
 #   deploy/release.sh 0.3.0 --krew https://example.com/releases/v0.3.0 DIR
 # writes DIR/gpufabric.yaml from deploy/krew/gpufabric.yaml with each archive's sha256
 # (DIR/kubectl-gpufabric_v0.3.0_linux_{amd64,arm64}.tar.gz must exist).
+#
+# At the tagged commit, the release's files (the version is Cargo.toml's):
+#   deploy/release.sh --artifacts DIR [--images IMAGES] [--dry-run]
+# writes DIR/fabric-{operator,agent}.oci.tar, each with its SBOM (fabric-NAME.spdx.json),
+# DIR/images.env, the chart package DIR/gpufabric-VERSION.tgz and DIR/SHA256SUMS. The images
+# are built by deploy/images/build.sh, or taken from IMAGES (a directory build.sh wrote for
+# this version: refused when an image's tag is not vVERSION, or its SBOM is missing or names
+# another digest). helm comes from $HELM, else tests/tools/build.sh. Push the images with
+# `skopeo copy oci-archive:DIR/fabric-operator.oci.tar docker://REGISTRY/fabric-operator:vVERSION`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 die() { echo "release.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
 
-new="" dry_run=false krew_url="" krew_dir=""
+new="" dry_run=false krew_url="" krew_dir="" artifacts="" images=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--dry-run) dry_run=true ;;
+	--artifacts) [ $# -ge 2 ] || usage; artifacts="$2"; shift ;;
+	--images) [ $# -ge 2 ] || usage; images="$2"; shift ;;
 	--krew) [ $# -ge 3 ] || usage; krew_url="$2" krew_dir="$3"; shift 2 ;;
 	-h | --help) usage ;;
 	-*) die "unknown option $1" ;;
@@ -28,6 +39,57 @@ while [ $# -gt 0 ]; do
 	esac
 	shift
 done
+
+# The release's files, at the tagged commit: images with their SBOMs, the chart, checksums.
+release_files() {
+	local version out name var image digest archive sbom helm
+	version="$(awk -F'"' '/^\[workspace.package\]/ { in_pkg = 1 } in_pkg && /^version = / { print $2; exit }' Cargo.toml)"
+	[ -n "$version" ] || die "no version in Cargo.toml's [workspace.package]"
+	out="$artifacts"
+	if $dry_run; then
+		echo "dry run: would write into $out: fabric-operator.oci.tar fabric-operator.spdx.json" \
+			"fabric-agent.oci.tar fabric-agent.spdx.json images.env gpufabric-$version.tgz SHA256SUMS" \
+			"(images ${images:-built by deploy/images/build.sh --tag v$version})" >&2
+		exit 0
+	fi
+	mkdir -p "$out"
+	out="$(cd "$out" && pwd)"
+	if [ -z "$images" ]; then
+		deploy/images/build.sh --out "$out" --tag "v$version" >&2
+	else
+		[ -r "$images/images.env" ] || die "$images/images.env not found: give --images a directory deploy/images/build.sh wrote"
+		echo "# The images of release $version, from $images." >"$out/images.env"
+		for name in operator agent; do
+			var="$(tr '[:lower:]' '[:upper:]' <<<"$name")"
+			image="$(sed -n "s/^${var}_IMAGE=//p" "$images/images.env")"
+			digest="$(sed -n "s/^${var}_DIGEST=//p" "$images/images.env")"
+			archive="$images/fabric-$name.oci.tar" sbom="$images/fabric-$name.spdx.json"
+			[ "${image##*:}" = "v$version" ] || die "$images holds $image, not the tag v$version: build the images of this commit"
+			[ -f "$archive" ] || die "$archive is missing"
+			[ -f "$sbom" ] || die "$sbom is missing: every image of a release has its SBOM (deploy/images/build.sh writes it)"
+			grep -q "\"checksumValue\": \"${digest#sha256:}\"" "$sbom" || die "$sbom does not name $image's digest $digest"
+			# A hard link where the two are on one file system: the agent is 600 MB.
+			ln -f "$archive" "$out/" 2>/dev/null || cp "$archive" "$out/"
+			cp "$sbom" "$out/"
+			printf '%s_IMAGE=%s\n%s_DIGEST=%s\n%s_ARCHIVE=%s\n%s_SBOM=%s\n' "$var" "$image" "$var" "$digest" \
+				"$var" "$out/fabric-$name.oci.tar" "$var" "$out/fabric-$name.spdx.json" >>"$out/images.env"
+		done
+	fi
+	for name in operator agent; do
+		[ -f "$out/fabric-$name.spdx.json" ] || die "$out/fabric-$name.spdx.json is missing: the images were built without their SBOM"
+	done
+	helm="${HELM:-$(tests/tools/build.sh)/helm}"
+	"$helm" package charts/gpufabric --destination "$out" >&2
+	[ -f "$out/gpufabric-$version.tgz" ] || die "helm package wrote no $out/gpufabric-$version.tgz"
+	(cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
+	echo "release $version: $(cd "$out" && find . -maxdepth 1 -type f -printf '%f ' | LC_ALL=C sort) in $out" >&2
+	exit 0
+}
+if [ -n "$artifacts" ]; then
+	[ -z "$new" ] && [ -z "$krew_url" ] || die "--artifacts writes the files of the current version: run it alone, at the tagged commit"
+	release_files
+fi
+[ -z "$images" ] || die "--images goes with --artifacts"
 [ -n "$new" ] || usage
 [[ "$new" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] ||
 	die "version $new is not MAJOR.MINOR.PATCH[-PRE] (e.g. 0.3.0), without a leading v"

@@ -15,7 +15,8 @@
 #   --only NAME           build one image (operator or agent)
 #   --check-reproducible  pack both images a second time from scratch (debs and wheels unpacked
 #                         again, every layer rewritten; the cargo binaries are reused, not
-#                         rebuilt) and fail unless both manifest digests are the same
+#                         rebuilt) and fail unless both manifest digests, and both SBOMs, are
+#                         the same
 #   --apt-update          refresh the Debian package lists now (otherwise once a day)
 #   --binaries DIR        take fabric-operator and fabric-agent from DIR (release builds of
 #                         this commit) instead of building them in target/image
@@ -23,10 +24,13 @@
 #                         same image on a GPU host from that host's own NCCL and cuBLAS (the
 #                         pinned versions): DIR/agent-kit.tar.xz (every layer but the two
 #                         wheels', and the image's oci.py arguments), small enough to carry.
-#                         On the host: deploy/images/assemble-agent.sh KIT OUT
+#                         On the host: deploy/images/assemble-agent.sh KIT OUT (no SBOM is
+#                         written for the agent then)
 #
-# Writes DIR/fabric-operator.oci.tar, DIR/fabric-agent.oci.tar and DIR/images.env (each
-# image's reference, digest and archive path, for tests to source). Load on a node with
+# Writes DIR/fabric-operator.oci.tar, DIR/fabric-agent.oci.tar, beside each its SBOM
+# (DIR/fabric-NAME.spdx.json, SPDX 2.3 JSON by deploy/images/sbom.py from the package list the
+# image carries at /usr/share/gpufabric/packages.txt: Debian packages, PyPI wheels, crates) and
+# DIR/images.env (each image's reference, digest, archive and SBOM path, for tests to source). Load on a node with
 # `ctr -n k8s.io images import DIR/fabric-operator.oci.tar`; push with
 # `skopeo copy oci-archive:DIR/fabric-operator.oci.tar docker://REGISTRY/NAME:TAG`.
 #
@@ -433,6 +437,11 @@ pack() {
             continue
         fi
         python3 deploy/images/oci.py "${layers[@]}" "${args[@]}" >&2 || die "oci.py failed for fabric-$name"
+        # The image's SBOM beside it, from the list the image carries, naming its digest.
+        python3 deploy/images/sbom.py --packages "$work/$name.packages" --ref "$ref" \
+            --digest "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "$work/$name.json")" \
+            --created "$created" --source "$source_url" --revision "$revision" \
+            --out "$dest/fabric-$name.spdx.json" >&2 || die "sbom.py failed for fabric-$name"
         python3 -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -490,6 +499,7 @@ t_pack=$(( $(date +%s) - t0 ))
         echo "${var}_IMAGE=$ref"
         echo "${var}_DIGEST=$digest"
         echo "${var}_ARCHIVE=$out/fabric-$name.oci.tar"
+        echo "${var}_SBOM=$out/fabric-$name.spdx.json"
     done < "$crates/first"
 } > "$out/images.env"
 
@@ -502,7 +512,7 @@ echo "cargo ${t_cargo}s, wheels ${t_wheels}s, Debian packages and packing ${t_pa
 if [ -n "$kit" ]; then
     echo "wrote $kit/agent-kit.tar.xz (assemble on a GPU host: deploy/images/assemble-agent.sh)"
 else
-    echo "wrote $(for n in "${images[@]}"; do printf '%s ' "$out/fabric-$n.oci.tar"; done)$out/images.env"
+    echo "wrote $(for n in "${images[@]}"; do printf '%s ' "$out/fabric-$n.oci.tar" "$out/fabric-$n.spdx.json"; done)$out/images.env"
 fi
 
 if $check; then
@@ -514,10 +524,10 @@ if $check; then
     failed=false
     while read -r name _ digest _; do
         again=$(awk -v n="$name" '$1 == n { print $3 }' "$crates/second")
-        if [ "$digest" = "$again" ]; then
-            echo "reproducible: fabric-$name $digest"
+        if [ "$digest" = "$again" ] && cmp -s "$out/fabric-$name.spdx.json" "$out/.again/fabric-$name.spdx.json"; then
+            echo "reproducible: fabric-$name $digest (and its SBOM)"
         else
-            echo "NOT REPRODUCIBLE: fabric-$name packed to $digest, then to $again" >&2
+            echo "NOT REPRODUCIBLE: fabric-$name packed to $digest, then to $again (or its SBOM differs: diff the two fabric-$name.spdx.json)" >&2
             failed=true
         fi
     done < "$crates/first"

@@ -340,7 +340,7 @@ fn the_chart_is_versioned_with_the_code() {
 
 /// What `helm template` renders with no cluster to look in, as Argo CD renders a chart: with
 /// cert-manager the same manifests every time; without it a new webhook CA, certificate and
-/// key every time (README, "Certificates", says to use cert-manager under GitOps), and
+/// key every time (docs/fabrictest.md, "Certificates", says to use cert-manager under GitOps), and
 /// nothing else that changes.
 #[test]
 fn a_render_without_a_cluster_is_stable_with_cert_manager() {

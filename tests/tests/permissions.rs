@@ -1,7 +1,7 @@
 //! Every permission the chart grants, checked three ways against one table: the roles
-//! `helm template` renders (hooks included), the table below, and the table of README's
+//! `helm template` renders (hooks included), the table below, and the table of docs/install.md's
 //! "Permissions". A rule added to the chart, or a verb, fails here until both tables say it,
-//! so README cannot drift from what the chart grants.
+//! so the docs cannot drift from what the chart grants.
 //!
 //! Needs helm: `tests/tools/build.sh` (cached; or point GPUFABRIC_TOOLS_BIN at it).
 
@@ -345,16 +345,16 @@ fn rendered_rules(docs: &[serde_json::Value]) -> BTreeSet<Rule> {
     rules
 }
 
-/// The rows of README's permission table: `| role | resources | verbs | why |`, where an
+/// The rows of docs/install.md's permission table: `| role | resources | verbs | why |`, where an
 /// empty role cell continues the role above; resources are back-quoted, followed by
 /// `named` and the back-quoted resource names when there are any, and the API group in
 /// parentheses (none: core).
 fn readme_rules() -> BTreeSet<Rule> {
-    let readme =
-        std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md read");
+    let readme = std::fs::read_to_string(workspace_root().join("docs/install.md"))
+        .expect("docs/install.md read");
     let start = readme
         .find("| role | resources | verbs | why |")
-        .expect("README has the permission table");
+        .expect("docs/install.md has the permission table");
     let quoted =
         |s: &str| -> Vec<String> { s.split('`').skip(1).step_by(2).map(with_release).collect() };
     let mut role = String::new();
@@ -364,7 +364,11 @@ fn readme_rules() -> BTreeSet<Rule> {
             break;
         }
         let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
-        assert_eq!(cells.len(), 4, "README permission row of 4 cells: {line}");
+        assert_eq!(
+            cells.len(),
+            4,
+            "docs/install.md permission row of 4 cells: {line}"
+        );
         if !cells[0].is_empty() {
             let kind = cells[0].split_whitespace().next().unwrap_or_default();
             let name = quoted(cells[0]).into_iter().next().unwrap_or_default();
@@ -408,13 +412,13 @@ fn the_chart_grants_exactly_what_the_table_and_readme_say() {
     assert!(
         rendered == table,
         "the chart's RBAC (first) differs from the table in tests/tests/permissions.rs \
-         (second): change both, and README's Permissions\n{}",
+         (second): change both, and docs/install.md's Permissions\n{}",
         differences(&rendered, &table)
     );
     let readme = readme_rules();
     assert!(
         readme == table,
-        "README's Permissions (first) differs from what the chart grants (second)\n{}",
+        "docs/install.md's Permissions (first) differs from what the chart grants (second)\n{}",
         differences(&readme, &table)
     );
 }

@@ -2,7 +2,7 @@
 //! PodSecurity admission: the benchmark pod the operator builds is created (server-side dry
 //! run) in namespaces enforcing `restricted`, `baseline` and `privileged`. The default agent
 //! meets `restricted`; `ipcLock` (root with IPC_LOCK) and `hostNetwork` need `privileged`,
-//! as README's table says.
+//! as docs/install.md's table says.
 
 use gpufabric_api::run::{FabricTestRun, FabricTestRunSpec, Trigger};
 use gpufabric_api::test::{AgentSpec, DEFAULT_AGENT_IMAGE, FabricTestSpec};

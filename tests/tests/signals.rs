@@ -244,7 +244,7 @@ async fn nodes_carry_the_condition_label_and_last_pass_of_their_latest_judgement
     assert_eq!(result_label(&n3), Some("pass"));
 
     // The full result documents outlive the pods: delete every benchmark pod, then read
-    // gpu-01's latest document back as README says.
+    // gpu-01's latest document back as docs/signals.md says.
     let run3 = last_run_name(&s3);
     let bench = ListParams::default().labels(&format!("{LABEL_TEST}=sig"));
     pods.delete_collection(&DeleteParams::default(), &bench)

@@ -1,5 +1,5 @@
 //! The agent's exit codes: one table for every subcommand, printed by `--help` and
-//! reproduced in README ("Exit codes", checked by this module's tests). As nccl-tests does,
+//! reproduced in docs/agent.md ("Exit codes", checked by this module's tests). As nccl-tests does,
 //! values are checked by default and wrong values end the program non-zero; `-c 0` turns
 //! the check off.
 
@@ -70,7 +70,7 @@ impl Exit {
         }
     }
 
-    /// What the code means (Markdown: README shows it as it is, `--help` without the
+    /// What the code means (Markdown: docs/agent.md shows it as it is, `--help` without the
     /// backticks).
     pub const fn meaning(self) -> &'static str {
         match self {
@@ -170,10 +170,10 @@ pub fn help() -> String {
 mod tests {
     use super::*;
 
-    /// The line above README's table.
+    /// The line above docs/agent.md's table.
     const README_MARK: &str = "<!-- fabric-agent exit codes: crates/agent/src/exit.rs -->";
 
-    /// The table as README shows it, header included.
+    /// The table as docs/agent.md shows it, header included.
     fn markdown() -> String {
         let mut out = String::from("| code | meaning | from |\n| --- | --- | --- |\n");
         for e in Exit::ALL {
@@ -252,14 +252,14 @@ mod tests {
         assert!(!help.contains('`'), "{help}");
     }
 
-    /// README's table is this module's, row for row.
+    /// docs/agent.md's table is this module's, row for row.
     #[test]
     fn readmes_table_is_this_one() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let readme = std::fs::read_to_string(path).expect("README.md is readable");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/agent.md");
+        let readme = std::fs::read_to_string(path).expect("docs/agent.md is readable");
         let (_, after) = readme
             .split_once(README_MARK)
-            .unwrap_or_else(|| panic!("README.md has no {README_MARK:?} line"));
+            .unwrap_or_else(|| panic!("docs/agent.md has no {README_MARK:?} line"));
         let table: String = after
             .trim_start_matches('\n')
             .lines()
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(
             table,
             markdown(),
-            "README's exit-code table differs from crates/agent/src/exit.rs; write this there:\n{}",
+            "docs/agent.md's exit-code table differs from crates/agent/src/exit.rs; write this there:\n{}",
             markdown()
         );
     }

@@ -1,5 +1,5 @@
 //! The exit codes of `kubectl gpufabric`: one table for every command, printed by `--help`
-//! and reproduced in README (checked by this module's tests), so that scripts can tell a
+//! and reproduced in docs/kubectl.md (checked by this module's tests), so that scripts can tell a
 //! missing object from a failed request.
 
 /// How `kubectl gpufabric` ends.
@@ -38,7 +38,7 @@ impl Exit {
         }
     }
 
-    /// What the code means (Markdown: README shows it as it is, `--help` without the
+    /// What the code means (Markdown: docs/kubectl.md shows it as it is, `--help` without the
     /// backticks).
     pub const fn meaning(self) -> &'static str {
         match self {
@@ -72,7 +72,7 @@ pub fn help() -> String {
 mod tests {
     use super::*;
 
-    /// The line above README's table.
+    /// The line above docs/kubectl.md's table.
     const README_MARK: &str = "<!-- kubectl gpufabric exit codes: crates/kubectl/src/exit.rs -->";
 
     fn markdown() -> String {
@@ -97,15 +97,15 @@ mod tests {
 
     #[test]
     fn readme_shows_the_same_table() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let readme = std::fs::read_to_string(path).expect("README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/kubectl.md");
+        let readme = std::fs::read_to_string(path).expect("docs/kubectl.md");
         let at = readme
             .find(README_MARK)
-            .expect("README marks the exit-code table");
+            .expect("docs/kubectl.md marks the exit-code table");
         let table = &readme[at + README_MARK.len()..].trim_start();
         assert!(
             table.starts_with(&markdown()),
-            "README's table differs from exit.rs; it should read:\n{}",
+            "docs/kubectl.md's table differs from exit.rs; it should read:\n{}",
             markdown()
         );
     }

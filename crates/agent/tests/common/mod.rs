@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 
-/// Exit codes of README's table ("Exit codes"), the same for every subcommand.
+/// Exit codes of docs/agent.md's table ("Exit codes"), the same for every subcommand.
 pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_NODE_FAILED: i32 = 3;
 pub const EXIT_WRONG_VALUES: i32 = 4;

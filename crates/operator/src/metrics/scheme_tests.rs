@@ -1,4 +1,4 @@
-//! Every metric family follows one naming scheme, and README's metrics table lists each
+//! Every metric family follows one naming scheme, and docs/alerts.md's metrics table lists each
 //! family, with its labels, as the operator exports it.
 //!
 //! The checks read the text exposition after every family has been given a series, so a
@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// The label names a family may carry. A FabricTest is always `test`, a run `run`, a node
 /// `node`, a GPU `gpu` (its index on the node, as dcgm-exporter's `gpu`); the others say
 /// which of a family's values a series is. A new label is a decision: add it here and to
-/// README.
+/// docs/alerts.md.
 const LABELS: &[&str] = &[
     "test",
     "run",
@@ -312,13 +312,13 @@ fn queried(text: &str) -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-/// The metrics of README's "### Metrics" table: each row's first cell names one or more
+/// The metrics of docs/alerts.md's "### Metrics" table: each row's first cell names one or more
 /// `` `gpufabric_name{label,label}` ``.
 fn readme_table(readme: &str) -> BTreeMap<String, BTreeSet<String>> {
     let section = readme
         .split_once("\n### Metrics\n")
         .map(|(_, s)| s)
-        .expect("README has a ### Metrics section");
+        .expect("docs/alerts.md has a ### Metrics section");
     let section = section.split("\n### ").next().unwrap_or(section);
     let mut out = BTreeMap::new();
     for row in section.lines().filter(|l| l.starts_with("| `gpufabric_")) {
@@ -439,8 +439,8 @@ fn the_scheme_check_refuses_other_units_labels_and_suffixes() {
 #[test]
 fn readmes_metrics_table_lists_every_family_with_its_labels() {
     let (_m, text) = exercised();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
-    let readme = std::fs::read_to_string(&path).expect("the workspace README");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/alerts.md");
+    let readme = std::fs::read_to_string(&path).expect("docs/alerts.md");
     let documented = readme_table(&readme);
     let exported = queried(&text);
     let only_in_readme: Vec<_> = documented
@@ -453,7 +453,7 @@ fn readmes_metrics_table_lists_every_family_with_its_labels() {
         .collect();
     assert!(
         only_in_readme.is_empty() && only_exported.is_empty(),
-        "README's metrics table and /metrics differ.\nREADME only: {only_in_readme:?}\n/metrics only: {only_exported:?}"
+        "docs/alerts.md's metrics table and /metrics differ.\ndocs/alerts.md only: {only_in_readme:?}\n/metrics only: {only_exported:?}"
     );
 }
 

@@ -65,7 +65,7 @@ pub fn set_finished_conditions(
 }
 
 /// Condition type: the full result documents of the run's measured nodes are kept
-/// (ConfigMaps, see the README). False from the verdict until they are: the verdict is
+/// (ConfigMaps, see docs/signals.md). False from the verdict until they are: the verdict is
 /// written first, so it never waits for hundreds of log reads.
 pub const CONDITION_RESULTS_KEPT: &str = "ResultsKept";
 
