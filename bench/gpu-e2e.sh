@@ -44,7 +44,8 @@
 #                            binaries, else the packed ones)
 #
 # On a lent GPU host, one call with .device beside the repository (4 GPUs: every step).
-# E2E_BUDGET (default 540 s) bounds the whole run: every wait gives up in time for the
+# E2E_CLEAN_REPEATS=N runs the clean test N times (run-now) and keeps every verdict, so that
+# bench/e2e-compare.py compares medians. E2E_BUDGET (default 540 s) bounds the whole run: every wait gives up in time for the
 # report to be written. E2E_KEEP=1 keeps the cluster up at the end, until Ctrl-C, and prints
 # its KUBECONFIG. NVLink multicast stays off (bench/lib.sh).
 set -u
