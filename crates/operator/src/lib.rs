@@ -271,8 +271,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         })
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
-            controller::test::reconcile,
-            |obj, err, ctx| controller::error_policy(controller::test::CONTROLLER, &ctx, err, &obj),
+            controller::fabrictest::reconcile,
+            |obj, err, ctx| {
+                controller::error_policy(controller::fabrictest::CONTROLLER, &ctx, err, &obj)
+            },
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));

@@ -1,7 +1,7 @@
 //! What the FabricTest controller does after it folds a finished run, decided with no
 //! client once the run's nodes are observed: the quarantine plan and why, whether the
 //! run's node signals and trend points are written, and the confirmation run to create.
-//! `super::test::fold` (`quarantine_after`) observes, asks [`plan`], and carries the plan out.
+//! `super::fabrictest::fold` (`quarantine_after`) observes, asks [`plan`], and carries the plan out.
 
 use crate::error::Result;
 use crate::runs;
