@@ -26,7 +26,7 @@ pub use repairs::repairs_on_hold;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::quarantine::{self, Decision, Guarded};
+use crate::quarantine::{self, Guarded, NodeChange};
 use crate::time::now;
 use gpufabric_api::keys;
 use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth, TakenBack};
@@ -132,8 +132,8 @@ pub async fn carry_out(
             LifeStep::ClearRepaired { node, then } => {
                 let cleared =
                     quarantine::guarded(&nodes, &node, |n| match gate::clear_repaired(n) {
-                        Some(p) => Decision::Patch(p, ()),
-                        None => Decision::Keep(()),
+                        Some(p) => NodeChange::Patch(p, ()),
+                        None => NodeChange::Keep(()),
                     })
                     .await;
                 if let Err(e) = cleared {
@@ -144,8 +144,8 @@ pub async fn carry_out(
             }
             LifeStep::OpenGate { node, opened, held } => {
                 let outcome = quarantine::guarded(&nodes, &node, |n| match gate::open(n) {
-                    Ok(p) => Decision::Patch(p, None),
-                    Err(kept) => Decision::Keep(Some(kept)),
+                    Ok(p) => NodeChange::Patch(p, None),
+                    Err(kept) => NodeChange::Keep(Some(kept)),
                 })
                 .await;
                 match outcome {
@@ -226,8 +226,8 @@ pub async fn gate_new_nodes(test: &FabricTest, ctx: &Context, status: &FabricTes
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     for name in joined {
         let closed = quarantine::guarded(&nodes, &name, |n| match gate::close(n, &key) {
-            Some(p) => Decision::Patch(p, ()),
-            None => Decision::Keep(()),
+            Some(p) => NodeChange::Patch(p, ()),
+            None => NodeChange::Keep(()),
         })
         .await;
         match closed {
