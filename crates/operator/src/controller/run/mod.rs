@@ -6,7 +6,6 @@
 //! re-read from the API server and its caches, so a restarted operator resumes a run where
 //! it was.
 
-
 use crate::error::Result;
 use crate::shards;
 use gpufabric_api::run::FabricTestRun;

@@ -145,15 +145,21 @@ fn quarantines_older_than_the_window_are_forgotten_and_make_no_offender() {
     assert!(status.repeat_offenders.is_empty());
 }
 
-#[test]
-fn a_passed_repair_takes_the_annotation_off_and_clears_the_record() {
+/// A repeat offender the test holds, back from repair, and a run that gave it `verdict`.
+fn repaired_offender(verdict: NodeVerdict) -> (FabricTestStatus, Case<'static>) {
     let times = ["2026-11-21T01:00:00Z", "2026-11-21T02:00:00Z"];
-    let mut status = FabricTestStatus {
+    let status = FabricTestStatus {
         nodes: vec![history("fixed", true, &times)],
         ..FabricTestStatus::default()
     };
-    let mut case = Case::new(vec![result("fixed", NodeVerdict::Passed)]);
+    let mut case = Case::new(vec![result("fixed", verdict)]);
     case.repaired = &["fixed"];
+    (status, case)
+}
+
+#[test]
+fn a_passed_repair_takes_the_annotation_off_and_clears_the_record() {
+    let (mut status, mut case) = repaired_offender(NodeVerdict::Passed);
     case.outcome = outcome(&[("fixed", quarantine::Action::Released)]);
     let steps = case.plan(&mut status);
     let [LifeStep::ClearRepaired { node, then }] = steps.as_slice() else {
@@ -169,13 +175,7 @@ fn a_passed_repair_takes_the_annotation_off_and_clears_the_record() {
 
 #[test]
 fn a_repair_passed_while_the_breaker_is_open_keeps_its_annotation_and_its_record() {
-    let times = ["2026-11-21T01:00:00Z", "2026-11-21T02:00:00Z"];
-    let mut status = FabricTestStatus {
-        nodes: vec![history("fixed", true, &times)],
-        ..FabricTestStatus::default()
-    };
-    let mut case = Case::new(vec![result("fixed", NodeVerdict::Passed)]);
-    case.repaired = &["fixed"];
+    let (mut status, mut case) = repaired_offender(NodeVerdict::Passed);
     case.breaker_open = true;
     let steps = case.plan(&mut status);
     assert_eq!(reasons(&steps), [("note", "RepairWaiting")]);
@@ -185,13 +185,7 @@ fn a_repair_passed_while_the_breaker_is_open_keeps_its_annotation_and_its_record
 
 #[test]
 fn a_failed_repair_takes_the_annotation_off_with_a_warning_and_keeps_the_record() {
-    let times = ["2026-11-21T01:00:00Z", "2026-11-21T02:00:00Z"];
-    let mut status = FabricTestStatus {
-        nodes: vec![history("fixed", true, &times)],
-        ..FabricTestStatus::default()
-    };
-    let mut case = Case::new(vec![result("fixed", NodeVerdict::Failed)]);
-    case.repaired = &["fixed"];
+    let (mut status, case) = repaired_offender(NodeVerdict::Failed);
     let steps = case.plan(&mut status);
     let [LifeStep::ClearRepaired { then, .. }] = steps.as_slice() else {
         panic!("the annotation taken off: {steps:?}");
