@@ -121,13 +121,8 @@ fn stopped_text(signal: &str, phase: Option<&str>, last: Option<&str>) -> String
 
 /// Cuts `text` to Kubernetes' limit on a termination message, on a character boundary.
 fn cut_to_limit(text: &mut String) {
-    if text.len() > keys::TERMINATION_MESSAGE_LIMIT {
-        let mut end = keys::TERMINATION_MESSAGE_LIMIT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
+    let end = gpufabric_api::text::prefix(text, keys::TERMINATION_MESSAGE_LIMIT).len();
+    text.truncate(end);
 }
 
 fn write_termination_message(text: &str, warn: bool) {
@@ -160,11 +155,7 @@ fn write_termination_message(text: &str, warn: bool) {
 /// The first half of a text: what a writer killed mid-write leaves behind (never valid JSON
 /// for an object).
 fn truncated(text: &str) -> String {
-    let mut end = text.len() / 2;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    gpufabric_api::text::prefix(text, text.len() / 2).to_string()
 }
 
 /// Where the full document and the verdict go besides the termination message.

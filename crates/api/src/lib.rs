@@ -26,6 +26,7 @@ pub mod standing;
 pub mod standings;
 pub mod suite;
 pub mod test;
+pub mod text;
 pub mod trend;
 pub mod validate;
 

@@ -98,14 +98,7 @@ impl QuarantineRecord {
 
     /// A reason cut to [`MAX_REASON_LEN`] bytes on a character boundary.
     pub fn short_reason(reason: &str) -> String {
-        if reason.len() <= MAX_REASON_LEN {
-            return reason.to_string();
-        }
-        let mut end = MAX_REASON_LEN - 3;
-        while !reason.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}...", &reason[..end])
+        crate::text::cut(reason, MAX_REASON_LEN)
     }
 }
 

@@ -128,15 +128,9 @@ pub fn bound_pairs(pairs: &mut [crate::pair::PairRecord]) {
 
 /// Cuts `text` to at most `max` bytes on a character boundary, marking the cut with `...`.
 pub fn cut(text: &mut String, max: usize) {
-    if text.len() <= max {
-        return;
+    if text.len() > max {
+        *text = crate::text::cut(text, max);
     }
-    let mut end = max.saturating_sub(3);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text.truncate(end);
-    text.push_str("...");
 }
 
 /// Number of shards of a run over `nodes` nodes.

@@ -325,7 +325,7 @@ fn finding(
 }
 
 /// A bandwidth or time for a sentence: no decimals from 100 up, one below.
-fn num(x: f64) -> String {
+fn tenths_below_100(x: f64) -> String {
     if x.abs() >= 100.0 {
         format!("{x:.0}")
     } else {

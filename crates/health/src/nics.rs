@@ -110,8 +110,8 @@ fn slow_ports(node: &str, ports: &[NicPort]) -> Vec<Finding> {
                     format!(
                         "{} trained at {} Gb/s, {faster} of its sibling ports at {} Gb/s: reseat or replace the cable or transceiver",
                         p.name(),
-                        num(rate),
-                        num(best)
+                        tenths_unless_whole(rate),
+                        tenths_unless_whole(best)
                     ),
                 )
                 .with_evidence(rate, best, "Gb/s", ExpectationSource::Node),
@@ -221,7 +221,8 @@ pub fn next_record(
     }
 }
 
-fn num(x: f64) -> String {
+/// A figure for a sentence: whole when it is whole, else one decimal.
+fn tenths_unless_whole(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
     } else {

@@ -338,7 +338,7 @@ fn socket_fallbacks(
                         "node pair {} <-> {}: NCCL fell back to sockets between them (busbw {} GB/s) though both use {fleet} with other partners: check the path between them",
                         p.a,
                         p.b,
-                        num(p.busbw)
+                        tenths_below_10(p.busbw)
                     ),
                 )
             });
@@ -395,7 +395,7 @@ fn slow_nodes(
                     partners(own.len()),
                     range(&bw),
                     below(measured, expected),
-                    num(expected)
+                    tenths_below_10(expected)
                 ),
             )
             .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet),
@@ -435,9 +435,9 @@ fn pair_finding(p: &PairObservation, expected: f64, against: &str, meaning: &str
             "node pair {} <-> {}: NCCL busbw {} GB/s, {} {against} (median {} GB/s){meaning}",
             p.a,
             p.b,
-            num(p.busbw),
+            tenths_below_10(p.busbw),
             below(p.busbw, expected),
-            num(expected)
+            tenths_below_10(expected)
         ),
     )
     .with_evidence(p.busbw, expected, "GB/s", ExpectationSource::Fleet)
@@ -451,11 +451,11 @@ fn partners(n: usize) -> String {
     }
 }
 
-/// `41-44` or `41` when all are equal (rounded as [`num`]).
+/// `41-44` or `41` when all are equal (rounded as [`tenths_below_10`]).
 fn range(values: &[f64]) -> String {
     let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let (lo, hi) = (num(lo), num(hi));
+    let (lo, hi) = (tenths_below_10(lo), tenths_below_10(hi));
     if lo == hi { lo } else { format!("{lo}-{hi}") }
 }
 
@@ -468,8 +468,8 @@ fn below(measured: f64, expected: f64) -> String {
     format!("{pct:.0}% below")
 }
 
-/// No decimals from 10 up, one below.
-fn num(x: f64) -> String {
+/// A bandwidth for a sentence: no decimals from 10 up, one below.
+fn tenths_below_10(x: f64) -> String {
     if x.abs() >= 10.0 {
         format!("{x:.0}")
     } else {

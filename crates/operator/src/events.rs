@@ -232,14 +232,7 @@ pub fn event_name(regarding: &str, nanos: i128) -> String {
 
 /// `note` cut to [`MAX_NOTE`] bytes (on a character boundary), marked with "..." when cut.
 pub fn truncate_note(note: &str) -> String {
-    if note.len() <= MAX_NOTE {
-        return note.to_string();
-    }
-    let mut end = MAX_NOTE - 3;
-    while !note.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &note[..end])
+    gpufabric_api::text::cut(note, MAX_NOTE)
 }
 
 #[cfg(test)]

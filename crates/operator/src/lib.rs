@@ -113,7 +113,6 @@ fn context(
     options: &Options,
     metrics: Arc<metrics::Metrics>,
     caches: Caches,
-    departed: Arc<departed::Departed>,
     synced: tokio::sync::watch::Receiver<bool>,
 ) -> Arc<Context> {
     let events = events::Events::new(
@@ -131,18 +130,11 @@ fn context(
         pods: caches.pods,
         runs: caches.runs,
         shards: caches.shards,
-        departed,
         shard_writes: Default::default(),
-        pod_namespace: options.pod_namespace.clone(),
         backoff: Default::default(),
         synced,
-        agent_image: options.agent_image.clone(),
-        pod_defaults: options.pod_defaults.clone(),
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
-        start_lock: Default::default(),
-        keeper: Arc::new(crate::controller::run::keeper::Keeper::new()),
-        passes: Default::default(),
     })
 }
 
@@ -239,14 +231,14 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         runs: run_store.clone(),
         shards: shard_store.clone(),
     };
-    let ctx = context(
-        &client,
-        &options,
-        metrics.clone(),
-        caches,
+    let ctx = context(&client, &options, metrics.clone(), caches, synced_rx);
+    let run_ctx = Arc::new(controller::run::RunContext::new(
+        ctx.clone(),
         departed,
-        synced_rx,
-    );
+        options.pod_namespace.clone(),
+        options.agent_image.clone(),
+        options.pod_defaults.clone(),
+    ));
 
     let shutdown = shutdown_signal()?;
     let config = ControllerConfig::default().debounce(Duration::from_millis(500));
@@ -258,8 +250,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
             controller::run::reconcile,
-            |obj, err, ctx| controller::error_policy(controller::run::CONTROLLER, &ctx, err, &obj),
-            ctx.clone(),
+            |obj, err, ctx| {
+                controller::error_policy(controller::run::CONTROLLER, &ctx.shared, err, &obj)
+            },
+            run_ctx,
         )
         .for_each(|_| futures::future::ready(()));
     let test_controller = Controller::for_shared_stream(test_sub, test_store.clone())
@@ -271,8 +265,10 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         })
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
-            controller::test::reconcile,
-            |obj, err, ctx| controller::error_policy(controller::test::CONTROLLER, &ctx, err, &obj),
+            controller::fabrictest::reconcile,
+            |obj, err, ctx| {
+                controller::error_policy(controller::fabrictest::CONTROLLER, &ctx, err, &obj)
+            },
             ctx.clone(),
         )
         .for_each(|_| futures::future::ready(()));

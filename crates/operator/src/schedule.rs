@@ -21,7 +21,7 @@ pub struct Schedule {
 
 /// What the schedule says at `now`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub struct ScheduleAt {
     /// The schedule time to start a run for now, if any.
     pub due: Option<DateTime<Utc>>,
     /// Schedule times that passed since the last run, `due` included (counted up to
@@ -70,7 +70,7 @@ impl Schedule {
         created: DateTime<Utc>,
         starting_deadline_seconds: Option<i64>,
         now: DateTime<Utc>,
-    ) -> Decision {
+    ) -> ScheduleAt {
         let mut earliest = last_schedule.unwrap_or(created);
         if let Some(deadline) = starting_deadline_seconds {
             let window_start = now - Duration::seconds(deadline.max(0));
@@ -79,7 +79,7 @@ impl Schedule {
             }
         }
         let next = self.next_after(now);
-        let none = Decision {
+        let none = ScheduleAt {
             due: None,
             missed: 0,
             too_many_missed: false,
@@ -109,7 +109,7 @@ impl Schedule {
         }
         let too_late =
             starting_deadline_seconds.is_some_and(|d| latest + Duration::seconds(d.max(0)) < now);
-        Decision {
+        ScheduleAt {
             due: (!too_late).then_some(latest),
             missed,
             too_many_missed: missed > TOO_MANY_MISSED,

@@ -282,6 +282,7 @@ mod tests {
             remove_legacy: false,
             metadata: metadata.map(|m| m.to_string()),
             suspect_taint_owner: None,
+            resource_version: None,
         }
     }
 

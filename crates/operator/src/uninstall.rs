@@ -417,7 +417,7 @@ async fn release_here(
     test: &FabricTest,
 ) -> anyhow::Result<Vec<String>> {
     let released =
-        gpufabric_operator::controller::test::release(client, events, metrics, test).await?;
+        gpufabric_operator::controller::fabrictest::release(client, events, metrics, test).await?;
     let finalizers: Vec<&String> = test
         .finalizers()
         .iter()

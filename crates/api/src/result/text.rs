@@ -5,9 +5,5 @@ pub(super) fn cut(message: &str, max: usize) -> String {
     if message.len() <= max {
         return message.to_string();
     }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
+    format!("{}…", crate::text::prefix(message, max))
 }

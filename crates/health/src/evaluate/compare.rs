@@ -3,7 +3,7 @@
 use super::gpu_pairs::blame;
 use super::node::drop_explained_slowness;
 use super::stats::{NodeStats, SeriesKey};
-use super::{how_far, num};
+use super::{how_far, tenths_below_100};
 use crate::fleet::{self, Better, Rule};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::policy::Thresholds;
@@ -153,8 +153,8 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
         )
     } else {
         (
-            format!("{} {unit}", num(o.value)),
-            format!("{} {unit}", num(o.median)),
+            format!("{} {unit}", tenths_below_100(o.value)),
+            format!("{} {unit}", tenths_below_100(o.median)),
         )
     };
     // Host-launched small sizes time the launching CPU as much as the GPUs: one 4 x H200
@@ -219,10 +219,10 @@ fn pair_findings(s: &NodeStats, metric: Metric, bad: &PairOutliers) -> Vec<Findi
             Severity::Critical,
             format!(
                 "{at}: {what} {} GB/s, {} the same GPU pairs on {count} comparable {} nodes ({} GB/s); check the NVLink or PCIe path (nvidia-smi topo -m, nvidia-smi nvlink -s).",
-                num(measured),
+                tenths_below_100(measured),
                 how_far(measured, expected),
                 s.product,
-                num(expected)
+                tenths_below_100(expected)
             ),
         )
         .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet)

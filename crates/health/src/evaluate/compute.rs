@@ -5,7 +5,7 @@
 //! power, temperature and throttle reasons read under load.
 
 use super::stats::{NodeStats, SeriesKey};
-use super::{how_far, num};
+use super::{how_far, tenths_below_100};
 use crate::fleet;
 use crate::profiles::Expectations;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
@@ -140,10 +140,10 @@ fn check_rate(
                     format!(
                         "Every GPU on {node} is slow alike: {} median {} {unit}, {} the product's floor ({} {unit}; the slowest GPU {} {unit}{}). Look for what they share: power capping, cooling, clocks locked low, or the driver (nvidia-smi -q -d PERFORMANCE,CLOCK,POWER).",
                         rate.what,
-                        num(median),
+                        tenths_below_100(median),
                         how_far(median, floor),
-                        num(floor),
-                        num(worst),
+                        tenths_below_100(floor),
+                        tenths_below_100(worst),
                         under_load(c),
                         unit = rate.unit
                     ),
@@ -163,12 +163,20 @@ fn check_rate(
             Some(f) if !slow_vs_node || f > median => (
                 f,
                 ExpectationSource::Profile,
-                format!("the product's floor ({} {})", num(f), rate.unit),
+                format!(
+                    "the product's floor ({} {})",
+                    tenths_below_100(f),
+                    rate.unit
+                ),
             ),
             _ => (
                 median,
                 ExpectationSource::Node,
-                format!("the node's median GPU ({} {})", num(median), rate.unit),
+                format!(
+                    "the node's median GPU ({} {})",
+                    tenths_below_100(median),
+                    rate.unit
+                ),
             ),
         };
         let kind = if source == ExpectationSource::Node {
@@ -185,7 +193,7 @@ fn check_rate(
                 format!(
                     "GPU {gpu} on {node}: {} {} {}, {} {against}{}; {}.",
                     rate.what,
-                    num(*v),
+                    tenths_below_100(*v),
                     rate.unit,
                     how_far(*v, expected),
                     under_load(c),

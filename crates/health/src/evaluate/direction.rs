@@ -3,7 +3,7 @@
 //! to receive from every peer, is named as that GPU and side, not as the pairs it touches.
 
 use super::classify::{Missed, classify};
-use super::{how_far, num, source_words};
+use super::{how_far, source_words, tenths_below_100};
 use crate::fleet::{self, Rule};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::result::CompactResult;
@@ -186,7 +186,12 @@ pub(super) fn check_sides(
             .map(|(_, v)| *v)
             .collect::<Vec<f64>>();
         let contrast = fleet::median(&other_way)
-            .map(|v| format!(", while copies the other way reach {} GB/s", num(v)))
+            .map(|v| {
+                format!(
+                    ", while copies the other way reach {} GB/s",
+                    tenths_below_100(v)
+                )
+            })
             .unwrap_or_default();
         out.push(
             Finding::new(
@@ -196,9 +201,9 @@ pub(super) fn check_sides(
                 Severity::Critical,
                 format!(
                     "GPU {k} on {node} is slow on its {side}: {which} median {} GB/s, {} {against} ({} GB/s){contrast}; check {hint} (nvidia-smi nvlink -s -i {k}, nvidia-smi nvlink -gt d -i {k}).",
-                    num(measured_gbps),
+                    tenths_below_100(measured_gbps),
                     how_far(measured_gbps, expected),
-                    num(expected)
+                    tenths_below_100(expected)
                 ),
             )
             .with_evidence(measured_gbps, expected, "GB/s", source),
@@ -232,9 +237,9 @@ fn two_gpus_one_direction(
             Severity::Critical,
             format!(
                 "Copies from GPU {a} to GPU {b} on {node} reach {} GB/s, {} the {} GB/s of the other direction; GPU {a}'s sending side or GPU {b}'s receiving side is slow (with two GPUs the two cannot be told apart): check other work moving data between them and their NVLink ports (nvidia-smi nvlink -gt d -i {a}).",
-                num(measured),
+                tenths_below_100(measured),
                 how_far(measured, expected),
-                num(reverse)
+                tenths_below_100(reverse)
             ),
         )
         .with_evidence(measured, expected, "GB/s", source),

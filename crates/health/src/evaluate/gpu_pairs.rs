@@ -5,7 +5,7 @@ use super::classify::{Missed, classify};
 use super::direction;
 use super::perf::floor_of;
 use super::stats::{NodeStats, SeriesKey};
-use super::{how_far, num, source_words};
+use super::{how_far, source_words, tenths_below_100};
 use crate::fleet::{self, Rule};
 use crate::profiles::Expectations;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
@@ -267,10 +267,10 @@ fn every_pair_slow(
         format!(
             "Every GPU pair on {node} is slow: {} median {} GB/s, {} {} ({} GB/s); check NVLink and NVSwitch health (nvidia-smi nvlink -s, the fabric manager service).",
             set.what,
-            num(node_median),
+            tenths_below_100(node_median),
             how_far(node_median, floor),
             source_words(source, &format!("pair {}", set.what)),
-            num(floor)
+            tenths_below_100(floor)
         ),
     )
     .with_evidence(node_median, floor, "GB/s", source)
@@ -320,9 +320,9 @@ fn gpu_slow_to_every_peer(
         format!(
             "GPU {k} on {node} is slow to every other GPU: {} median {} GB/s, {} {against} ({} GB/s); check GPU {k}'s NVLink links (nvidia-smi nvlink -s -i {k}) and whether other work moves data through them.",
             set.what,
-            num(measured),
+            tenths_below_100(measured),
             how_far(measured, expected),
-            num(expected)
+            tenths_below_100(expected)
         ),
     )
     .with_evidence(measured, expected, "GB/s", source)
@@ -343,12 +343,15 @@ fn slow_pair(
         .unwrap_or(Missed::NodeMedian(node_median));
     let (expected, source) = missed.expectation();
     let against = match missed {
-        Missed::NodeFastest(f) => format!("the node's fastest pair ({} GB/s)", num(f)),
-        Missed::NodeMedian(m) => format!("the node's other pairs (median {} GB/s)", num(m)),
+        Missed::NodeFastest(f) => format!("the node's fastest pair ({} GB/s)", tenths_below_100(f)),
+        Missed::NodeMedian(m) => format!(
+            "the node's other pairs (median {} GB/s)",
+            tenths_below_100(m)
+        ),
         Missed::Floor(f, s) => format!(
             "{} ({} GB/s)",
             source_words(s, &format!("pair {}", set.what)),
-            num(f)
+            tenths_below_100(f)
         ),
     };
     Finding::new(
@@ -359,7 +362,7 @@ fn slow_pair(
         format!(
             "GPU {a} <-> GPU {b} on {node}: {} {} GB/s, {} {against}; check the NVLink links of both GPUs (nvidia-smi nvlink -s).",
             set.what,
-            num(v),
+            tenths_below_100(v),
             how_far(v, expected),
         ),
     )

@@ -1,7 +1,7 @@
 //! Per-node rules that need no comparison: identity, phase errors, NVML health, wrong results, NCCL transports.
 
 use super::gpu_pairs::blame;
-use super::{NodeInput, finding, num, phase_metric, phase_name, transport_name};
+use super::{NodeInput, finding, phase_metric, phase_name, tenths_below_100, transport_name};
 use crate::profiles::{self, Expectations};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::policy::Thresholds;
@@ -324,7 +324,7 @@ fn check_pcie(
                 Severity::Critical,
                 format!(
                     "host copies reach only {} GB/s; reseat the GPU or its riser and check the slot's BIOS link speed",
-                    num(best_host.unwrap_or(0.0))
+                    tenths_below_100(best_host.unwrap_or(0.0))
                 ),
             )
         } else {

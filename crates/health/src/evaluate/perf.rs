@@ -2,7 +2,7 @@
 //! scaling and stragglers.
 
 use super::stats::{NodeStats, SeriesKey};
-use super::{how_far, num, source_words};
+use super::{how_far, source_words, tenths_below_100};
 use crate::fleet;
 use crate::profiles::{self, Expectations};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
@@ -90,9 +90,9 @@ fn below_own_links(
             Metric::NcclBusBw,
             format!(
                 "{name} peak bus bandwidth on {node} is {} GB/s, {:.0}% of the {} GB/s its GPUs copy to each other (median pair, one way), where healthy nodes reach {:.0}%{}: the links carry more than {name} gets from them. Unless a GPU of this node is named slow, check NCCL_* settings (NCCL_P2P_DISABLE, NCCL_ALGO, NCCL_PROTO, NCCL_MAX_NCHANNELS), NCCL plugins and the transport NCCL chose (NCCL_DEBUG=INFO).",
-                num(c.peak_busbw),
+                tenths_below_100(c.peak_busbw),
                 100.0 * c.peak_busbw / pair,
-                num(pair),
+                tenths_below_100(pair),
                 100.0 * healthy,
                 sweep_words(c.largest_bytes)
             ),
@@ -123,7 +123,7 @@ fn links_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective) ->
         format!(
             "{} bus bandwidth on {node} ({} GB/s) not judged on this node alone: nothing says what its links carry (the health snapshot, which reads the NVLink topology, or the GPU-pair copies of a product with NVLink); keep suite.health and suite.gpuPairs on, or set thresholds.ncclBusBwGbps. A fleet of its kind still compares it.",
             c.collective.nccl_tests_name(),
-            num(c.peak_busbw)
+            tenths_below_100(c.peak_busbw)
         ),
     )
     .with_collective(c.collective);
@@ -173,7 +173,7 @@ fn bandwidth_not_judged(node: &str, c: &gpufabric_api::result::CompactCollective
             "all_reduce bus bandwidth on {node} not judged: the sweep's largest size is {}, below the {} at which busbw nears what the links carry (peak here {} GB/s); raise suite.ncclSweep.maxBytes (nccl-tests' sweep ends at 1 GiB) to judge it.",
             size_words(largest),
             size_words(min),
-            num(c.peak_busbw)
+            tenths_below_100(c.peak_busbw)
         ),
         in_mib(largest, min),
     )
@@ -189,8 +189,8 @@ fn ddp_not_judged(node: &str, ms: f64) -> Finding {
         Metric::DdpComputeTime,
         format!(
             "DDP probe on {node} not judged (stragglers, scaling): its GPUs computed {} ms a step, below the {} ms at which kernel launches stop setting the time; raise suite.ddpProbe.hidden, layers or batchPerGpu (defaults 8192, 8, 4096) to judge it.",
-            num(ms),
-            num(min)
+            tenths_below_100(ms),
+            tenths_below_100(min)
         ),
         (ms, min, "ms"),
     )
@@ -301,10 +301,10 @@ pub(super) fn check_nccl(
                             format!(
                                 "{} peak bus bandwidth on {node} is {} GB/s, {} {} ({} GB/s{}); check NVLink state and NCCL's transport (NCCL_DEBUG=INFO).",
                                 c.collective.nccl_tests_name(),
-                                num(c.peak_busbw),
+                                tenths_below_100(c.peak_busbw),
                                 how_far(c.peak_busbw, floor),
                                 source_words(source, "all_reduce bus bandwidth"),
-                                num(floor),
+                                tenths_below_100(floor),
                                 if source == ExpectationSource::Profile {
                                     sweep_words(c.largest_bytes)
                                 } else {
@@ -345,9 +345,9 @@ pub(super) fn check_nccl(
                         Metric::NcclLatency,
                         format!(
                             "all_reduce latency on {node} is {} µs, {} the spec's ceiling of {} µs; {}",
-                            num(latency),
+                            tenths_below_100(latency),
                             how_far(latency, ceiling),
-                            num(ceiling),
+                            tenths_below_100(ceiling),
                             if host_timed {
                                 "not failed: host-launched calls also time the launching CPU (suite.ncclSweep.graphLaunches times the GPUs alone, and then the ceiling fails the node)."
                             } else {
@@ -408,10 +408,10 @@ pub(super) fn check_host(
                         Severity::Critical,
                         format!(
                             "GPU {gpu} on {node}: {what} bandwidth {} GB/s, {} {} ({} GB/s); check the GPU's PCIe link (nvidia-smi -q -d PCI) and its NUMA placement.",
-                            num(*v),
+                            tenths_below_100(*v),
                             how_far(*v, floor),
                             source_words(source, "host bandwidth"),
-                            num(floor)
+                            tenths_below_100(floor)
                         ),
                     )
                     .with_evidence(*v, floor, "GB/s", source),
@@ -508,9 +508,9 @@ pub(super) fn check_ddp(
                     Severity::Critical,
                     format!(
                         "GPU {gpu} on {node} is a straggler: DDP compute time {} ms, {} the node's median ({} ms); every step waits for it: check its clocks, throttle reasons and power (nvidia-smi -q -d PERFORMANCE,CLOCK).",
-                        num(*v),
+                        tenths_below_100(*v),
                         how_far(*v, m),
-                        num(m)
+                        tenths_below_100(m)
                     ),
                 )
                 .with_evidence(*v, m, "ms", ExpectationSource::Node),

@@ -130,13 +130,17 @@ fn slope(ys: &[f64]) -> f64 {
     }
     let mean_x = (n - 1.0) / 2.0;
     let mean_y = ys.iter().sum::<f64>() / n;
-    let (mut num, mut den) = (0.0, 0.0);
+    let (mut tenths_below_100, mut den) = (0.0, 0.0);
     for (i, y) in ys.iter().enumerate() {
         let dx = i as f64 - mean_x;
-        num += dx * (y - mean_y);
+        tenths_below_100 += dx * (y - mean_y);
         den += dx * dx;
     }
-    if den == 0.0 { 0.0 } else { num / den }
+    if den == 0.0 {
+        0.0
+    } else {
+        tenths_below_100 / den
+    }
 }
 
 fn finding_metric(m: TrendMetric) -> (Metric, Option<Collective>) {

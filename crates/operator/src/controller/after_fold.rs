@@ -1,7 +1,7 @@
 //! What the FabricTest controller does after it folds a finished run, decided with no
 //! client once the run's nodes are observed: the quarantine plan and why, whether the
 //! run's node signals and trend points are written, and the confirmation run to create.
-//! `super::test::fold` (`quarantine_after`) observes, asks [`plan`], and carries the plan out.
+//! `super::fabrictest::fold` (`quarantine_after`) observes, asks [`plan`], and carries the plan out.
 
 use crate::error::Result;
 use crate::runs;
@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// executor carries it out: open the breaker on a storm (`decision.plan.storm`), execute
 /// the quarantine plan and write its outcome into the status, the lifecycle's steps, then
 /// (when `publish`) the node signals and the trend points, and last the confirmation run.
+/// The lifecycle's steps are planned from the quarantine's outcome, which only the
+/// executor knows, by [`crate::lifecycle::after_run::plan`] (pure as well), and carried out
+/// by [`crate::lifecycle::carry_out`], which decides nothing.
 ///
 /// The node signals themselves are decided when they are written, not here: they are read
 /// from the status after the quarantine outcome and the lifecycle changed it, and from the

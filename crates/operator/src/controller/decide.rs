@@ -58,7 +58,7 @@ impl Note {
 
 /// What to do about starting runs, decided at one instant.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Decision {
+pub struct StartPlan {
     /// The run to start now.
     pub start: Option<Start>,
     /// Delete the active runs before starting (concurrencyPolicy Replace).
@@ -104,7 +104,7 @@ pub fn decide(
     status: &FabricTestStatus,
     active: &[&FabricTestRun],
     now: DateTime<Utc>,
-) -> Decision {
+) -> StartPlan {
     let name = test.name_any();
     let created = test
         .metadata
@@ -112,7 +112,7 @@ pub fn decide(
         .as_ref()
         .map(to_chrono)
         .unwrap_or(now);
-    let mut d = Decision::default();
+    let mut d = StartPlan::default();
     if test.annotations().contains_key(keys::ANNOTATION_RUN_NOW) {
         let rv = test.resource_version().unwrap_or_default();
         let candidate = Start {
@@ -178,7 +178,7 @@ pub fn decide(
     d
 }
 
-impl Decision {
+impl StartPlan {
     /// Start `candidate` if the concurrency policy admits it; else say why it waits with
     /// the note `waits` makes from the name of the active run.
     fn admit(
@@ -362,7 +362,7 @@ pub(super) mod tests {
         status: &FabricTestStatus,
         active: &[&FabricTestRun],
         now: DateTime<Utc>,
-    ) -> Decision {
+    ) -> StartPlan {
         let schedule = validated_schedule(t).expect("valid spec");
         decide(t, schedule.as_ref(), status, active, now)
     }
@@ -384,7 +384,7 @@ pub(super) mod tests {
         assert_eq!(start.name, format!("nightly-{}", at(1, 0).timestamp() / 60));
         // Once only.
         let d = decide_at(&t, &ran_at(at(1, 0)), &[], at(3, 0));
-        assert_eq!(d, Decision::default());
+        assert_eq!(d, StartPlan::default());
     }
 
     #[test]
@@ -461,12 +461,12 @@ pub(super) mod tests {
         t.spec.suspend = true;
         assert_eq!(
             decide_at(&t, &ran_at(at(1, 0)), &[], at(2, 0)),
-            Decision::default()
+            StartPlan::default()
         );
         t.spec.schedule = None;
         assert_eq!(
             decide_at(&t, &FabricTestStatus::default(), &[], at(2, 0)),
-            Decision::default()
+            StartPlan::default()
         );
     }
 

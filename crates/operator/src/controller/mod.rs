@@ -4,12 +4,12 @@
 pub mod after_fold;
 pub mod backoff;
 pub mod decide;
+pub mod fabrictest;
 #[cfg(test)]
 pub(crate) mod fake_api;
 #[cfg(test)]
 mod reconcile_tests;
 pub mod run;
-pub mod test;
 
 use crate::context::Context;
 use crate::error::Error;

@@ -2,7 +2,7 @@
 //! reconcile makes, in which order, with which bodies, and what it returns.
 
 use super::fake_api::{Expect, Transcript, client, serve, status};
-use super::{error_policy, test as ft};
+use super::{error_policy, fabrictest as ft};
 use crate::context::Context;
 use crate::error::Error;
 use crate::time::to_time;

@@ -153,7 +153,7 @@ impl Settled {
 
 /// The next step of the probe.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum ProbeStep {
     CreateRank0,
     /// Create every other rank's pod, joining rank 0 at `ip`.
     CreateOthers {
@@ -167,17 +167,22 @@ pub enum Step {
 
 /// The next step for the probe in `state` whose pods stand as `pods` (by rank) on `nodes`;
 /// `past_deadline`: its deadline has passed.
-pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadline: bool) -> Step {
+pub fn decide(
+    state: PairState,
+    pods: &[ProbePod],
+    nodes: &[String],
+    past_deadline: bool,
+) -> ProbeStep {
     if state.is_final() || pods.is_empty() {
-        return Step::Wait;
+        return ProbeStep::Wait;
     }
     let node = |i: usize| nodes.get(i).map_or("?", String::as_str);
     let others = &pods[1..];
     let absent = others.iter().position(|p| matches!(p, RankPod::Absent));
     match &pods[0] {
-        RankPod::Absent if state == PairState::Pending => return Step::CreateRank0,
+        RankPod::Absent if state == PairState::Pending => return ProbeStep::CreateRank0,
         RankPod::Absent => {
-            return Step::Stop(Settled::not_measured(format!(
+            return ProbeStep::Stop(Settled::not_measured(format!(
                 "the rank-0 pod on {} is gone",
                 node(0)
             )));
@@ -185,19 +190,19 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
         RankPod::Ended(e0) => {
             let all_ended = others.iter().all(|p| matches!(p, RankPod::Ended(_)));
             if all_ended || state != PairState::Joined {
-                return Step::Settle(outcome(e0, others));
+                return ProbeStep::Settle(outcome(e0, others));
             }
             if past_deadline {
-                return Step::Stop(with_stuck_rank(outcome(e0, others), others, &node));
+                return ProbeStep::Stop(with_stuck_rank(outcome(e0, others), others, &node));
             }
-            return Step::Wait;
+            return ProbeStep::Wait;
         }
         _ => {}
     }
     if state == PairState::Joined
         && let Some(i) = absent
     {
-        return Step::Stop(Settled::not_measured(format!(
+        return ProbeStep::Stop(Settled::not_measured(format!(
             "the rank-{} pod on {} is gone",
             i + 1,
             node(i + 1)
@@ -206,13 +211,13 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
     if !past_deadline {
         return match (state, pods[0].ip()) {
             (PairState::Listening, Some(ip)) if absent.is_some() => {
-                Step::CreateOthers { ip: ip.to_string() }
+                ProbeStep::CreateOthers { ip: ip.to_string() }
             }
-            _ => Step::Wait,
+            _ => ProbeStep::Wait,
         };
     }
     if state == PairState::Joined && pods.iter().all(|p| matches!(p, RankPod::Running { .. })) {
-        return Step::Stop(Settled::errored(
+        return ProbeStep::Stop(Settled::errored(
             "every rank was still running at the probe's deadline (a hang in NCCL between the nodes?)",
         ));
     }
@@ -232,7 +237,7 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
                 _ => None,
             })
             .map(|m| format!("another rank: {m}"));
-        return Step::Stop(Settled::not_measured(still_running(
+        return ProbeStep::Stop(Settled::not_measured(still_running(
             0,
             node(0),
             "probe",
@@ -243,7 +248,7 @@ pub fn decide(state: PairState, pods: &[ProbePod], nodes: &[String], past_deadli
         .iter()
         .position(|p| matches!(p, RankPod::Waiting { .. } | RankPod::Absent))
         .unwrap_or(0);
-    Step::Stop(Settled::not_measured(format!(
+    ProbeStep::Stop(Settled::not_measured(format!(
         "the pod on {} never started before the probe's deadline",
         node(waiting)
     )))

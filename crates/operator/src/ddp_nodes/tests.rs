@@ -87,17 +87,20 @@ fn rank_0_first_then_every_other_rank_once_it_has_an_ip() {
     let absent = vec![RankPod::Absent; 4];
     assert_eq!(
         decide(PairState::Pending, &absent, &n, false),
-        Step::CreateRank0
+        ProbeStep::CreateRank0
     );
     let mut pods = absent.clone();
     pods[0] = RankPod::Waiting { ip: None };
-    assert_eq!(decide(PairState::Listening, &pods, &n, false), Step::Wait);
+    assert_eq!(
+        decide(PairState::Listening, &pods, &n, false),
+        ProbeStep::Wait
+    );
     pods[0] = RankPod::Waiting {
         ip: Some("10.0.0.7".into()),
     };
     assert_eq!(
         decide(PairState::Listening, &pods, &n, false),
-        Step::CreateOthers {
+        ProbeStep::CreateOthers {
             ip: "10.0.0.7".into()
         }
     );
@@ -107,18 +110,21 @@ fn rank_0_first_then_every_other_rank_once_it_has_an_ip() {
         running("b"),
         running("c"),
     ];
-    assert_eq!(decide(PairState::Joined, &joined, &n, false), Step::Wait);
+    assert_eq!(
+        decide(PairState::Joined, &joined, &n, false),
+        ProbeStep::Wait
+    );
 }
 
 #[test]
 fn rank_0_s_document_settles_the_probe_once_every_rank_ended() {
     let n = nodes(4);
     let mut pods = vec![ended(doc(4)), running("a"), running("b"), running("c")];
-    assert_eq!(decide(PairState::Joined, &pods, &n, false), Step::Wait);
+    assert_eq!(decide(PairState::Joined, &pods, &n, false), ProbeStep::Wait);
     for p in &mut pods[1..] {
         *p = ended(doc(4));
     }
-    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+    let ProbeStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
         panic!("settles");
     };
     assert_eq!(s.state, PairState::Measured);
@@ -150,7 +156,7 @@ fn a_rank_that_never_arrived_or_was_not_admitted_is_not_measured() {
         ended(lost),
         RankPod::Ended(RankEnd::Failed("exit 3".into())),
     ];
-    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+    let ProbeStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
         panic!("settles");
     };
     assert_eq!(s.state, PairState::NotMeasured);
@@ -169,7 +175,7 @@ fn a_rank_that_never_arrived_or_was_not_admitted_is_not_measured() {
         RankPod::Ended(RankEnd::Failed("exit 3".into())),
         running("c"),
     ];
-    let Step::Stop(s) = decide(PairState::Joined, &pods, &nodes(3), true) else {
+    let ProbeStep::Stop(s) = decide(PairState::Joined, &pods, &nodes(3), true) else {
         panic!("stops");
     };
     assert_eq!(s.state, PairState::NotMeasured);
@@ -185,7 +191,7 @@ fn a_rank_that_never_arrived_or_was_not_admitted_is_not_measured() {
         RankPod::Ended(RankEnd::NotMeasured("evicted".into())),
         RankPod::Absent,
     ];
-    let Step::Settle(s) = decide(PairState::Listening, &pods, &n, false) else {
+    let ProbeStep::Settle(s) = decide(PairState::Listening, &pods, &n, false) else {
         panic!("settles");
     };
     assert_eq!(s.state, PairState::NotMeasured);
@@ -201,20 +207,20 @@ fn errors_hangs_and_pods_that_never_started_at_the_deadline() {
         message: "ncclAllReduce failed".into(),
     });
     let pods = vec![ended(bad), ended(doc(2))];
-    let Step::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+    let ProbeStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
         panic!("settles");
     };
     assert_eq!(s.state, PairState::Errored);
     assert!(s.message.is_some_and(|m| m.contains("ncclAllReduce")));
 
     let hung = vec![running("a"), running("b")];
-    let Step::Stop(s) = decide(PairState::Joined, &hung, &n, true) else {
+    let ProbeStep::Stop(s) = decide(PairState::Joined, &hung, &n, true) else {
         panic!("stops");
     };
     assert_eq!(s.state, PairState::Errored);
 
     let stuck = vec![running("a"), RankPod::Waiting { ip: None }];
-    let Step::Stop(s) = decide(PairState::Joined, &stuck, &n, true) else {
+    let ProbeStep::Stop(s) = decide(PairState::Joined, &stuck, &n, true) else {
         panic!("stops");
     };
     assert_eq!(s.state, PairState::NotMeasured);
@@ -228,7 +234,7 @@ fn errors_hangs_and_pods_that_never_started_at_the_deadline() {
         message: "rank 0 (gpu-00) did not arrive within 40 s".into(),
     });
     let rank0_stuck = vec![running("a"), ended(left)];
-    let Step::Stop(s) = decide(PairState::Joined, &rank0_stuck, &n, true) else {
+    let ProbeStep::Stop(s) = decide(PairState::Joined, &rank0_stuck, &n, true) else {
         panic!("stops");
     };
     assert_eq!(s.state, PairState::NotMeasured);
@@ -242,7 +248,7 @@ fn errors_hangs_and_pods_that_never_started_at_the_deadline() {
     );
 
     let gone = vec![running("a"), RankPod::Absent];
-    let Step::Stop(s) = decide(PairState::Joined, &gone, &n, false) else {
+    let ProbeStep::Stop(s) = decide(PairState::Joined, &gone, &n, false) else {
         panic!("stops");
     };
     assert!(

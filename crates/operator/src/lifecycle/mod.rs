@@ -1,7 +1,8 @@
 //! A node's whole life, beyond the schedule: nodes that join behind the validation gate,
 //! nodes back from repair, quarantines a person lifted, repeat offenders, and node
 //! conditions other tools set. The FabricTest controller calls in here; the pure decisions
-//! are in [`targets`] and [`gate`], the node changes go through
+//! are in [`targets`], [`gate`] and [`after_run`] (what follows a folded run), and
+//! [`carry_out`] performs the last one's steps; the node changes go through
 //! [`crate::quarantine::guarded`].
 //!
 //! States of a node, as one FabricTest sees it, and what moves it:
@@ -15,6 +16,7 @@
 //! - **taken back**: a person lifted the quarantine; the test no longer holds the node and
 //!   tests it at once as back from repair; a failure quarantines it again.
 
+pub mod after_run;
 pub mod gate;
 pub mod rejoin;
 pub mod repairs;
@@ -24,15 +26,14 @@ pub use repairs::repairs_on_hold;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::quarantine::{self, Decision, Guarded, Outcome};
+use crate::quarantine::{self, Guarded, NodeChange};
 use crate::time::now;
 use gpufabric_api::keys;
-use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict, Trigger};
 use gpufabric_api::test::{FabricTest, FabricTestStatus, NodeHealth, TakenBack};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The entry of `node` in the test's history, made when there is none.
 pub(crate) fn entry<'s>(status: &'s mut FabricTestStatus, node: &str) -> &'s mut NodeHealth {
@@ -113,266 +114,76 @@ pub async fn hand_back(
     Ok(errors.is_empty())
 }
 
-/// What a folded run means for the nodes' lives, after the quarantine executor ran: the
-/// repeat-offender record of each node it quarantined, the repair of each repaired node it
-/// measured (the annotation goes; a released one starts with a clean record), the gate of
-/// each gated node it passed (opened) or failed (kept), and an Event for the targets it did
-/// not measure. `repaired`: the nodes that carried the repaired annotation as the planner
-/// saw them; with `breaker_open`, a repair the plan could not release is kept for the
-/// reset. False when a node could not be changed.
-#[allow(clippy::too_many_arguments)]
-pub async fn after_quarantine(
+/// Carries out the lifecycle's plan after a folded run ([`after_run::plan`]): each step in
+/// order, every node change a resourceVersion-guarded patch, and the repeat offenders'
+/// metric from `status`. Decides nothing. False when a node could not be changed.
+pub async fn carry_out(
     test: &FabricTest,
-    run: &FabricTestRun,
-    results: &[NodeRunResult],
-    repaired: &BTreeSet<String>,
-    outcome: &Outcome,
-    breaker_open: bool,
-    status: &mut FabricTestStatus,
+    steps: Vec<after_run::LifeStep>,
+    status: &FabricTestStatus,
     ctx: &Context,
 ) -> bool {
-    let at = now();
-    let run_name = run.name_any();
-    let test_ref = test.object_ref(&());
-    let key = test.name_any();
+    use after_run::LifeStep;
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let mut all_applied = true;
-
-    for node in outcome.nodes_with(quarantine::Action::Quarantined) {
-        let e = entry(status, &node);
-        if gpufabric_health::history::note_quarantine(e, at.clone(), &test.spec.quarantine) {
-            let message = format!(
-                "quarantined {} times within {} hours by FabricTest {key}: a repeat offender; passing runs no longer release it, a repair ({}) does",
-                e.quarantine_times.len(),
-                test.spec.quarantine.repeat_offender_window_hours,
-                keys::ANNOTATION_REPAIRED
-            );
-            publish_on_node(ctx, &nodes, &node, true, "RepeatOffender", message).await;
-        }
-    }
-    for h in &mut status.nodes {
-        gpufabric_health::history::forget_old_quarantines(h, &at, &test.spec.quarantine);
-    }
-    let released: BTreeSet<String> = outcome
-        .nodes_with(quarantine::Action::Released)
-        .into_iter()
-        .collect();
-
-    let verdicts: BTreeMap<&str, NodeVerdict> = results
-        .iter()
-        .map(|r| (r.node.as_str(), r.verdict))
-        .collect();
-    let unmeasured: BTreeMap<&str, &[String]> = results
-        .iter()
-        .map(|r| (r.node.as_str(), r.unmeasured.as_slice()))
-        .collect();
-    for (node, verdict) in &verdicts {
-        let measured = !matches!(verdict, NodeVerdict::NotMeasured | NodeVerdict::Pending);
-        if !measured {
-            continue;
-        }
-        let judged = Judged {
-            ctx,
-            nodes: &nodes,
-            key: &key,
-            run: &run_name,
-            node,
-            verdict: *verdict,
-            unmeasured: unmeasured.get(node).copied().unwrap_or_default(),
-        };
-        if repaired.contains(*node) {
-            let released = released.contains(*node);
-            all_applied &= judged.repair_tested(released, breaker_open, status).await;
-        }
-        all_applied &= judged.gate().await;
-    }
-
-    if run.spec.trigger == Trigger::Targeted {
-        let missed: Vec<String> = run
-            .spec
-            .reasons
-            .keys()
-            .filter(|n| {
-                verdicts
-                    .get(n.as_str())
-                    .is_none_or(|v| matches!(v, NodeVerdict::NotMeasured | NodeVerdict::Pending))
-            })
-            .map(|n| {
-                let skipped = run.status.as_ref().and_then(|s| {
-                    s.skipped
-                        .iter()
-                        .find(|k| &k.node == n)
-                        .map(|k| format!("{} {}", k.node, k.message))
-                        .or_else(|| s.message.clone())
-                });
-                let why = results
-                    .iter()
-                    .find(|r| &r.node == n)
-                    .and_then(|r| r.reason.clone())
-                    .or(skipped)
-                    .unwrap_or_else(|| "the run ended before it".into());
-                format!("{n} ({why})")
-            })
-            .collect();
-        if !missed.is_empty() {
-            ctx.events
-                .normal(
-                    &test_ref,
-                    "TargetNotMeasured",
-                    "Lifecycle",
-                    format!(
-                        "run {run_name} did not measure {}; each is tried again after a backoff, and nothing about it changes until a run measures it",
-                        missed.join(", ")
-                    ),
-                )
+    for step in steps {
+        match step {
+            LifeStep::Note(note) => publish_note(ctx, &nodes, note).await,
+            LifeStep::ClearRepaired { node, then } => {
+                let cleared =
+                    quarantine::guarded(&nodes, &node, |n| match gate::clear_repaired(n) {
+                        Some(p) => NodeChange::Patch(p, ()),
+                        None => NodeChange::Keep(()),
+                    })
+                    .await;
+                if let Err(e) = cleared {
+                    tracing::warn!(node, error = %e, "could not remove the repaired annotation");
+                    all_applied = false;
+                }
+                publish_note(ctx, &nodes, then).await;
+            }
+            LifeStep::OpenGate { node, opened, held } => {
+                let outcome = quarantine::guarded(&nodes, &node, |n| match gate::open(n) {
+                    Ok(p) => NodeChange::Patch(p, None),
+                    Err(kept) => NodeChange::Keep(Some(kept)),
+                })
                 .await;
+                match outcome {
+                    Ok(Guarded::Patched(..)) => publish_note(ctx, &nodes, opened).await,
+                    Ok(Guarded::Kept(_, Some(gate::GateKept::Quarantined))) => {
+                        publish_note(ctx, &nodes, held).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(node, error = %e, "could not open the validation gate");
+                        all_applied = false;
+                    }
+                }
+            }
+            LifeStep::TestNote { reason, message } => {
+                ctx.events
+                    .normal(&test.object_ref(&()), reason, "Lifecycle", message)
+                    .await;
+            }
         }
     }
-    let offenders: Vec<String> = status
-        .nodes
-        .iter()
-        .filter(|h| h.repeat_offender)
-        .map(|h| h.node.clone())
-        .collect();
     ctx.metrics
         .quarantine
-        .set_repeat_offenders(&key, offenders.len());
-    status.repeat_offenders = offenders;
+        .set_repeat_offenders(&test.name_any(), status.repeat_offenders.len());
     all_applied
 }
 
-/// One measured node of a folded run, as the lifecycle judges it.
-struct Judged<'a> {
-    ctx: &'a Context,
-    nodes: &'a Api<Node>,
-    /// The FabricTest's name.
-    key: &'a str,
-    run: &'a str,
-    node: &'a str,
-    verdict: NodeVerdict,
-    /// Phases that could not run on the node.
-    unmeasured: &'a [String],
-}
-
-impl Judged<'_> {
-    /// A repaired node was measured: the annotation goes, the node's record is cleared when
-    /// it passed, and an Event says how the repair test went. `released`: the run's plan
-    /// released it. A pass that the open breaker kept from releasing a node the test holds
-    /// uses nothing up: the annotation stays and the node is tested again after the reset.
-    async fn repair_tested(
-        &self,
-        released: bool,
-        breaker_open: bool,
-        status: &mut FabricTestStatus,
-    ) -> bool {
-        let (key, run, node) = (self.key, self.run, self.node);
-        let passed = self.verdict == NodeVerdict::Passed;
-        let held = status.nodes.iter().any(|h| h.node == node && h.quarantined);
-        if passed && !released && breaker_open && held {
-            let message = format!(
-                "passed its repair test in run {run} of FabricTest {key}, but the test's breaker is open and releases nothing: the repair ({}) stays and is tested again once a person resets the breaker ({}=now)",
-                keys::ANNOTATION_REPAIRED,
-                keys::ANNOTATION_RESET_BREAKER
-            );
-            publish_on_node(self.ctx, self.nodes, node, false, "RepairWaiting", message).await;
-            return true;
-        }
-        if passed {
-            gpufabric_health::history::forgive(entry(status, node));
-        }
-        let cleared =
-            match quarantine::guarded(self.nodes, node, |n| match gate::clear_repaired(n) {
-                Some(p) => Decision::Patch(p, ()),
-                None => Decision::Keep(()),
-            })
-            .await
-            {
-                Ok(_) => true,
-                Err(e) => {
-                    tracing::warn!(node, error = %e, "could not remove the repaired annotation");
-                    false
-                }
-            };
-        let (warning, reason, message) = match (passed, released) {
-            (true, true) => (
-                false,
-                "RepairPassed",
-                format!("passed its repair test in run {run} of FabricTest {key}: released"),
-            ),
-            (true, false) => (
-                false,
-                "RepairPassed",
-                format!("passed its repair test in run {run} of FabricTest {key}"),
-            ),
-            (false, _) => (
-                true,
-                "RepairFailed",
-                format!(
-                    "failed its repair test in run {run} of FabricTest {key}: it stays quarantined (or is quarantined as the test's policy says)"
-                ),
-            ),
-        };
-        publish_on_node(self.ctx, self.nodes, node, warning, reason, message).await;
-        cleared
-    }
-
-    /// A measured node that carries the validation gate: a pass opens it (unless a
-    /// quarantine holds the node), a failure keeps it.
-    async fn gate(&self) -> bool {
-        let (ctx, nodes, key, run, node) = (self.ctx, self.nodes, self.key, self.run, self.node);
-        let gated = ctx
-            .nodes
-            .get(&kube::runtime::reflector::ObjectRef::new(node))
-            .is_some_and(|n| targets::is_gated(&n));
-        if !gated {
-            return true;
-        }
-        if self.verdict != NodeVerdict::Passed {
-            let message = format!(
-                "failed run {run} of FabricTest {key}: the validation gate {} stays",
-                keys::TAINT_VALIDATION
-            );
-            publish_on_node(ctx, nodes, node, true, "ValidationFailed", message).await;
-            return true;
-        }
-        if !self.unmeasured.is_empty() {
-            let message = format!(
-                "passed what ran in run {run} of FabricTest {key}, but {} could not run (see the run's findings: the suite or the agent's settings): the validation gate {} stays until a run measures every phase",
-                self.unmeasured.join(", "),
-                keys::TAINT_VALIDATION
-            );
-            publish_on_node(ctx, nodes, node, true, "ValidationIncomplete", message).await;
-            return true;
-        }
-        let opened = quarantine::guarded(nodes, node, |n| match gate::open(n) {
-            Ok(p) => Decision::Patch(p, None),
-            Err(kept) => Decision::Keep(Some(kept)),
-        })
-        .await;
-        match opened {
-            Ok(Guarded::Patched(..)) => {
-                let message = format!(
-                    "passed run {run} of FabricTest {key}: the validation gate {} is removed",
-                    keys::TAINT_VALIDATION
-                );
-                publish_on_node(ctx, nodes, node, false, "ValidationPassed", message).await;
-                true
-            }
-            Ok(Guarded::Kept(_, Some(gate::GateKept::Quarantined))) => {
-                let message = format!(
-                    "passed run {run} of FabricTest {key}, but a gpufabric quarantine holds it: the validation gate {} stays until it is released",
-                    keys::TAINT_VALIDATION
-                );
-                publish_on_node(ctx, nodes, node, false, "ValidationHeld", message).await;
-                true
-            }
-            Ok(_) => true,
-            Err(e) => {
-                tracing::warn!(node, error = %e, "could not open the validation gate");
-                false
-            }
-        }
-    }
+/// Publishes a planned note on its node ([`publish_on_node`]).
+async fn publish_note(ctx: &Context, nodes: &Api<Node>, note: after_run::NodeNote) {
+    publish_on_node(
+        ctx,
+        nodes,
+        &note.node,
+        note.warning,
+        note.reason,
+        note.message,
+    )
+    .await;
 }
 
 /// Puts the validation gate on the selected nodes that joined after the test was created
@@ -415,8 +226,8 @@ pub async fn gate_new_nodes(test: &FabricTest, ctx: &Context, status: &FabricTes
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     for name in joined {
         let closed = quarantine::guarded(&nodes, &name, |n| match gate::close(n, &key) {
-            Some(p) => Decision::Patch(p, ()),
-            None => Decision::Keep(()),
+            Some(p) => NodeChange::Patch(p, ()),
+            None => NodeChange::Keep(()),
         })
         .await;
         match closed {

@@ -4,7 +4,7 @@
 use super::targets::{Repair, Wanted};
 use super::{gate, publish_on_node};
 use crate::context::Context;
-use crate::quarantine::{self, Decision};
+use crate::quarantine::{self, NodeChange};
 use gpufabric_api::keys::{ANNOTATION_REPAIRED, ANNOTATION_RESET_BREAKER};
 use gpufabric_api::test::{FabricTest, NodeTarget};
 use k8s_openapi::api::core::v1::Node;
@@ -35,8 +35,8 @@ pub async fn repairs_on_hold(
     for node in &wanted.not_held {
         let removed = quarantine::guarded(&nodes, node, |n| {
             match (super::targets::repair(n, false), gate::clear_repaired(n)) {
-                (Repair::NotHeld, Some(p)) => Decision::Patch(p, ()),
-                _ => Decision::Keep(()),
+                (Repair::NotHeld, Some(p)) => NodeChange::Patch(p, ()),
+                _ => NodeChange::Keep(()),
             }
         })
         .await;

@@ -268,16 +268,9 @@ pub fn conditions(node: &Node) -> &[k8s_openapi::api::core::v1::NodeCondition] {
         .unwrap_or_default()
 }
 
+/// A condition's message for a reason: at most 160 bytes.
 fn short(s: &str) -> String {
-    const MAX: usize = 160;
-    if s.len() <= MAX {
-        return s.to_string();
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
+    gpufabric_api::text::cut(s, 160)
 }
 
 /// What the nodes ask of a test now.

@@ -225,7 +225,7 @@ impl PairOutcome {
 
 /// The next step for one pair.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Step {
+pub enum PairStep {
     CreateRank0,
     CreateRank1 {
         ip: String,
@@ -245,40 +245,40 @@ pub fn decide(
     nodes: [&str; 2],
     past_deadline: bool,
     nics: &NicHistory<'_>,
-) -> Step {
+) -> PairStep {
     if state.is_final() {
-        return Step::Wait;
+        return PairStep::Wait;
     }
     match (p0, p1) {
-        (PairPod::Absent, _) if state == PairState::Pending => Step::CreateRank0,
-        (PairPod::Absent, _) => Step::Stop(PairOutcome::not_measured(format!(
+        (PairPod::Absent, _) if state == PairState::Pending => PairStep::CreateRank0,
+        (PairPod::Absent, _) => PairStep::Stop(PairOutcome::not_measured(format!(
             "the rank-0 pod on {} is gone",
             nodes[0]
         ))),
         (PairPod::Ended(e0), PairPod::Ended(e1)) => {
-            Step::Settle(outcome([Some(e0), Some(e1)], nodes, nics))
+            PairStep::Settle(outcome([Some(e0), Some(e1)], nodes, nics))
         }
         (PairPod::Ended(e0), PairPod::Absent) => {
-            Step::Settle(outcome([Some(e0), None], nodes, nics))
+            PairStep::Settle(outcome([Some(e0), None], nodes, nics))
         }
         (PairPod::Ended(e0), _) if past_deadline => {
-            Step::Stop(outcome([Some(e0), None], nodes, nics))
+            PairStep::Stop(outcome([Some(e0), None], nodes, nics))
         }
-        (_, PairPod::Absent) if state == PairState::Joined => Step::Stop(
+        (_, PairPod::Absent) if state == PairState::Joined => PairStep::Stop(
             PairOutcome::not_measured(format!("the rank-1 pod on {} is gone", nodes[1])),
         ),
         (p0, PairPod::Absent) if !past_deadline => match p0.ip() {
-            Some(ip) => Step::CreateRank1 { ip: ip.to_string() },
-            None => Step::Wait,
+            Some(ip) => PairStep::CreateRank1 { ip: ip.to_string() },
+            None => PairStep::Wait,
         },
-        _ if !past_deadline => Step::Wait,
+        _ if !past_deadline => PairStep::Wait,
         // Rank 0 stuck while rank 1 ended: what rank 1 says, with rank 0 named.
         (PairPod::Running { .. }, PairPod::Ended(e1)) => {
             let mut o = outcome([None, Some(e1)], nodes, nics);
             o.message = Some(still_running(0, nodes[0], "pair", o.message));
-            Step::Stop(o)
+            PairStep::Stop(o)
         }
-        (PairPod::Running { .. }, PairPod::Running { .. }) => Step::Stop(PairOutcome::errored(
+        (PairPod::Running { .. }, PairPod::Running { .. }) => PairStep::Stop(PairOutcome::errored(
             "both ranks were still running at the pair's deadline (a hang in NCCL between the nodes?)",
         )),
         (p0, p1) => {
@@ -288,7 +288,7 @@ pub fn decide(
                 .find(|(p, _)| matches!(p, PairPod::Waiting { .. } | PairPod::Absent))
                 .map(|(_, n)| n)
                 .unwrap_or(nodes[1]);
-            Step::Stop(PairOutcome::not_measured(format!(
+            PairStep::Stop(PairOutcome::not_measured(format!(
                 "the pod on {waiting} never started before the pair's deadline"
             )))
         }

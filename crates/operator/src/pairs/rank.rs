@@ -176,11 +176,7 @@ pub fn rank_pod<D: RankDocument>(pod: &Pod) -> RankPod<D> {
 
 /// `text` cut to [`MESSAGE_LIMIT`] bytes on a character boundary.
 pub fn cut(text: &str) -> String {
-    let mut end = text.len().min(MESSAGE_LIMIT);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
+    gpufabric_api::text::prefix(text, MESSAGE_LIMIT).to_string()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use super::QuarantineError;
 use super::metrics::QuarantineMetrics;
-use super::node::{Step, hand_back_step, quarantine_step, release_step};
+use super::node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
 use super::ownership::{NodeObservation, Undone};
@@ -129,7 +129,7 @@ fn patch_params() -> PatchParams {
 
 /// What a guarded change decides from the node as read: the merge patch to send (it must
 /// carry the node's resourceVersion) and what to remember of it, or nothing to send.
-pub enum Decision<T> {
+pub enum NodeChange<T> {
     Patch(serde_json::Value, T),
     Keep(T),
 }
@@ -148,15 +148,15 @@ pub enum Guarded<T> {
 pub async fn guarded<T>(
     nodes: &Api<Node>,
     name: &str,
-    decide: impl Fn(&Node) -> Decision<T>,
+    decide: impl Fn(&Node) -> NodeChange<T>,
 ) -> Result<Guarded<T>, NodeChangeError> {
     for attempt in 1..=MAX_ATTEMPTS {
         let Some(node) = nodes.get_opt(name).await.map_err(NodeChangeError::Read)? else {
             return Ok(Guarded::Gone);
         };
         let (patch, kept) = match decide(&node) {
-            Decision::Patch(patch, kept) => (patch, kept),
-            Decision::Keep(kept) => return Ok(Guarded::Kept(node, kept)),
+            NodeChange::Patch(patch, kept) => (patch, kept),
+            NodeChange::Keep(kept) => return Ok(Guarded::Kept(node, kept)),
         };
         match nodes
             .patch(name, &patch_params(), &Patch::Merge(&patch))
@@ -268,7 +268,10 @@ enum Applied {
         changes: Vec<&'static str>,
     },
     /// Nothing to change, or not ours to change (the step says which).
-    Unchanged { step: Step, node: Box<Node> },
+    Unchanged {
+        step: QuarantineStep,
+        node: Box<Node>,
+    },
     /// The Node object does not exist.
     Gone,
 }
@@ -290,32 +293,32 @@ impl<'a> Executor<'a> {
         })
     }
 
-    /// [`guarded`] with a quarantine [`Step`].
+    /// [`guarded`] with a quarantine [`QuarantineStep`].
     async fn guarded(
         &self,
         name: &str,
-        decide: impl Fn(&Node) -> Step,
+        decide: impl Fn(&Node) -> QuarantineStep,
     ) -> Result<Applied, NodeChangeError> {
         let applied = guarded(&self.nodes, name, |n| match decide(n) {
-            Step::Patch {
+            QuarantineStep::Patch {
                 patch,
                 record,
                 changes,
-            } => Decision::Patch(
+            } => NodeChange::Patch(
                 patch,
-                Step::Patch {
+                QuarantineStep::Patch {
                     patch: serde_json::Value::Null,
                     record,
                     changes,
                 },
             ),
-            step => Decision::Keep(step),
+            step => NodeChange::Keep(step),
         })
         .await?;
         Ok(match applied {
             Guarded::Patched(
                 node,
-                Step::Patch {
+                QuarantineStep::Patch {
                     record, changes, ..
                 },
             ) => Applied::Patched {
@@ -363,11 +366,11 @@ impl<'a> Executor<'a> {
             }
             // Already ours: nothing changes, and it stays counted.
             Ok(Applied::Unchanged {
-                step: Step::AlreadyQuarantined(record),
+                step: QuarantineStep::AlreadyQuarantined(record),
                 ..
             }) => Some(record),
             Ok(Applied::Unchanged {
-                step: Step::Refuse(refusal),
+                step: QuarantineStep::Refuse(refusal),
                 node,
             }) => {
                 self.refused(name, Some(&node), &refusal).await;
@@ -398,7 +401,7 @@ impl<'a> Executor<'a> {
                 true
             }
             Ok(Applied::Unchanged {
-                step: Step::Refuse(refusal),
+                step: QuarantineStep::Refuse(refusal),
                 node,
             }) => {
                 self.refused(name, Some(&node), &refusal).await;

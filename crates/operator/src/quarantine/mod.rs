@@ -50,10 +50,10 @@ mod report;
 #[cfg(test)]
 pub(crate) use node::tests::merge as node_merge_for_tests;
 
-pub use apply::{Decision, Guarded, HandedBack, execute, guarded, hand_back, release_all};
+pub use apply::{Guarded, HandedBack, NodeChange, execute, guarded, hand_back, release_all};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
-pub use node::{Step, hand_back_step, quarantine_step, release_step};
+pub use node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 pub use observe::{
     Holdings, OBSERVE_CONCURRENCY, holdings, observe, observe_cached, quarantined_by, test_key,
 };

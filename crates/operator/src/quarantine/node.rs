@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 /// What to do to one node.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum QuarantineStep {
     /// Send this JSON merge patch. It carries the resourceVersion it was computed from, so
     /// the API server rejects it (409 Conflict) if the node changed in between.
     Patch {
@@ -44,17 +44,17 @@ pub fn quarantine_step(
     run: &str,
     reason: &str,
     now: Time,
-) -> Step {
+) -> QuarantineStep {
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
     if let Some(r) = obs.record.as_ref().filter(|r| r.is_owned_by(test_key)) {
-        return Step::AlreadyQuarantined(r.clone());
+        return QuarantineStep::AlreadyQuarantined(r.clone());
     }
     if let Some(refusal) = obs.refusal() {
-        return Step::Refuse(refusal);
+        return QuarantineStep::Refuse(refusal);
     }
     let Some(rv) = node.metadata.resource_version.clone() else {
-        return Step::Refuse(Refusal::NoResourceVersion);
+        return QuarantineStep::Refuse(Refusal::NoResourceVersion);
     };
     let label_present = node
         .metadata
@@ -62,7 +62,9 @@ pub fn quarantine_step(
         .as_ref()
         .is_some_and(|l| l.contains_key(LABEL_QUARANTINED));
     let (label, cordon, taint) = match enforcement {
-        Enforcement::Label if label_present => return Step::Refuse(Refusal::LabeledByOthers),
+        Enforcement::Label if label_present => {
+            return QuarantineStep::Refuse(Refusal::LabeledByOthers);
+        }
         Enforcement::Label => (true, false, false),
         Enforcement::Cordon => (!label_present, true, false),
         Enforcement::Taint => (!label_present, false, true),
@@ -109,7 +111,7 @@ pub fn quarantine_step(
     if !spec.is_empty() {
         patch.insert("spec".into(), Value::Object(spec));
     }
-    Step::Patch {
+    QuarantineStep::Patch {
         patch: Value::Object(patch),
         record: Some(record),
         changes,
@@ -126,13 +128,13 @@ pub fn quarantine_step(
 /// uncordoned the node and cordoned it again owns that cordon, and it stays. A second
 /// `kubectl cordon` of a node that is already cordoned changes nothing on the node and
 /// leaves no trace; it is undone with ours.
-pub fn release_step(node: &Node, test_key: &str) -> Step {
+pub fn release_step(node: &Node, test_key: &str) -> QuarantineStep {
     let record = match our_record(node, test_key) {
         Ok(r) => r,
         Err(step) => return *step,
     };
     let Some(mut metadata) = record_removal(node) else {
-        return Step::Refuse(Refusal::NoResourceVersion);
+        return QuarantineStep::Refuse(Refusal::NoResourceVersion);
     };
     let mut changes = vec!["record"];
     let label_present = node
@@ -170,7 +172,7 @@ pub fn release_step(node: &Node, test_key: &str) -> Step {
     if !spec.is_empty() {
         patch.insert("spec".into(), Value::Object(spec));
     }
-    Step::Patch {
+    QuarantineStep::Patch {
         patch: Value::Object(patch),
         record: None,
         changes,
@@ -192,17 +194,21 @@ fn record_removal(node: &Node) -> Option<Map<String, Value>> {
 
 /// This test's record on the node, or the step when there is none of its own: nothing to
 /// release (no record), or a refusal (unreadable, or another test's).
-fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Box<Step>> {
+fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Box<QuarantineStep>> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let obs = NodeObservation::of(&name, Some(node), test_key);
     if let Some(e) = obs.record_error {
-        return Err(Box::new(Step::Refuse(Refusal::UnreadableRecord(e))));
+        return Err(Box::new(QuarantineStep::Refuse(Refusal::UnreadableRecord(
+            e,
+        ))));
     }
     let Some(record) = obs.record else {
-        return Err(Box::new(Step::AlreadyReleased));
+        return Err(Box::new(QuarantineStep::AlreadyReleased));
     };
     if !record.is_owned_by(test_key) {
-        return Err(Box::new(Step::Refuse(Refusal::OtherTest(record.test))));
+        return Err(Box::new(QuarantineStep::Refuse(Refusal::OtherTest(
+            record.test,
+        ))));
     }
     Ok(record)
 }
@@ -210,25 +216,25 @@ fn our_record(node: &Node, test_key: &str) -> Result<QuarantineRecord, Box<Step>
 /// The step that ends this test's claim on a node whose quarantine someone else undid
 /// ([`undone`]): the record goes, and the label when the record names it and it is still
 /// there. Nothing else on the node changes: what is on it now is theirs.
-/// [`Step::AlreadyQuarantined`] when nothing was undone after all (read again after a
-/// conflict), [`Step::AlreadyReleased`] when the record is gone.
-pub fn hand_back_step(node: &Node, test_key: &str) -> Step {
+/// [`QuarantineStep::AlreadyQuarantined`] when nothing was undone after all (read again after a
+/// conflict), [`QuarantineStep::AlreadyReleased`] when the record is gone.
+pub fn hand_back_step(node: &Node, test_key: &str) -> QuarantineStep {
     let record = match our_record(node, test_key) {
         Ok(r) => r,
         Err(step) => return *step,
     };
     if undone(node, &record).is_none() {
-        return Step::AlreadyQuarantined(record);
+        return QuarantineStep::AlreadyQuarantined(record);
     }
     let Some(mut metadata) = record_removal(node) else {
-        return Step::Refuse(Refusal::NoResourceVersion);
+        return QuarantineStep::Refuse(Refusal::NoResourceVersion);
     };
     let mut changes = vec!["record"];
     if record.labeled && node.labels().contains_key(LABEL_QUARANTINED) {
         metadata.insert("labels".into(), json!({ LABEL_QUARANTINED: Value::Null }));
         changes.push("label");
     }
-    Step::Patch {
+    QuarantineStep::Patch {
         patch: json!({ "metadata": Value::Object(metadata) }),
         record: None,
         changes,
@@ -302,8 +308,8 @@ pub(super) mod tests {
         }
     }
 
-    fn apply(node: &Node, step: &Step) -> Node {
-        let Step::Patch { patch, .. } = step else {
+    fn apply(node: &Node, step: &QuarantineStep) -> Node {
+        let QuarantineStep::Patch { patch, .. } = step else {
             panic!("expected a patch, got {step:?}");
         };
         let mut v = serde_json::to_value(node).expect("node serializes");
@@ -313,7 +319,7 @@ pub(super) mod tests {
         out
     }
 
-    fn quarantine(node: &Node, how: Enforcement) -> Step {
+    fn quarantine(node: &Node, how: Enforcement) -> QuarantineStep {
         quarantine_step(node, US, how, "nightly-1", "GPU 3 straggler", now())
     }
 
@@ -321,7 +327,7 @@ pub(super) mod tests {
     fn cordon_mode_labels_cordons_and_records_exactly_that() {
         let n = node();
         let step = quarantine(&n, Enforcement::Cordon);
-        let Step::Patch {
+        let QuarantineStep::Patch {
             patch,
             record,
             changes,
@@ -367,7 +373,7 @@ pub(super) mod tests {
         for how in [Enforcement::Label, Enforcement::Cordon, Enforcement::Taint] {
             assert_eq!(
                 quarantine(&n, how),
-                Step::Refuse(Refusal::CordonedByOthers),
+                QuarantineStep::Refuse(Refusal::CordonedByOthers),
                 "{how:?}"
             );
         }
@@ -405,11 +411,11 @@ pub(super) mod tests {
         );
         assert_eq!(
             release_step(&theirs, US),
-            Step::Refuse(Refusal::OtherTest("team-b/other".into()))
+            QuarantineStep::Refuse(Refusal::OtherTest("team-b/other".into()))
         );
         assert!(matches!(
             quarantine(&theirs, Enforcement::Cordon),
-            Step::Refuse(_)
+            QuarantineStep::Refuse(_)
         ));
         let obs = NodeObservation::of("n1", Some(&theirs), US);
         assert_eq!(
@@ -435,7 +441,7 @@ pub(super) mod tests {
         assert!(obs.quarantined_by_us && obs.quarantined_by_other_test.is_none());
         assert!(matches!(
             quarantine(&old, Enforcement::Cordon),
-            Step::AlreadyQuarantined(_)
+            QuarantineStep::AlreadyQuarantined(_)
         ));
         let released = apply(&old, &release_step(&old, US));
         assert!(!is_unschedulable(&released));
@@ -452,11 +458,11 @@ pub(super) mod tests {
         )]));
         assert!(matches!(
             quarantine(&n, Enforcement::Cordon),
-            Step::Refuse(Refusal::UnreadableRecord(_))
+            QuarantineStep::Refuse(Refusal::UnreadableRecord(_))
         ));
         assert!(matches!(
             release_step(&n, US),
-            Step::Refuse(Refusal::UnreadableRecord(_))
+            QuarantineStep::Refuse(Refusal::UnreadableRecord(_))
         ));
         let obs = NodeObservation::of("n1", Some(&n), US);
         assert!(obs.record_error.is_some());
@@ -481,7 +487,7 @@ pub(super) mod tests {
             });
         assert_eq!(
             quarantine(&n, Enforcement::Taint),
-            Step::Refuse(Refusal::TaintedByOthers)
+            QuarantineStep::Refuse(Refusal::TaintedByOthers)
         );
         assert!(NodeObservation::of("n1", Some(&n), US).tainted_by_others);
     }
@@ -492,10 +498,10 @@ pub(super) mod tests {
         let after = apply(&n, &quarantine(&n, Enforcement::Cordon));
         assert!(matches!(
             quarantine(&after, Enforcement::Cordon),
-            Step::AlreadyQuarantined(r) if r.run == "nightly-1"
+            QuarantineStep::AlreadyQuarantined(r) if r.run == "nightly-1"
         ));
         let released = apply(&after, &release_step(&after, US));
-        assert_eq!(release_step(&released, US), Step::AlreadyReleased);
+        assert_eq!(release_step(&released, US), QuarantineStep::AlreadyReleased);
     }
 
     trait DefaultFor {

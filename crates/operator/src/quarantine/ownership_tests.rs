@@ -4,7 +4,7 @@
 //! `spec.unschedulable` last); the operator's steps are the executor's own pure steps.
 
 use super::node::tests::merge;
-use super::node::{Step, hand_back_step, quarantine_step, release_step};
+use super::node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 use super::ownership::{Undone, undone};
 use gpufabric_api::keys::{ANNOTATION_QUARANTINE, LABEL_QUARANTINED, MANAGER, TAINT_QUARANTINED};
 use gpufabric_api::quarantine::QuarantineRecord;
@@ -100,9 +100,9 @@ fn patch(node: &Node, patch: &serde_json::Value, manager: &str) -> Node {
     out
 }
 
-fn operator(node: &Node, step: &Step) -> Node {
+fn operator(node: &Node, step: &QuarantineStep) -> Node {
     match step {
-        Step::Patch { patch: p, .. } => patch(node, p, MANAGER),
+        QuarantineStep::Patch { patch: p, .. } => patch(node, p, MANAGER),
         _ => node.clone(),
     }
 }
@@ -238,7 +238,7 @@ fn an_uncordon_is_handed_back_and_the_cordon_after_it_is_kept() {
         "the person's cordon stays"
     );
     // Released afterwards: nothing of ours is left, so nothing is changed.
-    assert_eq!(release_step(&handed, US), Step::AlreadyReleased);
+    assert_eq!(release_step(&handed, US), QuarantineStep::AlreadyReleased);
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn an_untouched_quarantine_is_not_handed_back_and_is_released_whole() {
     assert!(record(&node).is_some());
     assert!(matches!(
         hand_back_step(&node, US),
-        Step::AlreadyQuarantined(_)
+        QuarantineStep::AlreadyQuarantined(_)
     ));
     let released = operator(&node, &release_step(&node, US));
     assert!(!super::ownership::is_unschedulable(&released));

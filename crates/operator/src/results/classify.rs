@@ -44,11 +44,7 @@ fn first_line(text: &str, max: usize) -> String {
     if line.len() <= max {
         return line.to_string();
     }
-    let mut end = max;
-    while !line.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &line[..end])
+    format!("{}…", gpufabric_api::text::prefix(line, max))
 }
 
 /// "Reason: message" from a reason and an optional message, the message cut to one line.

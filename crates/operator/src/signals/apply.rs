@@ -49,6 +49,9 @@ pub struct NodeSignal {
     pub metadata: Option<String>,
     /// With graduated taints, the test (`<namespace>/<name>`) that owns the suspect taint.
     pub suspect_taint_owner: Option<String>,
+    /// The node's resourceVersion these signals were decided from: the condition is written
+    /// under it (or under the one the metadata write returned).
+    pub resource_version: Option<String>,
 }
 
 /// What writing the signals of one run did.
@@ -179,6 +182,7 @@ pub fn decide(
                 remove_legacy,
                 metadata: metadata.map(|p| p.to_string()),
                 suspect_taint_owner: taint_owner.clone(),
+                resource_version: current.and_then(|n| n.metadata.resource_version.clone()),
             })
         })
         .collect()
@@ -252,6 +256,7 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
     };
     let mut condition = s.condition.clone();
     let mut remove_legacy = s.remove_legacy;
+    let mut resource_version = s.resource_version.clone();
     if let Some(m) = &s.metadata {
         let mut patch: Value =
             serde_json::from_str(m).map_err(|source| SignalError::LabelPatch {
@@ -261,7 +266,10 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
         for attempt in 1..=METADATA_ATTEMPTS {
             let merge = Patch::Merge(&patch);
             match retrying(|| api.patch(&s.node, &pp, &merge)).await {
-                Ok(_) => break,
+                Ok(written) => {
+                    resource_version = written.metadata.resource_version;
+                    break;
+                }
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
                 Err(kube::Error::Api(e)) if e.code == 409 && attempt < METADATA_ATTEMPTS => {
                     let fresh = match api.get_opt(&s.node).await {
@@ -303,20 +311,51 @@ async fn write_one(api: &Api<Node>, s: &NodeSignal) -> Result<(), SignalError> {
         }
     }
     if let Some(patch) = node::status_patch(condition.as_ref(), remove_legacy) {
-        let patch = Patch::Strategic(patch);
-        match retrying(|| api.patch_status(&s.node, &pp, &patch)).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(source) => {
-                return Err(SignalError::Condition {
-                    node: s.node.clone(),
-                    source,
-                });
-            }
-        }
+        let patch = node::guarded(patch, resource_version);
+        write_status(api, &pp, &s.node, patch, remove_legacy)
+            .await
+            .map_err(|source| SignalError::Condition {
+                node: s.node.clone(),
+                source,
+            })?;
     }
     if let Some(owner) = &s.suspect_taint_owner {
         super::taint::apply(api, &s.node, owner, &s.entry.standing).await?;
+    }
+    Ok(())
+}
+
+/// Tries of a condition write whose node changed since it was decided.
+const STATUS_ATTEMPTS: usize = 3;
+
+/// Writes the node's condition with `patch` (a strategic merge patch of `nodes/status`
+/// guarded by a resourceVersion): another test may have changed the node's standing record
+/// since the condition was decided, so on a conflict the node is read again and the
+/// condition its record says now is written instead, under the new resourceVersion. A node
+/// that is gone is fine.
+pub(super) async fn write_status(
+    api: &Api<Node>,
+    pp: &PatchParams,
+    name: &str,
+    mut patch: Value,
+    remove_legacy: bool,
+) -> Result<(), kube::Error> {
+    for attempt in 1..=STATUS_ATTEMPTS {
+        let strategic = Patch::Strategic(&patch);
+        match retrying(|| api.patch_status(name, pp, &strategic)).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 && attempt < STATUS_ATTEMPTS => {
+                let Some(fresh) = api.get_opt(name).await? else {
+                    return Ok(());
+                };
+                match node::status_patch_of_record(&fresh, remove_legacy, &now()) {
+                    Some(p) => patch = p,
+                    None => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
@@ -374,6 +413,112 @@ mod tests {
         );
     }
     use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A node "n1" at `rv` whose record holds `standings`.
+    fn node_json(rv: &str, standings: &NodeStandings, t: &Time) -> Value {
+        let mut n = node::metadata_values(standings, false, t);
+        n["metadata"]["name"] = serde_json::json!("n1");
+        n["metadata"]["resourceVersion"] = serde_json::json!(rv);
+        n["apiVersion"] = serde_json::json!("v1");
+        n["kind"] = serde_json::json!("Node");
+        n
+    }
+
+    #[tokio::test]
+    async fn a_condition_write_that_loses_a_race_to_another_test_writes_what_the_record_says_then()
+    {
+        use crate::controller::fake_api::{self, Expect};
+        use http::{Method, StatusCode};
+        let t = time("2026-01-02T00:00:00Z");
+        let passed = TestStanding {
+            standing: Standing::Passing,
+            run: "quick-1".into(),
+            detail: None,
+        };
+        // The quick test passed n1 and decided its condition from a record of its own.
+        let (condition, remove_legacy, metadata) = for_node(None, "quick", &passed, true, &t, &t);
+        let signal = NodeSignal {
+            node: "n1".into(),
+            test: "quick".into(),
+            entry: passed.clone(),
+            passed_at: t.clone(),
+            measured: true,
+            condition,
+            remove_legacy,
+            metadata: metadata.map(|m| m.to_string()),
+            suspect_taint_owner: None,
+            resource_version: None,
+        };
+        let mut own = NodeStandings::default();
+        own.set("quick", passed.clone());
+        // Between its two writes, the nightly test wrote its quarantine into the record.
+        let mut both = own.clone();
+        both.set(
+            "nightly",
+            TestStanding {
+                standing: Standing::Quarantined { hardware: false },
+                run: "nightly-3".into(),
+                detail: Some("GPU 3 slow".into()),
+            },
+        );
+        let (client, handle) = fake_api::client();
+        let server = fake_api::serve(
+            handle,
+            vec![
+                Expect::new(
+                    Method::PATCH,
+                    "/api/v1/nodes/n1",
+                    StatusCode::OK,
+                    node_json("2", &own, &t),
+                ),
+                Expect::new(
+                    Method::PATCH,
+                    "/api/v1/nodes/n1/status",
+                    StatusCode::CONFLICT,
+                    fake_api::status(409, "Conflict"),
+                ),
+                Expect::new(
+                    Method::GET,
+                    "/api/v1/nodes/n1",
+                    StatusCode::OK,
+                    node_json("3", &both, &t),
+                ),
+                Expect::new(
+                    Method::PATCH,
+                    "/api/v1/nodes/n1/status",
+                    StatusCode::OK,
+                    node_json("4", &both, &t),
+                ),
+            ],
+        );
+        let api: Api<Node> = Api::all(client);
+        let written = write_one(&api, &signal).await;
+        drop(api);
+        let seen = server.await.expect("the scripted server");
+        assert!(written.is_ok(), "{written:?}");
+        assert!(
+            seen.unexpected.is_empty() && seen.missing.is_empty(),
+            "{seen:#?}"
+        );
+        let first = &seen.requests[1].body;
+        assert_eq!(
+            first["metadata"]["resourceVersion"], "2",
+            "guarded: {first}"
+        );
+        assert_eq!(first["status"]["conditions"][0]["status"], "False");
+        let again = &seen.requests[3].body;
+        assert_eq!(
+            again["metadata"]["resourceVersion"], "3",
+            "guarded: {again}"
+        );
+        let c = &again["status"]["conditions"][0];
+        assert_eq!(
+            c["status"], "True",
+            "the nightly's quarantine is kept: {again}"
+        );
+        let message = c["message"].as_str().unwrap_or_default();
+        assert!(message.contains("nightly"), "{message}");
+    }
 
     fn api_error(code: u16) -> kube::Error {
         let mut status = kube::core::Status::failure("x", "x");

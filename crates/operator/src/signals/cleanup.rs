@@ -99,7 +99,8 @@ pub async fn release_all(client: &Client, test: &str) -> Result<Vec<String>, kub
 }
 
 /// The metadata first, under the resourceVersion (read again and decided again on a
-/// conflict), then the condition. A node that is gone is fine.
+/// conflict), then the condition, under the resourceVersion the metadata write returned (on
+/// a conflict, what the record says then). A node that is gone is fine.
 async fn release_one(
     api: &Api<Node>,
     pp: &PatchParams,
@@ -109,9 +110,10 @@ async fn release_one(
     let name = node.name_any();
     for attempt in 1..=ATTEMPTS {
         let (status, meta) = removal(&node, test, &crate::time::now());
+        let mut resource_version = node.metadata.resource_version.clone();
         if let Some(m) = meta {
             match api.patch(&name, pp, &Patch::Merge(&m)).await {
-                Ok(_) => {}
+                Ok(written) => resource_version = written.metadata.resource_version,
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
                 Err(kube::Error::Api(e)) if e.code == 409 && attempt < ATTEMPTS => {
                     match api.get_opt(&name).await? {
@@ -124,11 +126,9 @@ async fn release_one(
             }
         }
         if let Some(s) = status {
-            match api.patch_status(&name, pp, &Patch::Strategic(s)).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e),
-            }
+            let legacy = by(super::node::legacy_condition(Some(&node)), test);
+            let s = super::node::guarded(s, resource_version);
+            super::apply::write_status(api, pp, &name, s, legacy).await?;
         }
         return Ok(());
     }

@@ -92,7 +92,7 @@ pub fn condition(
         type_: CONDITION_NODE_DEGRADED.to_string(),
         status: reading.status.to_string(),
         reason: Some(reading.reason.to_string()),
-        message: Some(cut(message, MAX_MESSAGE)),
+        message: Some(gpufabric_api::text::cut(message, MAX_MESSAGE)),
         last_heartbeat_time: Some(now.clone()),
         last_transition_time: Some(last_transition_time),
     })
@@ -122,6 +122,44 @@ pub fn status_patch(c: Option<&NodeCondition>, remove_legacy: bool) -> Option<Va
         conditions.push(json!({"type": CONDITION_NODE_HEALTHY_LEGACY, "$patch": "delete"}));
     }
     (!conditions.is_empty()).then(|| json!({"status": {"conditions": conditions}}))
+}
+
+/// The status patch that writes the condition `node`'s record says now, decided again after
+/// the node changed under an earlier write: the worst standing's condition, or its deletion
+/// when no test stands on the node any more; with `remove_legacy`, the `GPUFabricHealthy`
+/// condition of 0.2.0 goes too. Guarded by the node's resourceVersion. None when nothing
+/// changes.
+pub fn status_patch_of_record(node: &Node, remove_legacy: bool, now: &Time) -> Option<Value> {
+    let standings = standings_of(Some(node));
+    let current = current_condition(Some(node));
+    let mut conditions: Vec<Value> = match standings.worst().zip(standings.message()) {
+        Some(((worst, _), message)) => condition(worst, &message, current, now)
+            .map(|c| json!(c))
+            .into_iter()
+            .collect(),
+        None => current
+            .map(|_| json!({"type": CONDITION_NODE_DEGRADED, "$patch": "delete"}))
+            .into_iter()
+            .collect(),
+    };
+    if remove_legacy {
+        conditions.push(json!({"type": CONDITION_NODE_HEALTHY_LEGACY, "$patch": "delete"}));
+    }
+    (!conditions.is_empty()).then(|| {
+        guarded(
+            json!({"status": {"conditions": conditions}}),
+            node.metadata.resource_version.clone(),
+        )
+    })
+}
+
+/// `patch` carrying `resource_version`: the API server refuses it (409) when the object
+/// changed since. None leaves the patch unguarded.
+pub fn guarded(mut patch: Value, resource_version: Option<String>) -> Value {
+    if let Some(rv) = resource_version {
+        patch["metadata"]["resourceVersion"] = json!(rv);
+    }
+    patch
 }
 
 /// gpufabric's own labels and annotations on a node with `standings` (every test's
@@ -213,17 +251,6 @@ pub fn redecided(mut patch: Value, fresh: &Value, resource_version: Option<Strin
 /// A timestamp as RFC 3339 in UTC with whole seconds, e.g. `2026-11-23T17:44:17Z`.
 pub fn rfc3339(t: &Time) -> String {
     crate::time::to_chrono(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-fn cut(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max.saturating_sub(3);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}...", &s[..end])
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! the steps import it and each other one way: `create` and `deadline`, then `finish`,
 //! `pairs`, `ddp_nodes`, `pass`; `start` beside them; `mod.rs` over all.
 
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::Result;
 use gpufabric_api::keys;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
@@ -44,13 +44,13 @@ pub(super) async fn apply_status(
 }
 
 /// The shard API (shards are cluster-scoped, like their run).
-pub(super) fn shards_api(ctx: &Context, _run: &FabricTestRun) -> Api<FabricTestRunShard> {
+pub(super) fn shards_api(ctx: &RunContext, _run: &FabricTestRun) -> Api<FabricTestRunShard> {
     Api::all(ctx.client.clone())
 }
 
 /// An Event on the run, and the same (prefixed with the run's name) on its test.
 pub(super) async fn publish(
-    ctx: &Context,
+    ctx: &RunContext,
     run: &FabricTestRun,
     warning: bool,
     reason: &str,
@@ -68,7 +68,7 @@ pub(super) async fn publish(
             .normal(&run_ref, reason, action, note.to_string())
             .await;
     }
-    if let Some(t) = &Context::test_ref_of(run) {
+    if let Some(t) = &crate::context::Context::test_ref_of(run) {
         if warning {
             ctx.events.warning(t, reason, action, test_note).await;
         } else {
@@ -80,7 +80,7 @@ pub(super) async fn publish(
 /// The pods in the cache that the run controls (the operator's namespace, the run as their
 /// controller), by name. Anyone who can create pods can copy an owner reference: a pod here
 /// is read only when its UID is the one the run recorded (see [`crate::identity`]).
-pub(super) fn pods_of(ctx: &Context, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
+pub(super) fn pods_of(ctx: &RunContext, ns: &str, uid: &str) -> HashMap<String, Arc<Pod>> {
     ctx.pods
         .state()
         .into_iter()

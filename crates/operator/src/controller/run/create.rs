@@ -4,7 +4,7 @@
 //! (node pairs, the multi-node DDP probe), their deadline and the run's rendezvous secret.
 
 use super::common::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS, publish};
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::pairs::pods::{SECRET_KEY, secret_name};
 use crate::pods::{self, allocatable_gpus};
@@ -67,7 +67,7 @@ pub(super) enum RankMade {
 pub(super) async fn create_rank_pod(
     node: &str,
     build: impl FnOnce(u32) -> std::result::Result<Pod, pods::BuildError>,
-    ctx: &Context,
+    ctx: &RunContext,
     run_uid: &str,
     pods_api: &Api<Pod>,
 ) -> Result<RankMade> {
@@ -169,7 +169,7 @@ pub(super) async fn create_step(
     entries: &mut [NodeRunResult],
     outcomes: &mut [PodState],
     create: &[usize],
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Option<kube::Error> {
     let mut transient = None;
@@ -267,7 +267,7 @@ pub(super) async fn create_pods(
     run: &FabricTestRun,
     entries: &[NodeRunResult],
     which: &[usize],
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Vec<(usize, Result<Made, CreateError>)> {
     let run_uid = run.uid().unwrap_or_default();
@@ -337,7 +337,7 @@ pub(super) enum SecretRefused {
 /// stopped before it recorded it loses the phase of this run, never its secrecy).
 pub(super) async fn ensure_secret(
     run: &FabricTestRun,
-    ctx: &Context,
+    ctx: &RunContext,
     made: Option<&str>,
 ) -> Result<std::result::Result<String, SecretRefused>> {
     if let Some(made) = made {

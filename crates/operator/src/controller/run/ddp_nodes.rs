@@ -12,7 +12,7 @@ use super::create::{
 use super::deadline::delete_made;
 use super::finish;
 use super::pairs::Secret;
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::pods::allocatable_gpus;
 use crate::results::PodState;
@@ -24,7 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use std::time::Duration;
 
 use super::pairs::PairsStep;
-use crate::ddp_nodes::{self, ProbePod, Settled, Step};
+use crate::ddp_nodes::{self, ProbePod, ProbeStep, Settled};
 use crate::pairs::pods::Rendezvous;
 use crate::pairs::rank::{RankPod, rank_pod, spare_lost};
 use gpufabric_api::ddp_nodes::DdpNodesStatus;
@@ -37,7 +37,7 @@ pub(super) async fn advance(
     next: &mut FabricTestRunStatus,
     entries: &[NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<PairsStep> {
     let Some(mut status) = next.ddp_nodes.clone() else {
@@ -69,7 +69,7 @@ async fn begin(
     next: &mut FabricTestRunStatus,
     entries: &[NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<PairsStep> {
     let evaluation = finish::judge(run, entries, outcomes, ctx);
     let pair_findings = if next.node_pairs.is_some() {
@@ -133,7 +133,7 @@ async fn step(
     run: &FabricTestRun,
     status: &mut DdpNodesStatus,
     secret: &mut Secret,
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<Duration> {
     let name = run.name_any();
@@ -173,12 +173,12 @@ async fn step(
     let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
     let nodes: Vec<&str> = status.nodes.iter().map(String::as_str).collect();
     let step = match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
-        Step::Stop(s) => Step::Stop(spare_lost(s, &views, &nodes, &not_ready)),
+        ProbeStep::Stop(s) => ProbeStep::Stop(spare_lost(s, &views, &nodes, &not_ready)),
         s => s,
     };
     match step {
-        Step::Wait => {}
-        Step::CreateRank0 => {
+        ProbeStep::Wait => {}
+        ProbeStep::CreateRank0 => {
             let made = match secret.usable(run, ctx).await? {
                 Ok(()) => create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await?,
                 Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
@@ -192,7 +192,7 @@ async fn step(
                 RankMade::Not(why) => ddp_nodes::settle(status, not_admitted(0, &why)),
             }
         }
-        Step::CreateOthers { ip } => {
+        ProbeStep::CreateOthers { ip } => {
             let join = Rendezvous::Join { rank0_ip: ip };
             let mut later = false;
             for rank in 1..status.nodes.len() as u32 {
@@ -221,14 +221,14 @@ async fn step(
                 status.state = PairState::Joined;
             }
         }
-        Step::Stop(s) => {
+        ProbeStep::Stop(s) => {
             for (n, uid) in names.iter().zip(&status.pod_uids) {
                 let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
                 delete_made(pods_api, n, uid).await?;
             }
             ddp_nodes::settle(status, s);
         }
-        Step::Settle(s) => ddp_nodes::settle(status, s),
+        ProbeStep::Settle(s) => ddp_nodes::settle(status, s),
     }
     if status.done {
         tracing::info!(state = ?status.state, "multi-node DDP probe done");
@@ -250,7 +250,7 @@ async fn create(
     status: &DdpNodesStatus,
     rank: u32,
     rendezvous: &Rendezvous,
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<RankMade> {
     let build = |gpus| ddp_nodes::probe_pod(run, &status.nodes, rank, rendezvous, gpus);

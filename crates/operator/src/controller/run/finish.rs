@@ -2,7 +2,7 @@
 //! run's status and its test's history updated.
 
 use super::common::{apply_status, publish, shards_api};
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::metrics::VerdictLabels;
 use crate::pods::allocatable_gpus;
@@ -28,7 +28,7 @@ pub(super) async fn finish(
     mut entries: Vec<NodeRunResult>,
     outcomes: Vec<PodState>,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<Action> {
     let began = std::time::Instant::now();
     let name = run.name_any();
@@ -187,7 +187,7 @@ pub(super) async fn keep_after_verdict(
     mut status: FabricTestRunStatus,
     entries: &[NodeRunResult],
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<()> {
     let began = std::time::Instant::now();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
@@ -223,7 +223,7 @@ pub(super) fn judge(
     run: &FabricTestRun,
     entries: &[NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> gpufabric_health::Evaluation {
     let inputs = node_inputs(entries, outcomes.to_vec(), &Judging::of(run), ctx);
     gpufabric_health::evaluate(&inputs, &run.spec.thresholds)
@@ -234,7 +234,7 @@ fn node_inputs(
     entries: &[NodeRunResult],
     outcomes: Vec<PodState>,
     judging: &Judging,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Vec<NodeInput> {
     entries
         .iter()
@@ -253,7 +253,7 @@ async fn announce(
     next: &FabricTestRunStatus,
     entries: &[NodeRunResult],
     findings: usize,
-    ctx: &Context,
+    ctx: &RunContext,
 ) {
     let name = run.name_any();
     let (p, f, er, nm) = (next.passed, next.failed, next.errored, next.not_measured);
@@ -285,7 +285,7 @@ async fn announce(
         // One Event for the pattern, on the test: the nodes are not at fault.
         let note = format!("{name}: {}", issue.message());
         tracing::warn!(%note, "many nodes not measured for one reason");
-        if let Some(t) = &Context::test_ref_of(run) {
+        if let Some(t) = &crate::context::Context::test_ref_of(run) {
             ctx.events
                 .warning(t, st::CONDITION_INFRASTRUCTURE_DEGRADED, "Finish", note)
                 .await;
@@ -313,7 +313,7 @@ impl Judging {
 
 /// What the evaluator needs of one node: its outcome, what its labels say it holds, and
 /// the records it carries (error counters, its earlier runs of this test).
-fn node_input(ctx: &Context, name: &str, outcome: NodeOutcome, judging: &Judging) -> NodeInput {
+fn node_input(ctx: &RunContext, name: &str, outcome: NodeOutcome, judging: &Judging) -> NodeInput {
     let node = ctx.nodes.get(&ObjectRef::new(name));
     let product_label = node
         .as_ref()

@@ -6,7 +6,6 @@
 //! re-read from the API server and its caches, so a restarted operator resumes a run where
 //! it was.
 
-use crate::context::Context;
 use crate::error::Result;
 use crate::shards;
 use gpufabric_api::run::FabricTestRun;
@@ -16,6 +15,7 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 
 mod common;
+pub mod context;
 mod create;
 mod ddp_nodes;
 mod deadline;
@@ -26,6 +26,7 @@ mod pass;
 mod start;
 pub mod throttle;
 pub use common::{CONDITION_PODS_CREATED, CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
+pub use context::RunContext;
 pub use keeper::Keeper;
 use pass::{progress, shards_of};
 use start::start;
@@ -36,7 +37,7 @@ pub const CONTROLLER: &str = "fabrictestrun";
 
 /// Reconciles one run.
 #[tracing::instrument(skip_all, fields(run = %obj.name_any()))]
-pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<RunContext>) -> Result<Action> {
     let finished = obj.status.as_ref().is_some_and(|s| s.phase.is_finished());
     if !finished && let Err(wait) = ctx.passes.begin(&obj.name_any(), std::time::Instant::now()) {
         return Ok(Action::requeue(wait));
@@ -47,7 +48,7 @@ pub async fn reconcile(obj: Arc<FabricTestRun>, ctx: Arc<Context>) -> Result<Act
     Ok(action)
 }
 
-async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<Context>) -> Result<Action> {
+async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<RunContext>) -> Result<Action> {
     ctx.caches_ready().await;
     let key = obj.name_any();
     let api: Api<FabricTestRun> = Api::all(ctx.client.clone());

@@ -17,7 +17,7 @@ use super::create::{
 };
 use super::deadline::delete_made;
 use super::finish;
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::pods::allocatable_gpus;
 use crate::results::PodState;
@@ -29,7 +29,7 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use std::time::Duration;
 
-use crate::pairs::phase::{self, PairPod, Slot, Step};
+use crate::pairs::phase::{self, PairPod, PairStep, Slot};
 use crate::pairs::pods::{Rendezvous, pair_pod};
 use crate::pairs::rank::spare_lost;
 use crate::pairs::rounds::{Candidate, plan_rounds};
@@ -63,7 +63,7 @@ pub(super) async fn advance(
     next: &mut FabricTestRunStatus,
     entries: &mut [NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
     nic_records: &mut NicRecords,
 ) -> Result<PairsStep> {
@@ -161,7 +161,7 @@ async fn begin(
     next: &mut FabricTestRunStatus,
     entries: &mut [NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<PairsStep> {
     let spec = &run.spec.suite.node_pairs;
     let evaluation = finish::judge(run, entries, outcomes, ctx);
@@ -268,7 +268,7 @@ impl Secret {
     pub(super) async fn usable(
         &mut self,
         run: &FabricTestRun,
-        ctx: &Context,
+        ctx: &RunContext,
     ) -> Result<std::result::Result<(), SecretRefused>> {
         if let Some(c) = &self.checked {
             return Ok(c.clone());
@@ -308,7 +308,7 @@ async fn step_round(
     entries: &mut [NodeRunResult],
     round: Round,
     secret: &mut Secret,
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
     nic_records: &mut NicRecords,
 ) -> Result<Duration> {
@@ -362,13 +362,13 @@ async fn step_round(
         }
         let nodes = [entries[slot.a].node.as_str(), entries[slot.b].node.as_str()];
         let step = match phase::decide(state, (&views[0], &views[1]), nodes, deadline.past, &nics) {
-            Step::Stop(o) => Step::Stop(spare_lost(o, &views, &nodes, &not_ready)),
+            PairStep::Stop(o) => PairStep::Stop(spare_lost(o, &views, &nodes, &not_ready)),
             s => s,
         };
         match step {
-            Step::Wait => {}
-            Step::CreateRank0 if in_flight >= max_pairs => {}
-            Step::CreateRank0 => {
+            PairStep::Wait => {}
+            PairStep::CreateRank0 if in_flight >= max_pairs => {}
+            PairStep::CreateRank0 => {
                 in_flight += 1;
                 let made = match secret.usable(run, ctx).await? {
                     Ok(()) => {
@@ -385,7 +385,7 @@ async fn step_round(
                     RankMade::Not(why) => phase::settle(entries, slot, &not_admitted(0, &why)),
                 }
             }
-            Step::CreateRank1 { ip } => {
+            PairStep::CreateRank1 { ip } => {
                 let join = Rendezvous::Join { rank0_ip: ip };
                 let made = match secret.usable(run, ctx).await? {
                     Ok(()) => create(run, entries, slot, &join, ctx, pods_api).await?,
@@ -404,14 +404,14 @@ async fn step_round(
                     }
                 }
             }
-            Step::Stop(o) => {
+            PairStep::Stop(o) => {
                 for (n, uid) in names.iter().zip(&uids) {
                     delete_made(pods_api, n, uid.as_deref()).await?;
                 }
                 phase::settle(entries, slot, &o);
                 nic_records.extend(records_of(entries, slot, o));
             }
-            Step::Settle(o) => {
+            PairStep::Settle(o) => {
                 phase::settle(entries, slot, &o);
                 nic_records.extend(records_of(entries, slot, o));
             }
@@ -452,7 +452,7 @@ async fn create(
     entries: &[NodeRunResult],
     slot: &Slot,
     rendezvous: &Rendezvous,
-    ctx: &Context,
+    ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<RankMade> {
     let rank1 = matches!(rendezvous, Rendezvous::Join { .. });

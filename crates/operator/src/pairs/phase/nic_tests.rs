@@ -37,9 +37,9 @@ fn docs_with_ports(n0: u64, n1: u64) -> (PairPod, PairPod) {
     (ended(d0), ended(d1))
 }
 
-fn settled(step: Step) -> PairOutcome {
+fn settled(step: PairStep) -> PairOutcome {
     match step {
-        Step::Settle(o) => o,
+        PairStep::Settle(o) => o,
         other => panic!("{other:?}"),
     }
 }
@@ -257,14 +257,17 @@ fn the_nic_records_are_read_only_for_the_nodes_of_a_settling_pair_with_documents
         (PairState::Joined, (&p0, &r1)),
     ] {
         let step = decide(state, pods, NODES, false, &nics);
-        assert!(!matches!(step, Step::Settle(_) | Step::Stop(_)), "{step:?}");
+        assert!(
+            !matches!(step, PairStep::Settle(_) | PairStep::Stop(_)),
+            "{step:?}"
+        );
     }
     assert_eq!(taken(), Vec::<String>::new());
     // Settling: each node whose rank wrote a document, once.
     settled(decide(PairState::Joined, (&p0, &p1), NODES, false, &nics));
     assert_eq!(taken(), ["n0", "n1"]);
     let step = decide(PairState::Joined, (&p0, &r1), NODES, true, &nics);
-    assert!(matches!(step, Step::Stop(_)), "{step:?}");
+    assert!(matches!(step, PairStep::Stop(_)), "{step:?}");
     assert_eq!(taken(), ["n0"], "rank 1 wrote no document");
     let crashed = PairPod::Ended(PairEnd::Failed("exit 134".into()));
     settled(decide(

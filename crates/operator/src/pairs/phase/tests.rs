@@ -117,7 +117,7 @@ fn the_plan_is_written_on_both_nodes_and_read_back_as_slots() {
 }
 
 /// What `decide` does with a pair on [`NODES`] whose nodes have no port records.
-fn step(state: PairState, pods: (&PairPod, &PairPod), past_deadline: bool) -> Step {
+fn step(state: PairState, pods: (&PairPod, &PairPod), past_deadline: bool) -> PairStep {
     decide(state, pods, NODES, past_deadline, &NO_NICS)
 }
 
@@ -126,7 +126,7 @@ fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
     let absent = PairPod::Absent;
     let waiting = PairPod::Waiting { ip: None };
     let (r0, r1) = (running("10.0.0.7"), running("10.0.0.8"));
-    let rank1_joins = Step::CreateRank1 {
+    let rank1_joins = PairStep::CreateRank1 {
         ip: "10.0.0.7".into(),
     };
     // (state, rank 0's pod, rank 1's pod, past the deadline, the step, why)
@@ -136,7 +136,7 @@ fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
             &absent,
             &absent,
             false,
-            Step::CreateRank0,
+            PairStep::CreateRank0,
             "rank 0 first",
         ),
         (
@@ -144,7 +144,7 @@ fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
             &waiting,
             &absent,
             false,
-            Step::Wait,
+            PairStep::Wait,
             "rank 0 has no IP yet",
         ),
         (
@@ -160,7 +160,7 @@ fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
             &r0,
             &r1,
             false,
-            Step::Wait,
+            PairStep::Wait,
             "both ranks run",
         ),
         (
@@ -168,7 +168,7 @@ fn a_pair_starts_rank_0_then_rank_1_with_its_ip() {
             &absent,
             &absent,
             true,
-            Step::Wait,
+            PairStep::Wait,
             "a settled pair is left alone",
         ),
     ];
@@ -184,7 +184,9 @@ fn a_measured_pair_settles_from_rank_0s_document() {
         (&ended(doc(0, 190.5)), &ended(doc(1, 189.0))),
         false,
     );
-    let Step::Settle(o) = s else { panic!("{s:?}") };
+    let PairStep::Settle(o) = s else {
+        panic!("{s:?}")
+    };
     assert_eq!(o.state, PairState::Measured);
     assert_eq!(o.busbw, Some(190.5));
     assert_eq!(o.transport, Some(NetTransport::Ib));
@@ -211,7 +213,9 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
         message: "rank 1 (node n1) did not arrive within 20s".into(),
     });
     let s = step(PairState::Listening, (&ended(d), &PairPod::Absent), false);
-    let Step::Settle(o) = s else { panic!("{s:?}") };
+    let PairStep::Settle(o) = s else {
+        panic!("{s:?}")
+    };
     assert_eq!(o.state, PairState::NotMeasured);
     assert!(o.message.as_deref().is_some_and(|m| m.contains("n1")));
 
@@ -244,7 +248,7 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
     for (rank1, past, state, says, why) in table {
         let s = step(PairState::Joined, (&rank0, &rank1), past);
         assert!(
-            matches!(&s, Step::Stop(o) if o.state == state
+            matches!(&s, PairStep::Stop(o) if o.state == state
                 && says.is_none_or(|says| o.message.as_deref().is_some_and(|m| m.contains(says)))),
             "{why}: {s:?}"
         );
@@ -259,7 +263,9 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
         message: "all_reduce did not finish within 10 s".into(),
     });
     let s = step(PairState::Joined, (&running("a"), &ended(timed_out)), true);
-    let Step::Stop(o) = &s else { panic!("{s:?}") };
+    let PairStep::Stop(o) = &s else {
+        panic!("{s:?}")
+    };
     assert_eq!(o.state, PairState::Errored, "{s:?}");
     let m = o.message.as_deref().unwrap_or_default();
     assert!(
@@ -274,7 +280,9 @@ fn a_peer_that_never_arrived_is_not_measured_and_a_hang_is_errored() {
 fn ranks_that_met_and_failed_are_errored_with_the_reason() {
     let crashed = PairPod::Ended(PairEnd::Failed("the agent exited with code 134".into()));
     let s = step(PairState::Joined, (&crashed, &ended(doc(1, 150.0))), false);
-    let Step::Settle(o) = s else { panic!("{s:?}") };
+    let PairStep::Settle(o) = s else {
+        panic!("{s:?}")
+    };
     assert_eq!(o.state, PairState::Errored);
     assert_eq!(
         o.message.as_deref(),
@@ -300,7 +308,7 @@ fn ranks_that_met_and_failed_are_errored_with_the_reason() {
     for (rank0, rank1, state, why) in table {
         let s = step(PairState::Joined, (&rank0, &rank1), false);
         assert!(
-            matches!(&s, Step::Settle(o) if o.state == state),
+            matches!(&s, PairStep::Settle(o) if o.state == state),
             "{why}: {s:?}"
         );
     }

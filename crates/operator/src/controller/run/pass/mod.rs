@@ -11,7 +11,7 @@ use super::deadline::{
 };
 use super::finish::finish;
 use super::{ddp_nodes, pairs};
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::names;
 use crate::results::{self, PodState};
@@ -156,7 +156,7 @@ pub(super) async fn read_states(
 }
 
 /// The run's shards: from the cache, or listed when the cache has not caught up.
-pub(super) async fn shards_of(run: &FabricTestRun, ctx: &Context) -> Result<Vec<Shard>> {
+pub(super) async fn shards_of(run: &FabricTestRun, ctx: &RunContext) -> Result<Vec<Shard>> {
     let want = run.status.as_ref().map_or(0, |s| s.shards) as usize;
     let found = match shards::cached(&ctx.shards, &ctx.shard_writes, run) {
         Some(s) => s,
@@ -176,7 +176,7 @@ pub(super) async fn progress(
     run: &FabricTestRun,
     status: FabricTestRunStatus,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
     key: &str,
 ) -> Result<Action> {
     let pass_began = std::time::Instant::now();
@@ -406,7 +406,7 @@ fn keep_ended(
     uid: &str,
     entries: &[NodeRunResult],
     outcomes: &[PodState],
-    ctx: &Context,
+    ctx: &RunContext,
 ) {
     let ended: Vec<bool> = outcomes.iter().map(PodState::is_final).collect();
     let todo = ctx.keeper.claim(uid, entries, Some(&ended));
@@ -441,7 +441,7 @@ pub(super) async fn after_node_checks(
     mut entries: Vec<NodeRunResult>,
     e: NodeChecksEnded<'_>,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<Action> {
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     if run.spec.trigger == gpufabric_api::run::Trigger::Confirmation {
@@ -484,7 +484,7 @@ pub(super) async fn after_node_checks(
 
 /// Writes the port counter records of the pairs a pass settled; best effort: a record not
 /// written leaves the older one, and the run goes on.
-async fn write_nic_records(ctx: &Context, records: pairs::NicRecords) {
+async fn write_nic_records(ctx: &RunContext, records: pairs::NicRecords) {
     if records.is_empty() {
         return;
     }
@@ -509,7 +509,7 @@ pub(super) async fn save(
     entries: &[NodeRunResult],
     mut next: FabricTestRunStatus,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<()> {
     let after = shards::split(entries, read.shards);
     shards::write_changed(

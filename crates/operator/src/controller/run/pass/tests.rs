@@ -79,7 +79,7 @@ fn gpu_node(name: &str) -> Node {
     .expect("node")
 }
 
-fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> Arc<Context> {
+fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> Arc<RunContext> {
     let (node_store, mut node_writer) = reflector::store();
     for n in ["gpu-01", "gpu-02", "gpu-03"] {
         node_writer.apply_watcher_event(&watcher::Event::Apply(gpu_node(n)));
@@ -90,7 +90,7 @@ fn context(client: kube::Client, shard: FabricTestRunShard, pods: Vec<Pod>) -> A
     }
     let (shard_store, mut shard_writer) = reflector::store();
     shard_writer.apply_watcher_event(&watcher::Event::Apply(shard));
-    Context::for_tests(
+    RunContext::for_tests(
         client,
         node_store,
         pod_store,

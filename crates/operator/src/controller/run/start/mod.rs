@@ -2,7 +2,7 @@
 //! or the run failed when none can be tested.
 
 use super::common::{CREATE_CONCURRENCY, apply_status, publish, shards_api};
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::Result;
 use crate::nodes;
 use crate::pods;
@@ -27,7 +27,7 @@ use std::time::Duration;
 pub(super) async fn start(
     run: &FabricTestRun,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<Action> {
     // One run picks and freezes its nodes at a time (see `Context::start_lock`).
     let _starting = ctx.start_lock.lock().await;
@@ -191,7 +191,7 @@ pub(super) fn plan_start(
 /// are tested when `include_busy`), and the nodes under another gpufabric run with its name.
 pub(super) async fn resolve(
     run: &FabricTestRun,
-    ctx: &Context,
+    ctx: &RunContext,
     include_busy: bool,
 ) -> Result<Resolved> {
     let all = ctx.nodes.state();
@@ -238,7 +238,7 @@ pub(super) type Resolved = (
 /// cache yet).
 async fn frozen_by_other_runs(
     run: &FabricTestRun,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<std::collections::BTreeMap<String, String>> {
     let api = shards_api(ctx, run);
     let mut held = std::collections::BTreeMap::new();
@@ -489,7 +489,7 @@ pub(super) struct BusyNodesPolicy {
 /// The owning test's busy-node settings, read when the run starts (none without a test).
 pub(super) async fn busy_nodes_policy(
     run: &FabricTestRun,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<BusyNodesPolicy> {
     let api: Api<gpufabric_api::test::FabricTest> = Api::all(ctx.client.clone());
     Ok(api

@@ -155,23 +155,26 @@ async fn carry_out_after_fold(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
-    let lifecycle_applied = crate::lifecycle::after_quarantine(
-        test,
-        run,
-        results,
-        &repaired,
-        &outcome,
-        breaker.open,
-        status,
-        ctx,
-    )
-    .await;
-    // Each node's standing, decided once: what the signals, metrics and status read.
     let gated = |n: &str| {
         ctx.nodes
             .get(&kube::runtime::reflector::ObjectRef::new(n))
             .is_some_and(|n| crate::lifecycle::targets::is_gated(&n))
     };
+    let life = crate::lifecycle::after_run::plan(
+        &crate::lifecycle::after_run::AfterRun {
+            test,
+            run,
+            results,
+            repaired: &repaired,
+            outcome: &outcome,
+            breaker_open: breaker.open,
+            gated: &gated,
+            at: crate::time::now(),
+        },
+        status,
+    );
+    let lifecycle_applied = crate::lifecycle::carry_out(test, life, status, ctx).await;
+    // Each node's standing, decided once: what the signals, metrics and status read.
     st::settle(
         status,
         results,
@@ -194,23 +197,31 @@ async fn carry_out_after_fold(
         .await;
     }
     if let Some(confirm) = confirm {
-        let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
-        if create_run(ctx, &api, &confirm).await? {
-            ctx.events
-                .normal(
-                    &test.object_ref(&()),
-                    "RunCreated",
-                    "Confirm",
-                    format!(
-                        "created confirmation run {} to retest {}",
-                        confirm.name_any(),
-                        plan.confirm.join(", ")
-                    ),
-                )
-                .await;
-        }
+        create_confirmation(test, &confirm, &plan.confirm, ctx).await?;
     }
     Ok(outcome.errors.is_empty() && lifecycle_applied)
+}
+
+/// Creates the confirmation run that retests `suspects`, with an Event on the test when it
+/// is new.
+async fn create_confirmation(
+    test: &FabricTest,
+    confirm: &FabricTestRun,
+    suspects: &[String],
+    ctx: &Context,
+) -> Result<()> {
+    let api: Api<FabricTestRun> = Api::all(ctx.client.clone());
+    if create_run(ctx, &api, confirm).await? {
+        let note = format!(
+            "created confirmation run {} to retest {}",
+            confirm.name_any(),
+            suspects.join(", ")
+        );
+        ctx.events
+            .normal(&test.object_ref(&()), "RunCreated", "Confirm", note)
+            .await;
+    }
+    Ok(())
 }
 
 /// The own records (`gpufabric.io/trend`) of the nodes that passed a complete check, with

@@ -6,7 +6,7 @@
 mod fold;
 mod writes;
 
-use super::decide::{Decision, conditions, decide, invalid_status, validated_schedule};
+use super::decide::{StartPlan, conditions, decide, invalid_status, validated_schedule};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events::{self, EventType};
@@ -245,7 +245,7 @@ async fn runs_of(
 async fn carry_out(
     test: &FabricTest,
     ctx: &Context,
-    decision: &Decision,
+    decision: &StartPlan,
     active: &[&FabricTestRun],
     status: &mut FabricTestStatus,
 ) -> Result<()> {
