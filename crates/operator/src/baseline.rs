@@ -10,6 +10,7 @@ use gpufabric_api::run::{
 };
 use gpufabric_api::test::FabricTest;
 use gpufabric_api::trend::suite_fingerprint;
+use gpufabric_health::evaluate::tuning::NCCL_TUNING;
 use gpufabric_health::evaluate::{Against, NodeSeries, baseline};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
@@ -27,11 +28,14 @@ impl Alike {
     pub fn of(run: &FabricTestRun) -> Alike {
         Alike {
             suite: suite_fingerprint(&run.spec.suite),
+            // The tuning variables only (as the agent alone reports them): NCCL_DEBUG or
+            // NCCL_IB_HCA change no number.
             settings: settings_fingerprint(
                 run.spec
                     .agent
                     .env
                     .iter()
+                    .filter(|e| NCCL_TUNING.contains(&e.name.as_str()))
                     .map(|e| (e.name.as_str(), e.value.as_deref())),
             ),
         }
