@@ -6,6 +6,9 @@
 //! a Warning `Drifting` finding on a node that still passes and stays schedulable; the
 //! night it falls through the floor it fails and is cordoned, after the Warning.
 //!
+//! Beside it, the fleet's own baseline: a gate run of one node, with no peers in its run,
+//! is judged against what the test's passing nodes measured in its earlier runs.
+//!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test trend`.
 
@@ -141,4 +144,75 @@ async fn a_node_drifting_over_five_nights_gets_a_warning_before_it_fails() {
             "{base}: {text}"
         );
     }
+}
+
+/// Sets the validation gate on `node`, as a provisioning tool would.
+async fn gate(env: &OperatorEnv, base: &str) {
+    let node = env.read_node(base).await;
+    let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: gpufabric_api::keys::TAINT_VALIDATION.into(),
+        value: Some("pending".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    });
+    env.patch_node_as_kubectl(&env.node(base), json!({"spec": {"taints": taints}}))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_node_alone_is_judged_against_the_baseline_of_earlier_runs() {
+    let env = OperatorEnv::shared(fleet(), "baseline").await;
+    let test = "baseline";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "quarantine": {"mode": "Observe"},
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
+    // The first run: four healthy nodes, judged by their own median, make the baseline.
+    let status = env.wait_folded(test, None).await;
+    let first = last_run_name(&status);
+    let entry = status
+        .baseline
+        .entries
+        .first()
+        .expect("a baseline after a complete run");
+    assert_eq!(entry.runs.len(), 1);
+    assert_eq!(entry.runs[0].nodes, 4, "{entry:?}");
+
+    // gpu-04 comes back with its links at 80% and is gated: a run of it alone.
+    let slow = env.node("gpu-04");
+    let mut f = env.fleet.fleet().clone();
+    for n in f.nodes.iter_mut().filter(|n| n.name == slow) {
+        n.faults.push(Fault::SlowFabric { factor: 0.8 });
+    }
+    SimFleet::write_to(f, env.fleet.path()).expect("fleet file rewritten");
+    gate(&env, "gpu-04").await;
+    let status = env.wait_folded(test, Some(&first)).await;
+    let run = last_run_name(&status);
+    let rs = env.run_status(&run).await;
+    assert_eq!(rs.node_count, 1, "a gate run of one node");
+    assert_eq!(rs.failed, 1, "{:#?}", rs.findings);
+    let against: Vec<_> = rs
+        .findings
+        .iter()
+        .filter(|f| f.source == Some(gpufabric_api::findings::ExpectationSource::Baseline))
+        .collect();
+    assert!(!against.is_empty(), "{:#?}", rs.findings);
+    for f in &against {
+        assert_eq!(f.subject, Subject::node(&slow), "{f:#?}");
+        assert!(
+            f.message
+                .contains("below the 4 nodes of this test run alike over 1 day"),
+            "{}",
+            f.message
+        );
+    }
+    // A failing node feeds nothing: the baseline still rests on the first run alone.
+    let entry = &status.baseline.entries[0];
+    assert_eq!(entry.runs.len(), 1, "{entry:?}");
 }

@@ -273,6 +273,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
                 .map(|r| r.points(verdict::TREND_TEST, &suite).to_vec())
                 .unwrap_or_default();
             let asked = &opts.suite.nccl_sweep.collectives;
+            let baseline = args.verdict.fleet_baseline().map_err(invalid)?;
             let judged = verdict::judge(
                 &doc,
                 asked,
@@ -280,6 +281,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
                 args.expect_gpus,
                 previous.as_ref(),
                 &history,
+                baseline.as_ref().map(|b| (b, suite.as_str())),
             )
             .map_err(invalid)?;
             if let Some(path) = &args.verdict.counters_file {

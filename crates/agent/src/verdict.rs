@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use gpufabric_api::baseline::FleetBaseline;
 use gpufabric_api::counters::CounterBaseline;
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::keys;
@@ -13,7 +14,7 @@ use gpufabric_api::suite::Collective;
 use gpufabric_api::trend::{NodeTrend, TrendPoint};
 use gpufabric_api::{CompactResult, ResultDocument};
 use gpufabric_health::evaluate::counters::next_baseline;
-use gpufabric_health::{NodeInput, NodeOutcome, evaluate};
+use gpufabric_health::{NodeInput, NodeOutcome};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -85,6 +86,13 @@ pub struct VerdictArgs {
     #[arg(long, value_name = "FILE", requires = "verdict")]
     pub trend_file: Option<PathBuf>,
 
+    /// Judge against this baseline (`kubectl gpufabric baseline export TEST --file FILE`):
+    /// what the test's passing nodes of the same GPU product, suite and spec NCCL settings
+    /// measured. Alone, this node has no peers: far below the baseline fails it. A file
+    /// without this node's product, suite and settings judges nothing, and an Info says so.
+    #[arg(long, value_name = "FILE", requires = "verdict")]
+    pub baseline: Option<PathBuf>,
+
     /// Write the verdict (node, verdict, findings) as JSON to this file, or `-` for stdout
     /// (the tables then go to stderr).
     #[arg(long, value_name = "PATH", requires = "verdict")]
@@ -153,6 +161,22 @@ impl VerdictArgs {
             "counter growth",
             CounterBaseline::parse,
         )
+    }
+
+    /// The baseline of --baseline; an error when the file cannot be read (a gate that asked
+    /// for a baseline is never judged without it unawares).
+    pub fn fleet_baseline(&self) -> anyhow::Result<Option<FleetBaseline>> {
+        let Some(path) = self.baseline.as_deref() else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading baseline file {}", path.display()))?;
+        FleetBaseline::parse(&text).map(Some).with_context(|| {
+            format!(
+                "baseline file {} is not a baseline `kubectl gpufabric baseline export` wrote",
+                path.display()
+            )
+        })
     }
 
     /// The node's earlier checks from --trend-file, as [`Self::previous_counters`] reads
@@ -395,6 +419,18 @@ pub struct Judged {
     pub compact: CompactResult,
 }
 
+/// The fingerprint of the NCCL tuning settings the spec chose, as the operator makes it of
+/// a test's `agent.env` ([`gpufabric_api::baseline::settings_fingerprint`]).
+fn spec_settings(doc: &ResultDocument) -> String {
+    gpufabric_api::baseline::settings_fingerprint(
+        doc.nccl_settings
+            .iter()
+            .filter(|s| s.source.chosen())
+            .filter(|s| gpufabric_health::evaluate::tuning::NCCL_TUNING.contains(&s.name.as_str()))
+            .map(|s| (s.name.as_str(), Some(s.value.as_str()))),
+    )
+}
+
 /// Judges `doc` as the operator would: its compact form (the termination message) through
 /// the health rules, with `expected_gpus` as the GPUs the node should have, `previous`
 /// the counters of the previous check and `asked` the collectives the sweep was asked for.
@@ -407,6 +443,7 @@ pub fn judge(
     expected_gpus: Option<u32>,
     previous: Option<&CounterBaseline>,
     history: &[TrendPoint],
+    baseline: Option<(&FleetBaseline, &str)>,
 ) -> anyhow::Result<Judged> {
     let compact = CompactResult::parse(&doc.compact_within(keys::TERMINATION_MESSAGE_LIMIT))
         .context("reading back the compact result")?;
@@ -426,7 +463,18 @@ pub fn judge(
         expected_gpus,
         outcome: NodeOutcome::Measured(Box::new(compact.clone())),
     };
-    let evaluation = evaluate(&[input], thresholds);
+    let settings = spec_settings(doc);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let against = baseline.map(|(b, suite)| gpufabric_health::evaluate::Against {
+        baseline: b,
+        suite,
+        settings: &settings,
+        now,
+    });
+    let evaluation =
+        gpufabric_health::evaluate::evaluate_against(&[input], thresholds, against.as_ref());
     let judged = evaluation
         .verdicts
         .get(&doc.node)
@@ -512,8 +560,74 @@ mod tests {
             None,
             None,
             &[],
+            None,
         )
         .expect("judged")
+    }
+
+    /// The baseline three nodes like `doc` make, their collectives at `k` times its own.
+    fn baseline_of(doc: &ResultDocument, k: f64) -> FleetBaseline {
+        let compact = CompactResult::parse(&doc.compact_within(keys::TERMINATION_MESSAGE_LIMIT))
+            .expect("compact");
+        let inputs: Vec<NodeInput> = (0..3)
+            .map(|i| {
+                let mut r = compact.clone();
+                r.node = format!("peer-{i}");
+                for c in r.collectives.iter_mut() {
+                    c.peak_busbw *= k;
+                    c.largest_busbw *= k;
+                }
+                NodeInput::measured(r)
+            })
+            .collect();
+        let e = gpufabric_health::evaluate(&inputs, &Thresholds::default());
+        let sample = gpufabric_health::evaluate::baseline::sample(
+            "nightly-1",
+            "suite",
+            &spec_settings(doc),
+            e.series.values(),
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        FleetBaseline::default().with_run(&sample, now)
+    }
+
+    #[test]
+    fn a_node_alone_is_judged_against_the_baseline_file() {
+        let doc = clean_document();
+        let judge_with = |b: &FleetBaseline| {
+            judge(
+                &doc,
+                &Collective::ALL,
+                &Thresholds::default(),
+                None,
+                None,
+                &[],
+                Some((b, "suite")),
+            )
+            .expect("judged")
+        };
+        let alike = judge_with(&baseline_of(&doc, 1.0));
+        assert_eq!(
+            alike.verdict.verdict,
+            NodeVerdict::Passed,
+            "{:#?}",
+            alike.verdict
+        );
+        // Its peers reached twice its busbw: it is half of what its fleet measures.
+        let faster = judge_with(&baseline_of(&doc, 2.0));
+        assert_eq!(
+            faster.verdict.verdict,
+            NodeVerdict::Failed,
+            "{:#?}",
+            faster.verdict
+        );
+        assert!(faster.verdict.findings.iter().any(|f| {
+            f.source == Some(gpufabric_api::findings::ExpectationSource::Baseline)
+                && f.message
+                    .contains("50% below the 3 nodes of this test run alike")
+        }));
     }
 
     #[test]

@@ -385,6 +385,9 @@ pub enum ExpectationSource {
     Rule,
     /// The median of the node's own earlier runs of the test.
     History,
+    /// The test's baseline: its passing nodes of the same product, suite and NCCL settings
+    /// in recent complete runs.
+    Baseline,
 }
 
 /// One finding, with its evidence and a sentence a person can act on.

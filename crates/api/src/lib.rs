@@ -5,6 +5,7 @@
 // kube's `printcolumn(...)` attributes repeat keys by design; clippy reads them as duplicates.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod baseline;
 pub mod counters;
 pub mod ddp_nodes;
 pub mod findings;

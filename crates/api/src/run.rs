@@ -343,6 +343,11 @@ pub struct FabricTestRunStatus {
     /// probe): rank pods are made only while the Secret at its name is that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous_secret_uid: Option<String>,
+    /// What this run's passing, unquarantined nodes of a complete check measured, per GPU
+    /// product (the run's own numbers for the test's baseline, which its test adds when it
+    /// folds a complete run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_sample: Vec<crate::baseline::KeyedSample>,
 }
 
 /// How far a run is.

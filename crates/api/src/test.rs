@@ -384,6 +384,15 @@ pub struct FabricTestStatus {
     /// Nodes quarantined too often to be released by passing runs (see `nodes[].repeatOffender`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeat_offenders: Vec<String>,
+    /// What this test's passing nodes measured in its recent complete runs, per GPU product,
+    /// suite and NCCL settings: what a node judged without enough peers in its run is held to
+    /// (`kubectl gpufabric baseline export` writes it as a file).
+    #[serde(default, skip_serializing_if = "is_empty_baseline")]
+    pub baseline: crate::baseline::FleetBaseline,
+}
+
+fn is_empty_baseline(b: &crate::baseline::FleetBaseline) -> bool {
+    b.entries.is_empty()
 }
 
 fn is_zero(n: &u32) -> bool {

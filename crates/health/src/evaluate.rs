@@ -14,6 +14,7 @@ use gpufabric_api::run::NodeVerdict;
 use gpufabric_api::trend::TrendPoint;
 use std::collections::BTreeMap;
 
+pub mod baseline;
 mod classify;
 mod compare;
 mod compute;
@@ -28,6 +29,7 @@ mod stats;
 pub mod trend;
 pub mod tuning;
 
+pub use baseline::{Against, NodeSeries};
 use compare::compare_fleet;
 use node::judge_node;
 
@@ -74,6 +76,9 @@ pub struct Evaluation {
     /// Sorted by node, subject, metric.
     pub findings: Vec<Finding>,
     pub verdicts: BTreeMap<String, NodeVerdict>,
+    /// The numbers the baseline keeps of each node that passed ([`baseline::sample`] makes a
+    /// run's numbers of those the caller lets feed it).
+    pub series: BTreeMap<String, NodeSeries>,
 }
 
 impl Evaluation {
@@ -140,9 +145,20 @@ pub const MAX_GPUS_PER_NODE: u32 = 64;
 
 /// Judges every node of a run. See the crate docs for the rules.
 pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
+    evaluate_against(nodes, thresholds, None)
+}
+
+/// Judges every node of a run, and a node without enough peers in it against the test's
+/// baseline when there is one to read (rules in [`baseline`]).
+pub fn evaluate_against(
+    nodes: &[NodeInput],
+    thresholds: &Thresholds,
+    against: Option<&Against<'_>>,
+) -> Evaluation {
     let mut findings = Vec::new();
     let mut verdicts = BTreeMap::new();
     let mut stats = Vec::new();
+    let mut series = BTreeMap::new();
     for input in nodes {
         let verdict = match &input.outcome {
             NodeOutcome::Measured(r) if r.gpus == 0 || r.gpus > MAX_GPUS_PER_NODE => {
@@ -162,6 +178,7 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
             NodeOutcome::Measured(r) => {
                 let mut own = Vec::new();
                 let s = judge_node(input, r, thresholds, &mut own);
+                series.insert(input.node.clone(), baseline::series_of(&s, r));
                 let not_chosen = tuning::not_chosen(&input.node, &r.settings_not_chosen, &own);
                 tuning::spare_tuned(&mut own, &input.nccl_tuning);
                 own.extend(not_chosen);
@@ -185,17 +202,58 @@ pub fn evaluate(nodes: &[NodeInput], thresholds: &Thresholds) -> Evaluation {
         verdicts.insert(input.node.clone(), verdict);
     }
 
-    let fleet_findings = compare_fleet(&stats, thresholds);
+    let mut fleet_findings = compare_fleet(&stats, thresholds);
+    fleet_findings.extend(baseline_findings(&stats, &series, against, thresholds));
     for f in &fleet_findings {
         if f.severity == Severity::Critical {
             verdicts.insert(f.subject.node_name().to_string(), NodeVerdict::Failed);
         }
     }
     findings.extend(fleet_findings);
+    series.retain(|node, _| verdicts.get(node) == Some(&NodeVerdict::Passed));
     findings.extend(drift_findings(nodes, &verdicts, thresholds));
     findings.extend(software_findings(nodes));
     sort_findings(&mut findings);
-    Evaluation { findings, verdicts }
+    Evaluation {
+        findings,
+        verdicts,
+        series,
+    }
+}
+
+/// Each node with fewer comparable nodes in its run than the fleet comparison needs,
+/// against the baseline (rules in [`baseline`]); what its own findings already explain is
+/// not reported again.
+fn baseline_findings(
+    stats: &[(stats::NodeStats, Vec<Finding>)],
+    series: &BTreeMap<String, NodeSeries>,
+    against: Option<&Against<'_>>,
+    t: &Thresholds,
+) -> Vec<Finding> {
+    let Some(against) = against else {
+        return Vec::new();
+    };
+    let mut sizes: BTreeMap<&(String, u32), usize> = BTreeMap::new();
+    for (s, _) in stats {
+        *sizes.entry(&s.group).or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for (s, own) in stats {
+        if sizes.get(&s.group).copied().unwrap_or(0) >= baseline::peers_needed(t) {
+            continue;
+        }
+        let Some(mine) = series.get(&s.node) else {
+            continue;
+        };
+        let mut all = own.clone();
+        all.extend(baseline::judge(s, mine, own, against, t));
+        node::drop_explained_slowness(&mut all);
+        out.extend(
+            all.into_iter()
+                .filter(|f| f.source == Some(ExpectationSource::Baseline) || !own.contains(f)),
+        );
+    }
+    out
 }
 
 /// Each passing node against its own earlier runs (rules in [`trend`]).
@@ -352,6 +410,7 @@ fn source_words(source: ExpectationSource, what: &str) -> String {
         ExpectationSource::Node => format!("the node's other {what}"),
         ExpectationSource::Rule => what.to_string(),
         ExpectationSource::History => format!("the node's own earlier {what}"),
+        ExpectationSource::Baseline => format!("the test's baseline for {what}"),
     }
 }
 

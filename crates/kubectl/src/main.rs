@@ -124,11 +124,41 @@ enum Command {
     /// (or `-o html`, to stdout) one self-contained page of the run, drawn also from the full
     /// results the operator keeps in ConfigMaps and the nodes' trend annotations.
     Report { run: String },
+    /// A FabricTest's baseline: what its passing nodes measured in its recent complete runs,
+    /// per GPU product, suite and NCCL settings.
+    Baseline {
+        #[command(subcommand)]
+        action: BaselineAction,
+    },
     /// A completion script for SHELL, to source or install where the shell reads them:
     /// `source <(kubectl-gpufabric completion bash)`.
     Completion { shell: Shell },
     /// The plugin's version (`clientVersion.gitVersion` with -o json|yaml).
     Version,
+}
+
+/// What `baseline` does.
+#[derive(Subcommand, Debug)]
+enum BaselineAction {
+    /// Write TEST's baseline as a JSON file (stdout without `--file`), for `fabric-agent
+    /// node-check --verdict --baseline FILE` on a node judged away from the cluster.
+    Export {
+        test: String,
+        /// The file to write.
+        #[arg(short, long)]
+        file: Option<PathBuf>,
+    },
+}
+
+/// The file `baseline export` writes of `test`: refused (not found) while it has none.
+fn baseline_file(test: &FabricTest) -> Result<String, Failure> {
+    let name = test.metadata.name.as_deref().unwrap_or_default();
+    match test.status.as_ref().map(|s| &s.baseline) {
+        Some(b) if !b.entries.is_empty() => Ok(b.to_json() + "\n"),
+        _ => Err(not_found(format!(
+            "FabricTest {name} has no baseline yet: it forms when the test folds a complete run with passing nodes"
+        ))),
+    }
 }
 
 /// The shells `completion` writes for.
@@ -394,6 +424,12 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .with_context(|| format!("annotating Node {node}"))?;
             print(&req, format_of(&cli.output)?)
         }
+        Command::Baseline {
+            action: BaselineAction::Export { test, file },
+        } => {
+            let t = get(&tests, "FabricTest", test).await?;
+            write_out(&baseline_file(&t)?, file.as_deref())
+        }
         Command::Completion { .. } | Command::Version => Ok(()),
         Command::Report { run } => {
             let r = get(&runs, "FabricTestRun", run).await?;
@@ -474,6 +510,48 @@ mod tests {
         for needle in ["release NODE", "report RUN", "Exit codes", "  4  refused"] {
             assert!(help.contains(needle), "{needle:?} in {help}");
         }
+    }
+
+    #[test]
+    fn a_baseline_is_exported_as_the_file_the_agent_reads_and_none_is_refused() {
+        use gpufabric_api::baseline::{BaselineKey, FleetBaseline, KeyedSample, RunSample};
+        let mut t: FabricTest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpufabric.io/v1alpha1",
+            "kind": "FabricTest",
+            "metadata": {"name": "nightly"},
+            "spec": {"schedule": "0 2 * * *"}
+        }))
+        .expect("a FabricTest");
+        let Err(refused) = baseline_file(&t) else {
+            panic!("a test with no baseline yet has none to export");
+        };
+        assert_eq!(refused.exit, Exit::NotFound);
+        assert!(
+            refused
+                .error
+                .to_string()
+                .contains("nightly has no baseline yet")
+        );
+        let key = BaselineKey {
+            product: "h100".into(),
+            gpus: 8,
+            suite: "s".into(),
+            settings: "n".into(),
+        };
+        let sample = RunSample {
+            run: "r".into(),
+            nodes: 5,
+            ..Default::default()
+        };
+        let b = FleetBaseline::default().with_run(&[KeyedSample { key, sample }], 100);
+        t.status = Some(gpufabric_api::FabricTestStatus {
+            baseline: b.clone(),
+            ..Default::default()
+        });
+        let Ok(text) = baseline_file(&t) else {
+            panic!("a test with a baseline exports it");
+        };
+        assert_eq!(FleetBaseline::parse(&text).ok(), Some(b));
     }
 
     #[test]

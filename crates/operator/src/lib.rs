@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod baseline;
 pub mod cache;
 pub mod context;
 pub mod controller;

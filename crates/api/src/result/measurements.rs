@@ -336,7 +336,7 @@ pub struct HealthSnapshot {
 }
 
 /// Transport between two GPUs, from NCCL.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[serde(rename_all = "camelCase")]
 pub enum Transport {
     /// Peer to peer over NVLink.

@@ -44,7 +44,7 @@ fn series_words(key: &SeriesKey) -> (String, &'static str) {
     }
 }
 
-fn explicit_threshold(key: &SeriesKey, t: &Thresholds) -> bool {
+pub(super) fn explicit_threshold(key: &SeriesKey, t: &Thresholds) -> bool {
     match key.metric {
         Metric::NcclBusBw => {
             key.collective == Some(Collective::AllReduce) && t.nccl_bus_bw_gbps.is_some()

@@ -1,6 +1,7 @@
 //! Unit tests of the evaluation rules, on synthetic nodes shaped like the agent's compact result:
 //! the fixtures here, the tests by topic in the files below.
 
+mod baseline;
 mod compute;
 mod fleet;
 mod hardware;

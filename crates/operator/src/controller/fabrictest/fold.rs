@@ -37,6 +37,7 @@ pub(super) async fn fold_finished_runs(
             return Ok(false);
         };
         status.nodes = st::fold_history(&status.nodes, run, &results);
+        status.baseline = crate::baseline::after_fold(&status.baseline, run.status.as_ref());
         status.last_run = Some(st::run_summary(run));
         all_applied &= quarantine_after(test, run, &results, status, breaker, ctx).await?;
         tracing::info!(run = %run.name_any(), "run folded into the test's history");

@@ -36,8 +36,14 @@ pub(super) async fn finish(
     // The outcomes move into the evaluator's inputs: at thousands of nodes a second copy of
     // every parsed result is the largest thing the operator would hold.
     let judging = Judging::of(run);
+    // The test's baseline: what a node without enough peers in this run is judged against.
+    let fleet_baseline = crate::baseline::of_test(&ctx.client, run).await?;
     let inputs = node_inputs(&entries, outcomes, &judging, ctx);
-    let evaluation = gpufabric_health::evaluate(&inputs, &run.spec.thresholds);
+    let evaluation = gpufabric_health::evaluate::evaluate_against(
+        &inputs,
+        &run.spec.thresholds,
+        Some(&judging.alike.against(&fleet_baseline, now().0.as_second())),
+    );
     let mut all_findings = evaluation.findings.clone();
     if next.node_pairs.is_some() {
         all_findings.extend(crate::pairs::phase::findings(&entries, &Default::default()));
@@ -49,6 +55,10 @@ pub(super) async fn finish(
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
     }
     judge_entries(&mut entries, &evaluation, &all_findings);
+    next.baseline_sample =
+        crate::baseline::sample(&name, &judging.alike, &entries, &evaluation.series, |n| {
+            ctx.nodes.get(&ObjectRef::new(n))
+        });
     let judged_ms = began.elapsed().as_millis();
     let after = shards::split(&entries, shards);
     let written = shards::write_changed(
@@ -218,7 +228,8 @@ pub(super) async fn keep_after_verdict(
 }
 
 /// Judges the nodes whose pods have ended by their own checks (a copy of their outcomes:
-/// the run goes on with them).
+/// the run goes on with them). Not against the baseline: the run's end judges again, with
+/// it.
 pub(super) fn judge(
     run: &FabricTestRun,
     entries: &[NodeRunResult],
@@ -299,6 +310,7 @@ async fn announce(
 struct Judging {
     trend: TrendKey,
     nccl_tuning: Vec<String>,
+    alike: crate::baseline::Alike,
 }
 
 impl Judging {
@@ -306,6 +318,7 @@ impl Judging {
         let names = run.spec.agent.env.iter().map(|e| &e.name);
         Judging {
             trend: TrendKey::of(run),
+            alike: crate::baseline::Alike::of(run),
             nccl_tuning: gpufabric_health::evaluate::tuning::tuning_of(names),
         }
     }
