@@ -163,7 +163,20 @@ fn end_status(
     if let Some(m) = &next.message {
         notes.push(m.clone());
     }
-    if stopped > 0 {
+    let halted = next
+        .limits
+        .as_ref()
+        .filter(|l| l.stopped.is_some())
+        .map(|l| l.message.clone());
+    if let Some(why) = halted {
+        // Cancelled or out of time: the nodes it did not finish are not measured, never
+        // failed; the run itself did not do what it was for.
+        next.phase = RunPhase::Failed;
+        notes.push(format!(
+            "{why}: the nodes it had not finished are not measured ({} not measured in all)",
+            next.not_measured
+        ));
+    } else if stopped > 0 {
         next.phase = RunPhase::Failed;
         notes.push(format!(
             "the run deadline passed: {stopped} pods that had not finished were stopped"
