@@ -98,9 +98,14 @@ pub(super) async fn finish(
     drop(all_findings);
     // After the status, so a failed status write cannot make a retry judge against the
     // counters of the run it is judging.
+    let counters_began = std::time::Instant::now();
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
     }
+    tracing::debug!(
+        took_ms = counters_began.elapsed().as_millis(),
+        "error counters recorded"
+    );
     if pending > 0 {
         keep_after_verdict(run, next, &entries, api, ctx).await?;
     } else {
