@@ -399,8 +399,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     watch.abort();
     let run = run_obj.expect("the run succeeded within 25 minutes");
     let status = run.status.clone().expect("status");
+    // The first run's shards (a second run has its own).
+    let of_run = format!("{}={}", keys::LABEL_RUN, run.name_any());
     let shards: Vec<FabricTestRunShard> = Api::all(cluster.client())
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(&of_run))
         .await
         .expect("shards")
         .items;
