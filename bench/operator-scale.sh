@@ -10,6 +10,13 @@
 #   SCALE_PROFILE=P cargo profile of the operator and the agents (default release)
 #   SCALE_PAIRS=1   node checks off and the node-pair phase on (ring): adds per-round pods,
 #                   round times and the phase's total time under "node_pairs"
+#   SCALE_PACE=P    how long the sim agents' work lasts (FABRIC_SIM_PACE: h200 for the
+#                   measured times of a 4 x H200 node, or a document); default: at once
+#   SCALE_RUNS=2    a second run (run-now) after the first is folded, as the next night's:
+#                   its times under "second_run"
+#   CARGO_TARGET_DIR where the binaries are built and taken from (default target/)
+#   SCALE_BIN_DIR=D take fabric-operator and fabric-agent from D, built already (no build);
+#                   the test itself still builds under CARGO_TARGET_DIR
 # The load average before and after is recorded beside the numbers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,9 +26,14 @@ if [ -z "${GPUFABRIC_CLUSTER_BIN:-}" ]; then
 fi
 # The operator and the agents as they ship: release builds (SCALE_PROFILE=dev for debug).
 profile="${SCALE_PROFILE:-release}"
-cargo build --profile "$profile" -p gpufabric-agent -p gpufabric-operator
-case "$profile" in dev) bin_dir=target/debug ;; *) bin_dir="target/$profile" ;; esac
-export GPUFABRIC_AGENT_BIN_DIR="$PWD/$bin_dir"
+if [ -n "${SCALE_BIN_DIR:-}" ]; then
+    bin_dir="$SCALE_BIN_DIR"
+else
+    cargo build --profile "$profile" -p gpufabric-agent -p gpufabric-operator
+    target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
+    case "$profile" in dev) bin_dir="$target_dir/debug" ;; *) bin_dir="$target_dir/$profile" ;; esac
+fi
+export GPUFABRIC_AGENT_BIN_DIR="$bin_dir"
 export SCALE_OUT="${SCALE_OUT:-$PWD/target/operator-scale.json}"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture a_run_over_many_nodes
@@ -37,6 +49,7 @@ report["machine"] = {
     "loadavg_before": before,
     "loadavg_after": after,
     "profile": os.environ.get("SCALE_PROFILE", "release"),
+    "pace": os.environ.get("SCALE_PACE", ""),
 }
 json.dump(report, open(path, "w"), indent=1)
 PY

@@ -4,9 +4,10 @@
 //! Security `restricted`. Then, with nothing but the API: two operator replicas ready and one
 //! leading; a bad FabricTest refused by the admission webhook through its Service; a clean
 //! node passed by an agent that ran as a container (its result back through the real
-//! termination message and container log); a benchmark pod preempted by a training pod of
-//! higher priority, the node not measured and nothing held against it; a node with a fault
-//! cordoned after its confirmation run while `helm upgrade` changes the operator's image
+//! termination message and container log); a run cancelled by its annotation, its pod gone
+//! and no pod left holding `nvidia.com/gpu` before its status says every GPU is free; a
+//! benchmark pod preempted by a training pod of higher priority, the node not measured and
+//! nothing held against it; a node with a fault cordoned after its confirmation run while `helm upgrade` changes the operator's image
 //! under the run; `helm uninstall` releasing that cordon and leaving a person's cordon, label
 //! and taint alone.
 //!
@@ -463,6 +464,134 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     assert_eq!(doc["backend"], "sim");
     delete_test(&client, "installed-clean").await;
     steps.done("clean node Passed; the agent ran as a non-root container, result from its termination message and log");
+
+    // Cancelled: a run whose agent blocks until it is stopped is cancelled by its annotation;
+    // its status says every GPU is free only once the kubelet has let its pod go, and then
+    // no pod on the node holds nvidia.com/gpu.
+    set_fleet(
+        &client,
+        &ns,
+        &name,
+        json!([{"kind": "hang", "stuck": true}]),
+    )
+    .await;
+    let cordon_now = json!({"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1, "confirmRetest": false});
+    api.create(
+        &PostParams::default(),
+        &fabric_test("installed-cancel", &name, cordon_now, json!({})),
+    )
+    .await
+    .expect("cancelled test");
+    let cancel_selector = format!("{}=installed-cancel", keys::LABEL_TEST);
+    wait::poll(
+        "the benchmark pod to cancel running",
+        T,
+        Duration::from_millis(500),
+        || {
+            let (pods, selector) = (pods.clone(), cancel_selector.clone());
+            async move {
+                let list = pods
+                    .list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|e| gpufabric_tests::Error::Invalid(e.to_string()))?;
+                Ok(list.items.into_iter().find(|p| {
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                }))
+            }
+        },
+    )
+    .await
+    .expect("the benchmark pod runs");
+    let cancelled_run = runs_of(&client, "installed-cancel")
+        .await
+        .first()
+        .expect("a run")
+        .name_any();
+    let runs_api: Api<FabricTestRun> = Api::all(client.clone());
+    runs_api
+        .patch(
+            &cancelled_run,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                gpufabric_api::limits::CANCEL_ANNOTATION: "installed test"
+            }}})),
+        )
+        .await
+        .expect("run annotated");
+    let stopped = wait::for_object(&runs_api, &cancelled_run, T, |r| {
+        r.and_then(|r| r.status.as_ref()).is_some_and(|s| {
+            s.phase.is_finished()
+                && s.conditions.iter().any(|c| {
+                    c.type_ == gpufabric_api::limits::CONDITION_GPUS_FREE && c.status == "True"
+                })
+        })
+    })
+    .await
+    .expect("the cancelled run says its GPUs are free")
+    .expect("the cancelled run");
+    assert_eq!(
+        node_result(&stopped, &name),
+        (NodeVerdict::NotMeasured, Some(NotMeasuredReason::Cancelled)),
+        "{:#?}",
+        stopped.status
+    );
+    let left = pods
+        .list(&ListParams::default().labels(&cancel_selector))
+        .await
+        .expect("pods listed")
+        .items;
+    assert!(
+        left.is_empty(),
+        "benchmark pods left after the cancel: {left:#?}"
+    );
+    let on_node = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+        .await
+        .expect("pods on the node")
+        .items;
+    let holding: Vec<String> = on_node
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .filter(|p| {
+            p.spec.iter().flat_map(|s| &s.containers).any(|c| {
+                c.resources
+                    .as_ref()
+                    .and_then(|r| r.limits.as_ref())
+                    .is_some_and(|l| l.contains_key(keys::RESOURCE_GPU))
+            })
+        })
+        .map(|p| p.name_any())
+        .collect();
+    assert!(
+        holding.is_empty(),
+        "pods still holding nvidia.com/gpu: {holding:?}"
+    );
+    wait_test(
+        &client,
+        "installed-cancel",
+        T,
+        "the cancelled run folded",
+        |s| s.last_run.is_some(),
+    )
+    .await;
+    let cordoned_now = nodes
+        .get(&name)
+        .await
+        .ok()
+        .and_then(|n| n.spec)
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    assert!(
+        !cordoned_now,
+        "a cancelled run holds nothing against the node"
+    );
+    delete_test(&client, "installed-cancel").await;
+    steps.done("a cancelled run: its pod stopped, no pod left holding nvidia.com/gpu, status GpusFree, the node not measured and not cordoned");
 
     // Preempted: a training pod of higher priority needs the GPUs the benchmark pod holds.
     let priority = |name: &str, value: i32| -> PriorityClass {

@@ -285,7 +285,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .arg(cluster.kubeconfig_path())
         .env(
             "RUST_LOG",
-            "info,kube=warn,gpufabric_operator::controller::run=debug",
+            "info,kube=warn,gpufabric_operator::controller::run=debug,gpufabric_operator::controller::test=debug",
         )
         .stdout(Stdio::null())
         .stderr(log)
@@ -301,6 +301,13 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     });
     if let Some(w) = wave {
         spec["rollout"] = json!({"maxUnavailable": w});
+    }
+    // How long the sim agents' work lasts (`h200`: a node check of 22-27 s, as on GPUs).
+    if let Ok(pace) = std::env::var("SCALE_PACE")
+        && !pace.is_empty()
+        && let Some(env) = spec["agent"]["env"].as_array_mut()
+    {
+        env.push(json!({"name": keys::ENV_SIM_PACE, "value": pace}));
     }
     if pairs {
         // The node checks as light as they go; the phase under measurement is the pairs'.
@@ -366,6 +373,15 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .await
         .expect("API server metrics")
         .since(&requests_before);
+    // A second run over the same nodes (SCALE_RUNS=2), as the next night's: its signals,
+    // counters and conditions are already on the nodes, so its fold writes only what changes.
+    let second = match std::env::var("SCALE_RUNS").ok().as_deref() {
+        Some("2") if folded.is_some() => {
+            let first = run_obj.as_ref().map(|r| r.name_any()).unwrap_or_default();
+            Some(second_run(&tests, &runs, &first, deadline).await)
+        }
+        _ => None,
+    };
     let hwm = vm_hwm_kib(pid);
     let last_end_seen = last_end
         .lock()
@@ -383,8 +399,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     watch.abort();
     let run = run_obj.expect("the run succeeded within 25 minutes");
     let status = run.status.clone().expect("status");
+    // The first run's shards (a second run has its own).
+    let of_run = format!("{}={}", keys::LABEL_RUN, run.name_any());
     let shards: Vec<FabricTestRunShard> = Api::all(cluster.client())
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels(&of_run))
         .await
         .expect("shards")
         .items;
@@ -460,6 +478,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         "message": status.message.as_deref().map(|m| m.chars().take(300).collect::<String>()),
         "duration": status.duration,
         "node_pairs": pair_report(&status, &pair_pods, &pair_times, succeeded),
+        "second_run": second,
     });
     println!("SCALE {report}");
     if pairs {
@@ -476,6 +495,54 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         status.message
     );
     report
+}
+
+/// Asks the test `fleet` for a run now, and times it: from the ask to its success, and from
+/// its success to the test's status folding it.
+async fn second_run(
+    tests: &Api<FabricTest>,
+    runs: &Api<FabricTestRun>,
+    first: &str,
+    deadline: Instant,
+) -> serde_json::Value {
+    let asked = Instant::now();
+    let now = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "scale"}}});
+    tests
+        .patch(
+            "fleet",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&now),
+        )
+        .await
+        .expect("run-now");
+    let (mut name, mut succeeded, mut folded) = (None, None, None);
+    while Instant::now() < deadline && folded.is_none() {
+        if succeeded.is_none() {
+            let list = runs.list(&ListParams::default()).await.expect("runs").items;
+            if let Some(r) = list.iter().find(|r| r.name_any() != first)
+                && r.status
+                    .as_ref()
+                    .is_some_and(|s| s.phase == RunPhase::Succeeded)
+            {
+                succeeded = Some(asked.elapsed());
+                name = Some(r.name_any());
+            }
+        } else {
+            let t = tests.get("fleet").await.expect("test");
+            let last = t.status.as_ref().and_then(|s| s.last_run.as_ref());
+            if last.is_some_and(|l| Some(&l.name) == name.as_ref()) {
+                folded = Some(asked.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
+    json!({
+        "run": name,
+        "run_succeeded_s": secs(succeeded),
+        "test_status_folded_s": secs(folded),
+        "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
+    })
 }
 
 #[tokio::test]

@@ -13,9 +13,10 @@
 use gpufabric_api::keys::{
     ANNOTATION_QUARANTINE, LABEL_QUARANTINED, LABEL_TEST, TAINT_QUARANTINED,
 };
+use gpufabric_api::limits::{CANCEL_ANNOTATION, CONDITION_GPUS_FREE, StopCause};
 use gpufabric_api::outcome::NotMeasuredReason;
 use gpufabric_api::result::Phase;
-use gpufabric_api::run::{NodeVerdict, SkipReason};
+use gpufabric_api::run::{FabricTestRun, NodeVerdict, RunPhase, SkipReason};
 use gpufabric_api::{FabricTest, FabricTestStatus};
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fixtures;
@@ -831,4 +832,120 @@ async fn an_agent_that_crashes_while_its_pod_is_deleted_cordons_nothing() {
         );
     })
     .await;
+}
+
+/// Three nodes a run cancels and three a run that runs out of time stops, whose agents
+/// block in their health phase until stopped.
+fn stopped_fleet() -> Fleet {
+    let mut f = fleet(6);
+    for (i, n) in f.nodes.iter_mut().enumerate() {
+        let group = if i < 3 { "cancel" } else { "duration" };
+        n.labels.insert(MODE_LABEL.to_string(), group.to_string());
+        n.faults.push(Fault::Hang {
+            phase: Some(Phase::Health),
+            stuck: true,
+        });
+    }
+    f
+}
+
+/// Checks a run stopped early as `cause` says: Failed with why, every node it tested not
+/// measured for that reason, `GpusFree` True with no pod of the run left, and nothing held
+/// against any node.
+async fn check_stopped(env: &OperatorEnv, name: &str, cause: StopCause, nodes: usize) {
+    let tests: Api<FabricTest> = Api::all(env.cluster.client());
+    let status = wait_folded(env, &tests, name).await;
+    let runs = env.runs_of(name).await;
+    assert_eq!(runs.len(), 1, "{name}: one run, no confirmation run");
+    let run = runs[0].status.clone().expect("run status");
+    assert_eq!(run.phase, RunPhase::Failed, "{name}: {run:#?}");
+    let limits = run.limits.clone().expect("the limits in the status");
+    assert_eq!(limits.stopped, Some(cause), "{name}: {limits:?}");
+    let reason = match cause {
+        StopCause::Cancelled => NotMeasuredReason::Cancelled,
+        StopCause::MaxDuration => NotMeasuredReason::MaxDuration,
+    };
+    assert_eq!(run.nodes.len(), nodes, "{name}: {run:#?}");
+    for n in &run.nodes {
+        assert_eq!(
+            (n.verdict, n.not_measured),
+            (NodeVerdict::NotMeasured, Some(reason)),
+            "{name}: {n:?}"
+        );
+    }
+    assert_eq!((run.failed, run.errored), (0, 0), "{name}");
+    let free = run
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_GPUS_FREE)
+        .expect("GpusFree");
+    assert_eq!(free.status, "True", "{name}: {free:?}");
+    // The run said so only once none of its pods was left: none is there now.
+    let selector = format!("{}={}", gpufabric_api::keys::LABEL_RUN, runs[0].name_any());
+    let left = env
+        .pods_api()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .expect("pods listed")
+        .items;
+    assert!(
+        left.is_empty(),
+        "{name}: pods left: {:?}",
+        left.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+    );
+    assert_eq!(status.quarantined_count, 0, "{name}: {status:#?}");
+    for h in &status.nodes {
+        assert_eq!(h.consecutive_failures, 0, "{name}: {h:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_and_one_out_of_time_free_every_gpu_and_blame_no_node() {
+    let env = OperatorEnv::shared(stopped_fleet(), "stopped").await;
+    let env = &env;
+    let cancel = async {
+        // Two of the three selected nodes (limits.maxNodes); cancelled once both agents run.
+        let mut s = spec(
+            env,
+            "Cordon",
+            sim_agent(60),
+            json!({"limits": {"maxNodes": 2}}),
+        );
+        s["nodeSelector"][MODE_LABEL] = json!("cancel");
+        env.create_test("cancel", s).await;
+        act_on_running_pods(env, "cancel", 2, "running", |_| async {}).await;
+        let runs: Api<FabricTestRun> = Api::all(env.cluster.client());
+        let run = env.runs_of("cancel").await[0].name_any();
+        let cancel =
+            json!({"metadata": {"annotations": {CANCEL_ANNOTATION: "maintenance at 14:00"}}});
+        runs.patch(&run, &PatchParams::default(), &Patch::Merge(&cancel))
+            .await
+            .expect("run annotated");
+        check_stopped(env, "cancel", StopCause::Cancelled, 2).await;
+        let run = env.runs_of("cancel").await[0]
+            .status
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(run.skipped.len(), 1, "{run:#?}");
+        assert_eq!(run.skipped[0].reason, SkipReason::OverLimit, "{run:#?}");
+        let limits = run.limits.unwrap_or_default();
+        assert_eq!(limits.nodes_over_limit, 1);
+        assert!(
+            limits.message.contains("maintenance at 14:00"),
+            "{limits:?}"
+        );
+    };
+    let duration = async {
+        let mut s = spec(
+            env,
+            "Cordon",
+            sim_agent(60),
+            json!({"limits": {"maxDurationSeconds": 10}}),
+        );
+        s["nodeSelector"][MODE_LABEL] = json!("duration");
+        env.create_test("duration", s).await;
+        check_stopped(env, "duration", StopCause::MaxDuration, 3).await;
+    };
+    tokio::join!(cancel, duration);
+    assert_untouched(&env.nodes().await, "stopped runs");
 }

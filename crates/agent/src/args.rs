@@ -95,6 +95,13 @@ pub struct FleetArgs {
     /// 4, the #wrong column, the findings).
     #[arg(long, env = "FABRIC_SIM_WRONG_ELEMENTS", hide = true, value_name = "N")]
     pub sim_wrong_elements: Option<u64>,
+
+    /// Sim backend only: how long the simulated work lasts, slept in real time: `h200` (the
+    /// default suite's times on a 4 x H200 node: a node check of 22-27 s), `none`, or a
+    /// document, e.g. `{phases: {ncclSweep: 10}, nodePair: 13, ddpNodes: 12, spread: 0.1}`.
+    /// Absent: every phase ends at once.
+    #[arg(long, env = keys::ENV_SIM_PACE, value_name = "PROFILE|YAML")]
+    pub sim_pace: Option<String>,
 }
 
 impl FleetArgs {

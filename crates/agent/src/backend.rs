@@ -77,6 +77,10 @@ pub fn choose<M: Measures>(cmd: &M, node: &str) -> anyhow::Result<Chosen<M::Back
         None => false,
     };
     let seed = choice.seed.unwrap_or(fleet.seed);
+    if let Some(text) = &choice.fleet.sim_pace {
+        let pace = sim::pace::Pace::parse(text).map_err(|e| invalid(e.to_string()))?;
+        sim::pace::set(pace);
+    }
     progress(&format!(
         "{} on {node} with the sim backend ({source}, seed {seed})",
         M::NAME

@@ -120,6 +120,9 @@ pub const ENV_SIM_FLEET: &str = "FABRIC_SIM_FLEET";
 pub const ENV_SIM_FLEET_DOC: &str = "FABRIC_SIM_FLEET_DOC";
 /// Agent env: backend override (`cuda` or `sim`).
 pub const ENV_BACKEND: &str = "FABRIC_BACKEND";
+/// Env var: how long the sim backend's work lasts (`h200`, `none`, or a document): see
+/// `fabric-agent node-check --help`.
+pub const ENV_SIM_PACE: &str = "FABRIC_SIM_PACE";
 /// Agent env: the names of the NCCL variables the FabricTest's `spec.agent.env` sets,
 /// comma-separated. Only those are the test's own settings; any other NCCL tuning setting in
 /// effect (a pod env the spec did not set, NCCL's config files) is reported with its source

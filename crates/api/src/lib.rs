@@ -10,6 +10,7 @@ pub mod counters;
 pub mod ddp_nodes;
 pub mod findings;
 pub mod keys;
+pub mod limits;
 pub mod nic;
 pub mod nic_counters;
 pub mod outcome;

@@ -149,6 +149,12 @@ pub enum NotMeasuredReason {
     /// An object with the name of the node's benchmark pod existed already and was not made
     /// by this run (someone else's pod): it is never read, and the node is not measured.
     NameTaken,
+    /// The run reached `limits.maxDurationSeconds` before the node's result: its pod was
+    /// stopped.
+    MaxDuration,
+    /// The run was cancelled (`gpufabric.io/cancel`) before the node's result: its pod was
+    /// stopped.
+    Cancelled,
 }
 
 impl NotMeasuredReason {
@@ -168,6 +174,8 @@ impl NotMeasuredReason {
             NotMeasuredReason::AgentBug => "AgentBug",
             NotMeasuredReason::NodeNotReady => "NodeNotReady",
             NotMeasuredReason::NameTaken => "NameTaken",
+            NotMeasuredReason::MaxDuration => "MaxDuration",
+            NotMeasuredReason::Cancelled => "Cancelled",
         }
     }
 
@@ -203,6 +211,10 @@ impl NotMeasuredReason {
             NotMeasuredReason::NameTaken => {
                 "someone else created pods with the names of this run's benchmark pods; find who can create pods in the operator's namespace"
             }
+            NotMeasuredReason::MaxDuration => {
+                "the run reached limits.maxDurationSeconds first; raise it, or test fewer nodes a run (limits.maxNodes)"
+            }
+            NotMeasuredReason::Cancelled => "the run was cancelled before these nodes were done",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! nodes it resolved, per-node results and findings. Like a Job under a CronJob.
 
 use crate::findings::Finding;
+use crate::limits::{LimitsStatus, RunLimits};
 use crate::outcome::{HardwareFault, NodeOutcome, NotMeasuredReason};
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::result::{CompactResult, ErrorKind, KeyNumbers};
@@ -89,6 +90,9 @@ pub struct FabricTestRunSpec {
     /// Frozen copy of the test's rollout: how many nodes are under test at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Frozen copy of the test's limits: the most nodes the run tests, the longest it runs.
+    #[serde(default, skip_serializing_if = "RunLimits::is_empty")]
+    pub limits: RunLimits,
     /// Why each node of a targeted run is in it (gated, repaired, a node condition, named
     /// by hand), by node name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -117,6 +121,7 @@ impl FabricTestRunSpec {
             quarantine: spec.quarantine.clone(),
             agent: spec.agent.clone(),
             rollout: spec.rollout.clone(),
+            limits: spec.limits.clone(),
             reasons: BTreeMap::new(),
         }
     }
@@ -348,6 +353,10 @@ pub struct FabricTestRunStatus {
     /// folds a complete run).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baseline_sample: Vec<crate::baseline::KeyedSample>,
+    /// How the run stands against `spec.limits`, and why it was stopped early (cancelled,
+    /// or its longest duration reached); absent when neither applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsStatus>,
 }
 
 /// How far a run is.
@@ -420,6 +429,8 @@ pub enum SkipReason {
     NoGpus,
     /// Named in `nodes` but missing or not matching the selector.
     NotFound,
+    /// Beyond `limits.maxNodes`: the run tests at most that many nodes.
+    OverLimit,
 }
 
 impl SkipReason {
@@ -434,6 +445,7 @@ impl SkipReason {
             SkipReason::PartitionedGpus => "PartitionedGpus",
             SkipReason::NoGpus => "NoGpus",
             SkipReason::NotFound => "NotFound",
+            SkipReason::OverLimit => "OverLimit",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `FabricTest`: what to test, where, when, and what to do with failures; and its status,
 //! a summary of the latest run and of each node's health over runs.
 
+use crate::limits::RunLimits;
 use crate::policy::{QuarantinePolicy, Thresholds};
 use crate::rollout::Rollout;
 use crate::run_state::{NodeVerdict, RunPhase, Trigger};
@@ -167,6 +168,9 @@ pub struct FabricTestSpec {
     /// How many nodes are under test at once; absent: all of a run's nodes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Hard limits on each run: the most nodes it tests and the longest it runs.
+    #[serde(skip_serializing_if = "RunLimits::is_empty")]
+    pub limits: RunLimits,
     /// Finished successful runs to keep.
     pub successful_runs_history_limit: u32,
     /// Finished failed runs to keep.
@@ -214,6 +218,7 @@ impl Default for FabricTestSpec {
             quarantine: QuarantinePolicy::default(),
             agent: AgentSpec::default(),
             rollout: None,
+            limits: RunLimits::default(),
             successful_runs_history_limit: 3,
             failed_runs_history_limit: 1,
             node_lifecycle: NodeLifecycle::default(),

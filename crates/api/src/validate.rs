@@ -138,6 +138,7 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
     check_bandwidth_reach(&mut c, spec);
     check_copy_reach(&mut c, spec);
     check_quarantine_and_agent(&mut c, spec);
+    check_limits(&mut c, spec);
     if c.problems.is_empty() {
         Ok(())
     } else {
@@ -150,6 +151,19 @@ pub fn validate(spec: &FabricTestSpec) -> Result<(), ValidationError> {
 /// What is allowed but likely to go wrong, one sentence each: a suite whose typical time
 /// on a node comes close to `agent.timeoutSeconds` (see [`estimate`]).
 pub fn warnings(spec: &FabricTestSpec) -> Vec<String> {
+    let mut said = suite_warnings(spec);
+    if let Some(d) = spec.limits.max_duration_seconds
+        && d < spec.agent.timeout_seconds
+    {
+        said.push(format!(
+            "limits.maxDurationSeconds ({d} s) is below agent.timeoutSeconds ({} s): a run may stop before its slowest node is done, and that node is not measured",
+            spec.agent.timeout_seconds
+        ));
+    }
+    said
+}
+
+fn suite_warnings(spec: &FabricTestSpec) -> Vec<String> {
     let timeout = f64::from(spec.agent.timeout_seconds);
     let typical = estimate(&spec.suite, &TYPICAL);
     let total = typical.total_s();
@@ -214,6 +228,22 @@ fn check_when_and_where(c: &mut Checker, spec: &FabricTestSpec) {
         c.check(!spec.include_busy_nodes, "waitForBusyNodesSeconds", || {
             "has no effect with includeBusyNodes (busy nodes are then tested at once): set one of the two".into()
         });
+    }
+}
+
+/// `spec.limits`: a run tests at least one node and runs 10 s to a week.
+fn check_limits(c: &mut Checker, spec: &FabricTestSpec) {
+    if let Some(n) = spec.limits.max_nodes {
+        c.check(n >= 1, "limits.maxNodes", || {
+            format!("must be at least 1 (got {n}); remove it for no limit")
+        });
+    }
+    if let Some(d) = spec.limits.max_duration_seconds {
+        c.check(
+            (10..=604_800).contains(&d),
+            "limits.maxDurationSeconds",
+            || format!("must be 10 to 604800 (a week; got {d}); remove it for no limit"),
+        );
     }
 }
 

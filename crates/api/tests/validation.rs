@@ -504,3 +504,29 @@ fn rdma_pods_take_multus_annotations_and_rdma_devices_and_refuse_what_the_api_se
         assert!(msg.contains(want), "{want}: {msg}");
     }
 }
+
+#[test]
+fn limits_of_no_node_or_under_ten_seconds_are_refused() {
+    let err = refuse("  limits:\n    maxNodes: 0\n");
+    assert!(err.contains("limits.maxNodes"), "{err}");
+    let err = refuse("  limits:\n    maxDurationSeconds: 5\n");
+    assert!(
+        err.contains("limits.maxDurationSeconds") && err.contains("10 to 604800"),
+        "{err}"
+    );
+    accept("  limits:\n    maxNodes: 100\n    maxDurationSeconds: 3600\n");
+}
+
+#[test]
+fn a_longest_duration_below_the_agent_timeout_is_warned_of() {
+    let t: FabricTest = serde_yaml::from_str(&format!(
+        "{HEADER}  limits:\n    maxDurationSeconds: 30\n  agent:\n    timeoutSeconds: 600\n"
+    ))
+    .expect("parses");
+    let said = warnings(&t.spec);
+    assert!(
+        said.iter()
+            .any(|w| w.contains("limits.maxDurationSeconds (30 s)")),
+        "{said:?}"
+    );
+}

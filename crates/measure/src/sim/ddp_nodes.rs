@@ -75,6 +75,7 @@ impl NodeMeasure for SimDdpNodes {
             .ok_or(NodeError::TooFewNodes)?
             .iter()
             .collect();
+        super::pace::spend("ddpNodes", &me.name, self.seed);
         Ok(node_times(me, &ring, &self.shape, self.seed, k))
     }
 }

@@ -8,6 +8,7 @@ pub mod ddp_nodes;
 mod node_model;
 mod node_pair;
 mod noise;
+pub mod pace;
 mod phases;
 mod products;
 #[cfg(test)]
@@ -214,7 +215,10 @@ impl SimCheck {
         work: impl FnOnce(&NodeModel) -> T,
     ) -> Result<T, PhaseError> {
         match hang(&self.node, phase, run.timeout, run.progress) {
-            None => Ok(work(&self.model())),
+            None => {
+                pace::spend(phase.api_name(), &self.node.name, self.seed);
+                Ok(work(&self.model()))
+            }
             Some(e) => Err(e),
         }
     }

@@ -61,6 +61,7 @@ impl PairBackend for SimPair {
     fn measure(&mut self, met: &mut Met, doc: &mut NodePairResult) -> Result<(), CheckError> {
         // No communicator to form.
         met.joined.store(true, Ordering::SeqCst);
+        super::pace::spend("nodePair", &self.node.name, self.seed);
         crate::pairs::sim::measure(&self.fleet, met.opts, self.seed, doc)
             .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
         if let Some(e) = hang(&self.node, Phase::NodePair, self.timeout, met.progress) {

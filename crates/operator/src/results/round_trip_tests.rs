@@ -43,6 +43,8 @@ fn every_reason() -> Vec<NotMeasuredReason> {
         R::AgentBug,
         R::NodeNotReady,
         R::NameTaken,
+        R::MaxDuration,
+        R::Cancelled,
     ];
     for r in &all {
         match r {
@@ -59,7 +61,9 @@ fn every_reason() -> Vec<NotMeasuredReason> {
             | R::GpusInUse
             | R::AgentBug
             | R::NodeNotReady
-            | R::NameTaken => {}
+            | R::NameTaken
+            | R::MaxDuration
+            | R::Cancelled => {}
         }
     }
     all

@@ -189,7 +189,11 @@ pub fn decide(
 }
 
 /// Writes `signals`, [`WRITE_CONCURRENCY`] nodes at once. A node that is gone is skipped.
-pub async fn write(client: &Client, signals: Vec<NodeSignal>) -> Published {
+/// Each node's signals are decided again just before they are written when the cache
+/// (`nodes`) holds a newer Node than they were decided from (the run's own error counters,
+/// written at its verdict, change every node at the same time): a guarded patch decided from
+/// the older one would be refused and cost a read and a second patch.
+pub async fn write(client: &Client, nodes: &Store<Node>, signals: Vec<NodeSignal>) -> Published {
     let api: Api<Node> = Api::all(client.clone());
     let judged = signals
         .iter()
@@ -198,13 +202,56 @@ pub async fn write(client: &Client, signals: Vec<NodeSignal>) -> Published {
     let failures: Vec<String> = futures::stream::iter(signals)
         .map(|s| {
             let api = api.clone();
-            async move { write_one(&api, &s).await.err().map(|e| e.to_string()) }
+            let cached = nodes.get(&ObjectRef::new(&s.node));
+            async move {
+                let s = match cached {
+                    Some(node) => fresher(s, &node),
+                    None => s,
+                };
+                write_one(&api, &s).await.err().map(|e| e.to_string())
+            }
         })
         .buffer_unordered(WRITE_CONCURRENCY)
         .filter_map(|e| async move { e })
         .collect()
         .await;
     Published { judged, failures }
+}
+
+/// `s` decided again from `node` when its metadata patch is guarded by an older
+/// resourceVersion than `node`'s; else as it is. Pure.
+fn fresher(mut s: NodeSignal, node: &Node) -> NodeSignal {
+    let Some(text) = &s.metadata else {
+        return s;
+    };
+    let Ok(patch) = serde_json::from_str::<Value>(text) else {
+        return s;
+    };
+    let decided = patch["metadata"]["resourceVersion"].as_str();
+    let now = node.metadata.resource_version.as_deref();
+    if decided.is_none() || decided == now {
+        return s;
+    }
+    let stamp = crate::time::now();
+    let (condition, legacy, _) = for_node(
+        Some(node),
+        &s.test,
+        &s.entry,
+        s.measured,
+        &s.passed_at,
+        &stamp,
+    );
+    let (standings, _) = record_with(Some(node), &s.test, &s.entry, s.measured);
+    let values = node::metadata_values(
+        &standings,
+        s.measured && s.entry.standing == Standing::Passing,
+        &s.passed_at,
+    );
+    s.metadata =
+        Some(node::redecided(patch, &values, node.metadata.resource_version.clone()).to_string());
+    s.condition = condition;
+    s.remove_legacy = legacy;
+    s
 }
 
 /// Waits before the second and third tries of a signal write.
@@ -412,6 +459,48 @@ mod tests {
             "a measurement writes the condition again"
         );
     }
+
+    #[test]
+    fn a_signal_decided_before_the_node_changed_is_decided_again_from_the_cache() {
+        let t1 = time("2026-01-01T00:00:00Z");
+        let passed = TestStanding {
+            standing: Standing::Passing,
+            run: "nightly-1".into(),
+            detail: None,
+        };
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.resource_version = Some("1".into());
+        let (condition, remove_legacy, metadata) =
+            for_node(Some(&node), "nightly", &passed, true, &t1, &t1);
+        let signal = NodeSignal {
+            node: "n1".into(),
+            test: "nightly".into(),
+            entry: passed,
+            passed_at: t1.clone(),
+            measured: true,
+            condition,
+            remove_legacy,
+            metadata: metadata.map(|m| m.to_string()),
+            suspect_taint_owner: None,
+        };
+        // Unchanged node: the signal as decided.
+        assert_eq!(fresher(signal.clone(), &node), signal);
+        // The run's counters record changed the node since: the patch is guarded by the new
+        // resourceVersion, so the API server takes it at the first try.
+        node.metadata.resource_version = Some("2".into());
+        node.metadata.annotations =
+            Some([("gpufabric.io/nvlink-counters".to_string(), "{}".to_string())].into());
+        let again = fresher(signal, &node);
+        let patch: Value =
+            serde_json::from_str(again.metadata.as_deref().unwrap_or_default()).expect("json");
+        assert_eq!(patch["metadata"]["resourceVersion"], "2");
+        assert!(
+            patch["metadata"]["annotations"][keys::ANNOTATION_STANDING].is_string(),
+            "{patch}"
+        );
+    }
+
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A node "n1" at `rv` whose record holds `standings`.

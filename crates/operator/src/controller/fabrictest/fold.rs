@@ -36,11 +36,17 @@ pub(super) async fn fold_finished_runs(
             tracing::info!(run = %run.name_any(), "waiting for the run's shards in the cache");
             return Ok(false);
         };
+        let began = std::time::Instant::now();
         status.nodes = st::fold_history(&status.nodes, run, &results);
         status.baseline = crate::baseline::after_fold(&status.baseline, run.status.as_ref());
         status.last_run = Some(st::run_summary(run));
         all_applied &= quarantine_after(test, run, &results, status, breaker, ctx).await?;
-        tracing::info!(run = %run.name_any(), "run folded into the test's history");
+        tracing::info!(
+            run = %run.name_any(),
+            nodes = results.len(),
+            took_ms = began.elapsed().as_millis(),
+            "run folded into the test's history"
+        );
     }
     Ok(all_applied)
 }
@@ -141,6 +147,7 @@ async fn carry_out_after_fold(
         confirm,
     } = after;
     let run_name = run.name_any();
+    let began = std::time::Instant::now();
     if let Some(storm) = &plan.storm {
         quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
     }
@@ -156,6 +163,7 @@ async fn carry_out_after_fold(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
+    let quarantined_ms = began.elapsed().as_millis();
     let gated = |n: &str| {
         ctx.nodes
             .get(&kube::runtime::reflector::ObjectRef::new(n))
@@ -186,6 +194,7 @@ async fn carry_out_after_fold(
             gated: &gated,
         },
     );
+    let settled_ms = began.elapsed().as_millis();
     if publish {
         publish_signals(
             test,
@@ -197,6 +206,12 @@ async fn carry_out_after_fold(
         )
         .await;
     }
+    tracing::debug!(
+        quarantined_ms,
+        settled_ms,
+        signals_ms = began.elapsed().as_millis() - settled_ms,
+        "after the fold"
+    );
     if let Some(confirm) = confirm {
         create_confirmation(test, &confirm, &plan.confirm, ctx).await?;
     }
@@ -256,9 +271,24 @@ async fn publish_signals(
     trends: Vec<(String, gpufabric_api::trend::NodeTrend)>,
     ctx: &Context,
 ) {
+    let began = std::time::Instant::now();
     let mut signals = crate::signals::decide(test, run, results, &status.nodes, &ctx.nodes);
     let alone = crate::trend::ride_with_signals(&mut signals, trends);
-    let published = crate::signals::write(&ctx.client, signals).await;
+    let decided_ms = began.elapsed().as_millis();
+    let (nodes, metadata, conditions) = (
+        signals.len(),
+        signals.iter().filter(|s| s.metadata.is_some()).count(),
+        signals.iter().filter(|s| s.condition.is_some()).count(),
+    );
+    let published = crate::signals::write(&ctx.client, &ctx.nodes, signals).await;
+    tracing::debug!(
+        nodes,
+        metadata,
+        conditions,
+        decided_ms,
+        took_ms = began.elapsed().as_millis(),
+        "node signals written"
+    );
     for failure in crate::trend::write(&ctx.client, alone).await {
         tracing::warn!(%failure, "trend point not recorded");
     }

@@ -108,9 +108,14 @@ pub(super) async fn finish(
     drop(all_findings);
     // After the status, so a failed status write cannot make a retry judge against the
     // counters of the run it is judging.
+    let counters_began = std::time::Instant::now();
     for failure in crate::counters::write(&ctx.client, records).await {
         tracing::warn!(%failure, "error counters not recorded");
     }
+    tracing::debug!(
+        took_ms = counters_began.elapsed().as_millis(),
+        "error counters recorded"
+    );
     if pending > 0 {
         keep_after_verdict(run, next, &entries, api, ctx).await?;
     } else {
@@ -173,7 +178,20 @@ fn end_status(
     if let Some(m) = &next.message {
         notes.push(m.clone());
     }
-    if stopped > 0 {
+    let halted = next
+        .limits
+        .as_ref()
+        .filter(|l| l.stopped.is_some())
+        .map(|l| l.message.clone());
+    if let Some(why) = halted {
+        // Cancelled or out of time: the nodes it did not finish are not measured, never
+        // failed; the run itself did not do what it was for.
+        next.phase = RunPhase::Failed;
+        notes.push(format!(
+            "{why}: the nodes it had not finished are not measured ({} not measured in all)",
+            next.not_measured
+        ));
+    } else if stopped > 0 {
         next.phase = RunPhase::Failed;
         notes.push(format!(
             "the run deadline passed: {stopped} pods that had not finished were stopped"

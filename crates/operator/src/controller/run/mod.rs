@@ -20,6 +20,7 @@ mod create;
 mod ddp_nodes;
 mod deadline;
 mod finish;
+mod halt;
 pub mod keeper;
 mod pairs;
 mod pass;

@@ -214,6 +214,18 @@ pub(super) async fn progress(
         run_seconds,
     )
     .await?;
+    if let Some(h) = super::halt::halt(run, &status, now_t) {
+        let stopping = Stopping {
+            read: AsRead {
+                shards: &shards,
+                status: &status,
+            },
+            outcomes: read.outcomes,
+            uid: &uid,
+            pods_api: &pods_api,
+        };
+        return halted(run, h, entries, stopping, api, ctx).await;
+    }
     let plan = plan_pass(&read, wave_size, stored_wave, past_deadline);
 
     let mut outcomes = read.outcomes;
@@ -291,10 +303,75 @@ pub(super) async fn progress(
     if let Some(e) = transient {
         return Err(e.into());
     }
-    let wait = (deadline - Utc::now()).num_milliseconds().max(100) as u64;
+    // The next pass by the wave's deadline, or by `limits.maxDurationSeconds`.
+    let until = super::halt::stop_time(run, status.start_time.as_ref())
+        .map(|t| crate::time::to_chrono(&t))
+        .map_or(deadline, |stop| stop.min(deadline));
+    let wait = (until - Utc::now()).num_milliseconds().max(100) as u64;
     Ok(Action::requeue(Duration::from_millis(
         wait.min(60_000) + 50,
     )))
+}
+
+/// What a pass over a stopped run works from: the run's shards and status as read, each
+/// node's pod as it stands, the run's UID and the pods API.
+struct Stopping<'a> {
+    read: AsRead<'a>,
+    outcomes: Vec<PodState>,
+    uid: &'a str,
+    pods_api: &'a Api<Pod>,
+}
+
+/// A pass over a run stopped as `halt` says (see [`super::halt`]): every pod it made is
+/// deleted, every node without a result ends not measured, and the run waits, saying so,
+/// until none of its pods is left; then its status says every GPU is free and the nodes it
+/// measured are judged.
+async fn halted(
+    run: &FabricTestRun,
+    halt: super::halt::Halt,
+    mut entries: Vec<NodeRunResult>,
+    s: Stopping<'_>,
+    api: &Api<FabricTestRun>,
+    ctx: &Context,
+) -> Result<Action> {
+    let Stopping {
+        read,
+        mut outcomes,
+        uid,
+        pods_api,
+    } = s;
+    let left = super::halt::stop_pods(ctx, uid, pods_api).await?;
+    super::halt::end_unfinished(&mut outcomes, &halt);
+    let prog = read.status.progress.clone().unwrap_or_default();
+    let wave_size = (prog.wave_size as usize).max(1);
+    let plan = PassPlan {
+        delete: Vec::new(),
+        stop: None,
+        step: None,
+    };
+    let done = PassDone {
+        entries: &mut entries,
+        outcomes: &outcomes,
+        retry: false,
+    };
+    let mut next = plan_write(run, read.status, prog, &plan, done, wave_size, now()).next;
+    let first = read
+        .status
+        .limits
+        .as_ref()
+        .and_then(|l| l.stopped)
+        .is_none();
+    super::halt::record(&mut next, &halt, left, run.metadata.generation, &now());
+    if first {
+        tracing::info!(message = %halt.message, pods = left, "run stopped");
+        let note = format!("{}: stopping its {left} pods", halt.message);
+        super::common::publish(ctx, run, true, "RunStopped", "Stop", &note).await;
+    }
+    if left > 0 {
+        save(run, uid, read, &entries, next, api, ctx).await?;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    finish(run, next, read.shards, entries, outcomes, api, ctx).await
 }
 
 /// What a pass does to the run's pods, decided from where they stand.

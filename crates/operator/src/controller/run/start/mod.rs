@@ -32,6 +32,13 @@ pub(super) async fn start(
     // One run picks and freezes its nodes at a time (see `Context::start_lock`).
     let _starting = ctx.start_lock.lock().await;
     let name = run.name_any();
+    if let Some(h) = super::halt::cancelled(run) {
+        let status = super::halt::cancelled_before_start(run, &h);
+        apply_status(api, &name, &status).await?;
+        ctx.metrics.run_finished(run, RunPhase::Failed, 0);
+        publish(ctx, run, true, "RunCancelled", "Cancel", &h.message).await;
+        return Ok(Action::await_change());
+    }
     let shards_api = shards_api(ctx, run);
     let existing = shards::listed(&shards_api, &ctx.shard_writes, run).await?;
     let (targets, skipped) = if existing.is_empty() {
@@ -50,6 +57,17 @@ pub(super) async fn start(
                 BusyWait::Go => {}
             }
         }
+        let last_pass = |n: &str| {
+            ctx.nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(n))
+                .and_then(|n| {
+                    n.annotations()
+                        .get(gpufabric_api::keys::ANNOTATION_LAST_PASS)
+                        .cloned()
+                })
+        };
+        let (t, over) = super::halt::over_limit(&run.spec.limits, t, |t| t.name.clone(), last_pass);
+        s.extend(over);
         (t.into_iter().map(|t| t.name).collect::<Vec<_>>(), s)
     } else {
         let frozen = existing.iter().flat_map(|s| s.spec.nodes.clone()).collect();
@@ -129,6 +147,7 @@ pub(super) fn plan_start(
         (Ok(_), false) => None,
     };
     let skipped_count = skipped.len() as u32;
+    let limits = super::halt::at_start(run, &started, &skipped);
     let mut listed_skipped = skipped;
     listed_skipped.truncate(st::MAX_SKIPPED_IN_STATUS);
     if let Some(message) = failure {
@@ -173,6 +192,7 @@ pub(super) fn plan_start(
             .then(|| format!("{skipped_count} selected nodes not tested: {skipped_text}")),
         skipped: listed_skipped,
         skipped_count,
+        limits,
         ..Default::default()
     };
     let note = if wave_size < targets.len() {

@@ -254,3 +254,37 @@ fn a_rollout_it_cannot_follow_fails_the_run_and_a_good_one_sets_its_waves() {
     };
     assert_eq!((note.as_str(), wave_size), ("testing 2 nodes", 2));
 }
+
+#[test]
+fn a_started_run_shows_its_nodes_over_the_limit_and_when_it_stops() {
+    let created = chrono::DateTime::parse_from_rfc3339("2026-11-25T02:00:00Z")
+        .expect("a time")
+        .with_timezone(&Utc);
+    let mut run = run_created_at(created);
+    run.spec.limits = gpufabric_api::limits::RunLimits {
+        max_nodes: Some(2),
+        max_duration_seconds: Some(3600),
+    };
+    let (targets, over) = super::super::halt::over_limit(
+        &run.spec.limits,
+        vec!["a".to_string(), "b".to_string(), "c".to_string()],
+        Clone::clone,
+        |_| None,
+    );
+    let StartPlan::Start { status, .. } =
+        plan_start(&run, &targets, over, crate::time::to_time(created))
+    else {
+        panic!("starts");
+    };
+    assert_eq!(status.node_count, 2);
+    assert_eq!(status.skipped_count, 1);
+    assert_eq!(status.skipped[0].reason, SkipReason::OverLimit);
+    let limits = status.limits.expect("limits in the status");
+    assert_eq!(limits.nodes_over_limit, 1);
+    assert_eq!(
+        limits.stop_time,
+        Some(crate::time::to_time(
+            created + chrono::Duration::seconds(3600)
+        ))
+    );
+}
