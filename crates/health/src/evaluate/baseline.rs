@@ -19,7 +19,7 @@
 //! 5. No baseline yet for the node's key: one Info says so, and the other rules judge alone.
 
 use super::stats::{NodeStats, SeriesKey};
-use super::{how_far, num};
+use super::{how_far, tenths_below_100};
 use gpufabric_api::baseline::{
     BaselineKey, Expectation, FleetBaseline, KeyedSample, RunSample, Series, Spread,
 };
@@ -143,7 +143,7 @@ pub fn basis_words(e: &Expectation, unit: &str) -> String {
         if unit == "ratio" {
             format!("{:.0}%", x * 100.0)
         } else {
-            format!("{} {unit}", num(x))
+            format!("{} {unit}", tenths_below_100(x))
         }
     };
     format!(
@@ -196,7 +196,7 @@ pub(super) fn judge(
         let shown = if unit == "ratio" {
             format!("{:.0}%", value * 100.0)
         } else {
-            format!("{} {unit}", num(*value))
+            format!("{} {unit}", tenths_below_100(*value))
         };
         out.push(Finding {
             collective,

@@ -5,7 +5,7 @@
 
 use super::common::pods_of;
 use super::deadline::delete_unrecorded;
-use crate::context::Context;
+use crate::controller::run::context::RunContext;
 use crate::error::Result;
 use crate::results::PodState;
 use crate::status as st;
@@ -189,7 +189,7 @@ pub(super) fn record(
 
 /// Deletes every pod the run made that is not being deleted yet (each by name and UID, with
 /// its grace period), and returns how many of its pods are still there.
-pub(super) async fn stop_pods(ctx: &Context, uid: &str, pods_api: &Api<Pod>) -> Result<usize> {
+pub(super) async fn stop_pods(ctx: &RunContext, uid: &str, pods_api: &Api<Pod>) -> Result<usize> {
     let pods = pods_of(ctx, &ctx.pod_namespace, uid);
     for (name, p) in &pods {
         if p.meta().deletion_timestamp.is_some() {

@@ -332,7 +332,7 @@ async fn halted(
     mut entries: Vec<NodeRunResult>,
     s: Stopping<'_>,
     api: &Api<FabricTestRun>,
-    ctx: &Context,
+    ctx: &RunContext,
 ) -> Result<Action> {
     let Stopping {
         read,
