@@ -251,6 +251,7 @@ fn fresher(mut s: NodeSignal, node: &Node) -> NodeSignal {
         Some(node::redecided(patch, &values, node.metadata.resource_version.clone()).to_string());
     s.condition = condition;
     s.remove_legacy = legacy;
+    s.resource_version = node.metadata.resource_version.clone();
     s
 }
 
@@ -483,6 +484,7 @@ mod tests {
             remove_legacy,
             metadata: metadata.map(|m| m.to_string()),
             suspect_taint_owner: None,
+            resource_version: node.metadata.resource_version.clone(),
         };
         // Unchanged node: the signal as decided.
         assert_eq!(fresher(signal.clone(), &node), signal);
@@ -495,6 +497,11 @@ mod tests {
         let patch: Value =
             serde_json::from_str(again.metadata.as_deref().unwrap_or_default()).expect("json");
         assert_eq!(patch["metadata"]["resourceVersion"], "2");
+        assert_eq!(
+            again.resource_version.as_deref(),
+            Some("2"),
+            "the condition is written under the resourceVersion it was decided again from"
+        );
         assert!(
             patch["metadata"]["annotations"][keys::ANNOTATION_STANDING].is_string(),
             "{patch}"
