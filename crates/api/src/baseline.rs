@@ -244,7 +244,9 @@ pub struct Spread {
     /// 90th percentile.
     #[serde(rename = "hi")]
     pub p90: f64,
-    /// Values it rests on.
+    /// Values it rests on (stored as `c`: a bare `n` is the boolean false in YAML 1.1, which
+    /// Helm reads CRDs in).
+    #[serde(rename = "c")]
     pub n: u32,
 }
 

@@ -97,3 +97,25 @@ fn schema_carries_each_validation_rule() {
         );
     }
 }
+
+/// YAML 1.1, which Helm and kubectl read CRDs in, takes these bare words for booleans.
+const YAML11_BOOLEANS: [&str; 22] = [
+    "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "on", "On", "ON", "off", "Off",
+    "OFF", "true", "True", "TRUE", "false", "False", "FALSE",
+];
+
+#[test]
+fn no_generated_crd_holds_a_bare_word_that_yaml_1_1_reads_as_a_boolean() {
+    for (file, crd) in gpufabric_api::crds() {
+        let generated = gpufabric_api::crd_yaml(&crd).expect("CRD serialises");
+        for (i, line) in generated.lines().enumerate() {
+            let t = line.trim();
+            let word = t.strip_prefix("- ").unwrap_or(t).trim_end_matches(':');
+            assert!(
+                !YAML11_BOOLEANS.contains(&word),
+                "crds/{file} line {}: `{t}` is a boolean to Helm (YAML 1.1): rename the field",
+                i + 1
+            );
+        }
+    }
+}
