@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole product on one GPU host: a local control plane (etcd, kube-apiserver,
 # kube-controller-manager), the process-kubelet registering the host as one GPU node (and,
-# with 2 GPUs or more, six emulated nodes in network namespaces),
+# six emulated nodes in network namespaces, sharing the GPUs when there are fewer than six),
 # the operator, and FabricTests applied over the API as a user would:
 #
 #   1. a clean test over the host node (Cordon, confirmRetest, passesToRelease 1): Passed,
@@ -41,9 +41,11 @@
 #   bench/gpu-e2e.sh sim     a dry run of the same script here, no GPU: the agent's sim
 #                            backend, the fault and the shaped link written into the sim
 #                            fleet file instead, no network namespaces (E2E_BIN=DIR: the
-#                            binaries, else the packed ones)
+#                            binaries, else the packed ones; E2E_SIM_GPUS=N: the host's GPU
+#                            count, 4 unless set)
 #
-# On a lent GPU host, one call with .device beside the repository (4 GPUs: every step).
+# On a lent GPU host, one call with .device beside the repository (4 GPUs: every step; one
+# GPU: every step but the probe and the real node's two pods).
 # E2E_CLEAN_REPEATS=N runs the clean test N times (run-now) and keeps every verdict, so that
 # bench/e2e-compare.py compares medians. E2E_BUDGET (default 540 s) bounds the whole run: every wait gives up in time for the
 # report to be written. E2E_KEEP=1 keeps the cluster up at the end, until Ctrl-C, and prints
@@ -202,7 +204,7 @@ if [ $SIM = 0 ]; then
   python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' 2>/dev/null
   nvidia-smi topo -m 2>/dev/null | head -8
 else
-  G=4
+  G=${E2E_SIM_GPUS:-4}
   PRODUCT=NVIDIA-H100-80GB-HBM3
 fi
 # Emulated nodes: six, node i on GPU i mod G; the last one's link is shaped. The pair rules
@@ -210,9 +212,10 @@ fi
 # in the ring, one retest) must stay under half of them: with four nodes they are three of
 # five (the median itself: nobody is named), with five nodes the ring adds a pair and they
 # are four of seven, with six three of seven. The probe runs over the nodes with a GPU of
-# their own (label e2e.gpufabric.io/own-gpu), at most four.
-N=0
-[ "$G" -ge 2 ] && N=6
+# their own (label e2e.gpufabric.io/own-gpu), at most four: it needs two GPUs or more. On a
+# one-GPU host the six share the GPU (the pairs' bandwidth is the sockets', not the GPU's;
+# the node checks go one at a time), so the node-pair step runs on any GPU host.
+N=6
 # E2E_NODE=real: the host is a real node (containerd, runc, the kubelet, a GPU device plugin,
 # the agent image; bench/gpu-e2e-realnode.sh), without emulated nodes. E2E_EMULATED_NODES=0:
 # no emulated nodes with the process-kubelet either.
@@ -417,8 +420,12 @@ if [ "$N" -gt 0 ]; then
     export E2E_SHAPE_CMD="bash $ROOT/.device/netns-nodes.sh shape $SHAPED_I $RATE"
   fi
   python3 bench/gpu-e2e.py pairs
-  banner "5. the multi-node DDP probe"
-  python3 bench/gpu-e2e.py probe
+  if [ "$OWN" -ge 2 ]; then
+    banner "5. the multi-node DDP probe"
+    python3 bench/gpu-e2e.py probe
+  else
+    banner "5. not run: the multi-node probe needs 2 GPUs or more (nodes with a GPU of their own), the host has $G"
+  fi
 fi
 banner "table"
 python3 bench/gpu-e2e.py table

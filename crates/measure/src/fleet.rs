@@ -26,6 +26,8 @@ pub struct FleetNode {
     pub name: String,
     /// GPU product as the `nvidia.com/gpu.product` label writes it, e.g. `NVIDIA-H100-80GB-HBM3`.
     pub product: String,
+    /// The GPUs the agent sees. 0 is a node whose GPUs are all hidden from the pod: its
+    /// node check ends "no GPU found" (exit 10), as the CUDA backend's does.
     pub gpus: u32,
     /// Extra node labels.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -223,8 +225,6 @@ pub enum FleetError {
 pub enum FleetInvalid {
     #[error("node {0} appears twice")]
     DuplicateNode(String),
-    #[error("node {0} has no GPUs")]
-    NoGpus(String),
     #[error(
         "node {node}: fault {fault:?} names a GPU, NIC or peer the node does not have or a factor out of range"
     )]
@@ -290,9 +290,6 @@ impl Fleet {
         for node in &self.nodes {
             if !names.insert(node.name.as_str()) {
                 return Err(FleetInvalid::DuplicateNode(node.name.clone()));
-            }
-            if node.gpus == 0 {
-                return Err(FleetInvalid::NoGpus(node.name.clone()));
             }
             for fault in &node.faults {
                 let gpu_ok = |g: u32| g < node.gpus;

@@ -648,3 +648,16 @@ fn a_suite_larger_than_the_simulated_gpus_is_refused_as_input_before_any_phase()
         "fits an H200"
     );
 }
+
+#[test]
+fn a_node_whose_gpus_are_all_hidden_loads_and_finds_no_gpu_as_cuda_does() {
+    let fleet: crate::fleet::Fleet =
+        serde_yaml::from_str("nodes:\n  - {name: gpu-node-1, product: NVIDIA-H200, gpus: 0}\n")
+            .expect("parses");
+    fleet
+        .check()
+        .expect("a node with every GPU hidden is a valid fleet");
+    let err = node_check(&opts(), &fleet.nodes[0], 7, &|_| {}).expect_err("no GPU");
+    assert!(matches!(err, CheckError::NoGpu(_)), "{err}");
+    assert_eq!(err.exit_code(), 10, "the exit code of GpuMissing");
+}
