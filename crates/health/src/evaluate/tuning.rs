@@ -128,8 +128,7 @@ pub(super) fn not_chosen(node: &str, settings: &[CompactSetting], own: &[Finding
                 Metric::NcclBusBw,
                 severity,
                 format!(
-                    "{} is in effect on {node} although the test did not choose it (from {}), {consequence}. Remove it from where it came from, or set it in spec.agent.env if the test means it.",
-                    s, s.source
+                    "{s} is in effect on {node} although the test did not choose it, {consequence}. Remove it there, or set it in spec.agent.env if the test means it."
                 ),
             );
             f.source = Some(ExpectationSource::Rule);
