@@ -49,8 +49,16 @@ fn kube_reason(detail: &str) -> Option<&str> {
 pub const INFRASTRUCTURE_SHARE: f64 = 0.5;
 pub const INFRASTRUCTURE_MIN_NODES: usize = 2;
 
+/// Reasons that name the test's own settings, the same for every node it runs on: its image
+/// and pull Secrets, the Secrets and ConfigMaps its env reads. When every node of a run has
+/// one, the test is at fault, even in a run of one node.
+const SETTINGS_REASONS: [NotMeasuredReason; 2] = [
+    NotMeasuredReason::ImagePull,
+    NotMeasuredReason::ContainerConfig,
+];
+
 /// The most common reason of a run's not-measured nodes, when at least half of its nodes
-/// (and at least two) share it.
+/// (and at least two) share it, or every node for a reason of the test's settings.
 pub fn infrastructure_issue(nodes: &[NodeRunResult]) -> Option<InfrastructureIssue> {
     let mut by_reason: BTreeMap<NotMeasuredReason, Vec<&NodeRunResult>> = BTreeMap::new();
     for n in nodes {
@@ -65,8 +73,10 @@ pub fn infrastructure_issue(nodes: &[NodeRunResult]) -> Option<InfrastructureIss
         .into_iter()
         .max_by_key(|(r, v)| (v.len(), std::cmp::Reverse(*r)))?;
     let total = nodes.len();
-    if hit.len() < INFRASTRUCTURE_MIN_NODES
-        || (hit.len() as f64) < INFRASTRUCTURE_SHARE * total as f64
+    let everywhere = hit.len() == total && SETTINGS_REASONS.contains(&reason);
+    if !everywhere
+        && (hit.len() < INFRASTRUCTURE_MIN_NODES
+            || (hit.len() as f64) < INFRASTRUCTURE_SHARE * total as f64)
     {
         return None;
     }
@@ -304,10 +314,30 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(infrastructure_issue(&mixed), None, "2 of 5 is not half");
+        // One node is no pattern, but the test's own image is the test's on every node.
         assert_eq!(
-            infrastructure_issue(&[pull("a")]),
+            infrastructure_issue(&[pull("a")]).map(|i| i.message()),
+            Some(
+                "ImagePullBackOff on 1 of 1 nodes: check agent.image and agent.imagePullSecrets"
+                    .into()
+            ),
+            "a run of one node that cannot pull the test's image"
+        );
+        let passed = |n: &str| NodeRunResult {
+            node: n.into(),
+            verdict: NodeVerdict::Passed,
+            ..Default::default()
+        };
+        assert_eq!(
+            infrastructure_issue(&[pull("a"), passed("b")]),
             None,
-            "one node is no pattern"
+            "one node of two that cannot pull is that node's matter"
+        );
+        let preempted = not_measured("a", NotMeasuredReason::Preempted, "Preempted");
+        assert_eq!(
+            infrastructure_issue(&[preempted]),
+            None,
+            "a run of one node preempted is no pattern"
         );
         // The kubelet's refusal names the resource; different details fall back to the kind.
         let busy = |n: &str, r: &str| {
