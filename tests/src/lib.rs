@@ -24,6 +24,7 @@ pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod realnode;
+pub mod registry;
 pub mod shared;
 pub mod tools;
 pub mod wait;

@@ -241,3 +241,36 @@ pub fn kubeconfig_yaml(server: &str, ca: &Path, cert: &Path, key: &Path, user: &
     // A JSON document is valid YAML; serde_yaml output is easier to read for people.
     serde_yaml::to_string(&doc).unwrap_or_else(|_| doc.to_string())
 }
+
+/// A server's own CA and its serving certificate (e.g. a registry's), as PEM files.
+#[derive(Debug, Clone)]
+pub struct ServingCert {
+    pub ca_cert: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A new CA and a serving certificate from it for `cn`, valid for `sans` (names or
+/// addresses), written to `dir/ca.crt`, `dir/<stem>.crt` and `dir/<stem>.key`.
+pub fn write_serving(dir: &Path, stem: &str, cn: &str, sans: &[String]) -> Result<ServingCert> {
+    let ca_key = KeyPair::generate().map_err(cert_err("CA key"))?;
+    let params = ca_params();
+    let ca_pem = params.self_signed(&ca_key).map_err(cert_err("CA"))?.pem();
+    let issuer = Issuer::new(params, ca_key);
+    let (pem, key) = leaf(
+        &issuer,
+        cn,
+        None,
+        sans.to_vec(),
+        ExtendedKeyUsagePurpose::ServerAuth,
+    )?;
+    let out = ServingCert {
+        ca_cert: dir.join("ca.crt"),
+        cert: dir.join(format!("{stem}.crt")),
+        key: dir.join(format!("{stem}.key")),
+    };
+    write_file(&out.ca_cert, &ca_pem)?;
+    write_file(&out.cert, &pem)?;
+    write_file(&out.key, &key)?;
+    Ok(out)
+}

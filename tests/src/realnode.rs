@@ -21,7 +21,9 @@
 //!   `restrict_oom_score_adj = true` (root here lacks CAP_SYS_RESOURCE) and a local pause
 //!   image; images come from OCI archives (`ctr -n k8s.io images import`): the
 //!   [`PAUSE_IMAGE`] and a [`BUSYBOX_IMAGE`] made of Debian's busybox-static (from the node
-//!   bin dir) by `deploy/images/oci.py`, and whatever [`RealNode::import_image`] adds;
+//!   bin dir) by `deploy/images/oci.py`, and whatever [`RealNode::import_image`] adds; or
+//!   pulled by the kubelet from a registry the node trusts ([`RealNode::trust_registry`]:
+//!   containerd's `certs.d/<host>/hosts.toml`, e.g. a [`crate::registry::Registry`]);
 //! - **CNI**: a bridge [`BRIDGE`] as the pods' gateway, addresses from
 //!   [`RealNodeOptions::pod_cidr`] (10.244.0.0/24), portmap, no masquerading;
 //! - **kubelet** (cgroupfs on cgroup v1, see [`config::kubelet_config`]) registering the node
@@ -288,6 +290,7 @@ impl RealNode {
             layout.volume_plugins(),
             layout.images(),
             layout.certs(),
+            layout.registry_hosts(),
         ] {
             std::fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
         }
@@ -492,6 +495,17 @@ impl RealNode {
     pub fn tag_image(&self, source: &str, target: &str) -> Result<()> {
         self.ctr(&["images", "tag", "--force", source, target])?;
         Ok(())
+    }
+
+    /// Lets the node pull from the registry at `host` (`127.0.0.1:PORT`), served over TLS
+    /// with a certificate from `ca`: containerd's `certs.d/<host>/hosts.toml`, which it reads
+    /// at each pull (no restart). Credentials come from the pods' `imagePullSecrets`.
+    pub fn trust_registry(&self, host: &str, ca: &Path) -> Result<()> {
+        let dir = self.layout.registry_hosts().join(host);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        let path = dir.join("hosts.toml");
+        std::fs::write(&path, config::registry_hosts_toml(host, ca))
+            .map_err(io_err(format!("writing {}", path.display())))
     }
 
     /// The references of every image in the node's containerd.

@@ -28,6 +28,11 @@ impl Layout {
     pub fn containerd_opt(&self) -> PathBuf {
         self.dir.join("containerd/opt")
     }
+    /// containerd's registry hosts (`certs.d/<host>/hosts.toml`, by default
+    /// `/etc/containerd/certs.d`), read at each pull.
+    pub fn registry_hosts(&self) -> PathBuf {
+        self.dir.join("containerd/certs.d")
+    }
     pub fn containerd_socket(&self) -> PathBuf {
         self.dir.join("containerd.sock")
     }
@@ -131,6 +136,9 @@ disabled_plugins = [
   enable_unprivileged_ports = false
   enable_unprivileged_icmp = false
 
+[{cri}.registry]
+  config_path = {registry_hosts}
+
 [{cri}.cni]
   bin_dir = {cni_bin}
   conf_dir = {cni_conf}
@@ -155,6 +163,22 @@ disabled_plugins = [
         cni_bin = toml_str(&node.cni_bin_dir),
         cni_conf = toml_str(&layout.cni_conf_dir()),
         runc_root = toml_str(&layout.runc_root()),
+        registry_hosts = toml_str(&layout.registry_hosts()),
+    )
+}
+
+/// containerd's `hosts.toml` for a registry at `host` (`127.0.0.1:PORT`) served over TLS
+/// with a certificate from `ca`.
+pub(crate) fn registry_hosts_toml(host: &str, ca: &Path) -> String {
+    format!(
+        r#"# Written by the gpufabric test harness (tests/src/realnode).
+server = "https://{host}"
+
+[host."https://{host}"]
+  capabilities = ["pull", "resolve"]
+  ca = {ca}
+"#,
+        ca = toml_str(ca),
     )
 }
 
@@ -319,6 +343,15 @@ mod tests {
         assert!(toml.contains("restrict_oom_score_adj = true"));
         assert!(toml.contains("netns_mounts_under_state_dir = true"));
         assert!(toml.contains("sandbox_image = \"docker.io/local/pause:1\""));
+        assert!(toml.contains("config_path = \"/tmp/gpufabric-realnode-x/containerd/certs.d\""));
+    }
+
+    #[test]
+    fn a_registry_is_reached_over_tls_trusting_its_own_ca() {
+        let hosts = registry_hosts_toml("127.0.0.1:5000", Path::new("/tmp/r/certs/ca.crt"));
+        assert!(hosts.contains("server = \"https://127.0.0.1:5000\""));
+        assert!(hosts.contains("[host.\"https://127.0.0.1:5000\"]"));
+        assert!(hosts.contains("ca = \"/tmp/r/certs/ca.crt\""));
     }
 
     #[test]
