@@ -18,20 +18,31 @@
 # DIR/images.env, the chart package DIR/gpufabric-VERSION.tgz and DIR/SHA256SUMS. The images
 # are built by deploy/images/build.sh, or taken from IMAGES (a directory build.sh wrote for
 # this version: refused when an image's tag is not vVERSION, or its SBOM is missing or names
-# another digest). helm comes from $HELM, else tests/tools/build.sh. Push the images with
-# `skopeo copy oci-archive:DIR/fabric-operator.oci.tar docker://REGISTRY/fabric-operator:vVERSION`.
+# another digest). helm comes from $HELM, else tests/tools/build.sh.
+#
+# Pushes them too, with --push REGISTRY (e.g. ghcr.io/gpufabric, the chart's default):
+#   deploy/release.sh --artifacts DIR [--images IMAGES] --push REGISTRY [--dry-run]
+# REGISTRY/fabric-{operator,agent}:vVERSION by skopeo (digests preserved: the pushed image is
+# the one its SBOM names), and the chart as the OCI artifact oci://REGISTRY/charts/gpufabric,
+# version VERSION, by helm push; then checks that the registry serves both digests and the
+# chart. Credentials come from $REGISTRY_AUTH_FILE (a docker config.json, as `skopeo login`
+# and `helm registry login` write), else from skopeo's and helm's own logins; a registry
+# whose certificate a private CA signed is trusted with $REGISTRY_CA_FILE. With --dry-run it
+# prints what it would push and pushes nothing. Users install with
+# `helm install gpufabric oci://REGISTRY/charts/gpufabric --version VERSION`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 die() { echo "release.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2; }
 
-new="" dry_run=false krew_url="" krew_dir="" artifacts="" images=""
+new="" dry_run=false krew_url="" krew_dir="" artifacts="" images="" push=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--dry-run) dry_run=true ;;
 	--artifacts) [ $# -ge 2 ] || usage; artifacts="$2"; shift ;;
 	--images) [ $# -ge 2 ] || usage; images="$2"; shift ;;
+	--push) [ $# -ge 2 ] || usage; push="${2%/}"; shift ;;
 	--krew) [ $# -ge 3 ] || usage; krew_url="$2" krew_dir="$3"; shift 2 ;;
 	-h | --help) usage ;;
 	-*) die "unknown option $1" ;;
@@ -50,6 +61,10 @@ release_files() {
 		echo "dry run: would write into $out: fabric-operator.oci.tar fabric-operator.spdx.json" \
 			"fabric-agent.oci.tar fabric-agent.spdx.json images.env gpufabric-$version.tgz SHA256SUMS" \
 			"(images ${images:-built by deploy/images/build.sh --tag v$version})" >&2
+		if [ -n "$push" ]; then
+			echo "dry run: would push $push/fabric-operator:v$version $push/fabric-agent:v$version" \
+				"oci://$push/charts/gpufabric:$version" >&2
+		fi
 		exit 0
 	fi
 	mkdir -p "$out"
@@ -83,13 +98,51 @@ release_files() {
 	[ -f "$out/gpufabric-$version.tgz" ] || die "helm package wrote no $out/gpufabric-$version.tgz"
 	(cd "$out" && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 	echo "release $version: $(cd "$out" && find . -maxdepth 1 -type f -printf '%f ' | LC_ALL=C sort) in $out" >&2
+	[ -z "$push" ] || push_files "$version" "$out" "$helm"
 	exit 0
+}
+
+# The release's files in $2 (version $1) pushed to $push with helm $3, then read back.
+push_files() {
+	local version="$1" out="$2" helm="$3" name var digest pushed certs
+	local skopeo=(skopeo --insecure-policy) helm_args=()
+	command -v skopeo >/dev/null || die "skopeo not found: apt-get install skopeo"
+	certs="$(mktemp -d)"
+	# shellcheck disable=SC2064 # the directory is known now
+	trap "rm -rf '$certs'" EXIT
+	if [ -n "${REGISTRY_CA_FILE:-}" ]; then
+		[ -r "$REGISTRY_CA_FILE" ] || die "REGISTRY_CA_FILE $REGISTRY_CA_FILE cannot be read"
+		cp "$REGISTRY_CA_FILE" "$certs/ca.crt"
+		helm_args+=(--ca-file "$REGISTRY_CA_FILE")
+	fi
+	if [ -n "${REGISTRY_AUTH_FILE:-}" ]; then
+		[ -r "$REGISTRY_AUTH_FILE" ] || die "REGISTRY_AUTH_FILE $REGISTRY_AUTH_FILE cannot be read"
+		helm_args+=(--registry-config "$REGISTRY_AUTH_FILE")
+	fi
+	for name in operator agent; do
+		var="$(tr '[:lower:]' '[:upper:]' <<<"$name")"
+		digest="$(sed -n "s/^${var}_DIGEST=//p" "$out/images.env")"
+		[ -n "$digest" ] || die "$out/images.env has no ${var}_DIGEST"
+		"${skopeo[@]}" copy --quiet --preserve-digests --dest-cert-dir "$certs" \
+			"oci-archive:$out/fabric-$name.oci.tar" "docker://$push/fabric-$name:v$version" >&2 ||
+			die "pushing fabric-$name to $push failed: log in (skopeo login, or REGISTRY_AUTH_FILE) and check REGISTRY_CA_FILE"
+		pushed="$("${skopeo[@]}" inspect --cert-dir "$certs" --format '{{.Digest}}' "docker://$push/fabric-$name:v$version")" ||
+			die "reading back $push/fabric-$name:v$version failed"
+		[ "$pushed" = "$digest" ] || die "$push/fabric-$name:v$version is $pushed, not the released $digest"
+		echo "pushed $push/fabric-$name:v$version@$digest" >&2
+	done
+	"$helm" push "${helm_args[@]}" "$out/gpufabric-$version.tgz" "oci://$push/charts" >&2 ||
+		die "helm push of the chart to oci://$push/charts failed"
+	"$helm" show chart "${helm_args[@]}" "oci://$push/charts/gpufabric" --version "$version" 2>/dev/null |
+		grep -qx "version: $version" || die "oci://$push/charts/gpufabric does not serve version $version"
+	echo "pushed oci://$push/charts/gpufabric:$version" >&2
 }
 if [ -n "$artifacts" ]; then
 	[ -z "$new" ] && [ -z "$krew_url" ] || die "--artifacts writes the files of the current version: run it alone, at the tagged commit"
 	release_files
 fi
 [ -z "$images" ] || die "--images goes with --artifacts"
+[ -z "$push" ] || die "--push goes with --artifacts"
 [ -n "$new" ] || usage
 [[ "$new" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.]+)?$ ]] ||
 	die "version $new is not MAJOR.MINOR.PATCH[-PRE] (e.g. 0.3.0), without a leading v"

@@ -1011,11 +1011,28 @@ fn the_release_output_holds_each_image_with_its_sbom_the_chart_and_their_checksu
     let out_str = out.to_str().expect("utf-8 path");
     let from_str = from.to_str().expect("utf-8 path");
 
-    let dry = release(&["--artifacts", out_str, "--images", from_str, "--dry-run"]);
+    let dry = release(&[
+        "--artifacts",
+        out_str,
+        "--images",
+        from_str,
+        "--push",
+        "registry.example.com/infra",
+        "--dry-run",
+    ]);
     let said = String::from_utf8_lossy(&dry.stderr);
     assert!(dry.status.success(), "{said}");
     assert!(
         said.contains("fabric-agent.spdx.json") && !out.exists(),
+        "{said}"
+    );
+    // What it would push, where users pull it from; tests/tests/installed.rs pushes for real.
+    assert!(
+        said.contains(&format!(
+            "would push registry.example.com/infra/fabric-operator:v{version} \
+             registry.example.com/infra/fabric-agent:v{version} \
+             oci://registry.example.com/infra/charts/gpufabric:{version}"
+        )),
         "{said}"
     );
 
