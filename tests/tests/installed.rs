@@ -1,19 +1,24 @@
-//! gpufabric installed the way a platform team installs it: the images `deploy/images/build.sh`
-//! built, imported into a real node's containerd (kubelet v1.33, runc, CNI, kube-proxy,
-//! kube-scheduler), and the chart installed with helm into a namespace that enforces Pod
-//! Security `restricted`. Then, with nothing but the API: two operator replicas ready and one
-//! leading; a bad FabricTest refused by the admission webhook through its Service; a clean
-//! node passed by an agent that ran as a container (its result back through the real
-//! termination message and container log); a run cancelled by its annotation, its pod gone
+//! gpufabric installed the way a platform team installs it, from a registry: the release step
+//! (`deploy/release.sh --artifacts --push`) pushes the images `deploy/images/build.sh` built
+//! and the chart, as an OCI artifact, to a real registry (Debian's docker-registry, TLS from a
+//! private CA, basic auth); `helm install oci://.../gpufabric --version X` into a namespace
+//! that enforces Pod Security `restricted`; a real node (kubelet v1.33, containerd, runc,
+//! CNI, kube-proxy, kube-scheduler) pulls both images with the chart's pull Secret. Then,
+//! with nothing but the API: two operator replicas ready and one leading; a bad FabricTest
+//! refused by the admission webhook through its Service; a clean node passed by an agent that
+//! ran as a container (its result back through the real termination message and container
+//! log); a FabricTest whose own pull Secret is wrong: its node not measured
+//! (`ImagePullBackOff`), the test `InfrastructureDegraded`, the node not cordoned; a run
+//! cancelled by its annotation, its pod gone
 //! and no pod left holding `nvidia.com/gpu` before its status says every GPU is free; a
 //! benchmark pod preempted by a training pod of higher priority, the node not measured and
 //! nothing held against it; a node with a fault cordoned after its confirmation run while `helm upgrade` changes the operator's image
 //! under the run; `helm uninstall` releasing that cordon and leaving a person's cordon, label
 //! and taint alone.
 //!
-//! Needs root, the node packages (`tests/src/realnode.rs`), the node binaries
-//! (`tests/cluster/build-node.sh`), helm (`tests/tools/build.sh`) and the images
-//! (`deploy/images/build.sh`, or `$GPUFABRIC_IMAGES`).
+//! Needs root, the node packages (`tests/src/realnode.rs`), the registry's
+//! (`tests/src/registry.rs`), the node binaries (`tests/cluster/build-node.sh`), helm
+//! (`tests/tools/build.sh`) and the images (`deploy/images/build.sh`, or `$GPUFABRIC_IMAGES`).
 
 use gpufabric_api::keys;
 use gpufabric_api::outcome::NotMeasuredReason;
@@ -22,18 +27,20 @@ use gpufabric_api::test::FabricTest;
 use gpufabric_tests::cluster::ClusterOptions;
 use gpufabric_tests::operator::cordoned;
 use gpufabric_tests::realnode::{BUSYBOX_IMAGE, RealNode, RealNodeOptions};
+use gpufabric_tests::registry::{Registry, USERNAME};
 use gpufabric_tests::shared::TestEnv;
-use gpufabric_tests::tools::{self, Images, chart, helm, run_ok};
-use gpufabric_tests::wait;
+use gpufabric_tests::tools::{self, helm, run_ok};
+use gpufabric_tests::{wait, workspace_root};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Secret};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::io::Write;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const RELEASE: &str = "gpufabric";
@@ -41,6 +48,11 @@ const RELEASE: &str = "gpufabric";
 const OPERATOR: &str = "gpufabric-operator";
 const PRODUCT: &str = "NVIDIA-H100-80GB-HBM3";
 const FLEET_MAP: &str = "sim-fleet";
+/// Where the release pushes, under the registry: `<host>/gpufabric/fabric-operator`, ...
+const PREFIX: &str = "gpufabric";
+/// The pull Secret of the chart (operator and benchmark pods), and one with a wrong password.
+const PULL_SECRET: &str = "registry-pull";
+const WRONG_PULL_SECRET: &str = "registry-pull-wrong";
 const T: Duration = Duration::from_secs(180);
 
 /// A step and how long it took, printed at the end.
@@ -212,25 +224,113 @@ fn kubectl_apply(env: &TestEnv, doc: &str) -> std::process::Output {
     child.wait_with_output().expect("kubectl ends")
 }
 
-/// `helm install` (or `upgrade`) of the chart with `images`, operator tag `operator_tag`.
-fn helm_release(env: &TestEnv, verb: &str, images: &Images, operator_tag: &str) {
-    run_ok(
-        helm(Some(env.cluster()))
-            .args([verb, RELEASE])
-            .arg(chart())
-            .args(["--namespace", env.ns()])
-            .args([
-                "--set",
-                &format!("image.repository={}", images.operator.repository),
-            ])
-            .args(["--set", &format!("image.tag={operator_tag}")])
-            .args([
-                "--set",
-                &format!("agentImage.repository={}", images.agent.repository),
-            ])
-            .args(["--set", &format!("agentImage.tag={}", images.agent.tag)])
-            .args(["--wait", "--timeout", "240s"]),
+/// The release, pushed to a registry: where the chart and the images are, and how helm gets in.
+struct Pushed<'a> {
+    registry: &'a Registry,
+    /// helm's registry config, written by `helm registry login`.
+    helm_config: PathBuf,
+    version: String,
+}
+
+impl Pushed<'_> {
+    /// `<host>/gpufabric/fabric-NAME`.
+    fn repository(&self, name: &str) -> String {
+        format!("{}/{PREFIX}/fabric-{name}", self.registry.host())
+    }
+}
+
+/// `deploy/release.sh --artifacts OUT --images IMAGES --push REGISTRY`: the release's files,
+/// pushed to `registry`.
+fn release_to(registry: &Registry, images: &Path, out: &Path) {
+    let helm_bin = tools::bin_dir().join("helm");
+    let out = run_ok(
+        Command::new("bash")
+            .arg(workspace_root().join("deploy/release.sh"))
+            .arg("--artifacts")
+            .arg(out)
+            .arg("--images")
+            .arg(images)
+            .arg("--push")
+            .arg(format!("{}/{PREFIX}", registry.host()))
+            .env("HELM", helm_bin)
+            .env("REGISTRY_AUTH_FILE", registry.auth_file())
+            .env("REGISTRY_CA_FILE", registry.ca_cert())
+            .current_dir(workspace_root()),
     );
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `helm install` (or `upgrade`) of the pushed chart, operator tag `operator_tag`, both
+/// images pulled with the chart's pull Secret.
+fn helm_release(env: &TestEnv, verb: &str, pushed: &Pushed<'_>, operator_tag: &str) {
+    let out = helm(Some(env.cluster()))
+        .args([verb, RELEASE])
+        .arg(format!(
+            "oci://{}/{PREFIX}/charts/gpufabric",
+            pushed.registry.host()
+        ))
+        .args(["--version", &pushed.version])
+        .arg("--ca-file")
+        .arg(pushed.registry.ca_cert())
+        .arg("--registry-config")
+        .arg(&pushed.helm_config)
+        .args(["--namespace", env.ns()])
+        .args([
+            "--set",
+            &format!("image.repository={}", pushed.repository("operator")),
+        ])
+        .args(["--set", &format!("image.tag={operator_tag}")])
+        .args([
+            "--set",
+            &format!("agentImage.repository={}", pushed.repository("agent")),
+        ])
+        .args(["--set", &format!("imagePullSecrets[0].name={PULL_SECRET}")])
+        .args([
+            "--set",
+            &format!("benchmarkPods.imagePullSecrets[0].name={PULL_SECRET}"),
+        ])
+        .args(["--wait", "--timeout", "240s"])
+        .output()
+        .expect("helm runs");
+    if !out.status.success() {
+        // What the release waited for: the pods and the namespace's Events (image pulls).
+        let state = env
+            .cluster()
+            .kubectl()
+            .args([
+                "-n",
+                env.ns(),
+                "get",
+                "pods,replicasets,events",
+                "-o",
+                "wide",
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        panic!(
+            "helm {verb} failed ({}):\n{}\n{}\n{state}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `name` for the registry, with `password`.
+async fn pull_secret(client: &Client, ns: &str, name: &str, registry: &Registry, password: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": registry.pull_secret_json(password)},
+    }))
+    .expect("a Secret");
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("pull Secret created");
 }
 
 /// Waits until the operator Deployment has rolled out `image` on two ready replicas, and
@@ -283,6 +383,63 @@ async fn operator_ready(client: &Client, ns: &str, image: &str) -> String {
 async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     let mut steps = Steps::new();
     let images = tools::images();
+    let version = env!("CARGO_PKG_VERSION").to_string();
+    // The release step's rehearsal: every file of the release written and pushed to a real
+    // registry (TLS, basic auth), the images under their digests, the chart as an OCI
+    // artifact.
+    let registry = Registry::start()
+        .expect("the registry starts (apt-get install docker-registry skopeo apache2-utils)");
+    let release_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
+    release_to(
+        &registry,
+        images.operator.archive.parent().expect("the images' dir"),
+        release_dir.path(),
+    );
+    for name in ["operator", "agent"] {
+        let tags = registry
+            .tags(&format!("{PREFIX}/fabric-{name}"), registry.password())
+            .expect("the registry lists the tags");
+        assert_eq!(tags, [format!("v{version}")], "fabric-{name}");
+    }
+    assert!(
+        registry
+            .tags(&format!("{PREFIX}/fabric-agent"), "not-the-password")
+            .is_err(),
+        "the registry refuses a wrong password"
+    );
+    let helm_config = release_dir.path().join("helm-registry.json");
+    let mut login = helm(None)
+        .arg("--registry-config")
+        .arg(&helm_config)
+        .args(["registry", "login", registry.host(), "--username", USERNAME])
+        .arg("--password-stdin")
+        .arg("--ca-file")
+        .arg(registry.ca_cert())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("helm registry login starts");
+    login
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(registry.password().as_bytes())
+        .expect("the password written");
+    let logged_in = login.wait_with_output().expect("helm registry login ends");
+    assert!(
+        logged_in.status.success(),
+        "helm registry login: {}",
+        String::from_utf8_lossy(&logged_in.stderr)
+    );
+    let pushed = Pushed {
+        registry: &registry,
+        helm_config,
+        version: version.clone(),
+    };
+    let operator_ref = format!("{}:v{version}", pushed.repository("operator"));
+    let agent_ref = format!("{}:v{version}", pushed.repository("agent"));
+    steps.done("release pushed to the registry: both images and the chart");
     let env = TestEnv::with_options(
         "installed",
         ClusterOptions {
@@ -302,10 +459,6 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
                 (keys::LABEL_GPU_COUNT.to_string(), "8".to_string()),
             ]
             .into(),
-            images: vec![
-                images.operator.archive.clone(),
-                images.agent.archive.clone(),
-            ],
             ..Default::default()
         },
     )
@@ -314,8 +467,15 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     node.set_extended_resource(keys::RESOURCE_GPU, 8)
         .await
         .expect("GPUs advertised");
+    node.trust_registry(registry.host(), &registry.ca_cert())
+        .expect("the node trusts the registry's CA");
     let name = node.name().to_string();
-    steps.done("real node Ready with both images imported and 8 GPUs advertised");
+    let held = node.images().expect("the node's images");
+    assert!(
+        !held.iter().any(|i| i.contains("fabric-")),
+        "the node pulls gpufabric's images, none is there before: {held:?}"
+    );
+    steps.done("real node Ready, trusting the registry's CA, 8 GPUs advertised");
 
     // What a person did to the node before gpufabric came: a label and a soft taint that
     // gpufabric must leave as they are; and another node a person cordoned.
@@ -357,10 +517,20 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
         .await
         .expect("namespace labelled");
 
-    helm_release(&env, "install", &images, &images.operator.tag);
-    let leader = operator_ready(&client, &ns, &images.operator.reference).await;
+    // The chart's pull Secret, and one a FabricTest names by mistake.
+    pull_secret(&client, &ns, PULL_SECRET, &registry, registry.password()).await;
+    pull_secret(
+        &client,
+        &ns,
+        WRONG_PULL_SECRET,
+        &registry,
+        "not-the-password",
+    )
+    .await;
+    helm_release(&env, "install", &pushed, &format!("v{version}"));
+    let leader = operator_ready(&client, &ns, &operator_ref).await;
     steps.done(&format!(
-        "helm install: two operator replicas ready, {leader} leads"
+        "helm install oci://.../gpufabric --version {version}: two operator replicas pulled and ready, {leader} leads"
     ));
 
     // A FabricTest the schema admits and the operator could only fail: the webhook, reached
@@ -442,7 +612,13 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
             .is_some_and(|id| id.starts_with("containerd://")),
         "ran by containerd: {container:?}"
     );
-    assert_eq!(container.image, images.agent.reference);
+    assert_eq!(container.image, agent_ref);
+    assert!(
+        container.image_id.ends_with(&images.agent.digest),
+        "the agent pulled from the registry is the one released: {} is not {}",
+        container.image_id,
+        images.agent.digest
+    );
     let message = container
         .state
         .as_ref()
@@ -463,7 +639,80 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     assert_eq!(doc["node"], name.as_str());
     assert_eq!(doc["backend"], "sim");
     delete_test(&client, "installed-clean").await;
-    steps.done("clean node Passed; the agent ran as a non-root container, result from its termination message and log");
+    steps.done("clean node Passed; the agent, pulled with the chart's pull Secret, ran as a non-root container, result from its termination message and log");
+
+    // A FabricTest whose own pull Secret (it replaces the chart's) has a wrong password: the
+    // kubelet cannot pull, the node is not measured and nothing is held against it, and the
+    // test says its image cannot be pulled.
+    let cordon_now = json!({"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1, "confirmRetest": false});
+    api.create(
+        &PostParams::default(),
+        &fabric_test(
+            "installed-wrong-secret",
+            &name,
+            cordon_now,
+            json!({"imagePullPolicy": "Always", "imagePullSecrets": [{"name": WRONG_PULL_SECRET}]}),
+        ),
+    )
+    .await
+    .expect("wrong-secret test");
+    let t = wait_test(
+        &client,
+        "installed-wrong-secret",
+        T,
+        "the run that cannot pull",
+        |s| s.last_run.is_some(),
+    )
+    .await;
+    let runs = runs_of(&client, "installed-wrong-secret").await;
+    let run = runs.first().expect("a run");
+    assert_eq!(
+        node_result(run, &name),
+        (NodeVerdict::NotMeasured, Some(NotMeasuredReason::ImagePull)),
+        "{:#?}",
+        run.status
+    );
+    let detail = run
+        .status
+        .as_ref()
+        .and_then(|s| s.nodes.iter().find(|n| n.node == name))
+        .and_then(|n| n.reason.clone())
+        .unwrap_or_default();
+    assert!(detail.starts_with("ImagePullBackOff"), "{detail}");
+    let degraded = t
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "InfrastructureDegraded")
+        })
+        .cloned()
+        .expect("the InfrastructureDegraded condition");
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "ImagePull"),
+        "{degraded:?}"
+    );
+    assert!(
+        degraded.message.contains(
+            "ImagePullBackOff on 1 of 1 nodes: check agent.image and agent.imagePullSecrets"
+        ),
+        "{}",
+        degraded.message
+    );
+    let n = nodes.get(&name).await.expect("node");
+    assert!(
+        !cordoned(&n),
+        "a test that cannot pull its image cordons nothing"
+    );
+    assert!(
+        t.status.as_ref().is_some_and(|s| s.quarantined_count == 0),
+        "{:#?}",
+        t.status
+    );
+    delete_test(&client, "installed-wrong-secret").await;
+    steps.done("a FabricTest's wrong pull Secret: ImagePullBackOff, not measured, InfrastructureDegraded, not cordoned");
 
     // Cancelled: a run whose agent blocks until it is stopped is cancelled by its annotation;
     // its status says every GPU is free only once the kubelet has let its pod go, and then
@@ -747,11 +996,14 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     })
     .await
     .expect("the fault test's first pod exists");
-    let new_tag = format!("{}-next", images.operator.tag);
-    let new_ref = format!("{}:{new_tag}", images.operator.repository);
-    node.tag_image(&images.operator.reference, &new_ref)
-        .expect("the operator image under a new tag");
-    helm_release(&env, "upgrade", &images, &new_tag);
+    let new_tag = format!("v{version}-next");
+    let new_ref = registry
+        .tag(
+            &operator_ref,
+            &format!("{PREFIX}/fabric-operator:{new_tag}"),
+        )
+        .expect("the operator image pushed under a new tag");
+    helm_release(&env, "upgrade", &pushed, &new_tag);
     let leader = operator_ready(&client, &ns, &new_ref).await;
     steps.done(&format!(
         "helm upgrade to {new_tag} with a run in flight: two replicas ready, {leader} leads"
