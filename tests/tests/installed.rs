@@ -239,25 +239,26 @@ impl Pushed<'_> {
     }
 }
 
-/// `deploy/release.sh --artifacts OUT --images IMAGES --push REGISTRY`: the release's files,
-/// pushed to `registry`.
-fn release_to(registry: &Registry, images: &Path, out: &Path) {
-    let helm_bin = tools::bin_dir().join("helm");
-    let out = run_ok(
-        Command::new("bash")
-            .arg(workspace_root().join("deploy/release.sh"))
-            .arg("--artifacts")
-            .arg(out)
-            .arg("--images")
-            .arg(images)
-            .arg("--push")
-            .arg(format!("{}/{PREFIX}", registry.host()))
-            .env("HELM", helm_bin)
-            .env("REGISTRY_AUTH_FILE", registry.auth_file())
-            .env("REGISTRY_CA_FILE", registry.ca_cert())
-            .current_dir(workspace_root()),
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+/// `deploy/release.sh --artifacts OUT --images IMAGES --push REGISTRY` started: the release's
+/// files, pushed to `registry`.
+fn start_release(registry: &Registry, images: &Path, out: &Path) -> std::process::Child {
+    Command::new("bash")
+        .arg(workspace_root().join("deploy/release.sh"))
+        .arg("--artifacts")
+        .arg(out)
+        .arg("--images")
+        .arg(images)
+        .arg("--push")
+        .arg(format!("{}/{PREFIX}", registry.host()))
+        .env("HELM", tools::bin_dir().join("helm"))
+        .env("REGISTRY_AUTH_FILE", registry.auth_file())
+        .env("REGISTRY_CA_FILE", registry.ca_cert())
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("deploy/release.sh starts")
 }
 
 /// `helm install` (or `upgrade`) of the pushed chart, operator tag `operator_tag`, both
@@ -390,16 +391,68 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     let registry = Registry::start()
         .expect("the registry starts (apt-get install docker-registry skopeo apache2-utils)");
     let release_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("temp dir");
-    release_to(
+    // Pushed while the control plane and the node start.
+    let releasing = start_release(
         &registry,
         images.operator.archive.parent().expect("the images' dir"),
         release_dir.path(),
     );
-    for name in ["operator", "agent"] {
+    let env = TestEnv::with_options(
+        "installed",
+        ClusterOptions {
+            real_node: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("control plane for a real node");
+    let client = env.client();
+    let ns = env.ns().to_string();
+    let node = RealNode::shared(
+        env.cluster(),
+        RealNodeOptions {
+            labels: [
+                (keys::LABEL_GPU_PRODUCT.to_string(), PRODUCT.to_string()),
+                (keys::LABEL_GPU_COUNT.to_string(), "8".to_string()),
+            ]
+            .into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("real node starts (needs root, the node packages and tests/cluster/build-node.sh)");
+    node.set_extended_resource(keys::RESOURCE_GPU, 8)
+        .await
+        .expect("GPUs advertised");
+    node.trust_registry(registry.host(), &registry.ca_cert())
+        .expect("the node trusts the registry's CA");
+    let name = node.name().to_string();
+    let held = node.images().expect("the node's images");
+    assert!(
+        !held.iter().any(|i| i.contains("fabric-")),
+        "the node pulls gpufabric's images, none is there before: {held:?}"
+    );
+    steps.done("real node Ready, trusting the registry's CA, 8 GPUs advertised");
+    let released = releasing
+        .wait_with_output()
+        .expect("deploy/release.sh ends");
+    let said = String::from_utf8_lossy(&released.stderr);
+    assert!(
+        released.status.success(),
+        "deploy/release.sh --push failed:\n{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "pushed oci://{}/{PREFIX}/charts/gpufabric:{version}",
+            registry.host()
+        )),
+        "{said}"
+    );
+    for image in ["operator", "agent"] {
         let tags = registry
-            .tags(&format!("{PREFIX}/fabric-{name}"), registry.password())
+            .tags(&format!("{PREFIX}/fabric-{image}"), registry.password())
             .expect("the registry lists the tags");
-        assert_eq!(tags, [format!("v{version}")], "fabric-{name}");
+        assert_eq!(tags, [format!("v{version}")], "fabric-{image}");
     }
     assert!(
         registry
@@ -439,43 +492,7 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     };
     let operator_ref = format!("{}:v{version}", pushed.repository("operator"));
     let agent_ref = format!("{}:v{version}", pushed.repository("agent"));
-    steps.done("release pushed to the registry: both images and the chart");
-    let env = TestEnv::with_options(
-        "installed",
-        ClusterOptions {
-            real_node: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("control plane for a real node");
-    let client = env.client();
-    let ns = env.ns().to_string();
-    let node = RealNode::shared(
-        env.cluster(),
-        RealNodeOptions {
-            labels: [
-                (keys::LABEL_GPU_PRODUCT.to_string(), PRODUCT.to_string()),
-                (keys::LABEL_GPU_COUNT.to_string(), "8".to_string()),
-            ]
-            .into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("real node starts (needs root, the node packages and tests/cluster/build-node.sh)");
-    node.set_extended_resource(keys::RESOURCE_GPU, 8)
-        .await
-        .expect("GPUs advertised");
-    node.trust_registry(registry.host(), &registry.ca_cert())
-        .expect("the node trusts the registry's CA");
-    let name = node.name().to_string();
-    let held = node.images().expect("the node's images");
-    assert!(
-        !held.iter().any(|i| i.contains("fabric-")),
-        "the node pulls gpufabric's images, none is there before: {held:?}"
-    );
-    steps.done("real node Ready, trusting the registry's CA, 8 GPUs advertised");
+    steps.done("release pushed to the registry: both images and the chart, read back");
 
     // What a person did to the node before gpufabric came: a label and a soft taint that
     // gpufabric must leave as they are; and another node a person cordoned.
