@@ -474,7 +474,7 @@ impl RealNode {
     /// containerd, where the kubelet finds it, and returns the references it holds. The
     /// kubelet looks an image up by its full reference (`docker.io/local/x:1` for a pod's
     /// `local/x:1`), so the archive must name it so; pods use `imagePullPolicy: Never` or
-    /// `IfNotPresent` (there is no registry).
+    /// `IfNotPresent` (or pull from a registry: [`RealNode::trust_registry`]).
     pub fn import_image(&self, archive: &Path) -> Result<Vec<String>> {
         let path = archive.display().to_string();
         let out = self.ctr(&["images", "import", &path])?;
