@@ -290,6 +290,17 @@ fn helm_release(env: &TestEnv, verb: &str, pushed: &Pushed<'_>, operator_tag: &s
             "--set",
             &format!("benchmarkPods.imagePullSecrets[0].name={PULL_SECRET}"),
         ])
+        // The one schedulable node is also the GPU node the fault test cordons, maybe while
+        // the upgrade still places a replica: the operator tolerates that cordon (on a
+        // cluster it runs on nodes that are not tested).
+        .args([
+            "--set",
+            "tolerations[0].key=node.kubernetes.io/unschedulable",
+            "--set",
+            "tolerations[0].operator=Exists",
+            "--set",
+            "tolerations[0].effect=NoSchedule",
+        ])
         .args(["--wait", "--timeout", "240s"])
         .output()
         .expect("helm runs");
