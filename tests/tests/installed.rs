@@ -391,6 +391,47 @@ async fn operator_ready(client: &Client, ns: &str, image: &str) -> String {
     }
 }
 
+/// A benchmark pod as it was when its container ended, and its log then.
+struct EndedPod {
+    pod: Pod,
+    log: String,
+}
+
+/// Watches for the first pod matching `selector` until its container has ended and its log
+/// ends in a line that parses as JSON (the agent's full document), reading both before the
+/// operator's deletion of the pod takes them away.
+async fn ended_benchmark_pod(pods: Api<Pod>, selector: String, timeout: Duration) -> EndedPod {
+    let end = Instant::now() + timeout;
+    let mut last_seen = None;
+    while Instant::now() < end {
+        let found = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()
+            .and_then(|l| l.items.into_iter().next());
+        if let Some(pod) = found {
+            let ended = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.state.as_ref())
+                .is_some_and(|s| s.terminated.is_some());
+            if ended && let Ok(log) = pods.logs(&pod.name_any(), &LogParams::default()).await {
+                let last = log.lines().last().unwrap_or_default();
+                if serde_json::from_str::<serde_json::Value>(last).is_ok() {
+                    return EndedPod { pod, log };
+                }
+            }
+            last_seen = Some(pod);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no benchmark pod ({selector}) ended with a readable log in time; last seen: {last_seen:#?}"
+    );
+}
+
 #[tokio::test]
 async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     let mut steps = Steps::new();
@@ -585,10 +626,18 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
     );
     steps.done("kubectl apply of a bad FabricTest refused by the webhook");
 
-    // A clean node passes; its agent ran as a container.
+    // A clean node passes; its agent ran as a container. The operator deletes a run's pod as
+    // soon as it has read the result, which can be before the kubelet reports the pod's phase:
+    // the pod and its log are watched from its creation, and kept from when its container ended.
     set_fleet(&client, &ns, &name, json!([])).await;
     let api: Api<FabricTest> = Api::all(client.clone());
     let observe = json!({"mode": "Observe"});
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let seen = tokio::spawn(ended_benchmark_pod(
+        pods.clone(),
+        format!("{}=installed-clean", keys::LABEL_TEST),
+        T,
+    ));
     api.create(
         &PostParams::default(),
         &fabric_test("installed-clean", &name, observe, json!({})),
@@ -605,29 +654,8 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
         .and_then(|s| s.nodes.iter().find(|n| n.node == name))
         .map(|n| n.verdict);
     assert_eq!(verdict, Some(NodeVerdict::Passed), "{:#?}", t.status);
-    let runs = runs_of(&client, "installed-clean").await;
-    let run = runs.first().expect("a run");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let run_pods = pods
-        .list(&ListParams::default().labels(&format!("{}={}", keys::LABEL_RUN, run.name_any())))
-        .await
-        .expect("run pods")
-        .items;
-    let pod_name = run_pods.first().expect("the benchmark pod").name_any();
-    // The kubelet reports the pod's phase with its next status write after the container
-    // ended.
-    let pod = wait::for_object(&pods, &pod_name, T, |p| {
-        matches!(
-            p.and_then(|p| p.status.as_ref())
-                .and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
-    })
-    .await
-    .expect("the benchmark pod ended")
-    .expect("the benchmark pod");
+    let EndedPod { pod, log } = seen.await.expect("the pod watch");
     let status = pod.status.as_ref().expect("pod status");
-    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let container = status
         .container_statuses
         .as_ref()
@@ -647,20 +675,17 @@ async fn the_chart_runs_the_operator_and_its_benchmark_pods_on_a_real_node() {
         container.image_id,
         images.agent.digest
     );
-    let message = container
+    let terminated = container
         .state
         .as_ref()
         .and_then(|s| s.terminated.as_ref())
-        .and_then(|t| t.message.clone())
-        .unwrap_or_default();
+        .expect("the container ended");
+    assert_eq!(terminated.exit_code, 0, "{terminated:?}");
+    let message = terminated.message.clone().unwrap_or_default();
     assert!(
         !message.is_empty() && message.len() <= keys::TERMINATION_MESSAGE_LIMIT,
         "the compact result as the termination message: {message:?}"
     );
-    let log = pods
-        .logs(&pod.name_any(), &LogParams::default())
-        .await
-        .expect("the container log");
     let last = log.lines().last().unwrap_or_default();
     let doc: serde_json::Value =
         serde_json::from_str(last).expect("the full document is the log's last line");
