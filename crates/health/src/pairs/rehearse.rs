@@ -15,7 +15,7 @@ use super::{
 };
 use gpufabric_api::pair::NetTransport;
 use gpufabric_api::suite::Pairing;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a modelled network measures: the busbw (GB/s) and transport of the pair `a`, `b` in
 /// round `round` (0-based, the confirmation round last).
@@ -110,5 +110,51 @@ pub fn rehearse(
         retests: retests.len(),
         widest_round,
         localization,
+    }
+}
+
+/// A modelled fabric: every healthy pair at `healthy` GB/s over `transport`, with 1% noise
+/// that depends only on the two nodes and the round; a pair runs at the slower of its two
+/// nodes, and a path leaving a bad switch's block at the switch's factor.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Modelled {
+    pub healthy: f64,
+    pub transport: Option<NetTransport>,
+    /// Nodes slow with every partner (a NIC, a cable), by the factor of their bandwidth.
+    pub slow: BTreeMap<String, f64>,
+    /// Nodes slow in one round only (0-based), by that factor.
+    pub flaky: BTreeMap<String, (usize, f64)>,
+    /// Bad switches: the nodes of a block under one, and the factor of every path from
+    /// one of them to a node outside it (paths inside the block turn below it and are fine).
+    pub switches: Vec<(BTreeSet<String>, f64)>,
+}
+
+impl Modelled {
+    fn factor(&self, node: &str, round: usize) -> f64 {
+        let slow = self.slow.get(node).copied().unwrap_or(1.0);
+        let flaky = match self.flaky.get(node) {
+            Some((r, f)) if *r == round => *f,
+            _ => 1.0,
+        };
+        slow * flaky
+    }
+}
+
+impl Network for Modelled {
+    fn measure(&self, a: &str, b: &str, round: usize) -> (f64, NetTransport) {
+        let path = self
+            .switches
+            .iter()
+            .filter(|(block, _)| block.contains(a) != block.contains(b))
+            .map(|(_, f)| *f)
+            .fold(1.0, f64::min);
+        let nodes = self.factor(a, round).min(self.factor(b, round));
+        let key = format!("{}/{}/{round}", a.min(b), a.max(b));
+        let unit = (gpufabric_api::fnv1a(key.as_bytes()) % 2001) as f64 / 1000.0 - 1.0;
+        let noise = 1.0 + 0.01 * unit;
+        (
+            self.healthy * nodes * path * noise,
+            self.transport.unwrap_or(NetTransport::Ib),
+        )
     }
 }
