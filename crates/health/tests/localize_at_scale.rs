@@ -2,7 +2,7 @@
 //! modelled fabric of 1,000 nodes (no API server), each case against the run alone and
 //! against a baseline: every bad node blamed, every slow path named, no good node blamed.
 //! The table of rounds, pair tests and wall time: `cargo run -p gpufabric-health --example
-//! localize --release`.
+//! localize`.
 
 #[allow(dead_code)]
 mod scale_cases;
