@@ -4,11 +4,17 @@
 //! report. Build the agent first: `cargo build -p gpufabric-agent`.
 
 use gpufabric_api::SubjectKind;
+use gpufabric_api::baseline::{BaselineKey, FleetBaseline, KeyedSample, RunSample, Series, Spread};
 use gpufabric_api::findings::Severity;
 use gpufabric_api::pair::NodePairResult;
 use gpufabric_api::suite::Pairing;
-use gpufabric_health::pairs::{Localization, PairObservation, PairRules, localize};
-use gpufabric_operator::pairs::rounds::{Candidate, RoundPlan, plan_rounds};
+use gpufabric_health::evaluate::Against;
+use gpufabric_health::pairs::{
+    Localization, PairObservation, PairRules, confirmation_pairs, localize, localize_against,
+    require_confirmation,
+};
+use gpufabric_operator::pairs::rounds::{Candidate, PairSet, Round, RoundPlan, plan_rounds};
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,8 +23,13 @@ const SECRET: &str = "5ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2e75ec2
 
 /// Eight H200 nodes; `faults` is YAML appended to the named nodes.
 fn fleet(dir: &Path, faults: &[(&str, &str)]) -> PathBuf {
+    fleet_of(dir, "fleet.yaml", 8, faults)
+}
+
+/// `n` H200 nodes in the file `file` of `dir`; `faults` as [`fleet`].
+fn fleet_of(dir: &Path, file: &str, n: usize, faults: &[(&str, &str)]) -> PathBuf {
     let mut text = String::from("seed: 3\nnodes:\n");
-    for i in 0..8 {
+    for i in 0..n {
         let name = format!("n{i:02}");
         text.push_str(&format!(
             "  - name: {name}\n    product: NVIDIA-H200\n    gpus: 8\n"
@@ -32,7 +43,7 @@ fn fleet(dir: &Path, faults: &[(&str, &str)]) -> PathBuf {
             text.push_str(&format!("    faults: [{}]\n", mine.join(", ")));
         }
     }
-    let path = dir.join("fleet.yaml");
+    let path = dir.join(file);
     std::fs::write(&path, text).expect("write fleet");
     path
 }
@@ -123,7 +134,12 @@ fn run_plan(fleet: &Path, plan: &RoundPlan, seed: u64) -> Vec<NodePairResult> {
 }
 
 fn plan() -> RoundPlan {
-    let nodes: Vec<Candidate> = (0..8)
+    plan_of(8)
+}
+
+/// The rounds a ring plans for `n` nodes.
+fn plan_of(n: usize) -> RoundPlan {
+    let nodes: Vec<Candidate> = (0..n)
         .map(|i| Candidate {
             name: format!("n{i:02}"),
             group: None,
@@ -180,6 +196,90 @@ fn a_slow_nic_names_its_node_and_a_bad_path_names_the_pair_only() {
     assert_eq!(paths[0].subject.to_string(), "n01 <-> n06");
     assert_eq!(paths[0].severity, Severity::Info);
     assert!(l.suspects.is_empty(), "{:?}", l.suspects);
+}
+
+/// The test's baseline after one clean run whose pairs are `clean`: what the operator
+/// feeds (each pair's busbw, under the run's transport at 256 MiB) and looks up.
+fn baseline_after(clean: &[PairObservation]) -> FleetBaseline {
+    let transport = clean[0].transport.expect("a transport");
+    let values: Vec<f64> = clean.iter().map(|p| p.busbw).collect();
+    let sample = KeyedSample {
+        key: BaselineKey {
+            product: "h200".into(),
+            gpus: 8,
+            suite: "s".into(),
+            settings: "n".into(),
+        },
+        sample: RunSample {
+            run: "clean".into(),
+            at: 0,
+            nodes: 6,
+            series: [(
+                Series::NodePair(transport, 256 << 20).to_string(),
+                Spread::of(&values).expect("values"),
+            )]
+            .into(),
+        },
+    };
+    FleetBaseline::default().with_run(&[sample], 1_000)
+}
+
+#[test]
+fn two_slow_nodes_of_six_are_named_against_the_baseline_though_the_median_pair_is_slow() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = plan_of(6);
+    // Ring of six: n00-n05, n01-n04, n02-n03, then n00-n04, n05-n03, n01-n02.
+    let clean = fleet_of(dir.path(), "clean.yaml", 6, &[]);
+    let baseline = baseline_after(&PairObservation::from_documents(&run_plan(
+        &clean, &plan, 30,
+    )));
+    let against = Against {
+        baseline: &baseline,
+        suite: "s",
+        settings: "n",
+        now: 2_000,
+    };
+    let baselines = against.node_pairs(256 << 20);
+    assert_eq!(baselines.len(), 1, "{baselines:?}");
+    let slow = "{kind: slowNic, factor: 0.3}";
+    let slowed = fleet_of(
+        dir.path(),
+        "slowed.yaml",
+        6,
+        &[("n04", slow), ("n05", slow)],
+    );
+    let mut pairs = PairObservation::from_documents(&run_plan(&slowed, &plan, 31));
+    let rules = PairRules::default();
+    // Four of six pairs slow, the median too: the run alone names nobody.
+    assert!(localize(&pairs, &rules).blamed_nodes().is_empty());
+    // Against the baseline, the suspects are retested with nodes it calls good.
+    let before = localize_against(&pairs, &rules, Some(&baselines));
+    let retests = confirmation_pairs(&before, &BTreeSet::new());
+    let retested: BTreeSet<String> = retests
+        .iter()
+        .flat_map(|p| [p.a.clone(), p.b.clone()])
+        .collect();
+    let confirmation = RoundPlan {
+        pairing: Pairing::Ring,
+        seed: 0,
+        rounds: vec![Round {
+            set: PairSet::Within,
+            pairs: retests,
+        }],
+    };
+    pairs.extend(PairObservation::from_documents(&run_plan(
+        &slowed,
+        &confirmation,
+        32,
+    )));
+    let mut after = localize_against(&pairs, &rules, Some(&baselines));
+    require_confirmation(&mut after, &retested);
+    assert_eq!(
+        after.blamed_nodes().into_iter().collect::<Vec<_>>(),
+        vec!["n04", "n05"],
+        "{:#?}",
+        after.findings
+    );
 }
 
 #[test]

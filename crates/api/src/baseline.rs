@@ -12,7 +12,7 @@
 //! series; `crates/api` tests the bytes of the largest (`bench/SCALE.md`).
 
 use crate::counters::BaselineError;
-use crate::result::Transport;
+use crate::pair::NetTransport;
 use crate::suite::{Collective, Suite};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -113,8 +113,9 @@ pub enum Series {
     Gemm,
     /// The node's median GPU's memory bandwidth, GB/s.
     Memory,
-    /// A node pair's bus bandwidth over a transport at a size in bytes, GB/s.
-    NodePair(Transport, u64),
+    /// A node pair's bus bandwidth over a network transport at the suite's size in bytes
+    /// (`nodePairs.bytes`), GB/s.
+    NodePair(NetTransport, u64),
     /// The multi-node probe's scaling efficiency at this many nodes (ratio).
     Probe(u32),
 }
@@ -157,18 +158,17 @@ impl Series {
     }
 }
 
-fn transport_word(t: Transport) -> &'static str {
+fn transport_word(t: NetTransport) -> &'static str {
     match t {
-        Transport::Nvlink => "nvlink",
-        Transport::Pcie => "pcie",
-        Transport::Shm => "shm",
-        Transport::Net => "net",
-        Transport::Unknown => "unknown",
+        NetTransport::Ib => "ib",
+        NetTransport::Roce => "roce",
+        NetTransport::Socket => "socket",
+        NetTransport::Unknown => "unknown",
     }
 }
 
 impl fmt::Display for Series {
-    /// The stored name: `busbw.all_reduce`, `pair.worst`, `ddp.8`, `nodePair.net.1073741824`.
+    /// The stored name: `busbw.all_reduce`, `pair.worst`, `ddp.8`, `nodePair.ib.1073741824`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Series::BusBw(c) => write!(f, "busbw.{}", c.nccl_tests_name()),
@@ -215,11 +215,10 @@ impl FromStr for Series {
             ("memory", []) => Series::Memory,
             ("nodePair", [t, _]) => {
                 let t = [
-                    Transport::Nvlink,
-                    Transport::Pcie,
-                    Transport::Shm,
-                    Transport::Net,
-                    Transport::Unknown,
+                    NetTransport::Ib,
+                    NetTransport::Roce,
+                    NetTransport::Socket,
+                    NetTransport::Unknown,
                 ]
                 .into_iter()
                 .find(|x| transport_word(*x) == *t)

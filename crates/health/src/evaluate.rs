@@ -392,7 +392,7 @@ fn tenths_below_100(x: f64) -> String {
 }
 
 /// "49% below" / "31% above".
-fn how_far(measured: f64, expected: f64) -> String {
+pub(crate) fn how_far(measured: f64, expected: f64) -> String {
     let d = deviation(measured, expected).unwrap_or(0.0);
     let pct = (d.abs() * 100.0).round();
     if d < 0.0 {

@@ -10,6 +10,7 @@ pub mod floors;
 pub mod history;
 pub mod nics;
 pub mod pairs;
+pub mod probe;
 pub mod profiles;
 pub mod quarantine;
 

@@ -8,30 +8,62 @@
 //!    nodes that both used RDMA elsewhere is one on the node pair (Info). Other socket pairs
 //!    make both nodes suspects. Socket pairs are then left out of the bandwidth rules: their
 //!    slowness is explained.
-//! 2. **Slow pairs.** A pair is slow when its busbw is more than `slow_gap` below the
-//!    median of the pairs compared (the fleet's RDMA pairs, or all pairs where the fleet
-//!    does not use RDMA), with at least `min_pairs` pairs to compare.
+//! 2. **Slow pairs.** Against the test's baseline when it has one for the transport the
+//!    pairs used at the suite's size ([`PairBaseline`], at least
+//!    [`gpufabric_api::baseline::MIN_NODES`] nodes in one run of its window): a pair is slow
+//!    when far below it (more than `slow_gap` below its median and further below its 10th
+//!    percentile than that percentile is below the median), whatever this run's median, so
+//!    a run whose median pair is itself slow still names its bad nodes. Else against the
+//!    run: more than `slow_gap` below the median of the pairs compared (the fleet's RDMA
+//!    pairs, or all pairs where the fleet does not use RDMA), with at least `min_pairs`
+//!    pairs to compare; when a baseline was looked for and none fits,
+//!    [`Localization::basis`] says the pairs were judged against the run alone.
 //! 3. **A node slow with every partner** (at least 2 pairs, all slow) while at least 2 of
 //!    those partners have a pair elsewhere that is not slow is the node: Critical `Slow`,
-//!    measured = its median busbw, expected = the median of its partners' other pairs.
+//!    measured = its median busbw, expected = the median of its partners' other pairs (or
+//!    the baseline's median, when judged against it).
 //! 4. **One slow pair** whose two nodes each have a pair elsewhere that is not slow (and
 //!    neither is named by rule 3) is the path between them: a `Slow` finding on the node
 //!    pair, Info, because a path is not a reason to cordon either node.
-//! 5. Any other slow pair (a node with no pair to compare, two suspects that met) makes its
-//!    unnamed nodes suspects; the confirmation pass retests suspects against nodes whose
-//!    every pair was fine (the known-good nodes), and only then acts.
+//! 5. Any other slow pair makes nodes suspects, and the confirmation pass retests them
+//!    against known-good partners, the slowest suspect first (by the median busbw of its
+//!    pairs), before anything acts. Against the run: both unnamed nodes of the pair (a node
+//!    with no pair to compare, two suspects that met), and the known-good nodes are those
+//!    whose every pair was fine. Against the baseline: only a node with no pair at the
+//!    baseline (the slow side; a good node that met two bad ones is one too, and its retest
+//!    clears it), and the known-good nodes are those with a pair at the baseline: their
+//!    network works.
 //! 6. **Confirmation.** A Critical finding on a node stands only when the node was retested
 //!    against a known-good partner and that retest was bad too: being named by rules 1 or 3
 //!    with the retest among its pairs says so. Otherwise it becomes Info ("not confirmed"),
 //!    and nothing acts on it ([`require_confirmation`]).
 //!
+//! [`rehearse`] plays the operator's rounds over a modelled network with these rules.
+//!
 //! Pairs that were not measured (a peer that never arrived) are not input here; pairs
 //! that met and failed (an NCCL error, a crash, a hang) are, with no bandwidth.
 
 use crate::fleet::median;
+use gpufabric_api::baseline::Expectation;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::pair::{NetTransport, NodePairResult, PairRecord, PairState};
 use std::collections::{BTreeMap, BTreeSet};
+
+mod against;
+pub mod confirm;
+pub mod rehearse;
+pub mod rounds;
+
+pub use confirm::confirmation_pairs;
+
+/// What the test's baseline expects of a node pair over `transport` at the suite's size
+/// (`bytes`): what the test's passing nodes' pairs reached in recent complete runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairBaseline {
+    pub transport: NetTransport,
+    pub bytes: u64,
+    pub expectation: Expectation,
+}
 
 /// One measured node pair.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,8 +181,12 @@ pub struct Localization {
     pub findings: Vec<Finding>,
     /// Nodes to retest against known-good partners before anything is concluded.
     pub suspects: Vec<String>,
-    /// Nodes whose every pair was fine: partners for the retest.
+    /// Nodes to pair with suspects in the retest: against the run, nodes whose every pair
+    /// was fine; against the baseline, nodes with a pair at the baseline.
     pub known_good: Vec<String>,
+    /// Set when the pairs were judged against the run alone although a baseline was looked
+    /// for: what was missing, for the run's status.
+    pub basis: Option<String>,
 }
 
 impl Localization {
@@ -166,8 +202,21 @@ impl Localization {
     }
 }
 
-/// The findings of a run's node pairs, by the rules in the module docs.
+/// The findings of a run's node pairs against the run alone, by the rules in the module
+/// docs (no baseline looked for, and no note that none was).
 pub fn localize(pairs: &[PairObservation], rules: &PairRules) -> Localization {
+    localize_against(pairs, rules, None)
+}
+
+/// The findings of a run's node pairs, by the rules in the module docs. `baselines`: the
+/// test's baselines of node-pair busbw (one per transport at the suite's size), or None
+/// when none was looked for; with `Some` and none for the transport the pairs used, the
+/// pairs are judged against the run alone and [`Localization::basis`] says so.
+pub fn localize_against(
+    pairs: &[PairObservation],
+    rules: &PairRules,
+    baselines: Option<&[PairBaseline]>,
+) -> Localization {
     let mut out = Localization::default();
     let mut suspects = BTreeSet::new();
     let known: Vec<&PairObservation> = pairs.iter().filter(|p| p.transport.is_some()).collect();
@@ -192,57 +241,91 @@ pub fn localize(pairs: &[PairObservation], rules: &PairRules) -> Localization {
         .filter(|p| !fleet_rdma || p.transport != Some(NetTransport::Socket))
         .filter(|p| !transport_blamed.contains(&p.a) && !transport_blamed.contains(&p.b))
         .collect();
-    let values: Vec<f64> = compared.iter().map(|p| p.busbw).collect();
-    let reference = median(&values);
-    let mut slow_blamed = BTreeSet::new();
-    if let Some(reference) = reference.filter(|_| compared.len() >= rules.min_pairs) {
-        let floor = reference * (1.0 - rules.slow_gap);
-        let slow = |p: &PairObservation| p.busbw < floor;
-        slow_blamed = slow_nodes(&compared, &slow, &mut out.findings);
-        for p in compared.iter().filter(|p| slow(p)) {
-            if slow_blamed.contains(&p.a) || slow_blamed.contains(&p.b) {
-                continue;
+    let transport = if fleet_rdma {
+        Some(dominant_rdma(&known))
+    } else {
+        most_common_transport(&compared)
+    };
+    let baseline = baselines
+        .and_then(|bs| transport.and_then(|t| bs.iter().find(|b| b.transport == t)))
+        .filter(|_| !compared.is_empty());
+    let slow_blamed = match baseline {
+        Some(b) => against::judge(&compared, b, rules, &mut out, &mut suspects),
+        None => {
+            if baselines.is_some() && !compared.is_empty() {
+                out.basis = Some(against::run_only_note(transport, compared.len()));
             }
-            let fine_elsewhere = |n: &str, other: &str| {
-                compared
-                    .iter()
-                    .any(|q| q.touches(n) && !q.touches(other) && !slow(q))
-            };
-            if fine_elsewhere(&p.a, &p.b) && fine_elsewhere(&p.b, &p.a) {
-                let others: Vec<f64> = compared
-                    .iter()
-                    .filter(|q| (q.touches(&p.a) || q.touches(&p.b)) && !q.same(p))
-                    .map(|q| q.busbw)
-                    .collect();
-                let expected = median(&others).unwrap_or(reference);
-                out.findings.push(path_finding(p, expected));
-            } else {
-                suspects.insert(p.a.clone());
-                suspects.insert(p.b.clone());
-                out.findings.push(unclear_finding(p, reference));
-            }
+            against_run(&compared, rules, &mut out, &mut suspects)
         }
-        let bad: BTreeSet<&str> = compared
-            .iter()
-            .filter(|p| slow(p))
-            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
-            .collect();
-        out.known_good = compared
-            .iter()
-            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
-            .filter(|n| !bad.contains(n) && !suspects.contains(*n))
-            .filter(|n| !transport_blamed.contains(*n))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-    }
+    };
+    out.known_good
+        .retain(|n| !transport_blamed.contains(n) && !suspects.contains(n));
     for n in slow_blamed.iter().chain(transport_blamed.iter()) {
         suspects.remove(n);
     }
-    out.suspects = suspects.into_iter().collect();
+    out.suspects = against::slowest_first(suspects, &compared);
     crate::evaluate::sort_findings(&mut out.findings);
     out
+}
+
+/// Rules 2 to 5 against the run's own median: returns the nodes rule 3 named.
+fn against_run(
+    compared: &[&PairObservation],
+    rules: &PairRules,
+    out: &mut Localization,
+    suspects: &mut BTreeSet<String>,
+) -> BTreeSet<String> {
+    let values: Vec<f64> = compared.iter().map(|p| p.busbw).collect();
+    let Some(reference) = median(&values).filter(|_| compared.len() >= rules.min_pairs) else {
+        return BTreeSet::new();
+    };
+    let floor = reference * (1.0 - rules.slow_gap);
+    let slow = |p: &PairObservation| p.busbw < floor;
+    let slow_blamed = slow_nodes(compared, &slow, &mut out.findings, None);
+    for p in compared.iter().filter(|p| slow(p)) {
+        if slow_blamed.contains(&p.a) || slow_blamed.contains(&p.b) {
+            continue;
+        }
+        let fine_elsewhere = |n: &str, other: &str| {
+            compared
+                .iter()
+                .any(|q| q.touches(n) && !q.touches(other) && !slow(q))
+        };
+        if fine_elsewhere(&p.a, &p.b) && fine_elsewhere(&p.b, &p.a) {
+            let others: Vec<f64> = compared
+                .iter()
+                .filter(|q| (q.touches(&p.a) || q.touches(&p.b)) && !q.same(p))
+                .map(|q| q.busbw)
+                .collect();
+            let expected = median(&others).unwrap_or(reference);
+            out.findings.push(path_finding(p, expected));
+        } else {
+            suspects.insert(p.a.clone());
+            suspects.insert(p.b.clone());
+            out.findings.push(unclear_finding(p, reference));
+        }
+    }
+    let bad: BTreeSet<&str> = compared
+        .iter()
+        .filter(|p| slow(p))
+        .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+        .collect();
+    out.known_good = nodes_of(compared.iter().copied())
+        .into_iter()
+        .filter(|n| !bad.contains(n))
+        .map(str::to_string)
+        .collect();
+    slow_blamed
+}
+
+/// The transport most of `pairs` used (the first in order on a tie), if any reported one.
+fn most_common_transport(pairs: &[&PairObservation]) -> Option<NetTransport> {
+    let mut counts: BTreeMap<NetTransport, usize> = BTreeMap::new();
+    for t in pairs.iter().filter_map(|p| p.transport) {
+        *counts.entry(t).or_default() += 1;
+    }
+    let most = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, c)| *c == most).map(|(t, _)| t)
 }
 
 impl PairObservation {
@@ -355,6 +438,7 @@ fn slow_nodes(
     pairs: &[&PairObservation],
     slow: &dyn Fn(&PairObservation) -> bool,
     findings: &mut Vec<Finding>,
+    baseline: Option<&PairBaseline>,
 ) -> BTreeSet<String> {
     let mut blamed = BTreeSet::new();
     for node in nodes_of(pairs.iter().copied()) {
@@ -381,8 +465,28 @@ fn slow_nodes(
             continue;
         }
         let bw: Vec<f64> = own.iter().map(|p| p.busbw).collect();
-        let (Some(measured), Some(expected)) = (median(&bw), median(&elsewhere)) else {
+        let Some(measured) = median(&bw) else {
             continue;
+        };
+        let (expected, against, source) = match baseline {
+            Some(b) => (
+                b.expectation.median,
+                against::basis(b),
+                ExpectationSource::Baseline,
+            ),
+            None => {
+                let Some(expected) = median(&elsewhere) else {
+                    continue;
+                };
+                (
+                    expected,
+                    format!(
+                        "its partners' other pairs (median {} GB/s)",
+                        tenths_below_10(expected)
+                    ),
+                    ExpectationSource::Fleet,
+                )
+            }
         };
         findings.push(
             Finding::new(
@@ -391,14 +495,13 @@ fn slow_nodes(
                 Metric::NodePairBusBw,
                 Severity::Critical,
                 format!(
-                    "node {node}: NCCL busbw to {} {} GB/s, {} its partners' other pairs (median {} GB/s): check its NICs and links",
+                    "node {node}: NCCL busbw to {} {} GB/s, {} {against}: check its NICs and links",
                     partners(own.len()),
                     range(&bw),
                     below(measured, expected),
-                    tenths_below_10(expected)
                 ),
             )
-            .with_evidence(measured, expected, "GB/s", ExpectationSource::Fleet),
+            .with_evidence(measured, expected, "GB/s", source),
         );
         blamed.insert(node.to_string());
     }
@@ -409,8 +512,12 @@ fn path_finding(p: &PairObservation, expected: f64) -> Finding {
     pair_finding(
         p,
         expected,
-        "both nodes' other pairs",
+        &format!(
+            "both nodes' other pairs (median {} GB/s)",
+            tenths_below_10(expected)
+        ),
         ": the path between them (cables, switch ports, routing), not either node",
+        ExpectationSource::Fleet,
     )
 }
 
@@ -418,29 +525,38 @@ fn unclear_finding(p: &PairObservation, reference: f64) -> Finding {
     pair_finding(
         p,
         reference,
-        "the fleet's pairs",
+        &format!(
+            "the fleet's pairs (median {} GB/s)",
+            tenths_below_10(reference)
+        ),
         "; not yet clear which side: both are retested with known-good partners",
+        ExpectationSource::Fleet,
     )
 }
 
-/// An Info finding on the pair `p`, slow against `against` (median `expected`), and what
-/// that means (`meaning`, with its leading punctuation).
-fn pair_finding(p: &PairObservation, expected: f64, against: &str, meaning: &str) -> Finding {
+/// An Info finding on the pair `p`, slow against `against` (whose median is `expected`,
+/// from `source`), and what that means (`meaning`, with its leading punctuation).
+fn pair_finding(
+    p: &PairObservation,
+    expected: f64,
+    against: &str,
+    meaning: &str,
+    source: ExpectationSource,
+) -> Finding {
     Finding::new(
         FindingKind::Slow,
         Subject::node_pair(&p.a, &p.b),
         Metric::NodePairBusBw,
         Severity::Info,
         format!(
-            "node pair {} <-> {}: NCCL busbw {} GB/s, {} {against} (median {} GB/s){meaning}",
+            "node pair {} <-> {}: NCCL busbw {} GB/s, {} {against}{meaning}",
             p.a,
             p.b,
             tenths_below_10(p.busbw),
             below(p.busbw, expected),
-            tenths_below_10(expected)
         ),
     )
-    .with_evidence(p.busbw, expected, "GB/s", ExpectationSource::Fleet)
+    .with_evidence(p.busbw, expected, "GB/s", source)
 }
 
 fn partners(n: usize) -> String {

@@ -3,8 +3,10 @@
 //! numbers made from its passing, unquarantined nodes of a complete check, and those numbers
 //! added to the test's baseline when the test folds a complete run.
 
-use gpufabric_api::baseline::{FleetBaseline, KeyedSample, settings_fingerprint};
+use gpufabric_api::baseline::{FleetBaseline, KeyedSample, Series, Spread, settings_fingerprint};
+use gpufabric_api::ddp_nodes::DdpNodesStatus;
 use gpufabric_api::keys;
+use gpufabric_api::pair::{NetTransport, PairState};
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
 };
@@ -12,10 +14,11 @@ use gpufabric_api::test::FabricTest;
 use gpufabric_api::trend::suite_fingerprint;
 use gpufabric_health::evaluate::tuning::NCCL_TUNING;
 use gpufabric_health::evaluate::{Against, NodeSeries, baseline};
+use gpufabric_health::pairs::PairBaseline;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What makes runs alike: the fingerprints of a run's suite and of its spec's NCCL settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,24 +66,91 @@ pub async fn of_test(client: &Client, run: &FabricTestRun) -> kube::Result<Fleet
         .unwrap_or_default())
 }
 
+/// The baselines of the run's node pairs at its suite's size, from `fleet` at `now`.
+pub fn pair_baselines(fleet: &FleetBaseline, run: &FabricTestRun, now: i64) -> Vec<PairBaseline> {
+    let alike = Alike::of(run);
+    alike
+        .against(fleet, now)
+        .node_pairs(run.spec.suite.node_pairs.bytes)
+}
+
 /// The run's numbers for its test's baseline (pure): of the nodes that passed a complete
 /// check (`entries` after every judgement, node pairs included) and that no test holds in
 /// quarantine (`node` returns the node from the cache). A failing or quarantined node never
-/// feeds it.
+/// feeds it. Each such node also feeds the median busbw of its node pairs with other such
+/// nodes (over the transport most of them used, at the suite's `pair_bytes`), and a probe
+/// measured over such nodes only feeds its scaling efficiency at each count of 2 or more,
+/// under the key of its first node, resting on that many nodes.
 pub fn sample(
     run: &str,
     alike: &Alike,
     entries: &[NodeRunResult],
     series: &BTreeMap<String, NodeSeries>,
     node: impl Fn(&str) -> Option<std::sync::Arc<Node>>,
+    pair_bytes: u64,
+    probe: Option<&DdpNodesStatus>,
 ) -> Vec<KeyedSample> {
     let quarantined =
         |n: &str| node(n).is_some_and(|n| n.labels().contains_key(keys::LABEL_QUARANTINED));
-    let feeding = entries
+    let feeding: Vec<&NodeRunResult> = entries
         .iter()
         .filter(|e| e.verdict == NodeVerdict::Passed && e.complete() && !quarantined(&e.node))
-        .filter_map(|e| series.get(&e.node));
-    baseline::sample(run, &alike.suite, &alike.settings, feeding)
+        .filter(|e| series.contains_key(&e.node))
+        .collect();
+    let names: BTreeSet<&str> = feeding.iter().map(|e| e.node.as_str()).collect();
+    let with_pairs: Vec<NodeSeries> = feeding
+        .iter()
+        .filter_map(|e| {
+            let mut s = series.get(&e.node)?.clone();
+            if let Some((t, v)) = pair_median(e, &names) {
+                s.values.insert(Series::NodePair(t, pair_bytes), v);
+            }
+            Some(s)
+        })
+        .collect();
+    let mut samples = baseline::sample(run, &alike.suite, &alike.settings, with_pairs.iter());
+    if let Some(p) = probe.filter(|p| {
+        p.state == PairState::Measured && p.nodes.iter().all(|n| names.contains(n.as_str()))
+    }) && let Some(group) = p
+        .nodes
+        .first()
+        .and_then(|n| series.get(n))
+        .map(|s| &s.group)
+        && let Some(keyed) = samples
+            .iter_mut()
+            .find(|k| k.key.product == group.0 && k.key.gpus == group.1)
+    {
+        for point in p.points.iter().filter(|x| x.nodes >= 2) {
+            let e = point.scaling_efficiency;
+            if e.is_finite() && e > 0.0 {
+                keyed.sample.series.insert(
+                    Series::Probe(point.nodes).to_string(),
+                    Spread {
+                        median: e,
+                        p10: e,
+                        p90: e,
+                        n: point.nodes,
+                    },
+                );
+            }
+        }
+    }
+    samples
+}
+
+/// The median busbw of a node's measured pairs with nodes in `with`, over the transport
+/// most of them used.
+fn pair_median(e: &NodeRunResult, with: &BTreeSet<&str>) -> Option<(NetTransport, f64)> {
+    let mut by: BTreeMap<NetTransport, Vec<f64>> = BTreeMap::new();
+    for r in e.pairs.iter().filter(|r| r.state == PairState::Measured) {
+        if let (Some(t), Some(bw), true) =
+            (r.transport, r.busbw_gbps, with.contains(r.partner.as_str()))
+        {
+            by.entry(t).or_default().push(bw);
+        }
+    }
+    let (t, values) = by.into_iter().max_by_key(|(_, v)| v.len())?;
+    Some((t, gpufabric_health::fleet::median(&values)?))
 }
 
 /// The test's baseline after folding a run with `status` (pure): a run that ended with
@@ -151,9 +221,76 @@ mod tests {
             }
             Some(Arc::new(node))
         };
-        let s = sample("run-1", &alike(), &entries, &all, held);
+        let s = sample("run-1", &alike(), &entries, &all, held, 1 << 30, None);
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].sample.nodes, 1, "only `good` feeds it");
+    }
+
+    fn paired(node: &str, partners: &[(&str, f64)]) -> NodeRunResult {
+        let mut e = entry(node, NodeVerdict::Passed);
+        e.pairs = partners
+            .iter()
+            .map(|(p, bw)| gpufabric_api::pair::PairRecord {
+                partner: p.to_string(),
+                state: PairState::Measured,
+                busbw_gbps: Some(*bw),
+                transport: Some(NetTransport::Ib),
+                ..Default::default()
+            })
+            .collect();
+        e
+    }
+
+    #[test]
+    fn node_pairs_among_passing_nodes_and_a_probe_over_them_feed_the_sample() {
+        let entries = [
+            paired("a", &[("b", 190.0), ("c", 200.0)]),
+            paired("b", &[("a", 190.0), ("bad", 40.0)]),
+            paired("c", &[("a", 200.0)]),
+            entry("bad", NodeVerdict::Failed),
+        ];
+        let all: BTreeMap<String, NodeSeries> = ["a", "b", "c", "bad"]
+            .iter()
+            .map(|n| (n.to_string(), series(400.0)))
+            .collect();
+        let probe = DdpNodesStatus {
+            nodes: vec!["a".into(), "b".into(), "c".into()],
+            state: PairState::Measured,
+            points: vec![gpufabric_api::ddp_nodes::DdpNodesSummary {
+                nodes: 3,
+                gpus: 24,
+                step_ms: 100.0,
+                scaling_efficiency: 0.9,
+                comm_alone_ms: 10.0,
+                exposed_comm_ms: 5.0,
+            }],
+            done: true,
+            ..Default::default()
+        };
+        let node = |_: &str| None;
+        let s = sample("r", &alike(), &entries, &all, node, 1 << 30, Some(&probe));
+        assert_eq!(s.len(), 1);
+        let pairs = s[0]
+            .sample
+            .get(Series::NodePair(NetTransport::Ib, 1 << 30))
+            .expect("node pairs fed");
+        // a: median of 190 and 200; b: 190 (its pair with the failed node is left out); c: 200.
+        assert_eq!((pairs.median, pairs.n), (195.0, 3));
+        let p = s[0].sample.get(Series::Probe(3)).expect("the probe fed");
+        assert_eq!((p.median, p.n), (0.9, 3));
+        // A probe over a failed node feeds nothing.
+        let mut over_bad = probe.clone();
+        over_bad.nodes[2] = "bad".into();
+        let s = sample(
+            "r",
+            &alike(),
+            &entries,
+            &all,
+            node,
+            1 << 30,
+            Some(&over_bad),
+        );
+        assert!(s[0].sample.get(Series::Probe(3)).is_none());
     }
 
     fn run_with(phase: RunPhase, at: i64) -> FabricTestRunStatus {

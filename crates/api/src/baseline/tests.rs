@@ -161,7 +161,7 @@ fn every_series_reads_back_from_its_stored_name() {
         Series::Ddp(8),
         Series::Gemm,
         Series::Memory,
-        Series::NodePair(Transport::Net, 1 << 30),
+        Series::NodePair(NetTransport::Ib, 1 << 30),
         Series::Probe(4),
     ];
     for s in all {
@@ -202,7 +202,7 @@ fn a_full_baseline_stays_small() {
             let series: BTreeMap<String, Spread> = (0..MAX_SERIES as u64)
                 .map(|i| {
                     (
-                        Series::NodePair(Transport::Net, (1 << 30) + i).to_string(),
+                        Series::NodePair(NetTransport::Ib, (1 << 30) + i).to_string(),
                         spread,
                     )
                 })

@@ -51,6 +51,40 @@ impl Against<'_> {
             settings: self.settings.to_string(),
         }
     }
+
+    /// What the baseline expects of `series` among the keys of this suite and these NCCL
+    /// settings (node pairs and the probe span nodes, so no one node's product picks the
+    /// key): the expectation resting on the most nodes.
+    pub fn across_keys(&self, series: Series) -> Option<Expectation> {
+        self.baseline
+            .entries
+            .iter()
+            .filter(|e| e.key.suite == self.suite && e.key.settings == self.settings)
+            .filter_map(|e| self.baseline.expectation(&e.key, series, self.now))
+            .max_by_key(|e| e.nodes)
+    }
+
+    /// The baselines of node pairs at the suite's size `bytes`, one per transport that has
+    /// one (what [`crate::pairs::localize_against`] judges against).
+    pub fn node_pairs(&self, bytes: u64) -> Vec<crate::pairs::PairBaseline> {
+        use gpufabric_api::pair::NetTransport;
+        [
+            NetTransport::Ib,
+            NetTransport::Roce,
+            NetTransport::Socket,
+            NetTransport::Unknown,
+        ]
+        .into_iter()
+        .filter_map(|transport| {
+            let expectation = self.across_keys(Series::NodePair(transport, bytes))?;
+            Some(crate::pairs::PairBaseline {
+                transport,
+                bytes,
+                expectation,
+            })
+        })
+        .collect()
+    }
 }
 
 /// The numbers a baseline keeps of one passing node, by the group it is compared in.

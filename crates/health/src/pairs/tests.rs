@@ -176,7 +176,8 @@ fn two_slow_nodes_that_met_are_suspects_until_retested() {
     set(&mut pairs, 3, 4, 61.0, NetTransport::Ib);
     let l = localize(&pairs, &PairRules::default());
     assert!(l.blamed_nodes().is_empty(), "{:#?}", l.findings);
-    assert_eq!(l.suspects, vec!["h200-01", "h200-02", "h200-03", "h200-04"]);
+    // The slowest first (the median of their pairs: 50, 50.5, 128, 128.5 GB/s).
+    assert_eq!(l.suspects, vec!["h200-02", "h200-03", "h200-01", "h200-04"]);
     assert!(l.findings.iter().all(|f| f.severity == Severity::Info));
     assert!(!l.known_good.iter().any(|n| l.suspects.contains(n)));
     assert!(l.known_good.contains(&"h200-06".to_string()));
@@ -188,7 +189,8 @@ fn a_slow_node_with_one_pair_is_only_a_suspect() {
     pairs.push(pair(6, 0, 40.0, NetTransport::Ib));
     let l = localize(&pairs, &PairRules::default());
     assert!(l.blamed_nodes().is_empty());
-    assert_eq!(l.suspects, vec!["h200-00", "h200-06"]);
+    // Node 6's only pair is slow; node 0 has two fine ones besides: 6 is retested first.
+    assert_eq!(l.suspects, vec!["h200-06", "h200-00"]);
 }
 
 fn doc(a: &str, b: &str, rank: u32, busbw: f64, t: NetTransport) -> NodePairResult {
@@ -338,5 +340,155 @@ fn a_suspect_fine_against_a_known_good_partner_is_not_blamed() {
     assert_eq!(
         l.findings[0].subject,
         Subject::node_pair("h200-04", "h200-05")
+    );
+}
+
+/// A baseline for InfiniBand pairs at 1 GiB: median 196 GB/s, 10th percentile 190.
+fn baseline_ib() -> PairBaseline {
+    PairBaseline {
+        transport: NetTransport::Ib,
+        bytes: 1 << 30,
+        expectation: Expectation {
+            median: 196.0,
+            p10: 190.0,
+            p90: 199.0,
+            nodes: 412,
+            runs: 14,
+            days: 7,
+        },
+    }
+}
+
+/// Six nodes in the two rounds a ring plans for them (0-5, 1-4, 2-3, then 0-4, 5-3, 1-2),
+/// nodes 4 and 5 slowed: four of the six pairs slow, the median pair slow too.
+fn two_of_six_slow() -> Vec<PairObservation> {
+    let slow = 44.0;
+    vec![
+        pair(0, 5, slow, NetTransport::Ib),
+        pair(1, 4, slow - 2.0, NetTransport::Ib),
+        pair(2, 3, 195.0, NetTransport::Ib),
+        pair(0, 4, slow - 1.0, NetTransport::Ib),
+        pair(5, 3, slow + 1.0, NetTransport::Ib),
+        pair(1, 2, 197.0, NetTransport::Ib),
+    ]
+}
+
+#[test]
+fn two_slow_nodes_of_six_make_the_runs_median_slow_and_the_run_alone_names_nobody() {
+    let l = localize(&two_of_six_slow(), &PairRules::default());
+    assert!(l.blamed_nodes().is_empty(), "{:#?}", l.findings);
+    assert!(
+        l.findings.iter().all(|f| f.severity == Severity::Info),
+        "{:#?}",
+        l.findings
+    );
+}
+
+#[test]
+fn against_the_baseline_the_slow_sides_are_suspects_and_good_nodes_partner_their_retests() {
+    let b = [baseline_ib()];
+    let l = localize_against(&two_of_six_slow(), &PairRules::default(), Some(&b));
+    assert_eq!(l.basis, None);
+    // Node 0 met both slow nodes: no pair at the baseline, so a suspect too, retested last
+    // (its pairs are the fastest of the three).
+    assert_eq!(l.suspects, vec![name(4), name(0), name(5)]);
+    assert_eq!(l.known_good, vec![name(1), name(2), name(3)]);
+    let retests = confirmation_pairs(&l, &BTreeSet::new());
+    assert_eq!(retests.len(), 3, "{retests:?}");
+    assert_eq!(
+        (retests[0].a.as_str(), retests[0].b.as_str()),
+        ("h200-04", "h200-01")
+    );
+    // The retests: node 0 reaches the baseline with a good partner, 4 and 5 do not.
+    let mut all = two_of_six_slow();
+    all.push(pair(4, 1, 43.0, NetTransport::Ib));
+    all.push(pair(0, 2, 196.0, NetTransport::Ib));
+    all.push(pair(5, 3, 44.0, NetTransport::Ib));
+    let mut l = localize_against(&all, &PairRules::default(), Some(&b));
+    let retested: BTreeSet<String> = [0, 1, 2, 3, 4, 5].into_iter().map(name).collect();
+    require_confirmation(&mut l, &retested);
+    assert_eq!(
+        l.blamed_nodes().into_iter().collect::<Vec<_>>(),
+        vec!["h200-04", "h200-05"],
+        "{:#?}",
+        l.findings
+    );
+    let f = l
+        .findings
+        .iter()
+        .find(|f| f.subject == Subject::node("h200-04"))
+        .expect("a finding on node 4");
+    assert_eq!(f.source, Some(ExpectationSource::Baseline));
+    assert!(
+        f.message.starts_with("node h200-04: NCCL busbw to 3 partners 42-43 GB/s, 78% below the 412 nodes of this test run alike over 7 days (median 196 GB/s"),
+        "{}",
+        f.message
+    );
+}
+
+#[test]
+fn a_slow_path_between_nodes_at_the_baseline_elsewhere_blames_neither() {
+    let b = [baseline_ib()];
+    let mut pairs = ring(8, 196.0);
+    pairs.push(pair(2, 6, 52.0, NetTransport::Ib));
+    let l = localize_against(&pairs, &PairRules::default(), Some(&b));
+    assert!(l.blamed_nodes().is_empty());
+    assert!(l.suspects.is_empty(), "{:?}", l.suspects);
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+    assert_eq!(l.findings[0].subject, Subject::node_pair(name(2), name(6)));
+    assert_eq!(l.findings[0].severity, Severity::Info);
+    assert!(l.findings[0].message.contains("the path between them"));
+}
+
+#[test]
+fn a_pair_within_a_loose_baselines_own_spread_is_not_slow() {
+    // Healthy pairs of this fleet spread from 120 to 200 GB/s: 130 is within it, though
+    // 34% below the median.
+    let mut b = baseline_ib();
+    b.expectation.p10 = 140.0;
+    let mut pairs = ring(6, 196.0);
+    set(&mut pairs, 0, 1, 130.0, NetTransport::Ib);
+    let l = localize_against(&pairs, &PairRules::default(), Some(&[b]));
+    assert!(l.findings.is_empty(), "{:#?}", l.findings);
+    // 70 is beyond both the gap and the spread.
+    set(&mut pairs, 0, 1, 70.0, NetTransport::Ib);
+    let l = localize_against(&pairs, &PairRules::default(), Some(&[b]));
+    assert_eq!(l.findings.len(), 1, "{:#?}", l.findings);
+}
+
+#[test]
+fn without_a_baseline_for_the_pairs_transport_the_run_alone_judges_and_says_so() {
+    let roce = PairBaseline {
+        transport: NetTransport::Roce,
+        ..baseline_ib()
+    };
+    let pairs = two_of_six_slow();
+    let looked = localize_against(&pairs, &PairRules::default(), Some(&[roce]));
+    assert_eq!(
+        looked.findings,
+        localize(&pairs, &PairRules::default()).findings
+    );
+    let note = looked.basis.expect("a note");
+    assert!(
+        note.starts_with("the 6 node pairs were judged against this run's own median only: the test has no baseline yet for node pairs over InfiniBand"),
+        "{note}"
+    );
+    assert_eq!(localize(&pairs, &PairRules::default()).basis, None);
+}
+
+#[test]
+fn with_fewer_good_partners_than_suspects_the_slowest_suspects_are_retested() {
+    let l = Localization {
+        suspects: vec![name(7), name(3), name(5)],
+        known_good: vec![name(0)],
+        ..Default::default()
+    };
+    let retests = confirmation_pairs(&l, &BTreeSet::new());
+    assert_eq!(
+        retests,
+        vec![rounds::NodePair {
+            a: name(7),
+            b: name(0)
+        }]
     );
 }

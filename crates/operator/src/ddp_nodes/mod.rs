@@ -339,5 +339,62 @@ pub fn findings(status: &DdpNodesStatus) -> Vec<Finding> {
         .collect()
 }
 
+/// Condition type on a run: its multi-node probe ran far below the test's baseline at some
+/// node count (True, reason `ProbeSlow`); set only then. A finding on the run, not on a node.
+pub const CONDITION_PROBE_BELOW_BASELINE: &str = "ProbeBelowBaseline";
+
+/// The node counts of a measured probe far below the test's baseline (`health::probe`).
+pub fn shortfalls(
+    status: &DdpNodesStatus,
+    against: &gpufabric_health::evaluate::Against<'_>,
+    min_gap: f64,
+) -> Vec<gpufabric_health::probe::ProbeShortfall> {
+    if status.state != PairState::Measured {
+        return Vec::new();
+    }
+    let points: Vec<(u32, f64)> = status
+        .points
+        .iter()
+        .map(|p| (p.nodes, p.scaling_efficiency))
+        .collect();
+    gpufabric_health::probe::shortfalls(&points, &status.nodes, against, min_gap)
+}
+
+/// With `shortfalls`, the run's `ProbeBelowBaseline` condition and its message say so (its
+/// nodes' verdicts do not change); without, nothing is set.
+pub fn set_probe_condition(
+    status: &mut gpufabric_api::run::FabricTestRunStatus,
+    shortfalls: &[gpufabric_health::probe::ProbeShortfall],
+    generation: Option<i64>,
+    now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) {
+    if shortfalls.is_empty() {
+        return;
+    }
+    let message = shortfalls
+        .iter()
+        .map(|s| s.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let c = crate::status::condition(
+        &status.conditions,
+        CONDITION_PROBE_BELOW_BASELINE,
+        true,
+        "ProbeSlow",
+        message.clone(),
+        generation,
+        now,
+    );
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_PROBE_BELOW_BASELINE);
+    status.conditions.push(c);
+    status.message = Some(match status.message.take() {
+        Some(m) if m.contains(&message) => m,
+        Some(m) => format!("{m}; {message}"),
+        None => message,
+    });
+}
+
 #[cfg(test)]
 mod tests;

@@ -318,3 +318,93 @@ fn the_pods_run_the_probe_with_the_ddp_probe_shape() {
         "no rank 3 of 3 nodes"
     );
 }
+
+fn probe_status(efficiency_at_4: f64) -> DdpNodesStatus {
+    let point = |nodes: u32, e: f64| gpufabric_api::ddp_nodes::DdpNodesSummary {
+        nodes,
+        gpus: nodes * 8,
+        step_ms: 100.0,
+        scaling_efficiency: e,
+        comm_alone_ms: 10.0,
+        exposed_comm_ms: 5.0,
+    };
+    DdpNodesStatus {
+        nodes: nodes(4),
+        state: PairState::Measured,
+        points: vec![point(1, 1.0), point(2, 0.95), point(4, efficiency_at_4)],
+        done: true,
+        ..Default::default()
+    }
+}
+
+/// A baseline that expects 92% at 4 nodes over 8 nodes' probes of suite "s".
+fn probe_baseline() -> gpufabric_api::baseline::FleetBaseline {
+    use gpufabric_api::baseline::{BaselineKey, KeyedSample, RunSample, Series, Spread};
+    let s = KeyedSample {
+        key: BaselineKey {
+            product: "h200".into(),
+            gpus: 8,
+            suite: "s".into(),
+            settings: "n".into(),
+        },
+        sample: RunSample {
+            run: "r".into(),
+            at: 0,
+            nodes: 8,
+            series: [(
+                Series::Probe(4).to_string(),
+                Spread {
+                    median: 0.92,
+                    p10: 0.9,
+                    p90: 0.93,
+                    n: 4,
+                },
+            )]
+            .into(),
+        },
+    };
+    gpufabric_api::baseline::FleetBaseline::default().with_run(&[s], 1_000)
+}
+
+#[test]
+fn a_probe_far_below_the_baseline_is_a_condition_on_the_run_and_no_nodes_finding() {
+    let b = probe_baseline();
+    let against = gpufabric_health::evaluate::Against {
+        baseline: &b,
+        suite: "s",
+        settings: "n",
+        now: 2_000,
+    };
+    let at = crate::time::to_time(chrono::Utc::now());
+    let slow = probe_status(0.044);
+    let found = shortfalls(&slow, &against, 0.1);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let mut status = gpufabric_api::run::FabricTestRunStatus::default();
+    set_probe_condition(&mut status, &found, Some(1), &at);
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_PROBE_BELOW_BASELINE)
+        .expect("the condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "ProbeSlow")
+    );
+    assert!(
+        c.message
+            .contains("over 4 nodes (gpu-00, gpu-01, gpu-02, gpu-03) ran at 4%"),
+        "{}",
+        c.message
+    );
+    assert_eq!(status.message.as_deref(), Some(c.message.as_str()));
+    // No finding on a node: the probe's nodes passed their own tests.
+    assert!(findings(&slow).is_empty());
+    // Near the baseline, or not measured: nothing.
+    assert!(shortfalls(&probe_status(0.9), &against, 0.1).is_empty());
+    let mut lost = probe_status(0.044);
+    lost.state = PairState::NotMeasured;
+    assert!(shortfalls(&lost, &against, 0.1).is_empty());
+    let mut clean = gpufabric_api::run::FabricTestRunStatus::default();
+    set_probe_condition(&mut clean, &[], Some(1), &at);
+    assert!(clean.conditions.is_empty() && clean.message.is_none());
+}

@@ -23,7 +23,7 @@
 //! which records to write next (`health::nics` rules 3 and 4).
 
 use super::rank::{GroupOutcome, RankEnd, RankPod, cut, rank_pod, still_running};
-use super::rounds::{NodePair, RoundPlan};
+use super::rounds::RoundPlan;
 use gpufabric_api::findings::{Finding, Severity};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{
@@ -32,7 +32,7 @@ use gpufabric_api::pair::{
 use gpufabric_api::run::NodeRunResult;
 use gpufabric_health::nics::{NicRules, next_record, nic_findings};
 use gpufabric_health::pairs::{
-    Localization, PairObservation, PairRules, localize, require_confirmation,
+    PairBaseline, PairObservation, PairRules, localize_against, require_confirmation,
 };
 use k8s_openapi::api::core::v1::Pod;
 use std::collections::{BTreeMap, BTreeSet};
@@ -435,27 +435,7 @@ pub fn observations(entries: &[NodeRunResult]) -> Vec<PairObservation> {
     )
 }
 
-/// The retests of the confirmation round: each suspect, each node a finding blames, and
-/// each node in `ports` (a port finding to read again), with a known-good partner of its
-/// own (in name order, as far as known-good nodes go).
-pub fn confirmation_pairs(loc: &Localization, ports: &BTreeSet<String>) -> Vec<NodePair> {
-    let retest: BTreeSet<String> = loc
-        .suspects
-        .iter()
-        .cloned()
-        .chain(loc.blamed_nodes().into_iter().map(str::to_string))
-        .chain(ports.iter().cloned())
-        .collect();
-    let partners = loc.known_good.iter().filter(|n| !retest.contains(*n));
-    retest
-        .iter()
-        .zip(partners)
-        .map(|(a, b)| NodePair {
-            a: a.clone(),
-            b: b.clone(),
-        })
-        .collect()
-}
+pub use gpufabric_health::pairs::confirmation_pairs;
 
 /// The node's latest pair record that found something on its ports (the shards keep port
 /// findings on that record only).
@@ -481,11 +461,24 @@ pub fn unconfirmed_ports(entries: &[NodeRunResult]) -> BTreeSet<String> {
         .collect()
 }
 
-/// What the run's pairs say once every one has ended: the localization with rule 6
-/// applied (only retested nodes are blamed), and each node's port findings (from its
-/// latest test that read them).
-pub fn findings(entries: &[NodeRunResult], rules: &PairRules) -> Vec<Finding> {
-    let mut loc = localize(&observations(entries), rules);
+/// What the run's pairs say once every one has ended.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Judged {
+    pub findings: Vec<Finding>,
+    /// Set when the pairs were judged against the run alone though a baseline was looked
+    /// for (`health::pairs::Localization::basis`).
+    pub basis: Option<String>,
+}
+
+/// What the run's pairs say once every one has ended: the localization against
+/// `baselines` (as `health::pairs::localize_against`) with rule 6 applied (only retested
+/// nodes are blamed), and each node's port findings (from its latest test that read them).
+pub fn findings(
+    entries: &[NodeRunResult],
+    rules: &PairRules,
+    baselines: Option<&[PairBaseline]>,
+) -> Judged {
+    let mut loc = localize_against(&observations(entries), rules, baselines);
     let retested: BTreeSet<String> = entries
         .iter()
         .filter(|e| {
@@ -502,7 +495,22 @@ pub fn findings(entries: &[NodeRunResult], rules: &PairRules) -> Vec<Finding> {
             out.extend(r.nic_findings.iter().cloned());
         }
     }
-    out
+    Judged {
+        findings: out,
+        basis: loc.basis,
+    }
+}
+
+/// Adds `note` to the phase's message, once.
+pub fn note(status: &mut NodePairsStatus, note: &str) {
+    match &mut status.message {
+        Some(m) if m.contains(note) => {}
+        Some(m) => {
+            m.push_str("; ");
+            m.push_str(note);
+        }
+        None => status.message = Some(note.to_string()),
+    }
 }
 
 /// Nodes that a Critical finding on the node (or one of its ports) blames.

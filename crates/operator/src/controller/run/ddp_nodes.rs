@@ -73,7 +73,10 @@ async fn begin(
 ) -> Result<PairsStep> {
     let evaluation = finish::judge(run, entries, outcomes, ctx);
     let pair_findings = if next.node_pairs.is_some() {
-        crate::pairs::phase::findings(entries, &Default::default())
+        let fleet = crate::baseline::of_test(&ctx.client, run).await?;
+        let now_s = crate::time::now().0.as_second();
+        let baselines = crate::baseline::pair_baselines(&fleet, run, now_s);
+        crate::pairs::phase::findings(entries, &Default::default(), Some(&baselines)).findings
     } else {
         Vec::new()
     };

@@ -45,20 +45,37 @@ pub(super) async fn finish(
         Some(&judging.alike.against(&fleet_baseline, now().0.as_second())),
     );
     let mut all_findings = evaluation.findings.clone();
-    if next.node_pairs.is_some() {
-        all_findings.extend(crate::pairs::phase::findings(&entries, &Default::default()));
+    let now_s = now().0.as_second();
+    if let Some(np) = next.node_pairs.as_mut() {
+        let baselines = crate::baseline::pair_baselines(&fleet_baseline, run, now_s);
+        let judged = crate::pairs::phase::findings(&entries, &Default::default(), Some(&baselines));
+        all_findings.extend(judged.findings);
+        if let Some(basis) = judged.basis {
+            crate::pairs::phase::note(np, &basis);
+        }
     }
+    let mut probe_shortfalls = Vec::new();
     if let Some(probe) = &next.ddp_nodes {
         all_findings.extend(crate::ddp_nodes::findings(probe));
+        probe_shortfalls = crate::ddp_nodes::shortfalls(
+            probe,
+            &judging.alike.against(&fleet_baseline, now_s),
+            run.spec.thresholds.fleet_min_relative_gap,
+        );
     }
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
     }
     judge_entries(&mut entries, &evaluation, &all_findings);
-    next.baseline_sample =
-        crate::baseline::sample(&name, &judging.alike, &entries, &evaluation.series, |n| {
-            ctx.nodes.get(&ObjectRef::new(n))
-        });
+    next.baseline_sample = crate::baseline::sample(
+        &name,
+        &judging.alike,
+        &entries,
+        &evaluation.series,
+        |n| ctx.nodes.get(&ObjectRef::new(n)),
+        run.spec.suite.node_pairs.bytes,
+        next.ddp_nodes.as_ref(),
+    );
     let judged_ms = began.elapsed().as_millis();
     let after = shards::split(&entries, shards);
     let written = shards::write_changed(
@@ -70,6 +87,12 @@ pub(super) async fn finish(
     )
     .await?;
 
+    crate::ddp_nodes::set_probe_condition(
+        &mut next,
+        &probe_shortfalls,
+        run.metadata.generation,
+        &now(),
+    );
     end_status(
         &mut next,
         &all_findings,

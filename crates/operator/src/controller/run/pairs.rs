@@ -94,7 +94,14 @@ pub(super) async fn advance(
         .iter()
         .all(|s| phase::record(entries, s).is_none_or(|r| r.state.is_final()));
     if round_done {
-        open_next_round(run, &mut np, entries);
+        // The confirmation round's suspects are judged against the test's baseline.
+        let baselines = if np.round >= np.rounds && np.confirmation_round.is_none() {
+            let fleet = crate::baseline::of_test(&ctx.client, run).await?;
+            crate::baseline::pair_baselines(&fleet, run, now().0.as_second())
+        } else {
+            Vec::new()
+        };
+        open_next_round(run, &mut np, entries, &baselines);
     }
     phase::summarize(entries, &mut np);
     let done = np.done;
@@ -109,8 +116,14 @@ pub(super) async fn advance(
 }
 
 /// The next round, the confirmation round when the planned ones are over and some node
-/// needs a retest, or the end of the phase.
-fn open_next_round(run: &FabricTestRun, np: &mut NodePairsStatus, entries: &mut [NodeRunResult]) {
+/// needs a retest (judged against `baselines`, the test's baselines of node pairs), or the
+/// end of the phase.
+fn open_next_round(
+    run: &FabricTestRun,
+    np: &mut NodePairsStatus,
+    entries: &mut [NodeRunResult],
+    baselines: &[gpufabric_health::pairs::PairBaseline],
+) {
     if np.round < np.rounds {
         np.round += 1;
         np.round_start_time = Some(now());
@@ -122,8 +135,11 @@ fn open_next_round(run: &FabricTestRun, np: &mut NodePairsStatus, entries: &mut 
         return;
     }
     if np.confirmation_round.is_none() {
-        let loc =
-            gpufabric_health::pairs::localize(&phase::observations(entries), &Default::default());
+        let loc = gpufabric_health::pairs::localize_against(
+            &phase::observations(entries),
+            &Default::default(),
+            Some(baselines),
+        );
         let retests = phase::confirmation_pairs(&loc, &phase::unconfirmed_ports(entries));
         if !retests.is_empty() {
             let plan = crate::pairs::RoundPlan {

@@ -125,7 +125,7 @@ fn counters_grown_since_the_previous_run_are_found_on_their_node_with_the_delta(
     assert_eq!(write_plan(&mut e, &plan, 1, false), 1);
     let slot = slots(&e, 1)[0];
     settle(&mut e, &slot, &o);
-    let all = findings(&e, &PairRules::default());
+    let all = findings(&e, &PairRules::default(), None).findings;
     assert!(
         all.iter()
             .any(|f| f.kind == FindingKind::NicErrors && f.subject.node_name() == "n1"),

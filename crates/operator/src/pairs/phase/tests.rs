@@ -4,6 +4,7 @@ use gpufabric_api::pair::{NotMeasured, PAIR_SCHEMA, PairCollective};
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::{Collective, Pairing};
 use gpufabric_api::{FindingKind, Subject};
+use gpufabric_health::pairs::localize;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodStatus,
 };
@@ -462,7 +463,7 @@ fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
     assert!(loc.known_good.contains(&retests[0].b));
 
     // Before the retest the finding is there, but not acted on.
-    let before = findings(&e, &PairRules::default());
+    let before = findings(&e, &PairRules::default(), None).findings;
     assert!(blamed(&before).is_empty(), "{before:#?}");
     assert!(before.iter().any(|f| f.subject == Subject::node("n3")));
 
@@ -474,7 +475,7 @@ fn a_slow_node_is_retested_and_blamed_only_once_the_retest_is_slow_too() {
         ..Default::default()
     };
     settle(&mut e, &s, &o);
-    let after = findings(&e, &PairRules::default());
+    let after = findings(&e, &PairRules::default(), None).findings;
     let b = blamed(&after);
     assert_eq!(
         b.keys().copied().collect::<Vec<_>>(),
@@ -619,7 +620,7 @@ fn a_port_read_down_once_is_read_again_in_the_confirmation_round_and_then_confir
         e[n5].pairs
     );
     assert!(unconfirmed_ports(&e).is_empty());
-    let found = findings(&e, &PairRules::default());
+    let found = findings(&e, &PairRules::default(), None).findings;
     assert_eq!(
         blamed(&found).keys().copied().collect::<Vec<_>>(),
         vec!["n5"]

@@ -1,0 +1,57 @@
+//! Bad nodes at scale, as a table: the operator's node-pair rounds and localization played
+//! over a modelled fabric (`pairs::rehearse`), at 1,000 nodes and at 232 (the fleet of
+//! NVIDIA's published group-testing counts), against the run alone and against a baseline.
+//!
+//!     cargo run -p gpufabric-health --example localize
+
+#[path = "../tests/scale_cases/mod.rs"]
+#[allow(dead_code)]
+mod scale_cases;
+
+use scale_cases::{Case, ROUND_SECONDS, baseline, cases, play, score, switch_without_topology};
+
+fn row(case: &Case, n: usize, with_baseline: bool) {
+    let started = std::time::Instant::now();
+    let r = play(case, with_baseline.then(|| baseline(n as u32)));
+    let took = started.elapsed();
+    let s = score(case, &r);
+    let bad = case.bad.len();
+    let named = bad - s.missed.len();
+    println!(
+        "| {} | {} | {} | {} ({} retests) | {:.0} s | {named} of {bad} | {} | {} of {} | {:.2} s |",
+        case.name,
+        if with_baseline {
+            "baseline"
+        } else {
+            "run alone"
+        },
+        r.rounds,
+        r.pair_tests,
+        r.retests,
+        r.rounds as f64 * ROUND_SECONDS,
+        if s.good_blamed.is_empty() {
+            "none".to_string()
+        } else {
+            format!("**{}**", s.good_blamed.len())
+        },
+        s.paths - s.paths_unnamed,
+        s.paths,
+        took.as_secs_f64(),
+    );
+}
+
+fn main() {
+    println!(
+        "| case | judged against | rounds | pair tests | wall time ({ROUND_SECONDS} s a round) | bad nodes blamed | good nodes blamed | slow paths named | rehearsal took |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for n in [1000, 232] {
+        let mut all = cases(n);
+        all.push(switch_without_topology(n));
+        for case in &all {
+            for with_baseline in [false, true] {
+                row(case, n, with_baseline);
+            }
+        }
+    }
+}

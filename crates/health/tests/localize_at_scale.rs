@@ -1,0 +1,117 @@
+//! Bad nodes at scale: the operator's node-pair rounds and localization played over a
+//! modelled fabric of 1,000 nodes (no API server), each case against the run alone and
+//! against a baseline: every bad node blamed, every slow path named, no good node blamed.
+//! The table of rounds, pair tests and wall time: `cargo run -p gpufabric-health --example
+//! localize`.
+
+#[allow(dead_code)]
+mod scale_cases;
+
+use scale_cases::{Case, baseline, cases, play, score};
+
+const N: usize = 1000;
+
+fn check(case: &Case, with_baseline: bool) {
+    let r = play(case, with_baseline.then(|| baseline(N as u32)));
+    let s = score(case, &r);
+    let how = if with_baseline {
+        "baseline"
+    } else {
+        "run alone"
+    };
+    assert!(
+        s.good_blamed.is_empty(),
+        "{} ({how}): good nodes blamed {:?}",
+        case.name,
+        s.good_blamed
+    );
+    assert!(
+        s.missed.is_empty(),
+        "{} ({how}): bad nodes not blamed {:?}",
+        case.name,
+        s.missed
+    );
+    assert_eq!(
+        s.paths_unnamed, 0,
+        "{} ({how}): {} of {} slow paths not named",
+        case.name, s.paths_unnamed, s.paths
+    );
+    // Two planned rounds (four with the block's topology key), one confirmation round at most.
+    let planned = if case.block.is_some() { 4 } else { 2 };
+    assert!(
+        r.rounds <= planned + 1,
+        "{} ({how}): {} rounds",
+        case.name,
+        r.rounds
+    );
+    assert!(
+        r.retests <= 4 * case.bad.len().max(1),
+        "{} ({how}): {} retests",
+        case.name,
+        r.retests
+    );
+}
+
+fn case(name_starts: &str) -> Case {
+    cases(N)
+        .into_iter()
+        .find(|c| c.name.starts_with(name_starts))
+        .expect("the case")
+}
+
+#[test]
+fn one_bad_node_of_a_thousand_is_blamed_and_no_other() {
+    check(&case("1 bad"), false);
+    check(&case("1 bad"), true);
+}
+
+#[test]
+fn five_bad_nodes_of_a_thousand_are_blamed_and_no_other() {
+    check(&case("5 bad"), false);
+    check(&case("5 bad"), true);
+}
+
+#[test]
+fn twenty_bad_nodes_of_a_thousand_are_blamed_and_no_other() {
+    check(&case("20 bad"), false);
+    check(&case("20 bad"), true);
+}
+
+#[test]
+fn two_bad_nodes_paired_in_the_first_round_are_both_blamed_and_no_other() {
+    check(&case("2 bad paired"), false);
+    check(&case("2 bad paired"), true);
+}
+
+#[test]
+fn a_bad_switch_over_a_block_names_its_paths_and_blames_none_of_its_nodes() {
+    let c = case("bad switch");
+    check(&c, false);
+    check(&c, true);
+    let r = play(&c, Some(baseline(N as u32)));
+    let block = c.block.as_ref().expect("a block");
+    let named = r.named_pairs();
+    assert!(!named.is_empty());
+    assert!(
+        named
+            .iter()
+            .all(|(a, b)| block.contains(a) != block.contains(b)),
+        "only paths out of the block are named: {named:?}"
+    );
+}
+
+#[test]
+fn a_node_flaky_in_one_round_is_named_on_its_slow_pair_and_not_blamed() {
+    let c = case("1 flaky");
+    check(&c, false);
+    check(&c, true);
+    let flaky = c.flaky.clone().expect("a flaky node");
+    let r = play(&c, None);
+    assert!(
+        r.named_pairs()
+            .iter()
+            .any(|(a, b)| *a == flaky || *b == flaky),
+        "{:#?}",
+        r.localization.findings
+    );
+}
