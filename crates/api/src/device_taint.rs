@@ -57,13 +57,43 @@ pub struct GpuHandling {
     /// serves none (every node is handled per node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device_taint_rules: Option<String>,
-    /// Nodes of the latest run whose GPUs are DRA devices: a GPU-level fault taints the GPU.
+    /// Nodes the test knows whose GPUs are DRA devices: a GPU-level fault taints the GPU
+    /// (at most [`GpuHandling::LISTED`]; `perGpuCount` counts them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_gpu: Vec<String>,
-    /// Nodes of the latest run handled per node: a GPU-level fault quarantines the node.
+    #[serde(default)]
+    pub per_gpu_count: u32,
+    /// Nodes the test knows handled per node: a GPU-level fault quarantines the node (at
+    /// most [`GpuHandling::LISTED`]; `perNodeCount` counts them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_node: Vec<String>,
+    #[serde(default)]
+    pub per_node_count: u32,
     /// GPUs this test holds tainted now, over all nodes.
     #[serde(default)]
     pub tainted_gpus: u32,
+}
+
+impl GpuHandling {
+    /// Most node names listed in `perGpu` and in `perNode` (the status stays small).
+    pub const LISTED: usize = 100;
+}
+
+/// What gpufabric records on a DeviceTaintRule it made (annotation
+/// [`crate::keys::ANNOTATION_DEVICE_QUARANTINE`]): the rule is the test's only while this
+/// record and the rule's controller owner both name the test's UID.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceQuarantineRecord {
+    /// The FabricTest's UID.
+    pub test_uid: String,
+    /// The FabricTest's name.
+    pub test: String,
+    pub node: String,
+    pub gpu: u32,
+    /// The run that confirmed the fault.
+    pub run: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 }

@@ -168,3 +168,6 @@ pub const TAINT_GPU: &str = "gpufabric.io/gpu";
 /// node, GPU, run and reason). A rule without it, or whose record and controller owner do
 /// not both name the test's UID, is someone else's and is never changed or deleted.
 pub const ANNOTATION_DEVICE_QUARANTINE: &str = "gpufabric.io/device-quarantine";
+/// Label on a DeviceTaintRule gpufabric made: the UID of the FabricTest that made it (how
+/// its rules are listed; ownership is then checked on the rule's owner and record).
+pub const LABEL_TEST_UID: &str = "gpufabric.io/test-uid";

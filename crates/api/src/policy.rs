@@ -185,10 +185,11 @@ pub struct QuarantinePolicy {
     #[schemars(range(min = 1, max = 8760))]
     pub repeat_offender_window_hours: u32,
     /// On nodes whose GPUs are DRA devices (the cluster serves DeviceTaintRules), a
-    /// confirmed GPU-level fault takes only that GPU out of service with this effect:
-    /// NoSchedule (default) keeps new claims off it, NoExecute also evicts the pods using
-    /// it. Not in Observe mode; a node with more than half its GPUs tainted is quarantined
-    /// as `mode` says.
+    /// confirmed GPU-level fault (a straggler, wrong results, slow compute or memory, the
+    /// GPU's NVLink) takes only that GPU out of service with a DeviceTaintRule of this
+    /// effect, in Cordon and Taint modes: NoSchedule (default) keeps new claims off it,
+    /// NoExecute also evicts the pods using it. A node with more than half its GPUs tainted
+    /// is quarantined as `mode` says.
     pub gpu_taint_effect: crate::device_taint::GpuTaintEffect,
 }
 
