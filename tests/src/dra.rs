@@ -257,6 +257,9 @@ pub async fn claim_and_pod(
             containers: vec![Container {
                 name: "job".into(),
                 image: Some("example.invalid/job:1".into()),
+                // Under the process-kubelet, a job that runs until the test ends: its claim
+                // stays allocated while the test reads it.
+                command: Some(vec!["sleep".into(), "600".into()]),
                 resources: Some(ResourceRequirements {
                     claims: Some(vec![ContainerClaim {
                         name: "gpus".into(),
