@@ -64,15 +64,17 @@ mod tests {
 
     #[test]
     fn the_status_names_the_tainted_gpus_and_forgets_the_released_ones() {
-        let mut status = FabricTestStatus::default();
-        status.nodes = ["a", "b"]
-            .iter()
-            .map(|n| NodeHealth {
-                node: n.to_string(),
-                tainted_gpus: vec![tainted(1)],
-                ..NodeHealth::default()
-            })
-            .collect();
+        let mut status = FabricTestStatus {
+            nodes: ["a", "b"]
+                .iter()
+                .map(|n| NodeHealth {
+                    node: n.to_string(),
+                    tainted_gpus: vec![tainted(1)],
+                    ..NodeHealth::default()
+                })
+                .collect(),
+            ..FabricTestStatus::default()
+        };
         let plan = GpuPlan {
             per_gpu: vec!["a".into(), "b".into()],
             per_node: vec!["c".into()],
