@@ -109,8 +109,26 @@ fn kind(group: &ApiGroup, kind: &str) -> Option<ApiResource> {
 }
 
 /// Reads what DRA says of the cluster for `test`: discovery, the GPU driver's slices and
-/// the test's rules. Without DeviceTaintRules served, nothing else is read.
+/// the test's rules. Without DeviceTaintRules served, nothing else is read. When the
+/// operator may not read the slices or the rules (a ClusterRole without them), every node is
+/// handled per node, with a warning, rather than no node judged at all.
 pub async fn observe(client: &Client, test: &FabricTest) -> Result<DraView, DraError> {
+    match observe_served(client, test).await {
+        Err(
+            DraError::Slices(kube::Error::Api(s))
+            | DraError::Rules {
+                source: kube::Error::Api(s),
+                ..
+            },
+        ) if s.code == 403 => {
+            tracing::warn!(reason = %s.message, "no right to read DRA ResourceSlices or DeviceTaintRules: every node is handled per node (grant list on resourceslices and list, create, delete on devicetaintrules)");
+            Ok(DraView::default())
+        }
+        other => other,
+    }
+}
+
+async fn observe_served(client: &Client, test: &FabricTest) -> Result<DraView, DraError> {
     let (taint_rules, slice_api) = discover(client).await?;
     let (Some(taint_rules), Some(slice_api)) = (taint_rules, slice_api) else {
         return Ok(DraView::default());
