@@ -12,12 +12,19 @@
 
 use crate::cluster::{Cluster, ClusterOptions};
 use crate::{Error, Result};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Pod, PodResourceClaim, PodSpec, ResourceClaim as ContainerClaim, ResourceRequirements,
+    ServiceAccount, Toleration,
+};
 use k8s_openapi::api::resource::v1beta1::{
-    BasicDevice, CELDeviceSelector, Device, DeviceAttribute, DeviceClass, DeviceClassSpec,
-    DeviceSelector, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    BasicDevice, CELDeviceSelector, Device, DeviceAttribute, DeviceClaim, DeviceClass,
+    DeviceClassSpec, DeviceRequest, DeviceSelector, ResourceClaim, ResourceClaimSpec, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
 };
 use kube::api::{Api, ObjectMeta, PostParams};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 /// The driver name the fixture publishes under (NVIDIA's DRA driver's).
 pub const DRIVER: &str = "gpu.nvidia.com";
@@ -159,4 +166,159 @@ pub async fn publish_gpus(
         .await
         .map_err(|e| Error::Invalid(format!("publishing the GPUs of {node}: {e}")))?;
     Ok(())
+}
+
+/// Creates the `default` service account of `ns` that pods need, unless the controller
+/// manager made it first.
+pub async fn service_account(client: &kube::Client, ns: &str) -> Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(Error::Invalid(format!("service account of {ns}: {e}"))),
+    }
+}
+
+/// A ResourceClaim `name` in `ns` for `count` of the fixture's GPUs, and a pod that uses it,
+/// kept to `node` by node affinity (the scheduler still decides whether the claim fits).
+pub async fn claim_and_pod(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    name: &str,
+    count: i64,
+) -> Result<()> {
+    let claim = ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(vec![DeviceRequest {
+                    name: "gpus".into(),
+                    device_class_name: Some(DEVICE_CLASS.into()),
+                    allocation_mode: Some("ExactCount".into()),
+                    count: Some(count),
+                    ..DeviceRequest::default()
+                }]),
+                ..DeviceClaim::default()
+            }),
+        },
+        status: None,
+    };
+    Api::<ResourceClaim>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .map_err(|e| Error::Invalid(format!("creating claim {name}: {e}")))?;
+    let on_node = NodeSelectorTerm {
+        match_fields: Some(vec![NodeSelectorRequirement {
+            key: "metadata.name".into(),
+            operator: "In".into(),
+            values: Some(vec![node.into()]),
+        }]),
+        ..NodeSelectorTerm::default()
+    };
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            affinity: Some(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                        node_selector_terms: vec![on_node],
+                    }),
+                    ..NodeAffinity::default()
+                }),
+                ..Affinity::default()
+            }),
+            automount_service_account_token: Some(false),
+            // Nodes registered by hand keep the taints a new node is given.
+            tolerations: Some(vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]),
+            resource_claims: Some(vec![PodResourceClaim {
+                name: "gpus".into(),
+                resource_claim_name: Some(name.into()),
+                ..PodResourceClaim::default()
+            }]),
+            containers: vec![Container {
+                name: "job".into(),
+                image: Some("example.invalid/job:1".into()),
+                // Under the process-kubelet, a job that runs until the test ends: its claim
+                // stays allocated while the test reads it.
+                command: Some(vec!["sleep".into(), "600".into()]),
+                resources: Some(ResourceRequirements {
+                    claims: Some(vec![ContainerClaim {
+                        name: "gpus".into(),
+                        ..ContainerClaim::default()
+                    }]),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .map_err(|e| Error::Invalid(format!("creating pod {name}: {e}")))?;
+    Ok(())
+}
+
+/// Where the scheduler put pod `name` of `ns`: `Ok(devices)` once it is bound to `node`
+/// (the devices its claim was given), `Err(message)` once the scheduler says it does not
+/// fit. Panics after 60 s without a decision.
+pub async fn placement(
+    client: &kube::Client,
+    ns: &str,
+    node: &str,
+    name: &str,
+) -> std::result::Result<Vec<String>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        let pod = pods.get(name).await.expect("pod read");
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node) {
+            let claim = claims.get(name).await.expect("claim read");
+            let devices = claim
+                .status
+                .and_then(|s| s.allocation)
+                .and_then(|a| a.devices)
+                .and_then(|d| d.results)
+                .map(|r| r.into_iter().map(|r| r.device).collect())
+                .unwrap_or_default();
+            return Ok(devices);
+        }
+        let unschedulable = pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            });
+        if let Some(c) = unschedulable {
+            return Err(c.message.unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the scheduler decided nothing about pod {name} in 60 s");
 }

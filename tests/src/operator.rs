@@ -278,6 +278,29 @@ impl OperatorEnv {
         OperatorEnv::start_on(cluster, fleet, ns, args, serde_json::json!({})).await
     }
 
+    /// Starts everything for `fleet` on a control plane of its own that serves DRA and
+    /// device taints ([`crate::dra::cluster_options`]), with the real kube-scheduler, the
+    /// fixture driver's DeviceClass and the operator's namespace `ns` (with its `default`
+    /// service account). The test publishes the GPUs of the nodes it wants as DRA devices.
+    pub async fn start_dra(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
+        crate::init_tracing();
+        let mut cluster = Cluster::start_with(crate::dra::cluster_options())
+            .await
+            .expect("local control plane with DRA starts");
+        crate::dra::start_scheduler(&mut cluster).expect("kube-scheduler starts");
+        cluster.create_namespace(ns).await.expect("namespace");
+        let client = cluster.client();
+        crate::dra::service_account(&client, ns)
+            .await
+            .expect("service account");
+        crate::dra::create_device_class(&client)
+            .await
+            .expect("device class");
+        let cluster = EnvCluster::Own(Box::new(cluster));
+        let args = vec!["--pod-namespace".to_string(), ns.to_string()];
+        OperatorEnv::start_on(cluster, fleet, ns, args, serde_json::json!({})).await
+    }
+
     /// Starts everything for `fleet` on the test binary's shared control plane, with a
     /// namespace of its own (`<name>-<n>`, see [`OperatorEnv::ns`]) for the operator's pods;
     /// the nodes are named and labelled as [`crate::shared::TestEnv::fleet`] does, and the

@@ -1,20 +1,28 @@
-//! GPUs as DRA devices in the local control plane: the fixture driver's ResourceSlices, a
-//! DeviceTaintRule on one GPU, and the real kube-scheduler deciding which claims fit.
+//! GPUs as DRA devices in the local control plane: the fixture driver's ResourceSlices,
+//! DeviceTaintRules on single GPUs, and the real kube-scheduler deciding which claims fit.
+//! First a rule written by hand; then the operator's own, written for a GPU that failed a
+//! run and its confirmation, released by a passing run and by the test's deletion.
+//!
+//! Needs the control-plane binaries (`tests/cluster/build.sh`), the real kube-scheduler
+//! (`tests/cluster/build-node.sh`) and the agent and operator built:
+//! `cargo build -p gpufabric-agent -p gpufabric-operator -p gpufabric-tests --bins`, then
+//! `cargo test -p gpufabric-tests --test dra`.
 
+use gpufabric_api::keys::{ANNOTATION_DEVICE_QUARANTINE, TAINT_GPU};
+use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::dra;
-use k8s_openapi::api::core::v1::{
-    Container, Node, NodeCondition, NodeStatus, Pod, PodResourceClaim, PodSpec,
-    ResourceClaim as ContainerClaim, ResourceRequirements, ServiceAccount, Toleration,
-};
+use gpufabric_tests::fleet::{H100, SimFleet};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::wait;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::api::resource::v1alpha3::{
     DeviceTaint, DeviceTaintRule, DeviceTaintRuleSpec, DeviceTaintSelector,
 };
-use k8s_openapi::api::resource::v1beta1::{
-    DeviceClaim, DeviceRequest, ResourceClaim, ResourceClaimSpec,
-};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -63,113 +71,6 @@ async fn register_node(client: &kube::Client) {
     .expect("node status set");
 }
 
-/// A claim for `count` of the fixture's GPUs and a pod on [`NODE`] that uses it.
-async fn claim_and_pod(client: &kube::Client, name: &str, count: i64) {
-    let claim = ResourceClaim {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..ObjectMeta::default()
-        },
-        spec: ResourceClaimSpec {
-            devices: Some(DeviceClaim {
-                requests: Some(vec![DeviceRequest {
-                    name: "gpus".into(),
-                    device_class_name: Some(dra::DEVICE_CLASS.into()),
-                    allocation_mode: Some("ExactCount".into()),
-                    count: Some(count),
-                    ..DeviceRequest::default()
-                }]),
-                ..DeviceClaim::default()
-            }),
-        },
-        status: None,
-    };
-    Api::<ResourceClaim>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &claim)
-        .await
-        .expect("claim created");
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_selector: Some(BTreeMap::from([(
-                "kubernetes.io/hostname".to_string(),
-                NODE.to_string(),
-            )])),
-            automount_service_account_token: Some(false),
-            // Registered by hand, the node keeps the taints a new node is given.
-            tolerations: Some(vec![Toleration {
-                operator: Some("Exists".into()),
-                ..Toleration::default()
-            }]),
-            resource_claims: Some(vec![PodResourceClaim {
-                name: "gpus".into(),
-                resource_claim_name: Some(name.into()),
-                ..PodResourceClaim::default()
-            }]),
-            containers: vec![Container {
-                name: "job".into(),
-                image: Some("example.invalid/job:1".into()),
-                resources: Some(ResourceRequirements {
-                    claims: Some(vec![ContainerClaim {
-                        name: "gpus".into(),
-                        ..ContainerClaim::default()
-                    }]),
-                    ..ResourceRequirements::default()
-                }),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
-    };
-    Api::<Pod>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("pod created");
-}
-
-/// Where the scheduler put pod `name`: `Ok(devices)` once it is bound (the devices its
-/// claim was given), `Err(message)` once the scheduler says it does not fit.
-async fn placement(client: &kube::Client, name: &str) -> Result<Vec<String>, String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NS);
-    let end = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < end {
-        let pod = pods.get(name).await.expect("pod read");
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(NODE) {
-            let claim = claims.get(name).await.expect("claim read");
-            let devices = claim
-                .status
-                .and_then(|s| s.allocation)
-                .and_then(|a| a.devices)
-                .and_then(|d| d.results)
-                .map(|r| r.into_iter().map(|r| r.device).collect())
-                .unwrap_or_default();
-            return Ok(devices);
-        }
-        let unschedulable = pod
-            .status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .into_iter()
-            .find(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            });
-        if let Some(c) = unschedulable {
-            return Err(c.message.unwrap_or_default());
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("the scheduler decided nothing about pod {name} in 60 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tainted_gpu_keeps_a_claim_for_all_eight_off_its_node_and_lets_seven_schedule() {
     let mut cluster = Cluster::start_with(dra::cluster_options())
@@ -179,19 +80,9 @@ async fn a_tainted_gpu_keeps_a_claim_for_all_eight_off_its_node_and_lets_seven_s
     let client = cluster.client();
     register_node(&client).await;
     // Pods need their service account; the controller manager makes it, maybe not yet.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    let account = ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        ..ServiceAccount::default()
-    };
-    match accounts.create(&PostParams::default(), &account).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("service account: {e}"),
-    }
+    dra::service_account(&client, NS)
+        .await
+        .expect("service account");
     dra::create_device_class(&client)
         .await
         .expect("device class");
@@ -225,15 +116,19 @@ async fn a_tainted_gpu_keeps_a_claim_for_all_eight_off_its_node_and_lets_seven_s
         .await
         .expect("DeviceTaintRule created");
 
-    claim_and_pod(&client, "wants-eight", 8).await;
-    let eight = placement(&client, "wants-eight").await;
+    dra::claim_and_pod(&client, NS, NODE, "wants-eight", 8)
+        .await
+        .expect("claim and pod");
+    let eight = dra::placement(&client, NS, NODE, "wants-eight").await;
     assert!(
         eight.is_err(),
         "8 GPUs of a node with one tainted GPU must not be allocated: {eight:?}"
     );
 
-    claim_and_pod(&client, "wants-seven", 7).await;
-    let seven = placement(&client, "wants-seven")
+    dra::claim_and_pod(&client, NS, NODE, "wants-seven", 7)
+        .await
+        .expect("claim and pod");
+    let seven = dra::placement(&client, NS, NODE, "wants-seven")
         .await
         .expect("7 untainted GPUs fit");
     assert_eq!(seven.len(), 7, "{seven:?}");
@@ -247,9 +142,208 @@ async fn a_tainted_gpu_keeps_a_claim_for_all_eight_off_its_node_and_lets_seven_s
         .delete("gpu-01-gpu-3", &DeleteParams::default())
         .await
         .expect("rule deleted");
-    claim_and_pod(&client, "wants-one", 1).await;
-    let one = placement(&client, "wants-one")
+    dra::claim_and_pod(&client, NS, NODE, "wants-one", 1)
+        .await
+        .expect("claim and pod");
+    let one = dra::placement(&client, NS, NODE, "wants-one")
         .await
         .expect("the released GPU fits");
     assert_eq!(one, vec!["gpu-3".to_string()]);
+}
+
+/// Four 8-GPU nodes: `dra-01` (GPU 3) and `dra-02` (GPU 6) with a straggler GPU and their
+/// GPUs published as DRA devices; `plain-01` with a straggler GPU (5) and no devices;
+/// `good-01` healthy, its GPUs devices too.
+fn fleet() -> gpufabric_measure::fleet::Fleet {
+    let mut f = SimFleet::uniform("n", 4, H100, 8);
+    for (n, name) in f
+        .nodes
+        .iter_mut()
+        .zip(["dra-01", "dra-02", "plain-01", "good-01"])
+    {
+        n.name = name.to_string();
+    }
+    for (i, gpu) in [(0, 3), (1, 6), (2, 5)] {
+        f.nodes[i]
+            .faults
+            .push(Fault::Straggler { gpu, factor: 1.5 });
+    }
+    f
+}
+
+/// The DeviceTaintRules in the cluster.
+async fn rules(client: &kube::Client) -> Vec<DeviceTaintRule> {
+    Api::<DeviceTaintRule>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("rules listed")
+        .items
+}
+
+/// Waits (up to 180 s) until the test's status satisfies `cond` with no run active.
+async fn wait_status(
+    env: &OperatorEnv,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&gpufabric_api::FabricTestStatus) -> bool + Send + Sync,
+) -> gpufabric_api::FabricTestStatus {
+    let api = env.tests_api();
+    let r = wait::for_object(&api, name, Duration::from_secs(180), |t| {
+        t.and_then(|t| t.status.as_ref())
+            .is_some_and(|s| s.active_run.is_none() && cond(s))
+    })
+    .await;
+    match r {
+        Ok(Some(t)) => t.status.unwrap_or_default(),
+        other => {
+            let status = api.get(name).await.ok().and_then(|t| t.status);
+            panic!(
+                "{what}: {other:?}\nstatus: {status:#?}\noperator log:\n{}",
+                env.operator.log_tail(80)
+            )
+        }
+    }
+}
+
+fn tainted(s: &gpufabric_api::FabricTestStatus, node: &str) -> Vec<u32> {
+    s.nodes
+        .iter()
+        .find(|h| h.node == node)
+        .map(|h| h.tainted_gpus.iter().map(|g| g.gpu).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_the_tests_deletion()
+{
+    let began = Instant::now();
+    let env = OperatorEnv::start_dra(fleet(), "gpufabric").await;
+    let client = env.cluster.client();
+    for node in ["dra-01", "dra-02", "good-01"] {
+        dra::publish_gpus(&client, node, 8, H100)
+            .await
+            .expect("slice published");
+    }
+    let name = "gpus";
+    env.create_test(
+        name,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "agent": sim_agent(60),
+            "quarantine": {"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1,
+                "confirmRetest": true, "passesToRelease": 1, "stormThresholdPercent": 100},
+        }),
+    )
+    .await;
+
+    // The first run finds the stragglers, the confirmation run finds them again.
+    let s = wait_status(&env, name, "GPUs tainted after confirmation", |s| {
+        tainted(s, "dra-01") == [3] && tainted(s, "dra-02") == [6]
+    })
+    .await;
+    let handling = s.gpu_handling.clone().expect("gpuHandling in the status");
+    assert_eq!(handling.device_taint_rules.as_deref(), Some("v1alpha3"));
+    assert_eq!(handling.per_node, ["plain-01"]);
+    assert_eq!(handling.per_gpu, ["dra-01", "dra-02", "good-01"]);
+    assert_eq!(handling.tainted_gpus, 2);
+    assert_eq!(s.quarantined_nodes, ["plain-01"], "{:#?}", s.nodes);
+
+    let all = rules(&client).await;
+    assert_eq!(all.len(), 2, "one rule for each failing GPU: {all:#?}");
+    let on = |node: &str| {
+        all.iter()
+            .find(|r| {
+                r.spec
+                    .device_selector
+                    .as_ref()
+                    .and_then(|d| d.pool.as_deref())
+                    == Some(node)
+            })
+            .unwrap_or_else(|| panic!("a rule for {node}"))
+    };
+    let rule = on("dra-01");
+    let selector = rule.spec.device_selector.clone().expect("selector");
+    assert_eq!(selector.driver.as_deref(), Some(dra::DRIVER));
+    assert_eq!(selector.device.as_deref(), Some("gpu-3"));
+    assert_eq!(rule.spec.taint.key, TAINT_GPU);
+    assert_eq!(rule.spec.taint.value.as_deref(), Some("straggler"));
+    assert_eq!(rule.spec.taint.effect, "NoSchedule");
+    let test = env.tests_api().get(name).await.expect("test read");
+    let owner = &rule.owner_references()[0];
+    assert_eq!(Some(&owner.uid), test.metadata.uid.as_ref());
+    assert!(
+        rule.annotations()
+            .contains_key(ANNOTATION_DEVICE_QUARANTINE)
+    );
+
+    // The GPU nodes stay schedulable; the node without DRA devices is cordoned as before.
+    for node in ["dra-01", "dra-02", "good-01"] {
+        assert!(!cordoned(&env.read_node(node).await), "{node} was cordoned");
+    }
+    assert!(cordoned(&env.read_node("plain-01").await));
+
+    // The real scheduler: 8 GPUs of dra-01 do not fit, 7 do, without GPU 3.
+    let ns = env.ns.clone();
+    dra::claim_and_pod(&client, &ns, "dra-01", "wants-eight", 8)
+        .await
+        .expect("claim and pod");
+    let eight = dra::placement(&client, &ns, "dra-01", "wants-eight").await;
+    assert!(
+        eight.is_err(),
+        "8 GPUs allocated next to a tainted one: {eight:?}"
+    );
+    dra::claim_and_pod(&client, &ns, "dra-01", "wants-seven", 7)
+        .await
+        .expect("claim and pod");
+    let seven = dra::placement(&client, &ns, "dra-01", "wants-seven")
+        .await
+        .expect("7 untainted GPUs fit");
+    assert_eq!(seven.len(), 7);
+    assert!(!seven.iter().any(|d| d == "gpu-3"), "{seven:?}");
+
+    // dra-01 is repaired: a passing run deletes its rule; dra-02 still fails and stays.
+    let mut repaired = env.fleet.fleet().clone();
+    repaired.nodes[0].faults.clear();
+    SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
+    let before = s.last_run.clone().map(|r| r.name);
+    env.run_now(name).await;
+    let s = wait_status(&env, name, "dra-01 released", |s| {
+        s.last_run.as_ref().map(|r| &r.name) != before.as_ref() && tainted(s, "dra-01").is_empty()
+    })
+    .await;
+    assert_eq!(tainted(&s, "dra-02"), [6]);
+    let left = rules(&client).await;
+    assert_eq!(left.len(), 1, "{left:#?}");
+    assert_eq!(
+        left[0]
+            .spec
+            .device_selector
+            .as_ref()
+            .and_then(|d| d.pool.as_deref()),
+        Some("dra-02")
+    );
+
+    // Deleting the FabricTest (what uninstall does) removes its rule at once.
+    env.tests_api()
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("test deleted");
+    let gone = wait::for_object(&env.tests_api(), name, Duration::from_secs(60), |t| {
+        t.is_none()
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "the FabricTest's finalizer did not finish: {gone:?}"
+    );
+    let left = rules(&client).await;
+    assert!(
+        left.is_empty(),
+        "rules left after the test's deletion: {left:#?}"
+    );
+    assert!(
+        !cordoned(&env.read_node("plain-01").await),
+        "plain-01 released"
+    );
+    eprintln!("took {:.1}s", began.elapsed().as_secs_f64());
 }

@@ -85,6 +85,20 @@ const GRANTED: &[Grant] = &[
         &[],
         &["update"],
     ),
+    (
+        "ClusterRole <release>-operator",
+        "resource.k8s.io",
+        &["resourceslices"],
+        &[],
+        &["list"],
+    ),
+    (
+        "ClusterRole <release>-operator",
+        "resource.k8s.io",
+        &["devicetaintrules"],
+        &[],
+        &["list", "create", "delete"],
+    ),
     // The operator, in the release namespace: its benchmark pods and what they leave.
     (
         "Role <release>-operator-workloads",
@@ -158,6 +172,13 @@ const GRANTED: &[Grant] = &[
         &["nodes/status"],
         &[],
         &["patch"],
+    ),
+    (
+        "ClusterRole <release>-operator-uninstall",
+        "resource.k8s.io",
+        &["devicetaintrules"],
+        &[],
+        &["list", "delete"],
     ),
     (
         "Role <release>-operator-uninstall-events",

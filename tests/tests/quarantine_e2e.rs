@@ -168,6 +168,13 @@ async fn demo_fleet_ends_with_exactly_the_slow_pair_and_the_straggler_cordoned()
         vec![slow.clone(), straggler.clone()],
         "{status:#?}"
     );
+    // A control plane without DRA device taints: the straggler GPU's node is quarantined as
+    // a node, and the status says every node is handled so.
+    let handling = status.gpu_handling.clone().expect("gpuHandling");
+    assert_eq!(handling.device_taint_rules, None);
+    assert!(handling.per_gpu.is_empty());
+    assert!(handling.per_node.contains(&straggler), "{handling:?}");
+    assert_eq!(handling.tainted_gpus, 0);
     let all = env.nodes().await;
     let cordoned_now: Vec<&str> = all
         .iter()

@@ -417,6 +417,40 @@ pub struct Finding {
 }
 
 impl Finding {
+    /// The GPU this finding puts at fault on its own, when it is a GPU-level fault that
+    /// taking that one GPU out of service answers: a straggler, wrong results, slow compute
+    /// or memory, or the GPU's NVLink. None for anything else (a pair, a node, a crash, a
+    /// warning): those are the node's.
+    pub fn faulty_gpu(&self) -> Option<u32> {
+        let gpu_level = matches!(
+            self.kind,
+            FindingKind::Straggler
+                | FindingKind::WrongResults
+                | FindingKind::Slow
+                | FindingKind::NvlinkDown
+                | FindingKind::NvlinkErrors
+                | FindingKind::NvlinkErrorsGrowing
+        );
+        match self.subject {
+            Subject::Gpu { gpu, .. } if gpu_level && self.severity == Severity::Critical => {
+                Some(gpu)
+            }
+            _ => None,
+        }
+    }
+
+    /// A short word for the fault of a GPU-level finding, the value of its device taint.
+    pub fn fault_word(&self) -> &'static str {
+        match self.kind {
+            FindingKind::Straggler => "straggler",
+            FindingKind::WrongResults => "wrong-results",
+            FindingKind::NvlinkDown
+            | FindingKind::NvlinkErrors
+            | FindingKind::NvlinkErrorsGrowing => "nvlink",
+            _ => "slow",
+        }
+    }
+
     /// A finding without evidence: what, about whom, how severe, and the sentence.
     pub fn new(
         kind: FindingKind,

@@ -161,3 +161,13 @@ pub const TAINT_SUSPECT: &str = "gpufabric.io/suspect";
 /// taint. Its presence is the only proof of ownership: without it the taint is someone
 /// else's and is never removed.
 pub const ANNOTATION_SUSPECT_TAINT: &str = "gpufabric.io/suspect-taint";
+/// The key of the DRA device taint gpufabric puts on a GPU found at fault (its value names
+/// the fault: `straggler`, `wrong-results`, `slow`, `nvlink`).
+pub const TAINT_GPU: &str = "gpufabric.io/gpu";
+/// Annotation on a DeviceTaintRule gpufabric made: its record (JSON: the FabricTest's UID,
+/// node, GPU, run and reason). A rule without it, or whose record and controller owner do
+/// not both name the test's UID, is someone else's and is never changed or deleted.
+pub const ANNOTATION_DEVICE_QUARANTINE: &str = "gpufabric.io/device-quarantine";
+/// Label on a DeviceTaintRule gpufabric made: the UID of the FabricTest that made it (how
+/// its rules are listed; ownership is then checked on the rule's owner and record).
+pub const LABEL_TEST_UID: &str = "gpufabric.io/test-uid";

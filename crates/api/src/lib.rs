@@ -8,6 +8,7 @@
 pub mod baseline;
 pub mod counters;
 pub mod ddp_nodes;
+pub mod device_taint;
 pub mod findings;
 pub mod keys;
 pub mod limits;

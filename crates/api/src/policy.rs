@@ -184,6 +184,13 @@ pub struct QuarantinePolicy {
     /// The window of the repeat-offender rule, in hours.
     #[schemars(range(min = 1, max = 8760))]
     pub repeat_offender_window_hours: u32,
+    /// On nodes whose GPUs are DRA devices (the cluster serves DeviceTaintRules), a
+    /// confirmed GPU-level fault (a straggler, wrong results, slow compute or memory, the
+    /// GPU's NVLink) takes only that GPU out of service with a DeviceTaintRule of this
+    /// effect, in Cordon and Taint modes: NoSchedule (default) keeps new claims off it,
+    /// NoExecute also evicts the pods using it. A node with more than half its GPUs tainted
+    /// is quarantined as `mode` says.
+    pub gpu_taint_effect: crate::device_taint::GpuTaintEffect,
 }
 
 /// Default of `repeatOffenderQuarantines`: three times...
@@ -210,6 +217,7 @@ impl Default for QuarantinePolicy {
             graduated_taints: false,
             repeat_offender_quarantines: DEFAULT_REPEAT_OFFENDER_QUARANTINES,
             repeat_offender_window_hours: DEFAULT_REPEAT_OFFENDER_WINDOW_HOURS,
+            gpu_taint_effect: crate::device_taint::GpuTaintEffect::default(),
         }
     }
 }

@@ -394,6 +394,10 @@ pub struct FabricTestStatus {
     /// (`kubectl gpufabric baseline export` writes it as a file).
     #[serde(default, skip_serializing_if = "is_empty_baseline")]
     pub baseline: crate::baseline::FleetBaseline,
+    /// Which nodes a GPU-level fault is acted on per GPU (DRA device taints) and which per
+    /// node, as the latest run found the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_handling: Option<crate::device_taint::GpuHandling>,
 }
 
 fn is_empty_baseline(b: &crate::baseline::FleetBaseline) -> bool {
@@ -488,6 +492,11 @@ pub struct NodeHealth {
     /// Rises of the node's conditions that started no run because the bound was reached.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub condition_rises_dropped: u32,
+    /// The node's GPUs this test took out of service with DRA device taints (the node is
+    /// handled per GPU, see `status.gpuHandling`); the node itself stays schedulable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["gpu"]))]
+    pub tainted_gpus: Vec<crate::device_taint::TaintedGpu>,
 }
 
 /// At most this many runs start for a node's conditions (`testOnConditions`) within

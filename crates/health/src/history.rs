@@ -56,6 +56,7 @@ pub fn advance(
         condition_rise: prev.and_then(|p| p.condition_rise.clone()),
         condition_runs: prev.map(|p| p.condition_runs.clone()).unwrap_or_default(),
         condition_rises_dropped: prev.map_or(0, |p| p.condition_rises_dropped),
+        tainted_gpus: prev.map(|p| p.tainted_gpus.clone()).unwrap_or_default(),
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod evaluate;
 pub mod fleet;
 pub mod floors;
+pub mod gpu_quarantine;
 pub mod history;
 pub mod nics;
 pub mod pairs;

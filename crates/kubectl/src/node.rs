@@ -102,6 +102,23 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             h.verdict.name()
         ),
     };
+    if !h.tainted_gpus.is_empty() {
+        let gpus: Vec<String> = h
+            .tainted_gpus
+            .iter()
+            .map(|g| {
+                format!(
+                    "GPU {} ({}, rule {}): {}",
+                    g.gpu, g.device, g.rule, g.reason
+                )
+            })
+            .collect();
+        why = format!(
+            "GPUs taken out of service by DRA device taints, the node stays schedulable: {}; released after {} passing run(s) in a row",
+            gpus.join("; "),
+            policy.passes_to_release
+        );
+    }
     if breaker.open {
         why.push_str(&format!(
             "; the breaker of {} is open: it quarantines and releases no node",
@@ -398,6 +415,36 @@ mod tests {
         assert!(
             text.contains("nightly-manual-1  <-> h200-02  Slow  Info"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_node_with_a_tainted_gpu_says_which_gpu_is_out_of_service_and_that_the_node_is_not() {
+        let mut test = fixtures::test();
+        let status = test.status.as_mut().expect("status");
+        let h = status
+            .nodes
+            .iter_mut()
+            .find(|h| h.node == "h100-03")
+            .expect("h100-03 in the status");
+        h.tainted_gpus = vec![gpufabric_api::device_taint::TaintedGpu {
+            gpu: 3,
+            device: "gpu.nvidia.com/h100-03/gpu-3".into(),
+            rule: "gpufabric-gpu-x7k2p".into(),
+            reason: "GPU 3 computes 1.5x slower".into(),
+            since: None,
+        }];
+        let v = NodeView::of(
+            &fixtures::node("h100-03", None),
+            &[test],
+            &[fixtures::run()],
+        );
+        assert!(
+            v.tests[0].acted_on.starts_with(
+                "GPUs taken out of service by DRA device taints, the node stays schedulable: GPU 3 (gpu.nvidia.com/h100-03/gpu-3, rule gpufabric-gpu-x7k2p): GPU 3 computes 1.5x slower"
+            ),
+            "{}",
+            v.tests[0].acted_on
         );
     }
 

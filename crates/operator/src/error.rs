@@ -14,6 +14,8 @@ pub enum Error {
     Missing(&'static str),
     #[error("quarantine failed: {0}")]
     Quarantine(#[from] crate::quarantine::QuarantineError),
+    #[error("quarantine of GPUs through DRA failed: {0}")]
+    Dra(#[from] crate::dra::DraError),
     #[error("adding the finalizer failed: {0}")]
     AddFinalizer(#[source] kube::Error),
     #[error("removing the finalizer failed: {0}")]

@@ -12,6 +12,7 @@ pub mod controller;
 pub mod counters;
 pub mod ddp_nodes;
 pub mod departed;
+pub mod dra;
 pub mod error;
 pub mod events;
 pub mod identity;

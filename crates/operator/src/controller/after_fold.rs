@@ -48,6 +48,8 @@ pub struct Folded<'a> {
     /// The nodes the test selects: the base of a percent budget.
     pub selected: usize,
     pub guards: &'a gpufabric_health::Guards,
+    /// What DRA says of the cluster: which nodes' GPUs are devices, the rules the test holds.
+    pub dra: &'a crate::dra::DraView,
 }
 
 /// Plans what follows a folded run (see [`quarantine_decision`]). Fails only when the
@@ -76,7 +78,10 @@ pub fn plan(f: &Folded) -> Result<AfterFold> {
 /// completely (every phase ran).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuarantineDecision {
+    /// What acts on nodes.
     pub plan: gpufabric_health::Plan,
+    /// What acts on single GPUs through DRA device taints.
+    pub gpus: gpufabric_health::gpu_quarantine::GpuPlan,
     pub reasons: BTreeMap<String, String>,
     pub repaired: BTreeSet<String>,
 }
@@ -84,7 +89,9 @@ pub struct QuarantineDecision {
 /// Plans quarantine after a folded run: the planner's facts for every observed node from
 /// the test's history, what the run measured (a node not measured is never a suspect) and
 /// confirmed itself (node pairs retested against a known-good partner), under the guards,
-/// with a budget of the nodes the test selects (never fewer than the run measured).
+/// with a budget of the nodes the test selects (never fewer than the run measured). A node
+/// with GPUs the test holds tainted counts as quarantined by it; the node plan is then split
+/// ([`gpufabric_health::gpu_quarantine::split`]) into what acts on GPUs and on nodes.
 pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
     let Folded {
         test,
@@ -94,6 +101,7 @@ pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
         observed,
         selected,
         guards,
+        dra,
     } = *f;
     let run_name = run.name_any();
     let tested: BTreeSet<&str> = st::measured_nodes(results);
@@ -125,19 +133,22 @@ pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
                     )
                 });
             let mut facts = o.facts(health, tested.contains(o.node.as_str()));
+            facts.quarantined_by_us |= !dra.tainted(&o.node).is_empty();
             facts.confirmed = confirmed.contains(o.node.as_str());
             // A repair is proven only by a complete measurement.
             facts.repaired &= complete.contains(o.node.as_str());
             facts
         })
         .collect();
-    let plan = gpufabric_health::plan_guarded(
+    let mut plan = gpufabric_health::plan_guarded(
         &facts,
         &test.spec.quarantine,
         selected.max(tested.len()),
         run.spec.trigger,
         guards,
     );
+    let gpu_nodes = gpu_nodes(f, &facts);
+    let gpus = gpufabric_health::gpu_quarantine::split(&mut plan, &gpu_nodes);
     let reasons = status
         .nodes
         .iter()
@@ -150,9 +161,89 @@ pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
         .collect();
     QuarantineDecision {
         plan,
+        gpus,
         reasons,
         repaired,
     }
+}
+
+/// What the GPU planner knows of each node the node plan knows: its GPUs as DRA devices,
+/// those the test holds tainted, and this run's GPU-level faults.
+fn gpu_nodes(
+    f: &Folded,
+    facts: &[gpufabric_health::NodeFacts],
+) -> Vec<gpufabric_health::gpu_quarantine::GpuNode> {
+    let findings = f
+        .run
+        .status
+        .as_ref()
+        .map(|s| s.findings.as_slice())
+        .unwrap_or_default();
+    let results: BTreeMap<&str, &NodeRunResult> =
+        f.results.iter().map(|r| (r.node.as_str(), r)).collect();
+    let needed = f.test.spec.quarantine.failures_to_quarantine.max(1);
+    let records: BTreeSet<&str> = f
+        .observed
+        .iter()
+        .filter(|o| o.quarantined_by_us)
+        .map(|o| o.node.as_str())
+        .collect();
+    // Label mode only marks nodes: a GPU's taint would act where the test asks for no action.
+    let label_only = f.test.spec.quarantine.mode == gpufabric_api::policy::QuarantineMode::Label;
+    facts
+        .iter()
+        .map(|n| {
+            let devices = if label_only {
+                BTreeMap::new()
+            } else {
+                f.dra.devices(&n.node)
+            };
+            let result = results.get(n.node.as_str());
+            let gpus = result
+                .and_then(|r| r.gpus)
+                .unwrap_or(0)
+                .max(devices.len() as u32);
+            gpufabric_health::gpu_quarantine::GpuNode {
+                tainted: f.dra.tainted(&n.node),
+                faults: result.and_then(|r| gpu_faults(r, findings)),
+                failing: n.tested && n.health.consecutive_failures >= needed,
+                node_record: records.contains(n.node.as_str()),
+                node: n.node.clone(),
+                devices,
+                gpus,
+            }
+        })
+        .collect()
+}
+
+/// The run's faults of `r`'s node by GPU, when the node failed and every one of its
+/// critical findings is a GPU-level fault the run lists ([`gpufabric_api::Finding::faulty_gpu`]);
+/// None otherwise (a node-level fault, a pair, an error, or findings the run did not list).
+pub fn gpu_faults(
+    r: &NodeRunResult,
+    findings: &[gpufabric_api::Finding],
+) -> Option<BTreeMap<u32, gpufabric_health::gpu_quarantine::GpuFault>> {
+    if r.verdict != NodeVerdict::Failed || r.findings == 0 {
+        return None;
+    }
+    let critical: Vec<&gpufabric_api::Finding> = findings
+        .iter()
+        .filter(|f| f.severity == gpufabric_api::Severity::Critical)
+        .filter(|f| f.subject.node_name() == r.node)
+        .collect();
+    if critical.len() != r.findings as usize {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for f in critical {
+        let gpu = f.faulty_gpu()?;
+        out.entry(gpu)
+            .or_insert_with(|| gpufabric_health::gpu_quarantine::GpuFault {
+                word: f.fault_word(),
+                reason: f.message.clone(),
+            });
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -202,6 +293,7 @@ mod tests {
             observed: &observed,
             selected: 10,
             guards: &gpufabric_health::Guards::default(),
+            dra: &crate::dra::DraView::default(),
         })
     }
 
@@ -320,6 +412,7 @@ mod tests {
             observed: &observed,
             selected: 10,
             guards: &guards,
+            dra: &crate::dra::DraView::default(),
         })
         .expect("plans")
     }
@@ -358,6 +451,44 @@ mod tests {
                 .get(gpufabric_api::keys::ANNOTATION_CONFIRMS),
             Some(&"nightly-3".to_string())
         );
+    }
+
+    fn finding(
+        kind: gpufabric_api::FindingKind,
+        subject: gpufabric_api::Subject,
+    ) -> gpufabric_api::Finding {
+        gpufabric_api::Finding::new(
+            kind,
+            subject,
+            gpufabric_api::Metric::DdpComputeTime,
+            gpufabric_api::Severity::Critical,
+            "GPU 3 computes 1.5x slower than its node's median".into(),
+        )
+    }
+
+    #[test]
+    fn only_a_node_whose_every_critical_finding_is_one_gpus_fault_is_handled_per_gpu() {
+        use gpufabric_api::{FindingKind, Subject};
+        let mut r = result("a", NodeVerdict::Failed);
+        r.findings = 1;
+        let straggler = finding(FindingKind::Straggler, Subject::gpu("a", 3));
+        let faults = gpu_faults(&r, std::slice::from_ref(&straggler)).expect("per GPU");
+        assert_eq!(faults.keys().collect::<Vec<_>>(), [&3]);
+        assert_eq!(faults[&3].word, "straggler");
+        // A node-level finding beside it: the node's.
+        r.findings = 2;
+        let node = finding(FindingKind::Slow, Subject::node("a"));
+        assert!(gpu_faults(&r, &[straggler.clone(), node]).is_none());
+        // A finding the run did not list (the count says 2, one is listed): the node's.
+        assert!(gpu_faults(&r, std::slice::from_ref(&straggler)).is_none());
+        // A GPU pair is two GPUs: the node's.
+        r.findings = 1;
+        let pair = finding(FindingKind::Slow, Subject::gpu_pair("a", 2, 3));
+        assert!(gpu_faults(&r, &[pair]).is_none());
+        // An errored node is never handled per GPU.
+        let mut errored = result("a", NodeVerdict::Errored);
+        errored.findings = 1;
+        assert!(gpu_faults(&errored, &[straggler]).is_none());
     }
 
     #[test]

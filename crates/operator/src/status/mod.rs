@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 
 mod bound;
+mod gpus;
 mod infra;
 mod standing;
 
@@ -20,6 +21,7 @@ pub use bound::{
     MAX_NODES_IN_RUN_STATUS, MAX_NODES_IN_TEST_STATUS, MAX_SKIPPED_IN_STATUS, bound_test_status,
     nodes_for_run_status,
 };
+pub use gpus::apply_gpu_outcome;
 pub use infra::{
     CONDITION_INFRASTRUCTURE_DEGRADED, CONDITION_PHASES_NOT_RUN, INFRASTRUCTURE_MIN_NODES,
     INFRASTRUCTURE_SHARE, InfrastructureIssue, infrastructure_condition, infrastructure_issue,

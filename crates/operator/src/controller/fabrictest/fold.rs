@@ -102,6 +102,9 @@ async fn quarantine_after(
     let observed = quarantine::observe_cached(&ctx.client, &ctx.nodes, test, &names)
         .await
         .map_err(Error::Quarantine)?;
+    let dra = crate::dra::observe(&ctx.client, test)
+        .await
+        .map_err(Error::Dra)?;
     // The budget is a share of what the test selects, not of this run: a confirmation run
     // retests only the suspects, and a percent of those would hold real failures back.
     let selected = crate::nodes::selected_count(
@@ -117,16 +120,19 @@ async fn quarantine_after(
         observed: &observed,
         selected,
         guards: &guards(ctx, breaker.open, holdings.others),
+        dra: &dra,
     })?;
-    carry_out_after_fold(test, run, results, status, breaker, ctx, after).await
+    carry_out_after_fold(test, run, results, status, breaker, ctx, after, &dra).await
 }
 
 /// Carries out what follows a folded run, in the plan's order: the breaker opens on a
 /// storm, the quarantine plan is executed and its outcome written into `status` (which the
 /// lifecycle then reads), the lifecycle's steps, each node's standing decided
 /// ([`st::settle`], which the signals, metrics and status read), the signals and trend
-/// points when the plan publishes them, and the confirmation run. Returns false when some
-/// node change failed.
+/// points when the plan publishes them, and the confirmation run. The GPUs' device taints
+/// are written right after the nodes' quarantine. Returns false when some node or GPU change
+/// failed.
+#[allow(clippy::too_many_arguments)]
 async fn carry_out_after_fold(
     test: &FabricTest,
     run: &FabricTestRun,
@@ -135,11 +141,13 @@ async fn carry_out_after_fold(
     breaker: &mut quarantine::Breaker,
     ctx: &Context,
     after: AfterFold,
+    dra: &crate::dra::DraView,
 ) -> Result<bool> {
     let AfterFold {
         decision:
             QuarantineDecision {
                 plan,
+                gpus,
                 reasons,
                 repaired,
             },
@@ -163,6 +171,20 @@ async fn carry_out_after_fold(
     .await
     .map_err(Error::Quarantine)?;
     outcome.apply_to_status(status);
+    let gpu_outcome = crate::dra::carry_out(
+        &ctx.client,
+        &ctx.events,
+        test,
+        dra,
+        &gpus,
+        &run_name,
+        &crate::time::now(),
+    )
+    .await;
+    st::apply_gpu_outcome(status, dra.version(), &gpus, &gpu_outcome);
+    for e in &gpu_outcome.errors {
+        tracing::warn!(error = %e, "GPU quarantine not applied");
+    }
     let quarantined_ms = began.elapsed().as_millis();
     let gated = |n: &str| {
         ctx.nodes
@@ -215,7 +237,7 @@ async fn carry_out_after_fold(
     if let Some(confirm) = confirm {
         create_confirmation(test, &confirm, &plan.confirm, ctx).await?;
     }
-    Ok(outcome.errors.is_empty() && lifecycle_applied)
+    Ok(outcome.errors.is_empty() && gpu_outcome.errors.is_empty() && lifecycle_applied)
 }
 
 /// Creates the confirmation run that retests `suspects`, with an Event on the test when it

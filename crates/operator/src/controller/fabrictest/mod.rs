@@ -70,7 +70,7 @@ async fn cleanup(test: &FabricTest, ctx: &Context) -> Result<Action> {
 
 /// Undoes on every node what `test` made: its quarantines (only the label, cordon and taint
 /// each node's record says this operator made; none with `releaseOnDelete: false`), its
-/// suspect taints and the node signals its runs wrote last. The finalizer's work: the
+/// suspect taints, its GPUs' device taints and the node signals its runs wrote last. The finalizer's work: the
 /// controller does it when the test is deleted, and `fabric-operator uninstall` when no
 /// operator runs. Returns the nodes released; an error (the finalizer must stay) when a
 /// quarantine could not be undone. Signals left behind are logged, not an error.
@@ -83,6 +83,11 @@ pub async fn release(
     let released = quarantine::release_all(client, events, metrics, test)
         .await
         .map_err(Error::Quarantine)?;
+    // A GPU's device taint always goes with its test: the rule's owner is the test, so the
+    // garbage collector would remove it anyway once the test is gone.
+    crate::dra::release_all(client, events, test)
+        .await
+        .map_err(Error::Dra)?;
     if let Ok(key) = quarantine::test_key(test) {
         match crate::signals::release_suspect_taints(client, &key).await {
             Ok(failures) if failures.is_empty() => {}
