@@ -11,6 +11,7 @@ pub mod ddp_nodes;
 pub mod findings;
 pub mod keys;
 pub mod limits;
+pub mod nccl_nodes;
 pub mod nic;
 pub mod nic_counters;
 pub mod outcome;

@@ -5,6 +5,7 @@
 
 mod compute;
 pub mod ddp_nodes;
+pub mod nccl_nodes;
 mod node_model;
 mod node_pair;
 mod noise;
