@@ -251,7 +251,7 @@ fn measure(
                     s.collective.nccl_tests_name(),
                     s.large_busbw,
                     s.small_time_us,
-                    s.small_bytes
+                    doc.sizes.first().copied().unwrap_or(0)
                 ));
             }
             doc.points.push(p);

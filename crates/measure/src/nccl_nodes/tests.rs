@@ -122,7 +122,7 @@ fn five_ranks_measure_two_four_and_five_nodes_and_agree() {
             assert!((250.0..400.0).contains(&bw), "{c:?} at {}: {bw}", p.nodes);
         }
         let small = &p.summary[0];
-        assert_eq!(small.small_bytes, 1 << 10);
+        assert_eq!(d.sizes[0], 1 << 10);
         assert!(small.small_time_us > 20.0 && small.small_time_us < 200.0);
     }
 }
