@@ -6,14 +6,11 @@
 //! here are its arguments, the backend chosen for it, the table, the document and the exit
 //! code.
 
-use crate::args::{
-    BackendArg, Choice, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size,
-};
+use crate::args::{Choice, GroupArgs, RankArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
 use crate::output::progress;
 use clap::Args;
-use gpufabric_api::keys;
 use gpufabric_api::nccl_nodes::NcclNodesResult;
 use gpufabric_api::suite::Collective;
 use gpufabric_measure::cuda::nccl_nodes::CudaNcclNodes;
@@ -27,26 +24,9 @@ use std::time::Duration;
 /// Arguments of `fabric-agent nccl-nodes`.
 #[derive(Args, Debug, Clone)]
 pub struct NcclNodesArgs {
-    /// Backend. `sim` is only used when asked for by name.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
-    pub backend: BackendArg,
-
-    /// The nodes of the sweep, by rank, comma-separated. Node count k uses the first k.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "NODE0,NODE1,...",
-        required = true
-    )]
-    pub nodes: Vec<String>,
-
-    /// This process's rank: its node's position in --nodes; 0 serves the rendezvous.
-    #[arg(long, env = keys::ENV_RANK, value_name = "N")]
-    pub rank: u32,
-
-    /// How this rank meets the others.
+    /// The group: backend, nodes, rank, rendezvous.
     #[command(flatten)]
-    pub meet: RendezvousArgs,
+    pub group: GroupArgs,
 
     /// Node counts to measure, each at least 2 (default 2, 4, 8, ... and all of --nodes).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -105,21 +85,7 @@ fn parse_collective(s: &str) -> Result<Collective, String> {
 
 impl NcclNodesArgs {
     fn check(&self) -> anyhow::Result<()> {
-        if self.nodes.len() < 2 || self.nodes.iter().any(|n| n.trim().is_empty()) {
-            return Err(invalid("--nodes takes two or more node names".into()));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        if let Some(dup) = self.nodes.iter().find(|n| !seen.insert(n.as_str())) {
-            return Err(invalid(format!("--nodes names {dup} twice")));
-        }
-        let me = self.nodes.get(self.rank as usize).ok_or_else(|| {
-            invalid(format!(
-                "--rank {} is past the last of the {} nodes in --nodes",
-                self.rank,
-                self.nodes.len()
-            ))
-        })?;
-        self.me.check_node(self.rank, me)?;
+        self.group.check(&self.me, 2)?;
         if self
             .node_counts
             .as_ref()
@@ -153,17 +119,14 @@ impl NcclNodesArgs {
 pub fn run(args: NcclNodesArgs) -> anyhow::Result<i32> {
     args.check()?;
     let sweep = NcclNodesRun {
-        config: args.meet.config(args.rank, args.nodes.clone())?,
+        config: args.group.config()?,
         sweep: args.sweep(),
         large_bytes: args.large_bytes,
         node_counts: args.node_counts.clone(),
         timeout: args.timeout,
         shared_gpus: args.me.shared_gpus,
     };
-    let me = args
-        .nodes
-        .get(args.rank as usize)
-        .map_or("", String::as_str);
+    let me = args.group.check(&args.me, 1)?;
     let mut m = match backend::choose(&args, me)? {
         Chosen::Measure { backend, .. } => backend,
         Chosen::Crashed(code) => return Ok(code),
@@ -217,13 +180,13 @@ impl Measures for NcclNodesArgs {
     const NODES_FLAG: &'static str = "--nodes";
 
     fn choice(&self) -> Choice<'_> {
-        self.me.choice(self.backend, &self.nodes)
+        self.me.choice(self.group.backend, &self.group.nodes)
     }
 
     /// This node's GPUs in this process, one thread of NCCL calls over all of them.
     fn cuda(&self) -> anyhow::Result<Box<dyn NcclMeasure>> {
         Ok(Box::new(CudaNcclNodes::new(
-            self.rank,
+            self.group.rank,
             PairSettings {
                 iters: (self.warmup, self.iters),
                 timeout: self.timeout,
@@ -238,13 +201,14 @@ impl Measures for NcclNodesArgs {
         seed: u64,
     ) -> anyhow::Result<Box<dyn NcclMeasure>> {
         let nodes = self
+            .group
             .nodes
             .iter()
             .filter_map(|n| fleet.node(n).cloned())
             .collect();
         Ok(Box::new(SimNcclNodes {
             nodes,
-            rank: self.rank,
+            rank: self.group.rank,
             seed,
         }))
     }

@@ -28,14 +28,6 @@ pub struct SimNcclNodes {
     pub seed: u64,
 }
 
-impl SimNcclNodes {
-    fn me(&self) -> Result<&FleetNode, NodeError> {
-        self.nodes
-            .get(self.rank as usize)
-            .ok_or(NodeError::NoNode(self.rank))
-    }
-}
-
 impl NcclMeasure for SimNcclNodes {
     fn kind(&self) -> Backend {
         Backend::Sim
@@ -43,16 +35,11 @@ impl NcclMeasure for SimNcclNodes {
 
     /// The node's `gpusInUse` faults present from the start.
     fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError> {
-        let me = self
-            .me()
-            .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
-        super::refuse_shared_gpus(me, shared, progress)?;
-        Ok(me.gpus)
+        super::prepare_rank(&self.nodes, self.rank, shared, progress)
     }
 
     fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
-        // No NCCL here: random bytes take the id's place, exchanged as a real one is.
-        Ok(crate::rendezvous::random_id()?.to_vec())
+        super::random_comm_id()
     }
 
     fn measure(
@@ -61,7 +48,7 @@ impl NcclMeasure for SimNcclNodes {
         _id: &[u8],
         sweep: &Sweep,
     ) -> Result<Vec<PairCollective>, NodeError> {
-        let me = self.me()?;
+        let me = super::rank_node(&self.nodes, self.rank)?;
         let nodes = self.nodes.get(..k as usize).ok_or(NodeError::TooFewNodes)?;
         super::pace::spend("ncclNodes", &me.name, self.seed);
         Ok(rows(nodes, me.gpus, sweep, self.seed))
@@ -70,8 +57,7 @@ impl NcclMeasure for SimNcclNodes {
     /// What the node's `gpusInUse` faults hold at the end (those with `during` started while
     /// the sweep measured).
     fn end_look(&mut self) -> Result<(), CheckError> {
-        let me = self
-            .me()
+        let me = super::rank_node(&self.nodes, self.rank)
             .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
         crate::gpu_use::refuse_after(&super::gpu_use(me, false), &super::gpu_use(me, true))
     }
