@@ -730,4 +730,25 @@ impl GroupArgs {
     pub fn config(&self) -> anyhow::Result<gpufabric_measure::rendezvous::Config> {
         self.meet.config(self.rank, self.nodes.clone())
     }
+
+    /// The group's nodes in the sim's `fleet`, by rank (those it has).
+    pub fn fleet_nodes(&self, fleet: &Fleet) -> Vec<gpufabric_measure::fleet::FleetNode> {
+        self.nodes
+            .iter()
+            .filter_map(|n| fleet.node(n).cloned())
+            .collect()
+    }
+
+    /// The exit code of a rank that did not meet the others (saying so, `what` named): a
+    /// rendezvous this rank could not set up is a usage error, a rank that never came is
+    /// not measured.
+    pub fn unmet_exit(what: &str, e: &gpufabric_measure::rendezvous::RendezvousError) -> i32 {
+        use gpufabric_measure::rendezvous::RendezvousError;
+        eprintln!("fabric-agent: {what} not measured: {e}");
+        match e {
+            RendezvousError::Config(_) | RendezvousError::Listen { .. } => crate::exit::Exit::Usage,
+            _ => crate::exit::Exit::NotMeasured,
+        }
+        .code()
+    }
 }

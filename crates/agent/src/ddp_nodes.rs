@@ -18,7 +18,6 @@ use gpufabric_measure::cuda::ddp::DdpSettings;
 use gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes;
 use gpufabric_measure::ddp_nodes::{self, DdpNodesRun, NodeMeasure};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
-use gpufabric_measure::rendezvous::RendezvousError;
 use gpufabric_measure::sim::ddp_nodes::SimDdpNodes;
 use std::time::Duration;
 
@@ -130,12 +129,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     let end = ddp_nodes::run(m.as_mut(), &probe, &progress)?;
     emit(&end.doc, args.me.json.as_deref())?;
     if let Some(e) = &end.unmet {
-        eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
-        return Ok(match e {
-            RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
-            _ => Exit::NotMeasured,
-        }
-        .code());
+        return Ok(GroupArgs::unmet_exit("multi-node DDP probe", e));
     }
     Ok(match &end.doc.not_measured {
         Some(nm) => {
@@ -190,12 +184,7 @@ impl Measures for DdpNodesArgs {
         _node: FleetNode,
         seed: u64,
     ) -> anyhow::Result<Box<dyn NodeMeasure>> {
-        let nodes = self
-            .group
-            .nodes
-            .iter()
-            .filter_map(|n| fleet.node(n).cloned())
-            .collect();
+        let nodes = self.group.fleet_nodes(&fleet);
         Ok(Box::new(SimDdpNodes {
             nodes,
             rank: self.group.rank,

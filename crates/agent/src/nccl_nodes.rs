@@ -17,7 +17,6 @@ use gpufabric_measure::cuda::nccl_nodes::CudaNcclNodes;
 use gpufabric_measure::cuda::node_pair::PairSettings;
 use gpufabric_measure::fleet::{Fleet, FleetNode};
 use gpufabric_measure::nccl_nodes::{self, COLLECTIVES, NcclMeasure, NcclNodesRun, Sweep};
-use gpufabric_measure::rendezvous::RendezvousError;
 use gpufabric_measure::sim::nccl_nodes::SimNcclNodes;
 use std::time::Duration;
 
@@ -139,12 +138,7 @@ pub fn run(args: NcclNodesArgs) -> anyhow::Result<i32> {
         table(&end.doc),
     )?;
     if let Some(e) = &end.unmet {
-        eprintln!("fabric-agent: multi-node NCCL sweep not measured: {e}");
-        return Ok(match e {
-            RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
-            _ => Exit::NotMeasured,
-        }
-        .code());
+        return Ok(GroupArgs::unmet_exit("multi-node NCCL sweep", e));
     }
     Ok(exit(&end.doc).code())
 }
@@ -200,12 +194,7 @@ impl Measures for NcclNodesArgs {
         _node: FleetNode,
         seed: u64,
     ) -> anyhow::Result<Box<dyn NcclMeasure>> {
-        let nodes = self
-            .group
-            .nodes
-            .iter()
-            .filter_map(|n| fleet.node(n).cloned())
-            .collect();
+        let nodes = self.group.fleet_nodes(&fleet);
         Ok(Box::new(SimNcclNodes {
             nodes,
             rank: self.group.rank,
