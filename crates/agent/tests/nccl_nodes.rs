@@ -8,7 +8,7 @@ mod common;
 use common::{EXIT_USAGE, RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::nccl_nodes::NcclNodesResult;
 use gpufabric_api::suite::Collective;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 
 const FLEET: &str = r#"
 seed: 3
@@ -24,17 +24,9 @@ nodes:
 
 impl RankEnv {
     fn nccl_rank(&self, nodes: &str, rank: u32) -> Child {
-        let mut cmd = agent();
-        cmd.env(
-            "FABRIC_TERMINATION_LOG",
-            self.dir.path().join(format!("termination-{rank}")),
-        )
-        .env("FABRIC_RENDEZVOUS_SECRET", SECRET)
-        .args(["nccl-nodes", "--backend", "sim", "--fleet"])
-        .arg(&self.fleet)
-        .args(["--nodes", nodes, "--rank", &rank.to_string()])
-        .args(["--rendezvous", &self.addr, "--group", "run-1/nccl"])
-        .args([
+        let json = self.dir.path().join(format!("doc-{rank}.json"));
+        let json = json.to_string_lossy();
+        let sweep = [
             "--rendezvous-timeout",
             "20",
             "-b",
@@ -43,12 +35,9 @@ impl RankEnv {
             "256M",
             "-f",
             "4",
-        ])
-        .arg("--json")
-        .arg(self.dir.path().join(format!("doc-{rank}.json")))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        cmd.spawn().expect("agent starts")
+        ];
+        let args: Vec<&str> = sweep.into_iter().chain(["--json", &json]).collect();
+        self.sim_rank("nccl-nodes", "run-1/nccl", nodes, rank, &args)
     }
 
     /// Every rank of `nodes`, the last first (they may start in any order).
