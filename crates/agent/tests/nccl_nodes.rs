@@ -1,7 +1,8 @@
 //! `fabric-agent nccl-nodes` end to end on the sim backend: four agent processes meet over
 //! TCP on loopback, sweep the four collectives over 2 and 4 nodes, and each prints the same
 //! nccl-tests rows and writes the same document; a slow NIC shows in every count it joins;
-//! bad settings are refused before any rank meets another.
+//! bad settings are refused before any rank meets another; a stop while a rank waits for the
+//! others ends it with 143, the rendezvous named.
 
 mod common;
 
@@ -9,6 +10,7 @@ use common::{EXIT_USAGE, RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::nccl_nodes::NcclNodesResult;
 use gpufabric_api::suite::Collective;
 use std::process::{Child, Output};
+use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
 seed: 3
@@ -128,4 +130,44 @@ fn bad_settings_are_refused_with_exit_code_2() {
             .expect("agent runs");
         assert_eq!(out.status.code(), Some(EXIT_USAGE), "{more:?}: {out:?}");
     }
+}
+
+#[test]
+fn sigterm_while_a_rank_waits_for_the_others_exits_143_naming_the_rendezvous() {
+    let env = RankEnv::new(FLEET);
+    let mut child = env.sim_rank(
+        "nccl-nodes",
+        "run-1/nccl",
+        "a,b",
+        0,
+        &["--rendezvous-timeout", "60"],
+    );
+    let term = env.dir.path().join("termination-0");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&term).is_ok_and(|t| t.contains("rendezvous at")) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "never waited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll") {
+            break status;
+        }
+        if t0.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("the agent did not exit within 5 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143));
+    let text = std::fs::read_to_string(&term).expect("termination message");
+    assert!(
+        text.contains("stopped by SIGTERM in phase \"nccl-nodes: rendezvous at"),
+        "{text}"
+    );
 }
