@@ -677,3 +677,78 @@ mod tests {
         assert!(parse_seconds("soon").is_err());
     }
 }
+
+/// The group a rank of a multi-node test (`ddp-nodes`, `nccl-nodes`) belongs to: its
+/// backend, the nodes by rank, this rank and how it meets the others.
+#[derive(Args, Debug, Clone)]
+pub struct GroupArgs {
+    /// Backend. `sim` is only used when asked for by name.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
+    pub backend: BackendArg,
+
+    /// The nodes of the test, by rank, comma-separated. Node count k uses the first k.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "NODE0,NODE1,...",
+        required = true
+    )]
+    pub nodes: Vec<String>,
+
+    /// This process's rank: its node's position in --nodes; 0 serves the rendezvous.
+    #[arg(long, env = keys::ENV_RANK, value_name = "N")]
+    pub rank: u32,
+
+    /// How this rank meets the others.
+    #[command(flatten)]
+    pub meet: RendezvousArgs,
+}
+
+impl GroupArgs {
+    /// Refuses fewer than `least` nodes, an empty or repeated name, a rank past the list and
+    /// a `--node` of `me` that is not this rank's; returns this rank's node.
+    pub fn check(&self, me: &RankArgs, least: usize) -> anyhow::Result<&str> {
+        if self.nodes.len() < least || self.nodes.iter().any(|n| n.trim().is_empty()) {
+            return Err(invalid(format!("--nodes takes {least} or more node names")));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = self.nodes.iter().find(|n| !seen.insert(n.as_str())) {
+            return Err(invalid(format!("--nodes names {dup} twice")));
+        }
+        let node = self.nodes.get(self.rank as usize).ok_or_else(|| {
+            invalid(format!(
+                "--rank {} is past the last of the {} nodes in --nodes",
+                self.rank,
+                self.nodes.len()
+            ))
+        })?;
+        me.check_node(self.rank, node)?;
+        Ok(node)
+    }
+
+    /// The rendezvous settings of this rank.
+    pub fn config(&self) -> anyhow::Result<gpufabric_measure::rendezvous::Config> {
+        self.meet.config(self.rank, self.nodes.clone())
+    }
+
+    /// The group's nodes in the sim's `fleet`, by rank (those it has).
+    pub fn fleet_nodes(&self, fleet: &Fleet) -> Vec<gpufabric_measure::fleet::FleetNode> {
+        self.nodes
+            .iter()
+            .filter_map(|n| fleet.node(n).cloned())
+            .collect()
+    }
+
+    /// The exit code of a rank that did not meet the others (saying so, `what` named): a
+    /// rendezvous this rank could not set up is a usage error, a rank that never came is
+    /// not measured.
+    pub fn unmet_exit(what: &str, e: &gpufabric_measure::rendezvous::RendezvousError) -> i32 {
+        use gpufabric_measure::rendezvous::RendezvousError;
+        eprintln!("fabric-agent: {what} not measured: {e}");
+        match e {
+            RendezvousError::Config(_) | RendezvousError::Listen { .. } => crate::exit::Exit::Usage,
+            _ => crate::exit::Exit::NotMeasured,
+        }
+        .code()
+    }
+}

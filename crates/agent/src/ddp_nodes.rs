@@ -6,48 +6,27 @@
 //! The sequence is `gpufabric_measure::ddp_nodes::run`; here are its arguments, the backend
 //! chosen for it, the table, the document and the exit code.
 
-use crate::args::{
-    BackendArg, Choice, RankArgs, RendezvousArgs, invalid, parse_seconds, parse_size,
-};
+use crate::args::{Choice, GroupArgs, RankArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
 use gpufabric_api::ddp_nodes::DdpNodesResult;
-use gpufabric_api::keys;
 use gpufabric_api::suite::DdpProbe;
 use gpufabric_measure::cuda::ddp::DdpSettings;
 use gpufabric_measure::cuda::ddp_nodes::CudaDdpNodes;
 use gpufabric_measure::ddp_nodes::{self, DdpNodesRun, NodeMeasure};
 use gpufabric_measure::fleet::{Fleet, FleetNode};
-use gpufabric_measure::rendezvous::RendezvousError;
 use gpufabric_measure::sim::ddp_nodes::SimDdpNodes;
 use std::time::Duration;
 
 /// Arguments of `fabric-agent ddp-nodes`.
 #[derive(Args, Debug, Clone)]
 pub struct DdpNodesArgs {
-    /// Backend. `sim` is only used when asked for by name.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Cuda, env = keys::ENV_BACKEND)]
-    pub backend: BackendArg,
-
-    /// The nodes of the probe, by rank, comma-separated. Node count k uses the first k.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "NODE0,NODE1,...",
-        required = true
-    )]
-    pub nodes: Vec<String>,
-
-    /// This process's rank: its node's position in --nodes; 0 serves the rendezvous.
-    #[arg(long, env = keys::ENV_RANK, value_name = "N")]
-    pub rank: u32,
-
-    /// How this rank meets the others.
+    /// The group: backend, nodes, rank, rendezvous.
     #[command(flatten)]
-    pub meet: RendezvousArgs,
+    pub group: GroupArgs,
 
     /// Node counts to measure (default 1, 2, 4, ... and all of --nodes).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -104,21 +83,7 @@ pub struct DdpNodesArgs {
 
 impl DdpNodesArgs {
     fn check(&self) -> anyhow::Result<()> {
-        if self.nodes.is_empty() || self.nodes.iter().any(|n| n.trim().is_empty()) {
-            return Err(invalid("--nodes takes one or more node names".into()));
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        if let Some(dup) = self.nodes.iter().find(|n| !seen.insert(n.as_str())) {
-            return Err(invalid(format!("--nodes names {dup} twice")));
-        }
-        let me = self.nodes.get(self.rank as usize).ok_or_else(|| {
-            invalid(format!(
-                "--rank {} is past the last of the {} nodes in --nodes",
-                self.rank,
-                self.nodes.len()
-            ))
-        })?;
-        self.me.check_node(self.rank, me)?;
+        self.group.check(&self.me, 1)?;
         if self.node_counts.as_ref().is_some_and(|c| c.contains(&0)) {
             return Err(invalid("--node-counts must be at least 1".into()));
         }
@@ -149,17 +114,14 @@ impl DdpNodesArgs {
 pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     args.check()?;
     let probe = DdpNodesRun {
-        config: args.meet.config(args.rank, args.nodes.clone())?,
+        config: args.group.config()?,
         shape: args.shape(),
         node_counts: args.node_counts.clone(),
         straggler_percent: args.straggler_percent,
         timeout: args.timeout,
         shared_gpus: args.me.shared_gpus,
     };
-    let me = args
-        .nodes
-        .get(args.rank as usize)
-        .map_or("", String::as_str);
+    let me = args.group.check(&args.me, 1)?;
     let mut m = match backend::choose(&args, me)? {
         Chosen::Measure { backend, .. } => backend,
         Chosen::Crashed(code) => return Ok(code),
@@ -167,12 +129,7 @@ pub fn run(args: DdpNodesArgs) -> anyhow::Result<i32> {
     let end = ddp_nodes::run(m.as_mut(), &probe, &progress)?;
     emit(&end.doc, args.me.json.as_deref())?;
     if let Some(e) = &end.unmet {
-        eprintln!("fabric-agent: multi-node DDP probe not measured: {e}");
-        return Ok(match e {
-            RendezvousError::Config(_) | RendezvousError::Listen { .. } => Exit::Usage,
-            _ => Exit::NotMeasured,
-        }
-        .code());
+        return Ok(GroupArgs::unmet_exit("multi-node DDP probe", e));
     }
     Ok(match &end.doc.not_measured {
         Some(nm) => {
@@ -193,7 +150,7 @@ impl Measures for DdpNodesArgs {
     const NODES_FLAG: &'static str = "--nodes";
 
     fn choice(&self) -> Choice<'_> {
-        self.me.choice(self.backend, &self.nodes)
+        self.me.choice(self.group.backend, &self.group.nodes)
     }
 
     /// This node's GPUs, one `ddp-worker` process (this program) each.
@@ -213,7 +170,12 @@ impl Measures for DdpNodesArgs {
             trace: self.trace,
         };
         let limit = self.timeout * 2 + Duration::from_secs(30);
-        Ok(Box::new(CudaDdpNodes::new(self.rank, settings, exe, limit)))
+        Ok(Box::new(CudaDdpNodes::new(
+            self.group.rank,
+            settings,
+            exe,
+            limit,
+        )))
     }
 
     fn sim(
@@ -222,14 +184,10 @@ impl Measures for DdpNodesArgs {
         _node: FleetNode,
         seed: u64,
     ) -> anyhow::Result<Box<dyn NodeMeasure>> {
-        let nodes = self
-            .nodes
-            .iter()
-            .filter_map(|n| fleet.node(n).cloned())
-            .collect();
+        let nodes = self.group.fleet_nodes(&fleet);
         Ok(Box::new(SimDdpNodes {
             nodes,
-            rank: self.rank,
+            rank: self.group.rank,
             shape: self.shape(),
             seed,
         }))

@@ -110,11 +110,12 @@ impl Exit {
         match self {
             Exit::Success | Exit::Error | Exit::Usage | Exit::Stopped => "every subcommand",
             Exit::NodeFailed | Exit::TooFewGpus => "node-check",
-            Exit::WrongValues => "node-check, node-pair",
-            Exit::NotMeasured => "node-check, node-pair, ddp-nodes",
-            Exit::NoGpu | Exit::LibraryMissing | Exit::CheckFailed | Exit::GpusInUse => {
-                "node-check, node-pair, ddp-nodes"
-            }
+            Exit::WrongValues => "node-check, node-pair, nccl-nodes",
+            Exit::NotMeasured
+            | Exit::NoGpu
+            | Exit::LibraryMissing
+            | Exit::CheckFailed
+            | Exit::GpusInUse => "node-check, node-pair, ddp-nodes, nccl-nodes",
         }
     }
 

@@ -7,6 +7,7 @@ mod backend;
 mod ddp_nodes;
 mod exit;
 mod inject;
+mod nccl_nodes;
 mod node_pair;
 mod output;
 mod settings;
@@ -114,6 +115,23 @@ enum Command {
     ///     --group nightly --secret $S
     #[command(verbatim_doc_comment, after_help = exit::help())]
     DdpNodes(Box<ddp_nodes::DdpNodesArgs>),
+    /// One rank (node) of the multi-node NCCL sweep: all_reduce, all_gather,
+    /// reduce_scatter and alltoall over 2, 4, 8, ... of --nodes and all of them (one NCCL
+    /// clique over every GPU of the first k nodes, this process driving its node's GPUs),
+    /// each at every size from -b to -e, printed as nccl-tests prints them (size, count,
+    /// time, algbw, busbw in nccl-tests' convention), then a summary per node count: busbw
+    /// at the large sizes, the time of the smallest.
+    ///
+    /// The ranks meet as a node pair's do (rank 0 serves --rendezvous, the others present
+    /// the secret; any start order); a rank that never arrives ends every rank within
+    /// --rendezvous-timeout with exit code 5 and a document saying why. Every rank prints
+    /// the same rows (each the slowest node's time). Wrong values end it with exit code 4.
+    ///
+    /// Example (one shell per node, S=$(openssl rand -hex 32) on every node):
+    ///   fabric-agent nccl-nodes --nodes a,b,c,d --rank 0 --rendezvous a:29400 \
+    ///     --group nightly --secret $S --json nccl-nodes.json
+    #[command(verbatim_doc_comment, after_help = exit::help())]
+    NcclNodes(Box<nccl_nodes::NcclNodesArgs>),
     /// One rank of the DDP probe run with one process per GPU: reads its task as one JSON
     /// line on stdin, prints its report as one JSON line. Started by node-check itself.
     #[command(hide = true)]
@@ -137,6 +155,7 @@ fn main() -> ExitCode {
         Command::Inject(args) => inject::run(args).map(|()| Exit::Success.code()),
         Command::NodePair(args) => node_pair::run(*args),
         Command::DdpNodes(args) => ddp_nodes::run(*args),
+        Command::NcclNodes(args) => nccl_nodes::run(*args),
         Command::DdpWorker => ddp_worker(),
     };
     match result {

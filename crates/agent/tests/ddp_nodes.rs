@@ -6,7 +6,7 @@ mod common;
 
 use common::{EXIT_NOT_MEASURED, RankEnv, SECRET, agent, finish_rank};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
-use std::process::{Child, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
@@ -40,21 +40,11 @@ impl RankEnv {
 
     /// [`RankEnv::rank`] with more arguments for `fabric-agent ddp-nodes`.
     fn rank_with(&self, nodes: &str, rank: u32, timeout: &str, more: &[&str]) -> Child {
-        let mut cmd = agent();
-        cmd.env(
-            "FABRIC_TERMINATION_LOG",
-            self.dir.path().join(format!("termination-{rank}")),
-        )
-        .env("FABRIC_RENDEZVOUS_SECRET", SECRET)
-        .args(["ddp-nodes", "--backend", "sim", "--fleet"])
-        .arg(&self.fleet)
-        .args(["--nodes", nodes, "--rank", &rank.to_string()])
-        .args(["--rendezvous", &self.addr, "--group", "run-1/ddp"])
-        .args(["--rendezvous-timeout", timeout])
-        .args(more)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        cmd.spawn().expect("agent starts")
+        let args: Vec<&str> = ["--rendezvous-timeout", timeout]
+            .into_iter()
+            .chain(more.iter().copied())
+            .collect();
+        self.sim_rank("ddp-nodes", "run-1/ddp", nodes, rank, &args)
     }
 
     /// Every rank of `nodes`, the last first (they may start in any order).

@@ -22,7 +22,13 @@ nodes:
 "#;
 
 /// The subcommands a person runs, each with its own `--help`.
-const SUBCOMMANDS: [&str; 4] = ["node-check", "node-pair", "ddp-nodes", "inject"];
+const SUBCOMMANDS: [&str; 5] = [
+    "node-check",
+    "node-pair",
+    "ddp-nodes",
+    "nccl-nodes",
+    "inject",
+];
 
 /// The exit-code lines of a help text: from its "Exit codes" heading to the end.
 fn table_of(help: &str) -> String {
@@ -182,7 +188,7 @@ fn a_failed_verdict_wins_over_wrong_values_and_names_them() {
     assert!(text.contains("wrong elements"), "{text}");
 }
 
-/// One rank of `subcommand` (`node-pair` or `ddp-nodes`) over the nodes `a,b`, waiting
+/// One rank of `subcommand` (`node-pair`, `ddp-nodes`, `nccl-nodes`) over the nodes `a,b`, waiting
 /// `timeout` seconds for the other, with `wrong` wrong elements in its first collective.
 fn rank(env: &RankEnv, subcommand: &str, rank: u32, wrong: u64, timeout: &str) -> Child {
     agent()
@@ -228,7 +234,7 @@ fn a_node_pair_with_wrong_values_exits_4() {
 
 #[test]
 fn a_group_test_never_measured_exits_5_with_its_document_in_either_subcommand() {
-    for subcommand in ["node-pair", "ddp-nodes"] {
+    for subcommand in ["node-pair", "ddp-nodes", "nccl-nodes"] {
         // Alone, rank 0 waits for rank 1 in vain.
         let env = RankEnv::new(FLEET);
         let (out, doc) = finish_rank(rank(&env, subcommand, 0, 0, "1"), subcommand, |l| {

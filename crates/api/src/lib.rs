@@ -12,6 +12,7 @@ pub mod device_taint;
 pub mod findings;
 pub mod keys;
 pub mod limits;
+pub mod nccl_nodes;
 pub mod nic;
 pub mod nic_counters;
 pub mod outcome;

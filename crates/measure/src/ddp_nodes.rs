@@ -18,59 +18,20 @@
 //! request or a node count failed); last, every rank passes a barrier.
 
 use crate::model::{self, PointTimes};
-use crate::rendezvous::{self, Config, Group, RendezvousError};
+use crate::node_counts::{CountStep, NodeReport, agree_gpus, measure_counts, meet, node_counts};
+use crate::rendezvous::{Config, Group, RendezvousError};
 use crate::{CheckError, Progress};
 use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpNodesResult, DdpStraggler};
 use gpufabric_api::pair::NotMeasured;
 use gpufabric_api::result::{Backend, DdpPoint, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::DdpProbe;
-use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// What one node measured at one node count, over its own GPUs: the slowest of its GPUs,
 /// and each GPU's compute.
 pub type NodeTimes = PointTimes;
 
-/// One rank's report of one node count, as it travels to the others.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
-#[serde(tag = "status", rename_all = "camelCase")]
-enum NodeReport {
-    Measured(NodeTimes),
-    /// Not in this node count.
-    Idle,
-    Failed {
-        message: String,
-    },
-}
-
-/// Why this node made no communicator id or did not measure a node count; its text is what
-/// the other ranks read.
-#[derive(Debug, thiserror::Error)]
-pub enum NodeError {
-    /// The group's list has no node at this rank (the sim's fleet).
-    #[error("rank {0} has no node")]
-    NoNode(u32),
-    /// A node count larger than the group's list (the sim's fleet).
-    #[error("too few nodes")]
-    TooFewNodes,
-    /// The id rank 0 handed over is not the text this backend makes.
-    #[error("the communicator id is not hex text")]
-    IdNotText,
-    /// A random id could not be made (the sim's stand-in for NCCL's).
-    #[error(transparent)]
-    Rendezvous(#[from] RendezvousError),
-    /// What the backend's own calls gave: an NCCL call, the worker processes of this
-    /// node's GPUs, their reports.
-    #[error(transparent)]
-    Backend(Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl NodeError {
-    /// A backend's own error, as it says it.
-    pub fn backend(e: impl std::error::Error + Send + Sync + 'static) -> NodeError {
-        NodeError::Backend(Box::new(e))
-    }
-}
+pub use crate::node_counts::NodeError;
 
 /// How one backend does its node's part of the probe: ready before the ranks meet, each
 /// node count's measurement, and the looks at the GPUs around them.
@@ -137,18 +98,6 @@ pub fn run(
     // others are met: a rank that cannot measure fails alone, and at once.
     crate::activity::enter("ddp-nodes: preparing the GPUs");
     let gpus = m.prepare(probe.shared_gpus, progress)?;
-    crate::activity::enter(format!("ddp-nodes: rendezvous at {}", config.addr));
-    progress(&format!(
-        "ddp-nodes {} (group {}, rank {} of {}): rendezvous at {}",
-        config
-            .names
-            .get(config.rank as usize)
-            .map_or("", String::as_str),
-        config.group,
-        config.rank,
-        config.names.len(),
-        config.addr
-    ));
     let unmet = |mut doc: DdpNodesResult, e: RendezvousError| {
         doc.duration_s = started.elapsed().as_secs_f64();
         doc.not_measured = Some(NotMeasured {
@@ -160,11 +109,7 @@ pub fn run(
             unmet: Some(e),
         })
     };
-    let met = if config.rank == 0 {
-        rendezvous::random_id().and_then(|id| rendezvous::serve(config, &id))
-    } else {
-        rendezvous::join(config).map(|(g, _)| g)
-    };
+    let met = meet(config, "ddp-nodes", progress);
     let mut group = match met {
         Ok(g) => g,
         Err(e) => return unmet(doc, e),
@@ -251,28 +196,23 @@ fn measure(
     progress: Progress,
 ) -> Result<(), RendezvousError> {
     let names = &probe.config.names;
-    let all = group.all_gather(&gpus.to_le_bytes(), probe.config.timeout)?;
-    let per_node: Vec<u32> = all
-        .iter()
-        .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
-        .collect();
-    if per_node.iter().any(|g| *g != gpus || *g == 0) {
-        doc.errors.push(error(format!(
-            "the nodes have different GPU counts ({}); the probe needs the same on each",
-            names
-                .iter()
-                .zip(&per_node)
-                .map(|(n, g)| format!("{n}: {g}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+    if let Err(why) = agree_gpus(group, names, gpus, probe.config.timeout)? {
+        doc.errors.push(error(why));
         return Ok(());
     }
     doc.gpus_per_node = gpus;
-    let counts = node_counts(probe.node_counts.as_deref(), names.len() as u32);
+    let counts = node_counts(probe.node_counts.as_deref(), 1, names.len() as u32);
     // A node count may take the whole timeout on the slowest node.
     let wait = probe.timeout * 2 + probe.config.timeout;
-    let measured = measure_counts(group, names, &counts, wait, m, progress)?;
+    let measured = measure_counts(
+        group,
+        names,
+        &counts,
+        wait,
+        &mut Step(m),
+        "ddp-nodes",
+        progress,
+    )?;
     for (k, reports) in &measured.counts {
         let base = doc.points.first().map(|p| &p.point);
         if let Some(p) = point(&probe.shape, *k, reports, gpus, base) {
@@ -298,99 +238,17 @@ fn measure(
     Ok(())
 }
 
-/// The node counts of the probe over `n` nodes: the ones asked for (clipped to `1..=n`,
-/// sorted, without repeats), or 1, 2, 4, ... and `n`.
-fn node_counts(asked: Option<&[u32]>, n: u32) -> Vec<u32> {
-    let mut counts: Vec<u32> = match asked {
-        Some(a) => a.iter().copied().filter(|c| (1..=n).contains(c)).collect(),
-        None => std::iter::successors(Some(1u32), |c| c.checked_mul(2))
-            .take_while(|c| *c < n)
-            .chain(std::iter::once(n))
-            .collect(),
-    };
-    counts.sort_unstable();
-    counts.dedup();
-    counts
-}
+/// A backend's measurement of one node count, as the exchange takes it.
+struct Step<'a>(&'a mut dyn NodeMeasure);
 
-/// What the ranks measured together: one entry per node count, every rank's report, until
-/// the first count a node failed (that failure is the error).
-struct Measured {
-    counts: Vec<(u32, Vec<NodeReport>)>,
-    error: Option<String>,
-}
-
-/// Measures every node count over the group (see the module doc). `names` are the nodes by
-/// rank; `wait` bounds each exchange (it must cover the slowest node count's measurement).
-fn measure_counts(
-    group: &mut Group,
-    names: &[String],
-    counts: &[u32],
-    wait: Duration,
-    m: &mut dyn NodeMeasure,
-    progress: Progress,
-) -> Result<Measured, RendezvousError> {
-    let rank = group.rank();
-    let mut out = Measured {
-        counts: Vec::new(),
-        error: None,
-    };
-    for &k in counts {
-        let made = if rank == 0 {
-            m.make_id()
-        } else {
-            Ok(Vec::new())
-        };
-        // Rank 0's failure travels as an empty id: every rank stops at the same count.
-        let mine = made.as_ref().map(Vec::as_slice).unwrap_or(&[]);
-        let ids = group.all_gather(mine, wait)?;
-        let id = ids.first().cloned().unwrap_or_default();
-        if id.is_empty() {
-            out.error = Some(match made {
-                Err(e) => format!("{}: no communicator id: {e}", names[0]),
-                Ok(_) => format!("{}: no communicator id", names[0]),
-            });
-            return Ok(out);
-        }
-        let report = if rank < k {
-            crate::activity::enter(format!("ddp-nodes: {k} node(s), measuring"));
-            progress(&format!("ddp-nodes: {k} node(s): measuring"));
-            match m.measure(k, &id) {
-                Ok(t) => NodeReport::Measured(t),
-                Err(e) => NodeReport::Failed {
-                    message: e.to_string(),
-                },
-            }
-        } else {
-            NodeReport::Idle
-        };
-        let bytes = serde_json::to_vec(&report)
-            .map_err(|e| RendezvousError::Protocol(format!("encoding this node's report: {e}")))?;
-        let all = group.all_gather(&bytes, wait)?;
-        let reports: Vec<NodeReport> = all
-            .iter()
-            .map(|b| {
-                serde_json::from_slice(b).unwrap_or_else(|e| NodeReport::Failed {
-                    message: format!("unreadable report: {e}"),
-                })
-            })
-            .collect();
-        let failed = reports
-            .iter()
-            .enumerate()
-            .take(k as usize)
-            .find_map(|(r, rep)| match rep {
-                NodeReport::Failed { message } => Some(format!("{}: {message}", names[r])),
-                NodeReport::Idle => Some(format!("{}: did not measure", names[r])),
-                NodeReport::Measured(_) => None,
-            });
-        out.counts.push((k, reports));
-        if let Some(e) = failed {
-            out.error = Some(format!("{k} node(s): {e}"));
-            return Ok(out);
-        }
+impl CountStep for Step<'_> {
+    type Report = NodeTimes;
+    fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
+        self.0.make_id()
     }
-    Ok(out)
+    fn measure(&mut self, nodes: u32, id: &[u8]) -> Result<NodeTimes, NodeError> {
+        self.0.measure(nodes, id)
+    }
 }
 
 /// The point of `k` nodes from their reports (the first `k`, all measured), scaled against
@@ -398,7 +256,7 @@ fn measure_counts(
 fn point(
     shape: &DdpProbe,
     k: u32,
-    reports: &[NodeReport],
+    reports: &[NodeReport<NodeTimes>],
     gpus_per_node: u32,
     base: Option<&DdpPoint>,
 ) -> Option<DdpNodesPoint> {
@@ -463,21 +321,13 @@ fn stragglers(names: &[String], point: &DdpNodesPoint, percent: f64) -> Vec<DdpS
 mod tests {
     use super::*;
 
-    fn times(step: f64, compute: f64, comm: f64, gpus: usize) -> NodeReport {
+    fn times(step: f64, compute: f64, comm: f64, gpus: usize) -> NodeReport<NodeTimes> {
         NodeReport::Measured(NodeTimes {
             step_ms: step,
             compute_ms: vec![compute; gpus],
             compute_alone_ms: compute,
             comm_alone_ms: comm,
         })
-    }
-
-    #[test]
-    fn node_counts_double_up_to_all_nodes() {
-        assert_eq!(node_counts(None, 1), [1]);
-        assert_eq!(node_counts(None, 4), [1, 2, 4]);
-        assert_eq!(node_counts(None, 6), [1, 2, 4, 6]);
-        assert_eq!(node_counts(Some(&[4, 1, 9, 0, 1]), 6), [1, 4]);
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! GPU fabric measurements (NCCL sweep, GPU-pair copies, DDP probe, compute checks, NVML
 //! health) behind a cuda and a sim backend; no Kubernetes.
 //!
-//! What other crates use, and all that is public: the three probes' sequences over their
+//! What other crates use, and all that is public: the probes' sequences over their
 //! backend traits ([`node_check::run`] over [`node_check::CheckBackend`], [`node_pair::run`]
-//! over [`node_pair::PairBackend`], [`ddp_nodes::run`] over [`ddp_nodes::NodeMeasure`]);
+//! over [`node_pair::PairBackend`], [`ddp_nodes::run`] over [`ddp_nodes::NodeMeasure`],
+//! [`nccl_nodes::run`] over [`nccl_nodes::NcclMeasure`]);
 //! the backends that implement them ([`cuda::CudaCheck`] with [`cuda::CudaOptions`],
-//! [`cuda::node_pair::CudaPair`], [`cuda::ddp_nodes::CudaDdpNodes`], [`sim::SimCheck`],
-//! [`sim::SimPair`], [`sim::ddp_nodes::SimDdpNodes`]; the sim's check of one fleet node,
+//! [`cuda::node_pair::CudaPair`], [`cuda::ddp_nodes::CudaDdpNodes`],
+//! [`cuda::nccl_nodes::CudaNcclNodes`], [`sim::SimCheck`], [`sim::SimPair`],
+//! [`sim::ddp_nodes::SimDdpNodes`], [`sim::nccl_nodes::SimNcclNodes`]; the sim's check of one fleet node,
 //! [`sim::node_check`], and its process faults, [`sim::process_fault`]); the DDP worker process
 //! ([`cuda::ddp::procs::worker_main`]), the fault injectors ([`cuda::inject`]) and whether
 //! NCCL loads ([`cuda::nccl::nccl_present`]); the sim fleet description ([`fleet`]), a
@@ -25,8 +27,10 @@ pub mod fleet;
 pub(crate) mod gpu_use;
 pub(crate) mod launch_cpu;
 pub(crate) mod model;
+pub mod nccl_nodes;
 pub(crate) mod nic;
 pub mod node_check;
+pub(crate) mod node_counts;
 pub mod node_pair;
 pub mod pairs;
 pub mod rendezvous;

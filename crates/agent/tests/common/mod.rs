@@ -51,6 +51,35 @@ impl RankEnv {
     }
 }
 
+impl RankEnv {
+    /// Rank `rank` of `nodes` of `fabric-agent SUBCOMMAND --backend sim` in group `group`,
+    /// its termination log in the folder, the secret in the environment, output piped;
+    /// `more` arguments after these.
+    pub fn sim_rank(
+        &self,
+        subcommand: &str,
+        group: &str,
+        nodes: &str,
+        rank: u32,
+        more: &[&str],
+    ) -> std::process::Child {
+        let mut cmd = agent();
+        cmd.env(
+            "FABRIC_TERMINATION_LOG",
+            self.dir.path().join(format!("termination-{rank}")),
+        )
+        .env("FABRIC_RENDEZVOUS_SECRET", SECRET)
+        .args([subcommand, "--backend", "sim", "--fleet"])
+        .arg(&self.fleet)
+        .args(["--nodes", nodes, "--rank", &rank.to_string()])
+        .args(["--rendezvous", &self.addr, "--group", group])
+        .args(more)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        cmd.spawn().expect("agent starts")
+    }
+}
+
 /// The agent's stdout, as text.
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -2,6 +2,7 @@
 //! process driving every visible GPU; libraries load at run time, so their absence is an error.
 
 mod check;
+mod clique;
 mod compute;
 pub mod ddp;
 pub mod ddp_nodes;
@@ -11,6 +12,7 @@ pub(crate) mod graph;
 pub(crate) mod health;
 pub mod inject;
 pub mod nccl;
+pub mod nccl_nodes;
 pub mod node_pair;
 pub(crate) mod pairs;
 mod software;

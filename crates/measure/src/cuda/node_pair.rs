@@ -1,8 +1,9 @@
 //! The cuda backend's node pair: every visible GPU of this node joins, as ranks
 //! `rank x G .. rank x G + G - 1`, one NCCL clique of 2 x G ranks over the two nodes, through
-//! the unique id the rendezvous handed over. Each collective runs at the pair's size:
-//! warm-up iterations, a barrier with the other node, then timed iterations (host time per
-//! iteration, as nccl-tests reports it), busbw by nccl-tests' factors for 2 x G ranks.
+//! the unique id the rendezvous handed over. Each collective runs at the pair's size
+//! ([`super::clique::time_one`]): warm-up iterations, a barrier with the other node, then
+//! timed iterations (host time per iteration, as nccl-tests reports it), busbw by
+//! nccl-tests' factors for 2 x G ranks.
 //!
 //! - all_reduce: every rank's `bytes` summed over all 2 x G ranks.
 //! - sendrecv: each GPU exchanges `bytes` with the GPU of the same index on the other node
@@ -16,25 +17,21 @@
 //! The network transport is read from NCCL's INFO log (`via NET/IB/0`, `via NET/Socket/0`):
 //! IB (RoCE when the node's RDMA ports are Ethernet), sockets, and how many NICs it used.
 
-use super::gpu::{DevBuf, Gpu, GpuError, GpuResult, HostBuf, Stream};
+use super::clique::{Local, Timing, init_ranks, time_one, unique_id};
+use super::gpu::{Gpu, GpuError, GpuResult};
 use super::gpu_use::in_use;
 use super::health;
-use super::nccl::{self, Comms, Watchdog, alltoall_call, group, ncheck, settle, sync_all};
+use super::nccl::{self, Watchdog, settle};
 use crate::gpu_use::GpuUse;
 use crate::node_pair::{Met, PairBackend};
-use crate::rendezvous::{ID_BYTES, RendezvousError};
-use crate::{CheckError, Progress, stats};
-use cudarc::nccl::sys as nsys;
-use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult, PairCollective};
+use crate::rendezvous::ID_BYTES;
+use crate::{CheckError, Progress};
+use gpufabric_api::pair::{NetTransport, NicPort, NodePairResult};
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::Collective;
 use std::collections::BTreeSet;
-use std::ffi::c_void;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-/// Elements of each rank checked after a collective.
-const CHECKED: usize = 1 << 20;
+use std::time::Duration;
 
 /// How one rank of a pair measures.
 pub struct PairSettings {
@@ -42,16 +39,6 @@ pub struct PairSettings {
     pub iters: (u32, u32),
     /// Watchdog of each step (init, warm-up, timing): a hung collective is aborted.
     pub timeout: Duration,
-}
-
-/// This node's GPUs in the clique: ranks `first ..` of `world`.
-struct Local {
-    first: i32,
-    world: i32,
-    gpus: Vec<Gpu>,
-    streams: Vec<Stream>,
-    send: Vec<DevBuf>,
-    recv: Vec<DevBuf>,
 }
 
 /// One rank of a node pair on real GPUs: the steps of [`crate::node_pair`]. A missing driver
@@ -166,32 +153,22 @@ fn measure(
     met: &mut Met,
     doc: &mut NodePairResult,
 ) -> GpuResult<()> {
-    let (opts, id) = (met.opts, met.id);
+    let opts = met.opts;
     let g = gpus.len() as i32;
     let world = 2 * g;
     let first = opts.rank as i32 * g;
-    let mut uid = nsys::ncclUniqueId { internal: [0; 128] };
-    for (d, s) in uid.internal.iter_mut().zip(id.iter()) {
-        *d = *s as std::ffi::c_char;
-    }
-    let mut comms = init_ranks(&gpus, uid, world, first)?;
+    let mut comms = init_ranks(&gpus, unique_id(met.id), world, first)?;
     met.joined.store(true, std::sync::atomic::Ordering::SeqCst);
-    let bytes = (opts.bytes.max(4 * world as u64) / 4 * 4) as usize;
-    let mut local = Local {
-        first,
-        world,
-        streams: gpus.iter().map(Stream::new).collect::<GpuResult<_>>()?,
-        send: gpus
-            .iter()
-            .map(|gpu| DevBuf::new(gpu, bytes))
-            .collect::<GpuResult<_>>()?,
-        recv: gpus
-            .iter()
-            .map(|gpu| DevBuf::new(gpu, bytes))
-            .collect::<GpuResult<_>>()?,
-        gpus,
-    };
+    let bytes = opts.bytes.max(4 * world as u64) / 4 * 4;
+    let mut local = Local::new(gpus, first, world, bytes as usize)?;
     let wd = Watchdog::start();
+    let mut timing = Timing {
+        iters: set.iters,
+        timeout: set.timeout,
+        wd: &wd,
+        barrier: &mut *met.barrier,
+        what: "node-pair",
+    };
     for &c in &opts.collectives {
         if !matches!(
             c,
@@ -199,181 +176,12 @@ fn measure(
         ) {
             continue;
         }
-        let r = time_one(
-            c,
-            &mut comms,
-            &mut local,
-            bytes,
-            set,
-            &wd,
-            &mut *met.barrier,
-        );
-        match r {
+        match time_one(c, &mut comms, &mut local, bytes, &mut timing) {
             Ok(pc) => doc.collectives.push(pc),
             Err(e) => return Err(settle(e, &mut comms, &wd, set.timeout)),
         }
     }
     Ok(())
-}
-
-/// One communicator per local GPU, ranks `first ..` of `world`, created in one NCCL group.
-fn init_ranks(gpus: &[Gpu], id: nsys::ncclUniqueId, world: i32, first: i32) -> GpuResult<Comms> {
-    let mut raw: Vec<nsys::ncclComm_t> = vec![std::ptr::null_mut(); gpus.len()];
-    group(|| {
-        for (i, (gpu, slot)) in gpus.iter().zip(raw.iter_mut()).enumerate() {
-            gpu.bind()?;
-            // SAFETY: valid out-pointer; the id comes from ncclGetUniqueId on rank 0.
-            ncheck("ncclCommInitRank", unsafe {
-                nsys::ncclCommInitRank(slot, world, id, first + i as i32)
-            })?;
-        }
-        Ok(())
-    })?;
-    Ok(Comms::from_raw(raw))
-}
-
-/// What one rank's buffers hold: `rank + 1` as f32 everywhere.
-fn fill(local: &Local) -> GpuResult<()> {
-    let first = local.first;
-    for (i, (s, buf)) in local.streams.iter().zip(&local.send).enumerate() {
-        let v = (first + i as i32 + 1) as f32;
-        s.memset_d32(buf.at(0), v.to_bits(), buf.bytes / 4)?;
-        s.memset_d32(local.recv[i].at(0), 0, buf.bytes / 4)?;
-    }
-    Ok(())
-}
-
-/// Enqueues one iteration of `c` on every local rank, in one NCCL group.
-fn enqueue(c: Collective, comms: &Comms, local: &Local, count: usize) -> GpuResult<()> {
-    let (first, world) = (local.first, local.world);
-    let g = local.gpus.len() as i32;
-    let dt = nsys::ncclDataType_t::ncclFloat32;
-    group(|| {
-        for i in 0..local.gpus.len() {
-            let comm = comms.raw[i];
-            let st = local.streams[i].raw as nsys::cudaStream_t;
-            let send = local.send[i].void() as *const c_void;
-            let recv = local.recv[i].void();
-            let me = first + i as i32;
-            // SAFETY: both buffers hold `count` f32; communicator and stream are live.
-            unsafe {
-                match c {
-                    Collective::SendRecv => {
-                        let peer = (me + g) % world;
-                        ncheck("ncclSend", nsys::ncclSend(send, count, dt, peer, comm, st))?;
-                        ncheck("ncclRecv", nsys::ncclRecv(recv, count, dt, peer, comm, st))?;
-                    }
-                    Collective::AllToAll => {
-                        let per = count / world as usize;
-                        if alltoall_call() {
-                            ncheck(
-                                "ncclAlltoAll",
-                                nsys::ncclAlltoAll(send, recv, per, dt, comm, st),
-                            )?;
-                        } else {
-                            for p in 0..world {
-                                let off = (p as usize * per * 4) as u64;
-                                let s = (send as u64 + off) as *const c_void;
-                                let r = (recv as u64 + off) as *mut c_void;
-                                ncheck("ncclSend", nsys::ncclSend(s, per, dt, p, comm, st))?;
-                                ncheck("ncclRecv", nsys::ncclRecv(r, per, dt, p, comm, st))?;
-                            }
-                        }
-                    }
-                    _ => ncheck(
-                        "ncclAllReduce",
-                        nsys::ncclAllReduce(
-                            send,
-                            recv,
-                            count,
-                            dt,
-                            nsys::ncclRedOp_t::ncclSum,
-                            comm,
-                            st,
-                        ),
-                    )?,
-                }
-            }
-        }
-        Ok(())
-    })
-}
-
-fn time_one(
-    c: Collective,
-    comms: &mut Comms,
-    local: &mut Local,
-    bytes: usize,
-    set: &PairSettings,
-    wd: &Watchdog,
-    barrier: &mut dyn FnMut() -> Result<(), RendezvousError>,
-) -> GpuResult<PairCollective> {
-    let count = bytes / 4;
-    let what = format!("node-pair {}", c.nccl_tests_name());
-    let world = local.world;
-    fill(local)?;
-    let (warmup, iters) = (set.iters.0, set.iters.1.max(1));
-    wd.arm(comms, &what, set.timeout);
-    for _ in 0..warmup {
-        enqueue(c, comms, local, count)?;
-    }
-    let streams: Vec<&Stream> = local.streams.iter().collect();
-    sync_all(&streams, comms, wd, &what, set.timeout)?;
-    barrier().map_err(|e| GpuError::Call {
-        call: "rendezvous barrier",
-        detail: e.to_string(),
-    })?;
-    let t0 = Instant::now();
-    wd.arm(comms, &what, set.timeout);
-    for _ in 0..iters {
-        enqueue(c, comms, local, count)?;
-    }
-    sync_all(&streams, comms, wd, &what, set.timeout)?;
-    let time_us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
-    let wrong = check(c, local, count)?;
-    let reported = match c {
-        // nccl-tests' size of all_to_all is the whole buffer; of the others, one rank's.
-        Collective::AllToAll => (count / world as usize * world as usize * 4) as u64,
-        _ => bytes as u64,
-    };
-    Ok(PairCollective {
-        collective: c,
-        bytes: reported,
-        time_us,
-        algbw: stats::algbw_gbps(reported, time_us),
-        busbw: stats::busbw_gbps(c, world as u32, reported, time_us),
-        wrong,
-    })
-}
-
-/// Elements (of the first [`CHECKED`] of each rank) that do not hold what `c` must give.
-fn check(c: Collective, local: &Local, count: usize) -> GpuResult<u64> {
-    let (first, world) = (local.first, local.world);
-    let g = local.gpus.len() as i32;
-    let n = count.min(CHECKED);
-    let per = (count / world as usize).max(1);
-    let mut wrong = 0u64;
-    for (i, gpu) in local.gpus.iter().enumerate() {
-        let mut host = HostBuf::new(gpu, n * 4)?;
-        local.streams[i].memcpy_dtoh(&mut host, local.recv[i].at(0), n * 4)?;
-        local.streams[i].sync()?;
-        let me = first + i as i32;
-        for (k, chunk) in host.as_slice().chunks_exact(4).enumerate() {
-            let got = f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            let want = match c {
-                Collective::SendRecv => ((me + g) % world + 1) as f32,
-                // Block p of the receive buffer comes from rank p (blocks past the last
-                // whole one are not written).
-                Collective::AllToAll if k >= per * world as usize => continue,
-                Collective::AllToAll => (k / per + 1) as f32,
-                _ => (world * (world + 1) / 2) as f32,
-            };
-            if got != want {
-                wrong += 1;
-            }
-        }
-    }
-    Ok(wrong)
 }
 
 /// The network transport NCCL's INFO log shows between the nodes (`via NET/IB/3/GDRDMA`,

@@ -85,7 +85,7 @@ pub(crate) fn ports_at(node: &FleetNode, counter: impl Fn(f64) -> u64) -> Vec<Ni
         .collect()
 }
 
-fn socket(node: &FleetNode) -> bool {
+pub(crate) fn socket(node: &FleetNode) -> bool {
     node.faults
         .iter()
         .any(|f| matches!(f, Fault::SocketFallback))
@@ -118,7 +118,7 @@ fn path_factor(a: &FleetNode, b: &FleetNode) -> f64 {
     named(a, &b.name) * named(b, &a.name)
 }
 
-fn efficiency(c: Collective) -> f64 {
+pub(crate) fn efficiency(c: Collective) -> f64 {
     match c {
         Collective::AllReduce => 0.92,
         Collective::SendRecv => 0.95,
@@ -128,7 +128,7 @@ fn efficiency(c: Collective) -> f64 {
 }
 
 /// 1% Gaussian-like noise (sum of uniforms), the same for both ranks of the pair.
-fn noise(seed: u64, a: &str, b: &str, c: Collective) -> f64 {
+pub(crate) fn noise(seed: u64, a: &str, b: &str, c: Collective) -> f64 {
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
     let mut sum = 0.0;
     for i in 0..4u32 {

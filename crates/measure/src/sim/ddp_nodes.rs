@@ -27,9 +27,7 @@ pub struct SimDdpNodes {
 impl SimDdpNodes {
     /// This rank's node.
     fn me(&self) -> Result<&FleetNode, NodeError> {
-        self.nodes
-            .get(self.rank as usize)
-            .ok_or(NodeError::NoNode(self.rank))
+        super::rank_node(&self.nodes, self.rank)
     }
 }
 
@@ -40,11 +38,7 @@ impl NodeMeasure for SimDdpNodes {
 
     /// The node's `gpusInUse` faults present from the start.
     fn prepare(&mut self, shared: bool, progress: Progress) -> Result<u32, CheckError> {
-        let me = self
-            .me()
-            .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
-        super::refuse_shared_gpus(me, shared, progress)?;
-        Ok(me.gpus)
+        super::prepare_rank(&self.nodes, self.rank, shared, progress)
     }
 
     /// The node's `hang` fault in phase `ddpProbe`.
@@ -63,8 +57,7 @@ impl NodeMeasure for SimDdpNodes {
     }
 
     fn make_id(&mut self) -> Result<Vec<u8>, NodeError> {
-        // No NCCL here: random bytes take the id's place, exchanged as a real one is.
-        Ok(crate::rendezvous::random_id()?.to_vec())
+        super::random_comm_id()
     }
 
     fn measure(&mut self, k: u32, _id: &[u8]) -> Result<NodeTimes, NodeError> {

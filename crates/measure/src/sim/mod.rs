@@ -5,6 +5,7 @@
 
 mod compute;
 pub mod ddp_nodes;
+pub mod nccl_nodes;
 mod node_model;
 mod node_pair;
 mod noise;
@@ -85,6 +86,32 @@ pub fn stop_fault(node: &FleetNode) -> Option<i32> {
         Fault::CrashOnStop { exit_code } => Some(exit_code.unwrap_or(DEFAULT_CRASH_ON_STOP_CODE)),
         _ => None,
     })
+}
+
+/// Rank `rank`'s node in the group `nodes` of a multi-node test.
+fn rank_node(nodes: &[FleetNode], rank: u32) -> Result<&FleetNode, crate::node_counts::NodeError> {
+    nodes
+        .get(rank as usize)
+        .ok_or(crate::node_counts::NodeError::NoNode(rank))
+}
+
+/// A rank of a multi-node test getting ready: its node's `gpusInUse` faults present from the
+/// start refuse it (unless `shared`); its GPU count.
+fn prepare_rank(
+    nodes: &[FleetNode],
+    rank: u32,
+    shared: bool,
+    progress: Progress,
+) -> Result<u32, CheckError> {
+    let me = rank_node(nodes, rank).map_err(|e| CheckError::InvalidInput(e.to_string()))?;
+    refuse_shared_gpus(me, shared, progress)?;
+    Ok(me.gpus)
+}
+
+/// A multi-node test's communicator id: no NCCL here, random bytes take its place,
+/// exchanged as a real one is.
+fn random_comm_id() -> Result<Vec<u8>, crate::node_counts::NodeError> {
+    Ok(crate::rendezvous::random_id()?.to_vec())
 }
 
 /// The cuda backend's refusal to measure beside other work ([`crate::gpu_use`]), on the

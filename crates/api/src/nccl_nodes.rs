@@ -1,0 +1,272 @@
+//! The multi-node NCCL sweep's document: all_reduce, all_gather, reduce_scatter and alltoall
+//! over the first 2, 4, 8, ... nodes of a group (all their GPUs), each collective over a
+//! range of sizes, in nccl-tests' convention, as one rank (node) of the group writes it.
+
+use crate::pair::{NotMeasured, PairCollective};
+use crate::result::{Backend, ParseError, PhaseError};
+use crate::suite::Collective;
+use serde::{Deserialize, Serialize};
+
+/// Schema of [`NcclNodesResult`].
+pub const NCCL_NODES_SCHEMA: &str = "gpufabric.io/nccl-nodes/v1";
+
+/// What one collective gave at one node count: the busbw of the large sizes and the time of
+/// the small ones.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesSummary {
+    pub collective: Collective,
+    /// Mean busbw over the sizes of at least the document's `largeBytes` (the largest size
+    /// alone when none is that large), GB/s, nccl-tests' definition for `nodes x G` ranks.
+    pub large_busbw: f64,
+    /// Time of one iteration at the smallest size (the document's first), µs:
+    /// latency-bound.
+    pub small_time_us: f64,
+    /// Values that were not what the collective must give, over every size.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wrong: u64,
+}
+
+impl NcclNodesSummary {
+    /// The summary of `collective`'s rows (one per size); None when it has none.
+    pub fn of(
+        collective: Collective,
+        rows: &[PairCollective],
+        large_bytes: u64,
+    ) -> Option<NcclNodesSummary> {
+        let mine: Vec<&PairCollective> =
+            rows.iter().filter(|r| r.collective == collective).collect();
+        let smallest = mine.iter().min_by_key(|r| r.bytes)?;
+        let largest = mine.iter().max_by_key(|r| r.bytes)?;
+        let large: Vec<f64> = mine
+            .iter()
+            .filter(|r| r.bytes >= large_bytes)
+            .map(|r| r.busbw)
+            .collect();
+        let large_busbw = if large.is_empty() {
+            largest.busbw
+        } else {
+            large.iter().sum::<f64>() / large.len() as f64
+        };
+        Some(NcclNodesSummary {
+            collective,
+            large_busbw,
+            small_time_us: smallest.time_us,
+            wrong: mine.iter().map(|r| r.wrong).sum(),
+        })
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One node count of the sweep.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesPoint {
+    /// How many nodes took part: the first of the group, by rank.
+    pub nodes: u32,
+    /// Their names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_names: Vec<String>,
+    /// NCCL ranks: nodes x GPUs per node.
+    pub ranks: u32,
+    /// Per collective, in the order measured.
+    pub summary: Vec<NcclNodesSummary>,
+    /// Every collective at every size (nccl-tests' rows): the slowest node's time, its
+    /// algbw and busbw, and the wrong values of every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rows: Vec<PairCollective>,
+}
+
+/// The document each rank of a multi-node NCCL sweep writes (its termination message and
+/// last stdout line). Every rank writes the same points: the ranks gather each node's rows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesResult {
+    /// Always [`NCCL_NODES_SCHEMA`].
+    pub schema: String,
+    /// The rendezvous group.
+    pub group: String,
+    /// The group's nodes, by rank.
+    pub nodes: Vec<String>,
+    /// The rank that wrote this document.
+    pub rank: u32,
+    pub backend: Backend,
+    /// RFC 3339.
+    pub started_at: String,
+    pub duration_s: f64,
+    /// GPUs of each node (the same on every node).
+    pub gpus_per_node: u32,
+    /// Sizes of the sweep, bytes (nccl-tests' size: the whole buffer of all_gather's output,
+    /// reduce_scatter's input and alltoall's; one rank's buffer of all_reduce).
+    pub sizes: Vec<u64>,
+    /// Sizes from this one up are the large ones of each summary.
+    pub large_bytes: u64,
+    pub points: Vec<NcclNodesPoint>,
+    /// Set when the sweep could not be measured (a rank that never arrived, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<NotMeasured>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<PhaseError>,
+}
+
+impl NcclNodesResult {
+    /// Reads a document, rejecting malformed and unknown-schema input.
+    pub fn parse(text: &str) -> Result<NcclNodesResult, ParseError> {
+        crate::result::parse_tagged(text, |d: &NcclNodesResult| &d.schema, NCCL_NODES_SCHEMA)
+    }
+
+    /// Wrong values over every point and collective.
+    pub fn wrong(&self) -> u64 {
+        self.points
+            .iter()
+            .flat_map(|p| &p.summary)
+            .map(|s| s.wrong)
+            .sum()
+    }
+
+    /// The document as one line that fits a termination message
+    /// ([`crate::keys::TERMINATION_MESSAGE_LIMIT`]): whole when it fits; else without the
+    /// per-size rows (the summaries stay); else without the node names of each point (the
+    /// group's list names them: a point is its first `nodes`); else without the group's
+    /// list too.
+    pub fn termination_text(&self) -> String {
+        let limit = crate::keys::TERMINATION_MESSAGE_LIMIT;
+        // A struct of strings and numbers always serialises.
+        let text = |d: &NcclNodesResult| serde_json::to_string(d).unwrap_or_default();
+        let whole = text(self);
+        if whole.len() <= limit {
+            return whole;
+        }
+        let mut d = self.clone();
+        for p in &mut d.points {
+            p.rows.clear();
+        }
+        let trimmed = text(&d);
+        if trimmed.len() <= limit {
+            return trimmed;
+        }
+        for p in &mut d.points {
+            p.node_names.clear();
+        }
+        let trimmed = text(&d);
+        if trimmed.len() <= limit {
+            return trimmed;
+        }
+        d.nodes.clear();
+        text(&d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(c: Collective, bytes: u64, time_us: f64, busbw: f64) -> PairCollective {
+        PairCollective {
+            collective: c,
+            bytes,
+            time_us,
+            algbw: busbw,
+            busbw,
+            wrong: 0,
+        }
+    }
+
+    const FOUR: [Collective; 4] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+    ];
+
+    fn doc(nodes: u32) -> NcclNodesResult {
+        let names: Vec<String> = (0..nodes)
+            .map(|i| format!("a-long-node-name-in-some-rack-{i:04}"))
+            .collect();
+        let sizes: Vec<u64> = (10..=30).map(|s| 1u64 << s).collect();
+        let points = (1..)
+            .map(|e| 1u32 << e)
+            .take_while(|k| *k <= nodes)
+            .map(|k| {
+                let rows: Vec<PairCollective> = FOUR
+                    .iter()
+                    .flat_map(|&c| sizes.iter().map(move |&b| row(c, b, 30.0, 300.0)))
+                    .collect();
+                NcclNodesPoint {
+                    nodes: k,
+                    node_names: names[..k as usize].to_vec(),
+                    ranks: k * 8,
+                    summary: FOUR
+                        .iter()
+                        .filter_map(|&c| NcclNodesSummary::of(c, &rows, 64 << 20))
+                        .collect(),
+                    rows,
+                }
+            })
+            .collect();
+        NcclNodesResult {
+            schema: NCCL_NODES_SCHEMA.into(),
+            group: "run/nccl".into(),
+            nodes: names,
+            rank: 0,
+            backend: Backend::Sim,
+            started_at: "2026-11-29T02:00:00Z".into(),
+            duration_s: 30.0,
+            gpus_per_node: 8,
+            sizes,
+            large_bytes: 64 << 20,
+            points,
+            not_measured: None,
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_summary_averages_the_large_sizes_and_keeps_the_smallest_sizes_time() {
+        let rows = [
+            row(Collective::AllGather, 1 << 10, 25.0, 0.04),
+            row(Collective::AllGather, 64 << 20, 900.0, 340.0),
+            row(Collective::AllGather, 256 << 20, 3000.0, 360.0),
+            row(Collective::AllReduce, 1 << 10, 99.0, 1.0),
+        ];
+        let s = NcclNodesSummary::of(Collective::AllGather, &rows, 64 << 20).expect("summary");
+        assert_eq!((s.large_busbw, s.small_time_us), (350.0, 25.0));
+        // No size as large as asked: the largest stands for the large ones.
+        let s = NcclNodesSummary::of(Collective::AllGather, &rows, 1 << 30).expect("summary");
+        assert_eq!(s.large_busbw, 360.0);
+        assert!(NcclNodesSummary::of(Collective::AllToAll, &rows, 1).is_none());
+    }
+
+    #[test]
+    fn the_document_reads_back_and_a_foreign_schema_is_refused() {
+        let d = doc(4);
+        let text = serde_json::to_string(&d).expect("serialises");
+        assert_eq!(NcclNodesResult::parse(&text).expect("parses"), d);
+        let other = text.replace(NCCL_NODES_SCHEMA, "gpufabric.io/ddp-nodes/v1");
+        assert!(NcclNodesResult::parse(&other).is_err());
+    }
+
+    #[test]
+    fn a_large_groups_termination_message_keeps_every_summary_within_the_limit() {
+        let d = doc(1024);
+        let line = d.termination_text();
+        assert!(
+            line.len() <= crate::keys::TERMINATION_MESSAGE_LIMIT,
+            "{}",
+            line.len()
+        );
+        let back: NcclNodesResult = serde_json::from_str(&line).expect("parses");
+        assert_eq!(back.points.len(), 10);
+        assert!(back.points.iter().all(|p| p.summary.len() == 4));
+        assert_eq!(back.points[9].ranks, 1024 * 8);
+        // A small group's message names the nodes of each point.
+        let small = doc(2);
+        let back: NcclNodesResult =
+            serde_json::from_str(&small.termination_text()).expect("parses");
+        assert_eq!(back.points[0].node_names, small.points[0].node_names);
+        assert_eq!(back.points[0].summary, small.points[0].summary);
+    }
+}
