@@ -8,8 +8,8 @@
 # Each row is `node-check --quick --verdict --verdict-json` with the setting brought one way:
 #   clean            nothing set: exit 0, no Critical or Warning finding;
 #   conf-file        NCCL_CONF_FILE naming a file that sets it;
-#   user-conf        $HOME/.nccl.conf (HOME pointed at a scratch folder);
-#   system-conf      /etc/nccl.conf (written for the row, the host's own file put back after);
+#   user-conf        .nccl.conf in the user's home (the password database's, as NCCL finds it);
+#   system-conf      /etc/nccl.conf (each file written for its row, the host's own put back after);
 #   pod-env          the process environment, not named by FABRIC_SPEC_ENV (an image's ENV,
 #                    a mutating webhook, a CDI hook all arrive so);
 #   spec-env         the environment with FABRIC_SPEC_ENV naming it, as the operator passes
@@ -70,17 +70,26 @@ PY
 run clean clean --
 printf '%s\n' "$SETTING" > "$SCRATCH/nccl.conf"
 run conf-file "named:NCCL_CONF_FILE $SCRATCH/nccl.conf" NCCL_CONF_FILE="$SCRATCH/nccl.conf" --
-mkdir -p "$SCRATCH/home"
-printf '%s\n' "$SETTING" > "$SCRATCH/home/.nccl.conf"
-run user-conf "named:~/.nccl.conf" HOME="$SCRATCH/home" --
-SAVED=""
-if [ -e /etc/nccl.conf ]; then SAVED=$SCRATCH/etc-nccl.conf; cp -p /etc/nccl.conf "$SAVED"; fi
-if printf '%s\n' "$SETTING" > /etc/nccl.conf 2>/dev/null; then
-  run system-conf "named:/etc/nccl.conf" HOME="$SCRATCH/empty" --
-  if [ -n "$SAVED" ]; then cp -p "$SAVED" /etc/nccl.conf; else rm -f /etc/nccl.conf; fi
+# with_file ROW WANT FILE: the setting written to FILE for the row, the host's own file put
+# back after.
+with_file() {
+  local row=$1 want=$2 file=$3 saved=""
+  if [ -e "$file" ]; then saved=$SCRATCH/saved-$row; cp -p "$file" "$saved"; fi
+  if printf '%s\n' "$SETTING" > "$file" 2>/dev/null; then
+    run "$row" "$want" --
+    if [ -n "$saved" ]; then cp -p "$saved" "$file"; else rm -f "$file"; fi
+  else
+    ROWS+=("| $row | - | not run: $file is not writable here | | | | |")
+  fi
+}
+# NCCL's user file is in the home the password database gives (NCCL's userHomeDir), not $HOME.
+PWHOME=$(getent passwd "$(id -u)" | cut -d: -f6)
+if [ -n "$PWHOME" ]; then
+  with_file user-conf "named:~/.nccl.conf" "$PWHOME/.nccl.conf"
 else
-  ROWS+=("| system-conf | - | not run: /etc/nccl.conf is not writable here | | | | |")
+  ROWS+=("| user-conf | - | not run: this user has no password entry, so NCCL reads no user file | | | | |")
 fi
+with_file system-conf "named:/etc/nccl.conf" /etc/nccl.conf
 run pod-env "named:pod env not set by the spec" "$SETTING" --
 run spec-env spared "$SETTING" FABRIC_SPEC_ENV="$NAME" --
 run refused not-zero NCCL_ALGO=PAT --

@@ -273,8 +273,10 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         Chosen::Measure { backend, garbage } => (backend, garbage),
         Chosen::Crashed(code) => return Ok(code),
     };
+    // Before NCCL runs: it copies its config files' variables into this process's env.
+    let nccl_settings = settings::in_effect();
     let mut doc = gpufabric_measure::node_check::run(backend.as_mut(), &opts, &progress)?;
-    doc.nccl_settings = settings::in_effect();
+    doc.nccl_settings = nccl_settings;
     // The sim backend reports its fleet's value; a real node, the files NCCL reads here.
     if doc.versions.nccl_conf.is_none() {
         doc.versions.nccl_conf = Some(settings::conf_digest());

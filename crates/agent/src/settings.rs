@@ -1,6 +1,9 @@
 //! The NCCL tuning settings in effect and where each came from, read the way NCCL reads
-//! them: the process environment first, then `NCCL_CONF_FILE` (else `~/.nccl.conf`), then
-//! `/etc/nccl.conf`; the first to set a variable wins. Only the variables the operator names
+//! them: the process environment first, then `NCCL_CONF_FILE` (else `.nccl.conf` in the
+//! user's home as NCCL finds it, the password database's, not `$HOME`), then
+//! `/etc/nccl.conf`; the first to set a variable wins. NCCL copies its files' variables into
+//! the process environment when it starts, so they are read before any NCCL call
+//! ([`in_effect`] at the agent's start), or a file's setting would read as the pod's env. Only the variables the operator names
 //! in `FABRIC_SPEC_ENV` (those the FabricTest's `spec.agent.env` sets) are the test's own.
 //! The files' digest is what a node's NCCL configuration is compared with its run's by.
 
@@ -12,11 +15,11 @@ use std::path::{Path, PathBuf};
 /// NCCL's system-wide config file.
 pub const SYSTEM_CONF: &str = "/etc/nccl.conf";
 
-/// The settings in effect for this process (its environment, `$HOME/.nccl.conf` and
-/// [`SYSTEM_CONF`]).
+/// The settings in effect for this process (its environment, the user's `.nccl.conf` and
+/// [`SYSTEM_CONF`]). Call it before NCCL runs in this process.
 pub fn in_effect() -> Vec<NcclSetting> {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = gpufabric_measure::nccl_env::user_home();
     in_effect_from(&env, home.as_deref(), Path::new(SYSTEM_CONF))
 }
 
@@ -72,7 +75,7 @@ pub fn in_effect_from(
 /// The digest of the NCCL config files in effect for this process ([`conf_digest_from`]).
 pub fn conf_digest() -> String {
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let home = gpufabric_measure::nccl_env::user_home();
     conf_digest_from(&env, home.as_deref(), Path::new(SYSTEM_CONF))
 }
 

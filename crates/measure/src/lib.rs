@@ -27,6 +27,7 @@ pub mod fleet;
 pub(crate) mod gpu_use;
 pub(crate) mod launch_cpu;
 pub(crate) mod model;
+pub mod nccl_env;
 pub mod nccl_nodes;
 pub(crate) mod nic;
 pub mod node_check;
