@@ -285,7 +285,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .arg(cluster.kubeconfig_path())
         .env(
             "RUST_LOG",
-            "info,kube=warn,gpufabric_operator::controller::run=debug,gpufabric_operator::controller::test=debug",
+            "info,kube=warn,gpufabric_operator::controller::run=debug,gpufabric_operator::controller::fabrictest=debug",
         )
         .stdout(Stdio::null())
         .stderr(log)
