@@ -14,6 +14,8 @@
 #                   measured times of a 4 x H200 node, or a document); default: at once
 #   SCALE_RUNS=2    a second run (run-now) after the first is folded, as the next night's:
 #                   its times under "second_run"
+#   SCALE_BAD=N     the last N nodes fail (a slow GPU pair) and are cordoned at the first
+#                   fold (failuresToQuarantine 1, no confirmation run): "quarantined_nodes"
 #   CARGO_TARGET_DIR where the binaries are built and taken from (default target/)
 #   SCALE_BIN_DIR=D take fabric-operator and fabric-agent from D, built already (no build);
 #                   the test itself still builds under CARGO_TARGET_DIR

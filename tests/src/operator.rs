@@ -143,6 +143,13 @@ impl OperatorProcess {
         log_tail(&self.log, lines)
     }
 
+    /// Whether the operator logged that it wrote the node signals of run `run`.
+    pub fn wrote_signals_of(&self, run: &str) -> bool {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .any(|l| l.contains("node signals written") && l.contains(run))
+    }
+
     /// `GET path` on the admin port: status code and the whole response, or None when it
     /// does not answer.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
@@ -426,13 +433,28 @@ impl OperatorEnv {
             })
         })
         .await;
-        match r {
+        let status = match r {
             Ok(Some(t)) => t.status.unwrap_or_default(),
             other => panic!(
                 "{name}: no run after {previous:?} folded: {other:?}\noperator log:\n{}",
                 self.operator.log_tail(80)
             ),
+        };
+        // The node signals follow the status (none while the breaker is open): wait for them
+        // too, so that what the nodes carry is the folded run's.
+        let breaker_open = status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "BreakerOpen" && c.status == "True");
+        if let Some(run) = status.last_run.as_ref().map(|l| l.name.clone())
+            && !breaker_open
+        {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !self.operator.wrote_signals_of(&run) && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
         }
+        status
     }
 
     /// Waits (up to 180 s) until a pod of `role` (its `gpufabric.io/role` label) runs on

@@ -242,7 +242,20 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     })
     .await
     .expect("control plane");
-    let fleet = SimFleet::write(SimFleet::uniform("gpu", nodes, H100, 8)).expect("fleet");
+    // SCALE_BAD=N: the last N nodes have a slow GPU pair, fail and are cordoned at the
+    // first fold (one failure quarantines, no confirmation run).
+    let bad: usize = std::env::var("SCALE_BAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut described = SimFleet::uniform("gpu", nodes, H100, 8);
+    for n in described.nodes.iter_mut().rev().take(bad) {
+        n.faults.push(gpufabric_measure::fleet::Fault::SlowPair {
+            gpus: [2, 3],
+            factor: 0.3,
+        });
+    }
+    let fleet = SimFleet::write(described).expect("fleet");
     let dir = tempfile::tempdir().expect("dir");
     let t = Instant::now();
     let _kubelet = Kubelet::start(
@@ -285,7 +298,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .arg(cluster.kubeconfig_path())
         .env(
             "RUST_LOG",
-            "info,kube=warn,gpufabric_operator::controller::run=debug,gpufabric_operator::controller::test=debug",
+            "info,kube=warn,gpufabric_operator::controller::run=debug,gpufabric_operator::controller::fabrictest=debug",
         )
         .stdout(Stdio::null())
         .stderr(log)
@@ -301,6 +314,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     });
     if let Some(w) = wave {
         spec["rollout"] = json!({"maxUnavailable": w});
+    }
+    if bad > 0 {
+        spec["quarantine"] = json!({"mode": "Cordon", "failuresToQuarantine": 1,
+            "confirmRetest": false, "maxQuarantined": "10%"});
     }
     // How long the sim agents' work lasts (`h200`: a node check of 22-27 s, as on GPUs).
     if let Ok(pace) = std::env::var("SCALE_PACE")
@@ -369,6 +386,13 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The node signals follow the status: the operator logs when they are written.
+    let operator_log = dir.path().join("operator.log");
+    let signals = signals_written(&operator_log, 1, deadline, created).await;
+    let cordoned = Api::<Node>::all(cluster.client())
+        .list_metadata(&ListParams::default().labels(keys::LABEL_QUARANTINED))
+        .await
+        .map_or(0, |l| l.items.len());
     let requests = RequestCounts::read(&cluster.client())
         .await
         .expect("API server metrics")
@@ -378,7 +402,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     let second = match std::env::var("SCALE_RUNS").ok().as_deref() {
         Some("2") if folded.is_some() => {
             let first = run_obj.as_ref().map(|r| r.name_any()).unwrap_or_default();
-            Some(second_run(&tests, &runs, &first, deadline).await)
+            Some(second_run(&tests, &runs, &first, deadline, &operator_log).await)
         }
         _ => None,
     };
@@ -462,6 +486,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         "run_succeeded_after_last_pod_end_seen_s": secs(succeeded) - secs(last_end_seen),
         "test_status_folded_s": secs(folded),
         "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
+        "signals_written_s": secs(signals),
+        "signals_written_after_run_succeeded_s": secs(signals) - secs(succeeded),
+        "bad_nodes": bad,
+        "quarantined_nodes": cordoned,
         "run_object_bytes": objects[0],
         "largest_shard_bytes": objects[1],
         "test_object_bytes": objects[2],
@@ -504,6 +532,7 @@ async fn second_run(
     runs: &Api<FabricTestRun>,
     first: &str,
     deadline: Instant,
+    operator_log: &std::path::Path,
 ) -> serde_json::Value {
     let asked = Instant::now();
     let now = json!({"metadata": {"annotations": {keys::ANNOTATION_RUN_NOW: "scale"}}});
@@ -519,10 +548,9 @@ async fn second_run(
     while Instant::now() < deadline && folded.is_none() {
         if succeeded.is_none() {
             let list = runs.list(&ListParams::default()).await.expect("runs").items;
+            // A run that failed at its start (no node usable) ends the wait as well.
             if let Some(r) = list.iter().find(|r| r.name_any() != first)
-                && r.status
-                    .as_ref()
-                    .is_some_and(|s| s.phase == RunPhase::Succeeded)
+                && r.status.as_ref().is_some_and(|s| s.phase.is_finished())
             {
                 succeeded = Some(asked.elapsed());
                 name = Some(r.name_any());
@@ -536,13 +564,37 @@ async fn second_run(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let signals = match folded {
+        Some(_) => signals_written(operator_log, 2, deadline, asked).await,
+        None => None,
+    };
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
     json!({
         "run": name,
         "run_succeeded_s": secs(succeeded),
         "test_status_folded_s": secs(folded),
         "fold_into_test_after_run_succeeded_s": secs(folded) - secs(succeeded),
+        "signals_written_s": secs(signals),
+        "signals_written_after_run_succeeded_s": secs(signals) - secs(succeeded),
     })
+}
+
+/// When the operator's log (`log`) says the node signals of the `nth` folded run were
+/// written, measured from `since`; None past `deadline`.
+async fn signals_written(
+    log: &std::path::Path,
+    nth: usize,
+    deadline: Instant,
+    since: Instant,
+) -> Option<Duration> {
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.matches("node signals written").count() >= nth {
+            return Some(since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
 }
 
 #[tokio::test]

@@ -40,6 +40,8 @@ pub struct Context {
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
     /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
     pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The last folded run per test whose node signals this process wrote.
+    pub signals_written: Arc<crate::signals::pending::Written>,
 }
 
 impl Context {
@@ -94,6 +96,7 @@ impl Context {
             synced,
             cluster_cap: None,
             quarantine_lock: Default::default(),
+            signals_written: Default::default(),
         })
     }
 }

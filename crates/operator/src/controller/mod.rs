@@ -8,6 +8,8 @@ pub mod fabrictest;
 #[cfg(test)]
 pub(crate) mod fake_api;
 #[cfg(test)]
+mod fold_order_tests;
+#[cfg(test)]
 mod reconcile_tests;
 pub mod run;
 

@@ -35,6 +35,7 @@ pub mod cleanup;
 mod error;
 pub mod migrate;
 mod node;
+pub mod pending;
 mod run;
 mod taint;
 

@@ -1,13 +1,15 @@
 //! Folding each finished run of a FabricTest into its per-node history, once, and what
 //! follows each: the nodes observed, [`after_fold::plan`] asked (pure), and
-//! its plan carried out (the breaker, the quarantine, the lifecycle, the node signals and
-//! trend points, the confirmation run).
+//! its plan carried out (the breaker, the quarantine, the lifecycle, the confirmation
+//! run); the node signals and trend points are decided here and written once the test's
+//! status is (`super::signals`).
 
 use super::writes::create_run;
 use crate::context::Context;
 use crate::controller::after_fold::{self, AfterFold, QuarantineDecision};
 use crate::error::{Error, Result};
 use crate::quarantine;
+use crate::signals::pending::Pending;
 use crate::status as st;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult};
 use gpufabric_api::test::{FabricTest, FabricTestStatus};
@@ -15,32 +17,49 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeSet;
 
-/// Folds each newly finished run into the per-node history, once, and quarantines after
-/// it. False when a node change failed (look again soon).
+/// What folding the newly finished runs left to do once the test's status is written.
+#[derive(Debug, Default)]
+pub(super) struct Folded {
+    /// False when a node change failed (look again soon).
+    pub all_applied: bool,
+    /// The node signals of each folded run, in fold order (none for a run folded while
+    /// the breaker is open).
+    pub signals: Vec<Pending>,
+}
+
+/// Folds each newly finished run into the per-node history, once, quarantines after it,
+/// and decides its node signals, which are written after the status.
 pub(super) async fn fold_finished_runs(
     test: &FabricTest,
     runs: &[FabricTestRun],
     status: &mut FabricTestStatus,
     breaker: &mut quarantine::Breaker,
     ctx: &Context,
-) -> Result<bool> {
+) -> Result<Folded> {
     let to_fold: Vec<FabricTestRun> = st::runs_to_fold(runs, status.last_run.as_ref())
         .into_iter()
         .cloned()
         .collect();
-    let mut all_applied = true;
+    let mut folded = Folded {
+        all_applied: true,
+        signals: Vec::new(),
+    };
     for run in &to_fold {
         // Folded in completion order: a run whose results the cache lacks waits, and so do
         // the runs after it.
         let Some(results) = results_of(ctx, run) else {
             tracing::info!(run = %run.name_any(), "waiting for the run's shards in the cache");
-            return Ok(false);
+            folded.all_applied = false;
+            return Ok(folded);
         };
         let began = std::time::Instant::now();
         status.nodes = st::fold_history(&status.nodes, run, &results);
         status.baseline = crate::baseline::after_fold(&status.baseline, run.status.as_ref());
         status.last_run = Some(st::run_summary(run));
-        all_applied &= quarantine_after(test, run, &results, status, breaker, ctx).await?;
+        let (applied, signals) =
+            quarantine_after(test, run, &results, status, breaker, ctx).await?;
+        folded.all_applied &= applied;
+        folded.signals.extend(signals);
         tracing::info!(
             run = %run.name_any(),
             nodes = results.len(),
@@ -48,7 +67,7 @@ pub(super) async fn fold_finished_runs(
             "run folded into the test's history"
         );
     }
-    Ok(all_applied)
+    Ok(folded)
 }
 
 /// Every node's result of a finished run (see [`crate::shards::finished_results`]).
@@ -75,7 +94,7 @@ fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric
 /// Observes the nodes of a folded run, plans what follows it ([`after_fold::plan`], pure)
 /// and carries the plan out ([`carry_out_after_fold`]): the quarantine outcome goes into
 /// `status`, a storm opens `breaker`. Returns false when some node change failed (the
-/// controller looks again soon).
+/// controller looks again soon), and the run's node signals when the plan publishes them.
 async fn quarantine_after(
     test: &FabricTest,
     run: &FabricTestRun,
@@ -83,9 +102,9 @@ async fn quarantine_after(
     status: &mut FabricTestStatus,
     breaker: &mut quarantine::Breaker,
     ctx: &Context,
-) -> Result<bool> {
+) -> Result<(bool, Option<Pending>)> {
     if run.status.is_none() {
-        return Ok(true);
+        return Ok((true, None));
     }
     let tested: BTreeSet<&str> = st::measured_nodes(results);
     // One test at a time counts what the cluster holds, plans and applies.
@@ -128,10 +147,11 @@ async fn quarantine_after(
 /// Carries out what follows a folded run, in the plan's order: the breaker opens on a
 /// storm, the quarantine plan is executed and its outcome written into `status` (which the
 /// lifecycle then reads), the lifecycle's steps, each node's standing decided
-/// ([`st::settle`], which the signals, metrics and status read), the signals and trend
-/// points when the plan publishes them, and the confirmation run. The GPUs' device taints
-/// are written right after the nodes' quarantine. Returns false when some node or GPU change
-/// failed.
+/// ([`st::settle`], which the signals, metrics and status read), and the confirmation run.
+/// The GPUs' device taints are written right after the nodes' quarantine. The signals and
+/// trend points, when the plan publishes them, are decided here and returned: they are
+/// written after the test's status, so that no quarantine, status or confirmation run waits
+/// for a write on every node. Returns false when some node or GPU change failed.
 #[allow(clippy::too_many_arguments)]
 async fn carry_out_after_fold(
     test: &FabricTest,
@@ -142,7 +162,7 @@ async fn carry_out_after_fold(
     ctx: &Context,
     after: AfterFold,
     dra: &crate::dra::DraView,
-) -> Result<bool> {
+) -> Result<(bool, Option<Pending>)> {
     let AfterFold {
         decision:
             QuarantineDecision {
@@ -217,27 +237,23 @@ async fn carry_out_after_fold(
         },
     );
     let settled_ms = began.elapsed().as_millis();
-    if publish {
-        publish_signals(
-            test,
-            run,
-            results,
-            status,
-            trend_points(run, results, ctx),
-            ctx,
-        )
-        .await;
-    }
-    tracing::debug!(
-        quarantined_ms,
-        settled_ms,
-        signals_ms = began.elapsed().as_millis() - settled_ms,
-        "after the fold"
-    );
+    let signals = publish.then(|| decide_signals(test, run, results, status, ctx));
+    let decided_ms = began.elapsed().as_millis();
     if let Some(confirm) = confirm {
         create_confirmation(test, &confirm, &plan.confirm, ctx).await?;
     }
-    Ok(outcome.errors.is_empty() && gpu_outcome.errors.is_empty() && lifecycle_applied)
+    tracing::info!(
+        run = %run_name,
+        quarantined_ms,
+        settled_ms,
+        signals_decided_ms = decided_ms - settled_ms,
+        took_ms = began.elapsed().as_millis(),
+        "after the fold"
+    );
+    Ok((
+        outcome.errors.is_empty() && gpu_outcome.errors.is_empty() && lifecycle_applied,
+        signals,
+    ))
 }
 
 /// Creates the confirmation run that retests `suspects`, with an Event on the test when it
@@ -280,51 +296,22 @@ fn trend_points(
     })
 }
 
-/// Writes the node signals of a folded run (condition, result label, last pass) from every
-/// node's result (`results`, all shards), with each passing node's trend record (`trends`)
-/// in the same metadata patch. A node that cannot be written is logged and reported in one
-/// Event; nothing else waits on it. A trend record is best effort: one not written misses
-/// a point.
-async fn publish_signals(
+/// The node signals of a folded run (condition, result label, last pass) from every
+/// node's result (`results`, all shards) and its standing in `status`, with each passing
+/// node's trend record in the same metadata patch; written after the test's status.
+fn decide_signals(
     test: &FabricTest,
     run: &FabricTestRun,
     results: &[NodeRunResult],
     status: &FabricTestStatus,
-    trends: Vec<(String, gpufabric_api::trend::NodeTrend)>,
     ctx: &Context,
-) {
-    let began = std::time::Instant::now();
+) -> Pending {
+    let trends = trend_points(run, results, ctx);
     let mut signals = crate::signals::decide(test, run, results, &status.nodes, &ctx.nodes);
     let alone = crate::trend::ride_with_signals(&mut signals, trends);
-    let decided_ms = began.elapsed().as_millis();
-    let (nodes, metadata, conditions) = (
-        signals.len(),
-        signals.iter().filter(|s| s.metadata.is_some()).count(),
-        signals.iter().filter(|s| s.condition.is_some()).count(),
-    );
-    let published = crate::signals::write(&ctx.client, &ctx.nodes, signals).await;
-    tracing::debug!(
-        nodes,
-        metadata,
-        conditions,
-        decided_ms,
-        took_ms = began.elapsed().as_millis(),
-        "node signals written"
-    );
-    for failure in crate::trend::write(&ctx.client, alone).await {
-        tracing::warn!(%failure, "trend point not recorded");
+    Pending {
+        run: run.name_any(),
+        signals,
+        trends: alone,
     }
-    if published.failures.is_empty() {
-        return;
-    }
-    let note = format!(
-        "{}: could not write the signals of {} node(s): {}",
-        run.name_any(),
-        published.failures.len(),
-        published.failures.join("; ")
-    );
-    tracing::warn!(%note, "node signals not written");
-    ctx.events
-        .warning(&test.object_ref(&()), "SignalsNotWritten", "Signal", note)
-        .await;
 }

@@ -1,9 +1,11 @@
 //! The FabricTest controller: validates the spec, starts runs (on schedule, once on
 //! creation, or on `gpufabric.io/run-now`) under the concurrency policy, folds each finished
-//! run into the per-node history once, hands it to the quarantine executor, deletes runs
-//! beyond the history limits, and requeues at the next schedule time.
+//! run into the per-node history once, hands it to the quarantine executor, writes the
+//! status and then the node signals, deletes runs beyond the history limits, and requeues
+//! at the next schedule time.
 
 mod fold;
+mod signals;
 mod writes;
 
 use super::decide::{StartPlan, conditions, decide, invalid_status, validated_schedule};
@@ -147,8 +149,8 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     let handed_back = crate::lifecycle::hand_back(test, ctx, &mut status).await?;
     // Runs are folded with the breaker as it was, before a reset applies.
     let mut breaker = quarantine::Breaker::from_conditions(&original.conditions);
-    let requeue_soon =
-        !fold_finished_runs(test, &runs, &mut status, &mut breaker, ctx).await? || !handed_back;
+    let folded = fold_finished_runs(test, &runs, &mut status, &mut breaker, ctx).await?;
+    let requeue_soon = !folded.all_applied || !handed_back;
     let reset = quarantine::breaker::take_reset(&mut breaker, test, &ctx.events).await;
 
     let active: Vec<&FabricTestRun> = runs.iter().filter(|r| is_active(r)).collect();
@@ -192,10 +194,28 @@ async fn apply(test: &FabricTest, ctx: &Context) -> Result<Action> {
     st::bound_test_status(&mut status);
     if status != original {
         apply_status(&api, &name, &status).await?;
+        if !folded.signals.is_empty() {
+            tracing::info!(
+                runs = folded.signals.len(),
+                quarantined = status.quarantined_count,
+                "test status written after the fold"
+            );
+        }
     }
     if reset {
         quarantine::breaker::clear_reset(&api, &name).await?;
     }
+    // The node signals follow the status: no quarantine, status or confirmation run waits
+    // for a write on every node.
+    signals::write_after_status(
+        test,
+        &status,
+        original.last_run.as_ref().map(|l| l.name.as_str()),
+        folded.signals,
+        &runs,
+        ctx,
+    )
+    .await;
 
     // History limits, after the status holds every folded run.
     prune_history(test, ctx, &runs).await?;
