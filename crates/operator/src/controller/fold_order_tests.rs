@@ -171,6 +171,11 @@ fn answer(call: &Call, test: &FabricTest, fleet: &Mutex<Fleet>) -> (StatusCode, 
     }
     match (call.method.clone(), path) {
         (Method::GET, "/api/v1/nodes") => (StatusCode::OK, list("NodeList", nodes.clone())),
+        // Discovery: a cluster that serves no resource.k8s.io (no DRA), as /apis always answers.
+        (Method::GET, "/apis") => (
+            StatusCode::OK,
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        ),
         (Method::GET, p) if p.ends_with("/fabrictests/fleet") => (
             StatusCode::OK,
             serde_json::to_value(test).unwrap_or_default(),
