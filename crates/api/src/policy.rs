@@ -43,7 +43,9 @@ pub struct Thresholds {
     /// A GPU whose DDP compute time exceeds the node median by this ratio is a straggler.
     #[schemars(range(min = 1.0))]
     pub straggler_ratio: f64,
-    /// Smallest relative gap from the fleet median that can make a node an outlier.
+    /// Smallest relative gap from the fleet median that can make a node an outlier. Host
+    /// copies fail a node only 25% below (or this gap, if larger); closer, an Info finding:
+    /// they also time the host.
     #[schemars(range(min = 0.0, max = 1.0))]
     pub fleet_min_relative_gap: f64,
     /// Robust z-score (median absolute deviations, scaled) beyond which a node is an outlier.

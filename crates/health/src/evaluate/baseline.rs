@@ -223,7 +223,14 @@ pub(super) fn judge(
         let named = own.iter().any(|f| {
             f.severity == Severity::Critical && f.metric == metric && f.collective == collective
         });
-        if held || named || !far_below(*value, &e, t.fleet_min_relative_gap) {
+        // Host copies vary more from run to run than the links they cross (compare.rs).
+        let min_gap = if super::compare::host_copy(metric) {
+            t.fleet_min_relative_gap
+                .max(super::compare::HOST_COPY_FAIL_GAP)
+        } else {
+            t.fleet_min_relative_gap
+        };
+        if held || named || !far_below(*value, &e, min_gap) {
             continue;
         }
         let unit = series.unit();

@@ -44,6 +44,20 @@ fn series_words(key: &SeriesKey) -> (String, &'static str) {
     }
 }
 
+/// How far below comparable nodes (or the test's baseline) a GPU's host copies must fall to
+/// fail the node. Host copies time the host (its memory, the root port, other work on it) as
+/// much as the GPU: one healthy H200 measured twelve times in an hour moved host-to-device
+/// between 48.1 and 55.3 GB/s, once 12% below the median of the others
+/// (bench/results/gpu-e2e-h200x1-2026-11-29-832985c). A fault in the host path costs more: a
+/// link trained down one generation or to half its lanes halves it (and the PCIe check names
+/// that link). A fleet outlier short of this gap is reported as Info and fails nothing.
+pub(crate) const HOST_COPY_FAIL_GAP: f64 = 0.25;
+
+/// Whether a metric is a host copy (host-to-device or device-to-host).
+pub(crate) fn host_copy(metric: Metric) -> bool {
+    matches!(metric, Metric::H2dBandwidth | Metric::D2hBandwidth)
+}
+
 pub(super) fn explicit_threshold(key: &SeriesKey, t: &Thresholds) -> bool {
     match key.metric {
         Metric::NcclBusBw => {
@@ -161,10 +175,18 @@ fn series_finding(s: &NodeStats, key: &SeriesKey, o: &fleet::Outlier, gpus: u32)
     // host moved all_reduce 8 B between 27 and 38 us from one healthy run to the next. Such a
     // latency outlier is Info; timed with CUDA graphs (4-7% between runs) it fails.
     let host_timed_latency = key.metric == Metric::NcclLatency && !s.graph_timed;
+    let host_copy_spread = host_copy(key.metric)
+        && o.median > 0.0
+        && (o.median - o.value) / o.median < HOST_COPY_FAIL_GAP;
     let (severity, advice) = if host_timed_latency {
         (
             Severity::Info,
             "not failed: host-launched calls also time the launching CPU (suite.ncclSweep.graphLaunches times the GPUs alone).",
+        )
+    } else if host_copy_spread {
+        (
+            Severity::Info,
+            "not failed: host copies also time the host, and one healthy GPU's move by up to 12% from one run to the next; a fault in the host path (a link trained down) costs more than 25% and fails.",
         )
     } else {
         (

@@ -331,18 +331,44 @@ fn different_products_and_gpu_counts_are_not_compared() {
 #[test]
 fn host_bandwidth_of_one_gpu_is_compared_with_the_same_gpu_of_other_nodes() {
     let mut fleet = fleet_of(8, 0.01);
-    fleet[6].host_to_device[4] = 42.0; // above the Gen5 floor (31.5), 24% below the fleet
+    let median = fleet[0].host_to_device[4];
+    fleet[6].host_to_device[4] = 36.0; // above the Gen5 floor (31.5), a third below the fleet
     fleet[7].device_to_host[1] = 20.0; // below the floor
     let e = run(fleet);
+    assert!(36.0 < median * 0.7, "median {median}");
     let f6 = on(&e, "node-06");
     assert_eq!(f6.len(), 1, "{f6:#?}");
     assert_eq!(f6[0].subject, Subject::gpu("node-06", 4));
     assert_eq!(f6[0].metric, Metric::H2dBandwidth);
+    assert_eq!(f6[0].severity, Severity::Critical);
     assert_eq!(f6[0].source, Some(ExpectationSource::Fleet));
     let f7 = on(&e, "node-07");
     assert_eq!(f7.len(), 1, "{f7:#?}");
     assert_eq!(f7[0].metric, Metric::D2hBandwidth);
     assert_eq!(f7[0].source, Some(ExpectationSource::Profile));
+}
+
+#[test]
+fn a_host_copy_12_percent_below_the_fleet_is_the_hosts_spread_and_fails_nothing() {
+    // One healthy H200 measured twelve times moved host-to-device 48.1-55.3 GB/s; the dip
+    // of 12% is the host's, not the GPU's or its link's.
+    let mut fleet = fleet_of(8, 0.01);
+    let median = fleet[0].host_to_device[0];
+    fleet[3].host_to_device[0] = median * 0.88;
+    fleet[4].device_to_host[2] = median * 0.80;
+    let e = run(fleet);
+    for node in ["node-03", "node-04"] {
+        let f = on(&e, node);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(f[0].severity, Severity::Info, "{f:#?}");
+        assert_eq!(f[0].source, Some(ExpectationSource::Fleet));
+        assert!(
+            f[0].message.contains("not failed: host copies"),
+            "{}",
+            f[0].message
+        );
+        assert_eq!(e.verdicts[node], NodeVerdict::Passed);
+    }
 }
 
 #[test]
