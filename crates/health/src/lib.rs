@@ -14,6 +14,7 @@ pub mod pairs;
 pub mod probe;
 pub mod profiles;
 pub mod quarantine;
+pub mod scaling;
 
 pub use evaluate::{Evaluation, NodeInput, NodeOutcome, evaluate};
 pub use quarantine::{ClusterCap, Guards, Hold, NodeFacts, Plan, Storm, plan, plan_guarded};
