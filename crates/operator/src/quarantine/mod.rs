@@ -36,6 +36,8 @@
 //! mode later becomes Cordon.
 
 mod apply;
+#[cfg(test)]
+mod apply_tests;
 pub mod breaker;
 mod metrics;
 mod node;
@@ -50,7 +52,10 @@ mod report;
 #[cfg(test)]
 pub(crate) use node::tests::merge as node_merge_for_tests;
 
-pub use apply::{Guarded, HandedBack, NodeChange, execute, guarded, hand_back, release_all};
+pub use apply::{
+    CHANGE_CONCURRENCY, Guarded, HandedBack, NodeChange, execute, execute_held, guarded, hand_back,
+    release_all,
+};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
