@@ -4,6 +4,7 @@
 //! still refuse a change (someone else cordoned it in between).
 
 use super::QuarantineError;
+use super::ledger::Ledger;
 use super::metrics::QuarantineMetrics;
 use super::node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
@@ -47,7 +48,7 @@ pub async fn execute(
     reasons: &BTreeMap<String, String>,
 ) -> Result<Outcome, QuarantineError> {
     let held = records_of(client, &test_key(test)?).await?;
-    execute_held(client, events, metrics, test, run, plan, reasons, held).await
+    execute_held(client, events, metrics, test, run, plan, reasons, held, None).await
 }
 
 /// [`execute`] with the nodes this test holds (`held`, with their records) as listed for
@@ -55,7 +56,8 @@ pub async fn execute(
 /// has counted the budget already; each phase (releases, then quarantines) changes
 /// [`CHANGE_CONCURRENCY`] nodes at once, each under its own guarded read and patch, and its
 /// outcome is counted once, whatever order the changes end in. A change that fails is
-/// reported in [`Outcome::errors`] and leaves `held` as it was for that node.
+/// reported in [`Outcome::errors`] and leaves `held` as it was for that node. Each node
+/// patched is noted in `ledger`, when given, for the next count from the node cache.
 #[allow(clippy::too_many_arguments)]
 pub async fn execute_held(
     client: &Client,
@@ -66,8 +68,10 @@ pub async fn execute_held(
     plan: &Plan,
     reasons: &BTreeMap<String, String>,
     held: BTreeMap<String, QuarantineRecord>,
+    ledger: Option<&Ledger>,
 ) -> Result<Outcome, QuarantineError> {
     let mut exec = Executor::new(client, events, metrics, test)?;
+    exec.ledger = ledger;
     let mut ours = held;
 
     if let Some(e) = &plan.budget_error {
@@ -221,15 +225,18 @@ pub struct HandedBack {
 /// [`super::ownership::undone`]): the record goes (and the label), nothing else on the node
 /// changes, an Event on the node and the test says what happened, and the node no longer
 /// counts against the budget. `nodes`: the nodes to look at (the operator's node cache);
-/// each one that looks undone is read again and decided again before it is changed.
+/// each one that looks undone is read again and decided again before it is changed, and
+/// noted in `ledger` when given.
 pub async fn hand_back<'n>(
     client: &Client,
     events: &Events,
     metrics: &QuarantineMetrics,
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'n Node>,
+    ledger: Option<&Ledger>,
 ) -> Result<(Vec<HandedBack>, Vec<NodeFailure>), QuarantineError> {
     let mut exec = Executor::new(client, events, metrics, test)?;
+    exec.ledger = ledger;
     let key = exec.key.clone();
     let suspects: Vec<String> = nodes
         .into_iter()
@@ -290,6 +297,8 @@ pub(super) struct Executor<'a> {
     pub(super) test: &'a FabricTest,
     pub(super) key: String,
     pub(super) outcome: Outcome,
+    /// Where each node patched is noted (what the fold counts from the node cache).
+    pub(super) ledger: Option<&'a Ledger>,
 }
 
 /// What a guarded node change came to.
@@ -323,6 +332,7 @@ impl<'a> Executor<'a> {
             test,
             key: test_key(test)?,
             outcome: Outcome::default(),
+            ledger: None,
         })
     }
 
@@ -348,6 +358,9 @@ impl<'a> Executor<'a> {
             step => NodeChange::Keep(step),
         })
         .await?;
+        if let (Guarded::Patched(node, _), Some(ledger)) = (&applied, self.ledger) {
+            ledger.wrote(node);
+        }
         Ok(match applied {
             Guarded::Patched(
                 node,

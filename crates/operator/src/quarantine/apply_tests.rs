@@ -111,6 +111,7 @@ async fn a_write_failing_mid_way_among_concurrent_cordons_is_reported_and_nothin
         &plan,
         &BTreeMap::new(),
         held,
+        None,
     )
     .await
     .expect("executed");

@@ -39,6 +39,7 @@ mod apply;
 #[cfg(test)]
 mod apply_tests;
 pub mod breaker;
+mod ledger;
 mod metrics;
 mod node;
 mod observe;
@@ -57,6 +58,7 @@ pub use apply::{
     release_all,
 };
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
+pub use ledger::{LEDGER_TTL, Ledger, holdings_cached};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 pub use observe::{

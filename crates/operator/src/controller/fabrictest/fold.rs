@@ -110,14 +110,17 @@ async fn quarantine_after(
     let tested: BTreeSet<&str> = st::measured_nodes(results);
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
-    // The cluster's quarantine records, listed once a fold (the executor counts from
-    // them too), while the GPUs' DRA view is read.
-    let (holdings, dra) = futures::join!(
-        quarantine::holdings(&ctx.client, test),
-        crate::dra::observe(&ctx.client, test)
-    );
-    let holdings = holdings.map_err(Error::Quarantine)?;
-    let dra = dra.map_err(Error::Dra)?;
+    // The cluster's quarantine records, from the node cache with this process's own
+    // writes on top (no list of every Node); the executor counts from them too.
+    let holdings = quarantine::holdings_cached(
+        ctx.nodes.state().iter().map(|n| n.as_ref()),
+        &ctx.quarantine_writes,
+        test,
+    )
+    .map_err(Error::Quarantine)?;
+    let dra = crate::dra::observe(&ctx.client, test)
+        .await
+        .map_err(Error::Dra)?;
     let held = &holdings.ours;
     let mut names: Vec<String> = tested.iter().map(|s| s.to_string()).collect();
     names.extend(status.nodes.iter().map(|h| h.node.clone()));
@@ -152,7 +155,7 @@ async fn quarantine_after(
 /// storm, the quarantine plan is executed and its outcome written into `status` (which the
 /// lifecycle then reads), the lifecycle's steps, each node's standing decided
 /// ([`st::settle`], which the signals, metrics and status read), and the confirmation run.
-/// `held`: the nodes this test holds, from the fold's one list of the cluster's records.
+/// `held`: the nodes this test holds, as the fold counted them for the plan.
 /// The GPUs' device taints are written right after the nodes' quarantine. The signals and
 /// trend points, when the plan publishes them, are decided here and returned: they are
 /// written after the test's status, so that no quarantine, status or confirmation run waits
@@ -194,6 +197,7 @@ async fn carry_out_after_fold(
         &plan,
         &reasons,
         held,
+        Some(&ctx.quarantine_writes),
     )
     .await
     .map_err(Error::Quarantine)?;
