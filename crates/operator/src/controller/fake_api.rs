@@ -130,10 +130,7 @@ pub fn serve(handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Tra
 /// [`serve`] for code that makes requests at once: each request gets the answer of the
 /// first expected request not yet answered with its method and path, in whatever order
 /// they come (the transcript keeps the order they came in).
-pub fn serve_any_order(
-    handle: Handle,
-    script: Vec<Expect>,
-) -> tokio::task::JoinHandle<Transcript> {
+pub fn serve_any_order(handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Transcript> {
     serve_matching(handle, script, true)
 }
 
@@ -201,8 +198,11 @@ fn serve_matching(
                 respond.send_response(r);
             }
         }
-        seen.missing
-            .extend(script.into_iter().map(|e| format!("{} {}", e.method, e.path)));
+        seen.missing.extend(
+            script
+                .into_iter()
+                .map(|e| format!("{} {}", e.method, e.path)),
+        );
         seen
     })
 }

@@ -48,7 +48,10 @@ pub async fn execute(
     reasons: &BTreeMap<String, String>,
 ) -> Result<Outcome, QuarantineError> {
     let held = records_of(client, &test_key(test)?).await?;
-    execute_held(client, events, metrics, test, run, plan, reasons, held, None).await
+    execute_held(
+        client, events, metrics, test, run, plan, reasons, held, None,
+    )
+    .await
 }
 
 /// [`execute`] with the nodes this test holds (`held`, with their records) as listed for

@@ -2,8 +2,8 @@
 //! top of the cache so that the fold counts what the cluster holds without listing every
 //! Node.
 
-use super::observe::{Holdings, test_key};
 use super::QuarantineError;
+use super::observe::{Holdings, test_key};
 use gpufabric_api::keys::ANNOTATION_QUARANTINE;
 use gpufabric_api::quarantine::QuarantineRecord;
 use k8s_openapi::api::core::v1::Node;
@@ -145,7 +145,11 @@ mod tests {
         // The patch's answer carries our record; the cache still has the node without it.
         ledger.wrote(&node("a", Some(record("t"))));
         ledger.wrote(&node("b", Some(record("other"))));
-        let cache = [node("a", None), node("b", None), node("c", Some(record("t")))];
+        let cache = [
+            node("a", None),
+            node("b", None),
+            node("c", Some(record("t"))),
+        ];
         let held = holdings_cached(&cache, &ledger, &test()).expect("counted");
         assert_eq!(held.ours.keys().collect::<Vec<_>>(), ["a", "c"]);
         assert_eq!(held.others, 1);
@@ -165,7 +169,13 @@ mod tests {
         let ledger = Ledger::default();
         ledger.wrote(&node("a", Some(record("t"))));
         let caught_up = [node("a", Some(record("t")))];
-        assert_eq!(holdings_cached(&caught_up, &ledger, &test()).expect("counted").ours.len(), 1);
+        assert_eq!(
+            holdings_cached(&caught_up, &ledger, &test())
+                .expect("counted")
+                .ours
+                .len(),
+            1
+        );
         // A person removed the record later: the cache is right from now on.
         let removed = [node("a", None)];
         let held = holdings_cached(&removed, &ledger, &test()).expect("counted");
