@@ -40,6 +40,9 @@ pub struct Context {
     /// Held while one FabricTest counts the nodes held in the cluster, plans and applies
     /// its plan, so that two tests never both take the last slot of the cluster-wide cap.
     pub quarantine_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The quarantine records this process wrote, read on top of `nodes` when the fold
+    /// counts what the cluster holds.
+    pub quarantine_writes: Arc<crate::quarantine::Ledger>,
     /// The last folded run per test whose node signals this process wrote.
     pub signals_written: Arc<crate::signals::pending::Written>,
 }
@@ -96,6 +99,7 @@ impl Context {
             synced,
             cluster_cap: None,
             quarantine_lock: Default::default(),
+            quarantine_writes: Default::default(),
             signals_written: Default::default(),
         })
     }

@@ -137,6 +137,7 @@ fn context(
         synced,
         cluster_cap: options.max_quarantined_nodes,
         quarantine_lock: Default::default(),
+        quarantine_writes: Default::default(),
         signals_written: Default::default(),
     })
 }

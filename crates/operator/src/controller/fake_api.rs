@@ -123,9 +123,24 @@ pub fn client() -> (Client, Handle) {
 }
 
 /// Answers requests until every client clone is dropped; returns what it saw.
-pub fn serve(mut handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Transcript> {
+pub fn serve(handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Transcript> {
+    serve_matching(handle, script, false)
+}
+
+/// [`serve`] for code that makes requests at once: each request gets the answer of the
+/// first expected request not yet answered with its method and path, in whatever order
+/// they come (the transcript keeps the order they came in).
+pub fn serve_any_order(handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle<Transcript> {
+    serve_matching(handle, script, true)
+}
+
+fn serve_matching(
+    mut handle: Handle,
+    script: Vec<Expect>,
+    any_order: bool,
+) -> tokio::task::JoinHandle<Transcript> {
     tokio::spawn(async move {
-        let mut script = script.into_iter();
+        let mut script: std::collections::VecDeque<Expect> = script.into();
         let mut seen = Transcript::default();
         while let Some((request, respond)) = handle.next_request().await {
             let method = request.method().clone();
@@ -148,7 +163,15 @@ pub fn serve(mut handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle
                 seen.events.push(request);
                 (StatusCode::CREATED, echo)
             } else {
-                match script.next() {
+                let next = if any_order {
+                    script
+                        .iter()
+                        .position(|e| e.method == request.method && request.path.ends_with(&e.path))
+                        .and_then(|i| script.remove(i))
+                } else {
+                    script.pop_front()
+                };
+                match next {
                     Some(e) if e.method == request.method && request.path.ends_with(&e.path) => {
                         let answer = if e.body.is_null() {
                             request.body.clone()
@@ -175,8 +198,11 @@ pub fn serve(mut handle: Handle, script: Vec<Expect>) -> tokio::task::JoinHandle
                 respond.send_response(r);
             }
         }
-        seen.missing
-            .extend(script.map(|e| format!("{} {}", e.method, e.path)));
+        seen.missing.extend(
+            script
+                .into_iter()
+                .map(|e| format!("{} {}", e.method, e.path)),
+        );
         seen
     })
 }

@@ -69,6 +69,7 @@ pub async fn hand_back(
         &ctx.metrics.quarantine,
         test,
         cached.iter().map(|n| n.as_ref()),
+        Some(&ctx.quarantine_writes),
     )
     .await
     .map_err(Error::Quarantine)?;

@@ -4,12 +4,14 @@
 //! still refuse a change (someone else cordoned it in between).
 
 use super::QuarantineError;
+use super::ledger::Ledger;
 use super::metrics::QuarantineMetrics;
 use super::node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
 use super::ownership::{NodeObservation, Undone};
 use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
+use super::report::Report;
 use crate::events::{EventType, Events};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::FabricTest;
@@ -24,13 +26,18 @@ use tracing::info;
 /// How often a node change is re-read and re-decided after a conflict before giving up.
 const MAX_ATTEMPTS: usize = 5;
 
+/// Node changes [`execute`] keeps in flight at once: each a read, a guarded patch and its
+/// Events, on a different node.
+pub const CHANGE_CONCURRENCY: usize = 16;
+
 /// Apply `plan` (from `gpufabric_health::quarantine::plan` for run `run` of `test`) to the
 /// nodes: releases first, then quarantines, then each held-back node is reported. `reasons`
 /// maps a node to why it is quarantined (the most severe finding, as a sentence); it goes
 /// into the record and the Events.
 ///
 /// Returns an error (and changes nothing) only when the nodes this test already holds
-/// cannot be listed; per-node failures are in [`Outcome::errors`].
+/// cannot be listed; per-node failures are in [`Outcome::errors`]. [`execute_held`] takes
+/// them from a list read already.
 pub async fn execute(
     client: &Client,
     events: &Events,
@@ -40,25 +47,59 @@ pub async fn execute(
     plan: &Plan,
     reasons: &BTreeMap<String, String>,
 ) -> Result<Outcome, QuarantineError> {
+    let held = records_of(client, &test_key(test)?).await?;
+    execute_held(
+        client, events, metrics, test, run, plan, reasons, held, None,
+    )
+    .await
+}
+
+/// [`execute`] with the nodes this test holds (`held`, with their records) as listed for
+/// the plan, under the same lock, so that the fold lists the cluster's nodes once. The plan
+/// has counted the budget already; each phase (releases, then quarantines) changes
+/// [`CHANGE_CONCURRENCY`] nodes at once, each under its own guarded read and patch, and its
+/// outcome is counted once, whatever order the changes end in. A change that fails is
+/// reported in [`Outcome::errors`] and leaves `held` as it was for that node. Each node
+/// patched is noted in `ledger`, when given, for the next count from the node cache.
+#[allow(clippy::too_many_arguments)]
+pub async fn execute_held(
+    client: &Client,
+    events: &Events,
+    metrics: &QuarantineMetrics,
+    test: &FabricTest,
+    run: &str,
+    plan: &Plan,
+    reasons: &BTreeMap<String, String>,
+    held: BTreeMap<String, QuarantineRecord>,
+    ledger: Option<&Ledger>,
+) -> Result<Outcome, QuarantineError> {
     let mut exec = Executor::new(client, events, metrics, test)?;
-    let mut ours = records_of(client, &exec.key).await?;
+    exec.ledger = ledger;
+    let mut ours = held;
 
     if let Some(e) = &plan.budget_error {
         exec.invalid_budget(e).await;
     }
-    for name in &plan.release {
-        if exec.release(name).await {
-            ours.remove(name);
+    for (name, released) in exec.release_each(&plan.release).await {
+        if released {
+            ours.remove(&name);
         }
     }
     if let Some(how) = plan.enforcement {
-        for name in &plan.quarantine {
-            let reason = reasons
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| format!("failed run {run}"));
-            if let Some(record) = exec.quarantine(name, how, run, &reason).await {
-                ours.insert(name.clone(), record);
+        let changes: Vec<(String, String)> = plan
+            .quarantine
+            .iter()
+            .map(|name| {
+                let reason = reasons
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| format!("failed run {run}"));
+                (name.clone(), reason)
+            })
+            .collect();
+        for (name, record) in exec.quarantine_each(&changes, how, run).await {
+            if let Some(record) = record {
+                ours.insert(name, record);
             }
         }
     }
@@ -108,9 +149,8 @@ pub async fn release_all(
         metrics.forget(&exec.key);
         return Ok(Vec::new());
     }
-    for name in ours.keys() {
-        exec.release(name).await;
-    }
+    let names: Vec<String> = ours.into_keys().collect();
+    exec.release_each(&names).await;
     if !exec.outcome.errors.is_empty() {
         return Err(QuarantineError::Release(exec.outcome.errors));
     }
@@ -188,15 +228,18 @@ pub struct HandedBack {
 /// [`super::ownership::undone`]): the record goes (and the label), nothing else on the node
 /// changes, an Event on the node and the test says what happened, and the node no longer
 /// counts against the budget. `nodes`: the nodes to look at (the operator's node cache);
-/// each one that looks undone is read again and decided again before it is changed.
+/// each one that looks undone is read again and decided again before it is changed, and
+/// noted in `ledger` when given.
 pub async fn hand_back<'n>(
     client: &Client,
     events: &Events,
     metrics: &QuarantineMetrics,
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'n Node>,
+    ledger: Option<&Ledger>,
 ) -> Result<(Vec<HandedBack>, Vec<NodeFailure>), QuarantineError> {
     let mut exec = Executor::new(client, events, metrics, test)?;
+    exec.ledger = ledger;
     let key = exec.key.clone();
     let suspects: Vec<String> = nodes
         .into_iter()
@@ -257,6 +300,8 @@ pub(super) struct Executor<'a> {
     pub(super) test: &'a FabricTest,
     pub(super) key: String,
     pub(super) outcome: Outcome,
+    /// Where each node patched is noted (what the fold counts from the node cache).
+    pub(super) ledger: Option<&'a Ledger>,
 }
 
 /// What a guarded node change came to.
@@ -290,6 +335,7 @@ impl<'a> Executor<'a> {
             test,
             key: test_key(test)?,
             outcome: Outcome::default(),
+            ledger: None,
         })
     }
 
@@ -315,6 +361,9 @@ impl<'a> Executor<'a> {
             step => NodeChange::Keep(step),
         })
         .await?;
+        if let (Guarded::Patched(node, _), Some(ledger)) = (&applied, self.ledger) {
+            ledger.wrote(node);
+        }
         Ok(match applied {
             Guarded::Patched(
                 node,
@@ -334,19 +383,69 @@ impl<'a> Executor<'a> {
         })
     }
 
-    /// Quarantine one node; the record it carries afterwards when it is ours.
-    async fn quarantine(
+    /// Quarantines each of `changes` (node, reason), [`CHANGE_CONCURRENCY`] at once, then
+    /// notes each report in the plan's order; the record each node carries afterwards
+    /// when it is ours.
+    async fn quarantine_each(
         &mut self,
+        changes: &[(String, String)],
+        how: Enforcement,
+        run: &str,
+    ) -> Vec<(String, Option<QuarantineRecord>)> {
+        use futures::StreamExt;
+        let this = &*self;
+        // Owned items: borrowed ones make the controller's future not Send.
+        let done: Vec<Done<Option<QuarantineRecord>>> = futures::stream::iter(changes.to_vec())
+            .map(|(name, reason)| async move { this.quarantine(&name, how, run, &reason).await })
+            .buffered(CHANGE_CONCURRENCY)
+            .collect()
+            .await;
+        changes
+            .iter()
+            .zip(done)
+            .map(|((name, _), done)| (name.clone(), self.noted(done)))
+            .collect()
+    }
+
+    /// Releases each of `names`, [`CHANGE_CONCURRENCY`] at once, then notes each report in
+    /// order; for each node, true when it no longer carries this test's record.
+    async fn release_each(&mut self, names: &[String]) -> Vec<(String, bool)> {
+        use futures::StreamExt;
+        let this = &*self;
+        let done: Vec<Done<bool>> = futures::stream::iter(names.to_vec())
+            .map(|name| async move { this.release(&name).await })
+            .buffered(CHANGE_CONCURRENCY)
+            .collect()
+            .await;
+        names
+            .iter()
+            .zip(done)
+            .map(|(name, done)| (name.clone(), self.noted(done)))
+            .collect()
+    }
+
+    /// Notes what a node change reported into the outcome; its result.
+    fn noted<T>(&mut self, done: Done<T>) -> T {
+        if let Some(report) = done.report {
+            self.note(report);
+        }
+        done.result
+    }
+
+    /// Quarantines one node (its Events published); the record it carries afterwards when
+    /// it is ours, and what to note.
+    async fn quarantine(
+        &self,
         name: &str,
         how: Enforcement,
         run: &str,
         reason: &str,
-    ) -> Option<QuarantineRecord> {
-        let key = self.key.clone();
+    ) -> Done<Option<QuarantineRecord>> {
+        let key = &self.key;
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let applied = self
             .guarded(name, |n| {
-                quarantine_step(n, &key, how, run, reason, now.clone())
+                quarantine_step(n, key, how, run, reason, now.clone())
             })
             .await;
         match applied {
@@ -360,66 +459,68 @@ impl<'a> Executor<'a> {
                     how.mode(),
                     changes.join(", ")
                 );
-                self.act(name, Some(&node), Action::Quarantined, message)
+                let report = self
+                    .report(name, Some(&node), Action::Quarantined, message)
                     .await;
-                record
+                Done::reported(record, report)
             }
             // Already ours: nothing changes, and it stays counted.
             Ok(Applied::Unchanged {
                 step: QuarantineStep::AlreadyQuarantined(record),
                 ..
-            }) => Some(record),
+            }) => Done::silent(Some(record)),
             Ok(Applied::Unchanged {
                 step: QuarantineStep::Refuse(refusal),
                 node,
-            }) => {
-                self.refused(name, Some(&node), &refusal).await;
-                None
-            }
-            Ok(Applied::Unchanged { .. }) => None,
+            }) => Done::reported(None, self.report_refusal(name, Some(&node), &refusal).await),
+            Ok(Applied::Unchanged { .. }) => Done::silent(None),
             Ok(Applied::Gone) => {
-                self.refused(name, None, &Refusal::Gone).await;
-                None
+                Done::reported(None, self.report_refusal(name, None, &Refusal::Gone).await)
             }
-            Err(error) => {
-                self.fail(name, Change::Quarantine, error).await;
-                None
-            }
+            Err(error) => Done::reported(
+                None,
+                self.report_failure(name, Change::Quarantine, error).await,
+            ),
         }
     }
 
-    /// Release one node; true when it no longer carries this test's record.
-    async fn release(&mut self, name: &str) -> bool {
-        let key = self.key.clone();
-        match self.guarded(name, |n| release_step(n, &key)).await {
+    /// Releases one node (its Events published); true when it no longer carries this
+    /// test's record, and what to note.
+    async fn release(&self, name: &str) -> Done<bool> {
+        let key = &self.key;
+        match self.guarded(name, |n| release_step(n, key)).await {
             Ok(Applied::Patched { node, changes, .. }) => {
                 let message = format!(
                     "released by FabricTest {key} (undid: {})",
                     changes.join(", ")
                 );
-                self.act(name, Some(&node), Action::Released, message).await;
-                true
+                let report = self
+                    .report(name, Some(&node), Action::Released, message)
+                    .await;
+                Done::reported(true, report)
             }
             Ok(Applied::Unchanged {
                 step: QuarantineStep::Refuse(refusal),
                 node,
-            }) => {
-                self.refused(name, Some(&node), &refusal).await;
-                false
-            }
+            }) => Done::reported(
+                false,
+                self.report_refusal(name, Some(&node), &refusal).await,
+            ),
             Ok(Applied::Unchanged { .. }) => {
                 info!(node = name, test = %key, "already released: the node has no record of this test");
-                true
+                Done::silent(true)
             }
             Ok(Applied::Gone) => {
                 let message = format!("released by FabricTest {key}: the node no longer exists");
-                self.act(name, None, Action::Released, message).await;
-                true
+                Done::reported(
+                    true,
+                    self.report(name, None, Action::Released, message).await,
+                )
             }
-            Err(error) => {
-                self.fail(name, Change::Release, error).await;
-                false
-            }
+            Err(error) => Done::reported(
+                false,
+                self.report_failure(name, Change::Release, error).await,
+            ),
         }
     }
 
@@ -479,14 +580,31 @@ impl<'a> Executor<'a> {
     }
 
     async fn fail(&mut self, name: &str, change: Change, error: NodeChangeError) {
-        let message = format!("could not {change}: {error}");
-        let failure = NodeFailure {
-            node: name.to_string(),
-            change,
-            error,
-        };
-        self.outcome.errors.push(failure);
-        self.act(name, None, Action::Failed, message).await;
+        let report = self.report_failure(name, change, error).await;
+        self.note(report);
+    }
+}
+
+/// What one node change came to: its result, and the report to note in the outcome (none
+/// when nothing happened worth saying). Its Events are published already.
+pub(super) struct Done<T> {
+    result: T,
+    report: Option<Report>,
+}
+
+impl<T> Done<T> {
+    fn reported(result: T, report: Report) -> Self {
+        Done {
+            result,
+            report: Some(report),
+        }
+    }
+
+    fn silent(result: T) -> Self {
+        Done {
+            result,
+            report: None,
+        }
     }
 }
 
@@ -536,9 +654,10 @@ mod tests {
         let metrics = QuarantineMetrics::default();
         let t = test();
         let mut exec = Executor::new(&client, &events, &metrics, &t).expect("executor");
-        let record = exec
+        let done = exec
             .quarantine("n1", Enforcement::Cordon, "run-1", "GPU 3 straggler")
             .await;
+        let record = exec.noted(done);
         let outcome = std::mem::take(&mut exec.outcome);
         drop(exec);
         drop((client, events));
@@ -596,9 +715,10 @@ mod tests {
         let metrics = QuarantineMetrics::default();
         let t = test();
         let mut exec = Executor::new(&client, &events, &metrics, &t).expect("executor");
-        let record = exec
+        let done = exec
             .quarantine("n1", Enforcement::Taint, "run-1", "GPU 3 straggler")
             .await;
+        let record = exec.noted(done);
         assert!(record.is_none());
         let outcome = std::mem::take(&mut exec.outcome);
         drop(exec);

@@ -36,7 +36,10 @@
 //! mode later becomes Cordon.
 
 mod apply;
+#[cfg(test)]
+mod apply_tests;
 pub mod breaker;
+mod ledger;
 mod metrics;
 mod node;
 mod observe;
@@ -50,8 +53,12 @@ mod report;
 #[cfg(test)]
 pub(crate) use node::tests::merge as node_merge_for_tests;
 
-pub use apply::{Guarded, HandedBack, NodeChange, execute, guarded, hand_back, release_all};
+pub use apply::{
+    CHANGE_CONCURRENCY, Guarded, HandedBack, NodeChange, execute, execute_held, guarded, hand_back,
+    release_all,
+};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
+pub use ledger::{LEDGER_TTL, Ledger, holdings_cached};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
 pub use observe::{

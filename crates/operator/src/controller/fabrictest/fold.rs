@@ -11,11 +11,12 @@ use crate::error::{Error, Result};
 use crate::quarantine;
 use crate::signals::pending::Pending;
 use crate::status as st;
+use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult};
 use gpufabric_api::test::{FabricTest, FabricTestStatus};
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What folding the newly finished runs left to do once the test's status is written.
 #[derive(Debug, Default)]
@@ -109,9 +110,17 @@ async fn quarantine_after(
     let tested: BTreeSet<&str> = st::measured_nodes(results);
     // One test at a time counts what the cluster holds, plans and applies.
     let _cap = ctx.quarantine_lock.lock().await;
-    let holdings = quarantine::holdings(&ctx.client, test)
+    // The cluster's quarantine records, from the node cache with this process's own
+    // writes on top (no list of every Node); the executor counts from them too.
+    let holdings = quarantine::holdings_cached(
+        ctx.nodes.state().iter().map(|n| n.as_ref()),
+        &ctx.quarantine_writes,
+        test,
+    )
+    .map_err(Error::Quarantine)?;
+    let dra = crate::dra::observe(&ctx.client, test)
         .await
-        .map_err(Error::Quarantine)?;
+        .map_err(Error::Dra)?;
     let held = &holdings.ours;
     let mut names: Vec<String> = tested.iter().map(|s| s.to_string()).collect();
     names.extend(status.nodes.iter().map(|h| h.node.clone()));
@@ -121,9 +130,6 @@ async fn quarantine_after(
     let observed = quarantine::observe_cached(&ctx.client, &ctx.nodes, test, &names)
         .await
         .map_err(Error::Quarantine)?;
-    let dra = crate::dra::observe(&ctx.client, test)
-        .await
-        .map_err(Error::Dra)?;
     // The budget is a share of what the test selects, not of this run: a confirmation run
     // retests only the suspects, and a percent of those would hold real failures back.
     let selected = crate::nodes::selected_count(
@@ -141,13 +147,15 @@ async fn quarantine_after(
         guards: &guards(ctx, breaker.open, holdings.others),
         dra: &dra,
     })?;
-    carry_out_after_fold(test, run, results, status, breaker, ctx, after, &dra).await
+    let held = holdings.ours;
+    carry_out_after_fold(test, run, results, status, breaker, ctx, after, &dra, held).await
 }
 
 /// Carries out what follows a folded run, in the plan's order: the breaker opens on a
 /// storm, the quarantine plan is executed and its outcome written into `status` (which the
 /// lifecycle then reads), the lifecycle's steps, each node's standing decided
 /// ([`st::settle`], which the signals, metrics and status read), and the confirmation run.
+/// `held`: the nodes this test holds, as the fold counted them for the plan.
 /// The GPUs' device taints are written right after the nodes' quarantine. The signals and
 /// trend points, when the plan publishes them, are decided here and returned: they are
 /// written after the test's status, so that no quarantine, status or confirmation run waits
@@ -162,6 +170,7 @@ async fn carry_out_after_fold(
     ctx: &Context,
     after: AfterFold,
     dra: &crate::dra::DraView,
+    held: BTreeMap<String, QuarantineRecord>,
 ) -> Result<(bool, Option<Pending>)> {
     let AfterFold {
         decision:
@@ -179,7 +188,7 @@ async fn carry_out_after_fold(
     if let Some(storm) = &plan.storm {
         quarantine::breaker::open_on_storm(breaker, test, &run_name, storm, &ctx.events).await;
     }
-    let outcome = quarantine::execute(
+    let outcome = quarantine::execute_held(
         &ctx.client,
         &ctx.events,
         &ctx.metrics.quarantine,
@@ -187,6 +196,8 @@ async fn carry_out_after_fold(
         &run_name,
         &plan,
         &reasons,
+        held,
+        Some(&ctx.quarantine_writes),
     )
     .await
     .map_err(Error::Quarantine)?;
