@@ -23,6 +23,7 @@ pub mod policy;
 pub mod product;
 pub mod quarantine;
 pub mod result;
+pub mod rfc3339;
 pub mod rollout;
 pub mod run;
 pub mod run_state;
