@@ -12,6 +12,7 @@ use gpufabric_api::keys::{
     LABEL_QUARANTINED, TAINT_VALIDATION,
 };
 use gpufabric_api::run::{NodeVerdict, Trigger};
+use gpufabric_api::standing::Standing;
 use gpufabric_measure::fleet::{Fault, Fleet};
 use gpufabric_tests::fleet::{H100, SimFleet};
 use gpufabric_tests::operator::{EnvCluster, OperatorEnv, cordoned, sim_agent};
@@ -252,7 +253,7 @@ async fn a_repeat_offender_stays_quarantined_until_it_is_repaired() {
         holds(s, &bad) && s.repeat_offenders.contains(&bad)
     })
     .await;
-    assert!(health(&s, &bad).is_some_and(|h| h.repeat_offender));
+    assert!(health(&s, &bad).is_some_and(|h| h.standing == Standing::RepeatOffender));
     let metrics = env.operator.metrics().await;
     assert!(
         metrics.contains("gpufabric_repeat_offender_nodes{test=\"lc-repeat\"} 1"),
@@ -291,7 +292,7 @@ async fn a_repeat_offender_stays_quarantined_until_it_is_repaired() {
     })
     .await;
     assert!(s.repeat_offenders.is_empty());
-    assert!(health(&s, &bad).is_some_and(|h| !h.repeat_offender));
+    assert!(health(&s, &bad).is_some_and(|h| !h.standing.is_repeat_offender()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

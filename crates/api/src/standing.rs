@@ -100,22 +100,24 @@ impl Standing {
     }
 
     /// After a run that did not measure the node: the infrastructure is not the node's
-    /// fault, so a standing a measurement gave is kept (a quarantine the planner ended or
-    /// kept is read from `f`); a node never measured is gated or not measured.
+    /// fault, so a standing a measurement gave is kept; a quarantine is what the planner
+    /// kept or ended (read from `f`); a node never measured is gated or not measured.
     pub fn on_not_measured(&self, f: &Facts) -> Standing {
-        match self {
-            Standing::NotMeasured | Standing::Gated => {
-                if f.quarantined {
-                    Standing::Quarantined { hardware: false }
-                } else if f.gated {
-                    Standing::Gated
-                } else {
-                    Standing::NotMeasured
+        if f.quarantined {
+            return if f.repeat_offender {
+                Standing::RepeatOffender
+            } else {
+                Standing::Quarantined {
+                    hardware: self.hardware(),
                 }
-            }
-            Standing::Quarantined { .. } | Standing::RepeatOffender if !f.quarantined => {
-                Standing::NotMeasured
-            }
+            };
+        }
+        match self {
+            Standing::NotMeasured | Standing::Gated if f.gated => Standing::Gated,
+            Standing::NotMeasured
+            | Standing::Gated
+            | Standing::Quarantined { .. }
+            | Standing::RepeatOffender => Standing::NotMeasured,
             kept => kept.clone(),
         }
     }
@@ -131,6 +133,20 @@ impl Standing {
         Standing::TakenBack {
             what: what.to_string(),
         }
+    }
+
+    /// Whether the test holds the node in quarantine.
+    pub fn is_quarantined(&self) -> bool {
+        matches!(
+            self,
+            Standing::Quarantined { .. } | Standing::RepeatOffender
+        )
+    }
+
+    /// Whether the node is a repeat offender: quarantined again and again, so that only a
+    /// repair releases it.
+    pub fn is_repeat_offender(&self) -> bool {
+        matches!(self, Standing::RepeatOffender)
     }
 
     /// Whether the standing's failure is a hardware fault.

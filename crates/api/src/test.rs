@@ -369,7 +369,11 @@ pub struct FabricTestStatus {
     /// (quarantined, then failing, then held back, then the rest). A node left out has a
     /// plain history (the next failure starts its streak again: a cordon comes later,
     /// never sooner); quarantined nodes all carry the `gpufabric.io/quarantined` label.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::health_upgrade::nodes"
+    )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub nodes: Vec<NodeHealth>,
     /// Nodes with a history that `nodes` leaves out.
@@ -386,7 +390,7 @@ pub struct FabricTestStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["node"]))]
     pub targets: Vec<NodeTarget>,
-    /// Nodes quarantined too often to be released by passing runs (see `nodes[].repeatOffender`).
+    /// Nodes quarantined too often to be released by passing runs (their `nodes[].standing` is `RepeatOffender`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repeat_offenders: Vec<String>,
     /// What this test's passing nodes measured in its recent complete runs, per GPU product,
@@ -436,15 +440,19 @@ pub struct NodeHealth {
     pub consecutive_failures: u32,
     pub consecutive_passes: u32,
     /// The node's standing in this test, decided when a run is folded: what the node's
-    /// signals, the metrics, this status' order and `kubectl gpufabric node` read.
+    /// signals, the metrics, this status' order and `kubectl gpufabric node` read
+    /// (quarantined by this test, a repeat offender, held back, ...).
     #[serde(default)]
     pub standing: crate::standing::Standing,
-    /// Quarantined by this test now.
-    #[serde(default)]
-    pub quarantined: bool,
+    /// The flags an earlier version stored in place of the standing: read once, when the
+    /// status is read ([`crate::health_upgrade`]), never written.
+    #[serde(flatten, default)]
+    pub earlier: crate::health_upgrade::EarlierFlags,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined_since: Option<Time>,
-    /// Failing enough to be quarantined, but the mode is Observe or the budget is spent.
+    /// Why the quarantine planner did not act on the node in the latest run, whatever its
+    /// standing: a failure not quarantined (the mode is Observe, the budget is spent, the
+    /// breaker is open, ...) or a quarantine kept although the node passed enough runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_back: Option<String>,
     /// The most severe finding of the latest run, as a sentence; when the verdict is
@@ -467,10 +475,6 @@ pub struct NodeHealth {
     /// the evidence of a repeat offender.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantine_times: Vec<Time>,
-    /// Quarantined `quarantine.repeatOffenderQuarantines` times within the window: passing
-    /// runs no longer release the node; only a repair (`gpufabric.io/repaired`) does.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub repeat_offender: bool,
     /// Someone else undid this test's quarantine of the node (uncordoned it, cordoned it
     /// again, removed the taint or the label): what, and when. The test stopped holding the
     /// node then; what is on the node now is theirs.

@@ -13,11 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 /// - A verdict that is not final (Pending, Running), or NotMeasured, leaves both counters as
 ///   they were: a node the infrastructure kept from being measured is neither better nor
 ///   worse (its `last_finding` then says why it was not measured).
-/// - `quarantined` and `quarantined_since` are kept from `prev`: only the quarantine
-///   executor changes them. `held_back` is cleared; the planner sets it again if it holds
-///   the node back in this run.
-/// - `standing` is kept: it is decided once the quarantine plan and the lifecycle have run
-///   (the operator's fold).
+/// - `quarantined_since` is kept from `prev`: only the quarantine executor changes it.
+///   `held_back` is cleared; the planner sets it again if it holds the node back in this run.
+/// - `standing` (quarantined or not, a repeat offender or not) is kept: it is decided once
+///   the quarantine plan and the lifecycle have run (the operator's fold).
 /// - `last_finding` is replaced (None when the run found nothing), `last_run` set to `run`.
 pub fn advance(
     prev: Option<&NodeHealth>,
@@ -42,7 +41,7 @@ pub fn advance(
         consecutive_failures,
         consecutive_passes,
         standing: prev.map(|p| p.standing.clone()).unwrap_or_default(),
-        quarantined: prev.is_some_and(|p| p.quarantined),
+        earlier: Default::default(),
         quarantined_since: prev.and_then(|p| p.quarantined_since.clone()),
         held_back: None,
         last_finding,
@@ -50,7 +49,6 @@ pub fn advance(
         last_measured: prev.and_then(|p| p.last_measured.clone()),
         last_judged: prev.and_then(|p| p.last_judged.clone()),
         quarantine_times: prev.map(|p| p.quarantine_times.clone()).unwrap_or_default(),
-        repeat_offender: prev.is_some_and(|p| p.repeat_offender),
         taken_back: prev.and_then(|p| p.taken_back.clone()),
         gated_since: prev.and_then(|p| p.gated_since.clone()),
         condition_rise: prev.and_then(|p| p.condition_rise.clone()),
@@ -61,16 +59,14 @@ pub fn advance(
 }
 
 /// Records that the test quarantined the node at `at`: `quarantine_times` keeps the
-/// quarantines within `policy.repeat_offender_window_hours` of `at`, and the node becomes a
-/// repeat offender when they number `policy.repeat_offender_quarantines` (0: never).
-/// Returns true when this quarantine made it one.
+/// quarantines within `policy.repeat_offender_window_hours` of `at`. Returns true when this
+/// quarantine makes the node a repeat offender: they number
+/// `policy.repeat_offender_quarantines` (0: never). The fold's standing records it.
 pub fn note_quarantine(health: &mut NodeHealth, at: Time, policy: &QuarantinePolicy) -> bool {
     health.quarantine_times.push(at.clone());
     forget_old_quarantines(health, &at, policy);
-    let was = health.repeat_offender;
     let limit = policy.repeat_offender_quarantines as usize;
-    health.repeat_offender = limit > 0 && health.quarantine_times.len() >= limit;
-    health.repeat_offender && !was
+    limit > 0 && health.quarantine_times.len() >= limit
 }
 
 /// Drops the quarantine times older than the window before `now` (a repeat offender stays
@@ -85,10 +81,10 @@ pub fn forget_old_quarantines(health: &mut NodeHealth, now: &Time, policy: &Quar
     health.quarantine_times.drain(..excess);
 }
 
-/// A repair released the node: it starts with a clean record.
+/// A repair was proven: the node starts with a clean record (and, quarantined still, is no
+/// longer a repeat offender: the fold's standing is decided after it).
 pub fn forgive(health: &mut NodeHealth) {
     health.quarantine_times.clear();
-    health.repeat_offender = false;
 }
 
 #[cfg(test)]
@@ -169,11 +165,11 @@ mod tests {
     #[test]
     fn quarantine_state_is_kept_and_held_back_is_cleared() {
         let mut a = run(None, NodeVerdict::Failed);
-        a.quarantined = true;
+        a.standing = gpufabric_api::standing::Standing::Quarantined { hardware: true };
         a.quarantined_since = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         a.held_back = Some("over budget".into());
         let b = advance(Some(&a), "n1", NodeVerdict::Passed, Some("x".into()), "r2");
-        assert!(b.quarantined);
+        assert_eq!(b.standing, a.standing, "only the fold decides the standing");
         assert_eq!(b.quarantined_since, a.quarantined_since);
         assert_eq!(b.held_back, None);
         assert_eq!(b.last_finding.as_deref(), Some("x"));
@@ -203,11 +199,12 @@ mod tests {
         assert!(!note_quarantine(&mut h, at(0), &policy));
         assert!(!note_quarantine(&mut h, at(48), &policy));
         assert!(note_quarantine(&mut h, at(96), &policy), "{h:?}");
-        assert!(h.repeat_offender);
-        // Once is enough to say so: a fourth quarantine is not news.
-        assert!(!note_quarantine(&mut h, at(100), &policy));
+        // Quarantined again (a person had lifted it): still one.
+        assert!(note_quarantine(&mut h, at(100), &policy));
+        // A repair proven: the count starts again.
         forgive(&mut h);
-        assert!(!h.repeat_offender && h.quarantine_times.is_empty());
+        assert!(h.quarantine_times.is_empty());
+        assert!(!note_quarantine(&mut h, at(101), &policy));
     }
 
     #[test]
@@ -227,6 +224,5 @@ mod tests {
         for i in 0..5 {
             assert!(!note_quarantine(&mut h, at(i), &off));
         }
-        assert!(!h.repeat_offender);
     }
 }

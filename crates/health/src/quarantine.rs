@@ -496,7 +496,7 @@ fn sort_out<'a>(
                     Some(Hold::BreakerOpenRelease)
                 } else if still.observe {
                     Some(Hold::ObserveModeRelease)
-                } else if f.health.repeat_offender && !f.repaired {
+                } else if f.health.standing.is_repeat_offender() && !f.repaired {
                     Some(Hold::RepeatOffender)
                 } else {
                     None

@@ -72,7 +72,7 @@ pub fn runs_to_read(tests: &[FabricTest]) -> Vec<String> {
         names.extend(
             s.nodes
                 .iter()
-                .filter(|h| h.quarantined || h.verdict.is_bad())
+                .filter(|h| h.standing.is_quarantined() || h.verdict.is_bad())
                 .filter_map(|h| h.last_run.clone()),
         );
     }
@@ -103,7 +103,7 @@ impl Findings {
             for h in s
                 .nodes
                 .iter()
-                .filter(|h| h.quarantined || h.verdict.is_bad())
+                .filter(|h| h.standing.is_quarantined() || h.verdict.is_bad())
             {
                 if let Some(run) = h.last_run.as_deref().filter(|r| Some(*r) != latest) {
                     earlier.entry(run).or_default().push(h.node.as_str());

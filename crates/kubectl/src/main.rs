@@ -334,7 +334,7 @@ async fn html_report(
                 == Some(&run)
         })
         .and_then(|c| c.metadata.name);
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let now = gpufabric_api::rfc3339::now();
     let model = HtmlReport::of(&Sources {
         run: r,
         shards,
@@ -400,7 +400,7 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 test,
                 named,
                 selector.as_deref(),
-                &chrono::Utc::now().to_rfc3339(),
+                &gpufabric_api::rfc3339::now(),
             )
             .map_err(refused)?;
             get(&tests, "FabricTest", test).await?;

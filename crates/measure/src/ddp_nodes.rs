@@ -89,7 +89,7 @@ pub fn run(
     progress: Progress,
 ) -> Result<DdpNodesEnd, CheckError> {
     let started = Instant::now();
-    let started_at = crate::rfc3339(std::time::SystemTime::now());
+    let started_at = gpufabric_api::rfc3339::now();
     let config = &probe.config;
     let _span =
         tracing::info_span!("ddp_nodes", group = %config.group, rank = config.rank).entered();

@@ -13,7 +13,7 @@
 //! ([`cuda::ddp::procs::worker_main`]), the fault injectors ([`cuda::inject`]) and whether
 //! NCCL loads ([`cuda::nccl::nccl_present`]); the sim fleet description ([`fleet`]), a
 //! pair's options ([`pairs`]) and the rendezvous settings ([`rendezvous::Config`]);
-//! [`CheckOptions`], [`CheckError`], [`Progress`] and [`rfc3339`]; what the process is
+//! [`CheckOptions`], [`CheckError`] and [`Progress`]; what the process is
 //! measuring now and how it ends at once when stopped ([`activity`]). The maths, statistics,
 //! NVML, NCCL and driver wrappers behind them are the crate's own.
 
@@ -127,11 +127,6 @@ impl CheckOptions {
     }
 }
 
-/// RFC 3339 UTC timestamp (seconds precision) of a system time, e.g. `2026-11-21T06:01:02Z`.
-pub fn rfc3339(t: std::time::SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 /// Receives one line of progress (the agent prints it on stderr).
 pub type Progress<'a> = &'a (dyn Fn(&str) + Sync);
 
@@ -170,29 +165,6 @@ impl CheckError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
-
-    #[test]
-    fn rfc3339_writes_utc_calendar_time() {
-        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        // 2024-02-29T12:34:56Z, a leap day.
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_709_210_096)),
-            "2024-02-29T12:34:56Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_798_761_599)),
-            "2026-12-31T23:59:59Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
-            "2023-11-14T22:13:20Z"
-        );
-        assert_eq!(
-            rfc3339(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
-    }
 
     #[test]
     fn quick_shrinks_the_check_and_full_keeps_the_suite() {

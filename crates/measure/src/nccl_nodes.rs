@@ -161,7 +161,7 @@ fn document(run: &NcclNodesRun, backend: Backend) -> NcclNodesResult {
         nodes: run.config.names.clone(),
         rank: run.config.rank,
         backend,
-        started_at: crate::rfc3339(std::time::SystemTime::now()),
+        started_at: gpufabric_api::rfc3339::now(),
         duration_s: 0.0,
         gpus_per_node: 0,
         sizes: run.sweep.sizes.clone(),

@@ -126,7 +126,7 @@ fn check(
     progress: Progress,
 ) -> Result<ResultDocument, CheckError> {
     let started = Instant::now();
-    let started_at = crate::rfc3339(std::time::SystemTime::now());
+    let started_at = gpufabric_api::rfc3339::now();
     let suite = &opts.suite;
     if suite.nccl_sweep.enabled && suite.nccl_sweep.min_bytes > suite.nccl_sweep.max_bytes {
         return Err(CheckError::InvalidInput(

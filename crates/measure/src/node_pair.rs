@@ -90,7 +90,7 @@ pub fn run(
     progress: Progress,
 ) -> Result<PairEnd, CheckError> {
     let started = Instant::now();
-    let started_at = crate::rfc3339(std::time::SystemTime::now());
+    let started_at = gpufabric_api::rfc3339::now();
     let _span = tracing::info_span!("node_pair", group = %opts.group, rank = opts.rank).entered();
     crate::activity::enter("node pair: preparing the GPUs");
     backend.prepare(pair.shared_gpus, progress)?;

@@ -1,15 +1,16 @@
 //! Kubernetes Events (events.k8s.io/v1): the one publisher of the controllers and the
-//! quarantine executor. Publishing is best effort: a failed Event is logged, never fails a
-//! reconcile. The same Event again within a few minutes counts up its series instead of
-//! creating another object.
+//! quarantine executor, over kube's [`Recorder`] (which creates an Event and counts up its
+//! series when it comes again within a few minutes). Publishing is best effort: a failed
+//! Event is logged, never fails a reconcile.
 
 use crate::names;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
+use kube::runtime::events::Recorder;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -19,13 +20,21 @@ pub use kube::runtime::events::{Event, EventType, Reporter};
 pub const MAX_EVENT_NAME: usize = 253;
 /// Longest note the API server accepts is 1 kB; notes are cut a little below it.
 pub const MAX_NOTE: usize = 1000;
-/// How long a published Event is counted up instead of created again.
+/// How long a repeat counts up the first Event's series: kube's [`Recorder`] keeps a
+/// published Event this long, and a recorder not used for as long is dropped.
 const SERIES_TTL: SignedDuration = SignedDuration::from_mins(6);
-/// Namespace of the Events about cluster-scoped objects (Nodes, FabricTests, FabricTestRuns).
-/// `kubectl describe` of a cluster-scoped object finds its Events in every namespace.
+/// Longest regarding name kube's [`Recorder`] can name an Event after:
+/// `<name>.<nanoseconds in hex>` (at most 16 hex digits) must fit [`MAX_EVENT_NAME`].
+const MAX_RECORDED_NAME: usize = MAX_EVENT_NAME - 17;
+/// Namespace of the Events about cluster-scoped objects (Nodes, FabricTests, FabricTestRuns),
+/// as kube's [`Recorder`] puts them. `kubectl describe` of a cluster-scoped object finds its
+/// Events in every namespace.
 const CLUSTER_EVENTS_NAMESPACE: &str = "default";
 
-/// What makes two Events the same: repeats update the first one's series.
+/// What makes two Events the same: repeats count up the first one's series. Kube's
+/// [`Recorder`] leaves the note out of its key, so that a repeat with a new note would
+/// only count up the first note; here each note is its own Event ("created run nightly-2"
+/// is not "created run nightly-1" again).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     warning: bool,
@@ -55,12 +64,14 @@ impl From<&ObjectReference> for RefKey {
     }
 }
 
-/// Publishes Events on behalf of the operator. Cheap to clone (the series cache is shared).
+/// Publishes Events on behalf of the operator: one kube [`Recorder`] per [`Key`], so that
+/// kube counts each Event's repeats. Cheap to clone (the recorders are shared).
 #[derive(Clone)]
 pub struct Events {
     client: Client,
     reporter: Reporter,
-    published: Arc<Mutex<HashMap<Key, K8sEvent>>>,
+    /// Each Event's recorder, and when it last published.
+    recorders: Arc<Mutex<HashMap<Key, (Recorder, Timestamp)>>>,
 }
 
 impl Events {
@@ -68,7 +79,7 @@ impl Events {
         Events {
             client,
             reporter,
-            published: Arc::default(),
+            recorders: Arc::default(),
         }
     }
 
@@ -87,10 +98,18 @@ impl Events {
     /// Publishes `ev` about `on` (its note cut to [`MAX_NOTE`]); logs instead of failing.
     pub async fn publish(&self, on: &ObjectReference, mut ev: Event) {
         ev.note = ev.note.map(|n| truncate_note(&n));
-        let reason = ev.reason.clone();
-        if let Err(e) = self.try_publish(on, &ev).await {
+        let published = if on
+            .name
+            .as_ref()
+            .is_some_and(|n| n.len() > MAX_RECORDED_NAME)
+        {
+            self.create_once(on, &ev).await
+        } else {
+            self.record(on, &ev).await
+        };
+        if let Err(e) = published {
             tracing::warn!(
-                reason = %reason,
+                reason = %ev.reason,
                 object = on.name.as_deref().unwrap_or_default(),
                 error = %e,
                 "could not publish an Event"
@@ -98,54 +117,48 @@ impl Events {
         }
     }
 
-    async fn try_publish(&self, on: &ObjectReference, ev: &Event) -> Result<(), kube::Error> {
-        let now = Timestamp::now();
+    /// Publishes through the Event's own recorder; when the first Event is gone (expired
+    /// or deleted) its series cannot be counted up, and a new recorder starts again.
+    async fn record(&self, on: &ObjectReference, ev: &Event) -> Result<(), kube::Error> {
         let key = key_of(ev, on);
-        let seen = {
-            let mut published = self
-                .published
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            published.retain(|_, e| last_seen(e).is_some_and(|t| t + SERIES_TTL > now));
-            published.get(&key).cloned()
-        };
-        let namespace = on
-            .namespace
-            .clone()
-            .unwrap_or_else(|| CLUSTER_EVENTS_NAMESPACE.to_string());
-        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
-        let sent = match seen {
-            Some(mut repeat) => {
-                repeat.series = Some(EventSeries {
-                    count: repeat.series.as_ref().map_or(2, |s| s.count + 1),
-                    last_observed_time: MicroTime(now),
-                });
-                let name = repeat.metadata.name.clone().unwrap_or_default();
-                match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&repeat))
-                    .await
-                {
-                    Ok(_) => repeat,
-                    // The first one is gone (expired or deleted): start again.
-                    Err(kube::Error::Api(s)) if s.is_not_found() => {
-                        let fresh = build(&self.reporter, ev, on, now);
-                        api.create(&PostParams::default(), &fresh).await?;
-                        fresh
-                    }
-                    Err(e) => return Err(e),
-                }
+        let recorder = self.recorder(&key, false);
+        match recorder.publish(ev, on).await {
+            Err(kube::Error::Api(s)) if s.is_not_found() => {
+                self.recorder(&key, true).publish(ev, on).await
             }
-            None => {
-                let fresh = build(&self.reporter, ev, on, now);
-                api.create(&PostParams::default(), &fresh).await?;
-                fresh
-            }
-        };
-        self.published
+            published => published,
+        }
+    }
+
+    /// The recorder of `key` (a new one when `fresh`), its use noted; recorders unused for
+    /// [`SERIES_TTL`] are dropped.
+    fn recorder(&self, key: &Key, fresh: bool) -> Recorder {
+        let now = Timestamp::now();
+        let mut recorders = self
+            .recorders
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(key, sent);
-        Ok(())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        recorders.retain(|_, (_, used)| *used + SERIES_TTL > now);
+        if fresh {
+            recorders.remove(key);
+        }
+        let (recorder, used) = recorders.entry(key.clone()).or_insert_with(|| {
+            (
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+                now,
+            )
+        });
+        *used = now;
+        recorder.clone()
+    }
+
+    /// An Event about an object whose name is too long for kube's naming, created on its
+    /// own (a repeat is another Event), named by [`event_name`].
+    async fn create_once(&self, on: &ObjectReference, ev: &Event) -> Result<(), kube::Error> {
+        let built = build(&self.reporter, ev, on, Timestamp::now());
+        let namespace = built.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &built).await.map(|_| ())
     }
 }
 
@@ -177,14 +190,8 @@ fn key_of(ev: &Event, on: &ObjectReference) -> Key {
     }
 }
 
-fn last_seen(e: &K8sEvent) -> Option<Timestamp> {
-    e.series
-        .as_ref()
-        .map(|s| s.last_observed_time.0)
-        .or_else(|| e.event_time.as_ref().map(|t| t.0))
-}
-
-/// The Event object for `ev` about `on`, first seen at `now`.
+/// The Event object for `ev` about `on` at `now`, as kube's [`Recorder`] builds it but
+/// named by [`event_name`].
 fn build(reporter: &Reporter, ev: &Event, on: &ObjectReference, now: Timestamp) -> K8sEvent {
     let regarding = on.name.as_deref().unwrap_or(&reporter.controller);
     K8sEvent {
@@ -267,6 +274,16 @@ mod tests {
         assert!(is_dns_subdomain(&name), "{name}");
         assert!(name.ends_with(&format!(".{NANOS:x}")), "{name}");
         assert_eq!(name, event_name(&long, NANOS), "deterministic");
+    }
+
+    #[test]
+    fn a_name_kube_records_under_fits_and_a_longer_one_goes_the_bounded_way() {
+        // kube names an Event `<regarding>.<nanoseconds in hex>`, as client-go does.
+        let latest = i128::from(i64::MAX);
+        let recorded = format!("{}.{latest:x}", "a".repeat(MAX_RECORDED_NAME));
+        assert!(recorded.len() <= MAX_EVENT_NAME, "{}", recorded.len());
+        let longer = format!("{}.{latest:x}", "a".repeat(MAX_RECORDED_NAME + 1));
+        assert!(longer.len() > MAX_EVENT_NAME, "the limit is exact");
     }
 
     #[test]

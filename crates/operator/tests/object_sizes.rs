@@ -198,7 +198,6 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
             verdict: NodeVerdict::Failed,
             consecutive_failures: 7,
             consecutive_passes: 0,
-            quarantined: i % 2 == 0,
             standing: if i % 2 == 0 {
                 Standing::Quarantined { hardware: false }
             } else {
@@ -223,7 +222,10 @@ fn every_object_of_a_10000_node_run_stays_below_256_kib() {
     st::bound_test_status(&mut test_status);
     assert_eq!(test_status.nodes.len(), st::MAX_NODES_IN_TEST_STATUS);
     assert!(
-        test_status.nodes.iter().all(|h| h.quarantined),
+        test_status
+            .nodes
+            .iter()
+            .all(|h| h.standing.is_quarantined()),
         "quarantined nodes are listed first"
     );
     let mut t = FabricTest::new("nightly", Default::default());

@@ -80,7 +80,7 @@ pub fn keep_counters(
     judged: &Judged,
     previous: Option<&CounterBaseline>,
 ) -> anyhow::Result<()> {
-    let at = gpufabric_measure::rfc3339(std::time::SystemTime::now());
+    let at = gpufabric_api::rfc3339::now();
     let node = &judged.verdict.node;
     let Some(next) = next_baseline(
         node,

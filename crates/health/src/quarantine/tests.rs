@@ -35,7 +35,6 @@ fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
             },
             consecutive_failures: failures,
             consecutive_passes: passes,
-            quarantined: false,
             quarantined_since: None,
             held_back: None,
             last_finding: None,
@@ -670,7 +669,7 @@ fn a_repaired_node_is_released_by_its_first_pass() {
 #[test]
 fn a_repeat_offender_is_kept_through_passes_until_it_is_repaired() {
     let mut offender = ours("bad", 0, 5);
-    offender.health.repeat_offender = true;
+    offender.health.standing = gpufabric_api::standing::Standing::RepeatOffender;
     let p = plan(&[offender.clone()], &cordon(2), 10, Trigger::Schedule);
     assert!(p.release.is_empty());
     assert_eq!(p.hold_of("bad"), Some(Hold::RepeatOffender));

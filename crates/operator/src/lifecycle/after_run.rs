@@ -77,7 +77,8 @@ pub struct AfterRun<'a> {
 
 /// Plans the lifecycle after a folded run and brings `status` up to date (no client):
 /// 1. each node the executor quarantined adds to its repeat-offender record; one that
-///    becomes a repeat offender gets a Warning;
+///    becomes a repeat offender gets a Warning (a node already one, by its standing, stays
+///    one while the test holds it, until a repair test passes);
 /// 2. quarantines older than the repeat-offender window are forgotten;
 /// 3. each repaired node the run measured loses its repaired annotation, and an Event says
 ///    how its repair test went; a pass clears its record, except that a pass the open
@@ -86,14 +87,22 @@ pub struct AfterRun<'a> {
 /// 4. each gated node the run measured: a full pass opens the gate, a failure or a partial
 ///    measurement keeps it, with an Event either way;
 /// 5. a targeted run's targets it did not measure are named in one Event on the test;
-/// 6. the status lists the repeat offenders.
+/// 6. the status lists the repeat offenders the test holds (`repeatOffenders`): what the
+///    nodes' standings then read.
 pub fn plan(a: &AfterRun, status: &mut FabricTestStatus) -> Vec<LifeStep> {
     let mut steps = Vec::new();
     let key = a.test.name_any();
     let policy = &a.test.spec.quarantine;
+    let mut offenders: BTreeSet<String> = status
+        .nodes
+        .iter()
+        .filter(|h| h.standing.is_repeat_offender())
+        .map(|h| h.node.clone())
+        .collect();
     for node in a.outcome.nodes_with(quarantine::Action::Quarantined) {
         let e = super::entry(status, &node);
         if gpufabric_health::history::note_quarantine(e, a.at.clone(), policy) {
+            offenders.insert(node.clone());
             steps.push(LifeStep::Note(NodeNote::warning(
                 &node,
                 "RepeatOffender",
@@ -123,21 +132,35 @@ pub fn plan(a: &AfterRun, status: &mut FabricTestStatus) -> Vec<LifeStep> {
         a.results.iter().map(|r| (r.node.as_str(), r)).collect();
     for r in by_node.values().filter(|r| measured(r.verdict)) {
         if a.repaired.contains(&r.node) {
-            let released = released.contains(&r.node);
-            steps.extend(judged.repair_tested(r, released, a.breaker_open, status));
+            let repair = Repair {
+                released: released.contains(&r.node),
+                held: a.outcome.quarantined.contains_key(&r.node),
+                breaker_open: a.breaker_open,
+            };
+            let (step, forgiven) = judged.repair_tested(r, &repair, status);
+            if forgiven {
+                offenders.remove(&r.node);
+            }
+            steps.push(step);
         }
         if (a.gated)(&r.node) {
             steps.push(judged.gate(r));
         }
     }
     steps.extend(targets_missed(a.run, &by_node));
-    status.repeat_offenders = status
-        .nodes
-        .iter()
-        .filter(|h| h.repeat_offender)
-        .map(|h| h.node.clone())
-        .collect();
+    offenders.retain(|n| a.outcome.quarantined.contains_key(n));
+    status.repeat_offenders = offenders.into_iter().collect();
     steps
+}
+
+/// What the executor did with a repaired node the run measured.
+struct Repair {
+    /// The plan released it.
+    released: bool,
+    /// The test holds it in quarantine after the executor ran.
+    held: bool,
+    /// The test's breaker is open.
+    breaker_open: bool,
 }
 
 fn measured(v: NodeVerdict) -> bool {
@@ -152,19 +175,19 @@ struct Judged<'a> {
 }
 
 impl Judged<'_> {
-    /// Rule 3: a repaired node was measured.
+    /// Rule 3: a repaired node was measured. True with the step when the pass proved the
+    /// repair (the node's record is cleared: no longer a repeat offender).
     fn repair_tested(
         &self,
         r: &NodeRunResult,
-        released: bool,
-        breaker_open: bool,
+        repair: &Repair,
         status: &mut FabricTestStatus,
-    ) -> Option<LifeStep> {
+    ) -> (LifeStep, bool) {
         let (key, run, node) = (self.key, self.run, r.node.as_str());
         let passed = r.verdict == NodeVerdict::Passed;
-        let held = status.nodes.iter().any(|h| h.node == node && h.quarantined);
-        if passed && !released && breaker_open && held {
-            return Some(LifeStep::Note(NodeNote::normal(
+        let released = repair.released;
+        if passed && !released && repair.breaker_open && repair.held {
+            let waiting = NodeNote::normal(
                 node,
                 "RepairWaiting",
                 format!(
@@ -172,7 +195,8 @@ impl Judged<'_> {
                     keys::ANNOTATION_REPAIRED,
                     keys::ANNOTATION_RESET_BREAKER
                 ),
-            )));
+            );
+            return (LifeStep::Note(waiting), false);
         }
         if passed {
             gpufabric_health::history::forgive(super::entry(status, node));
@@ -196,10 +220,11 @@ impl Judged<'_> {
                 ),
             ),
         };
-        Some(LifeStep::ClearRepaired {
+        let step = LifeStep::ClearRepaired {
             node: node.to_string(),
             then,
-        })
+        };
+        (step, passed)
     }
 
     /// Rule 4: a measured node that carries the validation gate.

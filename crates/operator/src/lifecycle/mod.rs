@@ -79,8 +79,8 @@ pub async fn hand_back(
     let at = now();
     for h in &handed {
         status.quarantined_nodes.retain(|n| n != &h.node);
+        status.repeat_offenders.retain(|n| n != &h.node);
         let e = entry(status, &h.node);
-        e.quarantined = false;
         e.quarantined_since = None;
         e.held_back = None;
         e.standing = e.standing.on_taken_back(&h.undone.to_string());

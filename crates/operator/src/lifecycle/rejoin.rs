@@ -30,7 +30,7 @@ pub fn forget_earlier_nodes<'a>(
         .collect();
     for name in &earlier {
         if let Some(h) = status.nodes.iter_mut().find(|h| &h.node == name) {
-            if h.quarantined {
+            if h.standing.is_quarantined() {
                 status.quarantined_count = status.quarantined_count.saturating_sub(1);
             }
             *h = NodeHealth {
@@ -84,7 +84,7 @@ mod tests {
         .expect("a node");
         let old = NodeHealth {
             node: "g".into(),
-            quarantined: true,
+            standing: gpufabric_api::standing::Standing::Quarantined { hardware: false },
             consecutive_failures: 2,
             last_measured: Some(time("2026-11-27T01:00:00Z")),
             last_judged: Some(time("2026-11-27T01:00:00Z")),
@@ -103,7 +103,7 @@ mod tests {
         };
         assert_eq!(forget_earlier_nodes(&mut status, [&node]), ["g"]);
         assert_eq!(status.nodes[0].last_measured, None);
-        assert!(!status.nodes[0].quarantined);
+        assert!(!status.nodes[0].standing.is_quarantined());
         assert!(status.quarantined_nodes.is_empty());
         assert_eq!(status.quarantined_count, 0);
         // A node not in the cache, and one seen since, keep theirs.

@@ -514,7 +514,6 @@ pub(super) mod tests {
                 verdict: Default::default(),
                 consecutive_failures: 1,
                 consecutive_passes: 0,
-                quarantined: false,
                 quarantined_since: None,
                 held_back: None,
                 last_finding: None,

@@ -128,14 +128,14 @@ impl Outcome {
     }
 
     /// Write the quarantine part of the status: `quarantinedNodes`, `quarantinedCount`,
-    /// and each `nodes[]` entry's `quarantined`, `quarantinedSince` and `heldBack` (which
-    /// is replaced: a node not held back in this execution has none).
+    /// and each `nodes[]` entry's `quarantinedSince` and `heldBack` (which is replaced: a
+    /// node not held back in this execution has none). Each node's standing is decided
+    /// from them once the lifecycle ran (`status::standing::settle`).
     pub fn apply_to_status(&self, status: &mut FabricTestStatus) {
         status.quarantined_nodes = self.quarantined_nodes();
         status.quarantined_count = u32::try_from(self.quarantined.len()).unwrap_or(u32::MAX);
         for n in &mut status.nodes {
             let since = self.quarantined.get(&n.node);
-            n.quarantined = since.is_some();
             n.quarantined_since = since.cloned();
             n.held_back = self.held_back.get(&n.node).cloned();
         }
@@ -178,7 +178,6 @@ mod tests {
             verdict: NodeVerdict::Failed,
             consecutive_failures: 2,
             consecutive_passes: 0,
-            quarantined: true,
             quarantined_since: None,
             held_back: Some("stale".into()),
             last_finding: None,
@@ -192,10 +191,10 @@ mod tests {
         outcome.apply_to_status(&mut status);
         assert_eq!(status.quarantined_nodes, vec!["n1".to_string()]);
         assert_eq!(status.quarantined_count, 1);
-        assert!(status.nodes[0].quarantined && status.nodes[0].quarantined_since == Some(since));
+        assert_eq!(status.nodes[0].quarantined_since, Some(since));
         assert_eq!(status.nodes[0].held_back, None);
-        assert!(!status.nodes[1].quarantined);
+        assert_eq!(status.nodes[1].quarantined_since, None);
         assert_eq!(status.nodes[1].held_back.as_deref(), Some("over budget"));
-        assert!(!status.nodes[2].quarantined && status.nodes[2].held_back.is_none());
+        assert!(status.nodes[2].quarantined_since.is_none() && status.nodes[2].held_back.is_none());
     }
 }

@@ -42,8 +42,8 @@ mod taint;
 pub use apply::{NodeSignal, Published, WRITE_CONCURRENCY, decide, for_node, write};
 pub use error::SignalError;
 pub use node::{
-    MAX_MESSAGE, condition, current_condition, metadata_patch, metadata_values, rfc3339,
-    standings_of, status_patch,
+    MAX_MESSAGE, condition, current_condition, metadata_patch, metadata_values, standings_of,
+    status_patch,
 };
 pub use run::{
     CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_RESULTS_KEPT, results_pending,

@@ -173,7 +173,10 @@ pub fn metadata_values(standings: &NodeStandings, passed: bool, passed_at: &Time
     let mut annotations = Map::new();
     annotations.insert(ANNOTATION_STANDING.into(), json!(standings.to_annotation()));
     if passed {
-        annotations.insert(ANNOTATION_LAST_PASS.into(), json!(rfc3339(passed_at)));
+        annotations.insert(
+            ANNOTATION_LAST_PASS.into(),
+            json!(gpufabric_api::rfc3339::rfc3339(passed_at.0)),
+        );
     }
     json!({"metadata": {"labels": labels, "annotations": annotations}})
 }
@@ -246,11 +249,6 @@ pub fn redecided(mut patch: Value, fresh: &Value, resource_version: Option<Strin
         };
     }
     patch
-}
-
-/// A timestamp as RFC 3339 in UTC with whole seconds, e.g. `2026-11-23T17:44:17Z`.
-pub fn rfc3339(t: &Time) -> String {
-    crate::time::to_chrono(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 #[cfg(test)]

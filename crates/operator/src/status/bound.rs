@@ -127,7 +127,6 @@ mod tests {
             } else {
                 Standing::Passing
             },
-            quarantined,
             quarantined_since: None,
             held_back: None,
             last_finding: None,
@@ -155,7 +154,14 @@ mod tests {
         bound_test_status(&mut status);
         assert_eq!(status.nodes.len(), MAX_NODES_IN_TEST_STATUS);
         assert_eq!(status.nodes_not_listed, 10_000 - 200);
-        assert_eq!(status.nodes.iter().filter(|h| h.quarantined).count(), 100);
+        assert_eq!(
+            status
+                .nodes
+                .iter()
+                .filter(|h| h.standing.is_quarantined())
+                .count(),
+            100
+        );
         assert_eq!(
             status.nodes.iter().filter(|h| h.verdict.is_bad()).count(),
             100

@@ -115,7 +115,7 @@ pub(super) async fn finish(
     let at = next
         .completion_time
         .as_ref()
-        .map(crate::signals::rfc3339)
+        .map(|t| gpufabric_api::rfc3339::rfc3339(t.0))
         .unwrap_or_default();
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
     drop(inputs);

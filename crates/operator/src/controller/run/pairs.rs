@@ -333,7 +333,7 @@ async fn step_round(
         max_pairs,
     } = round;
     let name = run.name_any();
-    let at = crate::signals::rfc3339(&now());
+    let at = gpufabric_api::rfc3339::now();
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     let base = crate::names::run_base(&name, &uid);
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);

@@ -3,6 +3,7 @@
 use super::*;
 use crate::quarantine::ActionTaken;
 use gpufabric_api::run::FabricTestRunSpec;
+use gpufabric_api::standing::Standing;
 use gpufabric_api::test::{FabricTestSpec, NodeHealth};
 
 const AT: &str = "2026-11-21T12:00:00Z";
@@ -23,8 +24,14 @@ fn result(node: &str, verdict: NodeVerdict) -> NodeRunResult {
         .expect("a node result")
 }
 
+/// The executor's outcome: `actions` taken; the nodes it quarantined are held.
 fn outcome(actions: &[(&str, quarantine::Action)]) -> Outcome {
     Outcome {
+        quarantined: actions
+            .iter()
+            .filter(|(_, a)| *a == quarantine::Action::Quarantined)
+            .map(|(n, _)| (n.to_string(), time(AT)))
+            .collect(),
         actions: actions
             .iter()
             .map(|(n, a)| ActionTaken {
@@ -88,12 +95,12 @@ impl<'a> Case<'a> {
     }
 }
 
-fn history(node: &str, quarantined: bool, quarantine_times: &[&str]) -> NodeHealth {
+/// A node's history as an earlier fold left it: its standing and its quarantines.
+fn history(node: &str, standing: Standing, quarantine_times: &[&str]) -> NodeHealth {
     NodeHealth {
         node: node.into(),
-        quarantined,
+        standing,
         quarantine_times: quarantine_times.iter().map(|t| time(t)).collect(),
-        repeat_offender: quarantine_times.len() >= 2,
         ..NodeHealth::default()
     }
 }
@@ -113,7 +120,13 @@ fn reasons(steps: &[LifeStep]) -> Vec<(&str, &str)> {
 #[test]
 fn a_second_quarantine_within_the_window_makes_a_repeat_offender_with_a_warning() {
     let mut status = FabricTestStatus {
-        nodes: vec![history("bad", true, &["2026-11-21T01:00:00Z"])],
+        nodes: vec![history(
+            "bad",
+            Standing::TakenBack {
+                what: "uncordoned".into(),
+            },
+            &["2026-11-21T01:00:00Z"],
+        )],
         ..FabricTestStatus::default()
     };
     let mut case = Case::new(vec![result("bad", NodeVerdict::Failed)]);
@@ -135,7 +148,13 @@ fn a_second_quarantine_within_the_window_makes_a_repeat_offender_with_a_warning(
 #[test]
 fn quarantines_older_than_the_window_are_forgotten_and_make_no_offender() {
     let mut status = FabricTestStatus {
-        nodes: vec![history("bad", true, &["2026-11-19T01:00:00Z"])],
+        nodes: vec![history(
+            "bad",
+            Standing::TakenBack {
+                what: "uncordoned".into(),
+            },
+            &["2026-11-19T01:00:00Z"],
+        )],
         ..FabricTestStatus::default()
     };
     let mut case = Case::new(vec![result("bad", NodeVerdict::Failed)]);
@@ -149,11 +168,15 @@ fn quarantines_older_than_the_window_are_forgotten_and_make_no_offender() {
 fn repaired_offender(verdict: NodeVerdict) -> (FabricTestStatus, Case<'static>) {
     let times = ["2026-11-21T01:00:00Z", "2026-11-21T02:00:00Z"];
     let status = FabricTestStatus {
-        nodes: vec![history("fixed", true, &times)],
+        nodes: vec![history("fixed", Standing::RepeatOffender, &times)],
         ..FabricTestStatus::default()
     };
     let mut case = Case::new(vec![result("fixed", verdict)]);
     case.repaired = &["fixed"];
+    // Held still, unless a test's executor released it.
+    case.outcome
+        .quarantined
+        .insert("fixed".into(), time(times[0]));
     (status, case)
 }
 
@@ -168,7 +191,6 @@ fn a_passed_repair_takes_the_annotation_off_and_clears_the_record() {
     assert_eq!(node, "fixed");
     assert_eq!(then.reason, "RepairPassed");
     assert!(then.message.ends_with(": released"), "{}", then.message);
-    assert!(!status.nodes[0].repeat_offender);
     assert!(status.nodes[0].quarantine_times.is_empty());
     assert!(status.repeat_offenders.is_empty());
 }
@@ -179,8 +201,8 @@ fn a_repair_passed_while_the_breaker_is_open_keeps_its_annotation_and_its_record
     case.breaker_open = true;
     let steps = case.plan(&mut status);
     assert_eq!(reasons(&steps), [("note", "RepairWaiting")]);
-    assert!(status.nodes[0].repeat_offender, "nothing is used up");
-    assert_eq!(status.repeat_offenders, ["fixed"]);
+    assert_eq!(status.repeat_offenders, ["fixed"], "nothing is used up");
+    assert_eq!(status.nodes[0].quarantine_times.len(), 2);
 }
 
 #[test]

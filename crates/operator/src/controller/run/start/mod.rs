@@ -384,7 +384,7 @@ fn wait_for(
         let message = format!(
             "{}: {}{}",
             waiting(
-                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                gpufabric_api::rfc3339::rfc3339(crate::time::to_time(until).0),
                 held.len()
             ),
             names.join(", "),
