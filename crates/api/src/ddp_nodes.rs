@@ -275,6 +275,31 @@ mod tests {
     }
 
     #[test]
+    fn a_document_of_the_agent_reads_and_writes_back_byte_for_byte() {
+        // The wire form a rank writes, every field present, in the order the operator and
+        // the kept results read.
+        let text = concat!(
+            r#"{"schema":"gpufabric.io/ddp-nodes/v1","group":"run-a/ddp","#,
+            r#""nodes":["h200-01","h200-02"],"rank":1,"backend":"sim","#,
+            r#""startedAt":"2026-11-25T02:00:00Z","durationS":3.5,"gpusPerNode":8,"#,
+            r#""hidden":8192,"layers":8,"batchPerGpu":4096,"buckets":[1048576,26214400],"#,
+            r#""points":[{"nodes":1,"gpus":8,"stepMs":12.5,"samplesPerS":1000.0,"#,
+            r#""scalingEfficiency":1.0,"commFraction":0.25,"overlapEfficiency":0.5,"#,
+            r#""tflopsPerGpu":400.0,"computeMs":[10.0],"gpuIndices":[0],"#,
+            r#""computeAloneMs":10.0,"commAloneMs":4.0,"exposedCommMs":2.5,"#,
+            r#""nodeComputeMs":[10.0,12.0]}],"#,
+            r#""stragglers":[{"node":"h200-02","computeMs":12.0,"fastestMs":10.0,"#,
+            r#""slowerPercent":20.0}],"#,
+            r#""notMeasured":{"peer":"h200-02","message":"it never came"},"#,
+            r#""errors":[{"phase":"ddpProbe","kind":"failed","message":"2 nodes: lost"}]}"#
+        );
+        let d = DdpNodesResult::parse(text).expect("parses");
+        assert_eq!(d.points[0].node_compute_ms, vec![10.0, 12.0]);
+        assert_eq!(d.stragglers[0].node, "h200-02");
+        assert_eq!(serde_json::to_string(&d).expect("serialises"), text);
+    }
+
+    #[test]
     fn the_summary_rounds_for_the_status() {
         let s = doc(4, 8).summary();
         assert_eq!(s.len(), 3);

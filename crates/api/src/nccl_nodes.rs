@@ -250,6 +250,29 @@ mod tests {
     }
 
     #[test]
+    fn a_document_of_the_agent_reads_and_writes_back_byte_for_byte() {
+        // The wire form a rank writes, every field present, in the order the operator and
+        // the kept results read.
+        let text = concat!(
+            r#"{"schema":"gpufabric.io/nccl-nodes/v1","group":"run-a/nccl","#,
+            r#""nodes":["h200-01","h200-02"],"rank":0,"backend":"cuda","#,
+            r#""startedAt":"2026-11-29T02:00:00Z","durationS":30.5,"gpusPerNode":8,"#,
+            r#""sizes":[1024,67108864],"largeBytes":67108864,"#,
+            r#""points":[{"nodes":2,"nodeNames":["h200-01","h200-02"],"ranks":16,"#,
+            r#""summary":[{"collective":"allReduce","largeBusbw":350.0,"smallTimeUs":25.0,"#,
+            r#""wrong":3}],"#,
+            r#""rows":[{"collective":"allReduce","bytes":1024,"timeUs":25.0,"algbw":0.04,"#,
+            r#""busbw":0.08,"wrong":3}]}],"#,
+            r#""notMeasured":{"message":"other work on this node's GPUs"},"#,
+            r#""errors":[{"phase":"ncclSweep","kind":"failed","message":"4 nodes: lost"}]}"#
+        );
+        let d = NcclNodesResult::parse(text).expect("parses");
+        assert_eq!(d.wrong(), 3);
+        assert_eq!(d.points[0].ranks, 16);
+        assert_eq!(serde_json::to_string(&d).expect("serialises"), text);
+    }
+
+    #[test]
     fn a_large_groups_termination_message_keeps_every_summary_within_the_limit() {
         let d = doc(1024);
         let line = d.termination_text();
