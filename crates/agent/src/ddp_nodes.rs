@@ -9,6 +9,7 @@
 use crate::args::{Choice, GroupArgs, RankArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
+use crate::group_table;
 use crate::output::progress;
 use anyhow::Context;
 use clap::Args;
@@ -197,14 +198,13 @@ impl Measures for DdpNodesArgs {
 /// The table on stdout, the document as the last stdout line, in the termination message
 /// and (pretty) in `--json`.
 fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let mut text = format!(
-        "# multi-node DDP probe  {} nodes x {} GPUs  rank {}  MLP {} x {}, batch {} per GPU\n",
-        doc.nodes.len(),
-        doc.gpus_per_node,
-        doc.rank,
-        doc.layers,
-        doc.hidden,
-        doc.batch_per_gpu
+    let mut text = group_table::title(
+        "multi-node DDP probe",
+        &doc.header,
+        &format!(
+            "MLP {} x {}, batch {} per GPU",
+            doc.layers, doc.hidden, doc.batch_per_gpu
+        ),
     );
     text.push_str("#  nodes  gpus  step(ms)  samples/s  efficiency  compute(ms)  comm alone(ms)  exposed comm(ms)\n");
     for p in &doc.points {
@@ -226,11 +226,6 @@ fn emit(doc: &DdpNodesResult, json: Option<&std::path::Path>) -> anyhow::Result<
             s.node, s.compute_ms, s.slower_percent, s.fastest_ms
         ));
     }
-    for e in &doc.errors {
-        text.push_str(&format!("# error: {}\n", e.message));
-    }
-    if let Some(nm) = &doc.not_measured {
-        text.push_str(&format!("# not measured: {}\n", nm.message));
-    }
+    text.push_str(&group_table::ending(&doc.errors, doc.not_measured.as_ref()));
     crate::output::emit_rank(doc, Some(&doc.termination_text()), json, text)
 }

@@ -6,6 +6,7 @@ mod args;
 mod backend;
 mod ddp_nodes;
 mod exit;
+mod group_table;
 mod inject;
 mod nccl_nodes;
 mod node_pair;

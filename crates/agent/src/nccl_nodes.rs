@@ -9,6 +9,7 @@
 use crate::args::{Choice, GroupArgs, RankArgs, invalid, parse_seconds, parse_size};
 use crate::backend::{self, Chosen, Measures};
 use crate::exit::Exit;
+use crate::group_table;
 use crate::output::progress;
 use clap::Args;
 use gpufabric_api::nccl_nodes::NcclNodesResult;
@@ -206,12 +207,10 @@ impl Measures for NcclNodesArgs {
 /// The table on stdout: per node count, nccl-tests' rows of each collective (size, count
 /// of f32 elements, time, algbw, busbw, wrong values), then a summary of every count.
 fn table(doc: &NcclNodesResult) -> String {
-    let mut text = format!(
-        "# multi-node NCCL sweep  {} nodes x {} GPUs  rank {}  group {}\n",
-        doc.nodes.len(),
-        doc.gpus_per_node,
-        doc.rank,
-        doc.group
+    let mut text = group_table::title(
+        "multi-node NCCL sweep",
+        &doc.header,
+        &format!("group {}", doc.header.group),
     );
     for p in &doc.points {
         text.push_str(&format!(
@@ -254,18 +253,14 @@ fn table(doc: &NcclNodesResult) -> String {
             }
         }
     }
-    for e in &doc.errors {
-        text.push_str(&format!("# error: {}\n", e.message));
-    }
-    if let Some(nm) = &doc.not_measured {
-        text.push_str(&format!("# not measured: {}\n", nm.message));
-    }
+    text.push_str(&group_table::ending(&doc.errors, doc.not_measured.as_ref()));
     text
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpufabric_api::group::GroupHeader;
     use gpufabric_api::nccl_nodes::{NCCL_NODES_SCHEMA, NcclNodesPoint, NcclNodesSummary};
     use gpufabric_api::pair::PairCollective;
     use gpufabric_api::result::Backend;
@@ -290,14 +285,18 @@ mod tests {
             },
         ];
         NcclNodesResult {
-            schema: NCCL_NODES_SCHEMA.into(),
-            group: "g".into(),
-            nodes: vec!["a".into(), "b".into()],
-            rank: 1,
-            backend: Backend::Sim,
-            started_at: "2026-11-29T00:00:00Z".into(),
-            duration_s: 1.0,
-            gpus_per_node: 8,
+            header: GroupHeader {
+                duration_s: 1.0,
+                gpus_per_node: 8,
+                ..GroupHeader::new(
+                    NCCL_NODES_SCHEMA,
+                    "g".into(),
+                    vec!["a".into(), "b".into()],
+                    1,
+                    Backend::Sim,
+                    "2026-11-29T00:00:00Z".into(),
+                )
+            },
             sizes: vec![1024, 256 << 20],
             large_bytes: 64 << 20,
             points: vec![NcclNodesPoint {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{EXIT_NOT_MEASURED, RankEnv, SECRET, agent, finish_rank};
+use common::{EXIT_NOT_MEASURED, RankEnv, SECRET, agent, assert_every_rank_measured, finish_rank};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
@@ -34,26 +34,25 @@ nodes:
 "#;
 
 impl RankEnv {
+    /// Rank `rank` of `nodes`, waiting `timeout` seconds for the others.
     fn rank(&self, nodes: &str, rank: u32, timeout: &str) -> Child {
-        self.rank_with(nodes, rank, timeout, &[])
-    }
-
-    /// [`RankEnv::rank`] with more arguments for `fabric-agent ddp-nodes`.
-    fn rank_with(&self, nodes: &str, rank: u32, timeout: &str, more: &[&str]) -> Child {
-        let args: Vec<&str> = ["--rendezvous-timeout", timeout]
-            .into_iter()
-            .chain(more.iter().copied())
-            .collect();
+        let args = ["--rendezvous-timeout", timeout];
         self.sim_rank("ddp-nodes", "run-1/ddp", nodes, rank, &args)
     }
 
-    /// Every rank of `nodes`, the last first (they may start in any order).
+    /// Every rank of `nodes`, each with `more` arguments for `fabric-agent ddp-nodes`.
+    fn all_with(&self, nodes: &str, more: &[&str]) -> Vec<(Output, DdpNodesResult)> {
+        let args: Vec<String> = ["--rendezvous-timeout", "20"]
+            .iter()
+            .chain(more)
+            .map(|a| a.to_string())
+            .collect();
+        self.sim_ranks("ddp-nodes", "run-1/ddp", nodes, |_| args.clone())
+    }
+
+    /// Every rank of `nodes`.
     fn all(&self, nodes: &str) -> Vec<(Output, DdpNodesResult)> {
-        let n = nodes.split(',').count() as u32;
-        let children: Vec<Child> = (0..n).rev().map(|r| self.rank(nodes, r, "20")).collect();
-        let mut done: Vec<(Output, DdpNodesResult)> = children.into_iter().map(finish).collect();
-        done.reverse();
-        done
+        self.all_with(nodes, &[])
     }
 }
 
@@ -65,14 +64,12 @@ fn finish(child: Child) -> (Output, DdpNodesResult) {
 fn four_agents_measure_one_two_and_four_nodes_and_agree() {
     let env = RankEnv::new(FLEET);
     let ranks = env.all("a,b,c,slowgpu");
-    for (r, (out, doc)) in ranks.iter().enumerate() {
-        assert_eq!(out.status.code(), Some(0), "rank {r}: {doc:?}");
-        assert_eq!(doc.rank, r as u32);
-        assert!(
-            doc.errors.is_empty() && doc.not_measured.is_none(),
-            "{doc:?}"
-        );
-    }
+    assert_every_rank_measured(&ranks, |d| {
+        (
+            d.header.rank,
+            d.errors.is_empty() && d.not_measured.is_none(),
+        )
+    });
     let d = &ranks[0].1;
     // Every rank gathered the same times.
     for (_, other) in &ranks[1..] {
@@ -81,7 +78,7 @@ fn four_agents_measure_one_two_and_four_nodes_and_agree() {
     }
     let counts: Vec<(u32, u32)> = d.points.iter().map(|p| (p.nodes, p.point.gpus)).collect();
     assert_eq!(counts, [(1, 8), (2, 16), (4, 32)]);
-    assert_eq!(d.gpus_per_node, 8);
+    assert_eq!(d.header.gpus_per_node, 8);
     assert!((d.points[0].point.scaling_efficiency - 1.0).abs() < 1e-9);
     // Healthy nodes on InfiniBand hide most of the all-reduce behind backward; the
     // straggling GPU of the fourth node sets the step of four nodes (1.3x compute).
@@ -212,13 +209,7 @@ fn a_rank_that_cannot_measure_says_why_before_it_meets_the_others() {
 fn a_rank_that_hangs_writes_its_timeout_and_the_others_end_in_bounded_time() {
     let env = RankEnv::new(FLEET);
     let started = Instant::now();
-    let more = ["--timeout", "1"];
-    let children: Vec<Child> = (0..3)
-        .rev()
-        .map(|r| env.rank_with("a,hung,b", r, "20", &more))
-        .collect();
-    let mut done: Vec<(Output, DdpNodesResult)> = children.into_iter().map(finish).collect();
-    done.reverse();
+    let done = env.all_with("a,hung,b", &["--timeout", "1"]);
     assert!(
         started.elapsed() < Duration::from_secs(20),
         "{:?}",

@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{EXIT_USAGE, RankEnv, SECRET, agent, finish_rank};
+use common::{EXIT_USAGE, RankEnv, SECRET, agent, assert_every_rank_measured};
 use gpufabric_api::nccl_nodes::NcclNodesResult;
 use gpufabric_api::suite::Collective;
-use std::process::{Child, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const FLEET: &str = r#"
@@ -25,33 +25,23 @@ nodes:
 "#;
 
 impl RankEnv {
-    fn nccl_rank(&self, nodes: &str, rank: u32) -> Child {
-        let json = self.dir.path().join(format!("doc-{rank}.json"));
-        let json = json.to_string_lossy();
-        let sweep = [
-            "--rendezvous-timeout",
-            "20",
-            "-b",
-            "1K",
-            "-e",
-            "256M",
-            "-f",
-            "4",
-        ];
-        let args: Vec<&str> = sweep.into_iter().chain(["--json", &json]).collect();
-        self.sim_rank("nccl-nodes", "run-1/nccl", nodes, rank, &args)
-    }
-
-    /// Every rank of `nodes`, the last first (they may start in any order).
+    /// Every rank of `nodes` sweeping 1K to 256M by 4, rank `r` writing `doc-r.json` too.
     fn nccl_all(&self, nodes: &str) -> Vec<(Output, NcclNodesResult)> {
-        let n = nodes.split(',').count() as u32;
-        let children: Vec<Child> = (0..n).rev().map(|r| self.nccl_rank(nodes, r)).collect();
-        let mut done: Vec<(Output, NcclNodesResult)> = children
-            .into_iter()
-            .map(|c| finish_rank(c, "nccl-nodes", |l| serde_json::from_str(l)))
-            .collect();
-        done.reverse();
-        done
+        self.sim_ranks("nccl-nodes", "run-1/nccl", nodes, |rank| {
+            let json = self.dir.path().join(format!("doc-{rank}.json"));
+            let sweep = [
+                "--rendezvous-timeout",
+                "20",
+                "-b",
+                "1K",
+                "-e",
+                "256M",
+                "-f",
+                "4",
+            ];
+            let json = ["--json".to_string(), json.to_string_lossy().into_owned()];
+            sweep.map(String::from).into_iter().chain(json).collect()
+        })
     }
 }
 
@@ -67,13 +57,13 @@ fn busbw(d: &NcclNodesResult, point: usize, c: Collective) -> f64 {
 fn four_agents_sweep_two_and_four_nodes_and_print_the_same_nccl_tests_rows() {
     let env = RankEnv::new(FLEET);
     let ranks = env.nccl_all("a,b,c,slownic");
-    for (r, (out, doc)) in ranks.iter().enumerate() {
-        assert_eq!(out.status.code(), Some(0), "rank {r}: {doc:?}");
-        assert_eq!(doc.rank, r as u32);
-        assert!(
-            doc.errors.is_empty() && doc.not_measured.is_none(),
-            "{doc:?}"
-        );
+    assert_every_rank_measured(&ranks, |d| {
+        (
+            d.header.rank,
+            d.errors.is_empty() && d.not_measured.is_none(),
+        )
+    });
+    for (r, (_, doc)) in ranks.iter().enumerate() {
         assert_eq!(doc.points, ranks[0].1.points, "rank {r}");
         // --json holds the same document.
         let file = std::fs::read_to_string(env.dir.path().join(format!("doc-{r}.json")))

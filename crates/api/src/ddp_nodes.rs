@@ -2,8 +2,9 @@
 //! step with bucketed gradient all-reduce overlapped with backward), weak-scaled over 1, 2,
 //! 4, ... nodes with all their GPUs, as one rank (node) of the group writes it.
 
+use crate::group::GroupHeader;
 use crate::pair::{NotMeasured, PairState};
-use crate::result::{Backend, DdpPoint, ParseError, PhaseError};
+use crate::result::{DdpPoint, ParseError, PhaseError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -49,20 +50,10 @@ pub struct DdpStraggler {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DdpNodesResult {
-    /// Always [`DDP_NODES_SCHEMA`].
-    pub schema: String,
-    /// The rendezvous group.
-    pub group: String,
-    /// The nodes, by rank.
-    pub nodes: Vec<String>,
-    /// The rank that wrote this document.
-    pub rank: u32,
-    pub backend: Backend,
-    /// RFC 3339.
-    pub started_at: String,
-    pub duration_s: f64,
-    /// GPUs of each node (the same on every node).
-    pub gpus_per_node: u32,
+    /// The group, its nodes, this rank, the backend and the times; its schema is always
+    /// [`DDP_NODES_SCHEMA`].
+    #[serde(flatten)]
+    pub header: GroupHeader,
     pub hidden: u32,
     pub layers: u32,
     pub batch_per_gpu: u32,
@@ -83,7 +74,11 @@ pub struct DdpNodesResult {
 impl DdpNodesResult {
     /// Reads a document, rejecting malformed and unknown-schema input.
     pub fn parse(text: &str) -> Result<DdpNodesResult, ParseError> {
-        crate::result::parse_tagged(text, |d: &DdpNodesResult| &d.schema, DDP_NODES_SCHEMA)
+        crate::result::parse_tagged(
+            text,
+            |d: &DdpNodesResult| &d.header.schema,
+            DDP_NODES_SCHEMA,
+        )
     }
 
     /// The document as one line that fits a termination message
@@ -177,6 +172,7 @@ pub struct DdpNodesStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::Backend;
 
     fn doc(nodes: u32, gpus_per_node: u32) -> DdpNodesResult {
         let names: Vec<String> = (0..nodes)
@@ -188,14 +184,18 @@ mod tests {
         }
         counts.push(nodes);
         DdpNodesResult {
-            schema: DDP_NODES_SCHEMA.into(),
-            group: "run/ddp".into(),
-            nodes: names,
-            rank: 0,
-            backend: Backend::Sim,
-            started_at: "2026-11-25T02:00:00Z".into(),
-            duration_s: 30.0,
-            gpus_per_node,
+            header: GroupHeader {
+                duration_s: 30.0,
+                gpus_per_node,
+                ..GroupHeader::new(
+                    DDP_NODES_SCHEMA,
+                    "run/ddp".into(),
+                    names,
+                    0,
+                    Backend::Sim,
+                    "2026-11-25T02:00:00Z".into(),
+                )
+            },
             hidden: 8192,
             layers: 8,
             batch_per_gpu: 4096,
@@ -241,7 +241,7 @@ mod tests {
                 text.len()
             );
             let back = DdpNodesResult::parse(&text).expect("parses back");
-            assert_eq!(back.nodes, d.nodes);
+            assert_eq!(back.header.nodes, d.header.nodes);
             assert_eq!(back.summary(), d.summary());
             let last = back.points.last().expect("points");
             assert_eq!(
@@ -266,7 +266,7 @@ mod tests {
             Err(ParseError::Malformed(_))
         ));
         let mut d = doc(2, 1);
-        d.schema = crate::pair::PAIR_SCHEMA.into();
+        d.header.schema = crate::pair::PAIR_SCHEMA.into();
         let text = serde_json::to_string(&d).expect("serialises");
         assert!(matches!(
             DdpNodesResult::parse(&text),

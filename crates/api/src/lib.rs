@@ -10,6 +10,7 @@ pub mod counters;
 pub mod ddp_nodes;
 pub mod device_taint;
 pub mod findings;
+pub mod group;
 pub mod health_upgrade;
 pub mod keys;
 pub mod limits;

@@ -2,8 +2,9 @@
 //! over the first 2, 4, 8, ... nodes of a group (all their GPUs), each collective over a
 //! range of sizes, in nccl-tests' convention, as one rank (node) of the group writes it.
 
+use crate::group::GroupHeader;
 use crate::pair::{NotMeasured, PairCollective};
-use crate::result::{Backend, ParseError, PhaseError};
+use crate::result::{ParseError, PhaseError};
 use crate::suite::Collective;
 use serde::{Deserialize, Serialize};
 
@@ -85,20 +86,10 @@ pub struct NcclNodesPoint {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NcclNodesResult {
-    /// Always [`NCCL_NODES_SCHEMA`].
-    pub schema: String,
-    /// The rendezvous group.
-    pub group: String,
-    /// The group's nodes, by rank.
-    pub nodes: Vec<String>,
-    /// The rank that wrote this document.
-    pub rank: u32,
-    pub backend: Backend,
-    /// RFC 3339.
-    pub started_at: String,
-    pub duration_s: f64,
-    /// GPUs of each node (the same on every node).
-    pub gpus_per_node: u32,
+    /// The group, its nodes, this rank, the backend and the times; its schema is always
+    /// [`NCCL_NODES_SCHEMA`].
+    #[serde(flatten)]
+    pub header: GroupHeader,
     /// Sizes of the sweep, bytes (nccl-tests' size: the whole buffer of all_gather's output,
     /// reduce_scatter's input and alltoall's; one rank's buffer of all_reduce).
     pub sizes: Vec<u64>,
@@ -115,7 +106,11 @@ pub struct NcclNodesResult {
 impl NcclNodesResult {
     /// Reads a document, rejecting malformed and unknown-schema input.
     pub fn parse(text: &str) -> Result<NcclNodesResult, ParseError> {
-        crate::result::parse_tagged(text, |d: &NcclNodesResult| &d.schema, NCCL_NODES_SCHEMA)
+        crate::result::parse_tagged(
+            text,
+            |d: &NcclNodesResult| &d.header.schema,
+            NCCL_NODES_SCHEMA,
+        )
     }
 
     /// Wrong values over every point and collective.
@@ -155,7 +150,7 @@ impl NcclNodesResult {
         if trimmed.len() <= limit {
             return trimmed;
         }
-        d.nodes.clear();
+        d.header.nodes.clear();
         text(&d)
     }
 }
@@ -163,6 +158,7 @@ impl NcclNodesResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::result::Backend;
 
     fn row(c: Collective, bytes: u64, time_us: f64, busbw: f64) -> PairCollective {
         PairCollective {
@@ -208,14 +204,18 @@ mod tests {
             })
             .collect();
         NcclNodesResult {
-            schema: NCCL_NODES_SCHEMA.into(),
-            group: "run/nccl".into(),
-            nodes: names,
-            rank: 0,
-            backend: Backend::Sim,
-            started_at: "2026-11-29T02:00:00Z".into(),
-            duration_s: 30.0,
-            gpus_per_node: 8,
+            header: GroupHeader {
+                duration_s: 30.0,
+                gpus_per_node: 8,
+                ..GroupHeader::new(
+                    NCCL_NODES_SCHEMA,
+                    "run/nccl".into(),
+                    names,
+                    0,
+                    Backend::Sim,
+                    "2026-11-29T02:00:00Z".into(),
+                )
+            },
             sizes,
             large_bytes: 64 << 20,
             points,

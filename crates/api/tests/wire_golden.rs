@@ -277,3 +277,28 @@ fn a_compact_form_from_an_agent_that_did_not_give_its_sizes_still_reads() {
     assert_eq!(now.collectives[0].largest_bytes, Some(1 << 20));
     assert!(now.pair_bytes.is_some_and(|b| b > 0));
 }
+
+/// The committed document `name` reads as a `T` and writes back byte for byte.
+fn reads_and_writes_back<T: serde::Serialize + serde::de::DeserializeOwned>(name: &str) -> T {
+    let text = std::fs::read_to_string(data(name)).expect("golden file present");
+    let doc: T = serde_json::from_str(&text).expect("parses");
+    assert_eq!(
+        serde_json::to_string(&doc).expect("serialises"),
+        text,
+        "{name}: the wire form must stay byte for byte"
+    );
+    doc
+}
+
+#[test]
+fn the_multi_node_documents_of_the_agent_read_and_write_back_byte_for_byte() {
+    // Every field present, the group's header first, in the order the operator and the
+    // kept results read.
+    let ddp: gpufabric_api::ddp_nodes::DdpNodesResult = reads_and_writes_back("ddp-nodes.json");
+    assert_eq!((ddp.header.rank, ddp.header.gpus_per_node), (1, 8));
+    assert_eq!(ddp.points[0].node_compute_ms, vec![10.0, 12.0]);
+    assert_eq!(ddp.stragglers[0].node, "h200-02");
+    let nccl: gpufabric_api::nccl_nodes::NcclNodesResult = reads_and_writes_back("nccl-nodes.json");
+    assert_eq!(nccl.header.nodes, ["h200-01", "h200-02"]);
+    assert_eq!((nccl.wrong(), nccl.points[0].ranks), (3, 16));
+}

@@ -99,7 +99,7 @@ pub fn run(
     crate::activity::enter("ddp-nodes: preparing the GPUs");
     let gpus = m.prepare(probe.shared_gpus, progress)?;
     let unmet = |mut doc: DdpNodesResult, e: RendezvousError| {
-        doc.duration_s = started.elapsed().as_secs_f64();
+        doc.header.duration_s = started.elapsed().as_secs_f64();
         doc.not_measured = Some(NotMeasured {
             peer: None,
             message: e.to_string(),
@@ -120,7 +120,7 @@ pub fn run(
         // The others find the group closed, as when a rank's process ends.
         drop(group);
         doc.errors.push(e);
-        doc.duration_s = started.elapsed().as_secs_f64();
+        doc.header.duration_s = started.elapsed().as_secs_f64();
         return Ok(DdpNodesEnd { doc, unmet: None });
     }
     if let Err(e) = measure(&mut doc, &mut group, probe, gpus, m, progress) {
@@ -140,7 +140,7 @@ pub fn run(
     if let Err(e) = group.barrier(config.timeout) {
         doc.errors.push(error(e.to_string()));
     }
-    doc.duration_s = started.elapsed().as_secs_f64();
+    doc.header.duration_s = started.elapsed().as_secs_f64();
     Ok(DdpNodesEnd { doc, unmet: None })
 }
 
@@ -149,14 +149,7 @@ pub fn run(
 fn document(probe: &DdpNodesRun, backend: Backend, started_at: String) -> DdpNodesResult {
     let shape = &probe.shape;
     DdpNodesResult {
-        schema: DDP_NODES_SCHEMA.into(),
-        group: probe.config.group.clone(),
-        nodes: probe.config.names.clone(),
-        rank: probe.config.rank,
-        backend,
-        started_at,
-        duration_s: 0.0,
-        gpus_per_node: 0,
+        header: probe.config.header(DDP_NODES_SCHEMA, backend, started_at),
         hidden: shape.hidden,
         layers: shape.layers,
         batch_per_gpu: shape.batch_per_gpu,
@@ -200,7 +193,7 @@ fn measure(
         doc.errors.push(error(why));
         return Ok(());
     }
-    doc.gpus_per_node = gpus;
+    doc.header.gpus_per_node = gpus;
     let counts = node_counts(probe.node_counts.as_deref(), 1, names.len() as u32);
     // A node count may take the whole timeout on the slowest node.
     let wait = probe.timeout * 2 + probe.config.timeout;

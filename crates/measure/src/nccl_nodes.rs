@@ -121,7 +121,7 @@ pub fn run(
     crate::activity::enter("nccl-nodes: preparing the GPUs");
     let gpus = m.prepare(run.shared_gpus, progress)?;
     let unmet = |mut doc: NcclNodesResult, e: RendezvousError| {
-        doc.duration_s = started.elapsed().as_secs_f64();
+        doc.header.duration_s = started.elapsed().as_secs_f64();
         doc.not_measured = Some(NotMeasured {
             peer: None,
             message: e.to_string(),
@@ -150,20 +150,17 @@ pub fn run(
     if let Err(e) = group.barrier(config.timeout) {
         doc.errors.push(error(e.to_string()));
     }
-    doc.duration_s = started.elapsed().as_secs_f64();
+    doc.header.duration_s = started.elapsed().as_secs_f64();
     Ok(NcclNodesEnd { doc, unmet: None })
 }
 
 fn document(run: &NcclNodesRun, backend: Backend) -> NcclNodesResult {
     NcclNodesResult {
-        schema: NCCL_NODES_SCHEMA.into(),
-        group: run.config.group.clone(),
-        nodes: run.config.names.clone(),
-        rank: run.config.rank,
-        backend,
-        started_at: gpufabric_api::rfc3339::now(),
-        duration_s: 0.0,
-        gpus_per_node: 0,
+        header: run.config.header(
+            NCCL_NODES_SCHEMA,
+            backend,
+            gpufabric_api::rfc3339::now(),
+        ),
         sizes: run.sweep.sizes.clone(),
         large_bytes: run.large_bytes,
         points: Vec::new(),
@@ -219,7 +216,7 @@ fn measure(
         doc.errors.push(error(why));
         return Ok(());
     }
-    doc.gpus_per_node = gpus;
+    doc.header.gpus_per_node = gpus;
     let counts = node_counts(run.node_counts.as_deref(), 2, names.len() as u32);
     if counts.is_empty() {
         doc.errors.push(error(format!(

@@ -78,6 +78,33 @@ impl RankEnv {
         .stderr(std::process::Stdio::piped());
         cmd.spawn().expect("agent starts")
     }
+
+    /// Every rank of `nodes` of `fabric-agent SUBCOMMAND --backend sim` in group `group`,
+    /// started the last first (they may start in any order), rank `r` with `more(r)`
+    /// arguments; by rank, each one's output and document.
+    pub fn sim_ranks<T: serde::de::DeserializeOwned>(
+        &self,
+        subcommand: &str,
+        group: &str,
+        nodes: &str,
+        more: impl Fn(u32) -> Vec<String>,
+    ) -> Vec<(Output, T)> {
+        let n = nodes.split(',').count() as u32;
+        let children: Vec<Child> = (0..n)
+            .rev()
+            .map(|r| {
+                let more = more(r);
+                let more: Vec<&str> = more.iter().map(String::as_str).collect();
+                self.sim_rank(subcommand, group, nodes, r, &more)
+            })
+            .collect();
+        let mut done: Vec<(Output, T)> = children
+            .into_iter()
+            .map(|c| finish_rank(c, subcommand, |l| serde_json::from_str(l)))
+            .collect();
+        done.reverse();
+        done
+    }
 }
 
 /// The agent's stdout, as text.
@@ -107,6 +134,20 @@ pub fn finish_rank<T, E: Display>(
         )
     });
     (out, doc)
+}
+
+/// Asserts that every rank ended with 0 and wrote a document of its own rank, measured
+/// whole: `facts` gives a document's rank and whether it holds no error and was measured.
+pub fn assert_every_rank_measured<T: std::fmt::Debug>(
+    ranks: &[(Output, T)],
+    facts: impl Fn(&T) -> (u32, bool),
+) {
+    for (r, (out, doc)) in ranks.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "rank {r}: {doc:?}");
+        let (rank, whole) = facts(doc);
+        assert_eq!(rank, r as u32);
+        assert!(whole, "{doc:?}");
+    }
 }
 
 /// `fabric-agent` with none of the `FABRIC_*` settings of the environment it runs in.

@@ -106,7 +106,7 @@ fn five_ranks_measure_two_four_and_five_nodes_and_agree() {
     let ends = ranks(&["a", "b", "c", "d", "e"], None, 10_000);
     let docs: Vec<&NcclNodesResult> = ends.iter().map(|e| &e.as_ref().expect("ran").doc).collect();
     for (r, d) in docs.iter().enumerate() {
-        assert_eq!(d.rank, r as u32);
+        assert_eq!(d.header.rank, r as u32);
         assert!(d.errors.is_empty() && d.not_measured.is_none(), "{d:?}");
         assert_eq!(d.points, docs[0].points, "rank {r} gathered the same rows");
     }

@@ -47,6 +47,8 @@ use serve::serve_on;
 pub use session::FrameError;
 pub use wire::Kind as FrameKind;
 
+use gpufabric_api::group::GroupHeader;
+use gpufabric_api::result::Backend;
 use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use std::time::Duration;
@@ -149,6 +151,18 @@ pub struct Config {
 }
 
 impl Config {
+    /// The header of the document this rank writes under `schema`, as its test starts.
+    pub fn header(&self, schema: &str, backend: Backend, started_at: String) -> GroupHeader {
+        GroupHeader::new(
+            schema,
+            self.group.clone(),
+            self.names.clone(),
+            self.rank,
+            backend,
+            started_at,
+        )
+    }
+
     /// Group size.
     pub(crate) fn ranks(&self) -> u32 {
         u32::try_from(self.names.len()).unwrap_or(u32::MAX)

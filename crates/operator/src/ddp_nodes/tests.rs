@@ -1,5 +1,6 @@
 use super::*;
 use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpStraggler};
+use gpufabric_api::group::GroupHeader;
 use gpufabric_api::pair::NotMeasured;
 use gpufabric_api::result::{Backend, DdpPoint, ErrorKind, Phase, PhaseError};
 use gpufabric_api::run::FabricTestRunSpec;
@@ -10,14 +11,18 @@ fn nodes(n: usize) -> Vec<String> {
 
 fn doc(k: u32) -> DdpNodesResult {
     DdpNodesResult {
-        schema: DDP_NODES_SCHEMA.into(),
-        group: "nightly/ddp".into(),
-        nodes: nodes(k as usize),
-        rank: 0,
-        backend: Backend::Sim,
-        started_at: "2026-11-25T02:00:00Z".into(),
-        duration_s: 12.0,
-        gpus_per_node: 8,
+        header: GroupHeader {
+            duration_s: 12.0,
+            gpus_per_node: 8,
+            ..GroupHeader::new(
+                DDP_NODES_SCHEMA,
+                "nightly/ddp".into(),
+                nodes(k as usize),
+                0,
+                Backend::Sim,
+                "2026-11-25T02:00:00Z".into(),
+            )
+        },
         hidden: 8192,
         layers: 8,
         batch_per_gpu: 4096,
