@@ -1,4 +1,5 @@
 use super::*;
+use crate::pairs::rank::RankEnd;
 use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpStraggler};
 use gpufabric_api::pair::NotMeasured;
 use gpufabric_api::result::{Backend, DdpPoint, ErrorKind, Phase, PhaseError};
