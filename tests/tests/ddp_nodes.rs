@@ -1,13 +1,17 @@
-//! The multi-node DDP probe of a run, end to end: the real `fabric-operator` against a real
-//! control plane, the process-kubelet (each pod on its own loopback address) and the sim
-//! agents, whose ranks really meet over TCP with the run's secret.
+//! The multi-node DDP probe and the multi-node NCCL sweep of a run, end to end: the real
+//! `fabric-operator` against a real control plane, the process-kubelet (each pod on its own
+//! loopback address) and the sim agents, whose ranks really meet over TCP with the run's
+//! secret.
 //!
-//! Six H200 nodes: `dn-06`'s NIC runs at a fifth of its speed and `dn-02` has a GPU that
-//! computes 30% slower. The node checks pass all six (the per-node DDP probe and the
+//! Six H200 nodes: `dn-06`'s NIC runs at a fifth of its speed, `dn-02` has a GPU that
+//! computes 30% slower, and the path between `dn-05` and `dn-01` (no node pair of the ring)
+//! carries a third of the rate. The node checks pass all six (the per-node DDP probe and the
 //! compute checks are off, so nothing looks at compute there); the node pairs fail and
 //! cordon `dn-06`; the probe then runs over the five others only, at 1, 2, 4 and 5 nodes,
-//! and names `dn-02` a straggler,
-//! as an Info finding that cordons nothing.
+//! and names `dn-02` a straggler, as an Info finding that cordons nothing. The NCCL sweep
+//! runs after it over the same five, at 2, 4 and 5 nodes: its ring closes over the slow
+//! path only at 5, where every collective's curve has its knee, a condition on the run that
+//! fails and cordons no node.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test ddp_nodes`.
@@ -28,6 +32,8 @@ use serde_json::json;
 const TEST: &str = "ddp-nodes";
 const SLOW_NIC: &str = "dn-06";
 const STRAGGLER: &str = "dn-02";
+/// The ends of the slow path: the ring of the first five nodes closes over it.
+const SLOW_PATH: (&str, &str) = ("dn-05", "dn-01");
 
 fn fleet() -> Fleet {
     let mut f = SimFleet::uniform("dn", 6, H200, 8);
@@ -39,6 +45,12 @@ fn fleet() -> Fleet {
             n.faults.push(Fault::Straggler {
                 gpu: 5,
                 factor: 1.3,
+            });
+        }
+        if n.name == SLOW_PATH.0 {
+            n.faults.push(Fault::BadPath {
+                peer: SLOW_PATH.1.into(),
+                factor: 0.3,
             });
         }
     }
@@ -107,11 +119,19 @@ fn ended_probe(
 async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_it_does_not_cordon()
 {
     let env = OperatorEnv::shared(fleet(), "ddp-nodes").await;
+    let mut suite = probe_suite();
+    suite["ncclNodes"] = json!({
+        "enabled": true,
+        "maxNodes": 8,
+        "minBytes": 1024,
+        "maxBytes": 268435456,
+        "largeBytes": 67108864
+    });
     env.create_test(
         TEST,
         json!({
             "nodeSelector": env.node_selector(),
-            "suite": probe_suite(),
+            "suite": suite,
             "quarantine": quarantine_on_first_failure("Cordon", true),
             "agent": sim_agent(60)
         }),
@@ -169,7 +189,9 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
     assert_eq!(critical.len(), 1, "{:#?}", status.findings);
     assert_eq!(critical[0].subject, Subject::node(&slow_nic));
 
-    // Only the slow NIC's node is failed and cordoned.
+    assert_the_sweep_has_its_knee_where_the_ring_meets_the_slow_path(&status, &expected, &log);
+
+    // Only the slow NIC's node is failed and cordoned: not those of the slow path.
     let nodes: Api<Node> = Api::all(env.cluster.client());
     for n in status.nodes.iter() {
         let node = nodes.get(&n.node).await.expect("node");
@@ -182,6 +204,74 @@ async fn the_probe_runs_over_nodes_that_passed_the_pairs_and_names_a_straggler_i
         }
     }
     assert_eq!(status.nodes.len(), 6, "{:#?}", status.nodes);
+}
+
+/// The multi-node NCCL sweep over `nodes` (the probe's): its curve at 2, 4 and 5 nodes for
+/// every collective, flat until the ring closes over the slow path at 5, where each
+/// collective's knee is; a condition on the run, and no finding.
+fn assert_the_sweep_has_its_knee_where_the_ring_meets_the_slow_path(
+    status: &gpufabric_api::run::FabricTestRunStatus,
+    nodes: &[String],
+    log: &dyn Fn() -> String,
+) {
+    use gpufabric_api::suite::Collective;
+    let sweep = status
+        .nccl_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node NCCL sweep: {status:#?}\n{}", log()));
+    assert!(sweep.done, "{sweep:#?}");
+    assert_eq!(sweep.state, PairState::Measured, "{sweep:#?}\n{}", log());
+    assert_eq!(sweep.nodes, nodes, "the probe's nodes");
+    let four = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+    ];
+    assert_eq!(sweep.collectives(), four, "{sweep:#?}");
+    for c in four {
+        let curve = sweep.curve(c);
+        let counts: Vec<u32> = curve.iter().map(|(k, _)| *k).collect();
+        assert_eq!(counts, vec![2, 4, 5], "{c:?}: {sweep:#?}");
+        let (at2, at4, at5) = (curve[0].1, curve[1].1, curve[2].1);
+        // Within the fleet's minimum gap (10%) from 2 to 4 nodes: the sim's small loss per
+        // doubling and the latency of each size, no knee.
+        assert!(at2 > 0.0 && at4 > at2 * 0.9, "{c:?} flat to 4: {curve:?}");
+        assert!(at5 < at4 * 0.5, "{c:?} falls at 5: {curve:?}");
+    }
+    assert!(
+        sweep
+            .points
+            .iter()
+            .flat_map(|p| &p.summary)
+            .all(|s| s.small_time_us > 0.0),
+        "{sweep:#?}"
+    );
+    let knees: Vec<(Collective, u32, u32)> = sweep
+        .knees
+        .iter()
+        .map(|k| (k.collective, k.from_nodes, k.at_nodes))
+        .collect();
+    assert_eq!(knees, four.map(|c| (c, 4, 5)), "{sweep:#?}");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == gpufabric_operator::nccl_nodes::CONDITION_SCALING_KNEE)
+        .unwrap_or_else(|| panic!("no knee condition: {:#?}", status.conditions));
+    assert!(
+        condition.message.contains("all_reduce loses")
+            && condition.message.contains("from 4 to 5 nodes"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        status
+            .findings
+            .iter()
+            .all(|f| !f.message.contains("of its bus bandwidth")),
+        "the knee is no finding: {:#?}",
+        status.findings
+    );
 }
 
 /// Four nodes whose ranks of the multi-node probe all get stuck (sim `hang` in phase

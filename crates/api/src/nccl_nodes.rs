@@ -3,7 +3,7 @@
 //! range of sizes, in nccl-tests' convention, as one rank (node) of the group writes it.
 
 use crate::group::GroupHeader;
-use crate::pair::{NotMeasured, PairCollective};
+use crate::pair::{NotMeasured, PairCollective, PairState};
 use crate::result::{ParseError, PhaseError};
 use crate::suite::Collective;
 use serde::{Deserialize, Serialize};
@@ -13,7 +13,7 @@ pub const NCCL_NODES_SCHEMA: &str = "gpufabric.io/nccl-nodes/v1";
 
 /// What one collective gave at one node count: the busbw of the large sizes and the time of
 /// the small ones.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NcclNodesSummary {
     pub collective: Collective,
@@ -152,6 +152,106 @@ impl NcclNodesResult {
         }
         d.header.nodes.clear();
         text(&d)
+    }
+}
+
+/// One node count of the sweep in the run's status: its summaries, without the per-size rows.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesCurvePoint {
+    /// How many nodes took part: the first of the sweep's, by rank.
+    pub nodes: u32,
+    /// NCCL ranks: nodes x GPUs per node.
+    pub ranks: u32,
+    /// Per collective, in the order measured.
+    pub summary: Vec<NcclNodesSummary>,
+}
+
+impl From<&NcclNodesPoint> for NcclNodesCurvePoint {
+    fn from(p: &NcclNodesPoint) -> Self {
+        NcclNodesCurvePoint {
+            nodes: p.nodes,
+            ranks: p.ranks,
+            summary: p.summary.clone(),
+        }
+    }
+}
+
+/// Where a collective's curve starts to lose more than the fabric should (the run's
+/// judgement of its points, never a node's).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesKnee {
+    pub collective: Collective,
+    /// The last node count before the knee, and the first in it.
+    pub from_nodes: u32,
+    pub at_nodes: u32,
+    /// busbw at `atNodes` and at `fromNodes`, GB/s.
+    pub busbw: f64,
+    pub previous_busbw: f64,
+    /// What it means and where to look.
+    pub message: String,
+}
+
+/// The multi-node NCCL sweep of a run (`suite.ncclNodes`), in its status.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesStatus {
+    /// The sweep's nodes, by rank: node count k runs on the first k.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// Where the sweep stands (its pods: rank 0 first, the others once it has an IP).
+    pub state: PairState,
+    /// Per node count (the first `nodes` of the list): the ranks, and per collective the
+    /// busbw of the large sizes and the time of the smallest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<NcclNodesCurvePoint>,
+    /// GPUs of each node.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub gpus_per_node: u32,
+    /// Per collective whose curve has one: where adding nodes starts to cost more than the
+    /// fabric should.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub knees: Vec<NcclNodesKnee>,
+    /// Why it was not measured or failed, or why it did not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The sweep has ended, or there was nothing to sweep.
+    #[serde(default)]
+    pub done: bool,
+    /// The UIDs of the sweep's pods, by rank, recorded when the operator made them (empty
+    /// for a rank whose pod was not made): only those pods are read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_uids: Vec<String>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+impl NcclNodesStatus {
+    /// The busbw of `collective` at the large sizes, per node count (the curve).
+    pub fn curve(&self, collective: Collective) -> Vec<(u32, f64)> {
+        self.points
+            .iter()
+            .filter_map(|p| {
+                p.summary
+                    .iter()
+                    .find(|s| s.collective == collective)
+                    .map(|s| (p.nodes, s.large_busbw))
+            })
+            .collect()
+    }
+
+    /// The collectives of the points, in the order first measured.
+    pub fn collectives(&self) -> Vec<Collective> {
+        let mut out: Vec<Collective> = Vec::new();
+        for s in self.points.iter().flat_map(|p| &p.summary) {
+            if !out.contains(&s.collective) {
+                out.push(s.collective);
+            }
+        }
+        out
     }
 }
 

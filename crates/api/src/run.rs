@@ -344,8 +344,11 @@ pub struct FabricTestRunStatus {
     /// The multi-node DDP probe (`suite.ddpNodes`), once it has begun.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_nodes: Option<crate::ddp_nodes::DdpNodesStatus>,
+    /// The multi-node NCCL sweep (`suite.ncclNodes`), once it has begun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_nodes: Option<crate::nccl_nodes::NcclNodesStatus>,
     /// The UID of the rendezvous Secret this run made (node pairs, the multi-node DDP
-    /// probe): rank pods are made only while the Secret at its name is that one.
+    /// probe, the multi-node NCCL sweep): rank pods are made only while the Secret at its name is that one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rendezvous_secret_uid: Option<String>,
     /// What this run's passing, unquarantined nodes of a complete check measured, per GPU

@@ -19,6 +19,9 @@ pub struct Suite {
     pub ddp_probe: DdpProbe,
     /// The same step weak-scaled over whole nodes (1, 2, 4, ... nodes, all GPUs each).
     pub ddp_nodes: DdpNodes,
+    /// NCCL collectives over 2, 4, 8, ... whole nodes (all GPUs each): the fabric's busbw
+    /// curve over node counts.
+    pub nccl_nodes: NcclNodes,
     /// NVML health snapshot: NVLink, PCIe, XID, ECC, remapped rows, throttling.
     pub health: HealthCheck,
     /// What each GPU computes: dense GEMM throughput, device memory bandwidth, and one
@@ -422,6 +425,70 @@ impl Default for DdpNodes {
         DdpNodes {
             enabled: false,
             max_nodes: 4,
+        }
+    }
+}
+
+/// The multi-node NCCL sweep: all_reduce, all_gather, reduce_scatter and alltoall over 2, 4,
+/// 8, ... whole nodes and all of them (one process per node driving all its GPUs), each at
+/// every size from `minBytes` to `maxBytes`, after the node checks, the node pairs and the
+/// multi-node DDP probe, on nodes that passed them. It reports, per node count and
+/// collective, the busbw of the large sizes and the time of the smallest, and where the curve
+/// has a knee (a condition on the run: each node's own checks judge the node).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "self.minBytes <= self.maxBytes", "message": "ncclNodes.minBytes must not be larger than ncclNodes.maxBytes"}]))]
+pub struct NcclNodes {
+    /// Run the multi-node sweep.
+    pub enabled: bool,
+    /// Most nodes in the sweep; the run picks them among the nodes that passed (a different
+    /// set each run, named in status).
+    #[schemars(range(min = 2, max = 1024))]
+    pub max_nodes: u32,
+    /// Collectives to run: allReduce, allGather, reduceScatter, allToAll (default: all four).
+    #[schemars(length(min = 1))]
+    pub collectives: Vec<Collective>,
+    /// Smallest size in bytes (nccl-tests' `-b`).
+    #[schemars(range(min = 1))]
+    pub min_bytes: u64,
+    /// Largest size in bytes (nccl-tests' `-e`).
+    #[schemars(range(min = 1))]
+    pub max_bytes: u64,
+    /// Each size is the previous one times this factor (at least 2).
+    #[schemars(range(min = 2))]
+    pub step_factor: u32,
+    /// Sizes from this one up are the large ones whose busbw each node count reports.
+    #[schemars(range(min = 1))]
+    pub large_bytes: u64,
+    /// Untimed iterations of each collective at each size.
+    pub warmup_iters: u32,
+    /// Timed iterations of each collective at each size.
+    #[schemars(range(min = 1))]
+    pub iters: u32,
+}
+
+impl NcclNodes {
+    /// The collectives the multi-node sweep can run.
+    pub const COLLECTIVES: [Collective; 4] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+    ];
+}
+
+impl Default for NcclNodes {
+    fn default() -> Self {
+        NcclNodes {
+            enabled: false,
+            max_nodes: 16,
+            collectives: NcclNodes::COLLECTIVES.to_vec(),
+            min_bytes: 1 << 10,
+            max_bytes: 256 << 20,
+            step_factor: 2,
+            large_bytes: 64 << 20,
+            warmup_iters: 5,
+            iters: 20,
         }
     }
 }

@@ -250,6 +250,36 @@ fn a_multi_node_probe_of_one_node_or_over_sixteen_is_refused() {
 }
 
 #[test]
+fn a_multi_node_nccl_sweep_of_one_node_or_of_a_collective_it_cannot_run_is_refused() {
+    let msg = refuse("  suite:\n    ncclNodes:\n      enabled: true\n      maxNodes: 1\n");
+    assert!(
+        msg.contains("suite.ncclNodes.maxNodes: must be 2 to 1024 (got 1)"),
+        "{msg}"
+    );
+    let msg = refuse(
+        "  suite:\n    ncclNodes:\n      enabled: true\n      collectives: [allReduce, broadcast]\n",
+    );
+    assert!(
+        msg.contains(
+            "suite.ncclNodes.collectives: broadcast is not run over nodes; use allReduce, allGather, reduceScatter or allToAll"
+        ),
+        "{msg}"
+    );
+    let msg = refuse(
+        "  suite:\n    ncclNodes:\n      minBytes: 1048576\n      maxBytes: 1024\n      stepFactor: 1\n",
+    );
+    assert!(
+        msg.contains(
+            "suite.ncclNodes.minBytes: must be between 1 and maxBytes (1024), got 1048576"
+        ) && msg.contains("suite.ncclNodes.stepFactor: must be at least 2 (got 1)"),
+        "{msg}"
+    );
+    accept(
+        "  suite:\n    ncclNodes:\n      enabled: true\n      maxNodes: 64\n      collectives: [allGather]\n",
+    );
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let msg = refuse(
         "  schedule: \"bad\"\n  suite:\n    ncclSweep:\n      stepFactor: 1\n      iters: 0\n",

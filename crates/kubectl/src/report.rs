@@ -210,6 +210,53 @@ pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
     doc
 }
 
+/// The run's multi-node NCCL sweep: its nodes, and per node count each collective's busbw at
+/// the large sizes and time at the smallest (nccl-tests' columns), then each knee. Empty for
+/// a run without one.
+pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
+    let mut doc = Doc::default();
+    let Some(p) = r.status.as_ref().and_then(|s| s.nccl_nodes.as_ref()) else {
+        return doc;
+    };
+    doc.heading(format!(
+        "run {}: multi-node NCCL sweep over {} ({}{})",
+        run_name(r),
+        p.nodes.join(", "),
+        wire(&p.state),
+        p.message
+            .as_ref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default()
+    ));
+    let collectives = p.collectives();
+    let mut header = vec!["NODES".to_string(), "RANKS".to_string()];
+    for c in &collectives {
+        let name = c.nccl_tests_name().to_uppercase();
+        header.push(format!("{name} busbw GB/s"));
+        header.push(format!("{name} small us"));
+    }
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = Table::new(&header);
+    for x in &p.points {
+        let mut row = vec![x.nodes.to_string(), x.ranks.to_string()];
+        for c in &collectives {
+            match x.summary.iter().find(|s| s.collective == *c) {
+                Some(s) => {
+                    row.push(format!("{:.1}", s.large_busbw));
+                    row.push(format!("{:.1}", s.small_time_us));
+                }
+                None => row.extend([String::new(), String::new()]),
+            }
+        }
+        t.push(row);
+    }
+    doc.table(t);
+    for k in &p.knees {
+        doc.line(format!("knee: {}", k.message));
+    }
+    doc
+}
+
 /// What is done to a node that carries any of gpufabric's quarantine marks.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct NodeMarks {
@@ -367,6 +414,7 @@ impl View for Report {
         let mut doc = run_doc(&self.run);
         doc.extend(pairs_doc(&self.run, &self.pairs));
         doc.extend(ddp_nodes_doc(&self.run));
+        doc.extend(nccl_nodes_doc(&self.run));
         if let Some(q) = &self.quarantine {
             doc.extend(q.doc());
         }
@@ -431,6 +479,59 @@ mod tests {
         }
         // A node without marks is not in the quarantine table.
         assert!(!text.contains("h100-00  false"), "{text}");
+    }
+
+    #[test]
+    fn the_report_draws_the_nccl_curve_as_nodes_by_collective_and_names_the_knee() {
+        use gpufabric_api::nccl_nodes::{
+            NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary,
+        };
+        use gpufabric_api::suite::Collective;
+        let summary = |c, busbw| NcclNodesSummary {
+            collective: c,
+            large_busbw: busbw,
+            small_time_us: 41.25,
+            wrong: 0,
+        };
+        let point = |nodes: u32, ar: f64| NcclNodesCurvePoint {
+            nodes,
+            ranks: nodes * 8,
+            summary: vec![
+                summary(Collective::AllReduce, ar),
+                summary(Collective::AllToAll, 38.0),
+            ],
+        };
+        let mut r = report();
+        if let Some(s) = r.run.status.as_mut() {
+            s.nccl_nodes = Some(NcclNodesStatus {
+                nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
+                    .map(String::from)
+                    .to_vec(),
+                state: PairState::Measured,
+                points: vec![point(2, 45.5), point(4, 14.0)],
+                gpus_per_node: 8,
+                knees: vec![NcclNodesKnee {
+                    collective: Collective::AllReduce,
+                    from_nodes: 2,
+                    at_nodes: 4,
+                    busbw: 14.0,
+                    previous_busbw: 45.5,
+                    message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
+                }],
+                done: true,
+                ..Default::default()
+            });
+        }
+        let text = render(&r, &Format::Table).expect("text");
+        for needle in [
+            "==> run nightly-manual-1: multi-node NCCL sweep over h100-00, h100-01, h100-02, h100-03 (Measured)",
+            "NODES  RANKS  ALL_REDUCE busbw GB/s  ALL_REDUCE small us  ALLTOALL busbw GB/s  ALLTOALL small us",
+            "2      16     45.5                   41.2                 38.0                 41.2",
+            "4      32     14.0",
+            "    knee: all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
+        }
     }
 
     #[test]

@@ -156,11 +156,9 @@ pub fn run(
 
 fn document(run: &NcclNodesRun, backend: Backend) -> NcclNodesResult {
     NcclNodesResult {
-        header: run.config.header(
-            NCCL_NODES_SCHEMA,
-            backend,
-            gpufabric_api::rfc3339::now(),
-        ),
+        header: run
+            .config
+            .header(NCCL_NODES_SCHEMA, backend, gpufabric_api::rfc3339::now()),
         sizes: run.sweep.sizes.clone(),
         large_bytes: run.large_bytes,
         points: Vec::new(),

@@ -21,6 +21,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod metrics_access;
 pub mod names;
+pub mod nccl_nodes;
 pub mod nodes;
 pub mod paging;
 pub mod pairs;

@@ -76,6 +76,8 @@ pub(super) fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
         || format!("must be 2 to 16 (got {max_nodes})"),
     );
 
+    check_nccl_nodes(c, &spec.suite.nccl_nodes);
+
     let ddp = &spec.suite.ddp_probe;
     c.check(ddp.hidden >= 1, "suite.ddpProbe.hidden", || {
         "must be at least 1".into()
@@ -161,3 +163,59 @@ fn check_compute(c: &mut Checker, compute: &crate::suite::Compute) {
         });
     }
 }
+
+/// `suite.ncclNodes`: a node count the termination message can carry, the collectives the
+/// multi-node sweep runs, and a range of sizes.
+fn check_nccl_nodes(c: &mut Checker, n: &crate::suite::NcclNodes) {
+    use crate::suite::NcclNodes;
+    c.check(
+        (2..=MAX_NCCL_NODES).contains(&n.max_nodes),
+        "suite.ncclNodes.maxNodes",
+        || {
+            format!(
+                "must be 2 to {MAX_NCCL_NODES} (got {}): each rank's document carries every node count's summaries",
+                n.max_nodes
+            )
+        },
+    );
+    c.check(
+        !n.collectives.is_empty(),
+        "suite.ncclNodes.collectives",
+        || "must name at least one collective".into(),
+    );
+    if let Some(other) = n
+        .collectives
+        .iter()
+        .find(|c| !NcclNodes::COLLECTIVES.contains(c))
+    {
+        c.check(false, "suite.ncclNodes.collectives", || {
+            format!(
+                "{} is not run over nodes; use allReduce, allGather, reduceScatter or allToAll",
+                other.api_name()
+            )
+        });
+    }
+    c.check(
+        n.min_bytes >= 1 && n.min_bytes <= n.max_bytes,
+        "suite.ncclNodes.minBytes",
+        || {
+            format!(
+                "must be between 1 and maxBytes ({}), got {}",
+                n.max_bytes, n.min_bytes
+            )
+        },
+    );
+    c.check(n.step_factor >= 2, "suite.ncclNodes.stepFactor", || {
+        format!("must be at least 2 (got {})", n.step_factor)
+    });
+    c.check(n.large_bytes >= 1, "suite.ncclNodes.largeBytes", || {
+        "must be at least 1".into()
+    });
+    c.check(n.iters >= 1, "suite.ncclNodes.iters", || {
+        "must be at least 1".into()
+    });
+}
+
+/// Most nodes of the multi-node NCCL sweep: its document, with every node count's summaries,
+/// still fits a termination message at this many.
+pub const MAX_NCCL_NODES: u32 = 1024;

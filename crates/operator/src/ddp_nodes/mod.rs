@@ -2,28 +2,20 @@
 //! runs on, its pods, where it stands from them, and what its document says. The shell that
 //! carries the steps out is `controller::run::ddp_nodes`.
 //!
-//! # The probe, step by step ([`decide`])
-//! 1. `Pending`: the rank-0 pod is created.
-//! 2. `Listening`: once it has an IP, the pods of every other rank are created with it. A
-//!    pod the API server refuses deletes the others: the probe is all or nothing, and one
-//!    that could not start counts against no node.
-//! 3. `Joined`: every pod exists; the probe settles when rank 0 has ended (every rank
-//!    writes the same points).
-//! 4. Past the deadline (the agent timeout and the operator's margin from the rank-0 pod's
-//!    creation), its pods are stopped: ranks still running hung (`Errored`), a pod that
-//!    never started was not measured.
+//! The probe moves as every multi-node group does ([`crate::pairs::group::decide`]).
 
 use crate::names;
+use crate::pairs::group::{GroupPhase, GroupStep};
+pub use crate::pairs::group::{choose, decide};
 use crate::pairs::pods::{RankPod as RankPodSpec, Rendezvous, rank_pod, rendezvous_timeout};
-use crate::pairs::rank::{GroupOutcome, RankEnd, RankPod, cut, still_running};
+use crate::pairs::rank::RankPod;
 use crate::pods::BuildError;
 use gpufabric_api::ddp_nodes::{DdpNodesResult, DdpNodesStatus};
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::pair::PairState;
-use gpufabric_api::run::FabricTestRun;
+use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
-use std::collections::BTreeMap;
 
 /// Value of the `gpufabric.io/role` label on the probe's pods.
 pub const ROLE_DDP_NODES: &str = "ddp-nodes";
@@ -34,33 +26,6 @@ pub type ProbePod = RankPod<DdpNodesResult>;
 /// Name of the pod of `rank` in the run whose [`crate::names::run_base`] is `run`.
 pub fn pod_name(run: &str, rank: u32) -> String {
     names::bounded(&format!("{run}-ddp-{rank}"), 63)
-}
-
-/// The nodes of the probe, by rank: among `candidates` (node, GPUs), those with the GPU
-/// count most of them have (every rank must have the same; the larger count on a tie), at
-/// most `max`, picked by `seed` so that each run probes another set, sorted by name.
-pub fn choose(candidates: &[(String, u32)], max: usize, seed: u64) -> Vec<String> {
-    let mut by_gpus: BTreeMap<u32, usize> = BTreeMap::new();
-    for (_, g) in candidates.iter().filter(|(_, g)| *g > 0) {
-        *by_gpus.entry(*g).or_default() += 1;
-    }
-    let Some(gpus) = by_gpus
-        .iter()
-        .max_by_key(|(g, n)| (**n, **g))
-        .map(|(g, _)| *g)
-    else {
-        return Vec::new();
-    };
-    let mut pool: Vec<&String> = candidates
-        .iter()
-        .filter(|(_, g)| *g == gpus)
-        .map(|(n, _)| n)
-        .collect();
-    let key = |n: &String| gpufabric_api::fnv1a(format!("{seed}/{n}").as_bytes());
-    pool.sort_by_key(|n| (key(n), n.as_str()));
-    let mut chosen: Vec<String> = pool.into_iter().take(max).cloned().collect();
-    chosen.sort();
-    chosen
 }
 
 /// The pod of `rank` of the probe over `nodes`, on a node of `gpus` GPUs, running
@@ -118,190 +83,63 @@ pub fn probe_pod(
 }
 
 /// How the probe ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settled {
-    pub state: PairState,
-    pub doc: Option<Box<DdpNodesResult>>,
-    pub message: Option<String>,
-}
-
-impl GroupOutcome for Settled {
-    fn errored(&self) -> bool {
-        self.state == PairState::Errored
-    }
-    fn not_measured(why: String) -> Self {
-        Settled::not_measured(why)
-    }
-}
-
-impl Settled {
-    pub(crate) fn not_measured(message: impl Into<String>) -> Self {
-        Settled {
-            state: PairState::NotMeasured,
-            doc: None,
-            message: Some(cut(&message.into())),
-        }
-    }
-    fn errored(message: impl Into<String>) -> Self {
-        Settled {
-            state: PairState::Errored,
-            doc: None,
-            message: Some(cut(&message.into())),
-        }
-    }
-}
+pub type Settled = crate::pairs::group::Settled<DdpNodesResult>;
 
 /// The next step of the probe.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ProbeStep {
-    CreateRank0,
-    /// Create every other rank's pod, joining rank 0 at `ip`.
-    CreateOthers {
-        ip: String,
-    },
-    Wait,
-    /// Delete whatever pods are left, then settle.
-    Stop(Settled),
-    Settle(Settled),
-}
+pub type ProbeStep = GroupStep<DdpNodesResult>;
 
-/// The next step for the probe in `state` whose pods stand as `pods` (by rank) on `nodes`;
-/// `past_deadline`: its deadline has passed.
-pub fn decide(
-    state: PairState,
-    pods: &[ProbePod],
-    nodes: &[String],
-    past_deadline: bool,
-) -> ProbeStep {
-    if state.is_final() || pods.is_empty() {
-        return ProbeStep::Wait;
+impl GroupPhase for DdpNodesStatus {
+    type Doc = DdpNodesResult;
+    const NAME: &'static str = "multi-node DDP probe";
+    const EVENT_OBJECT: &'static str = "DdpNodes";
+    fn slot(status: &mut FabricTestRunStatus) -> &mut Option<Self> {
+        &mut status.ddp_nodes
     }
-    let node = |i: usize| nodes.get(i).map_or("?", String::as_str);
-    let others = &pods[1..];
-    let absent = others.iter().position(|p| matches!(p, RankPod::Absent));
-    match &pods[0] {
-        RankPod::Absent if state == PairState::Pending => return ProbeStep::CreateRank0,
-        RankPod::Absent => {
-            return ProbeStep::Stop(Settled::not_measured(format!(
-                "the rank-0 pod on {} is gone",
-                node(0)
-            )));
-        }
-        RankPod::Ended(e0) => {
-            let all_ended = others.iter().all(|p| matches!(p, RankPod::Ended(_)));
-            if all_ended || state != PairState::Joined {
-                return ProbeStep::Settle(outcome(e0, others));
-            }
-            if past_deadline {
-                return ProbeStep::Stop(with_stuck_rank(outcome(e0, others), others, &node));
-            }
-            return ProbeStep::Wait;
-        }
-        _ => {}
+    fn max_nodes(run: &FabricTestRun) -> usize {
+        run.spec.suite.ddp_nodes.max_nodes as usize
     }
-    if state == PairState::Joined
-        && let Some(i) = absent
-    {
-        return ProbeStep::Stop(Settled::not_measured(format!(
-            "the rank-{} pod on {} is gone",
-            i + 1,
-            node(i + 1)
-        )));
-    }
-    if !past_deadline {
-        return match (state, pods[0].ip()) {
-            (PairState::Listening, Some(ip)) if absent.is_some() => {
-                ProbeStep::CreateOthers { ip: ip.to_string() }
-            }
-            _ => ProbeStep::Wait,
-        };
-    }
-    if state == PairState::Joined && pods.iter().all(|p| matches!(p, RankPod::Running { .. })) {
-        return ProbeStep::Stop(Settled::errored(
-            "every rank was still running at the probe's deadline (a hang in NCCL between the nodes?)",
-        ));
-    }
-    if matches!(pods[0], RankPod::Running { .. })
-        && others.iter().any(|p| matches!(p, RankPod::Ended(_)))
-    {
-        // Rank 0 stuck while others ended: named, with what the others said.
-        let others_said = others
-            .iter()
-            .find_map(|p| match p {
-                RankPod::Ended(RankEnd::Document(d)) => d
-                    .not_measured
-                    .as_ref()
-                    .map(|n| n.message.clone())
-                    .or_else(|| d.errors.first().map(|e| e.message.clone())),
-                RankPod::Ended(RankEnd::NotMeasured(m) | RankEnd::Failed(m)) => Some(m.clone()),
-                _ => None,
-            })
-            .map(|m| format!("another rank: {m}"));
-        return ProbeStep::Stop(Settled::not_measured(still_running(
-            0,
-            node(0),
-            "probe",
-            others_said,
-        )));
-    }
-    let waiting = pods
-        .iter()
-        .position(|p| matches!(p, RankPod::Waiting { .. } | RankPod::Absent))
-        .unwrap_or(0);
-    ProbeStep::Stop(Settled::not_measured(format!(
-        "the pod on {} never started before the probe's deadline",
-        node(waiting)
-    )))
-}
-
-/// `settled`, with the first rank still Running at the deadline after rank 0 ended named in
-/// its message ([`still_running`]). Its state is left as it is: a rank stuck alone may wait on
-/// its node or on the network between, and the probe holds nothing against a node for it.
-fn with_stuck_rank<'a>(
-    mut settled: Settled,
-    others: &[ProbePod],
-    node: &dyn Fn(usize) -> &'a str,
-) -> Settled {
-    if let Some(i) = others
-        .iter()
-        .position(|p| matches!(p, RankPod::Running { .. }))
-    {
-        settled.message = Some(still_running(i + 1, node(i + 1), "probe", settled.message));
-    }
-    settled
-}
-
-/// What rank 0's end says, with the other ranks' ends for a reason when it has none.
-fn outcome(e0: &RankEnd<DdpNodesResult>, others: &[ProbePod]) -> Settled {
-    let ends = std::iter::once(e0).chain(others.iter().filter_map(|p| match p {
-        RankPod::Ended(e) => Some(e),
-        _ => None,
-    }));
-    for e in ends {
-        match e {
-            RankEnd::Document(d) => {
-                if let Some(n) = &d.not_measured {
-                    return Settled::not_measured(n.message.clone());
-                }
-            }
-            RankEnd::NotMeasured(m) => return Settled::not_measured(m.clone()),
-            RankEnd::Failed(_) => {}
+    fn begun(nodes: Vec<String>) -> Self {
+        DdpNodesStatus {
+            nodes,
+            ..Default::default()
         }
     }
-    match e0 {
-        RankEnd::Document(d) if d.errors.is_empty() && !d.points.is_empty() => Settled {
-            state: PairState::Measured,
-            doc: Some(d.clone()),
-            message: None,
-        },
-        RankEnd::Document(d) => Settled::errored(
-            d.errors
-                .first()
-                .map(|e| format!("rank 0: {}", e.message))
-                .unwrap_or_else(|| "rank 0 measured no point".into()),
-        ),
-        RankEnd::Failed(m) => Settled::errored(format!("rank 0: {m}")),
-        RankEnd::NotMeasured(m) => Settled::not_measured(m.clone()),
+    fn skipped(why: String) -> Self {
+        DdpNodesStatus {
+            done: true,
+            message: Some(why),
+            ..Default::default()
+        }
+    }
+    fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+    fn state(&self) -> PairState {
+        self.state
+    }
+    fn set_state(&mut self, state: PairState) {
+        self.state = state;
+    }
+    fn pod_uids(&mut self) -> &mut Vec<String> {
+        &mut self.pod_uids
+    }
+    fn done(&self) -> bool {
+        self.done
+    }
+    fn pod_name(base: &str, rank: u32) -> String {
+        pod_name(base, rank)
+    }
+    fn pod(
+        &self,
+        run: &FabricTestRun,
+        rank: u32,
+        rendezvous: &Rendezvous,
+        gpus: u32,
+    ) -> Result<Pod, BuildError> {
+        probe_pod(run, &self.nodes, rank, rendezvous, gpus)
+    }
+    fn settle(&mut self, settled: Settled) {
+        settle(self, settled)
     }
 }
 

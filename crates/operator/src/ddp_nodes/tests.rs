@@ -1,4 +1,5 @@
 use super::*;
+use crate::pairs::rank::RankEnd;
 use gpufabric_api::ddp_nodes::{DDP_NODES_SCHEMA, DdpNodesPoint, DdpStraggler};
 use gpufabric_api::group::GroupHeader;
 use gpufabric_api::pair::NotMeasured;

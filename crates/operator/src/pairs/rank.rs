@@ -4,6 +4,7 @@
 
 use crate::results::{self, PodState};
 use gpufabric_api::ddp_nodes::DdpNodesResult;
+use gpufabric_api::nccl_nodes::NcclNodesResult;
 use gpufabric_api::pair::NodePairResult;
 use gpufabric_api::result::ParseError;
 use k8s_openapi::api::core::v1::Pod;
@@ -29,6 +30,13 @@ impl RankDocument for DdpNodesResult {
     const WHAT: &'static str = "ddp-nodes document";
     fn parse(text: &str) -> Result<Self, ParseError> {
         DdpNodesResult::parse(text)
+    }
+}
+
+impl RankDocument for NcclNodesResult {
+    const WHAT: &'static str = "nccl-nodes document";
+    fn parse(text: &str) -> Result<Self, ParseError> {
+        NcclNodesResult::parse(text)
     }
 }
 

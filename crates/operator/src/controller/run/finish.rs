@@ -63,6 +63,9 @@ pub(super) async fn finish(
             run.spec.thresholds.fleet_min_relative_gap,
         );
     }
+    if let Some(sweep) = next.nccl_nodes.as_mut() {
+        sweep.knees = crate::nccl_nodes::knees(sweep, run.spec.thresholds.fleet_min_relative_gap);
+    }
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
     }
@@ -93,6 +96,7 @@ pub(super) async fn finish(
         run.metadata.generation,
         &now(),
     );
+    crate::nccl_nodes::set_knee_condition(&mut next, run.metadata.generation, &now());
     end_status(
         &mut next,
         &all_findings,

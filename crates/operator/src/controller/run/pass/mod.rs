@@ -10,7 +10,7 @@ use super::deadline::{
     PastDeadline, delete_made, delete_unrecorded, stop_at_deadline, wave_deadline,
 };
 use super::finish::finish;
-use super::{ddp_nodes, pairs};
+use super::{group, pairs};
 use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::names;
@@ -20,6 +20,8 @@ use crate::status as st;
 use crate::time::now;
 use crate::waves;
 use chrono::Utc;
+use gpufabric_api::ddp_nodes::DdpNodesStatus;
+use gpufabric_api::nccl_nodes::NcclNodesStatus;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult, RunProgress};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -508,7 +510,8 @@ pub(super) struct NodeChecksEnded<'a> {
 }
 
 /// Every node check has ended: the run finishes, or its node-pair phase, then its
-/// multi-node DDP probe, takes a step (and the run waits for it). A confirmation run retests
+/// multi-node DDP probe, then its multi-node NCCL sweep, takes a step (and the run waits
+/// for it). A confirmation run retests
 /// node-check suspects only: it has no known-good partners to pair them with, and a node
 /// failed by the node-pair phase was already retested against one within its own run (see
 /// `NodeRunResult::confirmed`).
@@ -534,7 +537,17 @@ pub(super) async fn after_node_checks(
     };
     let step = match step {
         Ok(pairs::PairsStep::Done) if suite.ddp_nodes.enabled => {
-            ddp_nodes::advance(run, &mut next, &entries, &e.outcomes, ctx, e.pods_api).await
+            let (o, p) = (&e.outcomes, e.pods_api);
+            group::advance::<DdpNodesStatus>(run, &mut next, &entries, o, ctx, p).await
+        }
+        other => other,
+    };
+    // After the DDP probe, not beside it: both hold every GPU of their nodes, and each
+    // would time the other's traffic.
+    let step = match step {
+        Ok(pairs::PairsStep::Done) if suite.nccl_nodes.enabled => {
+            let (o, p) = (&e.outcomes, e.pods_api);
+            group::advance::<NcclNodesStatus>(run, &mut next, &entries, o, ctx, p).await
         }
         other => other,
     };

@@ -1,8 +1,9 @@
-//! The multi-node DDP probe of a run (`suite.ddpNodes`), after the node checks and the node
-//! pairs: one group of pods over nodes that passed both, rank 0 first, the others once it
-//! has an IP, all meeting over TCP with the run's rendezvous secret. Where the probe stands
-//! is kept in the run's status, so a restarted operator goes on from there; the decisions
-//! are in [`crate::ddp_nodes`].
+//! The multi-node groups of a run (the DDP probe, `suite.ddpNodes`; the NCCL sweep,
+//! `suite.ncclNodes`), after the node checks and the node pairs: one group of pods over nodes
+//! that passed both, rank 0 first, the others once it has an IP, all meeting over TCP with the
+//! run's rendezvous secret. Where a group stands is kept in the run's status, so a restarted
+//! operator goes on from there; the decisions are in [`crate::pairs::group`], what differs
+//! between the phases in their [`GroupPhase`].
 
 use super::common::pods_of;
 use super::common::publish;
@@ -24,15 +25,14 @@ use kube::runtime::reflector::ObjectRef;
 use std::time::Duration;
 
 use super::pairs::PairsStep;
-use crate::ddp_nodes::{self, ProbePod, ProbeStep, Settled};
+use crate::pairs::group::{self, GroupPhase, GroupStep, Settled};
 use crate::pairs::pods::Rendezvous;
 use crate::pairs::rank::{RankPod, rank_pod, spare_lost};
-use gpufabric_api::ddp_nodes::DdpNodesStatus;
 use gpufabric_api::pair::PairState;
 use gpufabric_api::run::NodeVerdict;
 
-/// One pass of the probe: chooses its nodes, then moves it on a step.
-pub(super) async fn advance(
+/// One pass of the group `G`: chooses its nodes, then moves it on a step.
+pub(super) async fn advance<G: GroupPhase>(
     run: &FabricTestRun,
     next: &mut FabricTestRunStatus,
     entries: &[NodeRunResult],
@@ -40,10 +40,10 @@ pub(super) async fn advance(
     ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<PairsStep> {
-    let Some(mut status) = next.ddp_nodes.clone() else {
-        return begin(run, next, entries, outcomes, ctx).await;
+    let Some(mut status) = G::slot(next).clone() else {
+        return begin::<G>(run, next, entries, outcomes, ctx).await;
     };
-    if status.done {
+    if status.done() {
         return Ok(PairsStep::Done);
     }
     let mut secret = Secret {
@@ -52,8 +52,8 @@ pub(super) async fn advance(
     };
     let result = step(run, &mut status, &mut secret, ctx, pods_api).await;
     next.rendezvous_secret_uid = secret.made;
-    let done = status.done;
-    next.ddp_nodes = Some(status);
+    let done = status.done();
+    *G::slot(next) = Some(status);
     let wait = result?;
     Ok(if done {
         PairsStep::Done
@@ -62,9 +62,9 @@ pub(super) async fn advance(
     })
 }
 
-/// Chooses the probe's nodes among those that passed their own check and were not blamed
-/// by the node pairs; with fewer than two there is nothing to probe.
-async fn begin(
+/// Chooses the group's nodes among those that passed their own check and were not blamed
+/// by the node pairs; with fewer than two there is nothing to measure.
+async fn begin<G: GroupPhase>(
     run: &FabricTestRun,
     next: &mut FabricTestRunStatus,
     entries: &[NodeRunResult],
@@ -91,50 +91,40 @@ async fn begin(
         })
         .collect();
     let seed = gpufabric_api::fnv1a(run.uid().unwrap_or_default().as_bytes());
-    let max = run.spec.suite.ddp_nodes.max_nodes as usize;
-    let nodes = ddp_nodes::choose(&candidates, max, seed);
+    let nodes = group::choose(&candidates, G::max_nodes(run), seed);
     if nodes.len() < 2 {
         tracing::info!(
             candidates = candidates.len(),
-            "no multi-node DDP probe: fewer than 2 nodes"
+            "no {}: fewer than 2 nodes",
+            G::NAME
         );
-        next.ddp_nodes = Some(DdpNodesStatus {
-            done: true,
-            message: Some(format!(
-                "{} nodes with the same GPU count passed their own check and the node pairs: at least 2 are needed",
-                nodes.len()
-            )),
-            ..Default::default()
-        });
+        *G::slot(next) = Some(G::skipped(format!(
+            "{} nodes with the same GPU count passed their own check and the node pairs: at least 2 are needed",
+            nodes.len()
+        )));
         return Ok(PairsStep::Done);
     }
     match ensure_secret(run, ctx, next.rendezvous_secret_uid.as_deref()).await? {
         Ok(uid) => next.rendezvous_secret_uid = Some(uid),
         Err(why) => {
-            // Fails closed: no probe runs with a secret someone else chose.
-            let note = format!("multi-node DDP probe not run: {why}");
-            tracing::warn!(%why, "multi-node DDP probe not run: the rendezvous Secret is not this run's");
-            publish(ctx, run, true, "RendezvousSecretRefused", "DdpNodes", &note).await;
-            next.ddp_nodes = Some(DdpNodesStatus {
-                done: true,
-                message: Some(note),
-                ..Default::default()
-            });
+            // Fails closed: no group runs with a secret someone else chose.
+            let note = format!("{} not run: {why}", G::NAME);
+            tracing::warn!(%why, "{} not run: the rendezvous Secret is not this run's", G::NAME);
+            let object = G::EVENT_OBJECT;
+            publish(ctx, run, true, "RendezvousSecretRefused", object, &note).await;
+            *G::slot(next) = Some(G::skipped(note));
             return Ok(PairsStep::Done);
         }
     }
-    tracing::info!(nodes = ?nodes, "multi-node DDP probe started");
-    next.ddp_nodes = Some(DdpNodesStatus {
-        nodes,
-        ..Default::default()
-    });
+    tracing::info!(nodes = ?nodes, "{} started", G::NAME);
+    *G::slot(next) = Some(G::begun(nodes));
     Ok(PairsStep::Wait(Duration::from_millis(100)))
 }
 
-/// Moves the probe on one step; returns how long until its deadline (at most 10 s).
-async fn step(
+/// Moves the group on one step; returns how long until its deadline (at most 10 s).
+async fn step<G: GroupPhase>(
     run: &FabricTestRun,
-    status: &mut DdpNodesStatus,
+    status: &mut G,
     secret: &mut Secret,
     ctx: &RunContext,
     pods_api: &Api<Pod>,
@@ -143,18 +133,19 @@ async fn step(
     let uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     let base = crate::names::run_base(&name, &uid);
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
-    let names: Vec<String> = (0..status.nodes.len() as u32)
-        .map(|rank| ddp_nodes::pod_name(&base, rank))
+    let count = status.nodes().len();
+    let names: Vec<String> = (0..count as u32)
+        .map(|rank| G::pod_name(&base, rank))
         .collect();
-    status.pod_uids.resize(status.nodes.len(), String::new());
+    status.pod_uids().resize(count, String::new());
     let made: Vec<Option<String>> = status
-        .pod_uids
+        .pod_uids()
         .iter()
         .map(|u| Some(u.clone()).filter(|u| !u.is_empty()))
         .collect();
     let ranks: Vec<RankOf<'_>> = names
         .iter()
-        .zip(&status.nodes)
+        .zip(status.nodes())
         .zip(&made)
         .map(|((name, node), made)| RankOf {
             name: name.clone(),
@@ -162,9 +153,9 @@ async fn step(
             made: made.as_deref(),
         })
         .collect();
-    let created = status.state != PairState::Pending;
+    let created = status.state() != PairState::Pending;
     let pods = rank_pods(&ranks, &uid, &cached, created, pods_api).await?;
-    let views: Vec<ProbePod> = pods
+    let views: Vec<RankPod<G::Doc>> = pods
         .iter()
         .map(|p| p.as_ref().map_or(RankPod::Absent, rank_pod))
         .collect();
@@ -174,31 +165,31 @@ async fn step(
         .map_or(Duration::from_secs(10), |u| u.min(Duration::from_secs(10)));
     let past = deadline.past;
     let not_ready = |node: &str| crate::nodes::not_ready_in(&ctx.nodes, node);
-    let nodes: Vec<&str> = status.nodes.iter().map(String::as_str).collect();
-    let step = match ddp_nodes::decide(status.state, &views, &status.nodes, past) {
-        ProbeStep::Stop(s) => ProbeStep::Stop(spare_lost(s, &views, &nodes, &not_ready)),
+    let nodes: Vec<&str> = status.nodes().iter().map(String::as_str).collect();
+    let step = match group::decide(status.state(), &views, status.nodes(), past) {
+        GroupStep::Stop(s) => GroupStep::Stop(spare_lost(s, &views, &nodes, &not_ready)),
         s => s,
     };
     match step {
-        ProbeStep::Wait => {}
-        ProbeStep::CreateRank0 => {
+        GroupStep::Wait => {}
+        GroupStep::CreateRank0 => {
             let made = match secret.usable(run, ctx).await? {
                 Ok(()) => create(run, status, 0, &Rendezvous::Listen, ctx, pods_api).await?,
                 Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
             };
             match made {
                 RankMade::Made(pod_uid) => {
-                    status.pod_uids[0] = pod_uid;
-                    status.state = PairState::Listening
+                    status.pod_uids()[0] = pod_uid;
+                    status.set_state(PairState::Listening)
                 }
                 RankMade::Later => {}
-                RankMade::Not(why) => ddp_nodes::settle(status, not_admitted(0, &why)),
+                RankMade::Not(why) => status.settle(not_admitted(0, &why)),
             }
         }
-        ProbeStep::CreateOthers { ip } => {
+        GroupStep::CreateOthers { ip } => {
             let join = Rendezvous::Join { rank0_ip: ip };
             let mut later = false;
-            for rank in 1..status.nodes.len() as u32 {
+            for rank in 1..count as u32 {
                 if !matches!(views[rank as usize], RankPod::Absent) {
                     continue;
                 }
@@ -207,39 +198,39 @@ async fn step(
                     Err(why) => RankMade::Not(NotAdmitted::Secret(why)),
                 };
                 match made {
-                    RankMade::Made(pod_uid) => status.pod_uids[rank as usize] = pod_uid,
+                    RankMade::Made(pod_uid) => status.pod_uids()[rank as usize] = pod_uid,
                     RankMade::Later => later = true,
                     RankMade::Not(why) => {
                         // All or nothing: the others would wait for a rank that never comes.
-                        for (n, uid) in names.iter().zip(&status.pod_uids) {
+                        for (n, uid) in names.iter().zip(status.pod_uids().iter()) {
                             let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
                             delete_made(pods_api, n, uid).await?;
                         }
-                        ddp_nodes::settle(status, not_admitted(rank, &why));
+                        status.settle(not_admitted(rank, &why));
                         return Ok(wait);
                     }
                 }
             }
             if !later {
-                status.state = PairState::Joined;
+                status.set_state(PairState::Joined);
             }
         }
-        ProbeStep::Stop(s) => {
-            for (n, uid) in names.iter().zip(&status.pod_uids) {
+        GroupStep::Stop(s) => {
+            for (n, uid) in names.iter().zip(status.pod_uids().iter()) {
                 let uid = Some(uid.as_str()).filter(|u| !u.is_empty());
                 delete_made(pods_api, n, uid).await?;
             }
-            ddp_nodes::settle(status, s);
+            status.settle(s);
         }
-        ProbeStep::Settle(s) => ddp_nodes::settle(status, s),
+        GroupStep::Settle(s) => status.settle(s),
     }
-    if status.done {
-        tracing::info!(state = ?status.state, "multi-node DDP probe done");
+    if status.done() {
+        tracing::info!(state = ?status.state(), "{} done", G::NAME);
     }
     Ok(wait)
 }
 
-fn not_admitted(rank: u32, why: &NotAdmitted) -> Settled {
+fn not_admitted<D>(rank: u32, why: &NotAdmitted) -> Settled<D> {
     Settled {
         state: PairState::NotMeasured,
         doc: None,
@@ -248,15 +239,16 @@ fn not_admitted(rank: u32, why: &NotAdmitted) -> Settled {
 }
 
 /// Creates the pod of `rank` (see [`create_rank_pod`]).
-async fn create(
+async fn create<G: GroupPhase>(
     run: &FabricTestRun,
-    status: &DdpNodesStatus,
+    status: &G,
     rank: u32,
     rendezvous: &Rendezvous,
     ctx: &RunContext,
     pods_api: &Api<Pod>,
 ) -> Result<RankMade> {
-    let build = |gpus| ddp_nodes::probe_pod(run, &status.nodes, rank, rendezvous, gpus);
+    let build = |gpus| status.pod(run, rank, rendezvous, gpus);
     let run_uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    create_rank_pod(&status.nodes[rank as usize], build, ctx, &run_uid, pods_api).await
+    let node = status.nodes().get(rank as usize).map_or("", String::as_str);
+    create_rank_pod(node, build, ctx, &run_uid, pods_api).await
 }

@@ -1,0 +1,267 @@
+use super::*;
+use crate::pairs::group::{GroupStep, decide};
+use crate::pairs::rank::{RankEnd, RankPod};
+use gpufabric_api::group::GroupHeader;
+use gpufabric_api::nccl_nodes::{NCCL_NODES_SCHEMA, NcclNodesPoint, NcclNodesSummary};
+use gpufabric_api::pair::{NotMeasured, PairCollective};
+use gpufabric_api::result::Backend;
+use gpufabric_api::run::FabricTestRunSpec;
+use gpufabric_api::suite::Collective;
+
+fn nodes(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("gpu-{i:02}")).collect()
+}
+
+fn run() -> FabricTestRun {
+    let spec: FabricTestRunSpec = serde_json::from_value(serde_json::json!({
+        "test": "nightly",
+        "trigger": "Schedule",
+        "nodes": nodes(4),
+        "suite": {"ncclNodes": {
+            "enabled": true,
+            "collectives": ["allReduce", "allToAll"],
+            "minBytes": 4096,
+            "maxBytes": 1073741824,
+            "iters": 50
+        }},
+    }))
+    .unwrap_or_else(|e| panic!("a run spec parses: {e}"));
+    let mut run = FabricTestRun::new("nightly-0200", spec);
+    run.metadata.uid = Some("uid-1".into());
+    run
+}
+
+/// A document over `n` nodes whose all_reduce runs at `busbw(k)` at k nodes and alltoall flat.
+fn doc(n: u32, busbw: &dyn Fn(u32) -> f64) -> NcclNodesResult {
+    let summary = |c: Collective, b: f64| NcclNodesSummary {
+        collective: c,
+        large_busbw: b,
+        small_time_us: 30.0,
+        wrong: 0,
+    };
+    let row = PairCollective {
+        collective: Collective::AllReduce,
+        bytes: 1 << 30,
+        time_us: 1.0,
+        algbw: 1.0,
+        busbw: 1.0,
+        wrong: 0,
+    };
+    NcclNodesResult {
+        header: GroupHeader {
+            duration_s: 30.0,
+            gpus_per_node: 8,
+            ..GroupHeader::new(
+                NCCL_NODES_SCHEMA,
+                "nightly-0200/nccl".into(),
+                nodes(n as usize),
+                0,
+                Backend::Sim,
+                "2026-11-29T02:00:00Z".into(),
+            )
+        },
+        sizes: vec![1 << 10, 1 << 30],
+        large_bytes: 64 << 20,
+        points: [2, 4, 8]
+            .into_iter()
+            .filter(|k| *k <= n)
+            .map(|k| NcclNodesPoint {
+                nodes: k,
+                node_names: nodes(k as usize),
+                ranks: k * 8,
+                summary: vec![
+                    summary(Collective::AllReduce, busbw(k)),
+                    summary(Collective::AllToAll, 40.0),
+                ],
+                rows: vec![row.clone()],
+            })
+            .collect(),
+        not_measured: None,
+        errors: Vec::new(),
+    }
+}
+
+fn ended(d: NcclNodesResult) -> RankPod<NcclNodesResult> {
+    RankPod::Ended(RankEnd::Document(Box::new(d)))
+}
+
+#[test]
+fn the_sweep_pods_run_nccl_nodes_with_the_suites_collectives_and_sizes() {
+    let run = run();
+    let join = Rendezvous::Join {
+        rank0_ip: "10.0.0.7".into(),
+    };
+    let pod = sweep_pod(&run, &nodes(4), 3, &join, 8).expect("builds");
+    let spec = pod.spec.as_ref().expect("spec");
+    assert_eq!(spec.node_name.as_deref(), Some("gpu-03"));
+    let base = crate::pods::run_base(&run).expect("persisted");
+    assert_eq!(pod.metadata.name, Some(format!("{base}-nccl-3")));
+    assert_eq!(
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(gpufabric_api::keys::LABEL_ROLE))
+            .map(String::as_str),
+        Some(ROLE_NCCL_NODES)
+    );
+    let c = &spec.containers[0];
+    let command = c.command.clone().unwrap_or_default();
+    assert_eq!(
+        &command[..4],
+        &[
+            "fabric-agent",
+            "nccl-nodes",
+            "--nodes",
+            "gpu-00,gpu-01,gpu-02,gpu-03"
+        ]
+    );
+    let at = |flag: &str| {
+        command
+            .iter()
+            .position(|a| a == flag)
+            .and_then(|i| command.get(i + 1))
+            .cloned()
+    };
+    assert_eq!(at("--collectives").as_deref(), Some("allReduce,allToAll"));
+    assert_eq!(at("--min-bytes").as_deref(), Some("4096"));
+    assert_eq!(at("--max-bytes").as_deref(), Some("1073741824"));
+    assert_eq!(at("--iters").as_deref(), Some("50"));
+    assert_eq!(at("--large-bytes").as_deref(), Some("67108864"));
+    let env = c.env.clone().unwrap_or_default();
+    let value = |k: &str| {
+        env.iter()
+            .find(|e| e.name == k)
+            .and_then(|e| e.value.clone())
+    };
+    assert_eq!(value(gpufabric_api::keys::ENV_RANK).as_deref(), Some("3"));
+    assert_eq!(
+        value(gpufabric_api::keys::ENV_GROUP).as_deref(),
+        Some("nightly-0200/nccl")
+    );
+    assert!(
+        sweep_pod(&run, &nodes(4), 4, &join, 8).is_err(),
+        "no rank 4 of 4"
+    );
+}
+
+#[test]
+fn a_measured_sweep_keeps_each_node_counts_summaries_without_the_rows() {
+    let n = nodes(8);
+    let pods: Vec<_> = (0..8).map(|_| ended(doc(8, &|_| 40.0))).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut status = NcclNodesStatus::begun(n);
+    settle(&mut status, s);
+    assert!(status.done);
+    assert_eq!(status.state, PairState::Measured);
+    assert_eq!(status.gpus_per_node, 8);
+    let counts: Vec<(u32, u32)> = status.points.iter().map(|p| (p.nodes, p.ranks)).collect();
+    assert_eq!(counts, vec![(2, 16), (4, 32), (8, 64)]);
+    assert_eq!(
+        status.curve(Collective::AllToAll),
+        vec![(2, 40.0), (4, 40.0), (8, 40.0)]
+    );
+    let json = serde_json::to_string(&status).expect("serialises");
+    assert!(
+        !json.contains("rows") && !json.contains("nodeNames"),
+        "{json}"
+    );
+    assert!(knees(&status, 0.10).is_empty(), "a flat curve has no knee");
+}
+
+#[test]
+fn a_curve_that_falls_past_a_node_count_is_a_condition_on_the_run_and_judges_no_node() {
+    let n = nodes(8);
+    let falls = |k: u32| if k >= 8 { 12.0 } else { 40.0 };
+    let pods: Vec<_> = (0..8).map(|_| ended(doc(8, &falls))).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut sweep = NcclNodesStatus::begun(n);
+    settle(&mut sweep, s);
+    sweep.knees = knees(&sweep, 0.10);
+    assert_eq!(sweep.knees.len(), 1, "all_reduce only: {:#?}", sweep.knees);
+    let k = &sweep.knees[0];
+    assert_eq!(k.collective, Collective::AllReduce);
+    assert_eq!((k.from_nodes, k.at_nodes), (4, 8));
+    assert_eq!((k.previous_busbw, k.busbw), (40.0, 12.0));
+    let mut status = gpufabric_api::run::FabricTestRunStatus {
+        nccl_nodes: Some(sweep),
+        ..Default::default()
+    };
+    let at = crate::time::to_time(chrono::Utc::now());
+    set_knee_condition(&mut status, Some(1), &at);
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SCALING_KNEE)
+        .expect("the condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "KneeInCurve")
+    );
+    assert!(
+        c.message
+            .starts_with("all_reduce loses 70% of its bus bandwidth from 4 to 8 nodes"),
+        "{}",
+        c.message
+    );
+    assert_eq!(status.message.as_deref(), Some(c.message.as_str()));
+    assert!(status.findings.is_empty() && status.nodes.is_empty());
+
+    // Not measured: no curve, no knee, nothing set.
+    let mut lost = status.nccl_nodes.clone().expect("sweep");
+    lost.state = PairState::NotMeasured;
+    assert!(knees(&lost, 0.10).is_empty());
+    let mut clean = gpufabric_api::run::FabricTestRunStatus::default();
+    set_knee_condition(&mut clean, Some(1), &at);
+    assert!(clean.conditions.is_empty() && clean.message.is_none());
+}
+
+#[test]
+fn a_sweep_rank_that_never_arrived_is_not_measured_and_one_stuck_is_named_for_the_sweep() {
+    let n = nodes(3);
+    let mut lost = doc(3, &|_| 40.0);
+    lost.points.clear();
+    lost.not_measured = Some(NotMeasured {
+        peer: Some("gpu-02".into()),
+        message: "rank 2 (gpu-02) never arrived within 40 s".into(),
+    });
+    let pods = vec![
+        ended(lost.clone()),
+        RankPod::Ended(RankEnd::Failed("exit 3".into())),
+        RankPod::Running { ip: None },
+    ];
+    let GroupStep::Stop(s) = decide(PairState::Joined, &pods, &n, true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    let m = s.message.unwrap_or_default();
+    assert!(
+        m.starts_with("rank 2 on gpu-02 was still running at the sweep's deadline")
+            && m.contains("never arrived"),
+        "{m}"
+    );
+    // A pod that never started: nobody's fault.
+    let waiting = vec![
+        RankPod::Running { ip: None },
+        RankPod::Waiting { ip: None },
+        RankPod::Running { ip: None },
+    ];
+    let GroupStep::Stop(s) = decide::<NcclNodesResult>(PairState::Joined, &waiting, &n, true)
+    else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::NotMeasured);
+    assert!(
+        s.message
+            .is_some_and(|m| m.contains("gpu-01 never started before the sweep's deadline"))
+    );
+    // Every rank hung: errored, as the probe's.
+    let hung = vec![RankPod::<NcclNodesResult>::Running { ip: None }; 3];
+    let GroupStep::Stop(s) = decide(PairState::Joined, &hung, &n, true) else {
+        panic!("stops");
+    };
+    assert_eq!(s.state, PairState::Errored);
+}
