@@ -9,16 +9,18 @@
 //! `cargo test -p gpufabric-tests --test dra`.
 
 use gpufabric_api::keys::{ANNOTATION_DEVICE_QUARANTINE, TAINT_GPU};
+use gpufabric_api::run::SkipReason;
 use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::dra;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, sim_agent};
+use gpufabric_tests::operator::{OperatorEnv, cordoned, last_run_name, sim_agent};
 use gpufabric_tests::wait;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod};
 use k8s_openapi::api::resource::v1alpha3::{
     DeviceTaint, DeviceTaintRule, DeviceTaintRuleSpec, DeviceTaintSelector,
 };
+use k8s_openapi::api::resource::v1beta1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -180,6 +182,18 @@ async fn rules(client: &kube::Client) -> Vec<DeviceTaintRule> {
         .items
 }
 
+/// The pod of run `run` on `node`.
+async fn run_pod(env: &OperatorEnv, run: &str, node: &str) -> Pod {
+    let lp = ListParams::default().labels(&format!(
+        "{}={run},{}={node}",
+        gpufabric_api::keys::LABEL_RUN,
+        gpufabric_api::keys::LABEL_NODE
+    ));
+    let mut pods = env.pods_api().list(&lp).await.expect("pods listed").items;
+    assert_eq!(pods.len(), 1, "one pod of {run} on {node}");
+    pods.remove(0)
+}
+
 /// Waits (up to 180 s) until the test's status satisfies `cond` with no run active.
 async fn wait_status(
     env: &OperatorEnv,
@@ -301,7 +315,98 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
     assert_eq!(seven.len(), 7);
     assert!(!seven.iter().any(|d| d == "gpu-3"), "{seven:?}");
 
-    // dra-01 is repaired: a passing run deletes its rule; dra-02 still fails and stays.
+    // The run's own pods claimed their GPUs: on a node whose GPUs are devices, a template of
+    // the pod's own for all 8, tolerating gpufabric's taint alone, and no nvidia.com/gpu;
+    // the node without devices asked for nvidia.com/gpu as before.
+    let last = last_run_name(&s);
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), &ns);
+    for node in ["dra-01", "dra-02"] {
+        let pod = run_pod(&env, &last, node).await;
+        let spec = pod.spec.clone().expect("pod spec");
+        assert_eq!(
+            spec.node_name.as_deref(),
+            Some(node),
+            "bound by the scheduler"
+        );
+        let claim = &spec.resource_claims.as_ref().expect("the pod's claim")[0];
+        let template = claim
+            .resource_claim_template_name
+            .clone()
+            .expect("a template");
+        assert_eq!(template, pod.name_any(), "named after its pod");
+        let requests = spec.containers[0].resources.clone().unwrap_or_default();
+        assert!(
+            !requests
+                .limits
+                .unwrap_or_default()
+                .contains_key("nvidia.com/gpu")
+        );
+        let t = templates.get(&template).await.expect("template read");
+        assert_eq!(t.owner_references()[0].kind, "FabricTestRun");
+        let request = &t
+            .spec
+            .spec
+            .devices
+            .expect("devices")
+            .requests
+            .expect("requests")[0];
+        assert_eq!(request.count, Some(8));
+        let tolerations = request.tolerations.clone().unwrap_or_default();
+        assert_eq!(tolerations.len(), 1, "{tolerations:?}");
+        assert_eq!(tolerations[0].key.as_deref(), Some(TAINT_GPU));
+    }
+    let plain = run_pod(&env, &last, "plain-01")
+        .await
+        .spec
+        .expect("pod spec");
+    assert!(plain.resource_claims.is_none());
+    assert_eq!(
+        plain.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get("nvidia.com/gpu")),
+        Some(&Quantity("8".into()))
+    );
+
+    // The job's claim holds 7 GPUs of dra-01: the next run skips the node busy, never blames
+    // it, and it keeps its tainted GPU.
+    let before = s.last_run.clone().map(|r| r.name);
+    env.run_now(name).await;
+    let s = wait_status(&env, name, "a run with dra-01 busy", |s| {
+        s.last_run.as_ref().map(|r| &r.name) != before.as_ref()
+    })
+    .await;
+    let run = env.run_status(&last_run_name(&s)).await;
+    let busy = run
+        .skipped
+        .iter()
+        .find(|k| k.node == "dra-01")
+        .unwrap_or_else(|| panic!("dra-01 not skipped: {:#?}", run.skipped));
+    assert_eq!(busy.reason, SkipReason::Busy);
+    assert!(busy.message.contains("7 of its 8"), "{}", busy.message);
+    assert_eq!(tainted(&s, "dra-01"), [3]);
+
+    // The job ends and its claim is deallocated.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for job in ["wants-seven", "wants-eight"] {
+        pods.delete(job, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("job deleted");
+    }
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+    let freed = wait::for_object(&claims, "wants-seven", Duration::from_secs(60), |c| {
+        c.is_none_or(|c| c.status.as_ref().is_none_or(|s| s.allocation.is_none()))
+    })
+    .await;
+    assert!(
+        freed.is_ok(),
+        "the job's claim was not deallocated: {freed:?}"
+    );
+
+    // dra-01 is repaired: a passing run deletes its rule; dra-02 still fails and stays. The
+    // run's pod was scheduled on dra-01 with GPU 3 still tainted (the claim for all 8 that
+    // does not tolerate gpufabric's taint was not), so the GPU was measured again.
     let mut repaired = env.fleet.fleet().clone();
     repaired.nodes[0].faults.clear();
     SimFleet::write_to(repaired, env.fleet.path()).expect("fleet rewritten");
@@ -312,6 +417,19 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
     })
     .await;
     assert_eq!(tainted(&s, "dra-02"), [6]);
+    let measured = run_pod(&env, &last_run_name(&s), "dra-01").await;
+    assert_eq!(
+        measured.spec.and_then(|s| s.node_name).as_deref(),
+        Some("dra-01")
+    );
+    let claimed = measured
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .unwrap_or_default();
+    assert!(
+        claimed.iter().any(|c| c.resource_claim_name.is_some()),
+        "Kubernetes made the pod's claim from its template: {claimed:?}"
+    );
     let left = rules(&client).await;
     assert_eq!(left.len(), 1, "{left:#?}");
     assert_eq!(

@@ -444,6 +444,15 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("patch", "nodes", None, None),
         // Read-only, to skip nodes whose GPUs other pods hold.
         ("list", "pods", None, None),
+        // ... or other pods' DRA claims hold.
+        ("list", "resource.k8s.io/resourceclaims", None, None),
+        // A benchmark pod's own claim template, on a node whose GPUs are DRA devices.
+        (
+            "create",
+            "resource.k8s.io/resourceclaimtemplates",
+            Some(NS),
+            None,
+        ),
         ("update", "coordination.k8s.io/leases", Some(NS), Some(NAME)),
         ("create", "events.k8s.io/events", Some("default"), None),
         // The run's rendezvous Secret, created and never read back.
@@ -470,6 +479,14 @@ async fn check_least_privilege(kubeconfig: &Path) {
         ("update", "gpufabric.io/fabrictestrunshards", None, None),
         ("create", "pods", Some("default"), None),
         ("delete", "pods", Some("default"), None),
+        // Claims are made by Kubernetes from the pod's template, never by the operator.
+        ("create", "resource.k8s.io/resourceclaims", Some(NS), None),
+        (
+            "create",
+            "resource.k8s.io/resourceclaimtemplates",
+            Some("default"),
+            None,
+        ),
         ("get", "pods", Some("default"), None),
         ("list", "secrets", Some(NS), None),
         ("get", "secrets", Some(NS), None),

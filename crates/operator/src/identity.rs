@@ -68,7 +68,8 @@ pub fn made_by(
 }
 
 /// The pod is the one run `run_uid` made for `node` and recorded as `made`: its UID, the run
-/// as its controller, and `spec.nodeName` the node.
+/// as its controller, and `spec.nodeName` the node (or, before the scheduler binds a pod
+/// that claims its GPUs, the one node its affinity requires: [`crate::pods::claim`]).
 pub fn pod_made_by(
     pod: &k8s_openapi::api::core::v1::Pod,
     run_uid: &str,
@@ -80,6 +81,8 @@ pub fn pod_made_by(
         .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .or_else(|| crate::pods::claim::required_node(pod))
         .unwrap_or_default();
     if on != node {
         return Err(NotOurs::OtherNode {
@@ -150,6 +153,21 @@ mod tests {
     #[test]
     fn a_pod_on_another_node_is_not() {
         let e = pod_made_by(&pod("p1", "run", true, "gpu-02"), "run", "p1", "gpu-01");
+        assert!(matches!(e, Err(NotOurs::OtherNode { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn a_claiming_pod_not_bound_yet_is_its_own_only_when_kept_to_its_node() {
+        let mut p = pod("p1", "run", true, "gpu-01");
+        crate::pods::claim::use_template(&mut p, "gpu-01", "t");
+        assert_eq!(pod_made_by(&p, "run", "p1", "gpu-01"), Ok(()));
+        let e = pod_made_by(&p, "run", "p1", "gpu-02");
+        assert!(matches!(e, Err(NotOurs::OtherNode { .. })), "{e:?}");
+        let mut unpinned = pod("p1", "run", true, "");
+        if let Some(s) = unpinned.spec.as_mut() {
+            s.node_name = None;
+        }
+        let e = pod_made_by(&unpinned, "run", "p1", "gpu-01");
         assert!(matches!(e, Err(NotOurs::OtherNode { .. })), "{e:?}");
     }
 }

@@ -371,7 +371,7 @@ fn skip_reason(node: &Node, gpus: u32, sel: &Selection) -> Option<(SkipReason, S
         return Some((
             SkipReason::Busy,
             format!(
-                "is busy: other pods hold {used} of its {gpus} nvidia.com/gpu (set includeBusyNodes to test it anyway, or waitForBusyNodesSeconds to wait for it)"
+                "is busy: other pods hold {used} of its {gpus} GPUs (nvidia.com/gpu requests or DRA ResourceClaims; set includeBusyNodes to test it anyway, or waitForBusyNodesSeconds to wait for it)"
             ),
         ));
     }

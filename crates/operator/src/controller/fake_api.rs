@@ -81,6 +81,17 @@ impl Transcript {
 }
 
 /// A Kubernetes status body, as the API server answers errors.
+/// Discovery of a cluster that serves no DRA (`GET /apis` without `resource.k8s.io`): what a
+/// run reads before it makes pods or counts busy GPUs.
+pub fn no_dra() -> Expect {
+    Expect::new(
+        Method::GET,
+        "/apis",
+        StatusCode::OK,
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+    )
+}
+
 pub fn status(code: u16, reason: &str) -> Value {
     json!({
         "kind": "Status",

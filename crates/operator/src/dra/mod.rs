@@ -11,6 +11,7 @@
 //! lets the garbage collector remove the rules of a test that is gone.
 
 mod apply;
+pub mod claims;
 pub mod rules;
 pub mod slices;
 
@@ -36,6 +37,8 @@ pub enum DraError {
     Discover(#[source] kube::Error),
     #[error("listing the ResourceSlices of {GPU_DRIVER}: {0}")]
     Slices(#[source] kube::Error),
+    #[error("listing the ResourceClaims of every namespace: {0}")]
+    Claims(#[source] kube::Error),
     #[error("listing the DeviceTaintRules of FabricTest {test}: {source}")]
     Rules {
         test: String,
@@ -49,6 +52,16 @@ pub enum DraError {
         #[source]
         source: kube::Error,
     },
+}
+
+impl DraError {
+    /// The API server's error underneath, for a caller that retries on it.
+    pub fn into_kube(self) -> kube::Error {
+        match self {
+            DraError::Discover(e) | DraError::Slices(e) | DraError::Claims(e) => e,
+            DraError::Rules { source, .. } | DraError::Delete { source, .. } => source,
+        }
+    }
 }
 
 /// What DRA says of the cluster for one test, as read before a plan.
@@ -100,7 +113,7 @@ pub async fn discover(
     ))
 }
 
-fn kind(group: &ApiGroup, kind: &str) -> Option<ApiResource> {
+pub(super) fn kind(group: &ApiGroup, kind: &str) -> Option<ApiResource> {
     group
         .resources_by_stability()
         .into_iter()
@@ -133,7 +146,21 @@ async fn observe_served(client: &Client, test: &FabricTest) -> Result<DraView, D
     let (Some(taint_rules), Some(slice_api)) = (taint_rules, slice_api) else {
         return Ok(DraView::default());
     };
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &slice_api);
+    let gpus = slices::gpus_by_node(&list_slices(client, &slice_api).await?);
+    let held = held_rules(client, &taint_rules, test).await?;
+    Ok(DraView {
+        taint_rules: Some(taint_rules),
+        gpus,
+        held,
+    })
+}
+
+/// The ResourceSlices of [`GPU_DRIVER`], as JSON.
+pub(super) async fn list_slices(
+    client: &Client,
+    slice_api: &ApiResource,
+) -> Result<Vec<serde_json::Value>, DraError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), slice_api);
     let mut slices = Vec::new();
     let mut pages = crate::paging::Pages::default();
     while let Some(lp) = pages.next_params() {
@@ -144,13 +171,7 @@ async fn observe_served(client: &Client, test: &FabricTest) -> Result<DraView, D
         slices.extend(page.items.into_iter().map(|o| o.data));
         pages.read(page.metadata.continue_);
     }
-    let gpus = slices::gpus_by_node(&slices);
-    let held = held_rules(client, &taint_rules, test).await?;
-    Ok(DraView {
-        taint_rules: Some(taint_rules),
-        gpus,
-        held,
-    })
+    Ok(slices)
 }
 
 /// The rules `test` holds, by node: those labelled with its UID that [`rules::held`] reads

@@ -2,6 +2,8 @@
 //! every GPU requested, no API credentials, a deadline, and the result in the termination
 //! message.
 
+pub mod claim;
+
 use crate::names;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
@@ -199,7 +201,7 @@ pub fn container_security(agent: &AgentSpec) -> SecurityContext {
 }
 
 /// The labels of a benchmark pod: its test, run, node and role.
-fn pod_labels(test: &str, run_name: &str, node: &str) -> BTreeMap<String, String> {
+pub(crate) fn pod_labels(test: &str, run_name: &str, node: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (keys::LABEL_TEST.to_string(), names::label_value(test)),
         (keys::LABEL_RUN.to_string(), names::label_value(run_name)),

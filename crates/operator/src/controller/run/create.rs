@@ -271,6 +271,23 @@ pub(super) async fn create_pods(
     pods_api: &Api<Pod>,
 ) -> Vec<(usize, Result<Made, CreateError>)> {
     let run_uid = run.uid().unwrap_or_default();
+    // Which nodes' GPUs are DRA devices, read once for the pods made now.
+    let devices = if which.is_empty() {
+        None
+    } else {
+        match crate::dra::claims::observe(&ctx.client).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
+                let e = e.into_kube();
+                return which
+                    .iter()
+                    .map(|&i| (i, Err(CreateError::Transient(clone_error(&e)))))
+                    .collect();
+            }
+        }
+    };
+    let devices = devices.as_ref();
     let jobs: Vec<_> = which
         .iter()
         .copied()
@@ -287,13 +304,20 @@ pub(super) async fn create_pods(
                         ))),
                     );
                 };
-                let gpus = allocatable_gpus(&node);
+                let claimed = devices.and_then(|d| Some((d, d.gpus_of(&node_name)?)));
+                let gpus = claimed.map_or_else(|| allocatable_gpus(&node), |(_, n)| n);
                 let mut pod = match pods::node_check_pod(run, &node_name, gpus) {
                     Ok(p) => p,
                     Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
                 };
                 ctx.resolve_pod_defaults(&mut pod);
                 let name = pod.name_any();
+                if let Some((d, gpus)) = claimed {
+                    if let Err(e) = claim_template(run, &pod, gpus, d, ctx, &run_uid).await {
+                        return (i, Err(e));
+                    }
+                    pods::claim::use_template(&mut pod, &node_name, &name);
+                }
                 let res = match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(p) => match p.uid() {
                         Some(uid) => Ok(Made { name, uid }),
@@ -319,6 +343,54 @@ pub(super) async fn create_pods(
         .buffer_unordered(CREATE_CONCURRENCY)
         .collect()
         .await
+}
+
+/// A kube error again, for each pod it stops (kube's error is not `Clone`).
+fn clone_error(e: &kube::Error) -> kube::Error {
+    match e {
+        kube::Error::Api(s) => kube::Error::Api(s.clone()),
+        other => kube::Error::Service(other.to_string().into()),
+    }
+}
+
+/// Creates the ResourceClaimTemplate of `pod` (named after it, owned by the run) for `gpus`
+/// GPUs of its node (see [`pods::claim`]). One already at the name is used only when the run
+/// controls it; anyone else's is `NameTaken`, and the node is not measured.
+async fn claim_template(
+    run: &FabricTestRun,
+    pod: &Pod,
+    gpus: u32,
+    devices: &crate::dra::claims::ClaimView,
+    ctx: &RunContext,
+    run_uid: &str,
+) -> Result<(), CreateError> {
+    let name = pod.name_any();
+    let labels = pod.labels().clone();
+    let json = pods::claim::template(run, &name, &labels, gpus, &devices.templates.version)
+        .map_err(|e| CreateError::Permanent(e.to_string()))?;
+    let template: kube::api::DynamicObject = serde_json::from_value(json).map_err(|e| {
+        CreateError::Permanent(format!("the ResourceClaimTemplate was not built: {e}"))
+    })?;
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ctx.pod_namespace, &devices.templates);
+    match api.create(&PostParams::default(), &template).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await {
+            Ok(Some(found)) if pods::claim::template_is_runs(&found, run_uid) => Ok(()),
+            Ok(Some(_)) => Err(CreateError::NameTaken(NameTaken {
+                kind: "ResourceClaimTemplate",
+                namespace: ctx.pod_namespace.clone(),
+                name,
+            })),
+            // Gone since: made by a later pass.
+            Ok(None) => Err(CreateError::Unrecorded),
+            Err(e) => Err(CreateError::Transient(e)),
+        },
+        Err(e) if is_transient(&e) => Err(CreateError::Transient(e)),
+        Err(e) => Err(CreateError::Permanent(format!(
+            "the benchmark pod's ResourceClaimTemplate could not be created: {e}"
+        ))),
+    }
 }
 
 /// Why the run's rendezvous Secret is not used: the phase that needs it fails closed (its

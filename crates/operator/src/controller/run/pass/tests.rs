@@ -148,6 +148,7 @@ async fn a_pod_the_run_controls_but_never_recorded_is_deleted_unread_and_made_ag
                 StatusCode::OK,
                 Value::Null,
             ),
+            fake_api::no_dra(),
             Expect::new(
                 Method::POST,
                 "/api/v1/namespaces/gpufabric/pods",
@@ -182,8 +183,9 @@ async fn a_pod_the_run_controls_but_never_recorded_is_deleted_unread_and_made_ag
         seen.requests[1].body["preconditions"]["uid"], "uid-1",
         "only the pod seen is deleted"
     );
-    assert_eq!(seen.requests[3].body["spec"]["nodeName"], "gpu-03");
-    let written = &seen.requests[4].body["status"]["nodes"];
+    // Request 3 is discovery: no DRA, so the pod is bound by name.
+    assert_eq!(seen.requests[4].body["spec"]["nodeName"], "gpu-03");
+    let written = &seen.requests[5].body["status"]["nodes"];
     for (i, node) in nodes.iter().enumerate() {
         assert_eq!(written[i]["node"], *node);
         assert_eq!(written[i]["verdict"], "Pending", "{node}: {written}");
@@ -274,6 +276,7 @@ async fn a_name_someone_else_holds_ends_its_node_not_measured_with_an_event() {
     let server = fake_api::serve(
         handle,
         vec![
+            fake_api::no_dra(),
             Expect::new(
                 Method::POST,
                 "/api/v1/namespaces/gpufabric/pods",
@@ -336,6 +339,7 @@ async fn a_conflict_with_a_pod_the_run_controls_deletes_it_and_tries_again_later
     let server = fake_api::serve(
         handle,
         vec![
+            fake_api::no_dra(),
             Expect::new(
                 Method::POST,
                 "/api/v1/namespaces/gpufabric/pods",
@@ -361,7 +365,7 @@ async fn a_conflict_with_a_pod_the_run_controls_deletes_it_and_tries_again_later
         seen.unexpected.is_empty() && seen.missing.is_empty(),
         "{seen:#?}"
     );
-    assert_eq!(seen.requests[2].body["preconditions"]["uid"], "uid-lost");
+    assert_eq!(seen.requests[3].body["preconditions"]["uid"], "uid-lost");
     assert_eq!(entries[0].pod_uid, None, "not taken for the pod made");
     assert_eq!(outcomes[0], PodState::Waiting(None), "made again later");
 }

@@ -466,7 +466,8 @@ pub(super) struct InUse {
 /// waits for busy nodes), 500 pods a page so that a large cluster's pods are never held at
 /// once: pods of every namespace hold GPUs, but only this operator's own (`own`) put a
 /// node under another run. Without the right to list pods cluster-wide, no node counts as
-/// busy.
+/// busy. Where GPUs are DRA devices, a GPU allocated to another pod's ResourceClaim counts
+/// as that pod's `nvidia.com/gpu` request does ([`crate::dra::claims::claimed_gpus`]).
 pub(super) async fn in_use(
     client: &kube::Client,
     run: &str,
@@ -474,6 +475,14 @@ pub(super) async fn in_use(
 ) -> Result<InUse> {
     let api: Api<Pod> = Api::all(client.clone());
     let mut used = InUse::default();
+    let devices = crate::dra::claims::observe(client).await?;
+    let claims = match &devices {
+        Some(d) => crate::dra::claims::list_allocated(client, d).await?,
+        None => Vec::new(),
+    };
+    // The claims' consumers that are live pods of others, found while the pods are paged.
+    let consumers = crate::dra::claims::consumer_pods(&claims);
+    let mut others = std::collections::BTreeSet::new();
     let mut pages = crate::paging::Pages::default();
     while let Some(lp) = pages.next_params() {
         let lp = lp.fields("status.phase!=Succeeded,status.phase!=Failed");
@@ -485,6 +494,13 @@ pub(super) async fn in_use(
                 for (node, other) in nodes::other_runs(&list.items, run, own) {
                     used.runs.entry(node).or_insert(other);
                 }
+                others.extend(
+                    list.items
+                        .iter()
+                        .filter(|p| own.run_of(p).is_none())
+                        .filter_map(|p| p.metadata.uid.clone())
+                        .filter(|uid| consumers.contains(uid)),
+                );
                 pages.read(list.metadata.continue_);
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
@@ -492,6 +508,11 @@ pub(super) async fn in_use(
                 return Ok(Default::default());
             }
             Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(d) = &devices {
+        for (node, gpus) in crate::dra::claims::claimed_gpus(&claims, &d.gpus, &others) {
+            *used.gpus.entry(node).or_insert(0) += gpus;
         }
     }
     Ok(used)

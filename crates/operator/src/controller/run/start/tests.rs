@@ -124,23 +124,27 @@ async fn busy_gpus_are_summed_over_every_page_of_the_pod_list() {
     let (client, handle) = fake_api::client();
     let server = fake_api::serve(
         handle,
-        fake_api::paged_list(
-            "/api/v1/pods",
-            "v1",
-            "PodList",
-            vec![
-                vec![pod("a", "gpu-01", 4), pod("b", "gpu-02", 8)],
-                vec![pod("c", "gpu-01", 2)],
-            ],
-            &["more"],
-        ),
+        std::iter::once(fake_api::no_dra())
+            .chain(fake_api::paged_list(
+                "/api/v1/pods",
+                "v1",
+                "PodList",
+                vec![
+                    vec![pod("a", "gpu-01", 4), pod("b", "gpu-02", 8)],
+                    vec![pod("c", "gpu-01", 2)],
+                ],
+                &["more"],
+            ))
+            .collect(),
     );
     let used = in_use(&client, "this-run", &no_runs())
         .await
         .expect("listed")
         .gpus;
     drop(client);
-    let transcript = server.await.expect("server");
+    let mut transcript = server.await.expect("server");
+    // The first request is discovery (no DRA served), then the paged pod list.
+    assert_eq!(transcript.requests.remove(0).path, "/apis");
     let q = transcript.assert_paged(&["more"]);
     assert!(q.iter().all(|q| q.contains("fieldSelector")), "{q:?}");
     assert_eq!(
@@ -156,12 +160,15 @@ async fn without_the_right_to_list_pods_no_node_is_busy() {
     let (client, handle) = fake_api::client();
     let server = fake_api::serve(
         handle,
-        vec![Expect::new(
-            Method::GET,
-            "/api/v1/pods",
-            StatusCode::FORBIDDEN,
-            fake_api::status(403, "Forbidden"),
-        )],
+        vec![
+            fake_api::no_dra(),
+            Expect::new(
+                Method::GET,
+                "/api/v1/pods",
+                StatusCode::FORBIDDEN,
+                fake_api::status(403, "Forbidden"),
+            ),
+        ],
     );
     assert_eq!(
         in_use(&client, "this-run", &no_runs())
