@@ -539,8 +539,14 @@ mod tests {
         assert_eq!(json["quarantine"]["test"], "nightly");
         assert_eq!(json["quarantine"]["cordoned"], true);
         // The standing is the one record; an earlier version's flag is read, never written.
-        assert_eq!(json["tests"][0]["health"]["standing"]["state"], "Quarantined");
-        assert_eq!(json["tests"][0]["health"]["quarantined"], serde_json::Value::Null);
+        assert_eq!(
+            json["tests"][0]["health"]["standing"]["state"],
+            "Quarantined"
+        );
+        assert_eq!(
+            json["tests"][0]["health"]["quarantined"],
+            serde_json::Value::Null
+        );
         assert_eq!(json["tests"][0]["target"]["attempts"], 0);
         assert_eq!(json["findings"][0]["subject"]["peerNode"], "h200-02");
         let yaml: serde_json::Value =

@@ -27,6 +27,9 @@ pub struct Ledger {
 struct Written {
     /// The record annotation as the patch left it (None: removed).
     annotation: Option<String>,
+    /// The node's resourceVersion after the patch: a cached node at a later one was changed
+    /// since (a release by a finalizer or a person), and the cache is believed.
+    version: Option<u64>,
     at: Instant,
 }
 
@@ -42,6 +45,7 @@ impl Ledger {
             name,
             Written {
                 annotation,
+                version: version_of(node),
                 at: Instant::now(),
             },
         );
@@ -68,8 +72,11 @@ impl Ledger {
                 continue;
             };
             let seen = node.annotations().get(ANNOTATION_QUARANTINE);
+            let newer = written
+                .get(name)
+                .is_some_and(|w| matches!((w.version, version_of(node)), (Some(ours), Some(cached)) if cached > ours));
             let annotation = match written.get(name) {
-                Some(w) if w.annotation.as_ref() == seen => {
+                Some(w) if newer || w.annotation.as_ref() == seen => {
                     written.remove(name);
                     seen.cloned()
                 }
@@ -87,6 +94,12 @@ impl Ledger {
         }
         out
     }
+}
+
+/// A node's resourceVersion as a number (an etcd revision); None when it is not one, and
+/// then only the annotation or the TTL retires a write.
+fn version_of(node: &Node) -> Option<u64> {
+    node.metadata.resource_version.as_deref()?.parse().ok()
 }
 
 /// [`super::holdings`] from the node cache and this process's writes on top of it
@@ -137,6 +150,22 @@ mod tests {
 
     fn test() -> FabricTest {
         FabricTest::new("t", FabricTestSpec::default())
+    }
+
+    #[test]
+    fn a_release_by_someone_else_after_our_cordon_is_believed_from_the_cache() {
+        // Our cordon answered at resourceVersion 7; a finalizer's release (not ours) left the
+        // node at 9 before any fold read the cache: the cache is newer, the write retires.
+        let ledger = Ledger::default();
+        ledger.wrote(&node("a", Some(record("t"))));
+        let mut released = node("a", None);
+        released.metadata.resource_version = Some("9".into());
+        assert!(ledger.annotations([&released]).is_empty());
+        // A cache still at an older version keeps our write.
+        ledger.wrote(&node("a", Some(record("t"))));
+        let mut older = node("a", None);
+        older.metadata.resource_version = Some("5".into());
+        assert_eq!(ledger.annotations([&older]).len(), 1);
     }
 
     #[test]
