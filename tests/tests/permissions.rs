@@ -95,6 +95,13 @@ const GRANTED: &[Grant] = &[
     (
         "ClusterRole <release>-operator",
         "resource.k8s.io",
+        &["resourceclaims"],
+        &[],
+        &["list"],
+    ),
+    (
+        "ClusterRole <release>-operator",
+        "resource.k8s.io",
         &["devicetaintrules"],
         &[],
         &["list", "create", "delete"],
@@ -127,6 +134,13 @@ const GRANTED: &[Grant] = &[
         &["secrets"],
         &[],
         &["create"],
+    ),
+    (
+        "Role <release>-operator-workloads",
+        "resource.k8s.io",
+        &["resourceclaimtemplates"],
+        &[],
+        &["get", "create"],
     ),
     // The operator's Events: all about cluster-scoped objects, so all in "default".
     (
