@@ -84,6 +84,15 @@ fn two_bad_nodes_paired_in_the_first_round_are_both_blamed_and_no_other() {
 }
 
 #[test]
+fn a_good_node_whose_every_partner_is_bad_is_cleared_by_its_retest_and_not_blamed() {
+    let c = case("2 bad sharing");
+    let good = format!("n{:04}", N / 2);
+    assert_eq!(scale_cases::partners(&c.nodes, &good), c.bad);
+    check(&c, false);
+    check(&c, true);
+}
+
+#[test]
 fn a_bad_switch_over_a_block_names_its_paths_and_blames_none_of_its_nodes() {
     let c = case("bad switch");
     check(&c, false);

@@ -107,6 +107,18 @@ pub fn cases(n: usize) -> Vec<Case> {
         flaky: None,
         block: None,
     });
+    // A good node whose every planned partner is bad: slow with both, its retest against a
+    // known-good node clears it.
+    let nodes = fleet(n, false);
+    let bad = partners(&nodes, &format!("n{:04}", n / 2));
+    out.push(Case {
+        name: format!("2 bad sharing a good partner, of {n}"),
+        nodes,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    });
     // A bad switch above the third block: every path out of it at 30%.
     let block: BTreeSet<String> = (2 * BLOCK..3 * BLOCK).map(|i| format!("n{i:04}")).collect();
     out.push(Case {
@@ -134,6 +146,22 @@ pub fn cases(n: usize) -> Vec<Case> {
         block: None,
     });
     out
+}
+
+/// The partners `node` meets in the planned rounds (ring, seed 0).
+pub fn partners(nodes: &[Candidate], node: &str) -> BTreeSet<String> {
+    plan_rounds(nodes, Pairing::Ring, 0)
+        .pairs()
+        .filter_map(|p| {
+            if p.a == node {
+                Some(p.b.clone())
+            } else if p.b == node {
+                Some(p.a.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// The test's baseline of healthy pairs (resting on `n` nodes over 7 days of 14 runs).
