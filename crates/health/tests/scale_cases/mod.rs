@@ -81,6 +81,24 @@ pub fn switch_without_topology(n: usize) -> Case {
     c
 }
 
+/// A bad node whose every planned partner is bad too (three bad nodes): its two partners
+/// are blamed, but it has one retest against a known-good node and no other partner fine
+/// elsewhere, which rule 3 cannot tell from a slow path, so it stays a suspect.
+pub fn bad_node_among_bad_partners(n: usize) -> Case {
+    let nodes = fleet(n, false);
+    let middle = format!("n{:04}", n / 2);
+    let mut bad = partners(&nodes, &middle);
+    bad.insert(middle);
+    Case {
+        name: format!("3 bad: one and both its partners, of {n}"),
+        nodes,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
+}
+
 /// The cases at `n` nodes (n at least 2 blocks).
 pub fn cases(n: usize) -> Vec<Case> {
     let mut out = Vec::new();
