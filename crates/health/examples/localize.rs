@@ -9,7 +9,7 @@
 mod scale_cases;
 
 use scale_cases::{
-    Case, ROUND_SECONDS, bad_node_among_bad_partners, baseline, cases, play, score,
+    Case, ROUND_SECONDS, bad_node_among_bad_partners, baseline, cases, play, random_bad, score,
     switch_without_topology,
 };
 
@@ -57,6 +57,7 @@ fn main() {
         let mut all = cases(n);
         all.push(switch_without_topology(n));
         all.push(bad_node_among_bad_partners(n));
+        all.extend([1, 2].map(|seed| random_bad(n, 20, seed)));
         for case in &all {
             for with_baseline in [false, true] {
                 row(case, n, with_baseline);

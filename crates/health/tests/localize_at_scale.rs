@@ -7,7 +7,7 @@
 #[allow(dead_code)]
 mod scale_cases;
 
-use scale_cases::{Case, baseline, cases, play, score};
+use scale_cases::{Case, baseline, cases, play, random_bad, score};
 
 const N: usize = 1000;
 
@@ -75,6 +75,14 @@ fn five_bad_nodes_of_a_thousand_are_blamed_and_no_other() {
 fn twenty_bad_nodes_of_a_thousand_are_blamed_and_no_other() {
     check(&case("20 bad"), false);
     check(&case("20 bad"), true);
+}
+
+#[test]
+fn twenty_bad_nodes_at_random_places_are_each_named_and_no_good_node_is_blamed() {
+    for seed in [1, 2] {
+        check(&random_bad(N, 20, seed), false);
+        check(&random_bad(N, 20, seed), true);
+    }
 }
 
 #[test]

@@ -26,6 +26,9 @@ pub const BLOCK: usize = 16;
 pub struct Case {
     pub name: String,
     pub nodes: Vec<Candidate>,
+    /// How the rounds pair the nodes, and the seed of the shuffle (`Random`).
+    pub pairing: Pairing,
+    pub seed: u64,
     pub network: Modelled,
     /// Nodes bad with every partner: each must be blamed.
     pub bad: BTreeSet<String>,
@@ -92,6 +95,33 @@ pub fn bad_node_among_bad_partners(n: usize) -> Case {
     Case {
         name: format!("3 bad: one and both its partners, of {n}"),
         nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
+}
+
+/// `count` bad nodes at places drawn from `seed` among `n`, the rounds shuffled with the
+/// same seed (`Random` pairing): the localization must not rest on an even spacing.
+pub fn random_bad(n: usize, count: usize, seed: u64) -> Case {
+    let mut bad = BTreeSet::new();
+    let mut draw = 0u64;
+    while bad.len() < count {
+        let key = format!("{seed}/{draw}");
+        bad.insert(format!(
+            "n{:04}",
+            gpufabric_api::fnv1a(key.as_bytes()) % n as u64
+        ));
+        draw += 1;
+    }
+    Case {
+        name: format!("{count} bad at random of {n}, random pairing (seed {seed})"),
+        nodes: fleet(n, false),
+        pairing: Pairing::Random,
+        seed,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -107,6 +137,8 @@ pub fn cases(n: usize) -> Vec<Case> {
         out.push(Case {
             name: format!("{count} bad of {n}"),
             nodes: fleet(n, false),
+            pairing: Pairing::Ring,
+            seed: 0,
             network: slowed(&bad, 0.3),
             bad,
             flaky: None,
@@ -120,6 +152,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("2 bad paired in round 1, of {n}"),
         nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -132,6 +166,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("2 bad sharing a good partner, of {n}"),
         nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -142,6 +178,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("bad switch over a block of {BLOCK}, of {n} (topology key)"),
         nodes: fleet(n, true),
+        pairing: Pairing::Ring,
+        seed: 0,
         network: Modelled {
             switches: vec![(block.clone(), 0.3)],
             ..healthy()
@@ -155,6 +193,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("1 flaky in 1 round of 2, of {n}"),
         nodes: fleet(n, false),
+        pairing: Pairing::Ring,
+        seed: 0,
         network: Modelled {
             flaky: [(flaky.clone(), (0, 0.3))].into(),
             ..healthy()
@@ -203,8 +243,8 @@ pub fn play(case: &Case, baseline: Option<PairBaseline>) -> Rehearsal {
     let baselines: Vec<PairBaseline> = baseline.into_iter().collect();
     rehearse(
         &case.nodes,
-        Pairing::Ring,
-        0,
+        case.pairing,
+        case.seed,
         &case.network as &dyn Network,
         &PairRules::default(),
         Some(&baselines),
@@ -234,7 +274,7 @@ pub fn score(case: &Case, r: &Rehearsal) -> Score {
         ..Default::default()
     };
     // The slow paths the planned rounds measured.
-    let plan = plan_rounds(&case.nodes, Pairing::Ring, 0);
+    let plan = plan_rounds(&case.nodes, case.pairing, case.seed);
     for (round, pairs) in plan.rounds.iter().enumerate() {
         for p in &pairs.pairs {
             let (bw, _) = case.network.measure(&p.a, &p.b, round);
