@@ -8,7 +8,10 @@
 #[allow(dead_code)]
 mod scale_cases;
 
-use scale_cases::{Case, ROUND_SECONDS, baseline, cases, play, score, switch_without_topology};
+use scale_cases::{
+    Case, ROUND_SECONDS, bad_node_among_bad_partners, baseline, cases, play, random_bad, score,
+    switch_without_topology,
+};
 
 fn row(case: &Case, n: usize, with_baseline: bool) {
     let started = std::time::Instant::now();
@@ -17,6 +20,11 @@ fn row(case: &Case, n: usize, with_baseline: bool) {
     let s = score(case, &r);
     let bad = case.bad.len();
     let named = bad - s.missed.len();
+    let named = if s.missed.is_empty() {
+        format!("{named}")
+    } else {
+        format!("**{named}**")
+    };
     println!(
         "| {} | {} | {} | {} ({} retests) | {:.0} s | {named} of {bad} | {} | {} of {} | {:.2} s |",
         case.name,
@@ -48,6 +56,8 @@ fn main() {
     for n in [1000, 232] {
         let mut all = cases(n);
         all.push(switch_without_topology(n));
+        all.push(bad_node_among_bad_partners(n));
+        all.extend([1, 2].map(|seed| random_bad(n, 20, seed)));
         for case in &all {
             for with_baseline in [false, true] {
                 row(case, n, with_baseline);

@@ -7,7 +7,7 @@
 #[allow(dead_code)]
 mod scale_cases;
 
-use scale_cases::{Case, baseline, cases, play, score};
+use scale_cases::{Case, baseline, cases, play, random_bad, score};
 
 const N: usize = 1000;
 
@@ -78,9 +78,26 @@ fn twenty_bad_nodes_of_a_thousand_are_blamed_and_no_other() {
 }
 
 #[test]
+fn twenty_bad_nodes_at_random_places_are_each_named_and_no_good_node_is_blamed() {
+    for seed in [1, 2] {
+        check(&random_bad(N, 20, seed), false);
+        check(&random_bad(N, 20, seed), true);
+    }
+}
+
+#[test]
 fn two_bad_nodes_paired_in_the_first_round_are_both_blamed_and_no_other() {
     check(&case("2 bad paired"), false);
     check(&case("2 bad paired"), true);
+}
+
+#[test]
+fn a_good_node_whose_every_partner_is_bad_is_cleared_by_its_retest_and_not_blamed() {
+    let c = case("2 bad sharing");
+    let good = format!("n{:04}", N / 2);
+    assert_eq!(scale_cases::partners(&c.nodes, &good), c.bad);
+    check(&c, false);
+    check(&c, true);
 }
 
 #[test]

@@ -26,6 +26,9 @@ pub const BLOCK: usize = 16;
 pub struct Case {
     pub name: String,
     pub nodes: Vec<Candidate>,
+    /// How the rounds pair the nodes, and the seed of the shuffle (`Random`).
+    pub pairing: Pairing,
+    pub seed: u64,
     pub network: Modelled,
     /// Nodes bad with every partner: each must be blamed.
     pub bad: BTreeSet<String>,
@@ -81,6 +84,51 @@ pub fn switch_without_topology(n: usize) -> Case {
     c
 }
 
+/// A bad node whose every planned partner is bad too (three bad nodes): its two partners
+/// are blamed, but it has one retest against a known-good node and no other partner fine
+/// elsewhere, which rule 3 cannot tell from a slow path, so it stays a suspect.
+pub fn bad_node_among_bad_partners(n: usize) -> Case {
+    let nodes = fleet(n, false);
+    let middle = format!("n{:04}", n / 2);
+    let mut bad = partners(&nodes, &middle);
+    bad.insert(middle);
+    Case {
+        name: format!("3 bad: one and both its partners, of {n}"),
+        nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
+}
+
+/// `count` bad nodes at places drawn from `seed` among `n`, the rounds shuffled with the
+/// same seed (`Random` pairing): the localization must not rest on an even spacing.
+pub fn random_bad(n: usize, count: usize, seed: u64) -> Case {
+    let mut bad = BTreeSet::new();
+    let mut draw = 0u64;
+    while bad.len() < count {
+        let key = format!("{seed}/{draw}");
+        bad.insert(format!(
+            "n{:04}",
+            gpufabric_api::fnv1a(key.as_bytes()) % n as u64
+        ));
+        draw += 1;
+    }
+    Case {
+        name: format!("{count} bad at random of {n}, random pairing (seed {seed})"),
+        nodes: fleet(n, false),
+        pairing: Pairing::Random,
+        seed,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
+}
+
 /// The cases at `n` nodes (n at least 2 blocks).
 pub fn cases(n: usize) -> Vec<Case> {
     let mut out = Vec::new();
@@ -89,6 +137,8 @@ pub fn cases(n: usize) -> Vec<Case> {
         out.push(Case {
             name: format!("{count} bad of {n}"),
             nodes: fleet(n, false),
+            pairing: Pairing::Ring,
+            seed: 0,
             network: slowed(&bad, 0.3),
             bad,
             flaky: None,
@@ -102,6 +152,22 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("2 bad paired in round 1, of {n}"),
         nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    });
+    // A good node whose every planned partner is bad: slow with both, its retest against a
+    // known-good node clears it.
+    let nodes = fleet(n, false);
+    let bad = partners(&nodes, &format!("n{:04}", n / 2));
+    out.push(Case {
+        name: format!("2 bad sharing a good partner, of {n}"),
+        nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -112,6 +178,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("bad switch over a block of {BLOCK}, of {n} (topology key)"),
         nodes: fleet(n, true),
+        pairing: Pairing::Ring,
+        seed: 0,
         network: Modelled {
             switches: vec![(block.clone(), 0.3)],
             ..healthy()
@@ -125,6 +193,8 @@ pub fn cases(n: usize) -> Vec<Case> {
     out.push(Case {
         name: format!("1 flaky in 1 round of 2, of {n}"),
         nodes: fleet(n, false),
+        pairing: Pairing::Ring,
+        seed: 0,
         network: Modelled {
             flaky: [(flaky.clone(), (0, 0.3))].into(),
             ..healthy()
@@ -134,6 +204,22 @@ pub fn cases(n: usize) -> Vec<Case> {
         block: None,
     });
     out
+}
+
+/// The partners `node` meets in the planned rounds (ring, seed 0).
+pub fn partners(nodes: &[Candidate], node: &str) -> BTreeSet<String> {
+    plan_rounds(nodes, Pairing::Ring, 0)
+        .pairs()
+        .filter_map(|p| {
+            if p.a == node {
+                Some(p.b.clone())
+            } else if p.b == node {
+                Some(p.a.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 /// The test's baseline of healthy pairs (resting on `n` nodes over 7 days of 14 runs).
@@ -157,8 +243,8 @@ pub fn play(case: &Case, baseline: Option<PairBaseline>) -> Rehearsal {
     let baselines: Vec<PairBaseline> = baseline.into_iter().collect();
     rehearse(
         &case.nodes,
-        Pairing::Ring,
-        0,
+        case.pairing,
+        case.seed,
         &case.network as &dyn Network,
         &PairRules::default(),
         Some(&baselines),
@@ -188,7 +274,7 @@ pub fn score(case: &Case, r: &Rehearsal) -> Score {
         ..Default::default()
     };
     // The slow paths the planned rounds measured.
-    let plan = plan_rounds(&case.nodes, Pairing::Ring, 0);
+    let plan = plan_rounds(&case.nodes, case.pairing, case.seed);
     for (round, pairs) in plan.rounds.iter().enumerate() {
         for p in &pairs.pairs {
             let (bw, _) = case.network.measure(&p.a, &p.b, round);
