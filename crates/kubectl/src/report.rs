@@ -211,16 +211,45 @@ pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
 }
 
 /// The run's multi-node NCCL sweep: its nodes, and per node count each collective's busbw at
-/// the large sizes and time at the smallest (nccl-tests' columns), then each knee. Empty for
-/// a run without one.
+/// the large sizes and time at the smallest (nccl-tests' columns), then each knee; with
+/// topology blocks, the same for each block's sweep, and the blocks slower than the others.
+/// Empty for a run without one.
 pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     let mut doc = Doc::default();
     let Some(p) = r.status.as_ref().and_then(|s| s.nccl_nodes.as_ref()) else {
         return doc;
     };
+    let across = match &p.topology_key {
+        Some(key) => format!(" across blocks of {key}"),
+        None => String::new(),
+    };
+    sweep_doc(
+        &mut doc,
+        format!("run {}: multi-node NCCL sweep{across}", run_name(r)),
+        &p.sweep,
+    );
+    let key = p.topology_key.as_deref().unwrap_or_default();
+    for b in &p.blocks {
+        sweep_doc(
+            &mut doc,
+            format!(
+                "run {}: multi-node NCCL sweep in block {key}={}",
+                run_name(r),
+                b.value
+            ),
+            &b.sweep,
+        );
+    }
+    for b in &p.slow_blocks {
+        doc.line(format!("slow block: {}", b.message));
+    }
+    doc
+}
+
+/// One sweep under `title`: its nodes, state, curve table and knees.
+fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNodesSweep) {
     doc.heading(format!(
-        "run {}: multi-node NCCL sweep over {} ({}{})",
-        run_name(r),
+        "{title} over {} ({}{})",
         p.nodes.join(", "),
         wire(&p.state),
         p.message
@@ -254,7 +283,6 @@ pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     for k in &p.knees {
         doc.line(format!("knee: {}", k.message));
     }
-    doc
 }
 
 /// What is done to a node that carries any of gpufabric's quarantine marks.
@@ -484,7 +512,7 @@ mod tests {
     #[test]
     fn the_report_draws_the_nccl_curve_as_nodes_by_collective_and_names_the_knee() {
         use gpufabric_api::nccl_nodes::{
-            NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary,
+            NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
         };
         use gpufabric_api::suite::Collective;
         let summary = |c, busbw| NcclNodesSummary {
@@ -504,21 +532,25 @@ mod tests {
         let mut r = report();
         if let Some(s) = r.run.status.as_mut() {
             s.nccl_nodes = Some(NcclNodesStatus {
-                nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
-                    .map(String::from)
-                    .to_vec(),
-                state: PairState::Measured,
-                points: vec![point(2, 45.5), point(4, 14.0)],
-                gpus_per_node: 8,
-                knees: vec![NcclNodesKnee {
-                    collective: Collective::AllReduce,
-                    from_nodes: 2,
-                    at_nodes: 4,
-                    busbw: 14.0,
-                    previous_busbw: 45.5,
-                    message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
-                }],
-                done: true,
+                sweep: NcclNodesSweep {
+                    nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
+                        .map(String::from)
+                        .to_vec(),
+                    state: PairState::Measured,
+                    points: vec![point(2, 45.5), point(4, 14.0)],
+                    gpus_per_node: 8,
+                    knees: vec![NcclNodesKnee {
+                        collective: Collective::AllReduce,
+                        from_nodes: 2,
+                        at_nodes: 4,
+                        busbw: 14.0,
+                        previous_busbw: 45.5,
+                        message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes"
+                            .into(),
+                    }],
+                    done: true,
+                    ..Default::default()
+                },
                 ..Default::default()
             });
         }

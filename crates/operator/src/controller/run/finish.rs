@@ -64,7 +64,14 @@ pub(super) async fn finish(
         );
     }
     if let Some(sweep) = next.nccl_nodes.as_mut() {
-        sweep.knees = crate::nccl_nodes::knees(sweep, run.spec.thresholds.fleet_min_relative_gap);
+        let t = &run.spec.thresholds;
+        // Blocks, not nodes, are compared: three of them are enough.
+        let rule = gpufabric_health::fleet::Rule {
+            score: t.fleet_outlier_score,
+            min_gap: t.fleet_min_relative_gap,
+            min_count: 3,
+        };
+        crate::nccl_nodes::judge(sweep, &rule);
     }
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
