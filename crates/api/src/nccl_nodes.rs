@@ -243,13 +243,16 @@ pub struct NcclNodesBlock {
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct NcclNodesSlowBlock {
-    /// The label and the block's value of it.
+    /// The label (`suite.ncclNodes.topologyKey`).
     pub key: String,
+    /// The block's value of the label.
     pub value: String,
     pub collective: Collective,
-    /// The first node count where it is slow, its busbw there and the blocks' median, GB/s.
+    /// The first node count where it is slow.
     pub nodes: u32,
+    /// Its busbw at that count, GB/s.
     pub busbw: f64,
+    /// The blocks' median busbw at that count, GB/s.
     pub median: f64,
     /// Blocks compared at that node count.
     pub blocks: u32,

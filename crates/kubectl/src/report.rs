@@ -510,9 +510,11 @@ mod tests {
     }
 
     #[test]
-    fn the_report_draws_the_nccl_curve_as_nodes_by_collective_and_names_the_knee() {
+    fn the_report_draws_the_nccl_curves_as_nodes_by_collective_per_block_and_names_knees_and_slow_blocks()
+     {
         use gpufabric_api::nccl_nodes::{
-            NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
+            NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesSlowBlock,
+            NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
         };
         use gpufabric_api::suite::Collective;
         let summary = |c, busbw| NcclNodesSummary {
@@ -561,6 +563,42 @@ mod tests {
             "2      16     45.5                   41.2                 38.0                 41.2",
             "4      32     14.0",
             "    knee: all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
+        }
+
+        // In topology blocks: the sweep across them, each block's, and the slow block named.
+        if let Some(p) = r.run.status.as_mut().and_then(|s| s.nccl_nodes.as_mut()) {
+            p.topology_key = Some("example.com/rack".into());
+            p.blocks = vec![NcclNodesBlock {
+                value: "rack-b".into(),
+                sweep: NcclNodesSweep {
+                    nodes: vec!["h100-02".into(), "h100-03".into()],
+                    state: PairState::Measured,
+                    points: vec![point(2, 9.5)],
+                    done: true,
+                    ..Default::default()
+                },
+            }];
+            p.slow_blocks = vec![NcclNodesSlowBlock {
+                key: "example.com/rack".into(),
+                value: "rack-b".into(),
+                collective: Collective::AllReduce,
+                nodes: 2,
+                busbw: 9.5,
+                median: 45.0,
+                blocks: 3,
+                message:
+                    "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s"
+                        .into(),
+            }];
+        }
+        let text = render(&r, &Format::Table).expect("text");
+        for needle in [
+            "multi-node NCCL sweep across blocks of example.com/rack over h100-00",
+            "multi-node NCCL sweep in block example.com/rack=rack-b over h100-02, h100-03 (Measured)",
+            "2      16     9.5",
+            "slow block: all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s",
         ] {
             assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
         }
