@@ -355,6 +355,12 @@ async fn announce(
         }
     }
     publish(ctx, run, bad, reason, "Finish", &summary).await;
+    // A slow topology block: a Warning on the run naming the block, never on its nodes.
+    for b in next.nccl_nodes.iter().flat_map(|n| &n.slow_blocks) {
+        tracing::warn!(key = %b.key, value = %b.value, "slow topology block");
+        let reason = crate::nccl_nodes::CONDITION_SLOW_BLOCK;
+        publish(ctx, run, true, reason, "Finish", &b.message).await;
+    }
 }
 
 /// What every node of a run is judged with besides its own result: which trend record it
