@@ -13,6 +13,11 @@
 //! path only at 5, where every collective's curve has its knee, a condition on the run that
 //! fails and cordons no node.
 //!
+//! A fleet in three racks (a label), whose one rack's switch is degraded (the path between
+//! its two nodes runs at a fifth of the rate), runs the sweep with that label as its
+//! `topologyKey`: each rack's sweep, then one across racks; the slow rack is named on the
+//! run, and no node is failed or cordoned for it.
+//!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test ddp_nodes`.
 
@@ -218,7 +223,8 @@ fn assert_the_sweep_has_its_knee_where_the_ring_meets_the_slow_path(
     let sweep = status
         .nccl_nodes
         .clone()
-        .unwrap_or_else(|| panic!("no multi-node NCCL sweep: {status:#?}\n{}", log()));
+        .unwrap_or_else(|| panic!("no multi-node NCCL sweep: {status:#?}\n{}", log()))
+        .sweep;
     assert!(sweep.done, "{sweep:#?}");
     assert_eq!(sweep.state, PairState::Measured, "{sweep:#?}\n{}", log());
     assert_eq!(sweep.nodes, nodes, "the probe's nodes");
@@ -340,6 +346,143 @@ async fn a_probe_rank_stuck_alone_is_named_and_holds_nothing() {
         )) && !message.contains("never started"),
         "{probe:#?}\n{}",
         log()
+    );
+    env.assert_none_held(
+        &status,
+        status.nodes.iter().map(|n| (n.node.as_str(), n.verdict)),
+    )
+    .await;
+}
+
+/// The label of the racks of [`rack_fleet`].
+const RACK: &str = "example.com/rack";
+
+/// Six H200 nodes `bk-01..06` in three racks of two (`rack-a`: 01, 02; ...); in `rack-b` the
+/// path between its two nodes runs at a fifth of the rate (its leaf switch degraded), while
+/// both nodes are fine with every other node.
+fn rack_fleet() -> Fleet {
+    let mut f = SimFleet::uniform("bk", 6, H200, 8);
+    for (i, n) in f.nodes.iter_mut().enumerate() {
+        let rack = ["rack-a", "rack-b", "rack-c"][i / 2];
+        n.labels.insert(RACK.into(), rack.into());
+        if n.name == "bk-03" {
+            n.faults.push(Fault::BadPath {
+                peer: "bk-04".into(),
+                factor: 0.2,
+            });
+        }
+    }
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rack_whose_sweep_falls_below_the_other_racks_is_named_and_no_node_is_blamed() {
+    use gpufabric_api::suite::Collective;
+    let env = OperatorEnv::shared(rack_fleet(), "nccl-blocks").await;
+    let test = "nccl-blocks";
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": {
+                "ncclSweep": {"enabled": false},
+                "ddpProbe": {"enabled": false},
+                "compute": {"gemm": {"enabled": false}, "memory": {"enabled": false}, "sdc": {"enabled": false}},
+                "ncclNodes": {
+                    "enabled": true,
+                    "maxNodes": 8,
+                    "collectives": ["allReduce"],
+                    "minBytes": 1024,
+                    "maxBytes": 268435456,
+                    "largeBytes": 67108864,
+                    "topologyKey": RACK
+                }
+            },
+            "quarantine": quarantine_on_first_failure("Cordon", false),
+            "agent": sim_agent(30)
+        }),
+    )
+    .await;
+    let run = last_run_name(&env.wait_folded(test, None).await);
+    let status = env.run_status(&run).await;
+    let log = || env.operator.log_tail(120);
+    let phase = status
+        .nccl_nodes
+        .clone()
+        .unwrap_or_else(|| panic!("no multi-node NCCL sweep: {status:#?}\n{}", log()));
+    assert!(phase.sweep.done, "{phase:#?}");
+    assert_eq!(phase.topology_key.as_deref(), Some(RACK));
+
+    // Each rack swept on its own two nodes, then one node of each rack across them.
+    let blocks: Vec<(&str, Vec<String>, PairState)> = phase
+        .blocks
+        .iter()
+        .map(|b| (b.value.as_str(), b.sweep.nodes.clone(), b.sweep.state))
+        .collect();
+    let pair = |a: &str, b: &str| vec![env.node(a), env.node(b)];
+    assert_eq!(
+        blocks,
+        [
+            ("rack-a", pair("bk-01", "bk-02"), PairState::Measured),
+            ("rack-b", pair("bk-03", "bk-04"), PairState::Measured),
+            ("rack-c", pair("bk-05", "bk-06"), PairState::Measured),
+        ],
+        "{phase:#?}\n{}",
+        log()
+    );
+    assert_eq!(phase.sweep.state, PairState::Measured, "{phase:#?}");
+    assert_eq!(phase.sweep.nodes.len(), 3, "one node of each rack");
+    for (n, (_, nodes, _)) in phase.sweep.nodes.iter().zip(&blocks) {
+        assert!(nodes.contains(n), "{n} of {nodes:?}");
+    }
+    let busbw = |b: usize| phase.blocks[b].sweep.curve(Collective::AllReduce)[0].1;
+    assert!(
+        busbw(1) < busbw(0) * 0.5 && busbw(1) < busbw(2) * 0.5,
+        "{phase:#?}"
+    );
+    // Across racks, the degraded path is no one's: flat.
+    let across = phase.sweep.curve(Collective::AllReduce);
+    assert!(
+        across.len() == 2 && across[1].1 > across[0].1 * 0.9,
+        "{across:?}"
+    );
+
+    // The slow rack, by its label and value: a condition on the run, no finding.
+    let slow: Vec<(&str, &str, u32)> = phase
+        .slow_blocks
+        .iter()
+        .map(|b| (b.key.as_str(), b.value.as_str(), b.nodes))
+        .collect();
+    assert_eq!(slow, [(RACK, "rack-b", 2)], "{phase:#?}");
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == gpufabric_operator::nccl_nodes::CONDITION_SLOW_BLOCK)
+        .unwrap_or_else(|| panic!("no slow-block condition: {:#?}", status.conditions));
+    assert!(
+        condition
+            .message
+            .contains("of block example.com/rack=rack-b reached"),
+        "{}",
+        condition.message
+    );
+    assert!(
+        status
+            .findings
+            .iter()
+            .all(|f| f.severity == Severity::Info && !f.message.contains("rack-b")),
+        "{:#?}",
+        status.findings
+    );
+    // No node failed, none cordoned.
+    assert_eq!(status.nodes.len(), 6, "{:#?}", status.nodes);
+    assert!(
+        status
+            .nodes
+            .iter()
+            .all(|n| n.verdict == NodeVerdict::Passed),
+        "{:#?}",
+        status.nodes
     );
     env.assert_none_held(
         &status,

@@ -193,10 +193,11 @@ pub struct NcclNodesKnee {
     pub message: String,
 }
 
-/// The multi-node NCCL sweep of a run (`suite.ncclNodes`), in its status.
+/// One sweep of the run's multi-node NCCL phase over a set of nodes (the whole group, one
+/// topology block, or one node of each block): where it stands and its curve.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct NcclNodesStatus {
+pub struct NcclNodesSweep {
     /// The sweep's nodes, by rank: node count k runs on the first k.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
@@ -225,11 +226,66 @@ pub struct NcclNodesStatus {
     pub pod_uids: Vec<String>,
 }
 
+/// The sweep inside one topology block: the nodes that share one value of
+/// `suite.ncclNodes.topologyKey`.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesBlock {
+    /// The label's value on the block's nodes.
+    pub value: String,
+    #[serde(flatten)]
+    pub sweep: NcclNodesSweep,
+}
+
+/// A topology block whose curve fell below the other blocks' (`health::scaling`'s slow-block
+/// rule): a Warning on the block, never a finding on its nodes, which their own checks and
+/// pairs judge.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesSlowBlock {
+    /// The label (`suite.ncclNodes.topologyKey`).
+    pub key: String,
+    /// The block's value of the label.
+    pub value: String,
+    pub collective: Collective,
+    /// The first node count where it is slow.
+    pub nodes: u32,
+    /// Its busbw at that count, GB/s.
+    pub busbw: f64,
+    /// The blocks' median busbw at that count, GB/s.
+    pub median: f64,
+    /// Blocks compared at that node count.
+    pub blocks: u32,
+    /// What it means and where to look.
+    pub message: String,
+}
+
+/// The multi-node NCCL sweep of a run (`suite.ncclNodes`), in its status: one sweep over the
+/// group, or with a `topologyKey` one per block and, in the fields of the sweep, the one
+/// across blocks.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesStatus {
+    /// The group's sweep; with a `topologyKey`, the one across blocks (one node of each), run
+    /// after the blocks' own. Its `done` is the whole phase's.
+    #[serde(flatten)]
+    pub sweep: NcclNodesSweep,
+    /// The label that split the nodes into blocks, when the suite names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Each block's own sweep, in the order they ran (one after the other).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<NcclNodesBlock>,
+    /// Blocks whose curve fell below the other blocks' (no node is held to account for it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow_blocks: Vec<NcclNodesSlowBlock>,
+}
+
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
-impl NcclNodesStatus {
+impl NcclNodesSweep {
     /// The busbw of `collective` at the large sizes, per node count (the curve).
     pub fn curve(&self, collective: Collective) -> Vec<(u32, f64)> {
         self.points

@@ -465,6 +465,14 @@ pub struct NcclNodes {
     /// Timed iterations of each collective at each size.
     #[schemars(range(min = 1))]
     pub iters: u32,
+    /// Node label that splits the nodes into topology blocks (`nvidia.com/gpu.clique` for an
+    /// NVLink domain, a rack or leaf label): the sweep then runs inside each block (at most
+    /// `maxNodes` of it), one block after the other, and last across blocks over one
+    /// representative node of each (at most `maxNodes`). A block whose curve falls below the
+    /// other blocks' is named in the status (a Warning on the block: its nodes are judged by
+    /// their own checks and pairs). Nodes without the label take no part.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
 }
 
 impl NcclNodes {
@@ -489,6 +497,7 @@ impl Default for NcclNodes {
             large_bytes: 64 << 20,
             warmup_iters: 5,
             iters: 20,
+            topology_key: None,
         }
     }
 }

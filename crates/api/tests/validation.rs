@@ -274,8 +274,14 @@ fn a_multi_node_nccl_sweep_of_one_node_or_of_a_collective_it_cannot_run_is_refus
         ) && msg.contains("suite.ncclNodes.stepFactor: must be at least 2 (got 1)"),
         "{msg}"
     );
+    let msg =
+        refuse("  suite:\n    ncclNodes:\n      enabled: true\n      topologyKey: \"my rack\"\n");
+    assert!(
+        msg.contains("suite.ncclNodes.topologyKey: \"my rack\" is not a label key"),
+        "{msg}"
+    );
     accept(
-        "  suite:\n    ncclNodes:\n      enabled: true\n      maxNodes: 64\n      collectives: [allGather]\n",
+        "  suite:\n    ncclNodes:\n      enabled: true\n      maxNodes: 64\n      collectives: [allGather]\n      topologyKey: nvidia.com/gpu.clique\n",
     );
 }
 

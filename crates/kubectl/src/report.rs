@@ -211,16 +211,45 @@ pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
 }
 
 /// The run's multi-node NCCL sweep: its nodes, and per node count each collective's busbw at
-/// the large sizes and time at the smallest (nccl-tests' columns), then each knee. Empty for
-/// a run without one.
+/// the large sizes and time at the smallest (nccl-tests' columns), then each knee; with
+/// topology blocks, the same for each block's sweep, and the blocks slower than the others.
+/// Empty for a run without one.
 pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     let mut doc = Doc::default();
     let Some(p) = r.status.as_ref().and_then(|s| s.nccl_nodes.as_ref()) else {
         return doc;
     };
+    let across = match &p.topology_key {
+        Some(key) => format!(" across blocks of {key}"),
+        None => String::new(),
+    };
+    sweep_doc(
+        &mut doc,
+        format!("run {}: multi-node NCCL sweep{across}", run_name(r)),
+        &p.sweep,
+    );
+    let key = p.topology_key.as_deref().unwrap_or_default();
+    for b in &p.blocks {
+        sweep_doc(
+            &mut doc,
+            format!(
+                "run {}: multi-node NCCL sweep in block {key}={}",
+                run_name(r),
+                b.value
+            ),
+            &b.sweep,
+        );
+    }
+    for b in &p.slow_blocks {
+        doc.line(format!("slow block: {}", b.message));
+    }
+    doc
+}
+
+/// One sweep under `title`: its nodes, state, curve table and knees.
+fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNodesSweep) {
     doc.heading(format!(
-        "run {}: multi-node NCCL sweep over {} ({}{})",
-        run_name(r),
+        "{title} over {} ({}{})",
         p.nodes.join(", "),
         wire(&p.state),
         p.message
@@ -254,7 +283,6 @@ pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     for k in &p.knees {
         doc.line(format!("knee: {}", k.message));
     }
-    doc
 }
 
 /// What is done to a node that carries any of gpufabric's quarantine marks.
@@ -482,9 +510,11 @@ mod tests {
     }
 
     #[test]
-    fn the_report_draws_the_nccl_curve_as_nodes_by_collective_and_names_the_knee() {
+    fn the_report_draws_the_nccl_curves_as_nodes_by_collective_per_block_and_names_knees_and_slow_blocks()
+     {
         use gpufabric_api::nccl_nodes::{
-            NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary,
+            NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesSlowBlock,
+            NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
         };
         use gpufabric_api::suite::Collective;
         let summary = |c, busbw| NcclNodesSummary {
@@ -504,21 +534,25 @@ mod tests {
         let mut r = report();
         if let Some(s) = r.run.status.as_mut() {
             s.nccl_nodes = Some(NcclNodesStatus {
-                nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
-                    .map(String::from)
-                    .to_vec(),
-                state: PairState::Measured,
-                points: vec![point(2, 45.5), point(4, 14.0)],
-                gpus_per_node: 8,
-                knees: vec![NcclNodesKnee {
-                    collective: Collective::AllReduce,
-                    from_nodes: 2,
-                    at_nodes: 4,
-                    busbw: 14.0,
-                    previous_busbw: 45.5,
-                    message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
-                }],
-                done: true,
+                sweep: NcclNodesSweep {
+                    nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
+                        .map(String::from)
+                        .to_vec(),
+                    state: PairState::Measured,
+                    points: vec![point(2, 45.5), point(4, 14.0)],
+                    gpus_per_node: 8,
+                    knees: vec![NcclNodesKnee {
+                        collective: Collective::AllReduce,
+                        from_nodes: 2,
+                        at_nodes: 4,
+                        busbw: 14.0,
+                        previous_busbw: 45.5,
+                        message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes"
+                            .into(),
+                    }],
+                    done: true,
+                    ..Default::default()
+                },
                 ..Default::default()
             });
         }
@@ -529,6 +563,42 @@ mod tests {
             "2      16     45.5                   41.2                 38.0                 41.2",
             "4      32     14.0",
             "    knee: all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
+        }
+
+        // In topology blocks: the sweep across them, each block's, and the slow block named.
+        if let Some(p) = r.run.status.as_mut().and_then(|s| s.nccl_nodes.as_mut()) {
+            p.topology_key = Some("example.com/rack".into());
+            p.blocks = vec![NcclNodesBlock {
+                value: "rack-b".into(),
+                sweep: NcclNodesSweep {
+                    nodes: vec!["h100-02".into(), "h100-03".into()],
+                    state: PairState::Measured,
+                    points: vec![point(2, 9.5)],
+                    done: true,
+                    ..Default::default()
+                },
+            }];
+            p.slow_blocks = vec![NcclNodesSlowBlock {
+                key: "example.com/rack".into(),
+                value: "rack-b".into(),
+                collective: Collective::AllReduce,
+                nodes: 2,
+                busbw: 9.5,
+                median: 45.0,
+                blocks: 3,
+                message:
+                    "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s"
+                        .into(),
+            }];
+        }
+        let text = render(&r, &Format::Table).expect("text");
+        for needle in [
+            "multi-node NCCL sweep across blocks of example.com/rack over h100-00",
+            "multi-node NCCL sweep in block example.com/rack=rack-b over h100-02, h100-03 (Measured)",
+            "2      16     9.5",
+            "slow block: all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s",
         ] {
             assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
         }

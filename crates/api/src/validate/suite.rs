@@ -214,6 +214,13 @@ fn check_nccl_nodes(c: &mut Checker, n: &crate::suite::NcclNodes) {
     c.check(n.iters >= 1, "suite.ncclNodes.iters", || {
         "must be at least 1".into()
     });
+    if let Some(key) = &n.topology_key
+        && let Some(problem) = labels::label_key_problem(key)
+    {
+        c.check(false, "suite.ncclNodes.topologyKey", || {
+            format!("{key:?} is not a label key: {problem}")
+        });
+    }
 }
 
 /// Most nodes of the multi-node NCCL sweep: its document, with every node count's summaries,

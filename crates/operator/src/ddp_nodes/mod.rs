@@ -126,7 +126,7 @@ impl GroupPhase for DdpNodesStatus {
     fn done(&self) -> bool {
         self.done
     }
-    fn pod_name(base: &str, rank: u32) -> String {
+    fn pod_name(&self, base: &str, rank: u32) -> String {
         pod_name(base, rank)
     }
     fn pod(

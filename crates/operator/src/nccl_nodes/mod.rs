@@ -1,17 +1,22 @@
 //! The multi-node NCCL sweep of a run (`suite.ncclNodes`), without a client: its pods, how it
-//! settles into the run's status, and the knees of its curves. It moves as every multi-node
-//! group does ([`crate::pairs::group`]); the shell is `controller::run::group`.
+//! settles into the run's status, the knees of its curves and, with a `topologyKey`, its
+//! sweeps per topology block and the blocks slower than the others. It moves as every
+//! multi-node group does ([`crate::pairs::group`]), one group after the other (each block's,
+//! then the one across blocks); the shell is `controller::run::group`.
 
 use crate::names;
+use crate::pairs::group::Blocks;
 use crate::pairs::group::{GroupPhase, Settled as GroupSettled};
 use crate::pairs::pods::{RankPod as RankPodSpec, Rendezvous, rank_pod, rendezvous_timeout};
 use crate::pods::BuildError;
 use gpufabric_api::nccl_nodes::{
-    NcclNodesCurvePoint, NcclNodesKnee, NcclNodesResult, NcclNodesStatus,
+    NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesResult, NcclNodesSlowBlock,
+    NcclNodesStatus, NcclNodesSweep,
 };
 use gpufabric_api::pair::PairState;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
-use gpufabric_health::scaling::{Curve, CurvePoint, knee};
+use gpufabric_health::fleet::Rule;
+use gpufabric_health::scaling::{Curve, CurvePoint, knee, slow_blocks as slow};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
@@ -21,16 +26,23 @@ pub const ROLE_NCCL_NODES: &str = "nccl-nodes";
 /// How the sweep ended.
 pub type Settled = GroupSettled<NcclNodesResult>;
 
-/// Name of the pod of `rank` in the run whose [`crate::names::run_base`] is `run`.
-pub fn pod_name(run: &str, rank: u32) -> String {
-    names::bounded(&format!("{run}-nccl-{rank}"), 63)
+/// Name of the pod of `rank` in the run whose [`crate::names::run_base`] is `run`: of the
+/// sweep of topology block `block` (its index in the status), or of the group's (across
+/// blocks) without.
+pub fn pod_name(run: &str, block: Option<usize>, rank: u32) -> String {
+    match block {
+        Some(b) => names::bounded(&format!("{run}-nccl-b{b}-{rank}"), 63),
+        None => names::bounded(&format!("{run}-nccl-{rank}"), 63),
+    }
 }
 
-/// The pod of `rank` of the sweep over `nodes`, on a node of `gpus` GPUs, running
-/// `fabric-agent nccl-nodes` with `suite.ncclNodes`' collectives and sizes.
+/// The pod of `rank` of the sweep over `nodes` (of topology block `block`, by its index, or
+/// the group's), on a node of `gpus` GPUs, running `fabric-agent nccl-nodes` with
+/// `suite.ncclNodes`' collectives and sizes.
 pub fn sweep_pod(
     run: &FabricTestRun,
     nodes: &[String],
+    block: Option<usize>,
     rank: u32,
     rendezvous: &Rendezvous,
     gpus: u32,
@@ -70,15 +82,90 @@ pub fn sweep_pod(
         RankPodSpec {
             node,
             gpus,
-            name: pod_name(&crate::pods::run_base(run)?, rank),
+            name: pod_name(&crate::pods::run_base(run)?, block, rank),
             role: ROLE_NCCL_NODES,
             rank,
-            group: format!("{run_name}/nccl"),
+            group: match block {
+                Some(b) => format!("{run_name}/nccl/b{b}"),
+                None => format!("{run_name}/nccl"),
+            },
             rendezvous,
             command,
             env: Vec::new(),
         },
     )
+}
+
+/// The sweep that moves now: the first block's not yet done, else the one across blocks (or
+/// the group's), with the block's index.
+fn current(status: &NcclNodesStatus) -> (Option<usize>, &NcclNodesSweep) {
+    match status.blocks.iter().position(|b| !b.sweep.done) {
+        Some(i) => (Some(i), &status.blocks[i].sweep),
+        None => (None, &status.sweep),
+    }
+}
+
+fn current_mut(status: &mut NcclNodesStatus) -> &mut NcclNodesSweep {
+    match status.blocks.iter().position(|b| !b.sweep.done) {
+        Some(i) => &mut status.blocks[i].sweep,
+        None => &mut status.sweep,
+    }
+}
+
+/// The status of a sweep over `blocks` of the label `key`: a block of one node has nothing to
+/// sweep inside it, and fewer than two blocks nothing across them (each done at once, saying
+/// so); the others wait their turn.
+pub fn in_blocks(key: &str, blocks: Blocks) -> NcclNodesStatus {
+    let mut status = NcclNodesStatus {
+        sweep: NcclNodesSweep {
+            nodes: blocks.across,
+            ..Default::default()
+        },
+        topology_key: Some(key.to_string()),
+        blocks: blocks
+            .blocks
+            .into_iter()
+            .map(|(value, nodes)| {
+                let alone = nodes.len() < 2;
+                NcclNodesBlock {
+                    sweep: NcclNodesSweep {
+                        nodes,
+                        done: alone,
+                        message: alone.then(|| {
+                            format!("one node of {key}={value} passed: nothing to sweep inside it")
+                        }),
+                        ..Default::default()
+                    },
+                    value,
+                }
+            })
+            .collect(),
+        slow_blocks: Vec::new(),
+    };
+    if blocks.unlabelled > 0 {
+        status.sweep.message = Some(format!(
+            "{} node(s) without the label {key} took no part",
+            blocks.unlabelled
+        ));
+    }
+    end_across_if_alone(&mut status);
+    status
+}
+
+/// With every block done and fewer than two nodes across them, the phase is done.
+fn end_across_if_alone(status: &mut NcclNodesStatus) {
+    if status.blocks.iter().all(|b| b.sweep.done) && status.sweep.nodes.len() < 2 {
+        let why = format!(
+            "{} block(s) of {}: nothing to sweep across blocks",
+            status.sweep.nodes.len(),
+            status.topology_key.as_deref().unwrap_or("the label")
+        );
+        status.sweep.message = Some(match status.sweep.message.take() {
+            Some(m) => format!("{m}; {why}"),
+            None => why,
+        });
+        status.sweep.done = true;
+    }
 }
 
 impl GroupPhase for NcclNodesStatus {
@@ -93,34 +180,46 @@ impl GroupPhase for NcclNodesStatus {
     }
     fn begun(nodes: Vec<String>) -> Self {
         NcclNodesStatus {
-            nodes,
+            sweep: NcclNodesSweep {
+                nodes,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
+    fn topology_key(run: &FabricTestRun) -> Option<&str> {
+        run.spec.suite.nccl_nodes.topology_key.as_deref()
+    }
+    fn begun_in_blocks(key: &str, blocks: Blocks) -> Self {
+        in_blocks(key, blocks)
+    }
     fn skipped(why: String) -> Self {
         NcclNodesStatus {
-            done: true,
-            message: Some(why),
+            sweep: NcclNodesSweep {
+                done: true,
+                message: Some(why),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
     fn nodes(&self) -> &[String] {
-        &self.nodes
+        &current(self).1.nodes
     }
     fn state(&self) -> PairState {
-        self.state
+        current(self).1.state
     }
     fn set_state(&mut self, state: PairState) {
-        self.state = state;
+        current_mut(self).state = state;
     }
     fn pod_uids(&mut self) -> &mut Vec<String> {
-        &mut self.pod_uids
+        &mut current_mut(self).pod_uids
     }
     fn done(&self) -> bool {
-        self.done
+        self.sweep.done
     }
-    fn pod_name(base: &str, rank: u32) -> String {
-        pod_name(base, rank)
+    fn pod_name(&self, base: &str, rank: u32) -> String {
+        pod_name(base, current(self).0, rank)
     }
     fn pod(
         &self,
@@ -129,45 +228,95 @@ impl GroupPhase for NcclNodesStatus {
         rendezvous: &Rendezvous,
         gpus: u32,
     ) -> Result<Pod, BuildError> {
-        sweep_pod(run, &self.nodes, rank, rendezvous, gpus)
+        let (block, sweep) = current(self);
+        sweep_pod(run, &sweep.nodes, block, rank, rendezvous, gpus)
     }
     fn settle(&mut self, settled: Settled) {
         settle(self, settled)
     }
 }
 
-/// Writes a settled sweep into the run's status: its points without the per-size rows.
+/// Writes the current sweep's end into the run's status (its points without the per-size
+/// rows); the phase is done after the sweep across blocks, or after the last block's when
+/// there is none across.
 pub fn settle(status: &mut NcclNodesStatus, s: Settled) {
-    status.state = s.state;
-    status.message = s.message;
+    let sweep = current_mut(status);
+    sweep.state = s.state;
+    sweep.message = match (sweep.message.take(), s.message) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => b.or(a),
+    };
     if let Some(d) = s.doc {
-        status.points = d.points.iter().map(NcclNodesCurvePoint::from).collect();
-        status.gpus_per_node = d.header.gpus_per_node;
+        sweep.points = d.points.iter().map(NcclNodesCurvePoint::from).collect();
+        sweep.gpus_per_node = d.header.gpus_per_node;
     }
-    status.done = true;
+    sweep.done = true;
+    end_across_if_alone(status);
+}
+
+/// Each collective's curve of a measured sweep (none otherwise), named for `block`.
+fn curves(sweep: &NcclNodesSweep, block: Option<&str>) -> Vec<Curve> {
+    if sweep.state != PairState::Measured {
+        return Vec::new();
+    }
+    sweep
+        .collectives()
+        .into_iter()
+        .map(|collective| Curve {
+            block: block.map(str::to_string),
+            collective,
+            points: sweep
+                .curve(collective)
+                .into_iter()
+                .map(|(nodes, busbw)| CurvePoint { nodes, busbw })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Judges a sweep that ended: the knees of the group's curve (or the one across blocks) and
+/// of each block's, and the blocks whose curve falls below the others' (`rule`: the fleet's
+/// outlier rule; at least three blocks are compared).
+pub fn judge(status: &mut NcclNodesStatus, rule: &Rule) {
+    status.sweep.knees = knees(&status.sweep, None, rule.min_gap);
+    for b in &mut status.blocks {
+        b.sweep.knees = knees(&b.sweep, Some(&b.value), rule.min_gap);
+    }
+    status.slow_blocks = match &status.topology_key {
+        Some(key) => slow_blocks(key, &status.blocks, rule),
+        None => Vec::new(),
+    };
+}
+
+/// The blocks whose curve is an outlier below the other blocks'
+/// (`health::scaling::slow_blocks`), one per block and collective.
+pub fn slow_blocks(key: &str, blocks: &[NcclNodesBlock], rule: &Rule) -> Vec<NcclNodesSlowBlock> {
+    let curves: Vec<Curve> = blocks
+        .iter()
+        .flat_map(|b| curves(&b.sweep, Some(&b.value)))
+        .collect();
+    slow(key, &curves, rule)
+        .into_iter()
+        .map(|s| NcclNodesSlowBlock {
+            key: s.key,
+            value: s.value,
+            collective: s.collective,
+            nodes: s.nodes,
+            busbw: s.busbw,
+            median: s.median,
+            blocks: s.blocks as u32,
+            message: s.message,
+        })
+        .collect()
 }
 
 /// The knee of each collective's curve of a measured sweep (`health::scaling::knee`, with
-/// `min_gap` the fleet's minimum relative gap), in the order the collectives were measured.
-pub fn knees(status: &NcclNodesStatus, min_gap: f64) -> Vec<NcclNodesKnee> {
-    if status.state != PairState::Measured {
-        return Vec::new();
-    }
-    status
-        .collectives()
-        .into_iter()
-        .filter_map(|collective| {
-            let curve = Curve {
-                block: None,
-                collective,
-                points: status
-                    .curve(collective)
-                    .into_iter()
-                    .map(|(nodes, busbw)| CurvePoint { nodes, busbw })
-                    .collect(),
-            };
-            knee(&curve, min_gap)
-        })
+/// `min_gap` the fleet's minimum relative gap), named for `block`, in the order the
+/// collectives were measured.
+pub fn knees(sweep: &NcclNodesSweep, block: Option<&str>, min_gap: f64) -> Vec<NcclNodesKnee> {
+    curves(sweep, block)
+        .iter()
+        .filter_map(|curve| knee(curve, min_gap))
         .map(|k| NcclNodesKnee {
             collective: k.collective,
             from_nodes: k.from_nodes,
@@ -184,42 +333,61 @@ pub fn knees(status: &NcclNodesStatus, min_gap: f64) -> Vec<NcclNodesKnee> {
 /// no node's verdict changes for it.
 pub const CONDITION_SCALING_KNEE: &str = "NcclScalingKnee";
 
-/// With the sweep's `knees`, the run's `NcclScalingKnee` condition and its message say where
-/// each curve starts to lose (its nodes' verdicts do not change); without, nothing is set.
+/// Condition type on a run: a topology block's curve of its multi-node NCCL sweep fell below
+/// the other blocks' (True, reason `SlowBlock`); set only then. A Warning on the block, not
+/// on a node: no node's verdict changes for it, no node is quarantined for it.
+pub const CONDITION_SLOW_BLOCK: &str = "NcclSlowBlock";
+
+/// With knees in the sweep's curves (the group's or across blocks, and each block's), the
+/// run's `NcclScalingKnee` condition says where each curve starts to lose; with slow blocks,
+/// its `NcclSlowBlock` condition names them (label and value); each message joins the run's.
+/// Without, nothing is set. Its nodes' verdicts do not change.
 pub fn set_knee_condition(
     status: &mut FabricTestRunStatus,
     generation: Option<i64>,
     now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) {
-    let Some(knees) = status.nccl_nodes.as_ref().map(|n| &n.knees) else {
+    let Some(sweep) = status.nccl_nodes.as_ref() else {
         return;
     };
-    if knees.is_empty() {
-        return;
-    }
-    let message = knees
+    let knees: Vec<&str> = sweep
+        .sweep
+        .knees
         .iter()
+        .chain(sweep.blocks.iter().flat_map(|b| &b.sweep.knees))
         .map(|k| k.message.as_str())
+        .collect();
+    let knees = knees.join("; ");
+    let slow = sweep
+        .slow_blocks
+        .iter()
+        .map(|b| b.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    let c = crate::status::condition(
-        &status.conditions,
-        CONDITION_SCALING_KNEE,
-        true,
-        "KneeInCurve",
-        message.clone(),
-        generation,
-        now,
-    );
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_SCALING_KNEE);
-    status.conditions.push(c);
-    status.message = Some(match status.message.take() {
-        Some(m) if m.contains(&message) => m,
-        Some(m) => format!("{m}; {message}"),
-        None => message,
-    });
+    for (type_, reason, message) in [
+        (CONDITION_SCALING_KNEE, "KneeInCurve", knees),
+        (CONDITION_SLOW_BLOCK, "SlowBlock", slow),
+    ] {
+        if message.is_empty() {
+            continue;
+        }
+        let c = crate::status::condition(
+            &status.conditions,
+            type_,
+            true,
+            reason,
+            message.clone(),
+            generation,
+            now,
+        );
+        status.conditions.retain(|c| c.type_ != type_);
+        status.conditions.push(c);
+        status.message = Some(match status.message.take() {
+            Some(m) if m.contains(&message) => m,
+            Some(m) => format!("{m}; {message}"),
+            None => message,
+        });
+    }
 }
 
 #[cfg(test)]

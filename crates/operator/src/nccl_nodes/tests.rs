@@ -2,11 +2,19 @@ use super::*;
 use crate::pairs::group::{GroupStep, decide};
 use crate::pairs::rank::{RankEnd, RankPod};
 use gpufabric_api::group::GroupHeader;
-use gpufabric_api::nccl_nodes::{NCCL_NODES_SCHEMA, NcclNodesPoint, NcclNodesSummary};
+use gpufabric_api::nccl_nodes::{
+    NCCL_NODES_SCHEMA, NcclNodesBlock, NcclNodesPoint, NcclNodesSummary,
+};
 use gpufabric_api::pair::{NotMeasured, PairCollective};
 use gpufabric_api::result::Backend;
 use gpufabric_api::run::FabricTestRunSpec;
 use gpufabric_api::suite::Collective;
+
+const RULE: Rule = Rule {
+    score: 3.5,
+    min_gap: 0.10,
+    min_count: 3,
+};
 
 fn nodes(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("gpu-{i:02}")).collect()
@@ -91,7 +99,7 @@ fn the_sweep_pods_run_nccl_nodes_with_the_suites_collectives_and_sizes() {
     let join = Rendezvous::Join {
         rank0_ip: "10.0.0.7".into(),
     };
-    let pod = sweep_pod(&run, &nodes(4), 3, &join, 8).expect("builds");
+    let pod = sweep_pod(&run, &nodes(4), None, 3, &join, 8).expect("builds");
     let spec = pod.spec.as_ref().expect("spec");
     assert_eq!(spec.node_name.as_deref(), Some("gpu-03"));
     let base = crate::pods::run_base(&run).expect("persisted");
@@ -139,7 +147,7 @@ fn the_sweep_pods_run_nccl_nodes_with_the_suites_collectives_and_sizes() {
         Some("nightly-0200/nccl")
     );
     assert!(
-        sweep_pod(&run, &nodes(4), 4, &join, 8).is_err(),
+        sweep_pod(&run, &nodes(4), None, 4, &join, 8).is_err(),
         "no rank 4 of 4"
     );
 }
@@ -151,8 +159,9 @@ fn a_measured_sweep_keeps_each_node_counts_summaries_without_the_rows() {
     let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
         panic!("settles");
     };
-    let mut status = NcclNodesStatus::begun(n);
-    settle(&mut status, s);
+    let mut phase = NcclNodesStatus::begun(n);
+    settle(&mut phase, s);
+    let status = &phase.sweep;
     assert!(status.done);
     assert_eq!(status.state, PairState::Measured);
     assert_eq!(status.gpus_per_node, 8);
@@ -167,7 +176,10 @@ fn a_measured_sweep_keeps_each_node_counts_summaries_without_the_rows() {
         !json.contains("rows") && !json.contains("nodeNames"),
         "{json}"
     );
-    assert!(knees(&status, 0.10).is_empty(), "a flat curve has no knee");
+    assert!(
+        knees(status, None, 0.10).is_empty(),
+        "a flat curve has no knee"
+    );
 }
 
 #[test]
@@ -180,9 +192,10 @@ fn a_curve_that_falls_past_a_node_count_is_a_condition_on_the_run_and_judges_no_
     };
     let mut sweep = NcclNodesStatus::begun(n);
     settle(&mut sweep, s);
-    sweep.knees = knees(&sweep, 0.10);
-    assert_eq!(sweep.knees.len(), 1, "all_reduce only: {:#?}", sweep.knees);
-    let k = &sweep.knees[0];
+    judge(&mut sweep, &RULE);
+    let knees_ = &sweep.sweep.knees;
+    assert_eq!(knees_.len(), 1, "all_reduce only: {knees_:#?}");
+    let k = &knees_[0];
     assert_eq!(k.collective, Collective::AllReduce);
     assert_eq!((k.from_nodes, k.at_nodes), (4, 8));
     assert_eq!((k.previous_busbw, k.busbw), (40.0, 12.0));
@@ -212,8 +225,8 @@ fn a_curve_that_falls_past_a_node_count_is_a_condition_on_the_run_and_judges_no_
 
     // Not measured: no curve, no knee, nothing set.
     let mut lost = status.nccl_nodes.clone().expect("sweep");
-    lost.state = PairState::NotMeasured;
-    assert!(knees(&lost, 0.10).is_empty());
+    lost.sweep.state = PairState::NotMeasured;
+    assert!(knees(&lost.sweep, None, 0.10).is_empty());
     let mut clean = gpufabric_api::run::FabricTestRunStatus::default();
     set_knee_condition(&mut clean, Some(1), &at);
     assert!(clean.conditions.is_empty() && clean.message.is_none());
@@ -264,4 +277,205 @@ fn a_sweep_rank_that_never_arrived_is_not_measured_and_one_stuck_is_named_for_th
         panic!("stops");
     };
     assert_eq!(s.state, PairState::Errored);
+}
+
+/// Nodes `b{block}-{i}` of 8 GPUs in blocks `rack-{block}` of `sizes[block]` nodes, and one
+/// without the label.
+fn labelled(sizes: &[usize]) -> Vec<(String, u32, Option<String>)> {
+    let mut out: Vec<(String, u32, Option<String>)> = sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(b, n)| {
+            (0..*n).map(move |i| (format!("b{b}-{i}"), 8, Some(format!("rack-{b}"))))
+        })
+        .collect();
+    out.push(("loose".into(), 8, None));
+    out
+}
+
+#[test]
+fn nodes_are_chosen_per_block_and_one_of_each_block_across_them() {
+    use crate::pairs::group::choose_blocks;
+    let mut c = labelled(&[3, 5, 1]);
+    // A node of another GPU count takes no part, in its block or across.
+    c.push(("b0-odd".into(), 4, Some("rack-0".into())));
+    let b = choose_blocks(&c, 4, 7);
+    let values: Vec<&str> = b.blocks.iter().map(|(v, _)| v.as_str()).collect();
+    assert_eq!(values, ["rack-0", "rack-1", "rack-2"]);
+    let sizes: Vec<usize> = b.blocks.iter().map(|(_, n)| n.len()).collect();
+    assert_eq!(sizes, [3, 4, 1], "at most maxNodes of a block: {b:#?}");
+    assert_eq!(b.unlabelled, 1);
+    assert_eq!(b.across.len(), 3, "{b:#?}");
+    for (rep, (_, nodes)) in b.across.iter().zip(&b.blocks) {
+        assert!(nodes.contains(rep), "{rep} of {nodes:?}");
+    }
+    assert_eq!(b.groups(), 3, "two blocks of 2+ nodes and the one across");
+    assert_eq!(choose_blocks(&c, 4, 7), b, "the same seed, the same choice");
+    // At most maxNodes blocks across.
+    assert_eq!(
+        choose_blocks(&labelled(&[2, 2, 2, 2]), 2, 1).across.len(),
+        2
+    );
+}
+
+#[test]
+fn blocks_are_swept_one_after_the_other_with_pods_of_their_own_and_then_across_them() {
+    let blocks = crate::pairs::group::Blocks {
+        blocks: vec![
+            ("rack-a".into(), vec!["a-0".into(), "a-1".into()]),
+            ("rack-b".into(), vec!["b-0".into()]),
+            ("rack-c".into(), vec!["c-0".into(), "c-1".into()]),
+        ],
+        across: vec!["a-0".into(), "b-0".into(), "c-1".into()],
+        unlabelled: 0,
+    };
+    let mut status = NcclNodesStatus::begun_in_blocks("example.com/rack", blocks);
+    assert_eq!(status.topology_key.as_deref(), Some("example.com/rack"));
+    assert!(status.blocks[1].sweep.done, "one node: nothing inside it");
+    let measured = |k: u32| {
+        let n = nodes(2);
+        let pods: Vec<_> = (0..2).map(|_| ended(doc(k, &|_| 40.0))).collect();
+        let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+            panic!("settles");
+        };
+        s
+    };
+    let run = run();
+    let base = crate::pods::run_base(&run).expect("persisted");
+    let mut order = Vec::new();
+    while !status.done() {
+        let pod = status.pod(&run, 1, &Rendezvous::Listen, 8).expect("builds");
+        order.push((
+            status.nodes().to_vec(),
+            status.pod_name(&base, 1),
+            pod.metadata.name.clone().unwrap_or_default(),
+        ));
+        status.set_state(PairState::Joined);
+        status.settle(measured(2));
+        assert!(order.len() <= 3, "{status:#?}");
+    }
+    let groups: Vec<&[String]> = order.iter().map(|(n, _, _)| n.as_slice()).collect();
+    assert_eq!(
+        groups,
+        [
+            &["a-0".to_string(), "a-1".into()][..],
+            &["c-0".to_string(), "c-1".into()][..],
+            &["a-0".to_string(), "b-0".into(), "c-1".into()][..],
+        ]
+    );
+    let names: Vec<&str> = order.iter().map(|(_, n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            format!("{base}-nccl-b0-1"),
+            format!("{base}-nccl-b2-1"),
+            format!("{base}-nccl-1")
+        ]
+    );
+    assert!(order.iter().all(|(_, name, pod)| name == pod), "{order:#?}");
+    assert!(
+        [0, 2]
+            .iter()
+            .all(|&b| status.blocks[b].sweep.state == PairState::Measured)
+    );
+    assert_eq!(status.sweep.state, PairState::Measured);
+
+    // Two blocks of one node each: nothing across, and the phase ends with the blocks.
+    let lone = NcclNodesStatus::begun_in_blocks(
+        "k",
+        crate::pairs::group::Blocks {
+            blocks: vec![("v".into(), vec!["x".into(), "y".into()])],
+            across: vec!["x".into()],
+            unlabelled: 2,
+        },
+    );
+    assert!(!lone.done());
+    let mut lone = lone;
+    lone.settle(measured(2));
+    assert!(lone.done());
+    let m = lone.sweep.message.as_deref().unwrap_or_default();
+    assert!(
+        m.contains("2 node(s) without the label k took no part")
+            && m.contains("nothing to sweep across blocks"),
+        "{m}"
+    );
+}
+
+#[test]
+fn a_block_slower_than_the_others_is_a_warning_on_the_block_and_judges_no_node() {
+    let sweep = |busbw: &dyn Fn(u32) -> f64| {
+        let n = nodes(4);
+        let pods: Vec<_> = (0..4).map(|_| ended(doc(4, busbw))).collect();
+        let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+            panic!("settles");
+        };
+        let mut one = NcclNodesStatus::begun(n);
+        settle(&mut one, s);
+        one.sweep
+    };
+    let mut phase = NcclNodesStatus {
+        sweep: sweep(&|_| 40.0),
+        topology_key: Some("nvidia.com/gpu.clique".into()),
+        blocks: ["clique-a", "clique-b", "clique-c", "clique-d"]
+            .iter()
+            .map(|v| NcclNodesBlock {
+                value: v.to_string(),
+                sweep: if *v == "clique-c" {
+                    sweep(&|k| if k >= 4 { 22.0 } else { 39.0 })
+                } else {
+                    sweep(&|_| 40.0)
+                },
+            })
+            .collect(),
+        slow_blocks: Vec::new(),
+    };
+    judge(&mut phase, &RULE);
+    let slow: Vec<(&str, &str, Collective, u32)> = phase
+        .slow_blocks
+        .iter()
+        .map(|b| (b.key.as_str(), b.value.as_str(), b.collective, b.nodes))
+        .collect();
+    assert_eq!(
+        slow,
+        [(
+            "nvidia.com/gpu.clique",
+            "clique-c",
+            Collective::AllReduce,
+            4
+        )],
+        "{phase:#?}"
+    );
+    // The slow block's own curve has its knee too, named for the block.
+    let block_knees = &phase.blocks[2].sweep.knees;
+    assert_eq!(block_knees.len(), 1, "{block_knees:#?}");
+    assert!(block_knees[0].message.contains("in block clique-c"));
+    assert!(phase.sweep.knees.is_empty());
+    let mut status = gpufabric_api::run::FabricTestRunStatus {
+        nccl_nodes: Some(phase),
+        ..Default::default()
+    };
+    let at = crate::time::to_time(chrono::Utc::now());
+    set_knee_condition(&mut status, Some(1), &at);
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SLOW_BLOCK)
+        .expect("the slow-block condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "SlowBlock")
+    );
+    assert!(
+        c.message
+            .contains("of block nvidia.com/gpu.clique=clique-c reached 22.0 GB/s"),
+        "{}",
+        c.message
+    );
+    assert!(
+        status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains(&c.message))
+    );
+    assert!(status.findings.is_empty() && status.nodes.is_empty());
 }

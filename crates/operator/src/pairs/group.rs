@@ -276,6 +276,79 @@ pub fn choose(candidates: &[(String, u32)], max: usize, seed: u64) -> Vec<String
     chosen
 }
 
+/// A group's nodes split into topology blocks by a label ([`choose_blocks`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Blocks {
+    /// Per value of the label, in the values' order: the block's nodes by rank.
+    pub blocks: Vec<(String, Vec<String>)>,
+    /// One node of each block, by rank: the sweep across blocks.
+    pub across: Vec<String>,
+    /// Candidates without the label, which take no part.
+    pub unlabelled: usize,
+}
+
+impl Blocks {
+    /// How many of its groups have the two nodes a group needs.
+    pub fn groups(&self) -> usize {
+        self.blocks.iter().filter(|(_, n)| n.len() >= 2).count()
+            + usize::from(self.across.len() >= 2)
+    }
+}
+
+/// The nodes of a group split by a label: among `candidates` (node, GPUs, the label's value),
+/// those with the GPU count most of them have ([`choose`]'s rule, over every block at once),
+/// grouped by the label's value; each block at most `max` of its nodes and the group across
+/// blocks one node of each, at most `max` blocks, each picked by `seed` as [`choose`] picks.
+pub fn choose_blocks(
+    candidates: &[(String, u32, Option<String>)],
+    max: usize,
+    seed: u64,
+) -> Blocks {
+    let labelled: Vec<(String, u32)> = candidates
+        .iter()
+        .filter(|(_, _, v)| v.is_some())
+        .map(|(n, g, _)| (n.clone(), *g))
+        .collect();
+    let alike = choose(&labelled, usize::MAX, seed);
+    let mut by_value: BTreeMap<&str, Vec<(String, u32)>> = BTreeMap::new();
+    for (n, g, v) in candidates {
+        if let Some(v) = v
+            && alike.contains(n)
+        {
+            by_value
+                .entry(v.as_str())
+                .or_default()
+                .push((n.clone(), *g));
+        }
+    }
+    let blocks: Vec<(String, Vec<String>)> = by_value
+        .into_iter()
+        .map(|(v, nodes)| (v.to_string(), choose(&nodes, max, seed)))
+        .collect();
+    let gpus = |n: &String| {
+        candidates
+            .iter()
+            .find(|(c, _, _)| c == n)
+            .map_or(0, |(_, g, _)| *g)
+    };
+    let representatives: Vec<(String, u32)> = blocks
+        .iter()
+        .filter_map(|(_, nodes)| {
+            let pool: Vec<(String, u32)> = nodes.iter().map(|n| (n.clone(), gpus(n))).collect();
+            choose(&pool, 1, seed.rotate_left(1)).into_iter().next()
+        })
+        .map(|n| {
+            let g = gpus(&n);
+            (n, g)
+        })
+        .collect();
+    Blocks {
+        across: choose(&representatives, max, seed),
+        blocks,
+        unlabelled: candidates.iter().filter(|(_, _, v)| v.is_none()).count(),
+    }
+}
+
 /// A multi-node phase of a run as the shell moves it: its part of the run's status, the pods
 /// of its ranks and how it settles. The shell (`controller::run::group`) is the same for
 /// every phase; each phase says only what differs.
@@ -292,17 +365,31 @@ pub trait GroupPhase: Clone + Sized {
     fn max_nodes(run: &FabricTestRun) -> usize;
     /// Its status once its nodes are chosen.
     fn begun(nodes: Vec<String>) -> Self;
+    /// The node label whose values split its nodes into topology blocks, if the suite names
+    /// one; a phase that has none runs one group.
+    fn topology_key(_run: &FabricTestRun) -> Option<&str> {
+        None
+    }
+    /// Its status once its nodes are chosen in blocks by the label `key`: a group per block,
+    /// one after the other, then one across blocks. A phase without a topology key never
+    /// has blocks; by default it runs only the group across them.
+    fn begun_in_blocks(_key: &str, blocks: Blocks) -> Self {
+        Self::begun(blocks.across)
+    }
     /// Its status when it does not run, for `why`.
     fn skipped(why: String) -> Self;
-    /// Its nodes, by rank.
+    /// The nodes of its current group, by rank.
     fn nodes(&self) -> &[String];
+    /// Where its current group stands.
     fn state(&self) -> PairState;
     fn set_state(&mut self, state: PairState);
-    /// The UIDs of its pods, by rank ("" for one not made).
+    /// The UIDs of its current group's pods, by rank ("" for one not made).
     fn pod_uids(&mut self) -> &mut Vec<String>;
+    /// Every group of it has ended.
     fn done(&self) -> bool;
-    /// Name of the pod of `rank` in the run whose [`crate::names::run_base`] is `base`.
-    fn pod_name(base: &str, rank: u32) -> String;
+    /// Name of the pod of `rank` of its current group in the run whose
+    /// [`crate::names::run_base`] is `base` (a name per group, should it run several).
+    fn pod_name(&self, base: &str, rank: u32) -> String;
     /// The pod of `rank` on a node of `gpus` GPUs.
     fn pod(
         &self,
@@ -311,6 +398,7 @@ pub trait GroupPhase: Clone + Sized {
         rendezvous: &Rendezvous,
         gpus: u32,
     ) -> Result<Pod, BuildError>;
-    /// Writes how it ended into its status (and marks it done).
+    /// Writes how its current group ended into its status; marks it done once its last
+    /// group has ended (the next group, if any, is current then).
     fn settle(&mut self, settled: Settled<Self::Doc>);
 }

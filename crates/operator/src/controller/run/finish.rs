@@ -64,7 +64,14 @@ pub(super) async fn finish(
         );
     }
     if let Some(sweep) = next.nccl_nodes.as_mut() {
-        sweep.knees = crate::nccl_nodes::knees(sweep, run.spec.thresholds.fleet_min_relative_gap);
+        let t = &run.spec.thresholds;
+        // Blocks, not nodes, are compared: three of them are enough.
+        let rule = gpufabric_health::fleet::Rule {
+            score: t.fleet_outlier_score,
+            min_gap: t.fleet_min_relative_gap,
+            min_count: 3,
+        };
+        crate::nccl_nodes::judge(sweep, &rule);
     }
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
@@ -348,6 +355,12 @@ async fn announce(
         }
     }
     publish(ctx, run, bad, reason, "Finish", &summary).await;
+    // A slow topology block: a Warning on the run naming the block, never on its nodes.
+    for b in next.nccl_nodes.iter().flat_map(|n| &n.slow_blocks) {
+        tracing::warn!(key = %b.key, value = %b.value, "slow topology block");
+        let reason = crate::nccl_nodes::CONDITION_SLOW_BLOCK;
+        publish(ctx, run, true, reason, "Finish", &b.message).await;
+    }
 }
 
 /// What every node of a run is judged with besides its own result: which trend record it

@@ -50,13 +50,18 @@ pub(super) async fn advance<G: GroupPhase>(
         made: next.rendezvous_secret_uid.clone(),
         checked: None,
     };
+    let group = status.nodes().to_vec();
     let result = step(run, &mut status, &mut secret, ctx, pods_api).await;
     next.rendezvous_secret_uid = secret.made;
     let done = status.done();
+    // A group ended and the phase's next one begins: at once, not at a deadline.
+    let next_group = status.nodes() != group.as_slice();
     *G::slot(next) = Some(status);
     let wait = result?;
     Ok(if done {
         PairsStep::Done
+    } else if next_group {
+        PairsStep::Wait(Duration::from_millis(100))
     } else {
         PairsStep::Wait(wait)
     })
@@ -91,19 +96,48 @@ async fn begin<G: GroupPhase>(
         })
         .collect();
     let seed = gpufabric_api::fnv1a(run.uid().unwrap_or_default().as_bytes());
-    let nodes = group::choose(&candidates, G::max_nodes(run), seed);
-    if nodes.len() < 2 {
-        tracing::info!(
-            candidates = candidates.len(),
-            "no {}: fewer than 2 nodes",
-            G::NAME
-        );
-        *G::slot(next) = Some(G::skipped(format!(
-            "{} nodes with the same GPU count passed their own check and the node pairs: at least 2 are needed",
-            nodes.len()
-        )));
-        return Ok(PairsStep::Done);
-    }
+    let begun = match G::topology_key(run) {
+        None => {
+            let nodes = group::choose(&candidates, G::max_nodes(run), seed);
+            if nodes.len() >= 2 {
+                Ok(G::begun(nodes))
+            } else {
+                Err(format!(
+                    "{} nodes with the same GPU count passed their own check and the node pairs: at least 2 are needed",
+                    nodes.len()
+                ))
+            }
+        }
+        Some(key) => {
+            let labelled: Vec<(String, u32, Option<String>)> = candidates
+                .iter()
+                .map(|(n, g)| {
+                    let value = ctx
+                        .nodes
+                        .get(&ObjectRef::new(n))
+                        .and_then(|node| node.labels().get(key).cloned());
+                    (n.clone(), *g, value)
+                })
+                .collect();
+            let blocks = group::choose_blocks(&labelled, G::max_nodes(run), seed);
+            if blocks.groups() == 0 {
+                Err(format!(
+                    "no value of {key} is shared by 2 nodes with the same GPU count that passed their own check and the node pairs, nor are there 2 such values ({} without the label)",
+                    blocks.unlabelled
+                ))
+            } else {
+                Ok(G::begun_in_blocks(key, blocks))
+            }
+        }
+    };
+    let begun = match begun {
+        Ok(begun) => begun,
+        Err(why) => {
+            tracing::info!(candidates = candidates.len(), %why, "no {}", G::NAME);
+            *G::slot(next) = Some(G::skipped(why));
+            return Ok(PairsStep::Done);
+        }
+    };
     match ensure_secret(run, ctx, next.rendezvous_secret_uid.as_deref()).await? {
         Ok(uid) => next.rendezvous_secret_uid = Some(uid),
         Err(why) => {
@@ -116,8 +150,8 @@ async fn begin<G: GroupPhase>(
             return Ok(PairsStep::Done);
         }
     }
-    tracing::info!(nodes = ?nodes, "{} started", G::NAME);
-    *G::slot(next) = Some(G::begun(nodes));
+    tracing::info!(nodes = ?begun.nodes(), "{} started", G::NAME);
+    *G::slot(next) = Some(begun);
     Ok(PairsStep::Wait(Duration::from_millis(100)))
 }
 
@@ -135,7 +169,7 @@ async fn step<G: GroupPhase>(
     let cached = pods_of(ctx, &ctx.pod_namespace, &uid);
     let count = status.nodes().len();
     let names: Vec<String> = (0..count as u32)
-        .map(|rank| G::pod_name(&base, rank))
+        .map(|rank| status.pod_name(&base, rank))
         .collect();
     status.pod_uids().resize(count, String::new());
     let made: Vec<Option<String>> = status
