@@ -98,6 +98,7 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             }
         ),
         Standing::Passing => "passing: nothing to do".to_string(),
+        Standing::GpusOutOfService { .. } => "passing as a node: not held".to_string(),
         Standing::Gated => h.standing.to_string(),
         Standing::NotMeasured => format!(
             "not measured ({}): never held against the node",
