@@ -62,7 +62,8 @@ pub fn open_breaker(mut t: FabricTest) -> FabricTest {
 }
 
 /// `t` with GPUs taken out of service by DRA device taints, as the operator records them:
-/// two of h100-03 (listed out of order) and one of h100-00.
+/// two of h100-03 (listed out of order) and one of h100-00, each node standing
+/// `GpusOutOfService`.
 pub fn with_tainted_gpus(mut t: FabricTest) -> FabricTest {
     let gpu = |node: &str, gpu: u32, rule: &str, reason: &str, since: &str| {
         serde_json::from_value(json!({
@@ -103,8 +104,12 @@ pub fn with_tainted_gpus(mut t: FabricTest) -> FabricTest {
                     "2026-11-20T02:05:00Z",
                 )]
             }
-            _ => {}
+            _ => continue,
         }
+        let mut gpus: Vec<u32> = h.tainted_gpus.iter().map(|g| g.gpu).collect();
+        gpus.sort();
+        h.standing = gpufabric_api::standing::Standing::GpusOutOfService { gpus };
+        h.held_back = None;
     }
     t
 }

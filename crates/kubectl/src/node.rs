@@ -98,7 +98,9 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             }
         ),
         Standing::Passing => "passing: nothing to do".to_string(),
-        Standing::GpusOutOfService { .. } => "passing as a node: not held".to_string(),
+        Standing::GpusOutOfService { .. } => {
+            "not held: it stays schedulable for its other GPUs".to_string()
+        }
         Standing::Gated => h.standing.to_string(),
         Standing::NotMeasured => format!(
             "not measured ({}): never held against the node",
@@ -112,7 +114,7 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             .map(crate::gpus_out::sentence)
             .collect();
         why = format!(
-            "GPUs out of service by DRA device taints: {}; each released after {} passing run(s) in a row; the node stays schedulable, as a node it is {why}",
+            "GPUs out of service by DRA device taints: {}; each released after {} passing run(s) in a row; the node itself: {why}",
             gpus.join("; "),
             policy.passes_to_release
         );
@@ -431,7 +433,7 @@ mod tests {
         );
         assert_eq!(
             v.tests[0].acted_on,
-            "GPUs out of service by DRA device taints: GPU 5 (gpu.nvidia.com/h100-03/gpu-5) since 2026-11-21T02:04:10Z: GPU 5 computes a step 1.5x slower than the node's other GPUs; GPU 2 (gpu.nvidia.com/h100-03/gpu-2) since 2026-11-21T02:04:10Z: GPU pair 2-5 copies at 95 GB/s; each released after 2 passing run(s) in a row; the node stays schedulable, as a node it is not acted on: would quarantine: the budget (maxQuarantined 10%) is spent"
+            "GPUs out of service by DRA device taints: GPU 5 (gpu.nvidia.com/h100-03/gpu-5) since 2026-11-21T02:04:10Z: GPU 5 computes a step 1.5x slower than the node's other GPUs; GPU 2 (gpu.nvidia.com/h100-03/gpu-2) since 2026-11-21T02:04:10Z: GPU pair 2-5 copies at 95 GB/s; each released after 2 passing run(s) in a row; the node itself: not held: it stays schedulable for its other GPUs"
         );
         let text = render(&v, &Format::Table).expect("text");
         assert!(
