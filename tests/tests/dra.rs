@@ -8,7 +8,9 @@
 //! `cargo build -p gpufabric-agent -p gpufabric-operator -p gpufabric-tests --bins`, then
 //! `cargo test -p gpufabric-tests --test dra`.
 
-use gpufabric_api::keys::{ANNOTATION_DEVICE_QUARANTINE, TAINT_GPU};
+use gpufabric_api::keys::{
+    ANNOTATION_DEVICE_QUARANTINE, CONDITION_NODE_DEGRADED, LABEL_RESULT, TAINT_GPU,
+};
 use gpufabric_api::run::SkipReason;
 use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::cluster::Cluster;
@@ -295,6 +297,59 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
         assert!(!cordoned(&env.read_node(node).await), "{node} was cordoned");
     }
     assert!(cordoned(&env.read_node("plain-01").await));
+
+    // The signals name the GPU and why, and do not read dra-01 as a failed node (remediation
+    // acting on it would take its seven good GPUs too); the metric holds the GPU alone.
+    let degraded = |n: Option<&Node>| {
+        n.and_then(|n| n.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_NODE_DEGRADED))
+            .cloned()
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let signalled = wait::for_object(&nodes, &env.node("dra-01"), Duration::from_secs(30), |n| {
+        degraded(n).is_some_and(|c| c.reason.as_deref() == Some("GPUsOutOfService"))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("dra-01's signals: {e}"));
+    let condition = degraded(signalled.as_ref()).expect("the condition");
+    assert_eq!(condition.status, "False");
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.contains("GPU 3 out of service by DRA device taints, the node stays schedulable: "),
+        "{message}"
+    );
+    let node = env.read_node("dra-01").await;
+    assert_eq!(
+        node.labels().get(LABEL_RESULT).map(String::as_str),
+        Some("pass")
+    );
+    let series = format!(
+        r#"gpufabric_gpu_quarantined{{test="{name}",node="{}",gpu="3"}} 1"#,
+        env.node("dra-01")
+    );
+    let metrics = wait::poll(
+        "the GPU's series",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let op = &env.operator;
+            let series = series.clone();
+            async move {
+                let text = op.metrics().await;
+                Ok(text.contains(&series).then_some(text))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}: no series {series}"));
+    assert!(
+        !metrics.contains(&format!(
+            r#"gpufabric_node_quarantined{{test="{name}",node="{}"}}"#,
+            env.node("dra-01")
+        )),
+        "dra-01 is not held as a node"
+    );
 
     // The real scheduler: 8 GPUs of dra-01 do not fit, 7 do, without GPU 3.
     let ns = env.ns.clone();

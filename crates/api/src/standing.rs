@@ -26,6 +26,10 @@ pub enum Standing {
     Quarantined { hardware: bool },
     /// Quarantined again and again: passing runs no longer release it, a repair does.
     RepeatOffender,
+    /// Its faulty GPUs (by index) are out of service, each by a DRA device taint of the
+    /// test; the node itself is not held and stays schedulable: a node that fails as a node
+    /// reads otherwise, one whose GPUs are all released reads as its runs say.
+    GpusOutOfService { gpus: Vec<u32> },
     /// A person took the test's quarantine back, and what they did; tested again at once.
     TakenBack { what: String },
     /// Behind the validation gate, not yet measured.
@@ -52,6 +56,8 @@ pub struct Facts {
     pub hardware: bool,
     /// The node carries the validation gate.
     pub gated: bool,
+    /// The node's GPUs the test holds out of service with DRA device taints after this run.
+    pub gpus_out: Vec<u32>,
 }
 
 /// How a standing reads in the node's `GPUFabricDegraded` condition.
@@ -72,6 +78,10 @@ impl Standing {
             Standing::Quarantined {
                 hardware: self.hardware(),
             }
+        } else if !f.gpus_out.is_empty() {
+            Standing::GpusOutOfService {
+                gpus: f.gpus_out.clone(),
+            }
         } else {
             Standing::Passing
         }
@@ -84,6 +94,11 @@ impl Standing {
         } else if f.quarantined {
             Standing::Quarantined {
                 hardware: f.hardware,
+            }
+        } else if !f.gpus_out.is_empty() {
+            // The failure is acted on per GPU: the node is not held.
+            Standing::GpusOutOfService {
+                gpus: f.gpus_out.clone(),
             }
         } else if !f.confirmed {
             Standing::Suspect
@@ -100,8 +115,9 @@ impl Standing {
     }
 
     /// After a run that did not measure the node: the infrastructure is not the node's
-    /// fault, so a standing a measurement gave is kept; a quarantine is what the planner
-    /// kept or ended (read from `f`); a node never measured is gated or not measured.
+    /// fault, so a standing a measurement gave is kept; a quarantine, of the node or of its
+    /// GPUs, is what the planner kept or ended (read from `f`); a node never measured is
+    /// gated or not measured.
     pub fn on_not_measured(&self, f: &Facts) -> Standing {
         if f.quarantined {
             return if f.repeat_offender {
@@ -112,12 +128,18 @@ impl Standing {
                 }
             };
         }
+        if !f.gpus_out.is_empty() {
+            return Standing::GpusOutOfService {
+                gpus: f.gpus_out.clone(),
+            };
+        }
         match self {
             Standing::NotMeasured | Standing::Gated if f.gated => Standing::Gated,
             Standing::NotMeasured
             | Standing::Gated
             | Standing::Quarantined { .. }
-            | Standing::RepeatOffender => Standing::NotMeasured,
+            | Standing::RepeatOffender
+            | Standing::GpusOutOfService { .. } => Standing::NotMeasured,
             kept => kept.clone(),
         }
     }
@@ -160,10 +182,11 @@ impl Standing {
     }
 
     /// The `gpufabric.io/result` label; None: the label is left as it is (nothing measured
-    /// says anything new of the node).
+    /// says anything new of the node). A node whose faulty GPUs are out of service passes as
+    /// a node: workloads that select passing nodes keep using its other GPUs.
     pub fn label(&self) -> Option<&'static str> {
         match self {
-            Standing::Passing => Some("pass"),
+            Standing::Passing | Standing::GpusOutOfService { .. } => Some("pass"),
             Standing::Suspect | Standing::TakenBack { .. } => Some("suspect"),
             Standing::Failing { .. }
             | Standing::HeldBack { .. }
@@ -175,10 +198,13 @@ impl Standing {
 
     /// Status and reason of the `GPUFabricDegraded` condition: `True` is a confirmed problem,
     /// as node-problem-detector's conditions are; a suspect is `Unknown`, not `True`, as
-    /// remediation acts on confirmed failures only, as quarantine does.
+    /// remediation acts on confirmed failures only, as quarantine does. A node whose faulty
+    /// GPUs are out of service is `False` (`GPUsOutOfService`): remediating the node would
+    /// take its good GPUs too; the message names the GPUs and why.
     pub fn condition(&self) -> ConditionReading {
         let (status, reason) = match self {
             Standing::Passing => ("False", "Passed"),
+            Standing::GpusOutOfService { .. } => ("False", "GPUsOutOfService"),
             Standing::Suspect => ("Unknown", "Suspect"),
             Standing::Failing { hardware: false }
             | Standing::HeldBack {
@@ -213,11 +239,12 @@ impl Standing {
             Standing::NotMeasured => 0,
             Standing::Gated => 1,
             Standing::Passing => 2,
-            Standing::TakenBack { .. } => 3,
-            Standing::Suspect => 4,
-            Standing::Failing { .. } | Standing::HeldBack { .. } => 5,
-            Standing::Quarantined { .. } => 6,
-            Standing::RepeatOffender => 7,
+            Standing::GpusOutOfService { .. } => 3,
+            Standing::TakenBack { .. } => 4,
+            Standing::Suspect => 5,
+            Standing::Failing { .. } | Standing::HeldBack { .. } => 6,
+            Standing::Quarantined { .. } => 7,
+            Standing::RepeatOffender => 8,
         }
     }
 
@@ -226,7 +253,9 @@ impl Standing {
     /// (their streak leads to a quarantine), then those not acted on, then not measured.
     pub fn attention(&self) -> u8 {
         match self {
-            Standing::Quarantined { .. } | Standing::RepeatOffender => 0,
+            Standing::Quarantined { .. }
+            | Standing::RepeatOffender
+            | Standing::GpusOutOfService { .. } => 0,
             Standing::Suspect | Standing::Failing { .. } => 1,
             Standing::HeldBack { .. } | Standing::TakenBack { .. } | Standing::Gated => 2,
             Standing::NotMeasured => 3,
@@ -247,6 +276,7 @@ impl Standing {
             Standing::HeldBack { .. } => State::HeldBack,
             Standing::Quarantined { .. } => State::Quarantined,
             Standing::RepeatOffender => State::RepeatOffender,
+            Standing::GpusOutOfService { .. } => State::GpusOutOfService,
             Standing::TakenBack { .. } => State::TakenBack,
             Standing::Gated => State::Gated,
             Standing::NotMeasured => State::NotMeasured,
@@ -270,6 +300,11 @@ impl fmt::Display for Standing {
                 f,
                 "quarantined, a repeat offender: passing runs no longer release it, a repair does"
             ),
+            Standing::GpusOutOfService { gpus } => write!(
+                f,
+                "passing as a node; {} out of service by DRA device taints",
+                gpu_list(gpus)
+            ),
             Standing::TakenBack { what } => write!(
                 f,
                 "taken back by a person ({what}): what is on the node is theirs"
@@ -277,6 +312,15 @@ impl fmt::Display for Standing {
             Standing::Gated => write!(f, "gated: behind the validation gate, not yet measured"),
             Standing::NotMeasured => write!(f, "not measured: never held against the node"),
         }
+    }
+}
+
+/// GPU indices as a person reads them: `GPU 3`, `GPUs 3, 6`.
+pub fn gpu_list(gpus: &[u32]) -> String {
+    let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    match gpus.len() {
+        1 => format!("GPU {}", list[0]),
+        _ => format!("GPUs {}", list.join(", ")),
     }
 }
 
@@ -291,6 +335,7 @@ pub enum State {
     HeldBack,
     Quarantined,
     RepeatOffender,
+    GpusOutOfService,
     TakenBack,
     Gated,
     #[default]
@@ -306,6 +351,7 @@ impl State {
             State::HeldBack => "HeldBack",
             State::Quarantined => "Quarantined",
             State::RepeatOffender => "RepeatOffender",
+            State::GpusOutOfService => "GpusOutOfService",
             State::TakenBack => "TakenBack",
             State::Gated => "Gated",
             State::NotMeasured => "NotMeasured",
@@ -325,21 +371,26 @@ pub struct StandingRecord {
     /// A failure the agent saw as a hardware fault.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hardware: bool,
+    /// GPUs out of service: their indices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 impl From<Standing> for StandingRecord {
     fn from(s: Standing) -> StandingRecord {
         let hardware = s.hardware();
         let state = s.state();
-        let why = match s {
-            Standing::HeldBack { why, .. } => Some(why),
-            Standing::TakenBack { what } => Some(what),
-            _ => None,
+        let (why, gpus) = match s {
+            Standing::HeldBack { why, .. } => (Some(why), Vec::new()),
+            Standing::TakenBack { what } => (Some(what), Vec::new()),
+            Standing::GpusOutOfService { gpus } => (None, gpus),
+            _ => (None, Vec::new()),
         };
         StandingRecord {
             state,
             why,
             hardware,
+            gpus,
         }
     }
 }
@@ -361,6 +412,7 @@ impl From<StandingRecord> for Standing {
                 hardware: r.hardware,
             },
             State::RepeatOffender => Standing::RepeatOffender,
+            State::GpusOutOfService => Standing::GpusOutOfService { gpus: r.gpus },
             State::TakenBack => Standing::TakenBack { what: why },
             State::Gated => Standing::Gated,
             State::NotMeasured => Standing::NotMeasured,
@@ -394,6 +446,7 @@ mod tests {
             },
             Standing::Gated,
             Standing::NotMeasured,
+            Standing::GpusOutOfService { gpus: vec![3] },
         ]
     }
 
@@ -413,6 +466,7 @@ mod tests {
             (Some("suspect"), "Unknown", "TakenBack", "suspect"),
             (None, "Unknown", "Gated", "not_measured"),
             (None, "Unknown", "NotMeasured", "not_measured"),
+            (Some("pass"), "False", "GPUsOutOfService", "pass"),
         ];
         for (s, (label, status, reason, metric)) in every().iter().zip(table) {
             let c = s.condition();
@@ -543,6 +597,7 @@ mod tests {
             Standing::NotMeasured,
             Standing::Gated,
             Standing::Passing,
+            Standing::GpusOutOfService { gpus: vec![3] },
             Standing::TakenBack { what: "x".into() },
             Standing::Suspect,
             Standing::Failing { hardware: false },
@@ -552,5 +607,47 @@ mod tests {
         for w in order.windows(2) {
             assert!(w[0].severity() < w[1].severity(), "{:?} < {:?}", w[0], w[1]);
         }
+    }
+
+    #[test]
+    fn a_node_whose_faulty_gpus_are_out_of_service_is_not_a_failed_node() {
+        let f = Facts {
+            confirmed: true,
+            gpus_out: vec![3],
+            ..Facts::default()
+        };
+        let s = Standing::Passing.on_failure(&f);
+        assert_eq!(s, Standing::GpusOutOfService { gpus: vec![3] });
+        assert_eq!(s.condition().status, "False");
+        assert_eq!(s.label(), Some("pass"));
+        assert!(!s.is_quarantined());
+        // Still held after a pass (the release needs its streak), and while not measured.
+        assert_eq!(s.on_pass(&f), s);
+        assert_eq!(s.on_not_measured(&f), s);
+        // Released: it reads as its runs say.
+        assert_eq!(s.on_pass(&Facts::default()), Standing::Passing);
+        assert_eq!(s.on_not_measured(&Facts::default()), Standing::NotMeasured);
+        // Quarantined as a node (more than half its GPUs, a node-level fault): the node's
+        // quarantine is what it reads.
+        let node = Facts {
+            quarantined: true,
+            ..f.clone()
+        };
+        assert_eq!(
+            s.on_failure(&node),
+            Standing::Quarantined { hardware: false }
+        );
+        assert_eq!(
+            s.to_string(),
+            "passing as a node; GPU 3 out of service by DRA device taints"
+        );
+        let stored =
+            serde_json::to_value(&Standing::GpusOutOfService { gpus: vec![3, 6] }).expect("stored");
+        assert_eq!(
+            stored,
+            serde_json::json!({"state": "GpusOutOfService", "gpus": [3, 6]})
+        );
+        let back: Standing = serde_json::from_value(stored).expect("read back");
+        assert_eq!(back, Standing::GpusOutOfService { gpus: vec![3, 6] });
     }
 }

@@ -44,6 +44,11 @@ impl TestStanding {
                 "a repeat offender, released only by a repair: {}",
                 detail.unwrap_or("no finding recorded")
             ),
+            Standing::GpusOutOfService { gpus } => format!(
+                "{} out of service by DRA device taints, the node stays schedulable: {}",
+                crate::standing::gpu_list(gpus),
+                detail.unwrap_or("no finding recorded")
+            ),
             Standing::TakenBack { what } => format!("quarantine taken back ({what})"),
             Standing::Gated => "behind the validation gate, not yet measured".to_string(),
             Standing::NotMeasured => {

@@ -61,6 +61,59 @@ pub fn open_breaker(mut t: FabricTest) -> FabricTest {
     t
 }
 
+/// `t` with GPUs taken out of service by DRA device taints, as the operator records them:
+/// two of h100-03 (listed out of order) and one of h100-00, each node standing
+/// `GpusOutOfService`.
+pub fn with_tainted_gpus(mut t: FabricTest) -> FabricTest {
+    let gpu = |node: &str, gpu: u32, rule: &str, reason: &str, since: &str| {
+        serde_json::from_value(json!({
+            "gpu": gpu,
+            "device": format!("gpu.nvidia.com/{node}/gpu-{gpu}"),
+            "rule": rule,
+            "reason": reason,
+            "since": since,
+        }))
+        .expect("a tainted GPU")
+    };
+    for h in t.status.iter_mut().flat_map(|s| s.nodes.iter_mut()) {
+        match h.node.as_str() {
+            "h100-03" => {
+                h.tainted_gpus = vec![
+                    gpu(
+                        &h.node,
+                        5,
+                        "gpufabric-gpu-q9w4z",
+                        "GPU 5 computes a step 1.5x slower than the node's other GPUs",
+                        "2026-11-21T02:04:10Z",
+                    ),
+                    gpu(
+                        &h.node,
+                        2,
+                        "gpufabric-gpu-8c2d1",
+                        "GPU pair 2-5 copies at 95 GB/s",
+                        "2026-11-21T02:04:10Z",
+                    ),
+                ]
+            }
+            "h100-00" => {
+                h.tainted_gpus = vec![gpu(
+                    &h.node,
+                    6,
+                    "gpufabric-gpu-m3k7v",
+                    "GPU 6 memory bandwidth 2.10 TB/s, 38% under its peers",
+                    "2026-11-20T02:05:00Z",
+                )]
+            }
+            _ => continue,
+        }
+        let mut gpus: Vec<u32> = h.tainted_gpus.iter().map(|g| g.gpu).collect();
+        gpus.sort();
+        h.standing = gpufabric_api::standing::Standing::GpusOutOfService { gpus };
+        h.held_back = None;
+    }
+    t
+}
+
 pub fn run() -> FabricTestRun {
     serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1",

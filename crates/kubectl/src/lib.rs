@@ -8,6 +8,7 @@
 pub mod doc;
 pub mod exit;
 pub mod findings;
+pub mod gpus_out;
 pub mod html;
 pub mod jsonpath;
 pub mod node;

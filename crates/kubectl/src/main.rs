@@ -297,13 +297,14 @@ fn write_out(text: &str, to: Option<&std::path::Path>) -> Result<(), Failure> {
 }
 
 /// The objects of `run`'s HTML page beyond the run and its shards, and the page itself:
-/// the nodes (their trend annotations), the full results kept in `namespace`, and the
-/// run that confirmed this one's suspects.
+/// the nodes (their trend annotations), the full results kept in `namespace`, the run
+/// that confirmed this one's suspects, and the GPUs its test holds out of service.
 async fn html_report(
     client: &kube::Client,
     r: &FabricTestRun,
     shards: &[FabricTestRunShard],
     nodes: Vec<Node>,
+    gpus_out: &[gpufabric_kubectl::gpus_out::GpuOut],
     namespace: &str,
 ) -> Result<String, Failure> {
     let run = r.metadata.name.clone().unwrap_or_default();
@@ -343,6 +344,7 @@ async fn html_report(
         kept_note: kept_note.as_deref(),
         confirmation: confirmation.as_deref(),
         generated_at: &now,
+        gpus_out,
     });
     Ok(html::render(&model))
 }
@@ -440,16 +442,20 @@ async fn execute(cli: &Cli) -> Result<(), Failure> {
                 .await
                 .context("listing the run's FabricTestRunShards")?
                 .items;
-            if let Output::Html(to) = &cli.output {
-                let all = nodes.list(&lp).await.context("listing Nodes")?.items;
-                let page = html_report(&client, &r, &shards, all, &namespace).await?;
-                return write_out(&page, to.as_deref());
-            }
-            let quarantine = match tests
+            let test = tests
                 .get_opt(&r.spec.test)
                 .await
-                .with_context(|| format!("reading FabricTest {}", r.spec.test))?
-            {
+                .with_context(|| format!("reading FabricTest {}", r.spec.test))?;
+            if let Output::Html(to) = &cli.output {
+                let all = nodes.list(&lp).await.context("listing Nodes")?.items;
+                let gpus_out = test
+                    .as_ref()
+                    .map(gpufabric_kubectl::gpus_out::of_test)
+                    .unwrap_or_default();
+                let page = html_report(&client, &r, &shards, all, &gpus_out, &namespace).await?;
+                return write_out(&page, to.as_deref());
+            }
+            let quarantine = match test {
                 Some(t) => {
                     let all = nodes.list(&lp).await.context("listing Nodes")?.items;
                     Some(Quarantine::of(&t, &all))

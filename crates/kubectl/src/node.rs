@@ -54,6 +54,8 @@ pub struct NodeView {
     pub trend: Vec<TestTrend>,
     /// Why the trend annotation is there but is no record.
     pub trend_error: Option<String>,
+    /// Its GPUs the tests took out of service with DRA device taints.
+    pub gpus_out_of_service: Vec<crate::gpus_out::GpuOut>,
 }
 
 /// Why `test` does or does not act on the node of entry `h`: what its standing says, with
@@ -96,6 +98,9 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
             }
         ),
         Standing::Passing => "passing: nothing to do".to_string(),
+        Standing::GpusOutOfService { .. } => {
+            "not held: it stays schedulable for its other GPUs".to_string()
+        }
         Standing::Gated => h.standing.to_string(),
         Standing::NotMeasured => format!(
             "not measured ({}): never held against the node",
@@ -106,15 +111,10 @@ pub fn acted_on(test: &FabricTest, h: &NodeHealth, breaker: &Breaker) -> String 
         let gpus: Vec<String> = h
             .tainted_gpus
             .iter()
-            .map(|g| {
-                format!(
-                    "GPU {} ({}, rule {}): {}",
-                    g.gpu, g.device, g.rule, g.reason
-                )
-            })
+            .map(crate::gpus_out::sentence)
             .collect();
         why = format!(
-            "GPUs taken out of service by DRA device taints, the node stays schedulable: {}; released after {} passing run(s) in a row",
+            "GPUs out of service by DRA device taints: {}; each released after {} passing run(s) in a row; the node itself: {why}",
             gpus.join("; "),
             policy.passes_to_release
         );
@@ -156,9 +156,9 @@ impl NodeView {
             .collect();
         let mut entries = Vec::new();
         let mut findings = Vec::new();
-        let mut tests: Vec<&FabricTest> = tests.iter().collect();
-        tests.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        for t in tests {
+        let mut sorted: Vec<&FabricTest> = tests.iter().collect();
+        sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for t in sorted {
             let Some(st) = t.status.as_ref() else {
                 continue;
             };
@@ -225,6 +225,7 @@ impl NodeView {
             findings,
             trend,
             trend_error,
+            gpus_out_of_service: crate::gpus_out::of_node(tests, &name),
             node: name,
         }
     }
@@ -288,6 +289,10 @@ impl View for NodeView {
             self.repaired.as_deref().unwrap_or("no"),
             keys::ANNOTATION_GATED,
             self.gated.as_deref().unwrap_or("no")
+        ));
+        doc.extend(crate::gpus_out::doc(
+            crate::gpus_out::HEADING,
+            &self.gpus_out_of_service,
         ));
         doc.heading("history in each FabricTest");
         let mut t = Table::new(&[
@@ -419,33 +424,42 @@ mod tests {
     }
 
     #[test]
-    fn a_node_with_a_tainted_gpu_says_which_gpu_is_out_of_service_and_that_the_node_is_not() {
-        let mut test = fixtures::test();
-        let status = test.status.as_mut().expect("status");
-        let h = status
-            .nodes
-            .iter_mut()
-            .find(|h| h.node == "h100-03")
-            .expect("h100-03 in the status");
-        h.tainted_gpus = vec![gpufabric_api::device_taint::TaintedGpu {
-            gpu: 3,
-            device: "gpu.nvidia.com/h100-03/gpu-3".into(),
-            rule: "gpufabric-gpu-x7k2p".into(),
-            reason: "GPU 3 computes 1.5x slower".into(),
-            since: None,
-        }];
+    fn a_node_with_tainted_gpus_lists_them_and_still_reads_as_its_own_standing() {
+        let test = fixtures::with_tainted_gpus(fixtures::test());
         let v = NodeView::of(
             &fixtures::node("h100-03", None),
             &[test],
             &[fixtures::run()],
         );
-        assert!(
-            v.tests[0].acted_on.starts_with(
-                "GPUs taken out of service by DRA device taints, the node stays schedulable: GPU 3 (gpu.nvidia.com/h100-03/gpu-3, rule gpufabric-gpu-x7k2p): GPU 3 computes 1.5x slower"
-            ),
-            "{}",
-            v.tests[0].acted_on
+        assert_eq!(
+            v.tests[0].acted_on,
+            "GPUs out of service by DRA device taints: GPU 5 (gpu.nvidia.com/h100-03/gpu-5) since 2026-11-21T02:04:10Z: GPU 5 computes a step 1.5x slower than the node's other GPUs; GPU 2 (gpu.nvidia.com/h100-03/gpu-2) since 2026-11-21T02:04:10Z: GPU pair 2-5 copies at 95 GB/s; each released after 2 passing run(s) in a row; the node itself: not held: it stays schedulable for its other GPUs"
         );
+        let text = render(&v, &Format::Table).expect("text");
+        assert!(
+            text.contains(
+                "==> GPUs out of service (DRA device taints; the node itself stays schedulable)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("h100-03  nightly  2    gpu.nvidia.com/h100-03/gpu-2  2026-11-21T02:04:10Z  gpufabric-gpu-8c2d1  GPU pair 2-5 copies at 95 GB/s"),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&v, &Format::Json).expect("json")).expect("parses");
+        let gpus = &json["gpusOutOfService"];
+        assert_eq!(gpus[0]["gpu"], 2);
+        assert_eq!(gpus[0]["device"], "gpu.nvidia.com/h100-03/gpu-2");
+        assert_eq!(gpus[0]["since"], "2026-11-21T02:04:10Z");
+        assert_eq!(
+            gpus[1]["reason"],
+            "GPU 5 computes a step 1.5x slower than the node's other GPUs"
+        );
+        assert_eq!(gpus[1]["test"], "nightly");
+        // A node without tainted GPUs has no such section.
+        let plain = render(&view("h100-03", None), &Format::Table).expect("text");
+        assert!(!plain.contains("GPUs out of service"), "{plain}");
     }
 
     #[test]

@@ -334,6 +334,8 @@ pub struct Quarantine {
     /// Every node cordoned, labelled or tainted as quarantined (by this test or not).
     pub marked: Vec<NodeMarks>,
     pub held_back: Vec<HeldBack>,
+    /// GPUs it took out of service with DRA device taints (their nodes stay schedulable).
+    pub gpus_out_of_service: Vec<crate::gpus_out::GpuOut>,
 }
 
 impl Quarantine {
@@ -344,6 +346,7 @@ impl Quarantine {
             quarantined: s.quarantined,
             marked: nodes.iter().filter_map(NodeMarks::of).collect(),
             held_back: s.held_back,
+            gpus_out_of_service: s.gpus_out_of_service,
         }
     }
 
@@ -379,6 +382,10 @@ impl Quarantine {
             }
             doc.table(t);
         }
+        doc.extend(crate::gpus_out::doc(
+            crate::gpus_out::HEADING,
+            &self.gpus_out_of_service,
+        ));
         doc
     }
 }
@@ -507,6 +514,34 @@ mod tests {
         }
         // A node without marks is not in the quarantine table.
         assert!(!text.contains("h100-00  false"), "{text}");
+    }
+
+    #[test]
+    fn the_report_lists_the_gpus_its_test_took_out_of_service() {
+        let mut r = report();
+        r.quarantine = Some(Quarantine::of(
+            &fixtures::with_tainted_gpus(fixtures::test()),
+            &[],
+        ));
+        let text = render(&r, &Format::Table).expect("text");
+        assert!(
+            text.contains(
+                "==> GPUs out of service (DRA device taints; the node itself stays schedulable)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("h100-03  nightly  5    gpu.nvidia.com/h100-03/gpu-5  2026-11-21T02:04:10Z  gpufabric-gpu-q9w4z  GPU 5 computes a step 1.5x slower"),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&r, &Format::Json).expect("json")).expect("parses");
+        assert_eq!(
+            json["quarantine"]["gpusOutOfService"][1]["device"],
+            "gpu.nvidia.com/h100-03/gpu-2"
+        );
+        let plain = render(&report(), &Format::Table).expect("text");
+        assert!(!plain.contains("GPUs out of service"), "{plain}");
     }
 
     #[test]

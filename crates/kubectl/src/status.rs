@@ -31,6 +31,8 @@ pub struct TestSummary {
     /// Nodes quarantined too often for passing runs to release.
     pub repeat_offenders: Vec<String>,
     pub breaker: Breaker,
+    /// GPUs it took out of service with DRA device taints (their nodes stay schedulable).
+    pub gpus_out_of_service: Vec<crate::gpus_out::GpuOut>,
 }
 
 /// A failing node a test reports but does not act on.
@@ -93,6 +95,7 @@ impl TestSummary {
                 .collect(),
             repeat_offenders: st.repeat_offenders,
             breaker: Breaker::of(test),
+            gpus_out_of_service: crate::gpus_out::of_test(test),
         }
     }
 }
@@ -227,6 +230,12 @@ impl Status {
             doc.heading("failing nodes held back (reported, not acted on)");
             doc.table(held);
         }
+        let gpus: Vec<crate::gpus_out::GpuOut> = self
+            .tests
+            .iter()
+            .flat_map(|s| s.gpus_out_of_service.iter().cloned())
+            .collect();
+        doc.extend(crate::gpus_out::doc(crate::gpus_out::HEADING, &gpus));
         for s in self.tests.iter().filter(|s| s.breaker.open) {
             doc.heading(format!(
                 "the breaker of {} is open: it quarantines and releases no node until reset (kubectl annotate ft {} {}=now)",
@@ -274,6 +283,31 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("breaker of nightly is open"), "{text}");
+    }
+
+    #[test]
+    fn the_gpus_a_test_took_out_of_service_are_listed_with_node_finding_and_since() {
+        let s = Status::of(&[fixtures::with_tainted_gpus(fixtures::test())]);
+        let text = render(&s, &Format::Table).expect("text");
+        let section = text
+            .split("==> GPUs out of service (DRA device taints; the node itself stays schedulable)")
+            .nth(1)
+            .expect("the section");
+        let rows: Vec<&str> = section.lines().skip(2).take(3).map(str::trim).collect();
+        assert!(rows[0].starts_with("h100-00  nightly  6    gpu.nvidia.com/h100-00/gpu-6  2026-11-20T02:05:00Z  gpufabric-gpu-m3k7v  GPU 6 memory bandwidth"), "{text}");
+        assert!(rows[1].starts_with("h100-03  nightly  2"), "{text}");
+        assert!(rows[2].starts_with("h100-03  nightly  5"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&s, &Format::Json).expect("json")).expect("parses");
+        let gpus = &json["tests"][0]["gpusOutOfService"];
+        assert_eq!(gpus[0]["node"], "h100-00");
+        assert_eq!(gpus[0]["rule"], "gpufabric-gpu-m3k7v");
+        assert_eq!(
+            gpus[2]["reason"],
+            "GPU 5 computes a step 1.5x slower than the node's other GPUs"
+        );
+        let plain = render(&Status::of(&[fixtures::test()]), &Format::Table).expect("text");
+        assert!(!plain.contains("GPUs out of service"), "{plain}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use state::{GpuFindingLabels, NodeLabels, NodeResultLabels, StateSeries, TestLabels};
+use state::{GpuFindingLabels, GpuLabels, NodeLabels, NodeResultLabels, StateSeries, TestLabels};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
@@ -71,6 +71,7 @@ struct StateFamilies {
     node_worst_pair: Family<NodeLabels, FloatGauge>,
     node_quarantined: Family<NodeLabels, Gauge>,
     gpu_findings: Family<GpuFindingLabels, Gauge>,
+    gpu_quarantined: Family<GpuLabels, Gauge>,
     last_run: Family<TestLabels, FloatGauge>,
     last_success: Family<TestLabels, FloatGauge>,
     next_run: Family<TestLabels, FloatGauge>,
@@ -117,6 +118,11 @@ impl StateFamilies {
             self.gpu_findings.clone(),
         );
         r.register(
+            "gpufabric_gpu_quarantined",
+            "1 while the FabricTest holds the GPU out of service with a DRA device taint (its node is not held)",
+            self.gpu_quarantined.clone(),
+        );
+        r.register(
             "gpufabric_test_last_run_timestamp_seconds",
             "When the FabricTest's latest run finished (Unix seconds)",
             self.last_run.clone(),
@@ -153,6 +159,7 @@ impl StateFamilies {
         replace_all(&self.node_result, s.node_result, int);
         replace_all(&self.node_quarantined, s.node_quarantined, int);
         replace_all(&self.gpu_findings, s.gpu_findings, int);
+        replace_all(&self.gpu_quarantined, s.gpu_quarantined, int);
         replace_all(&self.breaker_open, s.breaker_open, int);
         replace_all(&self.node_busbw, s.node_busbw_bytes_per_second, float);
         replace_all(

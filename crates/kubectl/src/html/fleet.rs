@@ -106,6 +106,7 @@ pub(super) fn section(r: &HtmlReport) -> String {
         s.push_str("</div>");
     }
     s.push_str(&not_measured(r));
+    s.push_str(&gpus_out(r));
     s.push_str(&findings(r));
     s.push_str("</section>\n");
     s
@@ -157,6 +158,39 @@ fn not_measured(r: &HtmlReport) -> String {
             r#"<p class="muted">{unlisted} more skipped node(s) not listed by the run.</p>"#
         );
     }
+    s
+}
+
+/// The GPUs the test holds out of service with DRA device taints; nothing when it holds
+/// none.
+fn gpus_out(r: &HtmlReport) -> String {
+    if r.gpus_out.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        r#"<h3 id="gpus-out">{}</h3><table><tr><th>node</th><th>GPU</th><th>device</th><th>since</th><th>rule</th><th>finding</th></tr>"#,
+        esc(crate::gpus_out::HEADING)
+    );
+    for g in &r.gpus_out {
+        let _ = write!(
+            s,
+            r#"<tr data-node="{}" data-gpu="{}"><td class="node">{}</td><td class="num">{}</td><td class="node">{}</td><td class="node">{}</td><td class="node">{}</td><td>{}</td></tr>"#,
+            esc(&g.node),
+            g.gpu.gpu,
+            esc(&g.node),
+            g.gpu.gpu,
+            esc(&g.gpu.device),
+            esc(&g
+                .gpu
+                .since
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default()),
+            esc(&g.gpu.rule),
+            esc(&g.gpu.reason)
+        );
+    }
+    s.push_str("</table>");
     s
 }
 

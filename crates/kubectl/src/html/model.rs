@@ -39,6 +39,8 @@ pub struct Sources<'a> {
     pub confirmation: Option<&'a str>,
     /// When the page was made (RFC 3339).
     pub generated_at: &'a str,
+    /// The GPUs the run's test holds out of service with DRA device taints now.
+    pub gpus_out: &'a [crate::gpus_out::GpuOut],
 }
 
 /// The whole page.
@@ -63,6 +65,8 @@ pub struct HtmlReport {
     pub ddp: Option<DdpNodesStatus>,
     pub trends: Vec<TrendRow>,
     pub trends_not_drawn: usize,
+    /// The GPUs the run's test holds out of service with DRA device taints now.
+    pub gpus_out: Vec<crate::gpus_out::GpuOut>,
 }
 
 /// Every node of the run by verdict, and the nodes it skipped.
@@ -428,6 +432,7 @@ impl HtmlReport {
             ddp: st.ddp_nodes.clone(),
             trends_not_drawn,
             trends,
+            gpus_out: src.gpus_out.to_vec(),
         }
     }
 }

@@ -43,6 +43,7 @@ struct Fetched {
     nodes: Vec<Node>,
     kept: Vec<ConfigMap>,
     confirmation: Option<String>,
+    gpus_out: Vec<crate::gpus_out::GpuOut>,
 }
 
 impl Fetched {
@@ -61,6 +62,7 @@ impl Fetched {
                 fixtures::kept("h200-02", "nightly-t-1", &later, true),
             ],
             confirmation: None,
+            gpus_out: Vec::new(),
         }
     }
 
@@ -73,6 +75,7 @@ impl Fetched {
             kept_note: None,
             confirmation: self.confirmation.as_deref(),
             generated_at: "2026-11-21T03:00:00Z",
+            gpus_out: &self.gpus_out,
         })
     }
 
@@ -274,6 +277,7 @@ fn a_kept_result_that_cannot_be_read_is_a_note_not_a_panic() {
             kept_note: None,
             confirmation: None,
             generated_at: "",
+            gpus_out: &[],
         }
     });
     assert!(render(&model).contains("full result not read: listing the ConfigMaps failed"));
@@ -439,4 +443,30 @@ fn every_string_from_the_cluster_is_escaped() {
     assert!(!page.contains("<script>") && !page.contains("<b>slow") && !page.contains("<img"));
     assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
     assert!(page.contains("pair &quot;2-5&quot; &lt;b&gt;slow&lt;/b&gt; &amp; worse"));
+}
+
+#[test]
+fn the_page_lists_the_gpus_the_test_took_out_of_service_and_only_then() {
+    let mut f = Fetched::demo();
+    let plain = render(&f.model());
+    assert!(
+        !plain.contains("id=\"gpus-out\""),
+        "no GPU tainted, no section"
+    );
+    f.gpus_out = crate::gpus_out::of_test(&fixtures::with_tainted_gpus(fixtures::test()));
+    let html = render(&f.model());
+    assert!(html.contains("<h3 id=\"gpus-out\">GPUs out of service (DRA device taints; the node itself stays schedulable)</h3>"));
+    let rows: Vec<&str> = tags(&html, "data-gpu=")
+        .into_iter()
+        .filter(|t| t.starts_with("<tr"))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            r#"<tr data-node="h100-00" data-gpu="6">"#,
+            r#"<tr data-node="h100-03" data-gpu="2">"#,
+            r#"<tr data-node="h100-03" data-gpu="5">"#
+        ]
+    );
+    assert!(html.contains("<td class=\"node\">gpu.nvidia.com/h100-03/gpu-5</td><td class=\"node\">2026-11-21T02:04:10Z</td><td class=\"node\">gpufabric-gpu-q9w4z</td><td>GPU 5 computes a step 1.5x slower than the node&#39;s other GPUs</td>"), "{html}");
 }

@@ -189,8 +189,8 @@ fn breaches(text: &str) -> Vec<String> {
     out
 }
 
-/// A FabricTest `nightly` with a schedule, a last run `nightly-1`, a quarantined node and an
-/// open breaker.
+/// A FabricTest `nightly` with a schedule, a last run `nightly-1`, a quarantined node, a
+/// node with a GPU out of service and an open breaker.
 fn test_fixture() -> Arc<FabricTest> {
     let t: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1",
@@ -202,7 +202,11 @@ fn test_fixture() -> Arc<FabricTest> {
                 {"node": "gpu-01", "verdict": "Passed", "consecutiveFailures": 0,
                  "consecutivePasses": 1, "quarantined": false},
                 {"node": "gpu-02", "verdict": "Failed", "consecutiveFailures": 2,
-                 "consecutivePasses": 0, "quarantined": true}
+                 "consecutivePasses": 0, "quarantined": true},
+                {"node": "gpu-03", "verdict": "Failed", "consecutiveFailures": 2,
+                 "consecutivePasses": 0, "standing": {"state": "GpusOutOfService", "gpus": [5]},
+                 "taintedGpus": [{"gpu": 5, "device": "gpu.nvidia.com/gpu-03/gpu-5",
+                                  "rule": "gpufabric-gpu-q9w4z", "reason": "GPU 5 straggles"}]}
             ],
             "quarantinedNodes": ["gpu-02"],
             "quarantinedCount": 1,

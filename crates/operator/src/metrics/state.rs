@@ -1,7 +1,8 @@
 //! Metrics read from the API state at scrape time (FabricTest status and the runs it
 //! names), so that they are the same on every replica and survive a restart: per node the
 //! last result, peak all_reduce busbw and worst GPU-pair bandwidth (bytes per second); per
-//! GPU the findings of the latest run; per test the last and next run, the last successful
+//! GPU the findings of the latest run and whether the test holds it out of service with a
+//! DRA device taint; per test the last and next run, the last successful
 //! run, and whether its breaker is open. Labels `test` (the cluster-scoped FabricTest),
 //! `node` (the node's name) and `gpu` (the GPU's index on the node, as dcgm-exporter's
 //! `gpu`).
@@ -51,6 +52,15 @@ pub struct GpuFindingLabels {
     pub severity: String,
 }
 
+/// `{test, node, gpu}`: one GPU of a node as a FabricTest saw it (`gpu`: its index on the
+/// node, as a string).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub test: String,
+    pub node: String,
+    pub gpu: String,
+}
+
 /// Every state series at one instant.
 #[derive(Debug, Default, PartialEq)]
 pub struct StateSeries {
@@ -65,6 +75,8 @@ pub struct StateSeries {
     /// Findings of the test's last run about each GPU, by kind and severity (a GPU pair's
     /// finding counts for both GPUs), as the run status lists them.
     pub gpu_findings: Vec<(GpuFindingLabels, i64)>,
+    /// 1 for each GPU the test holds out of service with a DRA device taint.
+    pub gpu_quarantined: Vec<(GpuLabels, i64)>,
     pub last_run_seconds: Vec<(TestLabels, f64)>,
     pub last_success_seconds: Vec<(TestLabels, f64)>,
     pub next_run_seconds: Vec<(TestLabels, f64)>,
@@ -137,6 +149,14 @@ pub fn series(tests: &[Arc<FabricTest>], runs: &[Arc<FabricTestRun>]) -> StateSe
                     result: r.into(),
                 };
                 out.node_result.push((l, i64::from(r == result)));
+            }
+            for g in &health.tainted_gpus {
+                let l = GpuLabels {
+                    test: test_labels.test.clone(),
+                    node: health.node.clone(),
+                    gpu: g.gpu.to_string(),
+                };
+                out.gpu_quarantined.push((l, 1));
             }
         }
         for node in &status.quarantined_nodes {
@@ -268,6 +288,39 @@ mod tests {
         assert_eq!(s.node_quarantined.len(), 1);
         assert_eq!(s.node_quarantined[0].0.node, "c");
         assert_eq!(s.breaker_open[0].1, 0, "no BreakerOpen condition: closed");
+    }
+
+    #[test]
+    fn each_gpu_out_of_service_is_one_series_and_its_node_reads_pass() {
+        let t = test_with(json!({
+            "nodes": [
+                {"node": "dra-01", "verdict": "Failed", "consecutiveFailures": 2,
+                 "consecutivePasses": 0,
+                 "standing": {"state": "GpusOutOfService", "gpus": [3, 6]},
+                 "taintedGpus": [
+                    {"gpu": 3, "device": "gpu.nvidia.com/dra-01/gpu-3", "rule": "gpufabric-gpu-x7k2p",
+                     "reason": "GPU 3 computes a step 1.5x slower", "since": "2026-01-02T00:00:00Z"},
+                    {"gpu": 6, "device": "gpu.nvidia.com/dra-01/gpu-6", "rule": "gpufabric-gpu-b2c4d",
+                     "reason": "GPU 6 memory bandwidth 38% under its peers"}
+                 ]},
+                {"node": "good-01", "verdict": "Passed", "consecutiveFailures": 0,
+                 "consecutivePasses": 1, "standing": {"state": "Passing"}}
+            ]
+        }));
+        let s = series(&[t], &[]);
+        let gpus: Vec<(&str, &str, i64)> = s
+            .gpu_quarantined
+            .iter()
+            .map(|(l, v)| (l.node.as_str(), l.gpu.as_str(), *v))
+            .collect();
+        assert_eq!(gpus, [("dra-01", "3", 1), ("dra-01", "6", 1)]);
+        assert!(s.node_quarantined.is_empty(), "the node is not held");
+        let fail = s
+            .node_result
+            .iter()
+            .find(|(l, _)| l.node == "dra-01" && l.result == "fail")
+            .map(|(_, v)| *v);
+        assert_eq!(fail, Some(0));
     }
 
     #[test]

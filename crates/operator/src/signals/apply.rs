@@ -122,6 +122,23 @@ pub fn for_node(
     (condition, legacy.is_some(), metadata)
 }
 
+/// Why the node's GPUs are out of service, for its condition's message: each one's
+/// finding, prefixed with the GPU where the finding does not name it first.
+fn gpus_out_detail(health: &NodeHealth) -> String {
+    health
+        .tainted_gpus
+        .iter()
+        .map(|g| {
+            if g.reason.starts_with(&format!("GPU {} ", g.gpu)) {
+                g.reason.clone()
+            } else {
+                format!("GPU {}: {}", g.gpu, g.reason)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// The signals of every node `run` tested, from every node's result (`results`: all of
 /// the run's shards, not the bounded run status) and the standing each has in the test's
 /// history after the run was folded (`history`). Pure.
@@ -154,6 +171,8 @@ pub fn decide(
         .filter_map(|entry| {
             let health = by_node.get(entry.node.as_str()).copied()?;
             let detail = match entry.verdict {
+                // The GPUs out of service, each with the finding that took it out.
+                _ if !health.tainted_gpus.is_empty() => Some(gpus_out_detail(health)),
                 NodeVerdict::NotMeasured => entry.reason.clone(),
                 _ => health.last_finding.clone().or(entry.reason.clone()),
             };
@@ -414,6 +433,49 @@ mod tests {
 
     fn time(at: &str) -> Time {
         Time(at.parse().expect("time"))
+    }
+
+    #[test]
+    fn a_node_with_a_gpu_out_of_service_names_it_and_why_without_reading_as_failed() {
+        let health = NodeHealth {
+            node: "dra-01".into(),
+            standing: Standing::GpusOutOfService { gpus: vec![3, 6] },
+            tainted_gpus: vec![
+                gpufabric_api::device_taint::TaintedGpu {
+                    gpu: 3,
+                    device: "gpu.nvidia.com/dra-01/gpu-3".into(),
+                    rule: "gpufabric-gpu-x7k2p".into(),
+                    reason: "GPU 3 computes a step 1.5x slower than the node's other GPUs".into(),
+                    since: None,
+                },
+                gpufabric_api::device_taint::TaintedGpu {
+                    gpu: 6,
+                    device: "gpu.nvidia.com/dra-01/gpu-6".into(),
+                    rule: "gpufabric-gpu-b2c4d".into(),
+                    reason: "memory bandwidth 2.10 TB/s, 38% under its peers".into(),
+                    since: None,
+                },
+            ],
+            ..Default::default()
+        };
+        let entry = TestStanding {
+            standing: health.standing.clone(),
+            run: "gpus-2".into(),
+            detail: Some(gpus_out_detail(&health)),
+        };
+        let t = time("2026-01-01T00:00:00Z");
+        let (condition, _, metadata) = for_node(None, "gpus", &entry, true, &t, &t);
+        let c = condition.expect("a condition");
+        assert_eq!(c.status, "False", "the node as a node is not degraded");
+        assert_eq!(c.reason.as_deref(), Some("GPUsOutOfService"));
+        assert_eq!(
+            c.message.as_deref(),
+            Some(
+                "FabricTest gpus, run gpus-2: GPUs 3, 6 out of service by DRA device taints, the node stays schedulable: GPU 3 computes a step 1.5x slower than the node's other GPUs; GPU 6: memory bandwidth 2.10 TB/s, 38% under its peers"
+            )
+        );
+        let metadata = metadata.expect("metadata");
+        assert_eq!(metadata["metadata"]["labels"][keys::LABEL_RESULT], "pass");
     }
 
     #[test]

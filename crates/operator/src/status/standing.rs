@@ -34,6 +34,7 @@ impl Settle<'_> {
                 && (quarantined || h.consecutive_failures >= self.failures_to_quarantine.max(1)),
             hardware,
             gated: (self.gated)(&h.node),
+            gpus_out: h.tainted_gpus.iter().map(|g| g.gpu).collect(),
         }
     }
 }
