@@ -165,6 +165,23 @@ pub fn pairs_doc(r: &FabricTestRun, pairs: &[PairRow]) -> Doc {
     doc
 }
 
+/// The heading of a multi-node phase: the run, the phase over its nodes, and how it ended.
+fn group_heading(
+    r: &FabricTestRun,
+    phase: &str,
+    nodes: &[String],
+    state: &gpufabric_api::pair::PairState,
+    message: Option<&str>,
+) -> String {
+    format!(
+        "run {}: {phase} over {} ({}{})",
+        run_name(r),
+        nodes.join(", "),
+        wire(state),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    )
+}
+
 /// The run's multi-node DDP probe: its nodes, and step time and efficiency per node count.
 /// Empty for a run without one.
 pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
@@ -172,15 +189,12 @@ pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
     let Some(p) = r.status.as_ref().and_then(|s| s.ddp_nodes.as_ref()) else {
         return doc;
     };
-    doc.heading(format!(
-        "run {}: multi-node DDP probe over {} ({}{})",
-        run_name(r),
-        p.nodes.join(", "),
-        wire(&p.state),
-        p.message
-            .as_ref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
+    doc.heading(group_heading(
+        r,
+        "multi-node DDP probe",
+        &p.nodes,
+        &p.state,
+        p.message.as_deref(),
     ));
     let mut t = Table::new(&[
         "NODES",
@@ -218,15 +232,12 @@ pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     let Some(p) = r.status.as_ref().and_then(|s| s.nccl_nodes.as_ref()) else {
         return doc;
     };
-    doc.heading(format!(
-        "run {}: multi-node NCCL sweep over {} ({}{})",
-        run_name(r),
-        p.nodes.join(", "),
-        wire(&p.state),
-        p.message
-            .as_ref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
+    doc.heading(group_heading(
+        r,
+        "multi-node NCCL sweep",
+        &p.nodes,
+        &p.state,
+        p.message.as_deref(),
     ));
     let collectives = p.collectives();
     let mut header = vec!["NODES".to_string(), "RANKS".to_string()];

@@ -91,49 +91,7 @@ impl GroupPhase for NcclNodesStatus {
     fn max_nodes(run: &FabricTestRun) -> usize {
         run.spec.suite.nccl_nodes.max_nodes as usize
     }
-    fn begun(nodes: Vec<String>) -> Self {
-        NcclNodesStatus {
-            nodes,
-            ..Default::default()
-        }
-    }
-    fn skipped(why: String) -> Self {
-        NcclNodesStatus {
-            done: true,
-            message: Some(why),
-            ..Default::default()
-        }
-    }
-    fn nodes(&self) -> &[String] {
-        &self.nodes
-    }
-    fn state(&self) -> PairState {
-        self.state
-    }
-    fn set_state(&mut self, state: PairState) {
-        self.state = state;
-    }
-    fn pod_uids(&mut self) -> &mut Vec<String> {
-        &mut self.pod_uids
-    }
-    fn done(&self) -> bool {
-        self.done
-    }
-    fn pod_name(base: &str, rank: u32) -> String {
-        pod_name(base, rank)
-    }
-    fn pod(
-        &self,
-        run: &FabricTestRun,
-        rank: u32,
-        rendezvous: &Rendezvous,
-        gpus: u32,
-    ) -> Result<Pod, BuildError> {
-        sweep_pod(run, &self.nodes, rank, rendezvous, gpus)
-    }
-    fn settle(&mut self, settled: Settled) {
-        settle(self, settled)
-    }
+    crate::pairs::group::group_phase_common!(sweep_pod);
 }
 
 /// Writes a settled sweep into the run's status: its points without the per-size rows.

@@ -276,6 +276,58 @@ pub fn choose(candidates: &[(String, u32)], max: usize, seed: u64) -> Vec<String
     chosen
 }
 
+/// The part of a [`GroupPhase`] that every phase's status holds under the same field names
+/// (`nodes`, `state`, `podUids`, `done`, `message`) and the phase's own `pod_name`, `settle`
+/// and `$pod` (its pod builder, `fn(run, nodes, rank, rendezvous, gpus)`) in its module.
+macro_rules! group_phase_common {
+    ($pod:ident) => {
+        fn begun(nodes: Vec<String>) -> Self {
+            Self {
+                nodes,
+                ..Default::default()
+            }
+        }
+        fn skipped(why: String) -> Self {
+            Self {
+                done: true,
+                message: Some(why),
+                ..Default::default()
+            }
+        }
+        fn nodes(&self) -> &[String] {
+            &self.nodes
+        }
+        fn state(&self) -> gpufabric_api::pair::PairState {
+            self.state
+        }
+        fn set_state(&mut self, state: gpufabric_api::pair::PairState) {
+            self.state = state;
+        }
+        fn pod_uids(&mut self) -> &mut Vec<String> {
+            &mut self.pod_uids
+        }
+        fn done(&self) -> bool {
+            self.done
+        }
+        fn pod_name(base: &str, rank: u32) -> String {
+            pod_name(base, rank)
+        }
+        fn pod(
+            &self,
+            run: &gpufabric_api::run::FabricTestRun,
+            rank: u32,
+            rendezvous: &crate::pairs::pods::Rendezvous,
+            gpus: u32,
+        ) -> Result<k8s_openapi::api::core::v1::Pod, crate::pods::BuildError> {
+            $pod(run, &self.nodes, rank, rendezvous, gpus)
+        }
+        fn settle(&mut self, settled: crate::pairs::group::Settled<Self::Doc>) {
+            settle(self, settled)
+        }
+    };
+}
+pub(crate) use group_phase_common;
+
 /// A multi-node phase of a run as the shell moves it: its part of the run's status, the pods
 /// of its ranks and how it settles. The shell (`controller::run::group`) is the same for
 /// every phase; each phase says only what differs.
