@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 #[derive(Clone, Copy, Debug)]
 pub struct Against<'a> {
     pub baseline: &'a FleetBaseline,
-    /// [`gpufabric_api::trend::suite_fingerprint`] of the run's suite.
+    /// [`gpufabric_api::suite::Suite::fingerprint`] of the run's suite.
     pub suite: &'a str,
     /// [`gpufabric_api::baseline::settings_fingerprint`] of the spec's NCCL settings.
     pub settings: &'a str,

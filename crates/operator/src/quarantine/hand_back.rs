@@ -2,7 +2,7 @@
 //! nothing else on the node changes.
 
 use super::QuarantineError;
-use super::apply::{Applied, Executor};
+use super::executor::{Applied, Executor};
 use super::ledger::Ledger;
 use super::metrics::QuarantineMetrics;
 use super::node::hand_back_step;

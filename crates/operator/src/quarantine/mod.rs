@@ -39,6 +39,7 @@ mod apply;
 #[cfg(test)]
 mod apply_tests;
 pub mod breaker;
+mod executor;
 mod guarded;
 mod hand_back;
 mod ledger;
