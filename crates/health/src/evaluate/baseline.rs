@@ -28,6 +28,15 @@ use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::CompactResult;
 use std::collections::BTreeMap;
 
+/// What the test's baseline expects of a node pair over `transport` at the suite's size
+/// (`bytes`): what the test's passing nodes' pairs reached in recent complete runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairBaseline {
+    pub transport: gpufabric_api::pair::NetTransport,
+    pub bytes: u64,
+    pub expectation: Expectation,
+}
+
 /// What a run is judged against besides itself: the test's baseline and what makes a run
 /// alike (the suite's and the spec's NCCL settings' fingerprints).
 #[derive(Clone, Copy, Debug)]
@@ -66,7 +75,7 @@ impl Against<'_> {
 
     /// The baselines of node pairs at the suite's size `bytes`, one per transport that has
     /// one (what [`crate::pairs::localize_against`] judges against).
-    pub fn node_pairs(&self, bytes: u64) -> Vec<crate::pairs::PairBaseline> {
+    pub fn node_pairs(&self, bytes: u64) -> Vec<PairBaseline> {
         use gpufabric_api::pair::NetTransport;
         [
             NetTransport::Ib,
@@ -77,7 +86,7 @@ impl Against<'_> {
         .into_iter()
         .filter_map(|transport| {
             let expectation = self.across_keys(Series::NodePair(transport, bytes))?;
-            Some(crate::pairs::PairBaseline {
+            Some(PairBaseline {
                 transport,
                 bytes,
                 expectation,
