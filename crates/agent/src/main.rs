@@ -289,7 +289,7 @@ fn node_check(args: NodeCheckArgs) -> anyhow::Result<i32> {
         Some(t) => {
             let previous = args.verdict.previous_counters();
             let trend = args.verdict.previous_trend();
-            let suite = gpufabric_api::trend::suite_fingerprint(&opts.suite);
+            let suite = opts.suite.fingerprint();
             let history = trend
                 .as_ref()
                 .map(|r| r.points(verdict::TREND_TEST, &suite).to_vec())

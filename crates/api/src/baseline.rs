@@ -47,7 +47,7 @@ pub struct BaselineKey {
     pub product: String,
     /// GPUs a node measured.
     pub gpus: u32,
-    /// [`crate::trend::suite_fingerprint`] of the suite: sizes, iterations and phases.
+    /// The fingerprint of the suite measured with (its sizes, iterations and phases).
     pub suite: String,
     /// [`settings_fingerprint`] of the NCCL settings the test's spec chose.
     pub settings: String,
@@ -89,7 +89,7 @@ pub fn key_of<'a>(
     BaselineKey {
         product: product.to_string(),
         gpus,
-        suite: crate::trend::suite_fingerprint(suite),
+        suite: suite.fingerprint(),
         settings: settings_fingerprint(env),
     }
 }

@@ -509,6 +509,29 @@ pub fn deviation(measured: f64, expected: f64) -> Option<f64> {
         .then(|| (measured - expected) / expected)
 }
 
+/// Sorts findings by node, subject, metric (then collective, kind, severity), so that the
+/// same inputs always give the same list.
+pub fn sort_findings(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        (
+            a.subject.node_name(),
+            &a.subject,
+            a.metric,
+            a.collective,
+            a.kind,
+            a.severity,
+        )
+            .cmp(&(
+                b.subject.node_name(),
+                &b.subject,
+                b.metric,
+                b.collective,
+                b.kind,
+                b.severity,
+            ))
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

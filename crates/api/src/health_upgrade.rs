@@ -2,30 +2,8 @@
 //! replaced, read once when a FabricTest's status is read, and never written again.
 
 use crate::standing::Standing;
-use crate::test::NodeHealth;
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// `nodes[].quarantined` and `nodes[].repeatOffender` as an earlier version wrote them. They
-/// stay in the schema so that the API server keeps them on an object written then (it prunes
-/// fields the schema does not name); the operator writes neither.
-#[derive(Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EarlierFlags {
-    /// Written by an earlier version: quarantined by this test. Read into `standing`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    quarantined: Option<bool>,
-    /// Written by an earlier version: a repeat offender. Read into `standing`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    repeat_offender: Option<bool>,
-}
-
-impl Serialize for EarlierFlags {
-    /// Nothing: the flags are read, never written (flattened, they add no field).
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        s.serialize_map(Some(0))?.end()
-    }
-}
+use crate::test::{EarlierFlags, NodeHealth};
+use serde::{Deserialize, Deserializer};
 
 /// `status.nodes` as stored, each entry brought up to date ([`upgrade`]).
 pub(crate) fn nodes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeHealth>, D::Error> {

@@ -274,6 +274,15 @@ pub fn memory_field(phase: Phase) -> Option<&'static str> {
 }
 
 impl Suite {
+    /// A short, stable fingerprint of what the node check measures: the JSON of the suite's
+    /// parts whose numbers a trend keeps (the sweep, the GPU pairs and host copies, the DDP
+    /// probe), FNV-1a hashed. The node-pair, multi-node and compute settings leave it alone.
+    pub fn fingerprint(&self) -> String {
+        let parts = (&self.nccl_sweep, &self.gpu_pairs, &self.ddp_probe);
+        let text = serde_json::to_string(&parts).unwrap_or_default();
+        format!("{:016x}", crate::fnv1a(text.as_bytes()))
+    }
+
     /// The GPU memory each enabled part of the suite holds on every GPU of a node of `gpus`
     /// GPUs, the NCCL sweep over `sweep_sizes` (its `sizes()`, fewer in a quick check). The
     /// agent's buffers, as the cuda backend allocates them; the CUDA context, NCCL's and

@@ -447,7 +447,7 @@ pub struct NodeHealth {
     /// The flags an earlier version stored in place of the standing: read once, when the
     /// status is read ([`crate::health_upgrade`]), never written.
     #[serde(flatten, default)]
-    pub earlier: crate::health_upgrade::EarlierFlags,
+    pub earlier: EarlierFlags,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantined_since: Option<Time>,
     /// Why the quarantine planner did not act on the node in the latest run, whatever its
@@ -537,6 +537,28 @@ pub struct NodeTarget {
     /// measure it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt: Option<Time>,
+}
+
+/// `nodes[].quarantined` and `nodes[].repeatOffender` as an earlier version wrote them. They
+/// stay in the schema so that the API server keeps them on an object written then (it prunes
+/// fields the schema does not name); the operator writes neither.
+#[derive(Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EarlierFlags {
+    /// Written by an earlier version: quarantined by this test. Read into `standing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) quarantined: Option<bool>,
+    /// Written by an earlier version: a repeat offender. Read into `standing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) repeat_offender: Option<bool>,
+}
+
+impl Serialize for EarlierFlags {
+    /// Nothing: the flags are read, never written (flattened, they add no field).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        s.serialize_map(Some(0))?.end()
+    }
 }
 
 #[cfg(test)]

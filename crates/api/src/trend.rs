@@ -8,7 +8,6 @@
 use crate::counters::{BaselineError, parse_record};
 use crate::result::{CompactResult, KeyNumbers};
 use crate::run::NodeRunResult;
-use crate::suite::Suite;
 use serde::{Deserialize, Serialize};
 
 /// Most runs kept per test (`thresholds.trend.window` is at most this).
@@ -127,7 +126,7 @@ impl TrendPoint {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 pub struct TestTrend {
     pub test: String,
-    /// Fingerprint of the suite the points were measured with ([`suite_fingerprint`]): a
+    /// Fingerprint of the suite the points were measured with ([`crate::suite::Suite::fingerprint`]): a
     /// changed suite starts the trend again, since its numbers are not comparable.
     pub suite: String,
     /// Oldest first.
@@ -205,18 +204,10 @@ impl NodeTrend {
     }
 }
 
-/// A short, stable fingerprint of what the node check measures: the JSON of the suite's
-/// parts whose numbers a trend keeps (the sweep, the GPU pairs and host copies, the DDP
-/// probe), FNV-1a hashed. The node-pair, multi-node and compute settings leave it alone.
-pub fn suite_fingerprint(suite: &Suite) -> String {
-    let parts = (&suite.nccl_sweep, &suite.gpu_pairs, &suite.ddp_probe);
-    let text = serde_json::to_string(&parts).unwrap_or_default();
-    format!("{:016x}", crate::fnv1a(text.as_bytes()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::Suite;
 
     fn point(at: i64, busbw: f64) -> TrendPoint {
         TrendPoint {
@@ -289,14 +280,10 @@ mod tests {
     fn a_fingerprint_follows_the_suite() {
         let a = Suite::default();
         let mut b = Suite::default();
-        assert_eq!(suite_fingerprint(&a), suite_fingerprint(&b));
+        assert_eq!(a.fingerprint(), b.fingerprint());
         b.compute.sdc.enabled = !b.compute.sdc.enabled;
-        assert_eq!(
-            suite_fingerprint(&a),
-            suite_fingerprint(&b),
-            "compute is not kept"
-        );
+        assert_eq!(a.fingerprint(), b.fingerprint(), "compute is not kept");
         b.nccl_sweep.max_bytes *= 2;
-        assert_ne!(suite_fingerprint(&a), suite_fingerprint(&b));
+        assert_ne!(a.fingerprint(), b.fingerprint());
     }
 }

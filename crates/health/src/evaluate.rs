@@ -341,28 +341,7 @@ fn hardware_fault_finding(node: &str, fault: HardwareFault, detail: &str) -> Fin
     )
 }
 
-/// Sorts findings by node, subject, metric (then collective, kind, severity), so that the
-/// same inputs always give the same list.
-pub fn sort_findings(findings: &mut [Finding]) {
-    findings.sort_by(|a, b| {
-        (
-            a.subject.node_name(),
-            &a.subject,
-            a.metric,
-            a.collective,
-            a.kind,
-            a.severity,
-        )
-            .cmp(&(
-                b.subject.node_name(),
-                &b.subject,
-                b.metric,
-                b.collective,
-                b.kind,
-                b.severity,
-            ))
-    });
-}
+pub use gpufabric_api::findings::sort_findings;
 
 // ---------------------------------------------------------------------------------------
 // Building findings

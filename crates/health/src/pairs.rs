@@ -44,7 +44,6 @@
 //! that met and failed (an NCCL error, a crash, a hang) are, with no bandwidth.
 
 use crate::fleet::median;
-use gpufabric_api::baseline::Expectation;
 use gpufabric_api::findings::{ExpectationSource, Finding, FindingKind, Metric, Severity, Subject};
 use gpufabric_api::pair::{NetTransport, NodePairResult, PairRecord, PairState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,16 +53,8 @@ pub mod confirm;
 pub mod rehearse;
 pub mod rounds;
 
+pub use crate::evaluate::baseline::PairBaseline;
 pub use confirm::confirmation_pairs;
-
-/// What the test's baseline expects of a node pair over `transport` at the suite's size
-/// (`bytes`): what the test's passing nodes' pairs reached in recent complete runs.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PairBaseline {
-    pub transport: NetTransport,
-    pub bytes: u64,
-    pub expectation: Expectation,
-}
 
 /// One measured node pair.
 #[derive(Debug, Clone, PartialEq)]
@@ -264,7 +255,7 @@ pub fn localize_against(
         suspects.remove(n);
     }
     out.suspects = against::slowest_first(suspects, &compared);
-    crate::evaluate::sort_findings(&mut out.findings);
+    gpufabric_api::findings::sort_findings(&mut out.findings);
     out
 }
 

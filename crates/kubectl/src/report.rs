@@ -165,6 +165,22 @@ pub fn pairs_doc(r: &FabricTestRun, pairs: &[PairRow]) -> Doc {
     doc
 }
 
+/// The heading of a multi-node phase: `title` (the run and the phase) over its nodes, and how
+/// it ended.
+fn group_heading(
+    title: String,
+    nodes: &[String],
+    state: &gpufabric_api::pair::PairState,
+    message: Option<&str>,
+) -> String {
+    format!(
+        "{title} over {} ({}{})",
+        nodes.join(", "),
+        wire(state),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    )
+}
+
 /// The run's multi-node DDP probe: its nodes, and step time and efficiency per node count.
 /// Empty for a run without one.
 pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
@@ -172,15 +188,11 @@ pub fn ddp_nodes_doc(r: &FabricTestRun) -> Doc {
     let Some(p) = r.status.as_ref().and_then(|s| s.ddp_nodes.as_ref()) else {
         return doc;
     };
-    doc.heading(format!(
-        "run {}: multi-node DDP probe over {} ({}{})",
-        run_name(r),
-        p.nodes.join(", "),
-        wire(&p.state),
-        p.message
-            .as_ref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
+    doc.heading(group_heading(
+        format!("run {}: multi-node DDP probe", run_name(r)),
+        &p.nodes,
+        &p.state,
+        p.message.as_deref(),
     ));
     let mut t = Table::new(&[
         "NODES",
@@ -248,14 +260,11 @@ pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
 
 /// One sweep under `title`: its nodes, state, curve table and knees.
 fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNodesSweep) {
-    doc.heading(format!(
-        "{title} over {} ({}{})",
-        p.nodes.join(", "),
-        wire(&p.state),
-        p.message
-            .as_ref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
+    doc.heading(group_heading(
+        title,
+        &p.nodes,
+        &p.state,
+        p.message.as_deref(),
     ));
     let collectives = p.collectives();
     let mut header = vec!["NODES".to_string(), "RANKS".to_string()];

@@ -11,7 +11,6 @@ use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
 };
 use gpufabric_api::test::FabricTest;
-use gpufabric_api::trend::suite_fingerprint;
 use gpufabric_health::evaluate::tuning::NCCL_TUNING;
 use gpufabric_health::evaluate::{Against, NodeSeries, baseline};
 use gpufabric_health::pairs::PairBaseline;
@@ -30,7 +29,7 @@ pub struct Alike {
 impl Alike {
     pub fn of(run: &FabricTestRun) -> Alike {
         Alike {
-            suite: suite_fingerprint(&run.spec.suite),
+            suite: run.spec.suite.fingerprint(),
             // The tuning variables only (as the agent alone reports them): NCCL_DEBUG or
             // NCCL_IB_HCA change no number.
             settings: settings_fingerprint(

@@ -11,7 +11,7 @@
 use crate::signals::NodeSignal;
 use gpufabric_api::keys::ANNOTATION_TREND;
 use gpufabric_api::run::{FabricTestRun, NodeRunResult, NodeVerdict};
-use gpufabric_api::trend::{NodeTrend, TrendPoint, suite_fingerprint};
+use gpufabric_api::trend::{NodeTrend, TrendPoint};
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use serde_json::{Value, json};
@@ -31,7 +31,7 @@ impl TrendKey {
     pub fn of(run: &FabricTestRun) -> TrendKey {
         TrendKey {
             test: run.spec.test.clone(),
-            suite: suite_fingerprint(&run.spec.suite),
+            suite: run.spec.suite.fingerprint(),
             window: run.spec.thresholds.trend.window as usize,
         }
     }

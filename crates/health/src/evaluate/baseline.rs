@@ -28,12 +28,21 @@ use gpufabric_api::policy::Thresholds;
 use gpufabric_api::result::CompactResult;
 use std::collections::BTreeMap;
 
+/// What the test's baseline expects of a node pair over `transport` at the suite's size
+/// (`bytes`): what the test's passing nodes' pairs reached in recent complete runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairBaseline {
+    pub transport: gpufabric_api::pair::NetTransport,
+    pub bytes: u64,
+    pub expectation: Expectation,
+}
+
 /// What a run is judged against besides itself: the test's baseline and what makes a run
 /// alike (the suite's and the spec's NCCL settings' fingerprints).
 #[derive(Clone, Copy, Debug)]
 pub struct Against<'a> {
     pub baseline: &'a FleetBaseline,
-    /// [`gpufabric_api::trend::suite_fingerprint`] of the run's suite.
+    /// [`gpufabric_api::suite::Suite::fingerprint`] of the run's suite.
     pub suite: &'a str,
     /// [`gpufabric_api::baseline::settings_fingerprint`] of the spec's NCCL settings.
     pub settings: &'a str,
@@ -66,7 +75,7 @@ impl Against<'_> {
 
     /// The baselines of node pairs at the suite's size `bytes`, one per transport that has
     /// one (what [`crate::pairs::localize_against`] judges against).
-    pub fn node_pairs(&self, bytes: u64) -> Vec<crate::pairs::PairBaseline> {
+    pub fn node_pairs(&self, bytes: u64) -> Vec<PairBaseline> {
         use gpufabric_api::pair::NetTransport;
         [
             NetTransport::Ib,
@@ -77,7 +86,7 @@ impl Against<'_> {
         .into_iter()
         .filter_map(|transport| {
             let expectation = self.across_keys(Series::NodePair(transport, bytes))?;
-            Some(crate::pairs::PairBaseline {
+            Some(PairBaseline {
                 transport,
                 bytes,
                 expectation,

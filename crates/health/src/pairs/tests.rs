@@ -1,4 +1,5 @@
 use super::*;
+use gpufabric_api::baseline::Expectation;
 
 fn name(i: usize) -> String {
     format!("h200-{i:02}")

@@ -4,27 +4,23 @@
 //! still refuse a change (someone else cordoned it in between).
 
 use super::QuarantineError;
+use super::executor::{Applied, Executor};
 use super::ledger::Ledger;
 use super::metrics::QuarantineMetrics;
-use super::node::{QuarantineStep, hand_back_step, quarantine_step, release_step};
+use super::node::{QuarantineStep, quarantine_step, release_step};
 use super::observe::{records_of, test_key};
 use super::outcome::{Action, Outcome};
-use super::ownership::{NodeObservation, Undone};
-use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
+use super::ownership::NodeObservation;
+use super::refusal::{Change, NodeChangeError, Refusal};
 use super::report::Report;
 use crate::events::{EventType, Events};
 use gpufabric_api::quarantine::QuarantineRecord;
 use gpufabric_api::test::FabricTest;
 use gpufabric_health::quarantine::{Enforcement, Hold, Plan};
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
 use std::collections::BTreeMap;
 use tracing::info;
-
-/// How often a node change is re-read and re-decided after a conflict before giving up.
-const MAX_ATTEMPTS: usize = 5;
 
 /// Node changes [`execute`] keeps in flight at once: each a read, a guarded patch and its
 /// Events, on a different node.
@@ -158,231 +154,7 @@ pub async fn release_all(
     Ok(exec.outcome.nodes_with(Action::Released))
 }
 
-/// The parameters of every node change: the field manager names this operator, so that the
-/// node's managed fields tell its cordon from a person's ([`super::ownership::cordon_manager`]).
-fn patch_params() -> PatchParams {
-    PatchParams {
-        field_manager: Some(gpufabric_api::keys::MANAGER.to_string()),
-        ..PatchParams::default()
-    }
-}
-
-/// What a guarded change decides from the node as read: the merge patch to send (it must
-/// carry the node's resourceVersion) and what to remember of it, or nothing to send.
-pub enum NodeChange<T> {
-    Patch(serde_json::Value, T),
-    Keep(T),
-}
-
-/// What a guarded change came to: the node as the patch left it, or as read when nothing
-/// was sent; or the node is gone.
-pub enum Guarded<T> {
-    Patched(Node, T),
-    Kept(Node, T),
-    Gone,
-}
-
-/// Reads the node, decides, patches with the resourceVersion it was decided from (under the
-/// operator's field manager), and on a conflict reads it again and decides again, up to
-/// [`MAX_ATTEMPTS`] times. Every change the operator makes to a Node goes through here.
-pub async fn guarded<T>(
-    nodes: &Api<Node>,
-    name: &str,
-    decide: impl Fn(&Node) -> NodeChange<T>,
-) -> Result<Guarded<T>, NodeChangeError> {
-    for attempt in 1..=MAX_ATTEMPTS {
-        let Some(node) = nodes.get_opt(name).await.map_err(NodeChangeError::Read)? else {
-            return Ok(Guarded::Gone);
-        };
-        let (patch, kept) = match decide(&node) {
-            NodeChange::Patch(patch, kept) => (patch, kept),
-            NodeChange::Keep(kept) => return Ok(Guarded::Kept(node, kept)),
-        };
-        match nodes
-            .patch(name, &patch_params(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(node) => return Ok(Guarded::Patched(node, kept)),
-            Err(kube::Error::Api(s)) if s.is_conflict() => {
-                info!(
-                    node = name,
-                    attempt, "node changed while deciding; reading it again"
-                );
-            }
-            Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(Guarded::Gone),
-            Err(e) => return Err(NodeChangeError::Patch(e)),
-        }
-    }
-    Err(NodeChangeError::KeptChanging(MAX_ATTEMPTS))
-}
-
-/// A node whose quarantine someone else undid, handed back by [`hand_back`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct HandedBack {
-    pub node: String,
-    pub undone: Undone,
-}
-
-/// Ends this test's claim on every node it holds whose quarantine someone else has undone
-/// since (uncordoned, cordoned again, taint or label removed; see
-/// [`super::ownership::undone`]): the record goes (and the label), nothing else on the node
-/// changes, an Event on the node and the test says what happened, and the node no longer
-/// counts against the budget. `nodes`: the nodes to look at (the operator's node cache);
-/// each one that looks undone is read again and decided again before it is changed, and
-/// noted in `ledger` when given.
-pub async fn hand_back<'n>(
-    client: &Client,
-    events: &Events,
-    metrics: &QuarantineMetrics,
-    test: &FabricTest,
-    nodes: impl IntoIterator<Item = &'n Node>,
-    ledger: Option<&Ledger>,
-) -> Result<(Vec<HandedBack>, Vec<NodeFailure>), QuarantineError> {
-    let mut exec = Executor::new(client, events, metrics, test)?;
-    exec.ledger = ledger;
-    let key = exec.key.clone();
-    let suspects: Vec<String> = nodes
-        .into_iter()
-        .filter(|n| {
-            QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
-                .ok()
-                .flatten()
-                .is_some_and(|r| r.is_owned_by(&key) && super::ownership::undone(n, &r).is_some())
-        })
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
-    let mut handed = Vec::new();
-    for name in suspects {
-        // What was undone, as seen on the node the patch was decided from.
-        let seen: std::sync::Mutex<Option<Undone>> = std::sync::Mutex::new(None);
-        let decide = |n: &Node| {
-            let step = hand_back_step(n, &key);
-            if let Ok(mut slot) = seen.lock() {
-                *slot = QuarantineRecord::from_annotations(n.metadata.annotations.as_ref())
-                    .ok()
-                    .flatten()
-                    .and_then(|r| super::ownership::undone(n, &r));
-            }
-            step
-        };
-        match exec.guarded(&name, decide).await {
-            Ok(Applied::Patched { node, .. }) => {
-                let undone = seen
-                    .lock()
-                    .ok()
-                    .and_then(|mut s| s.take())
-                    .unwrap_or(Undone::Uncordoned);
-                let message = format!(
-                    "{undone} after FabricTest {key} quarantined it: the test no longer holds the node and leaves what is on it alone{}",
-                    if undone.is_repair() {
-                        "; it is tested again now, as a node back from repair"
-                    } else {
-                        ""
-                    }
-                );
-                exec.act(&name, Some(&node), Action::TakenBack, message)
-                    .await;
-                handed.push(HandedBack { node: name, undone });
-            }
-            Ok(_) => {}
-            Err(error) => exec.fail(&name, Change::HandBack, error).await,
-        }
-    }
-    let errors = std::mem::take(&mut exec.outcome.errors);
-    Ok((handed, errors))
-}
-
-/// One execution's state: what it has done so far, and how to report it.
-pub(super) struct Executor<'a> {
-    pub(super) nodes: Api<Node>,
-    pub(super) events: &'a Events,
-    pub(super) metrics: &'a QuarantineMetrics,
-    pub(super) test: &'a FabricTest,
-    pub(super) key: String,
-    pub(super) outcome: Outcome,
-    /// Where each node patched is noted (what the fold counts from the node cache).
-    pub(super) ledger: Option<&'a Ledger>,
-}
-
-/// What a guarded node change came to.
-enum Applied {
-    /// The patch went through; the node as it is now.
-    Patched {
-        node: Box<Node>,
-        record: Option<QuarantineRecord>,
-        changes: Vec<&'static str>,
-    },
-    /// Nothing to change, or not ours to change (the step says which).
-    Unchanged {
-        step: QuarantineStep,
-        node: Box<Node>,
-    },
-    /// The Node object does not exist.
-    Gone,
-}
-
-impl<'a> Executor<'a> {
-    fn new(
-        client: &Client,
-        events: &'a Events,
-        metrics: &'a QuarantineMetrics,
-        test: &'a FabricTest,
-    ) -> Result<Executor<'a>, QuarantineError> {
-        Ok(Executor {
-            nodes: Api::all(client.clone()),
-            events,
-            metrics,
-            test,
-            key: test_key(test)?,
-            outcome: Outcome::default(),
-            ledger: None,
-        })
-    }
-
-    /// [`guarded`] with a quarantine [`QuarantineStep`].
-    async fn guarded(
-        &self,
-        name: &str,
-        decide: impl Fn(&Node) -> QuarantineStep,
-    ) -> Result<Applied, NodeChangeError> {
-        let applied = guarded(&self.nodes, name, |n| match decide(n) {
-            QuarantineStep::Patch {
-                patch,
-                record,
-                changes,
-            } => NodeChange::Patch(
-                patch,
-                QuarantineStep::Patch {
-                    patch: serde_json::Value::Null,
-                    record,
-                    changes,
-                },
-            ),
-            step => NodeChange::Keep(step),
-        })
-        .await?;
-        if let (Guarded::Patched(node, _), Some(ledger)) = (&applied, self.ledger) {
-            ledger.wrote(node);
-        }
-        Ok(match applied {
-            Guarded::Patched(
-                node,
-                QuarantineStep::Patch {
-                    record, changes, ..
-                },
-            ) => Applied::Patched {
-                node: Box::new(node),
-                record,
-                changes,
-            },
-            Guarded::Patched(node, step) | Guarded::Kept(node, step) => Applied::Unchanged {
-                step,
-                node: Box::new(node),
-            },
-            Guarded::Gone => Applied::Gone,
-        })
-    }
-
+impl Executor<'_> {
     /// Quarantines each of `changes` (node, reason), [`CHANGE_CONCURRENCY`] at once, then
     /// notes each report in the plan's order; the record each node carries afterwards
     /// when it is ours.
@@ -579,7 +351,7 @@ impl<'a> Executor<'a> {
         }
     }
 
-    async fn fail(&mut self, name: &str, change: Change, error: NodeChangeError) {
+    pub(super) async fn fail(&mut self, name: &str, change: Change, error: NodeChangeError) {
         let report = self.report_failure(name, change, error).await;
         self.note(report);
     }
@@ -610,6 +382,7 @@ impl<T> Done<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::guarded::MAX_ATTEMPTS;
     use super::*;
     use crate::controller::fake_api::{Expect, client, serve, status};
     use crate::events::Reporter;

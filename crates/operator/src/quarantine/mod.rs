@@ -39,6 +39,9 @@ mod apply;
 #[cfg(test)]
 mod apply_tests;
 pub mod breaker;
+mod executor;
+mod guarded;
+mod hand_back;
 mod ledger;
 mod metrics;
 mod node;
@@ -53,11 +56,10 @@ mod report;
 #[cfg(test)]
 pub(crate) use node::tests::merge as node_merge_for_tests;
 
-pub use apply::{
-    CHANGE_CONCURRENCY, Guarded, HandedBack, NodeChange, execute, execute_held, guarded, hand_back,
-    release_all,
-};
+pub use apply::{CHANGE_CONCURRENCY, execute, execute_held, release_all};
 pub use breaker::{Breaker, CONDITION_BREAKER_OPEN};
+pub use guarded::{Guarded, NodeChange, guarded};
+pub use hand_back::{HandedBack, hand_back};
 pub use ledger::{LEDGER_TTL, Ledger, holdings_cached};
 pub use metrics::{ActionLabels, QuarantineMetrics, TestLabels};
 pub use node::{QuarantineStep, hand_back_step, quarantine_step, release_step};

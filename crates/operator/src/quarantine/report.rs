@@ -1,7 +1,7 @@
 //! How every executor action is reported: an Event on the node and on the FabricTest when
 //! it happens, then a log line, a metric and the status entry.
 
-use super::apply::Executor;
+use super::executor::Executor;
 use super::outcome::{Action, ActionTaken};
 use super::refusal::{Change, NodeChangeError, NodeFailure, Refusal};
 use crate::events::{EventType, event};
