@@ -334,6 +334,7 @@ mod browser {
             "failing-nodes",
             "node-pairs",
             "ddp-nodes",
+            "nccl-nodes",
             "trends",
         ] {
             assert!(

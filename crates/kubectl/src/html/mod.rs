@@ -2,7 +2,8 @@
 //! CSS and SVG; no script, no fonts or images fetched). `model` builds what it shows from the
 //! fetched objects (`kept` reads the full results the operator keeps); each section renders from that model alone: the fleet (`fleet`), the
 //! failing nodes' GPU pairs and collectives (`gpus`), the node-pair matrix (`pairs`), the
-//! multi-node DDP probe (`ddp`) and each node's trend (`trend`).
+//! multi-node DDP probe (`ddp`), the multi-node NCCL sweep's curves (`nccl_nodes`) and each
+//! node's trend (`trend`).
 //!
 //! Every element a reader's tool may look for has a stable `id` or `data-*` attribute:
 //! `data-node`, `data-verdict`, `data-pair` (`2-5` for GPUs, `a b` for nodes),
@@ -13,6 +14,7 @@ mod fleet;
 mod gpus;
 pub mod kept;
 pub mod model;
+mod nccl_nodes;
 mod pairs;
 pub mod svg;
 mod trend;
@@ -87,6 +89,7 @@ pub fn render(r: &HtmlReport) -> String {
     out.push_str(&gpus::section(r));
     out.push_str(&pairs::section(r));
     out.push_str(&ddp::section(r));
+    out.push_str(&nccl_nodes::section(r));
     out.push_str(&trend::section(r));
     out.push_str(&format!(
         "<footer>kubectl gpufabric report {} -o html, {}</footer>\n</body>\n</html>\n",

@@ -63,6 +63,7 @@ pub struct HtmlReport {
     pub failing_not_drawn: Vec<String>,
     pub pairs: Option<PairMatrix>,
     pub ddp: Option<DdpNodesStatus>,
+    pub nccl: Option<gpufabric_api::nccl_nodes::NcclNodesStatus>,
     pub trends: Vec<TrendRow>,
     pub trends_not_drawn: usize,
     /// The GPUs the run's test holds out of service with DRA device taints now.
@@ -430,6 +431,7 @@ impl HtmlReport {
             failing,
             failing_not_drawn,
             ddp: st.ddp_nodes.clone(),
+            nccl: st.nccl_nodes.clone(),
             trends_not_drawn,
             trends,
             gpus_out: src.gpus_out.to_vec(),

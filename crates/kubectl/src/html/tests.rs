@@ -95,6 +95,7 @@ fn the_page_is_one_self_contained_document_with_every_section() {
         "failing-nodes",
         "node-pairs",
         "ddp-nodes",
+        "nccl-nodes",
         "trends",
     ] {
         assert_eq!(
@@ -469,4 +470,97 @@ fn the_page_lists_the_gpus_the_test_took_out_of_service_and_only_then() {
         ]
     );
     assert!(html.contains("<td class=\"node\">gpu.nvidia.com/h100-03/gpu-5</td><td class=\"node\">2026-11-21T02:04:10Z</td><td class=\"node\">gpufabric-gpu-q9w4z</td><td>GPU 5 computes a step 1.5x slower than the node&#39;s other GPUs</td>"), "{html}");
+}
+
+#[test]
+fn the_nccl_sweep_is_drawn_per_collective_by_node_count_with_its_knee_and_each_block() {
+    use gpufabric_api::nccl_nodes::{
+        NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesSlowBlock, NcclNodesStatus,
+        NcclNodesSummary, NcclNodesSweep,
+    };
+    use gpufabric_api::pair::PairState;
+    use gpufabric_api::suite::Collective;
+    let summary = |c, busbw| NcclNodesSummary {
+        collective: c,
+        large_busbw: busbw,
+        small_time_us: 41.25,
+        wrong: 0,
+    };
+    let point = |nodes: u32, ar: f64| NcclNodesCurvePoint {
+        nodes,
+        ranks: nodes * 8,
+        summary: vec![
+            summary(Collective::AllReduce, ar),
+            summary(Collective::AllToAll, 38.0),
+        ],
+    };
+    let mut f = Fetched::demo();
+    let page = f.page();
+    assert!(
+        page.contains("This run had no multi-node NCCL sweep"),
+        "a run without the phase says so"
+    );
+    if let Some(s) = f.run.status.as_mut() {
+        s.nccl_nodes = Some(NcclNodesStatus {
+            sweep: NcclNodesSweep {
+                nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
+                    .map(String::from)
+                    .to_vec(),
+                state: PairState::Measured,
+                points: vec![point(2, 45.5), point(4, 14.0)],
+                gpus_per_node: 8,
+                knees: vec![NcclNodesKnee {
+                    collective: Collective::AllReduce,
+                    from_nodes: 2,
+                    at_nodes: 4,
+                    busbw: 14.0,
+                    previous_busbw: 45.5,
+                    message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
+                }],
+                done: true,
+                ..Default::default()
+            },
+            topology_key: Some("example.com/rack".into()),
+            blocks: vec![NcclNodesBlock {
+                value: "rack-b".into(),
+                sweep: NcclNodesSweep {
+                    nodes: vec!["h100-02".into(), "h100-03".into()],
+                    state: PairState::Measured,
+                    points: vec![point(2, 9.5)],
+                    done: true,
+                    ..Default::default()
+                },
+            }],
+            slow_blocks: vec![NcclNodesSlowBlock {
+                key: "example.com/rack".into(),
+                value: "rack-b".into(),
+                collective: Collective::AllReduce,
+                nodes: 2,
+                busbw: 9.5,
+                median: 45.0,
+                blocks: 3,
+                message:
+                    "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s"
+                        .into(),
+            }],
+        });
+    }
+    let page = f.page();
+    // The curve across blocks and the block's own, each a chart with one line per collective.
+    assert!(page.contains(r#"<svg id="nccl-nodes""#), "{page}");
+    assert!(page.contains(r#"<svg id="nccl-nodes-b0""#), "{page}");
+    assert!(page.contains("Across blocks of example.com/rack"));
+    assert!(page.contains("Block example.com/rack=rack-b"));
+    let rows = tags(&page, r#"<tr data-nodes="#);
+    // Two points of the sweep across blocks, one of the block, two of the DDP probe.
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    assert!(page.contains(r#"<table id="nccl-nodes-points">"#));
+    assert!(page.contains("<th>all_reduce busbw GB/s</th>"), "{page}");
+    let knee = tags(&page, "data-knee=");
+    assert_eq!(knee.len(), 1, "{knee:?}");
+    assert!(knee[0].contains(r#"data-at-nodes="4""#), "{knee:?}");
+    let slow = tags(&page, "data-slow-block=");
+    assert_eq!(slow.len(), 1);
+    assert!(slow[0].contains(r#"data-slow-block="rack-b""#), "{slow:?}");
+    assert!(!page.contains("This run had no multi-node NCCL sweep"));
 }

@@ -1,0 +1,150 @@
+//! The multi-node NCCL sweep: each collective's bus bandwidth at the large sizes by node
+//! count (the curve across all nodes, or across topology blocks, then each block's), its
+//! knees, and the blocks slower than the others.
+
+use super::model::HtmlReport;
+use super::svg::{Chart, Series, esc, num};
+use crate::doc::wire;
+use gpufabric_api::nccl_nodes::NcclNodesSweep;
+use std::fmt::Write;
+
+pub(super) fn section(r: &HtmlReport) -> String {
+    let mut s = String::from(r#"<section id="nccl-nodes"><h2>Multi-node NCCL sweep</h2>"#);
+    let Some(p) = &r.nccl else {
+        s.push_str(r#"<p class="muted">This run had no multi-node NCCL sweep (suite.ncclNodes).</p></section>"#);
+        s.push('\n');
+        return s;
+    };
+    let key = p.topology_key.as_deref();
+    let title = match key {
+        Some(k) => format!("Across blocks of {k} (one node of each)"),
+        None => "Over the group".to_string(),
+    };
+    sweep(&mut s, "nccl-nodes", &title, None, &p.sweep);
+    for (i, b) in p.blocks.iter().enumerate() {
+        let title = format!("Block {}={}", key.unwrap_or_default(), b.value);
+        sweep(
+            &mut s,
+            &format!("nccl-nodes-b{i}"),
+            &title,
+            Some(&b.value),
+            &b.sweep,
+        );
+    }
+    for b in &p.slow_blocks {
+        let _ = write!(
+            s,
+            r#"<p class="note" data-slow-block="{}">Slow block {}={}: {} (no node is held to account for it).</p>"#,
+            esc(&b.value),
+            esc(&b.key),
+            esc(&b.value),
+            esc(&b.message)
+        );
+    }
+    s.push_str("</section>\n");
+    s
+}
+
+/// One sweep: its nodes and state, the busbw curve per collective, a table, and its knees.
+/// `id` names its chart and table; `block` is the block's label value, when it is one.
+fn sweep(s: &mut String, id: &str, title: &str, block: Option<&str>, p: &NcclNodesSweep) {
+    let _ = write!(
+        s,
+        r#"<h3>{}</h3><p data-state="{}"{}>Over {} ({}{}).</p>"#,
+        esc(title),
+        esc(&wire(&p.state)),
+        block
+            .map(|b| format!(r#" data-block="{}""#, esc(b)))
+            .unwrap_or_default(),
+        esc(&p.nodes.join(", ")),
+        esc(&wire(&p.state)),
+        p.message
+            .as_ref()
+            .map(|m| format!(": {}", esc(m)))
+            .unwrap_or_default()
+    );
+    if p.points.is_empty() {
+        return;
+    }
+    let collectives = p.collectives();
+    let chart = Chart {
+        id: id.to_string(),
+        x_label: "nodes".into(),
+        y_label: "busbw GB/s (large sizes)".into(),
+        x_log2: true,
+        x_ticks: p
+            .points
+            .iter()
+            .map(|x| {
+                (
+                    f64::from(x.nodes),
+                    format!("{} ({} ranks)", x.nodes, x.ranks),
+                )
+            })
+            .collect(),
+        series: collectives
+            .iter()
+            .map(|c| Series {
+                name: c.nccl_tests_name().to_string(),
+                key: c.api_name().to_string(),
+                points: p
+                    .curve(*c)
+                    .into_iter()
+                    .map(|(nodes, busbw)| (f64::from(nodes), busbw))
+                    .collect(),
+            })
+            .collect(),
+        rules: Vec::new(),
+        width: 460.0,
+        height: 260.0,
+    };
+    let _ = write!(
+        s,
+        r#"<div class="figures"><figure>{}<figcaption>Bus bandwidth at the large sizes by node count (nccl-tests' busbw, all GPUs of each node).</figcaption></figure></div>"#,
+        chart.render()
+    );
+    let _ = write!(
+        s,
+        r#"<table id="{id}-points"><tr><th>nodes</th><th>ranks</th>"#
+    );
+    for c in &collectives {
+        let _ = write!(
+            s,
+            "<th>{} busbw GB/s</th><th>{} small µs</th>",
+            c.nccl_tests_name(),
+            c.nccl_tests_name()
+        );
+    }
+    s.push_str("</tr>");
+    for x in &p.points {
+        let _ = write!(
+            s,
+            r#"<tr data-nodes="{}"><td class="num">{}</td><td class="num">{}</td>"#,
+            x.nodes, x.nodes, x.ranks
+        );
+        for c in &collectives {
+            match x.summary.iter().find(|y| y.collective == *c) {
+                Some(y) => {
+                    let _ = write!(
+                        s,
+                        r#"<td class="num">{}</td><td class="num">{}</td>"#,
+                        num(y.large_busbw),
+                        num(y.small_time_us)
+                    );
+                }
+                None => s.push_str("<td></td><td></td>"),
+            }
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</table>");
+    for k in &p.knees {
+        let _ = write!(
+            s,
+            r#"<p class="note" data-knee="{}" data-at-nodes="{}">Knee: {}</p>"#,
+            esc(k.collective.api_name()),
+            k.at_nodes,
+            esc(&k.message)
+        );
+    }
+}
