@@ -301,3 +301,79 @@ pub fn with_trend(mut n: Node, text: &str) -> Node {
         .insert("gpufabric.io/trend".into(), text.into());
     n
 }
+
+/// A multi-node NCCL sweep over four nodes of 8 GPUs: all_reduce at 45.5 GB/s on 2 nodes and
+/// 14.0 on 4 (a knee), alltoall flat at 38.0.
+pub fn nccl_nodes() -> gpufabric_api::nccl_nodes::NcclNodesStatus {
+    use gpufabric_api::nccl_nodes::{
+        NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
+    };
+    let summary = |c, busbw| NcclNodesSummary {
+        collective: c,
+        large_busbw: busbw,
+        small_time_us: 41.25,
+        wrong: 0,
+    };
+    NcclNodesStatus {
+        sweep: NcclNodesSweep {
+            nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
+                .map(String::from)
+                .to_vec(),
+            state: gpufabric_api::pair::PairState::Measured,
+            points: [(2, 45.5), (4, 14.0)]
+                .map(|(nodes, ar)| NcclNodesCurvePoint {
+                    nodes,
+                    ranks: nodes * 8,
+                    summary: vec![
+                        summary(Collective::AllReduce, ar),
+                        summary(Collective::AllToAll, 38.0),
+                    ],
+                })
+                .to_vec(),
+            gpus_per_node: 8,
+            knees: vec![NcclNodesKnee {
+                collective: Collective::AllReduce,
+                from_nodes: 2,
+                at_nodes: 4,
+                busbw: 14.0,
+                previous_busbw: 45.5,
+                message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
+            }],
+            done: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// `p` split by `example.com/rack`: its sweep is the one across blocks, and block rack-b
+/// (h100-02, h100-03: all_reduce 9.5 GB/s on 2 nodes) is named slow.
+pub fn in_blocks(
+    mut p: gpufabric_api::nccl_nodes::NcclNodesStatus,
+) -> gpufabric_api::nccl_nodes::NcclNodesStatus {
+    use gpufabric_api::nccl_nodes::{NcclNodesBlock, NcclNodesSlowBlock, NcclNodesSweep};
+    let mut point = p.sweep.points[0].clone();
+    point.summary[0].large_busbw = 9.5;
+    p.topology_key = Some("example.com/rack".into());
+    p.blocks = vec![NcclNodesBlock {
+        value: "rack-b".into(),
+        sweep: NcclNodesSweep {
+            nodes: vec!["h100-02".into(), "h100-03".into()],
+            state: gpufabric_api::pair::PairState::Measured,
+            points: vec![point],
+            done: true,
+            ..Default::default()
+        },
+    }];
+    p.slow_blocks = vec![NcclNodesSlowBlock {
+        key: "example.com/rack".into(),
+        value: "rack-b".into(),
+        collective: Collective::AllReduce,
+        nodes: 2,
+        busbw: 9.5,
+        median: 45.0,
+        blocks: 3,
+        message: "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s".into(),
+    }];
+    p
+}

@@ -556,49 +556,9 @@ mod tests {
     #[test]
     fn the_report_draws_the_nccl_curves_as_nodes_by_collective_per_block_and_names_knees_and_slow_blocks()
      {
-        use gpufabric_api::nccl_nodes::{
-            NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesSlowBlock,
-            NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
-        };
-        use gpufabric_api::suite::Collective;
-        let summary = |c, busbw| NcclNodesSummary {
-            collective: c,
-            large_busbw: busbw,
-            small_time_us: 41.25,
-            wrong: 0,
-        };
-        let point = |nodes: u32, ar: f64| NcclNodesCurvePoint {
-            nodes,
-            ranks: nodes * 8,
-            summary: vec![
-                summary(Collective::AllReduce, ar),
-                summary(Collective::AllToAll, 38.0),
-            ],
-        };
         let mut r = report();
         if let Some(s) = r.run.status.as_mut() {
-            s.nccl_nodes = Some(NcclNodesStatus {
-                sweep: NcclNodesSweep {
-                    nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
-                        .map(String::from)
-                        .to_vec(),
-                    state: PairState::Measured,
-                    points: vec![point(2, 45.5), point(4, 14.0)],
-                    gpus_per_node: 8,
-                    knees: vec![NcclNodesKnee {
-                        collective: Collective::AllReduce,
-                        from_nodes: 2,
-                        at_nodes: 4,
-                        busbw: 14.0,
-                        previous_busbw: 45.5,
-                        message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes"
-                            .into(),
-                    }],
-                    done: true,
-                    ..Default::default()
-                },
-                ..Default::default()
-            });
+            s.nccl_nodes = Some(fixtures::nccl_nodes());
         }
         let text = render(&r, &Format::Table).expect("text");
         for needle in [
@@ -612,30 +572,8 @@ mod tests {
         }
 
         // In topology blocks: the sweep across them, each block's, and the slow block named.
-        if let Some(p) = r.run.status.as_mut().and_then(|s| s.nccl_nodes.as_mut()) {
-            p.topology_key = Some("example.com/rack".into());
-            p.blocks = vec![NcclNodesBlock {
-                value: "rack-b".into(),
-                sweep: NcclNodesSweep {
-                    nodes: vec!["h100-02".into(), "h100-03".into()],
-                    state: PairState::Measured,
-                    points: vec![point(2, 9.5)],
-                    done: true,
-                    ..Default::default()
-                },
-            }];
-            p.slow_blocks = vec![NcclNodesSlowBlock {
-                key: "example.com/rack".into(),
-                value: "rack-b".into(),
-                collective: Collective::AllReduce,
-                nodes: 2,
-                busbw: 9.5,
-                median: 45.0,
-                blocks: 3,
-                message:
-                    "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s"
-                        .into(),
-            }];
+        if let Some(s) = r.run.status.as_mut() {
+            s.nccl_nodes = Some(fixtures::in_blocks(fixtures::nccl_nodes()));
         }
         let text = render(&r, &Format::Table).expect("text");
         for needle in [

@@ -474,26 +474,6 @@ fn the_page_lists_the_gpus_the_test_took_out_of_service_and_only_then() {
 
 #[test]
 fn the_nccl_sweep_is_drawn_per_collective_by_node_count_with_its_knee_and_each_block() {
-    use gpufabric_api::nccl_nodes::{
-        NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesSlowBlock, NcclNodesStatus,
-        NcclNodesSummary, NcclNodesSweep,
-    };
-    use gpufabric_api::pair::PairState;
-    use gpufabric_api::suite::Collective;
-    let summary = |c, busbw| NcclNodesSummary {
-        collective: c,
-        large_busbw: busbw,
-        small_time_us: 41.25,
-        wrong: 0,
-    };
-    let point = |nodes: u32, ar: f64| NcclNodesCurvePoint {
-        nodes,
-        ranks: nodes * 8,
-        summary: vec![
-            summary(Collective::AllReduce, ar),
-            summary(Collective::AllToAll, 38.0),
-        ],
-    };
     let mut f = Fetched::demo();
     let page = f.page();
     assert!(
@@ -501,49 +481,7 @@ fn the_nccl_sweep_is_drawn_per_collective_by_node_count_with_its_knee_and_each_b
         "a run without the phase says so"
     );
     if let Some(s) = f.run.status.as_mut() {
-        s.nccl_nodes = Some(NcclNodesStatus {
-            sweep: NcclNodesSweep {
-                nodes: ["h100-00", "h100-01", "h100-02", "h100-03"]
-                    .map(String::from)
-                    .to_vec(),
-                state: PairState::Measured,
-                points: vec![point(2, 45.5), point(4, 14.0)],
-                gpus_per_node: 8,
-                knees: vec![NcclNodesKnee {
-                    collective: Collective::AllReduce,
-                    from_nodes: 2,
-                    at_nodes: 4,
-                    busbw: 14.0,
-                    previous_busbw: 45.5,
-                    message: "all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes".into(),
-                }],
-                done: true,
-                ..Default::default()
-            },
-            topology_key: Some("example.com/rack".into()),
-            blocks: vec![NcclNodesBlock {
-                value: "rack-b".into(),
-                sweep: NcclNodesSweep {
-                    nodes: vec!["h100-02".into(), "h100-03".into()],
-                    state: PairState::Measured,
-                    points: vec![point(2, 9.5)],
-                    done: true,
-                    ..Default::default()
-                },
-            }],
-            slow_blocks: vec![NcclNodesSlowBlock {
-                key: "example.com/rack".into(),
-                value: "rack-b".into(),
-                collective: Collective::AllReduce,
-                nodes: 2,
-                busbw: 9.5,
-                median: 45.0,
-                blocks: 3,
-                message:
-                    "all_reduce over 2 nodes of block example.com/rack=rack-b reached 9.5 GB/s"
-                        .into(),
-            }],
-        });
+        s.nccl_nodes = Some(fixtures::in_blocks(fixtures::nccl_nodes()));
     }
     let page = f.page();
     // The curve across blocks and the block's own, each a chart with one line per collective.
