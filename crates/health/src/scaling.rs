@@ -22,6 +22,7 @@
 //! yet: a curve is judged against itself and blocks against each other.
 
 use crate::fleet::{self, Better, Rule};
+use gpufabric_api::nccl_nodes::NcclNodesSlowBlock;
 use gpufabric_api::suite::Collective;
 use std::collections::BTreeMap;
 
@@ -56,22 +57,6 @@ pub struct Knee {
     pub reference: f64,
     pub reference_nodes: u32,
     /// One sentence a person can act on.
-    pub message: String,
-}
-
-/// A block whose curve falls below the other blocks'.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SlowBlock {
-    /// The label and its value.
-    pub key: String,
-    pub value: String,
-    pub collective: Collective,
-    /// The first node count where it is slow, its busbw there and the blocks' median.
-    pub nodes: u32,
-    pub busbw: f64,
-    pub median: f64,
-    /// Blocks compared at that count.
-    pub blocks: usize,
     pub message: String,
 }
 
@@ -128,7 +113,7 @@ pub fn knee(curve: &Curve, min_gap: f64) -> Option<Knee> {
 /// The blocks (curves with `block` set, all of one collective or several) whose busbw is an
 /// outlier below the other blocks' at some node count, by rule 2; `key` is the label the
 /// blocks are values of. One entry per block and collective: the first count where it is slow.
-pub fn slow_blocks(key: &str, curves: &[Curve], rule: &Rule) -> Vec<SlowBlock> {
+pub fn slow_blocks(key: &str, curves: &[Curve], rule: &Rule) -> Vec<NcclNodesSlowBlock> {
     // (collective, nodes) -> [(block, busbw)]
     let mut at: BTreeMap<(Collective, u32), Vec<(&str, f64)>> = BTreeMap::new();
     for c in curves {
@@ -145,17 +130,17 @@ pub fn slow_blocks(key: &str, curves: &[Curve], rule: &Rule) -> Vec<SlowBlock> {
         min_count: rule.min_count.max(3),
         ..*rule
     };
-    let mut out: BTreeMap<(Collective, &str), SlowBlock> = BTreeMap::new();
+    let mut out: BTreeMap<(Collective, &str), NcclNodesSlowBlock> = BTreeMap::new();
     for ((collective, nodes), values) in &at {
         for (block, o) in fleet::outliers(values, Better::Higher, &rule) {
-            out.entry((*collective, block)).or_insert_with(|| SlowBlock {
+            out.entry((*collective, block)).or_insert_with(|| NcclNodesSlowBlock {
                 key: key.to_string(),
                 value: block.to_string(),
                 collective: *collective,
                 nodes: *nodes,
                 busbw: o.value,
                 median: o.median,
-                blocks: o.count,
+                blocks: u32::try_from(o.count).unwrap_or(u32::MAX),
                 message: format!(
                     "{} over {nodes} nodes of block {key}={block} reached {:.1} GB/s, {:.0}% below the median of {} blocks ({:.1} GB/s): the fabric inside this block is slow though its nodes are judged by their own checks; look at its switch and its uplinks",
                     collective.nccl_tests_name(),

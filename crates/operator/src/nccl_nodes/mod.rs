@@ -296,18 +296,6 @@ pub fn slow_blocks(key: &str, blocks: &[NcclNodesBlock], rule: &Rule) -> Vec<Ncc
         .flat_map(|b| curves(&b.sweep, Some(&b.value)))
         .collect();
     slow(key, &curves, rule)
-        .into_iter()
-        .map(|s| NcclNodesSlowBlock {
-            key: s.key,
-            value: s.value,
-            collective: s.collective,
-            nodes: s.nodes,
-            busbw: s.busbw,
-            median: s.median,
-            blocks: s.blocks as u32,
-            message: s.message,
-        })
-        .collect()
 }
 
 /// The knee of each collective's curve of a measured sweep (`health::scaling::knee`, with

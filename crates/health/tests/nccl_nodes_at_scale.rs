@@ -1,0 +1,171 @@
+//! The multi-node NCCL sweep over a sim fleet of 1,008 nodes in 63 topology blocks of 16 (a
+//! leaf label): the sim backend's rows inside each block at 2, 4, 8 and 16 nodes and across
+//! the blocks over one node of each, summarized as the agent does and judged by the rules the
+//! operator applies ([`gpufabric_health::scaling`], the default thresholds). A block whose
+//! switch is degraded (every path between two of its nodes at half rate, each node fine
+//! elsewhere) is named for every collective and no other block is; the curves have no knee;
+//! the same fleet without the fault names no block.
+
+use gpufabric_api::nccl_nodes::{NcclNodesSlowBlock, NcclNodesSummary};
+use gpufabric_api::policy::Thresholds;
+use gpufabric_api::suite::Collective;
+use gpufabric_health::fleet::Rule;
+use gpufabric_health::scaling::{Curve, CurvePoint, knee, slow_blocks};
+use gpufabric_measure::fleet::{Fault, FleetNode};
+use gpufabric_measure::nccl_nodes::{NcclMeasure, Sweep, sizes};
+use gpufabric_measure::sim::nccl_nodes::SimNcclNodes;
+use std::collections::BTreeMap;
+
+const LEAF: &str = "example.com/leaf";
+const BLOCKS: usize = 63;
+const PER_BLOCK: usize = 16;
+const DEGRADED: &str = "leaf-17";
+const LARGE: u64 = 64 << 20;
+const SEED: u64 = 7;
+
+fn collectives() -> Vec<Collective> {
+    vec![
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::AllToAll,
+    ]
+}
+
+/// 1,008 H200 nodes of 8 GPUs, 16 to a leaf; with `degraded`, every path between two nodes
+/// of that leaf carries `factor` of the rate.
+fn fleet(degraded: Option<(&str, f64)>) -> Vec<FleetNode> {
+    let mut nodes: Vec<FleetNode> = (0..BLOCKS * PER_BLOCK)
+        .map(|i| FleetNode {
+            name: format!("n{i:04}"),
+            product: "NVIDIA-H200".into(),
+            gpus: 8,
+            labels: BTreeMap::from([(LEAF.to_string(), format!("leaf-{:02}", i / PER_BLOCK))]),
+            faults: Vec::new(),
+            software: Default::default(),
+        })
+        .collect();
+    if let Some((leaf, factor)) = degraded {
+        let members: Vec<String> = nodes
+            .iter()
+            .filter(|n| n.labels[LEAF] == leaf)
+            .map(|n| n.name.clone())
+            .collect();
+        for n in nodes.iter_mut().filter(|n| n.labels[LEAF] == leaf) {
+            for peer in members.iter().filter(|p| **p != n.name) {
+                n.faults.push(Fault::BadPath {
+                    peer: peer.clone(),
+                    factor,
+                });
+            }
+        }
+    }
+    nodes
+}
+
+/// One sweep over `nodes` at each of `counts`, as rank 0 of the sim backend reports it: each
+/// collective's curve of busbw at the large sizes.
+fn sweep(nodes: &[FleetNode], counts: &[u32], block: Option<&str>) -> Vec<Curve> {
+    let sweep = Sweep {
+        collectives: collectives(),
+        sizes: sizes(1 << 10, 256 << 20, 4),
+        iters: (5, 20),
+    };
+    let mut rank0 = SimNcclNodes {
+        nodes: nodes.to_vec(),
+        rank: 0,
+        seed: SEED,
+    };
+    let mut points: BTreeMap<Collective, Vec<CurvePoint>> = BTreeMap::new();
+    for &k in counts {
+        let rows = rank0.measure(k, &[], &sweep).expect("the sim measures");
+        for c in collectives() {
+            let summary = NcclNodesSummary::of(c, &rows, LARGE).expect("rows of every collective");
+            points.entry(c).or_default().push(CurvePoint {
+                nodes: k,
+                busbw: summary.large_busbw,
+            });
+        }
+    }
+    points
+        .into_iter()
+        .map(|(collective, points)| Curve {
+            block: block.map(str::to_string),
+            collective,
+            points,
+        })
+        .collect()
+}
+
+/// Every block's curves, the curves across blocks (the first node of each), the slow blocks
+/// and the knees, judged as the operator judges a finished sweep.
+fn judge(nodes: &[FleetNode]) -> (Vec<NcclNodesSlowBlock>, Vec<String>, Vec<Curve>) {
+    let t = Thresholds::default();
+    let rule = Rule {
+        score: t.fleet_outlier_score,
+        min_gap: t.fleet_min_relative_gap,
+        min_count: 3,
+    };
+    let mut blocks: Vec<Curve> = Vec::new();
+    for chunk in nodes.chunks(PER_BLOCK) {
+        let value = chunk[0].labels[LEAF].clone();
+        blocks.extend(sweep(chunk, &[2, 4, 8, 16], Some(&value)));
+    }
+    let representatives: Vec<FleetNode> = nodes.chunks(PER_BLOCK).map(|c| c[0].clone()).collect();
+    let across = sweep(&representatives, &[2, 4, 8, 16, 32, BLOCKS as u32], None);
+    let knees: Vec<String> = blocks
+        .iter()
+        .chain(&across)
+        .filter_map(|c| knee(c, rule.min_gap))
+        .map(|k| k.message)
+        .collect();
+    (slow_blocks(LEAF, &blocks, &rule), knees, across)
+}
+
+#[test]
+fn a_degraded_leaf_among_63_of_1008_nodes_is_named_for_every_collective_and_no_other() {
+    let nodes = fleet(Some((DEGRADED, 0.5)));
+    let (slow, knees, across) = judge(&nodes);
+    let named: Vec<(&str, Collective)> = slow
+        .iter()
+        .map(|s| (s.value.as_str(), s.collective))
+        .collect();
+    let want: Vec<(&str, Collective)> = collectives().into_iter().map(|c| (DEGRADED, c)).collect();
+    let mut named_sorted = named.clone();
+    named_sorted.sort();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    assert_eq!(named_sorted, want_sorted, "{slow:#?}");
+    for s in &slow {
+        // Slow from the first node count on, about half the other blocks' median.
+        assert_eq!(s.nodes, 2, "{s:?}");
+        assert_eq!(s.blocks, BLOCKS as u32);
+        assert!(s.busbw < 0.6 * s.median, "{s:?}");
+        assert!(
+            s.message.contains("example.com/leaf=leaf-17"),
+            "{}",
+            s.message
+        );
+    }
+    assert!(knees.is_empty(), "a uniform fault has no knee: {knees:#?}");
+    // Across the leaves, over one node of each, the degraded switch is on no path: even at 63
+    // nodes (the model's longer rings pay more latency at the large sizes, without a knee)
+    // each collective stays above what the degraded leaf reached at 2.
+    for c in &across {
+        assert_eq!(c.points.len(), 6);
+        let at_63 = c.points[5].busbw;
+        let leaf = slow
+            .iter()
+            .find(|s| s.collective == c.collective)
+            .map(|s| s.busbw)
+            .unwrap_or(f64::INFINITY);
+        assert!(at_63 > 1.2 * leaf, "{c:?} against the leaf's {leaf}");
+    }
+}
+
+#[test]
+fn the_same_fleet_without_the_fault_names_no_leaf() {
+    let (slow, knees, _) = judge(&fleet(None));
+    assert!(slow.is_empty(), "{slow:#?}");
+    assert!(knees.is_empty(), "{knees:#?}");
+}
