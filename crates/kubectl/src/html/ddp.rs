@@ -7,12 +7,12 @@ use crate::doc::wire;
 use std::fmt::Write;
 
 pub(super) fn section(r: &HtmlReport) -> String {
-    let mut s = String::from(r#"<section id="ddp-nodes"><h2>Multi-node DDP probe</h2>"#);
+    const ID: &str = "ddp-nodes";
+    const TITLE: &str = "Multi-node DDP probe";
     let Some(p) = &r.ddp else {
-        s.push_str(r#"<p class="muted">This run had no multi-node DDP probe (suite.ddpNodes).</p></section>"#);
-        s.push('\n');
-        return s;
+        return super::phase_absent(ID, TITLE, "multi-node DDP probe", "suite.ddpNodes");
     };
+    let mut s = super::phase_opening(ID, TITLE);
     let _ = write!(
         s,
         r#"<p data-state="{}">Over {} ({}{}).</p>"#,

@@ -123,5 +123,19 @@ fn header(r: &HtmlReport) -> String {
     s
 }
 
+/// The opening of a phase's section: its anchor and heading.
+fn phase_opening(id: &str, title: &str) -> String {
+    format!(r#"<section id="{id}"><h2>{title}</h2>"#)
+}
+
+/// The whole section of a phase the run did not have: the heading and one line naming the
+/// suite field that turns it on.
+fn phase_absent(id: &str, title: &str, phase: &str, field: &str) -> String {
+    format!(
+        "{}<p class=\"muted\">This run had no {phase} ({field}).</p></section>\n",
+        phase_opening(id, title)
+    )
+}
+
 #[cfg(test)]
 mod tests;

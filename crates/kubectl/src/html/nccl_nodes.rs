@@ -9,12 +9,12 @@ use gpufabric_api::nccl_nodes::NcclNodesSweep;
 use std::fmt::Write;
 
 pub(super) fn section(r: &HtmlReport) -> String {
-    let mut s = String::from(r#"<section id="nccl-nodes"><h2>Multi-node NCCL sweep</h2>"#);
+    const ID: &str = "nccl-nodes";
+    const TITLE: &str = "Multi-node NCCL sweep";
     let Some(p) = &r.nccl else {
-        s.push_str(r#"<p class="muted">This run had no multi-node NCCL sweep (suite.ncclNodes).</p></section>"#);
-        s.push('\n');
-        return s;
+        return super::phase_absent(ID, TITLE, "multi-node NCCL sweep", "suite.ncclNodes");
     };
+    let mut s = super::phase_opening(ID, TITLE);
     let key = p.topology_key.as_deref();
     let title = match key {
         Some(k) => format!("Across blocks of {k} (one node of each)"),

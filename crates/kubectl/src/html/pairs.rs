@@ -76,14 +76,12 @@ fn cell(c: &PairCell, median: Option<f64>) -> String {
 }
 
 pub(super) fn section(r: &HtmlReport) -> String {
-    let mut s = String::from(r#"<section id="node-pairs"><h2>Node pairs</h2>"#);
+    const ID: &str = "node-pairs";
+    const TITLE: &str = "Node pairs";
     let Some(m) = &r.pairs else {
-        s.push_str(
-            r#"<p class="muted">This run had no node-pair phase (suite.nodePairs).</p></section>"#,
-        );
-        s.push('\n');
-        return s;
+        return super::phase_absent(ID, TITLE, "node-pair phase", "suite.nodePairs");
     };
+    let mut s = super::phase_opening(ID, TITLE);
     let st = &m.status;
     let med = median(m);
     let _ = write!(
