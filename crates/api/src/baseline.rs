@@ -27,9 +27,9 @@ pub const MAX_AGE_SECONDS: i64 = 7 * 24 * 3600;
 /// Most keys (product, GPU count, suite, settings) kept per test.
 pub const MAX_KEYS: usize = 4;
 /// Most series kept per run sample: the seven collectives, the node's slowest copies, DDP,
-/// GEMM and memory, and room for the node pairs' transports and sizes and the probe's node
-/// counts.
-pub const MAX_SERIES: usize = 40;
+/// GEMM and memory, and room for the node pairs' transports and sizes, the probe's node
+/// counts and the multi-node sweep's four collectives at its node counts.
+pub const MAX_SERIES: usize = 48;
 /// Most bytes of a stored or exported baseline read back (the largest one kept is about
 /// 160 KB: `a_full_baseline_stays_small`).
 pub const MAX_BYTES: usize = 1 << 20;
@@ -118,6 +118,9 @@ pub enum Series {
     NodePair(NetTransport, u64),
     /// The multi-node probe's scaling efficiency at this many nodes (ratio).
     Probe(u32),
+    /// The multi-node NCCL sweep's bus bandwidth of a collective at its large sizes over this
+    /// many nodes, GB/s.
+    Sweep(Collective, u32),
 }
 
 impl Series {
@@ -154,6 +157,10 @@ impl Series {
                 )
             }
             Series::Probe(n) => format!("multi-node probe efficiency at {n} nodes"),
+            Series::Sweep(c, n) => format!(
+                "multi-node NCCL sweep's {} bus bandwidth over {n} nodes",
+                c.nccl_tests_name()
+            ),
         }
     }
 }
@@ -181,6 +188,7 @@ impl fmt::Display for Series {
             Series::Memory => f.write_str("memory"),
             Series::NodePair(t, b) => write!(f, "nodePair.{}.{b}", transport_word(*t)),
             Series::Probe(n) => write!(f, "probe.{n}"),
+            Series::Sweep(c, n) => write!(f, "sweep.{}.{n}", c.nccl_tests_name()),
         }
     }
 }
@@ -199,13 +207,14 @@ impl FromStr for Series {
                 .ok_or_else(bad)
         };
         let small = |i: usize| num(i).and_then(|v| u32::try_from(v).map_err(|_| bad()));
+        let collective = |name: &str| {
+            Collective::ALL
+                .into_iter()
+                .find(|c| c.nccl_tests_name() == name)
+                .ok_or_else(bad)
+        };
         Ok(match (head, rest.as_slice()) {
-            ("busbw", [name]) => Series::BusBw(
-                Collective::ALL
-                    .into_iter()
-                    .find(|c| c.nccl_tests_name() == *name)
-                    .ok_or_else(bad)?,
-            ),
+            ("busbw", [name]) => Series::BusBw(collective(name)?),
             ("pair", ["worst"]) => Series::WorstPair,
             ("pairBidir", ["worst"]) => Series::WorstPairBidir,
             ("h2d", ["worst"]) => Series::WorstH2d,
@@ -226,6 +235,7 @@ impl FromStr for Series {
                 Series::NodePair(t, num(1)?)
             }
             ("probe", [_]) => Series::Probe(small(0)?),
+            ("sweep", [name, _]) => Series::Sweep(collective(name)?, small(1)?),
             _ => return Err(bad()),
         })
     }

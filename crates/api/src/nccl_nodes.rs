@@ -260,6 +260,21 @@ pub struct NcclNodesSlowBlock {
     pub message: String,
 }
 
+/// A node count of the sweep whose busbw fell far below what the test's earlier sweeps reached
+/// there (the fleet's baseline): a finding on the fabric between the nodes, never on a node.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NcclNodesShortfall {
+    pub collective: Collective,
+    pub nodes: u32,
+    /// Its busbw at the large sizes, GB/s.
+    pub busbw: f64,
+    /// The baseline's median at that count, GB/s.
+    pub expected: f64,
+    /// What it means and where to look.
+    pub message: String,
+}
+
 /// The multi-node NCCL sweep of a run (`suite.ncclNodes`), in its status: one sweep over the
 /// group, or with a `topologyKey` one per block and, in the fields of the sweep, the one
 /// across blocks.
@@ -279,6 +294,10 @@ pub struct NcclNodesStatus {
     /// Blocks whose curve fell below the other blocks' (no node is held to account for it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slow_blocks: Vec<NcclNodesSlowBlock>,
+    /// Node counts of the group's sweep (across blocks, with a `topologyKey`) far below the
+    /// test's baseline at that count (no node is held to account for it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub below_baseline: Vec<NcclNodesShortfall>,
 }
 
 fn is_zero_u32(n: &u32) -> bool {

@@ -18,11 +18,20 @@
 //!    slow block is a finding on the block, never on its nodes: each node's own checks and
 //!    pairs judge it.
 //!
-//! Neither rule has an expectation from a baseline of earlier runs or from the nodes' links
-//! yet: a curve is judged against itself and blocks against each other.
+//! 3. **Below the baseline.** For each collective and node count of 2 or more that the group's
+//!    sweep (the one across blocks, with a topology label) measured and that the test's
+//!    baseline expects (`sweep.COLLECTIVE.N`, resting on at least
+//!    [`gpufabric_api::baseline::MIN_NODES`] nodes, among the keys of the run's suite and NCCL
+//!    settings): a busbw far below it (rule 3 of [`crate::evaluate::baseline`], with the
+//!    fleet's minimum relative gap) is a shortfall of the run, never of a node. Without a
+//!    baseline for the count, the curve is judged by rules 1 and 2 alone.
+//!
+//! No rule has an expectation from the links the nodes report yet.
 
+use crate::evaluate::baseline::{Against, basis_words, far_below};
 use crate::fleet::{self, Better, Rule};
-use gpufabric_api::nccl_nodes::NcclNodesSlowBlock;
+use gpufabric_api::baseline::Series;
+use gpufabric_api::nccl_nodes::{NcclNodesShortfall, NcclNodesSlowBlock};
 use gpufabric_api::suite::Collective;
 use std::collections::BTreeMap;
 
@@ -155,6 +164,47 @@ pub fn slow_blocks(key: &str, curves: &[Curve], rule: &Rule) -> Vec<NcclNodesSlo
     out.into_values().collect()
 }
 
+/// The points of `curves` (the group's sweep over `swept`, its nodes by rank) far below the
+/// baseline, by rule 3.
+pub fn below_baseline(
+    curves: &[Curve],
+    swept: &[String],
+    against: &Against<'_>,
+    min_gap: f64,
+) -> Vec<NcclNodesShortfall> {
+    curves
+        .iter()
+        .flat_map(|c| c.points.iter().map(move |p| (c.collective, p)))
+        .filter(|(_, p)| usable(p))
+        .filter_map(|(collective, p)| {
+            let e = against.across_keys(Series::Sweep(collective, p.nodes))?;
+            if !far_below(p.busbw, &e, min_gap) {
+                return None;
+            }
+            let over: Vec<&str> = swept
+                .iter()
+                .take(p.nodes as usize)
+                .map(String::as_str)
+                .collect();
+            Some(NcclNodesShortfall {
+                collective,
+                nodes: p.nodes,
+                busbw: p.busbw,
+                expected: e.median,
+                message: format!(
+                    "{} over {} nodes ({}) reached {:.1} GB/s, {}, the sweeps of {}: the fabric between them is slower than it was though each node passed its own tests; look at their node pairs and the switches between them",
+                    collective.nccl_tests_name(),
+                    p.nodes,
+                    over.join(", "),
+                    p.busbw,
+                    crate::evaluate::how_far(p.busbw, e.median),
+                    basis_words(&e, "GB/s"),
+                ),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +310,85 @@ mod tests {
             .map(|(i, v)| curve(Some(&format!("b{i}")), &[(2, *v), (4, v * 0.97)]))
             .collect();
         assert!(slow_blocks("k", &curves, &RULE).is_empty());
+    }
+
+    fn baseline_of(busbw: f64, nodes: u32) -> gpufabric_api::baseline::FleetBaseline {
+        use gpufabric_api::baseline::{BaselineKey, FleetBaseline, KeyedSample, RunSample, Spread};
+        let sample = |run: &str| KeyedSample {
+            key: BaselineKey {
+                product: "h200".into(),
+                gpus: 8,
+                suite: "s".into(),
+                settings: "n".into(),
+            },
+            sample: RunSample {
+                run: run.into(),
+                at: 0,
+                nodes: 8,
+                series: [(
+                    Series::Sweep(Collective::AllReduce, 4).to_string(),
+                    Spread {
+                        median: busbw,
+                        p10: busbw * 0.97,
+                        p90: busbw * 1.01,
+                        n: nodes,
+                    },
+                )]
+                .into(),
+            },
+        };
+        FleetBaseline::default()
+            .with_run(&[sample("r1")], 1_000)
+            .with_run(&[sample("r2")], 2_000)
+    }
+
+    fn swept() -> Vec<String> {
+        (0..4).map(|i| format!("n{i}")).collect()
+    }
+
+    #[test]
+    fn a_sweep_far_below_its_baseline_at_a_node_count_is_a_shortfall_of_the_run() {
+        let b = baseline_of(40.0, 4);
+        let against = Against {
+            baseline: &b,
+            suite: "s",
+            settings: "n",
+            now: 3_000,
+        };
+        let c = curve(None, &[(2, 41.0), (4, 20.0)]);
+        let s = below_baseline(&[c], &swept(), &against, 0.1);
+        assert_eq!(s.len(), 1, "{s:#?}");
+        assert_eq!((s[0].nodes, s[0].busbw, s[0].expected), (4, 20.0, 40.0));
+        assert!(
+            s[0].message.starts_with(
+                "all_reduce over 4 nodes (n0, n1, n2, n3) reached 20.0 GB/s, 50% below"
+            ),
+            "{}",
+            s[0].message
+        );
+        // Within the gap, or at a count the baseline has no value for: nothing.
+        let near = curve(None, &[(2, 10.0), (4, 37.5)]);
+        assert!(below_baseline(&[near], &swept(), &against, 0.1).is_empty());
+    }
+
+    #[test]
+    fn a_baseline_on_too_few_nodes_or_of_other_runs_judges_nothing() {
+        let c = curve(None, &[(4, 5.0)]);
+        let thin = baseline_of(40.0, 2);
+        let against = Against {
+            baseline: &thin,
+            suite: "s",
+            settings: "n",
+            now: 3_000,
+        };
+        assert!(below_baseline(std::slice::from_ref(&c), &swept(), &against, 0.1).is_empty());
+        let b = baseline_of(40.0, 4);
+        let other_suite = Against {
+            baseline: &b,
+            suite: "other",
+            settings: "n",
+            now: 3_000,
+        };
+        assert!(below_baseline(&[c], &swept(), &other_suite, 0.1).is_empty());
     }
 }

@@ -6,6 +6,7 @@
 use gpufabric_api::baseline::{FleetBaseline, KeyedSample, Series, Spread, settings_fingerprint};
 use gpufabric_api::ddp_nodes::DdpNodesStatus;
 use gpufabric_api::keys;
+use gpufabric_api::nccl_nodes::NcclNodesStatus;
 use gpufabric_api::pair::{NetTransport, PairState};
 use gpufabric_api::run::{
     FabricTestRun, FabricTestRunStatus, NodeRunResult, NodeVerdict, RunPhase,
@@ -73,13 +74,21 @@ pub fn pair_baselines(fleet: &FleetBaseline, run: &FabricTestRun, now: i64) -> V
         .node_pairs(run.spec.suite.node_pairs.bytes)
 }
 
+/// A run's multi-node phases, for its sample.
+#[derive(Clone, Copy, Default)]
+pub struct Groups<'a> {
+    pub probe: Option<&'a DdpNodesStatus>,
+    pub sweep: Option<&'a NcclNodesStatus>,
+}
+
 /// The run's numbers for its test's baseline (pure): of the nodes that passed a complete
 /// check (`entries` after every judgement, node pairs included) and that no test holds in
 /// quarantine (`node` returns the node from the cache). A failing or quarantined node never
 /// feeds it. Each such node also feeds the median busbw of its node pairs with other such
-/// nodes (over the transport most of them used, at the suite's `pair_bytes`), and a probe
-/// measured over such nodes only feeds its scaling efficiency at each count of 2 or more,
-/// under the key of its first node, resting on that many nodes.
+/// nodes (over the transport most of them used, at the suite's `pair_bytes`). A probe, and a
+/// multi-node NCCL sweep (the group's, or the one across blocks), measured over such nodes
+/// only feed their scaling efficiency and busbw at each count of 2 or more, under the key of
+/// their first node, resting on that many nodes.
 pub fn sample(
     run: &str,
     alike: &Alike,
@@ -87,8 +96,9 @@ pub fn sample(
     series: &BTreeMap<String, NodeSeries>,
     node: impl Fn(&str) -> Option<std::sync::Arc<Node>>,
     pair_bytes: u64,
-    probe: Option<&DdpNodesStatus>,
+    groups: Groups<'_>,
 ) -> Vec<KeyedSample> {
+    let Groups { probe, sweep } = groups;
     let quarantined =
         |n: &str| node(n).is_some_and(|n| n.labels().contains_key(keys::LABEL_QUARANTINED));
     let feeding: Vec<&NodeRunResult> = entries
@@ -108,31 +118,53 @@ pub fn sample(
         })
         .collect();
     let mut samples = baseline::sample(run, &alike.suite, &alike.settings, with_pairs.iter());
-    if let Some(p) = probe.filter(|p| {
-        p.state == PairState::Measured && p.nodes.iter().all(|n| names.contains(n.as_str()))
-    }) && let Some(group) = p
-        .nodes
-        .first()
-        .and_then(|n| series.get(n))
-        .map(|s| &s.group)
-        && let Some(keyed) = samples
+    // A multi-node phase over feeding nodes only: its points under the key of its first node,
+    // each resting on as many nodes as it spanned.
+    let mut feed_group = |nodes: &[String], points: Vec<(Series, u32, f64)>| {
+        if !nodes.iter().all(|n| names.contains(n.as_str())) {
+            return;
+        }
+        let Some(group) = nodes.first().and_then(|n| series.get(n)).map(|s| &s.group) else {
+            return;
+        };
+        let Some(keyed) = samples
             .iter_mut()
             .find(|k| k.key.product == group.0 && k.key.gpus == group.1)
-    {
-        for point in p.points.iter().filter(|x| x.nodes >= 2) {
-            let e = point.scaling_efficiency;
-            if e.is_finite() && e > 0.0 {
-                keyed.sample.series.insert(
-                    Series::Probe(point.nodes).to_string(),
-                    Spread {
-                        median: e,
-                        p10: e,
-                        p90: e,
-                        n: point.nodes,
-                    },
-                );
+        else {
+            return;
+        };
+        for (name, n, v) in points {
+            if n >= 2 && v.is_finite() && v > 0.0 {
+                let spread = Spread {
+                    median: v,
+                    p10: v,
+                    p90: v,
+                    n,
+                };
+                keyed.sample.series.insert(name.to_string(), spread);
             }
         }
+    };
+    if let Some(p) = probe.filter(|p| p.state == PairState::Measured) {
+        let points = p
+            .points
+            .iter()
+            .map(|x| (Series::Probe(x.nodes), x.nodes, x.scaling_efficiency))
+            .collect();
+        feed_group(&p.nodes, points);
+    }
+    if let Some(s) = sweep.filter(|s| s.sweep.state == PairState::Measured) {
+        let points = s
+            .sweep
+            .points
+            .iter()
+            .flat_map(|x| {
+                x.summary
+                    .iter()
+                    .map(|c| (Series::Sweep(c.collective, x.nodes), x.nodes, c.large_busbw))
+            })
+            .collect();
+        feed_group(&s.sweep.nodes, points);
     }
     samples
 }
@@ -220,7 +252,15 @@ mod tests {
             }
             Some(Arc::new(node))
         };
-        let s = sample("run-1", &alike(), &entries, &all, held, 1 << 30, None);
+        let s = sample(
+            "run-1",
+            &alike(),
+            &entries,
+            &all,
+            held,
+            1 << 30,
+            Groups::default(),
+        );
         assert_eq!(s.len(), 1);
         assert_eq!(s[0].sample.nodes, 1, "only `good` feeds it");
     }
@@ -267,8 +307,52 @@ mod tests {
             ..Default::default()
         };
         let node = |_: &str| None;
-        let s = sample("r", &alike(), &entries, &all, node, 1 << 30, Some(&probe));
+        let summary = |busbw: f64| gpufabric_api::nccl_nodes::NcclNodesSummary {
+            collective: gpufabric_api::suite::Collective::AllReduce,
+            large_busbw: busbw,
+            small_time_us: 30.0,
+            wrong: 0,
+        };
+        let sweep = NcclNodesStatus {
+            sweep: gpufabric_api::nccl_nodes::NcclNodesSweep {
+                nodes: vec!["a".into(), "b".into(), "c".into()],
+                state: PairState::Measured,
+                points: [(2, 41.0), (3, 40.0)]
+                    .into_iter()
+                    .map(
+                        |(nodes, bw)| gpufabric_api::nccl_nodes::NcclNodesCurvePoint {
+                            nodes,
+                            ranks: nodes * 8,
+                            summary: vec![summary(bw)],
+                        },
+                    )
+                    .collect(),
+                done: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = sample(
+            "r",
+            &alike(),
+            &entries,
+            &all,
+            node,
+            1 << 30,
+            Groups {
+                probe: Some(&probe),
+                sweep: Some(&sweep),
+            },
+        );
         assert_eq!(s.len(), 1);
+        let fed = s[0]
+            .sample
+            .get(Series::Sweep(
+                gpufabric_api::suite::Collective::AllReduce,
+                3,
+            ))
+            .expect("the sweep fed");
+        assert_eq!((fed.median, fed.n), (40.0, 3));
         let pairs = s[0]
             .sample
             .get(Series::NodePair(NetTransport::Ib, 1 << 30))
@@ -287,7 +371,10 @@ mod tests {
             &all,
             node,
             1 << 30,
-            Some(&over_bad),
+            Groups {
+                probe: Some(&over_bad),
+                sweep: None,
+            },
         );
         assert!(s[0].sample.get(Series::Probe(3)).is_none());
     }

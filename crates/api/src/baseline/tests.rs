@@ -163,6 +163,7 @@ fn every_series_reads_back_from_its_stored_name() {
         Series::Memory,
         Series::NodePair(NetTransport::Ib, 1 << 30),
         Series::Probe(4),
+        Series::Sweep(Collective::AllToAll, 16),
     ];
     for s in all {
         assert_eq!(s.to_string().parse::<Series>().ok(), Some(s), "{s}");
@@ -221,6 +222,6 @@ fn a_full_baseline_stays_small() {
     assert_eq!(b.entries.len(), MAX_KEYS);
     assert!(b.entries.iter().all(|e| e.runs.len() == MAX_RUNS));
     // Beside the rest of the FabricTest status (about 156 KB), well under etcd's 1.5 MB.
-    assert!(bytes < 170_000, "{bytes} bytes");
+    assert!(bytes < 205_000, "{bytes} bytes");
     assert_eq!(FleetBaseline::parse(&b.to_json()).ok(), Some(b));
 }

@@ -168,7 +168,7 @@ fn metric_of(series: Series) -> Option<(Metric, Option<gpufabric_api::suite::Col
         Series::Ddp(_) => (Metric::DdpScalingEfficiency, None),
         Series::Gemm => (Metric::GemmThroughput, None),
         Series::Memory => (Metric::MemoryBandwidth, None),
-        Series::NodePair(..) | Series::Probe(_) => return None,
+        Series::NodePair(..) | Series::Probe(_) | Series::Sweep(..) => return None,
     })
 }
 

@@ -15,8 +15,9 @@ use gpufabric_api::nccl_nodes::{
 };
 use gpufabric_api::pair::PairState;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
+use gpufabric_health::evaluate::baseline::Against;
 use gpufabric_health::fleet::Rule;
-use gpufabric_health::scaling::{Curve, CurvePoint, knee, slow_blocks as slow};
+use gpufabric_health::scaling::{Curve, CurvePoint, below_baseline, knee, slow_blocks as slow};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 
@@ -141,6 +142,7 @@ pub fn in_blocks(key: &str, blocks: Blocks) -> NcclNodesStatus {
             })
             .collect(),
         slow_blocks: Vec::new(),
+        below_baseline: Vec::new(),
     };
     if blocks.unlabelled > 0 {
         status.sweep.message = Some(format!(
@@ -275,9 +277,19 @@ fn curves(sweep: &NcclNodesSweep, block: Option<&str>) -> Vec<Curve> {
 }
 
 /// Judges a sweep that ended: the knees of the group's curve (or the one across blocks) and
-/// of each block's, and the blocks whose curve falls below the others' (`rule`: the fleet's
-/// outlier rule; at least three blocks are compared).
-pub fn judge(status: &mut NcclNodesStatus, rule: &Rule) {
+/// of each block's, the blocks whose curve falls below the others' (`rule`: the fleet's
+/// outlier rule; at least three blocks are compared), and, `against` the test's baseline,
+/// the group's node counts far below it.
+pub fn judge(status: &mut NcclNodesStatus, rule: &Rule, against: Option<&Against<'_>>) {
+    status.below_baseline = match against {
+        Some(a) if status.sweep.state == PairState::Measured => below_baseline(
+            &curves(&status.sweep, None),
+            &status.sweep.nodes,
+            a,
+            rule.min_gap,
+        ),
+        _ => Vec::new(),
+    };
     status.sweep.knees = knees(&status.sweep, None, rule.min_gap);
     for b in &mut status.blocks {
         b.sweep.knees = knees(&b.sweep, Some(&b.value), rule.min_gap);
@@ -326,6 +338,11 @@ pub const CONDITION_SCALING_KNEE: &str = "NcclScalingKnee";
 /// on a node: no node's verdict changes for it, no node is quarantined for it.
 pub const CONDITION_SLOW_BLOCK: &str = "NcclSlowBlock";
 
+/// Condition type on a run: a node count of its multi-node NCCL sweep fell far below the
+/// test's baseline there (True, reason `SweepSlow`); set only then. A judgement of the fabric
+/// between the nodes: no node's verdict changes for it.
+pub const CONDITION_SWEEP_BELOW_BASELINE: &str = "NcclBelowBaseline";
+
 /// With knees in the sweep's curves (the group's or across blocks, and each block's), the
 /// run's `NcclScalingKnee` condition says where each curve starts to lose; with slow blocks,
 /// its `NcclSlowBlock` condition names them (label and value); each message joins the run's.
@@ -352,9 +369,16 @@ pub fn set_knee_condition(
         .map(|b| b.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
+    let below = sweep
+        .below_baseline
+        .iter()
+        .map(|b| b.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
     for (type_, reason, message) in [
         (CONDITION_SCALING_KNEE, "KneeInCurve", knees),
         (CONDITION_SLOW_BLOCK, "SlowBlock", slow),
+        (CONDITION_SWEEP_BELOW_BASELINE, "SweepSlow", below),
     ] {
         if message.is_empty() {
             continue;

@@ -192,7 +192,7 @@ fn a_curve_that_falls_past_a_node_count_is_a_condition_on_the_run_and_judges_no_
     };
     let mut sweep = NcclNodesStatus::begun(n);
     settle(&mut sweep, s);
-    judge(&mut sweep, &RULE);
+    judge(&mut sweep, &RULE, None);
     let knees_ = &sweep.sweep.knees;
     assert_eq!(knees_.len(), 1, "all_reduce only: {knees_:#?}");
     let k = &knees_[0];
@@ -428,8 +428,9 @@ fn a_block_slower_than_the_others_is_a_warning_on_the_block_and_judges_no_node()
             })
             .collect(),
         slow_blocks: Vec::new(),
+        below_baseline: Vec::new(),
     };
-    judge(&mut phase, &RULE);
+    judge(&mut phase, &RULE, None);
     let slow: Vec<(&str, &str, Collective, u32)> = phase
         .slow_blocks
         .iter()
@@ -478,4 +479,90 @@ fn a_block_slower_than_the_others_is_a_warning_on_the_block_and_judges_no_node()
             .is_some_and(|m| m.contains(&c.message))
     );
     assert!(status.findings.is_empty() && status.nodes.is_empty());
+}
+
+#[test]
+fn a_sweep_far_below_the_tests_earlier_sweeps_is_a_condition_on_the_run_and_feeds_no_baseline_twice()
+ {
+    use gpufabric_api::baseline::{
+        BaselineKey, FleetBaseline, KeyedSample, RunSample, Series, Spread,
+    };
+    use gpufabric_health::evaluate::baseline::Against;
+    let earlier = |run: &str| KeyedSample {
+        key: BaselineKey {
+            product: "h200".into(),
+            gpus: 8,
+            suite: "s".into(),
+            settings: "n".into(),
+        },
+        sample: RunSample {
+            run: run.into(),
+            at: 0,
+            nodes: 8,
+            series: [(
+                Series::Sweep(Collective::AllReduce, 8).to_string(),
+                Spread {
+                    median: 40.0,
+                    p10: 39.0,
+                    p90: 41.0,
+                    n: 8,
+                },
+            )]
+            .into(),
+        },
+    };
+    let baseline = FleetBaseline::default()
+        .with_run(&[earlier("r1")], 1_000)
+        .with_run(&[earlier("r2")], 2_000);
+    let against = Against {
+        baseline: &baseline,
+        suite: "s",
+        settings: "n",
+        now: 3_000,
+    };
+    let n = nodes(8);
+    // Flat at 20 GB/s: no knee, but half of what the test's sweeps reached over 8 nodes.
+    let pods: Vec<_> = (0..8).map(|_| ended(doc(8, &|_| 20.0))).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut sweep = NcclNodesStatus::begun(n);
+    settle(&mut sweep, s);
+    judge(&mut sweep, &RULE, Some(&against));
+    assert!(sweep.sweep.knees.is_empty());
+    let below: Vec<(Collective, u32, f64)> = sweep
+        .below_baseline
+        .iter()
+        .map(|b| (b.collective, b.nodes, b.expected))
+        .collect();
+    assert_eq!(below, [(Collective::AllReduce, 8, 40.0)], "{sweep:#?}");
+    let mut status = gpufabric_api::run::FabricTestRunStatus {
+        nccl_nodes: Some(sweep.clone()),
+        ..Default::default()
+    };
+    let at = crate::time::to_time(chrono::Utc::now());
+    set_knee_condition(&mut status, Some(1), &at);
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SWEEP_BELOW_BASELINE)
+        .expect("the below-baseline condition");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "SweepSlow")
+    );
+    assert!(
+        c.message.starts_with("all_reduce over 8 nodes (") && c.message.contains("50% below"),
+        "{}",
+        c.message
+    );
+    assert!(status.findings.is_empty() && status.nodes.is_empty());
+    // Without a baseline for the count, nothing.
+    let empty = FleetBaseline::default();
+    let none = Against {
+        baseline: &empty,
+        ..against
+    };
+    judge(&mut sweep, &RULE, Some(&none));
+    assert!(sweep.below_baseline.is_empty());
 }

@@ -71,7 +71,11 @@ pub(super) async fn finish(
             min_gap: t.fleet_min_relative_gap,
             min_count: 3,
         };
-        crate::nccl_nodes::judge(sweep, &rule);
+        crate::nccl_nodes::judge(
+            sweep,
+            &rule,
+            Some(&judging.alike.against(&fleet_baseline, now_s)),
+        );
     }
     if next.node_pairs.is_some() || next.ddp_nodes.is_some() {
         gpufabric_health::evaluate::sort_findings(&mut all_findings);
@@ -84,7 +88,10 @@ pub(super) async fn finish(
         &evaluation.series,
         |n| ctx.nodes.get(&ObjectRef::new(n)),
         run.spec.suite.node_pairs.bytes,
-        next.ddp_nodes.as_ref(),
+        crate::baseline::Groups {
+            probe: next.ddp_nodes.as_ref(),
+            sweep: next.nccl_nodes.as_ref(),
+        },
     );
     let judged_ms = began.elapsed().as_millis();
     let after = shards::split(&entries, shards);
