@@ -1,13 +1,15 @@
 //! GPUs as DRA devices in the local control plane: the fixture driver's ResourceSlices,
 //! DeviceTaintRules on single GPUs, and the real kube-scheduler deciding which claims fit.
 //! First a rule written by hand; then the operator's own, written for a GPU that failed a
-//! run and its confirmation, released by a passing run and by the test's deletion.
+//! run and its confirmation, released by a passing run and by the test's deletion; then a
+//! node pair over two such nodes, each rank's pod claiming its node's GPUs.
 //!
 //! Needs the control-plane binaries (`tests/cluster/build.sh`), the real kube-scheduler
 //! (`tests/cluster/build-node.sh`) and the agent and operator built:
 //! `cargo build -p gpufabric-agent -p gpufabric-operator -p gpufabric-tests --bins`, then
 //! `cargo test -p gpufabric-tests --test dra`.
 
+use gpufabric_api::findings::Severity;
 use gpufabric_api::keys::{
     ANNOTATION_DEVICE_QUARANTINE, CONDITION_NODE_DEGRADED, LABEL_RESULT, TAINT_GPU,
 };
@@ -16,7 +18,9 @@ use gpufabric_measure::fleet::Fault;
 use gpufabric_tests::cluster::Cluster;
 use gpufabric_tests::dra;
 use gpufabric_tests::fleet::{H100, SimFleet};
-use gpufabric_tests::operator::{OperatorEnv, cordoned, last_run_name, sim_agent};
+use gpufabric_tests::operator::{
+    OperatorEnv, cordoned, last_run_name, node_pairs_suite, sim_agent,
+};
 use gpufabric_tests::wait;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod};
 use k8s_openapi::api::resource::v1alpha3::{
@@ -518,5 +522,85 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
         !cordoned(&env.read_node("plain-01").await),
         "plain-01 released"
     );
-    eprintln!("took {:.1}s", began.elapsed().as_secs_f64());
+
+    // A node pair over two nodes whose GPUs are devices: each rank's pod claims all 8 GPUs
+    // of its node through a template of its own, the real scheduler allocates the claim and
+    // binds the pod, and the pair is measured.
+    let pairs_began = Instant::now();
+    let name = "pairs";
+    env.create_test(
+        name,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "nodes": ["dra-01", "good-01"],
+            "suite": node_pairs_suite(),
+            "agent": sim_agent(60),
+        }),
+    )
+    .await;
+    let s = wait_status(&env, name, "a run of one node pair", |s| {
+        s.last_run.is_some()
+    })
+    .await;
+    let last = last_run_name(&s);
+    let run = env.run_status(&last).await;
+    let np = run.node_pairs.clone().expect("the node-pair phase");
+    assert!(
+        np.done && np.pairs == 1 && np.measured == 1,
+        "{np:#?}\n{}",
+        env.operator.log_tail(80)
+    );
+    assert_eq!(
+        (run.passed, run.failed, run.errored, run.not_measured),
+        (2, 0, 0, 0),
+        "{run:#?}"
+    );
+    assert!(
+        run.findings.iter().all(|f| f.severity == Severity::Info),
+        "the pair of healthy nodes passed: {:#?}",
+        run.findings
+    );
+    let lp = ListParams::default().labels(&format!(
+        "{}={last},{}=node-pair",
+        gpufabric_api::keys::LABEL_RUN,
+        gpufabric_api::keys::LABEL_ROLE
+    ));
+    let ranks = env.pods_api().list(&lp).await.expect("pods listed").items;
+    let mut on: Vec<String> = Vec::new();
+    for pod in &ranks {
+        let spec = pod.spec.clone().expect("pod spec");
+        let node = spec.node_name.clone().expect("bound by the scheduler");
+        let template = spec.resource_claims.as_ref().expect("the pod's claim")[0]
+            .resource_claim_template_name
+            .clone();
+        assert_eq!(template, Some(pod.name_any()), "a template of its own");
+        assert!(
+            !spec.containers[0]
+                .resources
+                .clone()
+                .unwrap_or_default()
+                .limits
+                .unwrap_or_default()
+                .contains_key("nvidia.com/gpu")
+        );
+        let claimed = pod
+            .status
+            .clone()
+            .and_then(|s| s.resource_claim_statuses)
+            .unwrap_or_default();
+        assert!(
+            claimed.iter().any(|c| c.resource_claim_name.is_some()),
+            "the claim made from the template: {claimed:?}"
+        );
+        let t = templates.get(&pod.name_any()).await.expect("template read");
+        assert_eq!(t.owner_references()[0].kind, "FabricTestRun");
+        on.push(node);
+    }
+    on.sort();
+    assert_eq!(on, ["dra-01", "good-01"], "one rank on each node");
+    eprintln!(
+        "took {:.1}s (the node pair {:.1}s)",
+        began.elapsed().as_secs_f64(),
+        pairs_began.elapsed().as_secs_f64()
+    );
 }

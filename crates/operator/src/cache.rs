@@ -3,7 +3,9 @@
 //! API server directly (a pod the cache has not seen yet) are whole; the readers need no
 //! more than what is kept here.
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Node, NodeAffinity, NodeSpec, NodeStatus, Pod, PodSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::Resource;
 
@@ -14,14 +16,27 @@ pub fn slim<K: Resource>(obj: &mut K) {
 
 /// A benchmark pod as the run controller reads it: its metadata, its whole status (phase,
 /// conditions, container states and termination messages, pod IP) and, of its spec, only the
-/// node it is bound to and its `activeDeadlineSeconds`. The containers (arguments,
-/// environment, volumes) are what the operator wrote and never reads back.
+/// node it is bound to, the node its affinity requires (a pod that claims its GPUs, before
+/// the scheduler binds it: [`crate::pods::claim::required_node`]) and its
+/// `activeDeadlineSeconds`. The containers (arguments, environment, volumes) are what the
+/// operator wrote and never reads back.
 pub fn slim_pod(pod: &mut Pod) {
     slim(pod);
     if let Some(spec) = pod.spec.take() {
+        let required = spec
+            .affinity
+            .and_then(|a| a.node_affinity)
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution);
         pod.spec = Some(PodSpec {
             node_name: spec.node_name,
             active_deadline_seconds: spec.active_deadline_seconds,
+            affinity: required.map(|r| Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(r),
+                    ..NodeAffinity::default()
+                }),
+                ..Affinity::default()
+            }),
             ..PodSpec::default()
         });
     }
@@ -142,6 +157,35 @@ mod tests {
             results::pod_state(&pod(json!({"running": {}}), "Running")),
             PodState::Running
         ));
+    }
+
+    #[test]
+    fn a_claiming_pod_not_bound_yet_is_still_its_runs_once_cached() {
+        let run = crate::pods::tests::run();
+        let made = crate::pods::claim::benchmark_pod(
+            &run,
+            "gpu-0",
+            crate::pods::claim::Gpus::Devices {
+                count: 8,
+                version: "v1",
+            },
+            |g| crate::pods::node_check_pod(&run, "gpu-0", g),
+        )
+        .expect("pod");
+        let mut pod = made.pod;
+        pod.metadata.uid = Some("pod-uid".into());
+        let whole = pod.clone();
+        slim_pod(&mut pod);
+        assert!(pod.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
+        assert_eq!(crate::pods::claim::required_node(&pod), Some("gpu-0"));
+        assert_eq!(
+            crate::identity::pod_made_by(&pod, "run-uid", "pod-uid", "gpu-0"),
+            crate::identity::pod_made_by(&whole, "run-uid", "pod-uid", "gpu-0"),
+        );
+        assert_eq!(
+            crate::identity::pod_made_by(&pod, "run-uid", "pod-uid", "gpu-0"),
+            Ok(())
+        );
     }
 
     #[test]

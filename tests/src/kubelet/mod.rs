@@ -26,7 +26,10 @@
 //!   with [`KubeletOptions::agent_bin_dir`]. A container without `command` runs
 //!   [`KubeletOptions::default_command`] (the image's entrypoint, `fabric-agent`); an
 //!   absolute program path that does not exist here is looked up by its file name on
-//!   `PATH`.
+//!   `PATH`. A pod that claims its GPUs through DRA (placed by the real kube-scheduler where
+//!   a test runs one, `crate::dra`) runs as any other once bound: its claims are not
+//!   prepared, and it holds no `nvidia.com/gpu` here (the scheduler's allocation holds its
+//!   devices).
 //! - **Waiting containers** ([`waiting`]; the pod stays Pending, the container `waiting`):
 //!   - an image whose name contains [`MISSING_IMAGE_MARK`] (`does-not-exist`) cannot be
 //!     pulled: reason `ErrImagePull` (`Failed to pull image "...": ... not found`), then

@@ -116,8 +116,10 @@ pub struct RankPod<'a> {
 }
 
 /// The pod of one rank, built from the node-check pod (same pinning, GPUs, tolerations,
-/// deadline, no credentials): rank 0 listens on its own pod IP, the others join it there,
-/// and every rank reads the run's rendezvous secret from the Secret the run owns.
+/// deadline, no credentials; on a node whose GPUs are DRA devices it claims them as that pod
+/// does, through [`crate::pods::claim::benchmark_pod`]): rank 0 listens on its own pod IP,
+/// the others join it there, and every rank reads the run's rendezvous secret from the
+/// Secret the run owns.
 pub fn rank_pod(run: &FabricTestRun, r: RankPod<'_>) -> Result<Pod, BuildError> {
     let mut pod = node_check_pod(run, r.node, r.gpus)?;
     pod.metadata.name = Some(r.name);

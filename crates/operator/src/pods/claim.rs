@@ -1,21 +1,24 @@
-//! The node-check pod on a node whose GPUs are DRA devices: every GPU asked for through a
-//! ResourceClaimTemplate of the pod's own, tolerating gpufabric's device taint alone, and the
-//! pod placed by the scheduler (which allocates the claim) instead of bound by name.
+//! How every benchmark pod (the node check, a node pair's ranks, the multi-node DDP probe's
+//! and NCCL sweep's) asks for its node's GPUs: `nvidia.com/gpu` and bound to the node by
+//! name, or, on a node whose GPUs are DRA devices, every GPU through a ResourceClaimTemplate
+//! of the pod's own, tolerating gpufabric's device taint alone, and the pod placed by the
+//! scheduler (which allocates the claim) instead of bound by name ([`benchmark_pod`]).
 //!
 //! A template, not a ResourceClaim the operator makes: the ResourceClaim controller makes the
 //! pod's claim from it under a generated name, owned by the pod, records it in the pod's
 //! status (where the scheduler and the kubelet look for it), deallocates it when the pod ends
 //! and deletes it with the pod. No claim name exists that anyone could take first, and the
-//! GPUs are free again as soon as the check ends, not when the run is deleted. The template
+//! GPUs are free again as soon as the pod ends, not when the run is deleted. The template
 //! is named after the pod and owned by the run (deleted with it); one at that name that the
 //! run does not control is never used ([`template_is_runs`]).
 
-use super::{BuildError, CONTAINER, owner_reference};
+use super::{BuildError, CONTAINER, allocatable_gpus, owner_reference};
+use crate::dra::claims::ClaimView;
 use gpufabric_api::device_taint::GPU_DRIVER;
 use gpufabric_api::keys;
 use gpufabric_api::run::FabricTestRun;
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    Affinity, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
     PodResourceClaim, ResourceClaim as ContainerClaim,
 };
 use kube::api::DynamicObject;
@@ -37,10 +40,82 @@ pub fn device_tolerations() -> Value {
     json!([{ "key": keys::TAINT_GPU, "operator": "Exists" }])
 }
 
+/// How a benchmark pod asks for its node's GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gpus<'a> {
+    /// `nvidia.com/gpu`, as many as the node has allocatable; the pod bound to it by name.
+    Extended(u32),
+    /// The node's GPUs are `count` devices of the GPU driver, claimed through a
+    /// ResourceClaimTemplate in `version` of `resource.k8s.io`.
+    Devices { count: u32, version: &'a str },
+}
+
+impl<'a> Gpus<'a> {
+    /// How the benchmark pods of `node` ask: through a claim where `devices` (None: the
+    /// cluster serves no claims) holds the node's GPUs as devices, else `nvidia.com/gpu`.
+    pub fn of(devices: Option<&'a ClaimView>, node: &Node) -> Gpus<'a> {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        match devices.and_then(|d| Some((d, d.gpus_of(name)?))) {
+            Some((d, count)) => Gpus::Devices {
+                count,
+                version: &d.templates.version,
+            },
+            None => Gpus::Extended(allocatable_gpus(node)),
+        }
+    }
+
+    /// How many GPUs the pod asks for (and the agent expects to see).
+    pub fn count(&self) -> u32 {
+        match self {
+            Gpus::Extended(n) | Gpus::Devices { count: n, .. } => *n,
+        }
+    }
+}
+
+/// A benchmark pod ready to create, and the ResourceClaimTemplate to create before it when
+/// the pod claims its GPUs.
+#[derive(Debug)]
+pub struct BenchmarkPod {
+    pub pod: Pod,
+    pub template: Option<Value>,
+}
+
+/// The benchmark pod of `node`, built by `build` (for the node check, a pair's or a group's
+/// rank) for `gpus.count()` GPUs, asking for them as `gpus` says: unchanged for
+/// `nvidia.com/gpu`; for devices, with the template named after the pod (its labels, owned
+/// by `run`) and the pod asking through it, placed by the scheduler ([`use_template`]).
+/// Every kind of benchmark pod is made through here.
+pub fn benchmark_pod(
+    run: &FabricTestRun,
+    node: &str,
+    gpus: Gpus<'_>,
+    build: impl FnOnce(u32) -> Result<Pod, BuildError>,
+) -> Result<BenchmarkPod, BuildError> {
+    let mut pod = build(gpus.count())?;
+    let Gpus::Devices { count, version } = gpus else {
+        return Ok(BenchmarkPod {
+            pod,
+            template: None,
+        });
+    };
+    let name = pod
+        .metadata
+        .name
+        .clone()
+        .ok_or(BuildError::RunNotPersisted)?;
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let template = template(run, &name, &labels, count, version)?;
+    use_template(&mut pod, node, &name);
+    Ok(BenchmarkPod {
+        pod,
+        template: Some(template),
+    })
+}
+
 /// The ResourceClaimTemplate `name` (the pod's name) for `gpus` GPUs of the pod's node, in
 /// `version` of `resource.k8s.io` (`v1beta1` holds the request's fields on the request
 /// itself, `v1beta2` and `v1` under `exactly`), owned by `run`.
-pub fn template(
+fn template(
     run: &FabricTestRun,
     name: &str,
     labels: &std::collections::BTreeMap<String, String>,
@@ -72,11 +147,12 @@ pub fn template(
     }))
 }
 
-/// Makes `pod` (built by [`super::node_check_pod`] for `node`) ask for its GPUs through the
-/// template `template`: the claim in the pod and its container, no `nvidia.com/gpu`, and the
-/// node required by affinity rather than `nodeName`, for only the scheduler allocates a
-/// claim (a pod bound by name with an unallocated claim never starts).
-pub fn use_template(pod: &mut Pod, node: &str, template: &str) {
+/// Makes `pod` (built for `node`) ask for its GPUs through the template `template`: the
+/// claim in the pod and its agent container, no `nvidia.com/gpu`, and the node required by
+/// affinity rather than `nodeName`, for only the scheduler allocates a claim (a pod bound by
+/// name with an unallocated claim never starts). The pod's own tolerations (of the node's
+/// taints) stay: the scheduler reads them now.
+pub(crate) fn use_template(pod: &mut Pod, node: &str, template: &str) {
     let Some(spec) = pod.spec.as_mut() else {
         return;
     };
@@ -154,92 +230,4 @@ pub fn template_is_runs(found: &DynamicObject, run_uid: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pods::tests::run;
-
-    fn labels() -> std::collections::BTreeMap<String, String> {
-        std::collections::BTreeMap::from([("gpufabric.io/run".to_string(), "r".to_string())])
-    }
-
-    #[test]
-    fn the_template_asks_for_every_gpu_tolerating_only_gpufabrics_taint() {
-        let t = template(&run(), "pod-a", &labels(), 8, "v1beta1").expect("template");
-        let r = &t["spec"]["spec"]["devices"]["requests"][0];
-        assert_eq!(r["name"], CLAIM);
-        assert_eq!(r["deviceClassName"], GPU_DEVICE_CLASS);
-        assert_eq!(r["allocationMode"], "ExactCount");
-        assert_eq!(r["count"], 8);
-        assert_eq!(
-            r["tolerations"],
-            json!([{"key": "gpufabric.io/gpu", "operator": "Exists"}]),
-            "exactly one toleration, of our key: no blanket toleration"
-        );
-        assert_eq!(t["apiVersion"], "resource.k8s.io/v1beta1");
-
-        let v1 = template(&run(), "pod-a", &labels(), 4, "v1").expect("template");
-        let e = &v1["spec"]["spec"]["devices"]["requests"][0]["exactly"];
-        assert_eq!(e["count"], 4);
-        assert_eq!(e["tolerations"], r["tolerations"]);
-    }
-
-    #[test]
-    fn the_template_is_named_for_its_pod_and_owned_by_the_run() {
-        let t = template(&run(), "nightly-1-0a1b-gpu-01", &labels(), 8, "v1").expect("template");
-        assert_eq!(t["metadata"]["name"], "nightly-1-0a1b-gpu-01");
-        let owner = &t["metadata"]["ownerReferences"][0];
-        assert_eq!(owner["uid"], "run-uid");
-        assert_eq!(owner["kind"], "FabricTestRun");
-        assert_eq!(owner["controller"], true);
-        assert_eq!(t["metadata"]["labels"], json!(labels()));
-        assert!(matches!(
-            template(&run(), "x", &labels(), 0, "v1"),
-            Err(BuildError::NoGpus(_))
-        ));
-    }
-
-    #[test]
-    fn a_claiming_pod_is_placed_by_the_scheduler_without_the_extended_resource() {
-        let mut pod = crate::pods::node_check_pod(&run(), "gpu-01", 8).expect("pod");
-        use_template(&mut pod, "gpu-01", "tmpl");
-        let spec = pod.spec.as_ref().expect("spec");
-        assert_eq!(
-            spec.node_name, None,
-            "the scheduler must allocate the claim"
-        );
-        assert_eq!(required_node(&pod), Some("gpu-01"));
-        let claims = spec.resource_claims.as_ref().expect("pod claims");
-        assert_eq!(claims.len(), 1);
-        assert_eq!(claims[0].name, CLAIM);
-        assert_eq!(
-            claims[0].resource_claim_template_name.as_deref(),
-            Some("tmpl")
-        );
-        assert_eq!(claims[0].resource_claim_name, None, "never a claim by name");
-        let res = spec.containers[0].resources.as_ref().expect("resources");
-        for list in [&res.limits, &res.requests].into_iter().flatten() {
-            assert!(!list.contains_key(keys::RESOURCE_GPU), "{list:?}");
-        }
-        assert_eq!(res.claims.as_ref().map(|c| c[0].name.as_str()), Some(CLAIM));
-        // The node's own taints are still tolerated as before (the scheduler reads them now).
-        assert!(
-            spec.tolerations
-                .as_ref()
-                .expect("tolerations")
-                .iter()
-                .any(|t| { t.key.as_deref() == Some("node.kubernetes.io/unschedulable") })
-        );
-    }
-
-    #[test]
-    fn a_template_the_run_does_not_control_is_never_used() {
-        let t = template(&run(), "p", &labels(), 8, "v1").expect("template");
-        let ours: DynamicObject = serde_json::from_value(t.clone()).expect("object");
-        assert!(template_is_runs(&ours, "run-uid"));
-        assert!(!template_is_runs(&ours, "another-run"));
-        let mut not_controller = t;
-        not_controller["metadata"]["ownerReferences"][0]["controller"] = json!(false);
-        let squatted: DynamicObject = serde_json::from_value(not_controller).expect("object");
-        assert!(!template_is_runs(&squatted, "run-uid"));
-    }
-}
+mod tests;

@@ -343,4 +343,4 @@ pub fn allocatable_gpus(node: &k8s_openapi::api::core::v1::Node) -> u32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

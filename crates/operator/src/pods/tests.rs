@@ -5,7 +5,7 @@ use gpufabric_api::run::{FabricTestRunSpec, Trigger};
 use gpufabric_api::test::{AgentSpec, FabricTestSpec};
 use k8s_openapi::api::core::v1::LocalObjectReference;
 
-pub(super) fn run() -> FabricTestRun {
+pub(crate) fn run() -> FabricTestRun {
     let mut agent = AgentSpec {
         timeout_seconds: 600,
         ..Default::default()

@@ -7,7 +7,7 @@ use super::common::{CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS, publish};
 use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::pairs::pods::{SECRET_KEY, secret_name};
-use crate::pods::{self, allocatable_gpus};
+use crate::pods;
 use crate::results::PodState;
 use crate::time::to_chrono;
 use chrono::Utc;
@@ -48,6 +48,9 @@ pub(super) enum NotAdmitted {
     /// The run's rendezvous Secret is not the one it made.
     #[error(transparent)]
     Secret(SecretRefused),
+    /// The ResourceClaimTemplate of a pod that claims its GPUs could not be made.
+    #[error("{0}")]
+    Template(String),
 }
 
 /// What became of a rank's pod.
@@ -62,9 +65,11 @@ pub(super) enum RankMade {
 }
 
 /// Creates the pod of one rank of a rendezvous group on `node`, built by `build` from the
-/// node's GPU count (see [`RankMade`]); Err on a transient error (retried). A name already
-/// taken is never taken for a pod made (see [`on_conflict`]).
+/// node's GPU count and asking for them as every benchmark pod does ([`super::gpus`]; see
+/// [`RankMade`]); Err on a transient error (retried). A name already taken is never taken
+/// for a pod made (see [`on_conflict`]).
 pub(super) async fn create_rank_pod(
+    run: &FabricTestRun,
     node: &str,
     build: impl FnOnce(u32) -> std::result::Result<Pod, pods::BuildError>,
     ctx: &RunContext,
@@ -74,11 +79,15 @@ pub(super) async fn create_rank_pod(
     let Some(n) = ctx.nodes.get(&ObjectRef::new(node)) else {
         return Ok(RankMade::Not(NotAdmitted::NodeGone(node.to_string())));
     };
-    let mut pod = match build(allocatable_gpus(&n)) {
+    let devices = super::gpus::devices(ctx).await?;
+    let pod = match super::gpus::prepare(run, &n, devices.as_ref(), build, ctx, run_uid).await {
         Ok(p) => p,
-        Err(e) => return Ok(RankMade::Not(e.into())),
+        Err(CreateError::Build(e)) => return Ok(RankMade::Not(e.into())),
+        Err(CreateError::NameTaken(t)) => return Ok(RankMade::Not(NotAdmitted::NameTaken(t))),
+        Err(CreateError::Permanent(why)) => return Ok(RankMade::Not(NotAdmitted::Template(why))),
+        Err(CreateError::Unrecorded) => return Ok(RankMade::Later),
+        Err(CreateError::Transient(e)) => return Err(e.into()),
     };
-    ctx.resolve_pod_defaults(&mut pod);
     let name = pod.name_any();
     match pods_api.create(&PostParams::default(), &pod).await {
         Ok(p) => Ok(match p.uid() {
@@ -179,6 +188,12 @@ pub(super) async fn create_step(
                 entries[i].pod = Some(made.name);
                 entries[i].pod_uid = Some(made.uid);
             }
+            Err(CreateError::Build(e)) => {
+                outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
+                    NotMeasuredReason::NotAdmitted,
+                    e.to_string(),
+                ))
+            }
             Err(CreateError::Permanent(reason)) => {
                 outcomes[i] = PodState::Ended(NodeOutcome::not_measured(
                     NotMeasuredReason::NotAdmitted,
@@ -209,6 +224,8 @@ pub(super) struct Made {
 }
 
 pub(super) enum CreateError {
+    /// The pod could not be built (its node has no GPUs, the run is not read yet).
+    Build(pods::BuildError),
     Permanent(String),
     /// The name is held by an object this run does not control.
     NameTaken(NameTaken),
@@ -275,11 +292,9 @@ pub(super) async fn create_pods(
     let devices = if which.is_empty() {
         None
     } else {
-        match crate::dra::claims::observe(&ctx.client).await {
+        match super::gpus::devices(ctx).await {
             Ok(v) => v,
             Err(e) => {
-                tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
-                let e = e.into_kube();
                 return which
                     .iter()
                     .map(|&i| (i, Err(CreateError::Transient(clone_error(&e)))))
@@ -304,20 +319,13 @@ pub(super) async fn create_pods(
                         ))),
                     );
                 };
-                let claimed = devices.and_then(|d| Some((d, d.gpus_of(&node_name)?)));
-                let gpus = claimed.map_or_else(|| allocatable_gpus(&node), |(_, n)| n);
-                let mut pod = match pods::node_check_pod(run, &node_name, gpus) {
-                    Ok(p) => p,
-                    Err(e) => return (i, Err(CreateError::Permanent(e.to_string()))),
-                };
-                ctx.resolve_pod_defaults(&mut pod);
+                let build = |gpus| pods::node_check_pod(run, &node_name, gpus);
+                let pod =
+                    match super::gpus::prepare(run, &node, devices, build, ctx, &run_uid).await {
+                        Ok(p) => p,
+                        Err(e) => return (i, Err(e)),
+                    };
                 let name = pod.name_any();
-                if let Some((d, gpus)) = claimed {
-                    if let Err(e) = claim_template(run, &pod, gpus, d, ctx, &run_uid).await {
-                        return (i, Err(e));
-                    }
-                    pods::claim::use_template(&mut pod, &node_name, &name);
-                }
                 let res = match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(p) => match p.uid() {
                         Some(uid) => Ok(Made { name, uid }),
@@ -350,46 +358,6 @@ fn clone_error(e: &kube::Error) -> kube::Error {
     match e {
         kube::Error::Api(s) => kube::Error::Api(s.clone()),
         other => kube::Error::Service(other.to_string().into()),
-    }
-}
-
-/// Creates the ResourceClaimTemplate of `pod` (named after it, owned by the run) for `gpus`
-/// GPUs of its node (see [`pods::claim`]). One already at the name is used only when the run
-/// controls it; anyone else's is `NameTaken`, and the node is not measured.
-async fn claim_template(
-    run: &FabricTestRun,
-    pod: &Pod,
-    gpus: u32,
-    devices: &crate::dra::claims::ClaimView,
-    ctx: &RunContext,
-    run_uid: &str,
-) -> Result<(), CreateError> {
-    let name = pod.name_any();
-    let labels = pod.labels().clone();
-    let json = pods::claim::template(run, &name, &labels, gpus, &devices.templates.version)
-        .map_err(|e| CreateError::Permanent(e.to_string()))?;
-    let template: kube::api::DynamicObject = serde_json::from_value(json).map_err(|e| {
-        CreateError::Permanent(format!("the ResourceClaimTemplate was not built: {e}"))
-    })?;
-    let api: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ctx.pod_namespace, &devices.templates);
-    match api.create(&PostParams::default(), &template).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&name).await {
-            Ok(Some(found)) if pods::claim::template_is_runs(&found, run_uid) => Ok(()),
-            Ok(Some(_)) => Err(CreateError::NameTaken(NameTaken {
-                kind: "ResourceClaimTemplate",
-                namespace: ctx.pod_namespace.clone(),
-                name,
-            })),
-            // Gone since: made by a later pass.
-            Ok(None) => Err(CreateError::Unrecorded),
-            Err(e) => Err(CreateError::Transient(e)),
-        },
-        Err(e) if is_transient(&e) => Err(CreateError::Transient(e)),
-        Err(e) => Err(CreateError::Permanent(format!(
-            "the benchmark pod's ResourceClaimTemplate could not be created: {e}"
-        ))),
     }
 }
 

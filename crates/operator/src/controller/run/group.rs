@@ -284,5 +284,5 @@ async fn create<G: GroupPhase>(
     let build = |gpus| status.pod(run, rank, rendezvous, gpus);
     let run_uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
     let node = status.nodes().get(rank as usize).map_or("", String::as_str);
-    create_rank_pod(node, build, ctx, &run_uid, pods_api).await
+    create_rank_pod(run, node, build, ctx, &run_uid, pods_api).await
 }

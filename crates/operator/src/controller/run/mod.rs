@@ -19,6 +19,7 @@ pub mod context;
 mod create;
 mod deadline;
 mod finish;
+mod gpus;
 mod group;
 mod halt;
 pub mod keeper;

@@ -491,5 +491,5 @@ async fn create(
         )
     };
     let run_uid = run.uid().ok_or(Error::Missing("metadata.uid"))?;
-    create_rank_pod(node, build, ctx, &run_uid, pods_api).await
+    create_rank_pod(run, node, build, ctx, &run_uid, pods_api).await
 }
