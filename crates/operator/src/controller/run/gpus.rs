@@ -11,14 +11,35 @@ use gpufabric_api::run::FabricTestRun;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
+use std::time::{Duration, Instant};
 
-/// Which nodes' GPUs are DRA devices (None: the cluster serves no claims), read once for
-/// the pods made now; an error is the API server's, and the pods are made by a later pass.
+/// How long a read of the nodes' DRA devices serves the pods made after it: a pair round
+/// of a thousand nodes makes a thousand rank pods within seconds, and each would otherwise
+/// read discovery and every ResourceSlice again.
+const DEVICES_FRESH: Duration = Duration::from_secs(5);
+
+/// The last read of the nodes' DRA devices and when it was made.
+#[derive(Default)]
+pub struct DeviceCache(tokio::sync::Mutex<Option<(Instant, Option<ClaimView>)>>);
+
+/// Which nodes' GPUs are DRA devices (None: the cluster serves no claims), read at most
+/// once every [`DEVICES_FRESH`] for the pods made meanwhile; an error is the API server's,
+/// and the pods are made by a later pass.
 pub(super) async fn devices(ctx: &RunContext) -> Result<Option<ClaimView>, kube::Error> {
-    crate::dra::claims::observe(&ctx.client).await.map_err(|e| {
-        tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
-        e.into_kube()
-    })
+    let mut last = ctx.devices.0.lock().await;
+    if let Some((at, view)) = last.as_ref()
+        && at.elapsed() < DEVICES_FRESH
+    {
+        return Ok(view.clone());
+    }
+    let view = crate::dra::claims::observe(&ctx.client)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
+            e.into_kube()
+        })?;
+    *last = Some((Instant::now(), view.clone()));
+    Ok(view)
 }
 
 /// The benchmark pod of `node`, built by `build` from the GPUs it asks for (see
