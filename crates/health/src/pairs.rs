@@ -54,7 +54,9 @@ pub mod rehearse;
 pub mod rounds;
 
 pub use crate::evaluate::baseline::PairBaseline;
-pub use confirm::confirmation_pairs;
+pub use confirm::{
+    MAX_CONFIRMATION_ROUNDS, confirmation_pairs, retest_pairs, second_confirmation_pairs,
+};
 
 /// One measured node pair.
 #[derive(Debug, Clone, PartialEq)]
