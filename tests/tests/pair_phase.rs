@@ -2,11 +2,12 @@
 //! control plane, the process-kubelet (each pod on its own loopback address) and the sim
 //! agents, whose two ranks of every pair really meet over TCP with the run's secret.
 //!
-//! Eight H200 nodes in a ring: one node's NIC runs at a fifth of its speed, and the path
-//! between two other nodes at a third. The run tests every node, pairs the nodes that
-//! passed in two rounds, retests the slow node against a known-good partner in a third,
-//! and then fails and cordons that node alone; the slow path is a finding on the node
-//! pair that blames neither node.
+//! Twelve H200 nodes in a ring: three nodes in a row along it (each the partner of the next)
+//! have a NIC at a fifth of its speed, and the path between two other nodes runs at a third.
+//! The run tests every node, pairs the nodes that passed in two rounds, retests the slow
+//! nodes against known-good partners in a third, the middle one (whose every partner was
+//! slow) again against another in a fourth, and then fails and cordons those three alone;
+//! the slow path is a finding on the node pair that blames neither node.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test pair_phase`.
@@ -18,7 +19,7 @@ use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::suite::Pairing;
 use gpufabric_api::{FindingKind, Subject, SubjectKind, keys};
 use gpufabric_measure::fleet::{Fault, Fleet};
-use gpufabric_operator::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_operator::pairs::rounds::{Candidate, RoundPlan, plan_rounds};
 use gpufabric_tests::fleet::{H200, SimFleet};
 use gpufabric_tests::operator::{
     OperatorEnv, cordoned, last_run_name, node_pairs_suite, quarantine_on_first_failure, sim_agent,
@@ -29,37 +30,71 @@ use serde_json::json;
 use std::collections::BTreeMap;
 
 const TEST: &str = "pairs-slow-nic";
-const SLOW: &str = "np-03";
+/// Nodes of the ring with slow NICs and a slow path.
+const RING: usize = 12;
 
-/// The base names of the fleet, in name order.
-fn names() -> Vec<String> {
-    (1..=8).map(|i| format!("np-{i:02}")).collect()
+/// The base names of a fleet of `n`, in name order.
+fn names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("np-{i:02}")).collect()
 }
 
-/// Two nodes that the run pairs, neither of them the slow node nor one of its partners,
-/// so both are fine with their other partner (the plan is the operator's own, for the
-/// same nodes in the same order).
-fn bad_path() -> (String, String) {
-    let candidates: Vec<Candidate> = names()
+/// The operator's plan for the ring's nodes (its own planner, the same nodes, same order).
+fn ring_plan() -> RoundPlan {
+    let candidates: Vec<Candidate> = names(RING)
         .into_iter()
         .map(|name| Candidate { name, group: None })
         .collect();
-    let plan = plan_rounds(&candidates, Pairing::Ring, 0);
-    let touches_slow: Vec<String> = plan
-        .pairs()
-        .filter(|p| p.a == SLOW || p.b == SLOW)
-        .flat_map(|p| [p.a.clone(), p.b.clone()])
+    plan_rounds(&candidates, Pairing::Ring, 0)
+}
+
+/// The partners `node` meets in the planned rounds.
+fn partners(plan: &RoundPlan, node: &str) -> Vec<String> {
+    plan.pairs()
+        .filter(|p| p.a == node || p.b == node)
+        .map(|p| {
+            if p.a == node {
+                p.b.clone()
+            } else {
+                p.a.clone()
+            }
+        })
+        .collect()
+}
+
+/// Three nodes in a row along the planned rounds' ring, from `np-05`: the middle one meets
+/// only the other two, the ends each one good node.
+fn slow_run() -> [String; 3] {
+    let plan = ring_plan();
+    let first = "np-05".to_string();
+    let middle = partners(&plan, &first)[0].clone();
+    let last = partners(&plan, &middle)
+        .into_iter()
+        .find(|p| *p != first)
+        .expect("a ring node meets two partners");
+    [first, middle, last]
+}
+
+/// Two nodes that the run pairs, neither of them a slow node nor one of their partners,
+/// so both are fine with their other partner.
+fn bad_path() -> (String, String) {
+    let plan = ring_plan();
+    let slow = slow_run();
+    let near: Vec<String> = slow
+        .iter()
+        .flat_map(|n| partners(&plan, n))
+        .chain(slow.iter().cloned())
         .collect();
     plan.pairs()
-        .find(|p| !touches_slow.contains(&p.a) && !touches_slow.contains(&p.b))
+        .find(|p| !near.contains(&p.a) && !near.contains(&p.b))
         .map(|p| (p.a.clone(), p.b.clone()))
-        .expect("a ring of 8 has a pair away from the slow node and its partners")
+        .expect("a ring of 12 has a pair away from the slow nodes and their partners")
 }
 
 fn fleet(path: &(String, String)) -> Fleet {
-    let mut f = SimFleet::uniform("np", 8, H200, 8);
+    let slow = slow_run();
+    let mut f = SimFleet::uniform("np", RING, H200, 8);
     for n in f.nodes.iter_mut() {
-        if n.name == SLOW {
+        if slow.contains(&n.name) {
             n.faults.push(Fault::SlowNic { factor: 0.2 });
         }
         if n.name == path.0 {
@@ -73,7 +108,8 @@ fn fleet(path: &(String, String)) -> Fleet {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither_node() {
+async fn three_slow_nics_in_a_row_fail_their_nodes_after_retests_and_a_slow_path_blames_neither_node()
+ {
     let path = bad_path();
     let env = OperatorEnv::shared(fleet(&path), "pair-phase").await;
     env.create_test(
@@ -91,7 +127,8 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
     let status = env.run_status(&run_name).await;
     let log = || env.operator.log_tail(60);
 
-    // The phase: 2 rounds of the ring, then the confirmation round; every pair measured.
+    // The phase: 2 rounds of the ring, the confirmation round, and a second for the middle
+    // slow node, which the first left unclear; every pair measured.
     let np = status
         .node_pairs
         .clone()
@@ -99,15 +136,24 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
     assert!(np.done, "{np:#?}");
     assert_eq!(
         np.candidates,
-        8,
+        RING as u32,
         "{np:#?}\nnodes: {:?}\nskipped: {:?}\n{}",
         status.nodes,
         status.skipped,
         env.operator.log_tail(200)
     );
-    assert_eq!((np.rounds, np.confirmation_round), (3, Some(3)), "{np:#?}");
+    assert_eq!(
+        (
+            np.rounds,
+            np.confirmation_round,
+            np.second_confirmation_round
+        ),
+        (4, Some(3), Some(4)),
+        "{np:#?}\n{:#?}",
+        status.findings
+    );
     assert_eq!(np.measured, np.pairs, "{np:#?}");
-    assert!(np.pairs >= 9, "{np:#?}");
+    assert!(np.pairs as usize >= RING + 4, "{np:#?}");
     let median = np
         .within
         .as_ref()
@@ -115,23 +161,29 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         .unwrap_or(0.0);
     assert!(median > 100.0, "{np:#?}");
 
-    // The findings: the slow node, with numbers; the path, on the pair only.
-    let slow = env.node(SLOW);
+    // The findings: each slow node, with numbers (the ends met a good node, the middle one
+    // two retest partners); the path, on the pair only.
+    let [first, middle, last] = slow_run().map(|n| env.node(&n));
+    let slow = [first.clone(), middle.clone(), last.clone()];
     let critical: Vec<_> = status
         .findings
         .iter()
         .filter(|f| f.severity == Severity::Critical)
         .collect();
-    assert_eq!(critical.len(), 1, "{:#?}", status.findings);
-    assert_eq!(critical[0].subject, Subject::node(&slow));
-    assert_eq!(critical[0].kind, FindingKind::Slow);
-    assert!(
-        critical[0]
-            .message
-            .starts_with(&format!("node {slow}: NCCL busbw to 3 partners")),
-        "{}",
-        critical[0].message
-    );
+    assert_eq!(critical.len(), 3, "{:#?}", status.findings);
+    for (node, partners) in [(&first, 3), (&middle, 4), (&last, 3)] {
+        let f = critical
+            .iter()
+            .find(|f| f.subject == Subject::node(node))
+            .unwrap_or_else(|| panic!("{node} not blamed: {:#?}", status.findings));
+        assert_eq!(f.kind, FindingKind::Slow);
+        assert!(
+            f.message
+                .starts_with(&format!("node {node}: NCCL busbw to {partners} partners")),
+            "{}",
+            f.message
+        );
+    }
     let (x, y) = (env.node(&path.0), env.node(&path.1));
     let pair_findings: Vec<_> = status
         .findings
@@ -152,7 +204,7 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         pair_findings[0].message
     );
 
-    // The retest round confirmed the slow node: no confirmation run retests it again.
+    // The retest rounds confirmed the slow nodes: no confirmation run retests them again.
     let confirmations = env
         .runs_api()
         .list(&ListParams::default().labels(&format!(
@@ -172,7 +224,7 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
             .collect::<Vec<_>>()
     );
 
-    // Verdicts, records in the shards, and the one cordon.
+    // Verdicts, records in the shards, and the three cordons.
     let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
     let listed = shards
         .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
@@ -184,9 +236,9 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
         .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
         .map(|e| (e.node.clone(), e))
         .collect();
-    assert_eq!(entries.len(), 8);
+    assert_eq!(entries.len(), RING);
     let nodes: Api<Node> = Api::all(env.cluster.client());
-    for base in names() {
+    for base in names(RING) {
         let name = env.node(&base);
         let e = &entries[&name];
         let n = nodes.get(&name).await.expect("node");
@@ -195,10 +247,10 @@ async fn a_slow_nic_fails_its_node_after_a_retest_and_a_slow_path_blames_neither
             "{name}: {:#?}",
             e.pairs
         );
-        if name == slow {
+        if slow.contains(&name) {
             assert_eq!(e.verdict, NodeVerdict::Failed, "{e:#?}");
             assert!(e.confirmed, "{e:#?}");
-            assert_eq!(e.pairs.len(), 3, "{e:#?}");
+            assert_eq!(e.pairs.len(), if name == middle { 4 } else { 3 }, "{e:#?}");
             assert!(e.pairs.iter().any(|r| r.confirmation), "{e:#?}");
             assert!(cordoned(&n), "{name} should be cordoned\n{}", log());
         } else {
@@ -277,7 +329,7 @@ async fn a_socket_fallback_and_a_port_down_fail_their_nodes_and_no_other() {
         .iter()
         .map(|h| (h.node.clone(), h.verdict))
         .collect();
-    for base in names() {
+    for base in names(8) {
         let name = env.node(&base);
         let want = if name == socket || name == port_down {
             NodeVerdict::Failed

@@ -242,7 +242,13 @@ pub struct NodePairsStatus {
     /// The round that retests suspects against known-good partners, when one was needed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmation_round: Option<u32>,
-    /// Nodes retested in the confirmation round.
+    /// The second confirmation round, when the first left suspects unclear: it retests them
+    /// against known-good partners they had not met (a node whose every planned partner was
+    /// bad needs two). There is no third.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_confirmation_round: Option<u32>,
+    /// Retests in the confirmation rounds, each a suspect against a known-good partner (a
+    /// node retested in both rounds counts twice).
     #[serde(default)]
     pub retested: u32,
     /// When the round under way began.

@@ -1,6 +1,8 @@
 //! Bad nodes at scale, as a table: the operator's node-pair rounds and localization played
 //! over a modelled fabric (`pairs::rehearse`), at 1,000 nodes and at 232 (the fleet of
-//! NVIDIA's published group-testing counts), against the run alone and against a baseline.
+//! NVIDIA's published group-testing counts), against the run alone and against a baseline;
+//! the wall time of the rounds with the sim fleet's H200 pace (`FABRIC_SIM_PACE=h200`: the
+//! node-pair test, 13 s ±10%) and with the pod starts measured on H200 nodes.
 //!
 //!     cargo run -p gpufabric-health --example localize
 
@@ -9,8 +11,8 @@
 mod scale_cases;
 
 use scale_cases::{
-    Case, ROUND_SECONDS, bad_node_among_bad_partners, baseline, cases, play, random_bad, score,
-    switch_without_topology,
+    Case, ROUND_SECONDS, bad_node_among_bad_partners, bad_run_along_the_ring, baseline, cases,
+    paced_round_seconds, play, random_bad, score, switch_without_topology,
 };
 
 fn row(case: &Case, n: usize, with_baseline: bool) {
@@ -26,7 +28,7 @@ fn row(case: &Case, n: usize, with_baseline: bool) {
         format!("**{named}**")
     };
     println!(
-        "| {} | {} | {} | {} ({} retests) | {:.0} s | {named} of {bad} | {} | {} of {} | {:.2} s |",
+        "| {} | {} | {} ({} confirmation) | {} ({} retests) | {:.0} s | {:.0} s | {named} of {bad} | {} | {} of {} | {:.2} s |",
         case.name,
         if with_baseline {
             "baseline"
@@ -34,8 +36,10 @@ fn row(case: &Case, n: usize, with_baseline: bool) {
             "run alone"
         },
         r.rounds,
+        r.confirmation_rounds,
         r.pair_tests,
         r.retests,
+        r.rounds as f64 * paced_round_seconds(),
         r.rounds as f64 * ROUND_SECONDS,
         if s.good_blamed.is_empty() {
             "none".to_string()
@@ -50,13 +54,15 @@ fn row(case: &Case, n: usize, with_baseline: bool) {
 
 fn main() {
     println!(
-        "| case | judged against | rounds | pair tests | wall time ({ROUND_SECONDS} s a round) | bad nodes blamed | good nodes blamed | slow paths named | rehearsal took |"
+        "| case | judged against | rounds | pair tests | paced wall time ({:.1} s a round) | with pod starts ({ROUND_SECONDS} s a round) | bad nodes blamed | good nodes blamed | slow paths named | rehearsal took |",
+        paced_round_seconds()
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     for n in [1000, 232] {
         let mut all = cases(n);
         all.push(switch_without_topology(n));
         all.push(bad_node_among_bad_partners(n));
+        all.extend([4, 8, 20].map(|k| bad_run_along_the_ring(n, k)));
         all.extend([1, 2].map(|seed| random_bad(n, 20, seed)));
         for case in &all {
             for with_baseline in [false, true] {

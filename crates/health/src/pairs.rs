@@ -32,7 +32,10 @@
 //!    whose every pair was fine. Against the baseline: only a node with no pair at the
 //!    baseline (the slow side; a good node that met two bad ones is one too, and its retest
 //!    clears it), and the known-good nodes are those with a pair at the baseline: their
-//!    network works.
+//!    network works. The pairs are judged again after the retests, and the suspects the
+//!    first confirmation round left unclear are retested in a second, against known-good
+//!    partners they have not met: a bad node whose every planned partner is bad has no
+//!    partner fine elsewhere until its retests give it two ([`confirm`]; no third round).
 //! 6. **Confirmation.** A Critical finding on a node stands only when the node was retested
 //!    against a known-good partner and that retest was bad too: being named by rules 1 or 3
 //!    with the retest among its pairs says so. Otherwise it becomes Info ("not confirmed"),
@@ -54,7 +57,9 @@ pub mod rehearse;
 pub mod rounds;
 
 pub use crate::evaluate::baseline::PairBaseline;
-pub use confirm::confirmation_pairs;
+pub use confirm::{
+    MAX_CONFIRMATION_ROUNDS, confirmation_pairs, retest_pairs, second_confirmation_pairs,
+};
 
 /// One measured node pair.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,11 @@
 #[allow(dead_code)]
 mod scale_cases;
 
-use scale_cases::{Case, baseline, cases, play, random_bad, score};
+use gpufabric_health::pairs::MAX_CONFIRMATION_ROUNDS;
+use scale_cases::{
+    Case, bad_node_among_bad_partners, bad_run_along_the_ring, baseline, cases, play, random_bad,
+    score,
+};
 
 const N: usize = 1000;
 
@@ -36,10 +40,10 @@ fn check(case: &Case, with_baseline: bool) {
         "{} ({how}): {} of {} slow paths not named",
         case.name, s.paths_unnamed, s.paths
     );
-    // Two planned rounds (four with the block's topology key), one confirmation round at most.
+    // Two planned rounds (four with the block's topology key), two confirmation rounds at most.
     let planned = if case.block.is_some() { 4 } else { 2 };
     assert!(
-        r.rounds <= planned + 1,
+        r.rounds <= planned + MAX_CONFIRMATION_ROUNDS,
         "{} ({how}): {} rounds",
         case.name,
         r.rounds
@@ -131,4 +135,34 @@ fn a_node_flaky_in_one_round_is_named_on_its_slow_pair_and_not_blamed() {
         "{:#?}",
         r.localization.findings
     );
+}
+
+#[test]
+fn a_bad_node_whose_every_partner_is_bad_is_named_by_a_second_retest() {
+    let c = bad_node_among_bad_partners(N);
+    assert_eq!(c.bad.len(), 3);
+    check(&c, false);
+    check(&c, true);
+    for with_baseline in [false, true] {
+        let r = play(&c, with_baseline.then(|| baseline(N as u32)));
+        assert_eq!(r.confirmation_rounds, 2, "baseline: {with_baseline}");
+    }
+}
+
+#[test]
+fn a_run_of_bad_nodes_along_the_ring_is_named_whole_and_no_good_node_is_blamed() {
+    for k in [3, 4, 8, 20] {
+        let c = bad_run_along_the_ring(N, k);
+        assert_eq!(c.bad.len(), k);
+        check(&c, false);
+        check(&c, true);
+    }
+}
+
+#[test]
+fn without_suspects_left_unclear_no_second_confirmation_round_is_run() {
+    for c in cases(N) {
+        let r = play(&c, Some(baseline(N as u32)));
+        assert!(r.confirmation_rounds <= 1, "{}: {:?}", c.name, r.rounds);
+    }
 }

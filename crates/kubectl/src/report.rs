@@ -118,6 +118,16 @@ pub fn run_doc(r: &FabricTestRun) -> Doc {
     doc
 }
 
+/// The confirmation rounds of a node-pair phase in words: ", round 3 retests 5 suspect(s)",
+/// ", rounds 3 and 4 retest 7 suspect(s)" with a second, or nothing without one.
+pub fn retest_words(np: &gpufabric_api::pair::NodePairsStatus) -> String {
+    match (np.confirmation_round, np.second_confirmation_round) {
+        (Some(c), Some(d)) => format!(", rounds {c} and {d} retest {} suspect(s)", np.retested),
+        (Some(c), None) => format!(", round {c} retests {} suspect(s)", np.retested),
+        _ => String::new(),
+    }
+}
+
 /// The run's node-pair phase: its rounds, and every pair of it (see [`pair_rows`]). Empty
 /// for a run without one.
 pub fn pairs_doc(r: &FabricTestRun, pairs: &[PairRow]) -> Doc {
@@ -130,9 +140,7 @@ pub fn pairs_doc(r: &FabricTestRun, pairs: &[PairRow]) -> Doc {
         run_name(r),
         np.candidates,
         np.rounds,
-        np.confirmation_round
-            .map(|c| format!(", round {c} retests {} suspect(s)", np.retested))
-            .unwrap_or_default(),
+        retest_words(np),
         np.pairs,
         np.measured,
         np.not_measured,
@@ -496,6 +504,20 @@ mod tests {
             pairs,
             [(1, "h100-05", "h200-02"), (4, "h200-02", "h100-00")]
         );
+    }
+
+    #[test]
+    fn a_second_confirmation_round_is_named_beside_the_first() {
+        let mut np = gpufabric_api::pair::NodePairsStatus {
+            confirmation_round: Some(3),
+            retested: 5,
+            ..Default::default()
+        };
+        assert_eq!(retest_words(&np), ", round 3 retests 5 suspect(s)");
+        np.second_confirmation_round = Some(4);
+        np.retested = 7;
+        assert_eq!(retest_words(&np), ", rounds 3 and 4 retest 7 suspect(s)");
+        assert_eq!(retest_words(&Default::default()), "");
     }
 
     #[test]

@@ -3,22 +3,23 @@
 //! localization can be tried at thousands of nodes in seconds.
 //!
 //! The sequence: the rounds of [`plan_rounds`], each pair measured by the network; the
-//! localization of every pair so far ([`localize_against`]); one confirmation round of
-//! [`confirmation_pairs`] when it names suspects or blames a node; then the localization of
-//! every pair with rule 6 ([`require_confirmation`]): only nodes retested against a
-//! known-good partner (either side of a retest that was measured) can be blamed.
+//! localization of every pair so far ([`localize_against`]); a confirmation round of
+//! [`retest_pairs`] when it names suspects or blames a node, and after it, judged again, a
+//! second for the suspects it left unclear (at most [`MAX_CONFIRMATION_ROUNDS`]); then the
+//! localization of every pair with rule 6 ([`require_confirmation`]): only nodes retested
+//! against a known-good partner (either side of a retest that was measured) can be blamed.
 
 use super::rounds::{Candidate, plan_rounds};
 use super::{
-    Localization, PairBaseline, PairObservation, PairRules, confirmation_pairs, localize_against,
-    require_confirmation,
+    Localization, MAX_CONFIRMATION_ROUNDS, PairBaseline, PairObservation, PairRules,
+    localize_against, require_confirmation, retest_pairs,
 };
 use gpufabric_api::pair::NetTransport;
 use gpufabric_api::suite::Pairing;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a modelled network measures: the busbw (GB/s) and transport of the pair `a`, `b` in
-/// round `round` (0-based, the confirmation round last).
+/// round `round` (0-based, the confirmation rounds last).
 pub trait Network {
     fn measure(&self, a: &str, b: &str, round: usize) -> (f64, NetTransport);
 }
@@ -26,12 +27,14 @@ pub trait Network {
 /// How the phase went.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rehearsal {
-    /// Rounds run, the confirmation round included.
+    /// Rounds run, the confirmation rounds included.
     pub rounds: usize,
     /// Pair tests run, the retests included.
     pub pair_tests: usize,
-    /// Pair tests of the confirmation round.
+    /// Pair tests of the confirmation rounds.
     pub retests: usize,
+    /// Confirmation rounds run (at most [`MAX_CONFIRMATION_ROUNDS`]).
+    pub confirmation_rounds: usize,
     /// The most pairs one round ran at once.
     pub widest_round: usize,
     /// The run's localization, rule 6 applied.
@@ -93,21 +96,31 @@ pub fn rehearse(
         observed.extend(round.pairs.iter().map(|p| measure(&p.a, &p.b, r)));
     }
     let planned = plan.rounds.len();
-    let before = localize_against(&observed, rules, baselines);
-    let retests = confirmation_pairs(&before, &BTreeSet::new());
     let mut retested = BTreeSet::new();
-    for p in &retests {
-        observed.push(measure(&p.a, &p.b, planned));
-        retested.insert(p.a.clone());
-        retested.insert(p.b.clone());
+    let mut retests = 0;
+    let mut confirmation_rounds = 0;
+    for number in 1..=MAX_CONFIRMATION_ROUNDS {
+        let before = localize_against(&observed, rules, baselines);
+        let pairs = retest_pairs(number, &before, &BTreeSet::new(), &observed, &retested);
+        if pairs.is_empty() {
+            break;
+        }
+        for p in &pairs {
+            observed.push(measure(&p.a, &p.b, planned + confirmation_rounds));
+            retested.insert(p.a.clone());
+            retested.insert(p.b.clone());
+        }
+        widest_round = widest_round.max(pairs.len());
+        retests += pairs.len();
+        confirmation_rounds += 1;
     }
-    widest_round = widest_round.max(retests.len());
     let mut localization = localize_against(&observed, rules, baselines);
     require_confirmation(&mut localization, &retested);
     Rehearsal {
-        rounds: planned + usize::from(!retests.is_empty()),
+        rounds: planned + confirmation_rounds,
         pair_tests: observed.len(),
-        retests: retests.len(),
+        retests,
+        confirmation_rounds,
         widest_round,
         localization,
     }

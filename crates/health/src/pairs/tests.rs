@@ -493,3 +493,29 @@ fn with_fewer_good_partners_than_suspects_the_slowest_suspects_are_retested() {
         }]
     );
 }
+
+#[test]
+fn a_second_retest_pairs_each_unclear_suspect_with_a_known_good_node_it_has_not_met() {
+    // After the first retest, node 5 is still a suspect: it met node 0 there (slow).
+    let l = Localization {
+        suspects: vec![name(5), name(0)],
+        known_good: vec![name(0), name(1), name(2)],
+        ..Default::default()
+    };
+    let observed = vec![
+        pair(4, 5, 40.0, NetTransport::Ib),
+        pair(5, 6, 40.0, NetTransport::Ib),
+        pair(5, 0, 41.0, NetTransport::Ib),
+        pair(0, 1, 196.0, NetTransport::Ib),
+    ];
+    let retested = BTreeSet::from([name(5), name(0)]);
+    let retests = retest_pairs(2, &l, &BTreeSet::new(), &observed, &retested);
+    // Node 0 is a suspect itself, so not a partner; node 5 meets 1, node 0 (which met 1)
+    // meets 2.
+    let pair_of = |a: usize, b: usize| rounds::NodePair {
+        a: name(a),
+        b: name(b),
+    };
+    assert_eq!(retests, vec![pair_of(5, 1), pair_of(0, 2)]);
+    assert!(retest_pairs(3, &l, &BTreeSet::new(), &observed, &retested).is_empty());
+}

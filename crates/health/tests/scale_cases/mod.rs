@@ -15,6 +15,15 @@ use std::collections::BTreeSet;
 /// pairs run at once, so a round lasts one pair test.
 pub const ROUND_SECONDS: f64 = 18.9;
 
+/// Seconds a round of node pairs lasts in the sim fleet paced as H200 nodes
+/// (`FABRIC_SIM_PACE=h200`, `measure::sim::pace::Pace::h200`): the profile's node-pair test
+/// at the top of its spread, since a round of hundreds of pairs ends with its slowest pair
+/// (13 s, ±10%: 14.3 s); pod starts not included.
+pub fn paced_round_seconds() -> f64 {
+    let pace = gpufabric_measure::sim::pace::Pace::h200();
+    pace.node_pair * (1.0 + pace.spread)
+}
+
 /// A healthy pair of the modelled fleet: 8 x 400 Gb/s InfiniBand, all_reduce busbw (the sim
 /// backend's model).
 pub const HEALTHY_GBPS: f64 = 368.0;
@@ -85,8 +94,9 @@ pub fn switch_without_topology(n: usize) -> Case {
 }
 
 /// A bad node whose every planned partner is bad too (three bad nodes): its two partners
-/// are blamed, but it has one retest against a known-good node and no other partner fine
-/// elsewhere, which rule 3 cannot tell from a slow path, so it stays a suspect.
+/// are blamed after the first confirmation round, but it then has one partner fine
+/// elsewhere (its first retest's), which rule 3 cannot tell from a slow path; the second
+/// confirmation round gives it another and it is named.
 pub fn bad_node_among_bad_partners(n: usize) -> Case {
     let nodes = fleet(n, false);
     let middle = format!("n{:04}", n / 2);
@@ -94,6 +104,44 @@ pub fn bad_node_among_bad_partners(n: usize) -> Case {
     bad.insert(middle);
     Case {
         name: format!("3 bad: one and both its partners, of {n}"),
+        nodes,
+        pairing: Pairing::Ring,
+        seed: 0,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
+}
+
+/// `k` bad nodes in a row along the ring the planned rounds make (each the partner of the
+/// next), from the middle of the fleet: every one but the two ends has only bad partners.
+pub fn bad_run_along_the_ring(n: usize, k: usize) -> Case {
+    let nodes = fleet(n, false);
+    let plan = plan_rounds(&nodes, Pairing::Ring, 0);
+    let mut bad = BTreeSet::new();
+    let mut at = format!("n{:04}", n / 2);
+    while bad.len() < k {
+        bad.insert(at.clone());
+        let next = plan
+            .pairs()
+            .filter_map(|p| {
+                if p.a == at {
+                    Some(&p.b)
+                } else if p.b == at {
+                    Some(&p.a)
+                } else {
+                    None
+                }
+            })
+            .find(|p| !bad.contains(*p));
+        match next {
+            Some(next) => at = next.clone(),
+            None => break,
+        }
+    }
+    Case {
+        name: format!("{k} bad in a row along the ring, of {n}"),
         nodes,
         pairing: Pairing::Ring,
         seed: 0,

@@ -89,9 +89,7 @@ pub(super) fn section(r: &HtmlReport) -> String {
         "<p>{} nodes that passed their own check, {} round(s){}, {} pair(s): {} measured, {} not measured, {} errored; median {} GB/s.{}</p>",
         st.candidates,
         st.rounds,
-        st.confirmation_round
-            .map(|c| format!(", round {c} retests {} suspect(s)", st.retested))
-            .unwrap_or_default(),
+        crate::report::retest_words(st),
         st.pairs,
         st.measured,
         st.not_measured,

@@ -435,7 +435,21 @@ pub fn observations(entries: &[NodeRunResult]) -> Vec<PairObservation> {
     )
 }
 
-pub use gpufabric_health::pairs::confirmation_pairs;
+pub use gpufabric_health::pairs::{confirmation_pairs, retest_pairs};
+
+/// Nodes a confirmation round retested: either side of a confirmation pair that was
+/// measured or failed (not one never measured).
+pub fn retested(entries: &[NodeRunResult]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|e| {
+            e.pairs.iter().any(|r| {
+                r.confirmation && matches!(r.state, PairState::Measured | PairState::Errored)
+            })
+        })
+        .map(|e| e.node.clone())
+        .collect()
+}
 
 /// The node's latest pair record that found something on its ports (the shards keep port
 /// findings on that record only).
@@ -479,16 +493,7 @@ pub fn findings(
     baselines: Option<&[PairBaseline]>,
 ) -> Judged {
     let mut loc = localize_against(&observations(entries), rules, baselines);
-    let retested: BTreeSet<String> = entries
-        .iter()
-        .filter(|e| {
-            e.pairs.iter().any(|r| {
-                r.confirmation && matches!(r.state, PairState::Measured | PairState::Errored)
-            })
-        })
-        .map(|e| e.node.clone())
-        .collect();
-    require_confirmation(&mut loc, &retested);
+    require_confirmation(&mut loc, &retested(entries));
     let mut out = loc.findings;
     for e in entries {
         if let Some(r) = latest_port_reading(e) {

@@ -1,6 +1,7 @@
 //! The node-pair phase of a run (`suite.nodePairs`), after every node's own check: rounds
 //! of node pairs over the nodes that passed it, a confirmation round that retests suspects
-//! against known-good partners, and the findings of the pairs. Each pair's state and
+//! against known-good partners (and a second for those it left unclear), and the findings
+//! of the pairs. Each pair's state and
 //! result is kept on both of its nodes' records in the run's shards, so a restarted
 //! operator goes on from there; the decisions are in [`crate::pairs::phase`].
 //!
@@ -94,8 +95,8 @@ pub(super) async fn advance(
         .iter()
         .all(|s| phase::record(entries, s).is_none_or(|r| r.state.is_final()));
     if round_done {
-        // The confirmation round's suspects are judged against the test's baseline.
-        let baselines = if np.round >= np.rounds && np.confirmation_round.is_none() {
+        // The confirmation rounds' suspects are judged against the test's baseline.
+        let baselines = if np.round >= np.rounds && np.second_confirmation_round.is_none() {
             let fleet = crate::baseline::of_test(&ctx.client, run).await?;
             crate::baseline::pair_baselines(&fleet, run, now().0.as_second())
         } else {
@@ -115,9 +116,10 @@ pub(super) async fn advance(
     })
 }
 
-/// The next round, the confirmation round when the planned ones are over and some node
-/// needs a retest (judged against `baselines`, the test's baselines of node pairs), or the
-/// end of the phase.
+/// The next round, a confirmation round when the planned ones (or the first confirmation
+/// round) are over and some node needs a retest (judged against `baselines`, the test's
+/// baselines of node pairs; `health::pairs::retest_pairs` decides, at most
+/// `MAX_CONFIRMATION_ROUNDS`), or the end of the phase.
 fn open_next_round(
     run: &FabricTestRun,
     np: &mut NodePairsStatus,
@@ -134,35 +136,47 @@ fn open_next_round(
         );
         return;
     }
-    if np.confirmation_round.is_none() {
-        let loc = gpufabric_health::pairs::localize_against(
-            &phase::observations(entries),
-            &Default::default(),
-            Some(baselines),
-        );
-        let retests = phase::confirmation_pairs(&loc, &phase::unconfirmed_ports(entries));
-        if !retests.is_empty() {
-            let plan = crate::pairs::RoundPlan {
-                pairing: run.spec.suite.node_pairs.pairing,
-                seed: np.seed,
-                rounds: vec![crate::pairs::Round {
-                    set: crate::pairs::PairSet::Within,
-                    pairs: retests.clone(),
-                }],
-            };
-            let round = np.rounds + 1;
-            if phase::write_plan(entries, &plan, round, true) > 0 {
-                np.rounds = round;
-                np.round = round;
+    let number = match (np.confirmation_round, np.second_confirmation_round) {
+        (None, _) => 1,
+        (Some(_), None) => 2,
+        (Some(_), Some(_)) => gpufabric_health::pairs::MAX_CONFIRMATION_ROUNDS + 1,
+    };
+    let observed = phase::observations(entries);
+    let loc =
+        gpufabric_health::pairs::localize_against(&observed, &Default::default(), Some(baselines));
+    let retests = phase::retest_pairs(
+        number,
+        &loc,
+        &phase::unconfirmed_ports(entries),
+        &observed,
+        &phase::retested(entries),
+    );
+    if !retests.is_empty() {
+        let plan = crate::pairs::RoundPlan {
+            pairing: run.spec.suite.node_pairs.pairing,
+            seed: np.seed,
+            rounds: vec![crate::pairs::Round {
+                set: crate::pairs::PairSet::Within,
+                pairs: retests.clone(),
+            }],
+        };
+        let round = np.rounds + 1;
+        if phase::write_plan(entries, &plan, round, true) > 0 {
+            np.rounds = round;
+            np.round = round;
+            if number == 1 {
                 np.confirmation_round = Some(round);
-                np.retested = retests.len() as u32;
-                np.round_start_time = Some(now());
-                tracing::info!(
-                    retests = retests.len(),
-                    "node-pair confirmation round started"
-                );
-                return;
+            } else {
+                np.second_confirmation_round = Some(round);
             }
+            np.retested += retests.len() as u32;
+            np.round_start_time = Some(now());
+            tracing::info!(
+                confirmation = number,
+                retests = retests.len(),
+                "node-pair confirmation round started"
+            );
+            return;
         }
     }
     np.done = true;
