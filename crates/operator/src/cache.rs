@@ -14,13 +14,16 @@ pub fn slim<K: Resource>(obj: &mut K) {
 
 /// A benchmark pod as the run controller reads it: its metadata, its whole status (phase,
 /// conditions, container states and termination messages, pod IP) and, of its spec, only the
-/// node it is bound to and its `activeDeadlineSeconds`. The containers (arguments,
-/// environment, volumes) are what the operator wrote and never reads back.
+/// node it is bound to, its affinity (the one node a pod that claims its GPUs is for, until
+/// the scheduler binds it: [`crate::identity::pod_made_by`] reads it) and its
+/// `activeDeadlineSeconds`. The containers (arguments, environment, volumes) are what the
+/// operator wrote and never reads back.
 pub fn slim_pod(pod: &mut Pod) {
     slim(pod);
     if let Some(spec) = pod.spec.take() {
         pod.spec = Some(PodSpec {
             node_name: spec.node_name,
+            affinity: spec.affinity,
             active_deadline_seconds: spec.active_deadline_seconds,
             ..PodSpec::default()
         });
@@ -142,6 +145,35 @@ mod tests {
             results::pod_state(&pod(json!({"running": {}}), "Running")),
             PodState::Running
         ));
+    }
+
+    #[test]
+    fn a_slim_claim_pod_not_bound_yet_is_still_the_runs_own() {
+        let mut whole = pod(json!({"waiting": {}}), "Pending");
+        let mut owner = serde_json::from_value::<
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+        >(
+            json!({"apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTestRun",
+            "name": "r", "uid": "run-uid", "controller": true}),
+        )
+        .expect("an owner");
+        owner.controller = Some(true);
+        whole.metadata.owner_references = Some(vec![owner]);
+        if let Some(spec) = whole.spec.as_mut() {
+            spec.node_name = None;
+        }
+        crate::pods::claim::use_template(&mut whole, "gpu-0", "p");
+        assert_eq!(
+            crate::identity::pod_made_by(&whole, "run-uid", "u", "gpu-0"),
+            Ok(())
+        );
+        let mut kept = whole.clone();
+        slim_pod(&mut kept);
+        assert_eq!(
+            crate::identity::pod_made_by(&kept, "run-uid", "u", "gpu-0"),
+            Ok(()),
+            "the affinity says which node the pod is for"
+        );
     }
 
     #[test]
