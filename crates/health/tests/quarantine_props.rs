@@ -6,7 +6,7 @@ use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::run::{NodeVerdict, Trigger};
 use gpufabric_api::test::NodeHealth;
 use gpufabric_health::history::advance;
-use gpufabric_health::quarantine::{Guards, Hold, NodeFacts, plan, plan_guarded};
+use gpufabric_health::quarantine::{Guards, Hold, NodeFacts, Selected, plan, plan_guarded};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -155,6 +155,7 @@ fn simulate(
                 tested,
                 confirmed: false,
                 repaired: false,
+                gpus: Default::default(),
             });
         }
         let guards = Guards {
@@ -162,7 +163,16 @@ fn simulate(
             cluster_cap: cap.map(|(c, _)| c),
             held_by_others: cap.map_or(0, |(_, o)| o),
         };
-        let p = plan_guarded(&facts, pol, n, trigger, &guards);
+        let p = plan_guarded(
+            &facts,
+            pol,
+            Selected {
+                nodes: n,
+                gpus: 8 * n,
+            },
+            trigger,
+            &guards,
+        );
         let quarantine: BTreeSet<&String> = p.quarantine.iter().collect();
         // (e) with the breaker open, or a storm opening it, no node changes: only the
         // records of gone nodes go.
@@ -364,6 +374,7 @@ proptest! {
                     tested: true,
                     confirmed: false,
                     repaired: false,
+                    gpus: Default::default(),
                 }
             })
             .collect();
