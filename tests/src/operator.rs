@@ -288,8 +288,14 @@ impl OperatorEnv {
     /// Starts everything for `fleet` on a control plane of its own that serves DRA and
     /// device taints ([`crate::dra::cluster_options`]), with the real kube-scheduler, the
     /// fixture driver's DeviceClass and the operator's namespace `ns` (with its `default`
-    /// service account). The test publishes the GPUs of the nodes it wants as DRA devices.
-    pub async fn start_dra(fleet: gpufabric_measure::fleet::Fleet, ns: &str) -> OperatorEnv {
+    /// service account). The test publishes the GPUs of the nodes it wants as DRA devices;
+    /// the nodes named in `dra_only` report no `nvidia.com/gpu`, their GPUs are those devices
+    /// alone.
+    pub async fn start_dra(
+        fleet: gpufabric_measure::fleet::Fleet,
+        ns: &str,
+        dra_only: &[&str],
+    ) -> OperatorEnv {
         crate::init_tracing();
         let mut cluster = Cluster::start_with(crate::dra::cluster_options())
             .await
@@ -305,7 +311,11 @@ impl OperatorEnv {
             .expect("device class");
         let cluster = EnvCluster::Own(Box::new(cluster));
         let args = vec!["--pod-namespace".to_string(), ns.to_string()];
-        OperatorEnv::start_on(cluster, fleet, ns, args, serde_json::json!({})).await
+        let opts = crate::kubelet::KubeletOptions {
+            dra_only_nodes: dra_only.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        };
+        OperatorEnv::start_with_kubelet(cluster, fleet, ns, args, serde_json::json!({}), opts).await
     }
 
     /// Starts everything for `fleet` on the test binary's shared control plane, with a
@@ -348,12 +358,26 @@ impl OperatorEnv {
         operator_args: Vec<String>,
         test_labels: serde_json::Value,
     ) -> OperatorEnv {
+        let opts = crate::kubelet::KubeletOptions::default();
+        OperatorEnv::start_with_kubelet(cluster, fleet, ns, operator_args, test_labels, opts).await
+    }
+
+    /// [`OperatorEnv::start_on`] with the process-kubelet's options (its `root_dir` is the
+    /// environment's own).
+    async fn start_with_kubelet(
+        cluster: EnvCluster,
+        fleet: gpufabric_measure::fleet::Fleet,
+        ns: &str,
+        operator_args: Vec<String>,
+        test_labels: serde_json::Value,
+        opts: crate::kubelet::KubeletOptions,
+    ) -> OperatorEnv {
         let dir = tempfile::tempdir().expect("temp dir");
         let fleet = crate::fleet::SimFleet::write_to(fleet, dir.path().join("fleet.yaml"))
             .expect("fleet file");
         let opts = crate::kubelet::KubeletOptions {
             root_dir: Some(dir.path().join("kubelet")),
-            ..Default::default()
+            ..opts
         };
         let client = cluster.new_client().expect("client");
         let kubelet = crate::kubelet::Kubelet::start(client, &fleet, opts)

@@ -161,7 +161,7 @@ async fn a_tainted_gpu_keeps_a_claim_for_all_eight_off_its_node_and_lets_seven_s
 
 /// Four 8-GPU nodes: `dra-01` (GPU 3) and `dra-02` (GPU 6) with a straggler GPU and their
 /// GPUs published as DRA devices; `plain-01` with a straggler GPU (5) and no devices;
-/// `good-01` healthy, its GPUs devices too.
+/// `good-01` healthy, its GPUs devices only (the node reports no `nvidia.com/gpu`).
 fn fleet() -> gpufabric_measure::fleet::Fleet {
     let mut f = SimFleet::uniform("n", 4, H100, 8);
     for (n, name) in f
@@ -237,7 +237,7 @@ fn tainted(s: &gpufabric_api::FabricTestStatus, node: &str) -> Vec<u32> {
 async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_the_tests_deletion()
 {
     let began = Instant::now();
-    let env = OperatorEnv::start_dra(fleet(), "gpufabric").await;
+    let env = OperatorEnv::start_dra(fleet(), "gpufabric", &["good-01"]).await;
     let client = env.cluster.client();
     for node in ["dra-01", "dra-02", "good-01"] {
         dra::publish_gpus(&client, node, 8, H100)
@@ -266,6 +266,10 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
     assert_eq!(handling.per_node, ["plain-01"]);
     assert_eq!(handling.per_gpu, ["dra-01", "dra-02", "good-01"]);
     assert_eq!(handling.tainted_gpus, 2);
+    // The GPU budget (maxQuarantinedGpus, 10% by default) is a share of the selected nodes'
+    // GPUs, good-01's devices among them: 10% of 32. The cordon of plain-01 takes the node
+    // budget, not this one.
+    assert_eq!(handling.gpu_budget, 3, "{handling:?}");
     assert_eq!(s.quarantined_nodes, ["plain-01"], "{:#?}", s.nodes);
 
     let all = rules(&client).await;
@@ -445,6 +449,37 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
     assert_eq!(busy.reason, SkipReason::Busy);
     assert!(busy.message.contains("7 of its 8"), "{}", busy.message);
     assert_eq!(tainted(&s, "dra-01"), [3]);
+
+    // good-01 reports no nvidia.com/gpu, its GPUs are devices only: it is selected, its pod
+    // claims its 8 devices, the scheduler binds it there, and it passes.
+    let good = env.read_node("good-01").await;
+    let allocatable = good.status.and_then(|s| s.allocatable).unwrap_or_default();
+    assert!(
+        !allocatable.contains_key("nvidia.com/gpu"),
+        "{allocatable:?}"
+    );
+    let pod = run_pod(&env, &last_run_name(&s), "good-01").await;
+    let spec = pod.spec.clone().expect("pod spec");
+    assert_eq!(spec.node_name.as_deref(), Some("good-01"));
+    let template = spec.resource_claims.as_ref().expect("the pod's claim")[0]
+        .resource_claim_template_name
+        .clone()
+        .expect("a template");
+    let t = templates.get(&template).await.expect("template read");
+    let requests = t
+        .spec
+        .spec
+        .devices
+        .and_then(|d| d.requests)
+        .unwrap_or_default();
+    assert_eq!(requests.first().and_then(|r| r.count), Some(8));
+    let entry = run.nodes.iter().find(|n| n.node == "good-01");
+    assert_eq!(
+        entry.map(|n| n.verdict),
+        Some(gpufabric_api::run::NodeVerdict::Passed),
+        "{:#?}",
+        run.nodes
+    );
 
     // The job ends and its claim is deallocated.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -72,6 +72,10 @@ pub struct GpuHandling {
     /// GPUs this test holds tainted now, over all nodes.
     #[serde(default)]
     pub tainted_gpus: u32,
+    /// Most GPUs this test may hold tainted (`quarantine.maxQuarantinedGpus` resolved over
+    /// the selected nodes' GPUs): a GPU taint beyond it is refused.
+    #[serde(default)]
+    pub gpu_budget: u32,
 }
 
 impl GpuHandling {

@@ -145,13 +145,19 @@ pub enum QuarantineMode {
 /// Quarantine policy. All safety rules are enforced by the operator in one place.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
-#[schemars(extend("x-kubernetes-validations" = [{"rule": "type(self.maxQuarantined) == int ? self.maxQuarantined >= 0 : self.maxQuarantined.matches('^(100|[1-9]?[0-9])%$')", "message": "quarantine.maxQuarantined must be a count >= 0 or a percent from 0% to 100%"}]))]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "type(self.maxQuarantined) == int ? self.maxQuarantined >= 0 : self.maxQuarantined.matches('^(100|[1-9]?[0-9])%$')", "message": "quarantine.maxQuarantined must be a count >= 0 or a percent from 0% to 100%"}, {"rule": "type(self.maxQuarantinedGpus) == int ? self.maxQuarantinedGpus >= 0 : self.maxQuarantinedGpus.matches('^(100|[1-9]?[0-9])%$')", "message": "quarantine.maxQuarantinedGpus must be a count >= 0 or a percent from 0% to 100%"}]))]
 pub struct QuarantinePolicy {
     /// Observe (default), Label, Cordon or Taint.
     pub mode: QuarantineMode,
     /// Most nodes this FabricTest may hold in quarantine at once: a count, or a percent of
     /// the selected nodes (rounded down, but at least 1 unless 0%).
     pub max_quarantined: IntOrString,
+    /// Most GPUs this FabricTest may hold out of service by DRA device taints at once: a
+    /// count, or a percent of the selected nodes' GPUs (rounded down, but at least 1 unless
+    /// 0%). A GPU tainted alone takes one GPU of it and no node of `maxQuarantined`; a node
+    /// quarantined as a node takes one node of `maxQuarantined` and none of it. A taint
+    /// beyond it is refused, as a node beyond `maxQuarantined` is.
+    pub max_quarantined_gpus: IntOrString,
     /// Consecutive failing runs before a node is quarantined.
     #[schemars(range(min = 1))]
     pub failures_to_quarantine: u32,
@@ -210,6 +216,7 @@ impl Default for QuarantinePolicy {
         QuarantinePolicy {
             mode: QuarantineMode::Observe,
             max_quarantined: IntOrString::String("10%".into()),
+            max_quarantined_gpus: IntOrString::String("10%".into()),
             failures_to_quarantine: 1,
             passes_to_release: 3,
             confirm_retest: true,
@@ -224,33 +231,90 @@ impl Default for QuarantinePolicy {
     }
 }
 
-/// Why `quarantine.maxQuarantined` gives no budget.
+/// Why `quarantine.maxQuarantined` or `quarantine.maxQuarantinedGpus` gives no budget.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
-    #[error("maxQuarantined is negative ({0})")]
-    Negative(i32),
-    #[error("maxQuarantined {0:?} is not a percent from 0% to 100%")]
-    NotAPercent(String),
+    #[error("{field} is negative ({value})")]
+    Negative { field: &'static str, value: i32 },
+    #[error("{field} {value:?} is not a percent from 0% to 100%")]
+    NotAPercent { field: &'static str, value: String },
 }
 
 impl QuarantinePolicy {
     /// The budget in nodes for a test that selects `selected` nodes, or an error for a
     /// malformed value. Percent rounds down but never below 1 (unless it is 0%).
     pub fn budget(&self, selected: usize) -> Result<usize, BudgetError> {
-        match &self.max_quarantined {
-            IntOrString::Int(n) if *n >= 0 => Ok(*n as usize),
-            IntOrString::Int(n) => Err(BudgetError::Negative(*n)),
-            IntOrString::String(s) => {
-                let pct = s
-                    .strip_suffix('%')
-                    .and_then(|p| p.parse::<u32>().ok())
-                    .filter(|p| *p <= 100)
-                    .ok_or_else(|| BudgetError::NotAPercent(s.clone()))?;
-                if pct == 0 {
-                    return Ok(0);
-                }
-                Ok((selected * pct as usize / 100).max(1))
+        share("maxQuarantined", &self.max_quarantined, selected)
+    }
+
+    /// The budget in GPUs held by device taints, for a test whose selected nodes have
+    /// `selected_gpus` GPUs; rounded as [`QuarantinePolicy::budget`].
+    pub fn gpu_budget(&self, selected_gpus: usize) -> Result<usize, BudgetError> {
+        share(
+            "maxQuarantinedGpus",
+            &self.max_quarantined_gpus,
+            selected_gpus,
+        )
+    }
+}
+
+/// `value` (a count, or a percent of `base` rounded down but at least 1 unless 0%) of the
+/// budget field `field`.
+fn share(field: &'static str, value: &IntOrString, base: usize) -> Result<usize, BudgetError> {
+    match value {
+        IntOrString::Int(n) if *n >= 0 => Ok(*n as usize),
+        IntOrString::Int(n) => Err(BudgetError::Negative { field, value: *n }),
+        IntOrString::String(s) => {
+            let pct = s
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<u32>().ok())
+                .filter(|p| *p <= 100)
+                .ok_or_else(|| BudgetError::NotAPercent {
+                    field,
+                    value: s.clone(),
+                })?;
+            if pct == 0 {
+                return Ok(0);
             }
+            Ok((base * pct as usize / 100).max(1))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_gpus(v: IntOrString) -> QuarantinePolicy {
+        QuarantinePolicy {
+            max_quarantined_gpus: v,
+            ..QuarantinePolicy::default()
+        }
+    }
+
+    #[test]
+    fn the_gpu_budget_is_a_count_or_a_share_of_the_selected_gpus() {
+        let p = QuarantinePolicy::default();
+        assert_eq!(p.gpu_budget(80), Ok(8), "10% of 80 GPUs by default");
+        assert_eq!(p.gpu_budget(8), Ok(1), "never below one GPU");
+        assert_eq!(with_gpus(IntOrString::Int(3)).gpu_budget(800), Ok(3));
+        assert_eq!(
+            with_gpus(IntOrString::String("0%".into())).gpu_budget(800),
+            Ok(0)
+        );
+        // The node budget is its own: a GPU budget leaves it as it was.
+        assert_eq!(with_gpus(IntOrString::Int(3)).budget(100), Ok(10));
+    }
+
+    #[test]
+    fn a_malformed_gpu_budget_names_its_field() {
+        let e = with_gpus(IntOrString::String("half".into()))
+            .gpu_budget(8)
+            .expect_err("not a percent");
+        assert!(e.to_string().starts_with("maxQuarantinedGpus "), "{e}");
+        let e = with_gpus(IntOrString::Int(-1))
+            .gpu_budget(8)
+            .expect_err("negative");
+        assert_eq!(e.to_string(), "maxQuarantinedGpus is negative (-1)");
     }
 }

@@ -128,6 +128,21 @@ fn percent_over_100_is_refused() {
 }
 
 #[test]
+fn a_malformed_gpu_budget_is_refused_by_its_own_name() {
+    let msg = refuse("  quarantine:\n    maxQuarantinedGpus: \"150%\"\n");
+    assert!(
+        msg.contains(
+            "quarantine.maxQuarantinedGpus must be a count >= 0 or a percent from 0% to 100%"
+        ),
+        "{msg}"
+    );
+    assert!(!msg.contains("quarantine.maxQuarantined must"), "{msg}");
+    let msg = refuse("  quarantine:\n    maxQuarantinedGpus: -2\n");
+    assert!(msg.contains("maxQuarantinedGpus is negative (-2)"), "{msg}");
+    accept("  quarantine:\n    maxQuarantinedGpus: 4\n");
+}
+
+#[test]
 fn negative_budget_is_refused() {
     let msg = refuse("  quarantine:\n    maxQuarantined: -1\n");
     assert!(msg.contains("maxQuarantined is negative (-1)"), "{msg}");

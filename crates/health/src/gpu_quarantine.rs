@@ -4,8 +4,10 @@
 //!
 //! It runs after [`crate::quarantine::plan_guarded`], so that every rule of the node plan
 //! (breaker, budget, confirmation, hysteresis, ownership, cluster cap) holds for a GPU as for
-//! a node: a node with GPUs tainted by the test counts as one quarantined node. Rules, in
-//! the order they apply:
+//! a node. The budget is counted in both: the node plan was told which candidates taint
+//! GPUs instead ([`GpuNode::taints_instead`], [`crate::quarantine::GpuHold`]), so that a
+//! GPU tainted alone takes one GPU of the GPU budget and no node, and a node quarantined as
+//! a node one node. Rules, in the order they apply:
 //! 1. **Per GPU** is a node whose GPUs are DRA devices ([`GpuNode::devices`] not empty: the
 //!    cluster serves DeviceTaintRules and the GPU driver publishes the node's GPUs). Every
 //!    other node is handled per node, as the node plan says.
@@ -20,8 +22,13 @@
 //!    failing (at the node plan's hysteresis) while the plan may act: new GPU-level faults
 //!    taint their GPUs too (rule 3 applies); a fault that is not GPU-level quarantines the
 //!    node ([`Escalation::NodeLevel`]) and its GPU taints go.
+//! 6. **Budget of a held node**: the new taints of rule 5 need room in the GPU budget, all
+//!    of them or none ([`Hold::OverGpuBudget`]); its escalation to a node needs a node of the
+//!    node budget and of the cluster cap ([`Hold::OverBudget`], [`Hold::ClusterCap`]). A
+//!    node refused keeps the GPUs it has tainted, and the refusal is in the plan's
+//!    `held_back`, reported as any node's.
 
-use crate::quarantine::Plan;
+use crate::quarantine::{Hold, Plan};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A GPU as a DRA device: the driver, the pool and the device's name in it.
@@ -83,6 +90,15 @@ impl GpuNode {
     fn over_half(&self, more: usize) -> bool {
         (self.tainted.len() + more) * 2 > self.gpus as usize
     }
+
+    /// Rules 1 to 3 for a node the node plan would quarantine now: how many more of its GPUs
+    /// are tainted instead of the node; None when the node would be quarantined as a node.
+    /// What the node plan counts against the GPU budget.
+    pub fn taints_instead(&self) -> Option<u32> {
+        let faults = self.gpu_faults().filter(|_| self.per_gpu())?;
+        let new = faults.keys().filter(|g| !self.tainted.contains(g)).count();
+        (!self.over_half(new)).then(|| u32::try_from(new).unwrap_or(u32::MAX))
+    }
 }
 
 /// One GPU to taint.
@@ -133,6 +149,8 @@ pub struct GpuPlan {
     pub per_node: Vec<String>,
     /// GPUs the test holds tainted once the plan is applied.
     pub tainted_after: usize,
+    /// The GPU budget: most GPUs the test may hold tainted.
+    pub budget: usize,
 }
 
 /// Splits `plan` (the node plan, after [`crate::quarantine::plan_guarded`]) into what acts
@@ -186,16 +204,38 @@ pub fn split(plan: &mut Plan, nodes: &[GpuNode]) -> GpuPlan {
             Some(_) => None,
         };
         match (faults, escalation) {
+            (_, Some(e)) if again => match node_room(plan) {
+                Some(hold) => {
+                    plan.held_back.push((n.node.clone(), hold));
+                    tainted_after += n.tainted.len();
+                }
+                None => {
+                    out.escalated.push((n.node.clone(), e));
+                    plan.quarantine.push(n.node.clone());
+                    plan.quarantined_after += 1;
+                    plan.held_in_cluster_after += 1;
+                    plan.gpus_held_after = plan.gpus_held_after.saturating_sub(n.tainted.len());
+                    out.release.push(n.node.clone());
+                }
+            },
             (_, Some(e)) => {
                 out.escalated.push((n.node.clone(), e));
-                if again {
-                    plan.quarantine.push(n.node.clone());
-                }
                 if held {
                     out.release.push(n.node.clone());
                 }
             }
+            (Some(_), None)
+                if again
+                    && !new.is_empty()
+                    && plan.gpus_held_after + new.len() > plan.gpu_budget =>
+            {
+                plan.held_back.push((n.node.clone(), Hold::OverGpuBudget));
+                tainted_after += n.tainted.len();
+            }
             (Some(_), None) => {
+                if again {
+                    plan.gpus_held_after += new.len();
+                }
                 if newly {
                     taint_instead.insert(n.node.clone());
                 }
@@ -214,8 +254,25 @@ pub fn split(plan: &mut Plan, nodes: &[GpuNode]) -> GpuPlan {
     }
     plan.quarantine.retain(|n| !taint_instead.contains(n));
     plan.release.retain(|n| !release_instead.contains(n));
+    plan.held_back.sort();
     out.tainted_after = tainted_after;
+    out.budget = plan.gpu_budget;
     out
+}
+
+/// Rule 6: why a node held per GPU may not be quarantined as a node now, if it may not: the
+/// node budget or the cluster cap is spent.
+fn node_room(plan: &Plan) -> Option<Hold> {
+    if plan.quarantined_after >= plan.budget {
+        Some(Hold::OverBudget)
+    } else if plan
+        .cluster_cap
+        .is_some_and(|cap| plan.held_in_cluster_after >= cap)
+    {
+        Some(Hold::ClusterCap)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

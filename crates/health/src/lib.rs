@@ -17,7 +17,9 @@ pub mod quarantine;
 pub mod scaling;
 
 pub use evaluate::{Evaluation, NodeInput, NodeOutcome, evaluate};
-pub use quarantine::{ClusterCap, Guards, Hold, NodeFacts, Plan, Storm, plan, plan_guarded};
+pub use quarantine::{
+    ClusterCap, GpuHold, Guards, Hold, NodeFacts, Plan, Selected, Storm, plan, plan_guarded,
+};
 
 /// What a counter's growth is measured from, for a finding's message: `since run R at T`,
 /// or `since run R` for a record without a time.

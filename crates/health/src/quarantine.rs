@@ -20,9 +20,12 @@
 //!    nothing is quarantined, released or sent to confirmation ([`Hold::BreakerOpen`],
 //!    [`Hold::BreakerOpenRelease`]); [`Plan::enforcement`] is None. Only the records of gone
 //!    nodes go (rule 4: nothing on a node changes).
-//! 3. **Budget**: `policy.budget(selected_nodes)` nodes at most are quarantined by this test
-//!    at once. Nodes already quarantined by us count against it. A malformed budget counts
-//!    as 0 (nothing new is quarantined) and is reported in [`Plan::budget_error`].
+//! 3. **Budget**, counted in nodes and in GPUs: `policy.budget(selected.nodes)` nodes at
+//!    most are quarantined by this test at once, and `policy.gpu_budget(selected.gpus)` GPUs
+//!    at most are held out of service by its DRA device taints ([`GpuHold`]). A node held as
+//!    a node takes one node and no GPU; a node held by tainted GPUs alone takes those GPUs
+//!    and no node. What we hold already counts against each. A malformed budget counts as 0
+//!    (nothing new is held of it) and is reported in [`Plan::budget_error`].
 //! 4. **Gone nodes**: a node that no longer exists and was ours is released, so that its
 //!    record goes (in every mode: nothing on a node is changed). A gone node that is not
 //!    ours is never quarantined ([`Hold::NodeGone`]).
@@ -45,12 +48,16 @@
 //!    ([`Hold::AwaitingConfirmation`]); on a confirmation run, the candidates (they failed
 //!    again) are quarantined. A candidate whose failure the run itself confirmed
 //!    ([`NodeFacts::confirmed`]) needs no confirmation run and is planned as on one.
-//! 10. **Over budget**: candidates beyond the free slots are held back ([`Hold::OverBudget`]).
-//!     The worst go first: most consecutive failures, then by name.
+//! 10. **Over budget**: candidates beyond the free slots are held back: a node that would be
+//!     quarantined as a node beyond the node budget ([`Hold::OverBudget`]), one whose GPUs
+//!     would be tainted instead ([`GpuHold::instead`]) beyond the GPU budget
+//!     ([`Hold::OverGpuBudget`]; all of its GPUs or none). The worst go first: most
+//!     consecutive failures, then by name.
 //! 11. **Cluster cap**: gpufabric holds at most [`Guards::cluster_cap`] nodes in the whole
 //!     cluster, over every FabricTest (the nodes other tests hold are
 //!     [`Guards::held_by_others`]). Candidates within this test's budget but beyond the cap
-//!     are held back ([`Hold::ClusterCap`]).
+//!     are held back ([`Hold::ClusterCap`]). The cap counts nodes held as nodes; a GPU
+//!     taint takes none of it.
 
 use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::run::Trigger;
@@ -82,6 +89,58 @@ pub struct NodeFacts {
     /// way) and this run is its first test since: one pass releases it, whatever
     /// `passes_to_release` and the repeat-offender rule say (rule 6).
     pub repaired: bool,
+    /// What the node holds, or would hold, of the GPU budget (rule 3).
+    pub gpus: GpuHold,
+}
+
+/// A node's GPUs in the budget (rule 3), from [`crate::gpu_quarantine`]: the default is a
+/// node handled per node.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuHold {
+    /// GPUs of the node this test holds tainted now: each takes one GPU of the GPU budget.
+    pub tainted: u32,
+    /// The node is held by its tainted GPUs alone (no quarantine record as a node, though
+    /// [`NodeFacts::quarantined_by_us`] is set): it takes no node of the node budget.
+    pub only: bool,
+    /// Quarantining the node now would taint this many of its GPUs instead of the node
+    /// ([`crate::gpu_quarantine::GpuNode::taints_instead`]): as a candidate it takes that
+    /// many GPUs of the GPU budget and no node.
+    pub instead: Option<u32>,
+}
+
+/// What a test selects: the bases of a percent budget, in nodes and in their GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Selected {
+    pub nodes: usize,
+    pub gpus: usize,
+}
+
+/// The budgets' units one node takes: nodes and GPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Units {
+    nodes: usize,
+    gpus: usize,
+}
+
+impl Units {
+    /// What a node we hold takes now.
+    fn held(f: &NodeFacts) -> Units {
+        Units {
+            nodes: usize::from(!f.gpus.only),
+            gpus: f.gpus.tainted as usize,
+        }
+    }
+
+    /// What a candidate would take once quarantined.
+    fn candidate(f: &NodeFacts) -> Units {
+        match f.gpus.instead {
+            Some(g) => Units {
+                nodes: 0,
+                gpus: g as usize,
+            },
+            None => Units { nodes: 1, gpus: 0 },
+        }
+    }
 }
 
 /// What the plan must respect beyond this test's own policy: its breaker, and the
@@ -282,6 +341,8 @@ pub enum Hold {
     ObserveModeRelease,
     /// The budget is spent.
     OverBudget,
+    /// The GPU budget is spent: the node's GPUs would be tainted.
+    OverGpuBudget,
     /// Someone else cordoned or tainted the node; we neither quarantine nor release it.
     CordonedByOthers,
     /// A confirmation run retests the node first.
@@ -308,6 +369,9 @@ impl Hold {
             Hold::ObserveMode => "would quarantine: the quarantine mode is Observe",
             Hold::ObserveModeRelease => "would release: the quarantine mode is Observe",
             Hold::OverBudget => "would quarantine: the quarantine budget (maxQuarantined) is spent",
+            Hold::OverGpuBudget => {
+                "would taint GPUs: the GPU quarantine budget (maxQuarantinedGpus) is spent"
+            }
             Hold::CordonedByOthers => "left alone: the node is cordoned or tainted by someone else",
             Hold::AwaitingConfirmation => "waiting for a confirmation run to retest the node",
             Hold::NodeGone => "the node no longer exists",
@@ -351,9 +415,13 @@ pub struct Plan {
     pub held_back: Vec<(String, Hold)>,
     /// The budget in nodes.
     pub budget: usize,
-    /// Nodes quarantined by us once the plan is applied.
+    /// Nodes quarantined by us as nodes once the plan is applied.
     pub quarantined_after: usize,
-    /// Why the budget could not be read, when it could not (the budget is then 0).
+    /// The budget in GPUs held by device taints.
+    pub gpu_budget: usize,
+    /// GPUs held by our device taints once the plan is applied.
+    pub gpus_held_after: usize,
+    /// Why a budget could not be read, when one could not (that budget is then 0).
     pub budget_error: Option<String>,
     /// This run is a storm (rule 1): the breaker opens, if it is not open yet.
     pub storm: Option<Storm>,
@@ -376,34 +444,45 @@ impl Plan {
 }
 
 /// Plans quarantine and release for one finished run with a closed breaker and no cluster
-/// cap: [`plan_guarded`] with [`Guards::default`].
+/// cap, for a test of `selected_nodes` nodes whose GPUs are not counted (a percent GPU
+/// budget is then its floor of one GPU): [`plan_guarded`] with [`Guards::default`].
 pub fn plan(
     nodes: &[NodeFacts],
     policy: &QuarantinePolicy,
     selected_nodes: usize,
     trigger: Trigger,
 ) -> Plan {
-    plan_guarded(nodes, policy, selected_nodes, trigger, &Guards::default())
+    let selected = Selected {
+        nodes: selected_nodes,
+        gpus: 0,
+    };
+    plan_guarded(nodes, policy, selected, trigger, &Guards::default())
 }
 
 /// Plans quarantine and release for one finished run. See the module docs for the rules.
 ///
 /// `nodes`: every node the test has a record of (its history, the nodes it holds in
-/// quarantine, the nodes of this run). `selected_nodes`: how many nodes the FabricTest
-/// selects, the base of a percent budget; for a confirmation run, that is still the test's
-/// selection, not the few suspects the run retests. `guards`: the breaker and the
+/// quarantine, the nodes of this run). `selected`: how many nodes the FabricTest selects
+/// and their GPUs, the bases of a percent budget; for a confirmation run, that is still the
+/// test's selection, not the few suspects the run retests. `guards`: the breaker and the
 /// cluster-wide cap.
 pub fn plan_guarded(
     nodes: &[NodeFacts],
     policy: &QuarantinePolicy,
-    selected_nodes: usize,
+    selected: Selected,
     trigger: Trigger,
     guards: &Guards,
 ) -> Plan {
-    let (budget, budget_error) = match policy.budget(selected_nodes) {
-        Ok(b) => (b, None),
-        Err(e) => (0, Some(e.to_string())),
+    let mut errors = Vec::new();
+    let mut read = |b: Result<usize, gpufabric_api::policy::BudgetError>| {
+        b.unwrap_or_else(|e| {
+            errors.push(e.to_string());
+            0
+        })
     };
+    let budget = read(policy.budget(selected.nodes));
+    let gpu_budget = read(policy.gpu_budget(selected.gpus));
+    let budget_error = (!errors.is_empty()).then(|| errors.join("; "));
     let mut sorted: Vec<&NodeFacts> = nodes.iter().collect();
     sorted.sort_by(|a, b| a.node.cmp(&b.node));
     sorted.dedup_by(|a, b| a.node == b.node);
@@ -413,6 +492,7 @@ pub fn plan_guarded(
     let observe = policy.mode == QuarantineMode::Observe;
     let mut plan = Plan {
         budget,
+        gpu_budget,
         budget_error,
         enforcement: Enforcement::of(policy.mode).filter(|_| !breaker_open),
         storm,
@@ -433,29 +513,41 @@ pub fn plan_guarded(
             .then_with(|| a.node.cmp(&b.node))
     });
     let confirming = policy.confirm_retest && trigger != Trigger::Confirmation;
-    let mut free = budget.saturating_sub(ours);
+    let mut free = budget.saturating_sub(ours.nodes);
+    let mut free_gpus = gpu_budget.saturating_sub(ours.gpus);
     let mut free_in_cluster = guards.cluster_cap.map_or(usize::MAX, |cap| {
-        cap.saturating_sub(guards.held_by_others + ours)
+        cap.saturating_sub(guards.held_by_others + ours.nodes)
     });
     for f in candidates {
-        if confirming && !f.confirmed {
+        let takes = Units::candidate(f);
+        let hold = if confirming && !f.confirmed {
             plan.confirm.push(f.node.clone());
-            plan.held_back
-                .push((f.node.clone(), Hold::AwaitingConfirmation));
-        } else if free == 0 {
-            plan.held_back.push((f.node.clone(), Hold::OverBudget));
-        } else if free_in_cluster == 0 {
-            plan.held_back.push((f.node.clone(), Hold::ClusterCap));
+            Some(Hold::AwaitingConfirmation)
+        } else if takes.gpus > free_gpus {
+            Some(Hold::OverGpuBudget)
+        } else if takes.nodes > free {
+            Some(Hold::OverBudget)
+        } else if takes.nodes > free_in_cluster {
+            Some(Hold::ClusterCap)
         } else {
-            plan.quarantine.push(f.node.clone());
-            free -= 1;
-            free_in_cluster = free_in_cluster.saturating_sub(1);
-            ours += 1;
+            None
+        };
+        match hold {
+            Some(h) => plan.held_back.push((f.node.clone(), h)),
+            None => {
+                plan.quarantine.push(f.node.clone());
+                free -= takes.nodes;
+                free_gpus -= takes.gpus;
+                free_in_cluster = free_in_cluster.saturating_sub(takes.nodes);
+                ours.nodes += takes.nodes;
+                ours.gpus += takes.gpus;
+            }
         }
     }
     plan.held_back.sort();
-    plan.quarantined_after = ours;
-    plan.held_in_cluster_after = guards.held_by_others + ours;
+    plan.quarantined_after = ours.nodes;
+    plan.gpus_held_after = ours.gpus;
+    plan.held_in_cluster_after = guards.held_by_others + ours.nodes;
     plan
 }
 
@@ -466,17 +558,17 @@ struct Stillness {
     observe: bool,
 }
 
-/// Rules 2 and 4 to 8: releases and holds go into `plan`; returns the nodes we hold after
-/// the releases, and the candidates for quarantine.
+/// Rules 2 and 4 to 8: releases and holds go into `plan`; returns what we hold after the
+/// releases, and the candidates for quarantine.
 fn sort_out<'a>(
     sorted: &[&'a NodeFacts],
     policy: &QuarantinePolicy,
     still: Stillness,
     plan: &mut Plan,
-) -> (usize, Vec<&'a NodeFacts>) {
+) -> (Units, Vec<&'a NodeFacts>) {
     let failures_needed = policy.failures_to_quarantine.max(1);
     let passes_needed = policy.passes_to_release.max(1);
-    let mut ours = 0usize;
+    let mut ours = Units::default();
     let mut candidates: Vec<&NodeFacts> = Vec::new();
     for f in sorted {
         let foreign = f.cordoned_by_others || f.tainted_by_others;
@@ -486,7 +578,9 @@ fn sort_out<'a>(
                 plan.release.push(f.node.clone());
                 continue;
             }
-            ours += 1;
+            let held = Units::held(f);
+            ours.nodes += held.nodes;
+            ours.gpus += held.gpus;
             let passed = f.health.consecutive_passes >= passes_needed
                 || (f.repaired && f.tested && f.health.consecutive_passes >= 1);
             if passed {
@@ -505,7 +599,8 @@ fn sort_out<'a>(
                     Some(h) => plan.held_back.push((f.node.clone(), h)),
                     None => {
                         plan.release.push(f.node.clone());
-                        ours -= 1;
+                        ours.nodes -= held.nodes;
+                        ours.gpus -= held.gpus;
                     }
                 }
             }

@@ -6,7 +6,9 @@ use gpufabric_api::policy::{QuarantineMode, QuarantinePolicy};
 use gpufabric_api::run::{NodeVerdict, Trigger};
 use gpufabric_api::test::NodeHealth;
 use gpufabric_health::history::advance;
-use gpufabric_health::quarantine::{Guards, Hold, NodeFacts, plan, plan_guarded};
+use gpufabric_health::quarantine::{
+    GpuHold, Guards, Hold, NodeFacts, Selected, plan, plan_guarded,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
@@ -155,6 +157,7 @@ fn simulate(
                 tested,
                 confirmed: false,
                 repaired: false,
+                gpus: Default::default(),
             });
         }
         let guards = Guards {
@@ -162,7 +165,16 @@ fn simulate(
             cluster_cap: cap.map(|(c, _)| c),
             held_by_others: cap.map_or(0, |(_, o)| o),
         };
-        let p = plan_guarded(&facts, pol, n, trigger, &guards);
+        let p = plan_guarded(
+            &facts,
+            pol,
+            Selected {
+                nodes: n,
+                gpus: 8 * n,
+            },
+            trigger,
+            &guards,
+        );
         let quarantine: BTreeSet<&String> = p.quarantine.iter().collect();
         // (e) with the breaker open, or a storm opening it, no node changes: only the
         // records of gone nodes go.
@@ -364,6 +376,7 @@ proptest! {
                     tested: true,
                     confirmed: false,
                     repaired: false,
+                    gpus: Default::default(),
                 }
             })
             .collect();
@@ -375,6 +388,83 @@ proptest! {
         prop_assert!(after <= budget.max(before - p.release.len()));
         if before - p.release.len() >= budget {
             prop_assert!(p.quarantine.is_empty());
+        }
+    }
+
+    /// Nodes held per GPU, nodes held as nodes, and candidates of either kind: each budget
+    /// counts only its own units, a candidate is quarantined only where its units fit, and
+    /// what either budget holds after the plan never grows beyond it.
+    #[test]
+    fn the_node_and_the_gpu_budget_each_hold_their_own_units(
+        n in 1usize..=16,
+        held in any::<u16>(),
+        per_gpu in any::<u16>(),
+        failing in any::<u16>(),
+        sizes in prop::collection::vec(1u32..=4, 16),
+        max_nodes in 0i32..6,
+        max_gpus in 0i32..10,
+    ) {
+        let mut pol = QuarantinePolicy {
+            mode: QuarantineMode::Cordon,
+            confirm_retest: false,
+            storm_threshold_percent: 100,
+            ..QuarantinePolicy::default()
+        };
+        pol.max_quarantined = IntOrString::Int(max_nodes);
+        pol.max_quarantined_gpus = IntOrString::Int(max_gpus);
+        let facts: Vec<NodeFacts> = (0..n)
+            .map(|i| {
+                let ours = bit(held, i);
+                let gpu = bit(per_gpu, i);
+                let v = if bit(failing, i) { NodeVerdict::Failed } else { NodeVerdict::Passed };
+                NodeFacts {
+                    node: name(i),
+                    health: advance(None, &name(i), v, None, "r"),
+                    quarantined_by_us: ours,
+                    cordoned_by_others: false,
+                    tainted_by_others: false,
+                    exists: true,
+                    tested: true,
+                    confirmed: false,
+                    repaired: false,
+                    gpus: GpuHold {
+                        tainted: if ours && gpu { sizes[i] } else { 0 },
+                        only: ours && gpu,
+                        instead: (!ours && gpu).then_some(sizes[i]),
+                    },
+                }
+            })
+            .collect();
+        let p = plan_guarded(
+            &facts,
+            &pol,
+            Selected { nodes: n, gpus: 8 * n },
+            Trigger::Schedule,
+            &Guards::default(),
+        );
+        let of = |name: &String| facts.iter().find(|f| &f.node == name).expect("a node");
+        let nodes_before = facts.iter().filter(|f| f.quarantined_by_us && !f.gpus.only).count();
+        let gpus_before: usize = facts.iter().map(|f| f.gpus.tainted as usize).sum();
+        let new_nodes = p.quarantine.iter().filter(|q| of(q).gpus.instead.is_none()).count();
+        let new_gpus: usize =
+            p.quarantine.iter().filter_map(|q| of(q).gpus.instead).map(|g| g as usize).sum();
+        // Nothing is released: no node has passed.
+        prop_assert!(p.release.is_empty());
+        prop_assert_eq!(p.quarantined_after, nodes_before + new_nodes);
+        prop_assert_eq!(p.gpus_held_after, gpus_before + new_gpus);
+        if new_nodes > 0 {
+            prop_assert!(p.quarantined_after <= max_nodes as usize);
+        }
+        if new_gpus > 0 {
+            prop_assert!(p.gpus_held_after <= max_gpus as usize);
+        }
+        for (node, hold) in &p.held_back {
+            let f = of(node);
+            match hold {
+                Hold::OverGpuBudget => prop_assert!(f.gpus.instead.is_some()),
+                Hold::OverBudget => prop_assert!(f.gpus.instead.is_none()),
+                other => prop_assert!(false, "{node} held back: {other:?}"),
+            }
         }
     }
 }

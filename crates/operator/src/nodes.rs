@@ -1,6 +1,7 @@
 //! Which nodes a run tests: selected by labels (and an optional list), Ready, with whole
-//! idle GPUs, and not cordoned or tainted by anyone but this operator. Pure: it reads Node
-//! and Pod objects, nothing else.
+//! idle GPUs (`nvidia.com/gpu`, or devices of the GPU driver in DRA ResourceSlices), and
+//! not cordoned or tainted by anyone but this operator. Pure: it reads Node and Pod objects
+//! and the GPU counts read from the slices, nothing else.
 
 use crate::pods::allocatable_gpus;
 use gpufabric_api::keys;
@@ -32,6 +33,20 @@ pub struct Selection<'a> {
     pub other_runs: &'a BTreeMap<String, String>,
     /// Test nodes whose GPUs are partly in use anyway.
     pub include_busy: bool,
+    /// Each node's GPUs published as DRA devices of the GPU driver, by node
+    /// ([`crate::dra::claims::ClaimView::gpu_counts`]); empty where DRA is not served.
+    pub dra_gpus: &'a BTreeMap<String, u32>,
+}
+
+/// How many GPUs `node` has for a run: its GPUs published as DRA devices of the GPU driver
+/// (`dra_gpus`, from its ResourceSlices) where there are any, the pod then claims them;
+/// else its allocatable `nvidia.com/gpu`. 0: not a GPU node.
+pub fn gpu_count(node: &Node, dra_gpus: &BTreeMap<String, u32>) -> u32 {
+    dra_gpus
+        .get(&node.name_any())
+        .copied()
+        .filter(|n| *n > 0)
+        .unwrap_or_else(|| allocatable_gpus(node))
 }
 
 /// The node's Ready condition, if it reports one.
@@ -95,18 +110,27 @@ pub fn matches_selector(node: &Node, selector: &BTreeMap<String, String>) -> boo
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
-/// How many nodes a test selects (selector, optional name list, GPUs allocatable), whatever
-/// their state: the base of a percent quarantine budget. A quarantined, cordoned or NotReady
+/// How many nodes a test selects (selector, optional name list, GPUs allocatable or
+/// published as DRA devices: [`gpu_count`]) and their GPUs, whatever their state: the bases
+/// of a percent quarantine budget, in nodes and in GPUs. A quarantined, cordoned or NotReady
 /// node is still selected; a confirmation run's few suspects are not the base.
-pub fn selected_count<'a>(
+pub fn selected<'a>(
     all: impl IntoIterator<Item = &'a Node>,
     selector: &BTreeMap<String, String>,
     names: Option<&[String]>,
-) -> usize {
+    dra_gpus: &BTreeMap<String, u32>,
+) -> gpufabric_health::Selected {
     all.into_iter()
         .filter(|node| names.is_none_or(|list| list.contains(&node.name_any())))
-        .filter(|node| matches_selector(node, selector) && allocatable_gpus(node) > 0)
-        .count()
+        .filter(|node| matches_selector(node, selector))
+        .map(|node| gpu_count(node, dra_gpus))
+        .filter(|gpus| *gpus > 0)
+        .fold(gpufabric_health::Selected::default(), |s, gpus| {
+            gpufabric_health::Selected {
+                nodes: s.nodes + 1,
+                gpus: s.gpus + gpus as usize,
+            }
+        })
 }
 
 /// Where the pods of this operator's runs are, and its runs: what makes a pod one of its
@@ -395,13 +419,16 @@ pub fn resolve<'a>(
             continue;
         }
         seen.insert(name.clone());
-        let gpus = allocatable_gpus(node);
+        let gpus = gpu_count(node, sel.dra_gpus);
         let skip = if gpus == 0 {
             // Without a list, a node without GPUs was never a candidate.
             sel.names.is_some().then(|| {
                 (
                     SkipReason::NoGpus,
-                    "has no allocatable nvidia.com/gpu".into(),
+                    format!(
+                        "has no allocatable nvidia.com/gpu and no GPU published as a DRA device of {}",
+                        gpufabric_api::device_taint::GPU_DRIVER
+                    ),
                 )
             })
         } else {

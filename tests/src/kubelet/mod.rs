@@ -4,7 +4,8 @@
 //!
 //! It is as much of a kubelet as the benchmark pods need:
 //! - **Nodes** ([`node`]): one Node per fleet node, with `nvidia.com/gpu` (plus cpu, memory,
-//!   pods) capacity and allocatable, the labels `nvidia.com/gpu.product`,
+//!   pods) capacity and allocatable (none on a node of [`KubeletOptions::dra_only_nodes`],
+//!   whose GPUs are DRA devices only), the labels `nvidia.com/gpu.product`,
 //!   `nvidia.com/gpu.count`, `kubernetes.io/hostname` and the fleet's own, a Ready
 //!   condition, a Lease heartbeat in `kube-node-lease` and periodic status updates (so the
 //!   node lifecycle controller keeps them Ready). A test can make a node NotReady

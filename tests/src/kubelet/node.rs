@@ -110,13 +110,15 @@ impl Inner {
     fn node_status(&self, st: &NodeState) -> Value {
         let t = now();
         let gpus = st.spec.gpus.to_string();
-        let resources = json!({
+        let mut resources = json!({
             "cpu": self.opts.cpu,
             "memory": self.opts.memory,
             "pods": self.opts.max_pods,
             "ephemeral-storage": "1Ti",
-            keys::RESOURCE_GPU: gpus,
         });
+        if !self.opts.dra_only_nodes.contains(&st.spec.name) {
+            resources[keys::RESOURCE_GPU] = json!(gpus);
+        }
         let cond = |type_: &str, status: &str, reason: &str, message: &str, since: &str| {
             json!({"type": type_, "status": status, "reason": reason, "message": message,
                    "lastHeartbeatTime": t, "lastTransitionTime": since})

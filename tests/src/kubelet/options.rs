@@ -42,6 +42,10 @@ pub struct KubeletOptions {
     /// (bench/gpu-e2e.sh), whose peers must reach them there. Default: none (each pod gets
     /// its own `127.x.y.z`).
     pub pod_ips: BTreeMap<String, String>,
+    /// Nodes whose GPUs are DRA devices only: they report no `nvidia.com/gpu` in capacity or
+    /// allocatable (the test publishes their ResourceSlices, [`crate::dra::publish_gpus`]).
+    /// Default: none.
+    pub dra_only_nodes: BTreeSet<String>,
 }
 
 /// The default agent dir: `$GPUFABRIC_AGENT_BIN_DIR`, else the target dir of the current
@@ -75,6 +79,7 @@ impl Default for KubeletOptions {
             retry_backoff: Duration::from_secs(10),
             stalled_nodes: BTreeSet::new(),
             pod_ips: BTreeMap::new(),
+            dra_only_nodes: BTreeSet::new(),
         }
     }
 }

@@ -14,6 +14,13 @@ pub(super) fn check_quarantine_and_agent(c: &mut Checker, spec: &FabricTestSpec)
             )
         });
     }
+    if let Err(e) = q.gpu_budget(0) {
+        c.check(false, "quarantine.maxQuarantinedGpus", || {
+            format!(
+                "quarantine.maxQuarantinedGpus must be a count >= 0 or a percent from 0% to 100% ({e})"
+            )
+        });
+    }
     c.check(
         q.failures_to_quarantine >= 1,
         "quarantine.failuresToQuarantine",

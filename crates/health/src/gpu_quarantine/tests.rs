@@ -38,6 +38,8 @@ fn node_plan(quarantine: &[&str], release: &[&str]) -> Plan {
         quarantine: quarantine.iter().map(|s| s.to_string()).collect(),
         release: release.iter().map(|s| s.to_string()).collect(),
         enforcement: Some(Enforcement::Cordon),
+        budget: 100,
+        gpu_budget: 100,
         ..Plan::default()
     }
 }
@@ -171,4 +173,71 @@ fn with_nothing_to_enforce_a_held_node_failing_again_changes_nothing() {
     assert!(gpus.taint.is_empty());
     assert!(plan.quarantine.is_empty());
     assert_eq!(gpus.tainted_after, 1);
+}
+
+#[test]
+fn a_candidate_taints_instead_only_its_faulty_devices_up_to_half_the_node() {
+    assert_eq!(dra_node("a", &[3]).taints_instead(), Some(1));
+    assert_eq!(dra_node("a", &[0, 1, 2, 3]).taints_instead(), Some(4));
+    assert_eq!(
+        dra_node("a", &[0, 1, 2, 3, 4]).taints_instead(),
+        None,
+        "more than half: the node"
+    );
+    let mut plain = dra_node("a", &[3]);
+    plain.devices.clear();
+    assert_eq!(plain.taints_instead(), None, "no devices: the node");
+    let mut node_level = dra_node("a", &[]);
+    node_level.faults = None;
+    assert_eq!(node_level.taints_instead(), None);
+}
+
+#[test]
+fn a_held_node_failing_on_more_gpus_than_the_gpu_budget_has_left_is_refused_not_tainted() {
+    let mut plan = node_plan(&[], &[]);
+    plan.gpu_budget = 2;
+    plan.gpus_held_after = 1;
+    let mut a = dra_node("a", &[3, 5, 6]);
+    a.tainted = BTreeSet::from([3]);
+    let gpus = split(&mut plan, &[a]);
+    assert!(gpus.taint.is_empty(), "GPUs 5 and 6 need two, one is left");
+    assert_eq!(plan.hold_of("a"), Some(Hold::OverGpuBudget));
+    assert_eq!(gpus.tainted_after, 1, "GPU 3 stays tainted");
+    assert_eq!(plan.gpus_held_after, 1);
+
+    // With room for both, both are tainted and counted.
+    let mut plan = node_plan(&[], &[]);
+    plan.gpu_budget = 3;
+    plan.gpus_held_after = 1;
+    let mut a = dra_node("a", &[3, 5, 6]);
+    a.tainted = BTreeSet::from([3]);
+    let gpus = split(&mut plan, &[a]);
+    assert_eq!(gpus.taint.len(), 2);
+    assert_eq!(plan.gpus_held_after, 3);
+    assert!(plan.held_back.is_empty());
+}
+
+#[test]
+fn a_held_node_that_would_become_a_node_over_the_node_budget_keeps_its_gpus_and_is_refused() {
+    let mut plan = node_plan(&[], &[]);
+    plan.budget = 1;
+    plan.quarantined_after = 1;
+    plan.gpus_held_after = 4;
+    let mut beyond = dra_node("beyond", &[4, 5]);
+    beyond.tainted = BTreeSet::from([0, 1, 2, 3]);
+    let gpus = split(&mut plan, &[beyond.clone()]);
+    assert!(plan.quarantine.is_empty());
+    assert!(gpus.release.is_empty(), "its four GPUs stay tainted");
+    assert_eq!(plan.hold_of("beyond"), Some(Hold::OverBudget));
+    assert_eq!(gpus.tainted_after, 4);
+
+    // With a node free, it is quarantined as a node: a node more, its GPUs no longer held.
+    let mut plan = node_plan(&[], &[]);
+    plan.budget = 2;
+    plan.quarantined_after = 1;
+    plan.gpus_held_after = 4;
+    let gpus = split(&mut plan, &[beyond]);
+    assert_eq!(plan.quarantine, ["beyond"]);
+    assert_eq!(gpus.release, ["beyond"]);
+    assert_eq!((plan.quarantined_after, plan.gpus_held_after), (2, 0));
 }

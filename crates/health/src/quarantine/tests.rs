@@ -19,6 +19,14 @@ fn policy(mode: QuarantineMode, max: i32, failures: u32, confirm: bool) -> Quara
     }
 }
 
+/// A selection of `nodes` 8-GPU nodes.
+fn selected(nodes: usize) -> Selected {
+    Selected {
+        nodes,
+        gpus: 8 * nodes,
+    }
+}
+
 fn cordon(max: i32) -> QuarantinePolicy {
     policy(QuarantineMode::Cordon, max, 1, false)
 }
@@ -48,6 +56,7 @@ fn facts(node: &str, failures: u32, passes: u32) -> NodeFacts {
         tested: true,
         confirmed: false,
         repaired: false,
+        gpus: Default::default(),
     }
 }
 
@@ -329,6 +338,8 @@ fn a_failing_node_already_quarantined_by_us_is_left_as_it_is() {
         Plan {
             budget: 1,
             quarantined_after: 1,
+            // `plan` counts no GPUs: a percent GPU budget is its floor.
+            gpu_budget: 1,
             held_in_cluster_after: 1,
             enforcement: Some(Enforcement::Cordon),
             ..Plan::default()
@@ -543,7 +554,7 @@ fn while_the_breaker_is_open_nothing_is_quarantined_released_or_confirmed() {
     gone.exists = false;
     let nodes = [facts("a", 2, 0), ours("b", 0, 9), gone];
     for trigger in [Trigger::Schedule, Trigger::Confirmation] {
-        let p = plan_guarded(&nodes, &pol, 10, trigger, &guards);
+        let p = plan_guarded(&nodes, &pol, selected(10), trigger, &guards);
         assert!(p.breaker_open && p.storm.is_none());
         assert!(p.quarantine.is_empty() && p.confirm.is_empty());
         // Only the record of a gone node goes: nothing on a node changes.
@@ -567,7 +578,13 @@ fn the_cluster_cap_counts_the_nodes_other_tests_hold() {
         facts("b", 2, 0),
         facts("c", 1, 0),
     ];
-    let p = plan_guarded(&nodes, &cordon(10), 10, Trigger::Schedule, &guards);
+    let p = plan_guarded(
+        &nodes,
+        &cordon(10),
+        selected(10),
+        Trigger::Schedule,
+        &guards,
+    );
     // 1 held by others + 1 ours + 1 new = the cap of 3.
     assert_eq!(p.quarantine, vec!["a"]);
     assert_eq!(p.hold_of("b"), Some(Hold::ClusterCap));
@@ -581,7 +598,13 @@ fn the_cluster_cap_counts_the_nodes_other_tests_hold() {
         held_by_others: 1,
         ..Guards::default()
     };
-    let p = plan_guarded(&nodes, &cordon(10), 10, Trigger::Schedule, &guards);
+    let p = plan_guarded(
+        &nodes,
+        &cordon(10),
+        selected(10),
+        Trigger::Schedule,
+        &guards,
+    );
     assert_eq!((p.release.len(), p.quarantine.len()), (1, 1));
     // Already over the cap (it was lowered): nothing new, nothing released for it.
     let guards = Guards {
@@ -592,7 +615,7 @@ fn the_cluster_cap_counts_the_nodes_other_tests_hold() {
     let p = plan_guarded(
         &[ours("q", 3, 0), facts("a", 3, 0)],
         &cordon(10),
-        10,
+        selected(10),
         Trigger::Schedule,
         &guards,
     );
@@ -607,9 +630,9 @@ fn the_test_budget_is_reported_before_the_cluster_cap() {
         ..Guards::default()
     };
     let nodes = [facts("a", 1, 0), facts("b", 1, 0)];
-    let p = plan_guarded(&nodes, &cordon(0), 10, Trigger::Schedule, &guards);
+    let p = plan_guarded(&nodes, &cordon(0), selected(10), Trigger::Schedule, &guards);
     assert_eq!(p.hold_of("a"), Some(Hold::OverBudget));
-    let p = plan_guarded(&nodes, &cordon(1), 10, Trigger::Schedule, &guards);
+    let p = plan_guarded(&nodes, &cordon(1), selected(10), Trigger::Schedule, &guards);
     assert_eq!(p.hold_of("a"), Some(Hold::ClusterCap));
     assert_eq!(p.hold_of("b"), Some(Hold::ClusterCap));
 }
@@ -680,4 +703,146 @@ fn a_repeat_offender_is_kept_through_passes_until_it_is_repaired() {
     };
     let p = plan(&[repaired], &cordon(2), 10, Trigger::Targeted);
     assert_eq!(p.release, vec!["bad"]);
+}
+
+/// A failing node whose quarantine would taint `gpus` of its GPUs instead of the node.
+fn gpu_candidate(node: &str, gpus: u32) -> NodeFacts {
+    NodeFacts {
+        gpus: GpuHold {
+            instead: Some(gpus),
+            ..GpuHold::default()
+        },
+        ..facts(node, 3, 0)
+    }
+}
+
+/// A node held by `tainted` tainted GPUs alone.
+fn held_per_gpu(node: &str, tainted: u32, passes: u32) -> NodeFacts {
+    NodeFacts {
+        gpus: GpuHold {
+            tainted,
+            only: true,
+            instead: None,
+        },
+        ..ours(node, 0, passes)
+    }
+}
+
+fn with_gpu_budget(max_nodes: i32, max_gpus: i32) -> QuarantinePolicy {
+    QuarantinePolicy {
+        max_quarantined_gpus: IntOrString::Int(max_gpus),
+        ..cordon(max_nodes)
+    }
+}
+
+#[test]
+fn a_gpu_taint_takes_the_gpu_budget_and_no_node_of_the_node_budget() {
+    // One node of budget: two nodes whose single GPUs are tainted and one cordoned node all fit.
+    let nodes = [
+        gpu_candidate("a", 1),
+        gpu_candidate("b", 1),
+        facts("c", 3, 0),
+    ];
+    let p = plan_guarded(
+        &nodes,
+        &with_gpu_budget(1, 2),
+        selected(10),
+        Trigger::Schedule,
+        &Guards::default(),
+    );
+    assert_eq!(p.quarantine, ["a", "b", "c"]);
+    assert_eq!((p.quarantined_after, p.budget), (1, 1));
+    assert_eq!((p.gpus_held_after, p.gpu_budget), (2, 2));
+    assert!(p.held_back.is_empty());
+}
+
+#[test]
+fn a_gpu_taint_beyond_the_gpu_budget_is_refused_as_a_cordon_beyond_the_node_budget_is() {
+    // GPUs held already: 3 on "held"; the budget is 4. "a" needs 2 and is refused whole,
+    // "b" needs 1 and fits; the node budget still has room for "c".
+    let nodes = [
+        held_per_gpu("held", 3, 0),
+        gpu_candidate("a", 2),
+        gpu_candidate("b", 1),
+        facts("c", 1, 0),
+    ];
+    let p = plan_guarded(
+        &nodes,
+        &with_gpu_budget(1, 4),
+        selected(10),
+        Trigger::Schedule,
+        &Guards::default(),
+    );
+    assert_eq!(p.quarantine, ["b", "c"]);
+    assert_eq!(p.hold_of("a"), Some(Hold::OverGpuBudget));
+    assert_eq!(p.gpus_held_after, 4);
+    assert_eq!(
+        p.quarantined_after, 1,
+        "the node held per GPU takes no node"
+    );
+    assert!(
+        Hold::OverGpuBudget
+            .describe()
+            .contains("budget (maxQuarantinedGpus) is spent")
+    );
+}
+
+#[test]
+fn a_percent_gpu_budget_is_a_share_of_the_selected_gpus_and_a_release_frees_its_gpus() {
+    let mut pol = cordon(10);
+    pol.max_quarantined_gpus = IntOrString::String("5%".into());
+    // 10 nodes of 8 GPUs: 4 GPUs. "held" passed enough to be released: its 3 GPUs are free
+    // again for "a" in the same plan.
+    let nodes = [held_per_gpu("held", 3, 5), gpu_candidate("a", 4)];
+    let p = plan_guarded(
+        &nodes,
+        &pol,
+        selected(10),
+        Trigger::Schedule,
+        &Guards::default(),
+    );
+    assert_eq!(p.gpu_budget, 4);
+    assert_eq!(p.release, ["held"]);
+    assert_eq!(p.quarantine, ["a"]);
+    assert_eq!(p.gpus_held_after, 4);
+}
+
+#[test]
+fn nodes_held_per_gpu_take_no_slot_of_the_cluster_cap() {
+    let guards = Guards {
+        cluster_cap: Some(1),
+        held_by_others: 0,
+        ..Guards::default()
+    };
+    let nodes = [
+        held_per_gpu("held", 1, 0),
+        gpu_candidate("a", 1),
+        facts("c", 1, 0),
+    ];
+    let p = plan_guarded(
+        &nodes,
+        &with_gpu_budget(5, 5),
+        selected(10),
+        Trigger::Schedule,
+        &guards,
+    );
+    assert_eq!(p.quarantine, ["a", "c"]);
+    assert_eq!(p.held_in_cluster_after, 1);
+}
+
+#[test]
+fn a_malformed_gpu_budget_holds_no_new_gpu_and_says_why() {
+    let mut pol = cordon(5);
+    pol.max_quarantined_gpus = IntOrString::String("lots".into());
+    let p = plan_guarded(
+        &[gpu_candidate("a", 1), facts("c", 1, 0)],
+        &pol,
+        selected(10),
+        Trigger::Schedule,
+        &Guards::default(),
+    );
+    assert_eq!(p.quarantine, ["c"], "the node budget still holds");
+    assert_eq!(p.hold_of("a"), Some(Hold::OverGpuBudget));
+    let why = p.budget_error.expect("the error");
+    assert!(why.contains("maxQuarantinedGpus"), "{why}");
 }

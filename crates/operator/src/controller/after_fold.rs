@@ -45,8 +45,8 @@ pub struct Folded<'a> {
     pub status: &'a FabricTestStatus,
     /// The nodes the plan may touch, as read now.
     pub observed: &'a [crate::quarantine::NodeObservation],
-    /// The nodes the test selects: the base of a percent budget.
-    pub selected: usize,
+    /// The nodes the test selects and their GPUs: the bases of a percent budget.
+    pub selected: gpufabric_health::Selected,
     pub guards: &'a gpufabric_health::Guards,
     /// What DRA says of the cluster: which nodes' GPUs are devices, the rules the test holds.
     pub dra: &'a crate::dra::DraView,
@@ -89,8 +89,10 @@ pub struct QuarantineDecision {
 /// Plans quarantine after a folded run: the planner's facts for every observed node from
 /// the test's history, what the run measured (a node not measured is never a suspect) and
 /// confirmed itself (node pairs retested against a known-good partner), under the guards,
-/// with a budget of the nodes the test selects (never fewer than the run measured). A node
-/// with GPUs the test holds tainted counts as quarantined by it; the node plan is then split
+/// with budgets of the nodes the test selects (never fewer than the run measured) and of
+/// their GPUs. A node with GPUs the test holds tainted counts as quarantined by it, in GPUs
+/// of the GPU budget ([`gpufabric_health::GpuHold`]), and a candidate whose quarantine would
+/// taint GPUs instead of the node counts those GPUs; the node plan is then split
 /// ([`gpufabric_health::gpu_quarantine::split`]) into what acts on GPUs and on nodes.
 pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
     let Folded {
@@ -117,7 +119,7 @@ pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
         .collect();
     let history: BTreeMap<&str, &NodeHealth> =
         status.nodes.iter().map(|h| (h.node.as_str(), h)).collect();
-    let facts: Vec<_> = observed
+    let mut facts: Vec<_> = observed
         .iter()
         .map(|o| {
             let health = history
@@ -133,21 +135,31 @@ pub fn quarantine_decision(f: &Folded) -> QuarantineDecision {
                     )
                 });
             let mut facts = o.facts(health, tested.contains(o.node.as_str()));
-            facts.quarantined_by_us |= !dra.tainted(&o.node).is_empty();
+            let tainted = u32::try_from(dra.tainted(&o.node).len()).unwrap_or(u32::MAX);
+            facts.gpus.tainted = tainted;
+            facts.gpus.only = tainted > 0 && !o.quarantined_by_us;
+            facts.quarantined_by_us |= tainted > 0;
             facts.confirmed = confirmed.contains(o.node.as_str());
             // A repair is proven only by a complete measurement.
             facts.repaired &= complete.contains(o.node.as_str());
             facts
         })
         .collect();
+    let gpu_nodes = gpu_nodes(f, &facts);
+    for (facts, gpu) in facts.iter_mut().zip(&gpu_nodes) {
+        facts.gpus.instead = gpu.taints_instead();
+    }
+    let selected = gpufabric_health::Selected {
+        nodes: selected.nodes.max(tested.len()),
+        gpus: selected.gpus,
+    };
     let mut plan = gpufabric_health::plan_guarded(
         &facts,
         &test.spec.quarantine,
-        selected.max(tested.len()),
+        selected,
         run.spec.trigger,
         guards,
     );
-    let gpu_nodes = gpu_nodes(f, &facts);
     let gpus = gpufabric_health::gpu_quarantine::split(&mut plan, &gpu_nodes);
     let reasons = status
         .nodes
@@ -291,7 +303,10 @@ mod tests {
             results,
             status,
             observed: &observed,
-            selected: 10,
+            selected: gpufabric_health::Selected {
+                nodes: 10,
+                gpus: 80,
+            },
             guards: &gpufabric_health::Guards::default(),
             dra: &crate::dra::DraView::default(),
         })
@@ -410,7 +425,10 @@ mod tests {
             results: &results,
             status: &status,
             observed: &observed,
-            selected: 10,
+            selected: gpufabric_health::Selected {
+                nodes: 10,
+                gpus: 80,
+            },
             guards: &guards,
             dra: &crate::dra::DraView::default(),
         })
@@ -489,6 +507,91 @@ mod tests {
         let mut errored = result("a", NodeVerdict::Errored);
         errored.findings = 1;
         assert!(gpu_faults(&errored, &[straggler]).is_none());
+    }
+
+    /// The decision after a run in which "dra" (8 GPUs, DRA devices) failed on GPU 3 alone
+    /// and "plain" (no devices) failed as a node, both confirmed, under `quarantine`.
+    fn gpu_budget_decision(quarantine: serde_json::Value) -> QuarantineDecision {
+        use gpufabric_api::{FindingKind, Subject};
+        let mut t = test();
+        t.spec.quarantine = serde_json::from_value(quarantine).expect("a policy");
+        let mut r = run("nightly-4");
+        if let Some(st) = r.status.as_mut() {
+            st.findings = vec![
+                finding(FindingKind::Straggler, Subject::gpu("dra", 3)),
+                finding(FindingKind::Slow, Subject::node("plain")),
+            ];
+        }
+        let results: Vec<NodeRunResult> = ["dra", "plain"]
+            .iter()
+            .map(|n| {
+                let mut res = result(n, NodeVerdict::Failed);
+                res.findings = 1;
+                res.gpus = Some(8);
+                res.confirmed = true;
+                res
+            })
+            .collect();
+        let mut status = FabricTestStatus::default();
+        status.nodes = crate::status::fold_history(&[], &r, &results);
+        let observed: Vec<_> = results
+            .iter()
+            .map(|res| {
+                let n = node(&res.node, serde_json::json!({}));
+                crate::quarantine::NodeObservation::of(&res.node, Some(&n), "nightly")
+            })
+            .collect();
+        let devices = (0..8)
+            .map(|g| {
+                let d = gpufabric_health::gpu_quarantine::DeviceRef {
+                    driver: "gpu.nvidia.com".into(),
+                    pool: "dra".into(),
+                    device: format!("gpu-{g}"),
+                };
+                (g, d)
+            })
+            .collect();
+        let dra = crate::dra::DraView {
+            gpus: [("dra".to_string(), devices)].into(),
+            ..Default::default()
+        };
+        quarantine_decision(&Folded {
+            test: &t,
+            run: &r,
+            results: &results,
+            status: &status,
+            observed: &observed,
+            selected: gpufabric_health::Selected { nodes: 2, gpus: 16 },
+            guards: &gpufabric_health::Guards::default(),
+            dra: &dra,
+        })
+    }
+
+    #[test]
+    fn a_gpu_taint_takes_the_gpu_budget_and_the_cordon_the_node_budget() {
+        let d = gpu_budget_decision(serde_json::json!({"mode": "Cordon",
+            "maxQuarantined": 1, "maxQuarantinedGpus": 1, "stormThresholdPercent": 100}));
+        assert_eq!(d.plan.quarantine, ["plain"], "one node of one: the cordon");
+        assert_eq!(d.gpus.taint.len(), 1, "one GPU of one: the taint");
+        assert_eq!(
+            (d.gpus.taint[0].node.as_str(), d.gpus.taint[0].gpu),
+            ("dra", 3)
+        );
+        assert_eq!((d.plan.quarantined_after, d.plan.gpus_held_after), (1, 1));
+        assert_eq!(d.gpus.budget, 1);
+        assert!(d.plan.held_back.is_empty(), "{:?}", d.plan.held_back);
+    }
+
+    #[test]
+    fn a_gpu_taint_over_the_gpu_budget_is_refused_and_the_node_is_not_cordoned_instead() {
+        let d = gpu_budget_decision(serde_json::json!({"mode": "Cordon",
+            "maxQuarantined": 1, "maxQuarantinedGpus": 0, "stormThresholdPercent": 100}));
+        assert!(d.gpus.taint.is_empty());
+        assert_eq!(d.plan.quarantine, ["plain"]);
+        assert_eq!(
+            d.plan.hold_of("dra"),
+            Some(gpufabric_health::Hold::OverGpuBudget)
+        );
     }
 
     #[test]

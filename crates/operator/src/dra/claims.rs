@@ -29,6 +29,15 @@ impl ClaimView {
             .map(|g| u32::try_from(g.len()).unwrap_or(u32::MAX))
             .filter(|n| *n > 0)
     }
+
+    /// How many GPUs each node publishes as devices of the GPU driver: what a node without
+    /// `nvidia.com/gpu` is selected and tested by ([`crate::nodes::gpu_count`]).
+    pub fn gpu_counts(&self) -> BTreeMap<String, u32> {
+        self.gpus
+            .keys()
+            .filter_map(|node| Some((node.clone(), self.gpus_of(node)?)))
+            .collect()
+    }
 }
 
 /// Reads discovery and the GPU driver's ResourceSlices; None when the cluster serves no

@@ -86,6 +86,14 @@ impl DraView {
         self.gpus.get(node).cloned().unwrap_or_default()
     }
 
+    /// How many GPUs each node publishes as devices ([`crate::nodes::gpu_count`]).
+    pub fn gpu_counts(&self) -> BTreeMap<String, u32> {
+        self.gpus
+            .iter()
+            .map(|(node, g)| (node.clone(), u32::try_from(g.len()).unwrap_or(u32::MAX)))
+            .collect()
+    }
+
     /// The GPUs of `node` the test holds tainted.
     pub fn tainted(&self, node: &str) -> BTreeSet<u32> {
         self.held

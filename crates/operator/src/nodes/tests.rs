@@ -94,6 +94,7 @@ fn resolve_plain<'a>(
             gpus_in_use: &BTreeMap::new(),
             other_runs: &BTreeMap::new(),
             include_busy: false,
+            dra_gpus: &BTreeMap::new(),
         },
     )
 }
@@ -126,9 +127,98 @@ fn budget_base_counts_every_selected_gpu_node_whatever_its_state() {
         node("other", 8, true, &[("pool", "a100")]),
     ];
     let sel = BTreeMap::from([("pool".to_string(), "h100".to_string())]);
-    assert_eq!(selected_count(&nodes, &sel, None), 4);
+    let none = BTreeMap::new();
+    assert_eq!(selected(&nodes, &sel, None, &none).nodes, 4);
+    assert_eq!(selected(&nodes, &sel, None, &none).gpus, 32);
     let list = vec!["a".to_string(), "other".to_string()];
-    assert_eq!(selected_count(&nodes, &sel, Some(&list)), 1);
+    assert_eq!(selected(&nodes, &sel, Some(&list), &none).nodes, 1);
+}
+
+/// The GPUs `node` publishes as DRA devices of the GPU driver, as the slices say.
+fn published(node: &str, gpus: u32) -> BTreeMap<String, u32> {
+    BTreeMap::from([(node.to_string(), gpus)])
+}
+
+#[test]
+fn a_node_whose_gpus_are_only_dra_devices_is_selected_with_its_devices_count() {
+    let nodes = [node("dra", 0, true, &[]), node("plain", 8, true, &[])];
+    let dra = published("dra", 4);
+    let (t, s) = resolve(
+        &nodes,
+        &Selection {
+            selector: &BTreeMap::new(),
+            names: None,
+            tolerations: &[],
+            gpus_in_use: &BTreeMap::new(),
+            other_runs: &BTreeMap::new(),
+            include_busy: false,
+            dra_gpus: &dra,
+        },
+    );
+    assert!(s.is_empty(), "{s:?}");
+    assert_eq!(
+        t,
+        [
+            Target {
+                name: "dra".into(),
+                gpus: 4
+            },
+            Target {
+                name: "plain".into(),
+                gpus: 8
+            }
+        ]
+    );
+    // It is in the budget's base, nodes and GPUs.
+    let base = selected(&nodes, &BTreeMap::new(), None, &dra);
+    assert_eq!((base.nodes, base.gpus), (2, 12));
+}
+
+#[test]
+fn a_node_with_devices_counts_them_not_its_nvidia_gpu() {
+    // A node with both: its pod claims the devices, so the devices are its GPUs.
+    assert_eq!(
+        gpu_count(&node("both", 8, true, &[]), &published("both", 4)),
+        4
+    );
+    assert_eq!(
+        gpu_count(&node("plain", 8, true, &[]), &published("other", 4)),
+        8
+    );
+    assert_eq!(
+        gpu_count(&node("none", 0, true, &[]), &published("none", 0)),
+        0
+    );
+}
+
+#[test]
+fn a_listed_node_with_neither_nvidia_gpu_nor_devices_is_skipped_saying_both() {
+    let nodes = [node("cpu", 0, true, &[]), node("dra", 0, true, &[])];
+    let dra = published("dra", 8);
+    let list = vec!["cpu".to_string(), "dra".to_string()];
+    let (t, s) = resolve(
+        &nodes,
+        &Selection {
+            selector: &BTreeMap::new(),
+            names: Some(&list),
+            tolerations: &[],
+            gpus_in_use: &BTreeMap::new(),
+            other_runs: &BTreeMap::new(),
+            include_busy: false,
+            dra_gpus: &dra,
+        },
+    );
+    assert_eq!(names(&t), ["dra"]);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s[0].node, "cpu");
+    assert_eq!(s[0].reason, SkipReason::NoGpus);
+    assert_eq!(
+        s[0].message,
+        "has no allocatable nvidia.com/gpu and no GPU published as a DRA device of gpu.nvidia.com"
+    );
+    // Without a list, a node with neither is no candidate at all.
+    let (t, s) = resolve_plain(&nodes, &BTreeMap::new(), None);
+    assert!(t.is_empty() && s.is_empty(), "{t:?} {s:?}");
 }
 
 #[test]
@@ -206,6 +296,7 @@ fn a_node_under_another_runs_pod_that_has_not_ended_is_not_tested_even_busy_incl
         gpus_in_use: &BTreeMap::new(),
         other_runs: &held,
         include_busy: true,
+        dra_gpus: &BTreeMap::new(),
     };
     let (t, s) = resolve(&nodes, &sel);
     assert_eq!(names(&t), ["b"]);
@@ -315,6 +406,7 @@ fn busy_nodes_are_skipped_unless_the_test_opts_in() {
         gpus_in_use: &used,
         other_runs: &BTreeMap::new(),
         include_busy: false,
+        dra_gpus: &BTreeMap::new(),
     };
     let (t, s) = resolve(&nodes, &sel);
     assert_eq!(names(&t), ["b"]);
@@ -375,6 +467,7 @@ fn a_foreign_taint_skips_the_node_unless_the_agent_tolerates_it() {
             gpus_in_use: &BTreeMap::new(),
             other_runs: &BTreeMap::new(),
             include_busy: false,
+            dra_gpus: &BTreeMap::new(),
         },
     );
     assert_eq!(names(&t), ["gpu", "ours", "soft"]);

@@ -303,6 +303,13 @@ impl Executor<'_> {
                 let message = format!("{hold}: {held} of {} node(s) held", plan.budget);
                 self.act(name, None, Action::OverBudget, message).await;
             }
+            Hold::OverGpuBudget => {
+                let message = format!(
+                    "{hold}: {} of {} GPU(s) held by device taints",
+                    plan.gpus_held_after, plan.gpu_budget
+                );
+                self.act(name, None, Action::OverBudget, message).await;
+            }
             Hold::ClusterCap => {
                 let cap = plan
                     .cluster_cap

@@ -132,6 +132,7 @@ impl NodeObservation {
             tainted_by_others: self.tainted_by_others,
             exists: self.exists,
             tested,
+            gpus: Default::default(),
             confirmed: false,
             repaired: self.repaired && tested,
         }

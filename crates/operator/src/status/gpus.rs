@@ -8,7 +8,7 @@ use gpufabric_health::gpu_quarantine::GpuPlan;
 
 /// Writes `outcome` into `status`: every node's `taintedGpus` (emptied where the test holds
 /// none now) and `gpuHandling` (the served DeviceTaintRule version, the plan's nodes per GPU
-/// and per node, the GPUs held).
+/// and per node, the GPUs held and the GPU budget).
 pub fn apply_gpu_outcome(
     status: &mut FabricTestStatus,
     version: Option<&str>,
@@ -44,6 +44,7 @@ pub fn apply_gpu_outcome(
             .collect(),
         per_node_count: plan.per_node.len() as u32,
         tainted_gpus: outcome.tainted.values().map(|g| g.len() as u32).sum(),
+        gpu_budget: u32::try_from(plan.budget).unwrap_or(u32::MAX),
     });
 }
 
@@ -78,6 +79,7 @@ mod tests {
         let plan = GpuPlan {
             per_gpu: vec!["a".into(), "b".into()],
             per_node: vec!["c".into()],
+            budget: 4,
             ..GpuPlan::default()
         };
         let outcome = GpuOutcome {
@@ -92,5 +94,6 @@ mod tests {
         assert_eq!(handling.per_node, ["c"]);
         assert_eq!(handling.per_gpu_count, 2);
         assert_eq!(handling.tainted_gpus, 1);
+        assert_eq!(handling.gpu_budget, 4, "GPUs held of the budget");
     }
 }

@@ -78,12 +78,17 @@ pub(super) fn results_of(ctx: &Context, run: &FabricTestRun) -> Option<Vec<NodeR
 
 /// What the plan must respect beyond the test: its breaker, and the cluster-wide cap over
 /// the cluster's GPU nodes (from the node cache).
-fn guards(ctx: &Context, breaker_open: bool, held_by_others: usize) -> gpufabric_health::Guards {
+fn guards(
+    ctx: &Context,
+    breaker_open: bool,
+    held_by_others: usize,
+    dra_gpus: &BTreeMap<String, u32>,
+) -> gpufabric_health::Guards {
     let gpu_nodes = ctx
         .nodes
         .state()
         .iter()
-        .filter(|n| crate::pods::allocatable_gpus(n) > 0)
+        .filter(|n| crate::nodes::gpu_count(n, dra_gpus) > 0)
         .count();
     gpufabric_health::Guards {
         breaker_open,
@@ -132,10 +137,12 @@ async fn quarantine_after(
         .map_err(Error::Quarantine)?;
     // The budget is a share of what the test selects, not of this run: a confirmation run
     // retests only the suspects, and a percent of those would hold real failures back.
-    let selected = crate::nodes::selected_count(
+    let dra_gpus = dra.gpu_counts();
+    let selected = crate::nodes::selected(
         ctx.nodes.state().iter().map(|n| n.as_ref()),
         &test.spec.node_selector,
         test.spec.nodes.as_deref(),
+        &dra_gpus,
     );
     let after = after_fold::plan(&after_fold::Folded {
         test,
@@ -144,7 +151,7 @@ async fn quarantine_after(
         status,
         observed: &observed,
         selected,
-        guards: &guards(ctx, breaker.open, holdings.others),
+        guards: &guards(ctx, breaker.open, holdings.others, &dra_gpus),
         dra: &dra,
     })?;
     let held = holdings.ours;

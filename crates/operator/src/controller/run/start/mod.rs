@@ -239,6 +239,7 @@ pub(super) async fn resolve(
             gpus_in_use: &in_use.gpus,
             other_runs: &in_use.runs,
             include_busy,
+            dra_gpus: &in_use.dra_gpus,
         },
     );
     Ok((targets, skipped, in_use.runs))
@@ -460,6 +461,9 @@ pub(super) async fn create_shards(
 pub(super) struct InUse {
     pub gpus: std::collections::BTreeMap<String, u32>,
     pub runs: std::collections::BTreeMap<String, String>,
+    /// Each node's GPUs published as DRA devices of the GPU driver: how many GPUs a node
+    /// without `nvidia.com/gpu` has ([`nodes::gpu_count`]).
+    pub dra_gpus: std::collections::BTreeMap<String, u32>,
 }
 
 /// [`InUse`] as seen by run `run`, read from the API server when it starts (and while it
@@ -476,6 +480,10 @@ pub(super) async fn in_use(
     let api: Api<Pod> = Api::all(client.clone());
     let mut used = InUse::default();
     let devices = crate::dra::claims::observe(client).await?;
+    used.dra_gpus = devices
+        .as_ref()
+        .map(crate::dra::claims::ClaimView::gpu_counts)
+        .unwrap_or_default();
     let claims = match &devices {
         Some(d) => crate::dra::claims::list_allocated(client, d).await?,
         None => Vec::new(),
@@ -505,7 +513,10 @@ pub(super) async fn in_use(
             }
             Err(kube::Error::Api(s)) if s.code == 403 => {
                 tracing::warn!(error = %s.message, "cannot list pods cluster-wide: busy nodes are not skipped");
-                return Ok(Default::default());
+                return Ok(InUse {
+                    dra_gpus: used.dra_gpus,
+                    ..Default::default()
+                });
             }
             Err(e) => return Err(e.into()),
         }
