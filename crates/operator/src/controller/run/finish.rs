@@ -156,7 +156,10 @@ pub(super) async fn finish(
     // counters of the run it is judging; and after the test's fold, so that the test's
     // status and its quarantine do not queue behind a write a node at the API server.
     if !records.is_empty() {
-        let failures = write_after_fold(run, records, &entries, ctx).await;
+        // The run as it ended: the test's fold is found by its end.
+        let mut ended = run.clone();
+        ended.status = Some(next.clone());
+        let failures = write_after_fold(&ended, records, &entries, ctx).await;
         settle(&mut next, failures, run.metadata.generation);
         if pending == 0 {
             apply_status(api, &name, &next).await?;

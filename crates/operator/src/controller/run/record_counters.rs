@@ -43,7 +43,10 @@ pub fn may_write(run: &FabricTestRun, test: Option<&FabricTest>, waited: Duratio
         return Go::Now("the run's test is gone");
     };
     let last = test.status.as_ref().and_then(|s| s.last_run.as_ref());
-    if crate::status::runs_to_fold(std::slice::from_ref(run), last).is_empty() {
+    // Only a run with its end (its fold key) can be found folded: one without is never
+    // left out of the runs to fold because it is folded.
+    let ended = run.status.as_ref().is_some_and(|s| s.phase.is_finished());
+    if ended && crate::status::runs_to_fold(std::slice::from_ref(run), last).is_empty() {
         return Go::Now("the test has folded the run");
     }
     if waited >= FOLD_WAIT {
@@ -290,6 +293,19 @@ mod tests {
             may_write(&this, Some(&test_with_last(Some(&later))), waited),
             Go::Now("the test has folded the run"),
             "a later run folded: this one was folded before it"
+        );
+    }
+
+    #[test]
+    fn a_run_without_its_end_is_never_taken_for_folded() {
+        let mut this = run("fleet-2", 1);
+        if let Some(s) = this.status.as_mut() {
+            s.phase = RunPhase::Running;
+            s.completion_time = None;
+        }
+        assert_eq!(
+            may_write(&this, Some(&test_with_last(None)), Duration::from_secs(5)),
+            Go::Wait
         );
     }
 
