@@ -14,8 +14,15 @@
 #                   measured times of a 4 x H200 node, or a document); default: at once
 #   SCALE_RUNS=2    a second run (run-now) after the first is folded, as the next night's:
 #                   its times under "second_run"
-#   SCALE_BAD=N     the last N nodes fail (a slow GPU pair) and are cordoned at the first
+#   SCALE_BAD=N     the last N nodes fail (a slow GPU pair; with SCALE_PAIRS=1 a slow
+#                   network, found by the pairs and retested) and are cordoned at the first
 #                   fold (failuresToQuarantine 1, no confirmation run): "quarantined_nodes"
+#   SCALE_CONFIRM=1 with SCALE_BAD: the failing nodes are retested in a confirmation run and
+#                   cordoned when they fail again (confirmRetest): its times under
+#                   "confirmation"
+#   SCALE_PROBE=1   the multi-node DDP probe (suite.ddpNodes, 16 nodes) after the node checks
+# Each pod role's first creation and last finish (server clock, after the run's start) are
+# under "server_pods_by_role_after_start": the run's timeline by phase.
 #   CARGO_TARGET_DIR where the binaries are built and taken from (default target/)
 #   SCALE_BIN_DIR=D take fabric-operator and fabric-agent from D, built already (no build);
 #                   the test itself still builds under CARGO_TARGET_DIR
@@ -37,6 +44,8 @@ else
 fi
 export GPUFABRIC_AGENT_BIN_DIR="$bin_dir"
 export SCALE_OUT="${SCALE_OUT:-$PWD/target/operator-scale.json}"
+# The test runs in tests/: a relative path is the repository's.
+case "$SCALE_OUT" in /*) ;; *) SCALE_OUT="$PWD/$SCALE_OUT" ;; esac
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 cargo test -p gpufabric-tests --test operator_scale -- --ignored --nocapture a_run_over_many_nodes
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"

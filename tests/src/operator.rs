@@ -478,7 +478,41 @@ impl OperatorEnv {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
+        // The error counters follow the fold as well (`CountersRecorded`).
+        if let Some(run) = status.last_run.as_ref().map(|l| l.name.clone()) {
+            self.wait_counters_recorded(&run).await;
+        }
         status
+    }
+
+    /// Waits (up to 60 s) until the run `run` has recorded its nodes' error counters: its
+    /// `CountersRecorded` condition is not False.
+    pub async fn wait_counters_recorded(&self, run: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let pending = self
+                .runs_api()
+                .get_opt(run)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| {
+                    r.status.is_some_and(|s| {
+                        s.conditions
+                            .iter()
+                            .any(|c| c.type_ == "CountersRecorded" && c.status == "False")
+                    })
+                });
+            if !pending {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{run}: error counters not recorded within 60 s\noperator log:\n{}",
+                self.operator.log_tail(80)
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     /// Waits (up to 180 s) until a pod of `role` (its `gpufabric.io/role` label) runs on

@@ -3,7 +3,9 @@
 //! node's counters in the `gpufabric.io/counters` annotation (replacing one it cannot
 //! read); the next run fails only the node whose GPU's counters grew past
 //! `thresholds.nvlinkErrorGrowth`, names that GPU, cordons it, and keeps its old record so
-//! the growth is not forgotten; healthy nodes pass both runs and stay schedulable.
+//! the growth is not forgotten; healthy nodes pass both runs and stay schedulable. The
+//! records follow the test's fold; an operator that stops before writing them leaves the
+//! run's `CountersRecorded` False, and the next one records them.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test counters`.
@@ -19,6 +21,7 @@ use gpufabric_tests::operator::{
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const TEST: &str = "nvlink-growth";
@@ -37,9 +40,36 @@ fn record(n: &Node) -> Option<CounterBaseline> {
     CounterBaseline::parse(n.annotations().get(ANNOTATION_COUNTERS)?).ok()
 }
 
+/// Every node's record, by base name.
+async fn records_of(env: &OperatorEnv) -> Vec<(String, Option<CounterBaseline>)> {
+    let mut out = Vec::new();
+    for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
+        out.push((base.to_string(), record(&env.read_node(base).await)));
+    }
+    out
+}
+
+/// Sets the run's `CountersRecorded` to False, as the verdict leaves it until the
+/// counters are written.
+async fn mark_counters_due(env: &OperatorEnv, run: &str) {
+    let runs = env.runs_api();
+    let mut status = runs.get(run).await.expect("run").status.expect("status");
+    let due = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == "CountersRecorded")
+        .expect("the run has a CountersRecorded condition");
+    due.status = "False".into();
+    due.reason = "AfterFold".into();
+    let patch = json!({"status": {"conditions": status.conditions}});
+    runs.patch_status(run, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("condition set");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gpu() {
-    let env = OperatorEnv::shared(fleet(), "counters").await;
+    let mut env = OperatorEnv::shared(fleet(), "counters").await;
     // A record nobody can read (another tool's, or corrupted) is ignored and replaced.
     env.annotate_node("gpu-03", ANNOTATION_COUNTERS, "{broken")
         .await;
@@ -67,6 +97,32 @@ async fn nvlink_errors_growing_between_runs_fail_only_their_node_and_name_the_gp
     }
     let first = record(&env.read_node("gpu-02").await).expect("gpu-02 record");
     assert!(first.nvlink[3] > 0 && first.nvlink[0] == 0, "{first:?}");
+
+    // The operator stops between the verdict and the counters' write (they follow the
+    // test's fold): the run says they are due, no node carries them. The next operator
+    // records them from the run's pods, the same as the first would have.
+    env.operator.kill();
+    let records_before = records_of(&env).await;
+    let nodes: kube::Api<Node> = kube::Api::all(env.cluster.client());
+    for base in ["gpu-01", "gpu-02", "gpu-03", "gpu-04"] {
+        let forget = json!({"metadata": {"annotations": {ANNOTATION_COUNTERS: null}}});
+        nodes
+            .patch(
+                &env.node(base),
+                &PatchParams::default(),
+                &Patch::Merge(&forget),
+            )
+            .await
+            .expect("record removed");
+    }
+    mark_counters_due(&env, &run1).await;
+    env.operator.restart();
+    env.wait_counters_recorded(&run1).await;
+    assert_eq!(
+        records_of(&env).await,
+        records_before,
+        "the records of run 1 after a restart between its verdict and their write"
+    );
 
     // Run 2: GPU 3 of gpu-02 grew by about a million a second since run 1.
     env.run_now(TEST).await;

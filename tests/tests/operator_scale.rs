@@ -250,11 +250,20 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         .unwrap_or(0);
     let mut described = SimFleet::uniform("gpu", nodes, H100, 8);
     for n in described.nodes.iter_mut().rev().take(bad) {
-        n.faults.push(gpufabric_measure::fleet::Fault::SlowPair {
-            gpus: [2, 3],
-            factor: 0.3,
+        // With the node-pair phase a slow network (found by the pairs, retested); without
+        // it a slow GPU pair (found by the node check).
+        n.faults.push(if pairs {
+            gpufabric_measure::fleet::Fault::SlowNic { factor: 0.3 }
+        } else {
+            gpufabric_measure::fleet::Fault::SlowPair {
+                gpus: [2, 3],
+                factor: 0.3,
+            }
         });
     }
+    // SCALE_CONFIRM=1: the failing nodes are retested in a confirmation run and cordoned
+    // when they fail again (`confirmRetest`), as a nightly does by default.
+    let confirm = std::env::var("SCALE_CONFIRM").is_ok_and(|v| v == "1");
     let fleet = SimFleet::write(described).expect("fleet");
     let dir = tempfile::tempdir().expect("dir");
     let t = Instant::now();
@@ -317,7 +326,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     }
     if bad > 0 {
         spec["quarantine"] = json!({"mode": "Cordon", "failuresToQuarantine": 1,
-            "confirmRetest": false, "maxQuarantined": "10%"});
+            "confirmRetest": confirm, "maxQuarantined": "10%"});
     }
     // How long the sim agents' work lasts (`h200`: a node check of 22-27 s, as on GPUs).
     if let Ok(pace) = std::env::var("SCALE_PACE")
@@ -333,6 +342,10 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
             "ddpProbe": {"enabled": false},
             "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
         });
+    }
+    // SCALE_PROBE=1: the multi-node DDP probe after the node checks (16 nodes that passed).
+    if std::env::var("SCALE_PROBE").is_ok_and(|v| v == "1") {
+        spec["suite"]["ddpNodes"] = json!({"enabled": true, "maxNodes": 16});
     }
     let test: FabricTest = serde_json::from_value(json!({
         "apiVersion": "gpufabric.io/v1alpha1", "kind": "FabricTest",
@@ -350,7 +363,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     let lp = ListParams::default().labels(keys::LABEL_RUN);
     let (mut run_seen, mut all_pods, mut succeeded, mut run_obj) = (None, None, None, None);
     let mut pair_times = PairTimes::default();
-    let deadline = Instant::now() + Duration::from_secs(1500);
+    let deadline = Instant::now() + Duration::from_secs(2700);
     while Instant::now() < deadline {
         let list = runs.list(&ListParams::default()).await.expect("runs").items;
         if let Some(r) = list.first() {
@@ -389,6 +402,14 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     // The node signals follow the status: the operator logs when they are written.
     let operator_log = dir.path().join("operator.log");
     let signals = signals_written(&operator_log, 1, deadline, created).await;
+    // The confirmation run the first fold made for the failing nodes, to its fold (and the
+    // cordons it carries out).
+    let confirmation = match (confirm && bad > 0, folded, run_obj.as_ref()) {
+        (true, Some(_), Some(first)) => {
+            Some(confirmation_run(&tests, &runs, &first.name_any(), deadline, created).await)
+        }
+        _ => None,
+    };
     let cordoned = Api::<Node>::all(cluster.client())
         .list_metadata(&ListParams::default().labels(keys::LABEL_QUARANTINED))
         .await
@@ -463,6 +484,7 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         })
         .max();
     let completion = status.completion_time.as_ref().map(ts);
+    let by_role = role_timeline(pair_pods.iter().chain(&node_pods), start);
     let largest_shard = shards.iter().map(size).max().unwrap_or(0);
     let objects = [size(&run), largest_shard, test_obj.as_ref().map_or(0, size)];
     let wave_size = status
@@ -506,6 +528,9 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         "message": status.message.as_deref().map(|m| m.chars().take(300).collect::<String>()),
         "duration": status.duration,
         "node_pairs": pair_report(&status, &pair_pods, &pair_times, succeeded),
+        "server_pods_by_role_after_start": by_role,
+        "server_run_completed_after_start_s": completion.map(|c| c - start),
+        "confirmation": confirmation,
         "second_run": second,
     });
     println!("SCALE {report}");
@@ -523,6 +548,96 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
         status.message
     );
     report
+}
+
+/// Per pod role (node check, node pair, the probe): how many pods, and, in whole seconds
+/// of the server's clock after the run's start (`start`), when the first was created and
+/// the last agent finished.
+fn role_timeline<'a>(pods: impl Iterator<Item = &'a Pod>, start: i64) -> serde_json::Value {
+    let ts = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second() - start;
+    let mut roles: BTreeMap<String, (usize, Option<i64>, Option<i64>)> = BTreeMap::new();
+    for p in pods {
+        let role = p
+            .labels()
+            .get(keys::LABEL_ROLE)
+            .cloned()
+            .unwrap_or_default();
+        let e = roles.entry(role).or_insert((0, None, None));
+        e.0 += 1;
+        if let Some(c) = p.metadata.creation_timestamp.as_ref().map(ts) {
+            e.1 = Some(e.1.map_or(c, |v: i64| v.min(c)));
+        }
+        let finished = gpufabric_tests::fixtures::container_state(Some(p))
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.finished_at.as_ref())
+            .map(ts);
+        if let Some(f) = finished {
+            e.2 = Some(e.2.map_or(f, |v: i64| v.max(f)));
+        }
+    }
+    roles
+        .into_iter()
+        .map(|(role, (pods, first, last))| {
+            let times = json!({"pods": pods, "first_created_s": first, "last_finished_s": last});
+            (role, times)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// Waits for the confirmation run that the fold of `first` made, for its end and for the
+/// test's status to fold it; times from `since` (the test's creation), its counts, and the
+/// nodes it found failing again.
+async fn confirmation_run(
+    tests: &Api<FabricTest>,
+    runs: &Api<FabricTestRun>,
+    first: &str,
+    deadline: Instant,
+    since: Instant,
+) -> serde_json::Value {
+    let (mut seen, mut ended, mut folded, mut run) = (None, None, None, None::<FabricTestRun>);
+    // The fold makes it at once, or not at all (failures already confirmed within the run).
+    let made_by = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && folded.is_none() {
+        if seen.is_none() && Instant::now() > made_by {
+            break;
+        }
+        if ended.is_none() {
+            let list = runs.list(&ListParams::default()).await.expect("runs").items;
+            if let Some(r) = list.into_iter().find(|r| {
+                r.name_any() != first
+                    && r.spec.trigger == gpufabric_api::run_state::Trigger::Confirmation
+            }) {
+                seen.get_or_insert(since.elapsed());
+                if r.status.as_ref().is_some_and(|s| s.phase.is_finished()) {
+                    ended = Some(since.elapsed());
+                    run = Some(r);
+                }
+            }
+        } else {
+            let t = tests.get("fleet").await.expect("test");
+            let last = t.status.as_ref().and_then(|s| s.last_run.as_ref());
+            if last.is_some_and(|l| Some(l.name.clone()) == run.as_ref().map(|r| r.name_any())) {
+                folded = Some(since.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
+    let status = run
+        .as_ref()
+        .and_then(|r| r.status.clone())
+        .unwrap_or_default();
+    json!({
+        "run": run.as_ref().map(|r| r.name_any()),
+        "seen_s": secs(seen),
+        "succeeded_s": secs(ended),
+        "test_status_folded_s": secs(folded),
+        "fold_after_succeeded_s": secs(folded) - secs(ended),
+        "tested": status.node_count,
+        "failed": status.failed,
+        "duration": status.duration,
+    })
 }
 
 /// Asks the test `fleet` for a run now, and times it: from the ask to its success, and from

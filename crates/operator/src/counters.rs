@@ -3,8 +3,9 @@
 //! its latest node-pair test (network ports), read back by the next run or pair test to
 //! judge their growth (`gpufabric_health::evaluate::counters`, `gpufabric_health::nics`).
 //! Read from the node cache (no request); written after what judged them is saved (the
-//! run's status, the pass of the node-pair phase), only for nodes whose counters changed,
-//! with a merge patch of that one annotation. Writing is best effort: a node that cannot be
+//! run's status and the test's fold of it, see `controller::run::record_counters`; the pass
+//! of the node-pair phase), only for nodes whose counters changed, with a merge patch of
+//! that one annotation. Writing is best effort: a node that cannot be
 //! written keeps its older record, so the next run compares over a longer span, never a
 //! shorter one.
 

@@ -46,8 +46,9 @@ pub use node::{
     status_patch,
 };
 pub use run::{
-    CONDITION_COMPLETE, CONDITION_FAILED, CONDITION_RESULTS_KEPT, results_pending,
-    set_finished_conditions, set_results_kept,
+    CONDITION_COMPLETE, CONDITION_COUNTERS_RECORDED, CONDITION_FAILED, CONDITION_RESULTS_KEPT,
+    counters_pending, results_pending, set_counters_recorded, set_finished_conditions,
+    set_results_kept,
 };
 pub use taint::{SUSPECT_EFFECT, release_all as release_suspect_taints, suspect_taint_patch};
 

@@ -1,6 +1,7 @@
 //! The `Complete` and `Failed` conditions of a finished FabricTestRun, as a Job has them,
 //! so that `kubectl wait --for=condition=Complete ftr/NAME` (or `condition=Failed`) returns
-//! once the run has ended and its nodes are judged.
+//! once the run has ended and its nodes are judged; and what follows the verdict
+//! (`ResultsKept`, `CountersRecorded`), False until done.
 
 use crate::status as st;
 use gpufabric_api::run::{FabricTestRunStatus, RunPhase};
@@ -114,6 +115,58 @@ pub fn results_pending(status: &FabricTestRunStatus) -> bool {
         .any(|c| c.type_ == CONDITION_RESULTS_KEPT && c.status == "False")
 }
 
+/// Condition type: every measured node's error counters of this run are recorded on its
+/// node (`gpufabric.io/counters`, see docs/signals.md). False from the verdict until they
+/// are: they are written once the test has folded the run, so that its status and its
+/// quarantine never queue behind a write a node at the API server. An operator that finds
+/// it False (a restart in between) records them again from the run's pods.
+pub const CONDITION_COUNTERS_RECORDED: &str = "CountersRecorded";
+
+/// Sets `CountersRecorded`: False while `pending` (with how many nodes are left), True
+/// once they were written (`note`: the nodes that could not be, if any).
+pub fn set_counters_recorded(
+    status: &mut FabricTestRunStatus,
+    pending: Option<usize>,
+    note: Option<&str>,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let (recorded, reason, message) = match (pending, note) {
+        (Some(n), _) => (
+            false,
+            "AfterFold",
+            format!("recording the error counters of {n} nodes once the test has folded the run"),
+        ),
+        (None, Some(note)) => (true, "PartlyRecorded", note.to_string()),
+        (None, None) => (
+            true,
+            "Recorded",
+            "every measured node's error counters are recorded".into(),
+        ),
+    };
+    let c = st::condition(
+        &status.conditions,
+        CONDITION_COUNTERS_RECORDED,
+        recorded,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    status
+        .conditions
+        .retain(|c| c.type_ != CONDITION_COUNTERS_RECORDED);
+    status.conditions.push(c);
+}
+
+/// Whether a finished run's error counters are still to be recorded.
+pub fn counters_pending(status: &FabricTestRunStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_COUNTERS_RECORDED && c.status == "False")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +250,31 @@ mod tests {
         assert_eq!(
             (c[0].status.as_str(), c[0].reason.as_str()),
             ("True", "PartlyKept")
+        );
+    }
+
+    #[test]
+    fn counters_recorded_is_false_until_written_and_true_after() {
+        let mut s = FabricTestRunStatus::default();
+        assert!(!counters_pending(&s), "no condition: nothing pending");
+        set_counters_recorded(&mut s, Some(2000), None, Some(1), &now());
+        assert!(counters_pending(&s));
+        assert!(
+            s.conditions
+                .iter()
+                .any(|c| c.message.contains("2000 nodes"))
+        );
+        set_counters_recorded(&mut s, None, None, Some(1), &now());
+        assert!(!counters_pending(&s));
+        let c: Vec<_> = s
+            .conditions
+            .iter()
+            .filter(|c| c.type_ == CONDITION_COUNTERS_RECORDED)
+            .collect();
+        assert_eq!(c.len(), 1, "one condition of the type");
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("True", "Recorded")
         );
     }
 }

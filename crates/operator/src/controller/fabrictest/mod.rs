@@ -558,11 +558,12 @@ async fn prune_history(test: &FabricTest, ctx: &Context, runs: &[FabricTestRun])
     let finished: Vec<&FabricTestRun> = runs
         .iter()
         .filter(|r| !is_active(r) && r.meta().deletion_timestamp.is_none())
-        // A run whose full results are still being read keeps its pods until they are.
+        // A run whose full results are still being read, or whose error counters are still
+        // to be recorded, keeps its pods until they are.
         .filter(|r| {
-            !r.status
-                .as_ref()
-                .is_some_and(crate::signals::results_pending)
+            !r.status.as_ref().is_some_and(|s| {
+                crate::signals::results_pending(s) || crate::signals::counters_pending(s)
+            })
         })
         .collect();
     for old in st::runs_to_delete(

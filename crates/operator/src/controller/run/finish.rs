@@ -2,6 +2,7 @@
 //! run's status and its test's history updated.
 
 use super::common::{apply_status, publish, shards_api};
+use super::record_counters::{settle, write_after_fold};
 use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
 use crate::metrics::VerdictLabels;
@@ -138,6 +139,17 @@ pub(super) async fn finish(
     let records = crate::counters::to_write(&inputs, &evaluation.findings, &name, &at);
     drop(inputs);
     drop(evaluation);
+    // Recorded after the test's fold (below): until then the condition says they are due,
+    // so that an operator that stops in between records them from the run's pods.
+    if !records.is_empty() {
+        crate::signals::set_counters_recorded(
+            &mut next,
+            Some(records.len()),
+            None,
+            run.metadata.generation,
+            &now(),
+        );
+    }
     apply_status(api, &name, &next).await?;
     tracing::debug!(
         took_ms = began.elapsed().as_millis(),
@@ -147,16 +159,19 @@ pub(super) async fn finish(
     );
     announce(run, &next, &entries, all_findings.len(), ctx).await;
     drop(all_findings);
-    // After the status, so a failed status write cannot make a retry judge against the
-    // counters of the run it is judging.
-    let counters_began = std::time::Instant::now();
-    for failure in crate::counters::write(&ctx.client, records).await {
-        tracing::warn!(%failure, "error counters not recorded");
+    // After the verdict, so a failed status write cannot make a retry judge against the
+    // counters of the run it is judging; and after the test's fold, so that the test's
+    // status and its quarantine do not queue behind a write a node at the API server.
+    if !records.is_empty() {
+        // The run as it ended: the test's fold is found by its end.
+        let mut ended = run.clone();
+        ended.status = Some(next.clone());
+        let failures = write_after_fold(&ended, records, &entries, ctx).await;
+        settle(&mut next, failures, run.metadata.generation);
+        if pending == 0 {
+            apply_status(api, &name, &next).await?;
+        }
     }
-    tracing::debug!(
-        took_ms = counters_began.elapsed().as_millis(),
-        "error counters recorded"
-    );
     if pending > 0 {
         keep_after_verdict(run, next, &entries, api, ctx).await?;
     } else {
@@ -300,7 +315,7 @@ pub(super) fn judge(
 }
 
 /// What the evaluator is given: the nodes whose pods have ended by their own checks.
-fn node_inputs(
+pub(super) fn node_inputs(
     entries: &[NodeRunResult],
     outcomes: Vec<PodState>,
     judging: &Judging,
@@ -372,14 +387,14 @@ async fn announce(
 
 /// What every node of a run is judged with besides its own result: which trend record it
 /// reads, and the NCCL tuning the test's agent env sets.
-struct Judging {
+pub(super) struct Judging {
     trend: TrendKey,
     nccl_tuning: Vec<String>,
     alike: crate::baseline::Alike,
 }
 
 impl Judging {
-    fn of(run: &FabricTestRun) -> Judging {
+    pub(super) fn of(run: &FabricTestRun) -> Judging {
         let names = run.spec.agent.env.iter().map(|e| &e.name);
         Judging {
             trend: TrendKey::of(run),

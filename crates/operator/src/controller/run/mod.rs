@@ -25,6 +25,7 @@ mod halt;
 pub mod keeper;
 mod pairs;
 mod pass;
+mod record_counters;
 mod start;
 pub mod throttle;
 pub use common::{CONDITION_PODS_CREATED, CREATE_CONCURRENCY, DEADLINE_MARGIN_SECONDS};
@@ -75,11 +76,24 @@ async fn reconcile_run(obj: &Arc<FabricTestRun>, ctx: &Arc<RunContext>) -> Resul
     if status.phase.is_finished() {
         ctx.metrics.set_active_pods(&key, 0);
         ctx.passes.forget(&key);
-        if crate::signals::results_pending(&status) {
-            // Judged before its full results were all kept (an operator restarted in
-            // between): keep them now.
+        let counters = crate::signals::counters_pending(&status);
+        let results = crate::signals::results_pending(&status);
+        if counters || results {
+            // Judged before its error counters were recorded or its full results all kept
+            // (an operator stopped in between): do it now.
+            let mut status = status;
             let entries = shards::results(&shards_of(&run, ctx).await?);
-            finish::keep_after_verdict(&run, status, &entries, &api, ctx).await?;
+            if counters {
+                let records = record_counters::rebuilt(&run, &entries, ctx);
+                let failures =
+                    record_counters::write_after_fold(&run, records, &entries, ctx).await;
+                record_counters::settle(&mut status, failures, run.metadata.generation);
+            }
+            if results {
+                finish::keep_after_verdict(&run, status, &entries, &api, ctx).await?;
+            } else {
+                common::apply_status(&api, &key, &status).await?;
+            }
         }
         return Ok(Action::await_change());
     }
