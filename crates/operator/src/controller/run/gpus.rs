@@ -42,6 +42,23 @@ pub(super) async fn devices(ctx: &RunContext) -> Result<Option<ClaimView>, kube:
     Ok(view)
 }
 
+/// Each node's GPUs published as DRA devices, by node name (empty where the cluster serves
+/// no claims): with [`crate::nodes::gpu_count`], the GPUs a node has whichever way it offers
+/// them.
+pub(super) async fn device_counts(
+    ctx: &RunContext,
+) -> Result<std::collections::BTreeMap<String, u32>, kube::Error> {
+    Ok(devices(ctx)
+        .await?
+        .map(|v| {
+            v.gpus
+                .iter()
+                .map(|(node, gpus)| (node.clone(), u32::try_from(gpus.len()).unwrap_or(u32::MAX)))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 /// The benchmark pod of `node`, built by `build` from the GPUs it asks for (see
 /// [`Gpus::of`]), with the run's pod defaults; when it claims its GPUs, its
 /// ResourceClaimTemplate is created (or found, the run's own) before the pod is returned.

@@ -15,7 +15,7 @@ use super::finish;
 use super::pairs::Secret;
 use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
-use crate::pods::allocatable_gpus;
+use crate::nodes::gpu_count;
 use crate::results::PodState;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult};
 use k8s_openapi::api::core::v1::Pod;
@@ -86,13 +86,14 @@ async fn begin<G: GroupPhase>(
         Vec::new()
     };
     let blamed = crate::pairs::phase::blamed(&pair_findings);
+    let devices = super::gpus::device_counts(ctx).await?;
     let candidates: Vec<(String, u32)> = entries
         .iter()
         .filter(|e| evaluation.verdicts.get(&e.node) == Some(&NodeVerdict::Passed))
         .filter(|e| !blamed.contains_key(e.node.as_str()))
         .filter_map(|e| {
             let node = ctx.nodes.get(&ObjectRef::new(&e.node))?;
-            Some((e.node.clone(), allocatable_gpus(&node)))
+            Some((e.node.clone(), gpu_count(&node, &devices)))
         })
         .collect();
     let seed = gpufabric_api::fnv1a(run.uid().unwrap_or_default().as_bytes());

@@ -20,7 +20,7 @@ use super::deadline::delete_made;
 use super::finish;
 use crate::controller::run::context::RunContext;
 use crate::error::{Error, Result};
-use crate::pods::allocatable_gpus;
+use crate::nodes::gpu_count;
 use crate::results::PodState;
 use crate::time::now;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus, NodeRunResult};
@@ -195,12 +195,13 @@ async fn begin(
 ) -> Result<PairsStep> {
     let spec = &run.spec.suite.node_pairs;
     let evaluation = finish::judge(run, entries, outcomes, ctx);
+    let devices = super::gpus::device_counts(ctx).await?;
     let candidates: Vec<Candidate> = entries
         .iter()
         .filter(|e| evaluation.verdicts.get(&e.node) == Some(&NodeVerdict::Passed))
         .filter_map(|e| {
             let node = ctx.nodes.get(&ObjectRef::new(&e.node))?;
-            (allocatable_gpus(&node) > 0).then(|| Candidate {
+            (gpu_count(&node, &devices) > 0).then(|| Candidate {
                 name: e.node.clone(),
                 group: spec
                     .topology_key
