@@ -18,8 +18,9 @@
 # hostname, which every namespace shares).
 #
 # Open MPI's launcher runs inside node 0's namespace and each rank enters its own: the ranks'
-# PMIx and TCP traffic then crosses the bridge as NCCL's does (a namespace cannot reach an
-# address of the host's own namespace on every kernel).
+# PMIx and TCP traffic then crosses the bridge as NCCL's does, between namespaces only (on the
+# development machine a namespace's TCP connection to an address on the host's bridge timed
+# out; between two namespaces it connected).
 #
 # Needs, under .device (carried, never committed):
 #   nccl-compare/fabric-agent.xz   a release build of the agent
