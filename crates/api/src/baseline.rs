@@ -452,5 +452,8 @@ impl FleetBaseline {
     }
 }
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 #[cfg(test)]
 mod tests;

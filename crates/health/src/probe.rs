@@ -64,35 +64,21 @@ pub fn shortfalls(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpufabric_api::baseline::{BaselineKey, FleetBaseline, KeyedSample, RunSample, Spread};
+    use gpufabric_api::baseline::testing::one_series;
+    use gpufabric_api::baseline::{FleetBaseline, Spread};
 
     fn baseline_of(efficiency: f64, nodes: u32) -> FleetBaseline {
-        let sample = |run: &str| KeyedSample {
-            key: BaselineKey {
-                product: "h200".into(),
-                gpus: 8,
-                suite: "s".into(),
-                settings: "n".into(),
-            },
-            sample: RunSample {
-                run: run.into(),
-                at: 0,
-                nodes: 8,
-                series: [(
-                    Series::Probe(4).to_string(),
-                    Spread {
-                        median: efficiency,
-                        p10: efficiency - 0.02,
-                        p90: efficiency + 0.01,
-                        n: nodes,
-                    },
-                )]
-                .into(),
-            },
+        let spread = Spread {
+            median: efficiency,
+            p10: efficiency - 0.02,
+            p90: efficiency + 0.01,
+            n: nodes,
         };
-        FleetBaseline::default()
-            .with_run(&[sample("r1")], 1_000)
-            .with_run(&[sample("r2")], 2_000)
+        one_series(
+            &Series::Probe(4).to_string(),
+            spread,
+            &[("r1", 1_000), ("r2", 2_000)],
+        )
     }
 
     fn against(b: &FleetBaseline) -> Against<'_> {

@@ -313,33 +313,17 @@ mod tests {
     }
 
     fn baseline_of(busbw: f64, nodes: u32) -> gpufabric_api::baseline::FleetBaseline {
-        use gpufabric_api::baseline::{BaselineKey, FleetBaseline, KeyedSample, RunSample, Spread};
-        let sample = |run: &str| KeyedSample {
-            key: BaselineKey {
-                product: "h200".into(),
-                gpus: 8,
-                suite: "s".into(),
-                settings: "n".into(),
-            },
-            sample: RunSample {
-                run: run.into(),
-                at: 0,
-                nodes: 8,
-                series: [(
-                    Series::Sweep(Collective::AllReduce, 4).to_string(),
-                    Spread {
-                        median: busbw,
-                        p10: busbw * 0.97,
-                        p90: busbw * 1.01,
-                        n: nodes,
-                    },
-                )]
-                .into(),
-            },
+        let spread = gpufabric_api::baseline::Spread {
+            median: busbw,
+            p10: busbw * 0.97,
+            p90: busbw * 1.01,
+            n: nodes,
         };
-        FleetBaseline::default()
-            .with_run(&[sample("r1")], 1_000)
-            .with_run(&[sample("r2")], 2_000)
+        gpufabric_api::baseline::testing::one_series(
+            &Series::Sweep(Collective::AllReduce, 4).to_string(),
+            spread,
+            &[("r1", 1_000), ("r2", 2_000)],
+        )
     }
 
     fn swept() -> Vec<String> {

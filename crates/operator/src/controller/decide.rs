@@ -293,8 +293,8 @@ pub fn invalid_status(
 ) -> FabricTestStatus {
     let mut status = original.clone();
     status.observed_generation = test.metadata.generation;
-    let c = st::condition(
-        &original.conditions,
+    st::put_condition(
+        &mut status.conditions,
         CONDITION_READY,
         false,
         "InvalidSpec",
@@ -302,8 +302,6 @@ pub fn invalid_status(
         test.metadata.generation,
         stamp,
     );
-    status.conditions.retain(|c| c.type_ != CONDITION_READY);
-    status.conditions.push(c);
     status.next_schedule_time = None;
     status
 }

@@ -214,8 +214,8 @@ pub fn set_probe_condition(
         .map(|s| s.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
-    let c = crate::status::condition(
-        &status.conditions,
+    crate::status::put_condition(
+        &mut status.conditions,
         CONDITION_PROBE_BELOW_BASELINE,
         true,
         "ProbeSlow",
@@ -223,15 +223,7 @@ pub fn set_probe_condition(
         generation,
         now,
     );
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_PROBE_BELOW_BASELINE);
-    status.conditions.push(c);
-    status.message = Some(match status.message.take() {
-        Some(m) if m.contains(&message) => m,
-        Some(m) => format!("{m}; {message}"),
-        None => message,
-    });
+    crate::status::add_note(&mut status.message, &message);
 }
 
 #[cfg(test)]

@@ -345,31 +345,18 @@ fn probe_status(efficiency_at_4: f64) -> DdpNodesStatus {
 
 /// A baseline that expects 92% at 4 nodes over 8 nodes' probes of suite "s".
 fn probe_baseline() -> gpufabric_api::baseline::FleetBaseline {
-    use gpufabric_api::baseline::{BaselineKey, KeyedSample, RunSample, Series, Spread};
-    let s = KeyedSample {
-        key: BaselineKey {
-            product: "h200".into(),
-            gpus: 8,
-            suite: "s".into(),
-            settings: "n".into(),
-        },
-        sample: RunSample {
-            run: "r".into(),
-            at: 0,
-            nodes: 8,
-            series: [(
-                Series::Probe(4).to_string(),
-                Spread {
-                    median: 0.92,
-                    p10: 0.9,
-                    p90: 0.93,
-                    n: 4,
-                },
-            )]
-            .into(),
-        },
+    use gpufabric_api::baseline::{Series, Spread};
+    let spread = Spread {
+        median: 0.92,
+        p10: 0.9,
+        p90: 0.93,
+        n: 4,
     };
-    gpufabric_api::baseline::FleetBaseline::default().with_run(&[s], 1_000)
+    gpufabric_api::baseline::testing::one_series(
+        &Series::Probe(4).to_string(),
+        spread,
+        &[("r", 1_000)],
+    )
 }
 
 #[test]

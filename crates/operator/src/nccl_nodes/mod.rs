@@ -383,8 +383,8 @@ pub fn set_knee_condition(
         if message.is_empty() {
             continue;
         }
-        let c = crate::status::condition(
-            &status.conditions,
+        crate::status::put_condition(
+            &mut status.conditions,
             type_,
             true,
             reason,
@@ -392,13 +392,7 @@ pub fn set_knee_condition(
             generation,
             now,
         );
-        status.conditions.retain(|c| c.type_ != type_);
-        status.conditions.push(c);
-        status.message = Some(match status.message.take() {
-            Some(m) if m.contains(&message) => m,
-            Some(m) => format!("{m}; {message}"),
-            None => message,
-        });
+        crate::status::add_note(&mut status.message, &message);
     }
 }
 

@@ -484,36 +484,20 @@ fn a_block_slower_than_the_others_is_a_warning_on_the_block_and_judges_no_node()
 #[test]
 fn a_sweep_far_below_the_tests_earlier_sweeps_is_a_condition_on_the_run_and_feeds_no_baseline_twice()
  {
-    use gpufabric_api::baseline::{
-        BaselineKey, FleetBaseline, KeyedSample, RunSample, Series, Spread,
-    };
+    use gpufabric_api::baseline::testing::one_series;
+    use gpufabric_api::baseline::{FleetBaseline, Series, Spread};
     use gpufabric_health::evaluate::baseline::Against;
-    let earlier = |run: &str| KeyedSample {
-        key: BaselineKey {
-            product: "h200".into(),
-            gpus: 8,
-            suite: "s".into(),
-            settings: "n".into(),
-        },
-        sample: RunSample {
-            run: run.into(),
-            at: 0,
-            nodes: 8,
-            series: [(
-                Series::Sweep(Collective::AllReduce, 8).to_string(),
-                Spread {
-                    median: 40.0,
-                    p10: 39.0,
-                    p90: 41.0,
-                    n: 8,
-                },
-            )]
-            .into(),
-        },
+    let spread = Spread {
+        median: 40.0,
+        p10: 39.0,
+        p90: 41.0,
+        n: 8,
     };
-    let baseline = FleetBaseline::default()
-        .with_run(&[earlier("r1")], 1_000)
-        .with_run(&[earlier("r2")], 2_000);
+    let baseline = one_series(
+        &Series::Sweep(Collective::AllReduce, 8).to_string(),
+        spread,
+        &[("r1", 1_000), ("r2", 2_000)],
+    );
     let against = Against {
         baseline: &baseline,
         suite: "s",

@@ -508,14 +508,7 @@ pub fn findings(
 
 /// Adds `note` to the phase's message, once.
 pub fn note(status: &mut NodePairsStatus, note: &str) {
-    match &mut status.message {
-        Some(m) if m.contains(note) => {}
-        Some(m) => {
-            m.push_str("; ");
-            m.push_str(note);
-        }
-        None => status.message = Some(note.to_string()),
-    }
+    crate::status::add_note(&mut status.message, note);
 }
 
 /// Nodes that a Critical finding on the node (or one of its ports) blames.

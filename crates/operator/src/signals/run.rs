@@ -92,8 +92,8 @@ pub fn set_results_kept(
             "every measured node's full result is kept".into(),
         ),
     };
-    let c = st::condition(
-        &status.conditions,
+    st::put_condition(
+        &mut status.conditions,
         CONDITION_RESULTS_KEPT,
         kept,
         reason,
@@ -101,10 +101,6 @@ pub fn set_results_kept(
         generation,
         now,
     );
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_RESULTS_KEPT);
-    status.conditions.push(c);
 }
 
 /// Whether a finished run's full results are still to be kept.
@@ -144,8 +140,8 @@ pub fn set_counters_recorded(
             "every measured node's error counters are recorded".into(),
         ),
     };
-    let c = st::condition(
-        &status.conditions,
+    st::put_condition(
+        &mut status.conditions,
         CONDITION_COUNTERS_RECORDED,
         recorded,
         reason,
@@ -153,10 +149,6 @@ pub fn set_counters_recorded(
         generation,
         now,
     );
-    status
-        .conditions
-        .retain(|c| c.type_ != CONDITION_COUNTERS_RECORDED);
-    status.conditions.push(c);
 }
 
 /// Whether a finished run's error counters are still to be recorded.

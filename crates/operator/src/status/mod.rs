@@ -97,6 +97,35 @@ pub fn condition(
     condition_of(previous, type_, status, reason, message, generation, now)
 }
 
+/// Puts a condition of `type_` on `conditions` in place of the one there (keeping its
+/// transition time when its status did not change): every condition a run or test carries
+/// is written through here or [`condition`], one of each type.
+pub fn put_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let c = condition(conditions, type_, status, reason, message, generation, now);
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(c);
+}
+
+/// Adds `note` to a status message, once (`; ` between notes).
+pub fn add_note(message: &mut Option<String>, note: &str) {
+    match message {
+        Some(m) if m.contains(note) => {}
+        Some(m) => {
+            m.push_str("; ");
+            m.push_str(note);
+        }
+        None => *message = Some(note.to_string()),
+    }
+}
+
 /// A condition whose status is `Unknown` (not yet known), keeping the previous transition
 /// time when it was `Unknown` before.
 pub fn condition_unknown(
@@ -435,6 +464,58 @@ mod tests {
         );
         assert_eq!(flipped.last_transition_time, at(9));
         assert_eq!(flipped.status, "False");
+    }
+
+    #[test]
+    fn a_put_condition_replaces_the_one_of_its_type_and_leaves_the_others() {
+        let mut conditions = vec![
+            condition(&[], "Ready", true, "Valid", "ok".into(), Some(1), &at(1)),
+            condition(&[], "Degraded", false, "Fine", "ok".into(), Some(1), &at(1)),
+        ];
+        put_condition(
+            &mut conditions,
+            "Ready",
+            true,
+            "Valid",
+            "still".into(),
+            Some(2),
+            &at(4),
+        );
+        put_condition(
+            &mut conditions,
+            "Degraded",
+            true,
+            "Slow",
+            "slow".into(),
+            Some(2),
+            &at(4),
+        );
+        assert_eq!(conditions.len(), 2, "one condition of each type");
+        let ready = conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect("ready");
+        assert_eq!(
+            (ready.message.as_str(), &ready.last_transition_time),
+            ("still", &at(1))
+        );
+        let degraded = conditions
+            .iter()
+            .find(|c| c.type_ == "Degraded")
+            .expect("degraded");
+        assert_eq!(
+            (degraded.status.as_str(), &degraded.last_transition_time),
+            ("True", &at(4))
+        );
+    }
+
+    #[test]
+    fn a_note_joins_a_message_once() {
+        let mut message = None;
+        add_note(&mut message, "a slow block");
+        add_note(&mut message, "a knee at 8 nodes");
+        add_note(&mut message, "a slow block");
+        assert_eq!(message.as_deref(), Some("a slow block; a knee at 8 nodes"));
     }
 
     #[test]

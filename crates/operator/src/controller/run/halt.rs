@@ -174,8 +174,8 @@ pub(super) fn record(
             format!("{left} pods of this run are stopping and still hold their GPUs"),
         )
     };
-    let c = st::condition(
-        &next.conditions,
+    st::put_condition(
+        &mut next.conditions,
         CONDITION_GPUS_FREE,
         free,
         reason,
@@ -183,8 +183,6 @@ pub(super) fn record(
         generation,
         at,
     );
-    next.conditions.retain(|c| c.type_ != CONDITION_GPUS_FREE);
-    next.conditions.push(c);
 }
 
 /// Deletes every pod the run made that is not being deleted yet (each by name and UID, with
