@@ -8,7 +8,7 @@
 #   SCALE_NODES=N   fleet size (default 1000)
 #   SCALE_WAVE=10%  spec.rollout.maxUnavailable (default: every node at once)
 #   SCALE_PROFILE=P cargo profile of the operator and the agents (default release)
-#   SCALE_PAIRS=1   node checks off and the node-pair phase on (ring): adds per-round pods,
+#   SCALE_PAIRS=1   node checks at their lightest and the node-pair phase on (ring): adds per-round pods,
 #                   round times and the phase's total time under "node_pairs"
 #   SCALE_PACE=P    how long the sim agents' work lasts (FABRIC_SIM_PACE: h200 for the
 #                   measured times of a 4 x H200 node, or a document); default: at once
@@ -20,6 +20,8 @@
 #   SCALE_CONFIRM=1 with SCALE_BAD: the failing nodes are retested in a confirmation run and
 #                   cordoned when they fail again (confirmRetest): its times under
 #                   "confirmation"
+#   SCALE_FULL=1    with SCALE_PAIRS: the node checks run the test's default suite first (a
+#                   nightly's), not their lightest
 #   SCALE_PROBE=1   the multi-node DDP probe (suite.ddpNodes, 16 nodes) after the node checks
 # Each pod role's first creation and last finish (server clock, after the run's start) are
 # under "server_pods_by_role_after_start": the run's timeline by phase.

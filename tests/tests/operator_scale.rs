@@ -335,8 +335,14 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
     {
         env.push(json!({"name": keys::ENV_SIM_PACE, "value": pace}));
     }
-    if pairs {
-        // The node checks as light as they go; the phase under measurement is the pairs'.
+    // SCALE_FULL=1: the node checks as a nightly runs them (the default suite) before the
+    // pairs; otherwise they go as light as they can and the phase under measurement is the
+    // pairs'.
+    let full = std::env::var("SCALE_FULL").is_ok_and(|v| v == "1");
+    if pairs && full {
+        spec["suite"]["nodePairs"] =
+            json!({"enabled": true, "pairing": "ring", "bytes": 268435456});
+    } else if pairs {
         spec["suite"] = json!({
             "ncclSweep": {"enabled": false},
             "ddpProbe": {"enabled": false},
