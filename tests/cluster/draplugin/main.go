@@ -243,8 +243,12 @@ func main() {
 			logger.Info("driver library", "host", m.host, "container", m.container)
 		}
 	}
-	if err := os.MkdirAll(*cdiDir, 0o755); err != nil {
-		fail(err.Error())
+	registry := filepath.Join(*kubeletRoot, "plugins_registry")
+	sockets := filepath.Join(*kubeletRoot, "plugins", driverName)
+	for _, d := range []string{*cdiDir, registry, sockets} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			fail(err.Error())
+		}
 	}
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -261,8 +265,8 @@ func main() {
 		kubeletplugin.DriverName(driverName),
 		kubeletplugin.NodeName(*nodeName),
 		kubeletplugin.KubeClient(client),
-		kubeletplugin.RegistrarDirectoryPath(filepath.Join(*kubeletRoot, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(*kubeletRoot, "plugins", driverName)),
+		kubeletplugin.RegistrarDirectoryPath(registry),
+		kubeletplugin.PluginDataDirectoryPath(sockets),
 	)
 	if err != nil {
 		fail(fmt.Sprintf("starting the kubelet plugin: %v", err))
