@@ -131,6 +131,9 @@ pub struct Dra {
     /// The directory of the driver's `libcuda.so.1` and `libnvidia-ml.so.1`, bound into a
     /// claim's containers; none: no libraries.
     pub driver_lib: Option<PathBuf>,
+    /// A file the plugin reads at each prepare, as the device plugin does: `hidden-gpu`
+    /// withholds the last of a claim's GPUs' device nodes, `sdc` sets the agent's SDC hook.
+    pub fault_file: Option<PathBuf>,
 }
 
 /// Cluster options for a real node with [`RealNodeOptions::dra`]: the control plane's DRA
@@ -496,6 +499,9 @@ impl RealNode {
         ];
         if let Some(lib) = &dra.driver_lib {
             args.push(format!("-driver-lib={}", lib.display()));
+        }
+        if let Some(fault) = &dra.fault_file {
+            args.push(format!("-fault-file={}", fault.display()));
         }
         spawn(
             "gpu-dra-plugin",

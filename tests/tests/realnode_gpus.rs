@@ -42,6 +42,8 @@ struct Fakes {
     dir: tempfile::TempDir,
     dev: PathBuf,
     lib: PathBuf,
+    /// The node's fault file, read by both plugins.
+    fault: PathBuf,
 }
 
 /// The device plugin's fault file and process, alive as long as the test binary (the plugin
@@ -104,7 +106,14 @@ fn make_fakes() -> Result<Fakes, String> {
         )?;
         std::os::unix::fs::symlink(file, lib.join(soname)).map_err(|e| format!("{soname}: {e}"))?;
     }
-    Ok(Fakes { dir, dev, lib })
+    let fault = dir.path().join("node-fault");
+    std::fs::write(&fault, "").map_err(|e| format!("fault file: {e}"))?;
+    Ok(Fakes {
+        dir,
+        dev,
+        lib,
+        fault,
+    })
 }
 
 /// Builds the device plugin and starts it on `fakes` against `node`'s kubelet.
@@ -122,8 +131,7 @@ fn start_plugin(node: &RealNode, fakes: &Fakes) -> Result<Gpus, String> {
             .env("GOFLAGS", "-mod=mod"),
         "go build of tests/cluster/deviceplugin",
     )?;
-    let fault = dir.path().join("node-fault");
-    std::fs::write(&fault, "").map_err(|e| format!("fault file: {e}"))?;
+    let fault = fakes.fault.clone();
     let log = std::fs::File::create(node.log_path("gpu-device-plugin"))
         .map_err(|e| format!("plugin log: {e}"))?;
     let mut cmd = Command::new(&bin);
@@ -179,6 +187,7 @@ async fn env(name: &str) -> (TestEnv, &'static RealNode, Api<Pod>, &'static Gpus
             dra: Some(Dra {
                 dev: fakes.dev.clone(),
                 driver_lib: Some(fakes.lib.clone()),
+                fault_file: Some(fakes.fault.clone()),
             }),
             ..RealNodeOptions::default()
         },
@@ -425,8 +434,9 @@ async fn unprepared(node: &RealNode, uid: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_on_the_dra_plugins_gpus_reaches_its_container_and_the_operators_benchmark_pod_runs()
  {
-    let (env, node, pods, _gpus) = env("dra-claim").await;
+    let (env, node, pods, gpus) = env("dra-claim").await;
     let _turn = TURN.lock().await;
+    set_fault(gpus, "");
     let t0 = std::time::Instant::now();
     let client = env.client();
 
@@ -560,8 +570,16 @@ async fn a_claim_on_the_dra_plugins_gpus_reaches_its_container_and_the_operators
         .create(&PostParams::default(), &template)
         .await
         .expect("template created");
+    // With the node's SDC fault on, as the GPU end-to-end run makes it.
+    set_fault(gpus, "sdc");
     create(&pods, &pod).await;
     let g = given(&pods, &name).await;
+    set_fault(gpus, "");
+    assert_eq!(
+        g.sdc,
+        (GPUS - 1).to_string(),
+        "the last GPU's SDC hook: {g:?}"
+    );
     assert_eq!(
         g.dra.split(',').count(),
         GPUS,

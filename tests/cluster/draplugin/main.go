@@ -7,7 +7,9 @@
 // (tests/cluster/deviceplugin) gives today: the device nodes of exactly the claim's GPUs, the
 // control and UVM nodes, the driver's user-space libraries bound in under their sonames (with
 // -driver-lib), and NVIDIA_VISIBLE_DEVICES and GPUFABRIC_DRA_DEVICES naming the GPUs.
-// Unpreparing the claim removes its spec. No NVML, no MIG, no sharing, no health checks: the
+// Unpreparing the claim removes its spec. A fault file (-fault-file) makes the node's side
+// break as the device plugin's does, read at every prepare: "hidden-gpu" leaves the last of
+// the claim's GPUs' device nodes out, "sdc" sets the agent's SDC test hook. No NVML, no MIG, no sharing, no health checks: the
 // kubelet's DRA API, the scheduler's allocation and the runtime's CDI are what it is for.
 package main
 
@@ -49,6 +51,7 @@ var (
 	driverLib   = flag.String("driver-lib", "", "the directory of the driver's libcuda.so.1 (none: no libraries bound in)")
 	procDir     = flag.String("proc-gpus", "/proc/driver/nvidia/gpus", "the driver's per-GPU information (uuid, model), where there is one")
 	product     = flag.String("product", "Fake GPU", "the productName of GPUs the driver does not describe")
+	faultFile   = flag.String("fault-file", "", "a file whose content makes a node-side fault (hidden-gpu, sdc)")
 )
 
 type plugin struct {
@@ -96,7 +99,7 @@ func (p *plugin) prepare(ctx context.Context, c *resourceapi.ResourceClaim) kube
 		}
 		devices = append(devices, d)
 	}
-	klog.FromContext(ctx).Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "gpus", indexes, "cdi", cdiKind+"="+name)
+	klog.FromContext(ctx).Info("prepared", "claim", klog.KObj(c), "uid", c.UID, "gpus", indexes, "cdi", cdiKind+"="+name, "fault", fault())
 	return kubeletplugin.PrepareResult{Devices: devices}
 }
 
@@ -156,13 +159,32 @@ type cdiMount struct {
 	Options       []string `json:"options"`
 }
 
+// fault is the node-side fault of the moment (the fault file's content; none without one).
+func fault() string {
+	if *faultFile == "" {
+		return ""
+	}
+	b, err := os.ReadFile(*faultFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 func (p *plugin) spec(name string, indexes []int) cdiSpec {
 	names := make([]string, len(indexes))
 	numbers := make([]string, len(indexes))
 	var nodes []cdiDeviceNode
+	given := indexes
+	f := fault()
+	if f == "hidden-gpu" && len(given) > 0 {
+		given = given[:len(given)-1]
+	}
 	for i, g := range indexes {
 		names[i] = fmt.Sprintf("gpu-%d", g)
 		numbers[i] = strconv.Itoa(g)
+	}
+	for _, g := range given {
 		nodes = append(nodes, deviceNode(fmt.Sprintf("nvidia%d", g)))
 	}
 	for _, n := range controlNodes {
@@ -175,11 +197,15 @@ func (p *plugin) spec(name string, indexes []int) cdiSpec {
 		mounts = append(mounts, cdiMount{HostPath: m.host, ContainerPath: m.container,
 			Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
+	env := []string{
+		"NVIDIA_VISIBLE_DEVICES=" + strings.Join(numbers, ","),
+		"GPUFABRIC_DRA_DEVICES=" + strings.Join(names, ","),
+	}
+	if f == "sdc" && len(given) > 0 {
+		env = append(env, "FABRIC_TEST_FLIP_SDC_BIT="+strconv.Itoa(len(given)-1))
+	}
 	return cdiSpec{Version: "0.5.0", Kind: cdiKind, Devices: []cdiDevice{{Name: name, Edits: cdiEdits{
-		Env: []string{
-			"NVIDIA_VISIBLE_DEVICES=" + strings.Join(numbers, ","),
-			"GPUFABRIC_DRA_DEVICES=" + strings.Join(names, ","),
-		},
+		Env:         env,
 		DeviceNodes: nodes,
 		Mounts:      mounts,
 	}}}}
