@@ -11,6 +11,13 @@
 #                     sets AGENT_IMAGE
 # The node's fault of the moment is read by the plugin from $W/node-fault at each allocation
 # (hidden-gpu: one allocated GPU's device node withheld; sdc: the agent's SDC test hook set).
+#
+# E2E_DRA=1 (at pack-realnode and at the run): the node runs DRA too, beside the device
+# plugin: kube-scheduler, containerd 1.7 with CDI and the GPU DRA kubelet plugin fixture
+# (tests/cluster/draplugin: the GPUs as devices of gpu.nvidia.com, a claim given its GPUs'
+# device nodes and the driver's libraries through a CDI spec, the same fault file), all from
+# tests/cluster/build-node.sh, and the DeviceClass gpu.nvidia.com; gpu-e2e.sh turns the DRA
+# gates on in the control plane. The operator then asks for the host's GPUs through claims.
 
 realnode_pack() {
   local node_bin stage rn=$ROOT/.device/realnode
@@ -18,6 +25,12 @@ realnode_pack() {
   stage=$(mktemp -d)
   mkdir -p "$stage/bin/cni" "$rn"
   cp "$node_bin/kubelet" "$node_bin/busybox" "$stage/bin/"
+  if [ "${E2E_DRA:-0}" = 1 ]; then
+    mkdir -p "$stage/bin/dra"
+    cp "$node_bin/kube-scheduler" "$node_bin/gpu-dra-plugin" "$stage/bin/" &&
+      cp "$node_bin/containerd" "$stage/bin/dra/containerd" ||
+      { echo "E2E_DRA=1: kube-scheduler, gpu-dra-plugin, containerd 1.7: rerun tests/cluster/build-node.sh"; return 1; }
+  fi
   cp /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc "$stage/bin/" ||
     { echo "containerd, runc: apt-get install containerd runc"; return 1; }
   cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback "$stage/bin/cni/" ||
@@ -75,6 +88,15 @@ SH
     ip=192.0.2.250
   fi
   echo "node $name at $ip"
+  local containerd=containerd cdi=""
+  if [ "${E2E_DRA:-0}" = 1 ]; then
+    [ -x "$RB/dra/containerd" ] && [ -x "$RB/gpu-dra-plugin" ] && [ -x "$RB/kube-scheduler" ] ||
+      { echo "E2E_DRA=1: the pack holds no DRA binaries: E2E_DRA=1 bench/gpu-e2e.sh pack-realnode"; return 1; }
+    containerd=$RB/dra/containerd
+    mkdir -p "$R/cdi"
+    cdi="  enable_cdi = true
+  cdi_spec_dirs = [\"$R/cdi\"]"
+  fi
   cat > "$R/containerd.toml" <<TOML
 version = 2
 root = "$R/containerd/root"
@@ -90,6 +112,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "docker.io/local/pause:1"
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
+$cdi
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "$RB/cni"
   conf_dir = "$R/cni/net.d"
@@ -111,11 +134,11 @@ TOML
             "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
 JSON
-  containerd --config "$R/containerd.toml" > "$W/logs/containerd.log" 2>&1 &
+  "$containerd" --config "$R/containerd.toml" > "$W/logs/containerd.log" 2>&1 &
   PIDS+=($!)
   for t in $(seq 1 100); do [ -S "$R/containerd.sock" ] && break; sleep 0.1; done
   CTR="ctr --address $R/containerd.sock -n k8s.io"
-  containerd --version; runc --version | head -1
+  "$containerd" --version; runc --version | head -1
 
   # The pod sandbox: busybox sleeping until told to stop.
   mkdir -p "$R/rootfs/bin" "$R/rootfs/tmp"
@@ -161,7 +184,7 @@ YAML
   labels="nvidia.com/gpu.product=$product,nvidia.com/gpu.count=$gpus,e2e.gpufabric.io/role=host"
   export E2E_KUBELET_START=$(date +%s.%N)
   kubelet --config "$R/kubelet.yaml" --kubeconfig "$W/admin.kubeconfig" --root-dir "$R/kubelet" \
-    --hostname-override "$name" --node-ip "$ip" --node-labels "$labels" --v=2 \
+    --hostname-override "$name" --node-ip "$ip" --node-labels "$labels" --v=2 "${DRA_GATES[@]}" \
     > "$W/logs/kubelet.log" 2>&1 &
   PIDS+=($!)
   # The kubelet's device plugin directory is /var/lib/kubelet/device-plugins whatever its
@@ -174,4 +197,34 @@ YAML
   PIDS+=($!)
   sleep 1
   head -20 "$W/logs/device-plugin.log"
+  if [ "${E2E_DRA:-0}" = 1 ]; then
+    realnode_dra "$name" "$lib" || return 1
+  fi
+}
+
+# The DRA side of the node (E2E_DRA=1): the scheduler (the operator's claim pods are placed,
+# not bound), the DeviceClass the operator's claims name, and the DRA plugin beside the kubelet.
+realnode_dra() {
+  local name=$1 lib=$2
+  kube-scheduler --kubeconfig "$W/admin.kubeconfig" --authentication-kubeconfig "$W/admin.kubeconfig" \
+    --authorization-kubeconfig "$W/admin.kubeconfig" --leader-elect=false --secure-port=0 --v=1 \
+    "${DRA_GATES[@]}" > "$W/logs/kube-scheduler.log" 2>&1 &
+  PIDS+=($!)
+  python3 - <<'PY' || { echo "the DeviceClass gpu.nvidia.com could not be created"; return 1; }
+import os, requests
+p = os.environ["E2E_PKI"]
+r = requests.post(os.environ["E2E_API"] + "/apis/resource.k8s.io/v1beta1/deviceclasses",
+                  verify=f"{p}/ca.crt", cert=(f"{p}/admin.crt", f"{p}/admin.key"), timeout=10,
+                  json={"apiVersion": "resource.k8s.io/v1beta1", "kind": "DeviceClass",
+                        "metadata": {"name": "gpu.nvidia.com"},
+                        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}})
+print("DeviceClass gpu.nvidia.com:", r.status_code)
+raise SystemExit(0 if r.status_code in (201, 409) else 1)
+PY
+  gpu-dra-plugin -node-name "$name" -kubeconfig "$W/admin.kubeconfig" -kubelet-root "$R/kubelet" \
+    -cdi-dir "$R/cdi" -driver-lib "$lib" -fault-file "$W/node-fault" \
+    > "$W/logs/dra-plugin.log" 2>&1 &
+  PIDS+=($!)
+  sleep 2
+  head -20 "$W/logs/dra-plugin.log"
 }

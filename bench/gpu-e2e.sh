@@ -38,6 +38,11 @@
 #                            bench/gpu-e2e-realnode.sh): steps 1-3 with the agent image under
 #                            the kubelet, then two pods of half the GPUs each, each measuring
 #                            its own; no emulated nodes
+#   E2E_DRA=1 (with E2E_NODE=real, at pack-realnode and at the run): DRA as well: the gates
+#                            in the control plane and the kubelet, the scheduler, containerd
+#                            1.7 with CDI and the GPU DRA kubelet plugin fixture beside the
+#                            device plugin (bench/gpu-e2e-realnode.sh); the operator asks for
+#                            the host's GPUs through ResourceClaims
 #   bench/gpu-e2e.sh sim     a dry run of the same script here, no GPU: the agent's sim
 #                            backend, the fault and the shaped link written into the sim
 #                            fleet file instead, no network namespaces (E2E_BIN=DIR: the
@@ -220,6 +225,13 @@ N=6
 # the agent image; bench/gpu-e2e-realnode.sh), without emulated nodes. E2E_EMULATED_NODES=0:
 # no emulated nodes with the process-kubelet either.
 REAL=0
+# E2E_DRA=1: the DRA gates and API versions (Kubernetes 1.33: beta and alpha, off by default).
+DRA_GATES=() DRA_API=()
+if [ "${E2E_DRA:-0}" = 1 ]; then
+  [ "${E2E_NODE:-process}" = real ] || { echo "E2E_DRA=1 needs E2E_NODE=real"; exit 1; }
+  DRA_GATES=(--feature-gates=DynamicResourceAllocation=true,DRADeviceTaints=true)
+  DRA_API=(--runtime-config=resource.k8s.io/v1beta1=true,resource.k8s.io/v1alpha3=true)
+fi
 if [ "${E2E_NODE:-process}" = real ]; then
   REAL=1 N=0
   . bench/gpu-e2e-realnode.sh
@@ -301,7 +313,7 @@ PIDS+=($!)
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC --anonymous-auth=false \
   --enable-priority-and-fairness=false --kubelet-preferred-address-types=InternalIP \
-  --v=1 > "$W/logs/kube-apiserver.log" 2>&1 &
+  "${DRA_GATES[@]}" "${DRA_API[@]}" --v=1 > "$W/logs/kube-apiserver.log" 2>&1 &
 PIDS+=($!)
 trap finish EXIT
 if ! api_ready; then
@@ -313,7 +325,8 @@ fi
   --bind-address=127.0.0.1 --secure-port=0 --leader-elect=false \
   --use-service-account-credentials=true --service-account-private-key-file="$PKI/sa.key" \
   --root-ca-file="$PKI/ca.crt" --cluster-signing-cert-file="$PKI/ca.crt" \
-  --cluster-signing-key-file="$PKI/ca.key" --v=1 > "$W/logs/kube-controller-manager.log" 2>&1 &
+  --cluster-signing-key-file="$PKI/ca.key" "${DRA_GATES[@]}" --v=1 \
+  > "$W/logs/kube-controller-manager.log" 2>&1 &
 PIDS+=($!)
 CP_S=$(python3 -c "import time; print(round(time.time() - $t, 1))")
 echo "etcd, kube-apiserver ready, kube-controller-manager started in $CP_S s (API $E2E_API)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the binaries of a real Kubernetes node (kubelet, kube-proxy) and kube-scheduler
 # from Go modules, once, into a cache dir, beside Debian's busybox-static (the node's
-# pause and test images are made of it). The control plane comes from build.sh.
+# pause and test images are made of it), containerd 1.7 (CDI, for the node's DRA mode) and
+# the GPU DRA kubelet plugin fixture. The control plane comes from build.sh.
 #
 #   NODE_BIN=$(tests/cluster/build-node.sh)          # build if needed, print bin dir
 #   tests/cluster/build-node.sh --print-bin-dir      # print bin dir, build nothing
@@ -15,7 +16,9 @@ usage() {
 Usage: tests/cluster/build-node.sh [--print-bin-dir] [--help]
 
 Builds kubelet, kube-proxy and kube-scheduler from the Go wrapper module in
-tests/cluster/node (only the Go module proxy is used), fetches busybox from
+tests/cluster/node, containerd 1.7 from tests/cluster/containerd and the GPU
+DRA kubelet plugin from tests/cluster/draplugin (only the Go module proxy is
+used), fetches busybox from
 Debian's busybox-static package (apt-get download, unpacked with dpkg-deb -x:
 nothing is installed) and prints the directory holding them as the only line
 on stdout:
@@ -24,8 +27,8 @@ on stdout:
 
 The binaries are cached in
     ${GPUFABRIC_CACHE:-$HOME/.cache/gpufabric}/node/<key>/bin/
-where <key> hashes the k8s version, `go version` and the wrapper's go.mod and
-go.sum (plus a scheme number bumped when build flags change). A warm cache
+where <key> hashes the k8s version, `go version`, the wrappers' go.mod and
+go.sum and the DRA plugin's sources (plus a scheme number bumped when build flags change). A warm cache
 builds nothing; a binary already in the key's directory is not built again. Built after tests/cluster/build.sh (which leaves most packages
 in the Go build cache) it takes a few minutes; see README.md for the times.
 
@@ -43,7 +46,7 @@ EOF
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_tag=node
-binaries=(kubelet kube-proxy kube-scheduler busybox)
+binaries=(kubelet kube-proxy kube-scheduler busybox containerd gpu-dra-plugin)
 go_binaries=(kubelet kube-proxy kube-scheduler)
 # shellcheck source=tests/build-cache.sh
 source "$here/../build-cache.sh"
@@ -53,6 +56,8 @@ cache_parse_args usage "$@"
 BUILD_SCHEME=1
 
 node_dir="$here/node"
+containerd_dir="$here/containerd"
+draplugin_dir="$here/draplugin"
 
 command -v go >/dev/null 2>&1 || die "go not found in PATH"
 
@@ -74,6 +79,9 @@ key="$(
 		echo "go=$go_version"
 		for f in "$node_dir/go.mod" "$node_dir/go.sum"; do
 			echo "node/$(basename "$f")=$(sha256sum <"$f" | cut -d' ' -f1)"
+		done
+		for f in "$containerd_dir/go.mod" "$containerd_dir/go.sum" "$draplugin_dir"/go.* "$draplugin_dir"/*.go; do
+			echo "${f#"$here"/}=$(sha256sum <"$f" | cut -d' ' -f1)"
 		done
 	} | sha256sum | cut -c1-16
 )"
@@ -117,6 +125,34 @@ for name in "${go_binaries[@]}"; do
 	log "built $name in $((SECONDS - t0))s (elapsed $((SECONDS - start))s)"
 done
 
+# containerd 1.7: the CDI the DRA plugin's claims need (Debian 12's 1.6 has none). The
+# snapshotters that need cgo are left out; overlayfs, native and the CRI plugin are in.
+containerd_version="$(awk '$1 == "require" && $2 == "github.com/containerd/containerd" { print $3; exit }' "$containerd_dir/go.mod")"
+if [[ -x "$bin_dir/containerd" ]]; then
+	log "containerd already built"
+else
+	t0=$SECONDS
+	log "building containerd $containerd_version... (elapsed $((SECONDS - start))s)"
+	(cd "$containerd_dir" && go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" \
+		-ldflags "-s -w -X github.com/containerd/containerd/version.Version=$containerd_version" \
+		-o "$bin_dir/.containerd.tmp" github.com/containerd/containerd/cmd/containerd) >&2 ||
+		die "building containerd (github.com/containerd/containerd/cmd/containerd in $containerd_dir) failed"
+	mv -f "$bin_dir/.containerd.tmp" "$bin_dir/containerd"
+	log "built containerd in $((SECONDS - t0))s (elapsed $((SECONDS - start))s)"
+fi
+
+# The GPU DRA kubelet plugin fixture (tests/cluster/draplugin/main.go).
+if [[ -x "$bin_dir/gpu-dra-plugin" ]]; then
+	log "gpu-dra-plugin already built"
+else
+	t0=$SECONDS
+	log "building gpu-dra-plugin... (elapsed $((SECONDS - start))s)"
+	(cd "$draplugin_dir" && go build -trimpath -ldflags "-s -w" -o "$bin_dir/.gpu-dra-plugin.tmp" .) >&2 ||
+		die "building the DRA plugin in $draplugin_dir failed"
+	mv -f "$bin_dir/.gpu-dra-plugin.tmp" "$bin_dir/gpu-dra-plugin"
+	log "built gpu-dra-plugin in $((SECONDS - t0))s (elapsed $((SECONDS - start))s)"
+fi
+
 # busybox: sh, sleep, httpd, wget, ... in one static binary, for the pause and test images.
 command -v apt-get >/dev/null 2>&1 || die "apt-get not found: busybox comes from Debian's busybox-static package"
 work="$(mktemp -d)"
@@ -133,5 +169,6 @@ log "busybox from busybox-static $busybox_version"
 {
 	echo "KUBERNETES_VERSION=$k8s_version"
 	echo "BUSYBOX_STATIC_VERSION=$busybox_version"
+	echo "CONTAINERD_VERSION=$containerd_version"
 	echo "GO_VERSION=\"$go_version\""
 } | cache_close "$start"

@@ -31,7 +31,14 @@
 //! - **kube-proxy** in iptables mode, so ClusterIP Services work from the host (the API
 //!   server calling a webhook) and from pods (`kubernetes.default` at 10.96.0.1:443);
 //! - **kube-scheduler**, so Deployments' pods are placed (on any Ready node of the
-//!   cluster, simulated ones included: pin them with a node selector where that matters).
+//!   cluster, simulated ones included: pin them with a node selector where that matters);
+//! - with [`RealNodeOptions::dra`], **DRA**: the kubelet and the scheduler with the
+//!   [`crate::dra::FEATURE_GATES`] (the cluster needs them too: [`dra_cluster_options`]),
+//!   containerd 1.7 from the node bin dir with CDI on (Debian 12's 1.6 has no CDI, and a
+//!   claim's devices reach the runtime only as CDI devices), and the GPU DRA kubelet plugin
+//!   (`tests/cluster/draplugin`) beside the kubelet, publishing the GPUs of [`Dra::dev`] as
+//!   devices of [`crate::dra::DRIVER`] and writing each prepared claim's CDI spec under
+//!   [`RealNode::cdi_specs`].
 //!
 //! One real node runs on a machine at a time (a lock in the temp dir; the bridge, the pod
 //! CIDR and kube-proxy's chains are the machine's). Dropping the node, also when a test
@@ -83,6 +90,8 @@ const DEVICE_MANAGER_CHECKPOINT: &str =
     "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint";
 
 const BINARIES: [&str; 4] = ["kubelet", "kube-proxy", "kube-scheduler", "busybox"];
+/// What the DRA mode adds to the node bin dir (`tests/cluster/build-node.sh` builds them).
+const DRA_BINARIES: [&str; 2] = ["containerd", "gpu-dra-plugin"];
 const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
 const CONTAINERD_TIMEOUT: Duration = Duration::from_secs(30);
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -108,6 +117,33 @@ pub struct RealNodeOptions {
     /// Keep the node's dir (config, logs) after teardown. Default:
     /// `$GPUFABRIC_KEEP_CLUSTER == 1`.
     pub keep_dir: bool,
+    /// DRA: the gates, containerd with CDI, and the GPU DRA plugin (see the module doc).
+    /// Default: none.
+    pub dra: Option<Dra>,
+}
+
+/// The GPUs the node's DRA plugin publishes and hands to claims.
+#[derive(Debug, Clone)]
+pub struct Dra {
+    /// Where the GPU device nodes are (`nvidiaN`, and `nvidiactl`, `nvidia-uvm` where there
+    /// are): `/dev` on a GPU host, a directory of stand-ins elsewhere.
+    pub dev: PathBuf,
+    /// The directory of the driver's `libcuda.so.1` and `libnvidia-ml.so.1`, bound into a
+    /// claim's containers; none: no libraries.
+    pub driver_lib: Option<PathBuf>,
+    /// A file the plugin reads at each prepare, as the device plugin does: `hidden-gpu`
+    /// withholds the last of a claim's GPUs' device nodes, `sdc` sets the agent's SDC hook.
+    pub fault_file: Option<PathBuf>,
+}
+
+/// Cluster options for a real node with [`RealNodeOptions::dra`]: the control plane's DRA
+/// gates and API versions ([`crate::dra::cluster_options`]) and an API server that pods
+/// reach.
+pub fn dra_cluster_options() -> crate::cluster::ClusterOptions {
+    crate::cluster::ClusterOptions {
+        real_node: true,
+        ..crate::dra::cluster_options()
+    }
 }
 
 impl Default for RealNodeOptions {
@@ -121,6 +157,7 @@ impl Default for RealNodeOptions {
             kubelet_args: Vec::new(),
             bin_dir: None,
             keep_dir: std::env::var(crate::cluster::ENV_KEEP).is_ok_and(|v| v == "1"),
+            dra: None,
         }
     }
 }
@@ -227,7 +264,22 @@ impl RealNode {
             Some(d) => check_bin_dir(d.clone())?,
             None => bin_dir()?,
         };
-        let tools = HostTools::find()?;
+        let mut tools = HostTools::find()?;
+        if opts.dra.is_some() {
+            let missing: Vec<&str> = DRA_BINARIES
+                .iter()
+                .copied()
+                .filter(|b| !bin_dir.join(b).is_file())
+                .collect();
+            if !missing.is_empty() {
+                return Err(Error::Invalid(format!(
+                    "a DRA node needs {} in {}: rebuild it with `tests/cluster/build-node.sh`",
+                    missing.join(" and "),
+                    bin_dir.display()
+                )));
+            }
+            tools.containerd = bin_dir.join("containerd");
+        }
         let lock = MachineLock::acquire(LOCK_TIMEOUT).await?;
         sweep_killed_nodes(&tools);
 
@@ -291,6 +343,7 @@ impl RealNode {
             layout.images(),
             layout.certs(),
             layout.registry_hosts(),
+            layout.cdi_specs(),
         ] {
             std::fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
         }
@@ -307,6 +360,7 @@ impl RealNode {
             kube_proxy_healthz_port: free_port()?,
             kube_proxy_metrics_port: free_port()?,
             ca_cert: pki.ca_cert.clone(),
+            cdi: opts.dra.is_some(),
         };
         let write = |path: PathBuf, text: String| {
             std::fs::write(&path, text).map_err(io_err(format!("writing {}", path.display())))
@@ -378,6 +432,9 @@ impl RealNode {
                 .collect();
             kubelet_args.push(format!("--node-labels={}", labels.join(",")));
         }
+        if opts.dra.is_some() {
+            kubelet_args.push(crate::dra::FEATURE_GATES.into());
+        }
         kubelet_args.extend(opts.kubelet_args.iter().cloned());
         let kubelet = spawn(
             "kubelet",
@@ -386,6 +443,10 @@ impl RealNode {
             &layout.dir,
         )?;
         self.components().push(kubelet);
+        if let Some(dra) = &opts.dra {
+            let plugin = self.dra_plugin(cluster, dra)?;
+            self.components().push(plugin);
+        }
         let proxy = spawn(
             "kube-proxy",
             &self.bin_dir.join("kube-proxy"),
@@ -398,23 +459,56 @@ impl RealNode {
         self.components().push(proxy);
         if opts.scheduler {
             let k = layout.kubeconfig("kube-scheduler").display().to_string();
+            let mut args = vec![
+                format!("--kubeconfig={k}"),
+                format!("--authentication-kubeconfig={k}"),
+                format!("--authorization-kubeconfig={k}"),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+                "--v=1".into(),
+            ];
+            if opts.dra.is_some() {
+                args.push(crate::dra::FEATURE_GATES.into());
+            }
             let scheduler = spawn(
                 "kube-scheduler",
                 &self.bin_dir.join("kube-scheduler"),
-                &[
-                    format!("--kubeconfig={k}"),
-                    format!("--authentication-kubeconfig={k}"),
-                    format!("--authorization-kubeconfig={k}"),
-                    "--leader-elect=false".into(),
-                    "--secure-port=0".into(),
-                    "--v=1".into(),
-                ],
+                &args,
                 &layout.dir,
             )?;
             self.components().push(scheduler);
         }
         self.wait_ready(READY_TIMEOUT).await?;
         self.wait_service_rules(READY_TIMEOUT).await
+    }
+
+    /// Starts the GPU DRA plugin against the kubelet (it registers once the kubelet's plugin
+    /// watcher runs), publishing with the cluster's admin credentials.
+    fn dra_plugin(&self, cluster: &Cluster, dra: &Dra) -> Result<Component> {
+        let mut args = vec![
+            format!("-node-name={}", self.name),
+            format!("-kubeconfig={}", cluster.kubeconfig_path().display()),
+            format!("-kubelet-root={}", self.layout.kubelet_root().display()),
+            format!("-cdi-dir={}", self.layout.cdi_specs().display()),
+            format!("-dev={}", dra.dev.display()),
+            // Stand-in GPUs are described by nothing but their device nodes.
+            format!(
+                "-proc-gpus={}",
+                self.layout.dir.join("no-driver-information").display()
+            ),
+        ];
+        if let Some(lib) = &dra.driver_lib {
+            args.push(format!("-driver-lib={}", lib.display()));
+        }
+        if let Some(fault) = &dra.fault_file {
+            args.push(format!("-fault-file={}", fault.display()));
+        }
+        spawn(
+            "gpu-dra-plugin",
+            &self.bin_dir.join("gpu-dra-plugin"),
+            &args,
+            &self.layout.dir,
+        )
     }
 
     async fn start_containerd(&mut self) -> Result<()> {
@@ -661,6 +755,12 @@ impl RealNode {
         self.layout.log(component)
     }
 
+    /// Where the DRA plugin writes the CDI spec of each claim it prepared (and containerd
+    /// reads them): `gpufabric-claim-<claim uid>.json`.
+    pub fn cdi_specs(&self) -> PathBuf {
+        self.layout.cdi_specs()
+    }
+
     /// containerd's socket (for `ctr --address` or `crictl`).
     pub fn containerd_socket(&self) -> PathBuf {
         self.layout.containerd_socket()
@@ -833,6 +933,23 @@ pub async fn shared_env(name: &str) -> (crate::shared::TestEnv, &'static RealNod
     .expect("control plane for a real node");
     let cluster: &'static Cluster = env.cluster();
     let node = RealNode::shared(cluster, RealNodeOptions::default())
+        .await
+        .expect("real node starts (needs root and tests/cluster/build-node.sh)");
+    (env, node)
+}
+
+/// As [`shared_env`], with the control plane and the node started with `cluster` and `node`
+/// (every test of one binary must pass the same: the first call's start them).
+pub async fn shared_env_with(
+    name: &str,
+    cluster: crate::cluster::ClusterOptions,
+    node: RealNodeOptions,
+) -> (crate::shared::TestEnv, &'static RealNode) {
+    let env = crate::shared::TestEnv::with_options(name, cluster)
+        .await
+        .expect("control plane for a real node");
+    let cluster: &'static Cluster = env.cluster();
+    let node = RealNode::shared(cluster, node)
         .await
         .expect("real node starts (needs root and tests/cluster/build-node.sh)");
     (env, node)

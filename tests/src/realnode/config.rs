@@ -46,6 +46,11 @@ impl Layout {
     pub fn kubelet_root(&self) -> PathBuf {
         self.dir.join("kubelet")
     }
+    /// The CDI specs containerd reads (by default `/etc/cdi` and `/var/run/cdi`), written by
+    /// the DRA plugin.
+    pub fn cdi_specs(&self) -> PathBuf {
+        self.dir.join("cdi")
+    }
     pub fn kubelet_config(&self) -> PathBuf {
         self.dir.join("kubelet.yaml")
     }
@@ -89,6 +94,9 @@ pub(crate) struct NodeConfig {
     pub kube_proxy_healthz_port: u16,
     pub kube_proxy_metrics_port: u16,
     pub ca_cert: PathBuf,
+    /// containerd injects CDI devices (a DRA claim's) from specs in [`Layout::cdi_specs`];
+    /// needs containerd 1.7.
+    pub cdi: bool,
 }
 
 fn toml_str(p: &Path) -> String {
@@ -135,7 +143,7 @@ disabled_plugins = [
   netns_mounts_under_state_dir = true
   enable_unprivileged_ports = false
   enable_unprivileged_icmp = false
-
+{cdi}
 [{cri}.registry]
   config_path = {registry_hosts}
 
@@ -164,6 +172,14 @@ disabled_plugins = [
         cni_conf = toml_str(&layout.cni_conf_dir()),
         runc_root = toml_str(&layout.runc_root()),
         registry_hosts = toml_str(&layout.registry_hosts()),
+        cdi = if node.cdi {
+            format!(
+                "  enable_cdi = true\n  cdi_spec_dirs = [{}]\n",
+                toml_str(&layout.cdi_specs())
+            )
+        } else {
+            String::new()
+        },
     )
 }
 
@@ -326,6 +342,7 @@ mod tests {
             kube_proxy_healthz_port: 10256,
             kube_proxy_metrics_port: 10249,
             ca_cert: "/tmp/ca.crt".into(),
+            cdi: false,
         };
         (layout, node)
     }
@@ -344,6 +361,19 @@ mod tests {
         assert!(toml.contains("netns_mounts_under_state_dir = true"));
         assert!(toml.contains("sandbox_image = \"docker.io/local/pause:1\""));
         assert!(toml.contains("config_path = \"/tmp/gpufabric-realnode-x/containerd/certs.d\""));
+    }
+
+    #[test]
+    fn containerd_reads_cdi_specs_from_the_node_dir_only_in_dra_mode() {
+        let (layout, mut node) = sample();
+        assert!(!containerd_toml(&layout, &node).contains("cdi"));
+        node.cdi = true;
+        let toml = containerd_toml(&layout, &node);
+        assert!(toml.contains("enable_cdi = true"), "{toml}");
+        assert!(
+            toml.contains("cdi_spec_dirs = [\"/tmp/gpufabric-realnode-x/cdi\"]"),
+            "{toml}"
+        );
     }
 
     #[test]
