@@ -2,7 +2,9 @@
 //! DeviceTaintRules on single GPUs, and the real kube-scheduler deciding which claims fit.
 //! First a rule written by hand; then the operator's own, written for a GPU that failed a
 //! run and its confirmation, released by a passing run and by the test's deletion; then a
-//! node pair over two such nodes, each rank's pod claiming its node's GPUs.
+//! node pair over two such nodes, each rank's pod claiming its node's GPUs; then, at once, a
+//! GPU held back by the GPU budget and a node whose claim a taint of someone else's keeps
+//! from being allocated (not measured, never failed).
 //!
 //! Needs the control-plane binaries (`tests/cluster/build.sh`), the real kube-scheduler
 //! (`tests/cluster/build-node.sh`) and the agent and operator built:
@@ -633,9 +635,195 @@ async fn a_gpu_that_fails_twice_is_tainted_alone_and_released_by_a_pass_and_by_t
     }
     on.sort();
     assert_eq!(on, ["dra-01", "good-01"], "one rank on each node");
+    let pairs_took = pairs_began.elapsed();
+
+    // Two tests at once, on different nodes: a GPU beyond the GPU budget, and a node whose
+    // claim for its GPUs the scheduler cannot allocate.
+    let edges_began = Instant::now();
+    tokio::join!(
+        a_gpu_beyond_the_gpu_budget_is_held_back(&env),
+        a_node_whose_gpus_cannot_be_claimed_is_not_measured(&env),
+    );
     eprintln!(
-        "took {:.1}s (the node pair {:.1}s)",
+        "took {:.1}s (the node pair {:.1}s, the GPU budget and the unclaimable node {:.1}s)",
         began.elapsed().as_secs_f64(),
-        pairs_began.elapsed().as_secs_f64()
+        pairs_took.as_secs_f64(),
+        edges_began.elapsed().as_secs_f64()
+    );
+}
+
+/// `maxQuarantinedGpus: 1` over dra-01 (GPU 3) and dra-02 (GPU 6), both failing again: the
+/// first confirmed GPU is tainted, the second is held back (no rule, an `OverBudget` Event,
+/// the test's status says why and how much of the budget is used), and neither node is
+/// cordoned.
+async fn a_gpu_beyond_the_gpu_budget_is_held_back(env: &OperatorEnv) {
+    let client = env.cluster.client();
+    // dra-01 fails again (it was repaired above).
+    SimFleet::write_to(env.fleet.fleet().clone(), env.fleet.path()).expect("fleet rewritten");
+    let name = "gpu-budget";
+    env.create_test(
+        name,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "nodes": ["dra-01", "dra-02"],
+            "agent": sim_agent(60),
+            "quarantine": {"mode": "Cordon", "maxQuarantined": "100%", "maxQuarantinedGpus": 1,
+                "failuresToQuarantine": 1, "confirmRetest": true, "stormThresholdPercent": 100},
+        }),
+    )
+    .await;
+    let held_back = |s: &gpufabric_api::FabricTestStatus, node: &str| {
+        s.nodes
+            .iter()
+            .find(|h| h.node == node)
+            .and_then(|h| h.held_back.clone())
+            .filter(|why| why.contains("maxQuarantinedGpus"))
+    };
+    let s = wait_status(env, name, "one GPU tainted, one held back", |s| {
+        let one = |a: &str, b: &str| !tainted(s, a).is_empty() && held_back(s, b).is_some();
+        one("dra-01", "dra-02") || one("dra-02", "dra-01")
+    })
+    .await;
+    let (taken, held, gpu) = if tainted(&s, "dra-01") == [3] {
+        ("dra-01", "dra-02", "gpu-6")
+    } else {
+        ("dra-02", "dra-01", "gpu-3")
+    };
+    assert!(tainted(&s, held).is_empty(), "{:#?}", s.nodes);
+    let entry = s.nodes.iter().find(|h| h.node == held).expect("entry");
+    assert!(
+        matches!(&entry.standing, gpufabric_api::standing::Standing::HeldBack { why, .. }
+            if why.contains("maxQuarantinedGpus")),
+        "{entry:#?}"
+    );
+    // The budget in the status: one of one GPU used.
+    let handling = s.gpu_handling.clone().expect("gpuHandling");
+    assert_eq!((handling.tainted_gpus, handling.gpu_budget), (1, 1));
+    // A rule for the GPU within the budget, none for the other.
+    let test = env.tests_api().get(name).await.expect("test read");
+    let ours: Vec<DeviceTaintRule> = rules(&client)
+        .await
+        .into_iter()
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == test.metadata.uid.as_ref())
+        })
+        .collect();
+    let on: Vec<(Option<String>, Option<String>)> = ours
+        .iter()
+        .map(|r| {
+            let d = r.spec.device_selector.clone().unwrap_or_default();
+            (d.pool, d.device)
+        })
+        .collect();
+    assert_eq!(on.len(), 1, "{on:?}");
+    assert_eq!(on[0].0.as_deref(), Some(taken));
+    assert!(
+        on.iter()
+            .all(|(pool, device)| pool.as_deref() != Some(held) && device.as_deref() != Some(gpu))
+    );
+    // The refusal is an Event on the node.
+    let events = gpufabric_tests::events::about(&client, "default", held).await;
+    assert!(
+        events.iter().any(|(reason, note)| reason == "OverBudget"
+            && note.contains("maxQuarantinedGpus")
+            && note.contains("1 of 1 GPU(s)")),
+        "{events:#?}"
+    );
+    for node in [taken, held] {
+        assert!(!cordoned(&env.read_node(node).await), "{node} was cordoned");
+    }
+}
+
+/// A DeviceTaintRule gpufabric did not make taints GPU 0 of good-01 NoSchedule: the run's
+/// claim for all 8 of its GPUs (tolerating gpufabric's taint alone) cannot be allocated, the
+/// pod is never scheduled, and at the run deadline the node is not measured, saying its GPUs
+/// could not be claimed and what the scheduler said; it is not failed, nor cordoned.
+async fn a_node_whose_gpus_cannot_be_claimed_is_not_measured(env: &OperatorEnv) {
+    let client = env.cluster.client();
+    let foreign = DeviceTaintRule {
+        metadata: ObjectMeta {
+            name: Some("maintenance-good-01-gpu-0".into()),
+            ..ObjectMeta::default()
+        },
+        spec: DeviceTaintRuleSpec {
+            device_selector: Some(DeviceTaintSelector {
+                driver: Some(dra::DRIVER.into()),
+                pool: Some("good-01".into()),
+                device: Some("gpu-0".into()),
+                ..DeviceTaintSelector::default()
+            }),
+            taint: DeviceTaint {
+                key: "example.com/maintenance".into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            },
+        },
+    };
+    Api::<DeviceTaintRule>::all(client.clone())
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("someone else's DeviceTaintRule created");
+    let name = "unclaimable";
+    env.create_test(
+        name,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "nodes": ["good-01"],
+            // The shortest deadline: 10 s and the operator's margin.
+            "agent": sim_agent(10),
+            "quarantine": {"mode": "Cordon", "maxQuarantined": "100%", "failuresToQuarantine": 1},
+        }),
+    )
+    .await;
+    let s = wait_status(env, name, "a run of the unclaimable node", |s| {
+        s.last_run.is_some()
+    })
+    .await;
+    let run = env.run_status(&last_run_name(&s)).await;
+    let entry = run
+        .nodes
+        .iter()
+        .find(|n| n.node == "good-01")
+        .unwrap_or_else(|| panic!("good-01 not in the run: {run:#?}"));
+    assert_eq!(
+        entry.verdict,
+        gpufabric_api::run::NodeVerdict::NotMeasured,
+        "{entry:#?}"
+    );
+    assert_eq!(
+        entry.not_measured,
+        Some(gpufabric_api::outcome::NotMeasuredReason::NotScheduled)
+    );
+    let why = entry.reason.clone().unwrap_or_default();
+    eprintln!("good-01 not measured: {why}");
+    assert!(
+        why.starts_with("the node's GPUs could not be claimed ("),
+        "{why}"
+    );
+    assert!(
+        why.contains(
+            "the scheduler: Unschedulable: 0/4 nodes are available: 1 cannot allocate all claims"
+        ),
+        "the scheduler's words: {why}"
+    );
+    assert_eq!((run.failed, run.errored), (0, 0), "{run:#?}");
+    let h = s.nodes.iter().find(|h| h.node == "good-01").expect("entry");
+    assert_eq!(h.consecutive_failures, 0, "{h:#?}");
+    assert!(s.quarantined_nodes.is_empty(), "{:?}", s.quarantined_nodes);
+    assert!(!cordoned(&env.read_node("good-01").await));
+    assert!(
+        rules(&client).await.iter().all(|r| r
+            .annotations()
+            .get(ANNOTATION_DEVICE_QUARANTINE)
+            .is_none()
+            || r.spec
+                .device_selector
+                .as_ref()
+                .and_then(|d| d.pool.as_deref())
+                != Some("good-01")),
+        "no rule of gpufabric on good-01"
     );
 }

@@ -17,8 +17,9 @@ pub fn slim<K: Resource>(obj: &mut K) {
 /// A benchmark pod as the run controller reads it: its metadata, its whole status (phase,
 /// conditions, container states and termination messages, pod IP) and, of its spec, only the
 /// node it is bound to, the node its affinity requires (a pod that claims its GPUs, before
-/// the scheduler binds it: [`crate::pods::claim::required_node`]) and its
-/// `activeDeadlineSeconds`. The containers (arguments, environment, volumes) are what the
+/// the scheduler binds it: [`crate::pods::claim::required_node`]), its
+/// `activeDeadlineSeconds` and its resource claims (whether it claims its GPUs: a claim the
+/// scheduler cannot allocate is said so, [`crate::results::pod_state`]). The containers (arguments, environment, volumes) are what the
 /// operator wrote and never reads back.
 pub fn slim_pod(pod: &mut Pod) {
     slim(pod);
@@ -30,6 +31,7 @@ pub fn slim_pod(pod: &mut Pod) {
         pod.spec = Some(PodSpec {
             node_name: spec.node_name,
             active_deadline_seconds: spec.active_deadline_seconds,
+            resource_claims: spec.resource_claims,
             affinity: required.map(|r| Affinity {
                 node_affinity: Some(NodeAffinity {
                     required_during_scheduling_ignored_during_execution: Some(r),
@@ -174,8 +176,27 @@ mod tests {
         .expect("pod");
         let mut pod = made.pod;
         pod.metadata.uid = Some("pod-uid".into());
+        // The scheduler cannot allocate its claim.
+        pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                message: Some("0/4 nodes are available: 1 cannot allocate all claims.".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
         let whole = pod.clone();
         slim_pod(&mut pod);
+        let state = results::pod_state(&pod);
+        assert_eq!(state, results::pod_state(&whole));
+        assert!(
+            matches!(&state, PodState::Waiting(Some(b))
+                if b.detail.starts_with("the node's GPUs could not be claimed")),
+            "{state:?}"
+        );
         assert!(pod.spec.as_ref().is_some_and(|s| s.containers.is_empty()));
         assert_eq!(crate::pods::claim::required_node(&pod), Some("gpu-0"));
         assert_eq!(

@@ -45,6 +45,9 @@ pub struct Context {
     pub quarantine_writes: Arc<crate::quarantine::Ledger>,
     /// The last folded run per test whose node signals this process wrote.
     pub signals_written: Arc<crate::signals::pending::Written>,
+    /// The last read of which nodes' GPUs are DRA devices, shared by the pods made soon
+    /// after, the targets of a FabricTest and the node watch.
+    pub devices: Arc<crate::dra::cache::DeviceCache>,
 }
 
 impl Context {
@@ -101,6 +104,7 @@ impl Context {
             quarantine_lock: Default::default(),
             quarantine_writes: Default::default(),
             signals_written: Default::default(),
+            devices: Default::default(),
         })
     }
 }

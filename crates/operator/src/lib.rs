@@ -140,6 +140,7 @@ fn context(
         quarantine_lock: Default::default(),
         quarantine_writes: Default::default(),
         signals_written: Default::default(),
+        devices: Default::default(),
     })
 }
 
@@ -266,7 +267,8 @@ pub async fn run(client: Client, options: Options) -> Result<(), std::io::Error>
         .owns_shared_stream(run_sub_tests)
         .watches_stream(node_stream, {
             let tests = test_store.clone();
-            move |node| tests_for_node(&tests.state(), &node)
+            let devices = ctx.devices.clone();
+            move |node| tests_for_node(&tests.state(), &node, &devices.last_counts())
         })
         .graceful_shutdown_on(wait_for(shutdown.clone()))
         .run(
@@ -345,10 +347,12 @@ fn node_cache(
 /// (someone may have undone it), and each test that selects it when it carries the
 /// validation gate or the repaired annotation, has a condition the test names turned True,
 /// or may have just joined a test that gates new nodes. Other node changes (status
-/// heartbeats of healthy nodes) trigger nothing.
+/// heartbeats of healthy nodes) trigger nothing. `dra_gpus`: each node's GPUs as DRA devices,
+/// as last read (a node whose GPUs are only devices is selected by them).
 fn tests_for_node(
     tests: &[std::sync::Arc<FabricTest>],
     node: &Node,
+    dra_gpus: &std::collections::BTreeMap<String, u32>,
 ) -> Vec<reflector::ObjectRef<FabricTest>> {
     use kube::ResourceExt;
     let mut out = Vec::new();
@@ -378,7 +382,7 @@ fn tests_for_node(
                 (Some(n), Some(c)) => n.0 > c.0,
                 _ => false,
             };
-        if (marked || troubled || joined) && lifecycle::targets::selects(t, node) {
+        if (marked || troubled || joined) && lifecycle::targets::selects(t, node, dra_gpus) {
             out.push(reflector::ObjectRef::new(&t.name_any()));
         }
     }

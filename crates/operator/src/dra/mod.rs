@@ -11,6 +11,7 @@
 //! lets the garbage collector remove the rules of a test that is gone.
 
 mod apply;
+pub mod cache;
 pub mod claims;
 pub mod rules;
 pub mod slices;

@@ -205,11 +205,12 @@ pub async fn gate_new_nodes(test: &FabricTest, ctx: &Context, status: &FabricTes
         .map(|h| (h.node.as_str(), h))
         .collect();
     let key = test.name_any();
-    let joined: Vec<String> = ctx
-        .nodes
-        .state()
+    let cached = ctx.nodes.state();
+    let needed = targets::needs_devices(test, cached.iter().map(|n| n.as_ref()));
+    let devices = ctx.devices.counts_if(needed, &ctx.client).await;
+    let joined: Vec<String> = cached
         .iter()
-        .filter(|n| targets::selects(test, n))
+        .filter(|n| targets::selects(test, n, &devices))
         .filter(|n| {
             n.metadata
                 .creation_timestamp
@@ -280,10 +281,12 @@ pub struct Targeted {
 }
 
 /// The nodes named by hand on the test (`gpufabric.io/run-nodes`, `gpufabric.io/run-selector`)
-/// that it selects, and the names it does not select. None when neither annotation is set.
+/// that it selects (`dra_gpus`: each node's GPUs as DRA devices, [`targets::selects`]), and
+/// the names it does not select. None when neither annotation is set.
 pub fn named_by_hand<'a>(
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'a Node> + Clone,
+    dra_gpus: &BTreeMap<String, u32>,
 ) -> Option<(Vec<String>, Vec<String>)> {
     let a = test.annotations();
     let names = a.get(keys::ANNOTATION_RUN_NODES);
@@ -313,7 +316,7 @@ pub fn named_by_hand<'a>(
         let matched = labels
             .as_ref()
             .is_some_and(|l| !l.is_empty() && crate::nodes::matches_selector(n, l));
-        if (named || matched) && targets::selects(test, n) {
+        if (named || matched) && targets::selects(test, n, dra_gpus) {
             chosen.push(name);
         }
     }

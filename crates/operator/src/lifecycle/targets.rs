@@ -1,8 +1,7 @@
 //! Which nodes a FabricTest tests now, outside its schedule, and when it tries again: pure
 //! decisions from the nodes as cached and the test's history.
 
-use crate::nodes::matches_selector;
-use crate::pods::allocatable_gpus;
+use crate::nodes::{gpu_count, matches_selector};
 use gpufabric_api::keys::{ANNOTATION_QUARANTINE, ANNOTATION_REPAIRED, TAINT_VALIDATION};
 use gpufabric_api::test::{
     CONDITION_RUN_WINDOW_SECONDS, CONDITION_RUNS_PER_WINDOW, FabricTest, NodeHealth, NodeTarget,
@@ -19,9 +18,16 @@ pub const MAX_TARGETS: usize = 200;
 pub const FIRST_BACKOFF_SECONDS: i64 = 20;
 pub const MAX_BACKOFF_SECONDS: i64 = 600;
 
-/// The node is selected by `test` (its selector, its name list, GPUs allocatable) and not
-/// being deleted.
-pub fn selects(test: &FabricTest, node: &Node) -> bool {
+/// The node is selected by `test` (its selector, its name list, GPUs: allocatable
+/// `nvidia.com/gpu` or, where it has them, its GPUs published as DRA devices, `dra_gpus`, as
+/// [`gpu_count`] counts them for a run) and not being deleted.
+pub fn selects(test: &FabricTest, node: &Node, dra_gpus: &BTreeMap<String, u32>) -> bool {
+    named(test, node) && gpu_count(node, dra_gpus) > 0
+}
+
+/// The node is selected by `test`'s selector and name list, and not being deleted, whatever
+/// its GPUs.
+fn named(test: &FabricTest, node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none()
         && test
             .spec
@@ -29,7 +35,15 @@ pub fn selects(test: &FabricTest, node: &Node) -> bool {
             .as_ref()
             .is_none_or(|names| names.contains(&node.name_any()))
         && matches_selector(node, &test.spec.node_selector)
-        && allocatable_gpus(node) > 0
+}
+
+/// Whether [`selects`] needs the nodes' DRA devices to decide: some node the test names
+/// (selector, name list) offers no `nvidia.com/gpu`, and may have its GPUs as devices only.
+/// Where every such node has `nvidia.com/gpu`, the devices change nothing and are not read.
+pub fn needs_devices<'a>(test: &FabricTest, nodes: impl IntoIterator<Item = &'a Node>) -> bool {
+    nodes
+        .into_iter()
+        .any(|n| named(test, n) && crate::pods::allocatable_gpus(n) == 0)
 }
 
 /// The node carries the validation gate.
@@ -220,16 +234,18 @@ pub fn of_an_earlier_node(h: &NodeHealth, node: &Node) -> bool {
 
 /// Notes, for each node as cached, when the validation gate appeared on it (`gatedSince`,
 /// kept while the gate stays, cleared when it goes) so that a gate put on again is a new
-/// request. Returns whether `history` changed.
+/// request. `dra_gpus`: each node's GPUs as DRA devices ([`selects`]). Returns whether
+/// `history` changed.
 pub fn note_gates<'a>(
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'a Node>,
+    dra_gpus: &BTreeMap<String, u32>,
     history: &mut Vec<NodeHealth>,
     now: &Time,
 ) -> bool {
     let gated: BTreeMap<String, bool> = nodes
         .into_iter()
-        .filter(|n| selects(test, n))
+        .filter(|n| selects(test, n, dra_gpus))
         .map(|n| (n.name_any(), is_gated(n)))
         .collect();
     let mut changed = false;
@@ -287,16 +303,18 @@ pub struct Wanted {
 }
 
 /// What the selected `nodes` ask of `test` now, from its history and its breaker.
+/// `dra_gpus`: each node's GPUs as DRA devices ([`selects`]).
 pub fn wanted<'a>(
     test: &FabricTest,
     nodes: impl IntoIterator<Item = &'a Node>,
+    dra_gpus: &BTreeMap<String, u32>,
     history: &[NodeHealth],
     breaker_open: bool,
 ) -> Wanted {
     let by_node: BTreeMap<&str, &NodeHealth> =
         history.iter().map(|h| (h.node.as_str(), h)).collect();
     let mut w = Wanted::default();
-    for n in nodes.into_iter().filter(|n| selects(test, n)) {
+    for n in nodes.into_iter().filter(|n| selects(test, n, dra_gpus)) {
         let name = n.name_any();
         let h = by_node.get(name.as_str()).copied();
         if let Some(why) = why_now(test, n, h, breaker_open) {
@@ -421,6 +439,11 @@ mod tests {
         serde_json::from_value(v).expect("a node")
     }
 
+    /// No node's GPUs are DRA devices.
+    fn none() -> BTreeMap<String, u32> {
+        BTreeMap::new()
+    }
+
     fn measured(node: &str, at: &str) -> NodeHealth {
         NodeHealth {
             node: node.into(),
@@ -459,13 +482,13 @@ mod tests {
         );
         // A node the test does not select is never wanted.
         let other = test(json!({"nodeSelector": {"pool": "b"}}));
-        assert!(wanted(&other, [&gated], &[], false).now.is_empty());
+        assert!(wanted(&other, [&gated], &none(), &[], false).now.is_empty());
         // Nor one without GPUs.
         let cpu = node(
             "c",
             json!({"status": {"allocatable": {"nvidia.com/gpu": "0"}}}),
         );
-        assert!(!selects(&t, &cpu));
+        assert!(!selects(&t, &cpu, &none()));
     }
 
     #[test]
@@ -570,13 +593,14 @@ mod tests {
         let mut history = vec![measured("g", "2026-11-27T02:00:00Z")];
         // Measured after it joined, then gated by hand at 03:00: wanted.
         let at = time("2026-11-27T03:00:00Z");
-        assert!(note_gates(&t, [&gated], &mut history, &at));
+        assert!(note_gates(&t, [&gated], &none(), &mut history, &at));
         assert_eq!(history[0].gated_since, Some(at.clone()));
         assert!(why_now(&t, &gated, Some(&history[0]), false).is_some());
         // Seen again: the same appearance, the time stays.
         assert!(!note_gates(
             &t,
             [&gated],
+            &none(),
             &mut history,
             &time("2026-11-27T03:05:00Z")
         ));
@@ -588,11 +612,18 @@ mod tests {
         assert!(note_gates(
             &t,
             [&open],
+            &none(),
             &mut history,
             &time("2026-11-27T04:00:00Z")
         ));
         assert_eq!(history[0].gated_since, None);
-        note_gates(&t, [&gated], &mut history, &time("2026-11-27T05:00:00Z"));
+        note_gates(
+            &t,
+            [&gated],
+            &none(),
+            &mut history,
+            &time("2026-11-27T05:00:00Z"),
+        );
         assert!(why_now(&t, &gated, Some(&history[0]), false).is_some());
     }
 
@@ -626,11 +657,59 @@ mod tests {
         assert!(matches!(repair(&held, true), Repair::WaitsForReset(_)));
         let t = test(json!({}));
         assert!(why_now(&t, &held, None, true).is_none());
-        let w = wanted(&t, [&held, &foreign], &[], true);
+        let w = wanted(&t, [&held, &foreign], &none(), &[], true);
         assert!(w.now.is_empty());
         assert_eq!(w.waiting.keys().collect::<Vec<_>>(), ["h"]);
         assert_eq!(w.not_held, ["f"]);
         assert_eq!(repair(&node("p", json!({})), false), Repair::None);
+    }
+
+    #[test]
+    fn a_node_whose_gpus_are_only_dra_devices_is_a_gate_and_repair_target() {
+        let t = test(json!({"nodeSelector": {"pool": "a"}}));
+        // No nvidia.com/gpu: its four GPUs are devices of the GPU driver.
+        let dra_only = |name: &str, extra: &str| {
+            let mut n = node(name, serde_json::from_str(extra).expect("json"));
+            if let Some(s) = n.status.as_mut() {
+                s.allocatable = None;
+            }
+            n
+        };
+        let gated = dra_only("g", GATE);
+        let repaired = dra_only(
+            "r",
+            r#"{"metadata": {"annotations": {"gpufabric.io/repaired": "INC-9",
+                "gpufabric.io/quarantine": "{}"}}}"#,
+        );
+        let devices = BTreeMap::from([("g".to_string(), 4), ("r".to_string(), 4)]);
+        assert_eq!(gpu_count(&gated, &devices), 4);
+        assert!(selects(&t, &gated, &devices));
+        // The devices are read only where a named node offers no nvidia.com/gpu.
+        assert!(needs_devices(&t, [&gated]));
+        assert!(!needs_devices(&t, [&node("p", json!({}))]));
+        let mut history = Vec::new();
+        let at = time("2026-11-27T03:00:00Z");
+        assert!(note_gates(
+            &t,
+            [&gated, &repaired],
+            &devices,
+            &mut history,
+            &at
+        ));
+        assert_eq!(history.len(), 1, "the gate is noted on the gated node");
+        let w = wanted(&t, [&gated, &repaired], &devices, &history, false);
+        assert_eq!(w.now.keys().collect::<Vec<_>>(), ["g", "r"]);
+        assert!(w.now["g"].contains("validation gate"));
+        assert!(w.now["r"].contains("marked repaired"));
+        // Without its devices published (or with none), it has no GPU: not a target.
+        for published in [none(), BTreeMap::from([("g".to_string(), 0)])] {
+            assert!(!selects(&t, &gated, &published));
+            assert!(
+                wanted(&t, [&gated, &repaired], &published, &[], false)
+                    .now
+                    .is_empty()
+            );
+        }
     }
 
     #[test]

@@ -132,8 +132,43 @@ fn blocker(pod: &Pod, status: &PodStatus) -> Option<Blocker> {
         .is_some_and(|n| !n.is_empty());
     (!bound).then(|| Blocker {
         reason: NotMeasuredReason::NotScheduled,
-        detail: "the pod was never bound to its node".into(),
+        detail: not_scheduled(pod, status),
     })
+}
+
+/// Why an unbound pod was not scheduled, from the scheduler's `PodScheduled` condition:
+/// a pod that claims its GPUs (a ResourceClaim for all the node's GPUs) that the scheduler
+/// could not allocate says that its GPUs could not be claimed, and why that happens, before
+/// the scheduler's words (a status cuts a long reason).
+fn not_scheduled(pod: &Pod, status: &PodStatus) -> String {
+    let refused = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False");
+    let Some(c) = refused else {
+        return "the pod was never bound to its node".into();
+    };
+    let said = with_message(
+        c.reason.as_deref().unwrap_or("PodScheduled=False"),
+        c.message.as_deref(),
+    );
+    let claims = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    let about_claims = c
+        .message
+        .as_deref()
+        .is_some_and(|m| m.to_ascii_lowercase().contains("claim"));
+    if claims && about_claims {
+        format!(
+            "the node's GPUs could not be claimed (a GPU tainted by someone else, or held by another claim, keeps the pod's claim for all of them from being allocated); the scheduler: {said}"
+        )
+    } else {
+        format!("the pod was never bound to its node (the scheduler: {said})")
+    }
 }
 
 /// The disruption the pod's `DisruptionTarget` condition or reason records, if any.

@@ -663,3 +663,67 @@ fn the_pod_deadline_judges_a_started_agent_by_its_deadline_never_by_its_exit_cod
         assert!(!detail.contains("segmentation"), "{detail}");
     }
 }
+
+/// A pod the scheduler left unbound, with its `PodScheduled` condition saying `message`;
+/// `claims`: it claims its GPUs through a ResourceClaim.
+fn unschedulable(claims: bool, message: &str) -> Pod {
+    let mut p = pod("Pending", None, None);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = None;
+        if claims {
+            spec.resource_claims = Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
+                name: "gpus".into(),
+                resource_claim_template_name: Some("gpus".into()),
+                ..Default::default()
+            }]);
+        }
+    }
+    if let Some(s) = p.status.as_mut() {
+        s.conditions = Some(vec![PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some(message.into()),
+            ..Default::default()
+        }]);
+    }
+    p
+}
+
+#[test]
+fn a_claim_the_scheduler_cannot_allocate_says_the_gpus_could_not_be_claimed() {
+    let said = "0/4 nodes are available: 1 cannot allocate all claims, 3 node(s) didn't match Pod's node affinity/selector.";
+    let o = pod_state(&unschedulable(true, said)).at_run_deadline(40, None);
+    let NodeOutcome::NotMeasured { reason, detail } = &o else {
+        panic!("not measured, never a fault of the node: {o:?}");
+    };
+    assert_eq!(*reason, NotMeasuredReason::NotScheduled);
+    assert!(
+        detail.starts_with("the node's GPUs could not be claimed ("),
+        "{detail}"
+    );
+    assert!(
+        detail.contains(
+            "the scheduler: Unschedulable: 0/4 nodes are available: 1 cannot allocate all claims"
+        ),
+        "the scheduler's words: {detail}"
+    );
+    assert!(detail.contains("the run deadline (40s)"), "{detail}");
+    // A pod that claims nothing, or one the scheduler refused for another reason, is not
+    // said to have lost its GPUs: the scheduler's words alone.
+    for p in [
+        unschedulable(false, said),
+        unschedulable(true, "0/4 nodes are available: 1 Insufficient cpu."),
+    ] {
+        let (r, detail) = match pod_state(&p).at_run_deadline(40, None) {
+            NodeOutcome::NotMeasured { reason, detail } => (reason, detail),
+            o => panic!("{o:?}"),
+        };
+        assert_eq!(r, NotMeasuredReason::NotScheduled);
+        assert!(!detail.contains("could not be claimed"), "{detail}");
+        assert!(
+            detail.contains("never bound to its node (the scheduler: Unschedulable: 0/4"),
+            "{detail}"
+        );
+    }
+}

@@ -369,12 +369,16 @@ async fn start_targeted(
     let stamp = now();
     let cached = ctx.nodes.state();
     let nodes = || cached.iter().map(|n| n.as_ref());
-    targets::note_gates(test, nodes(), &mut status.nodes, &stamp);
-    let wanted = targets::wanted(test, nodes(), &status.nodes, breaker_open);
+    let devices = ctx
+        .devices
+        .counts_if(targets::needs_devices(test, nodes()), &ctx.client)
+        .await;
+    targets::note_gates(test, nodes(), &devices, &mut status.nodes, &stamp);
+    let wanted = targets::wanted(test, nodes(), &devices, &status.nodes, breaker_open);
     crate::lifecycle::repairs_on_hold(test, ctx, &wanted, &status.targets).await;
     let (mut list, mut due) = targets::schedule(&status.targets, &wanted.now, &stamp);
     list.extend(targets::waiting(&wanted.waiting));
-    let by_hand = crate::lifecycle::named_by_hand(test, nodes());
+    let by_hand = crate::lifecycle::named_by_hand(test, nodes(), &devices);
     let busy = active.iter().find(|r| r.spec.trigger == Trigger::Targeted);
     let test_ref = test.object_ref(&());
     if let Some(run) = busy {

@@ -29,8 +29,6 @@ pub struct RunContext {
     pub keeper: Arc<super::keeper::Keeper>,
     /// When each run's last pass began: a run gets at most one pass a second.
     pub passes: super::throttle::PassThrottle,
-    /// The last read of which nodes' GPUs are DRA devices, shared by the pods made soon after.
-    pub devices: super::gpus::DeviceCache,
 }
 
 impl std::ops::Deref for RunContext {
@@ -59,7 +57,6 @@ impl RunContext {
             start_lock: Default::default(),
             keeper: Arc::new(super::keeper::Keeper::new()),
             passes: Default::default(),
-            devices: Default::default(),
         }
     }
 

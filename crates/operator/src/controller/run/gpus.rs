@@ -11,35 +11,15 @@ use gpufabric_api::run::FabricTestRun;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
-use std::time::{Duration, Instant};
 
-/// How long a read of the nodes' DRA devices serves the pods made after it: a pair round
-/// of a thousand nodes makes a thousand rank pods within seconds, and each would otherwise
-/// read discovery and every ResourceSlice again.
-const DEVICES_FRESH: Duration = Duration::from_secs(5);
-
-/// The last read of the nodes' DRA devices and when it was made.
-#[derive(Default)]
-pub struct DeviceCache(tokio::sync::Mutex<Option<(Instant, Option<ClaimView>)>>);
-
-/// Which nodes' GPUs are DRA devices (None: the cluster serves no claims), read at most
-/// once every [`DEVICES_FRESH`] for the pods made meanwhile; an error is the API server's,
-/// and the pods are made by a later pass.
+/// Which nodes' GPUs are DRA devices (None: the cluster serves no claims), from the shared
+/// read ([`crate::dra::cache::DeviceCache`]) for the pods made meanwhile; an error is the API
+/// server's, and the pods are made by a later pass.
 pub(super) async fn devices(ctx: &RunContext) -> Result<Option<ClaimView>, kube::Error> {
-    let mut last = ctx.devices.0.lock().await;
-    if let Some((at, view)) = last.as_ref()
-        && at.elapsed() < DEVICES_FRESH
-    {
-        return Ok(view.clone());
-    }
-    let view = crate::dra::claims::observe(&ctx.client)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
-            e.into_kube()
-        })?;
-    *last = Some((Instant::now(), view.clone()));
-    Ok(view)
+    ctx.devices.read(&ctx.client).await.map_err(|e| {
+        tracing::warn!(error = %e, "DRA devices not read: benchmark pods made later");
+        e
+    })
 }
 
 /// Each node's GPUs published as DRA devices, by node name (empty where the cluster serves
@@ -50,12 +30,8 @@ pub(super) async fn device_counts(
 ) -> Result<std::collections::BTreeMap<String, u32>, kube::Error> {
     Ok(devices(ctx)
         .await?
-        .map(|v| {
-            v.gpus
-                .iter()
-                .map(|(node, gpus)| (node.clone(), u32::try_from(gpus.len()).unwrap_or(u32::MAX)))
-                .collect()
-        })
+        .as_ref()
+        .map(ClaimView::gpu_counts)
         .unwrap_or_default())
 }
 
