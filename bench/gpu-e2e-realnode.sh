@@ -31,7 +31,12 @@ realnode_pack() {
       cp "$node_bin/containerd" "$stage/bin/dra/containerd" ||
       { echo "E2E_DRA=1: kube-scheduler, gpu-dra-plugin, containerd 1.7: rerun tests/cluster/build-node.sh"; return 1; }
   fi
-  cp /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc "$stage/bin/" ||
+  # A DRA pack holds containerd 1.7 alone (Debian's 1.6 has no CDI), so that the pack stays
+  # under what one call carries; its node runs only with E2E_DRA=1.
+  if [ "${E2E_DRA:-0}" != 1 ]; then
+    cp /usr/bin/containerd "$stage/bin/" || { echo "containerd: apt-get install containerd"; return 1; }
+  fi
+  cp /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr /usr/sbin/runc "$stage/bin/" ||
     { echo "containerd, runc: apt-get install containerd runc"; return 1; }
   cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback "$stage/bin/cni/" ||
     { echo "CNI plugins: apt-get install containernetworking-plugins"; return 1; }
@@ -89,6 +94,10 @@ SH
   fi
   echo "node $name at $ip"
   local containerd=containerd cdi=""
+  if [ "${E2E_DRA:-0}" != 1 ] && [ ! -x "$RB/containerd" ]; then
+    echo "the pack is a DRA pack (containerd 1.7 only): run with E2E_DRA=1, or pack-realnode without it"
+    return 1
+  fi
   if [ "${E2E_DRA:-0}" = 1 ]; then
     [ -x "$RB/dra/containerd" ] && [ -x "$RB/gpu-dra-plugin" ] && [ -x "$RB/kube-scheduler" ] ||
       { echo "E2E_DRA=1: the pack holds no DRA binaries: E2E_DRA=1 bench/gpu-e2e.sh pack-realnode"; return 1; }
