@@ -278,6 +278,37 @@ fn assert_the_sweep_has_its_knee_where_the_ring_meets_the_slow_path(
         "the knee is no finding: {:#?}",
         status.findings
     );
+    // The links the ranks exchanged: eight NDR ports on every H200 node, 400 GB/s at every
+    // count; only the count whose ring closes over the slow path is far below them.
+    for p in &sweep.points {
+        let links = p
+            .links
+            .as_ref()
+            .unwrap_or_else(|| panic!("no links: {p:#?}"));
+        assert_eq!((links.rails, links.gbps), (8, Some(400.0)), "{p:#?}");
+        let ar = p
+            .ceiling(Collective::AllReduce)
+            .unwrap_or_else(|| panic!("no ceiling: {p:#?}"));
+        assert_eq!(ar.busbw, 400.0, "{p:#?}");
+    }
+    let gaps = &status.nccl_nodes.as_ref().expect("sweep").link_gaps;
+    let below: Vec<(Collective, u32)> = gaps
+        .iter()
+        .filter(|g| g.kind == gpufabric_api::link_ceiling::LinkGapKind::Below)
+        .map(|g| (g.collective, g.nodes))
+        .collect();
+    assert!(
+        below.contains(&(Collective::AllReduce, 5)) && below.iter().all(|(_, k)| *k == 5),
+        "{gaps:#?}"
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == gpufabric_operator::nccl_nodes::CONDITION_BELOW_LINKS),
+        "{:#?}",
+        status.conditions
+    );
 }
 
 /// Four nodes whose ranks of the multi-node probe all get stuck (sim `hang` in phase

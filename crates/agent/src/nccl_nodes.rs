@@ -13,6 +13,7 @@ use crate::group_table;
 use crate::output::progress;
 use clap::Args;
 use gpufabric_api::nccl_nodes::NcclNodesResult;
+use gpufabric_api::pair::NicPort;
 use gpufabric_api::suite::Collective;
 use gpufabric_measure::cuda::nccl_nodes::CudaNcclNodes;
 use gpufabric_measure::cuda::node_pair::PairSettings;
@@ -131,7 +132,8 @@ pub fn run(args: NcclNodesArgs) -> anyhow::Result<i32> {
         Chosen::Measure { backend, .. } => backend,
         Chosen::Crashed(code) => return Ok(code),
     };
-    let end = nccl_nodes::run(m.as_mut(), &sweep, &progress)?;
+    let mut end = nccl_nodes::run(m.as_mut(), &sweep, &progress)?;
+    set_links(&mut end.doc, &end.ports);
     crate::output::emit_rank(
         &end.doc,
         Some(&end.doc.termination_text()),
@@ -142,6 +144,26 @@ pub fn run(args: NcclNodesArgs) -> anyhow::Result<i32> {
         return Ok(GroupArgs::unmet_exit("multi-node NCCL sweep", e));
     }
     Ok(exit(&end.doc).code())
+}
+
+/// Each point's links (`gpufabric_health::links::bound` over its nodes' ports, by rank),
+/// when the ranks exchanged their ports.
+fn set_links(doc: &mut NcclNodesResult, ports: &[Option<Vec<NicPort>>]) {
+    if ports.is_empty() {
+        return;
+    }
+    let nodes: Vec<(&str, Option<&[NicPort]>)> = doc
+        .header
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), ports.get(i).and_then(|p| p.as_deref())))
+        .collect();
+    for p in &mut doc.points {
+        p.links = nodes
+            .get(..p.nodes as usize)
+            .and_then(gpufabric_health::links::bound);
+    }
 }
 
 /// The exit code of a document: not measured, wrong values, a node count that failed, or
@@ -239,16 +261,38 @@ fn table(doc: &NcclNodesResult) -> String {
             "#\n# summary: busbw averaged over sizes >= {} bytes, time at {} bytes\n",
             doc.large_bytes, small
         ));
-        text.push_str("#  nodes  ranks  collective        busbw(GB/s)  small time(us)\n");
+        text.push_str(
+            "#  nodes  ranks  collective        busbw(GB/s)  small time(us)  links' ceiling(GB/s)\n",
+        );
         for p in &doc.points {
+            let gbps = p.links.as_ref().and_then(|l| l.gbps);
             for s in &p.summary {
+                let ceiling = gbps
+                    .and_then(|g| {
+                        gpufabric_health::links::ceiling(
+                            s.collective,
+                            p.nodes,
+                            doc.header.gpus_per_node,
+                            g,
+                        )
+                    })
+                    .map(|c| format!("{c:.2}"))
+                    .unwrap_or_else(|| "-".into());
                 text.push_str(&format!(
-                    "  {:>5} {:>6}  {:<16} {:>12.2} {:>15.1}\n",
+                    "  {:>5} {:>6}  {:<16} {:>12.2} {:>15.1} {:>21}\n",
                     p.nodes,
                     p.ranks,
                     s.collective.nccl_tests_name(),
                     s.large_busbw,
-                    s.small_time_us
+                    s.small_time_us,
+                    ceiling
+                ));
+            }
+            if let Some(l) = &p.links {
+                text.push_str(&format!(
+                    "#  {} nodes: links bounded by {}\n",
+                    p.nodes,
+                    l.describe()
                 ));
             }
         }
@@ -306,6 +350,7 @@ mod tests {
                 summary: vec![
                     NcclNodesSummary::of(Collective::AllGather, &rows, 64 << 20).expect("summary"),
                 ],
+                links: None,
                 rows,
             }],
             not_measured: None,
@@ -341,8 +386,45 @@ mod tests {
             .expect("a summary row");
         assert_eq!(
             summary.split_whitespace().collect::<Vec<_>>(),
-            ["2", "16", "all_gather", "309.73", "41.2"]
+            ["2", "16", "all_gather", "309.73", "41.2", "-"]
         );
+    }
+
+    fn ports(up: u32) -> Vec<NicPort> {
+        (0..8)
+            .map(|i| NicPort {
+                device: format!("mlx5_{i}"),
+                port: 1,
+                link_layer: Some("InfiniBand".into()),
+                state: if i < up { "ACTIVE" } else { "DOWN" }.into(),
+                phys_state: if i < up { "LinkUp" } else { "Polling" }.into(),
+                rate_gbps: Some(400.0),
+                errors: Default::default(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_point_is_bounded_by_its_slowest_nodes_links_and_the_table_shows_the_ceiling() {
+        let mut d = doc();
+        set_links(&mut d, &[Some(ports(8)), Some(ports(6))]);
+        let links = d.points[0].links.as_ref().expect("links");
+        assert_eq!((links.node.as_str(), links.gbps), ("b", Some(300.0)));
+        let text = table(&d);
+        let summary = text
+            .lines()
+            .skip_while(|l| !l.starts_with("# summary"))
+            .nth(2)
+            .expect("a summary row");
+        assert_eq!(summary.split_whitespace().last(), Some("300.00"), "{text}");
+        assert!(
+            text.contains("#  2 nodes: links bounded by b (6 rails, 300.0 GB/s)"),
+            "{text}"
+        );
+        // Ranks that never exchanged their ports leave the points as they were.
+        let mut d = doc();
+        set_links(&mut d, &[]);
+        assert_eq!(d.points[0].links, None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod group;
 pub mod health_upgrade;
 pub mod keys;
 pub mod limits;
+pub mod link_ceiling;
 pub mod nccl_nodes;
 pub mod nic;
 pub mod nic_counters;

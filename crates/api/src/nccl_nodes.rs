@@ -3,6 +3,7 @@
 //! range of sizes, in nccl-tests' convention, as one rank (node) of the group writes it.
 
 use crate::group::GroupHeader;
+use crate::link_ceiling::{NcclNodesCeiling, NcclNodesLinkGap, NcclNodesLinks};
 use crate::pair::{NotMeasured, PairCollective, PairState};
 use crate::result::{ParseError, PhaseError};
 use crate::suite::Collective;
@@ -75,6 +76,10 @@ pub struct NcclNodesPoint {
     pub ranks: u32,
     /// Per collective, in the order measured.
     pub summary: Vec<NcclNodesSummary>,
+    /// What the nodes' network ports allow: the node that bounds this count, or why
+    /// nothing is known (absent from older agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<NcclNodesLinks>,
     /// Every collective at every size (nccl-tests' rows): the slowest node's time, its
     /// algbw and busbw, and the wrong values of every node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -126,7 +131,8 @@ impl NcclNodesResult {
     /// ([`crate::keys::TERMINATION_MESSAGE_LIMIT`]): whole when it fits; else without the
     /// per-size rows (the summaries stay); else without the node names of each point (the
     /// group's list names them: a point is its first `nodes`); else without the group's
-    /// list too.
+    /// list and the list of sizes too (each point's summaries and links stay: they are what
+    /// the run's status keeps).
     pub fn termination_text(&self) -> String {
         let limit = crate::keys::TERMINATION_MESSAGE_LIMIT;
         // A struct of strings and numbers always serialises.
@@ -151,6 +157,7 @@ impl NcclNodesResult {
             return trimmed;
         }
         d.header.nodes.clear();
+        d.sizes.clear();
         text(&d)
     }
 }
@@ -165,6 +172,14 @@ pub struct NcclNodesCurvePoint {
     pub ranks: u32,
     /// Per collective, in the order measured.
     pub summary: Vec<NcclNodesSummary>,
+    /// What the nodes' network ports allow: the node that bounds this count (its rails and
+    /// their rate), or why nothing is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<NcclNodesLinks>,
+    /// Per collective, when the links are known: the busbw they allow and the share of it
+    /// measured (`gpufabric_health::links`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ceilings: Vec<NcclNodesCeiling>,
 }
 
 impl From<&NcclNodesPoint> for NcclNodesCurvePoint {
@@ -173,7 +188,16 @@ impl From<&NcclNodesPoint> for NcclNodesCurvePoint {
             nodes: p.nodes,
             ranks: p.ranks,
             summary: p.summary.clone(),
+            links: p.links.clone(),
+            ceilings: Vec::new(),
         }
+    }
+}
+
+impl NcclNodesCurvePoint {
+    /// The ceiling of `collective` at this count, when the links give one.
+    pub fn ceiling(&self, collective: Collective) -> Option<&NcclNodesCeiling> {
+        self.ceilings.iter().find(|c| c.collective == collective)
     }
 }
 
@@ -298,6 +322,11 @@ pub struct NcclNodesStatus {
     /// test's baseline at that count (no node is held to account for it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub below_baseline: Vec<NcclNodesShortfall>,
+    /// Node counts of any sweep far below the ceiling of the links their nodes report, or
+    /// above it (then the ports were reported wrong and the ceiling cannot be trusted); no
+    /// node is held to account for either.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_gaps: Vec<NcclNodesLinkGap>,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -374,6 +403,12 @@ mod tests {
                         .iter()
                         .filter_map(|&c| NcclNodesSummary::of(c, &rows, 64 << 20))
                         .collect(),
+                    links: Some(NcclNodesLinks {
+                        node: names[k as usize - 1].clone(),
+                        rails: 8,
+                        gbps: Some(400.0),
+                        unknown: None,
+                    }),
                     rows,
                 }
             })
@@ -437,6 +472,7 @@ mod tests {
         assert_eq!(back.points.len(), 10);
         assert!(back.points.iter().all(|p| p.summary.len() == 4));
         assert_eq!(back.points[9].ranks, 1024 * 8);
+        assert!(back.points.iter().all(|p| p.links.is_some()));
         // A small group's message names the nodes of each point.
         let small = doc(2);
         let back: NcclNodesResult =

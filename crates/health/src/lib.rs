@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod floors;
 pub mod gpu_quarantine;
 pub mod history;
+pub mod links;
 pub mod nics;
 pub mod pairs;
 pub mod probe;

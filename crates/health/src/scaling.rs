@@ -26,7 +26,7 @@
 //!    fleet's minimum relative gap) is a shortfall of the run, never of a node. Without a
 //!    baseline for the count, the curve is judged by rules 1 and 2 alone.
 //!
-//! No rule has an expectation from the links the nodes report yet.
+//! The expectation from the links the nodes report is [`crate::links`]'.
 
 use crate::evaluate::baseline::{Against, basis_words, far_below};
 use crate::fleet::{self, Better, Rule};

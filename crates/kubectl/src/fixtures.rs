@@ -303,8 +303,10 @@ pub fn with_trend(mut n: Node, text: &str) -> Node {
 }
 
 /// A multi-node NCCL sweep over four nodes of 8 GPUs: all_reduce at 45.5 GB/s on 2 nodes and
-/// 14.0 on 4 (a knee), alltoall flat at 38.0.
+/// 14.0 on 4 (a knee), alltoall flat at 38.0; the links (h100-01: 8 rails of 50 GB/s) allow
+/// all_reduce 400 GB/s, so both counts are far below them.
 pub fn nccl_nodes() -> gpufabric_api::nccl_nodes::NcclNodesStatus {
+    use gpufabric_api::link_ceiling::{NcclNodesCeiling, NcclNodesLinks};
     use gpufabric_api::nccl_nodes::{
         NcclNodesCurvePoint, NcclNodesKnee, NcclNodesStatus, NcclNodesSummary, NcclNodesSweep,
     };
@@ -328,6 +330,17 @@ pub fn nccl_nodes() -> gpufabric_api::nccl_nodes::NcclNodesStatus {
                         summary(Collective::AllReduce, ar),
                         summary(Collective::AllToAll, 38.0),
                     ],
+                    links: Some(NcclNodesLinks {
+                        node: "h100-01".into(),
+                        rails: 8,
+                        gbps: Some(400.0),
+                        unknown: None,
+                    }),
+                    ceilings: vec![NcclNodesCeiling {
+                        collective: Collective::AllReduce,
+                        busbw: 400.0,
+                        share: ar / 400.0,
+                    }],
                 })
                 .to_vec(),
             gpus_per_node: 8,

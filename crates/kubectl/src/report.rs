@@ -263,10 +263,18 @@ pub fn nccl_nodes_doc(r: &FabricTestRun) -> Doc {
     for b in &p.slow_blocks {
         doc.line(format!("slow block: {}", b.message));
     }
+    for g in &p.link_gaps {
+        let what = match g.kind {
+            gpufabric_api::link_ceiling::LinkGapKind::Below => "far below the links",
+            gpufabric_api::link_ceiling::LinkGapKind::Above => "above the links",
+        };
+        doc.line(format!("{what}: {}", g.message));
+    }
     doc
 }
 
-/// One sweep under `title`: its nodes, state, curve table and knees.
+/// One sweep under `title`: its nodes, state, curve table (each collective's busbw beside the
+/// ceiling its links allow, where known), what bounds the links, and its knees.
 fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNodesSweep) {
     doc.heading(group_heading(
         title,
@@ -275,17 +283,24 @@ fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNo
         p.message.as_deref(),
     ));
     let collectives = p.collectives();
+    let ceilinged: Vec<bool> = collectives
+        .iter()
+        .map(|c| p.points.iter().any(|x| x.ceiling(*c).is_some()))
+        .collect();
     let mut header = vec!["NODES".to_string(), "RANKS".to_string()];
-    for c in &collectives {
+    for (c, has) in collectives.iter().zip(&ceilinged) {
         let name = c.nccl_tests_name().to_uppercase();
         header.push(format!("{name} busbw GB/s"));
         header.push(format!("{name} small us"));
+        if *has {
+            header.push(format!("{name} links GB/s"));
+        }
     }
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = Table::new(&header);
     for x in &p.points {
         let mut row = vec![x.nodes.to_string(), x.ranks.to_string()];
-        for c in &collectives {
+        for (c, has) in collectives.iter().zip(&ceilinged) {
             match x.summary.iter().find(|s| s.collective == *c) {
                 Some(s) => {
                     row.push(format!("{:.1}", s.large_busbw));
@@ -293,10 +308,32 @@ fn sweep_doc(doc: &mut Doc, title: String, p: &gpufabric_api::nccl_nodes::NcclNo
                 }
                 None => row.extend([String::new(), String::new()]),
             }
+            if *has {
+                row.push(
+                    x.ceiling(*c)
+                        .map(|k| format!("{:.1} ({:.0}%)", k.busbw, k.share * 100.0))
+                        .unwrap_or_default(),
+                );
+            }
         }
         t.push(row);
     }
     doc.table(t);
+    // What bounds the links, once per run of counts it holds for.
+    let mut last: Option<String> = None;
+    for x in &p.points {
+        let Some(l) = &x.links else { continue };
+        let said = l.describe();
+        if last.as_deref() != Some(said.as_str()) {
+            let what = if l.gbps.is_some() {
+                format!("links from {} nodes: bounded by {said}", x.nodes)
+            } else {
+                format!("links from {} nodes: no ceiling, {said}", x.nodes)
+            };
+            doc.line(what);
+            last = Some(said);
+        }
+    }
     for k in &p.knees {
         doc.line(format!("knee: {}", k.message));
     }
@@ -585,9 +622,10 @@ mod tests {
         let text = render(&r, &Format::Table).expect("text");
         for needle in [
             "==> run nightly-manual-1: multi-node NCCL sweep over h100-00, h100-01, h100-02, h100-03 (Measured)",
-            "NODES  RANKS  ALL_REDUCE busbw GB/s  ALL_REDUCE small us  ALLTOALL busbw GB/s  ALLTOALL small us",
-            "2      16     45.5                   41.2                 38.0                 41.2",
+            "NODES  RANKS  ALL_REDUCE busbw GB/s  ALL_REDUCE small us  ALL_REDUCE links GB/s  ALLTOALL busbw GB/s  ALLTOALL small us",
+            "2      16     45.5                   41.2                 400.0 (11%)            38.0                 41.2",
             "4      32     14.0",
+            "    links from 2 nodes: bounded by h100-01 (8 rails, 400.0 GB/s)",
             "    knee: all_reduce loses 69% of its bus bandwidth from 2 to 4 nodes",
         ] {
             assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
@@ -606,6 +644,30 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
         }
+
+        // A count far below its links is said once, under the sweeps.
+        let mut p = fixtures::nccl_nodes();
+        p.link_gaps = vec![gpufabric_api::link_ceiling::NcclNodesLinkGap {
+            kind: gpufabric_api::link_ceiling::LinkGapKind::Below,
+            block: None,
+            collective: gpufabric_api::suite::Collective::AllReduce,
+            nodes: 4,
+            busbw: 14.0,
+            ceiling: 400.0,
+            message:
+                "all_reduce over 4 nodes reached 14.0 GB/s, 4% of the 400.0 GB/s the links allow"
+                    .into(),
+        }];
+        if let Some(s) = r.run.status.as_mut() {
+            s.nccl_nodes = Some(p);
+        }
+        let text = render(&r, &Format::Table).expect("text");
+        assert_eq!(
+            text.matches("far below the links: all_reduce over 4 nodes reached 14.0 GB/s")
+                .count(),
+            1,
+            "{text}"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::{CheckError, Progress, stats};
 use gpufabric_api::nccl_nodes::{
     NCCL_NODES_SCHEMA, NcclNodesPoint, NcclNodesResult, NcclNodesSummary,
 };
-use gpufabric_api::pair::{NotMeasured, PairCollective};
+use gpufabric_api::pair::{NicPort, NotMeasured, PairCollective};
 use gpufabric_api::result::{Backend, ErrorKind, Phase, PhaseError};
 use gpufabric_api::suite::Collective;
 use std::time::{Duration, Instant};
@@ -81,6 +81,9 @@ pub trait NcclMeasure {
     /// Once the measurements ended: [`CheckError::GpusInUse`] when other work holds the GPUs
     /// now, which started while they were measured.
     fn end_look(&mut self) -> Result<(), CheckError>;
+    /// This node's InfiniBand / RoCE ports (empty without any); None when they could not be
+    /// read.
+    fn ports(&mut self) -> Option<Vec<NicPort>>;
 }
 
 /// How a rank takes part in the sweep.
@@ -104,6 +107,10 @@ pub struct NcclNodesRun {
 pub struct NcclNodesEnd {
     pub doc: NcclNodesResult,
     pub unmet: Option<RendezvousError>,
+    /// Every node's network ports, by rank, as each reported them (None: not read or not
+    /// received); empty when the ranks did not get as far as exchanging them. What the
+    /// links allow each point is worked out from them.
+    pub ports: Vec<Option<Vec<NicPort>>>,
 }
 
 /// Runs one rank of the sweep on `m` (see the module doc). `startedAt` and `durationS` are
@@ -129,15 +136,17 @@ pub fn run(
         Ok(NcclNodesEnd {
             doc,
             unmet: Some(e),
+            ports: Vec::new(),
         })
     };
     let mut group = match meet(config, "nccl-nodes", progress) {
         Ok(g) => g,
         Err(e) => return unmet(doc, e),
     };
-    if let Err(e) = measure(&mut doc, &mut group, run, gpus, m, progress) {
-        return unmet(doc, e);
-    }
+    let ports = match measure(&mut doc, &mut group, run, gpus, m, progress) {
+        Ok(p) => p,
+        Err(e) => return unmet(doc, e),
+    };
     let looked = if run.shared_gpus || !doc.errors.is_empty() {
         Ok(())
     } else {
@@ -151,7 +160,11 @@ pub fn run(
         doc.errors.push(error(e.to_string()));
     }
     doc.header.duration_s = started.elapsed().as_secs_f64();
-    Ok(NcclNodesEnd { doc, unmet: None })
+    Ok(NcclNodesEnd {
+        doc,
+        unmet: None,
+        ports,
+    })
 }
 
 fn document(run: &NcclNodesRun, backend: Backend) -> NcclNodesResult {
@@ -198,9 +211,30 @@ impl CountStep for Step<'_> {
     }
 }
 
-/// Agrees on the GPUs per node, measures every node count and fills in the points. A
-/// rendezvous failure (a rank gone) is `Err`; a node count that failed is an error in the
-/// document.
+/// Every rank's ports, gathered by rank; a rank's that could not be read, were too many to
+/// send, or did not parse is None.
+fn gather_ports(
+    group: &mut Group,
+    mine: Option<Vec<NicPort>>,
+    timeout: Duration,
+) -> Result<Vec<Option<Vec<NicPort>>>, RendezvousError> {
+    // A list of ports always serialises; one too large to send goes as "not read".
+    let text = serde_json::to_vec(&mine).unwrap_or_default();
+    let text = if text.len() > crate::rendezvous::MAX_GATHER_BYTES {
+        b"null".to_vec()
+    } else {
+        text
+    };
+    let all = group.all_gather(&text, timeout)?;
+    Ok(all
+        .iter()
+        .map(|b| serde_json::from_slice::<Option<Vec<NicPort>>>(b).unwrap_or(None))
+        .collect())
+}
+
+/// Agrees on the GPUs per node, gathers every node's ports, measures every node count and
+/// fills in the points; returns the ports. A rendezvous failure (a rank gone) is `Err`; a
+/// node count that failed is an error in the document.
 fn measure(
     doc: &mut NcclNodesResult,
     group: &mut Group,
@@ -208,12 +242,13 @@ fn measure(
     gpus: u32,
     m: &mut dyn NcclMeasure,
     progress: Progress,
-) -> Result<(), RendezvousError> {
+) -> Result<Vec<Option<Vec<NicPort>>>, RendezvousError> {
     let names = &run.config.names;
     if let Err(why) = agree_gpus(group, names, gpus, run.config.timeout)? {
         doc.errors.push(error(why));
-        return Ok(());
+        return Ok(Vec::new());
     }
+    let ports = gather_ports(group, m.ports(), run.config.timeout)?;
     doc.header.gpus_per_node = gpus;
     let counts = node_counts(run.node_counts.as_deref(), 2, names.len() as u32);
     if counts.is_empty() {
@@ -221,7 +256,7 @@ fn measure(
             "no node count to measure over {} node(s): the sweep needs at least 2",
             names.len()
         )));
-        return Ok(());
+        return Ok(ports);
     }
     let wait = run.timeout * 2 + run.config.timeout;
     let mut step = Step {
@@ -255,7 +290,7 @@ fn measure(
     if let Some(e) = measured.error {
         doc.errors.push(error(e));
     }
-    Ok(())
+    Ok(ports)
 }
 
 /// The point of `k` nodes from their rows (the first `k`, all measured): per collective and
@@ -309,6 +344,7 @@ fn point(
             .iter()
             .filter_map(|&c| NcclNodesSummary::of(c, &rows, large_bytes))
             .collect(),
+        links: None,
         rows,
     })
 }

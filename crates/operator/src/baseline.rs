@@ -324,6 +324,8 @@ mod tests {
                             nodes,
                             ranks: nodes * 8,
                             summary: vec![summary(bw)],
+                            links: None,
+                            ceilings: Vec::new(),
                         },
                     )
                     .collect(),

@@ -1,10 +1,12 @@
 //! The multi-node NCCL sweep: each collective's bus bandwidth at the large sizes by node
-//! count (the curve across all nodes, or across topology blocks, then each block's), its
-//! knees, and the blocks slower than the others.
+//! count (the curve across all nodes, or across topology blocks, then each block's) beside
+//! the ceiling the nodes' links allow, its knees, the blocks slower than the others, and the
+//! counts far below their links or above them.
 
 use super::model::HtmlReport;
 use super::svg::{Chart, Series, esc, num};
 use crate::doc::wire;
+use gpufabric_api::link_ceiling::LinkGapKind;
 use gpufabric_api::nccl_nodes::NcclNodesSweep;
 use std::fmt::Write;
 
@@ -39,6 +41,18 @@ pub(super) fn section(r: &HtmlReport) -> String {
             esc(&b.key),
             esc(&b.value),
             esc(&b.message)
+        );
+    }
+    for g in &p.link_gaps {
+        let (kind, words) = match g.kind {
+            LinkGapKind::Below => ("below", "Far below the links"),
+            LinkGapKind::Above => ("above", "Above the links"),
+        };
+        let _ = write!(
+            s,
+            r#"<p class="note" data-link-gap="{kind}" data-nodes="{}">{words}: {} (no node is held to account for it).</p>"#,
+            g.nodes,
+            esc(&g.message)
         );
     }
     s.push_str("</section>\n");
@@ -93,6 +107,18 @@ fn sweep(s: &mut String, id: &str, title: &str, block: Option<&str>, p: &NcclNod
                     .map(|(nodes, busbw)| (f64::from(nodes), busbw))
                     .collect(),
             })
+            .chain(collectives.iter().filter_map(|c| {
+                let points: Vec<(f64, f64)> = p
+                    .points
+                    .iter()
+                    .filter_map(|x| x.ceiling(*c).map(|k| (f64::from(x.nodes), k.busbw)))
+                    .collect();
+                (!points.is_empty()).then(|| Series {
+                    name: format!("{} links' ceiling", c.nccl_tests_name()),
+                    key: format!("{}-ceiling", c.api_name()),
+                    points,
+                })
+            }))
             .collect(),
         rules: Vec::new(),
         width: 460.0,
@@ -100,7 +126,7 @@ fn sweep(s: &mut String, id: &str, title: &str, block: Option<&str>, p: &NcclNod
     };
     let _ = write!(
         s,
-        r#"<div class="figures"><figure>{}<figcaption>Bus bandwidth at the large sizes by node count (nccl-tests' busbw, all GPUs of each node).</figcaption></figure></div>"#,
+        r#"<div class="figures"><figure>{}<figcaption>Bus bandwidth at the large sizes by node count (nccl-tests' busbw, all GPUs of each node), beside the ceiling the slowest node's network ports allow where they are known.</figcaption></figure></div>"#,
         chart.render()
     );
     let _ = write!(
@@ -110,12 +136,13 @@ fn sweep(s: &mut String, id: &str, title: &str, block: Option<&str>, p: &NcclNod
     for c in &collectives {
         let _ = write!(
             s,
-            "<th>{} busbw GB/s</th><th>{} small µs</th>",
+            "<th>{} busbw GB/s</th><th>{} small µs</th><th>{} links' ceiling GB/s</th>",
+            c.nccl_tests_name(),
             c.nccl_tests_name(),
             c.nccl_tests_name()
         );
     }
-    s.push_str("</tr>");
+    s.push_str("<th>links</th></tr>");
     for x in &p.points {
         let _ = write!(
             s,
@@ -134,8 +161,24 @@ fn sweep(s: &mut String, id: &str, title: &str, block: Option<&str>, p: &NcclNod
                 }
                 None => s.push_str("<td></td><td></td>"),
             }
+            match x.ceiling(*c) {
+                Some(k) => {
+                    let _ = write!(
+                        s,
+                        r#"<td class="num" data-ceiling="{}">{} ({:.0}%)</td>"#,
+                        esc(c.api_name()),
+                        num(k.busbw),
+                        k.share * 100.0
+                    );
+                }
+                None => s.push_str("<td></td>"),
+            }
         }
-        s.push_str("</tr>");
+        let _ = write!(
+            s,
+            "<td>{}</td></tr>",
+            esc(&x.links.as_ref().map(|l| l.describe()).unwrap_or_default())
+        );
     }
     s.push_str("</table>");
     for k in &p.knees {

@@ -502,3 +502,45 @@ fn the_nccl_sweep_is_drawn_per_collective_by_node_count_with_its_knee_and_each_b
     assert!(slow[0].contains(r#"data-slow-block="rack-b""#), "{slow:?}");
     assert!(!page.contains("This run had no multi-node NCCL sweep"));
 }
+
+#[test]
+fn the_nccl_curve_is_drawn_beside_its_links_ceiling_and_a_count_far_below_it_is_said() {
+    let mut f = Fetched::demo();
+    let mut p = fixtures::nccl_nodes();
+    p.link_gaps = vec![gpufabric_api::link_ceiling::NcclNodesLinkGap {
+        kind: gpufabric_api::link_ceiling::LinkGapKind::Below,
+        block: None,
+        collective: gpufabric_api::suite::Collective::AllReduce,
+        nodes: 4,
+        busbw: 14.0,
+        ceiling: 400.0,
+        message: "all_reduce over 4 nodes reached 14.0 GB/s, 4% of the 400.0 GB/s the links allow"
+            .into(),
+    }];
+    if let Some(s) = f.run.status.as_mut() {
+        s.nccl_nodes = Some(p);
+    }
+    let page = f.page();
+    // The ceiling is a line of the chart beside the curve, and a column of the table.
+    assert!(
+        page.contains(r#"<g data-series="allReduce-ceiling">"#),
+        "{page}"
+    );
+    assert!(page.contains("all_reduce links&#39; ceiling"), "{page}");
+    let cells = tags(&page, r#"<td class="num" data-ceiling="#);
+    assert_eq!(cells.len(), 2, "{cells:?}");
+    assert!(
+        page.contains(r#"data-ceiling="allReduce">400 (11%)</td>"#),
+        "{page}"
+    );
+    assert!(
+        page.contains("<td>h100-01 (8 rails, 400.0 GB/s)</td>"),
+        "{page}"
+    );
+    let gap = tags(&page, "data-link-gap=");
+    assert_eq!(gap.len(), 1, "{gap:?}");
+    assert!(
+        gap[0].contains(r#"data-link-gap="below" data-nodes="4""#),
+        "{gap:?}"
+    );
+}

@@ -88,6 +88,17 @@ impl NcclMeasure for CudaNcclNodes {
             _ => Ok(()),
         }
     }
+
+    /// sysfs' InfiniBand / RoCE ports (none on a node without RDMA devices).
+    fn ports(&mut self) -> Option<Vec<gpufabric_api::pair::NicPort>> {
+        match crate::nic::read_ports(std::path::Path::new(crate::nic::SYSFS_ROOT)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(error = %e, "the network ports could not be read");
+                None
+            }
+        }
+    }
 }
 
 /// Every collective of `sweep` at every size over the first `nodes` nodes, and the GPUs

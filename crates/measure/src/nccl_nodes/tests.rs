@@ -102,7 +102,7 @@ fn the_sizes_grow_by_the_factor_up_to_the_largest() {
 }
 
 #[test]
-fn five_ranks_measure_two_four_and_five_nodes_and_agree() {
+fn five_ranks_measure_two_four_and_five_nodes_agree_and_exchange_their_ports() {
     let ends = ranks(&["a", "b", "c", "d", "e"], None, 10_000);
     let docs: Vec<&NcclNodesResult> = ends.iter().map(|e| &e.as_ref().expect("ran").doc).collect();
     for (r, d) in docs.iter().enumerate() {
@@ -124,6 +124,17 @@ fn five_ranks_measure_two_four_and_five_nodes_and_agree() {
         let small = &p.summary[0];
         assert_eq!(d.sizes[0], 1 << 10);
         assert!(small.small_time_us > 20.0 && small.small_time_us < 200.0);
+    }
+    // Every rank has every node's ports, by rank: eight NDR ports each.
+    for e in ends.iter().flatten() {
+        assert_eq!(e.ports.len(), 5);
+        assert!(
+            e.ports.iter().all(|p| p
+                .as_ref()
+                .is_some_and(|p| p.len() == 8 && p.iter().all(|p| p.is_up()))),
+            "{:?}",
+            e.ports
+        );
     }
 }
 

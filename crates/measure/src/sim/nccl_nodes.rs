@@ -61,6 +61,13 @@ impl NcclMeasure for SimNcclNodes {
             .map_err(|e| CheckError::InvalidInput(e.to_string()))?;
         crate::gpu_use::refuse_after(&super::gpu_use(me, false), &super::gpu_use(me, true))
     }
+
+    /// The node's ports as the node pair's model has them ([`crate::pairs::sim::ports`]).
+    fn ports(&mut self) -> Option<Vec<gpufabric_api::pair::NicPort>> {
+        super::rank_node(&self.nodes, self.rank)
+            .ok()
+            .map(crate::pairs::sim::ports)
+    }
 }
 
 /// Every collective of `sweep` at every size over `nodes` of `gpus` GPUs each (see the

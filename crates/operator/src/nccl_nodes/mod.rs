@@ -1,6 +1,7 @@
 //! The multi-node NCCL sweep of a run (`suite.ncclNodes`), without a client: its pods, how it
-//! settles into the run's status, the knees of its curves and, with a `topologyKey`, its
-//! sweeps per topology block and the blocks slower than the others. It moves as every
+//! settles into the run's status, the knees of its curves, the ceilings its nodes' links
+//! allow and, with a `topologyKey`, its sweeps per topology block and the blocks slower than
+//! the others. It moves as every
 //! multi-node group does ([`crate::pairs::group`]), one group after the other (each block's,
 //! then the one across blocks); the shell is `controller::run::group`.
 
@@ -9,6 +10,7 @@ use crate::pairs::group::Blocks;
 use crate::pairs::group::{GroupPhase, Settled as GroupSettled};
 use crate::pairs::pods::{RankPod as RankPodSpec, Rendezvous, rank_pod, rendezvous_timeout};
 use crate::pods::BuildError;
+use gpufabric_api::link_ceiling::{LinkGapKind, NcclNodesLinkGap};
 use gpufabric_api::nccl_nodes::{
     NcclNodesBlock, NcclNodesCurvePoint, NcclNodesKnee, NcclNodesResult, NcclNodesSlowBlock,
     NcclNodesStatus, NcclNodesSweep,
@@ -17,6 +19,7 @@ use gpufabric_api::pair::PairState;
 use gpufabric_api::run::{FabricTestRun, FabricTestRunStatus};
 use gpufabric_health::evaluate::baseline::Against;
 use gpufabric_health::fleet::Rule;
+use gpufabric_health::links::{self, Measured};
 use gpufabric_health::scaling::{Curve, CurvePoint, below_baseline, knee, slow_blocks as slow};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
@@ -143,6 +146,7 @@ pub fn in_blocks(key: &str, blocks: Blocks) -> NcclNodesStatus {
             .collect(),
         slow_blocks: Vec::new(),
         below_baseline: Vec::new(),
+        link_gaps: Vec::new(),
     };
     if blocks.unlabelled > 0 {
         status.sweep.message = Some(format!(
@@ -278,9 +282,16 @@ fn curves(sweep: &NcclNodesSweep, block: Option<&str>) -> Vec<Curve> {
 
 /// Judges a sweep that ended: the knees of the group's curve (or the one across blocks) and
 /// of each block's, the blocks whose curve falls below the others' (`rule`: the fleet's
-/// outlier rule; at least three blocks are compared), and, `against` the test's baseline,
-/// the group's node counts far below it.
+/// outlier rule; at least three blocks are compared), `against` the test's baseline the
+/// group's node counts far below it, and every sweep's points against the ceiling of the
+/// links their nodes report.
 pub fn judge(status: &mut NcclNodesStatus, rule: &Rule, against: Option<&Against<'_>>) {
+    let mut gaps = Vec::new();
+    for b in &mut status.blocks {
+        gaps.extend(link_ceilings(&mut b.sweep, Some(&b.value)));
+    }
+    gaps.extend(link_ceilings(&mut status.sweep, None));
+    status.link_gaps = gaps;
     status.below_baseline = match against {
         Some(a) if status.sweep.state == PairState::Measured => below_baseline(
             &curves(&status.sweep, None),
@@ -298,6 +309,38 @@ pub fn judge(status: &mut NcclNodesStatus, rule: &Rule, against: Option<&Against
         Some(key) => slow_blocks(key, &status.blocks, rule),
         None => Vec::new(),
     };
+}
+
+/// Writes each point's ceilings from its links (`health::links`) into a measured sweep (of
+/// topology block `block`, or the group's) and returns its counts far below or above them.
+pub fn link_ceilings(sweep: &mut NcclNodesSweep, block: Option<&str>) -> Vec<NcclNodesLinkGap> {
+    if sweep.state != PairState::Measured {
+        for p in &mut sweep.points {
+            p.ceilings.clear();
+        }
+        return Vec::new();
+    }
+    let gpus = sweep.gpus_per_node;
+    let measured: Vec<Measured<'_>> = sweep
+        .points
+        .iter()
+        .map(|p| Measured {
+            nodes: p.nodes,
+            gpus,
+            links: p.links.as_ref(),
+            busbw: p
+                .summary
+                .iter()
+                .map(|s| (s.collective, s.large_busbw))
+                .collect(),
+        })
+        .collect();
+    let ceilings: Vec<_> = measured.iter().map(links::ceilings).collect();
+    let gaps = links::gaps(&measured, block);
+    for (p, c) in sweep.points.iter_mut().zip(ceilings) {
+        p.ceilings = c;
+    }
+    gaps
 }
 
 /// The blocks whose curve is an outlier below the other blocks'
@@ -343,9 +386,22 @@ pub const CONDITION_SLOW_BLOCK: &str = "NcclSlowBlock";
 /// between the nodes: no node's verdict changes for it.
 pub const CONDITION_SWEEP_BELOW_BASELINE: &str = "NcclBelowBaseline";
 
+/// Condition type on a run: a node count of its multi-node NCCL sweep reached less than
+/// `health::links::MIN_SHARE` of the busbw the links its nodes report allow (True, reason
+/// `FarBelowLinks`); set only then. A judgement of the fabric, not of a node: no node's verdict
+/// changes for it, no node is quarantined for it.
+pub const CONDITION_BELOW_LINKS: &str = "NcclBelowLinks";
+
+/// Condition type on a run: a node count of its multi-node NCCL sweep measured more than the
+/// links its nodes report can carry (True, reason `AboveLinks`): the ports were reported wrong
+/// or the traffic does not cross them, so the ceiling cannot be trusted; set only then.
+pub const CONDITION_ABOVE_LINKS: &str = "NcclAboveLinks";
+
 /// With knees in the sweep's curves (the group's or across blocks, and each block's), the
 /// run's `NcclScalingKnee` condition says where each curve starts to lose; with slow blocks,
-/// its `NcclSlowBlock` condition names them (label and value); each message joins the run's.
+/// its `NcclSlowBlock` condition names them (label and value); with counts far below their
+/// links' ceiling or above it, `NcclBelowLinks` and `NcclAboveLinks` say which; each message
+/// joins the run's.
 /// Without, nothing is set. Its nodes' verdicts do not change.
 pub fn set_knee_condition(
     status: &mut FabricTestRunStatus,
@@ -375,10 +431,22 @@ pub fn set_knee_condition(
         .map(|b| b.message.as_str())
         .collect::<Vec<_>>()
         .join("; ");
+    let gaps = |kind: LinkGapKind| {
+        sweep
+            .link_gaps
+            .iter()
+            .filter(|g| g.kind == kind)
+            .map(|g| g.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let (below_links, above_links) = (gaps(LinkGapKind::Below), gaps(LinkGapKind::Above));
     for (type_, reason, message) in [
         (CONDITION_SCALING_KNEE, "KneeInCurve", knees),
         (CONDITION_SLOW_BLOCK, "SlowBlock", slow),
         (CONDITION_SWEEP_BELOW_BASELINE, "SweepSlow", below),
+        (CONDITION_BELOW_LINKS, "FarBelowLinks", below_links),
+        (CONDITION_ABOVE_LINKS, "AboveLinks", above_links),
     ] {
         if message.is_empty() {
             continue;

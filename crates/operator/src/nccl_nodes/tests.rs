@@ -81,6 +81,7 @@ fn doc(n: u32, busbw: &dyn Fn(u32) -> f64) -> NcclNodesResult {
                     summary(Collective::AllReduce, busbw(k)),
                     summary(Collective::AllToAll, 40.0),
                 ],
+                links: None,
                 rows: vec![row.clone()],
             })
             .collect(),
@@ -230,6 +231,109 @@ fn a_curve_that_falls_past_a_node_count_is_a_condition_on_the_run_and_judges_no_
     let mut clean = gpufabric_api::run::FabricTestRunStatus::default();
     set_knee_condition(&mut clean, Some(1), &at);
     assert!(clean.conditions.is_empty() && clean.message.is_none());
+}
+
+#[test]
+fn each_count_carries_its_links_ceiling_and_one_far_below_or_above_it_is_a_condition_on_the_run() {
+    use gpufabric_api::link_ceiling::{LinkGapKind, LinksUnknown, NcclNodesLinks};
+    let n = nodes(8);
+    // gpu-01 has 4 of its 8 rails of 400 Gb/s up: 200 GB/s bounds every count.
+    let with_links = |links: NcclNodesLinks| {
+        let mut d = doc(8, &|_| 40.0);
+        for p in &mut d.points {
+            p.links = Some(links.clone());
+        }
+        ended(d)
+    };
+    let half = NcclNodesLinks {
+        node: "gpu-01".into(),
+        rails: 4,
+        gbps: Some(200.0),
+        unknown: None,
+    };
+    let pods: Vec<_> = (0..8).map(|_| with_links(half.clone())).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut sweep = NcclNodesStatus::begun(n.clone());
+    settle(&mut sweep, s);
+    judge(&mut sweep, &RULE, None);
+    let two = &sweep.sweep.points[0];
+    let ar = two.ceiling(Collective::AllReduce).expect("a ceiling");
+    assert_eq!((ar.busbw, ar.share), (200.0, 0.2));
+    // alltoall over 2 nodes of 8: half the traffic stays inside a node.
+    let a2a = two.ceiling(Collective::AllToAll).expect("a ceiling");
+    assert!((a2a.busbw - 46.875).abs() < 1e-9, "{a2a:?}");
+    let gaps: Vec<(LinkGapKind, Collective, u32)> = sweep
+        .link_gaps
+        .iter()
+        .map(|g| (g.kind, g.collective, g.nodes))
+        .collect();
+    assert_eq!(
+        gaps,
+        [
+            (LinkGapKind::Below, Collective::AllReduce, 2),
+            (LinkGapKind::Below, Collective::AllReduce, 4),
+            (LinkGapKind::Above, Collective::AllToAll, 4),
+            (LinkGapKind::Below, Collective::AllReduce, 8),
+            (LinkGapKind::Above, Collective::AllToAll, 8),
+        ]
+    );
+    let mut status = gpufabric_api::run::FabricTestRunStatus {
+        nccl_nodes: Some(sweep),
+        ..Default::default()
+    };
+    let at = crate::time::to_time(chrono::Utc::now());
+    set_knee_condition(&mut status, Some(1), &at);
+    let cond = |t: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap_or_else(|| panic!("{t} is set: {:#?}", status.conditions))
+    };
+    let below = cond(CONDITION_BELOW_LINKS);
+    assert_eq!(
+        (below.status.as_str(), below.reason.as_str()),
+        ("True", "FarBelowLinks")
+    );
+    assert!(
+        below.message.starts_with(
+            "all_reduce over 2 nodes reached 40.0 GB/s, 20% of the 200.0 GB/s the links allow (slowest node gpu-01 (4 rails, 200.0 GB/s))"
+        ),
+        "{}",
+        below.message
+    );
+    let above = cond(CONDITION_ABOVE_LINKS);
+    assert_eq!(above.reason, "AboveLinks");
+    assert!(
+        above.message.contains("cannot be trusted"),
+        "{}",
+        above.message
+    );
+    // A judgement of the run: no node is blamed, none is cordoned.
+    assert!(status.findings.is_empty() && status.nodes.is_empty());
+
+    // Links unknown (sockets over veth): no ceiling, no condition, and the point says why.
+    let veth = NcclNodesLinks {
+        node: "gpu-00".into(),
+        rails: 0,
+        gbps: None,
+        unknown: Some(LinksUnknown::NoPorts),
+    };
+    let pods: Vec<_> = (0..8).map(|_| with_links(veth.clone())).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut sweep = NcclNodesStatus::begun(n);
+    settle(&mut sweep, s);
+    judge(&mut sweep, &RULE, None);
+    assert!(sweep.link_gaps.is_empty());
+    assert!(sweep.sweep.points.iter().all(|p| p.ceilings.is_empty()));
+    assert_eq!(
+        sweep.sweep.points[0].links.as_ref().and_then(|l| l.unknown),
+        Some(LinksUnknown::NoPorts)
+    );
 }
 
 #[test]
@@ -429,6 +533,7 @@ fn a_block_slower_than_the_others_is_a_warning_on_the_block_and_judges_no_node()
             .collect(),
         slow_blocks: Vec::new(),
         below_baseline: Vec::new(),
+        link_gaps: Vec::new(),
     };
     judge(&mut phase, &RULE, None);
     let slow: Vec<(&str, &str, Collective, u32)> = phase
