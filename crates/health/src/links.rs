@@ -29,8 +29,10 @@
 //! The ceiling is an upper bound: protocol headers, the PCIe path to the NIC and the switches
 //! take their share. A measured count below [`MIN_SHARE`] of it is far below (something other
 //! than the links bounds it); one above `1 +` [`ABOVE_TOLERANCE`] of it means the ports were
-//! reported wrong or the traffic does not cross them, so the ceiling cannot be trusted.
-//! Neither is a finding on a node.
+//! reported wrong, the traffic does not cross them, or the switches reduce it (SHARP,
+//! CollNet: not modelled), so the ceiling cannot be trusted. alltoall is judged only below
+//! its ceiling: its bound rests on traffic spread evenly over the ranks, and a reading above
+//! it says more of that assumption than of the ports. Neither is a finding on a node.
 
 use gpufabric_api::link_ceiling::{
     LinkGapKind, LinksUnknown, NcclNodesCeiling, NcclNodesLinkGap, NcclNodesLinks,
@@ -173,7 +175,7 @@ pub fn gaps(points: &[Measured<'_>], block: Option<&str>) -> Vec<NcclNodesLinkGa
             }
             let kind = if c.share < MIN_SHARE {
                 LinkGapKind::Below
-            } else if c.share > 1.0 + ABOVE_TOLERANCE {
+            } else if c.share > 1.0 + ABOVE_TOLERANCE && c.collective != Collective::AllToAll {
                 LinkGapKind::Above
             } else {
                 continue;
@@ -193,7 +195,7 @@ pub fn gaps(points: &[Measured<'_>], block: Option<&str>) -> Vec<NcclNodesLinkGa
                     MIN_SHARE * 100.0
                 ),
                 LinkGapKind::Above => format!(
-                    "{head}: more than the links can carry, so the ports were reported wrong or the traffic does not cross them, and this ceiling cannot be trusted"
+                    "{head}: more than the links can carry, so the ports were reported wrong, the traffic does not cross them, or the switches reduce it in the network (SHARP, CollNet), and this ceiling cannot be trusted"
                 ),
             };
             out.push(NcclNodesLinkGap {

@@ -226,13 +226,9 @@ fn the_ring_collectives_stand_near_the_ceiling_the_sim_ports_allow_and_a_port_do
         .iter()
         .map(|g| (g.kind, g.collective))
         .collect();
-    assert!(
-        found
-            .iter()
-            .all(|g| *g == (LinkGapKind::Above, Collective::AllToAll)),
-        "{found:?}"
-    );
-    assert_eq!(found.len(), counts.len(), "alltoall above at every count");
+    // The sim's alltoall reads above its ceiling (modelled on the whole node's network), which
+    // is not judged; the rings stand within theirs: no gap at any count.
+    assert!(found.is_empty(), "{found:?}");
     let shares: Vec<f64> = points
         .iter()
         .flat_map(gpufabric_health::links::ceilings)

@@ -153,4 +153,11 @@ fn a_count_far_below_its_links_or_above_them_is_a_gap_and_one_near_them_is_not()
         "{}",
         g[1].message
     );
+    // alltoall above its ceiling is no gap (its bound assumes even traffic); far below is.
+    let mut all_to_all = point(8, &links, 480.0);
+    all_to_all.busbw = vec![(Collective::AllToAll, 480.0)];
+    assert!(gaps(std::slice::from_ref(&all_to_all), None).is_empty());
+    all_to_all.busbw = vec![(Collective::AllToAll, 10.0)];
+    let below: Vec<LinkGapKind> = gaps(&[all_to_all], None).iter().map(|g| g.kind).collect();
+    assert_eq!(below, [LinkGapKind::Below]);
 }

@@ -274,10 +274,9 @@ fn each_count_carries_its_links_ceiling_and_one_far_below_or_above_it_is_a_condi
         [
             (LinkGapKind::Below, Collective::AllReduce, 2),
             (LinkGapKind::Below, Collective::AllReduce, 4),
-            (LinkGapKind::Above, Collective::AllToAll, 4),
             (LinkGapKind::Below, Collective::AllReduce, 8),
-            (LinkGapKind::Above, Collective::AllToAll, 8),
-        ]
+        ],
+        "alltoall above its ceiling is not judged (its bound assumes even traffic)"
     );
     let mut status = gpufabric_api::run::FabricTestRunStatus {
         nccl_nodes: Some(sweep),
@@ -304,14 +303,47 @@ fn each_count_carries_its_links_ceiling_and_one_far_below_or_above_it_is_a_condi
         "{}",
         below.message
     );
-    let above = cond(CONDITION_ABOVE_LINKS);
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == CONDITION_ABOVE_LINKS),
+        "{:#?}",
+        status.conditions
+    );
+    // A judgement of the run: no node is blamed, none is cordoned.
+    assert!(status.findings.is_empty() && status.nodes.is_empty());
+
+    // One port of 160 Gb/s reported (20 GB/s) under rings that reach 40: the ceiling is wrong.
+    let one_port = NcclNodesLinks {
+        node: "gpu-01".into(),
+        rails: 1,
+        gbps: Some(20.0),
+        unknown: None,
+    };
+    let pods: Vec<_> = (0..8).map(|_| with_links(one_port.clone())).collect();
+    let GroupStep::Settle(s) = decide(PairState::Joined, &pods, &n, false) else {
+        panic!("settles");
+    };
+    let mut sweep = NcclNodesStatus::begun(n.clone());
+    settle(&mut sweep, s);
+    judge(&mut sweep, &RULE, None);
+    let mut status = gpufabric_api::run::FabricTestRunStatus {
+        nccl_nodes: Some(sweep),
+        ..Default::default()
+    };
+    set_knee_condition(&mut status, Some(1), &at);
+    let above = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_ABOVE_LINKS)
+        .expect("NcclAboveLinks is set");
     assert_eq!(above.reason, "AboveLinks");
     assert!(
         above.message.contains("cannot be trusted"),
         "{}",
         above.message
     );
-    // A judgement of the run: no node is blamed, none is cordoned.
     assert!(status.findings.is_empty() && status.nodes.is_empty());
 
     // Links unknown (sockets over veth): no ceiling, no condition, and the point says why.
