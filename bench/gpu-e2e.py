@@ -62,6 +62,23 @@ GPUS = int(ENV.get("E2E_GPUS", "0") or 0)
 # wrapper): nothing in a FabricTest's spec chooses it.
 NODE_FAULT = ENV.get("E2E_NODE_FAULT", "")
 LAST = max(GPUS - 1, 0)
+# E2E_DRA=1: the host's GPUs are DRA devices as well. A fault of one GPU (sdc) on a host of two
+# or more is then that GPU's, tainted by a DeviceTaintRule while the node stays in service
+# (docs/node-lifecycle.md); with one GPU, more than half the node's GPUs, the node is cordoned.
+DRA = ENV.get("E2E_DRA") == "1"
+TAINT_RULES = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
+
+
+def gpu_level(kind):
+    return DRA and kind == "sdc" and GPUS >= 2
+
+
+def rules_on_last_gpu():
+    """gpufabric's DeviceTaintRules on the faulty GPU (the last one), by device name."""
+    items = (get(TAINT_RULES, missing_ok=True) or {}).get("items", [])
+    return [r["metadata"]["name"] for r in items
+            if r["metadata"]["name"].startswith("gpufabric-")
+            and (r.get("spec", {}).get("deviceSelector") or {}).get("device") == f"gpu-{LAST}"]
 # The hardware faults the product must fail, each made outside the test's spec:
 #   hidden-gpu: a GPU the pod cannot see although the node advertises it (CUDA_VISIBLE_DEVICES
 #     set by the node's side; in the dry run, the sim node's GPU count lowered);
@@ -406,7 +423,11 @@ def step_fault(doc, kind):
     v2 = verdict_of(conf, HOST) if conf else None
     cordoned = None
     t_cordon = None
-    if v2 and v2.get("verdict") in ("Failed", "Errored", "Timeout"):
+    rules = []
+    if v2 and v2.get("verdict") in ("Failed", "Errored", "Timeout") and gpu_level(kind):
+        rules = wait("the GPU's device taint", rules_on_last_gpu, 60, every=0.2) or []
+        t_cordon = secs(t0)
+    elif v2 and v2.get("verdict") in ("Failed", "Errored", "Timeout"):
         cordoned = wait("the cordon", lambda: node_facts(HOST)["unschedulable"], 60, every=0.2)
         t_cordon = secs(t0)
         wait("the node's condition True",
@@ -414,11 +435,19 @@ def step_fault(doc, kind):
     facts = node_facts(HOST)
     events = node_events(HOST)
     m = metrics(HOST)
-    ok = bool(cordoned) and (facts["condition"] or {}).get("status") == "True"
-    ev = [e for e in events if e["reason"] == "Quarantined"]
-    decided = (f"{numbers(v1)} ({(v1 or {}).get('finding') or '-'}); confirmation: {numbers(v2)}; "
-               f"cordoned: {facts['unschedulable']}, Event {ev[0]['reason'] if ev else 'none'}, "
-               f"condition {CONDITION}={(facts['condition'] or {}).get('status')}")
+    if gpu_level(kind):
+        # The GPU is out of service, the node is not: no cordon.
+        ok = bool(rules) and not facts["unschedulable"]
+        ev = [e for e in events if e["reason"] == "GpuQuarantined"]
+        decided = (f"{numbers(v1)} ({(v1 or {}).get('finding') or '-'}); confirmation: {numbers(v2)}; "
+                   f"GPU {LAST} tainted: DeviceTaintRule {', '.join(rules) or 'none'}, "
+                   f"Event {ev[0]['reason'] if ev else 'none'}; node cordoned: {facts['unschedulable']}")
+    else:
+        ok = bool(cordoned) and (facts["condition"] or {}).get("status") == "True"
+        ev = [e for e in events if e["reason"] == "Quarantined"]
+        decided = (f"{numbers(v1)} ({(v1 or {}).get('finding') or '-'}); confirmation: {numbers(v2)}; "
+                   f"cordoned: {facts['unschedulable']}, Event {ev[0]['reason'] if ev else 'none'}, "
+                   f"condition {CONDITION}={(facts['condition'] or {}).get('status')}")
     took = (f"apply -> verdict {t_first} s, -> confirmation verdict {t_conf} s, -> cordon {t_cordon} s"
             + (f" ({round(t_cordon - t_conf, 1)} s after the confirmation verdict)" if t_cordon and t_conf else ""))
     row(doc, f"fault: {kind}", f"{what}, {RUN_NOW}", decided, took, ok,
@@ -441,14 +470,23 @@ def step_release(doc, kind):
         return (not f["unschedulable"] and not f["quarantine_record"] and not f["quarantine_label"]
                 and (f["condition"] or {}).get("status") == "False")
 
+    if gpu_level(kind):
+        def released():
+            return not rules_on_last_gpu() and not node_facts(HOST)["unschedulable"]
     rel = wait("the release", released, 60, every=0.2) if v and v.get("verdict") == "Passed" else None
     t_rel = secs(t0)
     facts = node_facts(HOST)
-    events = [e for e in node_events(HOST) if e["reason"] == "Released"]
-    decided = (f"{numbers(v)}; released: cordon {'undone' if not facts['unschedulable'] else 'still on'}, "
-               f"record {'removed' if not facts['quarantine_record'] else 'still there'}, "
-               f"condition {CONDITION}={(facts['condition'] or {}).get('status')}, "
-               f"Event {events[0]['reason'] if events else 'none'}")
+    if gpu_level(kind):
+        events = [e for e in node_events(HOST) if e["reason"] == "GpuReleased"]
+        decided = (f"{numbers(v)}; released: GPU {LAST}'s DeviceTaintRule "
+                   f"{'deleted' if not rules_on_last_gpu() else 'still there'}, node cordoned: "
+                   f"{facts['unschedulable']}, Event {events[0]['reason'] if events else 'none'}")
+    else:
+        events = [e for e in node_events(HOST) if e["reason"] == "Released"]
+        decided = (f"{numbers(v)}; released: cordon {'undone' if not facts['unschedulable'] else 'still on'}, "
+                   f"record {'removed' if not facts['quarantine_record'] else 'still there'}, "
+                   f"condition {CONDITION}={(facts['condition'] or {}).get('status')}, "
+                   f"Event {events[0]['reason'] if events else 'none'}")
     row(doc, f"release after {kind}", f"fault {kind} removed on the node's side, {RUN_NOW}", decided,
         f"apply -> verdict {t_run} s, -> released {t_rel} s", bool(rel),
         verdict=v, node=facts, events=events, metrics=metrics(HOST), run_status=(run or {}).get("status"))

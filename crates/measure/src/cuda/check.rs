@@ -88,22 +88,32 @@ impl CheckBackend for CudaCheck {
             .map(|m| m.snapshot(&Default::default()))
     }
 
-    /// The GPUs as their contexts describe them once open; before, as NVML does.
+    /// The GPUs as their contexts describe them once open; before, as NVML does. The UUID is
+    /// NVML's either way (a context does not say it), matched by the bus id CUDA reports.
     fn document(&self, opts: &CheckOptions, started_at: String) -> ResultDocument {
+        let nvml = self
+            .monitor
+            .as_ref()
+            .map(health::Monitor::gpu_infos)
+            .unwrap_or_default();
         let infos: Vec<GpuInfo> = if self.gpus.is_empty() {
-            self.monitor
-                .as_ref()
-                .map(health::Monitor::gpu_infos)
-                .unwrap_or_default()
+            nvml
         } else {
             self.gpus
                 .iter()
-                .map(|g| GpuInfo {
-                    index: g.index,
-                    product: g.name(),
-                    uuid: None,
-                    pci_bus_id: g.pci_bus_id(),
-                    memory_bytes: g.total_mem(),
+                .map(|g| {
+                    let pci_bus_id = g.pci_bus_id();
+                    let uuid = nvml
+                        .iter()
+                        .find(|n| pci_bus_id.is_some() && n.pci_bus_id == pci_bus_id)
+                        .and_then(|n| n.uuid.clone());
+                    GpuInfo {
+                        index: g.index,
+                        product: g.name(),
+                        uuid,
+                        pci_bus_id,
+                        memory_bytes: g.total_mem(),
+                    }
                 })
                 .collect()
         };
