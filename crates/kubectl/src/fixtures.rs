@@ -390,3 +390,19 @@ pub fn in_blocks(
     }];
     p
 }
+
+/// [`nccl_nodes`] with its 4-node all_reduce far below its links' 400 GB/s ceiling.
+pub fn nccl_nodes_far_below_links() -> gpufabric_api::nccl_nodes::NcclNodesStatus {
+    let mut p = nccl_nodes();
+    p.link_gaps = vec![gpufabric_api::link_ceiling::NcclNodesLinkGap {
+        kind: gpufabric_api::link_ceiling::LinkGapKind::Below,
+        block: None,
+        collective: gpufabric_api::suite::Collective::AllReduce,
+        nodes: 4,
+        busbw: 14.0,
+        ceiling: 400.0,
+        message: "all_reduce over 4 nodes reached 14.0 GB/s, 4% of the 400.0 GB/s the links allow"
+            .into(),
+    }];
+    p
+}

@@ -646,18 +646,7 @@ mod tests {
         }
 
         // A count far below its links is said once, under the sweeps.
-        let mut p = fixtures::nccl_nodes();
-        p.link_gaps = vec![gpufabric_api::link_ceiling::NcclNodesLinkGap {
-            kind: gpufabric_api::link_ceiling::LinkGapKind::Below,
-            block: None,
-            collective: gpufabric_api::suite::Collective::AllReduce,
-            nodes: 4,
-            busbw: 14.0,
-            ceiling: 400.0,
-            message:
-                "all_reduce over 4 nodes reached 14.0 GB/s, 4% of the 400.0 GB/s the links allow"
-                    .into(),
-        }];
+        let p = fixtures::nccl_nodes_far_below_links();
         if let Some(s) = r.run.status.as_mut() {
             s.nccl_nodes = Some(p);
         }

@@ -506,17 +506,7 @@ fn the_nccl_sweep_is_drawn_per_collective_by_node_count_with_its_knee_and_each_b
 #[test]
 fn the_nccl_curve_is_drawn_beside_its_links_ceiling_and_a_count_far_below_it_is_said() {
     let mut f = Fetched::demo();
-    let mut p = fixtures::nccl_nodes();
-    p.link_gaps = vec![gpufabric_api::link_ceiling::NcclNodesLinkGap {
-        kind: gpufabric_api::link_ceiling::LinkGapKind::Below,
-        block: None,
-        collective: gpufabric_api::suite::Collective::AllReduce,
-        nodes: 4,
-        busbw: 14.0,
-        ceiling: 400.0,
-        message: "all_reduce over 4 nodes reached 14.0 GB/s, 4% of the 400.0 GB/s the links allow"
-            .into(),
-    }];
+    let p = fixtures::nccl_nodes_far_below_links();
     if let Some(s) = f.run.status.as_mut() {
         s.nccl_nodes = Some(p);
     }
