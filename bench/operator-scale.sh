@@ -23,6 +23,7 @@
 #   SCALE_FULL=1    with SCALE_PAIRS: the node checks run the test's default suite first (a
 #                   nightly's), not their lightest
 #   SCALE_PROBE=1   the multi-node DDP probe (suite.ddpNodes, 16 nodes) after the node checks
+#   SCALE_PARTNERS=1 with SCALE_PAIRS: one partner a node a night (suite.nodePairs.partners)
 # Each pod role's first creation and last finish (server clock, after the run's start) are
 # under "server_pods_by_role_after_start": the run's timeline by phase.
 #   CARGO_TARGET_DIR where the binaries are built and taken from (default target/)

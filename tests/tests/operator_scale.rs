@@ -208,6 +208,7 @@ fn pair_report(
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64()).unwrap_or(f64::NAN);
     json!({
         "candidates": np.candidates,
+        "seed": np.seed,
         "rounds": np.rounds,
         "confirmation_round": np.confirmation_round,
         "retested": np.retested,
@@ -348,6 +349,13 @@ async fn measure(nodes: usize, wave: Option<&str>, pairs: bool) -> serde_json::V
             "ddpProbe": {"enabled": false},
             "nodePairs": {"enabled": true, "pairing": "ring", "bytes": 268435456}
         });
+    }
+    // SCALE_PARTNERS=1: one partner a node a night (suite.nodePairs.partners).
+    if pairs
+        && let Ok(partners) = std::env::var("SCALE_PARTNERS")
+        && let Ok(partners) = partners.parse::<u32>()
+    {
+        spec["suite"]["nodePairs"]["partners"] = json!(partners);
     }
     // SCALE_PROBE=1: the multi-node DDP probe after the node checks (16 nodes that passed).
     if std::env::var("SCALE_PROBE").is_ok_and(|v| v == "1") {

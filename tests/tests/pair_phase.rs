@@ -7,7 +7,8 @@
 //! The run tests every node, pairs the nodes that passed in two rounds, retests the slow
 //! nodes against known-good partners in a third, the middle one (whose every partner was
 //! slow) again against another in a fourth, and then fails and cordons those three alone;
-//! the slow path is a finding on the node pair that blames neither node.
+//! the slow path is a finding on the node pair that blames neither node. With one partner a
+//! night, eight nodes in one round: a slow NIC told from its partner by the retests.
 //!
 //! Build the binaries first: `cargo build --bins`, then
 //! `cargo test -p gpufabric-tests --test pair_phase`.
@@ -422,4 +423,91 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
         entries.iter().map(|e| (e.node.as_str(), e.verdict)),
     )
     .await;
+}
+
+/// One partner a night (`nodePairs.partners: 1`): eight nodes in one planned round, `np-04`
+/// with a NIC at a fifth of its speed. Its only pair is slow, so both of that pair's nodes
+/// are suspects; the confirmation round retests each against a known-good partner, and only
+/// `np-04` fails and is cordoned. The ring's round is the day's (`status.nodePairs.seed`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_one_partner_a_night_a_slow_nic_is_told_from_its_partner_by_the_retests() {
+    let mut f = SimFleet::uniform("np", 8, H200, 8);
+    f.nodes[3].faults.push(Fault::SlowNic { factor: 0.2 });
+    let env = OperatorEnv::shared(f, "pair-one-partner").await;
+    let test = "pairs-one-partner";
+    let mut suite = node_pairs_suite();
+    suite["nodePairs"]["partners"] = json!(1);
+    env.create_test(
+        test,
+        json!({
+            "nodeSelector": env.node_selector(),
+            "suite": suite,
+            "quarantine": quarantine_on_first_failure("Cordon", true),
+            "agent": sim_agent(60)
+        }),
+    )
+    .await;
+    let folded = env.wait_folded(test, None).await;
+    let run_name = last_run_name(&folded);
+    let status = env.run_status(&run_name).await;
+    let log = || env.operator.log_tail(200);
+    let np = status
+        .node_pairs
+        .clone()
+        .unwrap_or_else(|| panic!("no node-pair phase: {status:#?}\n{}", log()));
+    // One planned round, then the confirmation round; nothing left for a second.
+    assert_eq!(
+        (
+            np.rounds,
+            np.confirmation_round,
+            np.second_confirmation_round
+        ),
+        (2, Some(2), None),
+        "{np:#?}\n{:#?}",
+        status.findings
+    );
+    let day = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        / 86_400) as u64;
+    assert!(np.seed == day || np.seed + 1 == day, "seed {} on day {day}", np.seed);
+
+    let slow = env.node("np-04");
+    let blamed: Vec<_> = status
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Critical)
+        .map(|f| f.subject.clone())
+        .collect();
+    assert_eq!(blamed, vec![Subject::node(&slow)], "{:#?}", status.findings);
+
+    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
+    let listed = shards
+        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
+        .await
+        .expect("shards");
+    let entries: BTreeMap<String, _> = listed
+        .items
+        .into_iter()
+        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
+        .map(|e| (e.node.clone(), e))
+        .collect();
+    assert_eq!(entries.len(), 8);
+    let nodes: Api<Node> = Api::all(env.cluster.client());
+    for base in names(8) {
+        let name = env.node(&base);
+        let e = &entries[&name];
+        let planned = e.pairs.iter().filter(|r| !r.confirmation).count();
+        assert_eq!(planned, 1, "{name} met {planned} planned partners: {:#?}", e.pairs);
+        let n = nodes.get(&name).await.expect("node");
+        if name == slow {
+            assert_eq!(e.verdict, NodeVerdict::Failed, "{e:#?}");
+            assert!(e.confirmed, "{e:#?}");
+            assert!(cordoned(&n), "{name} should be cordoned\n{}", log());
+        } else {
+            assert_eq!(e.verdict, NodeVerdict::Passed, "{name}: {e:#?}");
+            assert!(!cordoned(&n), "{name} cordoned");
+        }
+    }
 }

@@ -388,6 +388,7 @@ pub enum Pairing {
 /// Network bandwidth between pairs of nodes.
 #[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
+#[schemars(extend("x-kubernetes-validations" = [{"rule": "!has(self.partners) || self.partners == 2 || !has(self.pairing) || self.pairing != 'all'", "message": "nodePairs.partners 1 is for pairing ring or random: pairing all meets every partner"}]))]
 pub struct NodePairs {
     /// Run node-pair tests.
     pub enabled: bool,
@@ -403,6 +404,18 @@ pub struct NodePairs {
     /// Also measure all_to_all (all_reduce and sendrecv always).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub all_to_all: bool,
+    /// Partners each node meets in the planned rounds: 2 (the default; a node slow with
+    /// both is named at once) or 1 (one pair test a node a night, half the node-pair
+    /// phase's time away from work; a slow pair's two nodes are both retested against
+    /// known-good partners before anything acts, and a ring meets a new partner each
+    /// night). `all` pairing meets every partner and takes only 2.
+    #[schemars(range(min = 1, max = 2))]
+    #[serde(skip_serializing_if = "is_two")]
+    pub partners: u32,
+}
+
+fn is_two(n: &u32) -> bool {
+    *n == 2
 }
 
 impl Default for NodePairs {
@@ -413,6 +426,7 @@ impl Default for NodePairs {
             bytes: 1 << 30,
             topology_key: None,
             all_to_all: false,
+            partners: 2,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! over a modelled fabric (`pairs::rehearse`), at 1,000 nodes and at 232 (the fleet of
 //! NVIDIA's published group-testing counts), against the run alone and against a baseline;
 //! the wall time of the rounds with the sim fleet's H200 pace (`FABRIC_SIM_PACE=h200`: the
-//! node-pair test, 13 s ±10%) and with the pod starts measured on H200 nodes.
+//! node-pair test, 13 s ±10%) and with the pod starts measured on H200 nodes. Then the
+//! cases at 1,000 nodes with one partner a node a night (`nodePairs.partners: 1`), on a
+//! night whose circle round is the seed.
 //!
 //!     cargo run -p gpufabric-health --example localize
 
@@ -12,7 +14,8 @@ mod scale_cases;
 
 use scale_cases::{
     Case, ROUND_SECONDS, bad_node_among_bad_partners, bad_run_along_the_ring, baseline, cases,
-    paced_round_seconds, play, random_bad, score, switch_without_topology,
+    one_partner, paced_round_seconds, play, random_bad, score, switch_without_topology,
+    two_bad_paired,
 };
 
 fn row(case: &Case, n: usize, with_baseline: bool) {
@@ -68,6 +71,19 @@ fn main() {
             for with_baseline in [false, true] {
                 row(case, n, with_baseline);
             }
+        }
+    }
+    let n = 1000;
+    let seed = 20_421;
+    let mut all: Vec<Case> = cases(n)
+        .into_iter()
+        .map(|c| one_partner(c, seed))
+        .collect();
+    all.push(two_bad_paired(n, seed));
+    all.push(one_partner(bad_run_along_the_ring(n, 8), seed));
+    for case in &all {
+        for with_baseline in [false, true] {
+            row(case, n, with_baseline);
         }
     }
 }

@@ -61,6 +61,17 @@ pub(super) fn check_suite(c: &mut Checker, spec: &FabricTestSpec) {
         "suite.nodePairs.bytes",
         || "must be at least 1".into(),
     );
+    let partners = spec.suite.node_pairs.partners;
+    c.check(
+        (1..=2).contains(&partners),
+        "suite.nodePairs.partners",
+        || format!("must be 1 or 2 (got {partners})"),
+    );
+    c.check(
+        partners == 2 || spec.suite.node_pairs.pairing != crate::suite::Pairing::All,
+        "suite.nodePairs.partners",
+        || "1 is for pairing ring or random: pairing all meets every partner".into(),
+    );
     if let Some(key) = &spec.suite.node_pairs.topology_key
         && let Some(problem) = labels::label_key_problem(key)
     {

@@ -9,7 +9,7 @@
 //! localization of every pair with rule 6 ([`require_confirmation`]): only nodes retested
 //! against a known-good partner (either side of a retest that was measured) can be blamed.
 
-use super::rounds::{Candidate, plan_rounds};
+use super::rounds::{Candidate, plan_with_partners};
 use super::{
     Localization, MAX_CONFIRMATION_ROUNDS, PairBaseline, PairObservation, PairRules,
     localize_against, require_confirmation, retest_pairs,
@@ -68,18 +68,17 @@ impl Rehearsal {
     }
 }
 
-/// The phase over `nodes` (those that passed their own check) with `pairing` and `seed`,
-/// measured by `network`, judged by `rules` against `baselines` (as
-/// [`localize_against`]).
+/// The phase over `nodes` (those that passed their own check) with `pairing`, `seed` and
+/// `partners` a node ([`plan_with_partners`]), measured by `network`, judged by `rules`
+/// against `baselines` (as [`localize_against`]).
 pub fn rehearse(
     nodes: &[Candidate],
-    pairing: Pairing,
-    seed: u64,
+    (pairing, seed, partners): (Pairing, u64, u32),
     network: &dyn Network,
     rules: &PairRules,
     baselines: Option<&[PairBaseline]>,
 ) -> Rehearsal {
-    let plan = plan_rounds(nodes, pairing, seed);
+    let plan = plan_with_partners(nodes, pairing, seed, partners);
     let mut observed = Vec::new();
     let mut widest_round = 0;
     let measure = |a: &str, b: &str, round: usize| {

@@ -1,5 +1,6 @@
 //! Rounds of node pairs: each round is a matching (no node in two pairs at once), and each
-//! node meets at least two different partners per run.
+//! node meets at least two different partners per run, or one when the suite asks for one
+//! partner a night (rule 5).
 //!
 //! # Rules
 //! 1. Nodes are split into groups by the value of the topology label (one group when no
@@ -18,6 +19,16 @@
 //!    different groups once.
 //! 4. `Ring` takes the nodes in name order; `Random` shuffles each group with the seed
 //!    first (recorded in the plan, so a run can be replayed).
+//! 5. **One partner a night** (`partners: 1`; `Ring` and `Random`, `All` always meets every
+//!    partner): each group takes one round of its circle, round `seed mod (m - 1)` of a group
+//!    of `m` (an odd group counted with its bye), so a `Ring` run whose seed is the day it
+//!    runs on meets a new partner each night and every pair of the group within `m - 1`
+//!    nights. In an odd group the node with the bye is not left untested: it meets its
+//!    partner of the circle's next round in a round of its own (the second round of the
+//!    plan, one pair a group). Across groups, one round: the halves shifted by
+//!    `seed mod (the second half's size)`. Each node then has one pair to judge it by, so a
+//!    slow pair makes both of its nodes suspects, and the confirmation round tells them
+//!    apart against known-good partners ([`super::confirm`]).
 
 use gpufabric_api::suite::Pairing;
 use std::collections::BTreeMap;
@@ -68,8 +79,21 @@ pub struct Candidate {
     pub group: Option<String>,
 }
 
-/// The plan for these nodes, by the rules in the module docs.
+/// The plan for these nodes, by the rules in the module docs: each node meets two
+/// partners (or more, by `pairing`).
 pub fn plan_rounds(nodes: &[Candidate], pairing: Pairing, seed: u64) -> RoundPlan {
+    plan_with_partners(nodes, pairing, seed, 2)
+}
+
+/// The plan for these nodes with `partners` partners a node (1, or 2 and above for the
+/// usual plan; rule 5 for 1; `All` ignores it).
+pub fn plan_with_partners(
+    nodes: &[Candidate],
+    pairing: Pairing,
+    seed: u64,
+    partners: u32,
+) -> RoundPlan {
+    let one = partners <= 1 && pairing != Pairing::All;
     let mut groups: BTreeMap<Option<&str>, Vec<&str>> = BTreeMap::new();
     for n in nodes {
         groups
@@ -88,7 +112,13 @@ pub fn plan_rounds(nodes: &[Candidate], pairing: Pairing, seed: u64) -> RoundPla
     // Rule 2: within groups, round r of every group together.
     let per_group: Vec<Vec<Vec<NodePair>>> = groups
         .values()
-        .map(|members| circle_rounds(members, within_rounds(members.len(), pairing)))
+        .map(|members| {
+            if one {
+                one_partner_rounds(members, seed)
+            } else {
+                circle_rounds(members, 0, within_rounds(members.len(), pairing))
+            }
+        })
         .collect();
     let most = per_group.iter().map(Vec::len).max().unwrap_or(0);
     for r in 0..most {
@@ -114,7 +144,13 @@ pub fn plan_rounds(nodes: &[Candidate], pairing: Pairing, seed: u64) -> RoundPla
         let across = |p: &NodePair| group_of.get(p.a.as_str()) != group_of.get(p.b.as_str());
         let candidate_rounds = if pairing == Pairing::All {
             let all: Vec<&str> = group_of.keys().copied().collect();
-            circle_rounds(&all, all.len())
+            circle_rounds(&all, 0, all.len())
+        } else if one {
+            let mut ordered: Vec<&Vec<&str>> = groups.values().collect();
+            ordered.sort_by_key(|m| std::cmp::Reverse(m.len()));
+            let line: Vec<&str> = ordered.into_iter().flatten().copied().collect();
+            let second = line.len() - line.len() / 2;
+            vec![half_round(&line, (seed % second.max(1) as u64) as usize)]
         } else {
             let mut ordered: Vec<&Vec<&str>> = groups.values().collect();
             ordered.sort_by_key(|m| std::cmp::Reverse(m.len()));
@@ -168,8 +204,40 @@ fn within_rounds(m: usize, pairing: Pairing) -> usize {
     }
 }
 
-/// The first `count` rounds of the circle method over `members` (a bye for an odd count).
-fn circle_rounds(members: &[&str], count: usize) -> Vec<Vec<NodePair>> {
+/// Rule 5 for one group: round `seed mod (m - 1)` of its circle, and for an odd group a
+/// second round holding only the pair of the node that sat the first one out.
+fn one_partner_rounds(members: &[&str], seed: u64) -> Vec<Vec<NodePair>> {
+    let m = members.len() + members.len() % 2;
+    if m < 2 {
+        return Vec::new();
+    }
+    let first = (seed % (m as u64 - 1)) as usize;
+    let mut rounds = circle_rounds(members, first, 1);
+    if members.len() % 2 == 1 && members.len() >= 3 {
+        let paired: std::collections::BTreeSet<&str> = rounds
+            .iter()
+            .flatten()
+            .flat_map(|p| [p.a.as_str(), p.b.as_str()])
+            .collect();
+        let bye: Vec<&str> = members
+            .iter()
+            .copied()
+            .filter(|n| !paired.contains(n))
+            .collect();
+        let next = circle_rounds(members, first + 1, 1);
+        let own: Vec<NodePair> = next
+            .into_iter()
+            .flatten()
+            .filter(|p| bye.contains(&p.a.as_str()) || bye.contains(&p.b.as_str()))
+            .collect();
+        rounds.push(own);
+    }
+    rounds
+}
+
+/// `count` rounds of the circle method over `members` (a bye for an odd count), from round
+/// `first` (counted around the circle's `m - 1` rounds).
+fn circle_rounds(members: &[&str], first: usize, count: usize) -> Vec<Vec<NodePair>> {
     let mut ring: Vec<Option<&str>> = members.iter().map(|m| Some(*m)).collect();
     if !ring.len().is_multiple_of(2) {
         ring.push(None);
@@ -179,6 +247,7 @@ fn circle_rounds(members: &[&str], count: usize) -> Vec<Vec<NodePair>> {
     if m < 2 {
         return rounds;
     }
+    ring[1..].rotate_right(first % (m - 1));
     for _ in 0..count.min(m - 1) {
         let pairs = (0..m / 2)
             .filter_map(|i| match (ring[i], ring[m - 1 - i]) {
@@ -199,21 +268,22 @@ fn circle_rounds(members: &[&str], count: usize) -> Vec<Vec<NodePair>> {
 /// Two rounds pairing the first half of `line` with its second half, unshifted and
 /// shifted by one.
 fn half_rounds(line: &[&str]) -> Vec<Vec<NodePair>> {
+    (0..2).map(|shift| half_round(line, shift)).collect()
+}
+
+/// The first half of `line` paired with its second half shifted by `shift`.
+fn half_round(line: &[&str], shift: usize) -> Vec<NodePair> {
     let h = line.len() / 2;
     let (first, second) = line.split_at(h);
-    (0..2)
-        .map(|shift| {
-            first
-                .iter()
-                .enumerate()
-                .filter_map(|(i, a)| {
-                    let b = second.get((i + shift) % second.len().max(1))?;
-                    Some(NodePair {
-                        a: a.to_string(),
-                        b: b.to_string(),
-                    })
-                })
-                .collect()
+    first
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let b = second.get((i + shift) % second.len().max(1))?;
+            Some(NodePair {
+                a: a.to_string(),
+                b: b.to_string(),
+            })
         })
         .collect()
 }

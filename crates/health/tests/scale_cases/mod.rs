@@ -5,7 +5,7 @@ use gpufabric_api::baseline::Expectation;
 use gpufabric_api::pair::NetTransport;
 use gpufabric_api::suite::Pairing;
 use gpufabric_health::pairs::rehearse::{Modelled, Network, Rehearsal, rehearse};
-use gpufabric_health::pairs::rounds::{Candidate, plan_rounds};
+use gpufabric_health::pairs::rounds::{Candidate, plan_rounds, plan_with_partners};
 use gpufabric_health::pairs::{PairBaseline, PairRules};
 use std::collections::BTreeSet;
 
@@ -38,6 +38,8 @@ pub struct Case {
     /// How the rounds pair the nodes, and the seed of the shuffle (`Random`).
     pub pairing: Pairing,
     pub seed: u64,
+    /// Partners a node meets in the planned rounds (2, or 1 for one a night).
+    pub partners: u32,
     pub network: Modelled,
     /// Nodes bad with every partner: each must be blamed.
     pub bad: BTreeSet<String>,
@@ -107,6 +109,7 @@ pub fn bad_node_among_bad_partners(n: usize) -> Case {
         nodes,
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -145,6 +148,7 @@ pub fn bad_run_along_the_ring(n: usize, k: usize) -> Case {
         nodes,
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -170,6 +174,7 @@ pub fn random_bad(n: usize, count: usize, seed: u64) -> Case {
         nodes: fleet(n, false),
         pairing: Pairing::Random,
         seed,
+        partners: 2,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -187,6 +192,7 @@ pub fn cases(n: usize) -> Vec<Case> {
             nodes: fleet(n, false),
             pairing: Pairing::Ring,
             seed: 0,
+            partners: 2,
             network: slowed(&bad, 0.3),
             bad,
             flaky: None,
@@ -202,6 +208,7 @@ pub fn cases(n: usize) -> Vec<Case> {
         nodes,
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -216,6 +223,7 @@ pub fn cases(n: usize) -> Vec<Case> {
         nodes,
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: slowed(&bad, 0.3),
         bad,
         flaky: None,
@@ -228,6 +236,7 @@ pub fn cases(n: usize) -> Vec<Case> {
         nodes: fleet(n, true),
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: Modelled {
             switches: vec![(block.clone(), 0.3)],
             ..healthy()
@@ -243,6 +252,7 @@ pub fn cases(n: usize) -> Vec<Case> {
         nodes: fleet(n, false),
         pairing: Pairing::Ring,
         seed: 0,
+        partners: 2,
         network: Modelled {
             flaky: [(flaky.clone(), (0, 0.3))].into(),
             ..healthy()
@@ -252,6 +262,34 @@ pub fn cases(n: usize) -> Vec<Case> {
         block: None,
     });
     out
+}
+
+/// `case` with one partner a node a night (`nodePairs.partners: 1`), the ring's round taken
+/// by `seed` (a ring run's day); what is bad stays where it was.
+pub fn one_partner(mut case: Case, seed: u64) -> Case {
+    case.name = format!("{}, one partner a night (seed {seed})", case.name);
+    case.partners = 1;
+    case.seed = seed;
+    case
+}
+
+/// One partner a night: the two nodes of the night's first pair both bad, so each one's
+/// only planned partner is bad too.
+pub fn two_bad_paired(n: usize, seed: u64) -> Case {
+    let nodes = fleet(n, false);
+    let first = plan_with_partners(&nodes, Pairing::Ring, seed, 1).rounds[0].pairs[0].clone();
+    let bad: BTreeSet<String> = [first.a, first.b].into();
+    Case {
+        name: format!("2 bad paired together, of {n}, one partner a night (seed {seed})"),
+        nodes,
+        pairing: Pairing::Ring,
+        seed,
+        partners: 1,
+        network: slowed(&bad, 0.3),
+        bad,
+        flaky: None,
+        block: None,
+    }
 }
 
 /// The partners `node` meets in the planned rounds (ring, seed 0).
@@ -291,8 +329,7 @@ pub fn play(case: &Case, baseline: Option<PairBaseline>) -> Rehearsal {
     let baselines: Vec<PairBaseline> = baseline.into_iter().collect();
     rehearse(
         &case.nodes,
-        case.pairing,
-        case.seed,
+        (case.pairing, case.seed, case.partners),
         &case.network as &dyn Network,
         &PairRules::default(),
         Some(&baselines),
@@ -322,7 +359,7 @@ pub fn score(case: &Case, r: &Rehearsal) -> Score {
         ..Default::default()
     };
     // The slow paths the planned rounds measured.
-    let plan = plan_rounds(&case.nodes, case.pairing, case.seed);
+    let plan = plan_with_partners(&case.nodes, case.pairing, case.seed, case.partners);
     for (round, pairs) in plan.rounds.iter().enumerate() {
         for p in &pairs.pairs {
             let (bw, _) = case.network.measure(&p.a, &p.b, round);

@@ -247,3 +247,82 @@ proptest! {
         }
     }
 }
+
+fn ring_or_random() -> impl Strategy<Value = Pairing> {
+    prop_oneof![Just(Pairing::Ring), Just(Pairing::Random)]
+}
+
+proptest! {
+    /// Rule 5: one partner a node. Every node of a group of two or more meets at least one
+    /// partner (the bye of an odd group included), at most the bye's partner meets two, and
+    /// the plan holds one round (two for an odd group).
+    #[test]
+    fn with_one_partner_every_node_meets_one_and_no_node_is_left_out(
+        n in 0usize..80,
+        pairing in ring_or_random(),
+        seed in any::<u64>(),
+    ) {
+        let nodes = nodes(n);
+        let plan = plan_with_partners(&nodes, pairing, seed, 1);
+        check_plan(&nodes, &plan)?;
+        let p = partners(&plan, PairSet::Within);
+        let twice = p.values().filter(|m| m.len() > 1).count();
+        for node in &nodes {
+            let met = p.get(&node.name).map_or(0, BTreeSet::len);
+            prop_assert!(met >= 1.min(n.saturating_sub(1)), "{} met {met} of {n}", node.name);
+            prop_assert!(met <= 2, "{} met {met}", node.name);
+        }
+        prop_assert!(twice <= n % 2, "{twice} nodes met two partners among {n}");
+        let rounds = if n < 2 { 0 } else if n % 2 == 1 && n >= 3 { 2 } else { 1 };
+        prop_assert_eq!(plan.rounds.len(), rounds);
+    }
+
+    /// With topology groups, one partner within a group and one round across.
+    #[test]
+    fn with_one_partner_groups_meet_one_partner_within_and_cross_in_one_round(
+        sizes in proptest::collection::vec(2usize..12, 2..6),
+        pairing in ring_or_random(),
+        seed in any::<u64>(),
+    ) {
+        let nodes = grouped(&sizes);
+        let plan = plan_with_partners(&nodes, pairing, seed, 1);
+        check_plan(&nodes, &plan)?;
+        let within = partners(&plan, PairSet::Within);
+        prop_assert_eq!(within.len(), nodes.len(), "a node met no partner in its group");
+        let across_rounds = plan.rounds.iter().filter(|r| r.set == PairSet::Across).count();
+        prop_assert!(across_rounds <= 1);
+    }
+}
+
+#[test]
+fn one_partner_a_night_meets_every_partner_of_an_even_ring_within_its_nights() {
+    // 8 nodes: the circle's 7 rounds, one a night by the day, meet all 28 pairs once.
+    let nodes = nodes(8);
+    let mut met = BTreeSet::new();
+    for day in 20_000..20_007 {
+        let plan = plan_with_partners(&nodes, Pairing::Ring, day, 1);
+        assert_eq!(plan.rounds.len(), 1);
+        assert_eq!(plan.rounds[0].pairs.len(), 4);
+        for p in plan.pairs() {
+            assert!(met.insert(unordered(p)), "{p:?} met twice in a week");
+        }
+    }
+    assert_eq!(met.len(), 28);
+    // Two nights in a row meet different partners.
+    let a = plan_with_partners(&nodes, Pairing::Ring, 20_000, 1);
+    let b = plan_with_partners(&nodes, Pairing::Ring, 20_001, 1);
+    assert!(a.pairs().all(|p| !b.pairs().any(|q| unordered(p) == unordered(q))));
+}
+
+#[test]
+fn one_partner_keeps_the_usual_plan_for_all_pairing_and_two_partners() {
+    let nodes = nodes(7);
+    assert_eq!(
+        plan_with_partners(&nodes, Pairing::All, 3, 1),
+        plan_rounds(&nodes, Pairing::All, 3)
+    );
+    assert_eq!(
+        plan_with_partners(&nodes, Pairing::Ring, 0, 2),
+        plan_rounds(&nodes, Pairing::Ring, 0)
+    );
+}

@@ -33,7 +33,7 @@ use std::time::Duration;
 use crate::pairs::phase::{self, PairPod, PairStep, Slot};
 use crate::pairs::pods::{Rendezvous, pair_pod};
 use crate::pairs::rank::spare_lost;
-use crate::pairs::rounds::{Candidate, plan_rounds};
+use crate::pairs::rounds::{Candidate, plan_with_partners};
 use gpufabric_api::nic_counters::NicCounters;
 use gpufabric_api::pair::{NodePairsStatus, PairState};
 use gpufabric_api::run::NodeVerdict;
@@ -213,6 +213,9 @@ async fn begin(
     let seed = match spec.pairing {
         // Below 2^53, so that every JSON reader keeps it exact.
         Pairing::Random => rand::random::<u64>() >> 11,
+        // One partner a night: the day picks the round of the circle, so each night meets
+        // new partners (health::pairs::rounds, rule 5).
+        Pairing::Ring if spec.partners <= 1 => day_number(now().0.as_second()),
         _ => 0,
     };
     // Every pair of a large fleet would take n-1 rounds and records per node.
@@ -226,7 +229,7 @@ async fn begin(
     } else {
         (spec.pairing, None)
     };
-    let plan = plan_rounds(&candidates, pairing, seed);
+    let plan = plan_with_partners(&candidates, pairing, seed, spec.partners);
     let mut np = NodePairsStatus {
         seed,
         candidates: candidates.len() as u32,
@@ -284,6 +287,11 @@ async fn begin(
     );
     next.node_pairs = Some(np);
     Ok(PairsStep::Wait(Duration::from_millis(100)))
+}
+
+/// Days since the Unix epoch of `seconds` (0 before it).
+fn day_number(seconds: i64) -> u64 {
+    u64::try_from(seconds.div_euclid(86_400)).unwrap_or(0)
 }
 
 /// The run's rendezvous Secret as a pass sees it: the UID recorded, and once a pass has
