@@ -512,7 +512,9 @@ def emulated_test(name, selector, suite, extra_env=()):
 
 # Sockets over veth carry about 1 GB/s: 64 MiB pairs, and a probe whose gradients (134 MB)
 # take about as long as its GEMMs (bench/ddp-nodes-check.sh).
-PAIRS = {"enabled": True, "pairing": "ring", "bytes": 64 << 20}
+# E2E_PAIR_PARTNERS=1: the node-pair step with one partner a node (suite.nodePairs.partners).
+PAIRS = {"enabled": True, "pairing": "ring", "bytes": 64 << 20,
+         "partners": int(os.environ.get("E2E_PAIR_PARTNERS", "2"))}
 PROBE_SHAPE = {"hidden": 2048, "layers": 8, "batchPerGpu": 131072}
 
 
@@ -628,7 +630,8 @@ def step_pairs(doc):
                f"{'; also Critical: ' + '; '.join(f.get('message', '') for f in others) if others else ''}; "
                f"{SHAPED} cordoned: {facts['unschedulable']}, Event {events[0]['reason'] if events else 'none'}")
     row(doc, "node pairs",
-        f"FabricTest {TEST_NODES} over {len(EMULATED)} emulated nodes: nodePairs ring 64 MiB; "
+        f"FabricTest {TEST_NODES} over {len(EMULATED)} emulated nodes: nodePairs ring 64 MiB, "
+        f"{PAIRS['partners']} partner(s) a node; "
         f"{SHAPED}'s link at {rate}", decided, took_of(marks), ok,
         checks=checks, pairs=pairs, findings=findings, node=facts, events=events,
         metrics=metrics(SHAPED), run_status=st,

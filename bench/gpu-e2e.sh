@@ -51,6 +51,7 @@
 #
 # On a lent GPU host, one call with .device beside the repository (4 GPUs: every step; one
 # GPU: every step but the probe and the real node's two pods).
+# E2E_PAIR_PARTNERS=1 runs the node-pair step with one partner a node (suite.nodePairs.partners).
 # E2E_CLEAN_REPEATS=N runs the clean test N times (run-now) and keeps every verdict, so that
 # bench/e2e-compare.py compares medians. E2E_BUDGET (default 540 s) bounds the whole run: every wait gives up in time for the
 # report to be written. E2E_KEEP=1 keeps the cluster up at the end, until Ctrl-C, and prints
