@@ -466,12 +466,16 @@ async fn with_one_partner_a_night_a_slow_nic_is_told_from_its_partner_by_the_ret
         "{np:#?}\n{:#?}",
         status.findings
     );
-    let day = (std::time::SystemTime::now()
+    let day = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
         .as_secs()
-        / 86_400) as u64;
-    assert!(np.seed == day || np.seed + 1 == day, "seed {} on day {day}", np.seed);
+        / 86_400;
+    assert!(
+        np.seed == day || np.seed + 1 == day,
+        "seed {} on day {day}",
+        np.seed
+    );
 
     let slow = env.node("np-04");
     let blamed: Vec<_> = status
@@ -499,7 +503,11 @@ async fn with_one_partner_a_night_a_slow_nic_is_told_from_its_partner_by_the_ret
         let name = env.node(&base);
         let e = &entries[&name];
         let planned = e.pairs.iter().filter(|r| !r.confirmation).count();
-        assert_eq!(planned, 1, "{name} met {planned} planned partners: {:#?}", e.pairs);
+        assert_eq!(
+            planned, 1,
+            "{name} met {planned} planned partners: {:#?}",
+            e.pairs
+        );
         let n = nodes.get(&name).await.expect("node");
         if name == slow {
             assert_eq!(e.verdict, NodeVerdict::Failed, "{e:#?}");

@@ -75,10 +75,7 @@ fn main() {
     }
     let n = 1000;
     let seed = 20_421;
-    let mut all: Vec<Case> = cases(n)
-        .into_iter()
-        .map(|c| one_partner(c, seed))
-        .collect();
+    let mut all: Vec<Case> = cases(n).into_iter().map(|c| one_partner(c, seed)).collect();
     all.push(two_bad_paired(n, seed));
     all.push(one_partner(bad_run_along_the_ring(n, 8), seed));
     for case in &all {

@@ -311,7 +311,10 @@ fn one_partner_a_night_meets_every_partner_of_an_even_ring_within_its_nights() {
     // Two nights in a row meet different partners.
     let a = plan_with_partners(&nodes, Pairing::Ring, 20_000, 1);
     let b = plan_with_partners(&nodes, Pairing::Ring, 20_001, 1);
-    assert!(a.pairs().all(|p| !b.pairs().any(|q| unordered(p) == unordered(q))));
+    assert!(
+        a.pairs()
+            .all(|p| !b.pairs().any(|q| unordered(p) == unordered(q)))
+    );
 }
 
 #[test]
