@@ -15,7 +15,7 @@
 
 use gpufabric_api::findings::Severity;
 use gpufabric_api::pair::PairState;
-use gpufabric_api::run::NodeVerdict;
+use gpufabric_api::run::{NodeRunResult, NodeVerdict};
 use gpufabric_api::shard::FabricTestRunShard;
 use gpufabric_api::suite::Pairing;
 use gpufabric_api::{FindingKind, Subject, SubjectKind, keys};
@@ -89,6 +89,21 @@ fn bad_path() -> (String, String) {
         .find(|p| !near.contains(&p.a) && !near.contains(&p.b))
         .map(|p| (p.a.clone(), p.b.clone()))
         .expect("a ring of 12 has a pair away from the slow nodes and their partners")
+}
+
+/// Every node's entry in the run's shards, by node name.
+async fn shard_entries(env: &OperatorEnv, run_name: &str) -> BTreeMap<String, NodeRunResult> {
+    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
+    let listed = shards
+        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
+        .await
+        .expect("shards");
+    listed
+        .items
+        .into_iter()
+        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
+        .map(|e| (e.node.clone(), e))
+        .collect()
 }
 
 fn fleet(path: &(String, String)) -> Fleet {
@@ -226,17 +241,7 @@ async fn three_slow_nics_in_a_row_fail_their_nodes_after_retests_and_a_slow_path
     );
 
     // Verdicts, records in the shards, and the three cordons.
-    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
-    let listed = shards
-        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
-        .await
-        .expect("shards");
-    let entries: BTreeMap<String, _> = listed
-        .items
-        .into_iter()
-        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
-        .map(|e| (e.node.clone(), e))
-        .collect();
+    let entries = shard_entries(&env, &run_name).await;
     assert_eq!(entries.len(), RING);
     let nodes: Api<Node> = Api::all(env.cluster.client());
     for base in names(RING) {
@@ -389,18 +394,9 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
     assert!(np.done && np.not_measured >= 1, "{np:#?}\n{}", log());
     assert_eq!(np.errored, 0, "{np:#?}");
 
-    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
-    let listed = shards
-        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
-        .await
-        .expect("shards");
-    let entries: Vec<_> = listed
-        .items
-        .into_iter()
-        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
-        .collect();
+    let entries = shard_entries(&env, &run_name).await;
     assert_eq!(entries.len(), 4, "{entries:#?}");
-    let lost_entry = entries.iter().find(|e| e.node == lost).expect("np-02");
+    let lost_entry = entries.get(&lost).expect("np-02");
     assert!(
         lost_entry
             .pairs
@@ -410,7 +406,7 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
     );
     // The reason is on rank 0's record, whichever node that is.
     assert!(
-        entries.iter().flat_map(|e| &e.pairs).any(|r| {
+        entries.values().flat_map(|e| &e.pairs).any(|r| {
             r.state == PairState::NotMeasured
                 && r.message
                     .as_deref()
@@ -420,7 +416,7 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
     );
     env.assert_none_held(
         &status,
-        entries.iter().map(|e| (e.node.as_str(), e.verdict)),
+        entries.values().map(|e| (e.node.as_str(), e.verdict)),
     )
     .await;
 }
@@ -486,17 +482,7 @@ async fn with_one_partner_a_night_a_slow_nic_is_told_from_its_partner_by_the_ret
         .collect();
     assert_eq!(blamed, vec![Subject::node(&slow)], "{:#?}", status.findings);
 
-    let shards: Api<FabricTestRunShard> = Api::all(env.cluster.client());
-    let listed = shards
-        .list(&ListParams::default().labels(&format!("gpufabric.io/run={run_name}")))
-        .await
-        .expect("shards");
-    let entries: BTreeMap<String, _> = listed
-        .items
-        .into_iter()
-        .flat_map(|s| s.status.map(|s| s.nodes).unwrap_or_default())
-        .map(|e| (e.node.clone(), e))
-        .collect();
+    let entries = shard_entries(&env, &run_name).await;
     assert_eq!(entries.len(), 8);
     let nodes: Api<Node> = Api::all(env.cluster.client());
     for base in names(8) {
