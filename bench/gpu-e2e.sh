@@ -82,6 +82,16 @@ if [ "$MODE" = pack ]; then
       --bin fabric-agent --bin fabric-operator --bin fabric-kubelet
     rust=${CARGO_TARGET_DIR:-target}/release
   fi
+  # The run applies crds/ from this tree: they must be what the packed operator generates (a
+  # field missing from them is pruned by the API server, and the run tests the default).
+  crd_check=$(mktemp -d)
+  "$rust/fabric-operator" crdgen --out "$crd_check" 2>/dev/null
+  if ! diff -rq "$crd_check" crds >/dev/null; then
+    echo "crds/ is not what $rust/fabric-operator generates: run cargo run -p gpufabric-operator -- crdgen --out crds (and --out charts/gpufabric/crds) with the same source, then pack again" >&2
+    rm -rf "$crd_check"
+    exit 1
+  fi
+  rm -rf "$crd_check"
   stage=$(mktemp -d)
   mkdir -p "$stage/bin" "$PACK"
   for b in fabric-agent fabric-operator fabric-kubelet; do
