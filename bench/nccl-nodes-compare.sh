@@ -32,7 +32,11 @@
 #   netns-nodes.sh, debs/          the emulated nodes and iproute2 (see netns-nodes.sh)
 # and on the host: nvcc, PyTorch's NCCL wheel, root. Everything lands in $OUT (default
 # ./nccl-nodes-compare-out): the logs of every run, the agent's documents, compare.txt, and all
-# of them again in all.tar.xz.
+# of them again in all.tar.xz. A device call brings back only a few files, so the runs' logs and
+# documents are written under /tmp/gf-cmp-logs and $OUT holds compare.log, compare.txt and
+# all.tar.xz (every log and document, packed again after each round so that a run cut short
+# still brings back the rounds it finished). REF_COUNTS limits nccl-tests to some node counts
+# (default all of the agent's), e.g. REF_COUNTS=4 where two nodes were compared before.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 N=${N:-4}; ROUNDS=${ROUNDS:-3}; MAX=${MAX:-64M}; LARGE=${LARGE:-16M}
@@ -40,7 +44,8 @@ SHAPE_NODE=${SHAPE_NODE:-$((N - 1))}; SHAPE_RATE=${SHAPE_RATE:-5gbit}
 WARMUP=5; ITERS=20; FACTOR=4; MIN=1K
 DEV=$PWD/.device/nccl-compare
 OUT=${OUT:-$PWD/nccl-nodes-compare-out}
-mkdir -p "$OUT"
+LOGS=/tmp/gf-cmp-logs
+rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
 exec > >(tee -a "$OUT/compare.log") 2>&1
 . "$(dirname "$0")/lib.sh"
 netns_setup
@@ -52,13 +57,14 @@ COUNTS=$(python3 -c "
 n=$N; c=[]; k=2
 while k<n: c.append(k); k*=2
 c.append(n); print(' '.join(map(str,c)))")
+REF_COUNTS=${REF_COUNTS:-$COUNTS}
 A0=192.0.2.10
 REF_FAILS=0
 gpu_of() { echo $(($1 % NGPU)); }
 
 # The agent, Open MPI and nccl-tests, unpacked and built under /tmp.
 setup() {
-  banner "setup: $N emulated nodes on $NGPU GPU(s), node counts $COUNTS, sizes $MIN..$MAX x$FACTOR"
+  banner "setup: $N emulated nodes on $NGPU GPU(s), node counts $COUNTS (nccl-tests at $REF_COUNTS), sizes $MIN..$MAX x$FACTOR"
   AGENT=/tmp/gf-cmp-agent
   xz -dc "$DEV/fabric-agent.xz" > $AGENT && chmod +x $AGENT
   MPI=/tmp/gf-mpi
@@ -85,9 +91,9 @@ setup() {
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
   ( cd $REF && make -j16 MPI=1 MPI_HOME=$L/openmpi CUDA_HOME=/usr/local/cuda \
       NCCL_HOME=$NCCL_HOME NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc" ) \
-    > "$OUT/build-nccl-tests.log" 2>&1
+    > "$LOGS/build-nccl-tests.log" 2>&1
   echo "nccl-tests (MPI) built rc=$? in $((SECONDS - t0)) s: $(ls $REF/build/*_perf 2>/dev/null | wc -l) binaries"
-  tail -2 "$OUT/build-nccl-tests.log"
+  tail -2 "$LOGS/build-nccl-tests.log"
   "$AGENT" --version
   orterun --version | head -1
   python3 -c 'import torch; print("nccl (wheel)", torch.cuda.nccl.version())' 2>/dev/null
@@ -108,8 +114,8 @@ agent_round() {
     env GPUS_OF_NODE=$(gpu_of $i) $NETNS exec $i "$AGENT" nccl-nodes --backend cuda \
       --shared-gpus --nodes "$NODES" --rank $i --rendezvous $A0:29400 --group "cmp/r$r" \
       --secret "$SECRET" -b $MIN -e $MAX -f $FACTOR --large-bytes $LARGE -w $WARMUP \
-      -n $ITERS --rendezvous-timeout 60 --timeout 120 --json "$OUT/agent-r$r-rank$i.json" \
-      > "$OUT/agent-r$r-rank$i.log" 2>&1 &
+      -n $ITERS --rendezvous-timeout 60 --timeout 120 --json "$LOGS/agent-r$r-rank$i.json" \
+      > "$LOGS/agent-r$r-rank$i.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; codes="$codes $?"; done
@@ -119,22 +125,27 @@ agent_round() {
 # nccl_tests_round R: every collective at every node count, an MPI job each.
 nccl_tests_round() {
   local r=$1 k c rc t0=$SECONDS
-  for k in $COUNTS; do
+  for k in $REF_COUNTS; do
     for c in $COLLS; do
       if [ "$REF_FAILS" -ge 2 ]; then echo "nccl-tests: skipped after two failed jobs"; return; fi
       GPUS_OF_NODE=0 timeout 90 $NETNS exec 0 env PATH="$PATH" orterun --allow-run-as-root \
         --oversubscribe -np $k --bind-to none --mca pml ob1 --mca btl self,tcp \
         --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
         /tmp/gf-cmp-rank.sh $REF/build/${c}_perf -b $MIN -e $MAX -f $FACTOR -w $WARMUP \
-        -n $ITERS -c 1 -g 1 > "$OUT/nccl-tests-r$r-n$k-$c.log" 2>&1
+        -n $ITERS -c 1 -g 1 > "$LOGS/nccl-tests-r$r-n$k-$c.log" 2>&1
       rc=$?
       if [ $rc -ne 0 ]; then
         REF_FAILS=$((REF_FAILS + 1))
-        echo "nccl-tests $c n=$k round $r: rc=$rc"; tail -5 "$OUT/nccl-tests-r$r-n$k-$c.log"
+        echo "nccl-tests $c n=$k round $r: rc=$rc"; tail -5 "$LOGS/nccl-tests-r$r-n$k-$c.log"
       fi
     done
   done
   echo "nccl-tests round $r: $((SECONDS - t0)) s"
+}
+
+# pack: every log and document so far into $OUT/all.tar.xz.
+pack() {
+  tar -C "$LOGS" -cJf /tmp/gf-cmp-all.tar.xz . && mv /tmp/gf-cmp-all.tar.xz "$OUT/all.tar.xz"
 }
 
 setup
@@ -145,9 +156,10 @@ for r in $(seq 1 $ROUNDS); do
   banner "round $r"
   if [ $((r % 2)) -eq 1 ]; then agent_round $r; nccl_tests_round $r
   else nccl_tests_round $r; agent_round $r; fi
+  pack
 done
 $NETNS down
 banner "compare"
-python3 "$(dirname "$0")/nccl_nodes_compare.py" "$OUT" "$ROUNDS" "$LARGE" | tee "$OUT/compare.txt"
-# Every document and log in one archive: a device call brings back only so many files.
-tar -C "$OUT" -cJf /tmp/gf-cmp-all.tar.xz --exclude all.tar.xz . && mv /tmp/gf-cmp-all.tar.xz "$OUT/all.tar.xz"
+python3 "$(dirname "$0")/nccl_nodes_compare.py" "$LOGS" "$ROUNDS" "$LARGE" | tee "$OUT/compare.txt"
+cp "$OUT/compare.txt" "$LOGS/"
+pack

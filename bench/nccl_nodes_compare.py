@@ -86,6 +86,10 @@ def main():
         return 1
     ref = {}
     for k in counts:
+        if not any(os.path.exists(os.path.join(out, f"nccl-tests-r{r}-n{k}-{coll}.log"))
+                   for r in range(1, rounds + 1) for coll in NAMES.values()):
+            print(f"  nccl-tests did not run at {k} nodes (REF_COUNTS)")
+            continue
         for coll in NAMES.values():
             for r in range(1, rounds + 1):
                 rows = nccl_tests_rows(os.path.join(out, f"nccl-tests-r{r}-n{k}-{coll}.log"))
@@ -106,7 +110,8 @@ def main():
         ours = [v[0] for v in values]
         mine = statistics.median(ours)
         if not theirs:
-            print(f"{k:>5} {coll:<15} {size:>10} no nccl-tests rows")
+            print(f"{k:>5} {coll:<15} {size:>10} {statistics.median(v[0] for v in values):>7.2f}"
+                  " (no nccl-tests rows)")
             continue
         lo, med, hi = spread(theirs)
         ratio = mine / med if med > 0 else float("nan")
