@@ -145,17 +145,17 @@ pub fn plan_with_partners(
         let candidate_rounds = if pairing == Pairing::All {
             let all: Vec<&str> = group_of.keys().copied().collect();
             circle_rounds(&all, 0, all.len())
-        } else if one {
-            let mut ordered: Vec<&Vec<&str>> = groups.values().collect();
-            ordered.sort_by_key(|m| std::cmp::Reverse(m.len()));
-            let line: Vec<&str> = ordered.into_iter().flatten().copied().collect();
-            let second = line.len() - line.len() / 2;
-            vec![half_round(&line, (seed % second.max(1) as u64) as usize)]
         } else {
+            // The groups in a line, largest first, its first half against its second.
             let mut ordered: Vec<&Vec<&str>> = groups.values().collect();
             ordered.sort_by_key(|m| std::cmp::Reverse(m.len()));
             let line: Vec<&str> = ordered.into_iter().flatten().copied().collect();
-            half_rounds(&line)
+            if one {
+                let second = line.len() - line.len() / 2;
+                vec![half_round(&line, (seed % second.max(1) as u64) as usize)]
+            } else {
+                half_rounds(&line)
+            }
         };
         let mut seen = std::collections::BTreeSet::new();
         for pairs in candidate_rounds {
@@ -219,18 +219,15 @@ fn one_partner_rounds(members: &[&str], seed: u64) -> Vec<Vec<NodePair>> {
             .flatten()
             .flat_map(|p| [p.a.as_str(), p.b.as_str()])
             .collect();
-        let bye: Vec<&str> = members
-            .iter()
-            .copied()
-            .filter(|n| !paired.contains(n))
-            .collect();
-        let next = circle_rounds(members, first + 1, 1);
-        let own: Vec<NodePair> = next
-            .into_iter()
-            .flatten()
-            .filter(|p| bye.contains(&p.a.as_str()) || bye.contains(&p.b.as_str()))
-            .collect();
-        rounds.push(own);
+        // An odd circle leaves exactly one node out of each round.
+        if let Some(bye) = members.iter().copied().find(|n| !paired.contains(n)) {
+            let own: Vec<NodePair> = circle_rounds(members, first + 1, 1)
+                .into_iter()
+                .flatten()
+                .filter(|p| p.a == bye || p.b == bye)
+                .collect();
+            rounds.push(own);
+        }
     }
     rounds
 }
