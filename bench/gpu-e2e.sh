@@ -50,7 +50,11 @@
 #                            count, 4 unless set)
 #
 # On a lent GPU host, one call with .device beside the repository (4 GPUs: every step; one
-# GPU: every step but the probe and the real node's two pods).
+# GPU: every step but the probe and the real node's two pods). Where the repository and the
+# pack together exceed what one call may carry, the control plane's archive can travel alone
+# in a first call to the same machine (.device/gpu-e2e/cp.tar.xz, a command that only lists
+# it) and the rest in the next (bin.tar.xz, manifest, cp.sums, pki, debs, netns-nodes.sh):
+# an ignored file already there stays between calls to a machine still held.
 # E2E_PAIR_PARTNERS=1 runs the node-pair step with one partner a node (suite.nodePairs.partners).
 # E2E_CLEAN_REPEATS=N runs the clean test N times (run-now) and keeps every verdict, so that
 # bench/e2e-compare.py compares medians. E2E_BUDGET (default 540 s) bounds the whole run: every wait gives up in time for the
