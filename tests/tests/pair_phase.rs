@@ -393,6 +393,27 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
         .unwrap_or_else(|| panic!("no node-pair phase: {status:#?}\n{}", log()));
     assert!(np.done && np.not_measured >= 1, "{np:#?}\n{}", log());
     assert_eq!(np.errored, 0, "{np:#?}");
+    // The phase says which pairs it could not measure and why, in status and in an Event:
+    // they judged neither node, so the nodes are spared by it, not cleared.
+    let said = np.message.clone().unwrap_or_default();
+    assert!(
+        said.contains(&format!(
+            "{} of {} node pairs not measured",
+            np.not_measured, np.pairs
+        )) && said.contains("stopped reporting while its rank ran"),
+        "{np:#?}"
+    );
+    let events = gpufabric_tests::events::about(&env.cluster.client(), "default", test).await;
+    assert!(
+        events
+            .iter()
+            .any(|(reason, note)| reason == "NodePairsNotMeasured"
+                && note.contains(&format!(
+                    "{} of {} node pairs not measured",
+                    np.not_measured, np.pairs
+                ))),
+        "{events:#?}"
+    );
 
     let entries = shard_entries(&env, &run_name).await;
     assert_eq!(entries.len(), 4, "{entries:#?}");

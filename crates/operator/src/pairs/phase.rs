@@ -544,6 +544,43 @@ pub fn confirmed_within_run(entry: &NodeRunResult, blaming: &[&Finding]) -> bool
     })
 }
 
+/// What the phase says when some of its pairs ended not measured: how many, and the reason
+/// most of them gave. A pair not measured judges neither of its nodes, so a node whose only
+/// pairs were not measured is spared by the phase: the status and an Event say why, with
+/// the counts, rather than a phase that reads as done and clean. `None` when every pair
+/// was measured or errored.
+pub fn unmeasured_note(entries: &[NodeRunResult]) -> Option<String> {
+    let records: Vec<(&str, &PairRecord)> = entries
+        .iter()
+        .flat_map(|e| e.pairs.iter().map(move |r| (e.node.as_str(), r)))
+        .filter(|(_, r)| r.rank == 0)
+        .collect();
+    let unmeasured = || {
+        records
+            .iter()
+            .filter(|(_, r)| r.state == PairState::NotMeasured)
+    };
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, r) in unmeasured() {
+        *reasons
+            .entry(r.message.as_deref().unwrap_or("no reason recorded"))
+            .or_default() += 1;
+    }
+    let missed: usize = reasons.values().sum();
+    let (reason, most) = reasons
+        .iter()
+        .max_by_key(|(m, n)| (**n, std::cmp::Reverse(**m)))?;
+    let spared: BTreeSet<&str> = unmeasured()
+        .flat_map(|(node, r)| [*node, r.partner.as_str()])
+        .collect();
+    // The reason last: an Event's note may be cut at its end.
+    Some(format!(
+        "{missed} of {} node pairs not measured, judging none of their {} nodes; the most common reason ({most} of {missed}): {reason}",
+        records.len(),
+        spared.len()
+    ))
+}
+
 /// Counts of the pairs (each once, from rank 0's record) and the bandwidth of the pairs
 /// within and across topology groups, into `status`.
 pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {

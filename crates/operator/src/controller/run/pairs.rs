@@ -106,6 +106,15 @@ pub(super) async fn advance(
     }
     phase::summarize(entries, &mut np);
     let done = np.done;
+    if done && let Some(note) = phase::unmeasured_note(entries) {
+        // Pairs not measured spare their nodes: the phase says so, once, as it ends.
+        tracing::warn!(%note, "node pairs not measured");
+        publish(ctx, run, true, "NodePairsNotMeasured", "NodePairs", &note).await;
+        np.message = Some(match np.message.take() {
+            Some(before) => format!("{before}; {note}"),
+            None => note,
+        });
+    }
     next.node_pairs = Some(np);
     Ok(if done {
         PairsStep::Done

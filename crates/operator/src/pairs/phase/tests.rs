@@ -626,3 +626,46 @@ fn a_port_read_down_once_is_read_again_in_the_confirmation_round_and_then_confir
         vec!["n5"]
     );
 }
+
+/// Pairs that ended not measured spare their nodes: the note counts them, names the nodes
+/// they leave unjudged and the reason most gave; none when every pair was measured.
+#[test]
+fn pairs_not_measured_are_counted_with_the_reason_most_gave() {
+    let mut e = planned(4);
+    assert_eq!(unmeasured_note(&e), None, "nothing ended yet");
+    let mut ended = 0;
+    for entry in e.iter_mut() {
+        for r in entry.pairs.iter_mut().filter(|r| r.rank == 0) {
+            ended += 1;
+            (r.state, r.message) = match ended {
+                1 | 2 => (
+                    PairState::NotMeasured,
+                    Some("rendezvous timed out after 60 s".into()),
+                ),
+                3 => (PairState::NotMeasured, Some("image pull".into())),
+                _ => (PairState::Measured, None),
+            };
+        }
+    }
+    let total = e
+        .iter()
+        .flat_map(|e| &e.pairs)
+        .filter(|r| r.rank == 0)
+        .count();
+    assert_eq!(total, 4, "{e:#?}");
+    let note = unmeasured_note(&e).expect("three pairs not measured");
+    assert!(note.starts_with("3 of 4 node pairs not measured"), "{note}");
+    assert!(
+        note.ends_with("the most common reason (2 of 3): rendezvous timed out after 60 s"),
+        "{note}"
+    );
+    // Three pairs of a ring over four nodes touch every node.
+    assert!(note.contains("judging none of their 4 nodes"), "{note}");
+
+    for entry in e.iter_mut() {
+        for r in entry.pairs.iter_mut() {
+            r.state = PairState::Measured;
+        }
+    }
+    assert_eq!(unmeasured_note(&e), None);
+}
