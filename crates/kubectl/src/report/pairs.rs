@@ -76,6 +76,10 @@ pub fn pairs_doc(r: &FabricTestRun, pairs: &[PairRow]) -> Doc {
         np.errored,
         fmt_opt(np.within.as_ref().and_then(|w| w.median_gbps), 1),
     ));
+    // Why the phase did not run, or which pairs it could not measure and why.
+    if let Some(m) = &np.message {
+        doc.line(format!("note: {m}"));
+    }
     let mut t = Table::new(&[
         "ROUND",
         "PAIR",

@@ -185,3 +185,16 @@ fn json_and_yaml_carry_the_run_pairs_and_quarantine() {
         serde_yaml::from_str(&render(&r, &Format::Yaml).expect("yaml")).expect("parses");
     assert_eq!(yaml, json);
 }
+
+#[test]
+fn the_pair_phase_says_which_pairs_it_could_not_measure() {
+    let mut r = report();
+    let said = |r: &Report| pairs_doc(&r.run, &r.pairs).render();
+    assert!(!said(&r).contains("note:"), "{}", said(&r));
+    let note = "1 of 2 node pairs not measured, judging none of their 2 nodes; \
+                the most common reason (1 of 1): rendezvous timed out after 60 s";
+    if let Some(np) = r.run.status.as_mut().and_then(|s| s.node_pairs.as_mut()) {
+        np.message = Some(note.into());
+    }
+    assert!(said(&r).contains(&format!("note: {note}")), "{}", said(&r));
+}
