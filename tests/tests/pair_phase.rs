@@ -395,23 +395,20 @@ async fn a_rank_on_a_node_that_stopped_reporting_leaves_its_pair_not_measured() 
     assert_eq!(np.errored, 0, "{np:#?}");
     // The phase says which pairs it could not measure and why, in status and in an Event:
     // they judged neither node, so the nodes are spared by it, not cleared.
+    let counted = format!(
+        "{} of {} node pairs not measured",
+        np.not_measured, np.pairs
+    );
     let said = np.message.clone().unwrap_or_default();
     assert!(
-        said.contains(&format!(
-            "{} of {} node pairs not measured",
-            np.not_measured, np.pairs
-        )) && said.contains("stopped reporting while its rank ran"),
+        said.contains(&counted) && said.contains("stopped reporting while its rank ran"),
         "{np:#?}"
     );
     let events = gpufabric_tests::events::about(&env.cluster.client(), "default", test).await;
     assert!(
         events
             .iter()
-            .any(|(reason, note)| reason == "NodePairsNotMeasured"
-                && note.contains(&format!(
-                    "{} of {} node pairs not measured",
-                    np.not_measured, np.pairs
-                ))),
+            .any(|(reason, note)| reason == "NodePairsNotMeasured" && note.contains(&counted)),
         "{events:#?}"
     );
 
