@@ -68,16 +68,31 @@ impl Rehearsal {
     }
 }
 
-/// The phase over `nodes` (those that passed their own check) with `pairing`, `seed` and
-/// `partners` a node ([`plan_with_partners`]), measured by `network`, judged by `rules`
-/// against `baselines` (as [`localize_against`]).
+/// How the phase pairs its nodes: what [`plan_with_partners`] takes besides the nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct Planning {
+    /// Ring, random matchings or every pair.
+    pub pairing: Pairing,
+    /// The run's seed, which draws the partners.
+    pub seed: u64,
+    /// Partners a node gets a night.
+    pub partners: u32,
+}
+
+/// The phase over `nodes` (those that passed their own check) paired as `planning` says,
+/// measured by `network`, judged by `rules` against `baselines` (as [`localize_against`]).
 pub fn rehearse(
     nodes: &[Candidate],
-    (pairing, seed, partners): (Pairing, u64, u32),
+    planning: Planning,
     network: &dyn Network,
     rules: &PairRules,
     baselines: Option<&[PairBaseline]>,
 ) -> Rehearsal {
+    let Planning {
+        pairing,
+        seed,
+        partners,
+    } = planning;
     let plan = plan_with_partners(nodes, pairing, seed, partners);
     let mut observed = Vec::new();
     let mut widest_round = 0;

@@ -4,7 +4,7 @@
 use gpufabric_api::baseline::Expectation;
 use gpufabric_api::pair::NetTransport;
 use gpufabric_api::suite::Pairing;
-use gpufabric_health::pairs::rehearse::{Modelled, Network, Rehearsal, rehearse};
+use gpufabric_health::pairs::rehearse::{Modelled, Network, Planning, Rehearsal, rehearse};
 use gpufabric_health::pairs::rounds::{Candidate, plan_rounds, plan_with_partners};
 use gpufabric_health::pairs::{PairBaseline, PairRules};
 use std::collections::BTreeSet;
@@ -329,7 +329,11 @@ pub fn play(case: &Case, baseline: Option<PairBaseline>) -> Rehearsal {
     let baselines: Vec<PairBaseline> = baseline.into_iter().collect();
     rehearse(
         &case.nodes,
-        (case.pairing, case.seed, case.partners),
+        Planning {
+            pairing: case.pairing,
+            seed: case.seed,
+            partners: case.partners,
+        },
         &case.network as &dyn Network,
         &PairRules::default(),
         Some(&baselines),

@@ -550,11 +550,7 @@ pub fn confirmed_within_run(entry: &NodeRunResult, blaming: &[&Finding]) -> bool
 /// the counts, rather than a phase that reads as done and clean. `None` when every pair
 /// was measured or errored.
 pub fn unmeasured_note(entries: &[NodeRunResult]) -> Option<String> {
-    let records: Vec<(&str, &PairRecord)> = entries
-        .iter()
-        .flat_map(|e| e.pairs.iter().map(move |r| (e.node.as_str(), r)))
-        .filter(|(_, r)| r.rank == 0)
-        .collect();
+    let records: Vec<(&str, &PairRecord)> = pair_records(entries).collect();
     let unmeasured = || {
         records
             .iter()
@@ -581,14 +577,19 @@ pub fn unmeasured_note(entries: &[NodeRunResult]) -> Option<String> {
     ))
 }
 
+/// Every pair of the run once, from rank 0's record (where its state is kept), with the
+/// node that holds it.
+fn pair_records(entries: &[NodeRunResult]) -> impl Iterator<Item = (&str, &PairRecord)> {
+    entries
+        .iter()
+        .flat_map(|e| e.pairs.iter().map(move |r| (e.node.as_str(), r)))
+        .filter(|(_, r)| r.rank == 0)
+}
+
 /// Counts of the pairs (each once, from rank 0's record) and the bandwidth of the pairs
 /// within and across topology groups, into `status`.
 pub fn summarize(entries: &[NodeRunResult], status: &mut NodePairsStatus) {
-    let records: Vec<&PairRecord> = entries
-        .iter()
-        .flat_map(|e| e.pairs.iter())
-        .filter(|r| r.rank == 0)
-        .collect();
+    let records: Vec<&PairRecord> = pair_records(entries).map(|(_, r)| r).collect();
     let count = |s: PairState| records.iter().filter(|r| r.state == s).count() as u32;
     status.pairs = records.len() as u32;
     status.measured = count(PairState::Measured);
