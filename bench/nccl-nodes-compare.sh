@@ -37,9 +37,12 @@
 # all.tar.xz (every log and document, packed again after each round so that a run cut short
 # still brings back the rounds it finished). REF_COUNTS limits nccl-tests to some node counts
 # (default all of the agent's), e.g. REF_COUNTS=4 where two nodes were compared before.
+# BUDGET (seconds from the script's start, default 570 for a device call of 600) bounds the
+# rounds: a round starts only when the longest so far would still end within it, so a call
+# ends with its comparison written over the rounds it finished rather than cut mid-round.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-N=${N:-4}; ROUNDS=${ROUNDS:-3}; MAX=${MAX:-64M}; LARGE=${LARGE:-16M}
+N=${N:-4}; ROUNDS=${ROUNDS:-3}; MAX=${MAX:-64M}; LARGE=${LARGE:-16M}; BUDGET=${BUDGET:-570}
 SHAPE_NODE=${SHAPE_NODE:-$((N - 1))}; SHAPE_RATE=${SHAPE_RATE:-5gbit}
 WARMUP=5; ITERS=20; FACTOR=4; MIN=1K
 DEV=$PWD/.device/nccl-compare
@@ -152,14 +155,21 @@ setup
 banner "namespaces up: $N nodes; node $SHAPE_NODE's link shaped to $SHAPE_RATE"
 netns_fresh $N || exit 1
 $NETNS shape $SHAPE_NODE $SHAPE_RATE
+DONE=0; LONGEST=0
 for r in $(seq 1 $ROUNDS); do
+  if [ $((SECONDS + LONGEST + 15)) -gt "$BUDGET" ]; then
+    echo "stopping after $DONE of $ROUNDS rounds: the longest round took $LONGEST s, $((BUDGET - SECONDS)) s of BUDGET=$BUDGET are left"
+    break
+  fi
   banner "round $r"
+  t_round=$SECONDS
   if [ $((r % 2)) -eq 1 ]; then agent_round $r; nccl_tests_round $r
   else nccl_tests_round $r; agent_round $r; fi
   pack
+  DONE=$r; LONGEST=$(( SECONDS - t_round > LONGEST ? SECONDS - t_round : LONGEST ))
 done
 $NETNS down
-banner "compare"
-python3 "$(dirname "$0")/nccl_nodes_compare.py" "$LOGS" "$ROUNDS" "$LARGE" | tee "$OUT/compare.txt"
+banner "compare ($DONE rounds)"
+python3 "$(dirname "$0")/nccl_nodes_compare.py" "$LOGS" "$DONE" "$LARGE" | tee "$OUT/compare.txt"
 cp "$OUT/compare.txt" "$LOGS/"
 pack
