@@ -8,14 +8,16 @@ Events) and from its /metrics, with the time each step took.
 Steps, in order: `setup` (CRDs, the pod namespace, and what kube-controller-manager does for
 it: the namespace's ServiceAccount, the not-ready taint lifted from the new nodes), `clean`,
 then for each hardware fault `fault:KIND` and `release:KIND` (one FabricTest over the GPU
-host; KIND hidden-gpu or sdc), `nodes` (one FabricTest over the
-emulated nodes: node pairs, a shaped link, the multi-node DDP probe), `table`. Each step
+host; KIND hidden-gpu or sdc), `pairs` and `probe` (FabricTests over the emulated nodes:
+node pairs with a shaped link, the multi-node DDP probe), `blocks` (the multi-node NCCL sweep
+over three topology blocks, the path inside one slowed), `table`. Each step
 appends its rows to $E2E_JSON, so a step that fails leaves the earlier ones' results.
 
 Environment (bench/gpu-e2e.sh sets it): E2E_API (https://127.0.0.1:PORT), E2E_PKI (ca.crt,
 admin.crt, admin.key), E2E_METRICS (http://127.0.0.1:PORT/metrics of the operator), E2E_HOST
 (the GPU host's node), E2E_EMULATED (the emulated nodes, comma-separated), E2E_SHAPED (the
-emulated node whose link is shaped), E2E_SHAPE_CMD (the command that shapes it), E2E_GPUS (the
+emulated node whose link is shaped), E2E_SHAPE_CMD (the command that shapes it),
+E2E_UNSHAPE_CMD and E2E_SHAPE_PATH_CMD (the blocks' step: the limit off, one path slowed), E2E_GPUS (the
 host's GPU count), E2E_NODE_FAULT (the file the host's agent wrapper reads its fault from),
 E2E_SIM=1 (dry run: the faults and the shaped link are written into the sim fleet file
 E2E_FLEET instead), E2E_JSON, E2E_DEADLINE (epoch
@@ -554,6 +556,8 @@ def run_marks(test, t0, marks, watch_node=None):
             marks["pairs"] = secs(t0)
         if "probe" not in marks and (st.get("ddpNodes") or {}).get("done"):
             marks["probe"] = secs(t0)
+        if "sweep" not in marks and (st.get("ncclNodes") or {}).get("done"):
+            marks["sweep"] = secs(t0)
         if "run" not in marks and finished(main):
             marks["run"] = secs(t0)
         if watch_node and "cordon" not in marks and node_facts(watch_node)["unschedulable"]:
@@ -672,6 +676,110 @@ def step_probe(doc):
         decided, took_of(marks), ok, checks=checks, probe=probe, run_status=st)
 
 
+TEST_BLOCKS = "e2e-blocks"
+BLOCK_LABEL = "e2e.gpufabric.io/block"
+# The path between the two nodes of the middle block, slowed: emu-2 <-> emu-3 (as a leaf switch
+# degraded between them; each is fine with every other node).
+SLOW_BLOCK = "b"
+SLOW_PATH = ("emu-2", "emu-3")
+
+
+def slow_path():
+    """Takes the shaped node's limit off (the pair step's) and slows only the path inside the
+    middle block; returns the rate."""
+    if SIM:
+        path = ENV["E2E_FLEET"]
+        fleet = yaml.safe_load(open(path))
+        for n in fleet["nodes"]:
+            if n["name"] == SHAPED:
+                n.pop("faults", None)
+            if n["name"] == SLOW_PATH[0]:
+                n["faults"] = [{"kind": "badPath", "peer": SLOW_PATH[1], "factor": 0.1}]
+        yaml.safe_dump(fleet, open(path, "w"))
+        return "sim badPath 0.1"
+    subprocess.run(ENV["E2E_UNSHAPE_CMD"], shell=True, check=True)
+    cmd = ENV["E2E_SHAPE_PATH_CMD"]
+    subprocess.run(cmd, shell=True, check=True)
+    return cmd.split()[-1]
+
+
+def step_blocks(doc):
+    """The multi-node NCCL sweep over the emulated nodes in three topology blocks of two
+    (label e2e.gpufabric.io/block a, b, c), the path inside block b slowed: each block's
+    sweep, then one across the blocks; block b named slow on the run (a condition, no
+    finding), no node failed or cordoned for it."""
+    if len(EMULATED) != 6:
+        row(doc, "topology blocks", "-", "not run: needs the six emulated nodes", "-", False)
+        return
+    rate = slow_path()
+    log(f"{SHAPED}'s limit taken off; the path {SLOW_PATH[0]} <-> {SLOW_PATH[1]} at {rate}")
+    t0 = time.time()
+    env = []
+    if GPUS and len(EMULATED) > GPUS:
+        env = [{"name": "FABRIC_SHARED_GPUS", "value": "true"}]
+    sweep = {"enabled": True, "maxNodes": 8, "collectives": ["allReduce", "allGather"],
+             "minBytes": 1 << 20, "maxBytes": 64 << 20, "largeBytes": 16 << 20,
+             "topologyKey": BLOCK_LABEL}
+    suite = {"ncclSweep": {"enabled": False}, "ddpProbe": {"enabled": False},
+             "compute": {"gemm": {"enabled": False}, "memory": {"enabled": False},
+                         "sdc": {"enabled": False}},
+             "ncclNodes": sweep}
+    t = emulated_test(TEST_BLOCKS, {ROLE_LABEL: "emulated"}, suite, env)
+    if GPUS and len(EMULATED) > GPUS:
+        t["spec"]["rollout"] = {"maxUnavailable": GPUS}
+    req("POST", ft_path(), t)
+    log(f"applied FabricTest {TEST_BLOCKS} over {', '.join(EMULATED)}")
+    marks = {}
+    wait("the topology-block run", run_marks(TEST_BLOCKS, t0, marks), 300, every=1.0)
+    run = main_run(TEST_BLOCKS)
+    st = run.get("status", {})
+    checks = {n["node"]: n.get("verdict") for n in node_checks(run)}
+    phase = st.get("ncclNodes") or {}
+
+    def curve(sw, coll="allReduce"):
+        return [(p.get("nodes"), s["largeBusbw"]) for p in sw.get("points", [])
+                for s in p.get("summary", []) if s.get("collective") == coll
+                and s.get("largeBusbw") is not None]
+
+    def words(sw):
+        return ", ".join(f"{n} nodes {bw:.2f}" for n, bw in curve(sw)) or "-"
+
+    # A block's sweep and the one across blocks are flattened into their objects.
+    blocks = [{"value": b.get("value"), "nodes": b.get("nodes"), "state": b.get("state"),
+               "allReduce": curve(b), "allGather": curve(b, "allGather")}
+              for b in phase.get("blocks", [])]
+    across = {k: v for k, v in phase.items() if k != "blocks"}
+    slow = phase.get("slowBlocks", []) or []
+    slow_named = sorted({b.get("value") for b in slow})
+    cond = next((c for c in st.get("conditions", []) if c.get("type") == "NcclSlowBlock"), None)
+    named_in_findings = [f for f in st.get("findings", []) or []
+                         if f.get("severity") in ("Critical", "Warning")
+                         and f"{BLOCK_LABEL}={SLOW_BLOCK}" in (f.get("message") or "")]
+    held = {n: node_facts(n) for n in EMULATED}
+    by_this = [n for n, f in held.items()
+               if TEST_BLOCKS in (f["quarantine_record"] or "")
+               or (f["unschedulable"] and n != SHAPED)]
+    ok = (across.get("done") and len(blocks) == 3
+          and all(b["state"] == "Measured" for b in blocks)
+          and slow_named == [SLOW_BLOCK] and cond is not None and cond.get("status") == "True"
+          and not named_in_findings and not by_this
+          and all(v == "Passed" for v in checks.values()))
+    block_words = "; ".join(f"{b['value']} ({', '.join(b['nodes'] or [])}): {b['state']}, all_reduce "
+                            f"{', '.join(f'{n} nodes {bw:.2f}' for n, bw in b['allReduce']) or '-'} GB/s"
+                            for b in blocks)
+    decided = (f"node checks: {', '.join(f'{k} {v}' for k, v in checks.items())}; blocks: {block_words}; "
+               f"across ({', '.join(across.get('nodes', []) or [])}): {across.get('state', '-')}, "
+               f"all_reduce {words(across)} GB/s; slow blocks: {', '.join(slow_named) or 'none'}"
+               f"{' (' + cond.get('message', '') + ')' if cond else ''}; "
+               f"nodes cordoned by this test: {', '.join(by_this) or 'none'}")
+    row(doc, "topology blocks",
+        f"FabricTest {TEST_BLOCKS} over {len(EMULATED)} emulated nodes in 3 blocks of 2 "
+        f"({BLOCK_LABEL}): ncclNodes allReduce, allGather 1-64 MiB; the path "
+        f"{SLOW_PATH[0]} <-> {SLOW_PATH[1]} (block {SLOW_BLOCK}) at {rate}", decided,
+        took_of(marks), ok, checks=checks, blocks=blocks, across=across, slow_blocks=slow,
+        condition=cond, nodes=held, run_status=st)
+
+
 def own_gpus_pod(name, gpus):
     """A pod as a user's GPU job would be, under the namespace's restricted Pod Security:
     `gpus` GPUs through the device plugin, the agent image's quick node check."""
@@ -766,11 +874,32 @@ def step_table(doc):
                 print(f"| {p.get('nodes')} | {p.get('gpus')} | {p.get('stepMs', 0):.2f} | "
                       f"{100 * (p.get('scalingEfficiency') or 0):.1f}% | {p.get('commAloneMs', 0):.2f} | "
                       f"{p.get('exposedCommMs', 0):.2f} |")
+    d = doc["details"].get("topology blocks")
+    if d:
+        print()
+        print("| sweep | nodes | state | all_reduce GB/s by node count | all_gather GB/s by node count |")
+        print("| --- | --- | --- | --- | --- |")
+        across = d["across"]
+        sweeps = [(f"block {b['value']}", b["nodes"], b["state"], b["allReduce"], b["allGather"])
+                  for b in d["blocks"]]
+
+        def of(sw, coll):
+            return [(p.get("nodes"), x["largeBusbw"]) for p in sw.get("points", [])
+                    for x in p.get("summary", []) if x.get("collective") == coll]
+        sweeps.append(("across blocks", across.get("nodes"), across.get("state"),
+                       of(across, "allReduce"), of(across, "allGather")))
+        for name, nodes, state, ar, ag in sweeps:
+            cells = [", ".join(f"{n}: {bw:.2f}" for n, bw in c) or "-" for c in (ar, ag)]
+            print(f"| {name} | {', '.join(nodes or [])} | {state} | {cells[0]} | {cells[1]} |")
+        for b in d.get("slow_blocks", []):
+            print(f"slow block: {b.get('key')}={b.get('value')} {b.get('collective')}: {b.get('message')}")
+        for k in across.get("knees", []) or []:
+            print(f"knee across blocks: {k.get('message')}")
 
 
 STEPS = {"setup": step_setup, "clean": step_clean, "fault": step_fault,
-         "release": step_release, "pairs": step_pairs, "probe": step_probe, "table": step_table,
-         "own-gpus": step_own_gpus}
+         "release": step_release, "pairs": step_pairs, "probe": step_probe,
+         "blocks": step_blocks, "table": step_table, "own-gpus": step_own_gpus}
 
 
 def main():

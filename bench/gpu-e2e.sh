@@ -16,7 +16,12 @@
 #      link shaped to 2 Gbit/s: node pairs in a ring, NCCL over sockets between the
 #      namespaces; the shaped node named and cordoned;
 #   5. a test over the emulated nodes with a GPU of their own (up to four): the multi-node
-#      DDP probe at 1, 2, 4 nodes.
+#      DDP probe at 1, 2, 4 nodes;
+#   6. a test over the six emulated nodes in three topology blocks of two (label
+#      e2e.gpufabric.io/block a, b, c), the shaped node's limit taken off and only the path
+#      between emu-2 and emu-3 (block b) slowed to $E2E_PATH_RATE (default 2gbit): the
+#      multi-node NCCL sweep inside each block and across them; block b named slow on the run,
+#      no node failed or cordoned for it.
 #
 # It prints one table (what was applied, what the operator decided, how long each step
 # took) and leaves in $OUT: gpu-e2e.log, gpu-e2e.json (the rows and what each step read
@@ -69,6 +74,7 @@ W=${E2E_WORK:-/tmp/gpu-e2e}
 NS=gpufabric
 HOST_NODE=gpu-host
 RATE=${E2E_RATE:-2gbit}
+PATH_RATE=${E2E_PATH_RATE:-2gbit}
 
 # ---- pack (here) ------------------------------------------------------------------------
 if [ "$MODE" = pack-realnode ]; then
@@ -373,7 +379,10 @@ POD_IPS=()
   for i in $(seq 0 $((N - 1))); do
     own=""
     [ "$i" -lt "$OWN" ] && [ "$i" -ne "$SHAPED_I" ] && own=", e2e.gpufabric.io/own-gpu: 'true'"
-    echo "  - {name: emu-$i, product: $PRODUCT, gpus: 1, labels: {e2e.gpufabric.io/role: emulated$own}}"
+    # Three topology blocks of two nodes (step 6).
+    block=""
+    [ "$N" -eq 6 ] && block=", e2e.gpufabric.io/block: $(echo abc | cut -c$((i / 2 + 1)))"
+    echo "  - {name: emu-$i, product: $PRODUCT, gpus: 1, labels: {e2e.gpufabric.io/role: emulated$own$block}}"
     [ $SIM = 0 ] && POD_IPS+=(--pod-ip "emu-$i=192.0.2.$((10 + i))")
   done
 } > "$W/fleet.yaml"
@@ -454,6 +463,16 @@ if [ "$N" -gt 0 ]; then
   else
     banner "5. not run: the multi-node probe needs 2 GPUs or more (nodes with a GPU of their own), the host has $G"
   fi
+  banner "6. topology blocks: the multi-node NCCL sweep, the path inside block b at $PATH_RATE"
+  if [ $SIM = 0 ]; then
+    # The pair step's limit on emu-$SHAPED_I off (both ends), then the path emu-2 <-> emu-3 alone.
+    tcb="LD_LIBRARY_PATH=/tmp/gf-iproute2/lib /tmp/gf-iproute2/sbin/tc"
+    ipb="LD_LIBRARY_PATH=/tmp/gf-iproute2/lib /tmp/gf-iproute2/bin/ip"
+    [ -x /tmp/gf-iproute2/bin/ip ] || ipb="LD_LIBRARY_PATH=/tmp/gf-iproute2/lib /tmp/gf-iproute2/sbin/ip"
+    export E2E_UNSHAPE_CMD="$tcb qdisc del dev gfv$SHAPED_I root; $ipb netns exec gfn$SHAPED_I env $tcb qdisc del dev eth0 root"
+    export E2E_SHAPE_PATH_CMD="DEBS=$ROOT/.device/debs bash $ROOT/.device/netns-nodes.sh shape-path 2 3 $PATH_RATE"
+  fi
+  python3 bench/gpu-e2e.py blocks
 fi
 banner "table"
 python3 bench/gpu-e2e.py table
