@@ -29,7 +29,7 @@ REAL_NODE = {"installed", "realnode", "realnode_gpus", "realnode_teardown"}
 # Seconds each binary took on a two-core machine, to start the longest first (a binary
 # not named here counts as 30 s). Only the order depends on these.
 WEIGHTS = {
-    "operator": 172, "outcomes": 113, "pair_phase": 96, "ddp_nodes": 82,
+    "operator": 172, "outcomes": 113, "gpu_e2e_sim": 100, "pair_phase": 96, "ddp_nodes": 82,
     "lifecycle_edges": 71, "harness": 63, "demo": 61, "lifecycle": 59,
     "quarantine_e2e": 56, "uninstall": 53, "breaker": 41, "packaging": 40,
     "one_run_per_node": 31, "nic_counters": 31, "trend": 30, "setting_sources": 30,
