@@ -512,6 +512,18 @@ def emulated_test(name, selector, suite, extra_env=()):
     }
 
 
+def over_emulated(name, suite):
+    """A test over every emulated node. With more of them than GPUs, the ranks of two nodes
+    may share a GPU and measure anyway (the sockets between the namespaces, not the GPUs, set
+    the bandwidth), and the node checks go one node a GPU at once."""
+    shared = bool(GPUS) and len(EMULATED) > GPUS
+    env = [{"name": "FABRIC_SHARED_GPUS", "value": "true"}] if shared else []
+    t = emulated_test(name, {ROLE_LABEL: "emulated"}, suite, env)
+    if shared:
+        t["spec"]["rollout"] = {"maxUnavailable": GPUS}
+    return t
+
+
 # Sockets over veth carry about 1 GB/s: 64 MiB pairs, and a probe whose gradients (134 MB)
 # take about as long as its GEMMs (bench/ddp-nodes-check.sh).
 # E2E_PAIR_PARTNERS=1: the node-pair step with one partner a node (suite.nodePairs.partners).
@@ -594,15 +606,7 @@ def step_pairs(doc):
     rate = shape()
     log(f"{SHAPED}'s link shaped to {rate}")
     t0 = time.time()
-    env = []
-    if GPUS and len(EMULATED) > GPUS:
-        # More emulated nodes than GPUs: the ranks of two nodes may share a GPU, and measure
-        # anyway (the sockets between the namespaces, not the GPUs, set the pairs' bandwidth).
-        env = [{"name": "FABRIC_SHARED_GPUS", "value": "true"}]
-    t = emulated_test(TEST_NODES, {ROLE_LABEL: "emulated"}, {"nodePairs": PAIRS}, env)
-    if GPUS and len(EMULATED) > GPUS:
-        t["spec"]["rollout"] = {"maxUnavailable": GPUS}  # node checks: one node a GPU at once
-    req("POST", ft_path(), t)
+    req("POST", ft_path(), over_emulated(TEST_NODES, {"nodePairs": PAIRS}))
     log(f"applied FabricTest {TEST_NODES} over {', '.join(EMULATED)}")
     marks = {}
     wait("the node-pair run", run_marks(TEST_NODES, t0, marks, SHAPED), 300, every=1.0)
@@ -714,9 +718,6 @@ def step_blocks(doc):
     rate = slow_path()
     log(f"{SHAPED}'s limit taken off; the path {SLOW_PATH[0]} <-> {SLOW_PATH[1]} at {rate}")
     t0 = time.time()
-    env = []
-    if GPUS and len(EMULATED) > GPUS:
-        env = [{"name": "FABRIC_SHARED_GPUS", "value": "true"}]
     sweep = {"enabled": True, "maxNodes": 8, "collectives": ["allReduce", "allGather"],
              "minBytes": 1 << 20, "maxBytes": 64 << 20, "largeBytes": 16 << 20,
              "topologyKey": BLOCK_LABEL}
@@ -724,10 +725,7 @@ def step_blocks(doc):
              "compute": {"gemm": {"enabled": False}, "memory": {"enabled": False},
                          "sdc": {"enabled": False}},
              "ncclNodes": sweep}
-    t = emulated_test(TEST_BLOCKS, {ROLE_LABEL: "emulated"}, suite, env)
-    if GPUS and len(EMULATED) > GPUS:
-        t["spec"]["rollout"] = {"maxUnavailable": GPUS}
-    req("POST", ft_path(), t)
+    req("POST", ft_path(), over_emulated(TEST_BLOCKS, suite))
     log(f"applied FabricTest {TEST_BLOCKS} over {', '.join(EMULATED)}")
     marks = {}
     wait("the topology-block run", run_marks(TEST_BLOCKS, t0, marks), 300, every=1.0)
