@@ -707,6 +707,13 @@ def slow_path():
     return cmd.split()[-1]
 
 
+def sweep_curve(sweep, coll):
+    """[(node count, busbw at the large sizes)] of `coll` in a multi-node sweep's status."""
+    return [(p.get("nodes"), x["largeBusbw"]) for p in sweep.get("points", [])
+            for x in p.get("summary", []) if x.get("collective") == coll
+            and x.get("largeBusbw") is not None]
+
+
 def step_blocks(doc):
     """The multi-node NCCL sweep over the emulated nodes in three topology blocks of two
     (label e2e.gpufabric.io/block a, b, c), the path inside block b slowed: each block's
@@ -734,17 +741,13 @@ def step_blocks(doc):
     checks = {n["node"]: n.get("verdict") for n in node_checks(run)}
     phase = st.get("ncclNodes") or {}
 
-    def curve(sw, coll="allReduce"):
-        return [(p.get("nodes"), s["largeBusbw"]) for p in sw.get("points", [])
-                for s in p.get("summary", []) if s.get("collective") == coll
-                and s.get("largeBusbw") is not None]
-
     def words(sw):
-        return ", ".join(f"{n} nodes {bw:.2f}" for n, bw in curve(sw)) or "-"
+        return ", ".join(f"{n} nodes {bw:.2f}" for n, bw in sweep_curve(sw, "allReduce")) or "-"
 
     # A block's sweep and the one across blocks are flattened into their objects.
     blocks = [{"value": b.get("value"), "nodes": b.get("nodes"), "state": b.get("state"),
-               "allReduce": curve(b), "allGather": curve(b, "allGather")}
+               "allReduce": sweep_curve(b, "allReduce"), "allGather": sweep_curve(b, "allGather"),
+               "words": words(b)}
               for b in phase.get("blocks", [])]
     across = {k: v for k, v in phase.items() if k != "blocks"}
     slow = phase.get("slowBlocks", []) or []
@@ -763,8 +766,7 @@ def step_blocks(doc):
           and not named_in_findings and not by_this
           and all(v == "Passed" for v in checks.values()))
     block_words = "; ".join(f"{b['value']} ({', '.join(b['nodes'] or [])}): {b['state']}, all_reduce "
-                            f"{', '.join(f'{n} nodes {bw:.2f}' for n, bw in b['allReduce']) or '-'} GB/s"
-                            for b in blocks)
+                            f"{b['words']} GB/s" for b in blocks)
     decided = (f"node checks: {', '.join(f'{k} {v}' for k, v in checks.items())}; blocks: {block_words}; "
                f"across ({', '.join(across.get('nodes', []) or [])}): {across.get('state', '-')}, "
                f"all_reduce {words(across)} GB/s; slow blocks: {', '.join(slow_named) or 'none'}"
@@ -880,12 +882,8 @@ def step_table(doc):
         across = d["across"]
         sweeps = [(f"block {b['value']}", b["nodes"], b["state"], b["allReduce"], b["allGather"])
                   for b in d["blocks"]]
-
-        def of(sw, coll):
-            return [(p.get("nodes"), x["largeBusbw"]) for p in sw.get("points", [])
-                    for x in p.get("summary", []) if x.get("collective") == coll]
         sweeps.append(("across blocks", across.get("nodes"), across.get("state"),
-                       of(across, "allReduce"), of(across, "allGather")))
+                       sweep_curve(across, "allReduce"), sweep_curve(across, "allGather")))
         for name, nodes, state, ar, ag in sweeps:
             cells = [", ".join(f"{n}: {bw:.2f}" for n, bw in c) or "-" for c in (ar, ag)]
             print(f"| {name} | {', '.join(nodes or [])} | {state} | {cells[0]} | {cells[1]} |")

@@ -647,12 +647,7 @@ fn pairs_not_measured_are_counted_with_the_reason_most_gave() {
             };
         }
     }
-    let total = e
-        .iter()
-        .flat_map(|e| &e.pairs)
-        .filter(|r| r.rank == 0)
-        .count();
-    assert_eq!(total, 4, "{e:#?}");
+    assert_eq!(pair_records(&e).count(), 4, "{e:#?}");
     let note = unmeasured_note(&e).expect("three pairs not measured");
     assert!(note.starts_with("3 of 4 node pairs not measured"), "{note}");
     assert!(
